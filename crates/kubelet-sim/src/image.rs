@@ -1,0 +1,92 @@
+//! Image references as a container runtime reports them.
+//!
+//! Kruise decides that an in-place update finished by comparing `status.containerStatuses[].imageID`
+//! before and after, and compares spec images with status images after normalising a missing tag to
+//! `:latest`. So the simulator reports a normalised `image` and an `imageID` that is a pure function of the
+//! image: the same image always has the same ID, and a different image has a different ID.
+
+use sha2::{Digest, Sha256};
+
+/// The image string a runtime reports for a spec image: `:latest` is appended when the reference has
+/// neither a tag nor a digest.
+pub fn normalize(image: &str) -> String {
+    if has_tag_or_digest(image) {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
+/// A stable image ID (`repo@sha256:...`). A digest reference keeps its own digest, as Kruise compares digest
+/// references with imageIDs directly.
+pub fn image_id(image: &str) -> String {
+    if let Some((repo, digest)) = image.split_once('@') {
+        return format!("{}@{digest}", repository(repo));
+    }
+    let normalized = normalize(image);
+    let digest = hex::encode(Sha256::digest(normalized.as_bytes()));
+    format!("{}@sha256:{digest}", repository(&normalized))
+}
+
+/// The tag of a reference, if any (`nginx:1.19` → `1.19`; a registry port is not a tag).
+pub fn tag(image: &str) -> Option<&str> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last_segment = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last_segment.split_once(':').map(|(_, tag)| tag)
+}
+
+fn has_tag_or_digest(image: &str) -> bool {
+    image.contains('@') || tag(image).is_some()
+}
+
+/// The reference without tag and digest.
+fn repository(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    match tag(without_digest) {
+        Some(tag) => &without_digest[..without_digest.len() - tag.len() - 1],
+        None => without_digest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_cases() {
+        let cases = [
+            ("nginx", "nginx:latest"),
+            ("nginx:alpine", "nginx:alpine"),
+            ("registry:5000/team/app", "registry:5000/team/app:latest"),
+            ("registry:5000/team/app:v2", "registry:5000/team/app:v2"),
+            ("nginx@sha256:abc", "nginx@sha256:abc"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input), want, "normalize({input})");
+        }
+    }
+
+    #[test]
+    fn image_id_is_stable_and_distinct() {
+        assert_eq!(image_id("nginx:alpine"), image_id("nginx:alpine"));
+        assert_eq!(image_id("nginx"), image_id("nginx:latest"));
+        assert_ne!(image_id("nginx:alpine"), image_id("nginx:1.19.1"));
+        assert!(image_id("nginx:alpine").starts_with("nginx@sha256:"));
+        assert_eq!(
+            image_id("registry:5000/app:v1").split('@').next(),
+            Some("registry:5000/app")
+        );
+    }
+
+    #[test]
+    fn digest_reference_keeps_its_digest() {
+        assert_eq!(image_id("nginx:1.2@sha256:abc"), "nginx@sha256:abc");
+    }
+
+    #[test]
+    fn tag_cases() {
+        assert_eq!(tag("nginx:1.19-never-ready"), Some("1.19-never-ready"));
+        assert_eq!(tag("localhost:5000/nginx"), None);
+        assert_eq!(tag("nginx@sha256:abc"), None);
+    }
+}

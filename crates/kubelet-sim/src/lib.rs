@@ -1,0 +1,313 @@
+//! kubelet-sim: a simulated kubelet for kruise-rs tests and the local cluster.
+//!
+//! It registers fake Nodes with heartbeats and drives every Pod bound to them the way a kubelet does:
+//! phase, IPs, container statuses with stable image IDs, the readiness-gate rule, a restart of exactly the
+//! changed container on an in-place image update, resize reflected in status, completion by restartPolicy
+//! and graceful deletion. Decisions are pure ([`pod_status::plan`], [`node`]); this module only watches
+//! and writes. See the crate README for the steering annotations.
+
+pub mod image;
+pub mod node;
+pub mod pod_status;
+pub mod steer;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use rand::RngCore;
+
+pub use node::NodeSpecSim;
+pub use pod_status::Timing;
+
+/// Field manager name of every write.
+const MANAGER: &str = "kubelet-sim";
+
+/// How the simulator runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub nodes: Vec<NodeSpecSim>,
+    pub timing: Timing,
+    /// Lease renewal period (a kubelet renews every 10 s).
+    pub heartbeat_every: Duration,
+    /// Node status refresh period when nothing changes (a kubelet: 5 minutes).
+    pub node_status_every: Duration,
+    /// Pods handled at once.
+    pub concurrency: u16,
+}
+
+impl Config {
+    pub fn new(nodes: Vec<NodeSpecSim>) -> Self {
+        Self {
+            nodes,
+            timing: Timing::default(),
+            heartbeat_every: Duration::from_secs(10),
+            node_status_every: Duration::from_secs(60),
+            concurrency: 32,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("registering node {node}: {source}")]
+    RegisterNode { node: String, source: kube::Error },
+    #[error("writing status of pod {pod}: {source}")]
+    PatchStatus { pod: String, source: kube::Error },
+    #[error("deleting pod {pod}: {source}")]
+    DeletePod { pod: String, source: kube::Error },
+}
+
+struct NodeState {
+    spec: NodeSpecSim,
+    ip: String,
+    next_ip: AtomicU32,
+    images: Mutex<HashSet<String>>,
+}
+
+#[derive(Default)]
+struct PodEntry {
+    memory: pod_status::PodMemory,
+    /// resourceVersion of our last status write; an older cached Pod is not planned from (it would
+    /// undo that write with new container IDs).
+    written_rv: Option<u64>,
+}
+
+struct Ctx {
+    client: Client,
+    nodes: HashMap<String, NodeState>,
+    pods: Mutex<HashMap<String, PodEntry>>,
+    timing: Timing,
+    store: Mutex<Option<Store<Pod>>>,
+}
+
+/// Runs the simulator until `shutdown` resolves: registers the nodes, keeps their heartbeats and drives
+/// their Pods.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    register_nodes(&client, &config.nodes).await?;
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        nodes: config
+            .nodes
+            .iter()
+            .map(|spec| {
+                let state = NodeState {
+                    spec: spec.clone(),
+                    ip: spec.node_ip().to_string(),
+                    next_ip: AtomicU32::new(0),
+                    images: Mutex::new(HashSet::new()),
+                };
+                (spec.name.clone(), state)
+            })
+            .collect(),
+        pods: Mutex::new(HashMap::new()),
+        timing: config.timing.clone(),
+        store: Mutex::new(None),
+    });
+
+    let heartbeats = tokio::spawn(heartbeat_loop(ctx.clone(), config.clone()));
+    let pods: Api<Pod> = Api::all(client);
+    // Only Pods bound to a node; those of other nodes are skipped in `reconcile`.
+    let watch = watcher::Config::default().fields("spec.nodeName!=");
+    let controller = Controller::new(pods, watch)
+        .with_config(controller::Config::default().concurrency(config.concurrency));
+    *lock(&ctx.store) = Some(controller.store());
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "pod reconcile");
+            }
+        })
+        .await;
+    heartbeats.abort();
+    Ok(())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn register_nodes(client: &Client, nodes: &[NodeSpecSim]) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    for spec in nodes {
+        let wrap = |source| Error::RegisterNode { node: spec.name.clone(), source };
+        let node = spec.build(Timestamp::now());
+        match api.create(&PostParams::default(), &node).await {
+            Ok(_) => tracing::info!(node = %spec.name, "registered node"),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // The node exists (a previous simulator run): report it healthy again.
+                let current = api.get(&spec.name).await.map_err(wrap)?;
+                let patch = node::heartbeat_status_patch(&current, Timestamp::now());
+                api.patch_status(&spec.name, &PatchParams::apply(MANAGER), &Patch::Strategic(patch))
+                    .await
+                    .map_err(wrap)?;
+                tracing::info!(node = %spec.name, "node already registered; status refreshed");
+            }
+            Err(error) => return Err(wrap(error)),
+        }
+    }
+    Ok(())
+}
+
+async fn heartbeat_loop(ctx: Arc<Ctx>, config: Config) {
+    let mut tick = tokio::time::interval(config.heartbeat_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for spec in &config.nodes {
+            if let Err(error) = heartbeat(&ctx.client, &spec.name, config.node_status_every).await {
+                tracing::warn!(node = %spec.name, %error, "heartbeat failed");
+            }
+        }
+        forget_gone_pods(&ctx);
+    }
+}
+
+async fn heartbeat(client: &Client, name: &str, status_every: Duration) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await?;
+    if node::heartbeats_stopped(&node) {
+        tracing::debug!(node = name, "heartbeats stopped by annotation");
+        return Ok(());
+    }
+    let now = Timestamp::now();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), node::LEASE_NAMESPACE);
+    let lease = node::lease(&node, now);
+    let renew = serde_json::json!({ "spec": lease.spec });
+    match leases.patch(name, &PatchParams::default(), &Patch::Merge(renew)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            leases.create(&PostParams::default(), &lease).await?;
+        }
+        Err(error) => return Err(error),
+    }
+    if node::status_is_stale(&node, now, status_every) {
+        let patch = node::heartbeat_status_patch(&node, now);
+        nodes.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    }
+    Ok(())
+}
+
+/// Drops the memory of Pods that no longer exist.
+fn forget_gone_pods(ctx: &Ctx) {
+    let Some(store) = lock(&ctx.store).clone() else { return };
+    let live: HashSet<String> = store.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    lock(&ctx.pods).retain(|uid, _| live.contains(uid));
+}
+
+fn resource_version(pod: &Pod) -> Option<u64> {
+    // resourceVersions are opaque in general; on an etcd-backed apiserver they are increasing integers, and
+    // this test tool relies on that to recognise a cache that is older than its own last write.
+    pod.metadata.resource_version.as_deref().and_then(|rv| rv.parse().ok())
+}
+
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).and_then(|n| ctx.nodes.get(n))
+    else {
+        return Ok(Action::await_change());
+    };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let name = pod.name_any();
+    let namespace = pod.namespace().unwrap_or_default();
+
+    let plan = {
+        let mut pods = lock(&ctx.pods);
+        let entry = pods.entry(uid.clone()).or_default();
+        if let (Some(written), Some(seen)) = (entry.written_rv, resource_version(&pod))
+            && seen < written
+        {
+            // Our own last write has not reached the cache yet.
+            return Ok(Action::requeue(Duration::from_millis(50)));
+        }
+        let in_use = || pod_ips_on(&ctx, &node.spec.name);
+        let new_ip = || next_free_ip(node, &in_use());
+        let mut images = lock(&node.images);
+        let mut new_id = new_container_id;
+        let mut input = pod_status::PlanInput {
+            now: Timestamp::now(),
+            timing: &ctx.timing,
+            node_ip: &node.ip,
+            new_pod_ip: &new_ip,
+            node_images: &mut images,
+            new_container_id: &mut new_id,
+        };
+        pod_status::plan(&pod, &mut entry.memory, &mut input)
+    };
+
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(patch) = plan.status_patch {
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(written) => {
+                if let Some(entry) = lock(&ctx.pods).get_mut(&uid) {
+                    entry.written_rv = resource_version(&written);
+                }
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Action::await_change()),
+            Err(source) => return Err(Error::PatchStatus { pod: format!("{namespace}/{name}"), source }),
+        }
+    }
+    if plan.delete {
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(source) => return Err(Error::DeletePod { pod: format!("{namespace}/{name}"), source }),
+        }
+        return Ok(Action::await_change());
+    }
+    Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(pod = %ObjectRef::from(pod.as_ref()), %error, "retrying");
+    Action::requeue(Duration::from_millis(500))
+}
+
+fn pod_ips_on(ctx: &Ctx, node: &str) -> HashSet<String> {
+    let Some(store) = lock(&ctx.store).clone() else { return HashSet::new() };
+    store
+        .state()
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter_map(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()))
+        .collect()
+}
+
+fn next_free_ip(node: &NodeState, in_use: &HashSet<String>) -> String {
+    let mut ip = node.spec.pod_ip(node.next_ip.fetch_add(1, Ordering::Relaxed)).to_string();
+    // Bounded: a node's range holds 64,516 addresses, far more than the Pods it can run.
+    for _ in 0..(256 * 254) {
+        if !in_use.contains(&ip) {
+            break;
+        }
+        ip = node.spec.pod_ip(node.next_ip.fetch_add(1, Ordering::Relaxed)).to_string();
+    }
+    ip
+}
+
+fn new_container_id() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("containerd://{}", hex::encode(bytes))
+}

@@ -1,0 +1,711 @@
+//! The kubelet's decisions for one Pod, as a pure function of the Pod, the time and what the simulator
+//! remembers about the Pod's containers.
+//!
+//! The planner only produces the status fields and conditions a kubelet owns (recipe §8): `phase`,
+//! `startTime`, host and Pod IPs, `initContainerStatuses`, `containerStatuses` and the conditions
+//! `PodReadyToStartContainers`, `Initialized`, `ContainersReady` and `Ready`. Readiness-gate conditions such as
+//! Kruise's `InPlaceUpdateReady` are read, never written.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition,
+    ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use crate::image;
+use crate::steer::{ContainerSteer, PodSteer};
+
+pub const PHASE_PENDING: &str = "Pending";
+pub const PHASE_RUNNING: &str = "Running";
+pub const PHASE_SUCCEEDED: &str = "Succeeded";
+pub const PHASE_FAILED: &str = "Failed";
+
+const COND_SANDBOX: &str = "PodReadyToStartContainers";
+const COND_INITIALIZED: &str = "Initialized";
+const COND_CONTAINERS_READY: &str = "ContainersReady";
+const COND_READY: &str = "Ready";
+/// The conditions this simulator owns, in the order a kubelet lists them.
+pub const OWNED_CONDITIONS: [&str; 4] =
+    [COND_SANDBOX, COND_INITIALIZED, COND_CONTAINERS_READY, COND_READY];
+
+/// Exit code of a container killed at the end of its grace period.
+const KILLED_EXIT_CODE: i32 = 137;
+
+/// Simulator-wide timing. Per-Pod steering overrides some of it.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// From a container start to its readiness.
+    pub ready_delay: Duration,
+    /// Run time of a container in a `Never`/`OnFailure` Pod when nothing steers it.
+    pub job_run: Duration,
+    /// Upper bound of the graceful shutdown, whatever the Pod's grace period says.
+    pub shutdown_delay: Duration,
+    /// First CrashLoopBackOff delay; it doubles per restart up to `crash_backoff_cap`.
+    pub crash_backoff_base: Duration,
+    pub crash_backoff_cap: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            ready_delay: Duration::from_millis(300),
+            job_run: Duration::from_millis(500),
+            shutdown_delay: Duration::from_millis(100),
+            crash_backoff_base: Duration::from_millis(500),
+            crash_backoff_cap: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the simulator remembers of a Pod between two decisions. Losing it (a simulator restart) is safe:
+/// the status in the API holds everything needed, only with second precision.
+#[derive(Clone, Debug, Default)]
+pub struct PodMemory {
+    /// Precise start time of each container, by containerID.
+    started: HashMap<String, Timestamp>,
+    /// When the current wait (image pull, slow start, back-off) of a container ends, by container name.
+    waiting_until: HashMap<String, Timestamp>,
+    /// When the simulator first saw the Pod's deletionTimestamp.
+    deletion_seen: Option<Timestamp>,
+}
+
+/// Everything about the node and the moment that a decision needs.
+pub struct PlanInput<'a> {
+    pub now: Timestamp,
+    pub timing: &'a Timing,
+    pub node_ip: &'a str,
+    /// The IP given to the Pod if it has none yet (ignored with hostNetwork).
+    pub new_pod_ip: &'a dyn Fn() -> String,
+    /// Images already pulled on the node; a start with another image pays the pull delay.
+    pub node_images: &'a mut HashSet<String>,
+    /// Generates container IDs (random in production, predictable in tests).
+    pub new_container_id: &'a mut dyn FnMut() -> String,
+}
+
+/// The decision for one Pod.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// A strategic-merge patch for `pods/status`, when the status must change.
+    pub status_patch: Option<serde_json::Value>,
+    /// Delete the Pod now with grace period 0 (the end of a graceful deletion).
+    pub delete: bool,
+    /// Look at the Pod again after this long even if nothing changes.
+    pub requeue: Option<Duration>,
+}
+
+/// The kubelet status fields the simulator writes.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct KubeletStatus {
+    phase: String,
+    start_time: Option<Time>,
+    host_ip: Option<String>,
+    pod_ip: Option<String>,
+    init_containers: Vec<ContainerStatus>,
+    containers: Vec<ContainerStatus>,
+    conditions: Vec<PodCondition>,
+}
+
+impl KubeletStatus {
+    fn from_pod(pod: &Pod) -> Self {
+        let status = pod.status.clone().unwrap_or_default();
+        let conditions = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| OWNED_CONDITIONS.contains(&c.type_.as_str()))
+            .collect();
+        Self {
+            phase: status.phase.unwrap_or_default(),
+            start_time: status.start_time,
+            host_ip: status.host_ip,
+            pod_ip: status.pod_ip,
+            init_containers: status.init_container_statuses.unwrap_or_default(),
+            containers: status.container_statuses.unwrap_or_default(),
+            conditions: sort_conditions(conditions),
+        }
+    }
+
+    fn to_patch(&self, uid: &str) -> serde_json::Value {
+        let ips = |ip: &Option<String>| ip.iter().map(|ip| json!({ "ip": ip })).collect::<Vec<_>>();
+        json!({
+            // The UID makes the patch fail if the Pod was replaced by a namesake (kubelet does the same).
+            "metadata": { "uid": uid },
+            "status": {
+                "phase": self.phase,
+                "startTime": self.start_time,
+                "hostIP": self.host_ip,
+                "hostIPs": ips(&self.host_ip),
+                "podIP": self.pod_ip,
+                "podIPs": ips(&self.pod_ip),
+                "initContainerStatuses": self.init_containers,
+                "containerStatuses": self.containers,
+                "conditions": self.conditions,
+            }
+        })
+    }
+}
+
+fn sort_conditions(mut conditions: Vec<PodCondition>) -> Vec<PodCondition> {
+    conditions.sort_by_key(|c| OWNED_CONDITIONS.iter().position(|t| *t == c.type_));
+    conditions
+}
+
+/// Truncates to seconds, the precision in which the API stores `Time`, so that a status read back
+/// compares equal to the one written.
+fn k8s_time(ts: Timestamp) -> Time {
+    Time(Timestamp::from_second(ts.as_second()).unwrap_or(ts))
+}
+
+fn after(ts: Timestamp, d: Duration) -> Timestamp {
+    ts.checked_add(d).unwrap_or(Timestamp::MAX)
+}
+
+fn until(now: Timestamp, then: Timestamp) -> Duration {
+    Duration::try_from(then.duration_since(now)).unwrap_or(Duration::ZERO)
+}
+
+/// Tracks the earliest moment the Pod must be looked at again.
+#[derive(Default)]
+struct Wake(Option<Timestamp>);
+
+impl Wake {
+    fn at(&mut self, when: Timestamp) {
+        self.0 = Some(self.0.map_or(when, |current| current.min(when)));
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// A regular init container: runs to completion before the app containers.
+    Init,
+    /// An init container with `restartPolicy: Always` (native sidecar): keeps running.
+    Sidecar,
+    App,
+}
+
+/// Whether a container restarts after it exits with `exit_code`.
+fn restarts(kind: Kind, pod_restart_policy: &str, exit_code: i32) -> bool {
+    match kind {
+        Kind::Sidecar => true,
+        Kind::Init | Kind::App => match pod_restart_policy {
+            "Never" => false,
+            "OnFailure" => exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
+/// Decides what the kubelet would write now for `pod`, which is bound to this simulator's node.
+pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Plan {
+    let current = KubeletStatus::from_pod(pod);
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let terminal = matches!(current.phase.as_str(), PHASE_SUCCEEDED | PHASE_FAILED);
+
+    if pod.metadata.deletion_timestamp.is_some() {
+        return plan_deletion(pod, &current, &uid, memory, input);
+    }
+    if terminal {
+        // Terminal phases never change again.
+        return Plan::default();
+    }
+
+    let spec = pod.spec.clone().unwrap_or_default();
+    let steer = PodSteer::from_pod(pod);
+    let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+    let default_run = (restart_policy != "Always").then_some(input.timing.job_run);
+    let mut wake = Wake::default();
+    let now = input.now;
+
+    let mut next = current.clone();
+    next.start_time = Some(current.start_time.clone().unwrap_or_else(|| k8s_time(now)));
+    next.host_ip = Some(input.node_ip.to_string());
+    next.pod_ip = if spec.host_network == Some(true) {
+        Some(input.node_ip.to_string())
+    } else {
+        current.pod_ip.clone().or_else(|| Some((input.new_pod_ip)()))
+    };
+
+    // Init containers: regular ones complete in order at once; native sidecars keep running.
+    next.init_containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            let kind = if c.restart_policy.as_deref() == Some("Always") {
+                Kind::Sidecar
+            } else {
+                Kind::Init
+            };
+            let cur = current.init_containers.iter().find(|s| s.name == c.name);
+            let steer = steer.container(c, None);
+            match (kind, cur) {
+                (Kind::Init, Some(done)) => done.clone(),
+                (Kind::Init, None) => completed_init(c, now, input),
+                _ => step_container(c, kind, cur, &steer, &restart_policy, memory, input, &mut wake),
+            }
+        })
+        .collect();
+
+    next.containers = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let cur = current.containers.iter().find(|s| s.name == c.name);
+            let steer = steer.container(c, default_run);
+            step_container(c, Kind::App, cur, &steer, &restart_policy, memory, input, &mut wake)
+        })
+        .collect();
+
+    next.phase = phase(&next.containers);
+    next.conditions = conditions(pod, &current.conditions, &next, now);
+
+    Plan {
+        status_patch: (next != current).then(|| next.to_patch(&uid)),
+        delete: false,
+        requeue: wake.0.map(|when| until(now, when)),
+    }
+}
+
+fn completed_init(c: &Container, now: Timestamp, input: &mut PlanInput<'_>) -> ContainerStatus {
+    let image = c.image.clone().unwrap_or_default();
+    input.node_images.insert(image::normalize(&image));
+    ContainerStatus {
+        name: c.name.clone(),
+        image: image::normalize(&image),
+        image_id: image::image_id(&image),
+        container_id: Some((input.new_container_id)()),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                started_at: Some(k8s_time(now)),
+                finished_at: Some(k8s_time(now)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        started: Some(false),
+        ready: false,
+        restart_count: 0,
+        resources: resources(c),
+        ..Default::default()
+    }
+}
+
+fn resources(c: &Container) -> Option<ResourceRequirements> {
+    c.resources
+        .clone()
+        .filter(|r| r.limits.is_some() || r.requests.is_some())
+        .map(|r| ResourceRequirements { claims: None, ..r })
+}
+
+/// The next status of one long-running container (app container or native sidecar).
+#[allow(clippy::too_many_arguments)]
+fn step_container(
+    spec: &Container,
+    kind: Kind,
+    cur: Option<&ContainerStatus>,
+    steer: &ContainerSteer,
+    restart_policy: &str,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let now = input.now;
+    let spec_image = spec.image.clone().unwrap_or_default();
+    let want_image = image::normalize(&spec_image);
+    let Some(cur) = cur else {
+        return start(spec, None, 0, steer, memory, input, wake);
+    };
+    let state = cur.state.clone().unwrap_or_default();
+
+    if state.terminated.is_some() {
+        // Exited for good (Never, or OnFailure with exit 0): a kubelet does not start it again.
+        return ContainerStatus { resources: resources(spec), ..cur.clone() };
+    }
+
+    if cur.image != want_image {
+        // In-place image update: the kubelet kills exactly this container and starts the new image.
+        let restart_count = if cur.container_id.is_some() { cur.restart_count + 1 } else { cur.restart_count };
+        let last = state.running.as_ref().map(|running| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                container_id: cur.container_id.clone(),
+                started_at: running.started_at.clone(),
+                finished_at: Some(k8s_time(now)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        memory.waiting_until.remove(&spec.name);
+        return start(spec, last.or(cur.last_state.clone()), restart_count, steer, memory, input, wake);
+    }
+
+    if state.waiting.is_some() {
+        let ends = *memory
+            .waiting_until
+            .entry(spec.name.clone())
+            .or_insert_with(|| after(now, steer.start_delay.max(steer.pull_delay)));
+        if ends > now {
+            wake.at(ends);
+            return ContainerStatus { resources: resources(spec), ..cur.clone() };
+        }
+        memory.waiting_until.remove(&spec.name);
+        return run(spec, cur.last_state.clone(), cur.restart_count, steer, memory, input, wake);
+    }
+
+    // Running with the wanted image.
+    let container_id = cur.container_id.clone().unwrap_or_default();
+    let started = memory.started.get(&container_id).copied().unwrap_or_else(|| {
+        state
+            .running
+            .as_ref()
+            .and_then(|r| r.started_at.as_ref())
+            .map_or(now, |t| t.0)
+    });
+    if let Some(run_for) = steer.run {
+        let exits_at = after(started, run_for);
+        if exits_at <= now {
+            memory.started.remove(&container_id);
+            return exit(spec, kind, cur, steer, restart_policy, started, memory, input, wake);
+        }
+        wake.at(exits_at);
+    }
+    let ready_at = after(started, steer.ready_delay.unwrap_or(input.timing.ready_delay));
+    let ready = !steer.never_ready && ready_at <= now;
+    if !steer.never_ready && !ready {
+        wake.at(ready_at);
+    }
+    ContainerStatus { ready, resources: resources(spec), ..cur.clone() }
+}
+
+/// Starts (or restarts) a container: it waits while the image is pulled or the start is slow, then runs.
+fn start(
+    spec: &Container,
+    last_state: Option<ContainerState>,
+    restart_count: i32,
+    steer: &ContainerSteer,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let image = image::normalize(spec.image.as_deref().unwrap_or_default());
+    let pull = if input.node_images.contains(&image) { Duration::ZERO } else { steer.pull_delay };
+    let delay = steer.start_delay.max(pull);
+    if delay.is_zero() {
+        return run(spec, last_state, restart_count, steer, memory, input, wake);
+    }
+    let ends = after(input.now, delay);
+    memory.waiting_until.insert(spec.name.clone(), ends);
+    wake.at(ends);
+    waiting(spec, last_state, restart_count, "ContainerCreating", None)
+}
+
+fn waiting(
+    spec: &Container,
+    last_state: Option<ContainerState>,
+    restart_count: i32,
+    reason: &str,
+    message: Option<String>,
+) -> ContainerStatus {
+    let image = spec.image.as_deref().unwrap_or_default();
+    ContainerStatus {
+        name: spec.name.clone(),
+        image: image::normalize(image),
+        image_id: String::new(),
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message }),
+            ..Default::default()
+        }),
+        last_state,
+        started: Some(false),
+        ready: false,
+        restart_count,
+        resources: resources(spec),
+        ..Default::default()
+    }
+}
+
+fn run(
+    spec: &Container,
+    last_state: Option<ContainerState>,
+    restart_count: i32,
+    steer: &ContainerSteer,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let now = input.now;
+    let image = spec.image.as_deref().unwrap_or_default();
+    input.node_images.insert(image::normalize(image));
+    let container_id = (input.new_container_id)();
+    memory.started.insert(container_id.clone(), now);
+    let ready_delay = steer.ready_delay.unwrap_or(input.timing.ready_delay);
+    let ready = !steer.never_ready && ready_delay.is_zero();
+    if !steer.never_ready && !ready {
+        wake.at(after(now, ready_delay));
+    }
+    if let Some(run_for) = steer.run {
+        wake.at(after(now, run_for));
+    }
+    ContainerStatus {
+        name: spec.name.clone(),
+        image: image::normalize(image),
+        image_id: image::image_id(image),
+        container_id: Some(container_id),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning { started_at: Some(k8s_time(now)) }),
+            ..Default::default()
+        }),
+        last_state,
+        started: Some(true),
+        ready,
+        restart_count,
+        resources: resources(spec),
+        ..Default::default()
+    }
+}
+
+/// A running container's run time ended with its steered exit code.
+#[allow(clippy::too_many_arguments)]
+fn exit(
+    spec: &Container,
+    kind: Kind,
+    cur: &ContainerStatus,
+    steer: &ContainerSteer,
+    restart_policy: &str,
+    started: Timestamp,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let now = input.now;
+    let terminated = ContainerStateTerminated {
+        exit_code: steer.exit_code,
+        reason: Some(if steer.exit_code == 0 { "Completed" } else { "Error" }.into()),
+        container_id: cur.container_id.clone(),
+        started_at: Some(k8s_time(started)),
+        finished_at: Some(k8s_time(now)),
+        ..Default::default()
+    };
+    if !restarts(kind, restart_policy, steer.exit_code) {
+        return ContainerStatus {
+            state: Some(ContainerState { terminated: Some(terminated), ..Default::default() }),
+            started: Some(false),
+            ready: false,
+            resources: resources(spec),
+            ..cur.clone()
+        };
+    }
+    let last = Some(ContainerState { terminated: Some(terminated), ..Default::default() });
+    let restart_count = cur.restart_count + 1;
+    if steer.exit_code == 0 {
+        return run(spec, last, restart_count, steer, memory, input, wake);
+    }
+    // A failing container restarts after an exponential back-off, as CrashLoopBackOff.
+    let timing = input.timing;
+    let factor = 1u32 << (cur.restart_count.clamp(0, 16) as u32);
+    let backoff = timing.crash_backoff_base.saturating_mul(factor).min(timing.crash_backoff_cap);
+    let ends = after(now, backoff);
+    memory.waiting_until.insert(spec.name.clone(), ends);
+    wake.at(ends);
+    let message = format!(
+        "back-off {}ms restarting failed container={} pod",
+        backoff.as_millis(),
+        spec.name
+    );
+    let mut status = waiting(spec, last, restart_count, "CrashLoopBackOff", Some(message));
+    status.image_id = cur.image_id.clone();
+    status.container_id = cur.container_id.clone();
+    status
+}
+
+fn is_terminated(status: &ContainerStatus) -> Option<i32> {
+    status
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| t.exit_code)
+}
+
+/// Pod phase from the app containers: terminal when all of them exited for good, Running once any has
+/// been started, Pending before.
+fn phase(containers: &[ContainerStatus]) -> String {
+    let exits: Vec<Option<i32>> = containers.iter().map(is_terminated).collect();
+    if !exits.is_empty() && exits.iter().all(Option::is_some) {
+        return if exits.iter().all(|code| *code == Some(0)) { PHASE_SUCCEEDED } else { PHASE_FAILED }
+            .into();
+    }
+    if containers.iter().any(|c| c.container_id.is_some()) {
+        PHASE_RUNNING.into()
+    } else {
+        PHASE_PENDING.into()
+    }
+}
+
+/// The four kubelet conditions, keeping each `lastTransitionTime` unless the status flips.
+fn conditions(
+    pod: &Pod,
+    current: &[PodCondition],
+    next: &KubeletStatus,
+    now: Timestamp,
+) -> Vec<PodCondition> {
+    let terminal = matches!(next.phase.as_str(), PHASE_SUCCEEDED | PHASE_FAILED);
+    let sidecars = next
+        .init_containers
+        .iter()
+        .filter(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_none()));
+    let unready: Vec<&str> = sidecars
+        .chain(next.containers.iter())
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+
+    let containers_ready = if terminal {
+        (false, Some("PodCompleted".to_string()), None)
+    } else if unready.is_empty() {
+        (true, None, None)
+    } else {
+        let message = format!("containers with unready status: [{}]", unready.join(" "));
+        (false, Some("ContainersNotReady".to_string()), Some(message))
+    };
+
+    let all_conditions = pod.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let gate_problems: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|gate| {
+            let condition = all_conditions.iter().find(|c| c.type_ == gate.condition_type);
+            match condition {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    gate.condition_type
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
+                    gate.condition_type, c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+
+    let ready = if !containers_ready.0 {
+        containers_ready.clone()
+    } else if !gate_problems.is_empty() {
+        (false, Some("ReadinessGatesNotReady".to_string()), Some(gate_problems.join(", ")))
+    } else {
+        (true, None, None)
+    };
+
+    let wanted: BTreeMap<&str, (bool, Option<String>, Option<String>)> = [
+        (COND_SANDBOX, (true, None, None)),
+        (COND_INITIALIZED, (true, None, None)),
+        (COND_CONTAINERS_READY, containers_ready),
+        (COND_READY, ready),
+    ]
+    .into_iter()
+    .collect();
+
+    let built = OWNED_CONDITIONS
+        .iter()
+        .map(|type_| {
+            let (status, reason, message) = wanted[type_].clone();
+            let status = if status { "True" } else { "False" }.to_string();
+            let previous = current.iter().find(|c| c.type_ == *type_);
+            let last_transition_time = match previous {
+                Some(p) if p.status == status => p.last_transition_time.clone(),
+                _ => Some(k8s_time(now)),
+            };
+            PodCondition {
+                type_: type_.to_string(),
+                status,
+                reason,
+                message,
+                last_transition_time,
+                last_probe_time: previous.and_then(|p| p.last_probe_time.clone()),
+                observed_generation: previous.and_then(|p| p.observed_generation),
+            }
+        })
+        .collect();
+    sort_conditions(built)
+}
+
+/// Graceful deletion: after min(grace period, shutdown delay) the containers are stopped, the Pod gets a
+/// terminal phase, and the kubelet deletes it with grace period 0.
+fn plan_deletion(
+    pod: &Pod,
+    current: &KubeletStatus,
+    uid: &str,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+) -> Plan {
+    if pod.metadata.deletion_grace_period_seconds == Some(0) {
+        // Already deleted with grace 0; only finalizers keep it. Nothing left for a kubelet to do.
+        return Plan::default();
+    }
+    let now = input.now;
+    let seen = *memory.deletion_seen.get_or_insert(now);
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .map_or(Duration::ZERO, |s| Duration::from_secs(s.max(0) as u64));
+    let stop_at = after(seen, grace.min(input.timing.shutdown_delay));
+    if stop_at > now {
+        return Plan { requeue: Some(until(now, stop_at)), ..Plan::default() };
+    }
+
+    let mut next = current.clone();
+    let stop = |status: &ContainerStatus| {
+        if is_terminated(status).is_some() {
+            return status.clone();
+        }
+        let started_at = status
+            .state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .and_then(|r| r.started_at.clone());
+        ContainerStatus {
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: KILLED_EXIT_CODE,
+                    reason: Some("Error".into()),
+                    container_id: status.container_id.clone(),
+                    started_at,
+                    finished_at: Some(k8s_time(now)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ready: false,
+            started: Some(false),
+            ..status.clone()
+        }
+    };
+    next.containers = current.containers.iter().map(stop).collect();
+    next.init_containers = current.init_containers.iter().map(stop).collect();
+    if !matches!(next.phase.as_str(), PHASE_SUCCEEDED | PHASE_FAILED) {
+        let all_zero = next.containers.iter().all(|c| is_terminated(c) == Some(0));
+        next.phase = if all_zero && !next.containers.is_empty() { PHASE_SUCCEEDED } else { PHASE_FAILED }
+            .into();
+    }
+    next.conditions = conditions(pod, &current.conditions, &next, now);
+    Plan {
+        status_patch: (next != *current).then(|| next.to_patch(uid)),
+        delete: true,
+        requeue: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,249 @@
+//! How a test steers the simulated containers of one Pod.
+//!
+//! Three sources, most specific first:
+//! 1. container env `SIM_EXIT_CODE` / `SIM_RUN_MS` (handy in Job templates);
+//! 2. Pod annotations `sim.kruise-rs.io/<key>`, whose value is either one value for every container
+//!    (`"2000"`, or `"*"` for a list key) or per container (`"app=2000,sidecar=0"` / `"app,sidecar"`);
+//! 3. the image tag: a tag containing `never-ready` never becomes ready, one containing `crash` exits 1 right
+//!    after every start. This lets a rollout test point a workload at a "bad" new image.
+//!
+//! Unparseable values are ignored with a warning rather than failing the Pod: the simulator must keep
+//! running whatever a test writes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::image;
+
+/// Annotation prefix for every steering key.
+pub const PREFIX: &str = "sim.kruise-rs.io/";
+/// Containers that never become ready: `"*"` or `"app,sidecar"`.
+pub const NEVER_READY: &str = "sim.kruise-rs.io/never-ready";
+/// Containers that exit with code 1 right after every start (CrashLoopBackOff): `"*"` or a list.
+pub const CRASH: &str = "sim.kruise-rs.io/crash";
+/// Exit code when a container's run time ends: `"1"` or `"app=1,side=0"`.
+pub const EXIT_CODE: &str = "sim.kruise-rs.io/exit-code";
+/// How long a container runs before it exits, in milliseconds.
+pub const RUN_MS: &str = "sim.kruise-rs.io/run-ms";
+/// Slow start: the container waits in `ContainerCreating` this long before it runs, in milliseconds.
+pub const START_DELAY_MS: &str = "sim.kruise-rs.io/start-delay-ms";
+/// Slow pull: an image not yet on the node takes this long to pull, in milliseconds.
+pub const PULL_DELAY_MS: &str = "sim.kruise-rs.io/pull-delay-ms";
+/// Time from a container start to its readiness, in milliseconds (overrides the simulator default).
+pub const READY_DELAY_MS: &str = "sim.kruise-rs.io/ready-delay-ms";
+/// Node annotation: `"stopped"` stops that node's heartbeats (Lease and status) until removed.
+pub const HEARTBEAT: &str = "sim.kruise-rs.io/heartbeat";
+
+/// Container env overriding the exit code.
+pub const ENV_EXIT_CODE: &str = "SIM_EXIT_CODE";
+/// Container env overriding the run time in milliseconds.
+pub const ENV_RUN_MS: &str = "SIM_RUN_MS";
+
+/// What one container should do, resolved from every source.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerSteer {
+    pub never_ready: bool,
+    /// Exit code when the run time ends (default 0).
+    pub exit_code: i32,
+    /// Run time before exit; `None` runs until stopped.
+    pub run: Option<Duration>,
+    pub start_delay: Duration,
+    pub pull_delay: Duration,
+    pub ready_delay: Option<Duration>,
+}
+
+/// Per-Pod steering values as written in the annotations.
+#[derive(Clone, Debug, Default)]
+pub struct PodSteer {
+    annotations: BTreeMap<String, String>,
+}
+
+impl PodSteer {
+    pub fn from_pod(pod: &Pod) -> Self {
+        let annotations = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .map(|all| {
+                all.iter()
+                    .filter(|(key, _)| key.starts_with(PREFIX))
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self { annotations }
+    }
+
+    /// Resolves the steering of one container. `default_run` is what the Pod's restartPolicy implies
+    /// when nothing says otherwise (a Job-like Pod exits after a short while, a service runs forever).
+    pub fn container(&self, container: &Container, default_run: Option<Duration>) -> ContainerSteer {
+        let name = container.name.as_str();
+        let tag = container.image.as_deref().and_then(image::tag).unwrap_or("");
+        let crash = self.listed(CRASH, name) || tag.contains("crash");
+        let env = |key: &str| {
+            container
+                .env
+                .iter()
+                .flatten()
+                .find(|var| var.name == key)
+                .and_then(|var| var.value.clone())
+        };
+        let exit_code = env(ENV_EXIT_CODE)
+            .and_then(|value| parse_or_warn(ENV_EXIT_CODE, &value))
+            .or_else(|| self.value(EXIT_CODE, name))
+            .unwrap_or(if crash { 1 } else { 0 });
+        let run = env(ENV_RUN_MS)
+            .and_then(|value| parse_or_warn::<u64>(ENV_RUN_MS, &value))
+            .or_else(|| self.value(RUN_MS, name))
+            .map(Duration::from_millis)
+            .or(if crash { Some(Duration::ZERO) } else { default_run });
+        ContainerSteer {
+            never_ready: self.listed(NEVER_READY, name) || tag.contains("never-ready"),
+            exit_code,
+            run,
+            start_delay: self.millis(START_DELAY_MS, name).unwrap_or_default(),
+            pull_delay: self.millis(PULL_DELAY_MS, name).unwrap_or_default(),
+            ready_delay: self.millis(READY_DELAY_MS, name),
+        }
+    }
+
+    /// Whether `container` is named by a list key (`"*"` names every container).
+    fn listed(&self, key: &str, container: &str) -> bool {
+        self.annotations.get(key).is_some_and(|list| {
+            list.split(',')
+                .map(str::trim)
+                .any(|item| item == "*" || item == container)
+        })
+    }
+
+    /// A value key: `"v"` for every container, or `"a=v1,b=v2"` per container.
+    fn value<T: std::str::FromStr>(&self, key: &str, container: &str) -> Option<T> {
+        let raw = self.annotations.get(key)?;
+        let mut for_all = None;
+        for item in raw.split(',').map(str::trim).filter(|item| !item.is_empty()) {
+            match item.split_once('=') {
+                Some((name, value)) if name.trim() == container => {
+                    return parse_or_warn(key, value.trim());
+                }
+                Some(_) => {}
+                None => for_all = Some(item),
+            }
+        }
+        for_all.and_then(|value| parse_or_warn(key, value))
+    }
+
+    fn millis(&self, key: &str, container: &str) -> Option<Duration> {
+        self.value::<u64>(key, container).map(Duration::from_millis)
+    }
+}
+
+fn parse_or_warn<T: std::str::FromStr>(key: &str, value: &str) -> Option<T> {
+    let parsed = value.parse().ok();
+    if parsed.is_none() {
+        tracing::warn!(key, value, "ignoring unparseable steering value");
+    }
+    parsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::EnvVar;
+
+    fn pod(annotations: &[(&str, &str)]) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        pod
+    }
+
+    fn container(name: &str, image: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some(image.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_without_annotations() {
+        let steer = PodSteer::from_pod(&pod(&[])).container(&container("app", "nginx"), None);
+        assert_eq!(steer, ContainerSteer::default());
+    }
+
+    #[test]
+    fn table_of_annotations() {
+        let app = container("app", "nginx:1");
+        let side = container("side", "busybox");
+        let cases: Vec<(&[(&str, &str)], &Container, ContainerSteer)> = vec![
+            (
+                &[(NEVER_READY, "*")],
+                &app,
+                ContainerSteer { never_ready: true, ..Default::default() },
+            ),
+            (&[(NEVER_READY, "side")], &app, ContainerSteer::default()),
+            (
+                &[(NEVER_READY, "app, side")],
+                &side,
+                ContainerSteer { never_ready: true, ..Default::default() },
+            ),
+            (
+                &[(EXIT_CODE, "3"), (RUN_MS, "app=1500,side=10")],
+                &app,
+                ContainerSteer {
+                    exit_code: 3,
+                    run: Some(Duration::from_millis(1500)),
+                    ..Default::default()
+                },
+            ),
+            (
+                &[(CRASH, "app")],
+                &app,
+                ContainerSteer { exit_code: 1, run: Some(Duration::ZERO), ..Default::default() },
+            ),
+            (
+                &[(START_DELAY_MS, "200"), (PULL_DELAY_MS, "side=50"), (READY_DELAY_MS, "7")],
+                &side,
+                ContainerSteer {
+                    start_delay: Duration::from_millis(200),
+                    pull_delay: Duration::from_millis(50),
+                    ready_delay: Some(Duration::from_millis(7)),
+                    ..Default::default()
+                },
+            ),
+            (&[(EXIT_CODE, "not-a-number")], &app, ContainerSteer::default()),
+        ];
+        for (annotations, container, want) in cases {
+            let got = PodSteer::from_pod(&pod(annotations)).container(container, None);
+            assert_eq!(got, want, "annotations {annotations:?} container {}", container.name);
+        }
+    }
+
+    #[test]
+    fn image_tag_steers() {
+        let steer = PodSteer::from_pod(&pod(&[]));
+        assert!(steer.container(&container("app", "nginx:1.19-never-ready"), None).never_ready);
+        let crash = steer.container(&container("app", "nginx:crash"), None);
+        assert_eq!((crash.exit_code, crash.run), (1, Some(Duration::ZERO)));
+    }
+
+    #[test]
+    fn env_beats_annotation_and_default_run_applies() {
+        let mut app = container("app", "busybox");
+        app.env = Some(vec![EnvVar {
+            name: ENV_EXIT_CODE.into(),
+            value: Some("2".into()),
+            ..Default::default()
+        }]);
+        let steer = PodSteer::from_pod(&pod(&[(EXIT_CODE, "5")]))
+            .container(&app, Some(Duration::from_millis(500)));
+        assert_eq!(steer.exit_code, 2);
+        assert_eq!(steer.run, Some(Duration::from_millis(500)));
+    }
+}
