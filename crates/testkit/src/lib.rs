@@ -1,0 +1,12 @@
+//! Test kit for kruise-rs: a real local control plane (etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler built from their Go modules), kubelet-sim, per-test namespaces and waits with deadlines.
+
+pub mod certs;
+pub mod control_plane;
+pub mod process;
+pub mod testbed;
+pub mod wait;
+
+pub use control_plane::{ControlPlane, Options};
+pub use testbed::{TestBed, TestNamespace, testbed};
+pub use wait::{eventually, until};

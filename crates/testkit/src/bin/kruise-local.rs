@@ -1,1 +1,124 @@
-fn main(){}
+//! `kruise-local`: a local Kubernetes cluster for kruise-rs on 127.0.0.1.
+//!
+//! `kruise-local up [--nodes N]` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and N
+//! simulated nodes (kubelet-sim) spread over zones, writes an admin kubeconfig, prints
+//! `kruise-local: ready`, and runs until SIGINT/SIGTERM, then stops everything and removes its files.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use kruise_testkit::control_plane::{ControlPlane, Options, default_bin_dir};
+use kruise_testkit::testbed::wait_nodes_ready;
+use kubelet_sim::NodeSpecSim;
+
+/// Default log filter. The client logs each refused or not-yet-ready probe of a starting component as an
+/// error, and each probe of a component's self-signed health port as a warning; neither is news.
+const QUIET_CLIENT_LOGS: &str =
+    "info,kube_runtime=warn,kube_client::client::builder=off,kube_client::client::tls=error";
+
+#[derive(Parser, Debug)]
+#[command(version, about = "A local Kubernetes cluster for kruise-rs (real control plane, simulated nodes)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start the cluster and keep it running until interrupted.
+    Up(UpArgs),
+}
+
+#[derive(Parser, Debug)]
+struct UpArgs {
+    /// Number of simulated nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Zones assigned round-robin to the nodes (label topology.kubernetes.io/zone).
+    #[arg(long, value_delimiter = ',', default_value = "zone-a,zone-b,zone-c")]
+    zones: Vec<String>,
+    /// Where to write the admin kubeconfig.
+    #[arg(long, default_value = ".local/kubeconfig")]
+    kubeconfig: PathBuf,
+    /// Folder of the control-plane binaries (default: the `make control-plane` cache).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// CRD manifests to install before the controllers start.
+    #[arg(long)]
+    crds: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(QUIET_CLIENT_LOGS)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Up(args) => up(args).await,
+    }
+}
+
+async fn up(args: UpArgs) -> anyhow::Result<()> {
+    let options = Options {
+        bin_dir: args.bin_dir.unwrap_or_else(default_bin_dir),
+        crd_dir: args.crds,
+        ..Options::default()
+    };
+    let plane = ControlPlane::start(options).await?;
+    eprintln!("kruise-local: control plane ready in {:.1}s ({})", plane.started_in().as_secs_f64(), plane.dir().display());
+
+    if let Some(parent) = args.kubeconfig.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(&args.kubeconfig, plane.kubeconfig_yaml())
+        .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
+
+    let nodes = NodeSpecSim::fleet("sim", args.nodes, &args.zones);
+    let sim_config = {
+        let mut config = kubelet_sim::Config::new(nodes.clone());
+        config.heartbeat_every = Duration::from_secs(5);
+        config
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let sim = tokio::spawn(kubelet_sim::run(plane.client().await?, sim_config, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_nodes_ready(&plane.client().await?, &nodes).await?;
+
+    let kubeconfig = std::fs::canonicalize(&args.kubeconfig).unwrap_or(args.kubeconfig.clone());
+    println!("kubeconfig: {}", kubeconfig.display());
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!("  {}/kubectl get nodes", plane.bin_dir().display());
+    println!("kruise-local: ready");
+
+    wait_for_signal().await;
+    eprintln!("kruise-local: stopping");
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), sim).await;
+    plane.stop();
+    let _ = std::fs::remove_file(&args.kubeconfig);
+    eprintln!("kruise-local: stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

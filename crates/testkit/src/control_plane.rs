@@ -1,0 +1,542 @@
+//! A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager and
+//! kube-scheduler, built from their Go modules by `make control-plane` (see `tools/`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::certs::{ClusterCa, signing_key_pem};
+use crate::process::{Process, tail};
+
+/// The Kubernetes version the binaries are built at.
+pub const K8S_VERSION: &str = "v1.34.10";
+
+/// Where `make control-plane` puts the binaries: `$KRUISE_RS_BIN_DIR`, else
+/// `$KRUISE_RS_CACHE/k8s-<version>/bin`, else `~/.cache/kruise-rs/k8s-<version>/bin`.
+pub fn default_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KRUISE_RS_BIN_DIR") {
+        return dir.into();
+    }
+    let cache = std::env::var_os("KRUISE_RS_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/tmp".into());
+        home.join(".cache/kruise-rs")
+    });
+    cache.join(format!("k8s-{K8S_VERSION}")).join("bin")
+}
+
+/// How to start a control plane.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub bin_dir: PathBuf,
+    /// CRD manifests to install before kube-controller-manager starts (its garbage collector only
+    /// re-discovers new kinds every 30 s).
+    pub crd_dir: Option<PathBuf>,
+    /// kube-controller-manager `--node-monitor-grace-period`: how long a node may miss heartbeats before
+    /// it is marked NotReady.
+    pub node_monitor_grace: Duration,
+    /// Parent of the run directory (certificates, kubeconfigs, etcd data, logs). tmpfs when available.
+    pub work_root: PathBuf,
+    /// How long each component may take to become ready.
+    pub ready_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let shm = Path::new("/dev/shm");
+        Self {
+            bin_dir: default_bin_dir(),
+            crd_dir: None,
+            node_monitor_grace: Duration::from_secs(20),
+            work_root: if shm.is_dir() { shm.into() } else { std::env::temp_dir() },
+            ready_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Ports of the components, all on 127.0.0.1.
+#[derive(Clone, Copy, Debug)]
+pub struct Ports {
+    pub etcd: u16,
+    pub etcd_peer: u16,
+    pub apiserver: u16,
+    pub controller_manager: u16,
+    pub scheduler: u16,
+}
+
+/// A running control plane. Dropping it stops every component it started and removes its files.
+pub struct ControlPlane {
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    ports: Ports,
+    ca_pem: String,
+    admin_token: String,
+    processes: Mutex<Vec<Process>>,
+    started_in: Duration,
+}
+
+impl ControlPlane {
+    /// Starts etcd → kube-apiserver → (CRDs) → kube-controller-manager + kube-scheduler and waits until each
+    /// is ready.
+    pub async fn start(options: Options) -> anyhow::Result<Self> {
+        let began = Instant::now();
+        for binary in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"] {
+            let path = options.bin_dir.join(binary);
+            if !path.is_file() {
+                bail!(
+                    "{} is missing: run `make control-plane` (it builds Kubernetes {K8S_VERSION} and etcd from \
+                     their Go modules into {})",
+                    path.display(),
+                    options.bin_dir.display()
+                );
+            }
+        }
+        let dir = make_run_dir(&options.work_root)?;
+        let ca = ClusterCa::generate("kruise-rs-local-ca")?;
+        let mut plane = Self {
+            dir: dir.clone(),
+            bin_dir: options.bin_dir.clone(),
+            ports: pick_ports()?,
+            ca_pem: ca.pem.clone(),
+            admin_token: random_token(),
+            processes: Mutex::new(Vec::new()),
+            started_in: Duration::ZERO,
+        };
+        plane.write_credentials(&ca)?;
+
+        plane.start_etcd()?;
+        plane.wait_etcd(options.ready_timeout).await?;
+        plane.start_apiserver()?;
+        let client = plane.client().await?;
+        plane.wait_healthy("kube-apiserver", &client, plane.ports.apiserver, "/readyz", options.ready_timeout).await?;
+        if let Some(crds) = &options.crd_dir {
+            plane.install_crds(crds).await?;
+        }
+        plane.start_controller_manager(options.node_monitor_grace)?;
+        plane.start_scheduler()?;
+        let kcm = insecure_client(plane.ports.controller_manager)?;
+        plane.wait_healthy("kube-controller-manager", &kcm, plane.ports.controller_manager, "/healthz", options.ready_timeout).await?;
+        let scheduler = insecure_client(plane.ports.scheduler)?;
+        plane.wait_healthy("kube-scheduler", &scheduler, plane.ports.scheduler, "/healthz", options.ready_timeout).await?;
+        plane.started_in = began.elapsed();
+        tracing::info!(dir = %dir.display(), seconds = plane.started_in.as_secs_f64(), "control plane ready");
+        Ok(plane)
+    }
+
+    /// Time from `start` to every component being ready.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    pub fn ports(&self) -> Ports {
+        self.ports
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    /// PEM of the cluster CA (it signed the apiserver's certificate).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    pub fn server_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.ports.apiserver)
+    }
+
+    /// Path of the admin kubeconfig (user `test-admin`, group `system:masters`).
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// A self-contained admin kubeconfig (CA and token inline).
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig(&self.server_url(), &self.ca_pem, &self.admin_token, "kruise-local")
+    }
+
+    /// A new admin client. Each test makes its own: a kube client belongs to the runtime that built it.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_yaml()).context("parsing kubeconfig")?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .context("loading kubeconfig")?;
+        Client::try_from(config).context("building a client")
+    }
+
+    /// `kubectl --kubeconfig <admin>` with the given arguments; the output (stdout) on success.
+    pub async fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.kubectl_stdin(args, None).await
+    }
+
+    /// `kubectl apply -f -` of a YAML document.
+    pub async fn kubectl_apply(&self, namespace: &str, yaml: &str) -> anyhow::Result<String> {
+        self.kubectl_stdin(&["apply", "-n", namespace, "-f", "-"], Some(yaml)).await
+    }
+
+    async fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+        use tokio::io::AsyncWriteExt;
+        let mut command = tokio::process::Command::new(self.bin_dir.join("kubectl"));
+        command
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(args)
+            .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().context("starting kubectl")?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes()).await.context("writing kubectl stdin")?;
+        }
+        let output = child.wait_with_output().await.context("running kubectl")?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {} failed ({}): {}",
+                args.join(" "),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The last lines of every component's log, for a failing test.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = String::new();
+        for process in processes.iter() {
+            out.push_str(&format!(
+                "----- {} ({}), last {lines} lines -----\n{}\n",
+                process.name,
+                process.log.display(),
+                tail(&process.log, lines)
+            ));
+        }
+        out
+    }
+
+    /// PIDs of the components by name.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        let processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        processes.iter().map(|p| (p.name.clone(), p.pid())).collect()
+    }
+
+    /// Stops every component (reverse start order) and removes the run directory. Idempotent.
+    pub fn stop(&self) {
+        let mut processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some(mut process) = processes.pop() {
+            process.stop(Duration::from_secs(10));
+        }
+        if self.dir.exists() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn write_credentials(&self, ca: &ClusterCa) -> anyhow::Result<()> {
+        let serving = ca.issue_apiserver()?;
+        let write = |name: &str, text: &str| {
+            let path = self.dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+        };
+        write("ca.crt", &ca.pem)?;
+        write("apiserver.crt", &serving.cert_pem)?;
+        write("apiserver.key", &serving.key_pem)?;
+        let service_account = signing_key_pem()?;
+        write("sa.key", &service_account.key_pem)?;
+        write("sa.pub", &service_account.cert_pem)?;
+        let kcm_token = random_token();
+        let scheduler_token = random_token();
+        // Every component is in system:masters so controller-manager needs no per-controller credentials.
+        write(
+            "tokens.csv",
+            &format!(
+                "{},test-admin,uid-admin,\"system:masters\"\n\
+                 {kcm_token},system:kube-controller-manager,uid-kcm,\"system:masters\"\n\
+                 {scheduler_token},system:kube-scheduler,uid-scheduler,\"system:masters\"\n",
+                self.admin_token
+            ),
+        )?;
+        let server = self.server_url();
+        write("admin.kubeconfig", &self.kubeconfig_yaml())?;
+        write("kcm.kubeconfig", &kubeconfig(&server, &ca.pem, &kcm_token, "kcm"))?;
+        write("scheduler.kubeconfig", &kubeconfig(&server, &ca.pem, &scheduler_token, "scheduler"))?;
+        write(
+            "scheduler.yaml",
+            &format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                 clientConnection:\n  kubeconfig: {}\n  qps: 200\n  burst: 400\nleaderElection:\n  leaderElect: false\n",
+                self.dir.join("scheduler.kubeconfig").display()
+            ),
+        )?;
+        Ok(())
+    }
+
+    fn spawn(&self, name: &str, args: Vec<String>) -> anyhow::Result<()> {
+        let program = self.bin_dir.join(name);
+        let log = self.dir.join(format!("{name}.log"));
+        let process = Process::spawn(name, &program, &args, &log)?;
+        self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(process);
+        Ok(())
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    fn start_etcd(&self) -> anyhow::Result<()> {
+        let client_url = format!("http://127.0.0.1:{}", self.ports.etcd);
+        let peer_url = format!("http://127.0.0.1:{}", self.ports.etcd_peer);
+        self.spawn(
+            "etcd",
+            vec![
+                "--name=kruise-rs".into(),
+                format!("--data-dir={}", self.path("etcd")),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=kruise-rs={peer_url}"),
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+                "--quota-backend-bytes=4294967296".into(),
+            ],
+        )
+    }
+
+    async fn wait_etcd(&self, timeout: Duration) -> anyhow::Result<()> {
+        let port = self.ports.etcd;
+        self.wait_until("etcd", timeout, || async move {
+            let body = plain_http_get(port, "/health").await?;
+            Ok(body.contains("\"health\":\"true\""))
+        })
+        .await
+    }
+
+    fn start_apiserver(&self) -> anyhow::Result<()> {
+        self.spawn(
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers=http://127.0.0.1:{}", self.ports.etcd),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", self.ports.apiserver),
+                // Mandatory here: without a default route the apiserver cannot pick an address itself.
+                "--advertise-address=127.0.0.1".into(),
+                // Endpoints may not hold loopback addresses; nothing needs default/kubernetes Endpoints.
+                "--endpoint-reconciler-type=none".into(),
+                format!("--tls-cert-file={}", self.path("apiserver.crt")),
+                format!("--tls-private-key-file={}", self.path("apiserver.key")),
+                format!("--cert-dir={}", self.path("apiserver-certs")),
+                format!("--token-auth-file={}", self.path("tokens.csv")),
+                format!("--client-ca-file={}", self.path("ca.crt")),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", self.path("sa.pub")),
+                format!("--service-account-signing-key-file={}", self.path("sa.key")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                // As envtest: a Pod created right after its namespace must not wait for the default
+                // ServiceAccount.
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--profiling=false".into(),
+                "--max-requests-inflight=800".into(),
+                "--max-mutating-requests-inflight=400".into(),
+                "--v=1".into(),
+            ],
+        )
+    }
+
+    fn start_controller_manager(&self, node_monitor_grace: Duration) -> anyhow::Result<()> {
+        let kubeconfig = self.path("kcm.kubeconfig");
+        self.spawn(
+            "kube-controller-manager",
+            vec![
+                format!("--kubeconfig={kubeconfig}"),
+                format!("--authentication-kubeconfig={kubeconfig}"),
+                format!("--authorization-kubeconfig={kubeconfig}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", self.ports.controller_manager),
+                format!("--cert-dir={}", self.path("kcm-certs")),
+                "--leader-elect=false".into(),
+                "--controllers=*".into(),
+                format!("--service-account-private-key-file={}", self.path("sa.key")),
+                format!("--root-ca-file={}", self.path("ca.crt")),
+                format!("--node-monitor-grace-period={}s", node_monitor_grace.as_secs().max(1)),
+                "--node-monitor-period=2s".into(),
+                "--kube-api-qps=200".into(),
+                "--kube-api-burst=400".into(),
+                "--concurrent-deployment-syncs=10".into(),
+                "--concurrent-replicaset-syncs=10".into(),
+                "--concurrent-gc-syncs=20".into(),
+                "--v=1".into(),
+            ],
+        )
+    }
+
+    fn start_scheduler(&self) -> anyhow::Result<()> {
+        let kubeconfig = self.path("scheduler.kubeconfig");
+        self.spawn(
+            "kube-scheduler",
+            vec![
+                format!("--config={}", self.path("scheduler.yaml")),
+                format!("--authentication-kubeconfig={kubeconfig}"),
+                format!("--authorization-kubeconfig={kubeconfig}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", self.ports.scheduler),
+                format!("--cert-dir={}", self.path("scheduler-certs")),
+                "--v=1".into(),
+            ],
+        )
+    }
+
+    async fn install_crds(&self, dir: &Path) -> anyhow::Result<()> {
+        let has_files = std::fs::read_dir(dir)
+            .with_context(|| format!("reading CRD folder {}", dir.display()))?
+            .filter_map(Result::ok)
+            .any(|e| e.path().extension().is_some_and(|x| x == "yaml" || x == "yml"));
+        if !has_files {
+            return Ok(());
+        }
+        let dir = dir.display().to_string();
+        self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &dir]).await?;
+        self.kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]).await?;
+        Ok(())
+    }
+
+    async fn wait_healthy(
+        &self,
+        component: &str,
+        client: &Client,
+        port: u16,
+        path: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        self.wait_until(component, timeout, || async move {
+            // Connect first: the client logs every refused connection as an error.
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+                return Ok(false);
+            }
+            let request = http::Request::get(path).body(Vec::new())?;
+            Ok(client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"))
+        })
+        .await
+    }
+
+    /// Polls `ready` until true; fails early, with the component's log, if a component exited.
+    async fn wait_until<F, Fut>(&self, component: &str, timeout: Duration, mut ready: F) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<bool>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if matches!(ready().await, Ok(true)) {
+                return Ok(());
+            }
+            let exited: Vec<String> = {
+                let mut processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                processes
+                    .iter_mut()
+                    .filter_map(|p| p.exited().map(|status| format!("{} exited ({status})", p.name)))
+                    .collect()
+            };
+            if !exited.is_empty() {
+                bail!("{} while waiting for {component}\n{}", exited.join(", "), self.log_tails(40));
+            }
+            if Instant::now() > deadline {
+                bail!("{component} not ready after {timeout:?}\n{}", self.log_tails(40));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn make_run_dir(root: &Path) -> anyhow::Result<PathBuf> {
+    let dir = root.join(format!("kruise-rs-{}-{}", std::process::id(), &random_token()[..8]));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn pick_ports() -> anyhow::Result<Ports> {
+    // Hold all listeners at once so that no two components get the same port.
+    let listeners: Vec<std::net::TcpListener> = (0..5)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0"))
+        .collect::<anyhow::Result<_>>()?;
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<std::io::Result<_>>()?;
+    drop(listeners);
+    Ok(Ports {
+        etcd: ports[0],
+        etcd_peer: ports[1],
+        apiserver: ports[2],
+        controller_manager: ports[3],
+        scheduler: ports[4],
+    })
+}
+
+fn random_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// A kubeconfig with the CA inline and a bearer token.
+pub fn kubeconfig(server: &str, ca_pem: &str, token: &str, name: &str) -> String {
+    use base64::Engine;
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca_b64}\nusers:\n- name: {name}\n  user:\n    token: {token}\n\
+         contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\n\
+         current-context: {name}\n"
+    )
+}
+
+/// A client for a component's secure port (self-signed certificate) to read `/healthz`.
+fn insecure_client(port: u16) -> anyhow::Result<Client> {
+    let url: http::Uri = format!("https://127.0.0.1:{port}").parse()?;
+    let mut config = kube::Config::new(url);
+    config.accept_invalid_certs = true;
+    Client::try_from(config).context("building a health-check client")
+}
+
+/// A minimal HTTP/1.0 GET on 127.0.0.1 (etcd's client port speaks plain HTTP).
+async fn plain_http_get(port: u16, path: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubeconfig_parses_and_encodes_ca() -> anyhow::Result<()> {
+        let yaml = kubeconfig("https://127.0.0.1:6443", "hello", "tok", "x");
+        let parsed = Kubeconfig::from_yaml(&yaml)?;
+        let cluster = parsed.clusters[0].cluster.as_ref().context("cluster")?;
+        assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
+        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("aGVsbG8="));
+        Ok(())
+    }
+}

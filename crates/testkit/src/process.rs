@@ -1,0 +1,150 @@
+//! Child processes of the control plane: started with their output in a log file, stopped by PID.
+//!
+//! Every child is spawned from one long-lived thread with `PR_SET_PDEATHSIG`, so that even if the test
+//! process dies without running its cleanup (a crash, SIGKILL), the kernel sends SIGTERM to every
+//! component. (The death signal is tied to the spawning *thread*, hence the dedicated thread: a test
+//! thread or a tokio blocking thread may exit long before the process.)
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("testkit-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+                // The channel never closes (the sender is static): this thread lives as long as the
+                // process, which is what PR_SET_PDEATHSIG needs.
+            })
+            .map(|_| ())
+            .unwrap_or_else(|error| panic!("cannot start the process spawner thread: {error}"));
+        tx
+    })
+}
+
+/// A running component.
+pub struct Process {
+    pub name: String,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Process {
+    /// Starts `program args` with stdout and stderr appended to `log`, without proxy settings (every
+    /// component talks to 127.0.0.1 only).
+    pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Self> {
+        let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let mut command = Command::new(program);
+        command.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            command.env_remove(var);
+        }
+        command.env("NO_PROXY", "127.0.0.1,localhost");
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        spawner().send((command, tx)).context("process spawner is gone")?;
+        let child = rx
+            .recv()
+            .context("process spawner did not answer")?
+            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        Ok(Self { name: name.into(), log: log.into(), child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status if the process already ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        signal(self.pid(), libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if self.exited().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Sends `signal` to `pid`.
+pub fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions; a stale PID only yields ESRCH.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+/// Registers `hook` to run when the process exits normally (after the test harness returns from main).
+pub fn at_exit(hook: extern "C" fn()) {
+    // SAFETY: registering a plain function pointer; the hook itself must not unwind.
+    unsafe {
+        libc::atexit(hook);
+    }
+}
+
+/// The last `lines` lines of a log file.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Resident memory of a process in KiB: current (VmRSS) and peak (VmHWM).
+pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read and released, as envtest does).
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}

@@ -1,0 +1,223 @@
+//! One control plane and one simulated kubelet per test binary, shared by every test in it.
+//!
+//! The control plane is started on first use from a dedicated thread whose runtime also runs kubelet-sim
+//! for the life of the process. Each test builds its own client (a kube client belongs to the runtime that
+//! made it) and works in its own namespace. The components are stopped and their files removed when the
+//! test binary exits.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, ListParams, PostParams};
+use kube::Client;
+use kubelet_sim::NodeSpecSim;
+
+use crate::control_plane::{ControlPlane, Options};
+use crate::wait::until;
+
+/// Nodes of the shared test bed: three, one per zone.
+pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// The shared control plane and its simulated nodes.
+pub struct TestBed {
+    pub plane: ControlPlane,
+    pub nodes: Vec<NodeSpecSim>,
+}
+
+static BED: OnceLock<Result<TestBed, String>> = OnceLock::new();
+
+/// The test bed of this test binary, started on first call. Panics (failing the calling test) with the
+/// components' logs if it cannot start.
+pub fn testbed() -> &'static TestBed {
+    let bed = BED.get_or_init(|| start_in_background().map_err(|error| format!("{error:#}")));
+    match bed {
+        Ok(bed) => bed,
+        Err(error) => panic!("the local control plane could not start: {error}"),
+    }
+}
+
+extern "C" fn stop_at_exit() {
+    if let Some(Ok(bed)) = BED.get() {
+        bed.plane.stop();
+    }
+}
+
+fn start_in_background() -> anyhow::Result<TestBed> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("testbed".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("testbed-rt")
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    let _ = tx.send(Err(anyhow::Error::from(error).context("building the test bed runtime")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match start().await {
+                    Ok(bed) => {
+                        let _ = tx.send(Ok(bed));
+                        // Keep the runtime, and with it kubelet-sim, alive for the whole test binary.
+                        std::future::pending::<()>().await;
+                    }
+                    Err(error) => {
+                        let _ = tx.send(Err(error));
+                    }
+                }
+            });
+        })
+        .context("starting the test bed thread")?;
+    let bed = rx.recv().context("the test bed thread died")??;
+    crate::process::at_exit(stop_at_exit);
+    Ok(bed)
+}
+
+async fn start() -> anyhow::Result<TestBed> {
+    let plane = ControlPlane::start(Options::default()).await?;
+    let log = plane.dir().join("kubelet-sim.log");
+    if let Ok(file) = std::fs::File::create(&log) {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"))
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .try_init();
+    }
+    let zones: Vec<String> = ZONES.iter().map(|z| z.to_string()).collect();
+    let nodes = NodeSpecSim::fleet("sim", 3, &zones);
+    let client = plane.client().await?;
+    start_kubelet_sim(client, nodes.clone(), Duration::from_secs(2));
+    wait_nodes_ready(&plane.client().await?, &nodes).await.map_err(|e| e.context(plane.log_tails(30)))?;
+    Ok(TestBed { plane, nodes })
+}
+
+/// Starts kubelet-sim for `nodes` on the current runtime.
+pub fn start_kubelet_sim(client: Client, nodes: Vec<NodeSpecSim>, heartbeat: Duration) {
+    let mut config = kubelet_sim::Config::new(nodes);
+    config.heartbeat_every = heartbeat;
+    tokio::spawn(async move {
+        if let Err(error) = kubelet_sim::run(client, config, std::future::pending()).await {
+            tracing::error!(%error, "kubelet-sim stopped");
+        }
+    });
+}
+
+/// Waits until every node is Ready and the controller manager has lifted the not-ready taint, so Pods
+/// can be scheduled at once.
+pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    until("simulated nodes Ready and untainted", Duration::from_secs(90), || {
+        let api = api.clone();
+        let names = names.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await?;
+            let ready = |node: &Node| {
+                let status_ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+                status_ready && !tainted
+            };
+            Ok(names.iter().all(|name| {
+                list.items.iter().any(|n| n.metadata.name.as_deref() == Some(name.as_str()) && ready(n))
+            }))
+        }
+    })
+    .await
+}
+
+impl TestBed {
+    /// A fresh namespace `<prefix>-<random>` for one test. It is deleted when the guard drops; if the
+    /// test is failing, the namespace is kept and the components' logs are printed instead.
+    pub async fn namespace(&'static self, prefix: &str) -> anyhow::Result<TestNamespace> {
+        let client = self.plane.client().await?;
+        let name = format!("{prefix}-{}", &uuid_like()[..6]);
+        let api: Api<Namespace> = Api::all(client.clone());
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some(name.clone());
+        namespace.metadata.labels = Some([("kruise-rs.io/e2e".to_string(), "true".to_string())].into());
+        api.create(&PostParams::default(), &namespace).await.with_context(|| format!("creating namespace {name}"))?;
+        Ok(TestNamespace { name, client, bed: self })
+    }
+}
+
+fn uuid_like() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 8];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// A test's namespace and an admin client made on the test's runtime.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+    bed: &'static TestBed,
+}
+
+impl TestNamespace {
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// `kubectl <args> -n <namespace>`.
+    pub async fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["-n", self.name.as_str()]);
+        self.bed.plane.kubectl(&all).await
+    }
+
+    /// `kubectl apply -f -` in this namespace.
+    pub async fn apply(&self, yaml: &str) -> anyhow::Result<String> {
+        self.bed.plane.kubectl_apply(&self.name, yaml).await
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let kubectl = self.bed.plane.bin_dir().join("kubectl");
+        let kubeconfig = self.bed.plane.kubeconfig_path();
+        if std::thread::panicking() {
+            let state = std::process::Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["get", "pods,events", "-o", "wide", "-n", &self.name])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            eprintln!(
+                "===== test failed in namespace {} =====\n{state}\n{}",
+                self.name,
+                self.bed.plane.log_tails(40)
+            );
+            let sim_log = self.bed.plane.dir().join("kubelet-sim.log");
+            eprintln!("----- kubelet-sim -----\n{}", crate::process::tail(&sim_log, 40));
+            return;
+        }
+        let _ = std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+}
