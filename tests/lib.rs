@@ -1,1 +1,41 @@
-//! shared e2e helpers
+//! Helpers shared by the end-to-end tests: reading what a user would read off Pods and Nodes.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod, PodCondition};
+
+/// The status of the Pod condition `type_`, if present.
+pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the Pod's `Ready` condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod_condition(pod, "Ready").is_some_and(|c| c.status == "True")
+}
+
+pub fn phase(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+pub fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.pod_ip.clone()
+}
+
+pub fn node_name(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.clone()
+}
+
+/// The status of container `name`, if reported.
+pub fn container_status(pod: &Pod, name: &str) -> Option<ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == name).cloned()
+}
+
+/// The node's `Ready` condition status (`True`, `False` or `Unknown`).
+pub fn node_ready_status(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}

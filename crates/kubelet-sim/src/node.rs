@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -21,7 +21,7 @@ pub const LEASE_DURATION_SECONDS: i32 = 40;
 pub const KUBELET_VERSION: &str = "v1.34.10";
 
 /// One simulated node.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeSpecSim {
     pub name: String,
     /// Position of the node in the simulator; it picks the node IP and the Pod CIDR.
@@ -31,6 +31,8 @@ pub struct NodeSpecSim {
     pub cpu: String,
     pub memory: String,
     pub max_pods: u32,
+    /// Taints registered with the node (e.g. to keep ordinary Pods off a node a test owns).
+    pub taints: Vec<Taint>,
 }
 
 impl NodeSpecSim {
@@ -45,6 +47,7 @@ impl NodeSpecSim {
                 cpu: "32".into(),
                 memory: "128Gi".into(),
                 max_pods: 250,
+                taints: Vec::new(),
             })
             .collect()
     }
@@ -94,6 +97,7 @@ impl NodeSpecSim {
             spec: Some(NodeSpec {
                 pod_cidr: Some(self.pod_cidr()),
                 pod_cidrs: Some(vec![self.pod_cidr()]),
+                taints: (!self.taints.is_empty()).then(|| self.taints.clone()),
                 ..Default::default()
             }),
             status: Some(NodeStatus {
