@@ -4,7 +4,12 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod, PodCondition};
 
 /// The status of the Pod condition `type_`, if present.
 pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
 }
 
 /// Whether the Pod's `Ready` condition is True.
@@ -13,7 +18,10 @@ pub fn is_ready(pod: &Pod) -> bool {
 }
 
 pub fn phase(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 pub fn pod_ip(pod: &Pod) -> Option<String> {
@@ -26,7 +34,13 @@ pub fn node_name(pod: &Pod) -> Option<String> {
 
 /// The status of container `name`, if reported.
 pub fn container_status(pod: &Pod, name: &str) -> Option<ContainerStatus> {
-    pod.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == name).cloned()
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
 }
 
 /// The node's `Ready` condition status (`True`, `False` or `Unknown`).

@@ -7,16 +7,21 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kruise_e2e::{container_status, is_ready, node_name, node_ready_status, phase, pod_condition, pod_ip};
+use kruise_e2e::{
+    container_status, is_ready, node_name, node_ready_status, phase, pod_condition, pod_ip,
+};
 use kruise_testkit::{eventually, testbed, until};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn pods_with(api: &Api<Pod>, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    Ok(api.list(&ListParams::default().labels(selector)).await?.items)
+    Ok(api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items)
 }
 
 #[tokio::test]
@@ -48,25 +53,52 @@ spec:
 
     let sim_nodes: HashSet<String> = bed.nodes.iter().map(|n| n.name.clone()).collect();
     let nodes: HashSet<String> = ready.iter().filter_map(node_name).collect();
-    ensure!(nodes.is_subset(&sim_nodes), "pods on unexpected nodes: {nodes:?}");
-    ensure!(nodes.len() >= 2, "the scheduler spread 3 replicas over only {nodes:?}");
+    ensure!(
+        nodes.is_subset(&sim_nodes),
+        "pods on unexpected nodes: {nodes:?}"
+    );
+    ensure!(
+        nodes.len() >= 2,
+        "the scheduler spread 3 replicas over only {nodes:?}"
+    );
     let ips: HashSet<String> = ready.iter().filter_map(pod_ip).collect();
     ensure!(ips.len() == 3, "podIPs are not distinct: {ips:?}");
     for pod in &ready {
         let scheduled = pod_condition(pod, "PodScheduled").context("PodScheduled condition")?;
-        ensure!(scheduled.status == "True", "PodScheduled is written by the real scheduler");
+        ensure!(
+            scheduled.status == "True",
+            "PodScheduled is written by the real scheduler"
+        );
         ensure!(phase(pod) == "Running");
         let nginx = container_status(pod, "nginx").context("nginx status")?;
         ensure!(nginx.image == "nginx:alpine", "image {}", nginx.image);
-        ensure!(nginx.image_id.starts_with("nginx@sha256:"), "imageID {}", nginx.image_id);
-        ensure!(nginx.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")));
+        ensure!(
+            nginx.image_id.starts_with("nginx@sha256:"),
+            "imageID {}",
+            nginx.image_id
+        );
+        ensure!(
+            nginx
+                .container_id
+                .as_deref()
+                .is_some_and(|id| id.starts_with("containerd://"))
+        );
         ensure!(nginx.ready && nginx.restart_count == 0);
     }
     // What a user sees.
-    let table = ns.kubectl(&["get", "pods", "-l", "app=web", "-o", "wide", "--no-headers"]).await?;
+    let table = ns
+        .kubectl(&["get", "pods", "-l", "app=web", "-o", "wide", "--no-headers"])
+        .await?;
     ensure!(table.lines().count() == 3, "kubectl get pods:\n{table}");
-    ensure!(table.lines().all(|l| l.contains("1/1") && l.contains("Running")), "kubectl get pods:\n{table}");
-    let rollout = ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=60s"]).await?;
+    ensure!(
+        table
+            .lines()
+            .all(|l| l.contains("1/1") && l.contains("Running")),
+        "kubectl get pods:\n{table}"
+    );
+    let rollout = ns
+        .kubectl(&["rollout", "status", "deployment/web", "--timeout=60s"])
+        .await?;
     ensure!(rollout.contains("successfully rolled out"), "{rollout}");
     Ok(())
 }
@@ -105,28 +137,54 @@ spec:
         r#"{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}"#,
     ])
     .await?;
-    let after = eventually("nginx restarted with the new image and Ready", TIMEOUT, || async {
-        let pod = pods.get("two").await?;
-        let nginx = container_status(&pod, "nginx").context("nginx")?;
-        Ok((nginx.image == "nginx:1.19.1" && nginx.ready && is_ready(&pod)).then_some(pod))
-    })
+    let after = eventually(
+        "nginx restarted with the new image and Ready",
+        TIMEOUT,
+        || async {
+            let pod = pods.get("two").await?;
+            let nginx = container_status(&pod, "nginx").context("nginx")?;
+            Ok((nginx.image == "nginx:1.19.1" && nginx.ready && is_ready(&pod)).then_some(pod))
+        },
+    )
     .await?;
     let nginx = container_status(&after, "nginx").context("nginx")?;
     let sidecar = container_status(&after, "sidecar").context("sidecar")?;
-    ensure!(nginx.restart_count == 1, "nginx restartCount {}", nginx.restart_count);
+    ensure!(
+        nginx.restart_count == 1,
+        "nginx restartCount {}",
+        nginx.restart_count
+    );
     ensure!(nginx.image_id != nginx_before.image_id, "imageID unchanged");
-    ensure!(nginx.container_id != nginx_before.container_id, "containerID unchanged");
-    let last = nginx.last_state.and_then(|s| s.terminated).context("nginx lastState.terminated")?;
+    ensure!(
+        nginx.container_id != nginx_before.container_id,
+        "containerID unchanged"
+    );
+    let last = nginx
+        .last_state
+        .and_then(|s| s.terminated)
+        .context("nginx lastState.terminated")?;
     ensure!(last.container_id == nginx_before.container_id);
     ensure!(sidecar.restart_count == 0, "sidecar restarted");
-    ensure!(sidecar.container_id == sidecar_before.container_id, "sidecar containerID changed");
+    ensure!(
+        sidecar.container_id == sidecar_before.container_id,
+        "sidecar containerID changed"
+    );
     ensure!(after.metadata.uid == before.metadata.uid, "Pod UID changed");
     ensure!(node_name(&after) == node_name(&before), "node changed");
     ensure!(pod_ip(&after) == pod_ip(&before), "podIP changed");
     let restarts = ns
-        .kubectl(&["get", "pod", "two", "-o", "jsonpath={.status.containerStatuses[*].restartCount}"])
+        .kubectl(&[
+            "get",
+            "pod",
+            "two",
+            "-o",
+            "jsonpath={.status.containerStatuses[*].restartCount}",
+        ])
         .await?;
-    ensure!(restarts.trim() == "1 0", "kubectl restart counts: {restarts}");
+    ensure!(
+        restarts.trim() == "1 0",
+        "kubectl restart counts: {restarts}"
+    );
     Ok(())
 }
 
@@ -148,26 +206,37 @@ spec:
     )
     .await?;
     let pods: Api<Pod> = ns.api();
-    let pod = eventually("containers ready, Pod held by the gate", TIMEOUT, || async {
-        let pod = pods.get("gated").await?;
-        let containers_ready = pod_condition(&pod, "ContainersReady").is_some_and(|c| c.status == "True");
-        Ok(containers_ready.then_some(pod))
-    })
+    let pod = eventually(
+        "containers ready, Pod held by the gate",
+        TIMEOUT,
+        || async {
+            let pod = pods.get("gated").await?;
+            let containers_ready =
+                pod_condition(&pod, "ContainersReady").is_some_and(|c| c.status == "True");
+            Ok(containers_ready.then_some(pod))
+        },
+    )
     .await?;
     let ready = pod_condition(&pod, "Ready").context("Ready")?;
     ensure!(ready.status == "False", "Ready before the gate: {ready:?}");
-    ensure!(ready.reason.as_deref() == Some("ReadinessGatesNotReady"), "{ready:?}");
+    ensure!(
+        ready.reason.as_deref() == Some("ReadinessGatesNotReady"),
+        "{ready:?}"
+    );
 
     let set_gate = |status: &'static str| {
         let pods = pods.clone();
         async move {
             let patch = json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": status}]}});
-            pods.patch_status("gated", &PatchParams::default(), &Patch::Strategic(patch)).await
+            pods.patch_status("gated", &PatchParams::default(), &Patch::Strategic(patch))
+                .await
         }
     };
     set_gate("True").await?;
-    until("Pod Ready once the gate is True", TIMEOUT, || async { Ok(is_ready(&pods.get("gated").await?)) })
-        .await?;
+    until("Pod Ready once the gate is True", TIMEOUT, || async {
+        Ok(is_ready(&pods.get("gated").await?))
+    })
+    .await?;
     set_gate("False").await?;
     until("Pod NotReady once the gate is False", TIMEOUT, || async {
         Ok(!is_ready(&pods.get("gated").await?))
@@ -175,7 +244,10 @@ spec:
     .await?;
     let pod = pods.get("gated").await?;
     let gate = pod_condition(&pod, "InPlaceUpdateReady").context("gate condition")?;
-    ensure!(gate.status == "False", "the simulator must not touch the gate condition");
+    ensure!(
+        gate.status == "False",
+        "the simulator must not touch the gate condition"
+    );
     Ok(())
 }
 
@@ -206,10 +278,21 @@ spec:
         Ok(list.len() == 2 && list.iter().all(is_ready))
     })
     .await?;
-    ns.kubectl(&["delete", "deployment", "doomed", "--wait=false"]).await?;
-    until("no doomed Pods left", TIMEOUT, || async { Ok(pods_with(&pods, "app=doomed").await?.is_empty()) })
+    ns.kubectl(&["delete", "deployment", "doomed", "--wait=false"])
         .await?;
-    let left = ns.kubectl(&["get", "replicasets,pods", "-l", "app=doomed", "--no-headers"]).await?;
+    until("no doomed Pods left", TIMEOUT, || async {
+        Ok(pods_with(&pods, "app=doomed").await?.is_empty())
+    })
+    .await?;
+    let left = ns
+        .kubectl(&[
+            "get",
+            "replicasets,pods",
+            "-l",
+            "app=doomed",
+            "--no-headers",
+        ])
+        .await?;
     ensure!(left.trim().is_empty(), "left behind: {left}");
     Ok(())
 }
@@ -258,19 +341,33 @@ spec:
     let jobs: Api<Job> = ns.api();
     let ok = eventually("Job ok finished", TIMEOUT, || job_condition(&jobs, "ok")).await?;
     ensure!(ok == "Complete", "Job ok ended {ok}");
-    let broken = eventually("Job broken finished", TIMEOUT, || job_condition(&jobs, "broken")).await?;
+    let broken = eventually("Job broken finished", TIMEOUT, || {
+        job_condition(&jobs, "broken")
+    })
+    .await?;
     ensure!(broken == "Failed", "Job broken ended {broken}");
 
     let pods: Api<Pod> = ns.api();
     let ok_pods = pods_with(&pods, "job-name=ok").await?;
-    ensure!(ok_pods.iter().any(|p| phase(p) == "Succeeded"), "no Succeeded Pod for Job ok");
+    ensure!(
+        ok_pods.iter().any(|p| phase(p) == "Succeeded"),
+        "no Succeeded Pod for Job ok"
+    );
     let broken_pods = pods_with(&pods, "job-name=broken").await?;
-    let failed = broken_pods.iter().find(|p| phase(p) == "Failed").context("no Failed Pod for Job broken")?;
+    let failed = broken_pods
+        .iter()
+        .find(|p| phase(p) == "Failed")
+        .context("no Failed Pod for Job broken")?;
     let work = container_status(failed, "work").context("work status")?;
     let exit = work.state.and_then(|s| s.terminated).map(|t| t.exit_code);
     ensure!(exit == Some(1), "exit code {exit:?}");
-    let succeeded = ns.kubectl(&["get", "job", "ok", "-o", "jsonpath={.status.succeeded}"]).await?;
-    ensure!(succeeded.trim() == "1", "job ok .status.succeeded = {succeeded}");
+    let succeeded = ns
+        .kubectl(&["get", "job", "ok", "-o", "jsonpath={.status.succeeded}"])
+        .await?;
+    ensure!(
+        succeeded.trim() == "1",
+        "job ok .status.succeeded = {succeeded}"
+    );
     Ok(())
 }
 
@@ -295,16 +392,24 @@ spec:
     let pods: Api<Pod> = ns.api();
     let pod = eventually("app container ready", TIMEOUT, || async {
         let pod = pods.get("half").await?;
-        Ok(container_status(&pod, "app").is_some_and(|c| c.ready).then_some(pod))
+        Ok(container_status(&pod, "app")
+            .is_some_and(|c| c.ready)
+            .then_some(pod))
     })
     .await?;
     let probe = container_status(&pod, "probe").context("probe status")?;
     ensure!(!probe.ready, "the steered container became ready");
     ensure!(phase(&pod) == "Running");
     let ready = pod_condition(&pod, "Ready").context("Ready")?;
-    ensure!(ready.status == "False" && ready.reason.as_deref() == Some("ContainersNotReady"), "{ready:?}");
+    ensure!(
+        ready.status == "False" && ready.reason.as_deref() == Some("ContainersNotReady"),
+        "{ready:?}"
+    );
     let table = ns.kubectl(&["get", "pod", "half", "--no-headers"]).await?;
-    ensure!(table.contains("1/2") && table.contains("Running"), "kubectl get pod: {table}");
+    ensure!(
+        table.contains("1/2") && table.contains("Running"),
+        "kubectl get pod: {table}"
+    );
     Ok(())
 }
 
@@ -338,13 +443,33 @@ async fn stopped_heartbeats_make_the_node_not_ready() -> anyhow::Result<()> {
     };
     until("the new node Ready", TIMEOUT, || node_status("True")).await?;
 
-    bed.plane.kubectl(&["annotate", "node", &name, "sim.kruise-rs.io/heartbeat=stopped"]).await?;
-    until("the node NotReady after missed heartbeats", TIMEOUT, || node_status("Unknown")).await?;
-    let table = bed.plane.kubectl(&["get", "node", &name, "--no-headers"]).await?;
+    bed.plane
+        .kubectl(&[
+            "annotate",
+            "node",
+            &name,
+            "sim.kruise-rs.io/heartbeat=stopped",
+        ])
+        .await?;
+    until("the node NotReady after missed heartbeats", TIMEOUT, || {
+        node_status("Unknown")
+    })
+    .await?;
+    let table = bed
+        .plane
+        .kubectl(&["get", "node", &name, "--no-headers"])
+        .await?;
     ensure!(table.contains("NotReady"), "kubectl get node: {table}");
 
-    bed.plane.kubectl(&["annotate", "node", &name, "sim.kruise-rs.io/heartbeat-"]).await?;
-    until("the node Ready again once heartbeats resume", TIMEOUT, || node_status("True")).await?;
+    bed.plane
+        .kubectl(&["annotate", "node", &name, "sim.kruise-rs.io/heartbeat-"])
+        .await?;
+    until(
+        "the node Ready again once heartbeats resume",
+        TIMEOUT,
+        || node_status("True"),
+    )
+    .await?;
     nodes.delete(&name, &DeleteParams::default()).await?;
     Ok(())
 }

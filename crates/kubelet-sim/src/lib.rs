@@ -141,13 +141,18 @@ pub async fn run(
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn register_nodes(client: &Client, nodes: &[NodeSpecSim]) -> Result<(), Error> {
     let api: Api<Node> = Api::all(client.clone());
     for spec in nodes {
-        let wrap = |source| Error::RegisterNode { node: spec.name.clone(), source };
+        let wrap = |source| Error::RegisterNode {
+            node: spec.name.clone(),
+            source,
+        };
         let node = spec.build(Timestamp::now());
         match api.create(&PostParams::default(), &node).await {
             Ok(_) => tracing::info!(node = %spec.name, "registered node"),
@@ -155,9 +160,13 @@ async fn register_nodes(client: &Client, nodes: &[NodeSpecSim]) -> Result<(), Er
                 // The node exists (a previous simulator run): report it healthy again.
                 let current = api.get(&spec.name).await.map_err(wrap)?;
                 let patch = node::heartbeat_status_patch(&current, Timestamp::now());
-                api.patch_status(&spec.name, &PatchParams::apply(MANAGER), &Patch::Strategic(patch))
-                    .await
-                    .map_err(wrap)?;
+                api.patch_status(
+                    &spec.name,
+                    &PatchParams::apply(MANAGER),
+                    &Patch::Strategic(patch),
+                )
+                .await
+                .map_err(wrap)?;
                 tracing::info!(node = %spec.name, "node already registered; status refreshed");
             }
             Err(error) => return Err(wrap(error)),
@@ -191,7 +200,10 @@ async fn heartbeat(client: &Client, name: &str, status_every: Duration) -> Resul
     let leases: Api<Lease> = Api::namespaced(client.clone(), node::LEASE_NAMESPACE);
     let lease = node::lease(&node, now);
     let renew = serde_json::json!({ "spec": lease.spec });
-    match leases.patch(name, &PatchParams::default(), &Patch::Merge(renew)).await {
+    match leases
+        .patch(name, &PatchParams::default(), &Patch::Merge(renew))
+        .await
+    {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => {
             leases.create(&PostParams::default(), &lease).await?;
@@ -200,26 +212,41 @@ async fn heartbeat(client: &Client, name: &str, status_every: Duration) -> Resul
     }
     if node::status_is_stale(&node, now, status_every) {
         let patch = node::heartbeat_status_patch(&node, now);
-        nodes.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
+        nodes
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await?;
     }
     Ok(())
 }
 
 /// Drops the memory of Pods that no longer exist.
 fn forget_gone_pods(ctx: &Ctx) {
-    let Some(store) = lock(&ctx.store).clone() else { return };
-    let live: HashSet<String> = store.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let Some(store) = lock(&ctx.store).clone() else {
+        return;
+    };
+    let live: HashSet<String> = store
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
     lock(&ctx.pods).retain(|uid, _| live.contains(uid));
 }
 
 fn resource_version(pod: &Pod) -> Option<u64> {
     // resourceVersions are opaque in general; on an etcd-backed apiserver they are increasing integers, and
     // this test tool relies on that to recognise a cache that is older than its own last write.
-    pod.metadata.resource_version.as_deref().and_then(|rv| rv.parse().ok())
+    pod.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|rv| rv.parse().ok())
 }
 
 async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).and_then(|n| ctx.nodes.get(n))
+    let Some(node) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .and_then(|n| ctx.nodes.get(n))
     else {
         return Ok(Action::await_change());
     };
@@ -253,30 +280,50 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     if let Some(patch) = plan.status_patch {
-        match api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
             Ok(written) => {
                 if let Some(entry) = lock(&ctx.pods).get_mut(&uid) {
                     entry.written_rv = resource_version(&written);
                 }
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Action::await_change()),
-            Err(source) => return Err(Error::PatchStatus { pod: format!("{namespace}/{name}"), source }),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                return Ok(Action::await_change());
+            }
+            Err(source) => {
+                return Err(Error::PatchStatus {
+                    pod: format!("{namespace}/{name}"),
+                    source,
+                });
+            }
         }
     }
     if plan.delete {
         let params = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match api.delete(&name, &params).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(source) => return Err(Error::DeletePod { pod: format!("{namespace}/{name}"), source }),
+            Err(source) => {
+                return Err(Error::DeletePod {
+                    pod: format!("{namespace}/{name}"),
+                    source,
+                });
+            }
         }
         return Ok(Action::await_change());
     }
-    Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
+    Ok(plan
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Ctx>) -> Action {
@@ -285,7 +332,9 @@ fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Ctx>) -> Action {
 }
 
 fn pod_ips_on(ctx: &Ctx, node: &str) -> HashSet<String> {
-    let Some(store) = lock(&ctx.store).clone() else { return HashSet::new() };
+    let Some(store) = lock(&ctx.store).clone() else {
+        return HashSet::new();
+    };
     store
         .state()
         .iter()
@@ -295,13 +344,19 @@ fn pod_ips_on(ctx: &Ctx, node: &str) -> HashSet<String> {
 }
 
 fn next_free_ip(node: &NodeState, in_use: &HashSet<String>) -> String {
-    let mut ip = node.spec.pod_ip(node.next_ip.fetch_add(1, Ordering::Relaxed)).to_string();
+    let mut ip = node
+        .spec
+        .pod_ip(node.next_ip.fetch_add(1, Ordering::Relaxed))
+        .to_string();
     // Bounded: a node's range holds 64,516 addresses, far more than the Pods it can run.
     for _ in 0..(256 * 254) {
         if !in_use.contains(&ip) {
             break;
         }
-        ip = node.spec.pod_ip(node.next_ip.fetch_add(1, Ordering::Relaxed)).to_string();
+        ip = node
+            .spec
+            .pod_ip(node.next_ip.fetch_add(1, Ordering::Relaxed))
+            .to_string();
     }
     ip
 }

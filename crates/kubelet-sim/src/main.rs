@@ -7,7 +7,10 @@ use clap::Parser;
 use kubelet_sim::{Config, NodeSpecSim};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Simulated kubelet: fake Nodes and real Pod status transitions")]
+#[command(
+    version,
+    about = "Simulated kubelet: fake Nodes and real Pod status transitions"
+)]
 struct Args {
     /// Number of nodes to simulate.
     #[arg(long, default_value_t = 3)]
@@ -36,7 +39,9 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logs(args.log_json);
-    let client = kube::Client::try_default().await.context("connecting with the current kubeconfig")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting with the current kubeconfig")?;
     let mut nodes = NodeSpecSim::fleet(&args.prefix, args.nodes, &args.zones);
     for node in &mut nodes {
         node.max_pods = args.max_pods;

@@ -54,7 +54,12 @@ impl NodeSpecSim {
 
     /// A fake, non-loopback InternalIP, distinct per node.
     pub fn node_ip(&self) -> Ipv4Addr {
-        Ipv4Addr::new(172, 18, (self.index / 250) as u8, (self.index % 250) as u8 + 2)
+        Ipv4Addr::new(
+            172,
+            18,
+            (self.index / 250) as u8,
+            (self.index % 250) as u8 + 2,
+        )
     }
 
     /// The node's Pod network: 10.<index+1>.0.0/16 (distinct per node, 65,534 Pods per node lifetime).
@@ -65,7 +70,12 @@ impl NodeSpecSim {
     /// The n-th Pod IP of this node (n from 0), skipping .0 and .255 host parts.
     pub fn pod_ip(&self, n: u32) -> Ipv4Addr {
         let host = n % (256 * 254);
-        Ipv4Addr::new(10, (self.index + 1) as u8, (host / 254) as u8, (host % 254) as u8 + 1)
+        Ipv4Addr::new(
+            10,
+            (self.index + 1) as u8,
+            (host / 254) as u8,
+            (host % 254) as u8 + 1,
+        )
     }
 
     /// The Node object a kubelet creates, with its status in the same create (so the scheduler sees
@@ -105,8 +115,14 @@ impl NodeSpecSim {
                 allocatable: Some(resources),
                 conditions: Some(conditions(now)),
                 addresses: Some(vec![
-                    NodeAddress { type_: "InternalIP".into(), address: self.node_ip().to_string() },
-                    NodeAddress { type_: "Hostname".into(), address: self.name.clone() },
+                    NodeAddress {
+                        type_: "InternalIP".into(),
+                        address: self.node_ip().to_string(),
+                    },
+                    NodeAddress {
+                        type_: "Hostname".into(),
+                        address: self.name.clone(),
+                    },
                 ]),
                 daemon_endpoints: Some(NodeDaemonEndpoints {
                     kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
@@ -141,10 +157,30 @@ pub fn conditions(now: Timestamp) -> Vec<NodeCondition> {
         last_transition_time: Some(Time(now)),
     };
     vec![
-        condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        condition(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+        ),
+        condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
+        condition(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status",
+        ),
     ]
 }
 
@@ -152,7 +188,11 @@ pub fn conditions(now: Timestamp) -> Vec<NodeCondition> {
 /// condition that flips (Ready back to True after the node lifecycle controller set Unknown) gets a new
 /// transition time, the others keep theirs.
 pub fn heartbeat_status_patch(node: &Node, now: Timestamp) -> serde_json::Value {
-    let current = node.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let current = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
     let updated: Vec<NodeCondition> = conditions(now)
         .into_iter()
         .map(|mut wanted| {
@@ -234,7 +274,10 @@ mod tests {
         let fleet = NodeSpecSim::fleet("sim", 4, &zones);
         let names: Vec<_> = fleet.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["sim-0", "sim-1", "sim-2", "sim-3"]);
-        let zones: Vec<_> = fleet.iter().map(|n| n.zone.clone().unwrap_or_default()).collect();
+        let zones: Vec<_> = fleet
+            .iter()
+            .map(|n| n.zone.clone().unwrap_or_default())
+            .collect();
         assert_eq!(zones, ["zone-a", "zone-b", "zone-c", "zone-a"]);
         let ips: std::collections::HashSet<_> = fleet.iter().map(NodeSpecSim::node_ip).collect();
         assert_eq!(ips.len(), 4);
@@ -248,12 +291,27 @@ mod tests {
         let node = NodeSpecSim::fleet("sim", 1, &["zone-a".into()])[0].build(now());
         let labels = node.metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels.get(ZONE_LABEL).map(String::as_str), Some("zone-a"));
-        assert_eq!(labels.get(HOSTNAME_LABEL).map(String::as_str), Some("sim-0"));
+        assert_eq!(
+            labels.get(HOSTNAME_LABEL).map(String::as_str),
+            Some("sim-0")
+        );
         let status = node.status.expect("status");
-        assert!(status.allocatable.expect("allocatable").contains_key("pods"));
-        let ready = status.conditions.unwrap_or_default().into_iter().find(|c| c.type_ == "Ready");
+        assert!(
+            status
+                .allocatable
+                .expect("allocatable")
+                .contains_key("pods")
+        );
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready");
         assert_eq!(ready.map(|c| c.status), Some("True".into()));
-        assert_eq!(status.node_info.map(|i| i.kubelet_version), Some(KUBELET_VERSION.into()));
+        assert_eq!(
+            status.node_info.map(|i| i.kubelet_version),
+            Some(KUBELET_VERSION.into())
+        );
     }
 
     #[test]
@@ -263,13 +321,23 @@ mod tests {
         let patch = heartbeat_status_patch(&node, now());
         let ready = &patch["status"]["conditions"][3];
         assert_eq!(ready["type"], "Ready");
-        assert_eq!(ready["lastTransitionTime"], serde_json::to_value(Time(earlier)).expect("json"));
-        assert_eq!(ready["lastHeartbeatTime"], serde_json::to_value(Time(now())).expect("json"));
+        assert_eq!(
+            ready["lastTransitionTime"],
+            serde_json::to_value(Time(earlier)).expect("json")
+        );
+        assert_eq!(
+            ready["lastHeartbeatTime"],
+            serde_json::to_value(Time(now())).expect("json")
+        );
 
         if let Some(conditions) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             conditions[3].status = "Unknown".into();
         }
-        assert!(status_is_stale(&node, now(), std::time::Duration::from_secs(3600)));
+        assert!(status_is_stale(
+            &node,
+            now(),
+            std::time::Duration::from_secs(3600)
+        ));
         let patch = heartbeat_status_patch(&node, now());
         assert_eq!(
             patch["status"]["conditions"][3]["lastTransitionTime"],
@@ -282,7 +350,9 @@ mod tests {
         let node = NodeSpecSim::fleet("sim", 1, &[])[0].build(now());
         let minute = std::time::Duration::from_secs(60);
         assert!(!status_is_stale(&node, now(), minute));
-        let later = now().checked_add(jiff::SignedDuration::from_secs(61)).expect("valid");
+        let later = now()
+            .checked_add(jiff::SignedDuration::from_secs(61))
+            .expect("valid");
         assert!(status_is_stale(&node, later, minute));
     }
 }

@@ -12,8 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition,
-    ResourceRequirements,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
@@ -31,8 +30,12 @@ const COND_INITIALIZED: &str = "Initialized";
 const COND_CONTAINERS_READY: &str = "ContainersReady";
 const COND_READY: &str = "Ready";
 /// The conditions this simulator owns, in the order a kubelet lists them.
-pub const OWNED_CONDITIONS: [&str; 4] =
-    [COND_SANDBOX, COND_INITIALIZED, COND_CONTAINERS_READY, COND_READY];
+pub const OWNED_CONDITIONS: [&str; 4] = [
+    COND_SANDBOX,
+    COND_INITIALIZED,
+    COND_CONTAINERS_READY,
+    COND_READY,
+];
 
 /// Exit code of a container killed at the end of its grace period.
 const KILLED_EXIT_CODE: i32 = 137;
@@ -217,7 +220,10 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
 
     let spec = pod.spec.clone().unwrap_or_default();
     let steer = PodSteer::from_pod(pod);
-    let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+    let restart_policy = spec
+        .restart_policy
+        .clone()
+        .unwrap_or_else(|| "Always".into());
     let default_run = (restart_policy != "Always").then_some(input.timing.job_run);
     let mut wake = Wake::default();
     let now = input.now;
@@ -228,7 +234,10 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
     next.pod_ip = if spec.host_network == Some(true) {
         Some(input.node_ip.to_string())
     } else {
-        current.pod_ip.clone().or_else(|| Some((input.new_pod_ip)()))
+        current
+            .pod_ip
+            .clone()
+            .or_else(|| Some((input.new_pod_ip)()))
     };
 
     // Init containers: regular ones complete in order at once; native sidecars keep running.
@@ -247,7 +256,16 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
             match (kind, cur) {
                 (Kind::Init, Some(done)) => done.clone(),
                 (Kind::Init, None) => completed_init(c, now, input),
-                _ => step_container(c, kind, cur, &steer, &restart_policy, memory, input, &mut wake),
+                _ => step_container(
+                    c,
+                    kind,
+                    cur,
+                    &steer,
+                    &restart_policy,
+                    memory,
+                    input,
+                    &mut wake,
+                ),
             }
         })
         .collect();
@@ -258,7 +276,16 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         .map(|c| {
             let cur = current.containers.iter().find(|s| s.name == c.name);
             let steer = steer.container(c, default_run);
-            step_container(c, Kind::App, cur, &steer, &restart_policy, memory, input, &mut wake)
+            step_container(
+                c,
+                Kind::App,
+                cur,
+                &steer,
+                &restart_policy,
+                memory,
+                input,
+                &mut wake,
+            )
         })
         .collect();
 
@@ -327,12 +354,19 @@ fn step_container(
 
     if state.terminated.is_some() {
         // Exited for good (Never, or OnFailure with exit 0): a kubelet does not start it again.
-        return ContainerStatus { resources: resources(spec), ..cur.clone() };
+        return ContainerStatus {
+            resources: resources(spec),
+            ..cur.clone()
+        };
     }
 
     if cur.image != want_image {
         // In-place image update: the kubelet kills exactly this container and starts the new image.
-        let restart_count = if cur.container_id.is_some() { cur.restart_count + 1 } else { cur.restart_count };
+        let restart_count = if cur.container_id.is_some() {
+            cur.restart_count + 1
+        } else {
+            cur.restart_count
+        };
         let last = state.running.as_ref().map(|running| ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: 0,
@@ -345,7 +379,15 @@ fn step_container(
             ..Default::default()
         });
         memory.waiting_until.remove(&spec.name);
-        return start(spec, last.or(cur.last_state.clone()), restart_count, steer, memory, input, wake);
+        return start(
+            spec,
+            last.or(cur.last_state.clone()),
+            restart_count,
+            steer,
+            memory,
+            input,
+            wake,
+        );
     }
 
     if state.waiting.is_some() {
@@ -355,35 +397,67 @@ fn step_container(
             .or_insert_with(|| after(now, steer.start_delay.max(steer.pull_delay)));
         if ends > now {
             wake.at(ends);
-            return ContainerStatus { resources: resources(spec), ..cur.clone() };
+            return ContainerStatus {
+                resources: resources(spec),
+                ..cur.clone()
+            };
         }
         memory.waiting_until.remove(&spec.name);
-        return run(spec, cur.last_state.clone(), cur.restart_count, steer, memory, input, wake);
+        return run(
+            spec,
+            cur.last_state.clone(),
+            cur.restart_count,
+            steer,
+            memory,
+            input,
+            wake,
+        );
     }
 
     // Running with the wanted image.
     let container_id = cur.container_id.clone().unwrap_or_default();
-    let started = memory.started.get(&container_id).copied().unwrap_or_else(|| {
-        state
-            .running
-            .as_ref()
-            .and_then(|r| r.started_at.as_ref())
-            .map_or(now, |t| t.0)
-    });
+    let started = memory
+        .started
+        .get(&container_id)
+        .copied()
+        .unwrap_or_else(|| {
+            state
+                .running
+                .as_ref()
+                .and_then(|r| r.started_at.as_ref())
+                .map_or(now, |t| t.0)
+        });
     if let Some(run_for) = steer.run {
         let exits_at = after(started, run_for);
         if exits_at <= now {
             memory.started.remove(&container_id);
-            return exit(spec, kind, cur, steer, restart_policy, started, memory, input, wake);
+            return exit(
+                spec,
+                kind,
+                cur,
+                steer,
+                restart_policy,
+                started,
+                memory,
+                input,
+                wake,
+            );
         }
         wake.at(exits_at);
     }
-    let ready_at = after(started, steer.ready_delay.unwrap_or(input.timing.ready_delay));
+    let ready_at = after(
+        started,
+        steer.ready_delay.unwrap_or(input.timing.ready_delay),
+    );
     let ready = !steer.never_ready && ready_at <= now;
     if !steer.never_ready && !ready {
         wake.at(ready_at);
     }
-    ContainerStatus { ready, resources: resources(spec), ..cur.clone() }
+    ContainerStatus {
+        ready,
+        resources: resources(spec),
+        ..cur.clone()
+    }
 }
 
 /// Starts (or restarts) a container: it waits while the image is pulled or the start is slow, then runs.
@@ -397,7 +471,11 @@ fn start(
     wake: &mut Wake,
 ) -> ContainerStatus {
     let image = image::normalize(spec.image.as_deref().unwrap_or_default());
-    let pull = if input.node_images.contains(&image) { Duration::ZERO } else { steer.pull_delay };
+    let pull = if input.node_images.contains(&image) {
+        Duration::ZERO
+    } else {
+        steer.pull_delay
+    };
     let delay = steer.start_delay.max(pull);
     if delay.is_zero() {
         return run(spec, last_state, restart_count, steer, memory, input, wake);
@@ -421,7 +499,10 @@ fn waiting(
         image: image::normalize(image),
         image_id: String::new(),
         state: Some(ContainerState {
-            waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message }),
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                message,
+            }),
             ..Default::default()
         }),
         last_state,
@@ -461,7 +542,9 @@ fn run(
         image_id: image::image_id(image),
         container_id: Some(container_id),
         state: Some(ContainerState {
-            running: Some(ContainerStateRunning { started_at: Some(k8s_time(now)) }),
+            running: Some(ContainerStateRunning {
+                started_at: Some(k8s_time(now)),
+            }),
             ..Default::default()
         }),
         last_state,
@@ -489,7 +572,14 @@ fn exit(
     let now = input.now;
     let terminated = ContainerStateTerminated {
         exit_code: steer.exit_code,
-        reason: Some(if steer.exit_code == 0 { "Completed" } else { "Error" }.into()),
+        reason: Some(
+            if steer.exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .into(),
+        ),
         container_id: cur.container_id.clone(),
         started_at: Some(k8s_time(started)),
         finished_at: Some(k8s_time(now)),
@@ -497,14 +587,20 @@ fn exit(
     };
     if !restarts(kind, restart_policy, steer.exit_code) {
         return ContainerStatus {
-            state: Some(ContainerState { terminated: Some(terminated), ..Default::default() }),
+            state: Some(ContainerState {
+                terminated: Some(terminated),
+                ..Default::default()
+            }),
             started: Some(false),
             ready: false,
             resources: resources(spec),
             ..cur.clone()
         };
     }
-    let last = Some(ContainerState { terminated: Some(terminated), ..Default::default() });
+    let last = Some(ContainerState {
+        terminated: Some(terminated),
+        ..Default::default()
+    });
     let restart_count = cur.restart_count + 1;
     if steer.exit_code == 0 {
         return run(spec, last, restart_count, steer, memory, input, wake);
@@ -512,7 +608,10 @@ fn exit(
     // A failing container restarts after an exponential back-off, as CrashLoopBackOff.
     let timing = input.timing;
     let factor = 1u32 << (cur.restart_count.clamp(0, 16) as u32);
-    let backoff = timing.crash_backoff_base.saturating_mul(factor).min(timing.crash_backoff_cap);
+    let backoff = timing
+        .crash_backoff_base
+        .saturating_mul(factor)
+        .min(timing.crash_backoff_cap);
     let ends = after(now, backoff);
     memory.waiting_until.insert(spec.name.clone(), ends);
     wake.at(ends);
@@ -540,8 +639,12 @@ fn is_terminated(status: &ContainerStatus) -> Option<i32> {
 fn phase(containers: &[ContainerStatus]) -> String {
     let exits: Vec<Option<i32>> = containers.iter().map(is_terminated).collect();
     if !exits.is_empty() && exits.iter().all(Option::is_some) {
-        return if exits.iter().all(|code| *code == Some(0)) { PHASE_SUCCEEDED } else { PHASE_FAILED }
-            .into();
+        return if exits.iter().all(|code| *code == Some(0)) {
+            PHASE_SUCCEEDED
+        } else {
+            PHASE_FAILED
+        }
+        .into();
     }
     if containers.iter().any(|c| c.container_id.is_some()) {
         PHASE_RUNNING.into()
@@ -577,7 +680,11 @@ fn conditions(
         (false, Some("ContainersNotReady".to_string()), Some(message))
     };
 
-    let all_conditions = pod.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let all_conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
     let gate_problems: Vec<String> = pod
         .spec
         .as_ref()
@@ -585,7 +692,9 @@ fn conditions(
         .unwrap_or_default()
         .iter()
         .filter_map(|gate| {
-            let condition = all_conditions.iter().find(|c| c.type_ == gate.condition_type);
+            let condition = all_conditions
+                .iter()
+                .find(|c| c.type_ == gate.condition_type);
             match condition {
                 None => Some(format!(
                     "corresponding condition of pod readiness gate \"{}\" does not exist.",
@@ -603,7 +712,11 @@ fn conditions(
     let ready = if !containers_ready.0 {
         containers_ready.clone()
     } else if !gate_problems.is_empty() {
-        (false, Some("ReadinessGatesNotReady".to_string()), Some(gate_problems.join(", ")))
+        (
+            false,
+            Some("ReadinessGatesNotReady".to_string()),
+            Some(gate_problems.join(", ")),
+        )
     } else {
         (true, None, None)
     };
@@ -662,7 +775,10 @@ fn plan_deletion(
         .map_or(Duration::ZERO, |s| Duration::from_secs(s.max(0) as u64));
     let stop_at = after(seen, grace.min(input.timing.shutdown_delay));
     if stop_at > now {
-        return Plan { requeue: Some(until(now, stop_at)), ..Plan::default() };
+        return Plan {
+            requeue: Some(until(now, stop_at)),
+            ..Plan::default()
+        };
     }
 
     let mut next = current.clone();
@@ -696,8 +812,12 @@ fn plan_deletion(
     next.init_containers = current.init_containers.iter().map(stop).collect();
     if !matches!(next.phase.as_str(), PHASE_SUCCEEDED | PHASE_FAILED) {
         let all_zero = next.containers.iter().all(|c| is_terminated(c) == Some(0));
-        next.phase = if all_zero && !next.containers.is_empty() { PHASE_SUCCEEDED } else { PHASE_FAILED }
-            .into();
+        next.phase = if all_zero && !next.containers.is_empty() {
+            PHASE_SUCCEEDED
+        } else {
+            PHASE_FAILED
+        }
+        .into();
     }
     next.conditions = conditions(pod, &current.conditions, &next, now);
     Plan {

@@ -78,9 +78,17 @@ impl PodSteer {
 
     /// Resolves the steering of one container. `default_run` is what the Pod's restartPolicy implies
     /// when nothing says otherwise (a Job-like Pod exits after a short while, a service runs forever).
-    pub fn container(&self, container: &Container, default_run: Option<Duration>) -> ContainerSteer {
+    pub fn container(
+        &self,
+        container: &Container,
+        default_run: Option<Duration>,
+    ) -> ContainerSteer {
         let name = container.name.as_str();
-        let tag = container.image.as_deref().and_then(image::tag).unwrap_or("");
+        let tag = container
+            .image
+            .as_deref()
+            .and_then(image::tag)
+            .unwrap_or("");
         let crash = self.listed(CRASH, name) || tag.contains("crash");
         let env = |key: &str| {
             container
@@ -98,7 +106,11 @@ impl PodSteer {
             .and_then(|value| parse_or_warn::<u64>(ENV_RUN_MS, &value))
             .or_else(|| self.value(RUN_MS, name))
             .map(Duration::from_millis)
-            .or(if crash { Some(Duration::ZERO) } else { default_run });
+            .or(if crash {
+                Some(Duration::ZERO)
+            } else {
+                default_run
+            });
         ContainerSteer {
             never_ready: self.listed(NEVER_READY, name) || tag.contains("never-ready"),
             exit_code,
@@ -122,7 +134,11 @@ impl PodSteer {
     fn value<T: std::str::FromStr>(&self, key: &str, container: &str) -> Option<T> {
         let raw = self.annotations.get(key)?;
         let mut for_all = None;
-        for item in raw.split(',').map(str::trim).filter(|item| !item.is_empty()) {
+        for item in raw
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
             match item.split_once('=') {
                 Some((name, value)) if name.trim() == container => {
                     return parse_or_warn(key, value.trim());
@@ -181,17 +197,24 @@ mod tests {
     fn table_of_annotations() {
         let app = container("app", "nginx:1");
         let side = container("side", "busybox");
-        let cases: Vec<(&[(&str, &str)], &Container, ContainerSteer)> = vec![
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a Container, ContainerSteer);
+        let cases: Vec<Case> = vec![
             (
                 &[(NEVER_READY, "*")],
                 &app,
-                ContainerSteer { never_ready: true, ..Default::default() },
+                ContainerSteer {
+                    never_ready: true,
+                    ..Default::default()
+                },
             ),
             (&[(NEVER_READY, "side")], &app, ContainerSteer::default()),
             (
                 &[(NEVER_READY, "app, side")],
                 &side,
-                ContainerSteer { never_ready: true, ..Default::default() },
+                ContainerSteer {
+                    never_ready: true,
+                    ..Default::default()
+                },
             ),
             (
                 &[(EXIT_CODE, "3"), (RUN_MS, "app=1500,side=10")],
@@ -205,10 +228,18 @@ mod tests {
             (
                 &[(CRASH, "app")],
                 &app,
-                ContainerSteer { exit_code: 1, run: Some(Duration::ZERO), ..Default::default() },
+                ContainerSteer {
+                    exit_code: 1,
+                    run: Some(Duration::ZERO),
+                    ..Default::default()
+                },
             ),
             (
-                &[(START_DELAY_MS, "200"), (PULL_DELAY_MS, "side=50"), (READY_DELAY_MS, "7")],
+                &[
+                    (START_DELAY_MS, "200"),
+                    (PULL_DELAY_MS, "side=50"),
+                    (READY_DELAY_MS, "7"),
+                ],
                 &side,
                 ContainerSteer {
                     start_delay: Duration::from_millis(200),
@@ -217,18 +248,30 @@ mod tests {
                     ..Default::default()
                 },
             ),
-            (&[(EXIT_CODE, "not-a-number")], &app, ContainerSteer::default()),
+            (
+                &[(EXIT_CODE, "not-a-number")],
+                &app,
+                ContainerSteer::default(),
+            ),
         ];
         for (annotations, container, want) in cases {
             let got = PodSteer::from_pod(&pod(annotations)).container(container, None);
-            assert_eq!(got, want, "annotations {annotations:?} container {}", container.name);
+            assert_eq!(
+                got, want,
+                "annotations {annotations:?} container {}",
+                container.name
+            );
         }
     }
 
     #[test]
     fn image_tag_steers() {
         let steer = PodSteer::from_pod(&pod(&[]));
-        assert!(steer.container(&container("app", "nginx:1.19-never-ready"), None).never_ready);
+        assert!(
+            steer
+                .container(&container("app", "nginx:1.19-never-ready"), None)
+                .never_ready
+        );
         let crash = steer.container(&container("app", "nginx:crash"), None);
         assert_eq!((crash.exit_code, crash.run), (1, Some(Duration::ZERO)));
     }

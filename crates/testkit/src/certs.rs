@@ -29,7 +29,9 @@ impl ClusterCa {
     pub fn generate(common_name: &str) -> anyhow::Result<Self> {
         let key = KeyPair::generate().context("generating the CA key")?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -37,7 +39,11 @@ impl ClusterCa {
             KeyUsagePurpose::DigitalSignature,
         ];
         let cert = params.self_signed(&key).context("self-signing the CA")?;
-        Ok(Self { pem: cert.pem(), params, key })
+        Ok(Self {
+            pem: cert.pem(),
+            params,
+            key,
+        })
     }
 
     /// A serving certificate for `dns_names` and `ips`.
@@ -51,21 +57,41 @@ impl ClusterCa {
         let mut params =
             CertificateParams::new(dns_names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                 .context("serving certificate names")?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
-        params.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let issuer = Issuer::from_params(&self.params, &self.key);
-        let cert = params.signed_by(&key, &issuer).context("signing a serving certificate")?;
-        Ok(CertAndKey { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+        let cert = params
+            .signed_by(&key, &issuer)
+            .context("signing a serving certificate")?;
+        Ok(CertAndKey {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
     }
 
     /// The apiserver's serving certificate: loopback plus the in-cluster names of the `kubernetes` Service.
     pub fn issue_apiserver(&self) -> anyhow::Result<CertAndKey> {
         self.issue_serving(
             "kube-apiserver",
-            &["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
-            &[IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
+            &[
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            ],
         )
     }
 }
@@ -74,7 +100,10 @@ impl ClusterCa {
 /// public key in PKIX PEM (for verifying; kube-apiserver does not derive it from a PKCS#8 private key).
 pub fn signing_key_pem() -> anyhow::Result<CertAndKey> {
     let key = KeyPair::generate().context("generating the service-account key")?;
-    Ok(CertAndKey { cert_pem: key.public_key_pem(), key_pem: key.serialize_pem() })
+    Ok(CertAndKey {
+        cert_pem: key.public_key_pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 #[cfg(test)]

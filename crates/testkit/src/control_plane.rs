@@ -21,10 +21,14 @@ pub fn default_bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("KRUISE_RS_BIN_DIR") {
         return dir.into();
     }
-    let cache = std::env::var_os("KRUISE_RS_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/tmp".into());
-        home.join(".cache/kruise-rs")
-    });
+    let cache = std::env::var_os("KRUISE_RS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "/tmp".into());
+            home.join(".cache/kruise-rs")
+        });
     cache.join(format!("k8s-{K8S_VERSION}")).join("bin")
 }
 
@@ -51,7 +55,11 @@ impl Default for Options {
             bin_dir: default_bin_dir(),
             crd_dir: None,
             node_monitor_grace: Duration::from_secs(20),
-            work_root: if shm.is_dir() { shm.into() } else { std::env::temp_dir() },
+            work_root: if shm.is_dir() {
+                shm.into()
+            } else {
+                std::env::temp_dir()
+            },
             ready_timeout: Duration::from_secs(90),
         }
     }
@@ -83,7 +91,13 @@ impl ControlPlane {
     /// is ready.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
         let began = Instant::now();
-        for binary in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"] {
+        for binary in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+        ] {
             let path = options.bin_dir.join(binary);
             if !path.is_file() {
                 bail!(
@@ -111,16 +125,40 @@ impl ControlPlane {
         plane.wait_etcd(options.ready_timeout).await?;
         plane.start_apiserver()?;
         let client = plane.client().await?;
-        plane.wait_healthy("kube-apiserver", &client, plane.ports.apiserver, "/readyz", options.ready_timeout).await?;
+        plane
+            .wait_healthy(
+                "kube-apiserver",
+                &client,
+                plane.ports.apiserver,
+                "/readyz",
+                options.ready_timeout,
+            )
+            .await?;
         if let Some(crds) = &options.crd_dir {
             plane.install_crds(crds).await?;
         }
         plane.start_controller_manager(options.node_monitor_grace)?;
         plane.start_scheduler()?;
         let kcm = insecure_client(plane.ports.controller_manager)?;
-        plane.wait_healthy("kube-controller-manager", &kcm, plane.ports.controller_manager, "/healthz", options.ready_timeout).await?;
+        plane
+            .wait_healthy(
+                "kube-controller-manager",
+                &kcm,
+                plane.ports.controller_manager,
+                "/healthz",
+                options.ready_timeout,
+            )
+            .await?;
         let scheduler = insecure_client(plane.ports.scheduler)?;
-        plane.wait_healthy("kube-scheduler", &scheduler, plane.ports.scheduler, "/healthz", options.ready_timeout).await?;
+        plane
+            .wait_healthy(
+                "kube-scheduler",
+                &scheduler,
+                plane.ports.scheduler,
+                "/healthz",
+                options.ready_timeout,
+            )
+            .await?;
         plane.started_in = began.elapsed();
         tracing::info!(dir = %dir.display(), seconds = plane.started_in.as_secs_f64(), "control plane ready");
         Ok(plane)
@@ -159,15 +197,22 @@ impl ControlPlane {
 
     /// A self-contained admin kubeconfig (CA and token inline).
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig(&self.server_url(), &self.ca_pem, &self.admin_token, "kruise-local")
+        kubeconfig(
+            &self.server_url(),
+            &self.ca_pem,
+            &self.admin_token,
+            "kruise-local",
+        )
     }
 
     /// A new admin client. Each test makes its own: a kube client belongs to the runtime that built it.
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_yaml()).context("parsing kubeconfig")?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading kubeconfig")?;
+        let kubeconfig =
+            Kubeconfig::from_yaml(&self.kubeconfig_yaml()).context("parsing kubeconfig")?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .context("loading kubeconfig")?;
         Client::try_from(config).context("building a client")
     }
 
@@ -178,7 +223,8 @@ impl ControlPlane {
 
     /// `kubectl apply -f -` of a YAML document.
     pub async fn kubectl_apply(&self, namespace: &str, yaml: &str) -> anyhow::Result<String> {
-        self.kubectl_stdin(&["apply", "-n", namespace, "-f", "-"], Some(yaml)).await
+        self.kubectl_stdin(&["apply", "-n", namespace, "-f", "-"], Some(yaml))
+            .await
     }
 
     async fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
@@ -188,13 +234,19 @@ impl ControlPlane {
             .arg("--kubeconfig")
             .arg(self.kubeconfig_path())
             .args(args)
-            .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdin(if stdin.is_some() {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let mut child = command.spawn().context("starting kubectl")?;
         if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes()).await.context("writing kubectl stdin")?;
+            pipe.write_all(text.as_bytes())
+                .await
+                .context("writing kubectl stdin")?;
         }
         let output = child.wait_with_output().await.context("running kubectl")?;
         if !output.status.success() {
@@ -210,7 +262,10 @@ impl ControlPlane {
 
     /// The last lines of every component's log, for a failing test.
     pub fn log_tails(&self, lines: usize) -> String {
-        let processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let processes = self
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = String::new();
         for process in processes.iter() {
             out.push_str(&format!(
@@ -225,13 +280,22 @@ impl ControlPlane {
 
     /// PIDs of the components by name.
     pub fn pids(&self) -> Vec<(String, u32)> {
-        let processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        processes.iter().map(|p| (p.name.clone(), p.pid())).collect()
+        let processes = self
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        processes
+            .iter()
+            .map(|p| (p.name.clone(), p.pid()))
+            .collect()
     }
 
     /// Stops every component (reverse start order) and removes the run directory. Idempotent.
     pub fn stop(&self) {
-        let mut processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut processes = self
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while let Some(mut process) = processes.pop() {
             process.stop(Duration::from_secs(10));
         }
@@ -266,8 +330,14 @@ impl ControlPlane {
         )?;
         let server = self.server_url();
         write("admin.kubeconfig", &self.kubeconfig_yaml())?;
-        write("kcm.kubeconfig", &kubeconfig(&server, &ca.pem, &kcm_token, "kcm"))?;
-        write("scheduler.kubeconfig", &kubeconfig(&server, &ca.pem, &scheduler_token, "scheduler"))?;
+        write(
+            "kcm.kubeconfig",
+            &kubeconfig(&server, &ca.pem, &kcm_token, "kcm"),
+        )?;
+        write(
+            "scheduler.kubeconfig",
+            &kubeconfig(&server, &ca.pem, &scheduler_token, "scheduler"),
+        )?;
         write(
             "scheduler.yaml",
             &format!(
@@ -283,7 +353,10 @@ impl ControlPlane {
         let program = self.bin_dir.join(name);
         let log = self.dir.join(format!("{name}.log"));
         let process = Process::spawn(name, &program, &args, &log)?;
-        self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(process);
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(process);
         Ok(())
     }
 
@@ -368,7 +441,10 @@ impl ControlPlane {
                 "--controllers=*".into(),
                 format!("--service-account-private-key-file={}", self.path("sa.key")),
                 format!("--root-ca-file={}", self.path("ca.crt")),
-                format!("--node-monitor-grace-period={}s", node_monitor_grace.as_secs().max(1)),
+                format!(
+                    "--node-monitor-grace-period={}s",
+                    node_monitor_grace.as_secs().max(1)
+                ),
                 "--node-monitor-period=2s".into(),
                 "--kube-api-qps=200".into(),
                 "--kube-api-burst=400".into(),
@@ -400,13 +476,25 @@ impl ControlPlane {
         let has_files = std::fs::read_dir(dir)
             .with_context(|| format!("reading CRD folder {}", dir.display()))?
             .filter_map(Result::ok)
-            .any(|e| e.path().extension().is_some_and(|x| x == "yaml" || x == "yml"));
+            .any(|e| {
+                e.path()
+                    .extension()
+                    .is_some_and(|x| x == "yaml" || x == "yml")
+            });
         if !has_files {
             return Ok(());
         }
         let dir = dir.display().to_string();
-        self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &dir]).await?;
-        self.kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]).await?;
+        self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &dir])
+            .await?;
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ])
+        .await?;
         Ok(())
     }
 
@@ -420,17 +508,28 @@ impl ControlPlane {
     ) -> anyhow::Result<()> {
         self.wait_until(component, timeout, || async move {
             // Connect first: the client logs every refused connection as an error.
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err()
+            {
                 return Ok(false);
             }
             let request = http::Request::get(path).body(Vec::new())?;
-            Ok(client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"))
+            Ok(client
+                .request_text(request)
+                .await
+                .is_ok_and(|body| body.trim() == "ok"))
         })
         .await
     }
 
     /// Polls `ready` until true; fails early, with the component's log, if a component exited.
-    async fn wait_until<F, Fut>(&self, component: &str, timeout: Duration, mut ready: F) -> anyhow::Result<()>
+    async fn wait_until<F, Fut>(
+        &self,
+        component: &str,
+        timeout: Duration,
+        mut ready: F,
+    ) -> anyhow::Result<()>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = anyhow::Result<bool>>,
@@ -441,17 +540,30 @@ impl ControlPlane {
                 return Ok(());
             }
             let exited: Vec<String> = {
-                let mut processes = self.processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut processes = self
+                    .processes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 processes
                     .iter_mut()
-                    .filter_map(|p| p.exited().map(|status| format!("{} exited ({status})", p.name)))
+                    .filter_map(|p| {
+                        p.exited()
+                            .map(|status| format!("{} exited ({status})", p.name))
+                    })
                     .collect()
             };
             if !exited.is_empty() {
-                bail!("{} while waiting for {component}\n{}", exited.join(", "), self.log_tails(40));
+                bail!(
+                    "{} while waiting for {component}\n{}",
+                    exited.join(", "),
+                    self.log_tails(40)
+                );
             }
             if Instant::now() > deadline {
-                bail!("{component} not ready after {timeout:?}\n{}", self.log_tails(40));
+                bail!(
+                    "{component} not ready after {timeout:?}\n{}",
+                    self.log_tails(40)
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -465,7 +577,11 @@ impl Drop for ControlPlane {
 }
 
 fn make_run_dir(root: &Path) -> anyhow::Result<PathBuf> {
-    let dir = root.join(format!("kruise-rs-{}-{}", std::process::id(), &random_token()[..8]));
+    let dir = root.join(format!(
+        "kruise-rs-{}-{}",
+        std::process::id(),
+        &random_token()[..8]
+    ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
 }
@@ -520,7 +636,9 @@ fn insecure_client(port: u16) -> anyhow::Result<Client> {
 async fn plain_http_get(port: u16, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
     Ok(response)
@@ -536,7 +654,10 @@ mod tests {
         let parsed = Kubeconfig::from_yaml(&yaml)?;
         let cluster = parsed.clusters[0].cluster.as_ref().context("cluster")?;
         assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
-        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("aGVsbG8="));
+        assert_eq!(
+            cluster.certificate_authority_data.as_deref(),
+            Some("aGVsbG8=")
+        );
         Ok(())
     }
 }

@@ -47,14 +47,37 @@ impl Process {
     /// Starts `program args` with stdout and stderr appended to `log`, without proxy settings (every
     /// component talks to 127.0.0.1 only).
     pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Self> {
+        Self::spawn_with_env(name, program, args, &[], log)
+    }
+
+    /// Like [`Process::spawn`], with extra environment variables.
+    pub fn spawn_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &Path)],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
         let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let mut command = Command::new(program);
-        command.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
-        for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        for var in [
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "https_proxy",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
             command.env_remove(var);
         }
         command.env("NO_PROXY", "127.0.0.1,localhost");
+        command.envs(env.iter().map(|(k, v)| (*k, *v)));
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
             use std::os::unix::process::CommandExt;
@@ -66,12 +89,18 @@ impl Process {
             });
         }
         let (tx, rx) = mpsc::channel();
-        spawner().send((command, tx)).context("process spawner is gone")?;
+        spawner()
+            .send((command, tx))
+            .context("process spawner is gone")?;
         let child = rx
             .recv()
             .context("process spawner did not answer")?
             .with_context(|| format!("starting {name} ({})", program.display()))?;
-        Ok(Self { name: name.into(), log: log.into(), child })
+        Ok(Self {
+            name: name.into(),
+            log: log.into(),
+            child,
+        })
     }
 
     pub fn pid(&self) -> u32 {

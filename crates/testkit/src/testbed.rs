@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
 use kubelet_sim::NodeSpecSim;
 
 use crate::control_plane::{ControlPlane, Options};
@@ -57,7 +57,9 @@ fn start_in_background() -> anyhow::Result<TestBed> {
             {
                 Ok(runtime) => runtime,
                 Err(error) => {
-                    let _ = tx.send(Err(anyhow::Error::from(error).context("building the test bed runtime")));
+                    let _ = tx.send(Err(
+                        anyhow::Error::from(error).context("building the test bed runtime")
+                    ));
                     return;
                 }
             };
@@ -94,7 +96,9 @@ async fn start() -> anyhow::Result<TestBed> {
     let nodes = NodeSpecSim::fleet("sim", 3, &zones);
     let client = plane.client().await?;
     start_kubelet_sim(client, nodes.clone(), Duration::from_secs(2));
-    wait_nodes_ready(&plane.client().await?, &nodes).await.map_err(|e| e.context(plane.log_tails(30)))?;
+    wait_nodes_ready(&plane.client().await?, &nodes)
+        .await
+        .map_err(|e| e.context(plane.log_tails(30)))?;
     Ok(TestBed { plane, nodes })
 }
 
@@ -114,29 +118,39 @@ pub fn start_kubelet_sim(client: Client, nodes: Vec<NodeSpecSim>, heartbeat: Dur
 pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
-    until("simulated nodes Ready and untainted", Duration::from_secs(90), || {
-        let api = api.clone();
-        let names = names.clone();
-        async move {
-            let list = api.list(&ListParams::default()).await?;
-            let ready = |node: &Node| {
-                let status_ready = node
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                let tainted = node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|t| t.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
-                status_ready && !tainted
-            };
-            Ok(names.iter().all(|name| {
-                list.items.iter().any(|n| n.metadata.name.as_deref() == Some(name.as_str()) && ready(n))
-            }))
-        }
-    })
+    until(
+        "simulated nodes Ready and untainted",
+        Duration::from_secs(90),
+        || {
+            let api = api.clone();
+            let names = names.clone();
+            async move {
+                let list = api.list(&ListParams::default()).await?;
+                let ready = |node: &Node| {
+                    let status_ready = node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        });
+                    let tainted = node
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.taints.as_ref())
+                        .is_some_and(|t| {
+                            t.iter().any(|t| t.key.starts_with("node.kubernetes.io/"))
+                        });
+                    status_ready && !tainted
+                };
+                Ok(names.iter().all(|name| {
+                    list.items
+                        .iter()
+                        .any(|n| n.metadata.name.as_deref() == Some(name.as_str()) && ready(n))
+                }))
+            }
+        },
+    )
     .await
 }
 
@@ -149,9 +163,16 @@ impl TestBed {
         let api: Api<Namespace> = Api::all(client.clone());
         let mut namespace = Namespace::default();
         namespace.metadata.name = Some(name.clone());
-        namespace.metadata.labels = Some([("kruise-rs.io/e2e".to_string(), "true".to_string())].into());
-        api.create(&PostParams::default(), &namespace).await.with_context(|| format!("creating namespace {name}"))?;
-        Ok(TestNamespace { name, client, bed: self })
+        namespace.metadata.labels =
+            Some([("kruise-rs.io/e2e".to_string(), "true".to_string())].into());
+        api.create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(TestNamespace {
+            name,
+            client,
+            bed: self,
+        })
     }
 }
 
@@ -209,7 +230,10 @@ impl Drop for TestNamespace {
                 self.bed.plane.log_tails(40)
             );
             let sim_log = self.bed.plane.dir().join("kubelet-sim.log");
-            eprintln!("----- kubelet-sim -----\n{}", crate::process::tail(&sim_log, 40));
+            eprintln!(
+                "----- kubelet-sim -----\n{}",
+                crate::process::tail(&sim_log, 40)
+            );
             return;
         }
         let _ = std::process::Command::new(&kubectl)

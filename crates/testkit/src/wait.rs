@@ -11,7 +11,11 @@ pub const POLL: Duration = Duration::from_millis(200);
 /// Polls `check` until it returns `Ok(Some(value))` and returns that value. An `Err` from `check` does not
 /// stop the wait (the cluster may be catching up) but is reported if the deadline passes; `Ok(None)` means
 /// "not yet". `what` names the condition in the timeout error.
-pub async fn eventually<T, F, Fut>(what: impl Display, timeout: Duration, mut check: F) -> anyhow::Result<T>
+pub async fn eventually<T, F, Fut>(
+    what: impl Display,
+    timeout: Duration,
+    mut check: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
@@ -26,7 +30,9 @@ where
         }
         if Instant::now() >= deadline {
             match last_error {
-                Some(error) => bail!("timed out after {timeout:?} waiting for {what}; last error: {error:#}"),
+                Some(error) => {
+                    bail!("timed out after {timeout:?} waiting for {what}; last error: {error:#}")
+                }
                 None => bail!("timed out after {timeout:?} waiting for {what}"),
             }
         }
@@ -35,7 +41,11 @@ where
 }
 
 /// Like [`eventually`] for a yes/no condition.
-pub async fn until<F, Fut>(what: impl Display, timeout: Duration, mut check: F) -> anyhow::Result<()>
+pub async fn until<F, Fut>(
+    what: impl Display,
+    timeout: Duration,
+    mut check: F,
+) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<bool>>,
@@ -66,11 +76,15 @@ mod tests {
 
     #[tokio::test]
     async fn times_out_with_last_error() {
-        let result: anyhow::Result<()> = eventually("never", Duration::from_millis(300), || async {
-            Err(anyhow::anyhow!("still broken"))
-        })
-        .await;
+        let result: anyhow::Result<()> =
+            eventually("never", Duration::from_millis(300), || async {
+                Err(anyhow::anyhow!("still broken"))
+            })
+            .await;
         let message = format!("{:#}", result.expect_err("must time out"));
-        assert!(message.contains("waiting for never") && message.contains("still broken"), "{message}");
+        assert!(
+            message.contains("waiting for never") && message.contains("still broken"),
+            "{message}"
+        );
     }
 }

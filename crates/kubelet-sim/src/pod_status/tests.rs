@@ -90,25 +90,35 @@ impl World {
         let mut pod_status = self.status();
         let mut conditions = pod_status.conditions.take().unwrap_or_default();
         conditions.retain(|c| c.type_ != type_);
-        conditions.push(PodCondition { type_: type_.into(), status: status.into(), ..Default::default() });
+        conditions.push(PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            ..Default::default()
+        });
         pod_status.conditions = Some(conditions);
         self.pod.status = Some(pod_status);
     }
 
     fn set_image(&mut self, container: &str, image: &str) {
         let spec = self.pod.spec.as_mut().expect("spec");
-        let c = spec.containers.iter_mut().find(|c| c.name == container).expect("container");
+        let c = spec
+            .containers
+            .iter_mut()
+            .find(|c| c.name == container)
+            .expect("container");
         c.image = Some(image.into());
     }
 }
 
 /// Strategic merge of a `pods/status` patch: scalars and atomic lists replace, conditions merge by type.
 fn apply_status_patch(pod: &mut Pod, patch: &Value) {
-    let mut status = serde_json::to_value(pod.status.clone().unwrap_or_default()).expect("serialize");
+    let mut status =
+        serde_json::to_value(pod.status.clone().unwrap_or_default()).expect("serialize");
     let patch_status = patch["status"].as_object().expect("status object");
     for (key, value) in patch_status {
         if key == "conditions" {
-            let mut merged: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
+            let mut merged: Vec<Value> =
+                status["conditions"].as_array().cloned().unwrap_or_default();
             for condition in value.as_array().expect("conditions list") {
                 merged.retain(|c| c["type"] != condition["type"]);
                 merged.push(condition.clone());
@@ -126,18 +136,30 @@ fn apply_status_patch(pod: &mut Pod, patch: &Value) {
 }
 
 fn container(name: &str, image: &str) -> Container {
-    Container { name: name.into(), image: Some(image.into()), ..Default::default() }
+    Container {
+        name: name.into(),
+        image: Some(image.into()),
+        ..Default::default()
+    }
 }
 
 fn pod_with(containers: Vec<Container>, annotations: &[(&str, &str)]) -> Pod {
     let mut pod = Pod {
-        spec: Some(PodSpec { containers, node_name: Some("sim-0".into()), ..Default::default() }),
+        spec: Some(PodSpec {
+            containers,
+            node_name: Some("sim-0".into()),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     pod.metadata.name = Some("p".into());
     pod.metadata.uid = Some("uid-1".into());
-    pod.metadata.annotations =
-        Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    pod.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
     pod
 }
 
@@ -146,7 +168,11 @@ fn new_pod_starts_then_becomes_ready() {
     let mut world = World::new(pod_with(vec![container("app", "nginx")], &[]));
     let plan = world.step();
     assert!(plan.status_patch.is_some());
-    assert_eq!(plan.requeue, Some(Duration::from_millis(300)), "ready delay");
+    assert_eq!(
+        plan.requeue,
+        Some(Duration::from_millis(300)),
+        "ready delay"
+    );
     let status = world.status();
     assert_eq!(status.phase.as_deref(), Some("Running"));
     assert_eq!(status.pod_ip.as_deref(), Some("10.1.0.2"));
@@ -154,9 +180,16 @@ fn new_pod_starts_then_becomes_ready() {
     let app = world.container("app");
     assert_eq!(app.image, "nginx:latest");
     assert_eq!(app.image_id, image::image_id("nginx"));
-    assert!(app.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")));
+    assert!(
+        app.container_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("containerd://"))
+    );
     assert!(!app.ready);
-    assert_eq!(world.condition("Ready").reason.as_deref(), Some("ContainersNotReady"));
+    assert_eq!(
+        world.condition("Ready").reason.as_deref(),
+        Some("ContainersNotReady")
+    );
 
     world.advance(300);
     world.step();
@@ -179,8 +212,9 @@ fn a_settled_pod_needs_no_write() {
 #[test]
 fn readiness_gate_rule() {
     let mut pod = pod_with(vec![container("app", "nginx")], &[]);
-    pod.spec.as_mut().expect("spec").readiness_gates =
-        Some(vec![PodReadinessGate { condition_type: "InPlaceUpdateReady".into() }]);
+    pod.spec.as_mut().expect("spec").readiness_gates = Some(vec![PodReadinessGate {
+        condition_type: "InPlaceUpdateReady".into(),
+    }]);
     let mut world = World::new(pod);
     world.settle();
     let ready = world.condition("Ready");
@@ -188,7 +222,9 @@ fn readiness_gate_rule() {
     assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
     assert_eq!(
         ready.message.as_deref(),
-        Some("corresponding condition of pod readiness gate \"InPlaceUpdateReady\" does not exist.")
+        Some(
+            "corresponding condition of pod readiness gate \"InPlaceUpdateReady\" does not exist."
+        )
     );
     assert_eq!(world.condition("ContainersReady").status, "True");
 
@@ -205,7 +241,10 @@ fn readiness_gate_rule() {
         .iter()
         .filter_map(|c| c["type"].as_str())
         .collect();
-    assert!(!written.contains(&"InPlaceUpdateReady"), "gate conditions are never written");
+    assert!(
+        !written.contains(&"InPlaceUpdateReady"),
+        "gate conditions are never written"
+    );
     let ready = world.condition("Ready");
     assert_eq!(ready.status, "False");
     assert_eq!(
@@ -216,8 +255,13 @@ fn readiness_gate_rule() {
 
 #[test]
 fn image_change_restarts_only_that_container() {
-    let mut world =
-        World::new(pod_with(vec![container("app", "nginx:alpine"), container("side", "busybox:1")], &[]));
+    let mut world = World::new(pod_with(
+        vec![
+            container("app", "nginx:alpine"),
+            container("side", "busybox:1"),
+        ],
+        &[],
+    ));
     world.settle();
     let before_app = world.container("app");
     let before_side = world.container("side");
@@ -230,7 +274,10 @@ fn image_change_restarts_only_that_container() {
     assert_eq!(app.image, "nginx:1.19.1");
     assert_ne!(app.image_id, before_app.image_id);
     assert_ne!(app.container_id, before_app.container_id);
-    let last = app.last_state.and_then(|s| s.terminated).expect("lastState.terminated");
+    let last = app
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("lastState.terminated");
     assert_eq!(last.container_id, before_app.container_id);
     assert!(app.ready);
     assert_eq!(side, before_side, "the other container is untouched");
@@ -259,7 +306,10 @@ fn never_ready_container_keeps_pod_not_ready() {
     assert!(!world.container("side").ready);
     let ready = world.condition("Ready");
     assert_eq!(ready.status, "False");
-    assert_eq!(ready.message.as_deref(), Some("containers with unready status: [side]"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("containers with unready status: [side]")
+    );
 }
 
 #[test]
@@ -273,13 +323,17 @@ fn completion_by_restart_policy() {
         ("Always", "0", None, 1),
     ];
     for (policy, code, phase, min_restarts) in cases {
-        let mut pod = pod_with(vec![container("job", "busybox")], &[(crate::steer::EXIT_CODE, code)]);
+        let mut pod = pod_with(
+            vec![container("job", "busybox")],
+            &[(crate::steer::EXIT_CODE, code)],
+        );
         pod.spec.as_mut().expect("spec").restart_policy = Some(policy.into());
         if policy == "Always" {
-            pod.metadata.annotations.as_mut().expect("annotations").insert(
-                crate::steer::RUN_MS.into(),
-                "500".into(),
-            );
+            pod.metadata
+                .annotations
+                .as_mut()
+                .expect("annotations")
+                .insert(crate::steer::RUN_MS.into(), "500".into());
         }
         let mut world = World::new(pod);
         world.step();
@@ -290,14 +344,31 @@ fn completion_by_restart_policy() {
             Some(phase) => {
                 assert_eq!(status.phase.as_deref(), Some(phase), "{policy} exit {code}");
                 let terminated = world.container("job").state.and_then(|s| s.terminated);
-                assert_eq!(terminated.map(|t| t.exit_code.to_string()), Some(code.to_string()));
-                assert_eq!(world.condition("Ready").reason.as_deref(), Some("PodCompleted"));
+                assert_eq!(
+                    terminated.map(|t| t.exit_code.to_string()),
+                    Some(code.to_string())
+                );
+                assert_eq!(
+                    world.condition("Ready").reason.as_deref(),
+                    Some("PodCompleted")
+                );
                 world.advance(10_000);
-                assert_eq!(world.step(), Plan::default(), "terminal phases never change");
+                assert_eq!(
+                    world.step(),
+                    Plan::default(),
+                    "terminal phases never change"
+                );
             }
             None => {
-                assert_eq!(status.phase.as_deref(), Some("Running"), "{policy} exit {code}");
-                assert!(world.container("job").restart_count >= min_restarts, "{policy} exit {code}");
+                assert_eq!(
+                    status.phase.as_deref(),
+                    Some("Running"),
+                    "{policy} exit {code}"
+                );
+                assert!(
+                    world.container("job").restart_count >= min_restarts,
+                    "{policy} exit {code}"
+                );
             }
         }
     }
@@ -312,7 +383,10 @@ fn crash_loops_with_backoff() {
     assert_eq!(app.restart_count, 1);
     let waiting = app.state.and_then(|s| s.waiting).expect("waiting");
     assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
-    let last = app.last_state.and_then(|s| s.terminated).expect("last terminated");
+    let last = app
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("last terminated");
     assert_eq!(last.exit_code, 1);
     world.advance(500);
     world.step();
@@ -334,7 +408,11 @@ fn graceful_deletion_then_zero_grace_delete() {
     world.advance(100);
     let plan = world.step();
     assert!(plan.delete);
-    let terminated = world.container("app").state.and_then(|s| s.terminated).expect("terminated");
+    let terminated = world
+        .container("app")
+        .state
+        .and_then(|s| s.terminated)
+        .expect("terminated");
     assert_eq!(terminated.exit_code, 137);
     assert_eq!(world.status().phase.as_deref(), Some("Failed"));
 
@@ -347,22 +425,36 @@ fn resources_follow_spec_without_restart() {
     let mut app = container("app", "nginx");
     let cpu = |v: &str| {
         Some(
-            [("cpu".to_string(), k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()))]
-                .into_iter()
-                .collect(),
+            [(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()),
+            )]
+            .into_iter()
+            .collect(),
         )
     };
-    app.resources = Some(ResourceRequirements { requests: cpu("100m"), ..Default::default() });
+    app.resources = Some(ResourceRequirements {
+        requests: cpu("100m"),
+        ..Default::default()
+    });
     let mut world = World::new(pod_with(vec![app], &[]));
     world.settle();
     let before = world.container("app");
-    assert_eq!(before.resources.as_ref().and_then(|r| r.requests.clone()), cpu("100m"));
+    assert_eq!(
+        before.resources.as_ref().and_then(|r| r.requests.clone()),
+        cpu("100m")
+    );
 
-    world.pod.spec.as_mut().expect("spec").containers[0].resources =
-        Some(ResourceRequirements { requests: cpu("200m"), ..Default::default() });
+    world.pod.spec.as_mut().expect("spec").containers[0].resources = Some(ResourceRequirements {
+        requests: cpu("200m"),
+        ..Default::default()
+    });
     world.settle();
     let after = world.container("app");
-    assert_eq!(after.resources.as_ref().and_then(|r| r.requests.clone()), cpu("200m"));
+    assert_eq!(
+        after.resources.as_ref().and_then(|r| r.requests.clone()),
+        cpu("200m")
+    );
     assert_eq!(after.restart_count, 0);
     assert_eq!(after.container_id, before.container_id);
 }
@@ -372,12 +464,20 @@ fn native_sidecar_runs_and_init_completes() {
     let mut pod = pod_with(vec![container("app", "nginx")], &[]);
     let mut sidecar = container("log", "logtail:1");
     sidecar.restart_policy = Some("Always".into());
-    pod.spec.as_mut().expect("spec").init_containers = Some(vec![container("setup", "busybox"), sidecar]);
+    pod.spec.as_mut().expect("spec").init_containers =
+        Some(vec![container("setup", "busybox"), sidecar]);
     let mut world = World::new(pod);
     world.settle();
     let inits = world.status().init_container_statuses.unwrap_or_default();
     let setup = inits.iter().find(|c| c.name == "setup").expect("setup");
-    assert_eq!(setup.state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code), Some(0));
+    assert_eq!(
+        setup
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| t.exit_code),
+        Some(0)
+    );
     let log = inits.iter().find(|c| c.name == "log").expect("log");
     assert!(log.ready && log.started == Some(true));
     assert_eq!(world.condition("Ready").status, "True");
@@ -391,7 +491,11 @@ fn slow_start_and_slow_pull() {
     ));
     let plan = world.step();
     assert_eq!(world.status().phase.as_deref(), Some("Pending"));
-    let waiting = world.container("app").state.and_then(|s| s.waiting).expect("waiting");
+    let waiting = world
+        .container("app")
+        .state
+        .and_then(|s| s.waiting)
+        .expect("waiting");
     assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
     assert_eq!(plan.requeue, Some(Duration::from_millis(1000)));
     world.advance(1000);
@@ -404,7 +508,13 @@ fn slow_start_and_slow_pull() {
     ));
     second.images = world.images.clone();
     second.step();
-    assert!(second.container("app").state.and_then(|s| s.running).is_some());
+    assert!(
+        second
+            .container("app")
+            .state
+            .and_then(|s| s.running)
+            .is_some()
+    );
 }
 
 #[test]

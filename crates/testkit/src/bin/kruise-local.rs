@@ -19,7 +19,10 @@ const QUIET_CLIENT_LOGS: &str =
     "info,kube_runtime=warn,kube_client::client::builder=off,kube_client::client::tls=error";
 
 #[derive(Parser, Debug)]
-#[command(version, about = "A local Kubernetes cluster for kruise-rs (real control plane, simulated nodes)")]
+#[command(
+    version,
+    about = "A local Kubernetes cluster for kruise-rs (real control plane, simulated nodes)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -71,10 +74,19 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         ..Options::default()
     };
     let plane = ControlPlane::start(options).await?;
-    eprintln!("kruise-local: control plane ready in {:.1}s ({})", plane.started_in().as_secs_f64(), plane.dir().display());
+    eprintln!(
+        "kruise-local: control plane ready in {:.1}s ({})",
+        plane.started_in().as_secs_f64(),
+        plane.dir().display()
+    );
 
-    if let Some(parent) = args.kubeconfig.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    if let Some(parent) = args
+        .kubeconfig
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
     std::fs::write(&args.kubeconfig, plane.kubeconfig_yaml())
         .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
@@ -86,9 +98,13 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         config
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let sim = tokio::spawn(kubelet_sim::run(plane.client().await?, sim_config, async move {
-        let _ = stop_rx.await;
-    }));
+    let sim = tokio::spawn(kubelet_sim::run(
+        plane.client().await?,
+        sim_config,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     wait_nodes_ready(&plane.client().await?, &nodes).await?;
 
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig).unwrap_or(args.kubeconfig.clone());
