@@ -28,273 +28,285 @@ async fn pods_with(api: &Api<Pod>, selector: &str) -> anyhow::Result<Vec<Pod>> {
 async fn deployment_is_scheduled_across_simulated_nodes_and_runs() -> anyhow::Result<()> {
     let bed = testbed();
     let ns = bed.namespace("deploy").await?;
-    ns.apply(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: web}
     spec:
-      containers:
-      - {name: nginx, image: "nginx:alpine"}
-"#,
-    )
-    .await?;
-    let pods: Api<Pod> = ns.api();
-    let ready = eventually("3 Ready web Pods", TIMEOUT, || async {
-        let list = pods_with(&pods, "app=web").await?;
-        Ok((list.len() == 3 && list.iter().all(is_ready)).then_some(list))
-    })
-    .await?;
+      replicas: 3
+      selector: {matchLabels: {app: web}}
+      template:
+        metadata: {labels: {app: web}}
+        spec:
+          containers:
+          - {name: nginx, image: "nginx:alpine"}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let ready = eventually("3 Ready web Pods", TIMEOUT, || async {
+            let list = pods_with(&pods, "app=web").await?;
+            Ok((list.len() == 3 && list.iter().all(is_ready)).then_some(list))
+        })
+        .await?;
 
-    let sim_nodes: HashSet<String> = bed.nodes.iter().map(|n| n.name.clone()).collect();
-    let nodes: HashSet<String> = ready.iter().filter_map(node_name).collect();
-    ensure!(
-        nodes.is_subset(&sim_nodes),
-        "pods on unexpected nodes: {nodes:?}"
-    );
-    ensure!(
-        nodes.len() >= 2,
-        "the scheduler spread 3 replicas over only {nodes:?}"
-    );
-    let ips: HashSet<String> = ready.iter().filter_map(pod_ip).collect();
-    ensure!(ips.len() == 3, "podIPs are not distinct: {ips:?}");
-    for pod in &ready {
-        let scheduled = pod_condition(pod, "PodScheduled").context("PodScheduled condition")?;
+        let sim_nodes: HashSet<String> = bed.nodes.iter().map(|n| n.name.clone()).collect();
+        let nodes: HashSet<String> = ready.iter().filter_map(node_name).collect();
         ensure!(
-            scheduled.status == "True",
-            "PodScheduled is written by the real scheduler"
-        );
-        ensure!(phase(pod) == "Running");
-        let nginx = container_status(pod, "nginx").context("nginx status")?;
-        ensure!(nginx.image == "nginx:alpine", "image {}", nginx.image);
-        ensure!(
-            nginx.image_id.starts_with("nginx@sha256:"),
-            "imageID {}",
-            nginx.image_id
+            nodes.is_subset(&sim_nodes),
+            "pods on unexpected nodes: {nodes:?}"
         );
         ensure!(
-            nginx
-                .container_id
-                .as_deref()
-                .is_some_and(|id| id.starts_with("containerd://"))
+            nodes.len() >= 2,
+            "the scheduler spread 3 replicas over only {nodes:?}"
         );
-        ensure!(nginx.ready && nginx.restart_count == 0);
-    }
-    // What a user sees.
-    let table = ns
-        .kubectl(&["get", "pods", "-l", "app=web", "-o", "wide", "--no-headers"])
-        .await?;
-    ensure!(table.lines().count() == 3, "kubectl get pods:\n{table}");
-    ensure!(
-        table
-            .lines()
-            .all(|l| l.contains("1/1") && l.contains("Running")),
-        "kubectl get pods:\n{table}"
-    );
-    let rollout = ns
-        .kubectl(&["rollout", "status", "deployment/web", "--timeout=60s"])
-        .await?;
-    ensure!(rollout.contains("successfully rolled out"), "{rollout}");
-    Ok(())
+        let ips: HashSet<String> = ready.iter().filter_map(pod_ip).collect();
+        ensure!(ips.len() == 3, "podIPs are not distinct: {ips:?}");
+        for pod in &ready {
+            let scheduled = pod_condition(pod, "PodScheduled").context("PodScheduled condition")?;
+            ensure!(
+                scheduled.status == "True",
+                "PodScheduled is written by the real scheduler"
+            );
+            ensure!(phase(pod) == "Running");
+            let nginx = container_status(pod, "nginx").context("nginx status")?;
+            ensure!(nginx.image == "nginx:alpine", "image {}", nginx.image);
+            ensure!(
+                nginx.image_id.starts_with("nginx@sha256:"),
+                "imageID {}",
+                nginx.image_id
+            );
+            ensure!(
+                nginx
+                    .container_id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with("containerd://"))
+            );
+            ensure!(nginx.ready && nginx.restart_count == 0);
+        }
+        // What a user sees.
+        let table = ns
+            .kubectl(&["get", "pods", "-l", "app=web", "-o", "wide", "--no-headers"])
+            .await?;
+        ensure!(table.lines().count() == 3, "kubectl get pods:\n{table}");
+        ensure!(
+            table
+                .lines()
+                .all(|l| l.contains("1/1") && l.contains("Running")),
+            "kubectl get pods:\n{table}"
+        );
+        let rollout = ns
+            .kubectl(&["rollout", "status", "deployment/web", "--timeout=60s"])
+            .await?;
+        ensure!(rollout.contains("successfully rolled out"), "{rollout}");
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test]
 async fn image_patch_restarts_only_that_container() -> anyhow::Result<()> {
     let bed = testbed();
     let ns = bed.namespace("inplace").await?;
-    ns.apply(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: two}
-spec:
-  containers:
-  - {name: nginx, image: "nginx:alpine"}
-  - {name: sidecar, image: "busybox:1.36"}
-"#,
-    )
-    .await?;
-    let pods: Api<Pod> = ns.api();
-    let before = eventually("Pod two Ready", TIMEOUT, || async {
-        let pod = pods.get("two").await?;
-        Ok(is_ready(&pod).then_some(pod))
-    })
-    .await?;
-    let nginx_before = container_status(&before, "nginx").context("nginx")?;
-    let sidecar_before = container_status(&before, "sidecar").context("sidecar")?;
-
-    ns.kubectl(&[
-        "patch",
-        "pod",
-        "two",
-        "--type=strategic",
-        "-p",
-        r#"{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}"#,
-    ])
-    .await?;
-    let after = eventually(
-        "nginx restarted with the new image and Ready",
-        TIMEOUT,
-        || async {
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: two}
+    spec:
+      containers:
+      - {name: nginx, image: "nginx:alpine"}
+      - {name: sidecar, image: "busybox:1.36"}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let before = eventually("Pod two Ready", TIMEOUT, || async {
             let pod = pods.get("two").await?;
-            let nginx = container_status(&pod, "nginx").context("nginx")?;
-            Ok((nginx.image == "nginx:1.19.1" && nginx.ready && is_ready(&pod)).then_some(pod))
-        },
-    )
-    .await?;
-    let nginx = container_status(&after, "nginx").context("nginx")?;
-    let sidecar = container_status(&after, "sidecar").context("sidecar")?;
-    ensure!(
-        nginx.restart_count == 1,
-        "nginx restartCount {}",
-        nginx.restart_count
-    );
-    ensure!(nginx.image_id != nginx_before.image_id, "imageID unchanged");
-    ensure!(
-        nginx.container_id != nginx_before.container_id,
-        "containerID unchanged"
-    );
-    let last = nginx
-        .last_state
-        .and_then(|s| s.terminated)
-        .context("nginx lastState.terminated")?;
-    ensure!(last.container_id == nginx_before.container_id);
-    ensure!(sidecar.restart_count == 0, "sidecar restarted");
-    ensure!(
-        sidecar.container_id == sidecar_before.container_id,
-        "sidecar containerID changed"
-    );
-    ensure!(after.metadata.uid == before.metadata.uid, "Pod UID changed");
-    ensure!(node_name(&after) == node_name(&before), "node changed");
-    ensure!(pod_ip(&after) == pod_ip(&before), "podIP changed");
-    let restarts = ns
-        .kubectl(&[
-            "get",
+            Ok(is_ready(&pod).then_some(pod))
+        })
+        .await?;
+        let nginx_before = container_status(&before, "nginx").context("nginx")?;
+        let sidecar_before = container_status(&before, "sidecar").context("sidecar")?;
+
+        ns.kubectl(&[
+            "patch",
             "pod",
             "two",
-            "-o",
-            "jsonpath={.status.containerStatuses[*].restartCount}",
+            "--type=strategic",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}"#,
         ])
         .await?;
-    ensure!(
-        restarts.trim() == "1 0",
-        "kubectl restart counts: {restarts}"
-    );
-    Ok(())
+        let after = eventually(
+            "nginx restarted with the new image and Ready",
+            TIMEOUT,
+            || async {
+                let pod = pods.get("two").await?;
+                let nginx = container_status(&pod, "nginx").context("nginx")?;
+                Ok((nginx.image == "nginx:1.19.1" && nginx.ready && is_ready(&pod)).then_some(pod))
+            },
+        )
+        .await?;
+        let nginx = container_status(&after, "nginx").context("nginx")?;
+        let sidecar = container_status(&after, "sidecar").context("sidecar")?;
+        ensure!(
+            nginx.restart_count == 1,
+            "nginx restartCount {}",
+            nginx.restart_count
+        );
+        ensure!(nginx.image_id != nginx_before.image_id, "imageID unchanged");
+        ensure!(
+            nginx.container_id != nginx_before.container_id,
+            "containerID unchanged"
+        );
+        let last = nginx
+            .last_state
+            .and_then(|s| s.terminated)
+            .context("nginx lastState.terminated")?;
+        ensure!(last.container_id == nginx_before.container_id);
+        ensure!(sidecar.restart_count == 0, "sidecar restarted");
+        ensure!(
+            sidecar.container_id == sidecar_before.container_id,
+            "sidecar containerID changed"
+        );
+        ensure!(after.metadata.uid == before.metadata.uid, "Pod UID changed");
+        ensure!(node_name(&after) == node_name(&before), "node changed");
+        ensure!(pod_ip(&after) == pod_ip(&before), "podIP changed");
+        let restarts = ns
+            .kubectl(&[
+                "get",
+                "pod",
+                "two",
+                "-o",
+                "jsonpath={.status.containerStatuses[*].restartCount}",
+            ])
+            .await?;
+        ensure!(
+            restarts.trim() == "1 0",
+            "kubectl restart counts: {restarts}"
+        );
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test]
 async fn readiness_gate_decides_pod_readiness() -> anyhow::Result<()> {
     let bed = testbed();
     let ns = bed.namespace("gate").await?;
-    ns.apply(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: gated}
-spec:
-  readinessGates:
-  - conditionType: InPlaceUpdateReady
-  containers:
-  - {name: app, image: "nginx:alpine"}
-"#,
-    )
-    .await?;
-    let pods: Api<Pod> = ns.api();
-    let pod = eventually(
-        "containers ready, Pod held by the gate",
-        TIMEOUT,
-        || async {
-            let pod = pods.get("gated").await?;
-            let containers_ready =
-                pod_condition(&pod, "ContainersReady").is_some_and(|c| c.status == "True");
-            Ok(containers_ready.then_some(pod))
-        },
-    )
-    .await?;
-    let ready = pod_condition(&pod, "Ready").context("Ready")?;
-    ensure!(ready.status == "False", "Ready before the gate: {ready:?}");
-    ensure!(
-        ready.reason.as_deref() == Some("ReadinessGatesNotReady"),
-        "{ready:?}"
-    );
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: gated}
+    spec:
+      readinessGates:
+      - conditionType: InPlaceUpdateReady
+      containers:
+      - {name: app, image: "nginx:alpine"}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let pod = eventually(
+            "containers ready, Pod held by the gate",
+            TIMEOUT,
+            || async {
+                let pod = pods.get("gated").await?;
+                let containers_ready =
+                    pod_condition(&pod, "ContainersReady").is_some_and(|c| c.status == "True");
+                Ok(containers_ready.then_some(pod))
+            },
+        )
+        .await?;
+        let ready = pod_condition(&pod, "Ready").context("Ready")?;
+        ensure!(ready.status == "False", "Ready before the gate: {ready:?}");
+        ensure!(
+            ready.reason.as_deref() == Some("ReadinessGatesNotReady"),
+            "{ready:?}"
+        );
 
-    let set_gate = |status: &'static str| {
-        let pods = pods.clone();
-        async move {
-            let patch = json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": status}]}});
-            pods.patch_status("gated", &PatchParams::default(), &Patch::Strategic(patch))
-                .await
-        }
-    };
-    set_gate("True").await?;
-    until("Pod Ready once the gate is True", TIMEOUT, || async {
-        Ok(is_ready(&pods.get("gated").await?))
+        let set_gate = |status: &'static str| {
+            let pods = pods.clone();
+            async move {
+                let patch = json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": status}]}});
+                pods.patch_status("gated", &PatchParams::default(), &Patch::Strategic(patch))
+                    .await
+            }
+        };
+        set_gate("True").await?;
+        until("Pod Ready once the gate is True", TIMEOUT, || async {
+            Ok(is_ready(&pods.get("gated").await?))
+        })
+        .await?;
+        set_gate("False").await?;
+        until("Pod NotReady once the gate is False", TIMEOUT, || async {
+            Ok(!is_ready(&pods.get("gated").await?))
+        })
+        .await?;
+        let pod = pods.get("gated").await?;
+        let gate = pod_condition(&pod, "InPlaceUpdateReady").context("gate condition")?;
+        ensure!(
+            gate.status == "False",
+            "the simulator must not touch the gate condition"
+        );
+        Ok(())
     })
-    .await?;
-    set_gate("False").await?;
-    until("Pod NotReady once the gate is False", TIMEOUT, || async {
-        Ok(!is_ready(&pods.get("gated").await?))
-    })
-    .await?;
-    let pod = pods.get("gated").await?;
-    let gate = pod_condition(&pod, "InPlaceUpdateReady").context("gate condition")?;
-    ensure!(
-        gate.status == "False",
-        "the simulator must not touch the gate condition"
-    );
-    Ok(())
+    .await
 }
 
 #[tokio::test]
 async fn deleting_a_deployment_garbage_collects_its_pods() -> anyhow::Result<()> {
     let bed = testbed();
     let ns = bed.namespace("gc").await?;
-    ns.apply(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: doomed}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: doomed}}
-  template:
-    metadata: {labels: {app: doomed}}
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: doomed}
     spec:
-      terminationGracePeriodSeconds: 5
-      containers:
-      - {name: app, image: "nginx:alpine"}
-"#,
-    )
-    .await?;
-    let pods: Api<Pod> = ns.api();
-    until("2 doomed Pods Ready", TIMEOUT, || async {
-        let list = pods_with(&pods, "app=doomed").await?;
-        Ok(list.len() == 2 && list.iter().all(is_ready))
-    })
-    .await?;
-    ns.kubectl(&["delete", "deployment", "doomed", "--wait=false"])
+      replicas: 2
+      selector: {matchLabels: {app: doomed}}
+      template:
+        metadata: {labels: {app: doomed}}
+        spec:
+          terminationGracePeriodSeconds: 5
+          containers:
+          - {name: app, image: "nginx:alpine"}
+    "#,
+        )
         .await?;
-    until("no doomed Pods left", TIMEOUT, || async {
-        Ok(pods_with(&pods, "app=doomed").await?.is_empty())
-    })
-    .await?;
-    let left = ns
-        .kubectl(&[
-            "get",
-            "replicasets,pods",
-            "-l",
-            "app=doomed",
-            "--no-headers",
-        ])
+        let pods: Api<Pod> = ns.api();
+        until("2 doomed Pods Ready", TIMEOUT, || async {
+            let list = pods_with(&pods, "app=doomed").await?;
+            Ok(list.len() == 2 && list.iter().all(is_ready))
+        })
         .await?;
-    ensure!(left.trim().is_empty(), "left behind: {left}");
-    Ok(())
+        ns.kubectl(&["delete", "deployment", "doomed", "--wait=false"])
+            .await?;
+        until("no doomed Pods left", TIMEOUT, || async {
+            Ok(pods_with(&pods, "app=doomed").await?.is_empty())
+        })
+        .await?;
+        let left = ns
+            .kubectl(&[
+                "get",
+                "replicasets,pods",
+                "-l",
+                "app=doomed",
+                "--no-headers",
+            ])
+            .await?;
+        ensure!(left.trim().is_empty(), "left behind: {left}");
+        Ok(())
+    })
+    .await
 }
 
 async fn job_condition(jobs: &Api<Job>, name: &str) -> anyhow::Result<Option<String>> {
@@ -310,166 +322,237 @@ async fn job_condition(jobs: &Api<Job>, name: &str) -> anyhow::Result<Option<Str
 async fn jobs_complete_or_fail_by_exit_code() -> anyhow::Result<()> {
     let bed = testbed();
     let ns = bed.namespace("job").await?;
-    ns.apply(
-        r#"
-apiVersion: batch/v1
-kind: Job
-metadata: {name: ok}
-spec:
-  backoffLimit: 0
-  template:
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: ok}
     spec:
-      restartPolicy: Never
-      containers:
-      - {name: work, image: "busybox:1.36"}
----
-apiVersion: batch/v1
-kind: Job
-metadata: {name: broken}
-spec:
-  backoffLimit: 0
-  template:
-    metadata:
-      annotations: {sim.kruise-rs.io/exit-code: "1"}
+      backoffLimit: 0
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+          - {name: work, image: "busybox:1.36"}
+    ---
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: broken}
     spec:
-      restartPolicy: Never
-      containers:
-      - {name: work, image: "busybox:1.36"}
-"#,
-    )
-    .await?;
-    let jobs: Api<Job> = ns.api();
-    let ok = eventually("Job ok finished", TIMEOUT, || job_condition(&jobs, "ok")).await?;
-    ensure!(ok == "Complete", "Job ok ended {ok}");
-    let broken = eventually("Job broken finished", TIMEOUT, || {
-        job_condition(&jobs, "broken")
-    })
-    .await?;
-    ensure!(broken == "Failed", "Job broken ended {broken}");
-
-    let pods: Api<Pod> = ns.api();
-    let ok_pods = pods_with(&pods, "job-name=ok").await?;
-    ensure!(
-        ok_pods.iter().any(|p| phase(p) == "Succeeded"),
-        "no Succeeded Pod for Job ok"
-    );
-    let broken_pods = pods_with(&pods, "job-name=broken").await?;
-    let failed = broken_pods
-        .iter()
-        .find(|p| phase(p) == "Failed")
-        .context("no Failed Pod for Job broken")?;
-    let work = container_status(failed, "work").context("work status")?;
-    let exit = work.state.and_then(|s| s.terminated).map(|t| t.exit_code);
-    ensure!(exit == Some(1), "exit code {exit:?}");
-    let succeeded = ns
-        .kubectl(&["get", "job", "ok", "-o", "jsonpath={.status.succeeded}"])
+      backoffLimit: 0
+      template:
+        metadata:
+          annotations: {sim.kruise-rs.io/exit-code: "1"}
+        spec:
+          restartPolicy: Never
+          containers:
+          - {name: work, image: "busybox:1.36"}
+    "#,
+        )
         .await?;
-    ensure!(
-        succeeded.trim() == "1",
-        "job ok .status.succeeded = {succeeded}"
-    );
-    Ok(())
+        let jobs: Api<Job> = ns.api();
+        let ok = eventually("Job ok finished", TIMEOUT, || job_condition(&jobs, "ok")).await?;
+        ensure!(ok == "Complete", "Job ok ended {ok}");
+        let broken = eventually("Job broken finished", TIMEOUT, || {
+            job_condition(&jobs, "broken")
+        })
+        .await?;
+        ensure!(broken == "Failed", "Job broken ended {broken}");
+
+        let pods: Api<Pod> = ns.api();
+        let ok_pods = pods_with(&pods, "job-name=ok").await?;
+        ensure!(
+            ok_pods.iter().any(|p| phase(p) == "Succeeded"),
+            "no Succeeded Pod for Job ok"
+        );
+        let broken_pods = pods_with(&pods, "job-name=broken").await?;
+        let failed = broken_pods
+            .iter()
+            .find(|p| phase(p) == "Failed")
+            .context("no Failed Pod for Job broken")?;
+        let work = container_status(failed, "work").context("work status")?;
+        let exit = work.state.and_then(|s| s.terminated).map(|t| t.exit_code);
+        ensure!(exit == Some(1), "exit code {exit:?}");
+        let succeeded = ns
+            .kubectl(&["get", "job", "ok", "-o", "jsonpath={.status.succeeded}"])
+            .await?;
+        ensure!(
+            succeeded.trim() == "1",
+            "job ok .status.succeeded = {succeeded}"
+        );
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test]
 async fn never_ready_container_keeps_pod_not_ready() -> anyhow::Result<()> {
     let bed = testbed();
     let ns = bed.namespace("unready").await?;
-    ns.apply(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: half
-  annotations: {sim.kruise-rs.io/never-ready: "probe"}
-spec:
-  containers:
-  - {name: app, image: "nginx:alpine"}
-  - {name: probe, image: "busybox:1.36"}
-"#,
-    )
-    .await?;
-    let pods: Api<Pod> = ns.api();
-    let pod = eventually("app container ready", TIMEOUT, || async {
-        let pod = pods.get("half").await?;
-        Ok(container_status(&pod, "app")
-            .is_some_and(|c| c.ready)
-            .then_some(pod))
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: half
+      annotations: {sim.kruise-rs.io/never-ready: "probe"}
+    spec:
+      containers:
+      - {name: app, image: "nginx:alpine"}
+      - {name: probe, image: "busybox:1.36"}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let pod = eventually("app container ready", TIMEOUT, || async {
+            let pod = pods.get("half").await?;
+            Ok(container_status(&pod, "app")
+                .is_some_and(|c| c.ready)
+                .then_some(pod))
+        })
+        .await?;
+        let probe = container_status(&pod, "probe").context("probe status")?;
+        ensure!(!probe.ready, "the steered container became ready");
+        ensure!(phase(&pod) == "Running");
+        let ready = pod_condition(&pod, "Ready").context("Ready")?;
+        ensure!(
+            ready.status == "False" && ready.reason.as_deref() == Some("ContainersNotReady"),
+            "{ready:?}"
+        );
+        let table = ns.kubectl(&["get", "pod", "half", "--no-headers"]).await?;
+        ensure!(
+            table.contains("1/2") && table.contains("Running"),
+            "kubectl get pod: {table}"
+        );
+        Ok(())
     })
-    .await?;
-    let probe = container_status(&pod, "probe").context("probe status")?;
-    ensure!(!probe.ready, "the steered container became ready");
-    ensure!(phase(&pod) == "Running");
-    let ready = pod_condition(&pod, "Ready").context("Ready")?;
-    ensure!(
-        ready.status == "False" && ready.reason.as_deref() == Some("ContainersNotReady"),
-        "{ready:?}"
-    );
-    let table = ns.kubectl(&["get", "pod", "half", "--no-headers"]).await?;
-    ensure!(
-        table.contains("1/2") && table.contains("Running"),
-        "kubectl get pod: {table}"
-    );
-    Ok(())
+    .await
 }
 
 #[tokio::test]
 async fn stopped_heartbeats_make_the_node_not_ready() -> anyhow::Result<()> {
     let bed = testbed();
-    let client = bed.plane.client().await?;
-    // A node of its own, tainted so no other test's Pods land on it.
-    let name = format!("heartbeat-{}", std::process::id());
-    let node = NodeSpecSim {
-        name: name.clone(),
-        index: 200,
-        zone: Some("zone-a".into()),
-        labels: Default::default(),
-        cpu: "4".into(),
-        memory: "8Gi".into(),
-        max_pods: 10,
-        taints: vec![Taint {
-            key: "kruise-rs.io/test".into(),
-            value: Some("heartbeat".into()),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        }],
-    };
-    kruise_testkit::testbed::start_kubelet_sim(client.clone(), vec![node], Duration::from_secs(2));
-    let nodes: Api<Node> = Api::all(client);
-    let node_status = |wanted: &'static str| {
-        let nodes = nodes.clone();
-        let name = name.clone();
-        async move { Ok(node_ready_status(&nodes.get(&name).await?).as_deref() == Some(wanted)) }
-    };
-    until("the new node Ready", TIMEOUT, || node_status("True")).await?;
+    let ns = bed.namespace("heartbeat").await?;
+    ns.run(async {
+        let client = bed.plane.client().await?;
+        // A node of its own, tainted so no other test's Pods land on it.
+        let name = format!("heartbeat-{}", std::process::id());
+        let node = NodeSpecSim {
+            name: name.clone(),
+            index: 200,
+            zone: Some("zone-a".into()),
+            labels: Default::default(),
+            cpu: "4".into(),
+            memory: "8Gi".into(),
+            max_pods: 10,
+            taints: vec![Taint {
+                key: "kruise-rs.io/test".into(),
+                value: Some("heartbeat".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }],
+        };
+        kruise_testkit::testbed::start_kubelet_sim(client.clone(), vec![node], Duration::from_secs(2));
+        let nodes: Api<Node> = Api::all(client);
+        let node_status = |wanted: &'static str| {
+            let nodes = nodes.clone();
+            let name = name.clone();
+            async move { Ok(node_ready_status(&nodes.get(&name).await?).as_deref() == Some(wanted)) }
+        };
+        until("the new node Ready", TIMEOUT, || node_status("True")).await?;
 
-    bed.plane
-        .kubectl(&[
-            "annotate",
-            "node",
-            &name,
-            "sim.kruise-rs.io/heartbeat=stopped",
+        bed.plane
+            .kubectl(&[
+                "annotate",
+                "node",
+                &name,
+                "sim.kruise-rs.io/heartbeat=stopped",
+            ])
+            .await?;
+        until("the node NotReady after missed heartbeats", TIMEOUT, || {
+            node_status("Unknown")
+        })
+        .await?;
+        let table = bed
+            .plane
+            .kubectl(&["get", "node", &name, "--no-headers"])
+            .await?;
+        ensure!(table.contains("NotReady"), "kubectl get node: {table}");
+
+        bed.plane
+            .kubectl(&["annotate", "node", &name, "sim.kruise-rs.io/heartbeat-"])
+            .await?;
+        until(
+            "the node Ready again once heartbeats resume",
+            TIMEOUT,
+            || node_status("True"),
+        )
+        .await?;
+        nodes.delete(&name, &DeleteParams::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn resize_is_reflected_in_status_without_restart() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("resize").await?;
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: sized}
+    spec:
+      containers:
+      - name: app
+        image: "nginx:alpine"
+        resources:
+          requests: {cpu: 100m, memory: 64Mi}
+          limits: {cpu: 100m, memory: 64Mi}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let before = eventually("Pod sized Ready", TIMEOUT, || async {
+            let pod = pods.get("sized").await?;
+            Ok(is_ready(&pod).then_some(pod))
+        })
+        .await?;
+        let app_before = container_status(&before, "app").context("app status")?;
+
+        ns.kubectl(&[
+            "patch",
+            "pod",
+            "sized",
+            "--subresource=resize",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"200m"},"limits":{"cpu":"200m"}}}]}}"#,
         ])
         .await?;
-    until("the node NotReady after missed heartbeats", TIMEOUT, || {
-        node_status("Unknown")
+        let app = eventually("status resources follow the resize", TIMEOUT, || async {
+            let pod = pods.get("sized").await?;
+            let app = container_status(&pod, "app").context("app status")?;
+            let cpu = app
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("cpu").cloned());
+            Ok((cpu.map(|q| q.0).as_deref() == Some("200m")).then_some(app))
+        })
+        .await?;
+        ensure!(
+            app.restart_count == 0,
+            "a resize must not restart the container"
+        );
+        ensure!(
+            app.container_id == app_before.container_id,
+            "containerID changed"
+        );
+        Ok(())
     })
-    .await?;
-    let table = bed
-        .plane
-        .kubectl(&["get", "node", &name, "--no-headers"])
-        .await?;
-    ensure!(table.contains("NotReady"), "kubectl get node: {table}");
-
-    bed.plane
-        .kubectl(&["annotate", "node", &name, "sim.kruise-rs.io/heartbeat-"])
-        .await?;
-    until(
-        "the node Ready again once heartbeats resume",
-        TIMEOUT,
-        || node_status("True"),
-    )
-    .await?;
-    nodes.delete(&name, &DeleteParams::default()).await?;
-    Ok(())
+    .await
 }

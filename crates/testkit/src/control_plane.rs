@@ -576,7 +576,31 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Removes run directories left by control planes whose process is gone (a test binary killed before its
+/// exit hook ran): `kruise-rs-<pid>-<suffix>` with no live `<pid>`.
+fn remove_stale_run_dirs(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("kruise-rs-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        let alive = pid
+            .parse::<u32>()
+            .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive && pid.parse::<u32>().is_ok() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn make_run_dir(root: &Path) -> anyhow::Result<PathBuf> {
+    remove_stale_run_dirs(root);
     let dir = root.join(format!(
         "kruise-rs-{}-{}",
         std::process::id(),

@@ -155,8 +155,8 @@ pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow:
 }
 
 impl TestBed {
-    /// A fresh namespace `<prefix>-<random>` for one test. It is deleted when the guard drops; if the
-    /// test is failing, the namespace is kept and the components' logs are printed instead.
+    /// A fresh namespace `<prefix>-<random>` for one test, deleted when the guard drops. Run the test body
+    /// through [`TestNamespace::run`] so that a failure prints diagnostics and keeps the namespace.
     pub async fn namespace(&'static self, prefix: &str) -> anyhow::Result<TestNamespace> {
         let client = self.plane.client().await?;
         let name = format!("{prefix}-{}", &uuid_like()[..6]);
@@ -172,6 +172,7 @@ impl TestBed {
             name,
             client,
             bed: self,
+            failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -188,9 +189,38 @@ pub struct TestNamespace {
     pub name: String,
     pub client: Client,
     bed: &'static TestBed,
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl TestNamespace {
+    /// Runs a test body. If it fails (returns an error), the namespace's Pods and Events and the tail of
+    /// every component's log are printed and the namespace is kept for inspection; a panic does the same.
+    pub async fn run<T>(&self, body: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+        let result = body.await;
+        if result.is_err() {
+            self.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.print_diagnostics();
+        }
+        result
+    }
+
+    fn print_diagnostics(&self) {
+        let state = std::process::Command::new(self.bed.plane.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.bed.plane.kubeconfig_path())
+            .args(["get", "pods,events", "-o", "wide", "-n", &self.name])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let sim_log = self.bed.plane.dir().join("kubelet-sim.log");
+        eprintln!(
+            "===== test failed in namespace {} =====\n{state}\n{}----- kubelet-sim -----\n{}",
+            self.name,
+            self.bed.plane.log_tails(40),
+            crate::process::tail(&sim_log, 40)
+        );
+    }
+
     pub fn api<K>(&self) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
