@@ -1,4 +1,18 @@
-//! apps.kruise.io types (v1alpha1, v1beta1), conversion, defaulting, validation, well-known keys and CRD generation. Pure: no client, no async.
-//!
-//! This crate is part of the workspace layout in DESIGN.md; its content arrives with the issues that
-//! need it (the API issue, the in-place engine and CloneSet issue, ...).
+//! apps.kruise.io API for kruise-rs: the six workloads in v1alpha1 and v1beta1 with OpenKruise's JSON
+//! names, conversion between the versions, defaulting, validation with field-named errors, well-known keys
+//! and CRD generation. Pure: no client, no async.
+
+pub mod broadcastjob;
+pub mod conversion;
+pub mod crd;
+pub mod field;
+pub mod intstr;
+pub mod keys;
+pub mod kinds;
+pub mod podtemplate;
+pub mod pub_types;
+pub mod schema;
+pub mod validation;
+
+pub use field::{FieldError, Path};
+pub use kinds::{Kind, KindApi};

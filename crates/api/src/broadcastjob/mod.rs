@@ -1,0 +1,140 @@
+//! BroadcastJob: types of both versions, conversion, defaults, validation and CRD.
+
+pub mod v1alpha1;
+pub mod v1beta1;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResourceExt;
+
+use crate::field::{FieldError, Path};
+use crate::kinds::KindApi;
+use crate::{intstr, podtemplate, validation};
+
+/// Labels the controller puts on its Pods; a template may not preset them.
+pub const LABEL_JOB_NAME: &str = "broadcastjob-name";
+pub const LABEL_CONTROLLER_UID: &str = "broadcastjob-controller-uid";
+
+/// The [`KindApi`] of BroadcastJob.
+pub struct Api;
+
+impl KindApi for Api {
+    const KIND: &'static str = "BroadcastJob";
+    const PLURAL: &'static str = "broadcastjobs";
+    const RAW_PATHS: &'static [&'static str] = &["/spec/template"];
+    type V1alpha1 = v1alpha1::BroadcastJob;
+    type V1beta1 = v1beta1::BroadcastJob;
+
+    fn to_v1beta1(object: v1alpha1::BroadcastJob) -> v1beta1::BroadcastJob {
+        v1beta1::BroadcastJob { metadata: object.metadata, spec: object.spec.fields, status: object.status }
+    }
+
+    fn to_v1alpha1(object: v1beta1::BroadcastJob) -> v1alpha1::BroadcastJob {
+        v1alpha1::BroadcastJob {
+            metadata: object.metadata,
+            spec: v1alpha1::BroadcastJobSpec { fields: object.spec },
+            status: object.status,
+        }
+    }
+
+    fn default(object: &mut v1beta1::BroadcastJob) {
+        let spec = &mut object.spec;
+        if let Some(pod) = spec.template.spec.as_mut() {
+            podtemplate::set_defaults_pod_spec(pod);
+        }
+        if spec.completion_policy.type_.is_empty() {
+            spec.completion_policy.type_ = v1beta1::COMPLETION_ALWAYS.into();
+        }
+        spec.parallelism.get_or_insert(IntOrString::Int(i32::MAX));
+        if spec.failure_policy.type_.is_empty() {
+            spec.failure_policy.type_ = v1beta1::FAILURE_FAIL_FAST.into();
+        }
+    }
+
+    fn validate(object: &v1beta1::BroadcastJob, _old: Option<&v1beta1::BroadcastJob>) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        let name_ok =
+            !name.is_empty() && name.len() <= 63 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !name_ok && object.metadata.generate_name.is_none() {
+            errors.push(FieldError::invalid(
+                &Path::new("metadata").child("name"),
+                name,
+                "BroadcastJob name must consist of alphanumeric characters or '-' (at most 63 characters)",
+            ));
+        }
+        let spec = &object.spec;
+        let path = Path::new("spec");
+        let policy_path = path.child("completionPolicy");
+        let policy = &spec.completion_policy;
+        match policy.type_.as_str() {
+            v1beta1::COMPLETION_ALWAYS | "" => {}
+            v1beta1::COMPLETION_NEVER => {
+                if let Some(ttl) = policy.ttl_seconds_after_finished {
+                    errors.push(FieldError::invalid(
+                        &policy_path.child("ttlSecondsAfterFinished"),
+                        ttl,
+                        "ttlSecondsAfterFinished only works with completionPolicy type Always",
+                    ));
+                }
+                if let Some(deadline) = policy.active_deadline_seconds {
+                    errors.push(FieldError::invalid(
+                        &policy_path.child("activeDeadlineSeconds"),
+                        deadline,
+                        "activeDeadlineSeconds only works with completionPolicy type Always",
+                    ));
+                }
+            }
+            other => errors.push(FieldError::not_supported(
+                &policy_path.child("type"),
+                other,
+                &[v1beta1::COMPLETION_ALWAYS, v1beta1::COMPLETION_NEVER],
+            )),
+        }
+        if let Some(deadline) = policy.active_deadline_seconds
+            && deadline <= 0
+        {
+            errors.push(FieldError::invalid(&policy_path.child("activeDeadlineSeconds"), deadline, "must be greater than 0"));
+        }
+        if let Some(ttl) = policy.ttl_seconds_after_finished {
+            validation::validate_non_negative(ttl.into(), &policy_path.child("ttlSecondsAfterFinished"), &mut errors);
+        }
+        let failure_path = path.child("failurePolicy");
+        match spec.failure_policy.type_.as_str() {
+            "" | v1beta1::FAILURE_FAIL_FAST | v1beta1::FAILURE_CONTINUE | v1beta1::FAILURE_PAUSE => {}
+            other => errors.push(FieldError::not_supported(
+                &failure_path.child("type"),
+                other,
+                &[v1beta1::FAILURE_FAIL_FAST, v1beta1::FAILURE_CONTINUE, v1beta1::FAILURE_PAUSE],
+            )),
+        }
+        validation::validate_non_negative(
+            spec.failure_policy.restart_limit.into(),
+            &failure_path.child("restartLimit"),
+            &mut errors,
+        );
+        if let Some(parallelism) = &spec.parallelism {
+            intstr::validate(parallelism, &path.child("parallelism"), None, &mut errors);
+        }
+
+        let template_path = path.child("template");
+        let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+        for reserved in [LABEL_JOB_NAME, LABEL_CONTROLLER_UID] {
+            if labels.get(reserved).is_some_and(|v| !v.is_empty()) {
+                errors.push(FieldError::forbidden(
+                    &template_path.child("metadata").child("labels").key(reserved),
+                    format!("{LABEL_JOB_NAME:?} and {LABEL_CONTROLLER_UID:?} are set by the controller and may not be preset"),
+                ));
+            }
+        }
+        validation::validate_pod_template(&spec.template, &template_path, &["Never", "OnFailure"], false, &mut errors);
+        errors
+    }
+
+    fn crd() -> CustomResourceDefinition {
+        crate::crd::assemble(v1alpha1::BroadcastJob::crd(), v1beta1::BroadcastJob::crd())
+    }
+}
+
+#[cfg(test)]
+mod tests;

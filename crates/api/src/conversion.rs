@@ -1,0 +1,83 @@
+//! Conversion between v1alpha1 and v1beta1, with nothing lost.
+//!
+//! Each kind maps the fields both versions share. A field that only one version can express is carried
+//! through the other version in an annotation (a JSON object keyed by field name), and restored — and the
+//! annotation removed — when the object converts back. So v1beta1 → v1alpha1 → v1beta1 (the path of every
+//! v1alpha1 client reading and writing back a stored object) is the identity, and so is the reverse.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// Fields of one version carried through the other.
+#[derive(Debug, Default)]
+pub struct Stash(Map<String, Value>);
+
+impl Stash {
+    /// Takes (and removes) the stash annotation `key` from `meta`. An unreadable annotation is ignored:
+    /// it was written by someone else, and dropping it loses nothing of ours.
+    pub fn take(meta: &mut ObjectMeta, key: &str) -> Self {
+        let raw = meta.annotations.as_mut().and_then(|a| a.remove(key));
+        if meta.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
+            meta.annotations = None;
+        }
+        match raw.map(|text| serde_json::from_str::<Map<String, Value>>(&text)) {
+            Some(Ok(map)) => Self(map),
+            _ => Self::default(),
+        }
+    }
+
+    /// Writes the stash into `meta` under `key` when it holds anything.
+    pub fn put(self, meta: &mut ObjectMeta, key: &str) {
+        if self.0.is_empty() {
+            return;
+        }
+        let text = Value::Object(self.0).to_string();
+        meta.annotations.get_or_insert_with(BTreeMap::new).insert(key.to_string(), text);
+    }
+
+    /// Records `value` under `name` unless it equals the type's default (nothing to carry).
+    pub fn set<T: Serialize + Default + PartialEq>(&mut self, name: &str, value: &T) {
+        if *value != T::default()
+            && let Ok(json) = serde_json::to_value(value)
+        {
+            self.0.insert(name.to_string(), json);
+        }
+    }
+
+    /// The value recorded under `name`, if any and readable.
+    pub fn get<T: DeserializeOwned>(&self, name: &str) -> Option<T> {
+        self.0.get(name).and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stash_round_trip_and_cleanup() {
+        let mut meta = ObjectMeta::default();
+        let mut stash = Stash::default();
+        stash.set("flag", &true);
+        stash.set("zero", &0i32);
+        stash.set("list", &vec!["a".to_string()]);
+        stash.put(&mut meta, "k");
+        assert_eq!(
+            meta.annotations.as_ref().and_then(|a| a.get("k")).map(String::as_str),
+            Some(r#"{"flag":true,"list":["a"]}"#)
+        );
+        let back = Stash::take(&mut meta, "k");
+        assert_eq!(back.get::<bool>("flag"), Some(true));
+        assert_eq!(back.get::<i32>("zero"), None);
+        assert_eq!(back.get::<Vec<String>>("list"), Some(vec!["a".to_string()]));
+        assert_eq!(meta.annotations, None, "an emptied annotation map is removed");
+    }
+}

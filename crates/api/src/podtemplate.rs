@@ -1,0 +1,207 @@
+//! Pod template defaulting, as OpenKruise applies it to every workload template on create (and on update
+//! when the template changed): the core Kubernetes Pod and container defaults, with one difference that
+//! matters for in-place updates — app containers default to `imagePullPolicy: Always`.
+
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, PodSpec, Probe, Volume};
+
+const DEFAULT_FILE_MODE: i32 = 0o644;
+
+/// Applies the defaults to a Pod spec in place.
+pub fn set_defaults_pod_spec(spec: &mut PodSpec) {
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.security_context.get_or_insert_with(Default::default);
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+    spec.enable_service_links.get_or_insert(true);
+    for volume in spec.volumes.iter_mut().flatten() {
+        set_defaults_volume(volume);
+    }
+    for container in spec.init_containers.iter_mut().flatten() {
+        set_defaults_container(container, false);
+    }
+    for container in &mut spec.containers {
+        set_defaults_container(container, true);
+    }
+}
+
+/// `app_container`: OpenKruise defaults the pull policy of app containers to Always (an in-place image
+/// update must pull); init containers follow the core rule.
+fn set_defaults_container(container: &mut Container, app_container: bool) {
+    if container.image_pull_policy.is_none() {
+        let image = container.image.as_deref().unwrap_or_default();
+        let policy = if app_container || is_latest(image) { "Always" } else { "IfNotPresent" };
+        container.image_pull_policy = Some(policy.into());
+    }
+    container.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
+    container.termination_message_policy.get_or_insert_with(|| "File".into());
+    for port in container.ports.iter_mut().flatten() {
+        port.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    for env in container.env.iter_mut().flatten() {
+        if let Some(field_ref) = env.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            field_ref.api_version.get_or_insert_with(|| "v1".into());
+        }
+    }
+    for probe in [&mut container.liveness_probe, &mut container.readiness_probe, &mut container.startup_probe]
+        .into_iter()
+        .flatten()
+    {
+        set_defaults_probe(probe);
+    }
+    if let Some(lifecycle) = container.lifecycle.as_mut() {
+        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop].into_iter().flatten() {
+            if let Some(http) = handler.http_get.as_mut() {
+                set_defaults_http_get(http);
+            }
+        }
+    }
+}
+
+fn is_latest(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+fn set_defaults_probe(probe: &mut Probe) {
+    probe.timeout_seconds.get_or_insert(1);
+    probe.period_seconds.get_or_insert(10);
+    probe.success_threshold.get_or_insert(1);
+    probe.failure_threshold.get_or_insert(3);
+    if let Some(http) = probe.http_get.as_mut() {
+        set_defaults_http_get(http);
+    }
+}
+
+fn set_defaults_http_get(http: &mut HTTPGetAction) {
+    http.path.get_or_insert_with(|| "/".into());
+    http.scheme.get_or_insert_with(|| "HTTP".into());
+}
+
+fn set_defaults_volume(volume: &mut Volume) {
+    let has_source = volume.host_path.is_some()
+        || volume.empty_dir.is_some()
+        || volume.secret.is_some()
+        || volume.config_map.is_some()
+        || volume.downward_api.is_some()
+        || volume.projected.is_some()
+        || volume.persistent_volume_claim.is_some()
+        || volume.nfs.is_some()
+        || volume.csi.is_some()
+        || volume.ephemeral.is_some()
+        || volume.image.is_some()
+        || volume.iscsi.is_some()
+        || volume.rbd.is_some()
+        || volume.fc.is_some()
+        || volume.cephfs.is_some()
+        || volume.glusterfs.is_some()
+        || volume.azure_disk.is_some()
+        || volume.azure_file.is_some()
+        || volume.aws_elastic_block_store.is_some()
+        || volume.gce_persistent_disk.is_some()
+        || volume.git_repo.is_some()
+        || volume.flex_volume.is_some()
+        || volume.cinder.is_some()
+        || volume.flocker.is_some()
+        || volume.portworx_volume.is_some()
+        || volume.quobyte.is_some()
+        || volume.scale_io.is_some()
+        || volume.storageos.is_some()
+        || volume.vsphere_volume.is_some()
+        || volume.photon_persistent_disk.is_some();
+    if !has_source {
+        volume.empty_dir = Some(Default::default());
+    }
+    if let Some(secret) = volume.secret.as_mut() {
+        secret.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+    }
+    if let Some(config_map) = volume.config_map.as_mut() {
+        config_map.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+    }
+    if let Some(downward) = volume.downward_api.as_mut() {
+        downward.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+        for item in downward.items.iter_mut().flatten() {
+            if let Some(field_ref) = item.field_ref.as_mut() {
+                field_ref.api_version.get_or_insert_with(|| "v1".into());
+            }
+        }
+    }
+    if let Some(projected) = volume.projected.as_mut() {
+        projected.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+    }
+    if let Some(host_path) = volume.host_path.as_mut() {
+        host_path.type_.get_or_insert_with(String::new);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    #[test]
+    fn pod_and_container_defaults() {
+        let mut spec = PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some("nginx:1.19".into()),
+                ports: Some(vec![ContainerPort { container_port: 80, ..Default::default() }]),
+                env: Some(vec![EnvVar {
+                    name: "NODE".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector { field_path: "spec.nodeName".into(), ..Default::default() }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                readiness_probe: Some(Probe {
+                    http_get: Some(HTTPGetAction { port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80), ..Default::default() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            init_containers: Some(vec![
+                Container { name: "init".into(), image: Some("busybox:1.36".into()), ..Default::default() },
+                Container { name: "init2".into(), image: Some("busybox".into()), ..Default::default() },
+            ]),
+            volumes: Some(vec![Volume { name: "scratch".into(), ..Default::default() }]),
+            ..Default::default()
+        };
+        set_defaults_pod_spec(&mut spec);
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+        assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        let app = &spec.containers[0];
+        assert_eq!(app.image_pull_policy.as_deref(), Some("Always"), "app containers pull Always");
+        assert_eq!(app.termination_message_path.as_deref(), Some("/dev/termination-log"));
+        assert_eq!(app.ports.as_ref().and_then(|p| p[0].protocol.as_deref()), Some("TCP"));
+        let probe = app.readiness_probe.as_ref().expect("probe");
+        assert_eq!((probe.timeout_seconds, probe.period_seconds, probe.failure_threshold), (Some(1), Some(10), Some(3)));
+        assert_eq!(probe.http_get.as_ref().and_then(|h| h.scheme.as_deref()), Some("HTTP"));
+        let inits = spec.init_containers.as_ref().expect("inits");
+        assert_eq!(inits[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(inits[1].image_pull_policy.as_deref(), Some("Always"));
+        assert!(spec.volumes.as_ref().expect("volumes")[0].empty_dir.is_some());
+        let env = &spec.containers[0].env.as_ref().expect("env")[0];
+        assert_eq!(env.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).and_then(|f| f.api_version.as_deref()), Some("v1"));
+    }
+
+    #[test]
+    fn defaulting_is_idempotent() {
+        let mut spec = PodSpec {
+            containers: vec![Container { name: "a".into(), image: Some("x".into()), ..Default::default() }],
+            ..Default::default()
+        };
+        set_defaults_pod_spec(&mut spec);
+        let once = spec.clone();
+        set_defaults_pod_spec(&mut spec);
+        assert_eq!(spec, once);
+    }
+}

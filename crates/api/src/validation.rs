@@ -1,0 +1,340 @@
+//! Validation helpers shared by every workload: names, labels, selectors and Pod templates.
+
+use std::collections::{BTreeMap, HashSet};
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::field::{FieldError, Path};
+
+/// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, at most 63.
+pub fn check_dns1123_label(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
+             start and end with an alphanumeric character (at most 63 characters)"
+            .into())
+    }
+}
+
+fn is_name_part(part: &str) -> bool {
+    !part.is_empty()
+        && part.len() <= 63
+        && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && part.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && part.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// A qualified name (label key, finalizer): `[prefix/]name`, prefix a DNS subdomain.
+pub fn check_qualified_name(value: &str) -> Result<(), String> {
+    let (prefix, name) = match value.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, value),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|label| check_dns1123_label(label).is_ok())
+    });
+    if prefix_ok && is_name_part(name) && !name.contains('/') {
+        Ok(())
+    } else {
+        Err("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with \
+             an alphanumeric character (at most 63 characters), with an optional DNS subdomain prefix and '/'"
+            .into())
+    }
+}
+
+/// A label value: empty, or a name part.
+pub fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || is_name_part(value) {
+        Ok(())
+    } else {
+        Err("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', \
+             and must start and end with an alphanumeric character (at most 63 characters)"
+            .into())
+    }
+}
+
+/// Label keys and values.
+pub fn validate_labels(labels: &BTreeMap<String, String>, path: &Path, errors: &mut Vec<FieldError>) {
+    for (key, value) in labels {
+        if let Err(message) = check_qualified_name(key) {
+            errors.push(FieldError::invalid(&path.key(key), key, message));
+        }
+        if let Err(message) = check_label_value(value) {
+            errors.push(FieldError::invalid(&path.key(key), value, message));
+        }
+    }
+}
+
+/// Syntax of a label selector: keys, values and operators.
+pub fn validate_label_selector(selector: &LabelSelector, path: &Path, errors: &mut Vec<FieldError>) {
+    if let Some(labels) = &selector.match_labels {
+        validate_labels(labels, &path.child("matchLabels"), errors);
+    }
+    for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
+        let req_path = path.child("matchExpressions").index(i);
+        if let Err(message) = check_qualified_name(&requirement.key) {
+            errors.push(FieldError::invalid(&req_path.child("key"), &requirement.key, message));
+        }
+        let values = requirement.values.as_deref().unwrap_or_default();
+        match requirement.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => errors.push(FieldError::required(
+                &req_path.child("values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(FieldError::forbidden(
+                &req_path.child("values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => errors.push(FieldError::not_supported(
+                &req_path.child("operator"),
+                other,
+                &["In", "NotIn", "Exists", "DoesNotExist"],
+            )),
+        }
+        for (j, value) in values.iter().enumerate() {
+            if let Err(message) = check_label_value(value) {
+                errors.push(FieldError::invalid(&req_path.child("values").index(j), value, message));
+            }
+        }
+    }
+}
+
+/// Whether the selector selects nothing-in-particular (no labels, no expressions).
+pub fn selector_is_empty(selector: &LabelSelector) -> bool {
+    selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
+}
+
+/// Whether `labels` satisfy `selector` (an empty selector matches everything).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let labels_ok = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = selector.match_expressions.iter().flatten().all(|req| {
+        let values = req.values.as_deref().unwrap_or_default();
+        let value = labels.get(&req.key);
+        match req.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && expressions_ok
+}
+
+/// A workload selector: required, non-empty, valid, and matching the template's labels.
+pub fn validate_workload_selector(
+    selector: &LabelSelector,
+    template: &PodTemplateSpec,
+    selector_path: &Path,
+    template_path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    if selector_is_empty(selector) {
+        errors.push(FieldError::invalid(selector_path, "{}", "empty selector is invalid for a workload"));
+        return;
+    }
+    let before = errors.len();
+    validate_label_selector(selector, selector_path, errors);
+    if errors.len() > before {
+        return;
+    }
+    let labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    if !selector_matches(selector, &labels) {
+        errors.push(FieldError::invalid(
+            &template_path.child("metadata").child("labels"),
+            format!("{labels:?}"),
+            "`selector` does not match template `labels`",
+        ));
+    }
+}
+
+/// The Pod template of a workload: restartPolicy among `allowed_restart_policies` (unset counts as
+/// Always), no activeDeadlineSeconds when `forbid_active_deadline`, at least one container, unique valid
+/// container names, images present.
+pub fn validate_pod_template(
+    template: &PodTemplateSpec,
+    path: &Path,
+    allowed_restart_policies: &[&str],
+    forbid_active_deadline: bool,
+    errors: &mut Vec<FieldError>,
+) {
+    if let Some(labels) = template.metadata.as_ref().and_then(|m| m.labels.as_ref()) {
+        validate_labels(labels, &path.child("metadata").child("labels"), errors);
+    }
+    let spec_path = path.child("spec");
+    let Some(spec) = &template.spec else {
+        errors.push(FieldError::required(&spec_path, "a Pod template needs a spec"));
+        return;
+    };
+    let restart = spec.restart_policy.as_deref().unwrap_or("Always");
+    if !allowed_restart_policies.contains(&restart) {
+        errors.push(FieldError::not_supported(&spec_path.child("restartPolicy"), restart, allowed_restart_policies));
+    }
+    if forbid_active_deadline && spec.active_deadline_seconds.is_some() {
+        errors.push(FieldError::forbidden(
+            &spec_path.child("activeDeadlineSeconds"),
+            "activeDeadlineSeconds in a workload's Pod template is not supported",
+        ));
+    }
+    if spec.containers.is_empty() {
+        errors.push(FieldError::required(&spec_path.child("containers"), "at least one container is required"));
+    }
+    let mut names = HashSet::new();
+    let all = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| (spec_path.child("initContainers").index(i), c))
+        .chain(spec.containers.iter().enumerate().map(|(i, c)| (spec_path.child("containers").index(i), c)));
+    for (container_path, container) in all {
+        let name_path = container_path.child("name");
+        if container.name.is_empty() {
+            errors.push(FieldError::required(&name_path, ""));
+        } else if let Err(message) = check_dns1123_label(&container.name) {
+            errors.push(FieldError::invalid(&name_path, &container.name, message));
+        } else if !names.insert(container.name.as_str()) {
+            errors.push(FieldError::duplicate(&name_path, &container.name));
+        }
+        if container.image.as_deref().is_none_or(str::is_empty) {
+            errors.push(FieldError::required(&container_path.child("image"), ""));
+        }
+    }
+}
+
+/// A value that must not be negative.
+pub fn validate_non_negative(value: i64, path: &Path, errors: &mut Vec<FieldError>) {
+    if value < 0 {
+        errors.push(FieldError::invalid(path, value, "must be greater than or equal to 0"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
+
+    fn template(labels: &[(&str, &str)], containers: &[(&str, &str)]) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            }),
+            spec: Some(PodSpec {
+                containers: containers
+                    .iter()
+                    .map(|(n, i)| Container { name: n.to_string(), image: Some(i.to_string()), ..Default::default() })
+                    .collect(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn selector(labels: &[(&str, &str)]) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn errors_of(f: impl FnOnce(&mut Vec<FieldError>)) -> Vec<String> {
+        let mut errors = Vec::new();
+        f(&mut errors);
+        errors.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_dns1123_label("nginx-1").is_ok());
+        assert!(check_dns1123_label("Nginx").is_err());
+        assert!(check_dns1123_label("-a").is_err());
+        assert!(check_qualified_name("apps.kruise.io/state").is_ok());
+        assert!(check_qualified_name("app").is_ok());
+        assert!(check_qualified_name("/app").is_err());
+        assert!(check_qualified_name("a/b/c").is_err());
+        assert!(check_label_value("").is_ok());
+        assert!(check_label_value("v1.2_x").is_ok());
+        assert!(check_label_value("bad value").is_err());
+    }
+
+    #[test]
+    fn selector_matching_table() {
+        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        let expr = |op: &str, values: &[&str]| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: op.into(),
+                values: Some(values.iter().map(|v| v.to_string()).collect()),
+            }]),
+            ..Default::default()
+        };
+        let cases = [
+            (selector(&[("app", "web")]), true),
+            (selector(&[("app", "db")]), false),
+            (expr("In", &["web", "x"]), true),
+            (expr("NotIn", &["web"]), false),
+            (expr("Exists", &[]), true),
+            (expr("DoesNotExist", &[]), false),
+            (LabelSelector::default(), true),
+        ];
+        for (sel, want) in cases {
+            assert_eq!(selector_matches(&sel, &labels), want, "{sel:?}");
+        }
+    }
+
+    #[test]
+    fn workload_selector_rules() {
+        let spec = Path::new("spec");
+        let tpl = template(&[("app", "web")], &[("nginx", "nginx")]);
+        assert!(errors_of(|e| validate_workload_selector(
+            &selector(&[("app", "web")]),
+            &tpl,
+            &spec.child("selector"),
+            &spec.child("template"),
+            e
+        ))
+        .is_empty());
+        let mismatch = errors_of(|e| {
+            validate_workload_selector(&selector(&[("app", "db")]), &tpl, &spec.child("selector"), &spec.child("template"), e)
+        });
+        assert!(mismatch[0].starts_with("spec.template.metadata.labels: Invalid value"), "{mismatch:?}");
+        let empty = errors_of(|e| {
+            validate_workload_selector(&LabelSelector::default(), &tpl, &spec.child("selector"), &spec.child("template"), e)
+        });
+        assert!(empty[0].starts_with("spec.selector: Invalid value"), "{empty:?}");
+    }
+
+    #[test]
+    fn pod_template_rules() {
+        let path = Path::new("spec").child("template");
+        let mut tpl = template(&[("app", "web")], &[("nginx", "nginx"), ("nginx", "busybox"), ("Bad", "")]);
+        if let Some(spec) = tpl.spec.as_mut() {
+            spec.restart_policy = Some("Never".into());
+            spec.active_deadline_seconds = Some(5);
+        }
+        let errors = errors_of(|e| validate_pod_template(&tpl, &path, &["Always"], true, e));
+        assert_eq!(errors, [
+            r#"spec.template.spec.restartPolicy: Unsupported value: "Never": supported values: "Always""#,
+            "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in a workload's Pod template is not supported",
+            r#"spec.template.spec.containers[1].name: Duplicate value: "nginx""#,
+            &format!(r#"spec.template.spec.containers[2].name: Invalid value: "Bad": {}"#, check_dns1123_label("Bad").err().unwrap_or_default()),
+            "spec.template.spec.containers[2].image: Required value",
+        ]);
+    }
+}
