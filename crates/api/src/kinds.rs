@@ -149,6 +149,11 @@ macro_rules! kinds {
                 match self { $(Kind::$variant => validate_as::<$api>(object, old)),* }
             }
 
+            /// Whether objects of the kind live in a namespace (SidecarSet does not).
+            pub fn namespaced(self) -> bool {
+                self.crd().spec.scope == "Namespaced"
+            }
+
             pub fn crd(self) -> CustomResourceDefinition {
                 match self { $(Kind::$variant => <$api as KindApi>::crd()),* }
             }

@@ -176,7 +176,7 @@ struct Readiness {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
     let client = client(&args).await?;
-    let mut registry = Registry::with_prefix("");
+    let mut registry = Registry::default();
     let webhook_metrics = kruise_webhook::metrics::Metrics::register(&mut registry);
     let leader_gauge = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     registry.register(

@@ -18,12 +18,14 @@ pub struct Answer {
 
 fn request_of(
     review: AdmissionReview<DynamicObject>,
-) -> Result<AdmissionRequest<DynamicObject>, Answer> {
+) -> Result<AdmissionRequest<DynamicObject>, Box<Answer>> {
     review.try_into().map_err(
-        |error: kube::core::admission::ConvertAdmissionReviewError| Answer {
-            review: AdmissionResponse::invalid(format!("malformed AdmissionReview: {error}"))
-                .into_review(),
-            allowed: false,
+        |error: kube::core::admission::ConvertAdmissionReviewError| {
+            let message = format!("malformed AdmissionReview: {error}");
+            Box::new(Answer {
+                review: AdmissionResponse::invalid(message).into_review(),
+                allowed: false,
+            })
         },
     )
 }
@@ -64,7 +66,7 @@ fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
 pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
     let request = match request_of(review) {
         Ok(request) => request,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     if !matches!(request.operation, Operation::Create | Operation::Update) {
         return allow(&request);
@@ -103,7 +105,7 @@ pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
 pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
     let request = match request_of(review) {
         Ok(request) => request,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     if !matches!(request.operation, Operation::Create | Operation::Update) {
         return allow(&request);

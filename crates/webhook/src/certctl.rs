@@ -216,6 +216,17 @@ pub async fn sync(
     metrics: &Metrics,
 ) -> Result<(), Error> {
     let bundle = ensure_secret(client, settings, metrics).await?;
+    // During a rotation the apiserver is told to trust both CAs before the server switches certificates,
+    // so no admission call in flight meets an unknown CA. The next resync trims the old CA.
+    let previous_ca = current
+        .as_ref()
+        .map(|c| c.ca_cert.as_str())
+        .filter(|ca| *ca != bundle.ca_cert);
+    let ca_bundle = match previous_ca {
+        Some(old) => format!("{}{old}", bundle.ca_cert),
+        None => bundle.ca_cert.clone(),
+    };
+    patch_configurations(client, &settings.target, ca_bundle.as_bytes()).await?;
     if current.as_ref() != Some(&bundle) {
         tls.reload_from_pem(
             bundle.cert.clone().into_bytes(),
@@ -225,7 +236,6 @@ pub async fn sync(
         .map_err(Error::Tls)?;
         tracing::info!(host = %settings.target.cert_host(), "webhook serving certificate loaded");
     }
-    patch_configurations(client, &settings.target, bundle.ca_cert.as_bytes()).await?;
     *current = Some(bundle);
     Ok(())
 }
