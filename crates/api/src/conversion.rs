@@ -53,6 +53,11 @@ impl Stash {
         self.0.get(name).and_then(|v| serde_json::from_value(v.clone()).ok())
     }
 
+    /// Drops the value recorded under `name` (it has been applied and must not be restored).
+    pub fn remove(&mut self, name: &str) {
+        self.0.remove(name);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
