@@ -57,6 +57,11 @@ impl Stash {
             .and_then(|v| serde_json::from_value(v.clone()).ok())
     }
 
+    /// Drops the value recorded under `name` (it has been applied and must not be restored).
+    pub fn remove(&mut self, name: &str) {
+        self.0.remove(name);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

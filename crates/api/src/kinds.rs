@@ -162,7 +162,9 @@ macro_rules! kinds {
 }
 
 kinds! {
+    StatefulSet => crate::statefulset::Api,
     BroadcastJob => crate::broadcastjob::Api,
+    DaemonSet => crate::daemonset::Api,
 }
 
 /// Converts any apps.kruise.io object, dispatching on its `kind`.

@@ -9,6 +9,7 @@
 pub mod broadcastjob;
 pub mod conversion;
 pub mod crd;
+pub mod daemonset;
 pub mod field;
 pub mod intstr;
 pub mod keys;
@@ -16,6 +17,7 @@ pub mod kinds;
 pub mod podtemplate;
 pub mod pub_types;
 pub mod schema;
+pub mod statefulset;
 pub mod validation;
 
 pub use field::{FieldError, Path};

@@ -75,6 +75,25 @@ pub struct UpdateScatterTerm {
     pub value: String,
 }
 
+/// How an in-place update proceeds (`apps/pub` InPlaceUpdateStrategy), shared by CloneSet and Advanced
+/// StatefulSet.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateStrategy {
+    /// Seconds between marking the Pod not ready and updating its containers in place.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub grace_period_seconds: i32,
+    /// Parallelism of image pre-download (any non-negative value; 1 when unset, 0 pauses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pre_download_parallelism: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// Timeout of an image pull task (600 when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pre_download_timeout_seconds: Option<i32>,
+    /// Updated ready Pods required before pre-downloading images for the next batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pre_download_min_updated_ready_pods: Option<i32>,
+}
+
 impl Lifecycle {
     /// Validates the hooks (label keys and values, finalizer names).
     pub fn validate(&self, path: &Path, errors: &mut Vec<FieldError>) {
