@@ -37,6 +37,10 @@ fn kruise_examples(suffix: &str) -> Vec<(String, Kind, Value)> {
             let kind = Kind::from_kind(doc["kind"].as_str()?).ok()?;
             let name = format!("{}-{suffix}", doc["metadata"]["name"].as_str()?);
             doc["metadata"]["name"] = json!(name);
+            // Each test works in its own namespace.
+            if let Some(meta) = doc["metadata"].as_object_mut() {
+                meta.remove("namespace");
+            }
             Some((file, kind, doc))
         })
         .collect()

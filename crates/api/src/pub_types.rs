@@ -85,7 +85,8 @@ pub struct InPlaceUpdateStrategy {
     pub grace_period_seconds: i32,
     /// Parallelism of image pre-download (any non-negative value; 1 when unset, 0 pauses it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_pre_download_parallelism: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    pub image_pre_download_parallelism:
+        Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
     /// Timeout of an image pull task (600 when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pre_download_timeout_seconds: Option<i32>,
