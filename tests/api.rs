@@ -164,59 +164,203 @@ async fn conversion_through_the_apiserver_loses_nothing() -> anyhow::Result<()> 
     .await
 }
 
-/// (what is wrong, manifest, text the rejection must contain — the field path).
-const INVALID: &[(&str, &str, &str)] = &[
+/// A valid object of each kind; the invalid cases are merge patches on it.
+fn base(kind: &str, api_version: &str) -> Value {
+    let template = |restart: &str| {
+        json!({"metadata": {"labels": {"app": "x"}},
+               "spec": {"restartPolicy": restart, "containers": [{"name": "main", "image": "nginx:alpine"}]}})
+    };
+    let spec = match kind {
+        "BroadcastJob" => json!({"template": template("Never")}),
+        "SidecarSet" => json!({"selector": {"matchLabels": {"app": "x"}},
+                               "containers": [{"name": "sidecar", "image": "busybox:1.36"}]}),
+        "DaemonSet" => {
+            json!({"selector": {"matchLabels": {"app": "x"}}, "template": template("Always")})
+        }
+        "UnitedDeployment" => json!({
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"cloneSetTemplate": {"metadata": {"labels": {"app": "x"}},
+                                              "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template("Always")}}},
+            "topology": {"subsets": [
+                {"name": "a", "nodeSelectorTerm": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}},
+                {"name": "b", "nodeSelectorTerm": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}}
+            ]}
+        }),
+        _ => {
+            json!({"replicas": 2, "selector": {"matchLabels": {"app": "x"}}, "template": template("Always")})
+        }
+    };
+    json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "invalid"}, "spec": spec})
+}
+
+/// RFC 7386 merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(target), Some(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+/// (what is wrong, kind, apiVersion, merge patch on the valid base, text the rejection must contain).
+const INVALID: &[(&str, &str, &str, &str, &str)] = &[
+    // BroadcastJob
     (
         "BroadcastJob restartPolicy Always",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-restart"},
-            "spec":{"template":{"spec":{"restartPolicy":"Always","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"template":{"spec":{"restartPolicy":"Always"}}}}"#,
         "spec.template.spec.restartPolicy",
     ),
     (
         "BroadcastJob TTL with completionPolicy Never",
-        r#"{"apiVersion":"apps.kruise.io/v1alpha1","kind":"BroadcastJob","metadata":{"name":"bad-ttl"},
-            "spec":{"completionPolicy":{"type":"Never","ttlSecondsAfterFinished":10},
-            "template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1ALPHA1,
+        r#"{"spec":{"completionPolicy":{"type":"Never","ttlSecondsAfterFinished":10}}}"#,
         "spec.completionPolicy.ttlSecondsAfterFinished",
     ),
     (
         "BroadcastJob unknown completionPolicy type",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-policy"},
-            "spec":{"completionPolicy":{"type":"Sometimes"},
-            "template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"completionPolicy":{"type":"Sometimes"}}}"#,
         "spec.completionPolicy.type",
     ),
     (
         "BroadcastJob parallelism as a bare numeric string",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-parallelism"},
-            "spec":{"parallelism":"5","template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"parallelism":"5"}}"#,
         "spec.parallelism",
     ),
     (
         "BroadcastJob negative restartLimit",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-limit"},
-            "spec":{"failurePolicy":{"type":"Continue","restartLimit":-1},
-            "template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"failurePolicy":{"type":"Continue","restartLimit":-1}}}"#,
         "spec.failurePolicy.restartLimit",
     ),
     (
         "BroadcastJob preset controller label",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-label"},
-            "spec":{"template":{"metadata":{"labels":{"broadcastjob-name":"x"}},
-            "spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"template":{"metadata":{"labels":{"broadcastjob-name":"x"}}}}}"#,
         "spec.template.metadata.labels[broadcastjob-name]",
     ),
     (
         "BroadcastJob duplicate container names",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-dup"},
-            "spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"},{"name":"a","image":"c"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"a","image":"b"},{"name":"a","image":"c"}]}}}}"#,
         "spec.template.spec.containers[1].name",
     ),
     (
         "BroadcastJob paused as a string (schema)",
-        r#"{"apiVersion":"apps.kruise.io/v1beta1","kind":"BroadcastJob","metadata":{"name":"bad-paused"},
-            "spec":{"paused":"yes","template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b"}]}}}}"#,
+        "BroadcastJob",
+        V1BETA1,
+        r#"{"spec":{"paused":"yes"}}"#,
         "spec.paused",
+    ),
+    // Advanced StatefulSet
+    (
+        "StatefulSet maxUnavailable 2 with OrderedReady",
+        "StatefulSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"rollingUpdate":{"maxUnavailable":2}}}}"#,
+        "spec.updateStrategy.rollingUpdate.maxUnavailable",
+    ),
+    (
+        "StatefulSet in-place update without the readiness gate",
+        "StatefulSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"rollingUpdate":{"podUpdatePolicy":"InPlaceIfPossible"}}}}"#,
+        "spec.template.spec.readinessGates",
+    ),
+    (
+        "StatefulSet reversed reserveOrdinals range",
+        "StatefulSet",
+        V1BETA1,
+        r#"{"spec":{"reserveOrdinals":["5-3"]}}"#,
+        "spec.reserveOrdinals[0]",
+    ),
+    (
+        "StatefulSet minReadySeconds above 300",
+        "StatefulSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"rollingUpdate":{"minReadySeconds":301}}}}"#,
+        "spec.updateStrategy.rollingUpdate.minReadySeconds",
+    ),
+    (
+        "StatefulSet negative replicas",
+        "StatefulSet",
+        V1ALPHA1,
+        r#"{"spec":{"replicas":-1}}"#,
+        "spec.replicas",
+    ),
+    (
+        "StatefulSet unknown podManagementPolicy",
+        "StatefulSet",
+        V1BETA1,
+        r#"{"spec":{"podManagementPolicy":"Random"}}"#,
+        "spec.podManagementPolicy",
+    ),
+    (
+        "StatefulSet selector not matching the template",
+        "StatefulSet",
+        V1BETA1,
+        r#"{"spec":{"selector":{"matchLabels":{"app":"y"}}}}"#,
+        "spec.template.metadata.labels",
+    ),
+    // Advanced DaemonSet
+    (
+        "DaemonSet maxSurge with InPlaceIfPossible",
+        "DaemonSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"rollingUpdateType":"InPlaceIfPossible","maxUnavailable":0,"maxSurge":1}}}}"#,
+        "spec.updateStrategy.rollingUpdate.maxSurge",
+    ),
+    (
+        "DaemonSet maxUnavailable 150%",
+        "DaemonSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"150%"}}}}"#,
+        "spec.updateStrategy.rollingUpdate.maxUnavailable",
+    ),
+    (
+        "DaemonSet partition 120%",
+        "DaemonSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"partition":"120%"}}}}"#,
+        "spec.updateStrategy.rollingUpdate.partition",
+    ),
+    (
+        "DaemonSet inPlaceUpdate lifecycle hook",
+        "DaemonSet",
+        V1BETA1,
+        r#"{"spec":{"lifecycle":{"inPlaceUpdate":{"labelsHandler":{"a":"b"}}}}}"#,
+        "spec.lifecycle.inPlaceUpdate",
+    ),
+    (
+        "DaemonSet unknown update type",
+        "DaemonSet",
+        V1ALPHA1,
+        r#"{"spec":{"updateStrategy":{"type":"Recreate"}}}"#,
+        "spec.updateStrategy.type",
+    ),
+    (
+        "DaemonSet restartPolicy OnFailure",
+        "DaemonSet",
+        V1BETA1,
+        r#"{"spec":{"template":{"spec":{"restartPolicy":"OnFailure"}}}}"#,
+        "spec.template.spec.restartPolicy",
     ),
 ];
 
@@ -227,9 +371,21 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
     let ns = bed.namespace("invalid").await?;
     ns.run(async {
         let mut failures = Vec::new();
-        for (what, manifest, field) in INVALID {
-            let doc: Value = serde_json::from_str(manifest)
-                .with_context(|| format!("case {what} is not JSON"))?;
+        let kinds: BTreeSet<&str> = INVALID.iter().map(|case| case.1).collect();
+        for kind in Kind::ALL {
+            ensure!(
+                kinds.contains(kind.name()),
+                "no invalid {} in the table",
+                kind.name()
+            );
+        }
+        for (i, (what, kind, api_version, patch, field)) in INVALID.iter().enumerate() {
+            let patch: Value =
+                serde_json::from_str(patch).with_context(|| format!("case {what} is not JSON"))?;
+            let mut doc = base(kind, api_version);
+            merge(&mut doc, &patch);
+            let name = format!("invalid-{i}");
+            doc["metadata"]["name"] = json!(name);
             match ns.apply(&doc.to_string()).await {
                 Ok(out) => failures.push(format!("{what}: accepted ({})", out.trim())),
                 Err(error) => {
@@ -239,9 +395,8 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
                     }
                 }
             }
-            let kind = Kind::from_kind(doc["kind"].as_str().unwrap_or_default())?;
-            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-            if api_for(&ns, kind, V1BETA1).get_opt(name).await?.is_some() {
+            let kind = Kind::from_kind(kind)?;
+            if api_for(&ns, kind, V1BETA1).get_opt(&name).await?.is_some() {
                 failures.push(format!("{what}: the object exists after the rejection"));
             }
         }
@@ -251,6 +406,10 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             failures.len(),
             INVALID.len(),
             failures.join("\n")
+        );
+        println!(
+            "{} invalid objects rejected, each naming its field",
+            INVALID.len()
         );
         Ok(())
     })
@@ -271,7 +430,9 @@ async fn manager_serves_metrics_health_and_readiness() -> anyhow::Result<()> {
         let (code, body) = kruise_testkit::manager::http_get(ports.health, "/readyz").await?;
         ensure!(code == 200 && body.trim() == "ok", "/readyz: {code} {body}");
         // Make sure at least one admission request was counted.
-        let _ = ns.apply(INVALID[0].1).await;
+        let mut invalid = base("BroadcastJob", V1BETA1);
+        merge(&mut invalid, &json!({"spec": {"paused": "no"}}));
+        let _ = ns.apply(&invalid.to_string()).await;
         let metrics =
             kruise_testkit::eventually("webhook metrics", Duration::from_secs(30), || async {
                 let (code, body) =
