@@ -162,6 +162,7 @@ macro_rules! kinds {
 }
 
 kinds! {
+    CloneSet => crate::cloneset::Api,
     StatefulSet => crate::statefulset::Api,
     BroadcastJob => crate::broadcastjob::Api,
     DaemonSet => crate::daemonset::Api,

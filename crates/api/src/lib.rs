@@ -7,6 +7,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod broadcastjob;
+pub mod cloneset;
 pub mod conversion;
 pub mod crd;
 pub mod daemonset;
