@@ -145,6 +145,7 @@ macro_rules! kinds {
 }
 
 kinds! {
+    SidecarSet => crate::sidecarset::Api,
     BroadcastJob => crate::broadcastjob::Api,
 }
 

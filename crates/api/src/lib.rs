@@ -12,6 +12,7 @@ pub mod kinds;
 pub mod podtemplate;
 pub mod pub_types;
 pub mod schema;
+pub mod sidecarset;
 pub mod validation;
 
 pub use field::{FieldError, Path};
