@@ -4,15 +4,16 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 
-.PHONY: run test control-plane build lint fmt bench clean-local
+.PHONY: run test control-plane build manifests lint fmt bench clean-local
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
 run: control-plane
-	$(CARGO) build -p kruise-testkit --bin kruise-local
+	$(CARGO) build -p kruise-testkit -p kruise-manager --bins
 	./target/debug/kruise-local up
 
 ## test: build what is missing, then run every test: unit and end-to-end (real control plane).
 test: control-plane
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 
 ## control-plane: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (v1.34.10) and
@@ -22,6 +23,11 @@ control-plane:
 
 build:
 	$(CARGO) build --workspace --all-targets
+
+## manifests: regenerate config/crd and config/webhook from the Rust types (tests fail when they are stale).
+manifests:
+	$(CARGO) run -q -p kruise-api --bin crdgen -- config/crd
+	$(CARGO) run -q -p kruise-webhook --bin manifests -- config/webhook/manifests.yaml
 
 ## lint: formatting and clippy with warnings as errors.
 lint:

@@ -53,3 +53,30 @@ pub fn node_ready_status(node: &Node) -> Option<String> {
         .find(|c| c.type_ == "Ready")
         .map(|c| c.status.clone())
 }
+
+/// The YAML documents of every file in `examples/`, as (file name, JSON) pairs.
+pub fn example_documents() -> Vec<(String, serde_json::Value)> {
+    use serde::Deserialize;
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|x| x == "yaml"));
+    files.sort();
+    let mut documents = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            if let Ok(value) = serde_json::Value::deserialize(document)
+                && !value.is_null()
+            {
+                documents.push((name.clone(), value));
+            }
+        }
+    }
+    documents
+}

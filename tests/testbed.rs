@@ -335,7 +335,7 @@ async fn jobs_complete_or_fail_by_exit_code() -> anyhow::Result<()> {
           restartPolicy: Never
           containers:
           - {name: work, image: "busybox:1.36"}
-    ---
+---
     apiVersion: batch/v1
     kind: Job
     metadata: {name: broken}

@@ -36,7 +36,9 @@ impl Stash {
             return;
         }
         let text = Value::Object(self.0).to_string();
-        meta.annotations.get_or_insert_with(BTreeMap::new).insert(key.to_string(), text);
+        meta.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_string(), text);
     }
 
     /// Records `value` under `name` unless it equals the type's default (nothing to carry).
@@ -50,7 +52,14 @@ impl Stash {
 
     /// The value recorded under `name`, if any and readable.
     pub fn get<T: DeserializeOwned>(&self, name: &str) -> Option<T> {
-        self.0.get(name).and_then(|v| serde_json::from_value(v.clone()).ok())
+        self.0
+            .get(name)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// Drops the value recorded under `name` (it has been applied and must not be restored).
+    pub fn remove(&mut self, name: &str) {
+        self.0.remove(name);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -71,13 +80,19 @@ mod tests {
         stash.set("list", &vec!["a".to_string()]);
         stash.put(&mut meta, "k");
         assert_eq!(
-            meta.annotations.as_ref().and_then(|a| a.get("k")).map(String::as_str),
+            meta.annotations
+                .as_ref()
+                .and_then(|a| a.get("k"))
+                .map(String::as_str),
             Some(r#"{"flag":true,"list":["a"]}"#)
         );
         let back = Stash::take(&mut meta, "k");
         assert_eq!(back.get::<bool>("flag"), Some(true));
         assert_eq!(back.get::<i32>("zero"), None);
         assert_eq!(back.get::<Vec<String>>("list"), Some(vec!["a".to_string()]));
-        assert_eq!(meta.annotations, None, "an emptied annotation map is removed");
+        assert_eq!(
+            meta.annotations, None,
+            "an emptied annotation map is removed"
+        );
     }
 }

@@ -15,7 +15,11 @@ impl Path {
 
     /// `self.name`
     pub fn child(&self, name: &str) -> Self {
-        if self.0.is_empty() { Self(name.to_string()) } else { Self(format!("{}.{name}", self.0)) }
+        if self.0.is_empty() {
+            Self(name.to_string())
+        } else {
+            Self(format!("{}.{name}", self.0))
+        }
     }
 
     /// `self[index]`
@@ -49,7 +53,10 @@ pub enum ErrorKind {
     /// `Forbidden: <detail>`
     Forbidden,
     /// `Unsupported value: <value>: supported values: "a", "b"`
-    NotSupported { value: String, supported: Vec<String> },
+    NotSupported {
+        value: String,
+        supported: Vec<String>,
+    },
     /// `Duplicate value: <value>`
     Duplicate(String),
 }
@@ -64,15 +71,27 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn invalid(path: &Path, value: impl fmt::Display, detail: impl Into<String>) -> Self {
-        Self { path: path.clone(), kind: ErrorKind::Invalid(value.to_string()), detail: detail.into() }
+        Self {
+            path: path.clone(),
+            kind: ErrorKind::Invalid(value.to_string()),
+            detail: detail.into(),
+        }
     }
 
     pub fn required(path: &Path, detail: impl Into<String>) -> Self {
-        Self { path: path.clone(), kind: ErrorKind::Required, detail: detail.into() }
+        Self {
+            path: path.clone(),
+            kind: ErrorKind::Required,
+            detail: detail.into(),
+        }
     }
 
     pub fn forbidden(path: &Path, detail: impl Into<String>) -> Self {
-        Self { path: path.clone(), kind: ErrorKind::Forbidden, detail: detail.into() }
+        Self {
+            path: path.clone(),
+            kind: ErrorKind::Forbidden,
+            detail: detail.into(),
+        }
     }
 
     pub fn not_supported(path: &Path, value: impl fmt::Display, supported: &[&str]) -> Self {
@@ -87,23 +106,40 @@ impl FieldError {
     }
 
     pub fn duplicate(path: &Path, value: impl fmt::Display) -> Self {
-        Self { path: path.clone(), kind: ErrorKind::Duplicate(value.to_string()), detail: String::new() }
+        Self {
+            path: path.clone(),
+            kind: ErrorKind::Duplicate(value.to_string()),
+            detail: String::new(),
+        }
     }
 }
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let with_detail = |f: &mut fmt::Formatter<'_>, head: String| {
-            if self.detail.is_empty() { write!(f, "{head}") } else { write!(f, "{head}: {}", self.detail) }
+            if self.detail.is_empty() {
+                write!(f, "{head}")
+            } else {
+                write!(f, "{head}: {}", self.detail)
+            }
         };
         match &self.kind {
-            ErrorKind::Invalid(value) => with_detail(f, format!("{}: Invalid value: {value:?}", self.path)),
+            ErrorKind::Invalid(value) => {
+                with_detail(f, format!("{}: Invalid value: {value:?}", self.path))
+            }
             ErrorKind::Required => with_detail(f, format!("{}: Required value", self.path)),
             ErrorKind::Forbidden => with_detail(f, format!("{}: Forbidden", self.path)),
-            ErrorKind::Duplicate(value) => with_detail(f, format!("{}: Duplicate value: {value:?}", self.path)),
+            ErrorKind::Duplicate(value) => {
+                with_detail(f, format!("{}: Duplicate value: {value:?}", self.path))
+            }
             ErrorKind::NotSupported { value, supported } => {
                 let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
-                write!(f, "{}: Unsupported value: {value:?}: supported values: {}", self.path, list.join(", "))
+                write!(
+                    f,
+                    "{}: Unsupported value: {value:?}: supported values: {}",
+                    self.path,
+                    list.join(", ")
+                )
             }
         }
     }
@@ -113,7 +149,13 @@ impl fmt::Display for FieldError {
 pub fn join(errors: &[FieldError]) -> String {
     match errors {
         [one] => one.to_string(),
-        many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+        many => format!(
+            "[{}]",
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
@@ -130,7 +172,10 @@ mod tests {
                 FieldError::invalid(&partition, "150%", "must be between 0% and 100%"),
                 r#"spec.updateStrategy.partition: Invalid value: "150%": must be between 0% and 100%"#,
             ),
-            (FieldError::required(&spec.child("selector"), ""), "spec.selector: Required value"),
+            (
+                FieldError::required(&spec.child("selector"), ""),
+                "spec.selector: Required value",
+            ),
             (
                 FieldError::not_supported(&spec.child("type"), "Foo", &["A", "B"]),
                 r#"spec.type: Unsupported value: "Foo": supported values: "A", "B""#,
@@ -139,7 +184,10 @@ mod tests {
                 FieldError::duplicate(&spec.child("podsToDelete").index(1), "p"),
                 r#"spec.podsToDelete[1]: Duplicate value: "p""#,
             ),
-            (FieldError::forbidden(&spec.child("x").key("k"), "no"), "spec.x[k]: Forbidden: no"),
+            (
+                FieldError::forbidden(&spec.child("x").key("k"), "no"),
+                "spec.x[k]: Forbidden: no",
+            ),
         ];
         for (error, want) in cases {
             assert_eq!(error.to_string(), want);

@@ -28,7 +28,9 @@ impl IntOrPercent {
             IntOrString::Int(n) => Ok(Self::Int(*n)),
             IntOrString::String(s) => {
                 let Some(number) = s.strip_suffix('%') else {
-                    return Err(format!("{s:?} is neither an integer nor a percentage like \"20%\""));
+                    return Err(format!(
+                        "{s:?} is neither an integer nor a percentage like \"20%\""
+                    ));
                 };
                 number
                     .parse::<i32>()
@@ -78,16 +80,28 @@ pub fn validate(
             None
         }
         Ok(IntOrPercent::Int(n)) if n < 0 => {
-            errors.push(FieldError::invalid(path, shown, "must be greater than or equal to 0"));
+            errors.push(FieldError::invalid(
+                path,
+                shown,
+                "must be greater than or equal to 0",
+            ));
             None
         }
         Ok(IntOrPercent::Percent(p)) if p < 0 => {
-            errors.push(FieldError::invalid(path, shown, "must be greater than or equal to 0%"));
+            errors.push(FieldError::invalid(
+                path,
+                shown,
+                "must be greater than or equal to 0%",
+            ));
             None
         }
         Ok(IntOrPercent::Percent(p)) if max_percent.is_some_and(|max| p > max) => {
             let max = max_percent.unwrap_or(100);
-            errors.push(FieldError::invalid(path, shown, format!("must not be greater than {max}%")));
+            errors.push(FieldError::invalid(
+                path,
+                shown,
+                format!("must not be greater than {max}%"),
+            ));
             None
         }
         Ok(parsed) => Some(parsed),
@@ -112,8 +126,14 @@ mod tests {
 
     #[test]
     fn parse_cases() {
-        assert_eq!(IntOrPercent::parse(&IntOrString::Int(3)), Ok(IntOrPercent::Int(3)));
-        assert_eq!(IntOrPercent::parse(&s("20%")), Ok(IntOrPercent::Percent(20)));
+        assert_eq!(
+            IntOrPercent::parse(&IntOrString::Int(3)),
+            Ok(IntOrPercent::Int(3))
+        );
+        assert_eq!(
+            IntOrPercent::parse(&s("20%")),
+            Ok(IntOrPercent::Percent(20))
+        );
         assert!(IntOrPercent::parse(&s("5")).is_err());
         assert!(IntOrPercent::parse(&s("abc%")).is_err());
         assert!(IntOrPercent::parse(&s("1.5%")).is_err());
@@ -133,7 +153,11 @@ mod tests {
             (IntOrString::Int(3), 100, Round::Up, 3),
         ];
         for (value, total, round, want) in cases {
-            assert_eq!(scaled_value(&value, total, round), Ok(want), "{value:?} of {total} {round:?}");
+            assert_eq!(
+                scaled_value(&value, total, round),
+                Ok(want),
+                "{value:?} of {total} {round:?}"
+            );
         }
     }
 
@@ -147,10 +171,20 @@ mod tests {
             r#"spec.partition: Invalid value: "150%": must not be greater than 100%"#
         );
         errors.clear();
-        assert_eq!(validate(&IntOrString::Int(-1), &path, None, &mut errors), None);
-        assert!(errors[0].to_string().starts_with("spec.partition: Invalid value: \"-1\""));
+        assert_eq!(
+            validate(&IntOrString::Int(-1), &path, None, &mut errors),
+            None
+        );
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with("spec.partition: Invalid value: \"-1\"")
+        );
         errors.clear();
         assert_eq!(validate(&s("5"), &path, None, &mut errors), None);
-        assert_eq!(validate(&s("30%"), &path, Some(100), &mut Vec::new()), Some(IntOrPercent::Percent(30)));
+        assert_eq!(
+            validate(&s("30%"), &path, Some(100), &mut Vec::new()),
+            Some(IntOrPercent::Percent(30))
+        );
     }
 }

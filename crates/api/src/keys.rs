@@ -34,13 +34,15 @@ pub const LABEL_CONTROLLER_REVISION_HASH: &str = "apps.kruise.io/controller-revi
 /// The native revision label on workload Pods.
 pub const LABEL_NATIVE_CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
 pub const LABEL_SUBSET_NAME: &str = "apps.kruise.io/subset-name";
-pub const LABEL_UNITED_DEPLOYMENT_RESERVED_POD: &str = "apps.kruise.io/united-deployment-reserved-pod";
+pub const LABEL_UNITED_DEPLOYMENT_RESERVED_POD: &str =
+    "apps.kruise.io/united-deployment-reserved-pod";
 pub const ANNOTATION_SUBSET_PATCH: &str = "apps.kruise.io/subset-patch";
 /// Prefix of labels that mark a Pod unavailable for workloads and PodUnavailableBudget.
 pub const LABEL_PREFIX_UNAVAILABLE_POD: &str = "unavailable-pod.kruise.io/";
 pub const LABEL_IMAGE_PREDOWNLOAD_CREATED: &str = "apps.kruise.io/pre-predownload-created";
 pub const LABEL_IMAGE_PREDOWNLOAD_IGNORED: &str = "apps.kruise.io/image-predownload-ignored";
-pub const ANNOTATION_IMAGE_PREDOWNLOAD_PARALLELISM: &str = "apps.kruise.io/image-predownload-parallelism";
+pub const ANNOTATION_IMAGE_PREDOWNLOAD_PARALLELISM: &str =
+    "apps.kruise.io/image-predownload-parallelism";
 pub const ANNOTATION_IMAGE_PREDOWNLOAD_TIMEOUT_SECONDS: &str =
     "apps.kruise.io/image-predownload-timeout-seconds";
 pub const ANNOTATION_IMAGE_PREDOWNLOAD_MIN_UPDATED_READY_PODS: &str =

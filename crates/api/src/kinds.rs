@@ -40,13 +40,18 @@ pub trait KindApi {
 pub enum Error {
     #[error("unknown kind {0:?} in group apps.kruise.io")]
     UnknownKind(String),
-    #[error("unsupported apiVersion {0:?} (expected apps.kruise.io/v1alpha1 or apps.kruise.io/v1beta1)")]
+    #[error(
+        "unsupported apiVersion {0:?} (expected apps.kruise.io/v1alpha1 or apps.kruise.io/v1beta1)"
+    )]
     UnsupportedVersion(String),
     /// The object does not fit the schema; the message names the field.
     #[error("{0}")]
     Decode(String),
     #[error("encoding {kind}: {source}")]
-    Encode { kind: &'static str, source: serde_json::Error },
+    Encode {
+        kind: &'static str,
+        source: serde_json::Error,
+    },
 }
 
 /// Decodes JSON into a typed object; a mismatch names the field (`spec.replicas: invalid type ...`).
@@ -58,12 +63,19 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
 }
 
 fn encode<K: KindApi, T: Serialize>(object: &T) -> Result<Value, Error> {
-    serde_json::to_value(object).map_err(|source| Error::Encode { kind: K::KIND, source })
+    serde_json::to_value(object).map_err(|source| Error::Encode {
+        kind: K::KIND,
+        source,
+    })
 }
 
 /// The JSON operations for kind `K`.
 fn convert_as<K: KindApi>(object: Value, to: &str) -> Result<Value, Error> {
-    let from = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+    let from = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     if from == to {
         return Ok(object);
     }
@@ -137,6 +149,11 @@ macro_rules! kinds {
                 match self { $(Kind::$variant => validate_as::<$api>(object, old)),* }
             }
 
+            /// Whether objects of the kind live in a namespace (SidecarSet does not).
+            pub fn namespaced(self) -> bool {
+                self.crd().spec.scope == "Namespaced"
+            }
+
             pub fn crd(self) -> CustomResourceDefinition {
                 match self { $(Kind::$variant => <$api as KindApi>::crd()),* }
             }
@@ -145,12 +162,17 @@ macro_rules! kinds {
 }
 
 kinds! {
+    StatefulSet => crate::statefulset::Api,
     SidecarSet => crate::sidecarset::Api,
     BroadcastJob => crate::broadcastjob::Api,
+    DaemonSet => crate::daemonset::Api,
 }
 
 /// Converts any apps.kruise.io object, dispatching on its `kind`.
 pub fn convert(object: Value, to: &str) -> Result<Value, Error> {
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     Kind::from_kind(kind)?.convert(object, to)
 }

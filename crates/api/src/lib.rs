@@ -2,9 +2,14 @@
 //! names, conversion between the versions, defaulting, validation with field-named errors, well-known keys
 //! and CRD generation. Pure: no client, no async.
 
+// kube's CustomResource derive takes one `printcolumn(...)` attribute per column; clippy reads the
+// repeated keys inside them as duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod broadcastjob;
 pub mod conversion;
 pub mod crd;
+pub mod daemonset;
 pub mod field;
 pub mod intstr;
 pub mod keys;
@@ -13,6 +18,7 @@ pub mod podtemplate;
 pub mod pub_types;
 pub mod schema;
 pub mod sidecarset;
+pub mod statefulset;
 pub mod validation;
 
 pub use field::{FieldError, Path};

@@ -12,7 +12,8 @@ pub fn set_defaults_pod_spec(spec: &mut PodSpec) {
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.security_context.get_or_insert_with(Default::default);
     spec.termination_grace_period_seconds.get_or_insert(30);
-    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
     spec.enable_service_links.get_or_insert(true);
     for volume in spec.volumes.iter_mut().flatten() {
         set_defaults_volume(volume);
@@ -30,11 +31,19 @@ pub fn set_defaults_pod_spec(spec: &mut PodSpec) {
 fn set_defaults_container(container: &mut Container, app_container: bool) {
     if container.image_pull_policy.is_none() {
         let image = container.image.as_deref().unwrap_or_default();
-        let policy = if app_container || is_latest(image) { "Always" } else { "IfNotPresent" };
+        let policy = if app_container || is_latest(image) {
+            "Always"
+        } else {
+            "IfNotPresent"
+        };
         container.image_pull_policy = Some(policy.into());
     }
-    container.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
-    container.termination_message_policy.get_or_insert_with(|| "File".into());
+    container
+        .termination_message_path
+        .get_or_insert_with(|| "/dev/termination-log".into());
+    container
+        .termination_message_policy
+        .get_or_insert_with(|| "File".into());
     for port in container.ports.iter_mut().flatten() {
         port.protocol.get_or_insert_with(|| "TCP".into());
     }
@@ -43,14 +52,21 @@ fn set_defaults_container(container: &mut Container, app_container: bool) {
             field_ref.api_version.get_or_insert_with(|| "v1".into());
         }
     }
-    for probe in [&mut container.liveness_probe, &mut container.readiness_probe, &mut container.startup_probe]
-        .into_iter()
-        .flatten()
+    for probe in [
+        &mut container.liveness_probe,
+        &mut container.readiness_probe,
+        &mut container.startup_probe,
+    ]
+    .into_iter()
+    .flatten()
     {
         set_defaults_probe(probe);
     }
     if let Some(lifecycle) = container.lifecycle.as_mut() {
-        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop].into_iter().flatten() {
+        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop]
+            .into_iter()
+            .flatten()
+        {
             if let Some(http) = handler.http_get.as_mut() {
                 set_defaults_http_get(http);
             }
@@ -152,26 +168,46 @@ mod tests {
             containers: vec![Container {
                 name: "app".into(),
                 image: Some("nginx:1.19".into()),
-                ports: Some(vec![ContainerPort { container_port: 80, ..Default::default() }]),
+                ports: Some(vec![ContainerPort {
+                    container_port: 80,
+                    ..Default::default()
+                }]),
                 env: Some(vec![EnvVar {
                     name: "NODE".into(),
                     value_from: Some(EnvVarSource {
-                        field_ref: Some(ObjectFieldSelector { field_path: "spec.nodeName".into(), ..Default::default() }),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "spec.nodeName".into(),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     }),
                     ..Default::default()
                 }]),
                 readiness_probe: Some(Probe {
-                    http_get: Some(HTTPGetAction { port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80), ..Default::default() }),
+                    http_get: Some(HTTPGetAction {
+                        port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
             }],
             init_containers: Some(vec![
-                Container { name: "init".into(), image: Some("busybox:1.36".into()), ..Default::default() },
-                Container { name: "init2".into(), image: Some("busybox".into()), ..Default::default() },
+                Container {
+                    name: "init".into(),
+                    image: Some("busybox:1.36".into()),
+                    ..Default::default()
+                },
+                Container {
+                    name: "init2".into(),
+                    image: Some("busybox".into()),
+                    ..Default::default()
+                },
             ]),
-            volumes: Some(vec![Volume { name: "scratch".into(), ..Default::default() }]),
+            volumes: Some(vec![Volume {
+                name: "scratch".into(),
+                ..Default::default()
+            }]),
             ..Default::default()
         };
         set_defaults_pod_spec(&mut spec);
@@ -180,24 +216,58 @@ mod tests {
         assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
         assert_eq!(spec.termination_grace_period_seconds, Some(30));
         let app = &spec.containers[0];
-        assert_eq!(app.image_pull_policy.as_deref(), Some("Always"), "app containers pull Always");
-        assert_eq!(app.termination_message_path.as_deref(), Some("/dev/termination-log"));
-        assert_eq!(app.ports.as_ref().and_then(|p| p[0].protocol.as_deref()), Some("TCP"));
+        assert_eq!(
+            app.image_pull_policy.as_deref(),
+            Some("Always"),
+            "app containers pull Always"
+        );
+        assert_eq!(
+            app.termination_message_path.as_deref(),
+            Some("/dev/termination-log")
+        );
+        assert_eq!(
+            app.ports.as_ref().and_then(|p| p[0].protocol.as_deref()),
+            Some("TCP")
+        );
         let probe = app.readiness_probe.as_ref().expect("probe");
-        assert_eq!((probe.timeout_seconds, probe.period_seconds, probe.failure_threshold), (Some(1), Some(10), Some(3)));
-        assert_eq!(probe.http_get.as_ref().and_then(|h| h.scheme.as_deref()), Some("HTTP"));
+        assert_eq!(
+            (
+                probe.timeout_seconds,
+                probe.period_seconds,
+                probe.failure_threshold
+            ),
+            (Some(1), Some(10), Some(3))
+        );
+        assert_eq!(
+            probe.http_get.as_ref().and_then(|h| h.scheme.as_deref()),
+            Some("HTTP")
+        );
         let inits = spec.init_containers.as_ref().expect("inits");
         assert_eq!(inits[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
         assert_eq!(inits[1].image_pull_policy.as_deref(), Some("Always"));
-        assert!(spec.volumes.as_ref().expect("volumes")[0].empty_dir.is_some());
+        assert!(
+            spec.volumes.as_ref().expect("volumes")[0]
+                .empty_dir
+                .is_some()
+        );
         let env = &spec.containers[0].env.as_ref().expect("env")[0];
-        assert_eq!(env.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).and_then(|f| f.api_version.as_deref()), Some("v1"));
+        assert_eq!(
+            env.value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .and_then(|f| f.api_version.as_deref()),
+            Some("v1")
+        );
     }
 
     #[test]
     fn defaulting_is_idempotent() {
         let mut spec = PodSpec {
-            containers: vec![Container { name: "a".into(), image: Some("x".into()), ..Default::default() }],
+            containers: vec![Container {
+                name: "a".into(),
+                image: Some("x".into()),
+                ..Default::default()
+            }],
             ..Default::default()
         };
         set_defaults_pod_spec(&mut spec);

@@ -75,12 +75,34 @@ pub struct UpdateScatterTerm {
     pub value: String,
 }
 
+/// How an in-place update proceeds (`apps/pub` InPlaceUpdateStrategy), shared by CloneSet and Advanced
+/// StatefulSet.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateStrategy {
+    /// Seconds between marking the Pod not ready and updating its containers in place.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub grace_period_seconds: i32,
+    /// Parallelism of image pre-download (any non-negative value; 1 when unset, 0 pauses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pre_download_parallelism:
+        Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// Timeout of an image pull task (600 when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pre_download_timeout_seconds: Option<i32>,
+    /// Updated ready Pods required before pre-downloading images for the next batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pre_download_min_updated_ready_pods: Option<i32>,
+}
+
 impl Lifecycle {
     /// Validates the hooks (label keys and values, finalizer names).
     pub fn validate(&self, path: &Path, errors: &mut Vec<FieldError>) {
-        for (name, hook) in
-            [("preDelete", &self.pre_delete), ("inPlaceUpdate", &self.in_place_update), ("preNormal", &self.pre_normal)]
-        {
+        for (name, hook) in [
+            ("preDelete", &self.pre_delete),
+            ("inPlaceUpdate", &self.in_place_update),
+            ("preNormal", &self.pre_normal),
+        ] {
             let Some(hook) = hook else { continue };
             let hook_path = path.child(name);
             for (key, value) in &hook.labels_handler {
@@ -94,7 +116,11 @@ impl Lifecycle {
             }
             for (i, finalizer) in hook.finalizers_handler.iter().enumerate() {
                 if let Err(message) = crate::validation::check_qualified_name(finalizer) {
-                    errors.push(FieldError::invalid(&hook_path.child("finalizersHandler").index(i), finalizer, message));
+                    errors.push(FieldError::invalid(
+                        &hook_path.child("finalizersHandler").index(i),
+                        finalizer,
+                        message,
+                    ));
                 }
             }
         }
@@ -121,10 +147,21 @@ impl UpdatePriorityStrategy {
                 ));
             }
             let selector_path = term_path.child("matchSelector");
-            if term.match_selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-                && term.match_selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
+            if term
+                .match_selector
+                .match_labels
+                .as_ref()
+                .is_none_or(BTreeMap::is_empty)
+                && term
+                    .match_selector
+                    .match_expressions
+                    .as_ref()
+                    .is_none_or(Vec::is_empty)
             {
-                errors.push(FieldError::required(&selector_path, "selector can not be empty"));
+                errors.push(FieldError::required(
+                    &selector_path,
+                    "selector can not be empty",
+                ));
             }
             validate_label_selector(&term.match_selector, &selector_path, errors);
         }
@@ -145,13 +182,22 @@ pub fn validate_scatter(terms: &[UpdateScatterTerm], path: &Path, errors: &mut V
     for (i, term) in terms.iter().enumerate() {
         let term_path = path.index(i);
         if term.key.is_empty() {
-            errors.push(FieldError::required(&term_path.child("key"), "key can not be empty"));
+            errors.push(FieldError::required(
+                &term_path.child("key"),
+                "key can not be empty",
+            ));
         }
         if term.value.is_empty() {
-            errors.push(FieldError::required(&term_path.child("value"), "value can not be empty"));
+            errors.push(FieldError::required(
+                &term_path.child("value"),
+                "value can not be empty",
+            ));
         }
         if !seen.insert((term.key.as_str(), term.value.as_str())) {
-            errors.push(FieldError::duplicate(&term_path, format!("{}:{}", term.key, term.value)));
+            errors.push(FieldError::duplicate(
+                &term_path,
+                format!("{}:{}", term.key, term.value),
+            ));
         }
     }
 }
@@ -168,34 +214,59 @@ mod tests {
             ..Default::default()
         };
         let both = UpdatePriorityStrategy {
-            order_priority: vec![UpdatePriorityOrderTerm { ordered_key: "k".into() }],
-            weight_priority: vec![UpdatePriorityWeightTerm { weight: 50, match_selector: selector.clone() }],
+            order_priority: vec![UpdatePriorityOrderTerm {
+                ordered_key: "k".into(),
+            }],
+            weight_priority: vec![UpdatePriorityWeightTerm {
+                weight: 50,
+                match_selector: selector.clone(),
+            }],
         };
         let mut errors = Vec::new();
         both.validate(&path, &mut errors);
         assert_eq!(errors.len(), 1, "{errors:?}");
 
         let bad = UpdatePriorityStrategy {
-            weight_priority: vec![UpdatePriorityWeightTerm { weight: 101, match_selector: LabelSelector::default() }],
+            weight_priority: vec![UpdatePriorityWeightTerm {
+                weight: 101,
+                match_selector: LabelSelector::default(),
+            }],
             ..Default::default()
         };
         let mut errors = Vec::new();
         bad.validate(&path, &mut errors);
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        assert!(text.iter().any(|e| e.starts_with("spec.priorityStrategy.weightPriority[0].weight")), "{text:?}");
-        assert!(text.iter().any(|e| e.starts_with("spec.priorityStrategy.weightPriority[0].matchSelector")));
+        assert!(
+            text.iter()
+                .any(|e| e.starts_with("spec.priorityStrategy.weightPriority[0].weight")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|e| e.starts_with("spec.priorityStrategy.weightPriority[0].matchSelector"))
+        );
     }
 
     #[test]
     fn scatter_rules() {
         let path = Path::new("spec").child("scatterStrategy");
-        let term = |k: &str, v: &str| UpdateScatterTerm { key: k.into(), value: v.into() };
+        let term = |k: &str, v: &str| UpdateScatterTerm {
+            key: k.into(),
+            value: v.into(),
+        };
         let mut errors = Vec::new();
-        validate_scatter(&[term("a", "1"), term("a", "1"), term("", "x")], &path, &mut errors);
+        validate_scatter(
+            &[term("a", "1"), term("a", "1"), term("", "x")],
+            &path,
+            &mut errors,
+        );
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        assert_eq!(text, [
-            r#"spec.scatterStrategy[1]: Duplicate value: "a:1""#,
-            "spec.scatterStrategy[2].key: Required value: key can not be empty",
-        ]);
+        assert_eq!(
+            text,
+            [
+                r#"spec.scatterStrategy[1]: Duplicate value: "a:1""#,
+                "spec.scatterStrategy[2].key: Required value: key can not be empty",
+            ]
+        );
     }
 }

@@ -17,6 +17,12 @@ pub fn preserve_unknown_fields_list(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// A field whose value is not described at all (no `type`), as controller-gen emits for
+/// `+kubebuilder:validation:Schemaless` on a list such as StatefulSet `volumeClaimTemplates`.
+pub fn preserve_unknown_fields_untyped(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
 /// `serde(skip_serializing_if)` for zero values, mirroring Go's `omitempty`.
 pub fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()

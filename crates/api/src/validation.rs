@@ -11,7 +11,9 @@ use crate::field::{FieldError, Path};
 pub fn check_dns1123_label(value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
         && value.len() <= 63
-        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !value.starts_with('-')
         && !value.ends_with('-');
     if ok {
@@ -26,9 +28,17 @@ pub fn check_dns1123_label(value: &str) -> Result<(), String> {
 fn is_name_part(part: &str) -> bool {
     !part.is_empty()
         && part.len() <= 63
-        && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && part.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
-        && part.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && part
+            .as_bytes()
+            .first()
+            .is_some_and(u8::is_ascii_alphanumeric)
+        && part
+            .as_bytes()
+            .last()
+            .is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// A qualified name (label key, finalizer): `[prefix/]name`, prefix a DNS subdomain.
@@ -63,7 +73,11 @@ pub fn check_label_value(value: &str) -> Result<(), String> {
 }
 
 /// Label keys and values.
-pub fn validate_labels(labels: &BTreeMap<String, String>, path: &Path, errors: &mut Vec<FieldError>) {
+pub fn validate_labels(
+    labels: &BTreeMap<String, String>,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
     for (key, value) in labels {
         if let Err(message) = check_qualified_name(key) {
             errors.push(FieldError::invalid(&path.key(key), key, message));
@@ -75,14 +89,22 @@ pub fn validate_labels(labels: &BTreeMap<String, String>, path: &Path, errors: &
 }
 
 /// Syntax of a label selector: keys, values and operators.
-pub fn validate_label_selector(selector: &LabelSelector, path: &Path, errors: &mut Vec<FieldError>) {
+pub fn validate_label_selector(
+    selector: &LabelSelector,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
     if let Some(labels) = &selector.match_labels {
         validate_labels(labels, &path.child("matchLabels"), errors);
     }
     for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
         let req_path = path.child("matchExpressions").index(i);
         if let Err(message) = check_qualified_name(&requirement.key) {
-            errors.push(FieldError::invalid(&req_path.child("key"), &requirement.key, message));
+            errors.push(FieldError::invalid(
+                &req_path.child("key"),
+                &requirement.key,
+                message,
+            ));
         }
         let values = requirement.values.as_deref().unwrap_or_default();
         match requirement.operator.as_str() {
@@ -103,7 +125,11 @@ pub fn validate_label_selector(selector: &LabelSelector, path: &Path, errors: &m
         }
         for (j, value) in values.iter().enumerate() {
             if let Err(message) = check_label_value(value) {
-                errors.push(FieldError::invalid(&req_path.child("values").index(j), value, message));
+                errors.push(FieldError::invalid(
+                    &req_path.child("values").index(j),
+                    value,
+                    message,
+                ));
             }
         }
     }
@@ -111,8 +137,14 @@ pub fn validate_label_selector(selector: &LabelSelector, path: &Path, errors: &m
 
 /// Whether the selector selects nothing-in-particular (no labels, no expressions).
 pub fn selector_is_empty(selector: &LabelSelector) -> bool {
-    selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
+    selector
+        .match_labels
+        .as_ref()
+        .is_none_or(BTreeMap::is_empty)
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty)
 }
 
 /// Whether `labels` satisfy `selector` (an empty selector matches everything).
@@ -145,7 +177,11 @@ pub fn validate_workload_selector(
     errors: &mut Vec<FieldError>,
 ) {
     if selector_is_empty(selector) {
-        errors.push(FieldError::invalid(selector_path, "{}", "empty selector is invalid for a workload"));
+        errors.push(FieldError::invalid(
+            selector_path,
+            "{}",
+            "empty selector is invalid for a workload",
+        ));
         return;
     }
     let before = errors.len();
@@ -153,7 +189,11 @@ pub fn validate_workload_selector(
     if errors.len() > before {
         return;
     }
-    let labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    let labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
     if !selector_matches(selector, &labels) {
         errors.push(FieldError::invalid(
             &template_path.child("metadata").child("labels"),
@@ -178,12 +218,19 @@ pub fn validate_pod_template(
     }
     let spec_path = path.child("spec");
     let Some(spec) = &template.spec else {
-        errors.push(FieldError::required(&spec_path, "a Pod template needs a spec"));
+        errors.push(FieldError::required(
+            &spec_path,
+            "a Pod template needs a spec",
+        ));
         return;
     };
     let restart = spec.restart_policy.as_deref().unwrap_or("Always");
     if !allowed_restart_policies.contains(&restart) {
-        errors.push(FieldError::not_supported(&spec_path.child("restartPolicy"), restart, allowed_restart_policies));
+        errors.push(FieldError::not_supported(
+            &spec_path.child("restartPolicy"),
+            restart,
+            allowed_restart_policies,
+        ));
     }
     if forbid_active_deadline && spec.active_deadline_seconds.is_some() {
         errors.push(FieldError::forbidden(
@@ -192,7 +239,10 @@ pub fn validate_pod_template(
         ));
     }
     if spec.containers.is_empty() {
-        errors.push(FieldError::required(&spec_path.child("containers"), "at least one container is required"));
+        errors.push(FieldError::required(
+            &spec_path.child("containers"),
+            "at least one container is required",
+        ));
     }
     let mut names = HashSet::new();
     let all = spec
@@ -201,7 +251,12 @@ pub fn validate_pod_template(
         .flatten()
         .enumerate()
         .map(|(i, c)| (spec_path.child("initContainers").index(i), c))
-        .chain(spec.containers.iter().enumerate().map(|(i, c)| (spec_path.child("containers").index(i), c)));
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (spec_path.child("containers").index(i), c)),
+        );
     for (container_path, container) in all {
         let name_path = container_path.child("name");
         if container.name.is_empty() {
@@ -220,7 +275,11 @@ pub fn validate_pod_template(
 /// A value that must not be negative.
 pub fn validate_non_negative(value: i64, path: &Path, errors: &mut Vec<FieldError>) {
     if value < 0 {
-        errors.push(FieldError::invalid(path, value, "must be greater than or equal to 0"));
+        errors.push(FieldError::invalid(
+            path,
+            value,
+            "must be greater than or equal to 0",
+        ));
     }
 }
 
@@ -233,13 +292,22 @@ mod tests {
     fn template(labels: &[(&str, &str)], containers: &[(&str, &str)]) -> PodTemplateSpec {
         PodTemplateSpec {
             metadata: Some(ObjectMeta {
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..Default::default()
             }),
             spec: Some(PodSpec {
                 containers: containers
                     .iter()
-                    .map(|(n, i)| Container { name: n.to_string(), image: Some(i.to_string()), ..Default::default() })
+                    .map(|(n, i)| Container {
+                        name: n.to_string(),
+                        image: Some(i.to_string()),
+                        ..Default::default()
+                    })
                     .collect(),
                 ..Default::default()
             }),
@@ -248,7 +316,12 @@ mod tests {
 
     fn selector(labels: &[(&str, &str)]) -> LabelSelector {
         LabelSelector {
-            match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            match_labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }
@@ -302,39 +375,68 @@ mod tests {
     fn workload_selector_rules() {
         let spec = Path::new("spec");
         let tpl = template(&[("app", "web")], &[("nginx", "nginx")]);
-        assert!(errors_of(|e| validate_workload_selector(
-            &selector(&[("app", "web")]),
-            &tpl,
-            &spec.child("selector"),
-            &spec.child("template"),
-            e
-        ))
-        .is_empty());
+        assert!(
+            errors_of(|e| validate_workload_selector(
+                &selector(&[("app", "web")]),
+                &tpl,
+                &spec.child("selector"),
+                &spec.child("template"),
+                e
+            ))
+            .is_empty()
+        );
         let mismatch = errors_of(|e| {
-            validate_workload_selector(&selector(&[("app", "db")]), &tpl, &spec.child("selector"), &spec.child("template"), e)
+            validate_workload_selector(
+                &selector(&[("app", "db")]),
+                &tpl,
+                &spec.child("selector"),
+                &spec.child("template"),
+                e,
+            )
         });
-        assert!(mismatch[0].starts_with("spec.template.metadata.labels: Invalid value"), "{mismatch:?}");
+        assert!(
+            mismatch[0].starts_with("spec.template.metadata.labels: Invalid value"),
+            "{mismatch:?}"
+        );
         let empty = errors_of(|e| {
-            validate_workload_selector(&LabelSelector::default(), &tpl, &spec.child("selector"), &spec.child("template"), e)
+            validate_workload_selector(
+                &LabelSelector::default(),
+                &tpl,
+                &spec.child("selector"),
+                &spec.child("template"),
+                e,
+            )
         });
-        assert!(empty[0].starts_with("spec.selector: Invalid value"), "{empty:?}");
+        assert!(
+            empty[0].starts_with("spec.selector: Invalid value"),
+            "{empty:?}"
+        );
     }
 
     #[test]
     fn pod_template_rules() {
         let path = Path::new("spec").child("template");
-        let mut tpl = template(&[("app", "web")], &[("nginx", "nginx"), ("nginx", "busybox"), ("Bad", "")]);
+        let mut tpl = template(
+            &[("app", "web")],
+            &[("nginx", "nginx"), ("nginx", "busybox"), ("Bad", "")],
+        );
         if let Some(spec) = tpl.spec.as_mut() {
             spec.restart_policy = Some("Never".into());
             spec.active_deadline_seconds = Some(5);
         }
         let errors = errors_of(|e| validate_pod_template(&tpl, &path, &["Always"], true, e));
-        assert_eq!(errors, [
-            r#"spec.template.spec.restartPolicy: Unsupported value: "Never": supported values: "Always""#,
-            "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in a workload's Pod template is not supported",
-            r#"spec.template.spec.containers[1].name: Duplicate value: "nginx""#,
-            &format!(r#"spec.template.spec.containers[2].name: Invalid value: "Bad": {}"#, check_dns1123_label("Bad").err().unwrap_or_default()),
-            "spec.template.spec.containers[2].image: Required value",
-        ]);
+        assert_eq!(
+            errors,
+            [
+                r#"spec.template.spec.restartPolicy: Unsupported value: "Never": supported values: "Always""#,
+                "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in a workload's Pod template is not supported",
+                r#"spec.template.spec.containers[1].name: Duplicate value: "nginx""#,
+                &format!(
+                    r#"spec.template.spec.containers[2].name: Invalid value: "Bad": {}"#,
+                    check_dns1123_label("Bad").err().unwrap_or_default()
+                ),
+                "spec.template.spec.containers[2].image: Required value",
+            ]
+        );
     }
 }

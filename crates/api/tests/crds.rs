@@ -27,18 +27,36 @@ fn checked_in_crds_are_up_to_date() {
 fn crds_serve_both_versions_store_v1beta1_and_convert_by_webhook() {
     for crd in crd::all() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let versions: Vec<(&str, bool, bool)> =
-            crd.spec.versions.iter().map(|v| (v.name.as_str(), v.served, v.storage)).collect();
-        assert_eq!(versions, [("v1alpha1", true, false), ("v1beta1", true, true)], "{name}");
+        let versions: Vec<(&str, bool, bool)> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        assert_eq!(
+            versions,
+            [("v1alpha1", true, false), ("v1beta1", true, true)],
+            "{name}"
+        );
         let conversion = crd.spec.conversion.as_ref().expect("conversion");
         assert_eq!(conversion.strategy, "Webhook", "{name}");
         for version in &crd.spec.versions {
             let schema = serde_json::to_value(&version.schema).expect("schema");
             let template = schema.pointer("/openAPIV3Schema/properties/spec/properties/template");
             if let Some(template) = template {
-                assert_eq!(template["x-kubernetes-preserve-unknown-fields"], true, "{name} {}", version.name);
+                assert_eq!(
+                    template["x-kubernetes-preserve-unknown-fields"], true,
+                    "{name} {}",
+                    version.name
+                );
             }
-            assert!(version.subresources.as_ref().is_some_and(|s| s.status.is_some()), "{name} status");
+            assert!(
+                version
+                    .subresources
+                    .as_ref()
+                    .is_some_and(|s| s.status.is_some()),
+                "{name} status"
+            );
         }
     }
 }

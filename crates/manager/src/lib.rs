@@ -1,4 +1,390 @@
-//! The kruise-manager binary: flags, leader election, shared Pod watch, controllers and webhook wiring, metrics, health endpoints.
+//! kruise-manager: one process serving the apps.kruise.io webhooks (admission and conversion, with
+//! self-managed certificates) and, on the elected leader, the workload controllers.
 //!
-//! This crate is part of the workspace layout in DESIGN.md; its content arrives with the issues that
-//! need it (the API issue, the in-place engine and CloneSet issue, ...).
+//! Start-up order: metrics and health endpoints → webhook server and certificate sync (every replica
+//! serves admission) → leader election → webhook configurations and controllers (leader only).
+
+pub mod leader;
+pub mod throttle;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum_server::tls_rustls::RustlsConfig;
+use clap::Parser;
+use kruise_webhook::certctl;
+use kruise_webhook::configuration::Target;
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+/// Command-line flags.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "kruise-manager",
+    version,
+    about = "kruise-rs manager: apps.kruise.io webhooks and controllers"
+)]
+pub struct Args {
+    /// Kubeconfig file; without it, the in-cluster config (or $KUBECONFIG) is used.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The manager's namespace: webhook certificate Secret and leader election Lease live here.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kruise-system")]
+    pub namespace: String,
+    /// Elect a leader among replicas; only the leader runs controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the leader election Lease.
+    #[arg(long, default_value = "kruise-manager")]
+    pub leader_election_id: String,
+    /// Namespace of the leader election Lease (default: --namespace).
+    #[arg(long)]
+    pub leader_election_namespace: Option<String>,
+    /// Lease duration in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub leader_election_lease_seconds: u64,
+    /// Identity in the Lease (default: hostname-random).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Prometheus metrics address (/metrics).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Health address (/healthz, /readyz).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub health_addr: SocketAddr,
+    /// Webhook HTTPS port.
+    #[arg(long, env = "WEBHOOK_PORT", default_value_t = 9876)]
+    pub webhook_port: u16,
+    /// Address the webhook server binds.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub webhook_bind_address: std::net::IpAddr,
+    /// Host the apiserver calls the webhook at (URL form, e.g. 127.0.0.1); without it the webhook is
+    /// reached through the Service <webhook-service>.<namespace>.svc.
+    #[arg(long, env = "WEBHOOK_HOST")]
+    pub webhook_host: Option<String>,
+    /// Service in front of the webhook (in-cluster).
+    #[arg(long, env = "SERVICE_NAME", default_value = "kruise-webhook-service")]
+    pub webhook_service: String,
+    /// Secret holding the webhook certificates.
+    #[arg(long, env = "SECRET_NAME", default_value = "kruise-webhook-certs")]
+    pub webhook_secret: String,
+    /// Renew certificates expiring sooner than this (d, m = 30 days, y).
+    #[arg(long, env = "CERTS_RENEW_BEFORE", default_value = "6m")]
+    pub certs_renew_before: String,
+    /// Period of the webhook certificate and configuration resync, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub webhook_resync_seconds: u64,
+    /// Client-side limit of requests per second to the apiserver.
+    #[arg(long, default_value_t = 50.0)]
+    pub kube_api_qps: f64,
+    /// Client-side burst of requests to the apiserver.
+    #[arg(long, default_value_t = 100)]
+    pub kube_api_burst: u32,
+    /// Concurrent reconciles per workload controller.
+    #[arg(long, default_value_t = 3)]
+    pub cloneset_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub statefulset_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub sidecarset_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub uniteddeployment_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub broadcastjob_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub daemonset_workers: u16,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+impl Args {
+    fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .unwrap_or_else(|_| "kruise-manager".into());
+            let mut suffix = [0u8; 4];
+            rand::RngCore::fill_bytes(&mut rand::rng(), &mut suffix);
+            format!("{}_{}", host.trim(), hex::encode(suffix))
+        })
+    }
+
+    fn target(&self) -> Target {
+        match &self.webhook_host {
+            Some(host) => Target::Url {
+                host: host.clone(),
+                port: self.webhook_port,
+            },
+            None => Target::Service {
+                namespace: self.namespace.clone(),
+                name: self.webhook_service.clone(),
+            },
+        }
+    }
+}
+
+pub fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+async fn client(args: &Args) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not in a cluster")?,
+    };
+    let builder = kube::client::ClientBuilder::try_from(config).context("building the client")?;
+    Ok(builder
+        .with_layer(&throttle::ThrottleLayer::new(
+            args.kube_api_qps,
+            args.kube_api_burst,
+        ))
+        .build())
+}
+
+/// What `/readyz` checks.
+#[derive(Clone, Default)]
+struct Readiness {
+    webhook_serving: Arc<AtomicBool>,
+}
+
+/// Runs the manager until SIGTERM/SIGINT (or until it loses leadership, which ends the process so that
+/// a fresh start re-joins the election cleanly).
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    kruise_webhook::server::install_crypto_provider();
+    let client = client(&args).await?;
+    let mut registry = Registry::default();
+    let webhook_metrics = kruise_webhook::metrics::Metrics::register(&mut registry);
+    let leader_gauge = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+    registry.register(
+        "kruise_manager_leader",
+        "1 while this replica holds the leader lease",
+        leader_gauge.clone(),
+    );
+    let registry = Arc::new(registry);
+    let readiness = Readiness::default();
+
+    // Metrics and health first, so a slow start is observable.
+    let metrics_app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .with_state(registry.clone());
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding metrics address {}", args.metrics_addr))?;
+    tokio::spawn(async move { axum::serve(metrics_listener, metrics_app).await });
+    let health_app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(readiness.clone());
+    let health_listener = tokio::net::TcpListener::bind(args.health_addr)
+        .await
+        .with_context(|| format!("binding health address {}", args.health_addr))?;
+    tokio::spawn(async move { axum::serve(health_listener, health_app).await });
+
+    // The webhook server and its certificates, on every replica.
+    let settings = certctl::Settings {
+        namespace: args.namespace.clone(),
+        secret_name: args.webhook_secret.clone(),
+        target: args.target(),
+        renew_before: kruise_webhook::certs::parse_renew_before(&args.certs_renew_before)
+            .map_err(anyhow::Error::msg)
+            .context("--certs-renew-before")?,
+        resync: Duration::from_secs(args.webhook_resync_seconds.max(1)),
+    };
+    let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
+    let tls = RustlsConfig::from_pem(
+        first.cert.clone().into_bytes(),
+        first.key.clone().into_bytes(),
+    )
+    .await
+    .context("loading the webhook certificate")?;
+    let webhook_addr = SocketAddr::new(args.webhook_bind_address, args.webhook_port);
+    let handle = axum_server::Handle::new();
+    let server = tokio::spawn(kruise_webhook::server::serve(
+        webhook_addr,
+        tls.clone(),
+        kruise_webhook::server::router(webhook_metrics.clone()),
+        handle.clone(),
+    ));
+    if handle.listening().await.is_none() {
+        let outcome = server.await;
+        anyhow::bail!("the webhook server did not start on {webhook_addr}: {outcome:?}");
+    }
+    readiness.webhook_serving.store(true, Ordering::SeqCst);
+
+    // Only the leader writes the webhook configurations and runs controllers.
+    let identity = args.identity();
+    let elector = args.leader_elect.then(|| {
+        leader::Elector::new(
+            client.clone(),
+            leader::Config {
+                namespace: args
+                    .leader_election_namespace
+                    .clone()
+                    .unwrap_or_else(|| args.namespace.clone()),
+                name: args.leader_election_id.clone(),
+                identity: identity.clone(),
+                lease_duration: Duration::from_secs(args.leader_election_lease_seconds),
+                renew_deadline: Duration::from_secs(args.leader_election_lease_seconds * 2 / 3),
+                retry_period: Duration::from_secs((args.leader_election_lease_seconds / 7).max(1)),
+            },
+        )
+    });
+
+    let leading = async {
+        if let Some(elector) = &elector {
+            tracing::info!(%identity, "waiting for leadership");
+            elector.acquire().await;
+        }
+        tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
+        leader_gauge.set(1);
+        let (ready_tx, _ready_rx) = watch::channel(false);
+        let certs = certctl::run(
+            client.clone(),
+            settings.clone(),
+            tls.clone(),
+            ready_tx,
+            webhook_metrics.clone(),
+        );
+        let controllers = run_controllers(&args);
+        match &elector {
+            Some(elector) => {
+                tokio::select! {
+                    _ = elector.hold() => {}
+                    _ = certs => {}
+                    _ = controllers => {}
+                }
+                Err(anyhow::anyhow!("lost leadership"))
+            }
+            None => {
+                tokio::join!(certs, controllers);
+                Ok(())
+            }
+        }
+    };
+    let standby_certs = async {
+        // A standby keeps its own serving certificate current (the leader may rotate it).
+        let mut current = Some(first.clone());
+        loop {
+            tokio::time::sleep(settings.resync).await;
+            if let Ok(bundle) = certctl::ensure_secret(&client, &settings, &webhook_metrics).await
+                && current.as_ref() != Some(&bundle)
+            {
+                if let Err(error) = tls
+                    .reload_from_pem(
+                        bundle.cert.clone().into_bytes(),
+                        bundle.key.clone().into_bytes(),
+                    )
+                    .await
+                {
+                    tracing::warn!(%error, "reloading the webhook certificate");
+                }
+                current = Some(bundle);
+            }
+        }
+    };
+
+    let outcome = tokio::select! {
+        result = leading => result,
+        () = standby_certs => Ok(()),
+        () = shutdown_signal() => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
+    };
+    leader_gauge.set(0);
+    if let Some(elector) = &elector {
+        elector.release().await;
+    }
+    handle.graceful_shutdown(Some(Duration::from_secs(5)));
+    outcome
+}
+
+async fn ensure_first_certificate(
+    client: &Client,
+    settings: &certctl::Settings,
+    metrics: &kruise_webhook::metrics::Metrics,
+) -> anyhow::Result<kruise_webhook::certs::CertBundle> {
+    let mut attempts = 0;
+    loop {
+        match certctl::ensure_secret(client, settings, metrics).await {
+            Ok(bundle) => return Ok(bundle),
+            Err(error) if attempts < 30 => {
+                attempts += 1;
+                tracing::warn!(%error, "webhook certificate not ready; retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(error) => return Err(error).context("ensuring the webhook certificate"),
+        }
+    }
+}
+
+/// The workload controllers, started on the leader. Each later issue adds its controller here.
+async fn run_controllers(args: &Args) {
+    tracing::info!(
+        cloneset_workers = args.cloneset_workers,
+        statefulset_workers = args.statefulset_workers,
+        sidecarset_workers = args.sidecarset_workers,
+        uniteddeployment_workers = args.uniteddeployment_workers,
+        broadcastjob_workers = args.broadcastjob_workers,
+        daemonset_workers = args.daemonset_workers,
+        "controllers started"
+    );
+    std::future::pending::<()>().await;
+}
+
+async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    Ok(text)
+}
+
+async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
+    if readiness.webhook_serving.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "webhook server not serving yet",
+        )
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -278,6 +278,29 @@ impl ControlPlane {
         out
     }
 
+    /// Hands a process to the control plane, which then stops it first (before its own components).
+    pub fn adopt(&self, process: Process) {
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(process);
+    }
+
+    /// Stops (SIGKILL when `kill`, else SIGTERM) and forgets the adopted process named `name`.
+    pub fn stop_process(&self, name: &str, kill: bool) {
+        let mut processes = self
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(index) = processes.iter().position(|p| p.name == name) {
+            let mut process = processes.remove(index);
+            if kill {
+                crate::process::signal(process.pid(), libc::SIGKILL);
+            }
+            process.stop(Duration::from_secs(10));
+        }
+    }
+
     /// PIDs of the components by name.
     pub fn pids(&self) -> Vec<(String, u32)> {
         let processes = self
@@ -656,8 +679,9 @@ fn insecure_client(port: u16) -> anyhow::Result<Client> {
     Client::try_from(config).context("building a health-check client")
 }
 
-/// A minimal HTTP/1.0 GET on 127.0.0.1 (etcd's client port speaks plain HTTP).
-async fn plain_http_get(port: u16, path: &str) -> anyhow::Result<String> {
+/// A minimal HTTP/1.0 GET on 127.0.0.1 (etcd's client port speaks plain HTTP); the whole response,
+/// status line included.
+pub async fn plain_http_get(port: u16, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     stream

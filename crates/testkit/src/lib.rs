@@ -3,6 +3,7 @@
 
 pub mod certs;
 pub mod control_plane;
+pub mod manager;
 pub mod process;
 pub mod testbed;
 pub mod wait;

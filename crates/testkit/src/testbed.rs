@@ -24,6 +24,12 @@ pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 pub struct TestBed {
     pub plane: ControlPlane,
     pub nodes: Vec<NodeSpecSim>,
+    manager: OnceLock<Result<crate::manager::ManagerPorts, String>>,
+}
+
+/// The apps.kruise.io CRDs checked in at `config/crd`.
+pub fn crd_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/crd")
 }
 
 static BED: OnceLock<Result<TestBed, String>> = OnceLock::new();
@@ -83,7 +89,11 @@ fn start_in_background() -> anyhow::Result<TestBed> {
 }
 
 async fn start() -> anyhow::Result<TestBed> {
-    let plane = ControlPlane::start(Options::default()).await?;
+    let options = Options {
+        crd_dir: Some(crd_dir()),
+        ..Options::default()
+    };
+    let plane = ControlPlane::start(options).await?;
     let log = plane.dir().join("kubelet-sim.log");
     if let Ok(file) = std::fs::File::create(&log) {
         let _ = tracing_subscriber::fmt()
@@ -99,7 +109,11 @@ async fn start() -> anyhow::Result<TestBed> {
     wait_nodes_ready(&plane.client().await?, &nodes)
         .await
         .map_err(|e| e.context(plane.log_tails(30)))?;
-    Ok(TestBed { plane, nodes })
+    Ok(TestBed {
+        plane,
+        nodes,
+        manager: OnceLock::new(),
+    })
 }
 
 /// Starts kubelet-sim for `nodes` on the current runtime.
@@ -155,6 +169,33 @@ pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow:
 }
 
 impl TestBed {
+    /// The test binary's kruise-manager (started on first call, webhook wired into the apiserver). Panics
+    /// with its log if it cannot start.
+    pub fn manager(&'static self) -> &'static crate::manager::ManagerPorts {
+        let started = self.manager.get_or_init(|| {
+            let run = || -> anyhow::Result<crate::manager::ManagerPorts> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async {
+                    crate::manager::ensure_namespace(&self.plane).await?;
+                    let ports = crate::manager::spawn(&self.plane, &Default::default())?;
+                    crate::manager::wait_serving(&self.plane, &ports, Duration::from_secs(90))
+                        .await?;
+                    Ok(ports)
+                })
+            };
+            // A separate thread: the caller may be inside a runtime, where block_on is not allowed.
+            std::thread::scope(|scope| scope.spawn(run).join())
+                .map_err(|_| "the manager start-up thread panicked".to_string())
+                .and_then(|result| result.map_err(|error| format!("{error:#}")))
+        });
+        match started {
+            Ok(ports) => ports,
+            Err(error) => panic!("kruise-manager could not start: {error}"),
+        }
+    }
+
     /// A fresh namespace `<prefix>-<random>` for one test, deleted when the guard drops. Run the test body
     /// through [`TestNamespace::run`] so that a failure prints diagnostics and keeps the namespace.
     pub async fn namespace(&'static self, prefix: &str) -> anyhow::Result<TestNamespace> {

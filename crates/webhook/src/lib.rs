@@ -1,4 +1,11 @@
-//! HTTPS admission and conversion server: Pod mutation (SidecarSet injection), CR defaulting and validation, /convert, self-managed certificates.
-//!
-//! This crate is part of the workspace layout in DESIGN.md; its content arrives with the issues that
-//! need it (the API issue, the in-place engine and CloneSet issue, ...).
+//! kruise-rs webhook: the HTTPS admission (defaulting, validation) and CRD conversion server for the
+//! apps.kruise.io workloads, with self-managed certificates.
+
+pub mod admission;
+pub mod certctl;
+pub mod certs;
+pub mod configuration;
+pub mod convert;
+pub mod metrics;
+pub mod patch;
+pub mod server;

@@ -4,7 +4,11 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "config/crd".into()));
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "config/crd".into()),
+    );
     std::fs::create_dir_all(&dir)?;
     for crd in kruise_api::crd::all() {
         let path = dir.join(kruise_api::crd::file_name(&crd));

@@ -26,13 +26,19 @@ impl KindApi for Api {
     type V1beta1 = v1beta1::BroadcastJob;
 
     fn to_v1beta1(object: v1alpha1::BroadcastJob) -> v1beta1::BroadcastJob {
-        v1beta1::BroadcastJob { metadata: object.metadata, spec: object.spec.fields, status: object.status }
+        v1beta1::BroadcastJob {
+            metadata: object.metadata,
+            spec: object.spec.fields,
+            status: object.status,
+        }
     }
 
     fn to_v1alpha1(object: v1beta1::BroadcastJob) -> v1alpha1::BroadcastJob {
         v1alpha1::BroadcastJob {
             metadata: object.metadata,
-            spec: v1alpha1::BroadcastJobSpec { fields: object.spec },
+            spec: v1alpha1::BroadcastJobSpec {
+                fields: object.spec,
+            },
             status: object.status,
         }
     }
@@ -51,11 +57,15 @@ impl KindApi for Api {
         }
     }
 
-    fn validate(object: &v1beta1::BroadcastJob, _old: Option<&v1beta1::BroadcastJob>) -> Vec<FieldError> {
+    fn validate(
+        object: &v1beta1::BroadcastJob,
+        _old: Option<&v1beta1::BroadcastJob>,
+    ) -> Vec<FieldError> {
         let mut errors = Vec::new();
         let name = object.metadata.name.as_deref().unwrap_or_default();
-        let name_ok =
-            !name.is_empty() && name.len() <= 63 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        let name_ok = !name.is_empty()
+            && name.len() <= 63
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
         if !name_ok && object.metadata.generate_name.is_none() {
             errors.push(FieldError::invalid(
                 &Path::new("metadata").child("name"),
@@ -94,18 +104,33 @@ impl KindApi for Api {
         if let Some(deadline) = policy.active_deadline_seconds
             && deadline <= 0
         {
-            errors.push(FieldError::invalid(&policy_path.child("activeDeadlineSeconds"), deadline, "must be greater than 0"));
+            errors.push(FieldError::invalid(
+                &policy_path.child("activeDeadlineSeconds"),
+                deadline,
+                "must be greater than 0",
+            ));
         }
         if let Some(ttl) = policy.ttl_seconds_after_finished {
-            validation::validate_non_negative(ttl.into(), &policy_path.child("ttlSecondsAfterFinished"), &mut errors);
+            validation::validate_non_negative(
+                ttl.into(),
+                &policy_path.child("ttlSecondsAfterFinished"),
+                &mut errors,
+            );
         }
         let failure_path = path.child("failurePolicy");
         match spec.failure_policy.type_.as_str() {
-            "" | v1beta1::FAILURE_FAIL_FAST | v1beta1::FAILURE_CONTINUE | v1beta1::FAILURE_PAUSE => {}
+            ""
+            | v1beta1::FAILURE_FAIL_FAST
+            | v1beta1::FAILURE_CONTINUE
+            | v1beta1::FAILURE_PAUSE => {}
             other => errors.push(FieldError::not_supported(
                 &failure_path.child("type"),
                 other,
-                &[v1beta1::FAILURE_FAIL_FAST, v1beta1::FAILURE_CONTINUE, v1beta1::FAILURE_PAUSE],
+                &[
+                    v1beta1::FAILURE_FAIL_FAST,
+                    v1beta1::FAILURE_CONTINUE,
+                    v1beta1::FAILURE_PAUSE,
+                ],
             )),
         }
         validation::validate_non_negative(
@@ -118,7 +143,12 @@ impl KindApi for Api {
         }
 
         let template_path = path.child("template");
-        let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+        let labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
         for reserved in [LABEL_JOB_NAME, LABEL_CONTROLLER_UID] {
             if labels.get(reserved).is_some_and(|v| !v.is_empty()) {
                 errors.push(FieldError::forbidden(
@@ -127,7 +157,13 @@ impl KindApi for Api {
                 ));
             }
         }
-        validation::validate_pod_template(&spec.template, &template_path, &["Never", "OnFailure"], false, &mut errors);
+        validation::validate_pod_template(
+            &spec.template,
+            &template_path,
+            &["Never", "OnFailure"],
+            false,
+            &mut errors,
+        );
         errors
     }
 

@@ -26,8 +26,15 @@ fn defaults_as_upstream() {
     assert_eq!(object.spec.failure_policy.type_, "FailFast");
     assert_eq!(object.spec.parallelism, Some(IntOrString::Int(i32::MAX)));
     let pod = object.spec.template.spec.as_ref().expect("pod spec");
-    assert_eq!(pod.containers[0].image_pull_policy.as_deref(), Some("Always"));
-    assert_eq!(pod.restart_policy.as_deref(), Some("Never"), "an explicit restartPolicy is kept");
+    assert_eq!(
+        pod.containers[0].image_pull_policy.as_deref(),
+        Some("Always")
+    );
+    assert_eq!(
+        pod.restart_policy.as_deref(),
+        Some("Never"),
+        "an explicit restartPolicy is kept"
+    );
 }
 
 #[test]
@@ -41,7 +48,10 @@ fn valid_job_passes() {
 fn invalid_jobs_name_the_field() {
     // (spec, expected start of the first error)
     let cases = [
-        (json!({"template": template("Always")}), "spec.template.spec.restartPolicy: Unsupported value: \"Always\""),
+        (
+            json!({"template": template("Always")}),
+            "spec.template.spec.restartPolicy: Unsupported value: \"Always\"",
+        ),
         (
             json!({"template": template("Never"), "completionPolicy": {"type": "Never", "ttlSecondsAfterFinished": 5}}),
             "spec.completionPolicy.ttlSecondsAfterFinished: Invalid value: \"5\"",
@@ -50,7 +60,10 @@ fn invalid_jobs_name_the_field() {
             json!({"template": template("Never"), "completionPolicy": {"type": "Sometimes"}}),
             "spec.completionPolicy.type: Unsupported value: \"Sometimes\"",
         ),
-        (json!({"template": template("Never"), "parallelism": "5"}), "spec.parallelism: Invalid value: \"5\""),
+        (
+            json!({"template": template("Never"), "parallelism": "5"}),
+            "spec.parallelism: Invalid value: \"5\"",
+        ),
         (
             json!({"template": template("Never"), "failurePolicy": {"type": "Retry"}}),
             "spec.failurePolicy.type: Unsupported value: \"Retry\"",
@@ -67,7 +80,10 @@ fn invalid_jobs_name_the_field() {
     for (spec, want) in cases {
         let errors = Api::validate(&job(spec.clone()), None);
         let first = errors.first().map(ToString::to_string).unwrap_or_default();
-        assert!(first.starts_with(want), "spec {spec}: got {first:?}, want {want:?}");
+        assert!(
+            first.starts_with(want),
+            "spec {spec}: got {first:?}, want {want:?}"
+        );
     }
 }
 
@@ -86,36 +102,71 @@ fn json_dispatch_converts_both_ways() {
     let v1beta1 = crate::kinds::convert(v1alpha1.clone(), crate::kinds::V1BETA1).expect("up");
     assert_eq!(v1beta1["apiVersion"], "apps.kruise.io/v1beta1");
     assert_eq!(v1beta1["spec"]["paused"], true);
-    assert_eq!(v1beta1["spec"]["template"]["spec"]["containers"][0]["futureField"], 1, "template kept verbatim");
-    let back = Kind::BroadcastJob.convert(v1beta1, crate::kinds::V1ALPHA1).expect("down");
+    assert_eq!(
+        v1beta1["spec"]["template"]["spec"]["containers"][0]["futureField"], 1,
+        "template kept verbatim"
+    );
+    let back = Kind::BroadcastJob
+        .convert(v1beta1, crate::kinds::V1ALPHA1)
+        .expect("down");
     assert_eq!(back, v1alpha1);
 }
 
 fn arb_job() -> impl Strategy<Value = v1beta1::BroadcastJob> {
     (
-        proptest::option::of(prop_oneof![any::<i32>().prop_map(IntOrString::Int), (0..200i32).prop_map(|p| IntOrString::String(format!("{p}%")))]),
-        prop_oneof![Just(String::new()), Just("Always".to_string()), Just("Never".to_string())],
+        proptest::option::of(prop_oneof![
+            any::<i32>().prop_map(IntOrString::Int),
+            (0..200i32).prop_map(|p| IntOrString::String(format!("{p}%")))
+        ]),
+        prop_oneof![
+            Just(String::new()),
+            Just("Always".to_string()),
+            Just("Never".to_string())
+        ],
         proptest::option::of(any::<i64>()),
         proptest::option::of(any::<i32>()),
         any::<bool>(),
-        prop_oneof![Just(String::new()), Just("Continue".to_string()), Just("Pause".to_string())],
+        prop_oneof![
+            Just(String::new()),
+            Just("Continue".to_string()),
+            Just("Pause".to_string())
+        ],
         any::<i32>(),
         (any::<i32>(), any::<i32>(), "[a-z]{0,8}"),
     )
-        .prop_map(|(parallelism, completion, deadline, ttl, paused, failure, restart_limit, (active, desired, phase))| {
-            let mut object = v1beta1::BroadcastJob::default();
-            object.metadata.name = Some("bcj".into());
-            object.spec.parallelism = parallelism;
-            object.spec.completion_policy = v1beta1::CompletionPolicy {
-                type_: completion,
-                active_deadline_seconds: deadline,
-                ttl_seconds_after_finished: ttl,
-            };
-            object.spec.paused = paused;
-            object.spec.failure_policy = v1beta1::FailurePolicy { type_: failure, restart_limit };
-            object.status = Some(v1beta1::BroadcastJobStatus { active, desired, phase, ..Default::default() });
-            object
-        })
+        .prop_map(
+            |(
+                parallelism,
+                completion,
+                deadline,
+                ttl,
+                paused,
+                failure,
+                restart_limit,
+                (active, desired, phase),
+            )| {
+                let mut object = v1beta1::BroadcastJob::default();
+                object.metadata.name = Some("bcj".into());
+                object.spec.parallelism = parallelism;
+                object.spec.completion_policy = v1beta1::CompletionPolicy {
+                    type_: completion,
+                    active_deadline_seconds: deadline,
+                    ttl_seconds_after_finished: ttl,
+                };
+                object.spec.paused = paused;
+                object.spec.failure_policy = v1beta1::FailurePolicy {
+                    type_: failure,
+                    restart_limit,
+                };
+                object.status = Some(v1beta1::BroadcastJobStatus {
+                    active,
+                    desired,
+                    phase,
+                    ..Default::default()
+                });
+                object
+            },
+        )
 }
 
 proptest! {

@@ -32,11 +32,36 @@ pub const CONDITION_FAILED: &str = "Failed";
     derive = "PartialEq",
     derive = "Default",
     doc = "BroadcastJob is the Schema for the broadcastjobs API",
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desired", description = "The desired number of pods. This is typically equal to the number of nodes satisfied to run pods."),
-    printcolumn(name = "Active", type_ = "integer", json_path = ".status.active", description = "The number of actively running pods."),
-    printcolumn(name = "Succeeded", type_ = "integer", json_path = ".status.succeeded", description = "The number of pods which reached phase Succeeded."),
-    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed", description = "The number of pods which reached phase Failed."),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp", description = "CreationTimestamp is a timestamp representing the server time when this object was created.")
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".status.desired",
+        description = "The desired number of pods. This is typically equal to the number of nodes satisfied to run pods."
+    ),
+    printcolumn(
+        name = "Active",
+        type_ = "integer",
+        json_path = ".status.active",
+        description = "The number of actively running pods."
+    ),
+    printcolumn(
+        name = "Succeeded",
+        type_ = "integer",
+        json_path = ".status.succeeded",
+        description = "The number of pods which reached phase Succeeded."
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.failed",
+        description = "The number of pods which reached phase Failed."
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp",
+        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BroadcastJobSpec {

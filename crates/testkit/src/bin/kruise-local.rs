@@ -1,7 +1,8 @@
 //! `kruise-local`: a local Kubernetes cluster for kruise-rs on 127.0.0.1.
 //!
-//! `kruise-local up [--nodes N]` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and N
-//! simulated nodes (kubelet-sim) spread over zones, writes an admin kubeconfig, prints
+//! `kruise-local up [--nodes N]` starts etcd, kube-apiserver (with the apps.kruise.io CRDs),
+//! kube-controller-manager, kube-scheduler, N simulated nodes (kubelet-sim) spread over zones and
+//! kruise-manager (webhooks at https://127.0.0.1:<port>), writes an admin kubeconfig, prints
 //! `kruise-local: ready`, and runs until SIGINT/SIGTERM, then stops everything and removes its files.
 
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use kruise_testkit::control_plane::{ControlPlane, Options, default_bin_dir};
+use kruise_testkit::manager;
 use kruise_testkit::testbed::wait_nodes_ready;
 use kubelet_sim::NodeSpecSim;
 
@@ -49,8 +51,11 @@ struct UpArgs {
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// CRD manifests to install before the controllers start.
+    #[arg(long, default_value = "config/crd")]
+    crds: PathBuf,
+    /// Do not start kruise-manager (a bare Kubernetes cluster).
     #[arg(long)]
-    crds: Option<PathBuf>,
+    no_manager: bool,
 }
 
 #[tokio::main]
@@ -70,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
 async fn up(args: UpArgs) -> anyhow::Result<()> {
     let options = Options {
         bin_dir: args.bin_dir.unwrap_or_else(default_bin_dir),
-        crd_dir: args.crds,
+        crd_dir: Some(args.crds.clone()),
         ..Options::default()
     };
     let plane = ControlPlane::start(options).await?;
@@ -106,6 +111,20 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         },
     ));
     wait_nodes_ready(&plane.client().await?, &nodes).await?;
+
+    if !args.no_manager {
+        manager::ensure_namespace(&plane).await?;
+        let ports = manager::spawn(&plane, &manager::ManagerOptions::default())?;
+        manager::wait_serving(&plane, &ports, Duration::from_secs(90)).await?;
+        eprintln!(
+            "kruise-local: kruise-manager serving (webhook https://127.0.0.1:{}, metrics http://127.0.0.1:{}/metrics, \
+             health http://127.0.0.1:{}/readyz, log {})",
+            ports.webhook,
+            ports.metrics,
+            ports.health,
+            plane.dir().join("kruise-manager.log").display()
+        );
+    }
 
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig).unwrap_or(args.kubeconfig.clone());
     println!("kubeconfig: {}", kubeconfig.display());

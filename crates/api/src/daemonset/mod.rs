@@ -1,0 +1,402 @@
+//! Advanced DaemonSet: types of both versions, conversion, defaults, validation and CRD.
+
+pub mod v1alpha1;
+pub mod v1beta1;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use crate::conversion::Stash;
+use crate::field::{FieldError, Path};
+use crate::intstr::{self, IntOrPercent};
+use crate::kinds::KindApi;
+use crate::{keys, validation};
+
+use v1alpha1::{ANNOTATION_PROGRESSIVE_CREATE_POD, ROLLING_UPDATE_SURGING};
+use v1beta1::{
+    ROLLING_UPDATE_IN_PLACE_IF_POSSIBLE, ROLLING_UPDATE_STANDARD, UPDATE_ON_DELETE,
+    UPDATE_ROLLING_UPDATE,
+};
+
+/// The [`KindApi`] of Advanced DaemonSet.
+pub struct Api;
+
+/// On a v1beta1 object: the v1alpha1 rollingUpdateType (`Surging`) that v1beta1 writes as Standard.
+const STASH_ROLLING_UPDATE_TYPE: &str = "updateStrategy.rollingUpdate.rollingUpdateType";
+/// On a v1alpha1 object: `{"value": <scaleStrategy>}` when the annotation alone would not restore it.
+const STASH_SCALE_STRATEGY: &str = "scaleStrategy";
+/// On a v1alpha1 object: `{"value": <previous annotation value or null>}` when down-conversion wrote the
+/// progressive-create-pod annotation.
+const STASH_PROGRESSIVE_ANNOTATION: &str = "progressiveCreatePodAnnotation";
+
+/// What the v1alpha1 annotation stands for in v1beta1.
+fn scale_strategy_from_annotation(meta: &ObjectMeta) -> Option<v1beta1::DaemonSetScaleStrategy> {
+    let progressive = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_PROGRESSIVE_CREATE_POD));
+    (progressive.map(String::as_str) == Some("true")).then_some(v1beta1::DaemonSetScaleStrategy {
+        partitioned_scaling: true,
+    })
+}
+
+impl KindApi for Api {
+    const KIND: &'static str = "DaemonSet";
+    const PLURAL: &'static str = "daemonsets";
+    const RAW_PATHS: &'static [&'static str] = &["/spec/template"];
+    type V1alpha1 = v1alpha1::DaemonSet;
+    type V1beta1 = v1beta1::DaemonSet;
+
+    fn to_v1beta1(object: v1alpha1::DaemonSet) -> v1beta1::DaemonSet {
+        let mut metadata = object.metadata;
+        let stash = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
+        // As upstream, the annotation stays on the object and also sets partitionedScaling.
+        let mut scale_strategy = scale_strategy_from_annotation(&metadata);
+        if let Some(recorded) = stash.get::<Value>(STASH_SCALE_STRATEGY) {
+            scale_strategy = serde_json::from_value(recorded["value"].clone()).unwrap_or_default();
+        }
+        if let Some(recorded) = stash.get::<Value>(STASH_PROGRESSIVE_ANNOTATION) {
+            let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
+            match recorded["value"].as_str() {
+                Some(previous) => {
+                    annotations.insert(ANNOTATION_PROGRESSIVE_CREATE_POD.into(), previous.into())
+                }
+                None => annotations.remove(ANNOTATION_PROGRESSIVE_CREATE_POD),
+            };
+            if annotations.is_empty() {
+                metadata.annotations = None;
+            }
+        }
+
+        let spec = object.spec;
+        let mut update_strategy = spec.update_strategy;
+        let mut alpha_only = Stash::default();
+        if let Some(rolling) = update_strategy.rolling_update.as_mut()
+            && rolling.type_ == ROLLING_UPDATE_SURGING
+        {
+            rolling.type_ = ROLLING_UPDATE_STANDARD.into();
+            alpha_only.set(
+                STASH_ROLLING_UPDATE_TYPE,
+                &ROLLING_UPDATE_SURGING.to_string(),
+            );
+        }
+        alpha_only.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
+
+        v1beta1::DaemonSet {
+            metadata,
+            spec: v1beta1::DaemonSetSpec {
+                selector: spec.selector,
+                template: spec.template,
+                update_strategy,
+                min_ready_seconds: spec.min_ready_seconds,
+                burst_replicas: spec.burst_replicas,
+                revision_history_limit: spec.revision_history_limit,
+                lifecycle: spec.lifecycle,
+                scale_strategy,
+            },
+            status: object.status.map(|s| v1beta1::DaemonSetStatus {
+                current_number_scheduled: s.current_number_scheduled,
+                number_misscheduled: s.number_misscheduled,
+                desired_number_scheduled: s.desired_number_scheduled,
+                number_ready: s.number_ready,
+                observed_generation: s.observed_generation,
+                updated_number_scheduled: s.updated_number_scheduled,
+                number_available: s.number_available,
+                number_unavailable: s.number_unavailable,
+                collision_count: s.collision_count,
+                conditions: s.conditions,
+                update_revision: s.daemon_set_hash,
+            }),
+        }
+    }
+
+    fn to_v1alpha1(object: v1beta1::DaemonSet) -> v1alpha1::DaemonSet {
+        let mut metadata = object.metadata;
+        let alpha_only = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
+        let spec = object.spec;
+        let mut update_strategy = spec.update_strategy;
+        if let Some(rolling) = update_strategy.rolling_update.as_mut()
+            && rolling.type_ == ROLLING_UPDATE_STANDARD
+            && alpha_only
+                .get::<String>(STASH_ROLLING_UPDATE_TYPE)
+                .as_deref()
+                == Some(ROLLING_UPDATE_SURGING)
+        {
+            rolling.type_ = ROLLING_UPDATE_SURGING.into();
+        }
+
+        let mut stash = Stash::default();
+        if spec
+            .scale_strategy
+            .as_ref()
+            .is_some_and(|s| s.partitioned_scaling)
+        {
+            let previous = metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ANNOTATION_PROGRESSIVE_CREATE_POD.into(), "true".into());
+            if previous.as_deref() != Some("true") {
+                stash.set(STASH_PROGRESSIVE_ANNOTATION, &json!({ "value": previous }));
+            }
+        }
+        if scale_strategy_from_annotation(&metadata) != spec.scale_strategy {
+            stash.set(
+                STASH_SCALE_STRATEGY,
+                &json!({ "value": spec.scale_strategy }),
+            );
+        }
+        stash.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
+
+        v1alpha1::DaemonSet {
+            metadata,
+            spec: v1alpha1::DaemonSetSpec {
+                selector: spec.selector,
+                template: spec.template,
+                update_strategy,
+                min_ready_seconds: spec.min_ready_seconds,
+                burst_replicas: spec.burst_replicas,
+                revision_history_limit: spec.revision_history_limit,
+                lifecycle: spec.lifecycle,
+            },
+            status: object.status.map(|s| v1alpha1::DaemonSetStatus {
+                current_number_scheduled: s.current_number_scheduled,
+                number_misscheduled: s.number_misscheduled,
+                desired_number_scheduled: s.desired_number_scheduled,
+                number_ready: s.number_ready,
+                observed_generation: s.observed_generation,
+                updated_number_scheduled: s.updated_number_scheduled,
+                number_available: s.number_available,
+                number_unavailable: s.number_unavailable,
+                collision_count: s.collision_count,
+                conditions: s.conditions,
+                daemon_set_hash: s.update_revision,
+            }),
+        }
+    }
+
+    /// `SetDefaultsDaemonSetV1beta1`, plus the v1alpha1 rule for a DaemonSet written as `Surging`
+    /// (carried here by conversion): maxSurge 1 and maxUnavailable 0 where unset, and the type stays
+    /// Standard. As upstream, the Pod template is not defaulted.
+    fn default(object: &mut v1beta1::DaemonSet) {
+        let was_surging = consume_surging_marker(&mut object.metadata);
+        let spec = &mut object.spec;
+        spec.burst_replicas.get_or_insert(IntOrString::Int(250));
+        let strategy = &mut spec.update_strategy;
+        if strategy.type_.is_empty() {
+            strategy.type_ = UPDATE_ROLLING_UPDATE.into();
+        }
+        if strategy.type_ == UPDATE_ROLLING_UPDATE {
+            let rolling = strategy.rolling_update.get_or_insert_with(Default::default);
+            if was_surging && rolling.type_ == ROLLING_UPDATE_STANDARD {
+                rolling.max_surge.get_or_insert(IntOrString::Int(1));
+                rolling.max_unavailable.get_or_insert(IntOrString::Int(0));
+            }
+            if rolling.type_.is_empty() {
+                rolling.type_ = ROLLING_UPDATE_STANDARD.into();
+            }
+            if rolling.max_unavailable.is_none() && rolling.max_surge.is_none() {
+                rolling.max_unavailable = Some(IntOrString::Int(1));
+                rolling.max_surge = Some(IntOrString::Int(0));
+            }
+        }
+        spec.revision_history_limit.get_or_insert(10);
+    }
+
+    fn validate(object: &v1beta1::DaemonSet, old: Option<&v1beta1::DaemonSet>) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        if object.metadata.generate_name.is_none()
+            && let Err(message) = check_dns1123_subdomain(name)
+        {
+            errors.push(FieldError::invalid(
+                &Path::new("metadata").child("name"),
+                name,
+                message,
+            ));
+        }
+        if let Some(old) = old {
+            let mut frozen = object.spec.clone();
+            frozen.template = old.spec.template.clone();
+            frozen.update_strategy = old.spec.update_strategy.clone();
+            frozen.lifecycle = old.spec.lifecycle.clone();
+            frozen.burst_replicas = old.spec.burst_replicas.clone();
+            frozen.min_ready_seconds = old.spec.min_ready_seconds;
+            frozen.revision_history_limit = old.spec.revision_history_limit;
+            frozen.scale_strategy = old.spec.scale_strategy.clone();
+            if frozen != old.spec {
+                errors.push(FieldError::forbidden(
+                    &Path::new("spec"),
+                    "updates to daemonset spec for fields other than 'burstReplicas', 'template', 'lifecycle', \
+                     'scaleStrategy', 'updateStrategy', 'minReadySeconds' and 'revisionHistoryLimit' are forbidden",
+                ));
+            }
+        }
+        validate_spec(&object.spec, &mut errors);
+        errors
+    }
+
+    fn crd() -> CustomResourceDefinition {
+        crate::crd::assemble(v1alpha1::DaemonSet::crd(), v1beta1::DaemonSet::crd())
+    }
+}
+
+/// Whether conversion marked the object as written with rollingUpdateType `Surging`; the marker is
+/// removed, since defaulting turns Surging into Standard for good. Objects without the stash annotation are
+/// left untouched.
+fn consume_surging_marker(meta: &mut ObjectMeta) -> bool {
+    let key = keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS;
+    if !meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(key))
+    {
+        return false;
+    }
+    let mut alpha_only = Stash::take(meta, key);
+    let surging = alpha_only
+        .get::<String>(STASH_ROLLING_UPDATE_TYPE)
+        .as_deref()
+        == Some(ROLLING_UPDATE_SURGING);
+    alpha_only.remove(STASH_ROLLING_UPDATE_TYPE);
+    alpha_only.put(meta, key);
+    surging
+}
+
+/// A DNS-1123 subdomain: dot-separated DNS labels, at most 253 characters.
+fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
+    if !value.is_empty()
+        && value.len() <= 253
+        && value
+            .split('.')
+            .all(|l| validation::check_dns1123_label(l).is_ok())
+    {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and \
+             must start and end with an alphanumeric character (at most 253 characters)"
+            .into())
+    }
+}
+
+fn validate_spec(spec: &v1beta1::DaemonSetSpec, errors: &mut Vec<FieldError>) {
+    let path = Path::new("spec");
+    let template_path = path.child("template");
+    match &spec.selector {
+        None => errors.push(FieldError::required(&path.child("selector"), "")),
+        Some(selector) => validation::validate_workload_selector(
+            selector,
+            &spec.template,
+            &path.child("selector"),
+            &template_path,
+            errors,
+        ),
+    }
+    // An unset restartPolicy counts as Always: upstream defaults a copy of the template before checking.
+    validation::validate_pod_template(&spec.template, &template_path, &["Always"], true, errors);
+    validation::validate_non_negative(
+        spec.min_ready_seconds.into(),
+        &path.child("minReadySeconds"),
+        errors,
+    );
+    validate_update_strategy(&spec.update_strategy, &path.child("updateStrategy"), errors);
+    if let Some(limit) = spec.revision_history_limit {
+        validation::validate_non_negative(
+            limit.into(),
+            &path.child("revisionHistoryLimit"),
+            errors,
+        );
+    }
+    if spec
+        .lifecycle
+        .as_ref()
+        .is_some_and(|l| l.in_place_update.is_some())
+    {
+        errors.push(FieldError::forbidden(
+            &path.child("lifecycle").child("inPlaceUpdate"),
+            "inPlaceUpdate hook has not supported yet",
+        ));
+    }
+}
+
+fn validate_update_strategy(
+    strategy: &v1beta1::DaemonSetUpdateStrategy,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    match strategy.type_.as_str() {
+        UPDATE_ON_DELETE => {}
+        UPDATE_ROLLING_UPDATE => match &strategy.rolling_update {
+            None => errors.push(FieldError::required(&path.child("rollingUpdate"), "")),
+            Some(rolling) => validate_rolling_update(rolling, &path.child("rollingUpdate"), errors),
+        },
+        other => errors.push(FieldError::not_supported(
+            &path.child("type"),
+            other,
+            &[UPDATE_ROLLING_UPDATE, UPDATE_ON_DELETE],
+        )),
+    }
+}
+
+/// Whether an int-or-percent counts as set (non-zero). An unparsable value counts as set, so that it is
+/// reported rather than ignored.
+fn is_non_zero(value: Option<&IntOrString>) -> bool {
+    value.is_some_and(|v| IntOrPercent::parse(v).map_or(true, |parsed| !parsed.is_zero()))
+}
+
+fn validate_rolling_update(
+    rolling: &v1beta1::RollingUpdateDaemonSet,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    let has_unavailable = is_non_zero(rolling.max_unavailable.as_ref());
+    let has_surge = is_non_zero(rolling.max_surge.as_ref());
+    if let (true, Some(value)) = (has_unavailable, &rolling.max_unavailable) {
+        intstr::validate(value, &path.child("maxUnavailable"), Some(100), errors);
+    }
+    if let (true, Some(value)) = (has_surge, &rolling.max_surge) {
+        intstr::validate(value, &path.child("maxSurge"), Some(100), errors);
+    }
+    match (has_unavailable, has_surge) {
+        (true, true) => errors.push(FieldError::invalid(
+            &path.child("maxSurge"),
+            rolling
+                .max_surge
+                .as_ref()
+                .map(intstr::display)
+                .unwrap_or_default(),
+            "may not be set when maxUnavailable is non-zero",
+        )),
+        (false, false) => errors.push(FieldError::required(
+            &path.child("maxUnavailable"),
+            "cannot be 0 when maxSurge is 0",
+        )),
+        _ => {}
+    }
+    match rolling.type_.as_str() {
+        "" | ROLLING_UPDATE_STANDARD => {}
+        ROLLING_UPDATE_IN_PLACE_IF_POSSIBLE => {
+            if has_surge {
+                errors.push(FieldError::required(
+                    &path.child("maxSurge"),
+                    "must be 0 for InPlaceIfPossible type",
+                ));
+            }
+        }
+        other => errors.push(FieldError::not_supported(
+            &path.child("rollingUpdateType"),
+            other,
+            &[ROLLING_UPDATE_STANDARD, ROLLING_UPDATE_IN_PLACE_IF_POSSIBLE],
+        )),
+    }
+    if let Some(partition) = &rolling.partition {
+        intstr::validate(partition, &path.child("partition"), Some(100), errors);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! Lease-based leader election (`coordination.k8s.io/v1` Lease), as client-go's leaderelection does:
+//! acquire a free or expired lease, renew it every retry period, give up if renewal fails for the renew
+//! deadline, and release it on graceful shutdown so a standby takes over at once.
+//!
+//! Every write carries the resourceVersion read just before, so two candidates can never both win.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// What a candidate should do with the lease as it is now. Pure.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The lease does not exist: create it.
+    Create,
+    /// We hold it: renew.
+    Renew,
+    /// Free (no holder) or expired: take it over.
+    TakeOver,
+    /// Someone else holds a live lease.
+    Wait,
+}
+
+pub fn decide(lease: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Decision {
+    let Some(spec) = lease else {
+        return Decision::Create;
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder == identity {
+        return Decision::Renew;
+    }
+    if holder.is_empty() {
+        return Decision::TakeOver;
+    }
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+    let renewed = spec
+        .renew_time
+        .as_ref()
+        .or(spec.acquire_time.as_ref())
+        .map(|t| t.0);
+    match renewed {
+        Some(at) if at.as_second() + duration > now.as_second() => Decision::Wait,
+        _ => Decision::TakeOver,
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+pub struct Elector {
+    api: Api<Lease>,
+    config: Config,
+}
+
+impl Elector {
+    pub fn new(client: kube::Client, config: Config) -> Self {
+        Self {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+        }
+    }
+
+    /// One attempt; true when we hold the lease afterwards.
+    pub async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        let now = Timestamp::now();
+        let current = self.api.get_opt(&self.config.name).await?;
+        let spec = current.as_ref().and_then(|l| l.spec.as_ref());
+        let duration = self.config.lease_duration.as_secs() as i32;
+        match decide(spec, &self.config.identity, now) {
+            Decision::Wait => Ok(false),
+            Decision::Create => {
+                let mut lease = Lease {
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.config.identity.clone()),
+                        lease_duration_seconds: Some(duration),
+                        acquire_time: Some(MicroTime(now)),
+                        renew_time: Some(MicroTime(now)),
+                        lease_transitions: Some(0),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                lease.metadata.name = Some(self.config.name.clone());
+                match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+                    Err(error) => Err(error),
+                }
+            }
+            decision @ (Decision::Renew | Decision::TakeOver) => {
+                let resource_version = current
+                    .as_ref()
+                    .and_then(|l| l.metadata.resource_version.clone());
+                let mut spec = json!({
+                    "holderIdentity": self.config.identity,
+                    "leaseDurationSeconds": duration,
+                    "renewTime": MicroTime(now),
+                });
+                if decision == Decision::TakeOver {
+                    let transitions = current
+                        .as_ref()
+                        .and_then(|l| l.spec.as_ref())
+                        .and_then(|s| s.lease_transitions)
+                        .unwrap_or(0);
+                    spec["acquireTime"] = json!(MicroTime(now));
+                    spec["leaseTransitions"] = json!(transitions + 1);
+                }
+                let patch =
+                    json!({ "metadata": { "resourceVersion": resource_version }, "spec": spec });
+                match self
+                    .api
+                    .patch(
+                        &self.config.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+                    Err(error) => Err(error),
+                }
+            }
+        }
+    }
+
+    /// Blocks until this candidate holds the lease.
+    pub async fn acquire(&self) {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, lease = %self.config.name, "leader election attempt failed")
+                }
+            }
+            tokio::time::sleep(self.config.retry_period).await;
+        }
+    }
+
+    /// Renews until renewal has failed for the renew deadline (or another holder is seen); returns then.
+    pub async fn hold(&self) {
+        let mut last_success = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.config.retry_period).await;
+            match self.try_acquire_or_renew().await {
+                Ok(true) => last_success = tokio::time::Instant::now(),
+                Ok(false) => {
+                    tracing::error!(lease = %self.config.name, "the lease has another holder");
+                    return;
+                }
+                Err(error) => tracing::warn!(%error, "renewing the lease failed"),
+            }
+            if last_success.elapsed() > self.config.renew_deadline {
+                tracing::error!(lease = %self.config.name, "could not renew the lease within the renew deadline");
+                return;
+            }
+        }
+    }
+
+    /// Gives the lease up (empty holder) so a standby can take it at once.
+    pub async fn release(&self) {
+        let Ok(Some(current)) = self.api.get_opt(&self.config.name).await else {
+            return;
+        };
+        let ours = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(&self.config.identity);
+        if !ours {
+            return;
+        }
+        let patch = json!({
+            "metadata": { "resourceVersion": current.metadata.resource_version },
+            "spec": { "holderIdentity": null, "leaseDurationSeconds": 1, "renewTime": MicroTime(Timestamp::now()) }
+        });
+        match self
+            .api
+            .patch(
+                &self.config.name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.config.name, "released leadership"),
+            Err(error) => tracing::warn!(%error, "releasing the lease failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(holder: &str, renewed_secs_ago: i64, duration: i32) -> LeaseSpec {
+        let now = Timestamp::from_second(1_000_000).expect("valid");
+        LeaseSpec {
+            holder_identity: (!holder.is_empty()).then(|| holder.to_string()),
+            lease_duration_seconds: Some(duration),
+            renew_time: Some(MicroTime(
+                Timestamp::from_second(now.as_second() - renewed_secs_ago).expect("valid"),
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let now = Timestamp::from_second(1_000_000).expect("valid");
+        let cases = [
+            (None, Decision::Create),
+            (Some(spec("me", 100, 15)), Decision::Renew),
+            (Some(spec("other", 5, 15)), Decision::Wait),
+            (Some(spec("other", 16, 15)), Decision::TakeOver),
+            (Some(spec("", 0, 15)), Decision::TakeOver),
+        ];
+        for (lease, want) in cases {
+            assert_eq!(decide(lease.as_ref(), "me", now), want, "{lease:?}");
+        }
+    }
+}

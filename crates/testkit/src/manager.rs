@@ -1,0 +1,180 @@
+//! Running `kruise-manager` against a local control plane, the way `kruise-local` and the end-to-end tests
+//! do: webhook reached at `https://127.0.0.1:<port>`, everything on loopback.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+
+use crate::control_plane::{ControlPlane, plain_http_get};
+use crate::process::{Process, free_port};
+use crate::wait::until;
+
+/// The manager's namespace in local clusters and tests.
+pub const NAMESPACE: &str = "kruise-system";
+
+/// Where the `kruise-manager` binary is: `$KRUISE_MANAGER_BIN`, else next to the running executable or
+/// one level up (test binaries live in `target/<profile>/deps`).
+pub fn binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("KRUISE_MANAGER_BIN") {
+        return Ok(path.into());
+    }
+    let exe = std::env::current_exe().context("locating the running executable")?;
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("kruise-manager"))
+        .collect();
+    candidates.iter().find(|p| p.is_file()).cloned().with_context(|| {
+        format!(
+            "kruise-manager binary not found (looked at {candidates:?}); build it with `cargo build -p kruise-manager` \
+             (make test does) or set KRUISE_MANAGER_BIN"
+        )
+    })
+}
+
+/// Addresses of one running manager.
+#[derive(Clone, Debug)]
+pub struct ManagerPorts {
+    pub webhook: u16,
+    pub metrics: u16,
+    pub health: u16,
+}
+
+/// Options of one manager process.
+#[derive(Clone, Debug)]
+pub struct ManagerOptions {
+    /// Process name in logs and for [`ControlPlane::stop_process`].
+    pub name: String,
+    pub leader_election_id: String,
+    pub lease_seconds: u64,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        Self {
+            name: "kruise-manager".into(),
+            leader_election_id: "kruise-manager".into(),
+            lease_seconds: 15,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// Ensures the manager's namespace exists.
+pub async fn ensure_namespace(plane: &ControlPlane) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(plane.client().await?);
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(NAMESPACE.into());
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error).context("creating the kruise-system namespace"),
+    }
+}
+
+/// Starts a manager process owned by `plane` (stopped with it) and returns its ports. Does not wait.
+pub fn spawn(plane: &ControlPlane, options: &ManagerOptions) -> anyhow::Result<ManagerPorts> {
+    let ports = ManagerPorts {
+        webhook: free_port()?,
+        metrics: free_port()?,
+        health: free_port()?,
+    };
+    let mut args = vec![
+        format!("--kubeconfig={}", plane.kubeconfig_path().display()),
+        format!("--namespace={NAMESPACE}"),
+        "--webhook-host=127.0.0.1".into(),
+        "--webhook-bind-address=127.0.0.1".into(),
+        format!("--webhook-port={}", ports.webhook),
+        format!("--metrics-addr=127.0.0.1:{}", ports.metrics),
+        format!("--health-addr=127.0.0.1:{}", ports.health),
+        format!("--leader-election-id={}", options.leader_election_id),
+        format!("--leader-election-lease-seconds={}", options.lease_seconds),
+        format!("--identity={}", options.name),
+    ];
+    args.extend(options.extra_args.iter().cloned());
+    let log = plane.dir().join(format!("{}.log", options.name));
+    let process = Process::spawn(&options.name, &binary()?, &args, &log)?;
+    plane.adopt(process);
+    Ok(ports)
+}
+
+/// `GET http://127.0.0.1:<port><path>`: (status code, body).
+pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    let response = plain_http_get(port, path).await?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no HTTP status in {head:?}"))?;
+    Ok((code, body.to_string()))
+}
+
+/// Waits until the manager is ready and the apiserver is pointed at its webhook: `/readyz` is 200, the
+/// mutating configuration calls port `ports.webhook`, and every installed apps.kruise.io CRD converts
+/// through it.
+pub async fn wait_serving(
+    plane: &ControlPlane,
+    ports: &ManagerPorts,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let client = plane.client().await?;
+    let url_part = format!("127.0.0.1:{}", ports.webhook);
+    let result = until(
+        "kruise-manager ready and wired into the apiserver",
+        timeout,
+        || {
+            let client = client.clone();
+            let url_part = url_part.clone();
+            async move {
+                let (code, _) = http_get(ports.health, "/readyz").await?;
+                if code != 200 {
+                    return Ok(false);
+                }
+                let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+                let Some(config) = configs.get_opt(kruise_webhook_config_name()).await? else {
+                    return Ok(false);
+                };
+                let wired = config.webhooks.iter().flatten().all(|w| {
+                    w.client_config
+                        .url
+                        .as_deref()
+                        .is_some_and(|u| u.contains(&url_part))
+                });
+                let crds: Api<CustomResourceDefinition> = Api::all(client);
+                let converting = crds
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|crd| crd.spec.group == "apps.kruise.io")
+                    .all(|crd| {
+                        crd.spec
+                            .conversion
+                            .as_ref()
+                            .and_then(|c| c.webhook.as_ref())
+                            .and_then(|w| w.client_config.as_ref())
+                            .and_then(|c| c.url.as_deref())
+                            .is_some_and(|u| u.contains(&url_part))
+                    });
+                Ok(wired && converting)
+            }
+        },
+    )
+    .await;
+    if let Err(error) = result {
+        bail!("{error:#}\n{}", plane.log_tails(40));
+    }
+    Ok(())
+}
+
+fn kruise_webhook_config_name() -> &'static str {
+    "kruise-mutating-webhook-configuration"
+}

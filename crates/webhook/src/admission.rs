@@ -1,0 +1,239 @@
+//! Admission for the apps.kruise.io workloads: defaulting (mutating) and validation, each a pure function
+//! from an AdmissionReview to its answer. The apiserver sends v1beta1 objects (the webhooks are registered
+//! for v1beta1 with `matchPolicy: Equivalent`); a v1alpha1 object is converted first, to be safe.
+
+use kruise_api::field;
+use kruise_api::kinds::{Kind, V1ALPHA1, V1BETA1};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::Value;
+
+use crate::patch::additive_diff;
+
+/// Whether the answer allowed the request (for metrics).
+pub struct Answer {
+    pub review: AdmissionReview<DynamicObject>,
+    pub allowed: bool,
+}
+
+fn request_of(
+    review: AdmissionReview<DynamicObject>,
+) -> Result<AdmissionRequest<DynamicObject>, Box<Answer>> {
+    review.try_into().map_err(
+        |error: kube::core::admission::ConvertAdmissionReviewError| {
+            let message = format!("malformed AdmissionReview: {error}");
+            Box::new(Answer {
+                review: AdmissionResponse::invalid(message).into_review(),
+                allowed: false,
+            })
+        },
+    )
+}
+
+fn to_json(object: &DynamicObject) -> Result<Value, String> {
+    serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))
+}
+
+/// The object as v1beta1 JSON, and the version it arrived in.
+fn as_v1beta1(kind: Kind, object: Value) -> Result<(Value, String), String> {
+    let version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or(V1BETA1)
+        .to_string();
+    if version == V1BETA1 {
+        return Ok((object, version));
+    }
+    let converted = kind.convert(object, V1BETA1).map_err(|e| e.to_string())?;
+    Ok((converted, version))
+}
+
+fn deny(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
+    Answer {
+        review: AdmissionResponse::from(request).deny(message).into_review(),
+        allowed: false,
+    }
+}
+
+fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
+    Answer {
+        review: AdmissionResponse::from(request).into_review(),
+        allowed: true,
+    }
+}
+
+/// Defaulting: answers with the JSON patch from the received object to its defaulted form.
+pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
+    let request = match request_of(review) {
+        Ok(request) => request,
+        Err(answer) => return *answer,
+    };
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return allow(&request);
+    }
+    let Some(object) = &request.object else {
+        return allow(&request);
+    };
+    let result = to_json(object).and_then(|original| {
+        let (v1beta1, version) = as_v1beta1(kind, original.clone())?;
+        let defaulted = kind.default_object(v1beta1).map_err(|e| e.to_string())?;
+        let defaulted = if version == V1ALPHA1 {
+            kind.convert(defaulted, V1ALPHA1)
+                .map_err(|e| e.to_string())?
+        } else {
+            defaulted
+        };
+        Ok(additive_diff(&original, &defaulted))
+    });
+    match result {
+        Err(message) => deny(&request, message),
+        Ok(patch) if patch.0.is_empty() => allow(&request),
+        Ok(patch) => match AdmissionResponse::from(&request).with_patch(patch) {
+            Ok(response) => Answer {
+                review: response.into_review(),
+                allowed: true,
+            },
+            Err(error) => deny(
+                &request,
+                format!("cannot encode the defaulting patch: {error}"),
+            ),
+        },
+    }
+}
+
+/// Validation: denies with every field error, each naming its field.
+pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
+    let request = match request_of(review) {
+        Ok(request) => request,
+        Err(answer) => return *answer,
+    };
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return allow(&request);
+    }
+    let Some(object) = &request.object else {
+        return allow(&request);
+    };
+    let old = match request.operation {
+        Operation::Update => request.old_object.as_ref(),
+        _ => None,
+    };
+    let result = to_json(object).and_then(|new| {
+        let (new, _) = as_v1beta1(kind, new)?;
+        let old = match old {
+            Some(old) => Some(as_v1beta1(kind, to_json(old)?)?.0),
+            None => None,
+        };
+        kind.validate(new, old).map_err(|e| e.to_string())
+    });
+    match result {
+        Err(message) => deny(&request, message),
+        Ok(errors) if errors.is_empty() => allow(&request),
+        Ok(errors) => deny(&request, field::join(&errors)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn review(
+        operation: &str,
+        object: Value,
+        old: Option<Value>,
+    ) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "uid-1",
+                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": "BroadcastJob"},
+                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": "broadcastjobs"},
+                "operation": operation,
+                "userInfo": {"username": "test"},
+                "name": "job",
+                "namespace": "default",
+                "object": object,
+                "oldObject": old,
+                "dryRun": false
+            }
+        }))
+        .expect("review decodes")
+    }
+
+    fn job(restart: &str) -> Value {
+        json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "BroadcastJob",
+            "metadata": {"name": "job", "namespace": "default"},
+            "spec": {"template": {"spec": {"restartPolicy": restart, "containers": [{"name": "a", "image": "b"}]}}}
+        })
+    }
+
+    fn response(answer: &Answer) -> &AdmissionResponse {
+        answer.review.response.as_ref().expect("response")
+    }
+
+    #[test]
+    fn mutate_returns_the_defaults_as_a_patch() {
+        let answer = mutate(Kind::BroadcastJob, review("CREATE", job("Never"), None));
+        assert!(answer.allowed);
+        let patch: Value =
+            serde_json::from_slice(response(&answer).patch.as_deref().expect("patch"))
+                .expect("json");
+        let paths: Vec<&str> = patch
+            .as_array()
+            .expect("ops")
+            .iter()
+            .filter_map(|op| op["path"].as_str())
+            .collect();
+        assert!(
+            paths.contains(&"/spec/completionPolicy/type")
+                || paths.contains(&"/spec/completionPolicy"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"/spec/parallelism"), "{paths:?}");
+        assert!(
+            patch
+                .as_array()
+                .expect("ops")
+                .iter()
+                .all(|op| op["op"] != "remove")
+        );
+    }
+
+    #[test]
+    fn validate_denies_with_field_paths() {
+        let answer = validate(Kind::BroadcastJob, review("CREATE", job("Always"), None));
+        assert!(!answer.allowed);
+        let message = &response(&answer).result.message;
+        assert!(
+            message.contains("spec.template.spec.restartPolicy"),
+            "{message}"
+        );
+        let ok = validate(
+            Kind::BroadcastJob,
+            review("UPDATE", job("Never"), Some(job("Never"))),
+        );
+        assert!(ok.allowed);
+    }
+
+    #[test]
+    fn undecodable_object_is_denied_naming_the_field() {
+        let mut bad = job("Never");
+        bad["spec"]["paused"] = json!("yes");
+        let answer = validate(Kind::BroadcastJob, review("CREATE", bad, None));
+        assert!(!answer.allowed);
+        let message = &response(&answer).result.message;
+        assert!(message.contains("spec.paused"), "{message}");
+    }
+
+    #[test]
+    fn delete_is_allowed() {
+        let answer = validate(
+            Kind::BroadcastJob,
+            review("DELETE", Value::Null, Some(job("Never"))),
+        );
+        assert!(answer.allowed);
+    }
+}

@@ -1,0 +1,147 @@
+//! The HTTPS server: admission endpoints per kind, `/convert` and `/healthz`, over rustls with a
+//! certificate that can be swapped while serving.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+use kruise_api::kinds::Kind;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionReview;
+use kube::core::conversion::ConversionReview;
+
+use crate::configuration::{CONVERT_PATH, mutate_path, validate_path};
+use crate::metrics::Metrics;
+
+/// Builds the router. Handlers are pure functions of the request (see `admission` and `convert`).
+pub fn router(metrics: Metrics) -> Router {
+    let mut router = Router::new().route("/healthz", get(|| async { "ok" }));
+    for &kind in Kind::ALL {
+        let path = mutate_path(kind);
+        let label = path.clone();
+        router = router.route(
+            &path,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let answer = crate::admission::mutate(kind, review);
+                    metrics.observe(
+                        &label,
+                        if answer.allowed { "allowed" } else { "denied" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
+        let path = validate_path(kind);
+        let label = path.clone();
+        router = router.route(
+            &path,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let answer = crate::admission::validate(kind, review);
+                    metrics.observe(
+                        &label,
+                        if answer.allowed { "allowed" } else { "denied" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
+    }
+    router
+        .route(
+            CONVERT_PATH,
+            post(
+                |State(metrics): State<Metrics>, Json(review): Json<ConversionReview>| async move {
+                    let began = Instant::now();
+                    let (answer, ok) = crate::convert::review(review);
+                    metrics.observe(
+                        CONVERT_PATH,
+                        if ok { "converted" } else { "failed" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer)
+                },
+            ),
+        )
+        .with_state(metrics)
+}
+
+/// Installs the process-wide rustls crypto provider (ring). Idempotent.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Serves `router` with TLS on `addr` until `handle` is shut down.
+pub async fn serve(
+    addr: SocketAddr,
+    tls: RustlsConfig,
+    router: Router,
+    handle: Handle<SocketAddr>,
+) -> std::io::Result<()> {
+    tracing::info!(%addr, "webhook server listening");
+    axum_server::bind_rustls(addr, tls)
+        .handle(handle)
+        .serve(router.into_make_service())
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use prometheus_client::registry::Registry;
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn validate_endpoint_answers_a_review() {
+        let mut registry = Registry::default();
+        let app = router(Metrics::register(&mut registry));
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": "BroadcastJob"},
+                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": "broadcastjobs"},
+                "operation": "CREATE", "userInfo": {}, "name": "j", "namespace": "d",
+                "object": {"apiVersion": "apps.kruise.io/v1beta1", "kind": "BroadcastJob", "metadata": {"name": "j"},
+                    "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "b"}]}}}},
+                "dryRun": false
+            }
+        });
+        let request = axum::http::Request::post("/validate-apps-kruise-io-broadcastjob")
+            .header("content-type", "application/json")
+            .body(Body::from(review.to_string()))
+            .expect("request");
+        let response = app.oneshot(request).await.expect("response");
+        assert_eq!(response.status(), 200);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let answer: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(answer["response"]["uid"], "u1");
+        assert_eq!(
+            answer["response"]["allowed"], false,
+            "restartPolicy defaults to Always: rejected"
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(text.contains("kruise_webhook_requests_total{path=\"/validate-apps-kruise-io-broadcastjob\",result=\"denied\"} 1"), "{text}");
+    }
+}
