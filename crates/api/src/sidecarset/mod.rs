@@ -90,11 +90,11 @@ fn take_stash(meta: &mut ObjectMeta, key: &str) -> Option<(Stash, String)> {
 
 fn remove_label(meta: &mut ObjectMeta, key: &str) -> Option<String> {
     let labels = meta.labels.as_mut()?;
-    let value = labels.remove(key);
+    let value = labels.remove(key)?;
     if labels.is_empty() {
         meta.labels = None;
     }
-    value
+    Some(value)
 }
 
 fn put_annotation(meta: &mut ObjectMeta, key: &str, value: String) {
