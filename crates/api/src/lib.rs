@@ -18,6 +18,7 @@ pub mod kinds;
 pub mod podtemplate;
 pub mod pub_types;
 pub mod schema;
+pub mod sidecarset;
 pub mod statefulset;
 pub mod validation;
 

@@ -100,7 +100,8 @@ fn set_defaults_http_get(http: &mut HTTPGetAction) {
     http.scheme.get_or_insert_with(|| "HTTP".into());
 }
 
-fn set_defaults_volume(volume: &mut Volume) {
+/// The core volume defaults (an unset source becomes emptyDir, file modes, fieldRef API versions).
+pub fn set_defaults_volume(volume: &mut Volume) {
     let has_source = volume.host_path.is_some()
         || volume.empty_dir.is_some()
         || volume.secret.is_some()
