@@ -375,6 +375,23 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
         r#"{"spec":{"replicas":"two"}}"#,
         "spec.replicas",
     ),
+    // SidecarSet
+    ("SidecarSet without a selector", "SidecarSet", V1BETA1,
+     r#"{"spec":{"selector":null}}"#, "spec.selector"),
+    ("SidecarSet partition together with a canary selector", "SidecarSet", V1BETA1,
+     r#"{"spec":{"updateStrategy":{"partition":1,"selector":{"matchLabels":{"canary":"true"}}}}}"#, "spec.updateStrategy.partition"),
+    ("SidecarSet maxUnavailable 0", "SidecarSet", V1ALPHA1,
+     r#"{"spec":{"updateStrategy":{"maxUnavailable":0}}}"#, "spec.updateStrategy.maxUnavailable"),
+    ("SidecarSet RollingUpdate with a native sidecar", "SidecarSet", V1BETA1,
+     r#"{"spec":{"initContainers":[{"name":"native","image":"busybox:1.36","restartPolicy":"Always"}]}}"#, "spec.updateStrategy.type"),
+    ("SidecarSet HotUpgrade without an empty image", "SidecarSet", V1BETA1,
+     r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.36","upgradeStrategy":{"upgradeType":"HotUpgrade"}}]}}"#,
+     "spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage"),
+    ("SidecarSet injection revision without a name or version", "SidecarSet", V1BETA1,
+     r#"{"spec":{"injectionStrategy":{"revision":{"policy":"Always"}}}}"#, "spec.injectionStrategy.revision"),
+    ("SidecarSet mount of an undeclared volume", "SidecarSet", V1BETA1,
+     r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.36","volumeMounts":[{"name":"missing","mountPath":"/m"}]}]}}"#,
+     "spec.containers[0].volumeMounts[0].name"),
     // Advanced StatefulSet
     (
         "StatefulSet maxUnavailable 2 with OrderedReady",
