@@ -25,7 +25,10 @@ fn api_for(ns: &TestNamespace, kind: Kind, api_version: &str) -> Api<DynamicObje
 }
 
 /// The apps.kruise.io examples, renamed with `suffix` so that tests do not collide.
-fn kruise_examples(suffix: &str) -> Vec<(String, Kind, Value)> {
+/// The apps.kruise.io examples for a test in namespace `ns`: renamed with `suffix`, namespaced objects
+/// moved into `ns`, and cluster-scoped SidecarSets restricted to `ns` so that tests running at the same
+/// time never overlap (overlapping SidecarSets with one container name are rejected).
+fn kruise_examples(ns: &str, suffix: &str) -> Vec<(String, Kind, Value)> {
     example_documents()
         .into_iter()
         .filter(|(_, doc)| {
@@ -40,6 +43,15 @@ fn kruise_examples(suffix: &str) -> Vec<(String, Kind, Value)> {
             // Each test works in its own namespace.
             if let Some(meta) = doc["metadata"].as_object_mut() {
                 meta.remove("namespace");
+            }
+            if !kind.namespaced()
+                && let Some(spec) = doc["spec"].as_object_mut()
+            {
+                spec.remove("namespace");
+                spec.insert(
+                    "namespaceSelector".into(),
+                    json!({"matchLabels": {"kubernetes.io/metadata.name": ns}}),
+                );
             }
             Some((file, kind, doc))
         })
@@ -65,7 +77,7 @@ async fn examples_are_accepted_and_read_back_with_defaults() -> anyhow::Result<(
     bed.manager();
     let ns = bed.namespace("examples").await?;
     ns.run(async {
-        let examples = kruise_examples("ex");
+        let examples = kruise_examples(&ns.name, "ex");
         ensure!(!examples.is_empty(), "no apps.kruise.io examples");
         for (file, kind, doc) in &examples {
             ns.apply(&doc.to_string()).await.with_context(|| format!("creating {file}"))?;
@@ -97,7 +109,7 @@ async fn conversion_through_the_apiserver_loses_nothing() -> anyhow::Result<()> 
     bed.manager();
     let ns = bed.namespace("convert").await?;
     ns.run(async {
-        let examples = kruise_examples("rt");
+        let examples = kruise_examples(&ns.name, "rt");
         let covered: BTreeSet<(String, String)> = examples
             .iter()
             .map(|(_, kind, doc)| {
@@ -376,22 +388,62 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
         "spec.replicas",
     ),
     // SidecarSet
-    ("SidecarSet without a selector", "SidecarSet", V1BETA1,
-     r#"{"spec":{"selector":null}}"#, "spec.selector"),
-    ("SidecarSet partition together with a canary selector", "SidecarSet", V1BETA1,
-     r#"{"spec":{"updateStrategy":{"partition":1,"selector":{"matchLabels":{"canary":"true"}}}}}"#, "spec.updateStrategy.partition"),
-    ("SidecarSet maxUnavailable 0", "SidecarSet", V1ALPHA1,
-     r#"{"spec":{"updateStrategy":{"maxUnavailable":0}}}"#, "spec.updateStrategy.maxUnavailable"),
-    ("SidecarSet RollingUpdate with a native sidecar", "SidecarSet", V1BETA1,
-     r#"{"spec":{"initContainers":[{"name":"native","image":"busybox:1.36","restartPolicy":"Always"}]}}"#, "spec.updateStrategy.type"),
-    ("SidecarSet HotUpgrade without an empty image", "SidecarSet", V1BETA1,
-     r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.36","upgradeStrategy":{"upgradeType":"HotUpgrade"}}]}}"#,
-     "spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage"),
-    ("SidecarSet injection revision without a name or version", "SidecarSet", V1BETA1,
-     r#"{"spec":{"injectionStrategy":{"revision":{"policy":"Always"}}}}"#, "spec.injectionStrategy.revision"),
-    ("SidecarSet mount of an undeclared volume", "SidecarSet", V1BETA1,
-     r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.36","volumeMounts":[{"name":"missing","mountPath":"/m"}]}]}}"#,
-     "spec.containers[0].volumeMounts[0].name"),
+    (
+        "SidecarSet without a selector",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"selector":null}}"#,
+        "spec.selector",
+    ),
+    (
+        "SidecarSet partition together with a canary selector",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"updateStrategy":{"partition":1,"selector":{"matchLabels":{"canary":"true"}}}}}"#,
+        "spec.updateStrategy.partition",
+    ),
+    (
+        "SidecarSet maxUnavailable 0",
+        "SidecarSet",
+        V1ALPHA1,
+        r#"{"spec":{"updateStrategy":{"maxUnavailable":0}}}"#,
+        "spec.updateStrategy.maxUnavailable",
+    ),
+    (
+        "SidecarSet RollingUpdate with a native sidecar",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"initContainers":[{"name":"native","image":"busybox:1.36","restartPolicy":"Always"}]}}"#,
+        "spec.updateStrategy.type",
+    ),
+    (
+        "SidecarSet HotUpgrade without an empty image",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.36","upgradeStrategy":{"upgradeType":"HotUpgrade"}}]}}"#,
+        "spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage",
+    ),
+    (
+        "SidecarSet injection revision without a name or version",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"injectionStrategy":{"revision":{"policy":"Always"}}}}"#,
+        "spec.injectionStrategy.revision",
+    ),
+    (
+        "SidecarSet mount of an undeclared volume",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.36","volumeMounts":[{"name":"missing","mountPath":"/m"}]}]}}"#,
+        "spec.containers[0].volumeMounts[0].name",
+    ),
+    (
+        "SidecarSet container name clash with an existing SidecarSet",
+        "SidecarSet",
+        V1BETA1,
+        r#"{"spec":{"selector":{"matchLabels":{"clash":"yes"}}}}"#,
+        "spec.containers[0].name",
+    ),
     // Advanced StatefulSet
     (
         "StatefulSet maxUnavailable 2 with OrderedReady",
@@ -493,6 +545,15 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
     bed.manager();
     let ns = bed.namespace("invalid").await?;
     ns.run(async {
+        // An existing SidecarSet injecting a container named "sidecar" into Pods labelled clash=yes.
+        let mut existing = base("SidecarSet", V1BETA1);
+        existing["metadata"]["name"] = json!("existing-sidecarset");
+        existing["spec"]["selector"] = json!({"matchLabels": {"clash": "yes"}});
+        let only_here = json!({"matchLabels": {"kubernetes.io/metadata.name": ns.name}});
+        existing["spec"]["namespaceSelector"] = only_here.clone();
+        ns.apply(&existing.to_string())
+            .await
+            .context("creating the existing SidecarSet")?;
         let mut failures = Vec::new();
         let kinds: BTreeSet<&str> = INVALID.iter().map(|case| case.1).collect();
         for kind in Kind::ALL {
@@ -507,6 +568,10 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
                 serde_json::from_str(patch).with_context(|| format!("case {what} is not JSON"))?;
             let mut doc = base(kind, api_version);
             merge(&mut doc, &patch);
+            if *kind == "SidecarSet" {
+                // Cluster-scoped: keep it to this test's namespace, away from other tests' SidecarSets.
+                doc["spec"]["namespaceSelector"] = only_here.clone();
+            }
             let name = format!("invalid-{i}");
             doc["metadata"]["name"] = json!(name);
             match ns.apply(&doc.to_string()).await {

@@ -226,7 +226,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = tokio::spawn(kruise_webhook::server::serve(
         webhook_addr,
         tls.clone(),
-        kruise_webhook::server::router(webhook_metrics.clone()),
+        kruise_webhook::server::router(webhook_metrics.clone(), Some(client.clone())),
         handle.clone(),
     ));
     if handle.listening().await.is_none() {

@@ -9,6 +9,14 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde_json::Value;
 
 use crate::patch::additive_diff;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+
+/// What validation needs to know about the rest of the cluster: the other SidecarSets, whose containers
+/// and volumes a new SidecarSet must not clash with.
+#[derive(Default)]
+pub struct Cluster {
+    pub sidecarsets: Vec<SidecarSet>,
+}
 
 /// Whether the answer allowed the request (for metrics).
 pub struct Answer {
@@ -101,8 +109,22 @@ pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
     }
 }
 
+/// Denies a request that cannot be decided now (the cluster state it needs is unreadable).
+pub fn unavailable(
+    review: AdmissionReview<DynamicObject>,
+    error: &dyn std::fmt::Display,
+) -> Answer {
+    match request_of(review) {
+        Ok(request) => deny(
+            &request,
+            format!("cannot check the request against the cluster: {error}"),
+        ),
+        Err(answer) => *answer,
+    }
+}
+
 /// Validation: denies with every field error, each naming its field.
-pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
+pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>, cluster: &Cluster) -> Answer {
     let request = match request_of(review) {
         Ok(request) => request,
         Err(answer) => return *answer,
@@ -123,7 +145,15 @@ pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
             Some(old) => Some(as_v1beta1(kind, to_json(old)?)?.0),
             None => None,
         };
-        kind.validate(new, old).map_err(|e| e.to_string())
+        let mut errors = kind.validate(new.clone(), old).map_err(|e| e.to_string())?;
+        if kind == Kind::SidecarSet && errors.is_empty() {
+            let typed: SidecarSet = kruise_api::kinds::decode(new).map_err(|e| e.to_string())?;
+            errors.extend(kruise_api::sidecarset::conflicts(
+                &typed,
+                &cluster.sidecarsets,
+            ));
+        }
+        Ok(errors)
     });
     match result {
         Err(message) => deny(&request, message),
@@ -204,7 +234,11 @@ mod tests {
 
     #[test]
     fn validate_denies_with_field_paths() {
-        let answer = validate(Kind::BroadcastJob, review("CREATE", job("Always"), None));
+        let answer = validate(
+            Kind::BroadcastJob,
+            review("CREATE", job("Always"), None),
+            &Cluster::default(),
+        );
         assert!(!answer.allowed);
         let message = &response(&answer).result.message;
         assert!(
@@ -214,6 +248,7 @@ mod tests {
         let ok = validate(
             Kind::BroadcastJob,
             review("UPDATE", job("Never"), Some(job("Never"))),
+            &Cluster::default(),
         );
         assert!(ok.allowed);
     }
@@ -222,7 +257,11 @@ mod tests {
     fn undecodable_object_is_denied_naming_the_field() {
         let mut bad = job("Never");
         bad["spec"]["paused"] = json!("yes");
-        let answer = validate(Kind::BroadcastJob, review("CREATE", bad, None));
+        let answer = validate(
+            Kind::BroadcastJob,
+            review("CREATE", bad, None),
+            &Cluster::default(),
+        );
         assert!(!answer.allowed);
         let message = &response(&answer).result.message;
         assert!(message.contains("spec.paused"), "{message}");
@@ -233,6 +272,7 @@ mod tests {
         let answer = validate(
             Kind::BroadcastJob,
             review("DELETE", Value::Null, Some(job("Never"))),
+            &Cluster::default(),
         );
         assert!(answer.allowed);
     }

@@ -17,8 +17,9 @@ use kube::core::conversion::ConversionReview;
 use crate::configuration::{CONVERT_PATH, mutate_path, validate_path};
 use crate::metrics::Metrics;
 
-/// Builds the router. Handlers are pure functions of the request (see `admission` and `convert`).
-pub fn router(metrics: Metrics) -> Router {
+/// Builds the router. Handlers are pure functions of the request (see `admission` and `convert`); the
+/// client, when given, reads the other SidecarSets for the SidecarSet conflict check.
+pub fn router(metrics: Metrics, client: Option<kube::Client>) -> Router {
     let mut router = Router::new().route("/healthz", get(|| async { "ok" }));
     for &kind in Kind::ALL {
         let path = mutate_path(kind);
@@ -41,13 +42,26 @@ pub fn router(metrics: Metrics) -> Router {
         );
         let path = validate_path(kind);
         let label = path.clone();
+        let client = client.clone();
         router = router.route(
             &path,
             post(
                 move |State(metrics): State<Metrics>,
                       Json(review): Json<AdmissionReview<DynamicObject>>| async move {
                     let began = Instant::now();
-                    let answer = crate::admission::validate(kind, review);
+                    let cluster = match (kind, &client) {
+                        (Kind::SidecarSet, Some(client)) => match list_sidecarsets(client).await {
+                            Ok(sidecarsets) => crate::admission::Cluster { sidecarsets },
+                            Err(error) => {
+                                tracing::warn!(%error, "cannot list SidecarSets for the conflict check");
+                                let answer = crate::admission::unavailable(review, &error);
+                                metrics.observe(&label, "denied", began.elapsed().as_secs_f64());
+                                return Json(answer.review);
+                            }
+                        },
+                        _ => crate::admission::Cluster::default(),
+                    };
+                    let answer = crate::admission::validate(kind, review, &cluster);
                     metrics.observe(
                         &label,
                         if answer.allowed { "allowed" } else { "denied" },
@@ -75,6 +89,14 @@ pub fn router(metrics: Metrics) -> Router {
             ),
         )
         .with_state(metrics)
+}
+
+async fn list_sidecarsets(
+    client: &kube::Client,
+) -> Result<Vec<kruise_api::sidecarset::v1beta1::SidecarSet>, kube::Error> {
+    let api: kube::Api<kruise_api::sidecarset::v1beta1::SidecarSet> =
+        kube::Api::all(client.clone());
+    Ok(api.list(&Default::default()).await?.items)
 }
 
 /// Installs the process-wide rustls crypto provider (ring). Idempotent.
@@ -108,7 +130,7 @@ mod tests {
     #[tokio::test]
     async fn validate_endpoint_answers_a_review() {
         let mut registry = Registry::default();
-        let app = router(Metrics::register(&mut registry));
+        let app = router(Metrics::register(&mut registry), None);
         let review = json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
