@@ -79,6 +79,16 @@ async fn examples_are_accepted_and_read_back_with_defaults() -> anyhow::Result<(
     ns.run(async {
         let examples = kruise_examples(&ns.name, "ex");
         ensure!(!examples.is_empty(), "no apps.kruise.io examples");
+        // The other documents (e.g. the seed's Pod) are accepted as they are.
+        for (file, mut doc) in example_documents() {
+            if doc["apiVersion"].as_str().is_some_and(|v| v.starts_with("apps.kruise.io/")) {
+                continue;
+            }
+            if let Some(meta) = doc["metadata"].as_object_mut() {
+                meta.remove("namespace");
+            }
+            ns.apply(&doc.to_string()).await.with_context(|| format!("creating {file}"))?;
+        }
         for (file, kind, doc) in &examples {
             ns.apply(&doc.to_string()).await.with_context(|| format!("creating {file}"))?;
             let name = doc["metadata"]["name"].as_str().unwrap_or_default();
