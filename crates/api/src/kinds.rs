@@ -164,6 +164,7 @@ macro_rules! kinds {
 kinds! {
     CloneSet => crate::cloneset::Api,
     StatefulSet => crate::statefulset::Api,
+    UnitedDeployment => crate::uniteddeployment::Api,
     BroadcastJob => crate::broadcastjob::Api,
     DaemonSet => crate::daemonset::Api,
 }

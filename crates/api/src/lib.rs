@@ -19,6 +19,7 @@ pub mod podtemplate;
 pub mod pub_types;
 pub mod schema;
 pub mod statefulset;
+pub mod uniteddeployment;
 pub mod validation;
 
 pub use field::{FieldError, Path};
