@@ -454,6 +454,35 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
         r#"{"spec":{"selector":{"matchLabels":{"clash":"yes"}}}}"#,
         "spec.containers[0].name",
     ),
+    // UnitedDeployment
+    (
+        "UnitedDeployment subset replicas over 100%",
+        "UnitedDeployment",
+        V1BETA1,
+        r#"{"spec":{"topology":{"subsets":[{"name":"a","replicas":"150%"},{"name":"b"}]}}}"#,
+        "spec.topology.subsets[0].replicas",
+    ),
+    (
+        "UnitedDeployment duplicate subset names",
+        "UnitedDeployment",
+        V1BETA1,
+        r#"{"spec":{"topology":{"subsets":[{"name":"a"},{"name":"a"}]}}}"#,
+        "spec.topology.subsets[1].name",
+    ),
+    (
+        "UnitedDeployment partition of an unknown subset",
+        "UnitedDeployment",
+        V1ALPHA1,
+        r#"{"spec":{"updateStrategy":{"type":"Manual","manualUpdate":{"partitions":{"nope":1}}}}}"#,
+        "spec.updateStrategy.manualUpdate.partitions",
+    ),
+    (
+        "UnitedDeployment selector not matching the template",
+        "UnitedDeployment",
+        V1BETA1,
+        r#"{"spec":{"selector":{"matchLabels":{"app":"other"}}}}"#,
+        "spec.template.cloneSetTemplate.metadata.labels",
+    ),
     // Advanced StatefulSet
     (
         "StatefulSet maxUnavailable 2 with OrderedReady",

@@ -165,6 +165,7 @@ kinds! {
     CloneSet => crate::cloneset::Api,
     StatefulSet => crate::statefulset::Api,
     SidecarSet => crate::sidecarset::Api,
+    UnitedDeployment => crate::uniteddeployment::Api,
     BroadcastJob => crate::broadcastjob::Api,
     DaemonSet => crate::daemonset::Api,
 }

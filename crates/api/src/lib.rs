@@ -20,6 +20,7 @@ pub mod pub_types;
 pub mod schema;
 pub mod sidecarset;
 pub mod statefulset;
+pub mod uniteddeployment;
 pub mod validation;
 
 pub use field::{FieldError, Path};

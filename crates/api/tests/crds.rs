@@ -43,7 +43,22 @@ fn crds_serve_both_versions_store_v1beta1_and_convert_by_webhook() {
         for version in &crd.spec.versions {
             let schema = serde_json::to_value(&version.schema).expect("schema");
             let template = schema.pointer("/openAPIV3Schema/properties/spec/properties/template");
-            if let Some(template) = template {
+            // UnitedDeployment's template is a choice of workload templates: the Pod templates inside them
+            // (or their whole spec, when upstream leaves it schemaless) are the schemaless parts.
+            let workload_templates = template
+                .and_then(|t| t.get("properties"))
+                .and_then(|p| p.as_object());
+            if let Some(workloads) = workload_templates {
+                for (workload, schema) in workloads {
+                    let spec = &schema["properties"]["spec"];
+                    let pod = spec.pointer("/properties/template").unwrap_or(spec);
+                    assert_eq!(
+                        pod["x-kubernetes-preserve-unknown-fields"], true,
+                        "{name} {} {workload}",
+                        version.name
+                    );
+                }
+            } else if let Some(template) = template {
                 assert_eq!(
                     template["x-kubernetes-preserve-unknown-fields"], true,
                     "{name} {}",

@@ -85,7 +85,7 @@ impl KindApi for Api {
 }
 
 /// The core PVC default OpenKruise applies to PVC templates: a claim's phase starts as Pending.
-fn set_defaults_pvc(pvc: &mut PersistentVolumeClaim) {
+pub(crate) fn set_defaults_pvc(pvc: &mut PersistentVolumeClaim) {
     let status = pvc.status.get_or_insert_with(Default::default);
     if status.phase.as_deref().is_none_or(str::is_empty) {
         status.phase = Some("Pending".into());

@@ -1,0 +1,198 @@
+//! UnitedDeployment conversion, v1alpha1 ⇄ v1beta1.
+//!
+//! The spec is the same in both versions. The status maps as OpenKruise's
+//! `apis/apps/v1alpha1/uniteddeployment_conversion.go` does:
+//! - up: `subsetReplicas[name]` sets `subsetStatuses[name].replicas` and `updateStatus.currentPartitions[name]`
+//!   sets `subsetStatuses[name].partition` (a missing subset status is appended, in name order here where Go
+//!   follows map order); `updateStatus.updatedRevision` is `updatedRevision`;
+//! - down: `subsetStatuses` are copied, `subsetReplicas` and `currentPartitions` are read off the named
+//!   subset statuses, and `updateStatus` is set when there is an updated revision or a subset status.
+//!
+//! That mapping is not one-to-one (a v1alpha1 `subsetReplicas` entry without a subset status, say). When the
+//! subset part of a status does not survive the trip back, the original part is stashed in an annotation of
+//! the converted object ([`Stash`]) and restored on the way back — provided it still converts to what the
+//! client holds, so that a status written in the other version wins over the stash.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{v1alpha1, v1beta1};
+use crate::conversion::Stash;
+use crate::keys;
+
+/// Stash entry of the subset part of the status.
+const STASH_SUBSETS: &str = "status.subsets";
+
+/// The v1alpha1 fields of the status that the mapping touches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AlphaSubsets {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    subset_replicas: BTreeMap<String, i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    subset_statuses: Vec<v1beta1::UnitedDeploymentSubsetStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    update_status: Option<v1alpha1::UpdateStatus>,
+}
+
+/// The v1beta1 fields of the status that the mapping touches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BetaSubsets {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    subset_statuses: Vec<v1beta1::UnitedDeploymentSubsetStatus>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    updated_revision: String,
+}
+
+fn ensure_subset<'a>(
+    statuses: &'a mut Vec<v1beta1::UnitedDeploymentSubsetStatus>,
+    name: &str,
+) -> &'a mut v1beta1::UnitedDeploymentSubsetStatus {
+    let index = match statuses.iter().position(|s| s.name == name) {
+        Some(index) => index,
+        None => {
+            statuses.push(v1beta1::UnitedDeploymentSubsetStatus {
+                name: name.to_string(),
+                ..Default::default()
+            });
+            statuses.len() - 1
+        }
+    };
+    &mut statuses[index]
+}
+
+fn subsets_up(part: AlphaSubsets) -> BetaSubsets {
+    let mut statuses = part.subset_statuses;
+    for (name, replicas) in part.subset_replicas {
+        ensure_subset(&mut statuses, &name).replicas = replicas;
+    }
+    let mut updated_revision = String::new();
+    if let Some(update) = part.update_status {
+        for (name, partition) in update.current_partitions {
+            ensure_subset(&mut statuses, &name).partition = partition;
+        }
+        updated_revision = update.updated_revision;
+    }
+    BetaSubsets {
+        subset_statuses: statuses,
+        updated_revision,
+    }
+}
+
+fn subsets_down(part: BetaSubsets) -> AlphaSubsets {
+    let named = || part.subset_statuses.iter().filter(|s| !s.name.is_empty());
+    let subset_replicas = named().map(|s| (s.name.clone(), s.replicas)).collect();
+    let update_status = (!part.updated_revision.is_empty() || !part.subset_statuses.is_empty())
+        .then(|| v1alpha1::UpdateStatus {
+            updated_revision: part.updated_revision.clone(),
+            current_partitions: named().map(|s| (s.name.clone(), s.partition)).collect(),
+        });
+    AlphaSubsets {
+        subset_replicas,
+        update_status,
+        subset_statuses: part.subset_statuses,
+    }
+}
+
+/// Converts one part with `forward` (`backward` is the other way), through the stashes.
+fn convert_part<S, T>(
+    part: S,
+    forward: fn(S) -> T,
+    backward: fn(T) -> S,
+    incoming: &Stash,
+    outgoing: &mut Stash,
+) -> T
+where
+    S: Clone + PartialEq + Serialize,
+    T: Clone + DeserializeOwned,
+{
+    if let Some(stashed) = incoming.get::<T>(STASH_SUBSETS)
+        && backward(stashed.clone()) == part
+    {
+        return stashed;
+    }
+    let converted = forward(part.clone());
+    if backward(converted.clone()) != part {
+        outgoing.set(STASH_SUBSETS, &Some(part));
+    }
+    converted
+}
+
+pub(super) fn to_v1beta1(object: v1alpha1::UnitedDeployment) -> v1beta1::UnitedDeployment {
+    let v1alpha1::UnitedDeployment {
+        mut metadata,
+        spec,
+        status,
+    } = object;
+    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
+    let mut outgoing = Stash::default();
+    let status = status.map(|s| {
+        let part = AlphaSubsets {
+            subset_replicas: s.subset_replicas,
+            subset_statuses: s.subset_statuses,
+            update_status: s.update_status,
+        };
+        let part = convert_part(part, subsets_up, subsets_down, &incoming, &mut outgoing);
+        v1beta1::UnitedDeploymentStatus {
+            observed_generation: s.observed_generation,
+            ready_replicas: s.ready_replicas,
+            replicas: s.replicas,
+            updated_replicas: s.updated_replicas,
+            reserved_pods: s.reserved_pods,
+            updated_ready_replicas: s.updated_ready_replicas,
+            collision_count: s.collision_count,
+            current_revision: s.current_revision,
+            updated_revision: part.updated_revision,
+            subset_statuses: part.subset_statuses,
+            conditions: s.conditions,
+            label_selector: s.label_selector,
+        }
+    });
+    outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
+    v1beta1::UnitedDeployment {
+        metadata,
+        spec: spec.fields,
+        status,
+    }
+}
+
+pub(super) fn to_v1alpha1(object: v1beta1::UnitedDeployment) -> v1alpha1::UnitedDeployment {
+    let v1beta1::UnitedDeployment {
+        mut metadata,
+        spec,
+        status,
+    } = object;
+    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
+    let mut outgoing = Stash::default();
+    let status = status.map(|s| {
+        let part = BetaSubsets {
+            subset_statuses: s.subset_statuses,
+            updated_revision: s.updated_revision,
+        };
+        let part = convert_part(part, subsets_down, subsets_up, &incoming, &mut outgoing);
+        v1alpha1::UnitedDeploymentStatus {
+            observed_generation: s.observed_generation,
+            ready_replicas: s.ready_replicas,
+            replicas: s.replicas,
+            updated_replicas: s.updated_replicas,
+            reserved_pods: s.reserved_pods,
+            updated_ready_replicas: s.updated_ready_replicas,
+            collision_count: s.collision_count,
+            current_revision: s.current_revision,
+            subset_replicas: part.subset_replicas,
+            subset_statuses: part.subset_statuses,
+            conditions: s.conditions,
+            update_status: part.update_status,
+            label_selector: s.label_selector,
+        }
+    });
+    outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
+    v1alpha1::UnitedDeployment {
+        metadata,
+        spec: v1alpha1::UnitedDeploymentSpec { fields: spec },
+        status,
+    }
+}

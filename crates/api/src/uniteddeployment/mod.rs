@@ -1,0 +1,129 @@
+//! UnitedDeployment: types of both versions, conversion, defaults, validation and CRD.
+
+mod convert;
+pub mod v1alpha1;
+pub mod v1beta1;
+mod validate;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResourceExt;
+
+use crate::field::FieldError;
+use crate::kinds::KindApi;
+use crate::podtemplate;
+
+/// The [`KindApi`] of UnitedDeployment.
+pub struct Api;
+
+impl KindApi for Api {
+    const KIND: &'static str = "UnitedDeployment";
+    const PLURAL: &'static str = "uniteddeployments";
+    /// The spec has the same schema in both versions (the embedded CloneSet and Advanced StatefulSet specs
+    /// are the v1beta1 ones in v1alpha1 too), so all of it — Pod templates, subset patches — is carried
+    /// verbatim.
+    const RAW_PATHS: &'static [&'static str] = &["/spec"];
+    type V1alpha1 = v1alpha1::UnitedDeployment;
+    type V1beta1 = v1beta1::UnitedDeployment;
+
+    fn to_v1beta1(object: v1alpha1::UnitedDeployment) -> v1beta1::UnitedDeployment {
+        convert::to_v1beta1(object)
+    }
+
+    fn to_v1alpha1(object: v1beta1::UnitedDeployment) -> v1alpha1::UnitedDeployment {
+        convert::to_v1alpha1(object)
+    }
+
+    /// `SetDefaultsUnitedDeploymentV1beta1`: replicas, revision history, the Manual update strategy, the
+    /// Pod and PVC template defaults of a native StatefulSet template (OpenKruise leaves the other three
+    /// templates to the webhooks of the subset workloads), and minReplicas 0 when the subsets use only
+    /// capacities. The Adaptive timings are read with their defaults
+    /// ([`v1beta1::UnitedDeploymentScheduleStrategy::reschedule_critical_seconds`]) and never written.
+    fn default(object: &mut v1beta1::UnitedDeployment) {
+        let spec = &mut object.spec;
+        spec.replicas.get_or_insert(1);
+        spec.revision_history_limit.get_or_insert(10);
+        let strategy = &mut spec.update_strategy;
+        if strategy.type_.is_empty() {
+            strategy.type_ = v1beta1::UPDATE_MANUAL.into();
+        }
+        if strategy.type_ == v1beta1::UPDATE_MANUAL {
+            strategy.manual_update.get_or_insert_with(Default::default);
+        }
+        if let Some(template) = spec.template.stateful_set_template.as_mut() {
+            if let Some(pod) = template.spec.template.spec.as_mut() {
+                podtemplate::set_defaults_pod_spec(pod);
+            }
+            template
+                .spec
+                .volume_claim_templates
+                .iter_mut()
+                .flatten()
+                .for_each(crate::cloneset::set_defaults_pvc);
+        }
+        let subsets = &mut spec.topology.subsets;
+        let has_replicas = subsets.iter().any(|s| s.replicas.is_some());
+        let has_capacity = subsets
+            .iter()
+            .any(|s| s.min_replicas.is_some() || s.max_replicas.is_some());
+        if has_capacity && !has_replicas {
+            for subset in subsets.iter_mut() {
+                subset.min_replicas.get_or_insert(IntOrString::Int(0));
+            }
+        }
+    }
+
+    fn validate(
+        object: &v1beta1::UnitedDeployment,
+        old: Option<&v1beta1::UnitedDeployment>,
+    ) -> Vec<FieldError> {
+        validate::validate(object, old)
+    }
+
+    fn crd() -> CustomResourceDefinition {
+        crate::crd::assemble(
+            v1alpha1::UnitedDeployment::crd(),
+            v1beta1::UnitedDeployment::crd(),
+        )
+    }
+}
+
+/// The replicas a subset value stands for out of the UnitedDeployment's `replicas`: an integer ≥ 0, or a
+/// percentage `"N%"` with N in 0..=100, rounded half up (a percentage needs `replicas`). The error is
+/// OpenKruise's message (`ParseSubsetReplicas`).
+pub fn parse_subset_replicas(ud_replicas: Option<i32>, value: &IntOrString) -> Result<i32, String> {
+    let text = match value {
+        IntOrString::Int(n) if *n < 0 => {
+            return Err(format!("subset replicas ({n}) should not be less than 0"));
+        }
+        IntOrString::Int(n) => return Ok(*n),
+        IntOrString::String(text) => text,
+    };
+    let total = match ud_replicas {
+        Some(total) if total >= 0 => total,
+        _ => {
+            return Err(format!(
+                "subsetReplicas ({text}) should not be string when unitedDeployment replicas is empty"
+            ));
+        }
+    };
+    let Some(number) = text.strip_suffix('%') else {
+        return Err(format!(
+            "subset replicas ({text}) only support integer value or percentage value with a suffix '%'"
+        ));
+    };
+    let percent: i32 = number.parse().map_err(|error| {
+        format!("subset replicas ({text}) should be correct percentage integer: {error}")
+    })?;
+    if !(0..=100).contains(&percent) {
+        return Err(format!(
+            "subset replicas ({text}) should be in range [0, 100]"
+        ));
+    }
+    // floor(total * percent / 100 + 0.5), exactly.
+    let scaled = (2 * i64::from(total) * i64::from(percent) + 100) / 200;
+    Ok(i32::try_from(scaled).unwrap_or(i32::MAX))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,399 @@
+//! UnitedDeployment, apps.kruise.io/v1beta1 (storage version): one workload template (StatefulSet, Advanced
+//! StatefulSet, CloneSet or Deployment) provisioned as one workload per topology subset, with the replicas
+//! split between the subsets.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DeploymentSpec, StatefulSetSpec as NativeStatefulSetSpec};
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::cloneset::v1beta1::CloneSetSpec;
+use crate::schema::{is_default, preserve_unknown_fields_untyped};
+use crate::statefulset::v1beta1::StatefulSetSpec as AdvancedStatefulSetSpec;
+
+/// `updateStrategy.type`: the only one, and the default.
+pub const UPDATE_MANUAL: &str = "Manual";
+/// `topology.scheduleStrategy.type`: Pods stay in their subset even when they cannot be scheduled (default).
+pub const SCHEDULE_FIXED: &str = "Fixed";
+/// `topology.scheduleStrategy.type`: Pods pending too long are moved to other subsets.
+pub const SCHEDULE_ADAPTIVE: &str = "Adaptive";
+/// Default of `adaptive.rescheduleCriticalSeconds`.
+pub const DEFAULT_RESCHEDULE_CRITICAL_SECONDS: i32 = 30;
+/// Default of `adaptive.unschedulableDuration`.
+pub const DEFAULT_UNSCHEDULABLE_DURATION_SECONDS: i32 = 300;
+
+/// Condition types.
+pub const CONDITION_SUBSET_PROVISIONED: &str = "SubsetProvisioned";
+pub const CONDITION_SUBSET_UPDATED: &str = "SubsetUpdated";
+pub const CONDITION_SUBSET_FAILURE: &str = "SubsetFailure";
+pub const CONDITION_UNITED_DEPLOYMENT_UPDATED: &str = "UnitedDeploymentUpdated";
+/// Subset condition type: False while new Pods of the subset would stay pending.
+pub const SUBSET_CONDITION_SCHEDULABLE: &str = "Schedulable";
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "apps.kruise.io",
+    version = "v1beta1",
+    kind = "UnitedDeployment",
+    namespaced,
+    status = "UnitedDeploymentStatus",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.labelSelector"
+    ),
+    shortname = "ud",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "UnitedDeployment is the Schema for the uniteddeployments API",
+    printcolumn(
+        name = "DESIRED",
+        type_ = "integer",
+        json_path = ".spec.replicas",
+        description = "The desired number of pods."
+    ),
+    printcolumn(
+        name = "CURRENT",
+        type_ = "integer",
+        json_path = ".status.replicas",
+        description = "The number of currently all pods."
+    ),
+    printcolumn(
+        name = "UPDATED",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas",
+        description = "The number of pods updated."
+    ),
+    printcolumn(
+        name = "READY",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "The number of pods ready."
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp",
+        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentSpec {
+    /// Total desired replicas over all subsets (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Label query over the Pods; must match the template's labels.
+    #[schemars(required)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// The workload every subset runs: exactly one of the four templates.
+    #[serde(default)]
+    pub template: SubsetTemplate,
+    /// The subsets and how Pods are spread over them.
+    #[serde(default)]
+    pub topology: Topology,
+    /// How subsets move to a new template revision.
+    #[serde(default)]
+    pub update_strategy: UnitedDeploymentUpdateStrategy,
+    /// Revisions kept in the history (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history_limit: Option<i32>,
+}
+
+/// The workload template of the subsets; exactly one is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubsetTemplate {
+    /// Subsets are native apps/v1 StatefulSets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stateful_set_template: Option<StatefulSetTemplateSpec>,
+    /// Subsets are Advanced StatefulSets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advanced_stateful_set_template: Option<AdvancedStatefulSetTemplateSpec>,
+    /// Subsets are CloneSets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_set_template: Option<CloneSetTemplateSpec>,
+    /// Subsets are apps/v1 Deployments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_template: Option<DeploymentTemplateSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StatefulSetTemplateSpec {
+    /// Labels and annotations of the subset workloads.
+    #[serde(default)]
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub metadata: ObjectMeta,
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub spec: NativeStatefulSetSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AdvancedStatefulSetTemplateSpec {
+    /// Labels and annotations of the subset workloads.
+    #[serde(default)]
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub metadata: ObjectMeta,
+    pub spec: AdvancedStatefulSetSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CloneSetTemplateSpec {
+    /// Labels and annotations of the subset workloads.
+    #[serde(default)]
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub metadata: ObjectMeta,
+    pub spec: CloneSetSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeploymentTemplateSpec {
+    /// Labels and annotations of the subset workloads.
+    #[serde(default)]
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub metadata: ObjectMeta,
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub spec: DeploymentSpec,
+}
+
+impl SubsetTemplate {
+    /// The metadata of whichever template is set (the first, if several are).
+    pub fn metadata(&self) -> Option<&ObjectMeta> {
+        if let Some(t) = &self.stateful_set_template {
+            Some(&t.metadata)
+        } else if let Some(t) = &self.advanced_stateful_set_template {
+            Some(&t.metadata)
+        } else if let Some(t) = &self.clone_set_template {
+            Some(&t.metadata)
+        } else {
+            self.deployment_template.as_ref().map(|t| &t.metadata)
+        }
+    }
+
+    /// How many of the four templates are set (valid: exactly one).
+    pub fn count(&self) -> usize {
+        [
+            self.stateful_set_template.is_some(),
+            self.advanced_stateful_set_template.is_some(),
+            self.clone_set_template.is_some(),
+            self.deployment_template.is_some(),
+        ]
+        .into_iter()
+        .filter(|set| *set)
+        .count()
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentUpdateStrategy {
+    /// `Manual` (default, and the only type).
+    #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["Manual", ""]))]
+    pub type_: String,
+    /// Parameters of the Manual type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manual_update: Option<ManualUpdate>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManualUpdate {
+    /// Per subset name: the number of its Pods kept at the old revision.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub partitions: BTreeMap<String, i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Topology {
+    /// One workload is provisioned per subset.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subsets: Vec<Subset>,
+    /// What happens to Pods that cannot be scheduled in their subset.
+    #[serde(default)]
+    pub schedule_strategy: UnitedDeploymentScheduleStrategy,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Subset {
+    /// A DNS label, unique among the subsets; the workload is named `<ud>-<subset>-<random>`.
+    pub name: String,
+    /// Appended to the required node affinity of the Pods; immutable.
+    #[serde(default)]
+    pub node_selector_term: NodeSelectorTerm,
+    /// Appended to the tolerations of the Pods; immutable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Replicas of this subset: an integer, or a percentage of spec.replicas (rounded half up). Unset:
+    /// shared evenly with the other unset subsets. Excludes minReplicas/maxReplicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<IntOrString>,
+    /// Lower bound, filled first in subset order (default 0 when only bounds are used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<IntOrString>,
+    /// Upper bound; unset: no limit. At least one subset must leave it unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<IntOrString>,
+    /// Strategic-merge patch applied to the workload template of this subset, last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub patch: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentScheduleStrategy {
+    /// `Fixed` (default) or `Adaptive`.
+    #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["Adaptive", "Fixed", ""]))]
+    pub type_: String,
+    /// Parameters of the Adaptive type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveUnitedDeploymentStrategy>,
+}
+
+impl UnitedDeploymentScheduleStrategy {
+    pub fn is_adaptive(&self) -> bool {
+        self.type_ == SCHEDULE_ADAPTIVE
+    }
+
+    /// Adaptive with `reserveUnschedulablePods`.
+    pub fn should_reserve_unschedulable_pods(&self) -> bool {
+        self.is_adaptive()
+            && self
+                .adaptive
+                .as_ref()
+                .is_some_and(|a| a.reserve_unschedulable_pods)
+    }
+
+    /// Seconds a Pod may stay unschedulable before it is rescheduled (30 when unset).
+    pub fn reschedule_critical_seconds(&self) -> i32 {
+        self.adaptive
+            .as_ref()
+            .and_then(|a| a.reschedule_critical_seconds)
+            .unwrap_or(DEFAULT_RESCHEDULE_CRITICAL_SECONDS)
+    }
+
+    /// Seconds a subset stays unschedulable (300 when unset).
+    pub fn unschedulable_duration_seconds(&self) -> i32 {
+        self.adaptive
+            .as_ref()
+            .and_then(|a| a.unschedulable_duration)
+            .unwrap_or(DEFAULT_UNSCHEDULABLE_DURATION_SECONDS)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdaptiveUnitedDeploymentStrategy {
+    /// Seconds a Pod may stay unschedulable before it is moved to another subset (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reschedule_critical_seconds: Option<i32>,
+    /// Seconds a subset counts as unschedulable after a reschedule (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unschedulable_duration: Option<i32>,
+    /// Keep unschedulable Pods and run temporary substitutes elsewhere until they are ready
+    /// (Deployment and CloneSet templates only).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub reserve_unschedulable_pods: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentStatus {
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub observed_generation: i64,
+    /// Ready Pods over all subsets.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub ready_replicas: i32,
+    /// Pods over all subsets, reserved Pods not counted.
+    pub replicas: i32,
+    /// Pods at updatedRevision.
+    pub updated_replicas: i32,
+    /// Pods reserved by the Adaptive strategy.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub reserved_pods: i32,
+    /// Ready Pods at updatedRevision.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub updated_ready_replicas: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_count: Option<i32>,
+    /// The revision of the template all Pods ran when they last converged.
+    pub current_revision: String,
+    /// The newest revision of the template.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub updated_revision: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subset_statuses: Vec<UnitedDeploymentSubsetStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<UnitedDeploymentCondition>,
+    /// The selector as a string, for the scale subresource.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label_selector: String,
+}
+
+impl UnitedDeploymentStatus {
+    /// The status of subset `name`, if recorded.
+    pub fn subset_status(&self, name: &str) -> Option<&UnitedDeploymentSubsetStatus> {
+        self.subset_statuses.iter().find(|s| s.name == name)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentCondition {
+    /// `SubsetProvisioned`, `SubsetUpdated`, `SubsetFailure` or `UnitedDeploymentUpdated`.
+    #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentSubsetStatus {
+    /// The subset name of spec.topology.subsets.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The current target replicas of the subset.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub replicas: i32,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub ready_replicas: i32,
+    /// The current partition of the subset.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub partition: i32,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub reserved_pods: i32,
+    /// `Schedulable`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<UnitedDeploymentSubsetCondition>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitedDeploymentSubsetCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
