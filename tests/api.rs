@@ -481,7 +481,7 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
         "UnitedDeployment",
         V1BETA1,
         r#"{"spec":{"selector":{"matchLabels":{"app":"other"}}}}"#,
-        "spec.template.cloneSetTemplate.metadata.labels",
+        "spec.template.cloneSetTemplate.spec.template.metadata.labels",
     ),
     // Advanced StatefulSet
     (
