@@ -1,6 +1,5 @@
 use super::*;
 use proptest::prelude::*;
-use serde::Deserialize;
 
 use crate::kinds::Kind;
 use crate::pub_types::{Lifecycle, LifecycleHook};
@@ -341,31 +340,6 @@ fn json_dispatch_maps_annotation_hash_and_surging() {
             .expect("up"),
         v1beta1
     );
-}
-
-#[test]
-fn examples_are_valid() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    for file in [
-        "advanced-daemonset.yaml",
-        "advanced-daemonset-v1alpha1.yaml",
-    ] {
-        let text = std::fs::read_to_string(root.join(file)).expect("example readable");
-        let mut count = 0;
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                serde_json::to_value(serde_yaml::Value::deserialize(document).expect("yaml"))
-                    .expect("json");
-            let object = Kind::DaemonSet
-                .convert(value, crate::kinds::V1BETA1)
-                .expect("converts");
-            let object = Kind::DaemonSet.default_object(object).expect("defaults");
-            let errors = Kind::DaemonSet.validate(object, None).expect("decodes");
-            assert_eq!(errors, Vec::new(), "{file}");
-            count += 1;
-        }
-        assert!(count > 0, "{file} has no documents");
-    }
 }
 
 fn arb_int_or_string() -> impl Strategy<Value = IntOrString> {

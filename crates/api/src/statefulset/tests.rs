@@ -399,33 +399,6 @@ fn json_dispatch_converts_both_ways() {
     assert_eq!(back, v1beta1);
 }
 
-#[test]
-fn examples_are_valid() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    for file in [
-        "advanced-statefulset.yaml",
-        "advanced-statefulset-v1alpha1.yaml",
-    ] {
-        let text = std::fs::read_to_string(root.join(file)).expect("example readable");
-        let mut count = 0;
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                serde_json::to_value(serde_yaml::Value::deserialize(document).expect("yaml"))
-                    .expect("json");
-            let object = Kind::StatefulSet
-                .convert(value, crate::kinds::V1BETA1)
-                .expect("converts");
-            let object = Kind::StatefulSet.default_object(object).expect("defaults");
-            let errors = Kind::StatefulSet.validate(object, None).expect("decodes");
-            assert_eq!(errors, Vec::new(), "{file}");
-            count += 1;
-        }
-        assert!(count > 0, "{file} has no documents");
-    }
-}
-
-use serde::Deserialize;
-
 fn arb_int_or_string() -> impl Strategy<Value = IntOrString> {
     prop_oneof![
         any::<i32>().prop_map(IntOrString::Int),

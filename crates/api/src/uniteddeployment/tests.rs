@@ -1,7 +1,6 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
@@ -792,37 +791,6 @@ fn crd_has_upstream_shape() {
             spec["updateStrategy"]["properties"]["type"]["enum"],
             json!(["Manual", ""])
         );
-    }
-}
-
-#[test]
-fn examples_are_valid() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    for (file, version) in [
-        ("uniteddeployment.yaml", V1BETA1),
-        ("uniteddeployment-v1alpha1.yaml", V1ALPHA1),
-    ] {
-        let text = std::fs::read_to_string(root.join(file)).expect("example readable");
-        let mut count = 0;
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                serde_json::to_value(serde_yaml::Value::deserialize(document).expect("yaml"))
-                    .expect("json");
-            assert_eq!(value["apiVersion"], version, "{file}");
-            assert!(value["metadata"].get("namespace").is_none(), "{file}");
-            let object = Kind::UnitedDeployment
-                .convert(value, V1BETA1)
-                .expect("converts");
-            let object = Kind::UnitedDeployment
-                .default_object(object)
-                .expect("defaults");
-            let errors = Kind::UnitedDeployment
-                .validate(object, None)
-                .expect("decodes");
-            assert_eq!(errors, Vec::new(), "{file}");
-            count += 1;
-        }
-        assert!(count > 0, "{file} has no documents");
     }
 }
 
