@@ -5,3 +5,4 @@
 //! server or awaits: every function takes a snapshot (Pods, spec, `now`) and returns a decision.
 
 pub mod pods;
+pub mod rollout;

@@ -1,0 +1,3 @@
+//! Rollout decisions: which Pods go first, and how many to create, delete and update.
+
+pub mod ordering;
