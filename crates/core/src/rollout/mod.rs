@@ -1,0 +1,4 @@
+//! Rollout decisions: which Pods go first, and how many to create, delete and update.
+
+pub mod cloneset;
+pub mod ordering;
