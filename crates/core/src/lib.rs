@@ -3,4 +3,5 @@
 //! This crate is part of the workspace layout in DESIGN.md; its content arrives with the issues that
 //! need it (the API issue, the in-place engine and CloneSet issue, ...).
 
+pub mod inplace;
 pub mod revision;
