@@ -1,8 +1,9 @@
-//! Rollout logic shared by every workload, as pure functions of a snapshot: revisions, the in-place update engine, update and scale-down ordering, int-or-percent arithmetic, Pod availability and expectations.
-//!
-//! This crate is part of the workspace layout in DESIGN.md; its content arrives with the issues that
-//! need it (the API issue, the in-place engine and CloneSet issue, ...). Nothing here talks to the API
-//! server or awaits: every function takes a snapshot (Pods, spec, `now`) and returns a decision.
+//! Rollout logic shared by every workload, as pure functions of a snapshot: revisions, the in-place
+//! update engine, update and scale-down ordering, Pod availability. (Int-or-percent arithmetic is
+//! `kruise_api::intstr`.) Nothing here talks to the API server or awaits: every function takes a snapshot
+//! (Pods, spec, `now`) and returns a decision; the controllers are thin loops around them.
 
+pub mod inplace;
 pub mod pods;
+pub mod revision;
 pub mod rollout;

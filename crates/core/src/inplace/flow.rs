@@ -1,0 +1,370 @@
+//! The update itself, one step per call (inventory §7.3–§7.5): drain, wait out the grace period,
+//! resize, patch.
+//!
+//! Every patch is a JSON patch whose first op tests `metadata.resourceVersion`, so it applies only to
+//! the exact Pod the decision was made on. A stale cache can therefore never restart a container
+//! whose Pod has meanwhile become Ready again (kruise#2276): the API server rejects the patch and the
+//! caller decides again on a fresh Pod.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{
+    AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation,
+};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
+use serde_json::{Value, json};
+
+use super::plan::InPlacePlan;
+use super::state::{InPlaceUpdateState, annotation};
+
+/// Reason on `InPlaceUpdateReady=False` (upstream's value).
+pub const REASON_START_IN_PLACE_UPDATE: &str = "StartInPlaceUpdate";
+/// Reason on `Ready=False` while a readiness gate is not True (the kubelet's value).
+pub const REASON_READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FlowError {
+    #[error("the Pod has no resourceVersion to guard the patch with")]
+    NoResourceVersion,
+    #[error("container {0} is not in the Pod")]
+    ContainerNotInPod(String),
+    #[error("cannot encode the in-place update state: {0}")]
+    Encode(String),
+}
+
+/// The revision being applied and the labels that record it on the Pod (workload specific: CloneSet
+/// writes `controller-revision-hash` and `pod-template-hash`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target<'a> {
+    pub revision: &'a str,
+    pub revision_labels: &'a BTreeMap<String, String>,
+}
+
+/// What the caller does next. Each patch may fail on a resourceVersion mismatch; then the caller
+/// re-reads the Pod and calls [`next_step`] again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// JSON patch for the `status` subresource: `InPlaceUpdateReady=False` and, if it is True, `Ready=False`.
+    MarkUnready(Patch),
+    /// Traffic is being drained: look again after this long.
+    Wait(Duration),
+    /// JSON patch for the `resize` subresource; call again with the Pod it returns.
+    Resize(Patch),
+    /// JSON patch for the Pod: images, labels, annotations and the in-place update state.
+    Apply(Patch),
+}
+
+/// Decides the next step of updating `pod` in place with `plan`.
+///
+/// When the plan restarts a container and the Pod has the `InPlaceUpdateReady` readiness gate, the
+/// condition is set False first, and nothing that restarts a container is sent until it has been
+/// False for `grace_seconds` (measured from its `lastTransitionTime`, i.e. from when traffic started
+/// to drain) and the Pod is not Ready. Changes that restart nothing skip the drain.
+pub fn next_step(
+    pod: &Pod,
+    plan: &InPlacePlan,
+    target: &Target<'_>,
+    grace_seconds: i32,
+    now: Timestamp,
+) -> Result<Step, FlowError> {
+    let rv = resource_version(pod)?;
+    if plan.restarts_containers && has_readiness_gate(pod) {
+        let gate = condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY);
+        let drained_since = gate
+            .filter(|c| c.status == "False")
+            .and_then(|c| c.last_transition_time.as_ref());
+        let ready = condition(pod, "Ready").is_some_and(|c| c.status == "True");
+        let Some(since) = drained_since.filter(|_| !ready) else {
+            return Ok(Step::MarkUnready(mark_unready_patch(pod, rv, now)));
+        };
+        let elapsed = now.duration_since(since.0);
+        let grace = k8s_openapi::jiff::SignedDuration::from_secs(i64::from(grace_seconds.max(0)));
+        if elapsed < grace {
+            let remaining = (grace - elapsed).as_secs_f64().ceil();
+            return Ok(Step::Wait(Duration::from_secs_f64(remaining)));
+        }
+    }
+    if let Some(patch) = resize_patch(pod, plan, rv)? {
+        return Ok(Step::Resize(patch));
+    }
+    apply_patch(pod, plan, target, rv, now).map(Step::Apply)
+}
+
+/// JSON patch for the `status` subresource setting `InPlaceUpdateReady=True` once the update is
+/// complete; `None` when the Pod has no gate or the condition is already True.
+pub fn mark_ready_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, FlowError> {
+    if !has_readiness_gate(pod)
+        || condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY).is_some_and(|c| c.status == "True")
+    {
+        return Ok(None);
+    }
+    let rv = resource_version(pod)?;
+    let mut ops = vec![test_rv(rv)];
+    set_condition(
+        pod,
+        &mut ops,
+        keys::CONDITION_IN_PLACE_UPDATE_READY,
+        "True",
+        "",
+        now,
+    );
+    Ok(Some(Patch(ops)))
+}
+
+fn resource_version(pod: &Pod) -> Result<&str, FlowError> {
+    pod.metadata
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())
+        .ok_or(FlowError::NoResourceVersion)
+}
+
+/// Whether the Pod has the `InPlaceUpdateReady` readiness gate.
+pub fn has_readiness_gate(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| {
+            g.iter()
+                .any(|g| g.condition_type == keys::CONDITION_IN_PLACE_UPDATE_READY)
+        })
+}
+
+fn conditions(pod: &Pod) -> &[PodCondition] {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[])
+}
+
+pub(crate) fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    conditions(pod).iter().find(|c| c.type_ == type_)
+}
+
+fn ptr<'t>(tokens: impl IntoIterator<Item = &'t str>) -> PointerBuf {
+    PointerBuf::from_tokens(tokens)
+}
+
+fn test_rv(rv: &str) -> PatchOperation {
+    PatchOperation::Test(TestOperation {
+        path: ptr(["metadata", "resourceVersion"]),
+        value: Value::String(rv.to_owned()),
+    })
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+/// Sets a condition, keeping `lastTransitionTime` when the status does not change.
+fn set_condition(
+    pod: &Pod,
+    ops: &mut Vec<PatchOperation>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    now: Timestamp,
+) {
+    let existing = conditions(pod).iter().position(|c| c.type_ == type_);
+    let mut new = PodCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: (!reason.is_empty()).then(|| reason.to_owned()),
+        last_transition_time: Some(Time(now)),
+        ..PodCondition::default()
+    };
+    if let Some(old) = existing.map(|i| &conditions(pod)[i]) {
+        new.last_probe_time = old.last_probe_time.clone();
+        if old.status == status && old.last_transition_time.is_some() {
+            new.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+    let value = serde_json::to_value(&new).unwrap_or(Value::Null);
+    ops.push(match existing {
+        Some(i) => PatchOperation::Replace(ReplaceOperation {
+            path: ptr(["status", "conditions", &i.to_string()]),
+            value,
+        }),
+        None if pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some() =>
+        {
+            add(ptr(["status", "conditions", "-"]), value)
+        }
+        None => add(ptr(["status", "conditions"]), Value::Array(vec![value])),
+    });
+}
+
+fn mark_unready_patch(pod: &Pod, rv: &str, now: Timestamp) -> Patch {
+    let mut ops = vec![test_rv(rv)];
+    set_condition(
+        pod,
+        &mut ops,
+        keys::CONDITION_IN_PLACE_UPDATE_READY,
+        "False",
+        REASON_START_IN_PLACE_UPDATE,
+        now,
+    );
+    // Ready=False takes the Pod out of Service endpoints now, instead of at the kubelet's next sync.
+    if condition(pod, "Ready").is_some_and(|c| c.status == "True") {
+        set_condition(
+            pod,
+            &mut ops,
+            "Ready",
+            "False",
+            REASON_READINESS_GATES_NOT_READY,
+            now,
+        );
+    }
+    Patch(ops)
+}
+
+fn container_index(pod: &Pod, name: &str) -> Result<usize, FlowError> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().position(|c| c.name == name))
+        .ok_or_else(|| FlowError::ContainerNotInPod(name.to_owned()))
+}
+
+/// The resize patch for the cpu/memory values that still differ on the Pod; `None` once none do.
+fn resize_patch(pod: &Pod, plan: &InPlacePlan, rv: &str) -> Result<Option<Patch>, FlowError> {
+    let mut ops = Vec::new();
+    for (name, change) in &plan.resources {
+        let i = container_index(pod, name)?;
+        let index = i.to_string();
+        let current = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[i].resources.as_ref());
+        for (kind, wanted) in [("limits", &change.limits), ("requests", &change.requests)] {
+            let have = current.and_then(|r| {
+                if kind == "limits" {
+                    r.limits.as_ref()
+                } else {
+                    r.requests.as_ref()
+                }
+            });
+            let differs: BTreeMap<&String, &_> = wanted
+                .iter()
+                .filter(|(k, v)| {
+                    !have
+                        .and_then(|h| h.get(*k))
+                        .is_some_and(|h| same_quantity(&h.0, &v.0))
+                })
+                .collect();
+            if differs.is_empty() {
+                continue;
+            }
+            // The API server always serializes `resources` (Go has no omitempty on it), so the
+            // container's `resources` object exists even when the typed Pod says None.
+            match have {
+                Some(_) => {
+                    for (k, v) in differs {
+                        ops.push(add(
+                            ptr(["spec", "containers", &index, "resources", kind, k]),
+                            json!(v),
+                        ));
+                    }
+                }
+                None => ops.push(add(
+                    ptr(["spec", "containers", &index, "resources", kind]),
+                    json!(differs),
+                )),
+            }
+        }
+    }
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    ops.insert(0, test_rv(rv));
+    Ok(Some(Patch(ops)))
+}
+
+fn same_quantity(a: &str, b: &str) -> bool {
+    match (ParsedQuantity::parse(a), ParsedQuantity::parse(b)) {
+        (Ok(a), Ok(b)) => a.cmp_value(&b).is_eq(),
+        _ => a == b,
+    }
+}
+
+/// Sets (Some) or removes (None) keys of `metadata.<field>`; a remove is emitted only for a key the
+/// Pod has, since removing a missing path fails the whole patch.
+fn metadata_ops(
+    ops: &mut Vec<PatchOperation>,
+    field: &str,
+    existing: Option<&BTreeMap<String, String>>,
+    changes: &BTreeMap<String, Option<String>>,
+) {
+    if existing.is_none() && changes.values().any(Option::is_some) {
+        ops.push(add(ptr(["metadata", field]), json!({})));
+    }
+    for (key, value) in changes {
+        match value {
+            Some(v) => ops.push(add(ptr(["metadata", field, key]), json!(v))),
+            None if existing.is_some_and(|m| m.contains_key(key)) => {
+                ops.push(PatchOperation::Remove(RemoveOperation {
+                    path: ptr(["metadata", field, key]),
+                }));
+            }
+            None => {}
+        }
+    }
+}
+
+fn apply_patch(
+    pod: &Pod,
+    plan: &InPlacePlan,
+    target: &Target<'_>,
+    rv: &str,
+    now: Timestamp,
+) -> Result<Patch, FlowError> {
+    let mut ops = vec![test_rv(rv)];
+    for (name, image) in &plan.images {
+        let index = container_index(pod, name)?.to_string();
+        ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: ptr(["spec", "containers", &index, "image"]),
+            value: json!(image),
+        }));
+    }
+
+    // Template labels first, then the revision labels, so the revision record always wins.
+    let mut labels = plan.labels.clone();
+    labels.extend(
+        target
+            .revision_labels
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone()))),
+    );
+    metadata_ops(&mut ops, "labels", pod.metadata.labels.as_ref(), &labels);
+
+    let state = InPlaceUpdateState::new(target.revision, plan, pod, now)
+        .to_annotation()
+        .map_err(|e| FlowError::Encode(e.to_string()))?;
+    let mut annotations = plan.annotations.clone();
+    annotations.insert(keys::ANNOTATION_IN_PLACE_UPDATE_STATE.into(), Some(state));
+    // An unapplied OpenKruise grace spec and the legacy state key are superseded by this update.
+    for key in [
+        keys::ANNOTATION_IN_PLACE_UPDATE_STATE_OLD,
+        keys::ANNOTATION_IN_PLACE_UPDATE_GRACE,
+        keys::ANNOTATION_IN_PLACE_UPDATE_GRACE_OLD,
+    ] {
+        if annotation(pod, key).is_some() {
+            annotations.insert(key.into(), None);
+        }
+    }
+    metadata_ops(
+        &mut ops,
+        "annotations",
+        pod.metadata.annotations.as_ref(),
+        &annotations,
+    );
+    Ok(Patch(ops))
+}

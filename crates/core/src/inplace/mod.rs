@@ -1,0 +1,24 @@
+//! The in-place update engine's pure parts (inventory §7): what can change in place ([`plan`]), the
+//! state annotation ([`InPlaceUpdateState`]), the drain → grace → patch steps ([`next_step`]) and
+//! the completion check ([`check_completed`]). The caller sends the patches and re-reads the Pod.
+
+mod completion;
+mod flow;
+mod plan;
+mod state;
+
+pub use completion::{Completion, WaitReason, check_completed, with_default_tag};
+pub use flow::{
+    FlowError, REASON_READINESS_GATES_NOT_READY, REASON_START_IN_PLACE_UPDATE, Step, Target,
+    has_readiness_gate, mark_ready_patch, next_step,
+};
+pub use plan::{
+    InPlacePlan, NotInPlace, Plan, PlanOptions, QosClass, ResourceChange, plan, qos_class,
+};
+pub use state::{
+    InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdatePreCheckBeforeNext,
+    InPlaceUpdateState, has_grace_annotation, read_state, state_annotation,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,402 @@
+//! Deciding whether the change between two revisions' templates can be applied to a Pod in place
+//! (inventory §1.8, §7.2).
+//!
+//! In place: a replaced container image; Pod labels and annotations; with [`PlanOptions::resize`], a
+//! replaced cpu or memory limit or request that keeps the QoS class (sent to `pods/resize`).
+//! Everything else — env, command, ports, volumes, an added or removed resource key, any other
+//! metadata — needs a new Pod.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
+use serde_json::Value;
+
+/// Which optional in-place changes are allowed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Resize cpu/memory through `pods/resize` (upstream gate `InPlaceWorkloadVerticalScaling`).
+    pub resize: bool,
+}
+
+/// The cpu/memory values a container gets; only the keys that change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResourceChange {
+    pub limits: BTreeMap<String, Quantity>,
+    pub requests: BTreeMap<String, Quantity>,
+}
+
+/// What an in-place update changes on the Pod. Containers are named, not indexed: a Pod may hold
+/// injected sidecars, so template index N is not Pod index N.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InPlacePlan {
+    /// Container name → new image.
+    pub images: BTreeMap<String, String>,
+    /// Container name → new cpu/memory values.
+    pub resources: BTreeMap<String, ResourceChange>,
+    /// Label key → new value, or `None` to remove it.
+    pub labels: BTreeMap<String, Option<String>>,
+    /// Annotation key → new value, or `None` to remove it.
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Whether the update restarts a container of this Pod, so traffic must be drained first: an image
+    /// change always does; a resize only where the container's `resizePolicy` says `RestartContainer`.
+    /// Label/annotation changes never do, so they skip the drain and its grace period.
+    pub restarts_containers: bool,
+}
+
+impl InPlacePlan {
+    /// Whether there is nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.images.is_empty()
+            && self.resources.is_empty()
+            && self.labels.is_empty()
+            && self.annotations.is_empty()
+    }
+}
+
+/// Why a change needs a new Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotInPlace {
+    /// A template field outside what can change in place, with its JSON pointer (e.g. `/spec/containers/0/env/0/value`).
+    Field(String),
+    /// A resource key was added or removed, or resize is disabled, or the value is not a quantity.
+    Resource(String),
+    /// The resource change would move the Pod to another QoS class, which the API server rejects.
+    QosClassChanged { from: QosClass, to: QosClass },
+    /// A container reads a changed label or annotation through a downward-API env var; only a new
+    /// container process sees the new value, and nothing here restarts a container for that.
+    EnvFromMetadata { container: String, key: String },
+    /// The template names a container the Pod does not have.
+    ContainerNotInPod(String),
+    /// A template could not be encoded (should not happen for typed templates).
+    Encode(String),
+}
+
+impl fmt::Display for NotInPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Field(path) => write!(f, "{path} changed and cannot be updated in place"),
+            Self::Resource(path) => write!(f, "{path} cannot be resized in place"),
+            Self::QosClassChanged { from, to } => {
+                write!(f, "QoS class would change from {from:?} to {to:?}")
+            }
+            Self::EnvFromMetadata { container, key } => write!(
+                f,
+                "container {container} reads changed metadata {key} through its env"
+            ),
+            Self::ContainerNotInPod(name) => write!(f, "container {name} is not in the Pod"),
+            Self::Encode(e) => write!(f, "cannot encode template: {e}"),
+        }
+    }
+}
+
+/// The outcome of [`plan`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    InPlace(InPlacePlan),
+    NotInPlace(NotInPlace),
+}
+
+/// Kubernetes Pod QoS class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+#[derive(Debug)]
+enum Op {
+    Add,
+    Remove,
+    Replace,
+}
+
+struct Change {
+    path: Vec<String>,
+    op: Op,
+    new: Option<Value>,
+}
+
+/// Plans the in-place update of `pod` from the `old` revision's template to the `new` one.
+pub fn plan(old: &PodTemplateSpec, new: &PodTemplateSpec, pod: &Pod, opts: &PlanOptions) -> Plan {
+    match try_plan(old, new, pod, opts) {
+        Ok(p) => Plan::InPlace(p),
+        Err(reason) => Plan::NotInPlace(reason),
+    }
+}
+
+fn try_plan(
+    old: &PodTemplateSpec,
+    new: &PodTemplateSpec,
+    pod: &Pod,
+    opts: &PlanOptions,
+) -> Result<InPlacePlan, NotInPlace> {
+    let encode = |t: &PodTemplateSpec| {
+        serde_json::to_value(t)
+            .map(prune)
+            .map_err(|e| NotInPlace::Encode(e.to_string()))
+    };
+    let (old_v, new_v) = (encode(old)?, encode(new)?);
+    let mut changes = Vec::new();
+    diff(&mut Vec::new(), Some(&old_v), Some(&new_v), &mut changes);
+
+    let old_containers = old.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
+    let mut out = InPlacePlan::default();
+    for change in changes {
+        classify(change, old_containers, opts, &mut out)?;
+    }
+
+    if !out.resources.is_empty() {
+        let (from, to) = (qos_class(old.spec.as_ref()), qos_class(new.spec.as_ref()));
+        if from != to {
+            return Err(NotInPlace::QosClassChanged { from, to });
+        }
+    }
+
+    // Both templates are checked: a container that stops reading the key still needs a restart to
+    // drop the old value, and one that starts reading it needs one to pick it up.
+    let changed_keys = out
+        .labels
+        .keys()
+        .map(|k| ("metadata.labels", k))
+        .chain(out.annotations.keys().map(|k| ("metadata.annotations", k)));
+    let templates = [old.spec.as_ref(), new.spec.as_ref()];
+    for (field, key) in changed_keys {
+        for spec in templates.iter().flatten() {
+            if let Some(c) = spec
+                .containers
+                .iter()
+                .find(|c| reads_metadata(c, field, key))
+            {
+                return Err(NotInPlace::EnvFromMetadata {
+                    container: c.name.clone(),
+                    key: format!("{field}['{key}']"),
+                });
+            }
+        }
+    }
+
+    let pod_containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
+    for name in out.images.keys().chain(out.resources.keys()) {
+        if !pod_containers.iter().any(|c| &c.name == name) {
+            return Err(NotInPlace::ContainerNotInPod(name.clone()));
+        }
+    }
+    out.restarts_containers = !out.images.is_empty()
+        || out.resources.iter().any(|(name, change)| {
+            pod_containers
+                .iter()
+                .find(|c| &c.name == name)
+                .is_some_and(|c| resize_restarts(c, change))
+        });
+    Ok(out)
+}
+
+/// Drops nulls and empty objects: Go writes `creationTimestamp: null` and `resources: {}` where Rust
+/// omits them, so a revision written by OpenKruise must not look different for that alone.
+fn prune(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, prune(v)))
+                .filter(|(_, v)| !v.is_null() && !v.as_object().is_some_and(|o| o.is_empty()))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(prune).collect()),
+        other => other,
+    }
+}
+
+/// A leaf-level diff: objects are compared key by key (a missing object counts as empty), arrays
+/// index by index, so every change names the most specific path.
+fn diff(path: &mut Vec<String>, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<Change>) {
+    match (a, b) {
+        (Some(x), Some(y)) if x == y => {}
+        (Some(Value::Object(_)) | None, Some(Value::Object(_)) | None)
+            if a.is_some_and(Value::is_object) || b.is_some_and(Value::is_object) =>
+        {
+            let empty = serde_json::Map::new();
+            let ma = a.and_then(Value::as_object).unwrap_or(&empty);
+            let mb = b.and_then(Value::as_object).unwrap_or(&empty);
+            let mut keys: Vec<&String> = ma.keys().chain(mb.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                path.push(k.clone());
+                diff(path, ma.get(k), mb.get(k), out);
+                path.pop();
+            }
+        }
+        (Some(Value::Array(xa)), Some(Value::Array(xb))) => {
+            for i in 0..xa.len().max(xb.len()) {
+                path.push(i.to_string());
+                diff(path, xa.get(i), xb.get(i), out);
+                path.pop();
+            }
+        }
+        (None, None) => {}
+        (None, Some(v)) => out.push(Change {
+            path: path.clone(),
+            op: Op::Add,
+            new: Some(v.clone()),
+        }),
+        (Some(_), None) => out.push(Change {
+            path: path.clone(),
+            op: Op::Remove,
+            new: None,
+        }),
+        (Some(_), Some(v)) => out.push(Change {
+            path: path.clone(),
+            op: Op::Replace,
+            new: Some(v.clone()),
+        }),
+    }
+}
+
+fn pointer(path: &[String]) -> String {
+    path.iter()
+        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
+        .collect()
+}
+
+fn classify(
+    change: Change,
+    old_containers: &[Container],
+    opts: &PlanOptions,
+    out: &mut InPlacePlan,
+) -> Result<(), NotInPlace> {
+    let path: Vec<&str> = change.path.iter().map(String::as_str).collect();
+    let new_string = || {
+        change
+            .new
+            .as_ref()
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let container_name = |index: &str| {
+        index
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| old_containers.get(i))
+            .map(|c| c.name.clone())
+    };
+    match (path.as_slice(), &change.op) {
+        (["metadata", "labels", key], _) => {
+            out.labels.insert((*key).to_owned(), new_string());
+        }
+        (["metadata", "annotations", key], _) => {
+            out.annotations.insert((*key).to_owned(), new_string());
+        }
+        (["spec", "containers", index, "image"], Op::Replace) => {
+            match (container_name(index), new_string()) {
+                (Some(name), Some(image)) => {
+                    out.images.insert(name, image);
+                }
+                _ => return Err(NotInPlace::Field(pointer(&change.path))),
+            }
+        }
+        (
+            [
+                "spec",
+                "containers",
+                index,
+                "resources",
+                kind @ ("limits" | "requests"),
+                res @ ("cpu" | "memory"),
+            ],
+            Op::Replace,
+        ) if opts.resize => {
+            let value = new_string()
+                .filter(|v| ParsedQuantity::parse(v).is_ok())
+                .ok_or_else(|| NotInPlace::Resource(pointer(&change.path)))?;
+            let name =
+                container_name(index).ok_or_else(|| NotInPlace::Resource(pointer(&change.path)))?;
+            let entry = out.resources.entry(name).or_default();
+            let map = if *kind == "limits" {
+                &mut entry.limits
+            } else {
+                &mut entry.requests
+            };
+            map.insert((*res).to_owned(), Quantity(value));
+        }
+        (["spec", "containers", _, "resources", ..], _) => {
+            return Err(NotInPlace::Resource(pointer(&change.path)));
+        }
+        _ => return Err(NotInPlace::Field(pointer(&change.path))),
+    }
+    Ok(())
+}
+
+/// Whether a downward-API env var of the container reads `field['key']` (e.g. `metadata.labels['app']`).
+fn reads_metadata(c: &Container, field: &str, key: &str) -> bool {
+    let want = format!("{field}['{key}']");
+    c.env.iter().flatten().any(|e| {
+        e.value.as_deref().unwrap_or_default().is_empty()
+            && e.value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .is_some_and(|r| {
+                    r.field_path == want || r.field_path == format!("{field}[\"{key}\"]")
+                })
+    })
+}
+
+fn resize_restarts(c: &Container, change: &ResourceChange) -> bool {
+    c.resize_policy.iter().flatten().any(|p| {
+        p.restart_policy == "RestartContainer"
+            && (change.limits.contains_key(&p.resource_name)
+                || change.requests.contains_key(&p.resource_name))
+    })
+}
+
+/// The QoS class Kubernetes would give a Pod with this spec (`qos.GetPodQOS`, container level), with
+/// requests defaulted from limits as the API server does on creation.
+pub fn qos_class(spec: Option<&PodSpec>) -> QosClass {
+    let mut requests: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut guaranteed = true;
+    let containers = spec.into_iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    });
+    for c in containers {
+        let res = c.resources.as_ref();
+        let get = |m: Option<&BTreeMap<String, Quantity>>, k: &str| {
+            m.and_then(|m| m.get(k))
+                .and_then(|q| ParsedQuantity::parse(&q.0).ok())
+                .map(|q| q.as_f64())
+        };
+        let mut limit_keys = 0;
+        for key in ["cpu", "memory"] {
+            let limit = get(res.and_then(|r| r.limits.as_ref()), key);
+            let request = get(res.and_then(|r| r.requests.as_ref()), key).or(limit);
+            if let Some(r) = request.filter(|r| *r > 0.0) {
+                *requests.entry(key).or_default() += r;
+            }
+            if let Some(l) = limit {
+                limit_keys += 1;
+                if l > 0.0 {
+                    *limits.entry(key).or_default() += l;
+                }
+            }
+        }
+        if limit_keys < 2 {
+            guaranteed = false;
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        return QosClass::BestEffort;
+    }
+    if guaranteed
+        && requests.len() == limits.len()
+        && requests.iter().all(|(k, r)| limits.get(k) == Some(r))
+    {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
+    }
+}

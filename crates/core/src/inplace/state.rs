@@ -1,0 +1,190 @@
+//! The `apps.kruise.io/inplace-update-state` annotation, with OpenKruise's JSON names so that either
+//! implementation can finish an update the other started.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::plan::InPlacePlan;
+
+/// State of the latest in-place update of a Pod (`pub.InPlaceUpdateState`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateState {
+    /// The revision the Pod is updated to.
+    pub revision: String,
+    /// When the update was applied.
+    pub update_timestamp: Time,
+    /// Container name → status before the update, for containers whose image changes.
+    /// Always written (Go has no omitempty here) and read back from `null` as empty.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub last_container_statuses: BTreeMap<String, InPlaceUpdateContainerStatus>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub update_env_from_metadata: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub update_resources: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub update_images: bool,
+    /// Lower-priority containers waiting for a later batch (written only by OpenKruise's container
+    /// launch priority, which kruise-rs does not implement; read so such Pods are not seen as done).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub next_container_images: BTreeMap<String, String>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub next_container_ref_metadata: BTreeMap<String, ObjectMeta>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub next_container_resources: BTreeMap<String, ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_check_before_next: Option<InPlaceUpdatePreCheckBeforeNext>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub container_batches_record: Vec<InPlaceUpdateContainerBatch>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateContainerStatus {
+    #[serde(default, rename = "imageID", skip_serializing_if = "String::is_empty")]
+    pub image_id: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdatePreCheckBeforeNext {
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub containers_required_ready: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateContainerBatch {
+    pub timestamp: Time,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub containers: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Go writes nil maps and slices as `null`.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Go's `metav1.Time` has second precision; keeping it so makes a written state round-trip exactly.
+fn whole_seconds(t: Timestamp) -> Time {
+    Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
+}
+
+impl InPlaceUpdateState {
+    /// The state written when `plan` is applied to `pod` for `revision` at `now`: the image IDs the
+    /// changed containers run now (the completion check waits for them to change), and one batch
+    /// holding every changed container.
+    pub fn new(revision: &str, plan: &InPlacePlan, pod: &Pod, now: Timestamp) -> Self {
+        let now = whole_seconds(now);
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref());
+        let last_container_statuses = statuses
+            .into_iter()
+            .flatten()
+            .filter(|s| plan.images.contains_key(&s.name))
+            .map(|s| {
+                let status = InPlaceUpdateContainerStatus {
+                    image_id: s.image_id.clone(),
+                };
+                (s.name.clone(), status)
+            })
+            .collect();
+        let mut containers: Vec<String> = plan
+            .images
+            .keys()
+            .chain(plan.resources.keys())
+            .cloned()
+            .collect();
+        containers.sort();
+        containers.dedup();
+        Self {
+            revision: revision.to_owned(),
+            update_timestamp: now.clone(),
+            last_container_statuses,
+            update_env_from_metadata: false,
+            update_resources: !plan.resources.is_empty(),
+            update_images: !plan.images.is_empty(),
+            next_container_images: BTreeMap::new(),
+            next_container_ref_metadata: BTreeMap::new(),
+            next_container_resources: BTreeMap::new(),
+            pre_check_before_next: None,
+            container_batches_record: vec![InPlaceUpdateContainerBatch {
+                timestamp: now,
+                containers,
+            }],
+        }
+    }
+
+    /// The annotation value.
+    pub fn to_annotation(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    /// Whether later batches are still pending.
+    pub fn has_next_batches(&self) -> bool {
+        !self.next_container_images.is_empty()
+            || !self.next_container_ref_metadata.is_empty()
+            || !self.next_container_resources.is_empty()
+    }
+}
+
+/// The raw state annotation of a Pod: the current key, else the legacy one.
+pub fn state_annotation(pod: &Pod) -> Option<&str> {
+    annotation(pod, keys::ANNOTATION_IN_PLACE_UPDATE_STATE)
+        .or_else(|| annotation(pod, keys::ANNOTATION_IN_PLACE_UPDATE_STATE_OLD))
+}
+
+/// The parsed state of a Pod; `None` when it has none.
+pub fn read_state(pod: &Pod) -> Option<Result<InPlaceUpdateState, serde_json::Error>> {
+    state_annotation(pod).map(serde_json::from_str)
+}
+
+/// Whether the Pod carries a grace-period spec (current or legacy key), i.e. an update started by
+/// OpenKruise that has not been applied yet.
+pub fn has_grace_annotation(pod: &Pod) -> bool {
+    annotation(pod, keys::ANNOTATION_IN_PLACE_UPDATE_GRACE).is_some()
+        || annotation(pod, keys::ANNOTATION_IN_PLACE_UPDATE_GRACE_OLD).is_some()
+}
+
+pub(crate) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
