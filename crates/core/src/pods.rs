@@ -187,23 +187,11 @@ pub fn revision_of(pod: &Pod) -> Option<&str> {
     label(pod, keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH)
 }
 
-/// The hash part of a revision name: its last `-` segment (`web-5d8f7c` gives `5d8f7c`, `5d8f7c`
-/// gives itself). With the `CloneSetShortHash` gate Pods carry only this part.
-pub fn short_hash(revision: &str) -> &str {
-    revision.rsplit('-').next().unwrap_or(revision)
-}
-
-/// Whether two revision values name the same revision: equal, or equal short hashes, so Pods labelled
-/// before and after `CloneSetShortHash` was switched both match.
-pub fn revisions_equal(a: &str, b: &str) -> bool {
-    a == b || short_hash(a) == short_hash(b)
-}
-
-/// The Pod is at `revision` (the short-hash rule of [`revisions_equal`]). A Pod without the label is
+/// The Pod is at `revision` (the short-hash rule of [`crate::revision::pod_label_matches_revision`]). A Pod without the label is
 /// at no revision. (Upstream compares the empty string, which only differs for a revision name ending
 /// in `-`, which the history helpers never produce.)
 pub fn is_at_revision(pod: &Pod, revision: &str) -> bool {
-    revision_of(pod).is_some_and(|own| revisions_equal(own, revision))
+    revision_of(pod).is_some_and(|own| crate::revision::pod_label_matches_revision(own, revision))
 }
 
 /// The highest restart count among the Pod's containers.
@@ -565,9 +553,9 @@ mod tests {
             }
             assert_eq!(is_at_revision(&b.build(), rev), want, "{own:?} vs {rev}");
         }
-        assert_eq!(short_hash("a-b-c"), "c");
-        assert_eq!(short_hash("abc"), "abc");
-        assert_eq!(short_hash(""), "");
+        assert_eq!(crate::revision::short_hash("a-b-c"), "c");
+        assert_eq!(crate::revision::short_hash("abc"), "abc");
+        assert_eq!(crate::revision::short_hash(""), "");
     }
 
     #[test]
@@ -643,8 +631,8 @@ mod tests {
 
         #[test]
         fn revision_equality_is_symmetric(a in "[a-c]{0,2}(-[a-c]{0,2}){0,2}", b in "[a-c]{0,2}(-[a-c]{0,2}){0,2}") {
-            prop_assert_eq!(revisions_equal(&a, &b), revisions_equal(&b, &a));
-            prop_assert!(revisions_equal(&a, &a));
+            prop_assert_eq!(crate::revision::pod_label_matches_revision(&a, &b), crate::revision::pod_label_matches_revision(&b, &a));
+            prop_assert!(crate::revision::pod_label_matches_revision(&a, &a));
         }
     }
 }

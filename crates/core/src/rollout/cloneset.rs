@@ -488,7 +488,7 @@ pub fn plan_update(
     let options = DiffOptions {
         exclude_preparing_delete: spec.scale_strategy.exclude_preparing_delete,
         allow_rollback: gates.partition_rollback
-            && !pods::revisions_equal(current_revision, update_revision),
+            && !crate::revision::pod_label_matches_revision(current_revision, update_revision),
     };
     let diffs = calculate_diffs(&limits, &facts, options);
     if diffs.update_num == 0 {
