@@ -557,7 +557,7 @@ async fn resize_is_reflected_in_status_without_restart() -> anyhow::Result<()> {
     .await
 }
 
-/// `(Pods of `selector` Ready, not terminating and running `image`, all Pods of `selector`)`.
+/// Returns (Pods of `selector` Ready, not terminating and running `image`; all Pods of `selector`).
 async fn updated_ready(
     pods: &Api<Pod>,
     selector: &str,
