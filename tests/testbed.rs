@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kruise_e2e::{
     container_status, is_ready, node_name, node_ready_status, phase, pod_condition, pod_ip,
 };
-use kruise_testkit::{eventually, testbed, until};
+use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed, until};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::json;
@@ -552,6 +552,157 @@ async fn resize_is_reflected_in_status_without_restart() -> anyhow::Result<()> {
             app.container_id == app_before.container_id,
             "containerID changed"
         );
+        Ok(())
+    })
+    .await
+}
+
+/// Returns (Pods of `selector` Ready, not terminating and running `image`; all Pods of `selector`).
+async fn updated_ready(
+    pods: &Api<Pod>,
+    selector: &str,
+    image: &str,
+) -> anyhow::Result<(usize, usize)> {
+    let list = pods_with(pods, selector).await?;
+    let updated = list
+        .iter()
+        .filter(|p| {
+            is_ready(p)
+                && p.metadata.deletion_timestamp.is_none()
+                && container_status(p, "nginx").is_some_and(|c| c.image == image)
+        })
+        .count();
+    Ok((updated, list.len()))
+}
+
+#[tokio::test]
+async fn rolling_update_stays_within_the_monitor_limits() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("monitor-roll").await?;
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: roll}
+    spec:
+      replicas: 4
+      selector: {matchLabels: {app: roll}}
+      strategy:
+        type: RollingUpdate
+        rollingUpdate: {maxUnavailable: 1, maxSurge: 1}
+      template:
+        metadata: {labels: {app: roll}}
+        spec:
+          # The Deployment controller does not count terminating Pods against maxSurge; with no grace
+          # period a replaced Pod is gone at once, so the monitor's bound (terminating included) holds.
+          terminationGracePeriodSeconds: 0
+          containers:
+          - {name: nginx, image: "nginx:alpine"}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        until("4 Ready roll Pods", TIMEOUT, || async {
+            Ok(updated_ready(&pods, "app=roll", "nginx:alpine").await? == (4, 4))
+        })
+        .await?;
+        let limits = Limits {
+            replicas: 4,
+            max_unavailable: 1,
+            max_surge: 1,
+            min_old_revision_pods: None,
+        };
+        let monitor =
+            RolloutMonitor::start(ns.client.clone(), &ns.name, "app=roll", limits).await?;
+        monitor.check()?;
+
+        ns.kubectl(&["set", "image", "deployment/roll", "nginx=nginx:1.19.1"])
+            .await?;
+        monitor
+            .until("4 updated Ready roll Pods", TIMEOUT, || async {
+                Ok(updated_ready(&pods, "app=roll", "nginx:1.19.1").await? == (4, 4))
+            })
+            .await?;
+        let stats = monitor.finish().await?;
+        eprintln!("rollout monitor: {stats:?}");
+        ensure!(stats.max_pods_seen <= 5, "{stats:?}");
+        ensure!(
+            stats.events_seen > 1,
+            "the monitor saw no change: {stats:?}"
+        );
+        ensure!(stats.max_unavailable_seen <= 1, "{stats:?}");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn monitor_catches_a_recreate_rollout_taking_every_pod_down() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("monitor-recreate").await?;
+    ns.run(async {
+        ns.apply(
+            r#"
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: recreate}
+    spec:
+      replicas: 3
+      selector: {matchLabels: {app: recreate}}
+      strategy: {type: Recreate}
+      template:
+        metadata: {labels: {app: recreate}}
+        spec:
+          containers:
+          - {name: nginx, image: "nginx:alpine"}
+    "#,
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        until("3 Ready recreate Pods", TIMEOUT, || async {
+            Ok(updated_ready(&pods, "app=recreate", "nginx:alpine").await? == (3, 3))
+        })
+        .await?;
+        let limits = Limits {
+            replicas: 3,
+            max_unavailable: 0,
+            max_surge: 0,
+            min_old_revision_pods: None,
+        };
+        let monitor =
+            RolloutMonitor::start(ns.client.clone(), &ns.name, "app=recreate", limits).await?;
+        monitor.check()?;
+
+        ns.kubectl(&["set", "image", "deployment/recreate", "nginx=nginx:1.19.1"])
+            .await?;
+        // The wait must fail on the violation, long before the rollout (or the timeout) ends.
+        let started = std::time::Instant::now();
+        let waited = monitor
+            .until("3 updated Ready recreate Pods", TIMEOUT, || async {
+                Ok(updated_ready(&pods, "app=recreate", "nginx:1.19.1").await? == (3, 3))
+            })
+            .await;
+        let error = match waited {
+            Ok(()) => anyhow::bail!("the wait succeeded although Recreate took the Pods down"),
+            Err(error) => format!("{error:#}"),
+        };
+        ensure!(
+            error.contains("rollout invariant violated") && error.contains("unavailable"),
+            "{error}"
+        );
+        ensure!(started.elapsed() < TIMEOUT, "the wait ran to its timeout");
+        ensure!(monitor.violation().is_some());
+        match monitor.finish().await {
+            Ok(stats) => anyhow::bail!("finish() passed a violated rollout: {stats:?}"),
+            Err(error) => {
+                let error = format!("{error:#}");
+                ensure!(
+                    error.contains("unavailable 1 > maxUnavailable 0"),
+                    "the first violation is one Pod going down: {error}"
+                );
+            }
+        }
         Ok(())
     })
     .await

@@ -4,10 +4,12 @@
 pub mod certs;
 pub mod control_plane;
 pub mod manager;
+pub mod monitor;
 pub mod process;
 pub mod testbed;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, Options};
+pub use monitor::{Limits, RolloutMonitor};
 pub use testbed::{TestBed, TestNamespace, testbed};
 pub use wait::{eventually, until};
