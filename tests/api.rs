@@ -216,22 +216,6 @@ fn base(kind: &str, api_version: &str) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "invalid"}, "spec": spec})
 }
 
-/// RFC 7386 merge patch.
-fn merge(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(target), Some(patch)) => {
-            for (key, value) in patch {
-                if value.is_null() {
-                    target.remove(key);
-                } else {
-                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
 /// (what is wrong, kind, apiVersion, merge patch on the valid base, text the rejection must contain).
 const INVALID: &[(&str, &str, &str, &str, &str)] = &[
     // BroadcastJob
@@ -606,7 +590,7 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             let patch: Value =
                 serde_json::from_str(patch).with_context(|| format!("case {what} is not JSON"))?;
             let mut doc = base(kind, api_version);
-            merge(&mut doc, &patch);
+            json_patch::merge(&mut doc, &patch);
             if *kind == "SidecarSet" {
                 // Cluster-scoped: keep it to this test's namespace, away from other tests' SidecarSets.
                 doc["spec"]["namespaceSelector"] = only_here.clone();
@@ -658,7 +642,7 @@ async fn manager_serves_metrics_health_and_readiness() -> anyhow::Result<()> {
         ensure!(code == 200 && body.trim() == "ok", "/readyz: {code} {body}");
         // Make sure at least one admission request was counted.
         let mut invalid = base("BroadcastJob", V1BETA1);
-        merge(&mut invalid, &json!({"spec": {"paused": "no"}}));
+        json_patch::merge(&mut invalid, &json!({"spec": {"paused": "no"}}));
         let _ = ns.apply(&invalid.to_string()).await;
         let metrics =
             kruise_testkit::eventually("webhook metrics", Duration::from_secs(30), || async {

@@ -257,7 +257,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let leading = async {
         if let Some(elector) = &elector {
             tracing::info!(%identity, "waiting for leadership");
-            elector.acquire().await;
+            // A standby serves admission too: keep its certificate current (the leader may rotate
+            // it) until it leads, when the certificate controller takes over.
+            tokio::select! {
+                () = elector.acquire() => {}
+                () = refresh_standby_certificate(&client, &settings, &tls, first.clone(), &webhook_metrics) => {}
+            }
         }
         tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
         leader_gauge.set(1);
@@ -285,31 +290,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     };
-    let standby_certs = async {
-        // A standby keeps its own serving certificate current (the leader may rotate it).
-        let mut current = Some(first.clone());
-        loop {
-            tokio::time::sleep(settings.resync).await;
-            if let Ok(bundle) = certctl::ensure_secret(&client, &settings, &webhook_metrics).await
-                && current.as_ref() != Some(&bundle)
-            {
-                if let Err(error) = tls
-                    .reload_from_pem(
-                        bundle.cert.clone().into_bytes(),
-                        bundle.key.clone().into_bytes(),
-                    )
-                    .await
-                {
-                    tracing::warn!(%error, "reloading the webhook certificate");
-                }
-                current = Some(bundle);
-            }
-        }
-    };
-
     let outcome = tokio::select! {
         result = leading => result,
-        () = standby_certs => Ok(()),
         () = shutdown_signal() => {
             tracing::info!("shutting down");
             Ok(())
@@ -321,6 +303,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
+}
+
+/// Reloads the serving certificate whenever the Secret holds a new one. Runs until dropped.
+async fn refresh_standby_certificate(
+    client: &Client,
+    settings: &certctl::Settings,
+    tls: &RustlsConfig,
+    mut current: kruise_webhook::certs::CertBundle,
+    metrics: &kruise_webhook::metrics::Metrics,
+) {
+    loop {
+        tokio::time::sleep(settings.resync).await;
+        let Ok(bundle) = certctl::ensure_secret(client, settings, metrics).await else {
+            continue;
+        };
+        if bundle == current {
+            continue;
+        }
+        let (cert, key) = (
+            bundle.cert.clone().into_bytes(),
+            bundle.key.clone().into_bytes(),
+        );
+        match tls.reload_from_pem(cert, key).await {
+            Ok(()) => current = bundle,
+            Err(error) => tracing::warn!(%error, "reloading the webhook certificate"),
+        }
+    }
 }
 
 async fn ensure_first_certificate(

@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::certs::{self, CertBundle};
-use crate::configuration::{self, Target};
+use crate::configuration::{self, Target, with_type};
 use crate::metrics::Metrics;
 
 const FIELD_MANAGER: &str = "kruise-manager";
@@ -193,18 +193,6 @@ pub async fn patch_configurations(
         }
     }
     Ok(())
-}
-
-fn with_type<T: serde::Serialize>(object: &T, kind: &str) -> serde_json::Value {
-    let mut value = serde_json::to_value(object).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert(
-            "apiVersion".into(),
-            json!("admissionregistration.k8s.io/v1"),
-        );
-        map.insert("kind".into(), json!(kind));
-    }
-    value
 }
 
 /// One pass: ensure the certificate, serve it, patch the configurations. Returns the bundle in use.

@@ -157,14 +157,8 @@ pub fn manifests_yaml(namespace: &str) -> Result<String, serde_yaml::Error> {
         namespace: namespace.into(),
         name: DEFAULT_SERVICE.into(),
     };
-    let mutating = with_type(
-        serde_json::to_value(mutating(&target, None)),
-        "MutatingWebhookConfiguration",
-    );
-    let validating = with_type(
-        serde_json::to_value(validating(&target, None)),
-        "ValidatingWebhookConfiguration",
-    );
+    let mutating = with_type(&mutating(&target, None), "MutatingWebhookConfiguration");
+    let validating = with_type(&validating(&target, None), "ValidatingWebhookConfiguration");
     Ok(format!(
         "# Generated from crates/webhook (configuration.rs) by `make manifests`; do not edit.\n\
          # kruise-manager keeps these up to date (client config and caBundle) at runtime.\n{}---\n{}",
@@ -173,8 +167,10 @@ pub fn manifests_yaml(namespace: &str) -> Result<String, serde_yaml::Error> {
     ))
 }
 
-fn with_type(value: Result<Value, serde_json::Error>, kind: &str) -> Value {
-    let mut value = value.unwrap_or(Value::Null);
+/// The JSON of an admissionregistration.k8s.io/v1 object with its apiVersion and kind set (the typed
+/// structs leave them out), as a manifest or a server-side apply body needs.
+pub(crate) fn with_type<T: serde::Serialize>(object: &T, kind: &str) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(map) = value.as_object_mut() {
         map.insert(
             "apiVersion".into(),
