@@ -594,8 +594,6 @@ async fn rolling_update_stays_within_the_monitor_limits() -> anyhow::Result<()> 
       template:
         metadata: {labels: {app: roll}}
         spec:
-          # The Deployment controller does not count terminating Pods against maxSurge; with no grace
-          # period a replaced Pod is gone at once, so the monitor's bound (terminating included) holds.
           terminationGracePeriodSeconds: 0
           containers:
           - {name: nginx, image: "nginx:alpine"}
@@ -610,7 +608,11 @@ async fn rolling_update_stays_within_the_monitor_limits() -> anyhow::Result<()> 
         let limits = Limits {
             replicas: 4,
             max_unavailable: 1,
-            max_surge: 1,
+            // A native Deployment enforces maxSurge (1) on ReplicaSet replicas, not on Pods: it may
+            // scale the new ReplicaSet up once the old one's replicas dropped, before the old Pod's
+            // deletion is observed. One such Pod in flight is allowed; kruise workloads will be
+            // held to the exact bound.
+            max_surge: 2,
             min_old_revision_pods: None,
         };
         let monitor =
@@ -626,7 +628,7 @@ async fn rolling_update_stays_within_the_monitor_limits() -> anyhow::Result<()> 
             .await?;
         let stats = monitor.finish().await?;
         eprintln!("rollout monitor: {stats:?}");
-        ensure!(stats.max_pods_seen <= 5, "{stats:?}");
+        ensure!(stats.max_pods_seen <= 6, "{stats:?}");
         ensure!(
             stats.events_seen > 1,
             "the monitor saw no change: {stats:?}"
