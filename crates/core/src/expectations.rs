@@ -177,6 +177,16 @@ impl Expectations {
         check
     }
 
+    /// Drops one expectation: the write it stood for failed, so its effect will never show.
+    pub fn withdraw(&mut self, owner: &str, expectation: &Expectation) {
+        if let Some(list) = self.by_owner.get_mut(owner) {
+            list.retain(|(e, _)| e != expectation);
+            if list.is_empty() {
+                self.by_owner.remove(owner);
+            }
+        }
+    }
+
     /// Forgets an owner (it was deleted).
     pub fn forget(&mut self, owner: &str) {
         self.by_owner.remove(owner);
@@ -272,6 +282,9 @@ mod tests {
         assert_eq!(ex.len(), 1);
         let check = ex.check("k", t0 + Duration::from_secs(12), |_| false);
         assert_eq!(check.pending, vec![e]);
+        ex.withdraw("k", &e);
+        assert!(ex.is_empty());
+        ex.expect("k", e.clone(), t0);
         ex.forget("k");
         assert!(ex.is_empty());
     }
