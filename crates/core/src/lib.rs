@@ -7,3 +7,4 @@ pub mod inplace;
 pub mod pods;
 pub mod revision;
 pub mod rollout;
+pub mod sidecarset;
