@@ -321,6 +321,11 @@ async fn kube_system_and_the_manager_namespace_are_never_injected() -> anyhow::R
         ensure!(hook("failurePolicy").await? == "Ignore");
         ensure!(hook("timeoutSeconds").await? == "5");
         ensure!(hook("clientConfig.url").await?.ends_with("/mutate-pod"));
+        let opt_out = hook("namespaceSelector.matchExpressions[1]").await?;
+        ensure!(
+            opt_out.contains("control-plane") && opt_out.contains("DoesNotExist"),
+            "{opt_out}"
+        );
         let excluded = hook("namespaceSelector.matchExpressions[0].values").await?;
         ensure!(
             excluded.contains("kube-system") && excluded.contains("kruise-system"),

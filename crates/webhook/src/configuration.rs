@@ -82,7 +82,8 @@ impl PodWebhook {
         }
     }
 
-    /// `kubernetes.io/metadata.name NotIn [kube-system, <excluded>…]`, sorted and deduplicated.
+    /// `kubernetes.io/metadata.name NotIn [kube-system, <excluded>…]` (sorted, deduplicated), and, as
+    /// OpenKruise's, `control-plane DoesNotExist`: a namespace labelled `control-plane` opts out.
     pub fn namespace_selector(&self) -> LabelSelector {
         let mut values: Vec<String> = self.excluded_namespaces.clone();
         values.push(kruise_core::sidecarset::ALWAYS_EXCLUDED_NAMESPACE.to_string());
@@ -90,11 +91,18 @@ impl PodWebhook {
         values.sort();
         values.dedup();
         LabelSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: kruise_api::sidecarset::LABEL_NAMESPACE_NAME.to_string(),
-                operator: "NotIn".into(),
-                values: Some(values),
-            }]),
+            match_expressions: Some(vec![
+                LabelSelectorRequirement {
+                    key: kruise_api::sidecarset::LABEL_NAMESPACE_NAME.to_string(),
+                    operator: "NotIn".into(),
+                    values: Some(values),
+                },
+                LabelSelectorRequirement {
+                    key: "control-plane".into(),
+                    operator: "DoesNotExist".into(),
+                    values: None,
+                },
+            ]),
             match_labels: None,
         }
     }
@@ -366,7 +374,17 @@ mod tests {
         assert_eq!(pod.timeout_seconds, Some(POD_WEBHOOK_TIMEOUT_SECONDS));
         assert!(pod.object_selector.is_none());
         let selector = pod.namespace_selector.clone().expect("namespaceSelector");
-        let requirement = &selector.match_expressions.unwrap_or_default()[0];
+        let expressions = selector.match_expressions.unwrap_or_default();
+        assert_eq!(expressions.len(), 2);
+        assert_eq!(
+            (
+                expressions[1].key.as_str(),
+                expressions[1].operator.as_str()
+            ),
+            ("control-plane", "DoesNotExist"),
+            "upstream's opt-out label"
+        );
+        let requirement = &expressions[0];
         assert_eq!(requirement.key, "kubernetes.io/metadata.name");
         assert_eq!(requirement.operator, "NotIn");
         assert_eq!(
