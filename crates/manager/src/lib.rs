@@ -82,6 +82,12 @@ pub struct Args {
     /// Renew certificates expiring sooner than this (d, m = 30 days, y).
     #[arg(long, env = "CERTS_RENEW_BEFORE", default_value = "6m")]
     pub certs_renew_before: String,
+    /// What the apiserver does with a Pod when the SidecarSet injection webhook (mpod.kb.io) is
+    /// unreachable or cannot decide: Ignore admits it without sidecars (reported later), Fail rejects
+    /// it. OpenKruise hard-codes Fail; Ignore is the default so that a webhook outage never stops Pod
+    /// creation.
+    #[arg(long, default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
+    pub pod_webhook_failure_policy: String,
     /// Period of the webhook certificate and configuration resync, in seconds.
     #[arg(long, default_value_t = 60)]
     pub webhook_resync_seconds: u64,
@@ -213,6 +219,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(async move { axum::serve(health_listener, health_app).await });
 
     // The webhook server and its certificates, on every replica.
+    let failure_policy: kruise_webhook::configuration::FailurePolicy = args
+        .pod_webhook_failure_policy
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("--pod-webhook-failure-policy")?;
     let settings = certctl::Settings {
         namespace: args.namespace.clone(),
         secret_name: args.webhook_secret.clone(),
@@ -221,7 +232,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--certs-renew-before")?,
         resync: Duration::from_secs(args.webhook_resync_seconds.max(1)),
+        pod_webhook: kruise_webhook::configuration::PodWebhook {
+            failure_policy,
+            excluded_namespaces: vec![args.namespace.clone()],
+        },
     };
+    let pods = kruise_webhook::pod::PodInjector::start(
+        client.clone(),
+        kruise_webhook::pod::PodSettings {
+            namespace: args.namespace.clone(),
+            failure_policy,
+            sort_sidecars_by_name: false,
+        },
+    );
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
     let tls = RustlsConfig::from_pem(
         first.cert.clone().into_bytes(),
@@ -234,7 +257,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = tokio::spawn(kruise_webhook::server::serve(
         webhook_addr,
         tls.clone(),
-        kruise_webhook::server::router(webhook_metrics.clone(), Some(client.clone())),
+        kruise_webhook::server::router(webhook_metrics.clone(), Some(client.clone()), Some(pods)),
         handle.clone(),
     ));
     if handle.listening().await.is_none() {

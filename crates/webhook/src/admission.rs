@@ -24,7 +24,7 @@ pub struct Answer {
     pub allowed: bool,
 }
 
-fn request_of(
+pub(crate) fn request_of(
     review: AdmissionReview<DynamicObject>,
 ) -> Result<AdmissionRequest<DynamicObject>, Box<Answer>> {
     review.try_into().map_err(
@@ -56,14 +56,14 @@ fn as_v1beta1(kind: Kind, object: Value) -> Result<(Value, String), String> {
     Ok((converted, version))
 }
 
-fn deny(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
+pub(crate) fn deny(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
     Answer {
         review: AdmissionResponse::from(request).deny(message).into_review(),
         allowed: false,
     }
 }
 
-fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
+pub(crate) fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
     Answer {
         review: AdmissionResponse::from(request).into_review(),
         allowed: true,

@@ -35,6 +35,8 @@ pub struct Settings {
     /// Regenerate when the certificate expires sooner than this.
     pub renew_before: Duration,
     pub resync: Duration,
+    /// Failure policy and namespace scope of the Pod webhook (`mpod.kb.io`).
+    pub pod_webhook: configuration::PodWebhook,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,10 +142,11 @@ pub async fn patch_configurations(
     client: &Client,
     target: &Target,
     ca: &[u8],
+    pod_webhook: &configuration::PodWebhook,
 ) -> Result<(), Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let mut mutating = configuration::mutating(target, Some(ca));
+    let mut mutating = configuration::mutating(target, Some(ca), pod_webhook);
     mutating.meta_mut().managed_fields = None;
     let value = with_type(&mutating, "MutatingWebhookConfiguration");
     mutating_api
@@ -214,7 +217,13 @@ pub async fn sync(
         Some(old) => format!("{}{old}", bundle.ca_cert),
         None => bundle.ca_cert.clone(),
     };
-    patch_configurations(client, &settings.target, ca_bundle.as_bytes()).await?;
+    patch_configurations(
+        client,
+        &settings.target,
+        ca_bundle.as_bytes(),
+        &settings.pod_webhook,
+    )
+    .await?;
     if current.as_ref() != Some(&bundle) {
         tls.reload_from_pem(
             bundle.cert.clone().into_bytes(),

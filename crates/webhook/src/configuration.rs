@@ -7,7 +7,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use kruise_api::kinds::Kind;
 use serde_json::{Value, json};
 
@@ -15,6 +17,118 @@ pub const MUTATING_CONFIGURATION: &str = "kruise-mutating-webhook-configuration"
 pub const VALIDATING_CONFIGURATION: &str = "kruise-validating-webhook-configuration";
 pub const DEFAULT_SERVICE: &str = "kruise-webhook-service";
 pub const CONVERT_PATH: &str = "/convert";
+/// Path and name of the Pod mutating webhook (SidecarSet injection), as OpenKruise's.
+pub const MUTATE_POD_PATH: &str = "/mutate-pod";
+pub const POD_WEBHOOK_NAME: &str = "mpod.kb.io";
+/// The apiserver's deadline for one Pod admission call: small, because every Pod creation in scope
+/// waits for it.
+pub const POD_WEBHOOK_TIMEOUT_SECONDS: i32 = 5;
+
+/// What the apiserver does when it cannot reach the Pod webhook (or it answers too late).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Admit the Pod unchanged (it then lacks its sidecars; the SidecarSet controller reports it).
+    /// The default: a webhook outage must not stop Pod creation across the cluster.
+    #[default]
+    Ignore,
+    /// Reject the Pod (OpenKruise's hard-coded choice): no Pod ever starts without its sidecars, but
+    /// no Pod in scope can be created while the webhook is down.
+    Fail,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Ignore => "Ignore",
+            FailurePolicy::Fail => "Fail",
+        }
+    }
+}
+
+impl std::str::FromStr for FailurePolicy {
+    type Err = String;
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value {
+            "Ignore" => Ok(FailurePolicy::Ignore),
+            "Fail" => Ok(FailurePolicy::Fail),
+            other => Err(format!(
+                "invalid failure policy {other:?}: expected Ignore or Fail"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the Pod webhook is registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodWebhook {
+    pub failure_policy: FailurePolicy,
+    /// Namespaces whose Pods are never sent to the webhook, besides `kube-system`: the manager's own
+    /// (so that the manager can always be restarted, even while its webhook is down).
+    pub excluded_namespaces: Vec<String>,
+}
+
+impl PodWebhook {
+    /// The defaults for a manager running in `namespace`.
+    pub fn new(namespace: &str) -> Self {
+        Self {
+            failure_policy: FailurePolicy::default(),
+            excluded_namespaces: vec![namespace.to_string()],
+        }
+    }
+
+    /// `kubernetes.io/metadata.name NotIn [kube-system, <excluded>…]` (sorted, deduplicated), and, as
+    /// OpenKruise's, `control-plane DoesNotExist`: a namespace labelled `control-plane` opts out.
+    pub fn namespace_selector(&self) -> LabelSelector {
+        let mut values: Vec<String> = self.excluded_namespaces.clone();
+        values.push(kruise_core::sidecarset::ALWAYS_EXCLUDED_NAMESPACE.to_string());
+        values.retain(|v| !v.is_empty());
+        values.sort();
+        values.dedup();
+        LabelSelector {
+            match_expressions: Some(vec![
+                LabelSelectorRequirement {
+                    key: kruise_api::sidecarset::LABEL_NAMESPACE_NAME.to_string(),
+                    operator: "NotIn".into(),
+                    values: Some(values),
+                },
+                LabelSelectorRequirement {
+                    key: "control-plane".into(),
+                    operator: "DoesNotExist".into(),
+                    values: None,
+                },
+            ]),
+            match_labels: None,
+        }
+    }
+
+    fn webhook(&self, target: &Target, ca_bundle: Option<&[u8]>) -> MutatingWebhook {
+        MutatingWebhook {
+            name: POD_WEBHOOK_NAME.into(),
+            client_config: target.client_config(MUTATE_POD_PATH, ca_bundle),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["CREATE".into()]),
+                resources: Some(vec!["pods".into()]),
+                scope: None,
+            }]),
+            namespace_selector: Some(self.namespace_selector()),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            failure_policy: Some(self.failure_policy.as_str().into()),
+            match_policy: Some("Equivalent".into()),
+            timeout_seconds: Some(POD_WEBHOOK_TIMEOUT_SECONDS),
+            reinvocation_policy: Some("Never".into()),
+            ..Default::default()
+        }
+    }
+}
 
 /// Where the apiserver reaches the webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,17 +191,20 @@ fn rules(kind: Kind) -> Vec<RuleWithOperations> {
     }]
 }
 
-/// The mutating configuration for every kind.
-pub fn mutating(target: &Target, ca_bundle: Option<&[u8]>) -> MutatingWebhookConfiguration {
+/// The mutating configuration: the Pod webhook (SidecarSet injection), then defaulting for every kind.
+pub fn mutating(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    pod: &PodWebhook,
+) -> MutatingWebhookConfiguration {
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(MUTATING_CONFIGURATION.into()),
             ..Default::default()
         },
         webhooks: Some(
-            Kind::ALL
-                .iter()
-                .map(|&kind| MutatingWebhook {
+            std::iter::once(pod.webhook(target, ca_bundle))
+                .chain(Kind::ALL.iter().map(|&kind| MutatingWebhook {
                     name: format!("m{}.kb.io", kind.name().to_lowercase()),
                     client_config: target.client_config(&mutate_path(kind), ca_bundle),
                     rules: Some(rules(kind)),
@@ -98,7 +215,7 @@ pub fn mutating(target: &Target, ca_bundle: Option<&[u8]>) -> MutatingWebhookCon
                     timeout_seconds: Some(10),
                     reinvocation_policy: Some("Never".into()),
                     ..Default::default()
-                })
+                }))
                 .collect(),
         ),
     }
@@ -157,7 +274,11 @@ pub fn manifests_yaml(namespace: &str) -> Result<String, serde_yaml::Error> {
         namespace: namespace.into(),
         name: DEFAULT_SERVICE.into(),
     };
-    let mutating = with_type(&mutating(&target, None), "MutatingWebhookConfiguration");
+    let pod = PodWebhook::new(namespace);
+    let mutating = with_type(
+        &mutating(&target, None, &pod),
+        "MutatingWebhookConfiguration",
+    );
     let validating = with_type(&validating(&target, None), "ValidatingWebhookConfiguration");
     Ok(format!(
         "# Generated from crates/webhook (configuration.rs) by `make manifests`; do not edit.\n\
@@ -191,9 +312,9 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9876,
         };
-        let mutating = mutating(&target, Some(b"ca"));
+        let mutating = mutating(&target, Some(b"ca"), &PodWebhook::new("kruise-system"));
         let hooks = mutating.webhooks.unwrap_or_default();
-        assert_eq!(hooks.len(), Kind::ALL.len());
+        assert_eq!(hooks.len(), Kind::ALL.len() + 1);
         let bcj = hooks
             .iter()
             .find(|h| h.name == "mbroadcastjob.kb.io")
@@ -222,6 +343,69 @@ mod tests {
                 .and_then(|s| s.path.as_deref()),
             Some(validate_path(Kind::ALL[0]).as_str())
         );
+    }
+
+    #[test]
+    fn pod_webhook_cannot_block_the_cluster() {
+        let target = Target::Url {
+            host: "127.0.0.1".into(),
+            port: 9876,
+        };
+        let hooks = mutating(&target, None, &PodWebhook::new("kruise-system"))
+            .webhooks
+            .unwrap_or_default();
+        let pod = hooks
+            .iter()
+            .find(|h| h.name == POD_WEBHOOK_NAME)
+            .expect("mpod.kb.io");
+        assert_eq!(
+            pod.client_config.url.as_deref(),
+            Some("https://127.0.0.1:9876/mutate-pod")
+        );
+        let rule = &pod.rules.clone().unwrap_or_default()[0];
+        assert_eq!(rule.operations, Some(vec!["CREATE".to_string()]));
+        assert_eq!(rule.resources, Some(vec!["pods".to_string()]));
+        assert_eq!(rule.api_groups, Some(vec![String::new()]));
+        assert_eq!(
+            pod.failure_policy.as_deref(),
+            Some("Ignore"),
+            "safe default"
+        );
+        assert_eq!(pod.timeout_seconds, Some(POD_WEBHOOK_TIMEOUT_SECONDS));
+        assert!(pod.object_selector.is_none());
+        let selector = pod.namespace_selector.clone().expect("namespaceSelector");
+        let expressions = selector.match_expressions.unwrap_or_default();
+        assert_eq!(expressions.len(), 2);
+        assert_eq!(
+            (
+                expressions[1].key.as_str(),
+                expressions[1].operator.as_str()
+            ),
+            ("control-plane", "DoesNotExist"),
+            "upstream's opt-out label"
+        );
+        let requirement = &expressions[0];
+        assert_eq!(requirement.key, "kubernetes.io/metadata.name");
+        assert_eq!(requirement.operator, "NotIn");
+        assert_eq!(
+            requirement.values,
+            Some(vec!["kruise-system".to_string(), "kube-system".to_string()])
+        );
+
+        let strict = PodWebhook {
+            failure_policy: "Fail".parse().expect("Fail parses"),
+            excluded_namespaces: vec!["ops".into(), "kube-system".into()],
+        };
+        let hooks = mutating(&target, None, &strict)
+            .webhooks
+            .unwrap_or_default();
+        assert_eq!(hooks[0].failure_policy.as_deref(), Some("Fail"));
+        let selector = hooks[0].namespace_selector.clone().expect("selector");
+        assert_eq!(
+            selector.match_expressions.unwrap_or_default()[0].values,
+            Some(vec!["kube-system".to_string(), "ops".to_string()])
+        );
+        assert!("fail".parse::<FailurePolicy>().is_err());
     }
 
     #[test]

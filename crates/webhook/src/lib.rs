@@ -8,4 +8,5 @@ pub mod configuration;
 pub mod convert;
 pub mod metrics;
 pub mod patch;
+pub mod pod;
 pub mod server;

@@ -14,13 +14,42 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::core::conversion::ConversionReview;
 
-use crate::configuration::{CONVERT_PATH, mutate_path, validate_path};
+use crate::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use crate::metrics::Metrics;
 
 /// Builds the router. Handlers are pure functions of the request (see `admission` and `convert`); the
-/// client, when given, reads the other SidecarSets for the SidecarSet conflict check.
-pub fn router(metrics: Metrics, client: Option<kube::Client>) -> Router {
-    let mut router = Router::new().route("/healthz", get(|| async { "ok" }));
+/// client, when given, reads the other SidecarSets for the SidecarSet conflict check. `pods` serves
+/// `/mutate-pod` (SidecarSet injection); without it every Pod is admitted unchanged, with a warning.
+pub fn router(
+    metrics: Metrics,
+    client: Option<kube::Client>,
+    pods: Option<crate::pod::PodInjector>,
+) -> Router {
+    let pods = pods.unwrap_or_else(|| {
+        crate::pod::PodInjector::without_caches(crate::pod::PodSettings {
+            namespace: String::new(),
+            failure_policy: crate::configuration::FailurePolicy::Ignore,
+            sort_sidecars_by_name: false,
+        })
+    });
+    let mut router = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            MUTATE_POD_PATH,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let (answer, outcome) = pods.review(review).await;
+                    metrics.observe(
+                        MUTATE_POD_PATH,
+                        outcome.label(),
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
     for &kind in Kind::ALL {
         let path = mutate_path(kind);
         let label = path.clone();
@@ -130,7 +159,7 @@ mod tests {
     #[tokio::test]
     async fn validate_endpoint_answers_a_review() {
         let mut registry = Registry::default();
-        let app = router(Metrics::register(&mut registry), None);
+        let app = router(Metrics::register(&mut registry), None, None);
         let review = json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -165,5 +194,49 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         assert!(text.contains("kruise_webhook_requests_total{path=\"/validate-apps-kruise-io-broadcastjob\",result=\"denied\"} 1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn pod_endpoint_without_caches_admits_unchanged_with_a_warning() {
+        let mut registry = Registry::default();
+        let app = router(Metrics::register(&mut registry), None, None);
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u2",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "userInfo": {}, "name": "p", "namespace": "d",
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "nginx"}},
+                    "spec": {"containers": [{"name": "a", "image": "b"}]}},
+                "dryRun": false
+            }
+        });
+        let request = axum::http::Request::post(MUTATE_POD_PATH)
+            .header("content-type", "application/json")
+            .body(Body::from(review.to_string()))
+            .expect("request");
+        let response = app.oneshot(request).await.expect("response");
+        assert_eq!(response.status(), 200);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let answer: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(answer["response"]["uid"], "u2");
+        assert_eq!(answer["response"]["allowed"], true);
+        assert!(answer["response"].get("patch").is_none(), "{answer}");
+        assert!(answer["response"]["warnings"][0].is_string(), "{answer}");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(
+            text.contains(
+                "kruise_webhook_requests_total{path=\"/mutate-pod\",result=\"skipped\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -11,6 +11,7 @@ mod hot_upgrade;
 mod inject;
 mod matching;
 mod metadata;
+mod missing;
 mod placement;
 mod revision;
 mod sidecar;
@@ -26,6 +27,7 @@ pub use hot_upgrade::{
 };
 pub use inject::inject;
 pub use matching::{ALWAYS_EXCLUDED_NAMESPACE, matches, pod_namespace};
+pub use missing::missing_injections;
 pub use revision::RevisionTemplate;
 
 /// What [`inject`] needs besides the Pod and the SidecarSets.

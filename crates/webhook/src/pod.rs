@@ -1,0 +1,783 @@
+//! The Pod mutating webhook (`mpod.kb.io`, `/mutate-pod`): SidecarSet injection into Pods being
+//! created.
+//!
+//! SidecarSets and Namespaces are read from reflector stores kept by the webhook server, so answering a
+//! Pod costs no apiserver round trip in the common case. The apiserver is called only for a Namespace
+//! the store has not seen yet and for the ControllerRevision of a SidecarSet that pins one
+//! (`injectionStrategy.revision`). The decision itself is `kruise_core::sidecarset::{matches, inject}`.
+//!
+//! The webhook must never stop the cluster: when it cannot decide (SidecarSets not loaded yet, the
+//! apiserver unreachable) it answers as its registration's failure policy would if it were down —
+//! `Ignore` admits the Pod unchanged with a warning, `Fail` rejects it. Pods in `kube-system` and in the
+//! manager's namespace are never injected (nor, by the registration's namespaceSelector, even sent).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_api::sidecarset::{LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME};
+use kruise_core::sidecarset::{
+    ALWAYS_EXCLUDED_NAMESPACE, InjectContext, RevisionTemplate, inject, matches,
+};
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::admission::{Answer, allow, deny, request_of};
+use crate::configuration::FailurePolicy;
+
+/// How the Pod webhook behaves.
+#[derive(Clone, Debug)]
+pub struct PodSettings {
+    /// The manager's namespace: SidecarSet ControllerRevisions live there, and its Pods are never
+    /// injected.
+    pub namespace: String,
+    /// The registration's failure policy, also applied when the webhook cannot decide.
+    pub failure_policy: FailurePolicy,
+    /// Feature gate `EnableSortSidecarContainerByName`.
+    pub sort_sidecars_by_name: bool,
+}
+
+/// The result label of a Pod admission in `kruise_webhook_requests_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Sidecars (or patchPodMetadata annotations) were added.
+    Injected,
+    /// Nothing applies: admitted without a patch.
+    Unchanged,
+    /// The webhook could not decide and the failure policy is Ignore: admitted without injection.
+    Skipped,
+    Denied,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Injected => "injected",
+            Outcome::Unchanged => "allowed",
+            Outcome::Skipped => "skipped",
+            Outcome::Denied => "denied",
+        }
+    }
+}
+
+/// The Pod webhook's state: caches of SidecarSets and Namespaces, and a client for the rest.
+#[derive(Clone)]
+pub struct PodInjector {
+    sidecarsets: Store<SidecarSet>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    client: Option<Client>,
+    settings: Arc<PodSettings>,
+}
+
+/// Why the webhook could not decide, or why the Pod is rejected.
+enum Problem {
+    /// The cluster state needed is not readable now: answered by the failure policy.
+    Unavailable(String),
+    /// The Pod or a SidecarSet is at fault: rejected with this message.
+    Invalid(String),
+}
+
+impl PodInjector {
+    /// Starts the SidecarSet and Namespace reflectors on the current runtime (they run until the
+    /// process ends) and returns the injector reading them.
+    pub fn start(client: Client, settings: PodSettings) -> Self {
+        let (sidecarsets, writer) = reflector::store();
+        let api: Api<SidecarSet> = Api::all(client.clone());
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|s: &mut SidecarSet| s.metadata.managed_fields = None);
+        tokio::spawn(reflect(reflector::reflector(writer, stream), "SidecarSets"));
+        let (namespaces, writer) = reflector::store();
+        let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|n: &mut PartialObjectMeta<Namespace>| n.metadata.managed_fields = None);
+        tokio::spawn(reflect(reflector::reflector(writer, stream), "Namespaces"));
+        Self::from_stores(sidecarsets, namespaces, Some(client), settings)
+    }
+
+    /// An injector over given stores (tests fill them through their writers). Without a client, a
+    /// Namespace missing from its store has only its name label, and pinned revisions cannot be read.
+    pub fn from_stores(
+        sidecarsets: Store<SidecarSet>,
+        namespaces: Store<PartialObjectMeta<Namespace>>,
+        client: Option<Client>,
+        settings: PodSettings,
+    ) -> Self {
+        Self {
+            sidecarsets,
+            namespaces,
+            client,
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// An injector with no caches, which never decides (every Pod is answered by the failure policy).
+    pub fn without_caches(settings: PodSettings) -> Self {
+        let (sidecarsets, _) = reflector::store();
+        let (namespaces, _) = reflector::store();
+        Self::from_stores(sidecarsets, namespaces, None, settings)
+    }
+
+    /// Whether the SidecarSet cache has been filled once.
+    pub fn synced(&self) -> bool {
+        matches!(
+            self.sidecarsets.wait_until_ready().now_or_never(),
+            Some(Ok(()))
+        )
+    }
+
+    /// Waits (at most `timeout`) for the SidecarSet cache to be filled; returns whether it is.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(timeout, self.sidecarsets.wait_until_ready()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Answers one AdmissionReview for a Pod.
+    pub async fn review(&self, review: AdmissionReview<DynamicObject>) -> (Answer, Outcome) {
+        let request = match request_of(review) {
+            Ok(request) => request,
+            Err(answer) => return (*answer, Outcome::Denied),
+        };
+        let unchanged = (allow(&request), Outcome::Unchanged);
+        let is_pod_create = request.operation == Operation::Create
+            && request.resource.resource == "pods"
+            && request
+                .sub_resource
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty();
+        let Some(object) = request.object.as_ref().filter(|_| is_pod_create) else {
+            return unchanged;
+        };
+        let mut pod: Pod = match serde_json::to_value(object)
+            .map_err(|e| e.to_string())
+            .and_then(|v| kruise_api::kinds::decode(v).map_err(|e| e.to_string()))
+        {
+            Ok(pod) => pod,
+            Err(error) => {
+                return (
+                    deny(&request, format!("cannot read the Pod: {error}")),
+                    Outcome::Denied,
+                );
+            }
+        };
+        // A Pod posted without a namespace is created in the request's.
+        if pod
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            pod.metadata.namespace = request.namespace.clone().filter(|ns| !ns.is_empty());
+        }
+        let namespace = kruise_core::sidecarset::pod_namespace(&pod).to_string();
+        if namespace == ALWAYS_EXCLUDED_NAMESPACE || namespace == self.settings.namespace {
+            return unchanged;
+        }
+        if !self.synced() {
+            return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
+        }
+        match self.decide(&pod, &namespace).await {
+            Ok(None) => unchanged,
+            Ok(Some(injected)) => patch_answer(&request, &pod, &injected),
+            Err(Problem::Invalid(message)) => (deny(&request, message), Outcome::Denied),
+            Err(Problem::Unavailable(message)) => self.cannot_decide(&request, &message),
+        }
+    }
+
+    /// The injected Pod, or `None` when nothing applies or changes.
+    async fn decide(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, Problem> {
+        let mut candidates: Vec<Arc<SidecarSet>> = self
+            .sidecarsets
+            .state()
+            .into_iter()
+            .filter(|s| !s.spec.injection_strategy.paused)
+            .collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        // The Namespace's labels are needed only when a SidecarSet has a namespaceSelector.
+        let labels = if candidates
+            .iter()
+            .any(|s| s.spec.namespace_selector.is_some())
+        {
+            self.namespace_labels(namespace).await?
+        } else {
+            BTreeMap::new()
+        };
+        let excluded = [self.settings.namespace.clone()];
+        candidates.retain(|s| matches(s, pod, &labels, &excluded));
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        // A stable order, whatever the cache's: by name.
+        candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut revisions = BTreeMap::new();
+        for sidecarset in &candidates {
+            if let Some(template) = self.pinned_revision(sidecarset).await? {
+                let name = sidecarset.metadata.name.clone().unwrap_or_default();
+                revisions.insert(name, template);
+            }
+        }
+        let refs: Vec<&SidecarSet> = candidates.iter().map(|s| s.as_ref()).collect();
+        let random = || rand::random::<f64>();
+        let ctx = InjectContext {
+            now: Timestamp::now(),
+            revisions: &revisions,
+            random: &random,
+            sort_sidecars_by_name: self.settings.sort_sidecars_by_name,
+        };
+        let injection = inject(pod, &refs, &ctx).map_err(|e| Problem::Invalid(e.to_string()))?;
+        Ok(injection.changed.then_some(injection.pod))
+    }
+
+    /// The labels of Namespace `name`: from the cache, else from the apiserver.
+    async fn namespace_labels(&self, name: &str) -> Result<BTreeMap<String, String>, Problem> {
+        if let Some(cached) = self.namespaces.get(&ObjectRef::new(name)) {
+            return Ok(cached.metadata.labels.clone().unwrap_or_default());
+        }
+        let Some(client) = &self.client else {
+            // `matches` adds the name label itself.
+            return Ok(BTreeMap::new());
+        };
+        let api: Api<Namespace> = Api::all(client.clone());
+        match api.get_metadata_opt(name).await {
+            Ok(Some(found)) => Ok(found.metadata.labels.unwrap_or_default()),
+            Ok(None) => Ok(BTreeMap::new()),
+            Err(error) => Err(Problem::Unavailable(format!(
+                "cannot read Namespace {name}: {error}"
+            ))),
+        }
+    }
+
+    /// The revision `sidecarset` pins through `injectionStrategy.revision`, read from the manager's
+    /// namespace. A revision that does not exist rejects the Pod, as upstream does: injecting another
+    /// version than the one asked for would be worse than a visible error.
+    async fn pinned_revision(
+        &self,
+        sidecarset: &SidecarSet,
+    ) -> Result<Option<RevisionTemplate>, Problem> {
+        let Some(info) = &sidecarset.spec.injection_strategy.revision else {
+            return Ok(None);
+        };
+        let name = sidecarset.metadata.name.clone().unwrap_or_default();
+        let (field, wanted) = match (&info.revision_name, &info.custom_version) {
+            (Some(revision), _) => ("revisionName", revision.clone()),
+            (None, Some(version)) => ("customVersion", version.clone()),
+            (None, None) => return Ok(None),
+        };
+        let field = format!("sidecarset {name}: spec.injectionStrategy.revision.{field}");
+        let Some(client) = &self.client else {
+            return Err(Problem::Unavailable(format!(
+                "{field}: no apiserver client to read ControllerRevision {wanted:?}"
+            )));
+        };
+        let namespace = &self.settings.namespace;
+        let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+        let classify = |error: kube::Error| match &error {
+            kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 429 => {
+                Problem::Invalid(format!("{field}: reading ControllerRevisions: {error}"))
+            }
+            _ => Problem::Unavailable(format!("{field}: reading ControllerRevisions: {error}")),
+        };
+        let revision = match (&info.revision_name, &info.custom_version) {
+            (Some(revision), _) => api.get_opt(revision).await.map_err(classify)?,
+            _ => {
+                let selector =
+                    format!("{LABEL_SIDECARSET_NAME}={name},{LABEL_CUSTOM_VERSION}={wanted}");
+                let list = api
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(classify)?;
+                newest(list.items)
+            }
+        };
+        let Some(revision) = revision else {
+            return Err(Problem::Invalid(format!(
+                "{field}: ControllerRevision for {wanted:?} not found in namespace {namespace}"
+            )));
+        };
+        RevisionTemplate::from_controller_revision(&revision)
+            .map(Some)
+            .map_err(|e| Problem::Invalid(e.to_string()))
+    }
+
+    /// The answer when the webhook cannot decide: what the apiserver would do were the webhook down.
+    fn cannot_decide(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        reason: &str,
+    ) -> (Answer, Outcome) {
+        tracing::warn!(
+            namespace = request.namespace.as_deref().unwrap_or_default(),
+            name = %request.name,
+            %reason,
+            policy = %self.settings.failure_policy,
+            "Pod webhook cannot decide on SidecarSet injection"
+        );
+        match self.settings.failure_policy {
+            FailurePolicy::Ignore => {
+                let mut response = AdmissionResponse::from(request);
+                response.warnings = Some(vec![format!(
+                    "kruise: SidecarSet injection skipped ({reason}); the Pod is admitted without sidecars"
+                )]);
+                (
+                    Answer {
+                        review: response.into_review(),
+                        allowed: true,
+                    },
+                    Outcome::Skipped,
+                )
+            }
+            FailurePolicy::Fail => (
+                deny(
+                    request,
+                    format!("SidecarSet injection cannot be decided now: {reason}"),
+                ),
+                Outcome::Denied,
+            ),
+        }
+    }
+}
+
+/// Runs a reflector stream until the process ends, logging (not failing on) watch errors.
+async fn reflect<S, K>(stream: S, what: &'static str)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        if let Err(error) = event {
+            tracing::warn!(%error, "Pod webhook: watching {what}");
+        }
+    }
+}
+
+/// The newest revision: highest `revision`, then latest creation, then name (Kubernetes' history
+/// order).
+fn newest(mut revisions: Vec<ControllerRevision>) -> Option<ControllerRevision> {
+    revisions.sort_by(|a, b| {
+        a.revision
+            .cmp(&b.revision)
+            .then_with(|| {
+                let at =
+                    |r: &ControllerRevision| r.metadata.creation_timestamp.clone().map(|t| t.0);
+                at(a).cmp(&at(b))
+            })
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    revisions.pop()
+}
+
+/// Allows with the JSON patch from `original` to `injected`. Both sides go through the typed Pod, so
+/// the diff touches only what the injection changed (a full diff: injection inserts into lists).
+fn patch_answer(
+    request: &AdmissionRequest<DynamicObject>,
+    original: &Pod,
+    injected: &Pod,
+) -> (Answer, Outcome) {
+    let values =
+        serde_json::to_value(original).and_then(|o| Ok((o, serde_json::to_value(injected)?)));
+    let (before, after) = match values {
+        Ok(values) => values,
+        Err(error) => {
+            return (
+                deny(request, format!("cannot encode the injected Pod: {error}")),
+                Outcome::Denied,
+            );
+        }
+    };
+    let patch = json_patch::diff(&before, &after);
+    if patch.0.is_empty() {
+        return (allow(request), Outcome::Unchanged);
+    }
+    match AdmissionResponse::from(request).with_patch(patch) {
+        Ok(response) => (
+            Answer {
+                review: response.into_review(),
+                allowed: true,
+            },
+            Outcome::Injected,
+        ),
+        Err(error) => (
+            deny(
+                request,
+                format!("cannot encode the injection patch: {error}"),
+            ),
+            Outcome::Denied,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kruise_api::kinds::{Kind, V1BETA1};
+    use kube::core::PartialObjectMetaExt;
+    use kube::runtime::watcher::Event;
+    use serde_json::{Value, json};
+
+    const MANAGER_NS: &str = "kruise-system";
+
+    fn example(file: &str) -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples")
+            .join(file);
+        let text = std::fs::read_to_string(&path).expect("example readable");
+        serde_yaml::from_str(&text).expect("example is YAML")
+    }
+
+    /// A SidecarSet as the cache holds it: v1beta1, defaulted (with its hash annotations).
+    fn sidecarset(mut value: Value, name: &str) -> SidecarSet {
+        value["metadata"]["name"] = json!(name);
+        let value = Kind::SidecarSet
+            .convert(value, V1BETA1)
+            .expect("converts to v1beta1");
+        let value = Kind::SidecarSet.default_object(value).expect("defaults");
+        serde_json::from_value(value).expect("typed SidecarSet")
+    }
+
+    fn logtail(name: &str) -> SidecarSet {
+        sidecarset(example("sidecarset-logtail.yaml"), name)
+    }
+
+    /// A second SidecarSet for app=nginx Pods, with its own container.
+    fn metrics_set(name: &str) -> SidecarSet {
+        sidecarset(
+            json!({
+                "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+                "metadata": {"name": name},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "nginx"}},
+                    "containers": [{"name": "metrics", "image": "metrics:1", "podInjectPolicy": "AfterAppContainer"}],
+                },
+            }),
+            name,
+        )
+    }
+
+    fn test_pod() -> Value {
+        example("sidecarset-test-pod.yaml")
+    }
+
+    fn injector(sets: Vec<SidecarSet>, namespaces: &[(&str, &[(&str, &str)])]) -> PodInjector {
+        injector_with(sets, namespaces, FailurePolicy::Ignore)
+    }
+
+    fn injector_with(
+        sets: Vec<SidecarSet>,
+        namespaces: &[(&str, &[(&str, &str)])],
+        failure_policy: FailurePolicy,
+    ) -> PodInjector {
+        let (sidecarsets, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        for set in sets {
+            writer.apply_watcher_event(&Event::InitApply(set));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        let (namespace_store, mut ns_writer) = reflector::store();
+        ns_writer.apply_watcher_event(&Event::Init);
+        for (name, labels) in namespaces {
+            let meta = ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            };
+            ns_writer
+                .apply_watcher_event(&Event::InitApply(meta.into_request_partial::<Namespace>()));
+        }
+        ns_writer.apply_watcher_event(&Event::InitDone);
+        // The writers must outlive the test for the stores to stay "ready".
+        std::mem::forget(writer);
+        std::mem::forget(ns_writer);
+        PodInjector::from_stores(
+            sidecarsets,
+            namespace_store,
+            None,
+            PodSettings {
+                namespace: MANAGER_NS.into(),
+                failure_policy,
+                sort_sidecars_by_name: false,
+            },
+        )
+    }
+
+    fn review(operation: &str, namespace: &str, pod: Value) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "uid-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": operation,
+                "userInfo": {"username": "test"},
+                "name": pod["metadata"]["name"].clone(),
+                "namespace": namespace,
+                "object": pod,
+                "dryRun": false
+            }
+        }))
+        .expect("review decodes")
+    }
+
+    fn response(answer: &Answer) -> &AdmissionResponse {
+        answer.review.response.as_ref().expect("response")
+    }
+
+    /// The Pod as the apiserver stores it after applying the answer's patch.
+    fn patched(original: &Value, answer: &Answer) -> Value {
+        let response = response(answer);
+        assert!(response.allowed, "{:?}", response.result);
+        let mut pod = original.clone();
+        if let Some(patch) = &response.patch {
+            let patch: json_patch::Patch = serde_json::from_slice(patch).expect("patch json");
+            json_patch::patch(&mut pod, &patch).expect("patch applies to the original");
+        }
+        pod
+    }
+
+    fn container_names(pod: &Value) -> Vec<&str> {
+        pod["spec"]["containers"]
+            .as_array()
+            .expect("containers")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn injects_logtail_into_the_seed_pod() {
+        let pods = injector(vec![logtail("logtail")], &[]);
+        let original = test_pod();
+        let (answer, outcome) = pods.review(review("CREATE", "web", original.clone())).await;
+        assert_eq!(outcome, Outcome::Injected);
+        let pod = patched(&original, &answer);
+        assert_eq!(container_names(&pod), ["logtail", "nginx"]);
+        let logtail = &pod["spec"]["containers"][0];
+        assert_eq!(logtail["volumeMounts"][0]["name"], "nginx-log");
+        let env: Vec<(&str, &str)> = logtail["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or(""),
+                    e["value"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert!(env.contains(&("TZ", "Asia/Shanghai")), "{env:?}");
+        assert!(env.contains(&("IS_INJECTED", "true")), "{env:?}");
+        // The Pod's own nginx-log volume is kept, not doubled.
+        assert_eq!(pod["spec"]["volumes"].as_array().map(Vec::len), Some(1));
+        let annotations = &pod["metadata"]["annotations"];
+        assert_eq!(annotations["kruise.io/sidecarset-injected-list"], "logtail");
+        let hashes: Value = serde_json::from_str(
+            annotations["kruise.io/sidecarset-hash"]
+                .as_str()
+                .expect("hash annotation"),
+        )
+        .expect("hash json");
+        assert_eq!(hashes["logtail"]["sidecarList"], json!(["logtail"]));
+        // The app container is untouched.
+        assert_eq!(
+            pod["spec"]["containers"][1],
+            original["spec"]["containers"][0]
+        );
+    }
+
+    #[tokio::test]
+    async fn kube_system_and_the_manager_namespace_are_never_injected() {
+        let pods = injector(vec![logtail("logtail")], &[]);
+        for namespace in ["kube-system", MANAGER_NS] {
+            let mut pod = test_pod();
+            pod["metadata"]["namespace"] = json!(namespace);
+            let (answer, outcome) = pods.review(review("CREATE", namespace, pod)).await;
+            assert_eq!(outcome, Outcome::Unchanged, "{namespace}");
+            assert!(response(&answer).allowed);
+            assert!(response(&answer).patch.is_none(), "{namespace}");
+        }
+        // A Pod posted without a namespace is in the request's.
+        let (_, outcome) = pods
+            .review(review("CREATE", "kube-system", test_pod()))
+            .await;
+        assert_eq!(outcome, Outcome::Unchanged);
+    }
+
+    #[tokio::test]
+    async fn no_match_means_no_patch() {
+        let pods = injector(vec![logtail("logtail")], &[]);
+        let mut pod = test_pod();
+        pod["metadata"]["labels"] = json!({"app": "other"});
+        let (answer, outcome) = pods.review(review("CREATE", "web", pod)).await;
+        assert_eq!(outcome, Outcome::Unchanged);
+        let unchanged = response(&answer);
+        assert!(unchanged.allowed && unchanged.patch.is_none());
+        assert!(unchanged.warnings.is_none());
+        let empty = injector(vec![], &[]);
+        let (_, outcome) = empty.review(review("CREATE", "web", test_pod())).await;
+        assert_eq!(outcome, Outcome::Unchanged);
+    }
+
+    #[tokio::test]
+    async fn not_synced_admits_unchanged_or_fails_by_policy() {
+        let settings = |failure_policy| PodSettings {
+            namespace: MANAGER_NS.into(),
+            failure_policy,
+            sort_sidecars_by_name: false,
+        };
+        let ignore = PodInjector::without_caches(settings(FailurePolicy::Ignore));
+        assert!(!ignore.synced());
+        let began = std::time::Instant::now();
+        let (answer, outcome) = ignore.review(review("CREATE", "web", test_pod())).await;
+        assert!(began.elapsed() < Duration::from_secs(1), "answered at once");
+        assert_eq!(outcome, Outcome::Skipped);
+        let skipped = response(&answer);
+        assert!(skipped.allowed && skipped.patch.is_none());
+        let warnings = skipped.warnings.clone().unwrap_or_default();
+        assert!(warnings[0].contains("not loaded yet"), "{warnings:?}");
+
+        let fail = PodInjector::without_caches(settings(FailurePolicy::Fail));
+        let (answer, outcome) = fail.review(review("CREATE", "web", test_pod())).await;
+        assert_eq!(outcome, Outcome::Denied);
+        assert!(!response(&answer).allowed);
+        // Excluded namespaces are answered even before the caches are loaded.
+        let (_, outcome) = fail
+            .review(review("CREATE", "kube-system", test_pod()))
+            .await;
+        assert_eq!(outcome, Outcome::Unchanged);
+    }
+
+    #[tokio::test]
+    async fn two_sidecarsets_on_one_pod() {
+        let pods = injector(vec![metrics_set("b-metrics"), logtail("a-logtail")], &[]);
+        let original = test_pod();
+        let (answer, outcome) = pods.review(review("CREATE", "web", original.clone())).await;
+        assert_eq!(outcome, Outcome::Injected);
+        let pod = patched(&original, &answer);
+        assert_eq!(container_names(&pod), ["logtail", "nginx", "metrics"]);
+        assert_eq!(
+            pod["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"],
+            "a-logtail,b-metrics"
+        );
+    }
+
+    #[tokio::test]
+    async fn namespace_selector_reads_the_namespace_labels() {
+        let mut team_a = logtail("team-a");
+        team_a.spec.namespace_selector =
+            Some(serde_json::from_value(json!({"matchLabels": {"team": "a"}})).expect("selector"));
+        let mut only_other = metrics_set("only-other");
+        only_other.spec.namespace_selector = Some(
+            serde_json::from_value(
+                json!({"matchLabels": {"kubernetes.io/metadata.name": "other"}}),
+            )
+            .expect("selector"),
+        );
+        let pods = injector(
+            vec![team_a, only_other],
+            &[("web", &[("team", "a")]), ("plain", &[])],
+        );
+        let original = test_pod();
+        let (answer, _) = pods.review(review("CREATE", "web", original.clone())).await;
+        assert_eq!(
+            container_names(&patched(&original, &answer)),
+            ["logtail", "nginx"]
+        );
+        let (_, outcome) = pods.review(review("CREATE", "plain", test_pod())).await;
+        assert_eq!(outcome, Outcome::Unchanged);
+        let (answer, _) = pods
+            .review(review("CREATE", "other", original.clone()))
+            .await;
+        assert_eq!(
+            container_names(&patched(&original, &answer)),
+            ["nginx", "metrics"]
+        );
+    }
+
+    #[tokio::test]
+    async fn paused_injection_and_updates_are_left_alone() {
+        let mut paused = logtail("paused");
+        paused.spec.injection_strategy.paused = true;
+        let pods = injector(vec![paused], &[]);
+        let (_, outcome) = pods.review(review("CREATE", "web", test_pod())).await;
+        assert_eq!(outcome, Outcome::Unchanged);
+        let pods = injector(vec![logtail("logtail")], &[]);
+        let (answer, outcome) = pods.review(review("UPDATE", "web", test_pod())).await;
+        assert_eq!(outcome, Outcome::Unchanged);
+        assert!(response(&answer).patch.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_broken_sidecarset_rejects_the_pod_naming_the_field() {
+        let mut broken = logtail("broken");
+        broken.spec.volumes.clear();
+        let pods = injector(vec![broken], &[]);
+        let mut pod = test_pod();
+        pod["spec"]["volumes"] = json!([]);
+        pod["spec"]["containers"][0]["volumeMounts"] = json!([]);
+        let (answer, outcome) = pods.review(review("CREATE", "web", pod)).await;
+        assert_eq!(outcome, Outcome::Denied);
+        let message = &response(&answer).result.message;
+        assert!(
+            message.contains("sidecarset broken")
+                && message.contains("spec.containers[0].volumeMounts[0].name"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_pinned_revision_follows_the_failure_policy() {
+        let mut pinned = logtail("pinned");
+        pinned.spec.injection_strategy.revision = Some(
+            serde_json::from_value(json!({"revisionName": "pinned-abc", "policy": "Always"}))
+                .expect("revision"),
+        );
+        let pods = injector(vec![pinned.clone()], &[]);
+        let (_, outcome) = pods.review(review("CREATE", "web", test_pod())).await;
+        assert_eq!(outcome, Outcome::Skipped);
+        let pods = injector_with(vec![pinned], &[], FailurePolicy::Fail);
+        let (answer, outcome) = pods.review(review("CREATE", "web", test_pod())).await;
+        assert_eq!(outcome, Outcome::Denied);
+        let message = &response(&answer).result.message;
+        assert!(
+            message.contains("spec.injectionStrategy.revision.revisionName"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn newest_revision_by_number_then_time() {
+        let revision = |name: &str, number: i64| {
+            let mut r = ControllerRevision {
+                revision: number,
+                ..Default::default()
+            };
+            r.metadata.name = Some(name.into());
+            r
+        };
+        let picked = newest(vec![revision("b", 2), revision("c", 3), revision("a", 1)]);
+        assert_eq!(picked.and_then(|r| r.metadata.name).as_deref(), Some("c"));
+        assert!(newest(vec![]).is_none());
+    }
+}

@@ -1,0 +1,386 @@
+//! SidecarSet injection through kruise-manager's Pod webhook (`mpod.kb.io`) on a real control plane:
+//! seed 001's walkthrough part 1 (logtail into the nginx test Pod), several SidecarSets on one Pod,
+//! namespace scoping, and the namespaces that are never injected.
+//!
+//! SidecarSets are cluster-scoped and the test bed is shared by the tests of this binary, so every
+//! SidecarSet here has a unique name, is restricted to its test's namespace (or selects a label only
+//! its test uses) and is deleted when the test ends.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kruise_e2e::{example_documents, is_ready};
+use kruise_testkit::{TestNamespace, testbed, until};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first document of an example file.
+fn example(file: &str) -> anyhow::Result<Value> {
+    example_documents()
+        .into_iter()
+        .find(|(name, _)| name == file)
+        .map(|(_, doc)| doc)
+        .with_context(|| format!("examples/{file}"))
+}
+
+/// Deletes cluster-scoped SidecarSets (and kube-system Pods) a test created, when it ends.
+struct Cleanup {
+    kubectl: Vec<Vec<String>>,
+}
+
+impl Cleanup {
+    fn new() -> Self {
+        Self {
+            kubectl: Vec::new(),
+        }
+    }
+
+    fn sidecarset(&mut self, name: &str) {
+        self.kubectl.push(vec![
+            "delete".into(),
+            "sidecarsets.apps.kruise.io".into(),
+            name.into(),
+            "--ignore-not-found".into(),
+            "--wait=false".into(),
+        ]);
+    }
+
+    fn pod(&mut self, namespace: &str, name: &str) {
+        self.kubectl.push(vec![
+            "delete".into(),
+            "pod".into(),
+            name.into(),
+            "-n".into(),
+            namespace.into(),
+            "--ignore-not-found".into(),
+            "--wait=false".into(),
+        ]);
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let bed = testbed();
+        for args in &self.kubectl {
+            let _ = std::process::Command::new(bed.plane.bin_dir().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(bed.plane.kubeconfig_path())
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Seed 001's logtail SidecarSet (v1alpha1, as in the article), named `name` and restricted to
+/// namespace `ns` through v1alpha1's `spec.namespace`.
+fn logtail(name: &str, ns: &str) -> anyhow::Result<Value> {
+    let mut set = example("sidecarset-logtail.yaml")?;
+    set["metadata"]["name"] = json!(name);
+    set["spec"]["namespace"] = json!(ns);
+    Ok(set)
+}
+
+/// A second SidecarSet (v1beta1) for the same Pods: a metrics exporter appended after the app
+/// container, restricted to `ns` by namespaceSelector.
+fn metrics(name: &str, ns: &str) -> Value {
+    json!({
+        "apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "SidecarSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "containers": [{
+                "name": "metrics",
+                "image": "prom/nginx-exporter:1.1",
+                "podInjectPolicy": "AfterAppContainer",
+            }],
+        },
+    })
+}
+
+fn yaml(value: &Value) -> anyhow::Result<String> {
+    Ok(serde_yaml::to_string(value)?)
+}
+
+fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+        .collect()
+}
+
+/// Waits until the webhook's cache has caught up with the SidecarSets just created: a server-side
+/// dry run of `pod` in `namespace` comes back with `want` containers. (The webhook reads SidecarSets
+/// from a watch, as upstream reads them from an informer, so a Pod created in the same instant as its
+/// SidecarSet may miss it.)
+async fn wait_injected_on_dry_run(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &Value,
+    want: &[&str],
+) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut pod: Pod = serde_json::from_value(pod.clone())?;
+    pod.metadata.namespace = Some(namespace.into());
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    until(
+        format!("the webhook injecting {want:?} on a dry run in {namespace}"),
+        TIMEOUT,
+        || {
+            let (api, pod, params) = (api.clone(), pod.clone(), params.clone());
+            async move {
+                let created = api.create(&params, &pod).await?;
+                Ok(container_names(&created) == want)
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_running(ns: &TestNamespace, name: &str) -> anyhow::Result<Pod> {
+    let api: Api<Pod> = ns.api();
+    until(format!("Pod {name} Running and Ready"), TIMEOUT, || {
+        let api = api.clone();
+        async move { Ok(api.get_opt(name).await?.is_some_and(|p| is_ready(&p))) }
+    })
+    .await?;
+    Ok(api.get(name).await?)
+}
+
+/// `kubectl get pod <name> -o jsonpath=<path>`.
+async fn jsonpath(ns: &TestNamespace, name: &str, path: &str) -> anyhow::Result<String> {
+    ns.kubectl(&["get", "pod", name, "-o", &format!("jsonpath={path}")])
+        .await
+}
+
+#[tokio::test]
+async fn seed_001_logtail_is_injected_into_the_test_pod() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("sidecar-seed").await?;
+    let mut cleanup = Cleanup::new();
+    ns.run(async {
+        let name = format!("logtail-{}", ns.name);
+        cleanup.sidecarset(&name);
+        let out = ns.apply(&yaml(&logtail(&name, &ns.name)?)?).await?;
+        ensure!(out.contains("created"), "{out}");
+        let pod = example("sidecarset-test-pod.yaml")?;
+        wait_injected_on_dry_run(&ns.client, &ns.name, &pod, &["logtail", "nginx"]).await?;
+
+        let began = std::time::Instant::now();
+        ns.apply(&yaml(&pod)?).await?;
+        wait_running(&ns, "test-pod").await?;
+        eprintln!("test-pod Running 2/2 in {:?}", began.elapsed());
+
+        // What the article shows: `kubectl get pod test-pod` → READY 2/2, Running.
+        let table = ns.kubectl(&["get", "pod", "test-pod", "--no-headers"]).await?;
+        let columns: Vec<&str> = table.split_whitespace().collect();
+        ensure!(
+            columns.get(1) == Some(&"2/2") && columns.get(2) == Some(&"Running"),
+            "kubectl get pod test-pod: {table}"
+        );
+        let names = jsonpath(&ns, "test-pod", "{.spec.containers[*].name}").await?;
+        ensure!(names == "logtail nginx", "containers: {names}");
+        // The shared volume is the Pod's own, mounted by both containers.
+        let volumes = jsonpath(&ns, "test-pod", "{.spec.volumes[*].name}").await?;
+        ensure!(
+            volumes.split_whitespace().filter(|v| *v == "nginx-log").count() == 1,
+            "volumes: {volumes}"
+        );
+        for container in ["logtail", "nginx"] {
+            let mounts = jsonpath(
+                &ns,
+                "test-pod",
+                &format!(
+                    "{{.spec.containers[?(@.name==\"{container}\")].volumeMounts[?(@.name==\"nginx-log\")].mountPath}}"
+                ),
+            )
+            .await?;
+            ensure!(mounts == "/var/log/nginx", "{container} mounts: {mounts}");
+        }
+        // transferEnv: TZ copied from the nginx container.
+        let tz = jsonpath(
+            &ns,
+            "test-pod",
+            "{.spec.containers[?(@.name==\"logtail\")].env[?(@.name==\"TZ\")].value}",
+        )
+        .await?;
+        ensure!(tz == "Asia/Shanghai", "logtail TZ: {tz:?}");
+        let injected = jsonpath(
+            &ns,
+            "test-pod",
+            "{.metadata.annotations.kruise\\.io/sidecarset-injected-list}",
+        )
+        .await?;
+        ensure!(injected == name, "injected list: {injected}");
+        let hash = jsonpath(
+            &ns,
+            "test-pod",
+            "{.metadata.annotations.kruise\\.io/sidecarset-hash}",
+        )
+        .await?;
+        let hash: Value = serde_json::from_str(&hash).context("hash annotation")?;
+        ensure!(
+            hash[&name]["sidecarList"] == json!(["logtail"]),
+            "hash annotation: {hash}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn two_sidecarsets_on_one_pod_and_the_namespace_restricts_injection() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("sidecar-two").await?;
+    let other = bed.namespace("sidecar-other").await?;
+    let mut cleanup = Cleanup::new();
+    ns.run(async {
+        let log_name = format!("logtail-{}", ns.name);
+        let metrics_name = format!("metrics-{}", ns.name);
+        cleanup.sidecarset(&log_name);
+        cleanup.sidecarset(&metrics_name);
+        ns.apply(&yaml(&logtail(&log_name, &ns.name)?)?).await?;
+        ns.apply(&yaml(&metrics(&metrics_name, &ns.name))?).await?;
+        let pod = example("sidecarset-test-pod.yaml")?;
+        wait_injected_on_dry_run(&ns.client, &ns.name, &pod, &["logtail", "nginx", "metrics"])
+            .await?;
+
+        ns.apply(&yaml(&pod)?).await?;
+        let running = wait_running(&ns, "test-pod").await?;
+        ensure!(
+            container_names(&running) == ["logtail", "nginx", "metrics"],
+            "containers: {:?}",
+            container_names(&running)
+        );
+        let table = ns
+            .kubectl(&["get", "pod", "test-pod", "--no-headers"])
+            .await?;
+        ensure!(table.split_whitespace().nth(1) == Some("3/3"), "{table}");
+        let injected = jsonpath(
+            &ns,
+            "test-pod",
+            "{.metadata.annotations.kruise\\.io/sidecarset-injected-list}",
+        )
+        .await?;
+        let mut want = [log_name.clone(), metrics_name.clone()];
+        want.sort();
+        ensure!(injected == want.join(","), "injected list: {injected}");
+
+        // The same Pod in another namespace matches the selectors but neither namespace scope.
+        other.apply(&yaml(&pod)?).await?;
+        let plain = wait_running(&other, "test-pod").await?;
+        ensure!(
+            container_names(&plain) == ["nginx"],
+            "outside the SidecarSets' namespace: {:?}",
+            container_names(&plain)
+        );
+        let annotations = plain.metadata.annotations.unwrap_or_default();
+        ensure!(
+            !annotations.contains_key("kruise.io/sidecarset-injected-list"),
+            "{annotations:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn kube_system_and_the_manager_namespace_are_never_injected() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("sidecar-system").await?;
+    let mut cleanup = Cleanup::new();
+    ns.run(async {
+        // The registration cannot block the cluster: Ignore on failure, a short timeout, and the
+        // system namespaces out of scope.
+        let hook = |field: &str| {
+            let path = format!("jsonpath={{.webhooks[?(@.name==\"mpod.kb.io\")].{field}}}");
+            async move {
+                bed.plane
+                    .kubectl(&[
+                        "get",
+                        "mutatingwebhookconfiguration",
+                        "kruise-mutating-webhook-configuration",
+                        "-o",
+                        &path,
+                    ])
+                    .await
+            }
+        };
+        ensure!(hook("failurePolicy").await? == "Ignore");
+        ensure!(hook("timeoutSeconds").await? == "5");
+        ensure!(hook("clientConfig.url").await?.ends_with("/mutate-pod"));
+        let opt_out = hook("namespaceSelector.matchExpressions[1]").await?;
+        ensure!(
+            opt_out.contains("control-plane") && opt_out.contains("DoesNotExist"),
+            "{opt_out}"
+        );
+        let excluded = hook("namespaceSelector.matchExpressions[0].values").await?;
+        ensure!(
+            excluded.contains("kube-system") && excluded.contains("kruise-system"),
+            "{excluded}"
+        );
+
+        // Not namespace-scoped: selects a label only this test uses, in every namespace.
+        let label = format!("probe-{}", ns.name);
+        let name = format!("everywhere-{}", ns.name);
+        cleanup.sidecarset(&name);
+        let set = json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "SidecarSet",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"e2e-probe": label}},
+                "containers": [{"name": "probe-agent", "image": "busybox:1.36"}],
+            },
+        });
+        ns.apply(&yaml(&set)?).await?;
+        let pod = |pod_name: &str| {
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod_name, "labels": {"e2e-probe": label}},
+                "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+            })
+        };
+        // In an ordinary namespace the SidecarSet applies…
+        wait_injected_on_dry_run(&ns.client, &ns.name, &pod("x"), &["probe-agent", "app"]).await?;
+        // …but not in kube-system nor in the manager's namespace (not even sent to the webhook).
+        for namespace in ["kube-system", kruise_testkit::manager::NAMESPACE] {
+            let pod_name = format!("probe-{}", ns.name);
+            cleanup.pod(namespace, &pod_name);
+            let api: Api<Pod> = Api::namespaced(ns.client.clone(), namespace);
+            let created = api
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(pod(&pod_name))?,
+                )
+                .await
+                .with_context(|| format!("creating a Pod in {namespace}"))?;
+            ensure!(
+                container_names(&created) == ["app"],
+                "{namespace}: {:?}",
+                container_names(&created)
+            );
+            let annotations = created.metadata.annotations.unwrap_or_default();
+            ensure!(
+                !annotations.contains_key("kruise.io/sidecarset-hash"),
+                "{namespace}: {annotations:?}"
+            );
+            api.delete(&pod_name, &DeleteParams::default()).await?;
+        }
+        Ok(())
+    })
+    .await
+}
