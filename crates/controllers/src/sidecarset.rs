@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::sidecarset::v1beta1::{SidecarSet, SidecarSetStatus};
 use kruise_core::expectations::{CachedState, Expectation, Expectations};
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
-use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, matches, pod_namespace};
+use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, missing_injections, pod_namespace};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -230,8 +230,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             .get(&ObjectRef::new(pod_namespace(&pod)))
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        let in_scope = matches(ss, &pod, &ns_labels, &excluded);
-        if upgrade::missed_injection(ss, &pod, in_scope) {
+        if !missing_injections(&pod, &[ss], &ns_labels, &excluded).is_empty() {
             missed.push(pod);
         }
     }

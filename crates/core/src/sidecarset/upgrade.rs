@@ -130,21 +130,6 @@ pub fn is_managed(ss: &SidecarSet, pod: &Pod) -> bool {
         .all(|c| names.contains(&c.container.name.as_str()))
 }
 
-/// A Pod matched by the SidecarSet's selector that lacks its sidecars: created while the Pod
-/// webhook was unreachable (failure policy Ignore), or before the SidecarSet existed. Such Pods are
-/// reported, never changed: containers cannot be added to a running Pod.
-pub fn missed_injection(ss: &SidecarSet, pod: &Pod, namespace_matches: bool) -> bool {
-    let selected = ss.spec.selector.as_ref().is_some_and(|s| {
-        !kruise_api::validation::selector_is_empty(s)
-            && selector_matches(s, pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-    });
-    selected
-        && namespace_matches
-        && pods::is_active(pod)
-        && !ss.spec.injection_strategy.paused
-        && !injected_list(&annotations(pod)).contains(ss_name(ss))
-}
-
 /// What the upgrade decisions need to know about one managed Pod.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PodFacts {
@@ -586,8 +571,6 @@ mod tests {
         let mut other = p.clone();
         other.metadata.annotations = None;
         assert!(!is_managed(&v2, &other));
-        assert!(missed_injection(&v2, &other, true));
-        assert!(!missed_injection(&v2, &p, true));
     }
 
     #[test]
