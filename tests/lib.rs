@@ -80,3 +80,44 @@ pub fn example_documents() -> Vec<(String, serde_json::Value)> {
     }
     documents
 }
+
+/// The names of the Pod's containers, in order.
+pub fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+        .collect()
+}
+
+/// Waits until the webhook's cache has caught up with the SidecarSets just created: a server-side
+/// dry run of `pod` in `namespace` comes back with `want` containers. (The webhook reads SidecarSets
+/// from a watch, as upstream reads them from an informer, so a Pod created in the same instant as its
+/// SidecarSet may miss it.)
+pub async fn wait_injected_on_dry_run(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &serde_json::Value,
+    timeout: std::time::Duration,
+    want: &[&str],
+) -> anyhow::Result<()> {
+    use kube::api::{Api, PostParams};
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut pod: Pod = serde_json::from_value(pod.clone())?;
+    pod.metadata.namespace = Some(namespace.into());
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    kruise_testkit::until(
+        format!("the webhook injecting {want:?} on a dry run in {namespace}"),
+        timeout,
+        || {
+            let (api, pod, params) = (api.clone(), pod.clone(), params.clone());
+            async move {
+                let created = api.create(&params, &pod).await?;
+                Ok(container_names(&created) == want)
+            }
+        },
+    )
+    .await
+}

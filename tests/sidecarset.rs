@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
-use kruise_e2e::{example_documents, is_ready};
+use kruise_e2e::{container_names, example_documents, is_ready, wait_injected_on_dry_run};
 use kruise_testkit::{TestNamespace, testbed, until};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -108,44 +108,6 @@ fn yaml(value: &Value) -> anyhow::Result<String> {
     Ok(serde_yaml::to_string(value)?)
 }
 
-fn container_names(pod: &Pod) -> Vec<String> {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
-        .collect()
-}
-
-/// Waits until the webhook's cache has caught up with the SidecarSets just created: a server-side
-/// dry run of `pod` in `namespace` comes back with `want` containers. (The webhook reads SidecarSets
-/// from a watch, as upstream reads them from an informer, so a Pod created in the same instant as its
-/// SidecarSet may miss it.)
-async fn wait_injected_on_dry_run(
-    client: &kube::Client,
-    namespace: &str,
-    pod: &Value,
-    want: &[&str],
-) -> anyhow::Result<()> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let mut pod: Pod = serde_json::from_value(pod.clone())?;
-    pod.metadata.namespace = Some(namespace.into());
-    let params = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    until(
-        format!("the webhook injecting {want:?} on a dry run in {namespace}"),
-        TIMEOUT,
-        || {
-            let (api, pod, params) = (api.clone(), pod.clone(), params.clone());
-            async move {
-                let created = api.create(&params, &pod).await?;
-                Ok(container_names(&created) == want)
-            }
-        },
-    )
-    .await
-}
-
 async fn wait_running(ns: &TestNamespace, name: &str) -> anyhow::Result<Pod> {
     let api: Api<Pod> = ns.api();
     until(format!("Pod {name} Running and Ready"), TIMEOUT, || {
@@ -174,7 +136,7 @@ async fn seed_001_logtail_is_injected_into_the_test_pod() -> anyhow::Result<()> 
         let out = ns.apply(&yaml(&logtail(&name, &ns.name)?)?).await?;
         ensure!(out.contains("created"), "{out}");
         let pod = example("sidecarset-test-pod.yaml")?;
-        wait_injected_on_dry_run(&ns.client, &ns.name, &pod, &["logtail", "nginx"]).await?;
+        wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["logtail", "nginx"]).await?;
 
         let began = std::time::Instant::now();
         ns.apply(&yaml(&pod)?).await?;
@@ -253,8 +215,14 @@ async fn two_sidecarsets_on_one_pod_and_the_namespace_restricts_injection() -> a
         ns.apply(&yaml(&logtail(&log_name, &ns.name)?)?).await?;
         ns.apply(&yaml(&metrics(&metrics_name, &ns.name))?).await?;
         let pod = example("sidecarset-test-pod.yaml")?;
-        wait_injected_on_dry_run(&ns.client, &ns.name, &pod, &["logtail", "nginx", "metrics"])
-            .await?;
+        wait_injected_on_dry_run(
+            &ns.client,
+            &ns.name,
+            &pod,
+            TIMEOUT,
+            &["logtail", "nginx", "metrics"],
+        )
+        .await?;
 
         ns.apply(&yaml(&pod)?).await?;
         let running = wait_running(&ns, "test-pod").await?;
@@ -355,7 +323,14 @@ async fn kube_system_and_the_manager_namespace_are_never_injected() -> anyhow::R
             })
         };
         // In an ordinary namespace the SidecarSet applies…
-        wait_injected_on_dry_run(&ns.client, &ns.name, &pod("x"), &["probe-agent", "app"]).await?;
+        wait_injected_on_dry_run(
+            &ns.client,
+            &ns.name,
+            &pod("x"),
+            TIMEOUT,
+            &["probe-agent", "app"],
+        )
+        .await?;
         // …but not in kube-system nor in the manager's namespace (not even sent to the webhook).
         for namespace in ["kube-system", kruise_testkit::manager::NAMESPACE] {
             let pod_name = format!("probe-{}", ns.name);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
+use kruise_e2e::{container_status, is_ready, node_name, pod_ip, wait_injected_on_dry_run};
 use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -28,6 +28,10 @@ fn logtail(name: &str, namespace: &str, extra: Value) -> anyhow::Result<String> 
 }
 
 fn test_pod(name: &str, labels: Value) -> String {
+    test_pod_value(name, labels).to_string()
+}
+
+fn test_pod_value(name: &str, labels: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
@@ -40,7 +44,12 @@ fn test_pod(name: &str, labels: Value) -> String {
             "volumes": [{"name": "nginx-log", "emptyDir": {}}],
         }
     })
-    .to_string()
+}
+
+/// Waits until the Pod webhook has seen the new SidecarSet (it reads them from a watch).
+async fn wait_webhook(ns: &kruise_testkit::TestNamespace, labels: Value) -> anyhow::Result<()> {
+    let pod = test_pod_value("dry-run", labels);
+    wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["logtail", "nginx"]).await
 }
 
 async fn set_image(api: &Api<SidecarSet>, name: &str, image: &str) -> anyhow::Result<()> {
@@ -68,6 +77,7 @@ async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
     ns.run(async {
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
         ns.apply(&logtail(&name, &ns.name, json!({}))?).await?;
+        wait_webhook(&ns, json!({"app": "nginx"})).await?;
         ns.apply(&test_pod("test-pod", json!({"app": "nginx"})))
             .await?;
         let pods: Api<Pod> = ns.api();
@@ -155,6 +165,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
                    "updateStrategy": {"partition": 16, "maxUnavailable": "100%"}}}),
         )?)
         .await?;
+        wait_webhook(&ns, json!({"app": "logs"})).await?;
         ns.apply(
             &json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
@@ -257,6 +268,7 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
                        "selector": {"matchLabels": {"canary.release": "true"}}}}}),
         )?)
         .await?;
+        wait_webhook(&ns, json!({"app": "canary"})).await?;
         for (pod, canary) in [("a", true), ("b", false), ("c", false)] {
             ns.apply(&test_pod(
                 pod,
