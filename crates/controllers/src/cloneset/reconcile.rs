@@ -18,8 +18,8 @@ use kruise_api::validation::selector_matches;
 use kruise_core::expectations::{CachedState, Expectation};
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
-    self, UpdateRevision, choose_update_revision, equal_revision, new_revision,
-    next_revision_number, revisions_to_delete, template_from_revision,
+    UpdateRevision, choose_update_revision, equal_revision, new_revision, next_revision_number,
+    revisions_to_delete, template_from_revision,
 };
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -895,6 +895,5 @@ async fn truncate_history(
             }
         }
     }
-    let _ = revision::DEFAULT_REVISION_HISTORY_LIMIT;
     Ok(())
 }

@@ -216,7 +216,6 @@ pub struct UpgradePlan {
     pub not_upgradable: Vec<usize>,
 }
 
-const FIELD_PARTITION: &str = "spec.updateStrategy.partition";
 const FIELD_MAX_UNAVAILABLE: &str = "spec.updateStrategy.maxUnavailable";
 
 /// The next Pods to upgrade (`GetNextUpgradePods`) among the managed `pods` with their `facts`:
@@ -257,8 +256,13 @@ pub fn plan_upgrade(
     let mut waiting = ordering::scatter(pods, waiting, &terms);
 
     let total = i32::try_from(pods.len()).unwrap_or(i32::MAX);
-    let partition =
-        usize::try_from(partition_replicas(strategy.partition.as_ref(), total)?).unwrap_or(0);
+    let partition = usize::try_from(
+        partition_replicas(strategy.partition.as_ref(), total).map_err(|e| InvalidSetting {
+            field: "spec.updateStrategy.partition",
+            message: e.message,
+        })?,
+    )
+    .unwrap_or(0);
     waiting.truncate(waiting.len().saturating_sub(partition));
 
     let max_unavailable = match &strategy.max_unavailable {
@@ -285,7 +289,6 @@ pub fn plan_upgrade(
         unavailable += 1;
         plan.upgrade.push(i);
     }
-    let _ = FIELD_PARTITION;
     Ok(plan)
 }
 
