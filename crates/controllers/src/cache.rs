@@ -11,9 +11,36 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tokio::sync::{broadcast, watch};
+
+/// A store of every `K` in the cluster and the watch stream that fills it: poll the stream (or give
+/// it to a `Controller`) and read the store.
+pub fn reflected<K>(
+    api: Api<K>,
+) -> (
+    reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default().any_semantic()),
+    )
+    .default_backoff()
+    .applied_objects();
+    (store, stream)
+}
 
 /// Namespace and name.
 pub type PodKey = (String, String);

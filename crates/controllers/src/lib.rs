@@ -4,5 +4,6 @@
 
 pub mod cache;
 pub mod cloneset;
+pub mod error;
 pub mod metrics;
 pub mod sidecarset;

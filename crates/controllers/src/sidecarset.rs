@@ -21,8 +21,8 @@ use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, missing_injections, pod
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
@@ -53,38 +53,15 @@ struct Context {
     config: Config,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{context}: {source}")]
-    Kube {
-        context: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{0}")]
-    Invalid(String),
-}
-
-fn is_race(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
-}
+pub use crate::error::{Error, is_race};
 
 /// Runs the SidecarSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
     let mut events = pods.subscribe();
     pods.wait_synced().await;
-    let (namespaces, writer) = reflector::store();
-    let namespace_events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| futures::future::ready(()));
-    tokio::spawn(namespace_events);
+    let (namespaces, namespace_events) =
+        crate::cache::reflected(Api::<Namespace>::all(client.clone()));
+    tokio::spawn(namespace_events.for_each(|_| futures::future::ready(())));
 
     let controller = Controller::new(
         Api::<SidecarSet>::all(client.clone()),

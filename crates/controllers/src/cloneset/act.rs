@@ -40,11 +40,7 @@ impl Outcome {
     }
 }
 
-/// Whether an API error means "the object changed or is gone under us": decide again on a fresh
-/// snapshot instead of failing the reconcile.
-pub fn is_race(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
-}
+pub use crate::error::is_race;
 
 pub(crate) struct Actor<'a> {
     pub ctx: &'a Context,

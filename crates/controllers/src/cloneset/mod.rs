@@ -16,8 +16,8 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::{broadcast, mpsc};
 
@@ -60,31 +60,7 @@ pub struct Context {
     pub(crate) config: Config,
 }
 
-/// Errors of one reconcile; the controller retries with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{context}: {source}")]
-    Kube {
-        context: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{0}")]
-    Invalid(String),
-}
-
-pub(crate) trait KubeContext<T> {
-    fn context(self, context: impl FnOnce() -> String) -> Result<T, Error>;
-}
-
-impl<T> KubeContext<T> for Result<T, kube::Error> {
-    fn context(self, context: impl FnOnce() -> String) -> Result<T, Error> {
-        self.map_err(|source| Error::Kube {
-            context: context(),
-            source,
-        })
-    }
-}
+pub use crate::error::{Error, KubeContext};
 
 /// Forwards Pod cache changes of CloneSet Pods to the controller: the owner to reconcile, or a
 /// resync of every CloneSet when the cache relisted or this subscriber fell behind.
@@ -126,16 +102,8 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     let (owner_rx, all_rx) = pod_triggers(pods.subscribe());
     pods.wait_synced().await;
 
-    let (revisions, writer) = reflector::store();
-    let revision_events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<ControllerRevision>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        ),
-    )
-    .default_backoff()
-    .applied_objects();
+    let (revisions, revision_events) =
+        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()));
 
     let ctx = Arc::new(Context {
         client: client.clone(),

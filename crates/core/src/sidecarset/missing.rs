@@ -46,16 +46,7 @@ pub fn missing_injections(
         .as_ref()
         .and_then(|a| parse_upgrade_specs(a, ANNOTATION_HASH).ok())
         .unwrap_or_default();
-    let spec = pod.spec.as_ref();
-    let present: HashSet<&str> = spec
-        .into_iter()
-        .flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-        })
-        .map(|c| c.name.as_str())
-        .collect();
+    let present = super::pod_container_names(pod);
     let mut missing = BTreeSet::new();
     for sidecarset in applying {
         let name = sidecarset.metadata.name.as_deref().unwrap_or_default();

@@ -30,6 +30,19 @@ pub use matching::{ALWAYS_EXCLUDED_NAMESPACE, matches, pod_namespace};
 pub use missing::missing_injections;
 pub use revision::RevisionTemplate;
 
+/// Names of every container and init container of the Pod.
+pub(crate) fn pod_container_names(pod: &Pod) -> std::collections::HashSet<&str> {
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
 /// What [`inject`] needs besides the Pod and the SidecarSets.
 pub struct InjectContext<'a> {
     /// Recorded as `updateTimestamp` in the hash annotations (upstream: `metav1.Now()`).

@@ -102,32 +102,23 @@ pub fn is_managed(ss: &SidecarSet, pod: &Pod) -> bool {
     {
         return false;
     }
-    let names: Vec<&str> = pod
-        .spec
-        .iter()
-        .flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-        })
-        .map(|c| c.name.as_str())
-        .collect();
+    let names = super::pod_container_names(pod);
     let hot = |name: &str| {
         let (one, two) = super::hot_upgrade_names(name);
-        names.contains(&one.as_str()) && names.contains(&two.as_str())
+        names.contains(one.as_str()) && names.contains(two.as_str())
     };
     ss.spec.containers.iter().all(|c| {
         if c.upgrade_strategy.upgrade_type == UPGRADE_HOT {
             hot(&c.container.name)
         } else {
-            names.contains(&c.container.name.as_str())
+            names.contains(c.container.name.as_str())
         }
     }) && ss
         .spec
         .init_containers
         .iter()
         .filter(|c| is_native_sidecar(&c.container))
-        .all(|c| names.contains(&c.container.name.as_str()))
+        .all(|c| names.contains(c.container.name.as_str()))
 }
 
 /// What the upgrade decisions need to know about one managed Pod.
