@@ -1,4 +1,7 @@
-//! One module per workload: observe (shared caches), plan (pure, from kruise-core), act (patches), status.
-//!
-//! This crate is part of the workspace layout in DESIGN.md; its content arrives with the issues that
-//! need it (the API issue, the in-place engine and CloneSet issue, ...).
+//! The workload controllers: one module per workload, each a thin loop that observes (the shared
+//! Pod cache and its own watches), decides with pure functions (here and in kruise-core), and acts
+//! with patches.
+
+pub mod cache;
+pub mod cloneset;
+pub mod metrics;

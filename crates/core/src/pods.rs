@@ -285,6 +285,14 @@ pub(crate) mod testing {
                 .insert(k.into(), v.into());
             self
         }
+        pub fn finalizer(mut self, f: &str) -> Self {
+            self.0
+                .metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(f.into());
+            self
+        }
         pub fn phase(mut self, phase: &str) -> Self {
             self.status().phase = Some(phase.into());
             self

@@ -104,6 +104,13 @@ pub struct Args {
     pub broadcastjob_workers: u16,
     #[arg(long, default_value_t = 3)]
     pub daemonset_workers: u16,
+    /// Seconds a controller waits for its own write to show in its cache before it stops waiting
+    /// (upstream waits 5 minutes, then, without a feature gate, forever).
+    #[arg(long, default_value_t = 300)]
+    pub expectation_timeout_seconds: u64,
+    /// Leave Pods in PreparingDelete out of every CloneSet's scale arithmetic.
+    #[arg(long, default_value_t = false)]
+    pub cloneset_scaling_exclude_preparing_delete: bool,
     /// Log format: text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -184,6 +191,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "1 while this replica holds the leader lease",
         leader_gauge.clone(),
     );
+    let controller_metrics = kruise_controllers::metrics::Metrics::register(&mut registry);
     let registry = Arc::new(registry);
     let readiness = Readiness::default();
 
@@ -274,7 +282,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ready_tx,
             webhook_metrics.clone(),
         );
-        let controllers = run_controllers(&args);
+        let controllers = run_controllers(&args, client.clone(), controller_metrics.clone());
         match &elector {
             Some(elector) => {
                 tokio::select! {
@@ -351,18 +359,35 @@ async fn ensure_first_certificate(
     }
 }
 
-/// The workload controllers, started on the leader. Each later issue adds its controller here.
-async fn run_controllers(args: &Args) {
+/// The workload controllers, started on the leader, on one shared Pod cache. Each later issue adds
+/// its controller here.
+async fn run_controllers(
+    args: &Args,
+    client: Client,
+    metrics: Arc<kruise_controllers::metrics::Metrics>,
+) {
+    let pods = kruise_controllers::cache::PodCache::new();
+    let cache = pods.clone().run(client.clone());
+    let cloneset = kruise_controllers::cloneset::run(
+        client,
+        pods,
+        metrics,
+        kruise_controllers::cloneset::Config {
+            workers: args.cloneset_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            settings: kruise_controllers::cloneset::Settings {
+                exclude_preparing_delete: args.cloneset_scaling_exclude_preparing_delete,
+                // Pods/resize is GA-track on our v1.34 control plane: offered without a gate.
+                resize: true,
+                gates: Default::default(),
+            },
+        },
+    );
     tracing::info!(
         cloneset_workers = args.cloneset_workers,
-        statefulset_workers = args.statefulset_workers,
-        sidecarset_workers = args.sidecarset_workers,
-        uniteddeployment_workers = args.uniteddeployment_workers,
-        broadcastjob_workers = args.broadcastjob_workers,
-        daemonset_workers = args.daemonset_workers,
         "controllers started"
     );
-    std::future::pending::<()>().await;
+    tokio::join!(cache, cloneset);
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

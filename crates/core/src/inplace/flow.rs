@@ -117,6 +117,23 @@ pub fn mark_ready_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, Flow
     Ok(Some(Patch(ops)))
 }
 
+/// JSON patch for the `status` subresource setting a Pod condition (e.g. `KruisePodReady` for a
+/// lifecycle hook's markPodNotReady); `None` when it already has that status.
+pub fn condition_patch(
+    pod: &Pod,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Result<Option<Patch>, FlowError> {
+    if condition(pod, type_).is_some_and(|c| c.status == status) {
+        return Ok(None);
+    }
+    let mut ops = vec![test_rv(resource_version(pod)?)];
+    set_condition(pod, &mut ops, type_, status, reason, now);
+    Ok(Some(Patch(ops)))
+}
+
 fn resource_version(pod: &Pod) -> Result<&str, FlowError> {
     pod.metadata
         .resource_version

@@ -1,0 +1,342 @@
+//! The one Pod watch every controller shares (DESIGN: "one shared Pod watch").
+//!
+//! It keeps every Pod of the cluster with `managedFields` stripped (they are often the largest part
+//! of a Pod and no controller reads them), indexed by the uid of its controlling owner, and tells
+//! subscribers which owner a changed Pod belongs to so each controller can reconcile just that
+//! workload.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::{broadcast, watch};
+
+/// Namespace and name.
+pub type PodKey = (String, String);
+
+/// The controlling owner of a Pod that changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerChange {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What subscribers receive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheEvent {
+    /// A Pod with this controlling owner was added, changed or deleted.
+    Owner(OwnerChange),
+    /// The cache was relisted (watch restart): every owner may have changed.
+    Resync,
+}
+
+#[derive(Default)]
+struct State {
+    pods: HashMap<PodKey, Arc<Pod>>,
+    by_owner: HashMap<String, BTreeSet<PodKey>>,
+    /// Pods of a relist in progress; swapped in when it completes.
+    relist: Option<HashMap<PodKey, Arc<Pod>>>,
+}
+
+/// The shared Pod cache. Cheap to clone through `Arc`.
+pub struct PodCache {
+    state: RwLock<State>,
+    synced: watch::Sender<bool>,
+    events: broadcast::Sender<CacheEvent>,
+}
+
+/// The controlling owner reference of a Pod, if any.
+pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+fn key_of(pod: &Pod) -> Option<PodKey> {
+    Some((
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone()?,
+    ))
+}
+
+fn owner_change(pod: &Pod) -> Option<OwnerChange> {
+    let owner = controller_of(pod)?;
+    Some(OwnerChange {
+        api_version: owner.api_version.clone(),
+        kind: owner.kind.clone(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: owner.name.clone(),
+    })
+}
+
+/// Drops what no controller reads, to keep the cache small.
+fn slim(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+}
+
+impl State {
+    fn insert(&mut self, key: PodKey, pod: Arc<Pod>) -> Option<Arc<Pod>> {
+        if let Some(uid) = controller_of(&pod).map(|o| o.uid.clone()) {
+            self.by_owner.entry(uid).or_default().insert(key.clone());
+        }
+        let old = self.pods.insert(key.clone(), pod.clone());
+        if let Some(old) = &old {
+            let old_uid = controller_of(old).map(|o| &o.uid);
+            if old_uid != controller_of(&pod).map(|o| &o.uid)
+                && let Some(uid) = old_uid
+            {
+                self.unindex(uid.clone().as_str(), &key);
+            }
+        }
+        old
+    }
+
+    fn remove(&mut self, key: &PodKey) -> Option<Arc<Pod>> {
+        let old = self.pods.remove(key)?;
+        if let Some(uid) = controller_of(&old).map(|o| o.uid.clone()) {
+            self.unindex(&uid, key);
+        }
+        Some(old)
+    }
+
+    fn unindex(&mut self, uid: &str, key: &PodKey) {
+        if let Some(set) = self.by_owner.get_mut(uid) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_owner.remove(uid);
+            }
+        }
+    }
+}
+
+impl PodCache {
+    pub fn new() -> Arc<Self> {
+        let (synced, _) = watch::channel(false);
+        // Large enough that a burst of 1,000s of Pod updates does not lag a subscriber; one that
+        // lags anyway is told to resync.
+        let (events, _) = broadcast::channel(65_536);
+        Arc::new(Self {
+            state: RwLock::new(State::default()),
+            synced,
+            events,
+        })
+    }
+
+    /// Watches Pods in every namespace until dropped, restarting the watch with backoff on errors.
+    pub async fn run(self: Arc<Self>, client: Client) {
+        let api: Api<Pod> = Api::all(client);
+        let stream = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(slim);
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => self.apply(event),
+                Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
+            }
+        }
+    }
+
+    /// Applies one watch event (public so tests can drive the cache without a server).
+    pub fn apply(&self, event: watcher::Event<Pod>) {
+        let mut changed: Vec<CacheEvent> = Vec::new();
+        {
+            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            match event {
+                watcher::Event::Apply(pod) => {
+                    if let Some(key) = key_of(&pod) {
+                        let pod = Arc::new(pod);
+                        let old = state.insert(key, pod.clone());
+                        changed.extend(owner_change(&pod).map(CacheEvent::Owner));
+                        if let Some(old) = old.as_deref().and_then(owner_change)
+                            && !changed.contains(&CacheEvent::Owner(old.clone()))
+                        {
+                            changed.push(CacheEvent::Owner(old));
+                        }
+                    }
+                }
+                watcher::Event::Delete(pod) => {
+                    if let Some(key) = key_of(&pod) {
+                        state.remove(&key);
+                        changed.extend(owner_change(&pod).map(CacheEvent::Owner));
+                    }
+                }
+                watcher::Event::Init => state.relist = Some(HashMap::new()),
+                watcher::Event::InitApply(pod) => {
+                    if let Some(key) = key_of(&pod) {
+                        state
+                            .relist
+                            .get_or_insert_with(HashMap::new)
+                            .insert(key, Arc::new(pod));
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let relisted = state.relist.take().unwrap_or_default();
+                    state.pods.clear();
+                    state.by_owner.clear();
+                    for (key, pod) in relisted {
+                        state.insert(key, pod);
+                    }
+                    changed.push(CacheEvent::Resync);
+                }
+            }
+        }
+        if changed.contains(&CacheEvent::Resync) {
+            self.synced.send_replace(true);
+        }
+        for event in changed {
+            // No subscriber yet is fine: controllers resync when they start.
+            let _ = self.events.send(event);
+        }
+    }
+
+    /// Waits until the first list has been loaded.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    /// Change notifications from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<CacheEvent> {
+        self.events.subscribe()
+    }
+
+    /// A cached Pod.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// The Pods whose controlling owner has this uid.
+    pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| state.pods.get(key).cloned())
+            .collect()
+    }
+
+    /// The Pods of a namespace without a controlling owner (candidates for adoption).
+    pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .pods
+            .iter()
+            .filter(|((ns, _), pod)| ns == namespace && controller_of(pod).is_none())
+            .map(|(_, pod)| pod.clone())
+            .collect()
+    }
+
+    /// The number of cached Pods.
+    pub fn len(&self) -> usize {
+        self.state.read().unwrap_or_else(|e| e.into_inner()).pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    use super::*;
+
+    fn pod(name: &str, owner_uid: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                owner_references: owner_uid.map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "apps.kruise.io/v1beta1".into(),
+                        kind: "CloneSet".into(),
+                        name: format!("cs-{uid}"),
+                        uid: uid.into(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    }]
+                }),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn names(pods: Vec<Arc<Pod>>) -> Vec<String> {
+        let mut names: Vec<String> = pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn indexes_by_owner_and_notifies() {
+        let cache = PodCache::new();
+        let mut rx = cache.subscribe();
+        cache.apply(watcher::Event::Init);
+        let mut a = pod("a", Some("u1"));
+        slim(&mut a);
+        cache.apply(watcher::Event::InitApply(a));
+        cache.apply(watcher::Event::InitApply(pod("b", None)));
+        cache.apply(watcher::Event::InitDone);
+        assert_eq!(rx.try_recv().ok(), Some(CacheEvent::Resync));
+        assert_eq!(names(cache.owned_by("u1")), vec!["a"]);
+        assert_eq!(names(cache.orphans_in("ns")), vec!["b"]);
+
+        // b is adopted by u1, then a moves to u2: both owners hear about a.
+        cache.apply(watcher::Event::Apply(pod("b", Some("u1"))));
+        cache.apply(watcher::Event::Apply(pod("a", Some("u2"))));
+        assert_eq!(names(cache.owned_by("u1")), vec!["b"]);
+        assert_eq!(names(cache.owned_by("u2")), vec!["a"]);
+        let owners: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|e| match e {
+                CacheEvent::Owner(o) => Some(o.name),
+                CacheEvent::Resync => None,
+            })
+            .collect();
+        assert_eq!(owners, vec!["cs-u1", "cs-u2", "cs-u1"]);
+
+        cache.apply(watcher::Event::Delete(pod("a", Some("u2"))));
+        assert!(cache.owned_by("u2").is_empty());
+        assert_eq!(cache.len(), 1);
+        assert!(cache.get("ns", "b").is_some());
+    }
+
+    #[test]
+    fn relist_replaces_everything() {
+        let cache = PodCache::new();
+        cache.apply(watcher::Event::Apply(pod("gone", Some("u1"))));
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(pod("new", Some("u1"))));
+        // Until the relist completes, the old view stays.
+        assert_eq!(names(cache.owned_by("u1")), vec!["gone"]);
+        cache.apply(watcher::Event::InitDone);
+        assert_eq!(names(cache.owned_by("u1")), vec!["new"]);
+    }
+
+    #[test]
+    fn managed_fields_are_stripped() {
+        let mut p = pod("a", None);
+        slim(&mut p);
+        assert!(p.metadata.managed_fields.is_none());
+    }
+}

@@ -1,0 +1,182 @@
+//! The CloneSet controller (inventory §1): observe the CloneSet, its Pods (shared cache) and its
+//! ControllerRevisions; decide with [`decide`] and [`status`]; act with patches ([`act`]).
+
+mod act;
+pub mod decide;
+pub mod newpod;
+mod reconcile;
+pub mod status;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_core::expectations::Expectations;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::metrics::Metrics;
+
+pub use decide::Settings;
+
+/// The controller's name in metrics, logs and Events.
+pub const CONTROLLER: &str = "cloneset-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Concurrent reconciles.
+    pub workers: u16,
+    /// How long a write may stay unobserved before the controller stops waiting for it.
+    pub expectation_timeout: Duration,
+    pub settings: Settings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+            settings: Settings::default(),
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub(crate) client: Client,
+    pub(crate) pods: Arc<PodCache>,
+    pub(crate) revisions: Store<ControllerRevision>,
+    pub(crate) expectations: Mutex<Expectations>,
+    pub(crate) recorder: Recorder,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: Config,
+}
+
+/// Errors of one reconcile; the controller retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{context}: {source}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub(crate) trait KubeContext<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T, Error>;
+}
+
+impl<T> KubeContext<T> for Result<T, kube::Error> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|source| Error::Kube {
+            context: context(),
+            source,
+        })
+    }
+}
+
+/// Forwards Pod cache changes of CloneSet Pods to the controller: the owner to reconcile, or a
+/// resync of every CloneSet when the cache relisted or this subscriber fell behind.
+fn pod_triggers(
+    mut events: broadcast::Receiver<CacheEvent>,
+) -> (
+    mpsc::UnboundedReceiver<ObjectRef<CloneSet>>,
+    mpsc::UnboundedReceiver<()>,
+) {
+    let (owner_tx, owner_rx) = mpsc::unbounded_channel();
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(CacheEvent::Owner(owner)) => {
+                    if owner.kind == "CloneSet" && owner.api_version.starts_with("apps.kruise.io/")
+                    {
+                        let target = ObjectRef::new(&owner.name).within(&owner.namespace);
+                        if owner_tx.send(target).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if all_tx.send(()).is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    (owner_rx, all_rx)
+}
+
+/// Runs the CloneSet controller until the future is dropped.
+pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+    let (owner_rx, all_rx) = pod_triggers(pods.subscribe());
+    pods.wait_synced().await;
+
+    let (revisions, writer) = reflector::store();
+    let revision_events = reflector::reflector(
+        writer,
+        watcher(
+            Api::<ControllerRevision>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        ),
+    )
+    .default_backoff()
+    .applied_objects();
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        revisions,
+        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER.into(),
+                instance: None,
+            },
+        ),
+        metrics,
+        config: config.clone(),
+    });
+    tracing::info!(workers = config.workers, "cloneset controller started");
+    Controller::new(
+        Api::<CloneSet>::all(client),
+        watcher::Config::default().any_semantic(),
+    )
+    .owns_stream(revision_events)
+    .reconcile_on(tokio_stream(owner_rx))
+    .reconcile_all_on(tokio_stream(all_rx))
+    .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
+    .run(reconcile::reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
+
+fn tokio_stream<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn error_policy(cs: Arc<CloneSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        cloneset = %format!("{}/{}", cs.metadata.namespace.as_deref().unwrap_or_default(), cs.metadata.name.as_deref().unwrap_or_default()),
+        %error,
+        "reconcile failed"
+    );
+    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
+    Action::requeue(Duration::from_secs(2))
+}

@@ -1,0 +1,308 @@
+//! The Pods and PVCs a CloneSet creates (inventory §1.5 step 2, §1.10), built from a revision's
+//! template. Pure: the random instance ids come from the caller.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate, PodSpec,
+    PodTemplateSpec, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::cloneset::LABEL_INSTANCE_ID;
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_api::keys;
+use kruise_core::revision::{LABEL_POD_TEMPLATE_HASH, short_hash};
+
+/// Length of an instance id (upstream `LengthOfInstanceID`).
+pub const INSTANCE_ID_LEN: usize = 5;
+/// The alphabet of Kubernetes' `rand.String` (no vowels, no look-alike digits), which upstream uses.
+pub const INSTANCE_ID_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Why a Pod cannot be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BuildError {
+    #[error("the CloneSet has no {0}")]
+    Missing(&'static str),
+}
+
+/// A random instance id from `draw`, which returns indexes into the alphabet.
+pub fn random_id(mut draw: impl FnMut(usize) -> usize) -> String {
+    (0..INSTANCE_ID_LEN)
+        .map(|_| {
+            let i = draw(INSTANCE_ID_ALPHABET.len()) % INSTANCE_ID_ALPHABET.len();
+            char::from(INSTANCE_ID_ALPHABET[i])
+        })
+        .collect()
+}
+
+/// `n` instance ids: first those of PVCs whose Pod is gone (so the new Pod gets its old volumes back),
+/// then fresh ones from `fresh` that no Pod or PVC uses.
+pub fn available_ids(
+    n: usize,
+    pod_ids: &BTreeSet<String>,
+    pvc_ids: &BTreeSet<String>,
+    mut fresh: impl FnMut() -> String,
+) -> Vec<String> {
+    let mut ids: Vec<String> = pvc_ids.difference(pod_ids).take(n).cloned().collect();
+    let mut used: BTreeSet<String> = pod_ids.union(pvc_ids).cloned().collect();
+    // Bounded: with 27^5 ids a collision streak this long means a broken generator.
+    let mut attempts = 0;
+    while ids.len() < n && attempts < n * 100 + 100 {
+        attempts += 1;
+        let id = fresh();
+        if used.insert(id.clone()) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// `<vct>-<cloneset>-<id>`.
+pub fn pvc_name(template_name: &str, cloneset: &str, id: &str) -> String {
+    format!("{template_name}-{cloneset}-{id}")
+}
+
+/// The labels recording a revision on a CloneSet Pod: the full name and the short hash.
+pub fn revision_labels(revision: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(),
+            revision.to_owned(),
+        ),
+        (
+            LABEL_POD_TEMPLATE_HASH.to_owned(),
+            short_hash(revision).to_owned(),
+        ),
+    ])
+}
+
+/// The controller reference every Pod, PVC and revision of the CloneSet carries.
+pub fn owner_reference(cs: &CloneSet) -> Result<OwnerReference, BuildError> {
+    Ok(OwnerReference {
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: "CloneSet".into(),
+        name: cs.metadata.name.clone().ok_or(BuildError::Missing("name"))?,
+        uid: cs.metadata.uid.clone().ok_or(BuildError::Missing("uid"))?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// A new Pod `<cloneset>-<id>` from `template` (the template of `revision`).
+///
+/// Labels: the template's, the instance id, the revision labels and lifecycle `PreparingNormal` (the
+/// refresh step moves it to Normal once it is scheduled). The `InPlaceUpdateReady` readiness gate is
+/// always added, so a later in-place update can take the Pod out of Service endpoints before a
+/// container restarts. Each volumeClaimTemplate becomes a volume of the Pod's own PVC, replacing a
+/// template volume of the same name.
+pub fn build_pod(
+    cs: &CloneSet,
+    template: &PodTemplateSpec,
+    revision: &str,
+    id: &str,
+    now: Timestamp,
+) -> Result<Pod, BuildError> {
+    let cs_name = cs.metadata.name.as_deref().ok_or(BuildError::Missing("name"))?;
+    let meta = template.metadata.clone().unwrap_or_default();
+    let mut labels = meta.labels.unwrap_or_default();
+    labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
+    labels.extend(revision_labels(revision));
+    labels.insert(
+        keys::LABEL_LIFECYCLE_STATE.to_owned(),
+        keys::LIFECYCLE_PREPARING_NORMAL.to_owned(),
+    );
+    let mut annotations = meta.annotations.unwrap_or_default();
+    annotations.insert(
+        keys::ANNOTATION_LIFECYCLE_TIMESTAMP.to_owned(),
+        now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    );
+
+    let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
+    let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
+    if !gates
+        .iter()
+        .any(|g| g.condition_type == keys::CONDITION_IN_PLACE_UPDATE_READY)
+    {
+        gates.push(PodReadinessGate {
+            condition_type: keys::CONDITION_IN_PLACE_UPDATE_READY.to_owned(),
+        });
+    }
+    let claim_volumes: Vec<Volume> = cs
+        .spec
+        .volume_claim_templates
+        .iter()
+        .filter_map(|vct| vct.metadata.name.as_deref())
+        .map(|vct| Volume {
+            name: vct.to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc_name(vct, cs_name, id),
+                read_only: None,
+            }),
+            ..Volume::default()
+        })
+        .collect();
+    if !claim_volumes.is_empty() {
+        let volumes = spec.volumes.get_or_insert_with(Vec::new);
+        volumes.retain(|v| !claim_volumes.iter().any(|c| c.name == v.name));
+        volumes.extend(claim_volumes);
+    }
+
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{cs_name}-{id}")),
+            namespace: cs.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            finalizers: meta.finalizers,
+            owner_references: Some(vec![owner_reference(cs)?]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// The PVCs of instance `id`: one per volumeClaimTemplate, labelled with the selector's matchLabels
+/// and the instance id, owned by the CloneSet.
+pub fn build_pvcs(cs: &CloneSet, id: &str) -> Result<Vec<PersistentVolumeClaim>, BuildError> {
+    let cs_name = cs.metadata.name.as_deref().ok_or(BuildError::Missing("name"))?;
+    let owner = owner_reference(cs)?;
+    let mut labels = cs
+        .spec
+        .selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap_or_default();
+    labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
+    cs.spec
+        .volume_claim_templates
+        .iter()
+        .map(|vct| {
+            let vct_name = vct
+                .metadata
+                .name
+                .as_deref()
+                .ok_or(BuildError::Missing("volumeClaimTemplates[].metadata.name"))?;
+            let mut pvc_labels = vct.metadata.labels.clone().unwrap_or_default();
+            pvc_labels.extend(labels.clone());
+            Ok(PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(pvc_name(vct_name, cs_name, id)),
+                    namespace: cs.metadata.namespace.clone(),
+                    labels: Some(pvc_labels),
+                    annotations: vct.metadata.annotations.clone(),
+                    owner_references: Some(vec![owner.clone()]),
+                    ..ObjectMeta::default()
+                },
+                spec: vct.spec.clone(),
+                status: None,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaimSpec};
+    use kruise_api::cloneset::v1beta1::CloneSetSpec;
+
+    use super::*;
+
+    fn cloneset() -> CloneSet {
+        let mut cs = CloneSet::new(
+            "web",
+            CloneSetSpec {
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "main".into(),
+                            image: Some("nginx:alpine".into()),
+                            ..Container::default()
+                        }],
+                        volumes: Some(vec![Volume {
+                            name: "data".into(),
+                            ..Volume::default()
+                        }]),
+                        ..PodSpec::default()
+                    }),
+                },
+                volume_claim_templates: vec![PersistentVolumeClaim {
+                    metadata: ObjectMeta {
+                        name: Some("data".into()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(PersistentVolumeClaimSpec::default()),
+                    status: None,
+                }],
+                ..CloneSetSpec::default()
+            },
+        );
+        cs.metadata.namespace = Some("ns".into());
+        cs.metadata.uid = Some("uid-1".into());
+        cs.spec.selector.get_or_insert_with(Default::default).match_labels = Some(BTreeMap::from([("app".into(), "web".into())]));
+        cs
+    }
+
+    #[test]
+    fn pod_has_identity_revision_gate_and_claims() -> Result<(), BuildError> {
+        let cs = cloneset();
+        let now = Timestamp::UNIX_EPOCH;
+        let pod = build_pod(&cs, &cs.spec.template, "web-5d8f7c", "x7k2p", now)?;
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-x7k2p"));
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        for (k, v) in [
+            ("app", "web"),
+            (LABEL_INSTANCE_ID, "x7k2p"),
+            ("controller-revision-hash", "web-5d8f7c"),
+            ("pod-template-hash", "5d8f7c"),
+            ("lifecycle.apps.kruise.io/state", "PreparingNormal"),
+        ] {
+            assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let gates = spec.readiness_gates.unwrap_or_default();
+        assert_eq!(gates.len(), 1);
+        assert_eq!(gates[0].condition_type, "InPlaceUpdateReady");
+        // The template's own "data" volume is replaced by the claim.
+        let volumes = spec.volumes.unwrap_or_default();
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(
+            volumes[0]
+                .persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.as_str()),
+            Some("data-web-x7k2p")
+        );
+        let owner = &pod.metadata.owner_references.unwrap_or_default()[0];
+        assert_eq!((owner.kind.as_str(), owner.controller), ("CloneSet", Some(true)));
+        Ok(())
+    }
+
+    #[test]
+    fn pvcs_carry_selector_and_id() -> Result<(), BuildError> {
+        let pvcs = build_pvcs(&cloneset(), "abcde")?;
+        assert_eq!(pvcs.len(), 1);
+        assert_eq!(pvcs[0].metadata.name.as_deref(), Some("data-web-abcde"));
+        let labels = pvcs[0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(labels.get(LABEL_INSTANCE_ID).map(String::as_str), Some("abcde"));
+        Ok(())
+    }
+
+    #[test]
+    fn ids_reuse_free_claims_first_and_never_collide() {
+        let pods: BTreeSet<String> = ["aaaaa".to_string()].into();
+        let pvcs: BTreeSet<String> = ["aaaaa".to_string(), "bbbbb".to_string()].into();
+        let mut fresh = ["aaaaa", "bbbbb", "ccccc", "ddddd"].into_iter().map(String::from);
+        let ids = available_ids(3, &pods, &pvcs, || fresh.next().unwrap_or_default());
+        assert_eq!(ids, vec!["bbbbb", "ccccc", "ddddd"]);
+        let id = random_id(|n| n - 1);
+        assert_eq!(id, "99999");
+        assert_eq!(random_id(|_| 0).len(), INSTANCE_ID_LEN);
+    }
+}

@@ -1,0 +1,827 @@
+//! One reconcile of a CloneSet (inventory §1.3): wait for our own writes to show, gather the
+//! snapshot, scale or else update, then write the status, prune `podsToDelete` and the revision
+//! history.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::cloneset::LABEL_INSTANCE_ID;
+use kruise_api::cloneset::v1beta1::{
+    CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, CloneSet, CloneSetStatus,
+};
+use kruise_api::validation::selector_matches;
+use kruise_core::expectations::{CachedState, Expectation};
+use kruise_core::pods::{self, LifecycleState};
+use kruise_core::revision::{
+    self, UpdateRevision, choose_update_revision, equal_revision, new_revision,
+    next_revision_number, revisions_to_delete, template_from_revision,
+};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use rand::Rng;
+use serde_json::json;
+
+use super::act::{Actor, Outcome, is_race};
+use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
+use super::status::{self, Inputs};
+use super::{CONTROLLER, Context, Error, KubeContext, newpod};
+
+/// The resync period when nothing else asks for a look sooner.
+const RESYNC: Duration = Duration::from_secs(300);
+
+pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&cs, &ctx).await;
+    if result.is_ok() {
+        ctx.metrics
+            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
+    }
+    ctx.metrics.cached_pods.set(ctx.pods.len() as i64);
+    result
+}
+
+fn cached_pod(ctx: &Context, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    ctx.pods.get(namespace, name)
+}
+
+/// Checks the expectations of this CloneSet against the caches.
+fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Duration> {
+    let now = Instant::now();
+    let check = {
+        let Ok(mut ex) = ctx.expectations.lock() else {
+            return Ok(());
+        };
+        ex.check(key, now, |e| match e.kind {
+            "Pod" => {
+                let pod = cached_pod(ctx, namespace, &e.name);
+                e.satisfied_by(pod.as_deref().map(|p| CachedState {
+                    uid: p.metadata.uid.as_deref(),
+                    resource_version: p.metadata.resource_version.as_deref(),
+                    deleting: p.metadata.deletion_timestamp.is_some(),
+                }))
+            }
+            "ControllerRevision" => {
+                let rev = ctx
+                    .revisions
+                    .get(&ObjectRef::new(&e.name).within(namespace));
+                e.satisfied_by(rev.as_deref().map(|r| CachedState {
+                    uid: r.metadata.uid.as_deref(),
+                    resource_version: r.metadata.resource_version.as_deref(),
+                    deleting: r.metadata.deletion_timestamp.is_some(),
+                }))
+            }
+            _ => true,
+        })
+    };
+    if !check.expired.is_empty() {
+        ctx.metrics.expired(CONTROLLER, check.expired.len());
+        tracing::warn!(cloneset = key, expired = ?check.expired, "expectations expired unobserved; carrying on");
+    }
+    if check.satisfied() {
+        return Ok(());
+    }
+    let wait = check
+        .next_deadline
+        .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now))
+        .min(Duration::from_secs(5));
+    Err(wait)
+}
+
+async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> {
+    let namespace = cs.namespace().unwrap_or_default();
+    let name = cs.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = cs.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if cs.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.forget(&key);
+        }
+        return Ok(Action::await_change());
+    }
+    if let Err(wait) = expectations_met(ctx, &key, &namespace) {
+        return Ok(Action::requeue(wait));
+    }
+    if tokio::time::timeout(Duration::from_secs(10), ctx.revisions.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let now = Timestamp::now();
+    let actor = Actor {
+        ctx,
+        cs,
+        key: key.clone(),
+        now,
+    };
+
+    // Pods: owned ones, plus orphans the selector claims.
+    let mut owned: Vec<Pod> = ctx
+        .pods
+        .owned_by(&uid)
+        .iter()
+        .map(|p| (**p).clone())
+        .collect();
+    let adopted = adopt_orphans(&actor, &uid).await?;
+    if adopted {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    owned.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let (active, inactive): (Vec<Pod>, Vec<Pod>) = owned.into_iter().partition(pods::is_active);
+
+    let pvcs = list_pvcs(ctx, cs, &namespace, &uid).await?;
+    if !cs.spec.scale_strategy.enable_pvc_reuse {
+        clean_pvcs(&actor, &active, &inactive, &pvcs).await?;
+    }
+
+    // Revisions.
+    let mut revisions: Vec<ControllerRevision> = ctx
+        .revisions
+        .state()
+        .iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter(|r| {
+            r.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|o| o.uid == uid && o.controller == Some(true)))
+        })
+        .map(|r| (**r).clone())
+        .collect();
+    let update_rev = match update_revision(&actor, &revisions).await? {
+        Some(rev) => rev,
+        None => return Ok(Action::requeue(Duration::from_secs(1))),
+    };
+    let update_name = update_rev.metadata.name.clone().unwrap_or_default();
+    revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
+    revisions.push(update_rev);
+    let old_status = cs.status.clone().unwrap_or_default();
+    let current_name = if !old_status.current_revision.is_empty()
+        && revisions
+            .iter()
+            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
+    {
+        old_status.current_revision.clone()
+    } else {
+        update_name.clone()
+    };
+    let templates: Vec<(String, PodTemplateSpec)> = revisions
+        .iter()
+        .filter_map(|r| {
+            let name = r.metadata.name.clone()?;
+            match template_from_revision(r) {
+                Ok(t) => Some((name, t)),
+                Err(error) => {
+                    tracing::warn!(revision = %name, %error, "unreadable revision");
+                    None
+                }
+            }
+        })
+        .collect();
+    let revision_views: Vec<Revision<'_>> = templates
+        .iter()
+        .map(|(name, template)| Revision { name, template })
+        .collect();
+    let find = |n: &str| revision_views.iter().find(|r| r.name == n).copied();
+    let Some(update_view) = find(&update_name) else {
+        return Err(Error::Invalid(format!(
+            "update revision {update_name} has no readable template"
+        )));
+    };
+    let current_view = find(&current_name).unwrap_or(update_view);
+
+    let node_labels = node_labels(ctx, cs, &active).await;
+    let snapshot = Snapshot {
+        cs,
+        pods: &active,
+        current: current_view,
+        update: update_view,
+        revisions: &revision_views,
+        node_labels: &node_labels,
+        now,
+        settings: ctx.config.settings,
+    };
+
+    // Scale first; update only when scaling changed nothing.
+    let mut outcome = Outcome::default();
+    let mut failed_scale: Option<String> = None;
+    let mut failed_update: Option<String> = None;
+    match decide::scale_step(&snapshot) {
+        Ok(step) => match scale(&actor, &snapshot, step, &pvcs, &inactive).await {
+            Ok(o) => outcome.merge(o),
+            Err(error) => failed_scale = Some(error.to_string()),
+        },
+        Err(invalid) => failed_scale = Some(invalid.to_string()),
+    }
+    if !outcome.modified && failed_scale.is_none() {
+        match decide::update_step(&snapshot) {
+            Ok(step) => match update(&actor, &snapshot, step).await {
+                Ok(o) => outcome.merge(o),
+                Err(error) => failed_update = Some(error.to_string()),
+            },
+            Err(invalid) => failed_update = Some(invalid.to_string()),
+        }
+    }
+
+    // Status.
+    let selector = label_selector_string(cs);
+    let computed = status::compute(&Inputs {
+        cs,
+        pods: &active,
+        current_revision: &current_name,
+        update_revision: &update_name,
+        collision_count: old_status.collision_count,
+        label_selector: selector,
+        now,
+    });
+    let mut new_status = computed.status;
+    for (type_, failure) in [
+        (CONDITION_FAILED_SCALE, &failed_scale),
+        (CONDITION_FAILED_UPDATE, &failed_update),
+    ] {
+        match failure {
+            Some(message) => status::set_condition(
+                &mut new_status,
+                status::condition(type_, "True", "", message.clone(), now),
+            ),
+            None => status::remove_condition(&mut new_status, type_),
+        }
+    }
+    for (reason, failure) in [("FailedScale", &failed_scale), ("FailedUpdate", &failed_update)] {
+        if let Some(message) = failure {
+            actor
+                .event(EventType::Warning, reason, message.clone())
+                .await;
+        }
+    }
+    write_status(ctx, cs, &namespace, &name, cs.status.as_ref(), &new_status).await?;
+    truncate_pods_to_delete(ctx, cs, &namespace, &name, &active).await?;
+    truncate_history(ctx, cs, &namespace, &revisions, &current_name, &update_name, &active).await?;
+
+    if let Some(error) = failed_scale.or(failed_update) {
+        return Err(Error::Invalid(error));
+    }
+    let mut after = computed.requeue.unwrap_or(RESYNC).min(RESYNC);
+    if let Some(a) = outcome.after {
+        after = after.min(a);
+    }
+    Ok(Action::requeue(after.max(Duration::from_millis(100))))
+}
+
+fn label_selector_string(cs: &CloneSet) -> String {
+    cs.spec
+        .selector
+        .clone()
+        .and_then(|s| kube::core::Selector::try_from(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
+
+/// Adopts active orphan Pods in the namespace that the selector matches (controller reference
+/// added with a resourceVersion test, so a Pod another controller adopted first is left alone).
+async fn adopt_orphans(actor: &Actor<'_>, uid: &str) -> Result<bool, Error> {
+    let cs = actor.cs;
+    let Some(selector) = cs
+        .spec
+        .selector
+        .as_ref()
+        .filter(|s| !kruise_api::validation::selector_is_empty(s))
+    else {
+        return Ok(false);
+    };
+    let namespace = cs.namespace().unwrap_or_default();
+    let mut adopted = false;
+    for pod in actor.ctx.pods.orphans_in(&namespace) {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        if !pods::is_active(&pod) || !selector_matches(selector, &labels) {
+            continue;
+        }
+        let Ok(owner) = newpod::owner_reference(cs) else {
+            continue;
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
+        refs.push(owner);
+        let patch = json!({"metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "ownerReferences": refs,
+        }});
+        let api: Api<Pod> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(p) => {
+                tracing::info!(cloneset = %actor.key, pod = %name, "adopted orphan pod");
+                if let Some(rv) = p.metadata.resource_version {
+                    actor_expect(actor, Expectation::observed("Pod", name, rv));
+                }
+                adopted = true;
+            }
+            Err(error) if is_race(&error) => {}
+            Err(error) => {
+                return Err(Error::Kube {
+                    context: format!("adopting Pod {name} (controller uid {uid})"),
+                    source: error,
+                });
+            }
+        }
+    }
+    Ok(adopted)
+}
+
+fn actor_expect(actor: &Actor<'_>, expectation: Expectation) {
+    if let Ok(mut ex) = actor.ctx.expectations.lock() {
+        ex.expect(&actor.key, expectation, Instant::now());
+    }
+}
+
+/// The CloneSet's PVCs (listed only when it has volumeClaimTemplates or may have had them).
+async fn list_pvcs(
+    ctx: &Context,
+    cs: &CloneSet,
+    namespace: &str,
+    uid: &str,
+) -> Result<Vec<PersistentVolumeClaim>, Error> {
+    if cs.spec.volume_claim_templates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let list = api
+        .list(&ListParams::default().labels(LABEL_INSTANCE_ID))
+        .await
+        .context(|| format!("listing PVCs of CloneSet {namespace}/{}", cs.name_any()))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|o| o.uid == uid))
+        })
+        .collect())
+}
+
+/// Without PVC reuse: a PVC whose instance has no Pod is deleted, and the PVC of a finished Pod is
+/// handed to that Pod so it goes with it.
+async fn clean_pvcs(
+    actor: &Actor<'_>,
+    active: &[Pod],
+    inactive: &[Pod],
+    pvcs: &[PersistentVolumeClaim],
+) -> Result<(), Error> {
+    if pvcs.is_empty() {
+        return Ok(());
+    }
+    let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
+    let active_ids: BTreeSet<String> = active.iter().filter_map(id_of).collect();
+    let inactive_by_id: BTreeMap<String, &Pod> = inactive
+        .iter()
+        .filter_map(|p| Some((id_of(p)?, p)))
+        .collect();
+    let namespace = actor.cs.namespace().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    for pvc in pvcs {
+        let Some(id) = pvc.labels().get(LABEL_INSTANCE_ID) else {
+            continue;
+        };
+        let name = pvc.name_any();
+        if active_ids.contains(id) {
+            continue;
+        }
+        let result = match inactive_by_id.get(id) {
+            Some(pod) => {
+                let owner = json!([{
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod.name_any(),
+                    "uid": pod.metadata.uid,
+                    "controller": false,
+                }]);
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"ownerReferences": owner}})),
+                )
+                .await
+                .map(|_| ())
+            }
+            None => api.delete(&name, &DeleteParams::default()).await.map(|_| ()),
+        };
+        if let Err(error) = result
+            && !is_race(&error)
+        {
+            actor
+                .event(
+                    EventType::Warning,
+                    "FailedDelete",
+                    format!("failed to clean up PVC {name}: {error}"),
+                )
+                .await;
+        }
+    }
+    Ok(())
+}
+
+/// The update revision: the newest revision if it records the template; an older equal one
+/// renumbered (a rollback); or a new one. `None` when a hash collision was recorded and the
+/// reconcile should run again.
+async fn update_revision(
+    actor: &Actor<'_>,
+    revisions: &[ControllerRevision],
+) -> Result<Option<ControllerRevision>, Error> {
+    let cs = actor.cs;
+    let namespace = cs.namespace().unwrap_or_default();
+    let collision_count = cs.status.as_ref().and_then(|s| s.collision_count);
+    let candidate = new_revision(cs, next_revision_number(revisions), collision_count)
+        .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    let api: Api<ControllerRevision> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    match choose_update_revision(revisions, candidate) {
+        UpdateRevision::Latest(rev) => Ok(Some(rev.clone())),
+        UpdateRevision::Renumber { revision, number } => {
+            let name = revision.name_any();
+            let patched = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"revision": number})),
+                )
+                .await
+                .context(|| format!("renumbering revision {name}"))?;
+            if let Some(rv) = &patched.metadata.resource_version {
+                actor_expect(
+                    actor,
+                    Expectation::observed("ControllerRevision", name, rv.clone()),
+                );
+            }
+            Ok(Some(patched))
+        }
+        UpdateRevision::Create(candidate) => {
+            let name = candidate.name_any();
+            match api.create(&PostParams::default(), &candidate).await {
+                Ok(created) => {
+                    actor_expect(actor, Expectation::exists("ControllerRevision", name));
+                    Ok(Some(created))
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    let existing = api
+                        .get(&name)
+                        .await
+                        .context(|| format!("reading revision {name}"))?;
+                    let ours = existing
+                        .metadata
+                        .owner_references
+                        .as_ref()
+                        .is_some_and(|o| o.iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()));
+                    if ours && equal_revision(&existing, &candidate) {
+                        return Ok(Some(existing));
+                    }
+                    // A different template hashed to the same name: count the collision so the
+                    // next hash differs.
+                    let next = collision_count.unwrap_or(0) + 1;
+                    let cs_api: Api<CloneSet> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+                    cs_api
+                        .patch_status(
+                            &cs.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"status": {"collisionCount": next}})),
+                        )
+                        .await
+                        .context(|| "recording a revision hash collision".to_owned())?;
+                    Ok(None)
+                }
+                Err(error) => Err(Error::Kube {
+                    context: format!("creating revision {name}"),
+                    source: error,
+                }),
+            }
+        }
+    }
+}
+
+/// Node labels for the spread ranker, fetched only when the template has topology spread
+/// constraints and Pods may be scaled in.
+async fn node_labels(
+    ctx: &Context,
+    cs: &CloneSet,
+    active: &[Pod],
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let spread = cs
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    let replicas = cs.spec.replicas.unwrap_or(1) as usize;
+    if !spread || active.len() <= replicas {
+        return BTreeMap::new();
+    }
+    let nodes: BTreeSet<&str> = active.iter().filter_map(pods::node_name).collect();
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let mut labels = BTreeMap::new();
+    for node in nodes {
+        if let Ok(n) = api.get(node).await {
+            labels.insert(node.to_owned(), n.metadata.labels.unwrap_or_default());
+        }
+    }
+    labels
+}
+
+async fn scale(
+    actor: &Actor<'_>,
+    s: &Snapshot<'_>,
+    step: ScaleStep,
+    pvcs: &[PersistentVolumeClaim],
+    inactive: &[Pod],
+) -> Result<Outcome, Error> {
+    let mut outcome = Outcome::default();
+    let mark_not_ready = |hook: Option<&kruise_api::pub_types::LifecycleHook>| {
+        hook.is_some_and(|h| h.mark_pod_not_ready)
+    };
+    let lifecycle = s.cs.spec.lifecycle.as_ref();
+    match step {
+        ScaleStep::None => {}
+        ScaleStep::Regret(indexes) => {
+            for i in indexes {
+                outcome.merge(
+                    actor
+                        .set_lifecycle(&s.pods[i], LifecycleState::PreparingNormal, false)
+                        .await?,
+                );
+            }
+        }
+        ScaleStep::Create {
+            from_current,
+            from_update,
+            limited,
+        } => {
+            if let Some(limit) = limited {
+                actor
+                    .event(
+                        EventType::Warning,
+                        "ScaleUpLimited",
+                        format!("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: {limit}"),
+                    )
+                    .await;
+            }
+            let total = from_current + from_update;
+            if total == 0 {
+                return Ok(outcome);
+            }
+            let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
+            let pod_ids: BTreeSet<String> =
+                s.pods.iter().chain(inactive).filter_map(id_of).collect();
+            let pvc_ids: BTreeSet<String> = pvcs
+                .iter()
+                .filter_map(|p| p.labels().get(LABEL_INSTANCE_ID).cloned())
+                .collect();
+            let ids = {
+                let mut rng = rand::rng();
+                newpod::available_ids(total, &pod_ids, &pvc_ids, || {
+                    newpod::random_id(|n| rng.random_range(0..n))
+                })
+            };
+            let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
+            let mut to_create = Vec::new();
+            for (n, id) in ids.iter().enumerate() {
+                let revision = if n < from_current { s.current } else { s.update };
+                let pod = newpod::build_pod(s.cs, revision.template, revision.name, id, s.now)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                let claims: Vec<PersistentVolumeClaim> = newpod::build_pvcs(s.cs, id)
+                    .map_err(|e| Error::Invalid(e.to_string()))?
+                    .into_iter()
+                    .filter(|c| !existing_pvcs.contains(&c.name_any()))
+                    .collect();
+                to_create.push((pod, claims));
+            }
+            // Slow start: batches of 1, 2, 4, ... stop at the first batch with a failure, so a
+            // quota or webhook rejection costs one request, not hundreds.
+            let mut batch = 1;
+            let mut queue = to_create.into_iter();
+            loop {
+                let chunk: Vec<_> = queue.by_ref().take(batch).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                let results = futures::future::join_all(
+                    chunk
+                        .into_iter()
+                        .map(|(pod, claims)| actor.create_pod(pod, claims)),
+                )
+                .await;
+                if results.iter().any(|&ok| ok) {
+                    outcome.modified = true;
+                }
+                if results.iter().any(|&ok| !ok) {
+                    return Err(Error::Invalid("failed to create pods".into()));
+                }
+                batch *= 2;
+            }
+        }
+        ScaleStep::Delete { delete, prepare } => {
+            let pre_delete = lifecycle.and_then(|l| l.pre_delete.as_ref());
+            for i in prepare {
+                outcome.merge(
+                    actor
+                        .set_lifecycle(
+                            &s.pods[i],
+                            LifecycleState::PreparingDelete,
+                            mark_not_ready(pre_delete),
+                        )
+                        .await?,
+                );
+            }
+            for i in delete {
+                actor.delete_pod(&s.pods[i], pvcs).await?;
+                outcome.modified = true;
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+async fn update(
+    actor: &Actor<'_>,
+    s: &Snapshot<'_>,
+    step: decide::UpdateStep,
+) -> Result<Outcome, Error> {
+    let mut outcome = Outcome::default();
+    let lifecycle = s.cs.spec.lifecycle.as_ref();
+    for fix in &step.fixes {
+        let result = match fix {
+            Fix::InPlaceReady(i) => actor.mark_in_place_ready(&s.pods[*i]).await,
+            Fix::Lifecycle(i, state) => {
+                let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
+                    && lifecycle::marks(lifecycle);
+                actor.set_lifecycle(&s.pods[*i], *state, mark).await
+            }
+            Fix::TemplateHash(i, hash) => actor.add_template_hash(&s.pods[*i], hash).await,
+        };
+        match result {
+            Ok(o) => outcome.merge(o),
+            Err(Error::Kube { source, .. }) if is_race(&source) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    if outcome.modified {
+        return Ok(outcome);
+    }
+    for action in step.actions {
+        let result = match action {
+            UpdateAction::PrepareUpdate {
+                pod,
+                mark_not_ready,
+                readd_hook,
+            } => {
+                if readd_hook {
+                    actor.readd_hook(&s.pods[pod], mark_not_ready).await
+                } else {
+                    actor
+                        .set_lifecycle(&s.pods[pod], LifecycleState::PreparingUpdate, mark_not_ready)
+                        .await
+                }
+            }
+            UpdateAction::InPlace { pod, plan } => {
+                actor
+                    .update_in_place(&s.pods[pod], &plan, &step.target)
+                    .await
+            }
+            UpdateAction::Recreate { pod } => actor.recreate(&s.pods[pod], &step.target).await,
+            UpdateAction::Refuse { message, .. } => return Err(Error::Invalid(message)),
+        };
+        match result {
+            Ok(o) => outcome.merge(o),
+            Err(Error::Kube { source, .. }) if is_race(&source) => {
+                outcome.after = Some(Duration::from_secs(1));
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(outcome)
+}
+
+mod lifecycle {
+    use kruise_api::pub_types::Lifecycle;
+
+    /// Whether any hook marks Pods NotReady, so leaving a hooked state must mark them Ready again.
+    pub fn marks(lifecycle: Option<&Lifecycle>) -> bool {
+        kruise_core::lifecycle::marks_pod_not_ready(lifecycle)
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    cs: &CloneSet,
+    namespace: &str,
+    name: &str,
+    old: Option<&CloneSetStatus>,
+    new: &CloneSetStatus,
+) -> Result<(), Error> {
+    if !status::changed(old, new) {
+        return Ok(());
+    }
+    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), namespace);
+    // Guarded by the resourceVersion: a status computed from an older CloneSet must not win.
+    let patch = json!({
+        "metadata": {"resourceVersion": cs.metadata.resource_version},
+        "status": new,
+    });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_race(&error) => Ok(()),
+        Err(error) => Err(Error::Kube {
+            context: format!("writing the status of CloneSet {namespace}/{name}"),
+            source: error,
+        }),
+    }
+}
+
+/// Removes names from `scaleStrategy.podsToDelete` that no longer name a Pod of the set.
+async fn truncate_pods_to_delete(
+    ctx: &Context,
+    cs: &CloneSet,
+    namespace: &str,
+    name: &str,
+    active: &[Pod],
+) -> Result<(), Error> {
+    let listed = &cs.spec.scale_strategy.pods_to_delete;
+    if listed.is_empty() {
+        return Ok(());
+    }
+    let names: BTreeSet<&str> = active
+        .iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    let kept: Vec<&String> = listed
+        .iter()
+        .filter(|n| names.contains(n.as_str()))
+        .collect();
+    if kept.len() == listed.len() {
+        return Ok(());
+    }
+    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = json!({
+        "metadata": {"resourceVersion": cs.metadata.resource_version},
+        "spec": {"scaleStrategy": {"podsToDelete": kept}},
+    });
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_race(&error) => Ok(()),
+        Err(error) => Err(Error::Kube {
+            context: format!("pruning podsToDelete of CloneSet {namespace}/{name}"),
+            source: error,
+        }),
+    }
+}
+
+async fn truncate_history(
+    ctx: &Context,
+    cs: &CloneSet,
+    namespace: &str,
+    revisions: &[ControllerRevision],
+    current: &str,
+    update: &str,
+    pods: &[Pod],
+) -> Result<(), Error> {
+    let labels = pods.iter().filter_map(pods::revision_of);
+    let doomed = revisions_to_delete(
+        revisions,
+        current,
+        update,
+        labels,
+        cs.spec.revision_history_limit,
+    );
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    for rev in doomed {
+        let name = rev.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(error) => {
+                return Err(Error::Kube {
+                    context: format!("deleting old revision {name}"),
+                    source: error,
+                });
+            }
+        }
+    }
+    let _ = revision::DEFAULT_REVISION_HISTORY_LIMIT;
+    Ok(())
+}

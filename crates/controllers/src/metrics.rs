@@ -1,0 +1,114 @@
+//! Prometheus metrics of the workload controllers.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub controller: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub controller: String,
+    /// `create`, `delete`, `update_in_place`, `recreate`, `resize`.
+    pub operation: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// Handles to the controllers' metrics (cheap to clone).
+#[derive(Clone)]
+pub struct Metrics {
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    pub expectations_expired: Family<ControllerLabels, Counter>,
+    pub pod_operations: Family<OperationLabels, Counter>,
+    pub cached_pods: Gauge<i64, AtomicI64>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Arc<Self> {
+        let metrics = Self {
+            reconciles: Family::default(),
+            reconcile_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            expectations_expired: Family::default(),
+            pod_operations: Family::default(),
+            cached_pods: Gauge::default(),
+        };
+        registry.register(
+            "kruise_controller_reconciles",
+            "Reconciles by controller and result",
+            metrics.reconciles.clone(),
+        );
+        registry.register(
+            "kruise_controller_reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            metrics.reconcile_duration.clone(),
+        );
+        registry.register(
+            "kruise_controller_expectations_expired",
+            "Expectations dropped because the cache never showed the write (a leak upstream would stall on)",
+            metrics.expectations_expired.clone(),
+        );
+        registry.register(
+            "kruise_controller_pod_operations",
+            "Pod writes by controller, operation and result",
+            metrics.pod_operations.clone(),
+        );
+        registry.register(
+            "kruise_controller_cached_pods",
+            "Pods in the shared Pod cache",
+            metrics.cached_pods.clone(),
+        );
+        Arc::new(metrics)
+    }
+
+    pub fn reconciled(&self, controller: &str, ok: bool, seconds: f64) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: controller.into(),
+                result: if ok { "success" } else { "error" }.into(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn pod_operation(&self, controller: &str, operation: &str, ok: bool) {
+        self.pod_operations
+            .get_or_create(&OperationLabels {
+                controller: controller.into(),
+                operation: operation.into(),
+                result: if ok { "success" } else { "error" }.into(),
+            })
+            .inc();
+    }
+
+    pub fn expired(&self, controller: &str, n: usize) {
+        self.expectations_expired
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .inc_by(n as u64);
+    }
+}
