@@ -243,7 +243,11 @@ impl PodCache {
 
     /// The number of cached Pods.
     pub fn len(&self) -> usize {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).pods.len()
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .pods
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -9,3 +9,4 @@ pub mod lifecycle;
 pub mod pods;
 pub mod revision;
 pub mod rollout;
+pub mod sidecarset;

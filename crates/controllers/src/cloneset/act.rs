@@ -90,12 +90,25 @@ impl Actor<'_> {
 
     /// Publishes an Event on the CloneSet; failures are logged, never fatal.
     pub async fn event(&self, type_: EventType, reason: &str, note: String) {
+        self.pod_event(type_, reason, note, None).await;
+    }
+
+    /// An Event on the CloneSet about one of its Pods. The Pod is the event's related object, which
+    /// also keeps the recorder from folding events about different Pods into one series.
+    pub async fn pod_event(&self, type_: EventType, reason: &str, note: String, pod: Option<&str>) {
+        let secondary = pod.map(|name| k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.to_owned()),
+            namespace: self.cs.metadata.namespace.clone(),
+            ..Default::default()
+        });
         let event = Event {
             type_,
             reason: reason.into(),
             note: Some(note),
             action: reason.into(),
-            secondary: None,
+            secondary,
         };
         if let Err(error) = self
             .ctx
@@ -125,7 +138,11 @@ impl Actor<'_> {
     async fn status_patch(&self, pod: &Pod, patch: json_patch::Patch) -> Result<Pod, kube::Error> {
         let patched = self
             .pods()
-            .patch_status(name_of(pod), &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch_status(
+                name_of(pod),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
             .await?;
         self.observe(&patched);
         Ok(patched)
@@ -239,10 +256,11 @@ impl Actor<'_> {
         match self.pods().create(&PostParams::default(), &pod).await {
             Ok(_) => {
                 self.count("create", true);
-                self.event(
+                self.pod_event(
                     EventType::Normal,
                     "SuccessfulCreate",
                     format!("succeed to create pod {name}"),
+                    Some(&name),
                 )
                 .await;
                 true
@@ -250,10 +268,11 @@ impl Actor<'_> {
             Err(error) => {
                 self.withdraw(&expectation);
                 self.count("create", false);
-                self.event(
+                self.pod_event(
                     EventType::Warning,
                     "FailedCreate",
                     format!("failed to create pod {name}: {error}"),
+                    Some(&name),
                 )
                 .await;
                 false
@@ -279,10 +298,11 @@ impl Actor<'_> {
                 return Ok(());
             }
             self.count("delete", false);
-            self.event(
+            self.pod_event(
                 EventType::Warning,
                 "FailedDelete",
                 format!("failed to delete pod {name}: {error}"),
+                Some(&name),
             )
             .await;
             return Err(Error::Kube {
@@ -291,10 +311,11 @@ impl Actor<'_> {
             });
         }
         self.count("delete", true);
-        self.event(
+        self.pod_event(
             EventType::Normal,
             "SuccessfulDelete",
             format!("succeed to delete pod {name}"),
+            Some(&name),
         )
         .await;
         let id = kruise_core::pods::label(pod, kruise_api::cloneset::LABEL_INSTANCE_ID);
@@ -308,7 +329,11 @@ impl Actor<'_> {
                 continue;
             }
             let pvc_name = pvc.metadata.name.clone().unwrap_or_default();
-            match self.pvcs().delete(&pvc_name, &DeleteParams::default()).await {
+            match self
+                .pvcs()
+                .delete(&pvc_name, &DeleteParams::default())
+                .await
+            {
                 Ok(_) => {}
                 Err(error) if is_race(&error) => {}
                 Err(error) => {
@@ -334,10 +359,11 @@ impl Actor<'_> {
         match self.merge_patch(pod, patch).await {
             Ok(_) => {
                 self.count("recreate", true);
-                self.event(
+                self.pod_event(
                     EventType::Normal,
                     "SuccessfulUpdatePodReCreate",
                     format!("successfully patch pod {name} specified-delete for update(revision {revision})"),
+                Some(&name),
                 )
                 .await;
                 Ok(Outcome {
@@ -347,10 +373,11 @@ impl Actor<'_> {
             }
             Err(error) => {
                 self.count("recreate", false);
-                self.event(
+                self.pod_event(
                     EventType::Warning,
                     "FailedUpdatePodReCreate",
                     format!("failed to patch pod {name} specified-delete for update(revision {revision}): {error}"),
+                Some(&name),
                 )
                 .await;
                 Err(Error::Kube {
@@ -438,20 +465,24 @@ impl Actor<'_> {
                     match &result {
                         Ok(p) => {
                             self.observe(p);
-                            self.event(
+                            self.pod_event(
                                 EventType::Normal,
                                 "SuccessfulUpdatePodInPlace",
-                                format!("successfully update pod {name} in-place(revision {revision})"),
+                                format!(
+                                    "successfully update pod {name} in-place(revision {revision})"
+                                ),
+                                Some(&name),
                             )
                             .await;
                             outcome.modified = true;
                             return Ok(outcome);
                         }
                         Err(error) if !is_race(error) => {
-                            self.event(
+                            self.pod_event(
                                 EventType::Warning,
                                 "FailedUpdatePodInPlace",
                                 format!("failed to update pod {name} in-place(revision {revision}): {error}"),
+                            Some(&name),
                             )
                             .await;
                         }
@@ -500,7 +531,8 @@ impl Actor<'_> {
 
     /// Adds a missing `pod-template-hash` label.
     pub async fn add_template_hash(&self, pod: &Pod, hash: &str) -> Result<Outcome, Error> {
-        let patch = json!({"metadata": {"labels": {kruise_core::revision::LABEL_POD_TEMPLATE_HASH: hash}}});
+        let patch =
+            json!({"metadata": {"labels": {kruise_core::revision::LABEL_POD_TEMPLATE_HASH: hash}}});
         match self.merge_patch(pod, patch).await {
             Ok(_) => Ok(Outcome {
                 modified: true,

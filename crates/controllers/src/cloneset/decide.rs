@@ -7,7 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_SCALING_EXCLUDE_PREPARING_DELETE;
-use kruise_api::cloneset::v1beta1::{CloneSet, POD_UPDATE_IN_PLACE_IF_POSSIBLE, POD_UPDATE_IN_PLACE_ONLY};
+use kruise_api::cloneset::v1beta1::{
+    CloneSet, POD_UPDATE_IN_PLACE_IF_POSSIBLE, POD_UPDATE_IN_PLACE_ONLY,
+};
+use kruise_api::keys;
 use kruise_core::inplace::{self, Completion, InPlacePlan, PlanOptions};
 use kruise_core::lifecycle;
 use kruise_core::pods::{self, LifecycleState};
@@ -105,7 +108,11 @@ fn diff_options(s: &Snapshot<'_>) -> DiffOptions {
 
 /// Splits Pods chosen for deletion into those to delete and those a preDelete hook holds.
 fn deletions(s: &Snapshot<'_>, chosen: &[usize]) -> ScaleStep {
-    let hook = s.cs.spec.lifecycle.as_ref().and_then(|l| l.pre_delete.as_ref());
+    let hook =
+        s.cs.spec
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_delete.as_ref());
     let (mut delete, mut prepare) = (Vec::new(), Vec::new());
     for &i in chosen {
         let pod = &s.pods[i];
@@ -405,7 +412,10 @@ fn refresh(s: &Snapshot<'_>, skip: &BTreeSet<usize>) -> Vec<Fix> {
             continue;
         }
         let completed = inplace::check_completed(pod) == Completion::Done;
-        if completed && !pods::in_place_update_ready(pod) && inplace::has_readiness_gate(pod) {
+        // The gate is injected at creation with no condition: the first refresh sets it True.
+        let gate_true = pods::condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY)
+            .is_some_and(|c| c.status == "True");
+        if completed && !gate_true && inplace::has_readiness_gate(pod) {
             fixes.push(Fix::InPlaceReady(i));
         }
         let at_update = pods::is_at_revision(pod, s.update.name);

@@ -82,7 +82,11 @@ pub fn owner_reference(cs: &CloneSet) -> Result<OwnerReference, BuildError> {
     Ok(OwnerReference {
         api_version: "apps.kruise.io/v1beta1".into(),
         kind: "CloneSet".into(),
-        name: cs.metadata.name.clone().ok_or(BuildError::Missing("name"))?,
+        name: cs
+            .metadata
+            .name
+            .clone()
+            .ok_or(BuildError::Missing("name"))?,
         uid: cs.metadata.uid.clone().ok_or(BuildError::Missing("uid"))?,
         controller: Some(true),
         block_owner_deletion: Some(true),
@@ -103,7 +107,11 @@ pub fn build_pod(
     id: &str,
     now: Timestamp,
 ) -> Result<Pod, BuildError> {
-    let cs_name = cs.metadata.name.as_deref().ok_or(BuildError::Missing("name"))?;
+    let cs_name = cs
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(BuildError::Missing("name"))?;
     let meta = template.metadata.clone().unwrap_or_default();
     let mut labels = meta.labels.unwrap_or_default();
     labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
@@ -166,7 +174,11 @@ pub fn build_pod(
 /// The PVCs of instance `id`: one per volumeClaimTemplate, labelled with the selector's matchLabels
 /// and the instance id, owned by the CloneSet.
 pub fn build_pvcs(cs: &CloneSet, id: &str) -> Result<Vec<PersistentVolumeClaim>, BuildError> {
-    let cs_name = cs.metadata.name.as_deref().ok_or(BuildError::Missing("name"))?;
+    let cs_name = cs
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(BuildError::Missing("name"))?;
     let owner = owner_reference(cs)?;
     let mut labels = cs
         .spec
@@ -244,7 +256,10 @@ mod tests {
         );
         cs.metadata.namespace = Some("ns".into());
         cs.metadata.uid = Some("uid-1".into());
-        cs.spec.selector.get_or_insert_with(Default::default).match_labels = Some(BTreeMap::from([("app".into(), "web".into())]));
+        cs.spec
+            .selector
+            .get_or_insert_with(Default::default)
+            .match_labels = Some(BTreeMap::from([("app".into(), "web".into())]));
         cs
     }
 
@@ -279,7 +294,10 @@ mod tests {
             Some("data-web-x7k2p")
         );
         let owner = &pod.metadata.owner_references.unwrap_or_default()[0];
-        assert_eq!((owner.kind.as_str(), owner.controller), ("CloneSet", Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("CloneSet", Some(true))
+        );
         Ok(())
     }
 
@@ -290,7 +308,10 @@ mod tests {
         assert_eq!(pvcs[0].metadata.name.as_deref(), Some("data-web-abcde"));
         let labels = pvcs[0].metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels.get("app").map(String::as_str), Some("web"));
-        assert_eq!(labels.get(LABEL_INSTANCE_ID).map(String::as_str), Some("abcde"));
+        assert_eq!(
+            labels.get(LABEL_INSTANCE_ID).map(String::as_str),
+            Some("abcde")
+        );
         Ok(())
     }
 
@@ -298,7 +319,9 @@ mod tests {
     fn ids_reuse_free_claims_first_and_never_collide() {
         let pods: BTreeSet<String> = ["aaaaa".to_string()].into();
         let pvcs: BTreeSet<String> = ["aaaaa".to_string(), "bbbbb".to_string()].into();
-        let mut fresh = ["aaaaa", "bbbbb", "ccccc", "ddddd"].into_iter().map(String::from);
+        let mut fresh = ["aaaaa", "bbbbb", "ccccc", "ddddd"]
+            .into_iter()
+            .map(String::from);
         let ids = available_ids(3, &pods, &pvcs, || fresh.next().unwrap_or_default());
         assert_eq!(ids, vec!["bbbbb", "ccccc", "ddddd"]);
         let id = random_id(|n| n - 1);

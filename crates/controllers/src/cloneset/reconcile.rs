@@ -256,7 +256,10 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
             None => status::remove_condition(&mut new_status, type_),
         }
     }
-    for (reason, failure) in [("FailedScale", &failed_scale), ("FailedUpdate", &failed_update)] {
+    for (reason, failure) in [
+        ("FailedScale", &failed_scale),
+        ("FailedUpdate", &failed_update),
+    ] {
         if let Some(message) = failure {
             actor
                 .event(EventType::Warning, reason, message.clone())
@@ -265,7 +268,16 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     }
     write_status(ctx, cs, &namespace, &name, cs.status.as_ref(), &new_status).await?;
     truncate_pods_to_delete(ctx, cs, &namespace, &name, &active).await?;
-    truncate_history(ctx, cs, &namespace, &revisions, &current_name, &update_name, &active).await?;
+    truncate_history(
+        ctx,
+        cs,
+        &namespace,
+        &revisions,
+        &current_name,
+        &update_name,
+        &active,
+    )
+    .await?;
 
     if let Some(error) = failed_scale.or(failed_update) {
         return Err(Error::Invalid(error));
@@ -416,7 +428,10 @@ async fn clean_pvcs(
                 .await
                 .map(|_| ())
             }
-            None => api.delete(&name, &DeleteParams::default()).await.map(|_| ()),
+            None => api
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
         };
         if let Err(error) = result
             && !is_race(&error)
@@ -482,14 +497,17 @@ async fn update_revision(
                         .metadata
                         .owner_references
                         .as_ref()
-                        .is_some_and(|o| o.iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()));
+                        .is_some_and(|o| {
+                            o.iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref())
+                        });
                     if ours && equal_revision(&existing, &candidate) {
                         return Ok(Some(existing));
                     }
                     // A different template hashed to the same name: count the collision so the
                     // next hash differs.
                     let next = collision_count.unwrap_or(0) + 1;
-                    let cs_api: Api<CloneSet> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+                    let cs_api: Api<CloneSet> =
+                        Api::namespaced(actor.ctx.client.clone(), &namespace);
                     cs_api
                         .patch_status(
                             &cs.name_any(),
@@ -595,7 +613,11 @@ async fn scale(
             let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
             let mut to_create = Vec::new();
             for (n, id) in ids.iter().enumerate() {
-                let revision = if n < from_current { s.current } else { s.update };
+                let revision = if n < from_current {
+                    s.current
+                } else {
+                    s.update
+                };
                 let pod = newpod::build_pod(s.cs, revision.template, revision.name, id, s.now)
                     .map_err(|e| Error::Invalid(e.to_string()))?;
                 let claims: Vec<PersistentVolumeClaim> = newpod::build_pvcs(s.cs, id)
@@ -688,7 +710,11 @@ async fn update(
                     actor.readd_hook(&s.pods[pod], mark_not_ready).await
                 } else {
                     actor
-                        .set_lifecycle(&s.pods[pod], LifecycleState::PreparingUpdate, mark_not_ready)
+                        .set_lifecycle(
+                            &s.pods[pod],
+                            LifecycleState::PreparingUpdate,
+                            mark_not_ready,
+                        )
                         .await
                 }
             }

@@ -123,7 +123,13 @@ pub fn remove_condition(status: &mut CloneSetStatus, type_: &str) {
 }
 
 /// A condition stamped `now`.
-pub fn condition(type_: &str, status: &str, reason: &str, message: String, now: Timestamp) -> CloneSetCondition {
+pub fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) -> CloneSetCondition {
     CloneSetCondition {
         type_: type_.to_owned(),
         status: status.to_owned(),
@@ -159,9 +165,9 @@ fn progressing(cs: &CloneSet, status: &mut CloneSetStatus, now: Timestamp) -> Op
         && status.expected_updated_replicas <= status.updated_available_replicas;
     let exceeded = find(status, CONDITION_PROGRESSING).is_some_and(|c| {
         c.reason == REASON_PROGRESS_DEADLINE_EXCEEDED
-            || c.last_update_time.as_ref().is_some_and(|t| {
-                t.0 + SignedDuration::from_secs(i64::from(deadline)) < now
-            })
+            || c.last_update_time
+                .as_ref()
+                .is_some_and(|t| t.0 + SignedDuration::from_secs(i64::from(deadline)) < now)
     });
     let (state, reason, message) = if available {
         ("True", REASON_AVAILABLE, "CloneSet is available".to_owned())
@@ -192,7 +198,10 @@ fn progressing(cs: &CloneSet, status: &mut CloneSetStatus, now: Timestamp) -> Op
     if reason != REASON_UPDATED {
         return None;
     }
-    let since = find(status, CONDITION_PROGRESSING)?.last_update_time.as_ref()?.0;
+    let since = find(status, CONDITION_PROGRESSING)?
+        .last_update_time
+        .as_ref()?
+        .0;
     let due = since + SignedDuration::from_secs(i64::from(deadline) + 1);
     Duration::try_from(due.duration_since(now))
         .ok()
@@ -225,7 +234,14 @@ pub fn changed(old: Option<&CloneSetStatus>, new: &CloneSetStatus) -> bool {
         let mut c: Vec<(String, String, String, String)> = s
             .conditions
             .iter()
-            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone()))
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                )
+            })
             .collect();
         c.sort();
         c

@@ -1,0 +1,65 @@
+//! Which SidecarSets apply to a Pod: namespace scope, namespace selector, Pod selector.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::sidecarset::LABEL_NAMESPACE_NAME;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_api::validation::{selector_is_empty, selector_matches};
+
+/// Never injected, whatever the SidecarSets say: the cluster's own components live there, and a broken
+/// sidecar must not be able to take them down.
+pub const ALWAYS_EXCLUDED_NAMESPACE: &str = "kube-system";
+
+/// The Pod's namespace; a Pod posted without one is created in `default` (as upstream assumes).
+pub fn pod_namespace(pod: &Pod) -> &str {
+    pod.metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or("default")
+}
+
+/// Whether `sidecarset` applies to `pod`.
+///
+/// - Pods in `kube-system` or in one of `excluded_namespaces` never match, nor do inactive Pods
+///   (finished or being deleted).
+/// - `namespaceSelector` (v1alpha1's `namespace` arrives here as a selector on
+///   `kubernetes.io/metadata.name`) is matched against `namespace_labels`, the labels of the Pod's
+///   Namespace. The name label is added if the caller's copy lacks it, since the apiserver always sets it.
+/// - `selector` must be set and non-empty: an empty selector matches nothing (upstream), so that a
+///   typo cannot inject a sidecar into every Pod of the cluster.
+///
+/// `injectionStrategy.paused` is not looked at: a paused SidecarSet still matches its Pods (the upgrade
+/// controller counts them); [`super::inject`] skips it.
+pub fn matches(
+    sidecarset: &SidecarSet,
+    pod: &Pod,
+    namespace_labels: &BTreeMap<String, String>,
+    excluded_namespaces: &[String],
+) -> bool {
+    let namespace = pod_namespace(pod);
+    if namespace == super::ALWAYS_EXCLUDED_NAMESPACE
+        || excluded_namespaces.iter().any(|ns| ns == namespace)
+        || !crate::pods::is_active(pod)
+    {
+        return false;
+    }
+    if let Some(ns_selector) = &sidecarset.spec.namespace_selector {
+        let mut labels = namespace_labels.clone();
+        labels
+            .entry(LABEL_NAMESPACE_NAME.to_string())
+            .or_insert_with(|| namespace.to_string());
+        if !selector_matches(ns_selector, &labels) {
+            return false;
+        }
+    }
+    let Some(selector) = &sidecarset.spec.selector else {
+        return false;
+    };
+    if selector_is_empty(selector) {
+        return false;
+    }
+    let no_labels = BTreeMap::new();
+    selector_matches(selector, pod.metadata.labels.as_ref().unwrap_or(&no_labels))
+}

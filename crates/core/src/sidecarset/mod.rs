@@ -1,0 +1,108 @@
+//! SidecarSet injection into a Pod being created, as pure functions: which SidecarSets apply to a Pod
+//! ([`matches`]) and what the Pod looks like once their sidecars are in ([`inject`]).
+//!
+//! The rules are OpenKruise's Pod mutating webhook (`mpod.kb.io`, inventory §3.3); the webhook fetches
+//! the SidecarSets, the Pod's Namespace labels and any pinned ControllerRevision, calls these functions
+//! and diffs the returned Pod into a JSON patch. Only CREATE injects: upstream's UPDATE path is a no-op in
+//! the community edition, so there is nothing to model for it.
+
+mod annotations;
+mod hot_upgrade;
+mod inject;
+mod matching;
+mod metadata;
+mod placement;
+mod revision;
+mod sidecar;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+pub use annotations::{UpgradeSpec, parse_upgrade_specs};
+pub use hot_upgrade::{
+    ANNOTATION_VERSION_ALT_PREFIX, ANNOTATION_VERSION_PREFIX, ENV_SIDECARSET_VERSION,
+    ENV_SIDECARSET_VERSION_ALT, hot_upgrade_names,
+};
+pub use inject::inject;
+pub use matching::{ALWAYS_EXCLUDED_NAMESPACE, matches, pod_namespace};
+pub use revision::RevisionTemplate;
+
+/// What [`inject`] needs besides the Pod and the SidecarSets.
+pub struct InjectContext<'a> {
+    /// Recorded as `updateTimestamp` in the hash annotations (upstream: `metav1.Now()`).
+    pub now: Timestamp,
+    /// The restored revision of every SidecarSet that pins one through `injectionStrategy.revision`,
+    /// keyed by SidecarSet name. Fetching ControllerRevisions is I/O, so the caller does it (see
+    /// [`RevisionTemplate::from_controller_revision`]).
+    pub revisions: &'a std::collections::BTreeMap<String, RevisionTemplate>,
+    /// A uniform draw in `[0, 1)`, called once per SidecarSet whose `Partial` revision policy has to
+    /// toss a coin. Passed in so that tests are deterministic.
+    pub random: &'a dyn Fn() -> f64,
+    /// Feature gate `EnableSortSidecarContainerByName`: sort injected containers by name.
+    pub sort_sidecars_by_name: bool,
+}
+
+/// The outcome of [`inject`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Injection {
+    /// The Pod with sidecars, volumes, pull secrets and annotations merged in.
+    pub pod: Pod,
+    /// Whether anything changed (upstream's `!skip`): a container was injected or `patchPodMetadata`
+    /// changed an annotation.
+    pub changed: bool,
+    /// Names of the SidecarSets applied, after canaries shadowed their bases.
+    pub applied: Vec<String>,
+}
+
+/// Why a Pod cannot be injected. Every variant names the object and field at fault.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InjectError {
+    #[error("pod has no spec")]
+    NoPodSpec,
+    #[error("pod metadata.annotations[{key}]: invalid value: {message}")]
+    InvalidPodAnnotation { key: String, message: String },
+    #[error(
+        "sidecarset {sidecarset}: spec.injectionStrategy.revision: the pinned revision was not provided"
+    )]
+    RevisionNotFound { sidecarset: String },
+    #[error("sidecarset {sidecarset}: {field}: invalid value: {message}")]
+    InvalidField {
+        sidecarset: String,
+        field: String,
+        message: String,
+    },
+    #[error(
+        "sidecarset {sidecarset}: {field}: volume {volume:?} is defined neither by the SidecarSet nor by the Pod"
+    )]
+    UnknownVolume {
+        sidecarset: String,
+        field: String,
+        volume: String,
+    },
+    #[error(
+        "sidecarset {sidecarset}: {field}: container {container:?} is also injected by sidecarset {other}"
+    )]
+    DuplicateContainer {
+        sidecarset: String,
+        field: String,
+        container: String,
+        other: String,
+    },
+    #[error("sidecarset {sidecarset}: {field}: resourcesPolicy is not supported by this build")]
+    ResourcesPolicyUnsupported { sidecarset: String, field: String },
+}
+
+/// An annotation's value, an empty one counting as absent (Go reads both as "").
+fn non_empty_annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests;
