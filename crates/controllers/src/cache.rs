@@ -28,10 +28,13 @@ pub struct OwnerChange {
 }
 
 /// What subscribers receive.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum CacheEvent {
     /// A Pod with this controlling owner was added, changed or deleted.
     Owner(OwnerChange),
+    /// A Pod was added, changed or deleted (for controllers that find their Pods by labels, not
+    /// owners, such as SidecarSet).
+    Pod(Arc<Pod>),
     /// The cache was relisted (watch restart): every owner may have changed.
     Resync,
 }
@@ -155,6 +158,7 @@ impl PodCache {
                     if let Some(key) = key_of(&pod) {
                         let pod = Arc::new(pod);
                         let old = state.insert(key, pod.clone());
+                        changed.push(CacheEvent::Pod(pod.clone()));
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
                         if let Some(old) = old.as_deref().and_then(owner_change)
                             && !changed.contains(&CacheEvent::Owner(old.clone()))
@@ -167,6 +171,7 @@ impl PodCache {
                     if let Some(key) = key_of(&pod) {
                         state.remove(&key);
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
+                        changed.push(CacheEvent::Pod(Arc::new(pod)));
                     }
                 }
                 watcher::Event::Init => state.relist = Some(HashMap::new()),
@@ -239,6 +244,12 @@ impl PodCache {
             .filter(|((ns, _), pod)| ns == namespace && controller_of(pod).is_none())
             .map(|(_, pod)| pod.clone())
             .collect()
+    }
+
+    /// The cached Pods `keep` accepts.
+    pub fn select(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state.pods.values().filter(|p| keep(p)).cloned().collect()
     }
 
     /// The number of cached Pods.
@@ -314,7 +325,7 @@ mod tests {
         let owners: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
             .filter_map(|e| match e {
                 CacheEvent::Owner(o) => Some(o.name),
-                CacheEvent::Resync => None,
+                CacheEvent::Pod(_) | CacheEvent::Resync => None,
             })
             .collect();
         assert_eq!(owners, vec!["cs-u1", "cs-u2", "cs-u1"]);

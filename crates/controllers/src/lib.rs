@@ -5,3 +5,4 @@
 pub mod cache;
 pub mod cloneset;
 pub mod metrics;
+pub mod sidecarset;

@@ -31,6 +31,11 @@ pub struct OperationLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SidecarSetLabels {
+    pub sidecarset: String,
+}
+
 /// Handles to the controllers' metrics (cheap to clone).
 #[derive(Clone)]
 pub struct Metrics {
@@ -39,6 +44,7 @@ pub struct Metrics {
     pub expectations_expired: Family<ControllerLabels, Counter>,
     pub pod_operations: Family<OperationLabels, Counter>,
     pub cached_pods: Gauge<i64, AtomicI64>,
+    pub missed_injections: Family<SidecarSetLabels, Gauge>,
 }
 
 impl Metrics {
@@ -51,6 +57,7 @@ impl Metrics {
             expectations_expired: Family::default(),
             pod_operations: Family::default(),
             cached_pods: Gauge::default(),
+            missed_injections: Family::default(),
         };
         registry.register(
             "kruise_controller_reconciles",
@@ -76,6 +83,11 @@ impl Metrics {
             "kruise_controller_cached_pods",
             "Pods in the shared Pod cache",
             metrics.cached_pods.clone(),
+        );
+        registry.register(
+            "kruise_sidecarset_missed_injection_pods",
+            "Pods a SidecarSet matches that were created without its sidecars",
+            metrics.missed_injections.clone(),
         );
         Arc::new(metrics)
     }

@@ -281,7 +281,7 @@ mod tests {
         ex.expect("k", e.clone(), t0 + Duration::from_secs(8));
         assert_eq!(ex.len(), 1);
         let check = ex.check("k", t0 + Duration::from_secs(12), |_| false);
-        assert_eq!(check.pending, vec![e]);
+        assert_eq!(check.pending, vec![e.clone()]);
         ex.withdraw("k", &e);
         assert!(ex.is_empty());
         ex.expect("k", e.clone(), t0);

@@ -176,6 +176,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn refresh_transitions() {
         let in_place = Lifecycle {
             in_place_update: Some(hook(&[("upd", "true")], &[])),

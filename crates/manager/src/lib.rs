@@ -368,6 +368,16 @@ async fn run_controllers(
 ) {
     let pods = kruise_controllers::cache::PodCache::new();
     let cache = pods.clone().run(client.clone());
+    let sidecarset = kruise_controllers::sidecarset::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::sidecarset::Config {
+            workers: args.sidecarset_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            excluded_namespaces: vec![args.namespace.clone()],
+        },
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         pods,
@@ -385,9 +395,10 @@ async fn run_controllers(
     );
     tracing::info!(
         cloneset_workers = args.cloneset_workers,
+        sidecarset_workers = args.sidecarset_workers,
         "controllers started"
     );
-    tokio::join!(cache, cloneset);
+    tokio::join!(cache, cloneset, sidecarset);
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

@@ -1133,6 +1133,7 @@ fn arb_status() -> impl Strategy<Value = Option<v1beta1::SidecarSetStatus>> {
                     updated_ready_pods: ready / 2,
                     latest_revision: latest,
                     collision_count: collision,
+                    missed_injection_pods: ready / 3,
                 }
             }),
     )

@@ -295,4 +295,9 @@ pub struct SidecarSetStatus {
     pub latest_revision: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collision_count: Option<i32>,
+    /// kruise-rs: Pods the selector matches that were created without this SidecarSet's sidecars
+    /// (the Pod webhook was unreachable and its failure policy is Ignore, or the Pod predates the
+    /// SidecarSet). They are reported with a `SidecarMissing` Warning Event; recreate them to inject.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub missed_injection_pods: i32,
 }

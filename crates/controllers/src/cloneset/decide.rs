@@ -165,7 +165,12 @@ pub fn scale_step(s: &Snapshot<'_>) -> Result<ScaleStep, InvalidSetting> {
     }
 
     // 2. Scale out.
-    let limits = Limits::resolve(&knobs(cs))?;
+    let mut limits = Limits::resolve(&knobs(cs))?;
+    if metadata_only_in_place(s) {
+        // Surge Pods exist to keep capacity while old Pods restart; a labels/annotations-only
+        // change restarts nothing, so surging would only churn Pods (kruise#2369).
+        limits.max_surge = 0;
+    }
     let ctx = FactsContext {
         update_revision: s.update.name,
         pods_to_delete,
@@ -251,6 +256,36 @@ pub fn scale_step(s: &Snapshot<'_>) -> Result<ScaleStep, InvalidSetting> {
         return Ok(deletions(s, &chosen));
     }
     Ok(ScaleStep::None)
+}
+
+/// The update changes only Pod labels/annotations and the policy applies it in place, so no
+/// container restarts and no capacity is lost.
+fn metadata_only_in_place(s: &Snapshot<'_>) -> bool {
+    let policy = update_policy(s.cs);
+    if !(policy == POD_UPDATE_IN_PLACE_IF_POSSIBLE || policy == POD_UPDATE_IN_PLACE_ONLY)
+        || pod_label_matches_revision(s.current.name, s.update.name)
+    {
+        return false;
+    }
+    let opts = PlanOptions {
+        resize: s.settings.resize,
+    };
+    let old_pods: Vec<&Pod> = s
+        .pods
+        .iter()
+        .filter(|p| !pods::is_at_revision(p, s.update.name))
+        .collect();
+    !old_pods.is_empty()
+        && old_pods.iter().all(|pod| {
+            let Some(old) = s.revision_of(pod) else {
+                return false;
+            };
+            matches!(
+                inplace::plan(old.template, s.update.template, pod, &opts),
+                inplace::Plan::InPlace(p)
+                    if p.images.is_empty() && p.resources.is_empty() && !p.restarts_containers
+            )
+        })
 }
 
 /// A small correction to one Pod, made before any update (upstream's refresh).

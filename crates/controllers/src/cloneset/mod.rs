@@ -108,6 +108,7 @@ fn pod_triggers(
                         }
                     }
                 }
+                Ok(CacheEvent::Pod(_)) => {}
                 Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     if all_tx.send(()).is_err() {
                         return;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
@@ -35,6 +36,8 @@ use super::{CONTROLLER, Context, Error, KubeContext, newpod};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
+/// Pod writes in flight at once within one reconcile.
+const PARALLEL_WRITES: usize = 16;
 
 pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
@@ -664,9 +667,17 @@ async fn scale(
                         .await?,
                 );
             }
+            let mut pending: Vec<Write<'_>> = Vec::new();
             for i in delete {
-                actor.delete_pod(&s.pods[i], pvcs).await?;
-                outcome.modified = true;
+                pending.push(Box::pin(async move {
+                    actor.delete_pod(&s.pods[i], pvcs).await.map(|()| Outcome {
+                        modified: true,
+                        after: None,
+                    })
+                }));
+            }
+            for result in run_writes(pending).await {
+                outcome.merge(result?);
             }
         }
     }
@@ -680,16 +691,22 @@ async fn update(
 ) -> Result<Outcome, Error> {
     let mut outcome = Outcome::default();
     let lifecycle = s.cs.spec.lifecycle.as_ref();
+    // Pods are independent of each other here: write to several at once.
+    let mut pending: Vec<Write<'_>> = Vec::new();
     for fix in &step.fixes {
-        let result = match fix {
-            Fix::InPlaceReady(i) => actor.mark_in_place_ready(&s.pods[*i]).await,
-            Fix::Lifecycle(i, state) => {
-                let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
-                    && lifecycle::marks(lifecycle);
-                actor.set_lifecycle(&s.pods[*i], *state, mark).await
+        pending.push(Box::pin(async move {
+            match fix {
+                Fix::InPlaceReady(i) => actor.mark_in_place_ready(&s.pods[*i]).await,
+                Fix::Lifecycle(i, state) => {
+                    let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
+                        && lifecycle::marks(lifecycle);
+                    actor.set_lifecycle(&s.pods[*i], *state, mark).await
+                }
+                Fix::TemplateHash(i, hash) => actor.add_template_hash(&s.pods[*i], hash).await,
             }
-            Fix::TemplateHash(i, hash) => actor.add_template_hash(&s.pods[*i], hash).await,
-        };
+        }));
+    }
+    for result in run_writes(pending).await {
         match result {
             Ok(o) => outcome.merge(o),
             Err(Error::Kube { source, .. }) if is_race(&source) => {}
@@ -699,42 +716,72 @@ async fn update(
     if outcome.modified {
         return Ok(outcome);
     }
-    for action in step.actions {
-        let result = match action {
-            UpdateAction::PrepareUpdate {
-                pod,
-                mark_not_ready,
-                readd_hook,
-            } => {
-                if readd_hook {
-                    actor.readd_hook(&s.pods[pod], mark_not_ready).await
-                } else {
-                    actor
-                        .set_lifecycle(
-                            &s.pods[pod],
-                            LifecycleState::PreparingUpdate,
-                            mark_not_ready,
-                        )
-                        .await
+    if let Some(UpdateAction::Refuse { message, .. }) = step
+        .actions
+        .iter()
+        .find(|a| matches!(a, UpdateAction::Refuse { .. }))
+    {
+        // InPlaceOnly and a change that cannot be made in place: touch no Pod at all.
+        return Err(Error::Invalid(message.clone()));
+    }
+    let target = step.target.as_str();
+    let mut pending: Vec<Write<'_>> = Vec::new();
+    for action in &step.actions {
+        pending.push(Box::pin(async move {
+            match action {
+                UpdateAction::PrepareUpdate {
+                    pod,
+                    mark_not_ready,
+                    readd_hook,
+                } => {
+                    if *readd_hook {
+                        actor.readd_hook(&s.pods[*pod], *mark_not_ready).await
+                    } else {
+                        actor
+                            .set_lifecycle(
+                                &s.pods[*pod],
+                                LifecycleState::PreparingUpdate,
+                                *mark_not_ready,
+                            )
+                            .await
+                    }
                 }
+                UpdateAction::InPlace { pod, plan } => {
+                    actor.update_in_place(&s.pods[*pod], plan, target).await
+                }
+                UpdateAction::Recreate { pod } => actor.recreate(&s.pods[*pod], target).await,
+                UpdateAction::Refuse { .. } => Ok(Outcome::default()),
             }
-            UpdateAction::InPlace { pod, plan } => {
-                actor
-                    .update_in_place(&s.pods[pod], &plan, &step.target)
-                    .await
-            }
-            UpdateAction::Recreate { pod } => actor.recreate(&s.pods[pod], &step.target).await,
-            UpdateAction::Refuse { message, .. } => return Err(Error::Invalid(message)),
-        };
+        }));
+    }
+    let mut first_error = None;
+    for result in run_writes(pending).await {
         match result {
             Ok(o) => outcome.merge(o),
             Err(Error::Kube { source, .. }) if is_race(&source) => {
                 outcome.after = Some(Duration::from_secs(1));
             }
-            Err(error) => return Err(error),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
         }
     }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
     Ok(outcome)
+}
+
+/// One Pod write of a reconcile.
+type Write<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, Error>> + Send + 'a>>;
+
+/// Runs the writes, [`PARALLEL_WRITES`] at a time.
+async fn run_writes(writes: Vec<Write<'_>>) -> Vec<Result<Outcome, Error>> {
+    futures::stream::iter(writes)
+        .buffer_unordered(PARALLEL_WRITES)
+        .collect()
+        .await
 }
 
 mod lifecycle {

@@ -14,6 +14,7 @@ mod metadata;
 mod placement;
 mod revision;
 mod sidecar;
+pub mod upgrade;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;

@@ -48,7 +48,9 @@ fn pod(name: &str, revision: &str, available: bool) -> Pod {
     let condition = |type_: &str| PodCondition {
         type_: type_.into(),
         status: status.into(),
-        last_transition_time: Some(Time(now() - k8s_openapi::jiff::SignedDuration::from_secs(60))),
+        last_transition_time: Some(Time(
+            now() - k8s_openapi::jiff::SignedDuration::from_secs(60),
+        )),
         ..PodCondition::default()
     };
     Pod {
@@ -218,7 +220,12 @@ fn scale_table() {
                 limited: None,
             },
         ),
-        ("a full set does nothing", Knobs::default(), old_pods(4), ScaleStep::None),
+        (
+            "a full set does nothing",
+            Knobs::default(),
+            old_pods(4),
+            ScaleStep::None,
+        ),
         (
             "scale in deletes the surplus",
             Knobs {
@@ -305,6 +312,45 @@ fn scale_table() {
     }
 }
 
+/// kruise#2369: a labels/annotations-only change under InPlaceIfPossible with maxSurge updates in
+/// place without surge Pods; an image change still surges.
+#[test]
+fn metadata_only_change_does_not_surge() {
+    let mut world = World::new(None);
+    world.old = template("app:v2", None);
+    if let Some(meta) = world.new.metadata.as_mut() {
+        meta.annotations = Some(BTreeMap::from([("note".into(), "v2".into())]));
+    }
+    let knobs = || Knobs {
+        max_surge: Some(IntOrString::Int(1)),
+        ..Knobs::default()
+    };
+    let cs = cloneset(knobs());
+    let pods: Vec<Pod> = (0..4)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), OLD, true);
+            if let Some(c) = p.spec.as_mut().map(|s| &mut s.containers[0]) {
+                c.image = Some("app:v2".into());
+            }
+            p
+        })
+        .collect();
+    assert_eq!(world.decide(&cs, &pods, scale_step), Ok(ScaleStep::None));
+    let step = world.decide(&cs, &pods, update_step).unwrap_or_default();
+    assert_eq!(step.actions.len(), 1);
+    assert!(matches!(step.actions[0], UpdateAction::InPlace { .. }));
+
+    let image_change = World::new(None);
+    assert_eq!(
+        image_change.decide(&cs, &old_pods(4), scale_step),
+        Ok(ScaleStep::Create {
+            from_current: 0,
+            from_update: 1,
+            limited: None
+        })
+    );
+}
+
 #[test]
 fn scale_in_prefers_unready_pods() {
     let world = World::new(None);
@@ -352,7 +398,9 @@ fn actions(step: &UpdateStep) -> Vec<String> {
     step.actions
         .iter()
         .map(|a| match a {
-            UpdateAction::PrepareUpdate { pod, readd_hook, .. } => {
+            UpdateAction::PrepareUpdate {
+                pod, readd_hook, ..
+            } => {
                 format!("prepare {pod}{}", if *readd_hook { " readd" } else { "" })
             }
             UpdateAction::InPlace { pod, plan } => {
@@ -365,6 +413,7 @@ fn actions(step: &UpdateStep) -> Vec<String> {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn update_table() {
     let hook = Lifecycle {
         in_place_update: Some(LifecycleHook {
@@ -390,7 +439,11 @@ fn update_table() {
                 replicas: 3,
                 ..Knobs::default()
             },
-            vec![pod("a", OLD, true), pod("b", OLD, false), pod("c", OLD, true)],
+            vec![
+                pod("a", OLD, true),
+                pod("b", OLD, false),
+                pod("c", OLD, true),
+            ],
             vec![inplace_v2(1)],
         ),
         (
@@ -497,7 +550,11 @@ fn update_table() {
                 lifecycle: Some(hook),
                 ..Knobs::default()
             },
-            vec![with_label(pod("a", OLD, true), keys::LABEL_LIFECYCLE_STATE, "Updated")],
+            vec![with_label(
+                pod("a", OLD, true),
+                keys::LABEL_LIFECYCLE_STATE,
+                "Updated",
+            )],
             vec!["prepare 0 readd".into()],
         ),
     ];
@@ -551,7 +608,9 @@ fn paused_and_on_delete_update_nothing() {
     let mut on_delete = cloneset(Knobs::default());
     on_delete.spec.update_strategy.type_ = "OnDelete".into();
     for cs in [paused, on_delete] {
-        let step = world.decide(&cs, &old_pods(3), update_step).unwrap_or_default();
+        let step = world
+            .decide(&cs, &old_pods(3), update_step)
+            .unwrap_or_default();
         assert!(step.actions.is_empty());
     }
 }
@@ -573,7 +632,14 @@ mod rollout {
     }
 
     fn arb_case() -> impl Strategy<Value = Case> {
-        (1..8i32, 1..4i32, 0..3i32, 0..8i32, any::<bool>(), proptest::collection::vec(any::<bool>(), 60))
+        (
+            1..8i32,
+            1..4i32,
+            0..3i32,
+            0..8i32,
+            any::<bool>(),
+            proptest::collection::vec(any::<bool>(), 60),
+        )
             .prop_map(|(replicas, mu, ms, p, recreate, ready_ticks)| Case {
                 replicas,
                 max_unavailable: mu,

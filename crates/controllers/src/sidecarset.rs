@@ -1,0 +1,443 @@
+//! The SidecarSet controller (inventory §3.4, §3.5): upgrades injected sidecars in place and
+//! reports status, deciding with `kruise_core::sidecarset::upgrade`.
+//!
+//! It also watches for Pods the selector matches that were created without the sidecars (the Pod
+//! webhook was down and its failure policy lets Pods through): they are counted in
+//! `status.missedInjectionPods`, reported with a `SidecarMissing` Warning Event on the Pod and the
+//! SidecarSet, and exposed as the `kruise_sidecarset_missed_injection_pods` gauge. Sidecars cannot be
+//! added to a running Pod, so the Pod is left as it is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::sidecarset::v1beta1::{SidecarSet, SidecarSetStatus};
+use kruise_core::expectations::{CachedState, Expectation, Expectations};
+use kruise_core::sidecarset::upgrade::{self, PodFacts};
+use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, matches, pod_namespace};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::metrics::{Metrics, SidecarSetLabels};
+
+pub const CONTROLLER: &str = "sidecarset-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub workers: u16,
+    pub expectation_timeout: Duration,
+    /// Namespaces the Pod webhook never injects into (besides kube-system): the manager's own.
+    pub excluded_namespaces: Vec<String>,
+}
+
+struct Context {
+    client: Client,
+    pods: Arc<PodCache>,
+    namespaces: Store<Namespace>,
+    expectations: Mutex<Expectations>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    /// Pods already reported as missing a sidecar (uid, SidecarSet), so each gets one Event.
+    reported: Mutex<BTreeSet<(String, String)>>,
+    config: Config,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{context}: {source}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn is_race(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
+}
+
+/// Runs the SidecarSet controller until the future is dropped.
+pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+    let mut events = pods.subscribe();
+    pods.wait_synced().await;
+    let (namespaces, writer) = reflector::store();
+    let namespace_events = reflector::reflector(
+        writer,
+        watcher(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| futures::future::ready(()));
+    tokio::spawn(namespace_events);
+
+    let controller = Controller::new(
+        Api::<SidecarSet>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    // A Pod change concerns the SidecarSets whose selector matches it or that it lists as injected.
+    let store = controller.store();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let pod = match events.recv().await {
+                Ok(CacheEvent::Pod(pod)) => pod,
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    for ss in store.state() {
+                        let _ = tx.send(ObjectRef::from_obj(ss.as_ref()));
+                    }
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            for ss in store.state() {
+                let selected = ss
+                    .spec
+                    .selector
+                    .as_ref()
+                    .is_some_and(|s| kruise_api::validation::selector_matches(s, &labels));
+                if selected && tx.send(ObjectRef::from_obj(ss.as_ref())).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        namespaces,
+        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: CONTROLLER.into(),
+                instance: None,
+            },
+        ),
+        metrics,
+        reported: Mutex::new(BTreeSet::new()),
+        config: config.clone(),
+    });
+    tracing::info!(workers = config.workers, "sidecarset controller started");
+    controller
+        .reconcile_on({
+            let mut rx = rx;
+            futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+        })
+        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(ss: Arc<SidecarSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(sidecarset = %ss.name_any(), %error, "reconcile failed");
+    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn cached(pod: Option<&Pod>) -> Option<CachedState<'_>> {
+    pod.map(|p| CachedState {
+        uid: p.metadata.uid.as_deref(),
+        resource_version: p.metadata.resource_version.as_deref(),
+        deleting: p.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&ss, &ctx).await;
+    if result.is_ok() {
+        ctx.metrics
+            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
+    }
+    result
+}
+
+async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error> {
+    let name = ss.name_any();
+    if ss.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.forget(&name);
+        }
+        ctx.metrics.missed_injections.remove(&SidecarSetLabels {
+            sidecarset: name.clone(),
+        });
+        return Ok(Action::await_change());
+    }
+    // Wait until our own Pod patches show in the cache (bounded: expectations expire).
+    let check = match ctx.expectations.lock() {
+        Ok(mut ex) => ex.check(&name, Instant::now(), |e| {
+            let (ns, pod) = e.name.split_once('/').unwrap_or(("", e.name.as_str()));
+            e.satisfied_by(cached(ctx.pods.get(ns, pod).as_deref()))
+        }),
+        Err(_) => Default::default(),
+    };
+    if !check.expired.is_empty() {
+        ctx.metrics.expired(CONTROLLER, check.expired.len());
+    }
+    if !check.satisfied() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    let now = Timestamp::now();
+    let selector_set = ss
+        .spec
+        .selector
+        .as_ref()
+        .is_some_and(|s| !kruise_api::validation::selector_is_empty(s));
+    let candidates = if selector_set {
+        ctx.pods.select(|p| {
+            ss.spec.selector.as_ref().is_some_and(|s| {
+                kruise_api::validation::selector_matches(
+                    s,
+                    p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                )
+            })
+        })
+    } else {
+        Vec::new()
+    };
+    let mut managed: Vec<Pod> = Vec::new();
+    let mut missed: Vec<Arc<Pod>> = Vec::new();
+    let mut excluded = ctx.config.excluded_namespaces.clone();
+    excluded.push(ALWAYS_EXCLUDED_NAMESPACE.to_owned());
+    for pod in candidates {
+        if upgrade::is_managed(ss, &pod) {
+            managed.push((*pod).clone());
+            continue;
+        }
+        let ns_labels = ctx
+            .namespaces
+            .get(&ObjectRef::new(pod_namespace(&pod)))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        let in_scope = matches(ss, &pod, &ns_labels, &excluded);
+        if upgrade::missed_injection(ss, &pod, in_scope) {
+            missed.push(pod);
+        }
+    }
+    managed.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let facts: Vec<PodFacts> = managed.iter().map(|p| upgrade::pod_facts(ss, p)).collect();
+    report_missed(ctx, ss, &missed).await;
+
+    // Upgrade.
+    let latest_revision = ss
+        .status
+        .as_ref()
+        .map(|s| s.latest_revision.clone())
+        .unwrap_or_default();
+    let mut failure = None;
+    match upgrade::plan_upgrade(ss, &managed, &facts) {
+        Ok(plan) => {
+            if !plan.not_upgradable.is_empty() {
+                let names: Vec<String> = plan
+                    .not_upgradable
+                    .iter()
+                    .map(|&i| managed[i].name_any())
+                    .collect();
+                publish(
+                    ctx,
+                    ss,
+                    EventType::Normal,
+                    "NotUpgradablePods",
+                    format!(
+                        "{} Pods can not be upgraded in place (only image changes can): {}",
+                        names.len(),
+                        names.join(", ")
+                    ),
+                    None,
+                )
+                .await;
+            }
+            for &i in &plan.upgrade {
+                if let Err(error) = upgrade_pod(ctx, ss, &managed[i], &latest_revision, now).await {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
+    }
+
+    // Status.
+    let (matched, updated, ready, updated_ready) = upgrade::counts(&facts);
+    let old = ss.status.clone().unwrap_or_default();
+    let status = SidecarSetStatus {
+        observed_generation: ss.metadata.generation.unwrap_or(0),
+        matched_pods: matched,
+        updated_pods: updated,
+        ready_pods: ready,
+        updated_ready_pods: updated_ready,
+        latest_revision,
+        collision_count: old.collision_count,
+        missed_injection_pods: i32::try_from(missed.len()).unwrap_or(i32::MAX),
+    };
+    ctx.metrics
+        .missed_injections
+        .get_or_create(&SidecarSetLabels {
+            sidecarset: name.clone(),
+        })
+        .set(missed.len() as i64);
+    if status != old {
+        let api: Api<SidecarSet> = Api::all(ctx.client.clone());
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!("writing the status of SidecarSet {name}"),
+                    source,
+                });
+            }
+        }
+    }
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Patches one Pod's sidecar images in place, guarded by its resourceVersion.
+async fn upgrade_pod(
+    ctx: &Context,
+    ss: &SidecarSet,
+    pod: &Pod,
+    latest_revision: &str,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let ns = pod.namespace().unwrap_or_default();
+    let pod_name = pod.name_any();
+    let patch = upgrade::upgrade_patch(ss, pod, latest_revision, now)
+        .map_err(|e| Error::Invalid(format!("Pod {ns}/{pod_name}: {e}")))?;
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    match api
+        .patch(
+            &pod_name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(patched) => {
+            ctx.metrics
+                .pod_operation(CONTROLLER, "update_in_place", true);
+            if let (Ok(mut ex), Some(rv)) =
+                (ctx.expectations.lock(), patched.metadata.resource_version)
+            {
+                ex.expect(
+                    &ss.name_any(),
+                    Expectation::observed("Pod", format!("{ns}/{pod_name}"), rv),
+                    Instant::now(),
+                );
+            }
+            Ok(())
+        }
+        Err(error) if is_race(&error) => Ok(()),
+        Err(source) => {
+            ctx.metrics
+                .pod_operation(CONTROLLER, "update_in_place", false);
+            Err(Error::Kube {
+                context: format!("upgrading the sidecars of Pod {ns}/{pod_name}"),
+                source,
+            })
+        }
+    }
+}
+
+/// One Warning Event per Pod (on the Pod and on the SidecarSet) for each missed injection.
+async fn report_missed(ctx: &Context, ss: &SidecarSet, missed: &[Arc<Pod>]) {
+    let ss_name = ss.name_any();
+    for pod in missed {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            continue;
+        };
+        let first = ctx
+            .reported
+            .lock()
+            .map(|mut r| r.insert((uid, ss_name.clone())))
+            .unwrap_or(false);
+        if !first {
+            continue;
+        }
+        let pod_ref = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let note = format!(
+            "Pod {}/{} matches SidecarSet {ss_name} but was created without its sidecars (the Pod webhook was unavailable); recreate the Pod to inject them",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        );
+        publish(
+            ctx,
+            ss,
+            EventType::Warning,
+            "SidecarMissing",
+            note.clone(),
+            Some(pod_ref.clone()),
+        )
+        .await;
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "SidecarMissing".into(),
+            note: Some(note),
+            action: "Inject".into(),
+            secondary: Some(ss.object_ref(&())),
+        };
+        if let Err(error) = ctx.recorder.publish(&event, &pod_ref).await {
+            tracing::warn!(%error, "publishing an event");
+        }
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    ss: &SidecarSet,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    related: Option<ObjectReference>,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: related,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &ss.object_ref(&())).await {
+        tracing::warn!(%error, reason, "publishing an event");
+    }
+}

@@ -1,0 +1,342 @@
+//! SidecarSet in-place sidecar upgrades, end to end (seed 001): the Pod webhook injects, the
+//! controller upgrades only the sidecar's image, the app container never restarts.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
+use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The seed's SidecarSet, renamed and restricted to one namespace (SidecarSets are cluster-scoped and
+/// the test bed is shared).
+fn logtail(name: &str, namespace: &str, extra: Value) -> anyhow::Result<String> {
+    let mut doc: Value = kruise_e2e::example_documents()
+        .into_iter()
+        .find(|(file, _)| file == "sidecarset-logtail.yaml")
+        .map(|(_, doc)| doc)
+        .context("examples/sidecarset-logtail.yaml")?;
+    doc["metadata"]["name"] = json!(name);
+    doc["spec"]["namespace"] = json!(namespace);
+    json_patch::merge(&mut doc, &extra);
+    Ok(serde_json::to_string(&doc)?)
+}
+
+fn test_pod(name: &str, labels: Value) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "containers": [{
+                "name": "nginx", "image": "log-service/docker-log-test:latest",
+                "volumeMounts": [{"name": "nginx-log", "mountPath": "/var/log/nginx"}],
+                "env": [{"name": "TZ", "value": "Asia/Shanghai"}],
+            }],
+            "volumes": [{"name": "nginx-log", "emptyDir": {}}],
+        }
+    })
+    .to_string()
+}
+
+async fn set_image(api: &Api<SidecarSet>, name: &str, image: &str) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!([
+            {"op": "replace", "path": "/spec/containers/0/image", "value": image}
+        ]))?),
+    )
+    .await?;
+    Ok(())
+}
+
+fn restarts(pod: &Pod, container: &str) -> i32 {
+    container_status(pod, container).map_or(-1, |s| s.restart_count)
+}
+
+#[tokio::test]
+async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-seed").await?;
+    let name = format!("logtail-{}", ns.name);
+    ns.run(async {
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        ns.apply(&logtail(&name, &ns.name, json!({}))?).await?;
+        ns.apply(&test_pod("test-pod", json!({"app": "nginx"})))
+            .await?;
+        let pods: Api<Pod> = ns.api();
+        let before = eventually("test-pod 2/2 Ready", TIMEOUT, || async {
+            let pod = pods.get("test-pod").await?;
+            let two = pod.spec.as_ref().is_some_and(|s| s.containers.len() == 2);
+            Ok((two && is_ready(&pod)).then_some(pod))
+        })
+        .await?;
+        let spec = before.spec.clone().context("spec")?;
+        let logtail = spec
+            .containers
+            .iter()
+            .find(|c| c.name == "logtail")
+            .context("logtail injected")?;
+        let mounts: Vec<String> = logtail
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| format!("{}:{}", m.name, m.mount_path))
+            .collect();
+        ensure!(
+            mounts.contains(&"nginx-log:/var/log/nginx".to_string()),
+            "{mounts:?}"
+        );
+        let tz = logtail
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "TZ")
+            .and_then(|e| e.value.clone());
+        ensure!(tz.as_deref() == Some("Asia/Shanghai"), "TZ {tz:?}");
+        eventually("status 1/1/1", TIMEOUT, || async {
+            let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+            Ok((s.matched_pods == 1 && s.updated_pods == 1 && s.ready_pods == 1).then_some(()))
+        })
+        .await?;
+
+        set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
+        let after = eventually("logtail restarted on the new image", TIMEOUT, || async {
+            let pod = pods.get("test-pod").await?;
+            let done = restarts(&pod, "logtail") == 1
+                && container_status(&pod, "logtail")
+                    .is_some_and(|s| s.image == "log-service/logtail:0.16.18")
+                && is_ready(&pod);
+            Ok(done.then_some(pod))
+        })
+        .await?;
+        ensure!(restarts(&after, "nginx") == 0, "nginx restarted");
+        ensure!(
+            after.metadata.uid == before.metadata.uid,
+            "the Pod was recreated"
+        );
+        ensure!(pod_ip(&after) == pod_ip(&before) && node_name(&after) == node_name(&before));
+        eventually("status updated 1, ready 1", TIMEOUT, || async {
+            let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+            Ok(
+                (s.matched_pods == 1 && s.updated_pods == 1 && s.updated_ready_pods == 1)
+                    .then_some(()),
+            )
+        })
+        .await?;
+        let listing = ns.kubectl(&["get", "pod", "test-pod"]).await?;
+        ensure!(listing.contains("2/2"), "{listing}");
+        sidecarsets.delete(&name, &Default::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// The seed's partition example, scaled down: 20 Pods, partition 16 → 4 upgraded; then no partition
+/// and maxUnavailable 10% → the rest, never more than 2 Pods unready at once.
+#[tokio::test]
+async fn partition_then_max_unavailable() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-part").await?;
+    let name = format!("logtail-{}", ns.name);
+    ns.run(async {
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        ns.apply(&logtail(
+            &name,
+            &ns.name,
+            json!({"spec": {"selector": {"matchLabels": {"app": "logs"}},
+                   "updateStrategy": {"partition": 16, "maxUnavailable": "100%"}}}),
+        )?)
+        .await?;
+        ns.apply(
+            &json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "logs"},
+                "spec": {"replicas": 20, "selector": {"matchLabels": {"app": "logs"}},
+                    "template": serde_json::from_str::<Value>(&test_pod("x", json!({"app": "logs"})))?
+                        .as_object().map(|o| json!({"metadata": {"labels": {"app": "logs"}}, "spec": o["spec"].clone()}))
+                        .context("template")?}
+            })
+            .to_string(),
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let list = || async {
+            Ok::<_, anyhow::Error>(pods.list(&ListParams::default().labels("app=logs")).await?.items)
+        };
+        eventually("20 injected Pods Ready", TIMEOUT, || async {
+            let l = list().await?;
+            let ok = l.len() == 20
+                && l.iter().all(|p| is_ready(p) && container_status(p, "logtail").is_some());
+            Ok(ok.then_some(()))
+        })
+        .await?;
+        let image_of = |p: &Pod| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.containers.iter().find(|c| c.name == "logtail"))
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default()
+        };
+        set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
+        eventually("exactly 4 Pods upgraded", TIMEOUT, || async {
+            let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+            let upgraded = list()
+                .await?
+                .iter()
+                .filter(|p| image_of(p).ends_with("0.16.18"))
+                .count();
+            Ok((s.updated_pods == 4 && upgraded == 4 && s.updated_ready_pods == 4).then_some(()))
+        })
+        .await?;
+        // Hold: nothing more is upgraded while the partition stands.
+        let still = list()
+            .await?
+            .iter()
+            .filter(|p| image_of(p).ends_with("0.16.18"))
+            .count();
+        ensure!(still == 4, "partition crossed: {still}");
+
+        let monitor = RolloutMonitor::start(
+            ns.client.clone(),
+            &ns.name,
+            "app=logs",
+            Limits {
+                replicas: 20,
+                max_unavailable: 2,
+                max_surge: 0,
+                min_old_revision_pods: None,
+            },
+        )
+        .await?;
+        sidecarsets
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"updateStrategy": {"partition": null, "maxUnavailable": "10%"}}})),
+            )
+            .await?;
+        monitor
+            .eventually("all 20 upgraded", TIMEOUT, || async {
+                let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+                Ok((s.updated_pods == 20 && s.updated_ready_pods == 20).then_some(()))
+            })
+            .await?;
+        let stats = monitor.finish().await?;
+        println!("partition rollout: {stats:?}");
+        for pod in list().await? {
+            ensure!(restarts(&pod, "nginx") == 0, "{:?} nginx restarted", pod.metadata.name);
+        }
+        sidecarsets.delete(&name, &Default::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Canary by selector, then NotUpdate and a non-image change: nothing is upgraded in place.
+#[tokio::test]
+async fn canary_selector_and_not_update() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-canary").await?;
+    let name = format!("logtail-{}", ns.name);
+    ns.run(async {
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        ns.apply(&logtail(
+            &name,
+            &ns.name,
+            json!({"spec": {"selector": {"matchLabels": {"app": "canary"}},
+                   "updateStrategy": {"maxUnavailable": "100%",
+                       "selector": {"matchLabels": {"canary.release": "true"}}}}}),
+        )?)
+        .await?;
+        for (pod, canary) in [("a", true), ("b", false), ("c", false)] {
+            ns.apply(&test_pod(
+                pod,
+                json!({"app": "canary", "canary.release": canary.to_string()}),
+            ))
+            .await?;
+        }
+        let pods: Api<Pod> = ns.api();
+        let image = |pod: Pod| {
+            pod.spec
+                .and_then(|s| s.containers.into_iter().find(|c| c.name == "logtail"))
+                .and_then(|c| c.image)
+                .unwrap_or_default()
+        };
+        eventually("3 injected Pods Ready", TIMEOUT, || async {
+            let l = pods.list(&ListParams::default().labels("app=canary")).await?.items;
+            Ok((l.len() == 3 && l.iter().all(is_ready)).then_some(()))
+        })
+        .await?;
+        set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
+        eventually("the canary Pod upgraded", TIMEOUT, || async {
+            let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+            Ok((s.updated_pods == 1 && image(pods.get("a").await?).ends_with("0.16.18"))
+                .then_some(()))
+        })
+        .await?;
+        ensure!(image(pods.get("b").await?).ends_with("0.16.16"), "b upgraded outside the canary");
+
+        // Remove the canary selector but set NotUpdate: still nothing more.
+        sidecarsets
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"updateStrategy": {"selector": null, "type": "NotUpdate"}}})),
+            )
+            .await?;
+        let gen_seen = eventually("status observes the change", TIMEOUT, || async {
+            let ss = sidecarsets.get(&name).await?;
+            let observed = ss.status.as_ref().map(|s| s.observed_generation);
+            Ok((observed == ss.metadata.generation).then_some(()))
+        })
+        .await;
+        gen_seen?;
+        ensure!(image(pods.get("b").await?).ends_with("0.16.16"), "NotUpdate upgraded b");
+
+        // RollingUpdate again: the rest follow.
+        sidecarsets
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"updateStrategy": {"type": "RollingUpdate"}}})),
+            )
+            .await?;
+        eventually("all upgraded", TIMEOUT, || async {
+            let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+            Ok((s.updated_pods == 3).then_some(()))
+        })
+        .await?;
+
+        // A non-image change (command) cannot be made in place: no Pod changes.
+        sidecarsets
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/containers/0/command", "value": ["sh", "-c", "run"]}
+                ]))?),
+            )
+            .await?;
+        eventually("updatedPods drops to 0 (not upgradable)", TIMEOUT, || async {
+            let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
+            Ok((s.updated_pods == 0 && s.matched_pods == 3).then_some(()))
+        })
+        .await?;
+        for p in ["a", "b", "c"] {
+            let pod = pods.get(p).await?;
+            ensure!(restarts(&pod, "logtail") <= 1, "{p} restarted for a non-image change");
+        }
+        sidecarsets.delete(&name, &Default::default()).await?;
+        Ok(())
+    })
+    .await
+}
