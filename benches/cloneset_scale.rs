@@ -323,7 +323,8 @@ async fn pod_writes(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
             continue;
         }
         let verb = label("verb");
-        if !matches!(verb.as_str(), "PATCH" | "UPDATE" | "CREATE" | "DELETE") {
+        // The apiserver labels a create POST and an update PUT.
+        if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
             continue;
         }
         let subresource = label("subresource");
