@@ -37,9 +37,12 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## bench: scale figures of the test bed (prints numbers, asserts nothing about time).
+## bench: scale figures of the test bed and of a 1,000-Pod CloneSet rollout (prints numbers, asserts
+## nothing about time).
 bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
+	$(CARGO) build --release -p kruise-manager
+	$(CARGO) run --release -p kruise-benches --bin cloneset-scale
 
 clean-local:
 	rm -rf .local

@@ -2,6 +2,8 @@
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod, PodCondition};
 
+pub mod cloneset_kit;
+
 /// The status of the Pod condition `type_`, if present.
 pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
     pod.status
