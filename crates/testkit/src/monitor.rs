@@ -30,7 +30,9 @@ pub struct Limits {
     pub replicas: i32,
     /// At most this many of `replicas` may be missing or not available (Running, Ready, not terminating).
     pub max_unavailable: i32,
-    /// At most `replicas + max_surge` Pods may exist, terminating ones included.
+    /// At most `replicas + max_surge` Pods may exist, not counting Pods being deleted: as Kubernetes
+    /// counts surge (Deployment `podReplacementPolicy: TerminationStarted`, the default) and as
+    /// OpenKruise does, a Pod with a deletionTimestamp is on its way out and already replaced.
     pub max_surge: i32,
     /// `(revision label key, old revision value, partition)`: at least `partition` Pods must keep the old
     /// revision.
@@ -80,6 +82,7 @@ impl PodView {
 /// Counts of one snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Pods that are not terminating.
     pub total: usize,
     pub available: usize,
     /// `replicas - available`, never below 0.
@@ -98,7 +101,7 @@ pub fn count(limits: &Limits, pods: &[PodView]) -> Counts {
             .count()
     });
     Counts {
-        total: pods.len(),
+        total: pods.iter().filter(|p| !p.terminating).count(),
         available,
         unavailable: i32::try_from(unavailable).unwrap_or(i32::MAX),
         old_revision,
@@ -118,7 +121,7 @@ pub fn check(limits: &Limits, pods: &[PodView]) -> Option<String> {
     let max_pods = i64::from(limits.replicas) + i64::from(limits.max_surge);
     if counts.total as i64 > max_pods {
         broken.push(format!(
-            "{} Pods (terminating included) > replicas {} + maxSurge {}",
+            "{} Pods (not terminating) > replicas {} + maxSurge {}",
             counts.total, limits.replicas, limits.max_surge
         ));
     }
@@ -166,7 +169,7 @@ pub struct Stats {
     /// Watch events checked (each Pod change, deletion and (re)list).
     pub events_seen: u64,
     pub max_unavailable_seen: i32,
-    /// Most Pods at once, terminating ones included.
+    /// Most Pods at once, not counting terminating ones.
     pub max_pods_seen: usize,
 }
 
@@ -508,13 +511,13 @@ mod tests {
                 vec!["unavailable 1", "c (ready, terminating"],
             ),
             (
-                "surge within maxSurge, terminating counted",
+                "surge within maxSurge",
                 limits(3, 1, 1),
                 vec![ready("a"), ready("b"), terminating("c"), unready("d")],
                 vec![],
             ),
             (
-                "terminating Pods count towards the surge",
+                "terminating Pods do not count towards the surge",
                 limits(3, 1, 1),
                 vec![
                     ready("a"),
@@ -523,7 +526,20 @@ mod tests {
                     terminating("d"),
                     new_ready("e"),
                 ],
-                vec!["5 Pods (terminating included) > replicas 3 + maxSurge 1"],
+                vec![],
+            ),
+            (
+                "more live Pods than replicas + maxSurge",
+                limits(3, 1, 1),
+                vec![
+                    ready("a"),
+                    ready("b"),
+                    terminating("c"),
+                    new_ready("d"),
+                    new_ready("e"),
+                    new_ready("f"),
+                ],
+                vec!["5 Pods (not terminating) > replicas 3 + maxSurge 1"],
             ),
             (
                 "surplus available Pods do not make unavailable negative",
@@ -588,7 +604,7 @@ mod tests {
         assert_eq!(
             count(&limits, &pods),
             Counts {
-                total: 3,
+                total: 2,
                 available: 1,
                 unavailable: 3,
                 old_revision: Some(2),
