@@ -499,10 +499,10 @@ async fn pods_to_delete_and_specified_delete_replace_exactly_that_pod() -> anyho
         apply(&ns, &cloneset("del", 3, IMAGE_A, json!({}))).await?;
         let (_, before) = wait_converged(&ns, "del", 3, TIMEOUT).await?;
 
-        // scaleStrategy.podsToDelete. The replacement is created once the victim is terminating, so one
-        // Pod over replicas may be seen.
+        // scaleStrategy.podsToDelete. The replacement is created once the victim is terminating (a
+        // terminating Pod does not count towards the surge), so the set never exceeds replicas.
         let victim = name(&before[0]);
-        let monitor = start_monitor(&ns, "del", 3, 1, 1).await?;
+        let monitor = start_monitor(&ns, "del", 3, 1, 0).await?;
         merge_patch(
             &ns,
             "cloneset",
@@ -923,8 +923,8 @@ async fn in_place_if_possible_recreates_for_an_env_change() -> anyhow::Result<()
         )
         .await?;
         let (_, before) = wait_converged(&ns, "envchange", 3, TIMEOUT).await?;
-        // A recreated Pod's replacement is created once the old one is terminating.
-        let monitor = start_monitor(&ns, "envchange", 3, 1, 1).await?;
+        // A recreated Pod's replacement is created once the old one is terminating: no surge.
+        let monitor = start_monitor(&ns, "envchange", 3, 1, 0).await?;
         merge_patch(
             &ns,
             "cloneset",
