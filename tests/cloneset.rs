@@ -1283,7 +1283,11 @@ async fn pre_delete_hook_holds_a_pod_until_its_label_goes() -> anyhow::Result<()
     bed.manager();
     let ns = bed.namespace("cs-predelete").await?;
     ns.run(async {
-        let spec = json!({"lifecycle": {"preDelete": {"labelsHandler": {"example.io/block-deleting": "true"}}}});
+        // markPodNotReady: the Pods carry the KruisePodReady gate (set True once they are Normal),
+        // and the held Pod leaves endpoints (Ready False) while it waits in PreparingDelete.
+        let spec = json!({"lifecycle": {"preDelete": {
+            "labelsHandler": {"example.io/block-deleting": "true"}, "markPodNotReady": true
+        }}});
         apply(&ns, &cloneset("predelete", 3, IMAGE_A, spec)).await?;
         let (_, before) = wait_converged(&ns, "predelete", 3, TIMEOUT).await?;
         let victim = name(&before[0]);
@@ -1293,9 +1297,28 @@ async fn pre_delete_hook_holds_a_pod_until_its_label_goes() -> anyhow::Result<()
             .await?;
         ns.kubectl(&["scale", "cloneset", "predelete", "--replicas=2"])
             .await?;
-        let preparing = |pod: &Pod| {
-            !terminating(pod) && lifecycle_state(pod) == Some("PreparingDelete")
-        };
+        let preparing =
+            |pod: &Pod| !terminating(pod) && lifecycle_state(pod) == Some("PreparingDelete");
+        eventually(
+            format!("{victim} PreparingDelete and not Ready"),
+            TIMEOUT,
+            || async {
+                let pod = get_pod(&ns, &victim).await?;
+                let kruise_ready = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "KruisePodReady"))
+                    .map(|c| c.status.clone());
+                Ok(
+                    (preparing(&pod)
+                        && !is_ready(&pod)
+                        && kruise_ready.as_deref() == Some("False"))
+                    .then_some(()),
+                )
+            },
+        )
+        .await?;
         eventually(format!("{victim} PreparingDelete"), TIMEOUT, || async {
             let pod = get_pod(&ns, &victim).await?;
             Ok(preparing(&pod).then_some(()))
@@ -1305,9 +1328,13 @@ async fn pre_delete_hook_holds_a_pod_until_its_label_goes() -> anyhow::Result<()
         holds("the preDelete hook", HOLD, || async {
             let pods = pods(&pod_api, "app=predelete").await?;
             Ok(uids(&pods) == uids(&before)
-                && pods
-                    .iter()
-                    .all(|p| if name(p) == victim { preparing(p) } else { !terminating(p) }))
+                && pods.iter().all(|p| {
+                    if name(p) == victim {
+                        preparing(p)
+                    } else {
+                        !terminating(p)
+                    }
+                }))
         })
         .await?;
         let s = status(&get_cloneset(&ns, "predelete").await?);

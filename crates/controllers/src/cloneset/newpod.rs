@@ -136,6 +136,18 @@ pub fn build_pod(
             condition_type: keys::CONDITION_IN_PLACE_UPDATE_READY.to_owned(),
         });
     }
+    // A hook with markPodNotReady takes the Pod out of endpoints through the KruisePodReady
+    // condition; the gate makes the kubelet honour it (upstream's Pod webhook adds it to every
+    // kruise-owned Pod; here only where a hook can use it, so no Pod waits on a condition nobody sets).
+    if kruise_core::lifecycle::marks_pod_not_ready(cs.spec.lifecycle.as_ref())
+        && !gates
+            .iter()
+            .any(|g| g.condition_type == keys::CONDITION_KRUISE_POD_READY)
+    {
+        gates.push(PodReadinessGate {
+            condition_type: keys::CONDITION_KRUISE_POD_READY.to_owned(),
+        });
+    }
     let claim_volumes: Vec<Volume> = cs
         .spec
         .volume_claim_templates
