@@ -64,6 +64,15 @@ async fn set_image(api: &Api<SidecarSet>, name: &str, image: &str) -> anyhow::Re
     Ok(())
 }
 
+/// The image the Pod's spec gives its logtail sidecar.
+fn logtail_image(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "logtail"))
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
 fn restarts(pod: &Pod, container: &str) -> i32 {
     container_status(pod, container).map_or(-1, |s| s.restart_count)
 }
@@ -189,20 +198,13 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             Ok(ok.then_some(()))
         })
         .await?;
-        let image_of = |p: &Pod| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.containers.iter().find(|c| c.name == "logtail"))
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default()
-        };
         set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
         eventually("exactly 4 Pods upgraded", TIMEOUT, || async {
             let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
             let upgraded = list()
                 .await?
                 .iter()
-                .filter(|p| image_of(p).ends_with("0.16.18"))
+                .filter(|p| logtail_image(p).ends_with("0.16.18"))
                 .count();
             Ok((s.updated_pods == 4 && upgraded == 4 && s.updated_ready_pods == 4).then_some(()))
         })
@@ -211,7 +213,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
         let still = list()
             .await?
             .iter()
-            .filter(|p| image_of(p).ends_with("0.16.18"))
+            .filter(|p| logtail_image(p).ends_with("0.16.18"))
             .count();
         ensure!(still == 4, "partition crossed: {still}");
 
@@ -277,12 +279,6 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
             .await?;
         }
         let pods: Api<Pod> = ns.api();
-        let image = |pod: Pod| {
-            pod.spec
-                .and_then(|s| s.containers.into_iter().find(|c| c.name == "logtail"))
-                .and_then(|c| c.image)
-                .unwrap_or_default()
-        };
         eventually("3 injected Pods Ready", TIMEOUT, || async {
             let l = pods.list(&ListParams::default().labels("app=canary")).await?.items;
             Ok((l.len() == 3 && l.iter().all(is_ready)).then_some(()))
@@ -291,11 +287,11 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
         set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
         eventually("the canary Pod upgraded", TIMEOUT, || async {
             let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
-            Ok((s.updated_pods == 1 && image(pods.get("a").await?).ends_with("0.16.18"))
+            Ok((s.updated_pods == 1 && logtail_image(&pods.get("a").await?).ends_with("0.16.18"))
                 .then_some(()))
         })
         .await?;
-        ensure!(image(pods.get("b").await?).ends_with("0.16.16"), "b upgraded outside the canary");
+        ensure!(logtail_image(&pods.get("b").await?).ends_with("0.16.16"), "b upgraded outside the canary");
 
         // Remove the canary selector but set NotUpdate: still nothing more.
         sidecarsets
@@ -312,7 +308,7 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
         })
         .await;
         gen_seen?;
-        ensure!(image(pods.get("b").await?).ends_with("0.16.16"), "NotUpdate upgraded b");
+        ensure!(logtail_image(&pods.get("b").await?).ends_with("0.16.16"), "NotUpdate upgraded b");
 
         // RollingUpdate again: the rest follow.
         sidecarsets

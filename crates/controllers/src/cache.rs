@@ -15,10 +15,11 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tokio::sync::{broadcast, watch};
 
-/// A store of every `K` in the cluster and the watch stream that fills it: poll the stream (or give
-/// it to a `Controller`) and read the store.
+/// A store of every `K` in the cluster (with `labels`, only those matching that selector) and the
+/// watch stream that fills it: poll the stream (or give it to a `Controller`) and read the store.
 pub fn reflected<K>(
     api: Api<K>,
+    labels: Option<&str>,
 ) -> (
     reflector::Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -33,13 +34,21 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default().any_semantic()),
-    )
-    .default_backoff()
-    .applied_objects();
+    let mut config = watcher::Config::default().any_semantic();
+    if let Some(labels) = labels {
+        config = config.labels(labels);
+    }
+    let stream = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .applied_objects();
     (store, stream)
+}
+
+/// A stream of what arrives on an unbounded channel (to hand triggers to a `Controller`).
+pub fn receiver_stream<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// Namespace and name.
@@ -69,7 +78,7 @@ pub enum CacheEvent {
 #[derive(Default)]
 struct State {
     pods: HashMap<PodKey, Arc<Pod>>,
-    by_owner: HashMap<String, BTreeSet<PodKey>>,
+    groups: HashMap<Group, BTreeSet<PodKey>>,
     /// Pods of a relist in progress; swapped in when it completes.
     relist: Option<HashMap<PodKey, Arc<Pod>>>,
 }
@@ -112,38 +121,56 @@ fn slim(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
 }
 
+/// Where a Pod is indexed: under its controlling owner, or with the orphans of its namespace (the
+/// Pods a controller may adopt).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Group {
+    Owner(String),
+    Orphans(String),
+}
+
+fn group_of(key: &PodKey, pod: &Pod) -> Group {
+    match controller_of(pod) {
+        Some(owner) => Group::Owner(owner.uid.clone()),
+        None => Group::Orphans(key.0.clone()),
+    }
+}
+
 impl State {
     fn insert(&mut self, key: PodKey, pod: Arc<Pod>) -> Option<Arc<Pod>> {
-        if let Some(uid) = controller_of(&pod).map(|o| o.uid.clone()) {
-            self.by_owner.entry(uid).or_default().insert(key.clone());
-        }
         let old = self.pods.insert(key.clone(), pod.clone());
         if let Some(old) = &old {
-            let old_uid = controller_of(old).map(|o| &o.uid);
-            if old_uid != controller_of(&pod).map(|o| &o.uid)
-                && let Some(uid) = old_uid
-            {
-                self.unindex(uid.clone().as_str(), &key);
-            }
+            self.unindex(&group_of(&key, old), &key);
         }
+        self.groups
+            .entry(group_of(&key, &pod))
+            .or_default()
+            .insert(key);
         old
     }
 
     fn remove(&mut self, key: &PodKey) -> Option<Arc<Pod>> {
         let old = self.pods.remove(key)?;
-        if let Some(uid) = controller_of(&old).map(|o| o.uid.clone()) {
-            self.unindex(&uid, key);
-        }
+        self.unindex(&group_of(key, &old), key);
         Some(old)
     }
 
-    fn unindex(&mut self, uid: &str, key: &PodKey) {
-        if let Some(set) = self.by_owner.get_mut(uid) {
+    fn unindex(&mut self, group: &Group, key: &PodKey) {
+        if let Some(set) = self.groups.get_mut(group) {
             set.remove(key);
             if set.is_empty() {
-                self.by_owner.remove(uid);
+                self.groups.remove(group);
             }
         }
+    }
+
+    fn in_group(&self, group: &Group) -> Vec<Arc<Pod>> {
+        self.groups
+            .get(group)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.pods.get(key).cloned())
+            .collect()
     }
 }
 
@@ -213,7 +240,7 @@ impl PodCache {
                 watcher::Event::InitDone => {
                     let relisted = state.relist.take().unwrap_or_default();
                     state.pods.clear();
-                    state.by_owner.clear();
+                    state.groups.clear();
                     for (key, pod) in relisted {
                         state.insert(key, pod);
                     }
@@ -253,24 +280,13 @@ impl PodCache {
     /// The Pods whose controlling owner has this uid.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .by_owner
-            .get(uid)
-            .into_iter()
-            .flatten()
-            .filter_map(|key| state.pods.get(key).cloned())
-            .collect()
+        state.in_group(&Group::Owner(uid.to_owned()))
     }
 
     /// The Pods of a namespace without a controlling owner (candidates for adoption).
     pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .pods
-            .iter()
-            .filter(|((ns, _), pod)| ns == namespace && controller_of(pod).is_none())
-            .map(|(_, pod)| pod.clone())
-            .collect()
+        state.in_group(&Group::Orphans(namespace.to_owned()))
     }
 
     /// The cached Pods `keep` accepts.

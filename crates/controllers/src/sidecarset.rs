@@ -60,7 +60,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     let mut events = pods.subscribe();
     pods.wait_synced().await;
     let (namespaces, namespace_events) =
-        crate::cache::reflected(Api::<Namespace>::all(client.clone()));
+        crate::cache::reflected(Api::<Namespace>::all(client.clone()), None);
     tokio::spawn(namespace_events.for_each(|_| futures::future::ready(())));
 
     let controller = Controller::new(
@@ -115,10 +115,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     });
     tracing::info!(workers = config.workers, "sidecarset controller started");
     controller
-        .reconcile_on({
-            let mut rx = rx;
-            futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-        })
+        .reconcile_on(crate::cache::receiver_stream(rx))
         .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -129,14 +126,6 @@ fn error_policy(ss: Arc<SidecarSet>, error: &Error, ctx: Arc<Context>) -> Action
     tracing::warn!(sidecarset = %ss.name_any(), %error, "reconcile failed");
     ctx.metrics.reconciled(CONTROLLER, false, 0.0);
     Action::requeue(Duration::from_secs(2))
-}
-
-fn cached(pod: Option<&Pod>) -> Option<CachedState<'_>> {
-    pod.map(|p| CachedState {
-        uid: p.metadata.uid.as_deref(),
-        resource_version: p.metadata.resource_version.as_deref(),
-        deleting: p.metadata.deletion_timestamp.is_some(),
-    })
 }
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -164,7 +153,12 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     let check = match ctx.expectations.lock() {
         Ok(mut ex) => ex.check(&name, Instant::now(), |e| {
             let (ns, pod) = e.name.split_once('/').unwrap_or(("", e.name.as_str()));
-            e.satisfied_by(cached(ctx.pods.get(ns, pod).as_deref()))
+            e.satisfied_by(
+                ctx.pods
+                    .get(ns, pod)
+                    .as_deref()
+                    .map(|p| CachedState::of(&p.metadata)),
+            )
         }),
         Err(_) => Default::default(),
     };

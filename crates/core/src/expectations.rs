@@ -91,6 +91,17 @@ pub struct CachedState<'a> {
     pub deleting: bool,
 }
 
+impl<'a> CachedState<'a> {
+    /// The state of a cached object, from its metadata.
+    pub fn of(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Self {
+            uid: meta.uid.as_deref(),
+            resource_version: meta.resource_version.as_deref(),
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
 /// Whether `cached` is `expected` or newer. resourceVersions are opaque to clients, but every
 /// Kubernetes release encodes them as increasing integers (etcd revisions); if either side is not an
 /// integer only equality counts.

@@ -156,6 +156,23 @@ mod tests {
     use serde_json::{Value, json};
     use tower::ServiceExt;
 
+    /// POSTs an AdmissionReview to `path` and returns the decoded answer (status 200 asserted).
+    async fn post_review(app: axum::Router, path: &str, review: &Value) -> Value {
+        let request = axum::http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(review.to_string()))
+            .expect("request");
+        let response = app.oneshot(request).await.expect("response");
+        assert_eq!(response.status(), 200);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        serde_json::from_slice(&body).expect("json")
+    }
+
     #[tokio::test]
     async fn validate_endpoint_answers_a_review() {
         let mut registry = Registry::default();
@@ -173,19 +190,7 @@ mod tests {
                 "dryRun": false
             }
         });
-        let request = axum::http::Request::post("/validate-apps-kruise-io-broadcastjob")
-            .header("content-type", "application/json")
-            .body(Body::from(review.to_string()))
-            .expect("request");
-        let response = app.oneshot(request).await.expect("response");
-        assert_eq!(response.status(), 200);
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        let answer: Value = serde_json::from_slice(&body).expect("json");
+        let answer = post_review(app, "/validate-apps-kruise-io-broadcastjob", &review).await;
         assert_eq!(answer["response"]["uid"], "u1");
         assert_eq!(
             answer["response"]["allowed"], false,
@@ -213,19 +218,7 @@ mod tests {
                 "dryRun": false
             }
         });
-        let request = axum::http::Request::post(MUTATE_POD_PATH)
-            .header("content-type", "application/json")
-            .body(Body::from(review.to_string()))
-            .expect("request");
-        let response = app.oneshot(request).await.expect("response");
-        assert_eq!(response.status(), 200);
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        let answer: Value = serde_json::from_slice(&body).expect("json");
+        let answer = post_review(app, MUTATE_POD_PATH, &review).await;
         assert_eq!(answer["response"]["uid"], "u2");
         assert_eq!(answer["response"]["allowed"], true);
         assert!(answer["response"].get("patch").is_none(), "{answer}");

@@ -66,7 +66,8 @@ impl Actor<'_> {
         Api::namespaced(self.ctx.client.clone(), self.namespace())
     }
 
-    fn expect(&self, expectation: Expectation) {
+    /// Remembers a write until the cache shows it.
+    pub fn expect(&self, expectation: Expectation) {
         if let Ok(mut ex) = self.ctx.expectations.lock() {
             ex.expect(&self.key, expectation, Instant::now());
         }

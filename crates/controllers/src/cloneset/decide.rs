@@ -202,22 +202,15 @@ pub fn scale_step(s: &Snapshot<'_>) -> Result<ScaleStep, InvalidSetting> {
     }
 
     // 4. Specified Pods: unready ones always, ready ones within the unavailability budget.
-    let mut ready_budget = diffs.delete_ready_limit;
-    let specified_only: Vec<usize> = specified
-        .iter()
-        .copied()
-        .filter(|i| !pre_delete.contains(i))
-        .filter(|&i| {
-            if !pods::is_update_ready(&s.pods[i], 0, s.now) {
-                true
-            } else if ready_budget > 0 {
-                ready_budget -= 1;
-                true
-            } else {
-                false
-            }
-        })
-        .collect();
+    let specified_only = arith::within_ready_budget(
+        specified
+            .iter()
+            .copied()
+            .filter(|i| !pre_delete.contains(i))
+            .collect(),
+        diffs.delete_ready_limit,
+        |i| pods::is_update_ready(&s.pods[i], 0, s.now),
+    );
     if !specified_only.is_empty() {
         let step = deletions(s, &specified_only);
         if step != ScaleStep::None {
@@ -261,10 +254,7 @@ pub fn scale_step(s: &Snapshot<'_>) -> Result<ScaleStep, InvalidSetting> {
 /// The update changes only Pod labels/annotations and the policy applies it in place, so no
 /// container restarts and no capacity is lost.
 fn metadata_only_in_place(s: &Snapshot<'_>) -> bool {
-    let policy = update_policy(s.cs);
-    if !(policy == POD_UPDATE_IN_PLACE_IF_POSSIBLE || policy == POD_UPDATE_IN_PLACE_ONLY)
-        || pod_label_matches_revision(s.current.name, s.update.name)
-    {
+    if !updates_in_place(s.cs) || pod_label_matches_revision(s.current.name, s.update.name) {
         return false;
     }
     let opts = PlanOptions {
@@ -326,6 +316,14 @@ pub struct UpdateStep {
     pub target: String,
 }
 
+/// The policy tries in-place updates (InPlaceIfPossible or InPlaceOnly).
+fn updates_in_place(cs: &CloneSet) -> bool {
+    matches!(
+        update_policy(cs),
+        POD_UPDATE_IN_PLACE_IF_POSSIBLE | POD_UPDATE_IN_PLACE_ONLY
+    )
+}
+
 fn update_policy(cs: &CloneSet) -> &str {
     cs.spec
         .update_strategy
@@ -355,8 +353,7 @@ pub fn update_step(s: &Snapshot<'_>) -> Result<UpdateStep, InvalidSetting> {
         s.current
     };
     let policy = update_policy(cs);
-    let in_place_policy =
-        policy == POD_UPDATE_IN_PLACE_IF_POSSIBLE || policy == POD_UPDATE_IN_PLACE_ONLY;
+    let in_place_policy = updates_in_place(cs);
     let opts = PlanOptions {
         resize: s.settings.resize,
     };

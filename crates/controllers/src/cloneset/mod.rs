@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
@@ -54,6 +55,8 @@ pub struct Context {
     pub(crate) client: Client,
     pub(crate) pods: Arc<PodCache>,
     pub(crate) revisions: Store<ControllerRevision>,
+    /// Claims labelled with a CloneSet instance id.
+    pub(crate) pvcs: Store<PersistentVolumeClaim>,
     pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
@@ -103,12 +106,20 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     pods.wait_synced().await;
 
     let (revisions, revision_events) =
-        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()));
+        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
+
+    // Only PVCs carrying an instance id: the claims of CloneSet Pods, not every claim in the cluster.
+    let (pvcs, pvc_events) = crate::cache::reflected(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        Some(kruise_api::cloneset::LABEL_INSTANCE_ID),
+    );
+    tokio::spawn(pvc_events.for_each(|_| futures::future::ready(())));
 
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
         revisions,
+        pvcs,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
         recorder: Recorder::new(
             client.clone(),
@@ -126,18 +137,12 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         watcher::Config::default().any_semantic(),
     )
     .owns_stream(revision_events)
-    .reconcile_on(tokio_stream(owner_rx))
-    .reconcile_all_on(tokio_stream(all_rx))
+    .reconcile_on(crate::cache::receiver_stream(owner_rx))
+    .reconcile_all_on(crate::cache::receiver_stream(all_rx))
     .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
     .run(reconcile::reconcile, error_policy, ctx)
     .for_each(|_| futures::future::ready(()))
     .await;
-}
-
-fn tokio_stream<T: Send + 'static>(
-    mut rx: mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 fn error_policy(cs: Arc<CloneSet>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -21,7 +21,7 @@ use kruise_core::revision::{
     UpdateRevision, choose_update_revision, equal_revision, new_revision, next_revision_number,
     revisions_to_delete, template_from_revision,
 };
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -50,10 +50,6 @@ pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Ac
     result
 }
 
-fn cached_pod(ctx: &Context, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-    ctx.pods.get(namespace, name)
-}
-
 /// Checks the expectations of this CloneSet against the caches.
 fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Duration> {
     let now = Instant::now();
@@ -63,22 +59,14 @@ fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Dur
         };
         ex.check(key, now, |e| match e.kind {
             "Pod" => {
-                let pod = cached_pod(ctx, namespace, &e.name);
-                e.satisfied_by(pod.as_deref().map(|p| CachedState {
-                    uid: p.metadata.uid.as_deref(),
-                    resource_version: p.metadata.resource_version.as_deref(),
-                    deleting: p.metadata.deletion_timestamp.is_some(),
-                }))
+                let pod = ctx.pods.get(namespace, &e.name);
+                e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
             }
             "ControllerRevision" => {
                 let rev = ctx
                     .revisions
                     .get(&ObjectRef::new(&e.name).within(namespace));
-                e.satisfied_by(rev.as_deref().map(|r| CachedState {
-                    uid: r.metadata.uid.as_deref(),
-                    resource_version: r.metadata.resource_version.as_deref(),
-                    deleting: r.metadata.deletion_timestamp.is_some(),
-                }))
+                e.satisfied_by(rev.as_deref().map(|r| CachedState::of(&r.metadata)))
             }
             _ => true,
         })
@@ -113,7 +101,11 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     if let Err(wait) = expectations_met(ctx, &key, &namespace) {
         return Ok(Action::requeue(wait));
     }
-    if tokio::time::timeout(Duration::from_secs(10), ctx.revisions.wait_until_ready())
+    let caches_ready = async {
+        let _ = ctx.revisions.wait_until_ready().await;
+        let _ = ctx.pvcs.wait_until_ready().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(10), caches_ready)
         .await
         .is_err()
     {
@@ -141,7 +133,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     owned.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let (active, inactive): (Vec<Pod>, Vec<Pod>) = owned.into_iter().partition(pods::is_active);
 
-    let pvcs = list_pvcs(ctx, cs, &namespace, &uid).await?;
+    let pvcs = owned_pvcs(ctx, &namespace, &uid);
     if !cs.spec.scale_strategy.enable_pvc_reuse {
         clean_pvcs(&actor, &active, &inactive, &pvcs).await?;
     }
@@ -338,7 +330,7 @@ async fn adopt_orphans(actor: &Actor<'_>, uid: &str) -> Result<bool, Error> {
             Ok(p) => {
                 tracing::info!(cloneset = %actor.key, pod = %name, "adopted orphan pod");
                 if let Some(rv) = p.metadata.resource_version {
-                    actor_expect(actor, Expectation::observed("Pod", name, rv));
+                    actor.expect(Expectation::observed("Pod", name, rv));
                 }
                 adopted = true;
             }
@@ -354,37 +346,20 @@ async fn adopt_orphans(actor: &Actor<'_>, uid: &str) -> Result<bool, Error> {
     Ok(adopted)
 }
 
-fn actor_expect(actor: &Actor<'_>, expectation: Expectation) {
-    if let Ok(mut ex) = actor.ctx.expectations.lock() {
-        ex.expect(&actor.key, expectation, Instant::now());
-    }
-}
-
-/// The CloneSet's PVCs (listed only when it has volumeClaimTemplates or may have had them).
-async fn list_pvcs(
-    ctx: &Context,
-    cs: &CloneSet,
-    namespace: &str,
-    uid: &str,
-) -> Result<Vec<PersistentVolumeClaim>, Error> {
-    if cs.spec.volume_claim_templates.is_empty() {
-        return Ok(Vec::new());
-    }
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
-    let list = api
-        .list(&ListParams::default().labels(LABEL_INSTANCE_ID))
-        .await
-        .context(|| format!("listing PVCs of CloneSet {namespace}/{}", cs.name_any()))?;
-    Ok(list
-        .items
-        .into_iter()
+/// The CloneSet's PVCs, from the claim cache.
+fn owned_pvcs(ctx: &Context, namespace: &str, uid: &str) -> Vec<PersistentVolumeClaim> {
+    ctx.pvcs
+        .state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
         .filter(|p| {
             p.metadata
                 .owner_references
                 .as_ref()
                 .is_some_and(|o| o.iter().any(|o| o.uid == uid))
         })
-        .collect())
+        .map(|p| (**p).clone())
+        .collect()
 }
 
 /// Without PVC reuse: a PVC whose instance has no Pod is deleted, and the PVC of a finished Pod is
@@ -477,10 +452,11 @@ async fn update_revision(
                 .await
                 .context(|| format!("renumbering revision {name}"))?;
             if let Some(rv) = &patched.metadata.resource_version {
-                actor_expect(
-                    actor,
-                    Expectation::observed("ControllerRevision", name, rv.clone()),
-                );
+                actor.expect(Expectation::observed(
+                    "ControllerRevision",
+                    name,
+                    rv.clone(),
+                ));
             }
             Ok(Some(patched))
         }
@@ -488,7 +464,7 @@ async fn update_revision(
             let name = candidate.name_any();
             match api.create(&PostParams::default(), &candidate).await {
                 Ok(created) => {
-                    actor_expect(actor, Expectation::exists("ControllerRevision", name));
+                    actor.expect(Expectation::exists("ControllerRevision", name));
                     Ok(Some(created))
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -699,7 +675,7 @@ async fn update(
                 Fix::InPlaceReady(i) => actor.mark_in_place_ready(&s.pods[*i]).await,
                 Fix::Lifecycle(i, state) => {
                     let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
-                        && lifecycle::marks(lifecycle);
+                        && kruise_core::lifecycle::marks_pod_not_ready(lifecycle);
                     actor.set_lifecycle(&s.pods[*i], *state, mark).await
                 }
                 Fix::TemplateHash(i, hash) => actor.add_template_hash(&s.pods[*i], hash).await,
@@ -782,15 +758,6 @@ async fn run_writes(writes: Vec<Write<'_>>) -> Vec<Result<Outcome, Error>> {
         .buffer_unordered(PARALLEL_WRITES)
         .collect()
         .await
-}
-
-mod lifecycle {
-    use kruise_api::pub_types::Lifecycle;
-
-    /// Whether any hook marks Pods NotReady, so leaving a hooked state must mark them Ready again.
-    pub fn marks(lifecycle: Option<&Lifecycle>) -> bool {
-        kruise_core::lifecycle::marks_pod_not_ready(lifecycle)
-    }
 }
 
 async fn write_status(

@@ -550,12 +550,23 @@ pub fn choose_scale_in(
     };
     let mut chosen = choose(&old_pods, old_quota);
     chosen.extend(choose(&new_pods, total - old_quota));
-    let mut ready_budget = diffs.delete_ready_limit;
+    within_ready_budget(chosen, diffs.delete_ready_limit, |i| {
+        pods::is_available(&pods[i], 0, now)
+    })
+}
+
+/// Keeps the Pods (indexes, in order) that may be deleted now: every unready one, and ready ones
+/// (`ready`) while `budget` lasts (upstream's deleteReadyLimit).
+pub fn within_ready_budget(
+    mut chosen: Vec<usize>,
+    mut budget: i64,
+    ready: impl Fn(usize) -> bool,
+) -> Vec<usize> {
     chosen.retain(|&i| {
-        if !pods::is_available(&pods[i], 0, now) {
+        if !ready(i) {
             true
-        } else if ready_budget > 0 {
-            ready_budget -= 1;
+        } else if budget > 0 {
+            budget -= 1;
             true
         } else {
             false
