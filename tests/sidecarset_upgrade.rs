@@ -157,8 +157,8 @@ async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
     .await
 }
 
-/// The seed's partition example, scaled down: 20 Pods, partition 16 → 4 upgraded; then no partition
-/// and maxUnavailable 10% → the rest, never more than 2 Pods unready at once.
+/// The seed's partition example, scaled down as issue 5 states it: 50 Pods, partition 40 → exactly 10
+/// upgraded; then no partition and maxUnavailable 10% → the rest, never more than 5 Pods unready at once.
 #[tokio::test]
 async fn partition_then_max_unavailable() -> anyhow::Result<()> {
     let bed = testbed();
@@ -171,7 +171,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             &name,
             &ns.name,
             json!({"spec": {"selector": {"matchLabels": {"app": "logs"}},
-                   "updateStrategy": {"partition": 16, "maxUnavailable": "100%"}}}),
+                   "updateStrategy": {"partition": 40, "maxUnavailable": "100%"}}}),
         )?)
         .await?;
         wait_webhook(&ns, json!({"app": "logs"})).await?;
@@ -179,7 +179,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             &json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "logs"},
-                "spec": {"replicas": 20, "selector": {"matchLabels": {"app": "logs"}},
+                "spec": {"replicas": 50, "selector": {"matchLabels": {"app": "logs"}},
                     "template": serde_json::from_str::<Value>(&test_pod("x", json!({"app": "logs"})))?
                         .as_object().map(|o| json!({"metadata": {"labels": {"app": "logs"}}, "spec": o["spec"].clone()}))
                         .context("template")?}
@@ -191,22 +191,22 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
         let list = || async {
             Ok::<_, anyhow::Error>(pods.list(&ListParams::default().labels("app=logs")).await?.items)
         };
-        eventually("20 injected Pods Ready", TIMEOUT, || async {
+        eventually("50 injected Pods Ready", TIMEOUT, || async {
             let l = list().await?;
-            let ok = l.len() == 20
+            let ok = l.len() == 50
                 && l.iter().all(|p| is_ready(p) && container_status(p, "logtail").is_some());
             Ok(ok.then_some(()))
         })
         .await?;
         set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
-        eventually("exactly 4 Pods upgraded", TIMEOUT, || async {
+        eventually("exactly 10 Pods upgraded", TIMEOUT, || async {
             let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
             let upgraded = list()
                 .await?
                 .iter()
                 .filter(|p| logtail_image(p).ends_with("0.16.18"))
                 .count();
-            Ok((s.updated_pods == 4 && upgraded == 4 && s.updated_ready_pods == 4).then_some(()))
+            Ok((s.updated_pods == 10 && upgraded == 10 && s.updated_ready_pods == 10).then_some(()))
         })
         .await?;
         // Hold: nothing more is upgraded while the partition stands.
@@ -215,15 +215,15 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             .iter()
             .filter(|p| logtail_image(p).ends_with("0.16.18"))
             .count();
-        ensure!(still == 4, "partition crossed: {still}");
+        ensure!(still == 10, "partition crossed: {still}");
 
         let monitor = RolloutMonitor::start(
             ns.client.clone(),
             &ns.name,
             "app=logs",
             Limits {
-                replicas: 20,
-                max_unavailable: 2,
+                replicas: 50,
+                max_unavailable: 5,
                 max_surge: 0,
                 min_old_revision_pods: None,
             },
@@ -237,9 +237,9 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             )
             .await?;
         monitor
-            .eventually("all 20 upgraded", TIMEOUT, || async {
+            .eventually("all 50 upgraded", TIMEOUT, || async {
                 let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
-                Ok((s.updated_pods == 20 && s.updated_ready_pods == 20).then_some(()))
+                Ok((s.updated_pods == 50 && s.updated_ready_pods == 50).then_some(()))
             })
             .await?;
         let stats = monitor.finish().await?;

@@ -12,13 +12,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kruise_api::sidecarset::LABEL_SIDECARSET_NAME;
 use kruise_api::sidecarset::v1beta1::{SidecarSet, SidecarSetStatus};
 use kruise_core::expectations::{CachedState, Expectation, Expectations};
+use kruise_core::revision::{
+    UpdateRevision, choose_update_revision, equal_revision, next_revision_number,
+};
+use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, missing_injections, pod_namespace};
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -28,6 +34,7 @@ use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::cache::{CacheEvent, PodCache};
+use crate::error::KubeContext;
 use crate::metrics::{Metrics, SidecarSetLabels};
 
 pub const CONTROLLER: &str = "sidecarset-controller";
@@ -39,12 +46,17 @@ pub struct Config {
     pub expectation_timeout: Duration,
     /// Namespaces the Pod webhook never injects into (besides kube-system): the manager's own.
     pub excluded_namespaces: Vec<String>,
+    /// The manager's namespace, where SidecarSet ControllerRevisions live (a SidecarSet is
+    /// cluster-scoped, a ControllerRevision is not).
+    pub namespace: String,
 }
 
 struct Context {
     client: Client,
     pods: Arc<PodCache>,
     namespaces: Store<Namespace>,
+    /// ControllerRevisions labelled `kruise.io/sidecarset-name` in the manager's namespace.
+    revisions: Store<ControllerRevision>,
     expectations: Mutex<Expectations>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
@@ -62,6 +74,11 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     let (namespaces, namespace_events) =
         crate::cache::reflected(Api::<Namespace>::all(client.clone()), None);
     tokio::spawn(namespace_events.for_each(|_| futures::future::ready(())));
+    let (revisions, revision_events) = crate::cache::reflected(
+        Api::<ControllerRevision>::namespaced(client.clone(), &config.namespace),
+        Some(LABEL_SIDECARSET_NAME),
+    );
+    tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
 
     let controller = Controller::new(
         Api::<SidecarSet>::all(client.clone()),
@@ -101,6 +118,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         client: client.clone(),
         pods,
         namespaces,
+        revisions,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
         recorder: Recorder::new(
             client,
@@ -151,14 +169,23 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     }
     // Wait until our own Pod patches show in the cache (bounded: expectations expire).
     let check = match ctx.expectations.lock() {
-        Ok(mut ex) => ex.check(&name, Instant::now(), |e| {
-            let (ns, pod) = e.name.split_once('/').unwrap_or(("", e.name.as_str()));
-            e.satisfied_by(
-                ctx.pods
-                    .get(ns, pod)
-                    .as_deref()
-                    .map(|p| CachedState::of(&p.metadata)),
-            )
+        Ok(mut ex) => ex.check(&name, Instant::now(), |e| match e.kind {
+            "Pod" => {
+                let (ns, pod) = e.name.split_once('/').unwrap_or(("", e.name.as_str()));
+                e.satisfied_by(
+                    ctx.pods
+                        .get(ns, pod)
+                        .as_deref()
+                        .map(|p| CachedState::of(&p.metadata)),
+                )
+            }
+            "ControllerRevision" => {
+                let revision = ctx
+                    .revisions
+                    .get(&ObjectRef::new(&e.name).within(&ctx.config.namespace));
+                e.satisfied_by(revision.as_deref().map(|r| CachedState::of(&r.metadata)))
+            }
+            _ => true,
         }),
         Err(_) => Default::default(),
     };
@@ -191,18 +218,18 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     let mut missed: Vec<Arc<Pod>> = Vec::new();
     let mut excluded = ctx.config.excluded_namespaces.clone();
     excluded.push(ALWAYS_EXCLUDED_NAMESPACE.to_owned());
-    for pod in candidates {
-        if upgrade::is_managed(ss, &pod) {
-            managed.push((*pod).clone());
+    for pod in &candidates {
+        if upgrade::is_managed(ss, pod) {
+            managed.push((**pod).clone());
             continue;
         }
         let ns_labels = ctx
             .namespaces
-            .get(&ObjectRef::new(pod_namespace(&pod)))
+            .get(&ObjectRef::new(pod_namespace(pod)))
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        if !missing_injections(&pod, &[ss], &ns_labels, &excluded).is_empty() {
-            missed.push(pod);
+        if !missing_injections(pod, &[ss], &ns_labels, &excluded).is_empty() {
+            missed.push(pod.clone());
         }
     }
     managed.sort_by(|a, b| {
@@ -211,12 +238,16 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     let facts: Vec<PodFacts> = managed.iter().map(|p| upgrade::pod_facts(ss, p)).collect();
     report_missed(ctx, ss, &missed).await;
 
+    // History: the revision of the current sidecars, then the old ones nobody needs.
+    let old = ss.status.clone().unwrap_or_default();
+    let Some((latest, collision_count)) = register_latest_revision(ctx, ss).await? else {
+        // A hash collision was recorded; the next reconcile names the revision anew.
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    };
+    let latest_revision = latest.name_any();
+    truncate_history(ctx, ss, &candidates, &latest).await?;
+
     // Upgrade.
-    let latest_revision = ss
-        .status
-        .as_ref()
-        .map(|s| s.latest_revision.clone())
-        .unwrap_or_default();
     let mut failure = None;
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
@@ -252,7 +283,6 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
 
     // Status.
     let (matched, updated, ready, updated_ready) = upgrade::counts(&facts);
-    let old = ss.status.clone().unwrap_or_default();
     let status = SidecarSetStatus {
         observed_generation: ss.metadata.generation.unwrap_or(0),
         matched_pods: matched,
@@ -260,7 +290,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         ready_pods: ready,
         updated_ready_pods: updated_ready,
         latest_revision,
-        collision_count: old.collision_count,
+        collision_count: Some(collision_count),
         missed_injection_pods: i32::try_from(missed.len()).unwrap_or(i32::MAX),
     };
     ctx.metrics
@@ -293,6 +323,175 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         return Err(error);
     }
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// The revision recording the SidecarSet's current sidecars, with the collision count it was named
+/// with: the newest revision when it records them, an older equal one renumbered (the sidecars were
+/// rolled back), or a new one. `None` when the name was taken by different data: the collision is
+/// counted in the status and the next reconcile tries the next name.
+async fn register_latest_revision(
+    ctx: &Context,
+    ss: &SidecarSet,
+) -> Result<Option<(ControllerRevision, i32)>, Error> {
+    let name = ss.name_any();
+    let namespace = &ctx.config.namespace;
+    let revisions = history::owned_by(&name, ctx.revisions.state().iter().map(|r| r.as_ref()));
+    let collision_count = ss
+        .status
+        .as_ref()
+        .and_then(|s| s.collision_count)
+        .unwrap_or(0);
+    let candidate = history::new_revision(
+        ss,
+        namespace,
+        next_revision_number(&revisions),
+        Some(collision_count),
+    )
+    .map_err(|e| Error::Invalid(format!("SidecarSet {name}: building its revision: {e}")))?;
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    let expect = |want: Expectation| {
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.expect(&name, want, Instant::now());
+        }
+    };
+    let latest = match choose_update_revision(&revisions, candidate) {
+        UpdateRevision::Latest(revision) => revision.clone(),
+        UpdateRevision::Renumber { revision, number } => {
+            let revision_name = revision.name_any();
+            let patched = api
+                .patch(
+                    &revision_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"revision": number})),
+                )
+                .await
+                .context(|| {
+                    format!("renumbering ControllerRevision {namespace}/{revision_name}")
+                })?;
+            if let Some(rv) = patched.metadata.resource_version.clone() {
+                expect(Expectation::observed(
+                    "ControllerRevision",
+                    revision_name,
+                    rv,
+                ));
+            }
+            patched
+        }
+        UpdateRevision::Create(candidate) => {
+            let revision_name = candidate.name_any();
+            match api.create(&PostParams::default(), &candidate).await {
+                Ok(created) => {
+                    expect(Expectation::exists("ControllerRevision", revision_name));
+                    created
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    let existing = api.get(&revision_name).await.context(|| {
+                        format!("reading ControllerRevision {namespace}/{revision_name}")
+                    })?;
+                    if !equal_revision(&existing, &candidate) {
+                        // The whole status: a first status must carry its required counters.
+                        let status = SidecarSetStatus {
+                            collision_count: Some(collision_count + 1),
+                            ..ss.status.clone().unwrap_or_default()
+                        };
+                        Api::<SidecarSet>::all(ctx.client.clone())
+                            .patch_status(
+                                &name,
+                                &PatchParams::default(),
+                                &Patch::Merge(&json!({"status": status})),
+                            )
+                            .await
+                            .context(|| {
+                                format!("recording a revision hash collision of SidecarSet {name}")
+                            })?;
+                        return Ok(None);
+                    }
+                    existing
+                }
+                Err(source) => {
+                    return Err(Error::Kube {
+                        context: format!("creating ControllerRevision {namespace}/{revision_name}"),
+                        source,
+                    });
+                }
+            }
+        }
+    };
+    if let Some(patch) = history::custom_version_patch(ss, &latest) {
+        let revision_name = latest.name_any();
+        api.patch(
+            &revision_name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .context(|| {
+            format!(
+                "labelling ControllerRevision {namespace}/{revision_name} with its custom version"
+            )
+        })?;
+    }
+    Ok(Some((latest, collision_count)))
+}
+
+/// Deletes the oldest revisions beyond `revisionHistoryLimit` that no Pod records and no injection
+/// strategy pins. Each delete is preconditioned on the uid it was decided on.
+async fn truncate_history(
+    ctx: &Context,
+    ss: &SidecarSet,
+    pods: &[Arc<Pod>],
+    latest: &ControllerRevision,
+) -> Result<(), Error> {
+    let name = ss.name_any();
+    let mut revisions = history::owned_by(&name, ctx.revisions.state().iter().map(|r| r.as_ref()));
+    // The store may not show a revision created a moment ago; it is the newest all the same.
+    if !revisions
+        .iter()
+        .any(|r| r.metadata.name == latest.metadata.name)
+    {
+        revisions.push(latest.clone());
+    }
+    let live = history::live_revisions(ss, pods.iter().map(|p| p.as_ref()), &revisions);
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    for doomed in history::revisions_to_delete(ss, &revisions, &live) {
+        if doomed.metadata.name == latest.metadata.name {
+            continue;
+        }
+        let revision_name = doomed.name_any();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: doomed.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&revision_name, &params).await {
+            Ok(_) => {
+                if let Ok(mut ex) = ctx.expectations.lock() {
+                    ex.expect(
+                        &name,
+                        Expectation::gone(
+                            "ControllerRevision",
+                            revision_name,
+                            doomed.metadata.uid.clone(),
+                        ),
+                        Instant::now(),
+                    );
+                }
+            }
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!(
+                        "deleting ControllerRevision {}/{revision_name} of SidecarSet {name}",
+                        ctx.config.namespace
+                    ),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Patches one Pod's sidecar images in place, guarded by its resourceVersion.

@@ -323,7 +323,7 @@ pub fn choose_update_revision(
 }
 
 /// Oldest first; equal numbers (possible after a failed renumbering) ordered by name for stability.
-fn sort_revisions(revisions: &mut [&ControllerRevision]) {
+pub(crate) fn sort_revisions(revisions: &mut [&ControllerRevision]) {
     revisions.sort_by(|a, b| {
         a.revision
             .cmp(&b.revision)

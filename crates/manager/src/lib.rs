@@ -399,6 +399,7 @@ async fn run_controllers(
             workers: args.sidecarset_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
             excluded_namespaces: vec![args.namespace.clone()],
+            namespace: args.namespace.clone(),
         },
     );
     let cloneset = kruise_controllers::cloneset::run(

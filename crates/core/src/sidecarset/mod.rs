@@ -7,6 +7,7 @@
 //! the community edition, so there is nothing to model for it.
 
 mod annotations;
+pub mod history;
 mod hot_upgrade;
 mod inject;
 mod matching;
