@@ -262,8 +262,9 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                     ss,
                     EventType::Normal,
                     "NotUpgradablePods",
+                    // Upstream's wording, then which Pods (it names none).
                     format!(
-                        "{} Pods can not be upgraded in place (only image changes can): {}",
+                        "SidecarSet in-place update detected {} not upgradable pod(s) in this round, will skip them: {}",
                         names.len(),
                         names.join(", ")
                     ),
