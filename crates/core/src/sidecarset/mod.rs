@@ -16,6 +16,7 @@ mod missing;
 mod placement;
 mod revision;
 mod sidecar;
+pub mod upgradable;
 pub mod upgrade;
 
 use k8s_openapi::api::core::v1::Pod;
