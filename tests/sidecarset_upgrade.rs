@@ -339,8 +339,21 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
             Ok((s.updated_pods == 0 && s.matched_pods == 3).then_some(()))
         })
         .await?;
+        // Each Pod says so in its SidecarSetUpgradable condition.
         for p in ["a", "b", "c"] {
-            let pod = pods.get(p).await?;
+            let pod = eventually("SidecarSetUpgradable False", TIMEOUT, || async {
+                let pod = pods.get(p).await?;
+                let falsy = kruise_e2e::pod_condition(&pod, "SidecarSetUpgradable")
+                    .is_some_and(|c| c.status == "False");
+                Ok(falsy.then_some(pod))
+            })
+            .await?;
+            let condition = kruise_e2e::pod_condition(&pod, "SidecarSetUpgradable")
+                .cloned()
+                .unwrap_or_default();
+            ensure!(condition.reason.as_deref() == Some("UpdateImmutableField"), "{condition:?}");
+            let entries: Value = serde_json::from_str(condition.message.as_deref().unwrap_or("{}"))?;
+            ensure!(entries == json!({name.clone(): false}), "{entries}");
             ensure!(restarts(&pod, "logtail") <= 1, "{p} restarted for a non-image change");
         }
         sidecarsets.delete(&name, &Default::default()).await?;

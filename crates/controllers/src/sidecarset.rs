@@ -1,5 +1,8 @@
-//! The SidecarSet controller (inventory §3.4, §3.5): upgrades injected sidecars in place and
-//! reports status, deciding with `kruise_core::sidecarset::upgrade`.
+//! The SidecarSet controller (inventory §3.2, §3.4, §3.5): records the SidecarSet's history as
+//! ControllerRevisions in the manager's namespace, upgrades injected sidecars in place (cold: the
+//! image is replaced; hot: the new image starts in the idle twin, which takes over, then the old twin
+//! is reset to the empty image), keeps each Pod's `SidecarSetUpgradable` condition, and reports
+//! status. Decisions are `kruise_core::sidecarset::{history, upgrade, upgradable}`.
 //!
 //! It also watches for Pods the selector matches that were created without the sidecars (the Pod
 //! webhook was down and its failure policy lets Pods through): they are counted in
@@ -22,6 +25,7 @@ use kruise_core::revision::{
     UpdateRevision, choose_update_revision, equal_revision, next_revision_number,
 };
 use kruise_core::sidecarset::history;
+use kruise_core::sidecarset::upgradable::upgradable_condition_patch;
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, missing_injections, pod_namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -251,6 +255,13 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     let mut failure = None;
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
+            // Hot upgrade: reset the old twins to the empty image first; the round ends there.
+            for &i in &plan.flip {
+                if let Err(error) = reset_idle_twin(ctx, ss, &managed[i], now).await {
+                    failure = Some(error);
+                    break;
+                }
+            }
             if !plan.not_upgradable.is_empty() {
                 let names: Vec<String> = plan
                     .not_upgradable
@@ -271,6 +282,11 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                     None,
                 )
                 .await;
+                for &i in &plan.not_upgradable {
+                    if let Err(error) = set_upgradable(ctx, ss, &managed[i], false, now).await {
+                        failure.get_or_insert(error);
+                    }
+                }
             }
             for &i in &plan.upgrade {
                 if let Err(error) = upgrade_pod(ctx, ss, &managed[i], &latest_revision, now).await {
@@ -495,7 +511,54 @@ async fn truncate_history(
     Ok(())
 }
 
-/// Patches one Pod's sidecar images in place, guarded by its resourceVersion.
+/// Sends a JSON patch guarded by the Pod's resourceVersion (to the status subresource when
+/// `status`), recording the expectation that the cache catches up with the result. `Ok(None)` when
+/// the Pod changed or went away meanwhile: the next reconcile decides again.
+async fn patch_pod(
+    ctx: &Context,
+    ss: &SidecarSet,
+    pod: &Pod,
+    patch: json_patch::Patch,
+    status: bool,
+    operation: &str,
+) -> Result<Option<Pod>, Error> {
+    let ns = pod.namespace().unwrap_or_default();
+    let pod_name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = Patch::<()>::Json(patch);
+    let params = PatchParams::default();
+    let result = if status {
+        api.patch_status(&pod_name, &params, &patch).await
+    } else {
+        api.patch(&pod_name, &params, &patch).await
+    };
+    match result {
+        Ok(patched) => {
+            ctx.metrics.pod_operation(CONTROLLER, operation, true);
+            if let (Ok(mut ex), Some(rv)) = (
+                ctx.expectations.lock(),
+                patched.metadata.resource_version.clone(),
+            ) {
+                ex.expect(
+                    &ss.name_any(),
+                    Expectation::observed("Pod", format!("{ns}/{pod_name}"), rv),
+                    Instant::now(),
+                );
+            }
+            Ok(Some(patched))
+        }
+        Err(error) if is_race(&error) => Ok(None),
+        Err(source) => {
+            ctx.metrics.pod_operation(CONTROLLER, operation, false);
+            Err(Error::Kube {
+                context: format!("{operation}: Pod {ns}/{pod_name}"),
+                source,
+            })
+        }
+    }
+}
+
+/// Upgrades one Pod's sidecar images in place, then marks it upgradable for this SidecarSet.
 async fn upgrade_pod(
     ctx: &Context,
     ss: &SidecarSet,
@@ -503,42 +566,91 @@ async fn upgrade_pod(
     latest_revision: &str,
     now: Timestamp,
 ) -> Result<(), Error> {
-    let ns = pod.namespace().unwrap_or_default();
-    let pod_name = pod.name_any();
-    let patch = upgrade::upgrade_patch(ss, pod, latest_revision, now)
-        .map_err(|e| Error::Invalid(format!("Pod {ns}/{pod_name}: {e}")))?;
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    match api
-        .patch(
-            &pod_name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await
-    {
-        Ok(patched) => {
-            ctx.metrics
-                .pod_operation(CONTROLLER, "update_in_place", true);
-            if let (Ok(mut ex), Some(rv)) =
-                (ctx.expectations.lock(), patched.metadata.resource_version)
-            {
-                ex.expect(
-                    &ss.name_any(),
-                    Expectation::observed("Pod", format!("{ns}/{pod_name}"), rv),
-                    Instant::now(),
-                );
-            }
-            Ok(())
-        }
-        Err(error) if is_race(&error) => Ok(()),
-        Err(source) => {
-            ctx.metrics
-                .pod_operation(CONTROLLER, "update_in_place", false);
-            Err(Error::Kube {
-                context: format!("upgrading the sidecars of Pod {ns}/{pod_name}"),
-                source,
-            })
-        }
+    let patch = upgrade::upgrade_patch(ss, pod, latest_revision, now).map_err(|e| {
+        Error::Invalid(format!(
+            "Pod {}/{}: {e}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ))
+    })?;
+    let Some(patched) = patch_pod(ctx, ss, pod, patch, false, "update_in_place").await? else {
+        return Ok(());
+    };
+    set_upgradable(ctx, ss, &patched, true, now).await
+}
+
+/// Records in the Pod's `SidecarSetUpgradable` condition whether this SidecarSet can upgrade it in
+/// place (a no-op when the condition already says so).
+async fn set_upgradable(
+    ctx: &Context,
+    ss: &SidecarSet,
+    pod: &Pod,
+    upgradable: bool,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let patch = upgradable_condition_patch(pod, &ss.name_any(), upgradable, now).map_err(|e| {
+        Error::Invalid(format!(
+            "Pod {}/{}: {e}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ))
+    })?;
+    if let Some(patch) = patch {
+        patch_pod(ctx, ss, pod, patch, true, "update_condition").await?;
+    }
+    Ok(())
+}
+
+/// Hot upgrade's last step: the twin that no longer works goes back to the empty image, with an
+/// Event on the Pod either way (upstream's reasons).
+async fn reset_idle_twin(
+    ctx: &Context,
+    ss: &SidecarSet,
+    pod: &Pod,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let patch = upgrade::flip_patch(ss, pod, now).map_err(|e| {
+        Error::Invalid(format!(
+            "Pod {}/{}: {e}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ))
+    })?;
+    let result = patch_pod(ctx, ss, pod, patch, false, "reset_hot_upgrade_container").await;
+    let (type_, reason, note) = match &result {
+        Ok(Some(_)) => (
+            EventType::Normal,
+            "ResetContainerSucceed",
+            "reset sidecar container image empty successfully".to_owned(),
+        ),
+        Ok(None) => return Ok(()),
+        Err(error) => (
+            EventType::Warning,
+            "ResetContainerFailed",
+            format!("reset sidecar container image empty failed: {error}"),
+        ),
+    };
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "HotUpgrade".into(),
+        secondary: Some(ss.object_ref(&())),
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &pod_reference(pod)).await {
+        tracing::warn!(%error, "publishing an event");
+    }
+    result.map(|_| ())
+}
+
+fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        ..ObjectReference::default()
     }
 }
 
@@ -557,14 +669,7 @@ async fn report_missed(ctx: &Context, ss: &SidecarSet, missed: &[Arc<Pod>]) {
         if !first {
             continue;
         }
-        let pod_ref = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-            uid: pod.metadata.uid.clone(),
-            ..ObjectReference::default()
-        };
+        let pod_ref = pod_reference(pod);
         let note = format!(
             "Pod {}/{} matches SidecarSet {ss_name} but was created without its sidecars (the Pod webhook was unavailable); recreate the Pod to inject them",
             pod.namespace().unwrap_or_default(),
