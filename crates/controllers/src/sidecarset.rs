@@ -289,9 +289,17 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 }
             }
             for &i in &plan.upgrade {
-                if let Err(error) = upgrade_pod(ctx, ss, &managed[i], &latest_revision, now).await {
-                    failure = Some(error);
-                    break;
+                match upgrade_pod(ctx, ss, &managed[i], &latest_revision, now).await {
+                    Ok(()) => {}
+                    // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata
+                    // cannot merge into) must not hold up the others.
+                    Err(error @ Error::Invalid(_)) => {
+                        failure.get_or_insert(error);
+                    }
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
                 }
             }
         }

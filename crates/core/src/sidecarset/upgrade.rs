@@ -430,6 +430,12 @@ pub enum UpgradeError {
     NoSpec,
     #[error("pod {field}: invalid value: {message}")]
     InvalidField { field: String, message: String },
+    #[error("spec.patchPodMetadata[{index}].annotations[{key}]: invalid value: {message}")]
+    PatchPodMetadata {
+        index: usize,
+        key: String,
+        message: String,
+    },
 }
 
 /// The op every Pod patch starts with: test the resourceVersion, so that the patch applies only to
@@ -626,6 +632,21 @@ pub fn upgrade_patch(
         ANNOTATION_INPLACE_UPDATE_STATE.to_owned(),
         record_restarts(ss, pod, &changed, now, true),
     );
+    // `patchPodMetadata` is applied again, as upstream does on every upgrade, so annotations the
+    // SidecarSet gained since the Pod was injected reach it with the new sidecars.
+    let mut metadata = existing.clone();
+    super::metadata::patch_annotations(&mut metadata, &ss.spec.patch_pod_metadata).map_err(
+        |(index, key, message)| UpgradeError::PatchPodMetadata {
+            index,
+            key,
+            message,
+        },
+    )?;
+    for (key, value) in metadata {
+        if existing.get(&key) != Some(&value) {
+            notes.entry(key).or_insert(value);
+        }
+    }
     ops.extend(annotation_ops(pod, notes));
     Ok(Patch(ops))
 }
@@ -904,6 +925,52 @@ mod tests {
             s[0].image_id = "logtail:2@sha256:2".into();
         }
         assert!(pod_facts(&v2, &restarted).consistent);
+        Ok(())
+    }
+
+    #[test]
+    fn patch_pod_metadata_is_applied_again_on_upgrade() -> Result<(), UpgradeError> {
+        use kruise_api::sidecarset::v1beta1::{
+            PATCH_POLICY_MERGE_PATCH_JSON, PATCH_POLICY_OVERWRITE, SidecarSetPatchPodMetadata,
+        };
+        let v1 = sidecarset("logtail:1");
+        let mut p = pod("a", &v1, true);
+        let notes = p.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        notes.insert("kept".into(), "pod".into());
+        notes.insert("over".into(), "pod".into());
+        notes.insert("merged".into(), r#"{"a":1}"#.into());
+        let patch_with = |policy: &str, key: &str, value: &str| SidecarSetPatchPodMetadata {
+            annotations: BTreeMap::from([(key.to_string(), value.to_string())]),
+            patch_policy: policy.into(),
+        };
+        let mut v2 = sidecarset("logtail:2");
+        v2.spec.patch_pod_metadata = vec![
+            patch_with("", "kept", "sidecarset"),
+            patch_with("", "added", "sidecarset"),
+            patch_with(PATCH_POLICY_OVERWRITE, "over", "sidecarset"),
+            patch_with(PATCH_POLICY_MERGE_PATCH_JSON, "merged", r#"{"b":2}"#),
+        ];
+        let patch = upgrade_patch(&v2, &p, "rev-2", Timestamp::UNIX_EPOCH)?;
+        let mut doc = serde_json::to_value(&p).unwrap_or_default();
+        json_patch::patch(&mut doc, &patch).map_err(|_| UpgradeError::NoSpec)?;
+        let upgraded: Pod = serde_json::from_value(doc).map_err(|_| UpgradeError::NoSpec)?;
+        let got = upgraded.metadata.annotations.unwrap_or_default();
+        // (key, value after the upgrade)
+        for (key, want) in [
+            ("kept", "pod"),
+            ("added", "sidecarset"),
+            ("over", "sidecarset"),
+            ("merged", r#"{"a":1,"b":2}"#),
+        ] {
+            assert_eq!(got.get(key).map(String::as_str), Some(want), "{key}");
+        }
+        // A Pod value a JSON merge cannot read names the field and changes nothing.
+        let notes = p.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        notes.insert("merged".into(), "not json".into());
+        assert!(matches!(
+            upgrade_patch(&v2, &p, "rev-2", Timestamp::UNIX_EPOCH),
+            Err(UpgradeError::PatchPodMetadata { index: 3, ref key, .. }) if key == "merged"
+        ));
         Ok(())
     }
 
