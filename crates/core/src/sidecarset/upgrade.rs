@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation, TestOperation};
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::sidecarset::hash::{
@@ -200,6 +200,24 @@ impl<'p> Observed<'p> {
         let Some(spec) = self.pod.spec.as_ref().filter(|_| self.complete) else {
             return false;
         };
+        let names: Vec<S> = names.into_iter().collect();
+        let present: Vec<&Container> = names
+            .iter()
+            .filter_map(|n| spec.containers.iter().find(|c| c.name == n.as_ref()))
+            .collect();
+        // Images pinned by digest say exactly what must run: the reported imageID must carry the
+        // digest (upstream's shortcut when every sidecar image is a digest).
+        let digests: Option<Vec<(&str, &str)>> = present
+            .iter()
+            .map(|c| Some((c.name.as_str(), image_digest(c.image.as_deref()?)?)))
+            .collect();
+        if let Some(digests) = digests.filter(|d| !d.is_empty()) {
+            return digests.iter().all(|(name, digest)| {
+                self.status(name)
+                    .and_then(|s| image_digest(&s.image_id))
+                    .is_some_and(|running| running == *digest)
+            });
+        }
         names.into_iter().all(|name| {
             let name = name.as_ref();
             let Some(container) = spec.containers.iter().find(|c| c.name == name) else {
@@ -221,6 +239,14 @@ impl<'p> Observed<'p> {
     fn settled(&self, name: &str) -> bool {
         self.ready(name) && self.consistent([name])
     }
+}
+
+/// The digest of an image reference or imageID (`repo@sha256:…`, `docker-pullable://repo@sha256:…`).
+fn image_digest(reference: &str) -> Option<&str> {
+    reference
+        .rsplit_once('@')
+        .map(|(_, digest)| digest)
+        .filter(|d| d.contains(':'))
 }
 
 fn recorded(pod: &Pod, key: &str, name: &str) -> Option<UpgradeSpec> {
@@ -926,6 +952,37 @@ mod tests {
         }
         assert!(pod_facts(&v2, &restarted).consistent);
         Ok(())
+    }
+
+    #[test]
+    fn digest_images_are_consistent_when_the_digest_runs() {
+        let pinned = "logtail@sha256:aaa";
+        let ss = sidecarset(pinned);
+        // (spec image, reported imageID, consistent)
+        let cases = [
+            (pinned, "docker-pullable://logtail@sha256:aaa", true),
+            (pinned, "logtail@sha256:aaa", true),
+            (pinned, "docker-pullable://logtail@sha256:bbb", false),
+            (pinned, "", false),
+            // A tag: the recorded-imageID rule applies (nothing recorded yet: consistent).
+            ("logtail:1", "logtail@sha256:bbb", true),
+        ];
+        for (image, image_id, want) in cases {
+            let mut p = pod("a", &sidecarset(image), true);
+            if let Some(statuses) = p
+                .status
+                .as_mut()
+                .and_then(|s| s.container_statuses.as_mut())
+            {
+                statuses[0].image_id = image_id.into();
+            }
+            let ss = if image == pinned {
+                ss.clone()
+            } else {
+                sidecarset(image)
+            };
+            assert_eq!(is_consistent(&ss, &p), want, "{image} running {image_id:?}");
+        }
     }
 
     #[test]
