@@ -218,13 +218,13 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     } else {
         Vec::new()
     };
-    let mut managed: Vec<Pod> = Vec::new();
+    let mut managed: Vec<Arc<Pod>> = Vec::new();
     let mut missed: Vec<Arc<Pod>> = Vec::new();
     let mut excluded = ctx.config.excluded_namespaces.clone();
     excluded.push(ALWAYS_EXCLUDED_NAMESPACE.to_owned());
     for pod in &candidates {
         if upgrade::is_managed(ss, pod) {
-            managed.push((**pod).clone());
+            managed.push(pod.clone());
             continue;
         }
         let ns_labels = ctx
@@ -589,6 +589,11 @@ async fn upgrade_pod(
 
 /// Records in the Pod's `SidecarSetUpgradable` condition whether this SidecarSet can upgrade it in
 /// place (a no-op when the condition already says so).
+///
+/// The patch is guarded by the Pod's resourceVersion (other SidecarSets write their entries of the
+/// same condition), and right after an upgrade the kubelet is busy updating the Pod's status, so a
+/// lost race re-reads the Pod and tries again, a few times — this is an edge (the upgrade) that no
+/// later reconcile would revisit.
 async fn set_upgradable(
     ctx: &Context,
     ss: &SidecarSet,
@@ -596,16 +601,37 @@ async fn set_upgradable(
     upgradable: bool,
     now: Timestamp,
 ) -> Result<(), Error> {
-    let patch = upgradable_condition_patch(pod, &ss.name_any(), upgradable, now).map_err(|e| {
-        Error::Invalid(format!(
-            "Pod {}/{}: {e}",
-            pod.namespace().unwrap_or_default(),
-            pod.name_any()
-        ))
-    })?;
-    if let Some(patch) = patch {
-        patch_pod(ctx, ss, pod, patch, true, "update_condition").await?;
+    const ATTEMPTS: usize = 5;
+    let ns = pod.namespace().unwrap_or_default();
+    let pod_name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut current = pod.clone();
+    for attempt in 1..=ATTEMPTS {
+        let patch = upgradable_condition_patch(&current, &ss.name_any(), upgradable, now)
+            .map_err(|e| Error::Invalid(format!("Pod {ns}/{pod_name}: {e}")))?;
+        let Some(patch) = patch else {
+            return Ok(());
+        };
+        if patch_pod(ctx, ss, &current, patch, true, "update_condition")
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        if attempt == ATTEMPTS {
+            break;
+        }
+        match api
+            .get_opt(&pod_name)
+            .await
+            .context(|| format!("reading Pod {ns}/{pod_name}"))?
+        {
+            Some(fresh) if fresh.metadata.uid == pod.metadata.uid => current = fresh,
+            // Gone or replaced: nothing to record.
+            _ => return Ok(()),
+        }
     }
+    tracing::warn!(pod = %format!("{ns}/{pod_name}"), sidecarset = %ss.name_any(), "the SidecarSetUpgradable condition kept losing races; left for the next upgrade");
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 //! uses Go's unstable `sort.Slice`/`sort.Sort` for the base orders, which makes ties land in an
 //! arbitrary order; being deterministic is a strict improvement and changes no stated rule.
 
+use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 
@@ -121,14 +122,18 @@ fn priority_key(strategy: &UpdatePriorityStrategy, pod: &Pod) -> PriorityKey {
 /// Stable sort by the update priority strategy: by summed weight of matching terms, higher first; or by
 /// the first ordered key present (earlier keys first), then by the trailing integer of its value, higher
 /// first. Pods that tie keep their order.
-pub fn sort_by_priority(pods: &[Pod], indexes: &mut [usize], strategy: &UpdatePriorityStrategy) {
+pub fn sort_by_priority<P: Borrow<Pod>>(
+    pods: &[P],
+    indexes: &mut [usize],
+    strategy: &UpdatePriorityStrategy,
+) {
     if strategy.weight_priority.is_empty() && strategy.order_priority.is_empty() {
         return;
     }
     // Keys are computed once per Pod; selectors are not cheap to evaluate inside a comparator.
     let mut keyed: Vec<(PriorityKey, usize)> = indexes
         .iter()
-        .map(|&i| (priority_key(strategy, &pods[i]), i))
+        .map(|&i| (priority_key(strategy, pods[i].borrow()), i))
         .collect();
     keyed.sort_by_key(|&(key, _)| key);
     for (slot, (_, i)) in indexes.iter_mut().zip(keyed) {
@@ -144,7 +149,11 @@ fn matches_term(pod: &Pod, term: &UpdateScatterTerm) -> bool {
 /// one zone are not all updated in the same batch. With several terms, the terms matched by more waiting
 /// Pods are applied first; terms no waiting Pod matches are dropped. `pods` is the whole set (the
 /// density of matches is measured over it), `indexes` the Pods waiting in their current order.
-pub fn scatter(pods: &[Pod], mut indexes: Vec<usize>, terms: &[UpdateScatterTerm]) -> Vec<usize> {
+pub fn scatter<P: Borrow<Pod>>(
+    pods: &[P],
+    mut indexes: Vec<usize>,
+    terms: &[UpdateScatterTerm],
+) -> Vec<usize> {
     if terms.is_empty() || indexes.len() <= 1 {
         return indexes;
     }
@@ -154,8 +163,8 @@ pub fn scatter(pods: &[Pod], mut indexes: Vec<usize>, terms: &[UpdateScatterTerm
     indexes
 }
 
-fn scatter_terms<'a>(
-    pods: &[Pod],
+fn scatter_terms<'a, P: Borrow<Pod>>(
+    pods: &[P],
     indexes: &[usize],
     terms: &'a [UpdateScatterTerm],
 ) -> Vec<&'a UpdateScatterTerm> {
@@ -170,7 +179,7 @@ fn scatter_terms<'a>(
         }
         let count = indexes
             .iter()
-            .filter(|&&i| matches_term(&pods[i], term))
+            .filter(|&&i| matches_term(pods[i].borrow(), term))
             .count();
         if count > 0 {
             counted.push((term, count));
@@ -228,13 +237,21 @@ fn group_by_density(
     }
 }
 
-fn scatter_by_term(pods: &[Pod], indexes: Vec<usize>, term: &UpdateScatterTerm) -> Vec<usize> {
-    let (mut matched, unmatched): (Vec<usize>, Vec<usize>) =
-        indexes.iter().partition(|&&i| matches_term(&pods[i], term));
+fn scatter_by_term<P: Borrow<Pod>>(
+    pods: &[P],
+    indexes: Vec<usize>,
+    term: &UpdateScatterTerm,
+) -> Vec<usize> {
+    let (mut matched, unmatched): (Vec<usize>, Vec<usize>) = indexes
+        .iter()
+        .partition(|&&i| matches_term(pods[i].borrow(), term));
     if matched.len() <= 1 || unmatched.len() <= 1 {
         return indexes;
     }
-    let total_matched = pods.iter().filter(|p| matches_term(p, term)).count();
+    let total_matched = pods
+        .iter()
+        .filter(|p| matches_term((*p).borrow(), term))
+        .count();
     let total_unmatched = pods.len() - total_matched;
     // The last matched Pod always goes to the very end.
     let Some(last) = matched.pop() else {

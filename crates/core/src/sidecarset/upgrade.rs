@@ -10,6 +10,7 @@
 //! upgrade writes the new image into one twin and names it working, and a later round flips the other
 //! twin back to the empty image ([`flip_patch`]) before anything else is upgraded.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
@@ -341,9 +342,9 @@ pub fn plan_hot_flips(ss: &SidecarSet, facts: &[PodFacts]) -> Vec<usize> {
 /// order, then priority, then scatter; the last `partition` of them kept back; then cut so that
 /// updated-but-unready Pods plus ready Pods taken stay within maxUnavailable (a Pod that is not ready
 /// is always taken: upgrading it costs no availability).
-pub fn plan_upgrade(
+pub fn plan_upgrade<P: Borrow<Pod>>(
     ss: &SidecarSet,
-    pods: &[Pod],
+    pods: &[P],
     facts: &[PodFacts],
 ) -> Result<UpgradePlan, InvalidSetting> {
     let strategy = &ss.spec.update_strategy;
@@ -361,7 +362,7 @@ pub fn plan_upgrade(
     };
     let mut waiting = Vec::new();
     for (i, (pod, f)) in pods.iter().zip(facts).enumerate() {
-        if f.updated || !selected(pod) {
+        if f.updated || !selected(pod.borrow()) {
             continue;
         }
         if !f.upgradable {
@@ -370,7 +371,7 @@ pub fn plan_upgrade(
             waiting.push(i);
         }
     }
-    waiting.sort_by(|&a, &b| ordering::active_pods_cmp(&pods[a], &pods[b]));
+    waiting.sort_by(|&a, &b| ordering::active_pods_cmp(pods[a].borrow(), pods[b].borrow()));
     if let Some(priority) = &strategy.priority_strategy {
         ordering::sort_by_priority(pods, &mut waiting, priority);
     }
@@ -415,8 +416,8 @@ pub fn plan_upgrade(
 }
 
 /// Scatter terms with `"*"` expanded to every value of that label on the Pods.
-fn expand_scatter(
-    pods: &[Pod],
+fn expand_scatter<P: Borrow<Pod>>(
+    pods: &[P],
     terms: &[kruise_api::pub_types::UpdateScatterTerm],
 ) -> Vec<kruise_api::pub_types::UpdateScatterTerm> {
     let mut out = Vec::new();
@@ -427,7 +428,7 @@ fn expand_scatter(
         }
         let mut values: Vec<String> = pods
             .iter()
-            .filter_map(|p| pods::label(p, &term.key).map(str::to_owned))
+            .filter_map(|p| pods::label(p.borrow(), &term.key).map(str::to_owned))
             .collect();
         values.sort();
         values.dedup();
