@@ -5,7 +5,7 @@ mod conflicts;
 mod gotypes;
 pub mod hash;
 pub mod quantity;
-mod resources_expr;
+pub mod resources_expr;
 pub mod v1alpha1;
 pub mod v1beta1;
 mod validate;

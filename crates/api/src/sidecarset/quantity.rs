@@ -210,6 +210,52 @@ impl Quantity {
         self.mantissa == 0
     }
 
+    /// The quantity mantissa × 10^exponent (`negative` ignored for zero), written in `format`'s family.
+    /// Never kept verbatim: it prints in canonical form.
+    pub fn from_decimal(negative: bool, mantissa: u128, exponent: i32, format: Format) -> Self {
+        let (mantissa, exponent) = normalize(mantissa, exponent);
+        Self {
+            negative: negative && mantissa != 0,
+            mantissa,
+            exponent,
+            format,
+            verbatim: None,
+        }
+    }
+
+    /// The exact value as (negative, mantissa, exponent): mantissa × 10^exponent, the mantissa without
+    /// trailing zeros.
+    pub fn decimal_parts(&self) -> (bool, u128, i32) {
+        (self.negative, self.mantissa, self.exponent)
+    }
+
+    /// The suffix family the quantity prints in.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The exact sum, `None` when it does not fit. As Go's `Quantity.Add`, the sum keeps `self`'s
+    /// format, or takes `other`'s when `self` is zero.
+    pub fn checked_add(&self, other: &Self) -> Option<Self> {
+        let common = self.exponent.min(other.exponent);
+        let signed = |q: &Self| -> Option<i128> {
+            let magnitude = i128::try_from(scale_up(q.mantissa, q.exponent - common)?).ok()?;
+            Some(if q.negative { -magnitude } else { magnitude })
+        };
+        let sum = signed(self)?.checked_add(signed(other)?)?;
+        let format = if self.is_zero() {
+            other.format
+        } else {
+            self.format
+        };
+        Some(Self::from_decimal(
+            sum < 0,
+            sum.unsigned_abs(),
+            common,
+            format,
+        ))
+    }
+
     pub fn is_negative(&self) -> bool {
         self.negative
     }
@@ -417,6 +463,40 @@ mod tests {
                 "{input:?} should not parse"
             );
         }
+    }
+
+    #[test]
+    fn exact_sums_keep_the_first_non_zero_format() {
+        // (left, right, sum as Go's Quantity.Add then String() print it)
+        let cases = [
+            ("1", "500m", "1500m"),
+            ("512Mi", "512Mi", "1Gi"),
+            ("0", "512Mi", "512Mi"),
+            ("500Mi", "524288000", "1000Mi"),
+            ("524288000", "500Mi", "1048576k"),
+            ("1", "-250m", "750m"),
+            ("100m", "-100m", "0"),
+            ("1n", "1", "1000000001n"),
+        ];
+        for (left, right, want) in cases {
+            let sum = Quantity::parse(left)
+                .expect("left")
+                .checked_add(&Quantity::parse(right).expect("right"))
+                .expect("fits");
+            assert_eq!(sum.canonical(), want, "{left} + {right}");
+        }
+        assert_eq!(
+            Quantity::from_decimal(false, 1500, -3, Format::DecimalSi).canonical(),
+            "1500m"
+        );
+        assert_eq!(
+            Quantity::from_decimal(false, 268435456, 0, Format::BinarySi).canonical(),
+            "256Mi"
+        );
+        assert_eq!(
+            Quantity::from_decimal(true, 0, 5, Format::BinarySi).decimal_parts(),
+            (false, 0, 0)
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@ use kruise_api::sidecarset::{
 use super::annotations::{UpgradeSpec, encode_upgrade_specs, injected_list, parse_upgrade_specs};
 use super::placement::{Position, merge_containers, merge_secrets, merge_volumes};
 use super::{
-    InjectContext, InjectError, Injection, hot_upgrade, metadata, non_empty_annotation, revision,
-    sidecar,
+    InjectContext, InjectError, Injection, hot_upgrade, metadata, non_empty_annotation, resources,
+    revision, sidecar,
 };
 
 /// Injects `sidecarsets` (already [`super::matches`]ed, in a stable order such as by name) into `pod`,
@@ -27,8 +27,9 @@ use super::{
 /// In order: paused SidecarSets are skipped; each remaining one is taken at the version the Pod gets
 /// (`injectionStrategy.revision`); a canary SidecarSet shadows its base; `patchPodMetadata` is applied;
 /// then every SidecarSet's init containers (new Pods only — this is the only path), pull secrets,
-/// containers and the volumes those reference are merged in, and the Pod records what it got in its
-/// annotations. When no container is injected, only the `patchPodMetadata` changes are kept.
+/// containers (sized by their `resourcesPolicy`) and the volumes those reference are merged in, and
+/// the Pod records what it got in its annotations. When no container is injected, only the
+/// `patchPodMetadata` changes are kept.
 pub fn inject(
     pod: &Pod,
     sidecarsets: &[&SidecarSet],
@@ -131,6 +132,12 @@ fn build(
     let mut names = injected_list(&pod_annotations);
     let mut built = Built::default();
     let mut any_hot = false;
+    // resourcesPolicy sizes a sidecar after the Pod's own containers, never after another sidecar.
+    let kruise_sidecars: HashSet<&str> = sidecarsets
+        .iter()
+        .flat_map(|s| s.spec.init_containers.iter().chain(&s.spec.containers))
+        .map(|c| c.name.as_str())
+        .collect();
 
     for sidecarset in sidecarsets {
         let name = name_of(sidecarset).to_string();
@@ -162,7 +169,19 @@ fn build(
                 }
                 let hot = running && sidecar_container.upgrade_strategy.upgrade_type == HOT_UPGRADE;
                 let field = format!("{list_field}[{i}]");
-                let placed = prepare(sidecar_container, pod, &name, &field, &volumes, &mut built)?;
+                let mut placed =
+                    prepare(sidecar_container, pod, &name, &field, &volumes, &mut built)?;
+                // Before a hot-upgrade split, so that both twins get the computed resources.
+                if let Some(computed) = resources::compute(
+                    sidecar_container,
+                    init,
+                    pod,
+                    &kruise_sidecars,
+                    &name,
+                    &field,
+                )? {
+                    placed.container.resources = Some(computed);
+                }
                 injecting = true;
                 any_hot |= hot;
                 let target = if init {
@@ -246,12 +265,6 @@ fn prepare(
     volumes: &HashMap<&str, &Volume>,
     built: &mut Built,
 ) -> Result<Placed, InjectError> {
-    if sidecar_container.resources_policy.is_some() {
-        return Err(InjectError::ResourcesPolicyUnsupported {
-            sidecarset: sidecarset.to_string(),
-            field: format!("{field}.resourcesPolicy"),
-        });
-    }
     // Only the volumes the sidecar itself names come from the SidecarSet; the shared mounts name the
     // Pod's own volumes.
     let mounts = sidecar_container

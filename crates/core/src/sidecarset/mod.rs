@@ -14,6 +14,7 @@ mod matching;
 mod metadata;
 mod missing;
 mod placement;
+mod resources;
 mod revision;
 mod sidecar;
 pub mod upgradable;
@@ -106,8 +107,35 @@ pub enum InjectError {
         container: String,
         other: String,
     },
-    #[error("sidecarset {sidecarset}: {field}: resourcesPolicy is not supported by this build")]
-    ResourcesPolicyUnsupported { sidecarset: String, field: String },
+    #[error("pod {field}: invalid value: {message}")]
+    InvalidPodField { field: String, message: String },
+    #[error(
+        "sidecarset {sidecarset}: {field}: no container of the Pod matches {pattern:?} (only its own containers and native sidecars count, not those of SidecarSets)"
+    )]
+    NoTargetContainers {
+        sidecarset: String,
+        field: String,
+        pattern: String,
+    },
+    #[error("sidecarset {sidecarset}: {field}: {expression:?} with {variable}: {error}")]
+    ResourcesExpr {
+        sidecarset: String,
+        field: String,
+        expression: String,
+        /// The variable and its value, `cpu=1500m`.
+        variable: String,
+        /// Boxed to keep `InjectError` small.
+        error: Box<kruise_api::sidecarset::resources_expr::ExprError>,
+    },
+    #[error(
+        "sidecarset {sidecarset}: {field}: the computed request {request} is above the computed limit {limit}"
+    )]
+    RequestAboveLimit {
+        sidecarset: String,
+        field: String,
+        request: String,
+        limit: String,
+    },
 }
 
 /// An annotation's value, an empty one counting as absent (Go reads both as "").

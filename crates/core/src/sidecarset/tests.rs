@@ -826,24 +826,287 @@ fn a_sidecarset_without_containers_changes_nothing() {
     assert_eq!(out.pod, web_pod());
 }
 
+// ---- resourcesPolicy ---------------------------------------------------------------------------------
+
+/// A Pod labelled `app=web` with `containers` (name, resources) and `init` containers.
+fn sized_pod(containers: Value, init: Value) -> Pod {
+    pod(json!({
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"}},
+        "spec": {"containers": containers, "initContainers": init},
+    }))
+}
+
+/// A SidecarSet `name` with one container `sidecar` (or init container, `init`) carrying `policy`.
+fn policy_set(name: &str, sidecar: &str, init: bool, policy: Value) -> SidecarSet {
+    let mut container = json!({"name": sidecar, "image": "proxy:1", "resourcesPolicy": policy});
+    if init {
+        container["restartPolicy"] = json!("Always");
+        set_with(name, json!({"initContainers": [container]}))
+    } else {
+        set_with(name, json!({"containers": [container]}))
+    }
+}
+
+/// The resources of container `name` as the Pod's JSON carries them (`null` when unset).
+fn resources_json(pod: &Pod, name: &str) -> Value {
+    serde_json::to_value(&container(pod, name).resources).expect("json")
+}
+
+fn two_app_containers() -> Pod {
+    sized_pod(
+        json!([
+            {"name": "main", "image": "main:1", "resources": {
+                "limits": {"cpu": "1", "memory": "512Mi"},
+                "requests": {"cpu": "500m", "memory": "256Mi"},
+            }},
+            {"name": "worker", "image": "worker:1", "resources": {
+                "limits": {"cpu": "500m", "memory": "512Mi"},
+                "requests": {"cpu": "250m"},
+            }},
+        ]),
+        json!([]),
+    )
+}
+
 #[test]
-fn an_unsupported_resources_policy_is_an_error_naming_the_field() {
-    let s = set_with(
-        "s",
-        json!({"containers": [{"name": "sc", "image": "x", "resourcesPolicy": {
+fn resources_policy_sizes_the_sidecar_from_the_app_containers() {
+    let sized = policy_set(
+        "sized",
+        "proxy",
+        false,
+        json!({
             "targetContainersMode": "sum",
-            "resourcesExpr": {"limits": {"cpu": "cpu*50%"}},
-        }}]}),
+            "resourcesExpr": {
+                "limits": {"cpu": "cpu*50%", "memory": "max(memory*25%, 64Mi)"},
+                "requests": {"cpu": "max(cpu*10%, 50m)", "memory": "memory"},
+            },
+        }),
     );
-    let err = Run::default()
-        .inject(&web_pod(), &[s])
-        .expect_err("must fail");
+    // Another SidecarSet's sidecar is never a target, however large.
+    let other = set_with(
+        "other",
+        json!({"containers": [{"name": "logger", "image": "log:1",
+            "resources": {"limits": {"cpu": "8", "memory": "8Gi"}}}]}),
+    );
+    let p = two_app_containers();
+    let out = run(&p, &[other, sized]);
     assert_eq!(
-        err,
-        InjectError::ResourcesPolicyUnsupported {
-            sidecarset: "s".into(),
-            field: "spec.containers[0].resourcesPolicy".into(),
-        }
+        container_names(&out.pod),
+        ["logger", "proxy", "main", "worker"]
+    );
+    // Sums: limits cpu 1500m, memory 1Gi; requests cpu 750m, memory 256Mi (worker sets none).
+    assert_eq!(
+        resources_json(&out.pod, "proxy"),
+        json!({
+            "limits": {"cpu": "750m", "memory": "256Mi"},
+            "requests": {"cpu": "75m", "memory": "256Mi"},
+        })
+    );
+    // Nothing else moves: the app containers keep their own resources.
+    for name in ["main", "worker"] {
+        assert_eq!(container(&out.pod, name), container(&p, name));
+    }
+}
+
+#[test]
+fn resources_policy_targets_by_regex_and_mode() {
+    let p = sized_pod(
+        json!([
+            {"name": "app-web", "image": "w", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
+            {"name": "app-job", "image": "j", "resources": {"limits": {"cpu": "1500m", "memory": "3Gi"}}},
+            {"name": "metrics", "image": "m", "resources": {"limits": {"cpu": "4", "memory": "4Gi"}}},
+        ]),
+        json!([]),
+    );
+    // (mode, regex, limits the sidecar gets with cpu "cpu / 4" and memory "memory / 4")
+    let cases = [
+        ("sum", "^app-", json!({"cpu": "875m", "memory": "1Gi"})),
+        ("max", "^app-", json!({"cpu": "500m", "memory": "768Mi"})),
+        ("sum", ".*", json!({"cpu": "1875m", "memory": "2Gi"})),
+        ("max", ".*", json!({"cpu": "1", "memory": "1Gi"})),
+        ("max", "web", json!({"cpu": "500m", "memory": "256Mi"})),
+    ];
+    for (mode, regex, want) in cases {
+        let s = policy_set(
+            "s",
+            "proxy",
+            false,
+            json!({
+                "targetContainersMode": mode,
+                "targetContainersNameRegex": regex,
+                "resourcesExpr": {"limits": {"cpu": "cpu / 4", "memory": "memory / 4"}},
+            }),
+        );
+        let out = run(&p, &[s]);
+        assert_eq!(
+            resources_json(&out.pod, "proxy"),
+            json!({"limits": want}),
+            "{mode} {regex}"
+        );
+    }
+}
+
+#[test]
+fn an_unlimited_target_leaves_the_sidecar_unlimited() {
+    let p = sized_pod(
+        json!([
+            {"name": "main", "image": "m", "resources": {
+                "limits": {"memory": "1Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}}},
+            {"name": "side", "image": "s", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+        ]),
+        json!([]),
+    );
+    // main has no cpu limit: the sum is unlimited, so the sidecar gets no cpu limit; memory is limited.
+    let s = policy_set(
+        "s",
+        "proxy",
+        false,
+        json!({
+            "targetContainersMode": "sum",
+            "resourcesExpr": {
+                "limits": {"cpu": "cpu", "memory": "memory * 10%"},
+                "requests": {"cpu": "cpu / 2"},
+            },
+        }),
+    );
+    let out = run(&p, &[s]);
+    assert_eq!(
+        resources_json(&out.pod, "proxy"),
+        // 10% of 2Gi is 214748364.8 bytes, rounded up to the byte; requests: main's 200m, side's 0.
+        json!({"limits": {"memory": "214748365"}, "requests": {"cpu": "100m"}})
+    );
+
+    // Only a cpu limit expression, and it is unlimited: the sidecar gets no resources at all.
+    let s = policy_set(
+        "s",
+        "proxy",
+        false,
+        json!({"targetContainersMode": "max", "resourcesExpr": {"limits": {"cpu": "cpu"}}}),
+    );
+    let out = run(&p, &[s]);
+    assert_eq!(resources_json(&out.pod, "proxy"), Value::Null);
+}
+
+#[test]
+fn a_native_sidecar_init_container_is_sized_after_native_sidecars_and_containers() {
+    let p = sized_pod(
+        json!([{"name": "main", "image": "m", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]),
+        json!([
+            // A plain init container does not run beside the sidecar: never a target.
+            {"name": "migrate", "image": "db", "resources": {"requests": {"cpu": "16", "memory": "64Gi"}}},
+            {"name": "log-agent", "image": "l", "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},
+        ]),
+    );
+    let s = policy_set(
+        "s",
+        "init-proxy",
+        true,
+        json!({
+            "targetContainersMode": "sum",
+            "resourcesExpr": {"requests": {"cpu": "cpu * 20%", "memory": "min(memory / 2, 512Mi)"}},
+        }),
+    );
+    let out = run(&p, &[s]);
+    assert_eq!(init_names(&out.pod), ["migrate", "log-agent", "init-proxy"]);
+    assert_eq!(
+        resources_json(&out.pod, "init-proxy"),
+        json!({"requests": {"cpu": "300m", "memory": "512Mi"}})
+    );
+}
+
+#[test]
+fn both_hot_upgrade_twins_get_the_computed_resources() {
+    let mut s = policy_set(
+        "s",
+        "proxy",
+        false,
+        json!({"targetContainersMode": "sum", "resourcesExpr": {"limits": {"cpu": "cpu"}}}),
+    );
+    let upgrade = &mut s.spec.containers[0].upgrade_strategy;
+    upgrade.upgrade_type = "HotUpgrade".into();
+    upgrade.hot_upgrade_empty_image = "proxy:empty".into();
+    let out = run(&two_app_containers(), &[s]);
+    for twin in ["proxy-1", "proxy-2"] {
+        assert_eq!(
+            resources_json(&out.pod, twin),
+            json!({"limits": {"cpu": "1500m"}}),
+            "{twin}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_resources_policy_fails_the_injection_naming_the_field() {
+    let sum = |expr: Value| json!({"targetContainersMode": "sum", "resourcesExpr": expr});
+    // (policy, init container?, the error's message)
+    let cases = [
+        (
+            json!({"targetContainersMode": "sum", "targetContainersNameRegex": "^db$",
+                "resourcesExpr": {"limits": {"cpu": "cpu"}}}),
+            false,
+            "sidecarset s: spec.containers[0].resourcesPolicy.targetContainersNameRegex: no container of the Pod matches \"^db$\" (only its own containers and native sidecars count, not those of SidecarSets)",
+        ),
+        (
+            sum(json!({"limits": {"cpu": "cpu - 2"}})),
+            false,
+            "sidecarset s: spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu: \"cpu - 2\" with cpu=1500m: calculation result is negative",
+        ),
+        (
+            sum(json!({"requests": {"memory": "memory * 1Mi"}})),
+            false,
+            "sidecarset s: spec.containers[0].resourcesPolicy.resourcesExpr.requests.memory: \"memory * 1Mi\" with memory=256Mi: multiplication of two quantities",
+        ),
+        (
+            sum(json!({"limits": {"cpu": "cpu / 2"}, "requests": {"cpu": "cpu * 2"}})),
+            false,
+            "sidecarset s: spec.containers[0].resourcesPolicy.resourcesExpr.requests.cpu: the computed request 1500m is above the computed limit 750m",
+        ),
+        (
+            json!({"targetContainersMode": "avg", "resourcesExpr": {"limits": {"cpu": "cpu"}}}),
+            false,
+            "sidecarset s: spec.containers[0].resourcesPolicy.targetContainersMode: invalid value: \"avg\": must be \"sum\" or \"max\"",
+        ),
+    ];
+    for (policy, init, want) in cases {
+        let s = policy_set("s", "proxy", init, policy);
+        let err = Run::default()
+            .inject(&two_app_containers(), &[s])
+            .expect_err(want);
+        assert_eq!(err.to_string(), want);
+    }
+
+    // A plain init container may not carry a policy (validation says so; a SidecarSet that bypassed
+    // it still fails here).
+    let mut plain_init = policy_set("s", "init", true, sum(json!({"limits": {"cpu": "cpu"}})));
+    plain_init.spec.init_containers[0].restart_policy = None;
+    let err = Run::default()
+        .inject(&two_app_containers(), &[plain_init])
+        .expect_err("plain init container");
+    assert_eq!(
+        err.to_string(),
+        "sidecarset s: spec.initContainers[0].resourcesPolicy: invalid value: resourcesPolicy is only supported for containers with restartPolicy Always"
+    );
+
+    // A target's unreadable quantity names the Pod field.
+    let mut p = two_app_containers();
+    if let Some(spec) = p.spec.as_mut()
+        && let Some(limits) = spec.containers[1]
+            .resources
+            .as_mut()
+            .and_then(|r| r.limits.as_mut())
+    {
+        limits.insert(
+            "cpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+        );
+    }
+    let s = policy_set("s", "proxy", false, sum(json!({"limits": {"cpu": "cpu"}})));
+    let err = Run::default().inject(&p, &[s]).expect_err("bad quantity");
+    assert!(
+        err.to_string()
+            .starts_with("pod spec.containers[1].resources.limits.cpu: invalid value: "),
+        "{err}"
     );
 }
 
