@@ -89,9 +89,16 @@ impl TargetNamePattern {
 
 /// Checks an expression whose variable is `variable` (`cpu` or `memory`).
 pub(super) fn check(expression: &str, variable: &str) -> Result<(), String> {
-    run(expression, variable, Value::Number(Ratio::ONE))
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    run(expression, variable, Value::Number(Ratio::ONE)).map_err(|e| e.to_string())?;
+    // Upstream stops there, but at injection the variable is a quantity: `cpu * 100m` or
+    // `1 / memory` would then fail for every Pod. Reject them now, naming the expression.
+    let one = Value::Quantity(Ratio::ONE, Format::DecimalSi);
+    match run(expression, variable, one) {
+        Err(error @ (ExprError::QuantityTimesQuantity | ExprError::DivisionByQuantity)) => Err(
+            format!("invalid expression: {error} (the variable is a quantity)"),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The value of `expression` for `resource` when its variable is `variable`: rounded up to 1m (cpu) or
@@ -588,6 +595,10 @@ mod tests {
             ("cpu $ 2", "cpu"),
             ("1Ei", "memory"),
             ("1e99", "cpu"),
+            // Accepted by upstream's check (variable = 1), impossible once it is a quantity.
+            ("cpu * 100m", "cpu"),
+            ("cpu * cpu", "cpu"),
+            ("1 / memory", "memory"),
         ];
         for (expr, var) in bad {
             assert!(check(expr, var).is_err(), "{expr} should be rejected");
