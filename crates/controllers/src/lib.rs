@@ -7,3 +7,4 @@ pub mod cloneset;
 pub mod error;
 pub mod metrics;
 pub mod sidecarset;
+pub mod status_patch;

@@ -330,7 +330,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"status": status})),
+                &Patch::Merge(&crate::status_patch::whole_status(Some(&old), &status)),
             )
             .await
         {

@@ -491,7 +491,11 @@ async fn update_revision(
                         .patch_status(
                             &cs.name_any(),
                             &PatchParams::default(),
-                            &Patch::Merge(&json!({"status": {"collisionCount": next}})),
+                            // The whole status: a first status must carry its required fields.
+                            &Patch::Merge(&json!({"status": CloneSetStatus {
+                                collision_count: Some(next),
+                                ..cs.status.clone().unwrap_or_default()
+                            }})),
                         )
                         .await
                         .context(|| "recording a revision hash collision".to_owned())?;
@@ -773,10 +777,8 @@ async fn write_status(
     }
     let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), namespace);
     // Guarded by the resourceVersion: a status computed from an older CloneSet must not win.
-    let patch = json!({
-        "metadata": {"resourceVersion": cs.metadata.resource_version},
-        "status": new,
-    });
+    let mut patch = crate::status_patch::whole_status(old, new);
+    patch["metadata"] = json!({"resourceVersion": cs.metadata.resource_version});
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
