@@ -3,20 +3,15 @@
 //! in which Pods reach a new revision.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kruise_api::cloneset::v1beta1::{CloneSet, CloneSetCondition};
 use kruise_testkit::{RolloutMonitor, TestNamespace};
 use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event as WatchEvent};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 
 use crate::{container_status, is_ready};
 
@@ -410,10 +405,7 @@ where
 
 /// Records, from a watch, the order in which Pods first leave their initial revision (the order a
 /// rollout picks them). Start it before the change.
-pub struct RevisionOrder {
-    task: JoinHandle<()>,
-    order: Arc<Mutex<Vec<String>>>,
-}
+pub struct RevisionOrder(crate::PodOrder);
 
 impl RevisionOrder {
     /// Watches the Pods of `selector`; a Pod enters the order the first time its revision label differs
@@ -423,49 +415,14 @@ impl RevisionOrder {
         selector: &str,
         old_revision: &str,
     ) -> anyhow::Result<RevisionOrder> {
-        let api: Api<Pod> = ns.api();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let (synced_tx, synced) = tokio::sync::oneshot::channel();
-        let config = watcher::Config::default().labels(selector);
         let old = old_revision.to_string();
-        let recorded = order.clone();
-        let task = tokio::spawn(async move {
-            let mut synced_tx = Some(synced_tx);
-            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-            while let Some(item) = stream.next().await {
-                let pod = match item {
-                    Ok(WatchEvent::Apply(pod)) | Ok(WatchEvent::InitApply(pod)) => pod,
-                    Ok(WatchEvent::InitDone) => {
-                        if let Some(tx) = synced_tx.take() {
-                            let _ = tx.send(());
-                        }
-                        continue;
-                    }
-                    _ => continue,
-                };
-                if revision(&pod).is_some_and(|r| !same_revision(r, &old)) {
-                    let mut order = recorded.lock().unwrap_or_else(|e| e.into_inner());
-                    let pod_name = name(&pod);
-                    if !order.contains(&pod_name) {
-                        order.push(pod_name);
-                    }
-                }
-            }
-        });
-        tokio::time::timeout(Duration::from_secs(30), synced)
-            .await
-            .context("the revision-order watch did not list Pods in 30 s")?
-            .context("the revision-order watch stopped")?;
-        Ok(RevisionOrder { task, order })
+        let left = move |pod: &Pod| revision(pod).is_some_and(|r| !same_revision(r, &old));
+        Ok(RevisionOrder(
+            crate::PodOrder::start(ns.api(), selector, left).await?,
+        ))
     }
 
     pub fn order(&self) -> Vec<String> {
-        self.order.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-impl Drop for RevisionOrder {
-    fn drop(&mut self) {
-        self.task.abort();
+        self.0.order()
     }
 }

@@ -1,8 +1,19 @@
-//! Helpers shared by the end-to-end tests: reading what a user would read off Pods and Nodes.
+//! Helpers shared by the end-to-end tests: reading what a user would read off Pods and Nodes, the
+//! example manifests, cleaning up cluster-scoped objects, and recording the order of a rollout.
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod, PodCondition};
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use tokio::task::JoinHandle;
 
 pub mod cloneset_kit;
+pub mod sidecarset_kit;
 
 /// The status of the Pod condition `type_`, if present.
 pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
@@ -83,6 +94,20 @@ pub fn example_documents() -> Vec<(String, serde_json::Value)> {
     documents
 }
 
+/// The first document of the example file `file` (as [`example_documents`] reads it).
+pub fn example(file: &str) -> anyhow::Result<serde_json::Value> {
+    example_named(file, None)
+}
+
+/// The document of example file `file` whose `metadata.name` is `name` (the first one when `None`).
+pub fn example_named(file: &str, name: Option<&str>) -> anyhow::Result<serde_json::Value> {
+    example_documents()
+        .into_iter()
+        .find(|(f, doc)| f == file && name.is_none_or(|n| doc["metadata"]["name"] == n))
+        .map(|(_, doc)| doc)
+        .with_context(|| format!("examples/{file} (document {name:?})"))
+}
+
 /// The names of the Pod's containers, in order.
 pub fn container_names(pod: &Pod) -> Vec<String> {
     pod.spec
@@ -102,7 +127,28 @@ pub async fn wait_injected_on_dry_run(
     timeout: std::time::Duration,
     want: &[&str],
 ) -> anyhow::Result<()> {
-    use kube::api::{Api, PostParams};
+    wait_dry_run(
+        client,
+        namespace,
+        pod,
+        timeout,
+        format!("the webhook injecting {want:?} on a dry run in {namespace}"),
+        |created| container_names(created) == want,
+    )
+    .await
+}
+
+/// Waits until a server-side dry run of `pod` in `namespace` comes back as `done` says (what the
+/// admission webhooks would make of it now).
+pub async fn wait_dry_run(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &serde_json::Value,
+    timeout: std::time::Duration,
+    what: String,
+    done: impl Fn(&Pod) -> bool,
+) -> anyhow::Result<()> {
+    use kube::api::PostParams;
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut pod: Pod = serde_json::from_value(pod.clone())?;
     pod.metadata.namespace = Some(namespace.into());
@@ -110,16 +156,131 @@ pub async fn wait_injected_on_dry_run(
         dry_run: true,
         ..Default::default()
     };
-    kruise_testkit::until(
-        format!("the webhook injecting {want:?} on a dry run in {namespace}"),
-        timeout,
-        || {
-            let (api, pod, params) = (api.clone(), pod.clone(), params.clone());
-            async move {
-                let created = api.create(&params, &pod).await?;
-                Ok(container_names(&created) == want)
-            }
-        },
-    )
+    let done = &done;
+    kruise_testkit::until(what, timeout, || {
+        let (api, pod, params) = (api.clone(), pod.clone(), params.clone());
+        async move {
+            let created = api.create(&params, &pod).await?;
+            Ok(done(&created))
+        }
+    })
     .await
+}
+
+/// Deletes what a test created outside its namespace (cluster-scoped SidecarSets, Pods in system
+/// namespaces) when it ends, pass or fail: the test bed is shared by the tests of one binary.
+pub struct Cleanup {
+    kubectl: Vec<Vec<String>>,
+}
+
+impl Cleanup {
+    pub fn new() -> Self {
+        Self {
+            kubectl: Vec::new(),
+        }
+    }
+
+    pub fn sidecarset(&mut self, name: &str) {
+        self.kubectl.push(vec![
+            "delete".into(),
+            "sidecarsets.apps.kruise.io".into(),
+            name.into(),
+            "--ignore-not-found".into(),
+            "--wait=false".into(),
+        ]);
+    }
+
+    pub fn pod(&mut self, namespace: &str, name: &str) {
+        self.kubectl.push(vec![
+            "delete".into(),
+            "pod".into(),
+            name.into(),
+            "-n".into(),
+            namespace.into(),
+            "--ignore-not-found".into(),
+            "--wait=false".into(),
+        ]);
+    }
+}
+
+impl Default for Cleanup {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let bed = kruise_testkit::testbed();
+        for args in &self.kubectl {
+            let _ = std::process::Command::new(bed.plane.bin_dir().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(bed.plane.kubeconfig_path())
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Records, from a watch, the order in which Pods first satisfy a condition (for example "runs the
+/// new revision"): the order a rollout picks them. Start it before the change.
+pub struct PodOrder {
+    task: JoinHandle<()>,
+    order: Arc<Mutex<Vec<String>>>,
+}
+
+impl PodOrder {
+    /// Watches the Pods of `api` matching `selector`; a Pod enters the order the first time
+    /// `reached(pod)` holds. Returns once the initial list is in, so no later change is missed.
+    pub async fn start(
+        api: Api<Pod>,
+        selector: &str,
+        reached: impl Fn(&Pod) -> bool + Send + 'static,
+    ) -> anyhow::Result<PodOrder> {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (synced_tx, synced) = tokio::sync::oneshot::channel();
+        let config = watcher::Config::default().labels(selector);
+        let recorded = order.clone();
+        let task = tokio::spawn(async move {
+            let mut synced_tx = Some(synced_tx);
+            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+            while let Some(item) = stream.next().await {
+                let pod = match item {
+                    Ok(WatchEvent::Apply(pod)) | Ok(WatchEvent::InitApply(pod)) => pod,
+                    Ok(WatchEvent::InitDone) => {
+                        if let Some(tx) = synced_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                if reached(&pod) {
+                    let mut order = recorded.lock().unwrap_or_else(|e| e.into_inner());
+                    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+                    if !order.contains(&pod_name) {
+                        order.push(pod_name);
+                    }
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(30), synced)
+            .await
+            .context("the Pod-order watch did not list Pods in 30 s")?
+            .context("the Pod-order watch stopped")?;
+        Ok(PodOrder { task, order })
+    }
+
+    /// The Pods that have reached the condition so far, first come first.
+    pub fn order(&self) -> Vec<String> {
+        self.order.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for PodOrder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -10,80 +10,13 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
-use kruise_e2e::{container_names, example_documents, is_ready, wait_injected_on_dry_run};
-use kruise_testkit::{TestNamespace, testbed, until};
+use kruise_e2e::sidecarset_kit::{logtail, wait_ready};
+use kruise_e2e::{Cleanup, container_names, example, wait_injected_on_dry_run};
+use kruise_testkit::{TestNamespace, testbed};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The first document of an example file.
-fn example(file: &str) -> anyhow::Result<Value> {
-    example_documents()
-        .into_iter()
-        .find(|(name, _)| name == file)
-        .map(|(_, doc)| doc)
-        .with_context(|| format!("examples/{file}"))
-}
-
-/// Deletes cluster-scoped SidecarSets (and kube-system Pods) a test created, when it ends.
-struct Cleanup {
-    kubectl: Vec<Vec<String>>,
-}
-
-impl Cleanup {
-    fn new() -> Self {
-        Self {
-            kubectl: Vec::new(),
-        }
-    }
-
-    fn sidecarset(&mut self, name: &str) {
-        self.kubectl.push(vec![
-            "delete".into(),
-            "sidecarsets.apps.kruise.io".into(),
-            name.into(),
-            "--ignore-not-found".into(),
-            "--wait=false".into(),
-        ]);
-    }
-
-    fn pod(&mut self, namespace: &str, name: &str) {
-        self.kubectl.push(vec![
-            "delete".into(),
-            "pod".into(),
-            name.into(),
-            "-n".into(),
-            namespace.into(),
-            "--ignore-not-found".into(),
-            "--wait=false".into(),
-        ]);
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let bed = testbed();
-        for args in &self.kubectl {
-            let _ = std::process::Command::new(bed.plane.bin_dir().join("kubectl"))
-                .arg("--kubeconfig")
-                .arg(bed.plane.kubeconfig_path())
-                .args(args)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// Seed 001's logtail SidecarSet (v1alpha1, as in the article), named `name` and restricted to
-/// namespace `ns` through v1alpha1's `spec.namespace`.
-fn logtail(name: &str, ns: &str) -> anyhow::Result<Value> {
-    let mut set = example("sidecarset-logtail.yaml")?;
-    set["metadata"]["name"] = json!(name);
-    set["spec"]["namespace"] = json!(ns);
-    Ok(set)
-}
 
 /// A second SidecarSet (v1beta1) for the same Pods: a metrics exporter appended after the app
 /// container, restricted to `ns` by namespaceSelector.
@@ -108,16 +41,6 @@ fn yaml(value: &Value) -> anyhow::Result<String> {
     Ok(serde_yaml::to_string(value)?)
 }
 
-async fn wait_running(ns: &TestNamespace, name: &str) -> anyhow::Result<Pod> {
-    let api: Api<Pod> = ns.api();
-    until(format!("Pod {name} Running and Ready"), TIMEOUT, || {
-        let api = api.clone();
-        async move { Ok(api.get_opt(name).await?.is_some_and(|p| is_ready(&p))) }
-    })
-    .await?;
-    Ok(api.get(name).await?)
-}
-
 /// `kubectl get pod <name> -o jsonpath=<path>`.
 async fn jsonpath(ns: &TestNamespace, name: &str, path: &str) -> anyhow::Result<String> {
     ns.kubectl(&["get", "pod", name, "-o", &format!("jsonpath={path}")])
@@ -133,14 +56,14 @@ async fn seed_001_logtail_is_injected_into_the_test_pod() -> anyhow::Result<()> 
     ns.run(async {
         let name = format!("logtail-{}", ns.name);
         cleanup.sidecarset(&name);
-        let out = ns.apply(&yaml(&logtail(&name, &ns.name)?)?).await?;
+        let out = ns.apply(&yaml(&logtail(&name, &ns.name, json!({}))?)?).await?;
         ensure!(out.contains("created"), "{out}");
         let pod = example("sidecarset-test-pod.yaml")?;
         wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["logtail", "nginx"]).await?;
 
         let began = std::time::Instant::now();
         ns.apply(&yaml(&pod)?).await?;
-        wait_running(&ns, "test-pod").await?;
+        wait_ready(&ns.api(), "test-pod", TIMEOUT).await?;
         eprintln!("test-pod Running 2/2 in {:?}", began.elapsed());
 
         // What the article shows: `kubectl get pod test-pod` → READY 2/2, Running.
@@ -212,7 +135,8 @@ async fn two_sidecarsets_on_one_pod_and_the_namespace_restricts_injection() -> a
         let metrics_name = format!("metrics-{}", ns.name);
         cleanup.sidecarset(&log_name);
         cleanup.sidecarset(&metrics_name);
-        ns.apply(&yaml(&logtail(&log_name, &ns.name)?)?).await?;
+        ns.apply(&yaml(&logtail(&log_name, &ns.name, json!({}))?)?)
+            .await?;
         ns.apply(&yaml(&metrics(&metrics_name, &ns.name))?).await?;
         let pod = example("sidecarset-test-pod.yaml")?;
         wait_injected_on_dry_run(
@@ -225,7 +149,7 @@ async fn two_sidecarsets_on_one_pod_and_the_namespace_restricts_injection() -> a
         .await?;
 
         ns.apply(&yaml(&pod)?).await?;
-        let running = wait_running(&ns, "test-pod").await?;
+        let running = wait_ready(&ns.api(), "test-pod", TIMEOUT).await?;
         ensure!(
             container_names(&running) == ["logtail", "nginx", "metrics"],
             "containers: {:?}",
@@ -247,7 +171,7 @@ async fn two_sidecarsets_on_one_pod_and_the_namespace_restricts_injection() -> a
 
         // The same Pod in another namespace matches the selectors but neither namespace scope.
         other.apply(&yaml(&pod)?).await?;
-        let plain = wait_running(&other, "test-pod").await?;
+        let plain = wait_ready(&other.api(), "test-pod", TIMEOUT).await?;
         ensure!(
             container_names(&plain) == ["nginx"],
             "outside the SidecarSets' namespace: {:?}",

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::sidecarset_kit::{LOGTAIL, logtail, restarts, set_image, spec_image, test_pod};
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip, wait_injected_on_dry_run};
 use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -13,68 +14,10 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The seed's SidecarSet, renamed and restricted to one namespace (SidecarSets are cluster-scoped and
-/// the test bed is shared).
-fn logtail(name: &str, namespace: &str, extra: Value) -> anyhow::Result<String> {
-    let mut doc: Value = kruise_e2e::example_documents()
-        .into_iter()
-        .find(|(file, _)| file == "sidecarset-logtail.yaml")
-        .map(|(_, doc)| doc)
-        .context("examples/sidecarset-logtail.yaml")?;
-    doc["metadata"]["name"] = json!(name);
-    doc["spec"]["namespace"] = json!(namespace);
-    json_patch::merge(&mut doc, &extra);
-    Ok(serde_json::to_string(&doc)?)
-}
-
-fn test_pod(name: &str, labels: Value) -> String {
-    test_pod_value(name, labels).to_string()
-}
-
-fn test_pod_value(name: &str, labels: Value) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "containers": [{
-                "name": "nginx", "image": "log-service/docker-log-test:latest",
-                "volumeMounts": [{"name": "nginx-log", "mountPath": "/var/log/nginx"}],
-                "env": [{"name": "TZ", "value": "Asia/Shanghai"}],
-            }],
-            "volumes": [{"name": "nginx-log", "emptyDir": {}}],
-        }
-    })
-}
-
 /// Waits until the Pod webhook has seen the new SidecarSet (it reads them from a watch).
 async fn wait_webhook(ns: &kruise_testkit::TestNamespace, labels: Value) -> anyhow::Result<()> {
-    let pod = test_pod_value("dry-run", labels);
+    let pod = test_pod("dry-run", labels);
     wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["logtail", "nginx"]).await
-}
-
-async fn set_image(api: &Api<SidecarSet>, name: &str, image: &str) -> anyhow::Result<()> {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(json!([
-            {"op": "replace", "path": "/spec/containers/0/image", "value": image}
-        ]))?),
-    )
-    .await?;
-    Ok(())
-}
-
-/// The image the Pod's spec gives its logtail sidecar.
-fn logtail_image(pod: &Pod) -> String {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == "logtail"))
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default()
-}
-
-fn restarts(pod: &Pod, container: &str) -> i32 {
-    container_status(pod, container).map_or(-1, |s| s.restart_count)
 }
 
 #[tokio::test]
@@ -85,9 +28,10 @@ async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
     let name = format!("logtail-{}", ns.name);
     ns.run(async {
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        ns.apply(&logtail(&name, &ns.name, json!({}))?).await?;
+        ns.apply(&logtail(&name, &ns.name, json!({}))?.to_string())
+            .await?;
         wait_webhook(&ns, json!({"app": "nginx"})).await?;
-        ns.apply(&test_pod("test-pod", json!({"app": "nginx"})))
+        ns.apply(&test_pod("test-pod", json!({"app": "nginx"})).to_string())
             .await?;
         let pods: Api<Pod> = ns.api();
         let before = eventually("test-pod 2/2 Ready", TIMEOUT, || async {
@@ -172,7 +116,8 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             &ns.name,
             json!({"spec": {"selector": {"matchLabels": {"app": "logs"}},
                    "updateStrategy": {"partition": 40, "maxUnavailable": "100%"}}}),
-        )?)
+        )?
+        .to_string())
         .await?;
         wait_webhook(&ns, json!({"app": "logs"})).await?;
         ns.apply(
@@ -180,7 +125,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "logs"},
                 "spec": {"replicas": 50, "selector": {"matchLabels": {"app": "logs"}},
-                    "template": serde_json::from_str::<Value>(&test_pod("x", json!({"app": "logs"})))?
+                    "template": test_pod("x", json!({"app": "logs"}))
                         .as_object().map(|o| json!({"metadata": {"labels": {"app": "logs"}}, "spec": o["spec"].clone()}))
                         .context("template")?}
             })
@@ -204,7 +149,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             let upgraded = list()
                 .await?
                 .iter()
-                .filter(|p| logtail_image(p).ends_with("0.16.18"))
+                .filter(|p| spec_image(p, LOGTAIL).ends_with("0.16.18"))
                 .count();
             Ok((s.updated_pods == 10 && upgraded == 10 && s.updated_ready_pods == 10).then_some(()))
         })
@@ -213,7 +158,7 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
         let still = list()
             .await?
             .iter()
-            .filter(|p| logtail_image(p).ends_with("0.16.18"))
+            .filter(|p| spec_image(p, LOGTAIL).ends_with("0.16.18"))
             .count();
         ensure!(still == 10, "partition crossed: {still}");
 
@@ -268,14 +213,16 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
             json!({"spec": {"selector": {"matchLabels": {"app": "canary"}},
                    "updateStrategy": {"maxUnavailable": "100%",
                        "selector": {"matchLabels": {"canary.release": "true"}}}}}),
-        )?)
+        )?
+        .to_string())
         .await?;
         wait_webhook(&ns, json!({"app": "canary"})).await?;
         for (pod, canary) in [("a", true), ("b", false), ("c", false)] {
             ns.apply(&test_pod(
                 pod,
                 json!({"app": "canary", "canary.release": canary.to_string()}),
-            ))
+            )
+            .to_string())
             .await?;
         }
         let pods: Api<Pod> = ns.api();
@@ -287,11 +234,11 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
         set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
         eventually("the canary Pod upgraded", TIMEOUT, || async {
             let s = sidecarsets.get(&name).await?.status.unwrap_or_default();
-            Ok((s.updated_pods == 1 && logtail_image(&pods.get("a").await?).ends_with("0.16.18"))
+            Ok((s.updated_pods == 1 && spec_image(&pods.get("a").await?, LOGTAIL).ends_with("0.16.18"))
                 .then_some(()))
         })
         .await?;
-        ensure!(logtail_image(&pods.get("b").await?).ends_with("0.16.16"), "b upgraded outside the canary");
+        ensure!(spec_image(&pods.get("b").await?, LOGTAIL).ends_with("0.16.16"), "b upgraded outside the canary");
 
         // Remove the canary selector but set NotUpdate: still nothing more.
         sidecarsets
@@ -308,7 +255,7 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
         })
         .await;
         gen_seen?;
-        ensure!(logtail_image(&pods.get("b").await?).ends_with("0.16.16"), "NotUpdate upgraded b");
+        ensure!(spec_image(&pods.get("b").await?, LOGTAIL).ends_with("0.16.16"), "NotUpdate upgraded b");
 
         // RollingUpdate again: the rest follow.
         sidecarsets

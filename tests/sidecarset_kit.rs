@@ -1,0 +1,162 @@
+//! Helpers for the SidecarSet end-to-end tests: seed 001's SidecarSet and test Pod made unique to a
+//! test, reading sidecars off Pods, changing a SidecarSet the way a user does, and reading its status
+//! and Events.
+
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use k8s_openapi::api::core::v1::{Container, Event, Pod};
+use kruise_api::sidecarset::v1beta1::{SidecarSet, SidecarSetStatus};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::container_status;
+
+/// The seed's sidecar container.
+pub const LOGTAIL: &str = "logtail";
+
+/// Seed 001's logtail SidecarSet (v1alpha1, as in the article) named `name` and restricted to
+/// `namespace` through v1alpha1's `spec.namespace` (SidecarSets are cluster-scoped and the test bed is
+/// shared); `extra` is merged over it (JSON merge patch).
+pub fn logtail(name: &str, namespace: &str, extra: Value) -> anyhow::Result<Value> {
+    let mut doc = crate::example("sidecarset-logtail.yaml")?;
+    doc["metadata"]["name"] = json!(name);
+    doc["spec"]["namespace"] = json!(namespace);
+    json_patch::merge(&mut doc, &extra);
+    Ok(doc)
+}
+
+/// The seed's test Pod (an nginx container writing logs to the `nginx-log` volume, with a `TZ` env
+/// var) named `name` with `labels`.
+pub fn test_pod(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "containers": [{
+                "name": "nginx", "image": "log-service/docker-log-test:latest",
+                "volumeMounts": [{"name": "nginx-log", "mountPath": "/var/log/nginx"}],
+                "env": [{"name": "TZ", "value": "Asia/Shanghai"}],
+            }],
+            "volumes": [{"name": "nginx-log", "emptyDir": {}}],
+        }
+    })
+}
+
+/// Container `name` of the Pod spec (not the init containers).
+pub fn container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == name)
+}
+
+/// The image the Pod spec gives container `name` (empty when there is none).
+pub fn spec_image(pod: &Pod, name: &str) -> String {
+    container(pod, name)
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
+/// restartCount of container `name` (-1 when not reported).
+pub fn restarts(pod: &Pod, name: &str) -> i32 {
+    container_status(pod, name).map_or(-1, |s| s.restart_count)
+}
+
+/// Replaces the image of the SidecarSet's first container (a JSON patch, as
+/// `kubectl patch --type json` sends).
+pub async fn set_image(api: &Api<SidecarSet>, name: &str, image: &str) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!([
+            {"op": "replace", "path": "/spec/containers/0/image", "value": image}
+        ]))?),
+    )
+    .await
+    .with_context(|| format!("setting the image of SidecarSet {name}"))?;
+    Ok(())
+}
+
+/// The SidecarSet's status, default when not written yet.
+pub fn status(ss: &SidecarSet) -> SidecarSetStatus {
+    ss.status.clone().unwrap_or_default()
+}
+
+fn status_line(ss: &SidecarSet) -> String {
+    let s = status(ss);
+    format!(
+        "generation {:?} observed {} matched {} updated {} ready {} updatedReady {} missedInjection {}",
+        ss.metadata.generation,
+        s.observed_generation,
+        s.matched_pods,
+        s.updated_pods,
+        s.ready_pods,
+        s.updated_ready_pods,
+        s.missed_injection_pods
+    )
+}
+
+/// Waits until the SidecarSet's status has observed its current generation and `done` holds for it;
+/// on timeout the error shows the last status.
+pub async fn wait_status(
+    api: &Api<SidecarSet>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&SidecarSetStatus) -> bool,
+) -> anyhow::Result<SidecarSet> {
+    let done = &done;
+    kruise_testkit::eventually(
+        format!("SidecarSet {name} status: {what}"),
+        timeout,
+        || async move {
+            let ss = api.get(name).await?;
+            let observed = ss.metadata.generation == Some(status(&ss).observed_generation);
+            if observed && done(&status(&ss)) {
+                Ok(Some(ss))
+            } else {
+                Err(anyhow!("{}", status_line(&ss)))
+            }
+        },
+    )
+    .await
+}
+
+/// The status counters `(matched, updated, ready, updatedReady)`.
+pub fn counts(s: &SidecarSetStatus) -> (i32, i32, i32, i32) {
+    (
+        s.matched_pods,
+        s.updated_pods,
+        s.ready_pods,
+        s.updated_ready_pods,
+    )
+}
+
+/// Events about the object `name` of `kind` in any namespace (a cluster-scoped object's Events are
+/// recorded in `default`), as `kubectl get events -A --field-selector` lists them.
+pub async fn events_about(
+    client: &kube::Client,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Vec<Event>> {
+    let api: Api<Event> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind={kind},involvedObject.name={name}"
+        )))
+        .await
+        .context("listing Events")?
+        .items)
+}
+
+/// Waits until Pod `name` is Running and Ready and returns it.
+pub async fn wait_ready(api: &Api<Pod>, name: &str, timeout: Duration) -> anyhow::Result<Pod> {
+    kruise_testkit::eventually(
+        format!("Pod {name} Running and Ready"),
+        timeout,
+        || async move { Ok(api.get_opt(name).await?.filter(crate::is_ready)) },
+    )
+    .await
+}
