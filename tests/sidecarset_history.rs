@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::sidecarset_kit::spec_image;
 use kruise_e2e::{is_ready, wait_injected_on_dry_run};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
 use kruise_testkit::{TestNamespace, eventually, testbed};
@@ -66,16 +67,6 @@ fn recorded_revision(pod: &Pod, name: &str) -> Option<String> {
         .get("controllerRevision")?
         .as_str()
         .map(str::to_owned)
-}
-
-fn logtail_image(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "logtail")?
-        .image
-        .clone()
 }
 
 /// Waits until `status.latestRevision` differs from `previous` and the generation is observed.
@@ -181,7 +172,7 @@ async fn revisions_are_recorded_pinned_and_rolled_back() -> anyhow::Result<()> {
             TIMEOUT,
             || async {
                 let p = pods.get("one").await?;
-                Ok((logtail_image(&p).as_deref() == Some("logtail:2")
+                Ok((spec_image(&p, "logtail") == "logtail:2"
                     && recorded_revision(&p, &name).as_deref() == Some(r2.as_str())
                     && is_ready(&p))
                 .then_some(()))
@@ -208,13 +199,13 @@ async fn revisions_are_recorded_pinned_and_rolled_back() -> anyhow::Result<()> {
             .await?;
         let two = create_injected(&ns, &name, &pod("two", "hist"), &r1).await?;
         ensure!(
-            logtail_image(&two).as_deref() == Some("logtail:1"),
+            spec_image(&two, "logtail") == "logtail:1",
             "{:?}",
-            logtail_image(&two)
+            spec_image(&two, "logtail")
         );
         eventually("Pod two Ready on logtail:1", TIMEOUT, || async {
             let p = pods.get("two").await?;
-            Ok((is_ready(&p) && logtail_image(&p).as_deref() == Some("logtail:1")).then_some(()))
+            Ok((is_ready(&p) && spec_image(&p, "logtail") == "logtail:1").then_some(()))
         })
         .await?;
 
@@ -240,7 +231,7 @@ async fn revisions_are_recorded_pinned_and_rolled_back() -> anyhow::Result<()> {
         ensure!(history == [(r2.clone(), 2), (r1.clone(), 3)], "{history:?}");
         eventually("Pod one back on logtail:1", TIMEOUT, || async {
             let p = pods.get("one").await?;
-            Ok((logtail_image(&p).as_deref() == Some("logtail:1")
+            Ok((spec_image(&p, "logtail") == "logtail:1"
                 && recorded_revision(&p, &name).as_deref() == Some(r1.as_str()))
             .then_some(()))
         })

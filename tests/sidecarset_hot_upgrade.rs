@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::sidecarset_kit::{restarts, spec_image};
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip, wait_injected_on_dry_run};
 use kruise_testkit::{eventually, testbed};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -41,14 +42,6 @@ fn pod(name: &str) -> Value {
         "metadata": {"name": name, "labels": {"app": "hot"}},
         "spec": {"containers": [{"name": "main", "image": "nginx:1.25"}]},
     })
-}
-
-fn spec_image(pod: &Pod, container: &str) -> String {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == container))
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default()
 }
 
 fn annotation(pod: &Pod, key: &str) -> Option<String> {
@@ -143,7 +136,6 @@ async fn hot_upgrade_hands_over_to_the_idle_container() -> anyhow::Result<()> {
             },
         )
         .await?;
-        let restarts = |p: &Pod, c: &str| container_status(p, c).map_or(-1, |s| s.restart_count);
         ensure!(restarts(&after, "main") == 0, "the app container restarted");
         ensure!(
             restarts(&after, "sidecar-2") == 1,

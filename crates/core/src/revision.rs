@@ -200,39 +200,39 @@ fn write_go_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
-/// A new ControllerRevision for the CloneSet's current template, numbered `number`.
-///
-/// Like upstream it carries the template's labels plus the hash label, the CloneSet's annotations
-/// and a controller owner reference; the namespace is the CloneSet's.
-pub fn new_revision(
-    cs: &CloneSet,
+/// What a revision belongs to: its kind (for the owner reference) and metadata (name, uid and the
+/// annotations the revision carries).
+pub struct Parent<'a> {
+    pub kind: &'a str,
+    pub meta: &'a ObjectMeta,
+}
+
+/// A ControllerRevision of `data`, numbered `number`, in `namespace`: named `<parent>-<hash>`,
+/// labelled with `labels` plus the hash label, annotated with the parent's annotations and
+/// controlled by the parent (so the garbage collector removes it with the parent), as Kubernetes'
+/// `history.NewControllerRevision` builds one.
+pub fn build_revision(
+    parent: Parent<'_>,
+    namespace: Option<String>,
+    mut labels: BTreeMap<String, String>,
+    data: Value,
     number: i64,
     collision_count: Option<i32>,
 ) -> Result<ControllerRevision, RevisionError> {
-    let parent = cs.metadata.name.as_deref().ok_or(RevisionError::NoName)?;
-    let uid = cs.metadata.uid.clone().ok_or(RevisionError::NoUid)?;
-    let data = revision_data(&cs.spec.template)?;
+    let name = parent.meta.name.as_deref().ok_or(RevisionError::NoName)?;
+    let uid = parent.meta.uid.clone().ok_or(RevisionError::NoUid)?;
     let hash = hash_revision_data(&canonical_json(&data), collision_count);
-
-    let mut labels: BTreeMap<String, String> = cs
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
     labels.insert(LABEL_REVISION_HASH.into(), hash.clone());
-
     Ok(ControllerRevision {
         metadata: ObjectMeta {
-            name: Some(revision_name(parent, &hash)),
-            namespace: cs.metadata.namespace.clone(),
+            name: Some(revision_name(name, &hash)),
+            namespace,
             labels: Some(labels),
-            annotations: cs.metadata.annotations.clone(),
+            annotations: parent.meta.annotations.clone(),
             owner_references: Some(vec![OwnerReference {
                 api_version: "apps.kruise.io/v1beta1".into(),
-                kind: "CloneSet".into(),
-                name: parent.into(),
+                kind: parent.kind.into(),
+                name: name.into(),
                 uid,
                 controller: Some(true),
                 block_owner_deletion: Some(true),
@@ -242,6 +242,35 @@ pub fn new_revision(
         data: Some(RawExtension(data)),
         revision: number,
     })
+}
+
+/// A new ControllerRevision for the CloneSet's current template, numbered `number`.
+///
+/// Like upstream it carries the template's labels plus the hash label, the CloneSet's annotations
+/// and a controller owner reference; the namespace is the CloneSet's.
+pub fn new_revision(
+    cs: &CloneSet,
+    number: i64,
+    collision_count: Option<i32>,
+) -> Result<ControllerRevision, RevisionError> {
+    let labels = cs
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    build_revision(
+        Parent {
+            kind: "CloneSet",
+            meta: &cs.metadata,
+        },
+        cs.metadata.namespace.clone(),
+        labels,
+        revision_data(&cs.spec.template)?,
+        number,
+        collision_count,
+    )
 }
 
 /// The Pod template a revision records.

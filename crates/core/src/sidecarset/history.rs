@@ -15,8 +15,6 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kruise_api::sidecarset::hash::ANNOTATION_HASH;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::sidecarset::{LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME};
@@ -24,8 +22,7 @@ use serde_json::{Map, Value};
 
 use super::parse_upgrade_specs;
 use crate::revision::{
-    DEFAULT_REVISION_HISTORY_LIMIT, RevisionError, canonical_json, hash_revision_data,
-    revision_name, sort_revisions,
+    DEFAULT_REVISION_HISTORY_LIMIT, Parent, RevisionError, build_revision, sort_revisions,
 };
 
 /// The SidecarSet spec fields a revision records; injection restores exactly these.
@@ -69,34 +66,22 @@ pub fn new_revision(
     collision_count: Option<i32>,
 ) -> Result<ControllerRevision, RevisionError> {
     let name = ss.metadata.name.as_deref().ok_or(RevisionError::NoName)?;
-    let uid = ss.metadata.uid.clone().ok_or(RevisionError::NoUid)?;
-    let data = revision_data(ss)?;
-    let hash = hash_revision_data(&canonical_json(&data), collision_count);
     let mut labels = ss.metadata.labels.clone().unwrap_or_default();
-    labels.insert(crate::revision::LABEL_REVISION_HASH.into(), hash.clone());
     labels.insert(LABEL_SIDECARSET_NAME.into(), name.into());
     if !ss.spec.custom_version.is_empty() {
         labels.insert(LABEL_CUSTOM_VERSION.into(), ss.spec.custom_version.clone());
     }
-    Ok(ControllerRevision {
-        metadata: ObjectMeta {
-            name: Some(revision_name(name, &hash)),
-            namespace: Some(namespace.into()),
-            labels: Some(labels),
-            annotations: ss.metadata.annotations.clone(),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "apps.kruise.io/v1beta1".into(),
-                kind: "SidecarSet".into(),
-                name: name.into(),
-                uid,
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
-            ..ObjectMeta::default()
+    build_revision(
+        Parent {
+            kind: "SidecarSet",
+            meta: &ss.metadata,
         },
-        data: Some(RawExtension(data)),
-        revision: number,
-    })
+        Some(namespace.into()),
+        labels,
+        revision_data(ss)?,
+        number,
+        collision_count,
+    )
 }
 
 /// The custom-version label the revision should carry when it differs from what it has (a revision
@@ -217,6 +202,7 @@ mod tests {
     use super::*;
     use crate::revision::{UpdateRevision, choose_update_revision, next_revision_number};
     use k8s_openapi::api::core::v1::Container;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kruise_api::sidecarset::v1beta1::{
         SidecarContainer, SidecarSetInjectRevision, SidecarSetSpec,
     };
