@@ -1,6 +1,6 @@
 //! SidecarSet injection through kruise-manager's Pod webhook (`mpod.kb.io`) on a real control plane:
 //! seed 001's walkthrough part 1 (logtail into the nginx test Pod), several SidecarSets on one Pod,
-//! namespace scoping, and the namespaces that are never injected.
+//! namespace scoping, the namespaces that are never injected, and resourcesPolicy.
 //!
 //! SidecarSets are cluster-scoped and the test bed is shared by the tests of this binary, so every
 //! SidecarSet here has a unique name, is restricted to its test's namespace (or selects a label only
@@ -279,6 +279,82 @@ async fn kube_system_and_the_manager_namespace_are_never_injected() -> anyhow::R
             );
             api.delete(&pod_name, &DeleteParams::default()).await?;
         }
+        Ok(())
+    })
+    .await
+}
+
+/// `resourcesPolicy`: the sidecar's resources are computed from the app containers' (sum mode), and
+/// an expression that can never be computed is refused when the SidecarSet is applied, naming the
+/// field.
+#[tokio::test]
+async fn resources_policy_sizes_the_sidecar_after_the_app_containers() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-res").await?;
+    let mut cleanup = Cleanup::new();
+    let name = format!("sized-{}", ns.name);
+    cleanup.sidecarset(&name);
+    ns.run(async {
+        let policy = json!({
+            "targetContainersMode": "sum",
+            "targetContainersNameRegex": "^app-",
+            "resourcesExpr": {
+                "limits": {"cpu": "cpu*50%", "memory": "memory"},
+                "requests": {"cpu": "max(cpu*10%, 50m)", "memory": "memory/2"},
+            },
+        });
+        let set = |policy: &Value| {
+            json!({
+                "apiVersion": "apps.kruise.io/v1beta1",
+                "kind": "SidecarSet",
+                "metadata": {"name": name},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "sized"}},
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                    "containers": [{"name": "proxy", "image": "envoy:1.30", "resourcesPolicy": policy}],
+                },
+            })
+        };
+        let mut impossible = policy.clone();
+        impossible["resourcesExpr"]["limits"]["cpu"] = json!("cpu * 100m");
+        let refused = ns.apply(&yaml(&set(&impossible))?).await;
+        let message = format!("{refused:?}");
+        ensure!(
+            refused.is_err()
+                && message.contains("spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu"),
+            "{message}"
+        );
+        ns.apply(&yaml(&set(&policy))?).await?;
+
+        let container = |name: &str, limits: Value, requests: Value| {
+            json!({"name": name, "image": "nginx:1.25", "resources": {"limits": limits, "requests": requests}})
+        };
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "sized", "labels": {"app": "sized"}},
+            "spec": {"containers": [
+                container("app-web", json!({"cpu": "1", "memory": "512Mi"}), json!({"cpu": "200m", "memory": "256Mi"})),
+                container("app-worker", json!({"cpu": "500m", "memory": "256Mi"}), json!({"cpu": "100m", "memory": "128Mi"})),
+                // Not a target: its name does not match the regex.
+                container("debug", json!({"cpu": "4", "memory": "4Gi"}), json!({"cpu": "4", "memory": "4Gi"})),
+            ]},
+        });
+        wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["proxy", "app-web", "app-worker", "debug"]).await?;
+        ns.apply(&yaml(&pod)?).await?;
+        let pods: Api<Pod> = ns.api();
+        wait_ready(&pods, "sized", TIMEOUT).await?;
+        let resources = ns
+            .kubectl(&["get", "pod", "sized", "-o", "jsonpath={.spec.containers[0].resources}"])
+            .await?;
+        let got: Value = serde_json::from_str(&resources).with_context(|| resources.clone())?;
+        ensure!(
+            got == json!({
+                "limits": {"cpu": "750m", "memory": "768Mi"},
+                "requests": {"cpu": "50m", "memory": "192Mi"},
+            }),
+            "{got}"
+        );
         Ok(())
     })
     .await
