@@ -195,13 +195,12 @@ impl Bench<'_> {
             .await?
             .since(&apiserver_before);
         creates.print("  created");
-        let quantile = |h: &Histogram, q: f64| h.quantile(q).map_or("-".into(), seconds_as_ms);
         println!(
             "  /mutate-pod handler (kruise_webhook_request_duration_seconds, {:.0} requests): \
              p50 {} p99 {} mean {}",
             handler.count,
-            quantile(&handler, 0.5),
-            quantile(&handler, 0.99),
+            quantile_ms(&handler, 0.5),
+            quantile_ms(&handler, 0.99),
             handler.mean().map_or("-".into(), seconds_as_ms),
         );
         println!(
@@ -237,7 +236,7 @@ impl Bench<'_> {
                 json!({"control-plane": "sidecar-bench"}),
                 "  without the webhook (namespace labelled control-plane: the webhook's \
                  namespaceSelector excludes it, the apiserver never calls it; manager and SidecarSets \
-                 unchanged, none selects these Pods):",
+                 unchanged, none applies to these Pods: their namespaceSelectors exclude the namespace):",
                 false,
             ),
         ];
@@ -458,7 +457,7 @@ impl Bench<'_> {
             now.apiserver_cpu - before.apiserver_cpu,
             reconciles.count,
             reconciles.mean().map_or("-".into(), seconds_as_ms),
-            reconciles.quantile(0.99).map_or("-".into(), seconds_as_ms),
+            quantile_ms(&reconciles, 0.99),
         );
         Ok(())
     }
@@ -626,6 +625,15 @@ async fn wait_dry_run(
         },
     )
     .await
+}
+
+/// Quantile `q` of a histogram of seconds, in ms; `≥` the highest bound when it lies beyond it.
+fn quantile_ms(histogram: &Histogram, q: f64) -> String {
+    match histogram.quantile(q) {
+        None => "-".into(),
+        Some(seconds) if histogram.beyond_buckets(q) => format!("≥{}", seconds_as_ms(seconds)),
+        Some(seconds) => seconds_as_ms(seconds),
+    }
 }
 
 fn restart_count(pod: &Pod, container: &str) -> i32 {

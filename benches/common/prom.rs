@@ -169,6 +169,21 @@ impl Histogram {
         }
         Some(lower.0)
     }
+
+    /// Whether quantile `q` lies above the highest finite bound, so that [`Histogram::quantile`]
+    /// gives only a lower bound.
+    pub fn beyond_buckets(&self, q: f64) -> bool {
+        let Some(&(_, total)) = self.buckets.last() else {
+            return false;
+        };
+        let within = self
+            .buckets
+            .iter()
+            .rev()
+            .find(|(le, _)| le.is_finite())
+            .map_or(0.0, |&(_, cumulative)| cumulative);
+        total > 0.0 && q.clamp(0.0, 1.0) * total > within
+    }
 }
 
 #[cfg(test)]
@@ -284,6 +299,7 @@ plain 7
             count: 4.0,
         };
         assert_eq!(overflow.quantile(0.5), Some(2.0));
+        assert!(overflow.beyond_buckets(0.5));
         // Empty buckets before the rank are skipped, not interpolated into.
         let gap = Histogram {
             buckets: vec![(1.0, 0.0), (2.0, 0.0), (4.0, 2.0), (f64::INFINITY, 2.0)],
@@ -292,6 +308,8 @@ plain 7
         };
         assert_eq!(gap.quantile(0.5), Some(3.0));
         assert_eq!(gap.quantile(0.0), Some(2.0));
+        assert!(!gap.beyond_buckets(1.0));
+        assert!(!empty.beyond_buckets(0.5));
     }
 
     #[test]
