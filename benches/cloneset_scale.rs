@@ -9,21 +9,20 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_benches::apiserver::PodWrites;
+use kruise_benches::manager::{Manager, print_all_rss};
+use kruise_benches::sim;
 use kruise_testkit::control_plane::{ControlPlane, Options};
-use kruise_testkit::manager::{self, ManagerOptions};
-use kruise_testkit::process::{Process, rss_kib};
-use kruise_testkit::testbed::{crd_dir, wait_nodes_ready};
-use kruise_testkit::{eventually, until};
+use kruise_testkit::testbed::crd_dir;
+use kruise_testkit::until;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kubelet_sim::NodeSpecSim;
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
@@ -47,27 +46,15 @@ enum Command {
     Sim,
 }
 
-const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 const NAMESPACE: &str = "bench";
 const NAME: &str = "scale";
 const TIMEOUT: Duration = Duration::from_secs(1800);
-
-fn fleet(count: u16) -> Vec<NodeSpecSim> {
-    let zones: Vec<String> = ZONES.iter().map(|z| z.to_string()).collect();
-    NodeSpecSim::fleet("scale", count, &zones)
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Sim) => {
-            let client = Client::try_default().await?;
-            let mut config = kubelet_sim::Config::new(fleet(cli.nodes));
-            config.heartbeat_every = Duration::from_secs(5);
-            kubelet_sim::run(client, config, std::future::pending()).await?;
-            Ok(())
-        }
+        Some(Command::Sim) => sim::run(cli.nodes).await,
         None => {
             let plane = ControlPlane::start(Options {
                 crd_dir: Some(crd_dir()),
@@ -85,38 +72,9 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    let exe = std::env::current_exe().context("locating this binary")?;
-    let sim_log = plane.dir().join("kubelet-sim.log");
-    let args = vec![
-        "--nodes".to_string(),
-        cli.nodes.to_string(),
-        "sim".to_string(),
-    ];
-    let kubeconfig = plane.kubeconfig_path();
-    let sim = Process::spawn_with_env(
-        "kubelet-sim",
-        &exe,
-        &args,
-        &[("KUBECONFIG", &kubeconfig)],
-        &sim_log,
-    )?;
-    plane.adopt(sim);
+    sim::spawn(plane, cli.nodes).await?;
     let client = plane.client().await?;
-    wait_nodes_ready(&client, &fleet(cli.nodes)).await?;
-
-    manager::ensure_namespace(plane).await?;
-    let options = ManagerOptions {
-        extra_args: cli.manager_args.clone(),
-        ..ManagerOptions::default()
-    };
-    let ports = manager::spawn(plane, &options)?;
-    manager::wait_serving(plane, &ports, Duration::from_secs(120)).await?;
-    let manager_pid = plane
-        .pids()
-        .into_iter()
-        .find(|(name, _)| *name == options.name)
-        .map(|(_, pid)| pid)
-        .context("the manager process")?;
+    let manager = Manager::start(plane, &cli.manager_args).await?;
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut namespace = Namespace::default();
@@ -150,16 +108,15 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     );
 
     let began = Instant::now();
-    let writes = pod_writes(&client).await?;
+    let writes = PodWrites::read(&client).await?;
     clonesets.create(&PostParams::default(), &cloneset).await?;
     wait_rolled_out(&clonesets, replicas).await?;
     report(
         "create",
         replicas,
         began.elapsed(),
-        &writes,
-        &pod_writes(&client).await?,
-        manager_pid,
+        &PodWrites::read(&client).await?.since(&writes),
+        &manager,
     );
 
     let in_place = json!({"spec": {"template": {"spec": {"containers": [
@@ -171,7 +128,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &clonesets,
         replicas,
         &in_place,
-        manager_pid,
+        &manager,
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
@@ -199,14 +156,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &clonesets,
         replicas,
         &recreate,
-        manager_pid,
+        &manager,
     )
     .await?;
-    for (name, pid) in plane.pids() {
-        if let Some((rss, hwm)) = rss_kib(pid) {
-            println!("{name} RSS: {} (peak {})", mib(rss), mib(hwm));
-        }
-    }
+    print_all_rss(plane);
     Ok(())
 }
 
@@ -216,9 +169,9 @@ async fn rollout(
     clonesets: &Api<CloneSet>,
     replicas: i32,
     patch: &Value,
-    manager_pid: u32,
+    manager: &Manager,
 ) -> anyhow::Result<()> {
-    let writes = pod_writes(client).await?;
+    let writes = PodWrites::read(client).await?;
     let began = Instant::now();
     clonesets
         .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
@@ -229,9 +182,8 @@ async fn rollout(
         what,
         replicas,
         began.elapsed(),
-        &writes,
-        &pod_writes(client).await?,
-        manager_pid,
+        &PodWrites::read(client).await?.since(&writes),
+        manager,
     );
     Ok(())
 }
@@ -253,87 +205,12 @@ async fn wait_rolled_out(clonesets: &Api<CloneSet>, replicas: i32) -> anyhow::Re
     .await
 }
 
-fn report(
-    what: &str,
-    replicas: i32,
-    took: Duration,
-    before: &BTreeMap<String, f64>,
-    after: &BTreeMap<String, f64>,
-    manager_pid: u32,
-) {
-    let delta: BTreeMap<&String, f64> = after
-        .iter()
-        .map(|(key, value)| (key, value - before.get(key).copied().unwrap_or(0.0)))
-        .filter(|(_, d)| *d > 0.0)
-        .collect();
-    let total: f64 = delta.values().sum();
+fn report(what: &str, replicas: i32, took: Duration, writes: &PodWrites, manager: &Manager) {
     println!(
         "{what}: {:.1} s to updatedReadyReplicas={replicas} ({:.0} Pods/s)",
         took.as_secs_f64(),
         f64::from(replicas) / took.as_secs_f64()
     );
-    println!(
-        "  apiserver Pod writes: {total:.0} ({:.2} per Pod)",
-        total / f64::from(replicas)
-    );
-    for (key, count) in delta {
-        println!(
-            "    {key}: {count:.0} ({:.2} per Pod)",
-            count / f64::from(replicas)
-        );
-    }
-    if let Some((rss, hwm)) = rss_kib(manager_pid) {
-        println!("  kruise-manager RSS {} (peak {})", mib(rss), mib(hwm));
-    }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
-
-/// `apiserver_request_total` for writes to Pods, by `VERB pods[/subresource]`, from the apiserver's
-/// `/metrics` (every client: kruise-manager, kubelet-sim, the scheduler, the garbage collector).
-async fn pod_writes(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
-    let text = eventually(
-        "the apiserver's /metrics",
-        Duration::from_secs(30),
-        || async {
-            let request = http::Request::get("/metrics").body(Vec::new())?;
-            Ok(Some(client.request_text(request).await?))
-        },
-    )
-    .await?;
-    let mut counts = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let label = |key: &str| -> String {
-            labels
-                .split(',')
-                .filter_map(|pair| pair.split_once('='))
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| v.trim_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        if !label("group").is_empty() || label("resource") != "pods" {
-            continue;
-        }
-        let verb = label("verb");
-        // The apiserver labels a create POST and an update PUT.
-        if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
-            continue;
-        }
-        let subresource = label("subresource");
-        let key = if subresource.is_empty() {
-            format!("{verb} pods")
-        } else {
-            format!("{verb} pods/{subresource}")
-        };
-        *counts.entry(key).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
-    }
-    Ok(counts)
+    writes.print(f64::from(replicas));
+    manager.print_rss();
 }

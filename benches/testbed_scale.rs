@@ -10,12 +10,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_benches::process::pid_of;
+use kruise_benches::sim;
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::eventually;
-use kruise_testkit::process::{Process, rss_kib};
-use kruise_testkit::testbed::wait_nodes_ready;
+use kruise_testkit::process::rss_kib;
 use kube::api::{Api, ListParams, PostParams};
-use kubelet_sim::NodeSpecSim;
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -39,24 +39,11 @@ enum Command {
     Sim,
 }
 
-const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
-
-fn fleet(count: u16) -> Vec<NodeSpecSim> {
-    let zones: Vec<String> = ZONES.iter().map(|z| z.to_string()).collect();
-    NodeSpecSim::fleet("scale", count, &zones)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Sim) => {
-            let client = kube::Client::try_default().await?;
-            let mut config = kubelet_sim::Config::new(fleet(cli.nodes));
-            config.heartbeat_every = Duration::from_secs(5);
-            kubelet_sim::run(client, config, std::future::pending()).await?;
-            Ok(())
-        }
+        Some(Command::Sim) => sim::run(cli.nodes).await,
         None => bench(cli).await,
     }
 }
@@ -69,24 +56,9 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
         plane.started_in().as_secs_f64()
     );
 
-    let exe = std::env::current_exe().context("locating this binary")?;
-    let sim_log = plane.dir().join("kubelet-sim.log");
-    let args = vec![
-        "--nodes".to_string(),
-        cli.nodes.to_string(),
-        "sim".to_string(),
-    ];
-    let kubeconfig = plane.kubeconfig_path();
-    let sim = Process::spawn_with_env(
-        "kubelet-sim",
-        &exe,
-        &args,
-        &[("KUBECONFIG", &kubeconfig)],
-        &sim_log,
-    )?;
+    sim::spawn(&plane, cli.nodes).await?;
+    let sim_pid = pid_of(&plane, "kubelet-sim").context("the kubelet-sim process")?;
     let client = plane.client().await?;
-    let nodes = fleet(cli.nodes);
-    wait_nodes_ready(&client, &nodes).await?;
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut namespace = Namespace::default();
@@ -130,7 +102,7 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
     )
     .await?;
     let elapsed = began.elapsed();
-    let (rss, hwm) = rss_kib(sim.pid()).unwrap_or_default();
+    let (rss, hwm) = rss_kib(sim_pid).unwrap_or_default();
     println!(
         "{total} Pods ({} Deployments x {}) Ready on {} simulated nodes: {:.1} s ({:.0} Pods/s)",
         cli.deployments,
@@ -153,7 +125,6 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
             );
         }
     }
-    drop(sim);
     plane.stop();
     Ok(())
 }

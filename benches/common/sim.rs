@@ -1,0 +1,56 @@
+//! kubelet-sim as a child process: the bench binary re-executes itself with a `sim` subcommand, so the
+//! simulator's CPU and memory are its own and not the bench's.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use kruise_testkit::control_plane::ControlPlane;
+use kruise_testkit::process::Process;
+use kruise_testkit::testbed::wait_nodes_ready;
+use kubelet_sim::NodeSpecSim;
+
+/// Zones the simulated nodes are spread over (label `topology.kubernetes.io/zone`).
+pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// The subcommand that [`spawn`] passes to the re-executed bench binary.
+pub const SUBCOMMAND: &str = "sim";
+
+/// `count` simulated nodes `scale-<i>`, round-robin over [`ZONES`].
+pub fn fleet(count: u16) -> Vec<NodeSpecSim> {
+    let zones: Vec<String> = ZONES.iter().map(|z| z.to_string()).collect();
+    NodeSpecSim::fleet("scale", count, &zones)
+}
+
+/// The body of the `sim` subcommand: runs kubelet-sim for `nodes` nodes against `$KUBECONFIG` until
+/// the process is stopped.
+pub async fn run(nodes: u16) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let mut config = kubelet_sim::Config::new(fleet(nodes));
+    config.heartbeat_every = Duration::from_secs(5);
+    kubelet_sim::run(client, config, std::future::pending()).await?;
+    Ok(())
+}
+
+/// Starts this binary again as `--nodes <nodes> sim` against `plane`, owned by the plane (stopped
+/// with the other components; named `kubelet-sim` in [`ControlPlane::pids`], logging to
+/// `kubelet-sim.log` in the plane's directory), and waits until its nodes are Ready.
+pub async fn spawn(plane: &ControlPlane, nodes: u16) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let log = plane.dir().join("kubelet-sim.log");
+    let args = vec![
+        "--nodes".to_string(),
+        nodes.to_string(),
+        SUBCOMMAND.to_string(),
+    ];
+    let kubeconfig = plane.kubeconfig_path();
+    let sim = Process::spawn_with_env(
+        "kubelet-sim",
+        &exe,
+        &args,
+        &[("KUBECONFIG", &kubeconfig)],
+        &log,
+    )?;
+    plane.adopt(sim);
+    let client = plane.client().await?;
+    wait_nodes_ready(&client, &fleet(nodes)).await
+}

@@ -1,0 +1,773 @@
+//! SidecarSet scale figures, with 20 SidecarSets in the cluster (5 inject the bench's Pods, 8 select
+//! other Pods, 7 select them but are scoped by namespaceSelector to other namespaces):
+//!
+//! 1. **Webhook latency**: Pods created at a paced `--rate` (200/s) for `--seconds` (30); the
+//!    `/mutate-pod` handler's p50/p99 from kruise-manager's `kruise_webhook_request_duration_seconds`
+//!    (bucket deltas, interpolated), the apiserver's mean time calling the webhook, and the Pod CREATE
+//!    latency the bench itself measures per request.
+//! 2. **Create throughput**: `--pods` (2,000) Pods created as fast as `--concurrency` (32) requests in
+//!    flight allow, with the webhook, then without it (a namespace labelled `control-plane`, which
+//!    the webhook's namespaceSelector excludes: the apiserver never calls it).
+//! 3. **Sidecar upgrade**: a Deployment of `--replicas` (1,000) Pods on `--nodes` (20) simulated nodes,
+//!    all injected with one sidecar; the SidecarSet's image is patched with maxUnavailable 100% and
+//!    timed until `updatedPods == updatedReadyPods == replicas` at the current generation, with the
+//!    apiserver's Pod writes per Pod and kruise-manager's memory.
+//!
+//! Pods of phases 1 and 2 name a scheduler that does not exist, so they stay Pending without scheduler
+//! or kubelet work; their namespaces are deleted after each run. Prints figures; asserts nothing about
+//! time. kubelet-sim runs as a child process (this binary re-executed with `sim`); kruise-manager is
+//! the binary next to this one (`cargo build --release -p kruise-manager`) or `$KRUISE_MANAGER_BIN`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_benches::apiserver::{self, PodWrites};
+use kruise_benches::manager::{Manager, print_all_rss};
+use kruise_benches::process::{cpu_seconds, pid_of};
+use kruise_benches::prom::{self, Histogram};
+use kruise_benches::sim;
+use kruise_benches::stats::{ms, percentile, seconds_as_ms};
+use kruise_testkit::control_plane::{ControlPlane, Options};
+use kruise_testkit::testbed::crd_dir;
+use kruise_testkit::until;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Simulated nodes (for the upgrade phase).
+    #[arg(long, default_value_t = 20)]
+    nodes: u16,
+    /// Paced Pod creates per second in the latency phase.
+    #[arg(long, default_value_t = 200)]
+    rate: u32,
+    /// Length of the latency phase, in seconds.
+    #[arg(long, default_value_t = 30)]
+    seconds: u32,
+    /// Pods per throughput run.
+    #[arg(long, default_value_t = 2000)]
+    pods: u32,
+    /// Pod creates in flight in the throughput runs.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Pods of the upgrade phase's Deployment.
+    #[arg(long, default_value_t = 1000)]
+    replicas: i32,
+    /// Phases to run, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "latency,throughput,upgrade"
+    )]
+    phases: Vec<Phase>,
+    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=500`.
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    manager_args: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
+    Sim,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Phase {
+    Latency,
+    Throughput,
+    Upgrade,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(1800);
+/// The label of the bench's Pods that the injecting SidecarSets select.
+const APP: &str = "sidecar-bench";
+/// Namespaces with this label are injected by the 5 matching SidecarSets.
+const INJECT_LABEL: &str = "sidecar-bench";
+/// A scheduler nobody runs: the phases 1 and 2 Pods stay Pending and unbound.
+const NO_SCHEDULER: &str = "sidecar-bench-no-scheduler";
+const UPGRADE_NAMESPACE: &str = "ss-upgrade";
+const UPGRADE_SET: &str = "bench-upgrade";
+/// Paced creates allowed in flight before the pacer waits (then the achieved rate falls short).
+const PACED_IN_FLIGHT: usize = 1000;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Sim) => sim::run(cli.nodes).await,
+        None => {
+            let plane = ControlPlane::start(Options {
+                crd_dir: Some(crd_dir()),
+                ..Options::default()
+            })
+            .await?;
+            let result = bench(&cli, &plane).await;
+            if result.is_err() {
+                eprintln!("{}", plane.log_tails(30));
+            }
+            plane.stop();
+            result
+        }
+    }
+}
+
+async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
+    sim::spawn(plane, cli.nodes).await?;
+    let client = plane.client().await?;
+    let manager = Manager::start(plane, &cli.manager_args).await?;
+    let sets = sidecarsets();
+    let sidecarsets: Api<SidecarSet> = Api::all(client.clone());
+    for set in &sets {
+        let set: SidecarSet = serde_json::from_value(set.clone())?;
+        sidecarsets.create(&PostParams::default(), &set).await?;
+    }
+    println!(
+        "{} SidecarSets ({} inject the bench's Pods), kruise-manager {:?}",
+        sets.len(),
+        injecting_names().len(),
+        cli.manager_args
+    );
+    let bench = Bench {
+        client,
+        manager,
+        apiserver_pid: pid_of(plane, "kube-apiserver"),
+        cli,
+    };
+    if cli.phases.contains(&Phase::Latency) {
+        bench.latency().await?;
+    }
+    if cli.phases.contains(&Phase::Throughput) {
+        bench.throughput().await?;
+    }
+    if cli.phases.contains(&Phase::Upgrade) {
+        bench.upgrade().await?;
+    }
+    print_all_rss(plane);
+    Ok(())
+}
+
+struct Bench<'a> {
+    client: Client,
+    manager: Manager,
+    apiserver_pid: Option<u32>,
+    cli: &'a Cli,
+}
+
+/// What the components had used at one instant, to tell what a run cost them.
+struct Load {
+    manager_cpu: f64,
+    apiserver_cpu: f64,
+    /// The SidecarSet controller's reconcile durations.
+    reconciles: Histogram,
+}
+
+impl Bench<'_> {
+    /// Phase 1: paced creates; server-side and client-side latency.
+    async fn latency(&self) -> anyhow::Result<()> {
+        let (rate, seconds) = (self.cli.rate.max(1), self.cli.seconds);
+        let total = rate * seconds;
+        let namespace = "ss-latency";
+        self.namespace(namespace, json!({INJECT_LABEL: "inject"}))
+            .await?;
+        self.wait_injecting(namespace).await?;
+        let handler_before = self.handler_histogram().await?;
+        let apiserver_before = self.apiserver_webhook_histogram().await?;
+        let load = self.load().await?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        println!(
+            "webhook latency: {total} Pod creates paced at {rate}/s for {seconds} s (Pods stay Pending)"
+        );
+        let creates = create_paced(&pods, total, rate).await?;
+        let handler = self.handler_histogram().await?.since(&handler_before);
+        let apiserver = self
+            .apiserver_webhook_histogram()
+            .await?
+            .since(&apiserver_before);
+        creates.print("  created");
+        println!(
+            "  /mutate-pod handler (kruise_webhook_request_duration_seconds, {:.0} requests): \
+             p50 {} p99 {} mean {}",
+            handler.count,
+            quantile_ms(&handler, 0.5),
+            quantile_ms(&handler, 0.99),
+            handler.mean().map_or("-".into(), seconds_as_ms),
+        );
+        println!(
+            "  apiserver calling mpod.kb.io (apiserver_admission_webhook_admission_duration_seconds, \
+             {:.0} calls): mean {}",
+            apiserver.count,
+            apiserver.mean().map_or("-".into(), seconds_as_ms),
+        );
+        self.print_load("  ", &load, total as f64).await?;
+        let injected = self.pods_injected(namespace).await?;
+        println!(
+            "  Pods carrying all {} injected sidecars: {injected} of {}",
+            injecting_names().len(),
+            creates.ok()
+        );
+        self.manager.print_rss();
+        self.delete_namespace(namespace).await
+    }
+
+    /// Phase 2: creates as fast as a fixed concurrency allows, with and without the webhook.
+    async fn throughput(&self) -> anyhow::Result<()> {
+        let (count, concurrency) = (self.cli.pods, self.cli.concurrency.max(1));
+        println!("create throughput: {count} Pods, {concurrency} creates in flight");
+        let runs = [
+            (
+                "ss-tput-webhook",
+                json!({INJECT_LABEL: "inject"}),
+                "  with the Pod webhook (5 of the 20 SidecarSets inject):",
+                true,
+            ),
+            (
+                "ss-tput-plain",
+                json!({"control-plane": "sidecar-bench"}),
+                "  without the webhook (namespace labelled control-plane: the webhook's \
+                 namespaceSelector excludes it, the apiserver never calls it; manager and SidecarSets \
+                 unchanged, none applies to these Pods: their namespaceSelectors exclude the namespace):",
+                false,
+            ),
+        ];
+        for (namespace, labels, title, injecting) in runs {
+            self.namespace(namespace, labels).await?;
+            if injecting {
+                self.wait_injecting(namespace).await?;
+            }
+            let calls_before = self.mutate_pod_requests().await?;
+            let load = self.load().await?;
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let creates = create_concurrently(&pods, count, concurrency).await;
+            let calls = self.mutate_pod_requests().await? - calls_before;
+            println!("{title}");
+            creates.print("    created");
+            println!("    webhook requests during the run: {calls:.0}");
+            self.print_load("    ", &load, count as f64).await?;
+            if injecting {
+                let injected = self.pods_injected(namespace).await?;
+                println!(
+                    "    Pods carrying all {} injected sidecars: {injected} of {}",
+                    injecting_names().len(),
+                    creates.ok()
+                );
+            }
+            self.delete_namespace(namespace).await?;
+        }
+        Ok(())
+    }
+
+    /// Phase 3: time to upgrade the sidecar of `--replicas` running Pods in place.
+    async fn upgrade(&self) -> anyhow::Result<()> {
+        let replicas = self.cli.replicas;
+        self.namespace(UPGRADE_NAMESPACE, json!({})).await?;
+        let sidecarsets: Api<SidecarSet> = Api::all(self.client.clone());
+        let set: SidecarSet = serde_json::from_value(upgrade_sidecarset())?;
+        sidecarsets.create(&PostParams::default(), &set).await?;
+        let template = json!({"metadata": {"labels": {"app": "sidecar-upgrade"}},
+            "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]}});
+        let mut probe = template.clone();
+        probe["metadata"]["name"] = json!("dry-run");
+        wait_dry_run(&self.client, UPGRADE_NAMESPACE, &probe, Some(UPGRADE_SET)).await?;
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "sidecar-upgrade"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "sidecar-upgrade"}},
+                "template": template,
+            }
+        }))?;
+        println!(
+            "sidecar upgrade: Deployment of {replicas} Pods on {} simulated nodes, one SidecarSet \
+             (maxUnavailable 100%)",
+            self.cli.nodes
+        );
+        let began = Instant::now();
+        let load = self.load().await?;
+        Api::<Deployment>::namespaced(self.client.clone(), UPGRADE_NAMESPACE)
+            .create(&PostParams::default(), &deployment)
+            .await?;
+        until(
+            format!("{replicas} injected Pods Ready"),
+            TIMEOUT,
+            || async {
+                let set = sidecarsets.get(UPGRADE_SET).await?;
+                let s = set.status.unwrap_or_default();
+                Ok(s.matched_pods == replicas
+                    && s.updated_pods == replicas
+                    && s.ready_pods == replicas
+                    && s.missed_injection_pods == 0)
+            },
+        )
+        .await?;
+        println!(
+            "  {replicas} injected Pods Running and Ready in {:.1} s",
+            began.elapsed().as_secs_f64()
+        );
+        self.print_load("  ", &load, f64::from(replicas)).await?;
+        self.manager.print_rss();
+
+        let writes = PodWrites::read(&self.client).await?;
+        let load = self.load().await?;
+        let began = Instant::now();
+        sidecarsets
+            .patch(
+                UPGRADE_SET,
+                &PatchParams::default(),
+                &Patch::Json::<()>(serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/containers/0/image", "value": "logtail:2.0"}
+                ]))?),
+            )
+            .await
+            .context("patching the SidecarSet's image")?;
+        until(
+            format!("updatedPods == updatedReadyPods == {replicas}"),
+            TIMEOUT,
+            || async {
+                let set = sidecarsets.get(UPGRADE_SET).await?;
+                let s = set.status.unwrap_or_default();
+                Ok(set.metadata.generation == Some(s.observed_generation)
+                    && s.matched_pods == replicas
+                    && s.updated_pods == replicas
+                    && s.updated_ready_pods == replicas)
+            },
+        )
+        .await?;
+        let took = began.elapsed();
+        let writes = PodWrites::read(&self.client).await?.since(&writes);
+        println!(
+            "  sidecar image patch to updatedPods=updatedReadyPods={replicas}: {:.1} s ({:.0} Pods/s)",
+            took.as_secs_f64(),
+            f64::from(replicas) / took.as_secs_f64()
+        );
+        writes.print(f64::from(replicas));
+        self.print_load("  ", &load, f64::from(replicas)).await?;
+        self.manager.print_rss();
+        let pods = Api::<Pod>::namespaced(self.client.clone(), UPGRADE_NAMESPACE)
+            .list(&ListParams::default().labels("app=sidecar-upgrade"))
+            .await?
+            .items;
+        let restarted = |container: &str| {
+            pods.iter()
+                .filter(|p| restart_count(p, container) > 0)
+                .count()
+        };
+        println!(
+            "  Pods whose sidecar restarted in place: {}, whose app container restarted: {}",
+            restarted("logtail"),
+            restarted("app")
+        );
+        Ok(())
+    }
+
+    async fn namespace(&self, name: &str, labels: Value) -> anyhow::Result<()> {
+        let namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(())
+    }
+
+    /// Deletes a namespace and waits until it is gone, so that its Pods' deletion does not load the
+    /// next measurement.
+    async fn delete_namespace(&self, name: &str) -> anyhow::Result<()> {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let began = Instant::now();
+        namespaces.delete(name, &DeleteParams::default()).await?;
+        until(format!("namespace {name} deleted"), TIMEOUT, || async {
+            Ok(namespaces.get_opt(name).await?.is_none())
+        })
+        .await?;
+        println!(
+            "  (namespace {name} deleted in {:.1} s)",
+            began.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// Waits until the webhook injects the 5 matching SidecarSets into a dry-run Pod in `namespace`
+    /// (it reads SidecarSets and Namespace labels from watches, so it may lag just behind).
+    async fn wait_injecting(&self, namespace: &str) -> anyhow::Result<()> {
+        let injected = injecting_names().join(",");
+        wait_dry_run(
+            &self.client,
+            namespace,
+            &bench_pod("dry-run"),
+            Some(&injected),
+        )
+        .await
+    }
+
+    /// How many Pods in `namespace` carry every injecting SidecarSet's container.
+    async fn pods_injected(&self, namespace: &str) -> anyhow::Result<usize> {
+        let pods = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let want = injecting_names();
+        Ok(pods
+            .iter()
+            .filter(|pod| {
+                let names: Vec<&str> = pod
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()))
+                    .collect();
+                want.iter().all(|w| names.contains(&w.as_str()))
+            })
+            .count())
+    }
+
+    async fn load(&self) -> anyhow::Result<Load> {
+        let text = self.manager.metrics_text().await?;
+        Ok(Load {
+            manager_cpu: cpu_seconds(self.manager.pid).unwrap_or(0.0),
+            apiserver_cpu: self.apiserver_pid.and_then(cpu_seconds).unwrap_or(0.0),
+            reconciles: Histogram::read(
+                &text,
+                "kruise_controller_reconcile_duration_seconds",
+                |s| s.label("controller") == "sidecarset-controller",
+            ),
+        })
+    }
+
+    /// Prints the CPU the manager and the apiserver used since `before`, per Pod of the run, and the
+    /// SidecarSet reconciles the manager ran meanwhile (it reconciles every SidecarSet whose selector
+    /// matches a Pod that changed).
+    async fn print_load(&self, indent: &str, before: &Load, pods: f64) -> anyhow::Result<()> {
+        let now = self.load().await?;
+        let manager = now.manager_cpu - before.manager_cpu;
+        let reconciles = now.reconciles.since(&before.reconciles);
+        println!(
+            "{indent}CPU: kruise-manager {manager:.1} s ({:.2} ms per Pod), kube-apiserver {:.1} s; \
+             SidecarSet reconciles {:.0} (mean {}, p99 {})",
+            manager * 1000.0 / pods.max(1.0),
+            now.apiserver_cpu - before.apiserver_cpu,
+            reconciles.count,
+            reconciles.mean().map_or("-".into(), seconds_as_ms),
+            quantile_ms(&reconciles, 0.99),
+        );
+        Ok(())
+    }
+
+    /// kruise-manager's `/mutate-pod` handler durations.
+    async fn handler_histogram(&self) -> anyhow::Result<Histogram> {
+        let text = self.manager.metrics_text().await?;
+        Ok(Histogram::read(
+            &text,
+            "kruise_webhook_request_duration_seconds",
+            |s| s.label("path") == "/mutate-pod",
+        ))
+    }
+
+    /// `/mutate-pod` requests the manager answered (any result).
+    async fn mutate_pod_requests(&self) -> anyhow::Result<f64> {
+        let text = self.manager.metrics_text().await?;
+        Ok(prom::samples(&text, "kruise_webhook_requests_total")
+            .iter()
+            .filter(|s| s.label("path") == "/mutate-pod")
+            .map(|s| s.value)
+            .sum())
+    }
+
+    /// The apiserver's time calling the Pod webhook, TLS and HTTP included.
+    async fn apiserver_webhook_histogram(&self) -> anyhow::Result<Histogram> {
+        let text = apiserver::metrics_text(&self.client).await?;
+        Ok(Histogram::read(
+            &text,
+            "apiserver_admission_webhook_admission_duration_seconds",
+            |s| s.label("name") == "mpod.kb.io" && s.label("operation") == "CREATE",
+        ))
+    }
+}
+
+/// The 20 SidecarSets: each a single sidecar container with its own name.
+fn sidecarsets() -> Vec<Value> {
+    let set =
+        |name: String, selector: Value, namespace_selector: Option<Value>, container: Value| {
+            let mut spec = json!({"selector": selector, "containers": [container]});
+            if let Some(namespace_selector) = namespace_selector {
+                spec["namespaceSelector"] = namespace_selector;
+            }
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+            "metadata": {"name": name}, "spec": spec})
+        };
+    let sidecar = |name: String| json!({"name": name, "image": "busybox:1.36"});
+    let bench_pods = json!({"matchLabels": {"app": APP}});
+    let inject_namespaces = json!({"matchLabels": {INJECT_LABEL: "inject"}});
+    let mut sets = vec![
+        // Injecting: the app's TZ copied into the sidecar, the app's volumes shared.
+        set(
+            "sidecar-m0".into(),
+            bench_pods.clone(),
+            Some(inject_namespaces.clone()),
+            json!({"name": "sidecar-m0", "image": "busybox:1.36",
+                "transferEnv": [{"sourceContainerName": "app", "envName": "TZ"}],
+                "shareVolumePolicy": {"type": "enabled"}}),
+        ),
+        // Injecting: a volume of its own.
+        json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+            "metadata": {"name": "sidecar-m1"},
+            "spec": {"selector": bench_pods, "namespaceSelector": inject_namespaces,
+                "containers": [{"name": "sidecar-m1", "image": "busybox:1.36",
+                    "volumeMounts": [{"name": "sidecar-m1-data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "sidecar-m1-data", "emptyDir": {}}]}}),
+        // Injecting: after the app container.
+        set(
+            "sidecar-m2".into(),
+            bench_pods.clone(),
+            Some(inject_namespaces.clone()),
+            json!({"name": "sidecar-m2", "image": "busybox:1.36",
+                "podInjectPolicy": "AfterAppContainer"}),
+        ),
+    ];
+    // Injecting through set-based selectors.
+    for i in 3..5 {
+        sets.push(set(
+            format!("sidecar-m{i}"),
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "api"]}]}),
+            Some(json!({"matchExpressions": [{"key": INJECT_LABEL, "operator": "Exists"}]})),
+            sidecar(format!("sidecar-m{i}")),
+        ));
+    }
+    // Other Pods, in any namespace.
+    for i in 0..8 {
+        sets.push(set(
+            format!("sidecar-other-{i}"),
+            json!({"matchLabels": {"app": format!("other-{i}")}}),
+            None,
+            sidecar(format!("sidecar-other-{i}")),
+        ));
+    }
+    // The bench's Pods, but only in other teams' namespaces.
+    for i in 0..7 {
+        sets.push(set(
+            format!("sidecar-team-{i}"),
+            bench_pods.clone(),
+            Some(json!({"matchLabels": {"team": format!("elsewhere-{i}")}})),
+            sidecar(format!("sidecar-team-{i}")),
+        ));
+    }
+    sets
+}
+
+/// Names of the SidecarSets that inject the bench's Pods, sorted (as the injected-list annotation).
+fn injecting_names() -> Vec<String> {
+    (0..5).map(|i| format!("sidecar-m{i}")).collect()
+}
+
+/// The SidecarSet of the upgrade phase.
+fn upgrade_sidecarset() -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+    "metadata": {"name": UPGRADE_SET},
+    "spec": {
+        "selector": {"matchLabels": {"app": "sidecar-upgrade"}},
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": UPGRADE_NAMESPACE}},
+        "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": "100%"},
+        "containers": [{"name": "logtail", "image": "logtail:1.0"}],
+    }})
+}
+
+/// A Pod of phases 1 and 2: never scheduled, with an env var and a volume for the sidecars to take.
+fn bench_pod(name: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": APP, "tier": "web"}},
+        "spec": {
+            "schedulerName": NO_SCHEDULER,
+            "containers": [{
+                "name": "app", "image": "nginx:alpine",
+                "env": [{"name": "TZ", "value": "UTC"}],
+                "volumeMounts": [{"name": "logs", "mountPath": "/var/log/app"}],
+            }],
+            "volumes": [{"name": "logs", "emptyDir": {}}],
+        }
+    })
+}
+
+/// Waits until a server-side dry run of `pod` in `namespace` comes back with the injected-list
+/// annotation `want` (comma-separated SidecarSet names).
+async fn wait_dry_run(
+    client: &Client,
+    namespace: &str,
+    pod: &Value,
+    want: Option<&str>,
+) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod: Pod = serde_json::from_value(pod.clone())?;
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    until(
+        format!("the webhook injecting {want:?} on a dry run in {namespace}"),
+        Duration::from_secs(60),
+        || async {
+            let created = api.create(&params, &pod).await?;
+            let injected = created
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kruise.io/sidecarset-injected-list"))
+                .map(String::as_str);
+            Ok(injected == want)
+        },
+    )
+    .await
+}
+
+/// Quantile `q` of a histogram of seconds, in ms; `≥` the highest bound when it lies beyond it.
+fn quantile_ms(histogram: &Histogram, q: f64) -> String {
+    match histogram.quantile(q) {
+        None => "-".into(),
+        Some(seconds) if histogram.beyond_buckets(q) => format!("≥{}", seconds_as_ms(seconds)),
+        Some(seconds) => seconds_as_ms(seconds),
+    }
+}
+
+fn restart_count(pod: &Pod, container: &str) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == container))
+        .map_or(0, |c| c.restart_count)
+}
+
+/// The outcome of a batch of Pod creates: the latency of each successful one, the failures, the time
+/// from the first request to the last answer.
+struct Creates {
+    latencies: Vec<Duration>,
+    errors: Vec<String>,
+    took: Duration,
+}
+
+impl Creates {
+    fn ok(&self) -> usize {
+        self.latencies.len()
+    }
+
+    fn print(&self, prefix: &str) {
+        let pct = |q| percentile(&self.latencies, q).map_or("-".into(), ms);
+        println!(
+            "{prefix} {} Pods in {:.1} s: {:.0} Pods/s; client-observed CREATE latency p50 {} p99 {} \
+             max {}; failed: {}",
+            self.ok(),
+            self.took.as_secs_f64(),
+            self.ok() as f64 / self.took.as_secs_f64(),
+            pct(0.5),
+            pct(0.99),
+            pct(1.0),
+            self.errors.len()
+        );
+        if let Some(first) = self.errors.first() {
+            println!("{prefix} first failure: {first}");
+        }
+    }
+}
+
+/// Creates `pod` and measures how long the apiserver took to answer.
+async fn timed_create(api: &Api<Pod>, pod: Pod) -> Result<Duration, String> {
+    let began = Instant::now();
+    match api.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(began.elapsed()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+fn numbered_pod(i: u32) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(bench_pod(&format!("p-{i}")))?)
+}
+
+/// Creates `total` Pods at `rate` per second, each request on its own task so that a slow answer does
+/// not delay the next request (at most [`PACED_IN_FLIGHT`] in flight).
+async fn create_paced(api: &Api<Pod>, total: u32, rate: u32) -> anyhow::Result<Creates> {
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let permits = Arc::new(Semaphore::new(PACED_IN_FLIGHT));
+    let mut tasks = JoinSet::new();
+    let began = Instant::now();
+    for i in 0..total {
+        ticker.tick().await;
+        let permit = permits.clone().acquire_owned().await?;
+        let (api, pod) = (api.clone(), numbered_pod(i)?);
+        tasks.spawn(async move {
+            let result = timed_create(&api, pod).await;
+            drop(permit);
+            result
+        });
+    }
+    let mut results = Vec::with_capacity(total as usize);
+    while let Some(result) = tasks.join_next().await {
+        results.push(result.context("a create task")?);
+    }
+    Ok(collect(results, began.elapsed()))
+}
+
+/// Creates `total` Pods with `concurrency` requests in flight.
+async fn create_concurrently(api: &Api<Pod>, total: u32, concurrency: usize) -> Creates {
+    let began = Instant::now();
+    let results: Vec<Result<Duration, String>> = futures::stream::iter(0..total)
+        .map(|i| async move {
+            let pod = numbered_pod(i).map_err(|e| e.to_string())?;
+            timed_create(api, pod).await
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    collect(results, began.elapsed())
+}
+
+fn collect(results: Vec<Result<Duration, String>>, took: Duration) -> Creates {
+    let (mut latencies, mut errors) = (Vec::new(), Vec::new());
+    for result in results {
+        match result {
+            Ok(latency) => latencies.push(latency),
+            Err(error) => errors.push(error),
+        }
+    }
+    Creates {
+        latencies,
+        errors,
+        took,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twenty_sidecarsets_with_unique_container_names() -> anyhow::Result<()> {
+        let sets = sidecarsets();
+        assert_eq!(sets.len(), 20);
+        let mut containers = Vec::new();
+        for set in &sets {
+            let typed: SidecarSet = serde_json::from_value(set.clone())?;
+            containers.extend(
+                typed
+                    .spec
+                    .containers
+                    .iter()
+                    .map(|c| c.container.name.clone()),
+            );
+        }
+        let unique: std::collections::BTreeSet<&String> = containers.iter().collect();
+        assert_eq!(unique.len(), 20);
+        let mut names = injecting_names();
+        names.sort();
+        assert_eq!(names, injecting_names());
+        serde_json::from_value::<SidecarSet>(upgrade_sidecarset())?;
+        Ok(())
+    }
+}
