@@ -98,7 +98,7 @@ impl PodWebhook {
                     values: Some(values),
                 },
                 LabelSelectorRequirement {
-                    key: "control-plane".into(),
+                    key: kruise_core::sidecarset::OPT_OUT_NAMESPACE_LABEL.into(),
                     operator: "DoesNotExist".into(),
                     values: None,
                 },

@@ -11,6 +11,10 @@ use kruise_api::validation::{selector_is_empty, selector_matches};
 /// sidecar must not be able to take them down.
 pub const ALWAYS_EXCLUDED_NAMESPACE: &str = "kube-system";
 
+/// A Namespace carrying this label (any value) is not sent to the Pod webhook (OpenKruise's
+/// `control-plane DoesNotExist` namespace selector), so its Pods are never injected.
+pub const OPT_OUT_NAMESPACE_LABEL: &str = "control-plane";
+
 /// The Pod's namespace; a Pod posted without one is created in `default` (as upstream assumes).
 pub fn pod_namespace(pod: &Pod) -> &str {
     pod.metadata

@@ -29,6 +29,10 @@ pub fn missing_injections(
     namespace_labels: &BTreeMap<String, String>,
     excluded_namespaces: &[String],
 ) -> Vec<String> {
+    // The webhook is never asked about Pods of an opted-out namespace: nothing was missed there.
+    if namespace_labels.contains_key(super::OPT_OUT_NAMESPACE_LABEL) {
+        return Vec::new();
+    }
     let applying: Vec<&SidecarSet> = sidecarsets
         .iter()
         .copied()
@@ -275,6 +279,11 @@ mod tests {
             ),
         ];
         let excluded = vec!["kruise-system".to_string()];
+        // A namespace opted out of the Pod webhook (`control-plane` label): its Pods were never
+        // sent to it, so none of them missed anything.
+        let opted_out = BTreeMap::from([("control-plane".to_string(), "x".to_string())]);
+        let log = set("log", json!({}));
+        assert!(missing_injections(&pod(json!({})), &[&log], &opted_out, &excluded).is_empty());
         for (name, pod, sets, want) in cases {
             let refs: Vec<&SidecarSet> = sets.iter().collect();
             assert_eq!(

@@ -85,8 +85,10 @@ fn ss_name(ss: &SidecarSet) -> &str {
     ss.metadata.name.as_deref().unwrap_or_default()
 }
 
-fn annotations(pod: &Pod) -> BTreeMap<String, String> {
-    pod.metadata.annotations.clone().unwrap_or_default()
+/// The Pod's annotations, borrowed: facts are computed for every managed Pod on every reconcile.
+fn annotations(pod: &Pod) -> &BTreeMap<String, String> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    pod.metadata.annotations.as_ref().unwrap_or(&NONE)
 }
 
 /// The Pod containers that carry the SidecarSet's upgradable sidecars: each cold sidecar under its
