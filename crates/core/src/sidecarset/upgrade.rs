@@ -117,7 +117,7 @@ pub fn is_managed(ss: &SidecarSet, pod: &Pod) -> bool {
     let selected = ss.spec.selector.as_ref().is_some_and(|s| {
         selector_matches(s, pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
     });
-    if !selected || !pods::is_active(pod) || !injected_list(&annotations(pod)).contains(ss_name(ss))
+    if !selected || !pods::is_active(pod) || !injected_list(annotations(pod)).contains(ss_name(ss))
     {
         return false;
     }
@@ -253,7 +253,7 @@ fn image_digest(reference: &str) -> Option<&str> {
 }
 
 fn recorded(pod: &Pod, key: &str, name: &str) -> Option<UpgradeSpec> {
-    parse_upgrade_specs(&annotations(pod), key)
+    parse_upgrade_specs(annotations(pod), key)
         .ok()
         .and_then(|mut m| m.remove(name))
 }
@@ -625,9 +625,9 @@ pub fn upgrade_patch(
     }
 
     let (hash, hash_without_image) = hashes(ss);
-    let mut with_image = parse_upgrade_specs(&existing, ANNOTATION_HASH).unwrap_or_default();
+    let mut with_image = parse_upgrade_specs(existing, ANNOTATION_HASH).unwrap_or_default();
     let mut without_image =
-        parse_upgrade_specs(&existing, ANNOTATION_HASH_WITHOUT_IMAGE).unwrap_or_default();
+        parse_upgrade_specs(existing, ANNOTATION_HASH_WITHOUT_IMAGE).unwrap_or_default();
     let sidecar_list = with_image.get(name).and_then(|s| s.sidecar_list.clone());
     with_image.insert(
         name.to_owned(),

@@ -35,11 +35,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::PodCache;
 use crate::error::KubeContext;
 use crate::metrics::{Metrics, SidecarSetLabels};
+
+mod triggers;
 
 pub const CONTROLLER: &str = "sidecarset-controller";
 
@@ -73,7 +75,7 @@ pub use crate::error::{Error, is_race};
 
 /// Runs the SidecarSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
-    let mut events = pods.subscribe();
+    let events = pods.subscribe();
     pods.wait_synced().await;
     let (namespaces, namespace_events) =
         crate::cache::reflected(Api::<Namespace>::all(client.clone()), None);
@@ -88,35 +90,14 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         Api::<SidecarSet>::all(client.clone()),
         watcher::Config::default().any_semantic(),
     );
-    // A Pod change concerns the SidecarSets whose selector matches it or that it lists as injected.
-    let store = controller.store();
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            let pod = match events.recv().await {
-                Ok(CacheEvent::Pod(pod)) => pod,
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    for ss in store.state() {
-                        let _ = tx.send(ObjectRef::from_obj(ss.as_ref()));
-                    }
-                    continue;
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            for ss in store.state() {
-                let selected = ss
-                    .spec
-                    .selector
-                    .as_ref()
-                    .is_some_and(|s| kruise_api::validation::selector_matches(s, &labels));
-                if selected && tx.send(ObjectRef::from_obj(ss.as_ref())).is_err() {
-                    return;
-                }
-            }
-        }
-    });
+    tokio::spawn(triggers::run(
+        events,
+        pods.clone(),
+        controller.store(),
+        namespaces.clone(),
+        tx,
+    ));
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -256,12 +237,12 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
             // Hot upgrade: reset the old twins to the empty image first; the round ends there.
-            for &i in &plan.flip {
-                if let Err(error) = reset_idle_twin(ctx, ss, &managed[i], now).await {
-                    failure = Some(error);
-                    break;
-                }
-            }
+            let flips = plan
+                .flip
+                .iter()
+                .map(|&i| reset_idle_twin(ctx, ss, &managed[i], now))
+                .collect::<Vec<_>>();
+            keep_first(&mut failure, concurrently(flips).await);
             if !plan.not_upgradable.is_empty() {
                 let names: Vec<String> = plan
                     .not_upgradable
@@ -282,26 +263,21 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                     None,
                 )
                 .await;
-                for &i in &plan.not_upgradable {
-                    if let Err(error) = set_upgradable(ctx, ss, &managed[i], false, now).await {
-                        failure.get_or_insert(error);
-                    }
-                }
+                let marks = plan
+                    .not_upgradable
+                    .iter()
+                    .map(|&i| set_upgradable(ctx, ss, &managed[i], false, now))
+                    .collect::<Vec<_>>();
+                keep_first(&mut failure, concurrently(marks).await);
             }
-            for &i in &plan.upgrade {
-                match upgrade_pod(ctx, ss, &managed[i], &latest_revision, now).await {
-                    Ok(()) => {}
-                    // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata
-                    // cannot merge into) must not hold up the others.
-                    Err(error @ Error::Invalid(_)) => {
-                        failure.get_or_insert(error);
-                    }
-                    Err(error) => {
-                        failure = Some(error);
-                        break;
-                    }
-                }
-            }
+            // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
+            // merge into) does not hold up the others: every planned Pod is tried.
+            let upgrades = plan
+                .upgrade
+                .iter()
+                .map(|&i| upgrade_pod(ctx, ss, &managed[i], &latest_revision, now))
+                .collect::<Vec<_>>();
+            keep_first(&mut failure, concurrently(upgrades).await);
         }
         Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
     }
@@ -348,6 +324,35 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         return Err(error);
     }
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Pod writes in flight at once per reconcile: enough that 1,000 Pods are not patched one after
+/// another, few enough not to flood the client's rate limiter queue.
+const PARALLEL_WRITES: usize = 16;
+
+/// Runs Pod writes [`PARALLEL_WRITES`] at a time; the first error, if any (a client or server
+/// error is preferred over a Pod that cannot be patched, which says more about the SidecarSet).
+async fn concurrently(
+    writes: Vec<impl std::future::Future<Output = Result<(), Error>>>,
+) -> Option<Error> {
+    let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
+        .buffer_unordered(PARALLEL_WRITES)
+        .collect()
+        .await;
+    let mut first = None;
+    for error in results.into_iter().filter_map(Result::err) {
+        match (&first, &error) {
+            (None, _) | (Some(Error::Invalid(_)), Error::Kube { .. }) => first = Some(error),
+            _ => {}
+        }
+    }
+    first
+}
+
+fn keep_first(failure: &mut Option<Error>, error: Option<Error>) {
+    if let Some(error) = error {
+        failure.get_or_insert(error);
+    }
 }
 
 /// The revision recording the SidecarSet's current sidecars, with the collision count it was named
