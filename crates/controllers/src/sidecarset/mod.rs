@@ -593,12 +593,11 @@ async fn upgrade_pod(
 }
 
 /// Records in the Pod's `SidecarSetUpgradable` condition whether this SidecarSet can upgrade it in
-/// place (a no-op when the condition already says so).
+/// place (a no-op when the condition already says so, or is absent and would say "upgradable").
 ///
-/// The patch is guarded by the Pod's resourceVersion (other SidecarSets write their entries of the
-/// same condition), and right after an upgrade the kubelet is busy updating the Pod's status, so a
-/// lost race re-reads the Pod and tries again, a few times — this is an edge (the upgrade) that no
-/// later reconcile would revisit.
+/// The patch fails if another SidecarSet wrote the condition meanwhile (or, when adding it, if the
+/// Pod changed at all); a lost race re-reads the Pod and tries again, a few times — after an upgrade
+/// this is an edge that no later reconcile would revisit.
 async fn set_upgradable(
     ctx: &Context,
     ss: &SidecarSet,

@@ -4,7 +4,10 @@
 //! One condition serves all SidecarSets of the Pod: its message is a JSON map from SidecarSet name to
 //! whether that SidecarSet can upgrade the Pod, and the condition is True only while no entry is
 //! false. Each SidecarSet's controller writes its own entry, so the patch keeps the others' entries
-//! and is guarded by the Pod's resourceVersion: a concurrent writer makes it fail rather than be lost.
+//! and fails if the condition changed since it was read (a concurrent writer) rather than lose one.
+//!
+//! Unlike OpenKruise, a Pod that every SidecarSet can upgrade is not given the condition after each
+//! upgrade: absent means upgradable, and a rollout costs one Pod write less per Pod.
 
 use std::collections::BTreeMap;
 
@@ -68,15 +71,20 @@ fn next_condition(
 /// message is set (the other SidecarSets' entries are kept), and the condition becomes True
 /// (`AllSidecarsetUpgradable`) when no entry is false, else False (`UpdateImmutableField`).
 ///
-/// `None` when the condition would not change. The first op tests the resourceVersion; build the
-/// patch from the Pod as last seen (after an upgrade, the Pod that upgrade's patch returned).
+/// `None` when the condition would not change, and when the Pod has no such condition and the
+/// SidecarSet can upgrade it: an absent condition already means "upgradable", and writing it after
+/// every upgrade (as OpenKruise does) would double the writes of a rollout.
+///
+/// Build the patch from the Pod as last seen (after an upgrade, the Pod that upgrade's patch
+/// returned). Replacing the condition tests that it is still what was read — the guard against
+/// another SidecarSet writing its entry at the same moment — without failing on the kubelet's
+/// unrelated status updates; adding it tests the resourceVersion.
 pub fn upgradable_condition_patch(
     pod: &Pod,
     sidecarset: &str,
     upgradable: bool,
     now: Timestamp,
 ) -> Result<Option<Patch>, UpgradeError> {
-    let test = guard(pod)?;
     let status = pod.status.as_ref();
     let conditions = status.and_then(|s| s.conditions.as_deref());
     let index = conditions
@@ -84,12 +92,18 @@ pub fn upgradable_condition_patch(
         .iter()
         .position(|c| c.type_ == CONDITION_SIDECARSET_UPGRADABLE);
     let current = index.and_then(|i| conditions.and_then(|c| c.get(i)));
+    if current.is_none() && upgradable {
+        return Ok(None);
+    }
     let next = next_condition(current, index, sidecarset, upgradable, now)?;
     if current == Some(&next) {
         return Ok(None);
     }
     let value = serde_json::to_value(&next).unwrap_or_default();
-    let mut ops = vec![test];
+    let mut ops = Vec::new();
+    if current.is_none() {
+        ops.push(guard(pod)?);
+    }
     match (status, conditions, index) {
         (None, _, _) => ops.push(PatchOperation::Add(AddOperation {
             path: ptr(["status"]),
@@ -102,8 +116,8 @@ pub fn upgradable_condition_patch(
         (Some(_), Some(_), Some(i)) => {
             let i = i.to_string();
             ops.push(PatchOperation::Test(TestOperation {
-                path: ptr(["status", "conditions", &i, "type"]),
-                value: json!(CONDITION_SIDECARSET_UPGRADABLE),
+                path: ptr(["status", "conditions", &i]),
+                value: serde_json::to_value(current).unwrap_or_default(),
             }));
             ops.push(PatchOperation::Replace(ReplaceOperation {
                 path: ptr(["status", "conditions", &i]),
@@ -210,12 +224,12 @@ mod tests {
                 t("False", r#"{"a":false}"#, 100),
             ),
             (
-                "others present, upgraded: added True",
+                "no condition, upgraded: absent already means upgradable",
                 Some(vec![ready()]),
                 "a",
                 true,
-                true,
-                t("True", r#"{"a":true}"#, 100),
+                false,
+                None,
             ),
             (
                 "same entry again: nothing to write",
@@ -270,36 +284,47 @@ mod tests {
         let p = pod(Some(vec![ready(), condition("True", r#"{"a":true}"#, 5)]));
         let patch = upgradable_condition_patch(&p, "a", false, at(100))?.unwrap_or_default();
         let ops = serde_json::to_value(&patch).unwrap_or_default();
-        assert_eq!(
-            ops[0],
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
-        );
-        assert_eq!(
-            ops[1],
-            json!({"op": "test", "path": "/status/conditions/1/type", "value": "SidecarSetUpgradable"})
-        );
-        assert_eq!(ops[2]["op"], "replace");
-        assert_eq!(ops[2]["path"], "/status/conditions/1");
+        // Replacing tests the condition as read, not the resourceVersion.
+        assert_eq!(ops[0]["op"], "test");
+        assert_eq!(ops[0]["path"], "/status/conditions/1");
+        assert_eq!(ops[0]["value"]["message"], r#"{"a":true}"#);
+        assert_eq!(ops[1]["op"], "replace");
+        assert_eq!(ops[1]["path"], "/status/conditions/1");
         // The Ready condition is left alone.
         let mut doc = serde_json::to_value(&p).unwrap_or_default();
         assert!(json_patch::patch(&mut doc, &patch).is_ok());
         assert_eq!(doc["status"]["conditions"][0]["type"], "Ready");
-        // A Pod that moved on since (another resourceVersion) refuses the patch.
-        doc["metadata"]["resourceVersion"] = json!("8");
-        assert!(json_patch::patch(&mut doc, &patch).is_err());
+        // The kubelet's updates (another resourceVersion, Ready flipping) do not get in the way ...
+        let mut moved = serde_json::to_value(&p).unwrap_or_default();
+        moved["metadata"]["resourceVersion"] = json!("8");
+        moved["status"]["conditions"][0]["status"] = json!("False");
+        assert!(json_patch::patch(&mut moved, &patch).is_ok());
+        // ... another SidecarSet's entry written meanwhile does.
+        let mut raced = serde_json::to_value(&p).unwrap_or_default();
+        raced["status"]["conditions"][1]["message"] = json!(r#"{"a":true,"b":false}"#);
+        assert!(json_patch::patch(&mut raced, &patch).is_err());
+        // Adding the condition tests the resourceVersion.
+        let fresh = pod(Some(vec![ready()]));
+        let add = upgradable_condition_patch(&fresh, "a", false, at(100))?.unwrap_or_default();
+        let ops = serde_json::to_value(&add).unwrap_or_default();
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
+        );
         Ok(())
     }
 
     #[test]
     fn bad_input() {
-        let mut p = pod(Some(vec![ready(), condition("False", "not json", 5)]));
+        let p = pod(Some(vec![ready(), condition("False", "not json", 5)]));
         assert!(matches!(
             upgradable_condition_patch(&p, "a", true, at(1)),
             Err(UpgradeError::InvalidField { field, .. }) if field == "status.conditions[1].message"
         ));
-        p.metadata.resource_version = None;
+        let mut fresh = pod(Some(vec![ready()]));
+        fresh.metadata.resource_version = None;
         assert_eq!(
-            upgradable_condition_patch(&p, "a", true, at(1)),
+            upgradable_condition_patch(&fresh, "a", false, at(1)),
             Err(UpgradeError::NoResourceVersion)
         );
         // A Pod without status gets one.
