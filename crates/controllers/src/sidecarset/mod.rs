@@ -10,7 +10,7 @@
 //! SidecarSet, and exposed as the `kruise_sidecarset_missed_injection_pods` gauge. Sidecars cannot be
 //! added to a running Pod, so the Pod is left as it is.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,8 +40,10 @@ use tokio::sync::mpsc;
 use crate::cache::PodCache;
 use crate::error::KubeContext;
 use crate::metrics::{Metrics, SidecarSetLabels};
+use verdicts::Verdict;
 
 mod triggers;
+mod verdicts;
 
 pub const CONTROLLER: &str = "sidecarset-controller";
 
@@ -66,6 +68,10 @@ struct Context {
     expectations: Mutex<Expectations>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
+    /// The SidecarSets the controller knows (its reflector's store).
+    sidecarsets: Store<SidecarSet>,
+    /// Each SidecarSet's verdicts on the Pods it selects, kept between reconciles.
+    verdicts: Mutex<HashMap<String, verdicts::Memo>>,
     /// Pods already reported as missing a sidecar (uid, SidecarSet), so each gets one Event.
     reported: Mutex<BTreeSet<(String, String)>>,
     config: Config,
@@ -90,11 +96,12 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         Api::<SidecarSet>::all(client.clone()),
         watcher::Config::default().any_semantic(),
     );
+    let sidecarsets = controller.store();
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(triggers::run(
         events,
         pods.clone(),
-        controller.store(),
+        sidecarsets.clone(),
         namespaces.clone(),
         tx,
     ));
@@ -113,6 +120,8 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
             },
         ),
         metrics,
+        sidecarsets,
+        verdicts: Mutex::new(HashMap::new()),
         reported: Mutex::new(BTreeSet::new()),
         config: config.clone(),
     });
@@ -141,8 +150,21 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Err
     result
 }
 
+/// Drops what is kept per SidecarSet for those that no longer exist (the controller is not called
+/// for a deleted object).
+fn forget_deleted(ctx: &Context) {
+    let alive = |name: &String| ctx.sidecarsets.get(&ObjectRef::new(name)).is_some();
+    if let Ok(mut memos) = ctx.verdicts.lock() {
+        memos.retain(|name, _| alive(name));
+    }
+    if let Ok(mut reported) = ctx.reported.lock() {
+        reported.retain(|(_, name)| alive(name));
+    }
+}
+
 async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error> {
     let name = ss.name_any();
+    forget_deleted(ctx);
     if ss.metadata.deletion_timestamp.is_some() {
         if let Ok(mut ex) = ctx.expectations.lock() {
             ex.forget(&name);
@@ -150,6 +172,9 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         ctx.metrics.missed_injections.remove(&SidecarSetLabels {
             sidecarset: name.clone(),
         });
+        if let Ok(mut memos) = ctx.verdicts.lock() {
+            memos.remove(&name);
+        }
         return Ok(Action::await_change());
     }
     // Wait until our own Pod patches show in the cache (bounded: expectations expire).
@@ -199,28 +224,47 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     } else {
         Vec::new()
     };
-    let mut managed: Vec<Arc<Pod>> = Vec::new();
-    let mut missed: Vec<Arc<Pod>> = Vec::new();
     let mut excluded = ctx.config.excluded_namespaces.clone();
     excluded.push(ALWAYS_EXCLUDED_NAMESPACE.to_owned());
-    for pod in &candidates {
+    let judge = |pod: &Pod| {
         if upgrade::is_managed(ss, pod) {
-            managed.push(pod.clone());
-            continue;
+            return Verdict::Managed(upgrade::pod_facts(ss, pod));
         }
         let ns_labels = ctx
             .namespaces
             .get(&ObjectRef::new(pod_namespace(pod)))
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        if !missing_injections(pod, &[ss], &ns_labels, &excluded).is_empty() {
-            missed.push(pod.clone());
+        if missing_injections(pod, &[ss], &ns_labels, &excluded).is_empty() {
+            Verdict::Neither
+        } else {
+            Verdict::Missed
+        }
+    };
+    // The memo is taken out while in use: reconciles of other SidecarSets need not wait for it.
+    let mut memo = ctx
+        .verdicts
+        .lock()
+        .ok()
+        .and_then(|mut m| m.remove(&name))
+        .unwrap_or_default();
+    let verdicts = memo.verdicts(ss, &candidates, judge);
+    if let Ok(mut m) = ctx.verdicts.lock() {
+        m.insert(name.clone(), memo);
+    }
+    let mut managed: Vec<(Arc<Pod>, PodFacts)> = Vec::new();
+    let mut missed: Vec<Arc<Pod>> = Vec::new();
+    for (pod, verdict) in candidates.iter().zip(verdicts) {
+        match verdict {
+            Verdict::Managed(facts) => managed.push((pod.clone(), facts)),
+            Verdict::Missed => missed.push(pod.clone()),
+            Verdict::Neither => {}
         }
     }
-    managed.sort_by(|a, b| {
+    managed.sort_by(|(a, _), (b, _)| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
-    let facts: Vec<PodFacts> = managed.iter().map(|p| upgrade::pod_facts(ss, p)).collect();
+    let (managed, facts): (Vec<Arc<Pod>>, Vec<PodFacts>) = managed.into_iter().unzip();
     report_missed(ctx, ss, &missed).await;
 
     // History: the revision of the current sidecars, then the old ones nobody needs.

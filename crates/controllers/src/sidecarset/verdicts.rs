@@ -1,0 +1,126 @@
+//! What one SidecarSet makes of each Pod it selects — managed (with its upgrade facts), missing its
+//! sidecars, or neither — remembered between reconciles.
+//!
+//! Working this out parses several annotations per Pod; a SidecarSet selecting thousands of Pods
+//! would redo it for all of them on every reconcile although only a few changed. A verdict stays
+//! valid while the Pod's resourceVersion and the SidecarSet's generation are the ones it was
+//! computed for (a SidecarSet's hashes change only with its spec).
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_core::sidecarset::upgrade::PodFacts;
+
+/// One Pod as seen by one SidecarSet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Injected and carrying every sidecar: counted in the status and upgraded.
+    Managed(PodFacts),
+    /// Should have been injected at creation but was not.
+    Missed,
+    /// Selected by labels only (another namespace, inactive, older than the SidecarSet, …).
+    Neither,
+}
+
+/// The remembered verdicts of one SidecarSet.
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    /// The SidecarSet (uid, generation) the verdicts were computed for.
+    owner: (Option<String>, Option<i64>),
+    /// Pod uid → (resourceVersion, verdict).
+    pods: HashMap<String, (String, Verdict)>,
+}
+
+impl Memo {
+    /// The verdict of every Pod in `pods`, from memory where the Pod has not changed, else from
+    /// `judge` (and remembered). Pods not in `pods` are forgotten.
+    pub(super) fn verdicts<'p, P: AsRef<Pod> + 'p>(
+        &mut self,
+        ss: &SidecarSet,
+        pods: impl IntoIterator<Item = &'p P>,
+        judge: impl Fn(&Pod) -> Verdict,
+    ) -> Vec<Verdict> {
+        let owner = (ss.metadata.uid.clone(), ss.metadata.generation);
+        if self.owner != owner {
+            self.owner = owner;
+            self.pods.clear();
+        }
+        let mut kept = HashMap::with_capacity(self.pods.len());
+        let verdicts = pods
+            .into_iter()
+            .map(|pod| {
+                let pod = pod.as_ref();
+                let (Some(uid), Some(rv)) = (&pod.metadata.uid, &pod.metadata.resource_version)
+                else {
+                    return judge(pod);
+                };
+                let verdict = match self.pods.remove(uid) {
+                    Some((seen, verdict)) if &seen == rv => verdict,
+                    _ => judge(pod),
+                };
+                kept.insert(uid.clone(), (rv.clone(), verdict));
+                verdict
+            })
+            .collect();
+        self.pods = kept;
+        verdicts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(uid: &str, rv: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                resource_version: Some(rv.into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        })
+    }
+
+    fn sidecarset(generation: i64) -> SidecarSet {
+        let mut ss = SidecarSet::new("s", Default::default());
+        ss.metadata.uid = Some("ss".into());
+        ss.metadata.generation = Some(generation);
+        ss
+    }
+
+    #[test]
+    fn judges_only_what_changed() {
+        let judged = Cell::new(0);
+        let judge = |_: &Pod| {
+            judged.set(judged.get() + 1);
+            Verdict::Missed
+        };
+        let mut memo = Memo::default();
+        let v1 = sidecarset(1);
+        // (Pods, SidecarSet, Pods judged anew)
+        let rounds = [
+            (vec![pod("a", "1"), pod("b", "1")], &v1, 2),
+            (vec![pod("a", "1"), pod("b", "1")], &v1, 0),
+            (vec![pod("a", "2"), pod("b", "1")], &v1, 1),
+            // b left and came back: judged again.
+            (vec![pod("a", "2")], &v1, 0),
+            (vec![pod("a", "2"), pod("b", "1")], &v1, 1),
+        ];
+        for (i, (pods, ss, want)) in rounds.into_iter().enumerate() {
+            judged.set(0);
+            let verdicts = memo.verdicts(ss, &pods, judge);
+            assert_eq!(verdicts.len(), pods.len());
+            assert_eq!(judged.get(), want, "round {i}");
+        }
+        // A new generation of the SidecarSet judges everything again.
+        judged.set(0);
+        memo.verdicts(&sidecarset(2), &[pod("a", "2"), pod("b", "1")], judge);
+        assert_eq!(judged.get(), 2);
+    }
+}
