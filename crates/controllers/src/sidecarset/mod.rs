@@ -31,8 +31,9 @@ use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, missing_injections, pod
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -92,11 +93,18 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     );
     tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
 
-    let controller = Controller::new(
+    let (sidecarsets, writer) = reflector::store();
+    let changes = watcher::watcher(
         Api::<SidecarSet>::all(client.clone()),
         watcher::Config::default().any_semantic(),
-    );
-    let sidecarsets = controller.store();
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    // Only spec changes: the status this controller writes on every reconcile must not cause
+    // another one (Pod events and requeues cover everything else).
+    .predicate_filter(predicates::generation, PredicateConfig::default());
+    let controller = Controller::for_stream(changes, sidecarsets.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(triggers::run(
         events,

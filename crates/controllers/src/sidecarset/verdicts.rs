@@ -28,8 +28,16 @@ pub(super) enum Verdict {
 pub(super) struct Memo {
     /// The SidecarSet (uid, generation) the verdicts were computed for.
     owner: (Option<String>, Option<i64>),
-    /// Pod uid → (resourceVersion, verdict).
-    pods: HashMap<String, (String, Verdict)>,
+    /// Pod uid → what was decided, at which Pod resourceVersion, last confirmed in which round.
+    pods: HashMap<String, Remembered>,
+    round: u64,
+}
+
+#[derive(Debug)]
+struct Remembered {
+    resource_version: String,
+    verdict: Verdict,
+    round: u64,
 }
 
 impl Memo {
@@ -46,7 +54,8 @@ impl Memo {
             self.owner = owner;
             self.pods.clear();
         }
-        let mut kept = HashMap::with_capacity(self.pods.len());
+        self.round += 1;
+        let round = self.round;
         let verdicts = pods
             .into_iter()
             .map(|pod| {
@@ -55,15 +64,27 @@ impl Memo {
                 else {
                     return judge(pod);
                 };
-                let verdict = match self.pods.remove(uid) {
-                    Some((seen, verdict)) if &seen == rv => verdict,
-                    _ => judge(pod),
-                };
-                kept.insert(uid.clone(), (rv.clone(), verdict));
-                verdict
+                match self.pods.get_mut(uid) {
+                    Some(known) if &known.resource_version == rv => {
+                        known.round = round;
+                        known.verdict
+                    }
+                    _ => {
+                        let verdict = judge(pod);
+                        self.pods.insert(
+                            uid.clone(),
+                            Remembered {
+                                resource_version: rv.clone(),
+                                verdict,
+                                round,
+                            },
+                        );
+                        verdict
+                    }
+                }
             })
             .collect();
-        self.pods = kept;
+        self.pods.retain(|_, known| known.round == round);
         verdicts
     }
 }
