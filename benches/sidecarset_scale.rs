@@ -31,10 +31,9 @@ use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, pid_of};
 use kruise_benches::prom::{self, Histogram};
-use kruise_benches::sim;
 use kruise_benches::stats::{ms, percentile, seconds_as_ms};
-use kruise_testkit::control_plane::{ControlPlane, Options};
-use kruise_testkit::testbed::crd_dir;
+use kruise_benches::{on_control_plane, sim};
+use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -107,17 +106,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Sim) => sim::run(cli.nodes).await,
         None => {
-            let plane = ControlPlane::start(Options {
-                crd_dir: Some(crd_dir()),
-                ..Options::default()
-            })
-            .await?;
-            let result = bench(&cli, &plane).await;
-            if result.is_err() {
-                eprintln!("{}", plane.log_tails(30));
-            }
-            plane.stop();
-            result
+            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
         }
     }
 }

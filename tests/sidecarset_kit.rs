@@ -160,3 +160,26 @@ pub async fn wait_ready(api: &Api<Pod>, name: &str, timeout: Duration) -> anyhow
     )
     .await
 }
+
+/// Applies seed 001's logtail SidecarSet named `name` (see [`logtail`]) selecting `labels`, with
+/// `spec` merged over its spec, and waits until the Pod webhook injects it into a dry-run
+/// [`test_pod`] with those labels.
+pub async fn apply_logtail(
+    ns: &kruise_testkit::TestNamespace,
+    name: &str,
+    labels: &Value,
+    spec: Value,
+) -> anyhow::Result<()> {
+    let mut extra = json!({"spec": {"selector": {"matchLabels": labels}}});
+    json_patch::merge(&mut extra, &json!({ "spec": spec }));
+    ns.apply(&logtail(name, &ns.name, extra)?.to_string())
+        .await?;
+    crate::wait_injected_on_dry_run(
+        &ns.client,
+        &ns.name,
+        &test_pod("dry-run", labels.clone()),
+        Duration::from_secs(60),
+        &[LOGTAIL, "nginx"],
+    )
+    .await
+}

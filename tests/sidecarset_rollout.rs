@@ -14,8 +14,8 @@ use anyhow::{Context, anyhow, ensure};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_e2e::sidecarset_kit::{
-    LOGTAIL, container, counts, events_about, logtail, restarts, set_image, spec_image, status,
-    test_pod, wait_ready, wait_status,
+    LOGTAIL, apply_logtail, container, counts, events_about, restarts, set_image, spec_image,
+    status, test_pod, wait_ready, wait_status,
 };
 use kruise_e2e::{
     Cleanup, PodOrder, container_names, container_status, example_named, is_ready, node_name,
@@ -267,22 +267,11 @@ async fn paused_upgrades_nothing_until_resumed() -> anyhow::Result<()> {
         let name = format!("paused-{}", ns.name);
         cleanup.sidecarset(&name);
         let labels = json!({"app": "paused"});
-        ns.apply(
-            &logtail(
-                &name,
-                &ns.name,
-                json!({"spec": {"selector": {"matchLabels": labels},
-                       "updateStrategy": {"paused": true, "maxUnavailable": "100%"}}}),
-            )?
-            .to_string(),
-        )
-        .await?;
-        wait_injected_on_dry_run(
-            &ns.client,
-            &ns.name,
-            &test_pod("dry-run", labels.clone()),
-            TIMEOUT,
-            &[LOGTAIL, "nginx"],
+        apply_logtail(
+            &ns,
+            &name,
+            &labels,
+            json!({"updateStrategy": {"paused": true, "maxUnavailable": "100%"}}),
         )
         .await?;
         apply_all(
@@ -431,22 +420,11 @@ async fn a_non_image_change_upgrades_nothing_in_place_but_new_pods_get_it() -> a
         let name = format!("env-{}", ns.name);
         cleanup.sidecarset(&name);
         let labels = json!({"app": "env"});
-        ns.apply(
-            &logtail(
-                &name,
-                &ns.name,
-                json!({"spec": {"selector": {"matchLabels": labels},
-                       "updateStrategy": {"maxUnavailable": "100%"}}}),
-            )?
-            .to_string(),
-        )
-        .await?;
-        wait_injected_on_dry_run(
-            &ns.client,
-            &ns.name,
-            &test_pod("dry-run", labels.clone()),
-            TIMEOUT,
-            &[LOGTAIL, "nginx"],
+        apply_logtail(
+            &ns,
+            &name,
+            &labels,
+            json!({"updateStrategy": {"maxUnavailable": "100%"}}),
         )
         .await?;
         apply_all(
@@ -544,23 +522,7 @@ async fn a_not_upgradable_pod_gets_the_sidecarset_upgradable_condition() -> anyh
         let name = format!("cond-{}", ns.name);
         cleanup.sidecarset(&name);
         let labels = json!({"app": "cond"});
-        ns.apply(
-            &logtail(
-                &name,
-                &ns.name,
-                json!({"spec": {"selector": {"matchLabels": labels}}}),
-            )?
-            .to_string(),
-        )
-        .await?;
-        wait_injected_on_dry_run(
-            &ns.client,
-            &ns.name,
-            &test_pod("dry-run", labels.clone()),
-            TIMEOUT,
-            &[LOGTAIL, "nginx"],
-        )
-        .await?;
+        apply_logtail(&ns, &name, &labels, json!({})).await?;
         ns.apply(&test_pod("a", labels.clone()).to_string()).await?;
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
         wait_status(

@@ -8,3 +8,25 @@ pub mod process;
 pub mod prom;
 pub mod sim;
 pub mod stats;
+
+use futures::future::BoxFuture;
+use kruise_testkit::control_plane::{ControlPlane, Options};
+use kruise_testkit::testbed::crd_dir;
+
+/// Starts a control plane with the apps.kruise.io CRDs, runs `bench` on it, prints the tail of every
+/// component's log if the bench fails, and stops the control plane.
+pub async fn on_control_plane(
+    bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let plane = ControlPlane::start(Options {
+        crd_dir: Some(crd_dir()),
+        ..Options::default()
+    })
+    .await?;
+    let result = bench(&plane).await;
+    if result.is_err() {
+        eprintln!("{}", plane.log_tails(30));
+    }
+    plane.stop();
+    result
+}
