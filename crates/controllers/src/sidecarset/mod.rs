@@ -286,6 +286,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
 
     // Upgrade.
     let mut failure = None;
+    let mut more_to_upgrade = false;
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
             // Hot upgrade: reset the old twins to the empty image first; the round ends there.
@@ -323,10 +324,13 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 keep_first(&mut failure, concurrently(marks).await);
             }
             // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
-            // merge into) does not hold up the others: every planned Pod is tried.
+            // merge into) does not hold up the others: every planned Pod is tried. A large plan is
+            // done in rounds, so that the status shows the rollout progressing.
+            more_to_upgrade = plan.upgrade.len() > UPGRADES_PER_ROUND;
             let upgrades = plan
                 .upgrade
                 .iter()
+                .take(UPGRADES_PER_ROUND)
                 .map(|&i| upgrade_pod(ctx, ss, &managed[i], &latest_revision, now))
                 .collect::<Vec<_>>();
             keep_first(&mut failure, concurrently(upgrades).await);
@@ -375,8 +379,14 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     if let Some(error) = failure {
         return Err(error);
     }
+    if more_to_upgrade {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
     Ok(Action::requeue(Duration::from_secs(60)))
 }
+
+/// Pods upgraded per reconcile; the rest follow at once in the next (after the status is written).
+const UPGRADES_PER_ROUND: usize = 100;
 
 /// Pod writes in flight at once per reconcile: enough that 1,000 Pods are not patched one after
 /// another, few enough not to flood the client's rate limiter queue.
