@@ -6,5 +6,6 @@ pub mod cache;
 pub mod cloneset;
 pub mod error;
 pub mod metrics;
+pub mod parallel;
 pub mod sidecarset;
 pub mod status_patch;

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
@@ -36,8 +35,6 @@ use super::{CONTROLLER, Context, Error, KubeContext, newpod};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
-/// Pod writes in flight at once within one reconcile.
-const PARALLEL_WRITES: usize = 16;
 
 pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
@@ -656,7 +653,7 @@ async fn scale(
                     })
                 }));
             }
-            for result in run_writes(pending).await {
+            for result in crate::parallel::in_parallel(pending).await {
                 outcome.merge(result?);
             }
         }
@@ -686,7 +683,7 @@ async fn update(
             }
         }));
     }
-    for result in run_writes(pending).await {
+    for result in crate::parallel::in_parallel(pending).await {
         match result {
             Ok(o) => outcome.merge(o),
             Err(Error::Kube { source, .. }) if is_race(&source) => {}
@@ -735,7 +732,7 @@ async fn update(
         }));
     }
     let mut first_error = None;
-    for result in run_writes(pending).await {
+    for result in crate::parallel::in_parallel(pending).await {
         match result {
             Ok(o) => outcome.merge(o),
             Err(Error::Kube { source, .. }) if is_race(&source) => {
@@ -755,14 +752,6 @@ async fn update(
 /// One Pod write of a reconcile.
 type Write<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, Error>> + Send + 'a>>;
-
-/// Runs the writes, [`PARALLEL_WRITES`] at a time.
-async fn run_writes(writes: Vec<Write<'_>>) -> Vec<Result<Outcome, Error>> {
-    futures::stream::iter(writes)
-        .buffer_unordered(PARALLEL_WRITES)
-        .collect()
-        .await
-}
 
 async fn write_status(
     ctx: &Context,

@@ -27,12 +27,11 @@ use kruise_core::revision::{
 use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgradable::upgradable_condition_patch;
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
-use kruise_core::sidecarset::{ALWAYS_EXCLUDED_NAMESPACE, missing_injections, pod_namespace};
+use kruise_core::sidecarset::{missing_injections, pod_namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
@@ -93,17 +92,11 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     );
     tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
 
-    let (sidecarsets, writer) = reflector::store();
-    let changes = watcher::watcher(
-        Api::<SidecarSet>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects()
+    let (sidecarsets, changes) =
+        crate::cache::reflected(Api::<SidecarSet>::all(client.clone()), None);
     // Only spec changes: the status this controller writes on every reconcile must not cause
     // another one (Pod events and requeues cover everything else).
-    .predicate_filter(predicates::generation, PredicateConfig::default());
+    let changes = changes.predicate_filter(predicates::generation, PredicateConfig::default());
     let controller = Controller::for_stream(changes, sidecarsets.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(triggers::run(
@@ -232,8 +225,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     } else {
         Vec::new()
     };
-    let mut excluded = ctx.config.excluded_namespaces.clone();
-    excluded.push(ALWAYS_EXCLUDED_NAMESPACE.to_owned());
+    let excluded = &ctx.config.excluded_namespaces;
     let judge = |pod: &Pod| {
         if upgrade::is_managed(ss, pod) {
             return Verdict::Managed(upgrade::pod_facts(ss, pod));
@@ -243,7 +235,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             .get(&ObjectRef::new(pod_namespace(pod)))
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        if missing_injections(pod, &[ss], &ns_labels, &excluded).is_empty() {
+        if missing_injections(pod, &[ss], &ns_labels, excluded).is_empty() {
             Verdict::Neither
         } else {
             Verdict::Missed
@@ -388,19 +380,10 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
 /// Pods upgraded per reconcile; the rest follow at once in the next (after the status is written).
 const UPGRADES_PER_ROUND: usize = 100;
 
-/// Pod writes in flight at once per reconcile: enough that 1,000 Pods are not patched one after
-/// another, few enough not to flood the client's rate limiter queue.
-const PARALLEL_WRITES: usize = 16;
-
-/// Runs Pod writes [`PARALLEL_WRITES`] at a time; the first error, if any (a client or server
+/// Runs Pod writes in parallel ([`crate::parallel`]); the first error, if any (a client or server
 /// error is preferred over a Pod that cannot be patched, which says more about the SidecarSet).
-async fn concurrently(
-    writes: Vec<impl std::future::Future<Output = Result<(), Error>>>,
-) -> Option<Error> {
-    let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
-        .buffer_unordered(PARALLEL_WRITES)
-        .collect()
-        .await;
+async fn concurrently(writes: Vec<impl Future<Output = Result<(), Error>>>) -> Option<Error> {
+    let results = crate::parallel::in_parallel(writes).await;
     let mut first = None;
     for error in results.into_iter().filter_map(Result::err) {
         match (&first, &error) {

@@ -16,10 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kruise_api::sidecarset::LABEL_NAMESPACE_NAME;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_api::validation::selector_matches;
-use kruise_core::sidecarset::pod_namespace;
+use kruise_core::sidecarset::{pod_namespace, selects};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{broadcast, mpsc};
 
@@ -28,30 +26,15 @@ use crate::cache::{CacheEvent, PodCache, PodKey};
 /// Minimum time between two reconciles of one SidecarSet caused by Pod events.
 pub(super) const THROTTLE: Duration = Duration::from_millis(250);
 
-/// Whether a change of `pod` concerns `ss`: its selector and namespaceSelector match (whether the
-/// Pod is active or not, so that deletions are seen too).
+/// Whether a change of `pod` concerns `ss`: its selector and namespaceSelector take the Pod in,
+/// whether the Pod is active or not, so that deletions are seen too.
 pub(super) fn concerns(
     ss: &SidecarSet,
     pod: &Pod,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    let no_labels = BTreeMap::new();
-    let selected =
-        ss.spec.selector.as_ref().is_some_and(|s| {
-            selector_matches(s, pod.metadata.labels.as_ref().unwrap_or(&no_labels))
-        });
-    if !selected {
-        return false;
-    }
-    let Some(ns_selector) = &ss.spec.namespace_selector else {
-        return true;
-    };
-    let namespace = pod_namespace(pod);
-    let mut labels = namespace_labels.cloned().unwrap_or_default();
-    labels
-        .entry(LABEL_NAMESPACE_NAME.to_string())
-        .or_insert_with(|| namespace.to_string());
-    selector_matches(ns_selector, &labels)
+    let none = BTreeMap::new();
+    selects(ss, pod, namespace_labels.unwrap_or(&none))
 }
 
 /// A digest of what the SidecarSet controller reads from a Pod. Two versions of a Pod with the same

@@ -28,11 +28,7 @@ pub fn pod_namespace(pod: &Pod) -> &str {
 ///
 /// - Pods in `kube-system` or in one of `excluded_namespaces` never match, nor do inactive Pods
 ///   (finished or being deleted).
-/// - `namespaceSelector` (v1alpha1's `namespace` arrives here as a selector on
-///   `kubernetes.io/metadata.name`) is matched against `namespace_labels`, the labels of the Pod's
-///   Namespace. The name label is added if the caller's copy lacks it, since the apiserver always sets it.
-/// - `selector` must be set and non-empty: an empty selector matches nothing (upstream), so that a
-///   typo cannot inject a sidecar into every Pod of the cluster.
+/// - Otherwise as [`selects`].
 ///
 /// `injectionStrategy.paused` is not looked at: a paused SidecarSet still matches its Pods (the upgrade
 /// controller counts them); [`super::inject`] skips it.
@@ -49,21 +45,38 @@ pub fn matches(
     {
         return false;
     }
-    if let Some(ns_selector) = &sidecarset.spec.namespace_selector {
-        let mut labels = namespace_labels.clone();
-        labels
-            .entry(LABEL_NAMESPACE_NAME.to_string())
-            .or_insert_with(|| namespace.to_string());
-        if !selector_matches(ns_selector, &labels) {
-            return false;
-        }
-    }
+    selects(sidecarset, pod, namespace_labels)
+}
+
+/// Whether `sidecarset`'s selectors take in `pod`, whatever the Pod's state and namespace:
+///
+/// - `namespaceSelector` (v1alpha1's `namespace` arrives here as a selector on
+///   `kubernetes.io/metadata.name`) is matched against `namespace_labels`, the labels of the Pod's
+///   Namespace. The name label is added if the caller's copy lacks it, since the apiserver always sets it.
+/// - `selector` must be set and non-empty: an empty selector matches nothing (upstream), so that a
+///   typo cannot inject a sidecar into every Pod of the cluster.
+pub fn selects(
+    sidecarset: &SidecarSet,
+    pod: &Pod,
+    namespace_labels: &BTreeMap<String, String>,
+) -> bool {
     let Some(selector) = &sidecarset.spec.selector else {
         return false;
     };
-    if selector_is_empty(selector) {
+    let no_labels = BTreeMap::new();
+    if selector_is_empty(selector)
+        || !selector_matches(selector, pod.metadata.labels.as_ref().unwrap_or(&no_labels))
+    {
         return false;
     }
-    let no_labels = BTreeMap::new();
-    selector_matches(selector, pod.metadata.labels.as_ref().unwrap_or(&no_labels))
+    let Some(ns_selector) = &sidecarset.spec.namespace_selector else {
+        return true;
+    };
+    let namespace = pod_namespace(pod);
+    if namespace_labels.contains_key(LABEL_NAMESPACE_NAME) {
+        return selector_matches(ns_selector, namespace_labels);
+    }
+    let mut labels = namespace_labels.clone();
+    labels.insert(LABEL_NAMESPACE_NAME.to_string(), namespace.to_string());
+    selector_matches(ns_selector, &labels)
 }

@@ -29,7 +29,9 @@ pub use hot_upgrade::{
     ENV_SIDECARSET_VERSION_ALT, hot_upgrade_names,
 };
 pub use inject::inject;
-pub use matching::{ALWAYS_EXCLUDED_NAMESPACE, OPT_OUT_NAMESPACE_LABEL, matches, pod_namespace};
+pub use matching::{
+    ALWAYS_EXCLUDED_NAMESPACE, OPT_OUT_NAMESPACE_LABEL, matches, pod_namespace, selects,
+};
 pub use missing::missing_injections;
 pub use revision::RevisionTemplate;
 
