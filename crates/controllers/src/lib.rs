@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod cloneset;
 pub mod error;
+pub mod history;
 pub mod metrics;
 pub mod parallel;
 pub mod sidecarset;

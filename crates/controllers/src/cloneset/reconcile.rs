@@ -17,10 +17,9 @@ use kruise_api::validation::selector_matches;
 use kruise_core::expectations::{CachedState, Expectation};
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
-    UpdateRevision, choose_update_revision, equal_revision, new_revision, next_revision_number,
-    revisions_to_delete, template_from_revision,
+    new_revision, next_revision_number, revisions_to_delete, template_from_revision,
 };
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -436,73 +435,30 @@ async fn update_revision(
     let candidate = new_revision(cs, next_revision_number(revisions), collision_count)
         .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
     let api: Api<ControllerRevision> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-    match choose_update_revision(revisions, candidate) {
-        UpdateRevision::Latest(rev) => Ok(Some(rev.clone())),
-        UpdateRevision::Renumber { revision, number } => {
-            let name = revision.name_any();
-            let patched = api
-                .patch(
-                    &name,
+    match crate::history::register(&api, revisions, candidate, cs.metadata.uid.as_deref()).await? {
+        crate::history::Registered::Revision(revision, expectation) => {
+            if let Some(expectation) = expectation {
+                actor.expect(expectation);
+            }
+            Ok(Some(*revision))
+        }
+        crate::history::Registered::Collision => {
+            // A different template hashed to the same name: count the collision so the next
+            // hash differs.
+            let cs_api: Api<CloneSet> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+            cs_api
+                .patch_status(
+                    &cs.name_any(),
                     &PatchParams::default(),
-                    &Patch::Merge(&json!({"revision": number})),
+                    // The whole status: a first status must carry its required fields.
+                    &Patch::Merge(&json!({"status": CloneSetStatus {
+                        collision_count: Some(collision_count.unwrap_or(0) + 1),
+                        ..cs.status.clone().unwrap_or_default()
+                    }})),
                 )
                 .await
-                .context(|| format!("renumbering revision {name}"))?;
-            if let Some(rv) = &patched.metadata.resource_version {
-                actor.expect(Expectation::observed(
-                    "ControllerRevision",
-                    name,
-                    rv.clone(),
-                ));
-            }
-            Ok(Some(patched))
-        }
-        UpdateRevision::Create(candidate) => {
-            let name = candidate.name_any();
-            match api.create(&PostParams::default(), &candidate).await {
-                Ok(created) => {
-                    actor.expect(Expectation::exists("ControllerRevision", name));
-                    Ok(Some(created))
-                }
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    let existing = api
-                        .get(&name)
-                        .await
-                        .context(|| format!("reading revision {name}"))?;
-                    let ours = existing
-                        .metadata
-                        .owner_references
-                        .as_ref()
-                        .is_some_and(|o| {
-                            o.iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref())
-                        });
-                    if ours && equal_revision(&existing, &candidate) {
-                        return Ok(Some(existing));
-                    }
-                    // A different template hashed to the same name: count the collision so the
-                    // next hash differs.
-                    let next = collision_count.unwrap_or(0) + 1;
-                    let cs_api: Api<CloneSet> =
-                        Api::namespaced(actor.ctx.client.clone(), &namespace);
-                    cs_api
-                        .patch_status(
-                            &cs.name_any(),
-                            &PatchParams::default(),
-                            // The whole status: a first status must carry its required fields.
-                            &Patch::Merge(&json!({"status": CloneSetStatus {
-                                collision_count: Some(next),
-                                ..cs.status.clone().unwrap_or_default()
-                            }})),
-                        )
-                        .await
-                        .context(|| "recording a revision hash collision".to_owned())?;
-                    Ok(None)
-                }
-                Err(error) => Err(Error::Kube {
-                    context: format!("creating revision {name}"),
-                    source: error,
-                }),
-            }
+                .context(|| "recording a revision hash collision".to_owned())?;
+            Ok(None)
         }
     }
 }

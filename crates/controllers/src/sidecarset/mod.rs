@@ -21,14 +21,12 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::sidecarset::LABEL_SIDECARSET_NAME;
 use kruise_api::sidecarset::v1beta1::{SidecarSet, SidecarSetStatus};
 use kruise_core::expectations::{CachedState, Expectation, Expectations};
-use kruise_core::revision::{
-    UpdateRevision, choose_update_revision, equal_revision, next_revision_number,
-};
+use kruise_core::revision::next_revision_number;
 use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgradable::upgradable_condition_patch;
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -39,6 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
 use crate::error::KubeContext;
+use crate::history::{Registered, register};
 use crate::metrics::{Metrics, SidecarSetLabels};
 use verdicts::Verdict;
 
@@ -424,72 +423,28 @@ async fn register_latest_revision(
     )
     .map_err(|e| Error::Invalid(format!("SidecarSet {name}: building its revision: {e}")))?;
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    let expect = |want: Expectation| {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.expect(&name, want, Instant::now());
+    let latest = match register(&api, &revisions, candidate, ss.metadata.uid.as_deref()).await? {
+        Registered::Revision(revision, expectation) => {
+            if let (Some(expectation), Ok(mut ex)) = (expectation, ctx.expectations.lock()) {
+                ex.expect(&name, expectation, Instant::now());
+            }
+            *revision
         }
-    };
-    let latest = match choose_update_revision(&revisions, candidate) {
-        UpdateRevision::Latest(revision) => revision.clone(),
-        UpdateRevision::Renumber { revision, number } => {
-            let revision_name = revision.name_any();
-            let patched = api
-                .patch(
-                    &revision_name,
+        Registered::Collision => {
+            // The whole status: a first status must carry its required counters.
+            let status = SidecarSetStatus {
+                collision_count: Some(collision_count + 1),
+                ..ss.status.clone().unwrap_or_default()
+            };
+            Api::<SidecarSet>::all(ctx.client.clone())
+                .patch_status(
+                    &name,
                     &PatchParams::default(),
-                    &Patch::Merge(&json!({"revision": number})),
+                    &Patch::Merge(&json!({"status": status})),
                 )
                 .await
-                .context(|| {
-                    format!("renumbering ControllerRevision {namespace}/{revision_name}")
-                })?;
-            if let Some(rv) = patched.metadata.resource_version.clone() {
-                expect(Expectation::observed(
-                    "ControllerRevision",
-                    revision_name,
-                    rv,
-                ));
-            }
-            patched
-        }
-        UpdateRevision::Create(candidate) => {
-            let revision_name = candidate.name_any();
-            match api.create(&PostParams::default(), &candidate).await {
-                Ok(created) => {
-                    expect(Expectation::exists("ControllerRevision", revision_name));
-                    created
-                }
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    let existing = api.get(&revision_name).await.context(|| {
-                        format!("reading ControllerRevision {namespace}/{revision_name}")
-                    })?;
-                    if !equal_revision(&existing, &candidate) {
-                        // The whole status: a first status must carry its required counters.
-                        let status = SidecarSetStatus {
-                            collision_count: Some(collision_count + 1),
-                            ..ss.status.clone().unwrap_or_default()
-                        };
-                        Api::<SidecarSet>::all(ctx.client.clone())
-                            .patch_status(
-                                &name,
-                                &PatchParams::default(),
-                                &Patch::Merge(&json!({"status": status})),
-                            )
-                            .await
-                            .context(|| {
-                                format!("recording a revision hash collision of SidecarSet {name}")
-                            })?;
-                        return Ok(None);
-                    }
-                    existing
-                }
-                Err(source) => {
-                    return Err(Error::Kube {
-                        context: format!("creating ControllerRevision {namespace}/{revision_name}"),
-                        source,
-                    });
-                }
-            }
+                .context(|| format!("recording a revision hash collision of SidecarSet {name}"))?;
+            return Ok(None);
         }
     };
     if let Some(patch) = history::custom_version_patch(ss, &latest) {

@@ -1,0 +1,84 @@
+//! Registering a workload's update revision with the API server, shared by the controllers that
+//! keep ControllerRevisions (CloneSet, SidecarSet); the decision itself is
+//! `kruise_core::revision::choose_update_revision`.
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kruise_core::expectations::Expectation;
+use kruise_core::revision::{UpdateRevision, choose_update_revision, equal_revision};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::error::{Error, KubeContext};
+
+/// The outcome of [`register`].
+#[derive(Debug)]
+pub enum Registered {
+    /// The revision that records the current state, and what the cache should come to show of it
+    /// (`None` when nothing was written).
+    Revision(Box<ControllerRevision>, Option<Expectation>),
+    /// The candidate's name is taken by a revision with other data (or another owner): the caller
+    /// bumps its `status.collisionCount` so that the next candidate is named differently.
+    Collision,
+}
+
+/// Makes `candidate` (built with the next revision number and the current collision count) the
+/// update revision among `revisions`, the owner's existing ones: the newest as it is when it records
+/// the same state; an older equal one renumbered (a roll back); else the candidate, created.
+pub async fn register(
+    api: &Api<ControllerRevision>,
+    revisions: &[ControllerRevision],
+    candidate: ControllerRevision,
+    owner_uid: Option<&str>,
+) -> Result<Registered, Error> {
+    match choose_update_revision(revisions, candidate) {
+        UpdateRevision::Latest(revision) => {
+            Ok(Registered::Revision(Box::new(revision.clone()), None))
+        }
+        UpdateRevision::Renumber { revision, number } => {
+            let name = revision.name_any();
+            let patched = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"revision": number})),
+                )
+                .await
+                .context(|| format!("renumbering ControllerRevision {name}"))?;
+            let expectation = patched
+                .metadata
+                .resource_version
+                .clone()
+                .map(|rv| Expectation::observed("ControllerRevision", name, rv));
+            Ok(Registered::Revision(Box::new(patched), expectation))
+        }
+        UpdateRevision::Create(candidate) => {
+            let name = candidate.name_any();
+            match api.create(&PostParams::default(), &candidate).await {
+                Ok(created) => Ok(Registered::Revision(
+                    Box::new(created),
+                    Some(Expectation::exists("ControllerRevision", name)),
+                )),
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    let existing = api
+                        .get(&name)
+                        .await
+                        .context(|| format!("reading ControllerRevision {name}"))?;
+                    let ours = existing
+                        .owner_references()
+                        .iter()
+                        .any(|o| Some(o.uid.as_str()) == owner_uid);
+                    if ours && equal_revision(&existing, &candidate) {
+                        Ok(Registered::Revision(Box::new(existing), None))
+                    } else {
+                        Ok(Registered::Collision)
+                    }
+                }
+                Err(source) => Err(Error::Kube {
+                    context: format!("creating ControllerRevision {name}"),
+                    source,
+                }),
+            }
+        }
+    }
+}
