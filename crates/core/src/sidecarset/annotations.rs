@@ -5,10 +5,52 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kruise_api::sidecarset::ANNOTATION_INJECTED_LIST;
+use kruise_api::sidecarset::hash::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, sidecarset_hash, sidecarset_hash_without_image,
+};
+use kruise_api::sidecarset::v1beta1::SidecarSet;
 use serde::{Deserialize, Serialize};
 
-use super::InjectError;
+use super::{InjectError, non_empty_annotation};
+
+/// The SidecarSet's current hashes, with and without images: its annotations (written by its
+/// defaulting webhook), computed when missing (a SidecarSet that bypassed the webhook), so that a Pod
+/// never records an empty hash.
+pub fn hashes(ss: &SidecarSet) -> (String, String) {
+    let recorded = |key: &str, compute: fn(&SidecarSet) -> String| {
+        non_empty_annotation(&ss.metadata, key)
+            .map(str::to_string)
+            .unwrap_or_else(|| compute(ss))
+    };
+    (
+        recorded(ANNOTATION_HASH, sidecarset_hash),
+        recorded(ANNOTATION_HASH_WITHOUT_IMAGE, sidecarset_hash_without_image),
+    )
+}
+
+/// Records in the Pod's two hash maps (`kruise.io/sidecarset-hash` and `-without-image`) that
+/// SidecarSet `name` gave it the sidecars of `hashes` at `now`, from `controller_revision`.
+pub(super) fn record_hashes(
+    with_image: &mut BTreeMap<String, UpgradeSpec>,
+    without_image: &mut BTreeMap<String, UpgradeSpec>,
+    name: &str,
+    (hash, hash_without_image): (String, String),
+    sidecar_list: Option<Vec<String>>,
+    controller_revision: &str,
+    now: Timestamp,
+) {
+    let entry = |hash: String, controller_revision: &str| UpgradeSpec {
+        update_timestamp: Some(Time(now)),
+        hash,
+        sidecar_set_name: name.to_owned(),
+        sidecar_list: sidecar_list.clone(),
+        controller_revision: controller_revision.to_owned(),
+    };
+    with_image.insert(name.to_owned(), entry(hash, controller_revision));
+    without_image.insert(name.to_owned(), entry(hash_without_image, ""));
+}
 
 /// One SidecarSet's entry in `kruise.io/sidecarset-hash` (and, without `controllerRevision`, in
 /// `kruise.io/sidecarset-hash-without-image`): upstream's `SidecarSetUpgradeSpec`.

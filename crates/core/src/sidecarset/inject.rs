@@ -4,21 +4,17 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Pod, Volume};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kruise_api::sidecarset::hash::{
-    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, sidecarset_hash, sidecarset_hash_without_image,
-};
+use kruise_api::sidecarset::hash::{ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE};
 use kruise_api::sidecarset::v1beta1::{HOT_UPGRADE, SidecarContainer, SidecarSet};
 use kruise_api::sidecarset::{
     ANNOTATION_INJECTED_LIST, ANNOTATION_WORKING_HOT_UPGRADE_CONTAINER, canary_base,
     is_native_sidecar,
 };
 
-use super::annotations::{UpgradeSpec, encode_upgrade_specs, injected_list, parse_upgrade_specs};
+use super::annotations::{encode_upgrade_specs, injected_list, parse_upgrade_specs, record_hashes};
 use super::placement::{Position, merge_containers, merge_secrets, merge_volumes};
 use super::{
-    InjectContext, InjectError, Injection, hot_upgrade, metadata, non_empty_annotation, resources,
-    revision, sidecar,
+    InjectContext, InjectError, Injection, hot_upgrade, metadata, resources, revision, sidecar,
 };
 
 /// Injects `sidecarsets` (already [`super::matches`]ed, in a stable order such as by name) into `pod`,
@@ -204,35 +200,19 @@ fn build(
             .extend(sidecarset.spec.image_pull_secrets.iter().cloned());
 
         if injecting {
-            let list: Vec<String> = sidecar_list.into_iter().collect();
-            let now = Some(Time(ctx.now));
-            hashes.insert(
-                name.clone(),
-                UpgradeSpec {
-                    update_timestamp: now.clone(),
-                    hash: recorded_hash(sidecarset, ANNOTATION_HASH, sidecarset_hash),
-                    sidecar_set_name: name.clone(),
-                    sidecar_list: Some(list.clone()),
-                    controller_revision: sidecarset
-                        .status
-                        .as_ref()
-                        .map(|s| s.latest_revision.clone())
-                        .unwrap_or_default(),
-                },
-            );
-            hashes_without_image.insert(
-                name.clone(),
-                UpgradeSpec {
-                    update_timestamp: now,
-                    hash: recorded_hash(
-                        sidecarset,
-                        ANNOTATION_HASH_WITHOUT_IMAGE,
-                        sidecarset_hash_without_image,
-                    ),
-                    sidecar_set_name: name.clone(),
-                    sidecar_list: Some(list),
-                    controller_revision: String::new(),
-                },
+            let controller_revision = sidecarset
+                .status
+                .as_ref()
+                .map(|s| s.latest_revision.as_str())
+                .unwrap_or_default();
+            record_hashes(
+                &mut hashes,
+                &mut hashes_without_image,
+                &name,
+                super::annotations::hashes(sidecarset),
+                Some(sidecar_list.into_iter().collect()),
+                controller_revision,
+                ctx.now,
             );
         }
     }
@@ -319,14 +299,6 @@ fn push(
             field: placed.field.clone(),
         });
     }
-}
-
-/// The SidecarSet's hash annotation; computed when it is missing (a SidecarSet that bypassed our
-/// defaulting webhook), so that the Pod never records an empty hash.
-fn recorded_hash(sidecarset: &SidecarSet, key: &str, compute: fn(&SidecarSet) -> String) -> String {
-    non_empty_annotation(&sidecarset.metadata, key)
-        .map(str::to_string)
-        .unwrap_or_else(|| compute(sidecarset))
 }
 
 /// Merges what was built into the Pod.

@@ -18,9 +18,7 @@ use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation, TestOper
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::sidecarset::hash::{
-    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, sidecarset_hash, sidecarset_hash_without_image,
-};
+use kruise_api::sidecarset::hash::{ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::sidecarset::{
     ANNOTATION_INPLACE_UPDATE_STATE, ANNOTATION_WORKING_HOT_UPGRADE_CONTAINER, is_native_sidecar,
@@ -29,7 +27,8 @@ use kruise_api::validation::selector_matches;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::annotations::{encode_upgrade_specs, injected_list};
+pub use super::annotations::hashes;
+use super::annotations::{encode_upgrade_specs, injected_list, record_hashes};
 use super::hot_upgrade::{self, is_hot, twin_to_upgrade};
 use super::{
     ANNOTATION_VERSION_ALT_PREFIX, ANNOTATION_VERSION_PREFIX, UpgradeSpec, parse_upgrade_specs,
@@ -61,24 +60,6 @@ pub struct SidecarUpdateState {
 pub struct LastContainerStatus {
     #[serde(rename = "imageID", default)]
     pub image_id: String,
-}
-
-/// The SidecarSet's current hashes: its annotations (written by its defaulting webhook), computed
-/// when absent.
-pub fn hashes(ss: &SidecarSet) -> (String, String) {
-    let annotation = |key: &str| {
-        ss.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .filter(|v| !v.is_empty())
-            .cloned()
-    };
-    (
-        annotation(ANNOTATION_HASH).unwrap_or_else(|| sidecarset_hash(ss)),
-        annotation(ANNOTATION_HASH_WITHOUT_IMAGE)
-            .unwrap_or_else(|| sidecarset_hash_without_image(ss)),
-    )
 }
 
 fn ss_name(ss: &SidecarSet) -> &str {
@@ -624,30 +605,18 @@ pub fn upgrade_patch(
         );
     }
 
-    let (hash, hash_without_image) = hashes(ss);
     let mut with_image = parse_upgrade_specs(existing, ANNOTATION_HASH).unwrap_or_default();
     let mut without_image =
         parse_upgrade_specs(existing, ANNOTATION_HASH_WITHOUT_IMAGE).unwrap_or_default();
     let sidecar_list = with_image.get(name).and_then(|s| s.sidecar_list.clone());
-    with_image.insert(
-        name.to_owned(),
-        UpgradeSpec {
-            update_timestamp: Some(Time(now)),
-            hash,
-            sidecar_set_name: name.to_owned(),
-            sidecar_list: sidecar_list.clone(),
-            controller_revision: latest_revision.to_owned(),
-        },
-    );
-    without_image.insert(
-        name.to_owned(),
-        UpgradeSpec {
-            update_timestamp: Some(Time(now)),
-            hash: hash_without_image,
-            sidecar_set_name: name.to_owned(),
-            sidecar_list,
-            controller_revision: String::new(),
-        },
+    record_hashes(
+        &mut with_image,
+        &mut without_image,
+        name,
+        hashes(ss),
+        sidecar_list,
+        latest_revision,
+        now,
     );
     notes.insert(
         ANNOTATION_HASH.to_owned(),
