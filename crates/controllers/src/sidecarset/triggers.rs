@@ -58,13 +58,9 @@ pub(super) fn fingerprint(pod: &Pod) -> u64 {
     }
     if let Some(status) = &pod.status {
         status.phase.hash(&mut h);
-        let ready = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.status.as_str());
-        ready.hash(&mut h);
+        kruise_core::pods::condition(pod, "Ready")
+            .map(|c| c.status.as_str())
+            .hash(&mut h);
         for s in status
             .container_statuses
             .iter()

@@ -97,10 +97,7 @@ pub(super) fn hot_sidecars(ss: &SidecarSet) -> impl Iterator<Item = &SidecarCont
 /// The working container of each hot-upgrade sidecar, as the Pod records it in
 /// `kruise.io/sidecarset-working-hotupgrade-container` (absent or unreadable: nothing recorded).
 pub fn working_containers(pod: &Pod) -> BTreeMap<String, String> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_WORKING_HOT_UPGRADE_CONTAINER))
+    crate::pods::annotation(pod, ANNOTATION_WORKING_HOT_UPGRADE_CONTAINER)
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default()
 }
