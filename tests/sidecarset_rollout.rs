@@ -46,6 +46,27 @@ async fn apply_all(ns: &TestNamespace, items: Vec<Value>) -> anyhow::Result<Stri
         .await
 }
 
+/// Creates `pods` (one `kubectl apply`) and waits until SidecarSet `name` counts them all matched,
+/// updated and ready.
+async fn create_injected(
+    ns: &TestNamespace,
+    name: &str,
+    pods: Vec<Value>,
+) -> anyhow::Result<Api<SidecarSet>> {
+    let total = i32::try_from(pods.len())?;
+    apply_all(ns, pods).await?;
+    let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+    wait_status(
+        &sidecarsets,
+        name,
+        &format!("{total} Pods injected and ready"),
+        TIMEOUT,
+        |s| counts(s) == (total, total, total, total),
+    )
+    .await?;
+    Ok(sidecarsets)
+}
+
 /// `kubectl patch sidecarset <name> --type <kind> -p <patch>`.
 async fn patch_sidecarset(
     ns: &TestNamespace,
@@ -150,17 +171,8 @@ async fn scatter_interleaves_the_applications() -> anyhow::Result<()> {
                 items.push(app_pod(&format!("{app}-{i}"), labels(app)));
             }
         }
-        apply_all(&ns, items).await?;
         let total = (APPS.len() * PODS_PER_APP) as i32;
-        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        wait_status(
-            &sidecarsets,
-            &name,
-            "all Pods injected and ready",
-            TIMEOUT,
-            |s| counts(s) == (total, total, total, total),
-        )
-        .await?;
+        let sidecarsets = create_injected(&ns, &name, items).await?;
         let pods: Api<Pod> = ns.api();
         let before = pods_by_name(&pods, "app=web-scatter").await?;
 
@@ -274,23 +286,8 @@ async fn paused_upgrades_nothing_until_resumed() -> anyhow::Result<()> {
             json!({"updateStrategy": {"paused": true, "maxUnavailable": "100%"}}),
         )
         .await?;
-        apply_all(
-            &ns,
-            ["a", "b", "c"]
-                .iter()
-                .map(|p| test_pod(p, labels.clone()))
-                .collect(),
-        )
-        .await?;
-        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        wait_status(
-            &sidecarsets,
-            &name,
-            "3 Pods injected and ready",
-            TIMEOUT,
-            |s| counts(s) == (3, 3, 3, 3),
-        )
-        .await?;
+        let pods = ["a", "b", "c"].iter().map(|p| test_pod(p, labels.clone()));
+        let sidecarsets = create_injected(&ns, &name, pods.collect()).await?;
         let pods: Api<Pod> = ns.api();
         let before = pods_by_name(&pods, "app=paused").await?;
 
@@ -427,23 +424,8 @@ async fn a_non_image_change_upgrades_nothing_in_place_but_new_pods_get_it() -> a
             json!({"updateStrategy": {"maxUnavailable": "100%"}}),
         )
         .await?;
-        apply_all(
-            &ns,
-            ["a", "b"]
-                .iter()
-                .map(|p| test_pod(p, labels.clone()))
-                .collect(),
-        )
-        .await?;
-        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        wait_status(
-            &sidecarsets,
-            &name,
-            "2 Pods injected and ready",
-            TIMEOUT,
-            |s| counts(s) == (2, 2, 2, 2),
-        )
-        .await?;
+        let pods = ["a", "b"].iter().map(|p| test_pod(p, labels.clone()));
+        let sidecarsets = create_injected(&ns, &name, pods.collect()).await?;
         let pods: Api<Pod> = ns.api();
         let before = pods_by_name(&pods, "app=env").await?;
 

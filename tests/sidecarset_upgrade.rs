@@ -6,19 +6,15 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_e2e::sidecarset_kit::{LOGTAIL, logtail, restarts, set_image, spec_image, test_pod};
-use kruise_e2e::{container_status, is_ready, node_name, pod_ip, wait_injected_on_dry_run};
+use kruise_e2e::sidecarset_kit::{
+    LOGTAIL, apply_logtail, restarts, set_image, spec_image, test_pod,
+};
+use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
 use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Waits until the Pod webhook has seen the new SidecarSet (it reads them from a watch).
-async fn wait_webhook(ns: &kruise_testkit::TestNamespace, labels: Value) -> anyhow::Result<()> {
-    let pod = test_pod("dry-run", labels);
-    wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["logtail", "nginx"]).await
-}
 
 #[tokio::test]
 async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
@@ -28,9 +24,7 @@ async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
     let name = format!("logtail-{}", ns.name);
     ns.run(async {
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        ns.apply(&logtail(&name, &ns.name, json!({}))?.to_string())
-            .await?;
-        wait_webhook(&ns, json!({"app": "nginx"})).await?;
+        apply_logtail(&ns, &name, &json!({"app": "nginx"}), json!({})).await?;
         ns.apply(&test_pod("test-pod", json!({"app": "nginx"})).to_string())
             .await?;
         let pods: Api<Pod> = ns.api();
@@ -111,15 +105,13 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
     let name = format!("logtail-{}", ns.name);
     ns.run(async {
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        ns.apply(&logtail(
+        apply_logtail(
+            &ns,
             &name,
-            &ns.name,
-            json!({"spec": {"selector": {"matchLabels": {"app": "logs"}},
-                   "updateStrategy": {"partition": 40, "maxUnavailable": "100%"}}}),
-        )?
-        .to_string())
+            &json!({"app": "logs"}),
+            json!({"updateStrategy": {"partition": 40, "maxUnavailable": "100%"}}),
+        )
         .await?;
-        wait_webhook(&ns, json!({"app": "logs"})).await?;
         ns.apply(
             &json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
@@ -207,16 +199,14 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
     let name = format!("logtail-{}", ns.name);
     ns.run(async {
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
-        ns.apply(&logtail(
+        apply_logtail(
+            &ns,
             &name,
-            &ns.name,
-            json!({"spec": {"selector": {"matchLabels": {"app": "canary"}},
-                   "updateStrategy": {"maxUnavailable": "100%",
-                       "selector": {"matchLabels": {"canary.release": "true"}}}}}),
-        )?
-        .to_string())
+            &json!({"app": "canary"}),
+            json!({"updateStrategy": {"maxUnavailable": "100%",
+                "selector": {"matchLabels": {"canary.release": "true"}}}}),
+        )
         .await?;
-        wait_webhook(&ns, json!({"app": "canary"})).await?;
         for (pod, canary) in [("a", true), ("b", false), ("c", false)] {
             ns.apply(&test_pod(
                 pod,
