@@ -22,6 +22,7 @@ fn options(name: &str) -> ManagerOptions {
         leader_election_id: "kruise-manager-failover".into(),
         lease_seconds: LEASE_SECONDS,
         extra_args: Vec::new(),
+        ..Default::default()
     }
 }
 

@@ -28,6 +28,7 @@ async fn only_the_leader_leads_and_a_standby_takes_over() -> anyhow::Result<()> 
             leader_election_id: "kruise-manager-e2e".into(),
             lease_seconds: LEASE_SECONDS,
             extra_args: Vec::new(),
+            ..Default::default()
         };
         let a = manager::spawn(&bed.plane, &options("manager-a"))?;
         manager::wait_serving(&bed.plane, &a, Duration::from_secs(90)).await?;

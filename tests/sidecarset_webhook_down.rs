@@ -29,6 +29,7 @@ async fn pods_created_while_the_webhook_is_down_are_reported() -> anyhow::Result
             leader_election_id: "kruise-manager-down".into(),
             lease_seconds: 4,
             extra_args: Vec::new(),
+            ..Default::default()
         };
         let first = manager::spawn(&bed.plane, &options("manager-1"))?;
         manager::wait_serving(&bed.plane, &first, TIMEOUT).await?;

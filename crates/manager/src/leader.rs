@@ -12,6 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use crate::fence::LeaderFence;
+
 /// What a candidate should do with the lease as it is now. Pure.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -135,10 +137,36 @@ impl Elector {
         }
     }
 
-    /// Blocks until this candidate holds the lease.
-    pub async fn acquire(&self) {
+    /// One attempt, bounded in time, that opens `fence` on success until the attempt's start plus the
+    /// renew deadline (the lease was written with that start time, so no other candidate can take it
+    /// over before `start + lease duration`, which is later).
+    async fn attempt(&self, fence: &LeaderFence) -> Result<bool, String> {
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(self.attempt_timeout(), self.try_acquire_or_renew()).await;
+        match outcome {
+            Ok(Ok(true)) => {
+                fence.grant_until(Some(started + self.config.renew_deadline));
+                Ok(true)
+            }
+            Ok(Ok(false)) => Ok(false),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err(format!(
+                "no answer from the apiserver within {:?}",
+                self.attempt_timeout()
+            )),
+        }
+    }
+
+    /// How long one acquire/renew attempt may take: a share of the renew deadline, so that several
+    /// attempts fit in it.
+    fn attempt_timeout(&self) -> Duration {
+        (self.config.renew_deadline / 3).max(Duration::from_millis(500))
+    }
+
+    /// Blocks until this candidate holds the lease; then `fence` is open.
+    pub async fn acquire(&self, fence: &LeaderFence) {
         loop {
-            match self.try_acquire_or_renew().await {
+            match self.attempt(fence).await {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(error) => {
@@ -149,28 +177,47 @@ impl Elector {
         }
     }
 
-    /// Renews until renewal has failed for the renew deadline (or another holder is seen); returns then.
-    pub async fn hold(&self) {
-        let mut last_success = tokio::time::Instant::now();
+    /// Renews every retry period while leading and returns as soon as this replica can no longer be
+    /// sure it leads: another holder was seen, or the fence (last successful renewal + renew deadline)
+    /// closed, whichever comes first. An attempt that hangs does not delay the return: the fence's
+    /// deadline is awaited alongside it. On return the fence is closed.
+    pub async fn hold(&self, fence: &LeaderFence) {
         loop {
-            tokio::time::sleep(self.config.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_success = tokio::time::Instant::now(),
-                Ok(false) => {
-                    tracing::error!(lease = %self.config.name, "the lease has another holder");
-                    return;
-                }
-                Err(error) => tracing::warn!(%error, "renewing the lease failed"),
-            }
-            if last_success.elapsed() > self.config.renew_deadline {
-                tracing::error!(lease = %self.config.name, "could not renew the lease within the renew deadline");
-                return;
+            let Some(deadline) = fence.deadline() else {
+                tracing::error!(lease = %self.config.name, "could not renew the lease within the renew deadline; stepping down");
+                break;
+            };
+            let deadline = tokio::time::Instant::from_std(deadline);
+            let renewal = async {
+                tokio::time::sleep(self.config.retry_period).await;
+                self.attempt(fence).await
+            };
+            tokio::select! {
+                outcome = renewal => match outcome {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::error!(lease = %self.config.name, "the lease has another holder; stepping down");
+                        break;
+                    }
+                    Err(error) => tracing::warn!(%error, lease = %self.config.name, "renewing the lease failed"),
+                },
+                () = tokio::time::sleep_until(deadline) => {}
             }
         }
+        fence.revoke();
     }
 
     /// Gives the lease up (empty holder) so a standby can take it at once.
     pub async fn release(&self) {
+        if tokio::time::timeout(self.attempt_timeout(), self.release_now())
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease = %self.config.name, "releasing the lease timed out");
+        }
+    }
+
+    async fn release_now(&self) {
         let Ok(Some(current)) = self.api.get_opt(&self.config.name).await else {
             return;
         };

@@ -3,7 +3,15 @@
 //!
 //! Start-up order: metrics and health endpoints → webhook server and certificate sync (every replica
 //! serves admission) → leader election → webhook configurations and controllers (leader only).
+//!
+//! Leadership comes in terms. A term runs the leader's work (webhook configurations, controllers) on a
+//! runtime of its own with a client of its own whose writes pass the leader fence (`fence`). When the
+//! term ends — the lease could not be renewed within the renew deadline, or another holder was seen —
+//! the fence closes first, then the term's runtime is shut down, which drops every task, watch and
+//! queued request it started; the process stays up, keeps serving admission and runs for the lease
+//! again.
 
+pub mod fence;
 pub mod leader;
 pub mod throttle;
 
@@ -57,11 +65,13 @@ pub struct Args {
     /// Identity in the Lease (default: hostname-random).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-    /// Prometheus metrics address (/metrics).
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    /// Prometheus metrics address (/metrics). All interfaces by default, so that Prometheus can scrape
+    /// it in a cluster; `:PORT` means all interfaces too.
+    #[arg(long, default_value = "0.0.0.0:8080", value_parser = parse_listen_addr)]
     pub metrics_addr: SocketAddr,
-    /// Health address (/healthz, /readyz).
-    #[arg(long, default_value = "127.0.0.1:8000")]
+    /// Health address (/healthz, /readyz), all interfaces by default so that the kubelet's probes reach
+    /// it.
+    #[arg(long, alias = "health-probe-addr", default_value = "0.0.0.0:8000", value_parser = parse_listen_addr)]
     pub health_addr: SocketAddr,
     /// Webhook HTTPS port.
     #[arg(long, env = "WEBHOOK_PORT", default_value_t = 9876)]
@@ -91,6 +101,10 @@ pub struct Args {
     /// Period of the webhook certificate and configuration resync, in seconds.
     #[arg(long, default_value_t = 60)]
     pub webhook_resync_seconds: u64,
+    /// Deadline of every apiserver request other than a watch, in seconds: a request on a connection
+    /// that stopped answering fails after it instead of waiting forever.
+    #[arg(long, default_value_t = 30)]
+    pub kube_api_timeout_seconds: u64,
     /// Client-side limit of requests per second to the apiserver.
     #[arg(long, default_value_t = 50.0)]
     pub kube_api_qps: f64,
@@ -147,6 +161,16 @@ impl Args {
     }
 }
 
+/// A listen address as Go managers write it as well: `HOST:PORT`, or `:PORT` for all interfaces.
+fn parse_listen_addr(value: &str) -> Result<SocketAddr, String> {
+    let full = match value.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => value.to_string(),
+    };
+    full.parse()
+        .map_err(|error| format!("{value:?} is not HOST:PORT or :PORT ({error})"))
+}
+
 pub fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
@@ -158,24 +182,67 @@ pub fn init_logs(format: &str) {
     };
 }
 
-async fn client(args: &Args) -> anyhow::Result<Client> {
-    let config = match &args.kubeconfig {
+async fn kube_config(args: &Args) -> anyhow::Result<kube::Config> {
+    match &args.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+            Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
         }
         None => kube::Config::infer()
             .await
-            .context("no kubeconfig and not in a cluster")?,
-    };
-    let builder = kube::client::ClientBuilder::try_from(config).context("building the client")?;
-    Ok(builder
-        .with_layer(&throttle::ThrottleLayer::new(
-            args.kube_api_qps,
-            args.kube_api_burst,
-        ))
-        .build())
+            .context("no kubeconfig and not in a cluster"),
+    }
+}
+
+/// The clients of one manager. Each has its own connection pool: a client belongs to the runtime
+/// whose tasks drive its connections.
+#[derive(Clone)]
+struct Clients {
+    config: kube::Config,
+    throttle: throttle::ThrottleLayer,
+    timeout: fence::TimeoutLayer,
+}
+
+impl Clients {
+    fn new(config: kube::Config, args: &Args) -> Self {
+        Self {
+            config,
+            throttle: throttle::ThrottleLayer::new(args.kube_api_qps, args.kube_api_burst),
+            timeout: fence::TimeoutLayer::new(Duration::from_secs(
+                args.kube_api_timeout_seconds.max(1),
+            )),
+        }
+    }
+
+    /// Rate-limited, with request deadlines: webhooks and certificates on every replica.
+    fn shared(&self) -> anyhow::Result<Client> {
+        Ok(kube::client::ClientBuilder::try_from(self.config.clone())
+            .context("building the client")?
+            .with_layer(&self.timeout)
+            .with_layer(&self.throttle)
+            .build())
+    }
+
+    /// For the lease alone: never rate-limited (a renewal must not queue behind a backlog of
+    /// controller writes), with request deadlines.
+    fn election(&self) -> anyhow::Result<Client> {
+        Ok(kube::client::ClientBuilder::try_from(self.config.clone())
+            .context("building the client")?
+            .with_layer(&self.timeout)
+            .build())
+    }
+
+    /// The leader's: rate-limited (the same bucket as `shared`), every write checked against the
+    /// fence after the limiter's wait, request deadlines.
+    fn leader(&self, fence: &fence::LeaderFence) -> anyhow::Result<Client> {
+        Ok(kube::client::ClientBuilder::try_from(self.config.clone())
+            .context("building the client")?
+            .with_layer(&self.timeout)
+            .with_layer(&fence::FenceLayer::new(fence.clone()))
+            .with_layer(&self.throttle)
+            .build())
+    }
 }
 
 /// What `/readyz` checks.
@@ -184,11 +251,11 @@ struct Readiness {
     webhook_serving: Arc<AtomicBool>,
 }
 
-/// Runs the manager until SIGTERM/SIGINT (or until it loses leadership, which ends the process so that
-/// a fresh start re-joins the election cleanly).
+/// Runs the manager until SIGTERM/SIGINT. Losing leadership ends the leader's term, not the process.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
-    let client = client(&args).await?;
+    let clients = Clients::new(kube_config(&args).await?, &args);
+    let client = clients.shared()?;
     let mut registry = Registry::default();
     let webhook_metrics = kruise_webhook::metrics::Metrics::register(&mut registry);
     let leader_gauge = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
@@ -268,9 +335,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     // Only the leader writes the webhook configurations and runs controllers.
     let identity = args.identity();
-    let elector = args.leader_elect.then(|| {
-        leader::Elector::new(
-            client.clone(),
+    let elector = match args.leader_elect {
+        true => Some(leader::Elector::new(
+            clients.election()?,
             leader::Config {
                 namespace: args
                     .leader_election_namespace
@@ -282,47 +349,57 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 renew_deadline: Duration::from_secs(args.leader_election_lease_seconds * 2 / 3),
                 retry_period: Duration::from_secs((args.leader_election_lease_seconds / 7).max(1)),
             },
-        )
-    });
+        )),
+        false => None,
+    };
 
-    let leading = async {
-        if let Some(elector) = &elector {
-            tracing::info!(%identity, "waiting for leadership");
-            // A standby serves admission too: keep its certificate current (the leader may rotate
-            // it) until it leads, when the certificate controller takes over.
-            tokio::select! {
-                () = elector.acquire() => {}
-                () = refresh_standby_certificate(&client, &settings, &tls, first.clone(), &webhook_metrics) => {}
-            }
-        }
-        tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
-        leader_gauge.set(1);
-        let (ready_tx, _ready_rx) = watch::channel(false);
-        let certs = certctl::run(
-            client.clone(),
-            settings.clone(),
-            tls.clone(),
-            ready_tx,
-            webhook_metrics.clone(),
-        );
-        let controllers = run_controllers(&args, client.clone(), controller_metrics.clone());
-        match &elector {
-            Some(elector) => {
-                tokio::select! {
-                    _ = elector.hold() => {}
-                    _ = certs => {}
-                    _ = controllers => {}
+    let terms = async {
+        loop {
+            let fence = fence::LeaderFence::default();
+            match &elector {
+                Some(elector) => {
+                    tracing::info!(%identity, "waiting for leadership");
+                    // A standby serves admission too: keep its certificate current (the leader may
+                    // rotate it) until it leads, when the certificate controller takes over.
+                    tokio::select! {
+                        () = elector.acquire(&fence) => {}
+                        () = refresh_standby_certificate(&client, &settings, &tls, first.clone(), &webhook_metrics) => {}
+                    }
                 }
-                Err(anyhow::anyhow!("lost leadership"))
+                None => fence.grant_until(None),
             }
-            None => {
-                tokio::join!(certs, controllers);
-                Ok(())
+            tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
+            leader_gauge.set(1);
+            let mut term = LeaderTerm::start(TermInputs {
+                args: args.clone(),
+                client: clients.leader(&fence)?,
+                settings: settings.clone(),
+                tls: tls.clone(),
+                webhook_metrics: webhook_metrics.clone(),
+                controller_metrics: controller_metrics.clone(),
+            })?;
+            match &elector {
+                Some(elector) => {
+                    tokio::select! {
+                        () = elector.hold(&fence) => {}
+                        () = term.ended() => tracing::error!("the leader's work ended unexpectedly"),
+                    }
+                }
+                None => term.ended().await,
             }
+            // Writes stop before anything else: the fence first, then every task of the term.
+            fence.revoke();
+            term.stop();
+            leader_gauge.set(0);
+            let Some(elector) = &elector else {
+                return Ok::<(), anyhow::Error>(());
+            };
+            elector.release().await;
+            tracing::warn!(%identity, "lost leadership; running for the lease again");
         }
     };
     let outcome = tokio::select! {
-        result = leading => result,
+        result = terms => result,
         () = shutdown_signal() => {
             tracing::info!("shutting down");
             Ok(())
@@ -334,6 +411,73 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
+}
+
+/// What one leadership term runs with.
+struct TermInputs {
+    args: Args,
+    client: Client,
+    settings: certctl::Settings,
+    tls: RustlsConfig,
+    webhook_metrics: kruise_webhook::metrics::Metrics,
+    controller_metrics: Arc<kruise_controllers::metrics::Metrics>,
+}
+
+/// The leader's work during one term, on a runtime of its own so that ending the term stops every
+/// task it spawned (watches, workers, writes in flight or queued) at once.
+struct LeaderTerm {
+    runtime: Option<tokio::runtime::Runtime>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl LeaderTerm {
+    fn start(inputs: TermInputs) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("leader-term")
+            .enable_all()
+            .build()
+            .context("building the leader's runtime")?;
+        let (tx, done) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let TermInputs {
+                args,
+                client,
+                settings,
+                tls,
+                webhook_metrics,
+                controller_metrics,
+            } = inputs;
+            let (ready_tx, _ready_rx) = watch::channel(false);
+            let certs = certctl::run(client.clone(), settings, tls, ready_tx, webhook_metrics);
+            let controllers = run_controllers(&args, client, controller_metrics);
+            tokio::join!(certs, controllers);
+            let _ = tx.send(());
+        });
+        Ok(Self {
+            runtime: Some(runtime),
+            done,
+        })
+    }
+
+    /// Resolves when the term's work returned by itself (it normally runs until stopped).
+    async fn ended(&mut self) {
+        let _ = (&mut self.done).await;
+    }
+
+    fn stop(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for LeaderTerm {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// Reloads the serving certificate whenever the Secret holds a new one. Runs until dropped.

@@ -32,6 +32,21 @@ pub fn default_bin_dir() -> PathBuf {
     cache.join(format!("k8s-{K8S_VERSION}")).join("bin")
 }
 
+/// How many `manager-N` identities the apiserver knows (see [`ControlPlane::kubeconfig_as`]).
+pub const MANAGER_IDENTITIES: usize = 4;
+
+/// Audit the writes of the `manager-N` identities (request metadata, once the response is sent);
+/// nothing else, so that the log costs the apiserver next to nothing.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [manager-0, manager-1, manager-2, manager-3]
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+";
+
 /// How to start a control plane.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -205,6 +220,42 @@ impl ControlPlane {
         )
     }
 
+    /// A kubeconfig for the identity `manager-<index>` (index < [`MANAGER_IDENTITIES`], group
+    /// system:masters) at `server` (the apiserver's URL, or a proxy's in front of it). The apiserver's
+    /// audit log ([`Self::audit_log_path`]) records every write these identities make.
+    pub fn kubeconfig_as(&self, index: usize, server: &str) -> anyhow::Result<String> {
+        anyhow::ensure!(
+            index < MANAGER_IDENTITIES,
+            "only {MANAGER_IDENTITIES} manager identities exist"
+        );
+        Ok(kubeconfig(
+            server,
+            &self.ca_pem,
+            &self.manager_token(index),
+            &format!("manager-{index}"),
+        ))
+    }
+
+    /// The apiserver's audit log: one JSON event per line, for writes of the `manager-N` identities.
+    pub fn audit_log_path(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    fn manager_token(&self, index: usize) -> String {
+        format!("{}m{index}", self.admin_token)
+    }
+
+    fn manager_token_lines(&self) -> String {
+        (0..MANAGER_IDENTITIES)
+            .map(|i| {
+                format!(
+                    "{},manager-{i},uid-manager-{i},\"system:masters\"\n",
+                    self.manager_token(i)
+                )
+            })
+            .collect()
+    }
+
     /// A new admin client. Each test makes its own: a kube client belongs to the runtime that built it.
     pub async fn client(&self) -> anyhow::Result<Client> {
         let kubeconfig =
@@ -347,10 +398,12 @@ impl ControlPlane {
             &format!(
                 "{},test-admin,uid-admin,\"system:masters\"\n\
                  {kcm_token},system:kube-controller-manager,uid-kcm,\"system:masters\"\n\
-                 {scheduler_token},system:kube-scheduler,uid-scheduler,\"system:masters\"\n",
-                self.admin_token
+                 {scheduler_token},system:kube-scheduler,uid-scheduler,\"system:masters\"\n{}",
+                self.admin_token,
+                self.manager_token_lines(),
             ),
         )?;
+        write("audit-policy.yaml", AUDIT_POLICY)?;
         let server = self.server_url();
         write("admin.kubeconfig", &self.kubeconfig_yaml())?;
         write(
@@ -444,6 +497,11 @@ impl ControlPlane {
                 "--profiling=false".into(),
                 "--max-requests-inflight=800".into(),
                 "--max-mutating-requests-inflight=400".into(),
+                // Writes by the `manager-N` identities only (see `kubeconfig_as`), for tests that
+                // tell which replica wrote what.
+                format!("--audit-policy-file={}", self.path("audit-policy.yaml")),
+                format!("--audit-log-path={}", self.audit_log_path().display()),
+                "--audit-log-format=json".into(),
                 "--v=1".into(),
             ],
         )

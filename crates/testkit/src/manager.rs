@@ -54,6 +54,9 @@ pub struct ManagerOptions {
     pub leader_election_id: String,
     pub lease_seconds: u64,
     pub extra_args: Vec<String>,
+    /// The manager's kubeconfig (default: the admin kubeconfig), e.g. one from
+    /// [`ControlPlane::kubeconfig_as`] through a [`crate::blackhole::BlackHoleProxy`].
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for ManagerOptions {
@@ -63,6 +66,7 @@ impl Default for ManagerOptions {
             leader_election_id: "kruise-manager".into(),
             lease_seconds: 15,
             extra_args: Vec::new(),
+            kubeconfig: None,
         }
     }
 }
@@ -87,7 +91,14 @@ pub fn spawn(plane: &ControlPlane, options: &ManagerOptions) -> anyhow::Result<M
         health: free_port()?,
     };
     let mut args = vec![
-        format!("--kubeconfig={}", plane.kubeconfig_path().display()),
+        format!(
+            "--kubeconfig={}",
+            options
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| plane.kubeconfig_path())
+                .display()
+        ),
         format!("--namespace={NAMESPACE}"),
         "--webhook-host=127.0.0.1".into(),
         "--webhook-bind-address=127.0.0.1".into(),
