@@ -253,8 +253,18 @@ mod tests {
     fn writes_and_watches() {
         let cases = [
             ("GET", "/api/v1/pods", false, false),
-            ("GET", "/api/v1/pods?watch=true&resourceVersion=1", false, true),
-            ("GET", "/api/v1/pods?allowWatchBookmarks=true&watch=1", false, true),
+            (
+                "GET",
+                "/api/v1/pods?watch=true&resourceVersion=1",
+                false,
+                true,
+            ),
+            (
+                "GET",
+                "/api/v1/pods?allowWatchBookmarks=true&watch=1",
+                false,
+                true,
+            ),
             ("GET", "/api/v1/pods?watchy=true", false, false),
             ("POST", "/api/v1/namespaces/a/pods", true, false),
             ("PATCH", "/api/v1/namespaces/a/pods/p", true, false),
@@ -293,7 +303,10 @@ mod tests {
     where
         S: Service<Request<()>, Response = (), Error = BoxError>,
     {
-        ServiceExt::<Request<()>>::ready(service).await?.call(request).await
+        ServiceExt::<Request<()>>::ready(service)
+            .await?
+            .call(request)
+            .await
     }
 
     #[tokio::test]

@@ -142,7 +142,8 @@ impl Elector {
     /// over before `start + lease duration`, which is later).
     async fn attempt(&self, fence: &LeaderFence) -> Result<bool, String> {
         let started = std::time::Instant::now();
-        let outcome = tokio::time::timeout(self.attempt_timeout(), self.try_acquire_or_renew()).await;
+        let outcome =
+            tokio::time::timeout(self.attempt_timeout(), self.try_acquire_or_renew()).await;
         match outcome {
             Ok(Ok(true)) => {
                 fence.grant_until(Some(started + self.config.renew_deadline));

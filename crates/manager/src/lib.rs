@@ -11,6 +11,7 @@
 //! queued request it started; the process stays up, keeps serving admission and runs for the lease
 //! again.
 
+pub mod features;
 pub mod fence;
 pub mod leader;
 pub mod throttle;
@@ -96,7 +97,7 @@ pub struct Args {
     /// unreachable or cannot decide: Ignore admits it without sidecars (reported later), Fail rejects
     /// it. OpenKruise hard-codes Fail; Ignore is the default so that a webhook outage never stops Pod
     /// creation.
-    #[arg(long, default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
+    #[arg(long, env = "WEBHOOK_CONFIGURATION_FAILURE_POLICY_PODS", default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
     pub pod_webhook_failure_policy: String,
     /// Period of the webhook certificate and configuration resync, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -105,11 +106,11 @@ pub struct Args {
     /// that stopped answering fails after it instead of waiting forever.
     #[arg(long, default_value_t = 30)]
     pub kube_api_timeout_seconds: u64,
-    /// Client-side limit of requests per second to the apiserver.
-    #[arg(long, default_value_t = 50.0)]
+    /// Client-side limit of requests per second to the apiserver (OpenKruise: --rest-config-qps).
+    #[arg(long, alias = "rest-config-qps", default_value_t = 50.0)]
     pub kube_api_qps: f64,
-    /// Client-side burst of requests to the apiserver.
-    #[arg(long, default_value_t = 100)]
+    /// Client-side burst of requests to the apiserver (OpenKruise: --rest-config-burst).
+    #[arg(long, alias = "rest-config-burst", default_value_t = 100)]
     pub kube_api_burst: u32,
     /// Concurrent reconciles per workload controller.
     #[arg(long, default_value_t = 3)]
@@ -131,9 +132,148 @@ pub struct Args {
     /// Leave Pods in PreparingDelete out of every CloneSet's scale arithmetic.
     #[arg(long, default_value_t = false)]
     pub cloneset_scaling_exclude_preparing_delete: bool,
-    /// Log format: text or json.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    /// Log format: text or json (OpenKruise: --logging-format, where "" means text).
+    #[arg(long, alias = "logging-format", default_value = "text", value_parser = ["text", "json", ""])]
     pub log_format: String,
+    /// Log verbosity as OpenKruise's (klog) `--v`: 0–2 info, 3–5 debug for kruise-rs, 6 and more debug
+    /// everywhere. `RUST_LOG` overrides it.
+    #[arg(long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+
+    // ---- OpenKruise's manager command line, accepted as it is written in its chart.
+    /// OpenKruise's spelling of --leader-elect (`--enable-leader-election` alone means true).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_leader_election: Option<bool>,
+    /// Lease duration as a Go duration (`15s`); overrides --leader-election-lease-seconds.
+    #[arg(long, value_parser = parse_go_duration)]
+    pub leader_election_lease_duration: Option<Duration>,
+    /// How long the leader keeps trying to renew before it steps down (default 2/3 of the lease).
+    /// Its writes are fenced to this deadline.
+    #[arg(long, value_parser = parse_go_duration)]
+    pub leader_election_renew_deadline: Option<Duration>,
+    /// Interval between lease attempts (default 1/7 of the lease, at least 1 s).
+    #[arg(long, value_parser = parse_go_duration)]
+    pub leader_election_retry_period: Option<Duration>,
+    /// OpenKruise's feature gates, with its names and defaults (`A=true,B=false`, `AllAlpha=true`);
+    /// gates kruise-rs does not implement are reported at start-up. See README.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+    /// OpenKruise's informer resync period. kruise-rs reconciles from watches and requeues what it
+    /// waits for; a non-zero period is accepted and reported as having no effect.
+    #[arg(long, value_parser = parse_go_duration)]
+    pub sync_period: Option<Duration>,
+    /// OpenKruise's Go profiler switch; kruise-rs has no pprof endpoint (reported when true).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_pprof: Option<bool>,
+    /// OpenKruise's pprof address (accepted; see --enable-pprof).
+    #[arg(long)]
+    pub pprof_addr: Option<String>,
+    /// Directory of externally managed webhook certificates (OpenKruise's WEBHOOK_CERT_DIR, used with
+    /// the EnableExternalCerts gate, which kruise-rs does not implement: certificates are self-managed).
+    #[arg(long, env = "WEBHOOK_CERT_DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+}
+
+/// Leader election timing resolved from either spelling of the flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub lease: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Args {
+    /// Whether to run leader election (either spelling).
+    pub fn leader_election(&self) -> bool {
+        self.enable_leader_election.unwrap_or(self.leader_elect)
+    }
+
+    /// The lease timing; the renew deadline must be shorter than the lease and the retry period
+    /// shorter than the renew deadline, or the fence could outlive the lease.
+    pub fn lease_timing(&self) -> anyhow::Result<LeaseTiming> {
+        let lease = self
+            .leader_election_lease_duration
+            .unwrap_or(Duration::from_secs(self.leader_election_lease_seconds));
+        let renew_deadline = self.leader_election_renew_deadline.unwrap_or(lease * 2 / 3);
+        let retry_period = self
+            .leader_election_retry_period
+            .unwrap_or(Duration::from_secs((lease.as_secs() / 7).max(1)));
+        anyhow::ensure!(
+            renew_deadline < lease,
+            "--leader-election-renew-deadline ({renew_deadline:?}) must be shorter than the lease duration ({lease:?})"
+        );
+        anyhow::ensure!(
+            retry_period < renew_deadline,
+            "--leader-election-retry-period ({retry_period:?}) must be shorter than the renew deadline ({renew_deadline:?})"
+        );
+        Ok(LeaseTiming {
+            lease,
+            renew_deadline,
+            retry_period,
+        })
+    }
+
+    /// The feature gates, or an error naming the bad one.
+    pub fn gates(&self) -> anyhow::Result<features::FeatureGates> {
+        features::FeatureGates::parse(&self.feature_gates).map_err(anyhow::Error::msg)
+    }
+
+    /// What on this command line kruise-rs accepts but cannot honour, one line each.
+    pub fn ineffective(&self) -> anyhow::Result<Vec<String>> {
+        let mut lines = self.gates()?.unsupported();
+        if self.sync_period.is_some_and(|p| !p.is_zero()) {
+            lines.push(
+                "--sync-period has no effect: kruise-rs reconciles from watches and requeues what it waits for"
+                    .into(),
+            );
+        }
+        if self.enable_pprof == Some(true) {
+            lines
+                .push("--enable-pprof has no effect: kruise-rs has no Go profiler endpoint".into());
+        }
+        if let Some(dir) = &self.webhook_cert_dir {
+            lines.push(format!(
+                "WEBHOOK_CERT_DIR={} has no effect: kruise-rs manages its webhook certificates in the Secret --webhook-secret",
+                dir.display()
+            ));
+        }
+        Ok(lines)
+    }
+}
+
+/// A Go `time.Duration` string: `0`, `300ms`, `15s`, `1m30s`, `2h`.
+fn parse_go_duration(value: &str) -> Result<Duration, String> {
+    let bad = || format!("{value:?} is not a duration such as 15s, 1m30s or 500ms");
+    if value == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = value;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += Duration::try_from_secs_f64(number * seconds).map_err(|_| bad())?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
 }
 
 impl Args {
@@ -171,9 +311,20 @@ fn parse_listen_addr(value: &str) -> Result<SocketAddr, String> {
         .map_err(|error| format!("{value:?} is not HOST:PORT or :PORT ({error})"))
 }
 
-pub fn init_logs(format: &str) {
+/// The log filter for a klog-style verbosity (`--v`).
+fn log_filter(verbosity: u8) -> &'static str {
+    match verbosity {
+        0..=2 => "info,kube_runtime=warn",
+        3..=5 => {
+            "info,kube_runtime=warn,kruise_manager=debug,kruise_controllers=debug,kruise_webhook=debug,kruise_core=debug"
+        }
+        _ => "debug",
+    }
+}
+
+pub fn init_logs(format: &str, verbosity: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(verbosity)));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = if format == "json" {
         builder.json().try_init()
@@ -187,7 +338,10 @@ async fn kube_config(args: &Args) -> anyhow::Result<kube::Config> {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+            Ok(
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await?,
+            )
         }
         None => kube::Config::infer()
             .await
@@ -254,6 +408,11 @@ struct Readiness {
 /// Runs the manager until SIGTERM/SIGINT. Losing leadership ends the leader's term, not the process.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
+    let gates = args.gates()?;
+    args.lease_timing()?;
+    for line in args.ineffective()? {
+        tracing::warn!("{line}");
+    }
     let clients = Clients::new(kube_config(&args).await?, &args);
     let client = clients.shared()?;
     let mut registry = Registry::default();
@@ -309,7 +468,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         kruise_webhook::pod::PodSettings {
             namespace: args.namespace.clone(),
             failure_policy,
-            sort_sidecars_by_name: false,
+            sort_sidecars_by_name: gates.enabled("EnableSortSidecarContainerByName"),
         },
     );
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
@@ -335,7 +494,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     // Only the leader writes the webhook configurations and runs controllers.
     let identity = args.identity();
-    let elector = match args.leader_elect {
+    let timing = args.lease_timing()?;
+    let elector = match args.leader_election() {
         true => Some(leader::Elector::new(
             clients.election()?,
             leader::Config {
@@ -345,9 +505,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     .unwrap_or_else(|| args.namespace.clone()),
                 name: args.leader_election_id.clone(),
                 identity: identity.clone(),
-                lease_duration: Duration::from_secs(args.leader_election_lease_seconds),
-                renew_deadline: Duration::from_secs(args.leader_election_lease_seconds * 2 / 3),
-                retry_period: Duration::from_secs((args.leader_election_lease_seconds / 7).max(1)),
+                lease_duration: timing.lease,
+                renew_deadline: timing.renew_deadline,
+                retry_period: timing.retry_period,
             },
         )),
         false => None,
@@ -533,6 +693,8 @@ async fn run_controllers(
     client: Client,
     metrics: Arc<kruise_controllers::metrics::Metrics>,
 ) {
+    // Validated at start-up.
+    let gates = args.gates().unwrap_or_default();
     let pods = kruise_controllers::cache::PodCache::new();
     let cache = pods.clone().run(client.clone());
     let sidecarset = kruise_controllers::sidecarset::run(
@@ -557,7 +719,10 @@ async fn run_controllers(
                 exclude_preparing_delete: args.cloneset_scaling_exclude_preparing_delete,
                 // Pods/resize is GA-track on our v1.34 control plane: offered without a gate.
                 resize: true,
-                gates: Default::default(),
+                gates: kruise_core::rollout::cloneset::Gates {
+                    preparing_update_as_update: gates.enabled("PreparingUpdateAsUpdate"),
+                    partition_rollback: gates.enabled("CloneSetPartitionRollback"),
+                },
             },
         },
     );
@@ -599,5 +764,100 @@ async fn shutdown_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let cases = [
+            ("0", Some(Duration::ZERO)),
+            ("15s", Some(Duration::from_secs(15))),
+            ("1m30s", Some(Duration::from_secs(90))),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("1.5h", Some(Duration::from_secs(5400))),
+            ("2", None),
+            ("", None),
+            ("10 s", None),
+            ("s", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(parse_go_duration(value).ok(), want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn openkruise_chart_command_line_is_accepted() {
+        // The argument list of OpenKruise v1.9's chart (templates/manager.yaml).
+        let args = Args::try_parse_from([
+            "kruise-manager",
+            "--enable-leader-election",
+            "--metrics-addr=:8080",
+            "--health-probe-addr=:8000",
+            "--logging-format=json",
+            "--v=4",
+            "--feature-gates=ImagePullJobGate=true,PreparingUpdateAsUpdate=true",
+            "--sync-period=0",
+        ])
+        .expect("accepted");
+        assert!(args.leader_election());
+        assert_eq!(args.metrics_addr, "0.0.0.0:8080".parse().expect("addr"));
+        assert_eq!(args.health_addr, "0.0.0.0:8000".parse().expect("addr"));
+        assert_eq!((args.log_format.as_str(), args.verbosity), ("json", 4));
+        let gates = args.gates().expect("valid gates");
+        assert!(gates.enabled("PreparingUpdateAsUpdate"));
+        let ineffective = args.ineffective().expect("valid");
+        assert!(
+            ineffective
+                .iter()
+                .any(|l| l.contains("ImagePullJobGate=true"))
+        );
+        assert!(!ineffective.iter().any(|l| l.contains("sync-period")));
+
+        let off = Args::try_parse_from(["kruise-manager", "--enable-leader-election=false"])
+            .expect("accepted");
+        assert!(!off.leader_election());
+        let qps = Args::try_parse_from([
+            "kruise-manager",
+            "--rest-config-qps=30",
+            "--rest-config-burst=50",
+        ])
+        .expect("accepted");
+        assert_eq!((qps.kube_api_qps, qps.kube_api_burst), (30.0, 50));
+    }
+
+    #[test]
+    fn lease_timing() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["kruise-manager"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).expect("accepted").lease_timing()
+        };
+        let default = parse(&[]).expect("valid");
+        assert_eq!(
+            (default.lease, default.renew_deadline, default.retry_period),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+        let go = parse(&[
+            "--leader-election-lease-duration=30s",
+            "--leader-election-renew-deadline=20s",
+            "--leader-election-retry-period=5s",
+        ])
+        .expect("valid");
+        assert_eq!(go.renew_deadline, Duration::from_secs(20));
+        let error = parse(&["--leader-election-renew-deadline=15s"]).expect_err("renew ≥ lease");
+        assert!(
+            error
+                .to_string()
+                .contains("--leader-election-renew-deadline")
+        );
+        assert!(parse(&["--leader-election-retry-period=12s"]).is_err());
     }
 }

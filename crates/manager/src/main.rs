@@ -5,6 +5,6 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = kruise_manager::Args::parse();
-    kruise_manager::init_logs(&args.log_format);
+    kruise_manager::init_logs(&args.log_format, args.verbosity);
     kruise_manager::run(args).await
 }

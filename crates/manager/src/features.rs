@@ -1,0 +1,514 @@
+//! OpenKruise's feature gates (`--feature-gates`), with OpenKruise v1.9's names, defaults, stages and
+//! coupling rules, so that an OpenKruise deployment's command line means the same here. Each gate says
+//! what kruise-rs does with it: a gate kruise-rs does not implement is reported at start-up when it is
+//! on, never silently ignored. Pure: parsing and resolution are tested without a process.
+
+use std::collections::BTreeMap;
+
+/// Maturity, as OpenKruise declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Alpha,
+    Beta,
+}
+
+/// What kruise-rs does with a gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// The gate switches the behaviour it names.
+    Gated,
+    /// kruise-rs always behaves as the gate's `true` (the behaviour is GA in Kubernetes v1.34 or costs
+    /// nothing); setting it false is reported.
+    AlwaysOn,
+    /// Not implemented: turning it on is reported with what it would do.
+    Missing(&'static str),
+}
+
+pub struct Gate {
+    pub name: &'static str,
+    pub default: bool,
+    pub stage: Stage,
+    pub support: Support,
+}
+
+use Stage::{Alpha, Beta};
+use Support::{AlwaysOn, Gated, Missing};
+
+/// Every gate of OpenKruise v1.9 (`pkg/features/kruise_features.go`).
+pub const GATES: &[Gate] = &[
+    gate("PodWebhook", true, Beta, AlwaysOn),
+    gate(
+        "KruiseDaemon",
+        true,
+        Beta,
+        Missing(
+            "runs kruise-daemon on every node (image pre-download, container restarts, env-from-metadata updates)",
+        ),
+    ),
+    gate(
+        "DaemonWatchingPod",
+        true,
+        Beta,
+        Missing("lets kruise-daemon watch the Pods of its node"),
+    ),
+    gate(
+        "WorkloadSpread",
+        true,
+        Beta,
+        Missing("spreads workload Pods over subsets with WorkloadSpread objects"),
+    ),
+    gate(
+        "PodUnavailableBudgetDeleteGate",
+        true,
+        Beta,
+        Missing("guards Pod deletion with PodUnavailableBudget"),
+    ),
+    gate(
+        "PodUnavailableBudgetUpdateGate",
+        false,
+        Alpha,
+        Missing("guards in-place Pod updates with PodUnavailableBudget"),
+    ),
+    gate(
+        "InPlaceUpdateEnvFromMetadata",
+        true,
+        Beta,
+        Missing(
+            "restarts a container in place, through kruise-daemon, when a label or annotation its env reads from changes (kruise-rs recreates the Pod)",
+        ),
+    ),
+    gate("StatefulSetAutoDeletePVC", true, Beta, AlwaysOn),
+    gate(
+        "PodProbeMarkerGate",
+        true,
+        Beta,
+        Missing("runs PodProbeMarker probes through kruise-daemon"),
+    ),
+    gate("PodIndexLabel", true, Beta, AlwaysOn),
+    gate(
+        "ResourcesDeletionProtection",
+        false,
+        Beta,
+        Missing(
+            "refuses deleting namespaces and workloads that still hold Pods when labelled policy.kruise.io/delete-protection",
+        ),
+    ),
+    gate(
+        "ResourceDistributionGate",
+        false,
+        Beta,
+        Missing("copies Secrets and ConfigMaps to namespaces with ResourceDistribution objects"),
+    ),
+    gate(
+        "CloneSetShortHash",
+        false,
+        Alpha,
+        Missing(
+            "writes only the hash, not the revision name, in Pods' controller-revision-hash label (kruise-rs reads both forms)",
+        ),
+    ),
+    gate("CloneSetPartitionRollback", false, Alpha, Gated),
+    gate("CloneSetEventHandlerOptimization", false, Alpha, AlwaysOn),
+    gate("PreparingUpdateAsUpdate", false, Alpha, Gated),
+    gate(
+        "RecreatePodWhenChangeVCTInCloneSetGate",
+        false,
+        Alpha,
+        Missing("recreates CloneSet Pods when volumeClaimTemplates change"),
+    ),
+    gate("ForceDeleteTimeoutExpectationGate", false, Alpha, AlwaysOn),
+    gate(
+        "PreDownloadImageForInPlaceUpdate",
+        false,
+        Alpha,
+        Missing(
+            "pre-pulls a rollout's new images on the nodes through ImagePullJobs and kruise-daemon",
+        ),
+    ),
+    gate(
+        "PreDownloadImageForDaemonSetUpdate",
+        false,
+        Alpha,
+        Missing(
+            "pre-pulls an Advanced DaemonSet's new images through ImagePullJobs and kruise-daemon",
+        ),
+    ),
+    gate(
+        "ImagePullJobGate",
+        false,
+        Alpha,
+        Missing("serves ImagePullJob and NodeImage objects through kruise-daemon"),
+    ),
+    gate(
+        "KruisePodReadinessGate",
+        false,
+        Alpha,
+        Missing("adds the KruisePodReady readiness gate to every Pod created by a workload"),
+    ),
+    gate(
+        "TemplateNoDefaults",
+        false,
+        Alpha,
+        Missing("leaves Pod templates of workloads without Kubernetes defaults"),
+    ),
+    gate(
+        "EnhancedLivenessProbe",
+        false,
+        Alpha,
+        Missing("replaces liveness probes by kruise-daemon's probe with restart throttling"),
+    ),
+    gate(
+        "EnablePodProbeMarkerOnServerless",
+        false,
+        Alpha,
+        Missing("runs PodProbeMarker probes on virtual kubelets"),
+    ),
+    gate(
+        "SidecarSetPatchPodMetadataDefaultsAllowed",
+        false,
+        Alpha,
+        Missing(
+            "lets patchPodMetadata touch any annotation without the kruise-configuration whitelist",
+        ),
+    ),
+    gate(
+        "SidecarTerminator",
+        false,
+        Alpha,
+        Missing("stops sidecars of completed Job Pods through kruise-daemon"),
+    ),
+    gate("EnableSortSidecarContainerByName", false, Alpha, Gated),
+    gate("StatefulSetStartOrdinal", false, Alpha, AlwaysOn),
+    gate(
+        "StatefulSetAutoResizePVCGate",
+        false,
+        Alpha,
+        Missing("grows Advanced StatefulSet PVCs when volumeClaimTemplates grow"),
+    ),
+    gate(
+        "DefaultHostNetworkHostPortsInPodTemplates",
+        false,
+        Alpha,
+        Missing("defaults hostPort to containerPort in hostNetwork Pod templates"),
+    ),
+    gate(
+        "DaemonSetPruneIneligibleNodes",
+        false,
+        Alpha,
+        Missing("deletes Advanced DaemonSet Pods from nodes that no longer fit at once"),
+    ),
+    gate(
+        "DeletionProtectionForCRDCascadingGate",
+        false,
+        Alpha,
+        Missing("refuses deleting CRDs that still have objects"),
+    ),
+    gate(
+        "EnableExternalCerts",
+        false,
+        Alpha,
+        Missing(
+            "reads webhook certificates from WEBHOOK_CERT_DIR (cert-manager) instead of managing them",
+        ),
+    ),
+    gate("InPlaceWorkloadVerticalScaling", false, Alpha, AlwaysOn),
+    gate("InPlacePodVerticalScaling", false, Alpha, AlwaysOn),
+];
+
+const fn gate(name: &'static str, default: bool, stage: Stage, support: Support) -> Gate {
+    Gate {
+        name,
+        default,
+        stage,
+        support,
+    }
+}
+
+/// The resolved gates: every known gate's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureGates {
+    values: BTreeMap<&'static str, bool>,
+    /// The gates the flag named.
+    explicit: std::collections::BTreeSet<&'static str>,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        resolve(&BTreeMap::new())
+    }
+}
+
+impl FeatureGates {
+    /// Parses `--feature-gates` (`A=true,B=false`, `AllAlpha=true`, `AllBeta=true`) and applies
+    /// OpenKruise's coupling rules. An unknown gate or a value that is not a boolean is an error that
+    /// names it, as the Go flag parser refuses it.
+    pub fn parse(flag: &str) -> Result<Self, String> {
+        let mut explicit = BTreeMap::new();
+        for pair in flag.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--feature-gates: {pair:?} is not NAME=true|false"))?;
+            let (name, value) = (name.trim(), value.trim());
+            let value: bool = value.parse().map_err(|_| {
+                format!("--feature-gates: invalid value of {name}: {value:?} (true or false)")
+            })?;
+            let known = ["AllAlpha", "AllBeta"]
+                .iter()
+                .copied()
+                .chain(GATES.iter().map(|g| g.name))
+                .find(|known| *known == name)
+                .ok_or_else(|| format!("--feature-gates: unrecognized feature gate: {name}"))?;
+            explicit.insert(known, value);
+        }
+        Ok(resolve(&explicit))
+    }
+
+    pub fn enabled(&self, name: &str) -> bool {
+        self.values.get(name).copied().unwrap_or(false)
+    }
+
+    /// One line per gate whose value kruise-rs cannot honour: on but not implemented, or off but
+    /// always on here.
+    pub fn unsupported(&self) -> Vec<String> {
+        GATES
+            .iter()
+            .filter_map(|g| match (g.support, self.enabled(g.name)) {
+                (Missing(what), true) => Some(format!(
+                    "feature gate {}=true is not implemented by kruise-rs and has no effect (in OpenKruise it {what})",
+                    g.name
+                )),
+                (AlwaysOn, false) if g.default || self.explicit.contains(g.name) => Some(format!(
+                    "feature gate {}=false has no effect: kruise-rs always behaves as {}=true",
+                    g.name, g.name
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Defaults, then AllAlpha/AllBeta, then explicit values, then the coupling rules of OpenKruise's
+/// `SetDefaultFeatureGates`.
+fn resolve(explicit: &BTreeMap<&'static str, bool>) -> FeatureGates {
+    let all_alpha = explicit.get("AllAlpha").copied();
+    let all_beta = explicit.get("AllBeta").copied();
+    let mut values: BTreeMap<&'static str, bool> = GATES
+        .iter()
+        .map(|g| {
+            let by_stage = match g.stage {
+                Alpha => all_alpha,
+                Beta => all_beta,
+            };
+            let value = explicit
+                .get(g.name)
+                .copied()
+                .or(by_stage)
+                .unwrap_or(g.default);
+            (g.name, value)
+        })
+        .collect();
+    let off = |values: &mut BTreeMap<&'static str, bool>, names: &[&'static str]| {
+        for name in names {
+            values.insert(name, false);
+        }
+    };
+    if !values.get("PodWebhook").copied().unwrap_or(true) {
+        off(
+            &mut values,
+            &[
+                "KruisePodReadinessGate",
+                "PodUnavailableBudgetDeleteGate",
+                "PodUnavailableBudgetUpdateGate",
+                "WorkloadSpread",
+                "SidecarSetPatchPodMetadataDefaultsAllowed",
+                "EnhancedLivenessProbe",
+                "EnablePodProbeMarkerOnServerless",
+            ],
+        );
+    }
+    let daemon = values.get("KruiseDaemon").copied().unwrap_or(true);
+    if !daemon {
+        off(
+            &mut values,
+            &[
+                "PreDownloadImageForInPlaceUpdate",
+                "PreDownloadImageForDaemonSetUpdate",
+                "DaemonWatchingPod",
+                "InPlaceUpdateEnvFromMetadata",
+                "PodProbeMarkerGate",
+                "SidecarTerminator",
+                "ImagePullJobGate",
+                "EnhancedLivenessProbe",
+            ],
+        );
+    }
+    let predownload = [
+        "PreDownloadImageForInPlaceUpdate",
+        "PreDownloadImageForDaemonSetUpdate",
+    ]
+    .iter()
+    .any(|g| values.get(g).copied().unwrap_or(false));
+    if predownload {
+        values.insert("ImagePullJobGate", true);
+    }
+    if !values
+        .get("ResourcesDeletionProtection")
+        .copied()
+        .unwrap_or(false)
+    {
+        values.insert("DeletionProtectionForCRDCascadingGate", false);
+    }
+    FeatureGates {
+        values,
+        explicit: explicit.keys().copied().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_openkruise_v1_9() {
+        let gates = FeatureGates::default();
+        let on: Vec<&str> = GATES
+            .iter()
+            .filter(|g| gates.enabled(g.name))
+            .map(|g| g.name)
+            .collect();
+        assert_eq!(
+            on,
+            [
+                "PodWebhook",
+                "KruiseDaemon",
+                "DaemonWatchingPod",
+                "WorkloadSpread",
+                "PodUnavailableBudgetDeleteGate",
+                "InPlaceUpdateEnvFromMetadata",
+                "StatefulSetAutoDeletePVC",
+                "PodProbeMarkerGate",
+                "PodIndexLabel",
+            ]
+        );
+        assert_eq!(GATES.len(), 36);
+    }
+
+    #[test]
+    fn parsing_and_coupling() {
+        let cases: &[(&str, &[(&str, bool)])] = &[
+            (
+                "",
+                &[("PreparingUpdateAsUpdate", false), ("PodWebhook", true)],
+            ),
+            (
+                "PreparingUpdateAsUpdate=true, CloneSetPartitionRollback=true",
+                &[
+                    ("PreparingUpdateAsUpdate", true),
+                    ("CloneSetPartitionRollback", true),
+                ],
+            ),
+            (
+                "AllAlpha=true",
+                &[
+                    ("PreparingUpdateAsUpdate", true),
+                    ("EnableExternalCerts", true),
+                    ("ResourcesDeletionProtection", false),
+                ],
+            ),
+            (
+                "AllAlpha=true,EnableExternalCerts=false",
+                &[("EnableExternalCerts", false), ("TemplateNoDefaults", true)],
+            ),
+            (
+                "AllBeta=false",
+                &[
+                    ("PodWebhook", false),
+                    ("WorkloadSpread", false),
+                    ("PreparingUpdateAsUpdate", false),
+                ],
+            ),
+            (
+                "PodWebhook=false,KruisePodReadinessGate=true",
+                &[("KruisePodReadinessGate", false)],
+            ),
+            (
+                "KruiseDaemon=false",
+                &[
+                    ("InPlaceUpdateEnvFromMetadata", false),
+                    ("DaemonWatchingPod", false),
+                ],
+            ),
+            (
+                "PreDownloadImageForInPlaceUpdate=true",
+                &[("ImagePullJobGate", true)],
+            ),
+            (
+                "KruiseDaemon=false,PreDownloadImageForInPlaceUpdate=true",
+                &[("ImagePullJobGate", false)],
+            ),
+            (
+                "DeletionProtectionForCRDCascadingGate=true",
+                &[("DeletionProtectionForCRDCascadingGate", false)],
+            ),
+            (
+                "ResourcesDeletionProtection=true,DeletionProtectionForCRDCascadingGate=true",
+                &[("DeletionProtectionForCRDCascadingGate", true)],
+            ),
+        ];
+        for (flag, want) in cases {
+            let gates = FeatureGates::parse(flag).expect(flag);
+            for (name, value) in *want {
+                assert_eq!(gates.enabled(name), *value, "{flag}: {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_flags_name_the_gate() {
+        let cases = [
+            ("NoSuchGate=true", "unrecognized feature gate: NoSuchGate"),
+            ("PodWebhook=yes", "invalid value of PodWebhook: \"yes\""),
+            ("PodWebhook", "\"PodWebhook\" is not NAME=true|false"),
+        ];
+        for (flag, want) in cases {
+            let error = FeatureGates::parse(flag).expect_err(flag);
+            assert!(error.contains(want), "{flag}: {error}");
+        }
+    }
+
+    #[test]
+    fn unsupported_gates_are_reported() {
+        let defaults = FeatureGates::default().unsupported();
+        // On by default in OpenKruise, and node-agent work kruise-rs does not do.
+        assert!(
+            defaults
+                .iter()
+                .any(|l| l.starts_with("feature gate KruiseDaemon=true is not implemented"))
+        );
+        assert!(
+            !defaults
+                .iter()
+                .any(|l| l.contains("PreparingUpdateAsUpdate"))
+        );
+        let chart = FeatureGates::parse("ImagePullJobGate=true").expect("valid");
+        assert!(
+            chart
+                .unsupported()
+                .iter()
+                .any(|l| l.contains("ImagePullJobGate=true"))
+        );
+        let off = FeatureGates::parse("PodIndexLabel=false").expect("valid");
+        assert!(
+            off.unsupported()
+                .iter()
+                .any(|l| l.contains("PodIndexLabel=false has no effect"))
+        );
+        let gated = FeatureGates::parse("PreparingUpdateAsUpdate=true").expect("valid");
+        assert!(
+            !gated
+                .unsupported()
+                .iter()
+                .any(|l| l.contains("PreparingUpdateAsUpdate"))
+        );
+    }
+}
