@@ -32,11 +32,7 @@ struct Replica {
     ports: ManagerPorts,
 }
 
-fn spawn_replica(
-    ns: &TestNamespace,
-    index: usize,
-    server: &str,
-) -> anyhow::Result<Replica> {
+fn spawn_replica(ns: &TestNamespace, index: usize, server: &str) -> anyhow::Result<Replica> {
     let bed = testbed();
     let name = format!("fencing-{index}");
     let kubeconfig = bed.plane.dir().join(format!("{name}.kubeconfig"));
@@ -124,7 +120,9 @@ fn writes_since(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<String
         if received.is_some_and(|r| r >= since) {
             found.push(format!(
                 "{} {} {} -> {}",
-                event["requestReceivedTimestamp"].as_str().unwrap_or_default(),
+                event["requestReceivedTimestamp"]
+                    .as_str()
+                    .unwrap_or_default(),
                 event["verb"].as_str().unwrap_or_default(),
                 event["requestURI"].as_str().unwrap_or_default(),
                 event["responseStatus"]["code"]
@@ -159,7 +157,11 @@ fn churn(ns: &TestNamespace, selector: &'static str, stop: Arc<AtomicBool>) {
 }
 
 /// Samples both replicas' leader gauge every 100 ms; returns the longest time both said they led.
-fn watch_overlap(a: ManagerPorts, b: ManagerPorts, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Duration> {
+fn watch_overlap(
+    a: ManagerPorts,
+    b: ManagerPorts,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Duration> {
     tokio::spawn(async move {
         let leads = |ports: ManagerPorts| async move {
             match http_get(ports.metrics, "/metrics").await {

@@ -230,6 +230,8 @@ pub struct FeatureGates {
     values: BTreeMap<&'static str, bool>,
     /// The gates the flag named.
     explicit: std::collections::BTreeSet<&'static str>,
+    /// Names the flag set that no OpenKruise v1.9 gate has.
+    unknown: Vec<String>,
 }
 
 impl Default for FeatureGates {
@@ -240,10 +242,11 @@ impl Default for FeatureGates {
 
 impl FeatureGates {
     /// Parses `--feature-gates` (`A=true,B=false`, `AllAlpha=true`, `AllBeta=true`) and applies
-    /// OpenKruise's coupling rules. An unknown gate or a value that is not a boolean is an error that
-    /// names it, as the Go flag parser refuses it.
+    /// OpenKruise's coupling rules. A value that is not a boolean is an error naming the gate; an
+    /// unknown gate is reported (see `unsupported`).
     pub fn parse(flag: &str) -> Result<Self, String> {
         let mut explicit = BTreeMap::new();
+        let mut unknown = Vec::new();
         for pair in flag.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, value) = pair
                 .split_once('=')
@@ -256,11 +259,19 @@ impl FeatureGates {
                 .iter()
                 .copied()
                 .chain(GATES.iter().map(|g| g.name))
-                .find(|known| *known == name)
-                .ok_or_else(|| format!("--feature-gates: unrecognized feature gate: {name}"))?;
-            explicit.insert(known, value);
+                .find(|known| *known == name);
+            match known {
+                Some(known) => {
+                    explicit.insert(known, value);
+                }
+                // OpenKruise refuses an unknown gate; kruise-rs reports it and starts, so that a chart
+                // of a newer OpenKruise does not keep the manager down.
+                None => unknown.push(name.to_string()),
+            }
         }
-        Ok(resolve(&explicit))
+        let mut gates = resolve(&explicit);
+        gates.unknown = unknown;
+        Ok(gates)
     }
 
     pub fn enabled(&self, name: &str) -> bool {
@@ -270,6 +281,11 @@ impl FeatureGates {
     /// One line per gate whose value kruise-rs cannot honour: on but not implemented, or off but
     /// always on here.
     pub fn unsupported(&self) -> Vec<String> {
+        let unknown = self.unknown.iter().map(|name| {
+            format!(
+                "feature gate {name} is unknown (not an OpenKruise v1.9 gate) and has no effect"
+            )
+        });
         GATES
             .iter()
             .filter_map(|g| match (g.support, self.enabled(g.name)) {
@@ -283,6 +299,7 @@ impl FeatureGates {
                 )),
                 _ => None,
             })
+            .chain(unknown)
             .collect()
     }
 }
@@ -361,6 +378,7 @@ fn resolve(explicit: &BTreeMap<&'static str, bool>) -> FeatureGates {
     FeatureGates {
         values,
         explicit: explicit.keys().copied().collect(),
+        unknown: Vec::new(),
     }
 }
 
@@ -466,7 +484,6 @@ mod tests {
     #[test]
     fn bad_flags_name_the_gate() {
         let cases = [
-            ("NoSuchGate=true", "unrecognized feature gate: NoSuchGate"),
             ("PodWebhook=yes", "invalid value of PodWebhook: \"yes\""),
             ("PodWebhook", "\"PodWebhook\" is not NAME=true|false"),
         ];
@@ -496,6 +513,13 @@ mod tests {
                 .unsupported()
                 .iter()
                 .any(|l| l.contains("ImagePullJobGate=true"))
+        );
+        let unknown = FeatureGates::parse("NoSuchGate=true").expect("reported, not refused");
+        assert!(
+            unknown
+                .unsupported()
+                .iter()
+                .any(|l| l.contains("feature gate NoSuchGate is unknown"))
         );
         let off = FeatureGates::parse("PodIndexLabel=false").expect("valid");
         assert!(
