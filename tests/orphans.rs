@@ -20,7 +20,7 @@ use kruise_e2e::cloneset_kit::{
 use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, spec_image, test_pod};
 use kruise_e2e::{Cleanup, is_ready};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
-use kruise_testkit::{TestNamespace, eventually, testbed};
+use kruise_testkit::{eventually, testbed};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
