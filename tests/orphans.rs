@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, ensure};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
@@ -390,6 +390,108 @@ async fn pod_relabelled_out_of_the_selector_is_released_and_replaced() -> anyhow
                 && pod.metadata.deletion_timestamp.is_none()
                 && is_ready(&pod)
                 && controller_uid(&pod.metadata).is_none())
+        })
+        .await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn cloneset_recreated_after_orphan_delete_adopts_its_claims() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("orphan-pvc").await?;
+    ns.run(async {
+        // No volume provisioner in the test bed: the claims stay Pending and the Pods unscheduled,
+        // which is enough to see who owns what.
+        let cs_name = "db";
+        let selector = format!("app={cs_name}");
+        let doc = cloneset_kit::cloneset(
+            cs_name,
+            2,
+            IMAGE,
+            json!({
+                "template": {"spec": {"containers": [{
+                    "name": cloneset_kit::CONTAINER, "image": IMAGE,
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }]}},
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                }],
+            }),
+        );
+        apply(&ns, &doc).await?;
+        let pods: Api<Pod> = ns.api();
+        let claims: Api<PersistentVolumeClaim> = ns.api();
+        let revisions: Api<ControllerRevision> = ns.api();
+        let clonesets: Api<CloneSet> = ns.api();
+        let owned_by = |uid: String| {
+            let (pods, claims) = (&pods, &claims);
+            let selector = selector.clone();
+            async move {
+                let p = list(pods, &selector).await?;
+                let c = list(claims, &selector).await?;
+                let all_ours = p
+                    .iter()
+                    .map(|p| &p.metadata)
+                    .chain(c.iter().map(|c| &c.metadata))
+                    .all(|m| controller_uid(m).as_deref() == Some(uid.as_str()));
+                anyhow::Ok((p.len() == 2 && c.len() == 2 && all_ours).then_some((p, c)))
+            }
+        };
+        let old_uid = eventually("the CloneSet", TIMEOUT, || async {
+            Ok(clonesets.get_opt(cs_name).await?.and_then(|c| c.metadata.uid))
+        })
+        .await?;
+        let (before_pods, before_claims) =
+            eventually("2 Pods with 2 claims", TIMEOUT, || owned_by(old_uid.clone())).await?;
+
+        ns.kubectl(&["delete", "cloneset", cs_name, "--cascade=orphan"])
+            .await?;
+        wait_orphaned(&pods, &selector, &revisions, &selector).await?;
+        eventually("claims orphaned", TIMEOUT, || async {
+            let c = list(&claims, &selector).await?;
+            Ok(c.iter()
+                .all(|c| controller_uid(&c.metadata).is_none())
+                .then_some(()))
+        })
+        .await?;
+
+        apply(&ns, &doc).await?;
+        let new_uid = eventually("the new CloneSet", TIMEOUT, || async {
+            Ok(clonesets
+                .get_opt(cs_name)
+                .await?
+                .and_then(|c| c.metadata.uid)
+                .filter(|u| *u != old_uid))
+        })
+        .await?;
+        let (after_pods, after_claims) =
+            eventually("Pods and claims adopted", TIMEOUT, || owned_by(new_uid.clone())).await?;
+        let claim_uids = |c: &[PersistentVolumeClaim]| -> Vec<Option<String>> {
+            c.iter().map(|c| c.metadata.uid.clone()).collect()
+        };
+        ensure!(
+            after_pods.iter().map(uid).eq(before_pods.iter().map(uid)),
+            "Pods replaced: {}",
+            describe(&after_pods)
+        );
+        ensure!(
+            claim_uids(&after_claims) == claim_uids(&before_claims),
+            "claims replaced"
+        );
+
+        // The adopted claims are the CloneSet's to clean up: scaling in deletes a Pod with its claim.
+        merge_patch(&ns, "cloneset", cs_name, &json!({"spec": {"replicas": 1}})).await?;
+        eventually("1 Pod with 1 claim", TIMEOUT, || async {
+            let p = cloneset_kit::active_pods(&pods, &selector).await?;
+            let c: Vec<PersistentVolumeClaim> = list(&claims, &selector)
+                .await?
+                .into_iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .collect();
+            Ok((p.len() == 1 && c.len() == 1).then_some(()))
         })
         .await
     })
