@@ -3,6 +3,7 @@
 //! with patches.
 
 pub mod cache;
+pub mod claim;
 pub mod cloneset;
 pub mod error;
 pub mod history;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_INSTANCE_ID;
 use kruise_api::cloneset::v1beta1::{
@@ -15,6 +16,7 @@ use kruise_api::cloneset::v1beta1::{
 };
 use kruise_api::validation::selector_matches;
 use kruise_core::expectations::{CachedState, Expectation};
+use kruise_core::ownership::{Claimant, usable_selector};
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     new_revision, next_revision_number, revisions_to_delete, template_from_revision,
@@ -31,6 +33,7 @@ use super::act::{Actor, Outcome, is_race};
 use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, KubeContext, newpod};
+use crate::claim::{Recheck, claim_each};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -115,39 +118,41 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         now,
     };
 
-    // Pods: owned ones, plus orphans the selector claims.
-    let mut owned: Vec<Pod> = ctx
-        .pods
-        .owned_by(&uid)
-        .iter()
-        .map(|p| (**p).clone())
-        .collect();
-    let adopted = adopt_orphans(&actor, &uid).await?;
+    // Pods: owned ones whose labels still match, plus orphans the selector claims; an owned Pod
+    // relabelled out of the selector is released (and replaced by the scale step).
+    let owner = newpod::owner_reference(cs).map_err(|e| Error::Invalid(e.to_string()))?;
+    let claimant = Claimant {
+        uid: &uid,
+        deleting: false,
+    };
+    let mut recheck = Recheck::new(
+        Api::<CloneSet>::namespaced(ctx.client.clone(), &namespace),
+        name.clone(),
+        uid.clone(),
+    );
+    let Some((mut owned, adopted)) = claim_pods(&actor, claimant, &owner, &mut recheck).await?
+    else {
+        return Ok(Action::await_change());
+    };
     if adopted {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     owned.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let (active, inactive): (Vec<Pod>, Vec<Pod>) = owned.into_iter().partition(pods::is_active);
 
-    let pvcs = owned_pvcs(ctx, &namespace, &uid);
+    let Some(pvcs) = claim_pvcs(&actor, claimant, &owner, &mut recheck).await? else {
+        return Ok(Action::await_change());
+    };
     if !cs.spec.scale_strategy.enable_pvc_reuse {
         clean_pvcs(&actor, &active, &inactive, &pvcs).await?;
     }
 
-    // Revisions.
-    let mut revisions: Vec<ControllerRevision> = ctx
-        .revisions
-        .state()
-        .iter()
-        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()))
-        .filter(|r| {
-            r.metadata
-                .owner_references
-                .as_ref()
-                .is_some_and(|o| o.iter().any(|o| o.uid == uid && o.controller == Some(true)))
-        })
-        .map(|r| (**r).clone())
-        .collect();
+    // Revisions: owned ones, plus orphans the selector claims (those a CloneSet deleted with
+    // `--cascade=orphan` left behind), before the update revision is chosen, so that an unchanged
+    // template finds its old revision.
+    let Some(mut revisions) = claim_revisions(&actor, claimant, &owner, &mut recheck).await? else {
+        return Ok(Action::await_change());
+    };
     let update_rev = match update_revision(&actor, &revisions).await? {
         Some(rev) => rev,
         None => return Ok(Action::requeue(Duration::from_secs(1))),
@@ -289,73 +294,124 @@ fn label_selector_string(cs: &CloneSet) -> String {
         .unwrap_or_default()
 }
 
-/// Adopts active orphan Pods in the namespace that the selector matches (controller reference
-/// added with a resourceVersion test, so a Pod another controller adopted first is left alone).
-async fn adopt_orphans(actor: &Actor<'_>, uid: &str) -> Result<bool, Error> {
-    let cs = actor.cs;
-    let Some(selector) = cs
-        .spec
-        .selector
-        .as_ref()
-        .filter(|s| !kruise_api::validation::selector_is_empty(s))
-    else {
-        return Ok(false);
-    };
-    let namespace = cs.namespace().unwrap_or_default();
-    let mut adopted = false;
-    for pod in actor.ctx.pods.orphans_in(&namespace) {
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        if !pods::is_active(&pod) || !selector_matches(selector, &labels) {
-            continue;
-        }
-        let Ok(owner) = newpod::owner_reference(cs) else {
-            continue;
-        };
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
-        refs.push(owner);
-        let patch = json!({"metadata": {
-            "resourceVersion": pod.metadata.resource_version,
-            "ownerReferences": refs,
-        }});
-        let api: Api<Pod> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(p) => {
-                tracing::info!(cloneset = %actor.key, pod = %name, "adopted orphan pod");
-                if let Some(rv) = p.metadata.resource_version {
-                    actor.expect(Expectation::observed("Pod", name, rv));
-                }
-                adopted = true;
-            }
-            Err(error) if is_race(&error) => {}
-            Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("adopting Pod {name} (controller uid {uid})"),
-                    source: error,
-                });
-            }
-        }
+/// Whether an object's labels match the CloneSet's selector; `None` when the selector cannot be
+/// used to claim anything (see `kruise_core::ownership::usable_selector`).
+fn selector_match(cs: &CloneSet) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
+    let selector = cs.spec.selector.as_ref().filter(|s| usable_selector(s));
+    move |meta: &ObjectMeta| {
+        selector.map(|s| match &meta.labels {
+            Some(labels) => selector_matches(s, labels),
+            None => selector_matches(s, &BTreeMap::new()),
+        })
     }
-    Ok(adopted)
 }
 
-/// The CloneSet's PVCs, from the claim cache.
-fn owned_pvcs(ctx: &Context, namespace: &str, uid: &str) -> Vec<PersistentVolumeClaim> {
-    ctx.pvcs
+/// The CloneSet's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods whose labels no longer
+/// match the selector are released (the Pod keeps running, orphaned) and left out; active orphans
+/// that match are adopted, with a JSON patch testing their uid and resourceVersion so a Pod another
+/// controller adopted first is left alone. Returns the Pods owned and whether any adoption was
+/// tried (the caller looks again once the cache shows the result: counting without an adopted Pod
+/// would create one too many), or `None` when the CloneSet is gone or being deleted.
+async fn claim_pods(
+    actor: &Actor<'_>,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<CloneSet>,
+) -> Result<Option<(Vec<Pod>, bool)>, Error> {
+    let namespace = actor.cs.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    let candidates = actor.ctx.pods.owned_by(claimant.uid).into_iter().chain(
+        actor
+            .ctx
+            .pods
+            .orphans_in(&namespace)
+            .into_iter()
+            .filter(|p| pods::is_active(p)),
+    );
+    let matches = selector_match(actor.cs);
+    let Some(claimed) = claim_each(&api, candidates, claimant, owner, recheck, matches).await?
+    else {
+        return Ok(None);
+    };
+    for pod in claimed.written {
+        if let (Some(name), Some(rv)) = (pod.metadata.name, pod.metadata.resource_version) {
+            actor.expect(Expectation::observed("Pod", name, rv));
+        }
+    }
+    Ok(Some((claimed.owned, claimed.adopting)))
+}
+
+/// The CloneSet's ControllerRevisions after claiming (Kubernetes' `ClaimControllerRevisions`):
+/// owned ones whose labels match, and orphans that match, adopted; owned ones that no longer match
+/// are released. `None` when the CloneSet is gone or being deleted.
+async fn claim_revisions(
+    actor: &Actor<'_>,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<CloneSet>,
+) -> Result<Option<Vec<ControllerRevision>>, Error> {
+    let namespace = actor.cs.namespace().unwrap_or_default();
+    let api: Api<ControllerRevision> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    let in_namespace = actor
+        .ctx
+        .revisions
         .state()
-        .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+        .into_iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let matches = selector_match(actor.cs);
+    let Some(claimed) = claim_each(&api, in_namespace, claimant, owner, recheck, matches).await?
+    else {
+        return Ok(None);
+    };
+    for revision in claimed.written {
+        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
+        {
+            actor.expect(Expectation::observed("ControllerRevision", name, rv));
+        }
+    }
+    Ok(Some(claimed.owned))
+}
+
+/// The CloneSet's PVCs, from the claim cache: those with an owner reference to it, plus orphans
+/// its selector matches when it has volumeClaimTemplates (a CloneSet deleted with
+/// `--cascade=orphan` left them behind), adopted. Only a PVC with no owner reference at all is an
+/// orphan here: the claim of a finished Pod is handed to that Pod and must stay with it. `None`
+/// when the CloneSet is gone or being deleted.
+async fn claim_pvcs(
+    actor: &Actor<'_>,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<CloneSet>,
+) -> Result<Option<Vec<PersistentVolumeClaim>>, Error> {
+    let cs = actor.cs;
+    let namespace = cs.namespace().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    let (ours, orphans): (Vec<_>, Vec<_>) = actor
+        .ctx
+        .pvcs
+        .state()
+        .into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
         .filter(|p| {
+            let refs = p.metadata.owner_references.as_deref().unwrap_or_default();
+            refs.is_empty() || refs.iter().any(|o| o.uid == claimant.uid)
+        })
+        .partition(|p| {
             p.metadata
                 .owner_references
                 .as_ref()
-                .is_some_and(|o| o.iter().any(|o| o.uid == uid))
-        })
-        .map(|p| (**p).clone())
-        .collect()
+                .is_some_and(|r| !r.is_empty())
+        });
+    let mut owned: Vec<PersistentVolumeClaim> = ours.iter().map(|p| (**p).clone()).collect();
+    if cs.spec.volume_claim_templates.is_empty() {
+        return Ok(Some(owned));
+    }
+    let matches = selector_match(cs);
+    let Some(claimed) = claim_each(&api, orphans, claimant, owner, recheck, matches).await? else {
+        return Ok(None);
+    };
+    owned.extend(claimed.owned);
+    Ok(Some(owned))
 }
 
 /// Without PVC reuse: a PVC whose instance has no Pod is deleted, and the PVC of a finished Pod is

@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::sidecarset::LABEL_SIDECARSET_NAME;
 use kruise_api::sidecarset::v1beta1::{SidecarSet, SidecarSetStatus};
 use kruise_core::expectations::{CachedState, Expectation, Expectations};
+use kruise_core::ownership::Claimant;
 use kruise_core::revision::next_revision_number;
 use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgradable::upgradable_condition_patch;
@@ -36,6 +38,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
+use crate::claim::{Recheck, claim_each};
 use crate::error::KubeContext;
 use crate::history::{Registered, register};
 use crate::metrics::{Metrics, SidecarSetLabels};
@@ -268,12 +271,23 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
 
     // History: the revision of the current sidecars, then the old ones nobody needs.
     let old = ss.status.clone().unwrap_or_default();
-    let Some((latest, collision_count)) = register_latest_revision(ctx, ss).await? else {
+    let Some(mut revisions) = claim_revisions(ctx, ss).await? else {
+        return Ok(Action::await_change());
+    };
+    let Some((latest, collision_count)) = register_latest_revision(ctx, ss, &revisions).await?
+    else {
         // A hash collision was recorded; the next reconcile names the revision anew.
         return Ok(Action::requeue(Duration::from_millis(100)));
     };
     let latest_revision = latest.name_any();
-    truncate_history(ctx, ss, &candidates, &latest).await?;
+    // The store may not show a revision created a moment ago; it is the newest all the same.
+    if !revisions
+        .iter()
+        .any(|r| r.metadata.name == latest.metadata.name)
+    {
+        revisions.push(latest.clone());
+    }
+    truncate_history(ctx, ss, &candidates, &revisions, &latest).await?;
 
     // Upgrade.
     let mut failure = None;
@@ -399,6 +413,63 @@ fn keep_first(failure: &mut Option<Error>, error: Option<Error>) {
     }
 }
 
+/// The SidecarSet's revisions after claiming (Kubernetes' `ClaimControllerRevisions`), among the
+/// revisions in the manager's namespace: those it controls whose `kruise.io/sidecarset-name` label
+/// still names it, and orphans that name it — the history a SidecarSet deleted with
+/// `--cascade=orphan` left behind — adopted; controlled ones whose label names another SidecarSet
+/// are released. `None` when the SidecarSet is gone or being deleted.
+async fn claim_revisions(
+    ctx: &Context,
+    ss: &SidecarSet,
+) -> Result<Option<Vec<ControllerRevision>>, Error> {
+    let name = ss.name_any();
+    let Some(claimant) = Claimant::of(&ss.metadata) else {
+        return Err(Error::Invalid(format!("SidecarSet {name} has no uid")));
+    };
+    let owner = OwnerReference {
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: "SidecarSet".into(),
+        name: name.clone(),
+        uid: claimant.uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let mut recheck = Recheck::new(
+        Api::<SidecarSet>::all(ctx.client.clone()),
+        name.clone(),
+        claimant.uid.to_owned(),
+    );
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let names_us = |meta: &ObjectMeta| {
+        Some(
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_SIDECARSET_NAME))
+                == Some(&name),
+        )
+    };
+    let revisions = ctx.revisions.state();
+    let Some(claimed) =
+        claim_each(&api, revisions, claimant, &owner, &mut recheck, names_us).await?
+    else {
+        return Ok(None);
+    };
+    if let Ok(mut ex) = ctx.expectations.lock() {
+        for revision in claimed.written {
+            if let (Some(revision_name), Some(rv)) =
+                (revision.metadata.name, revision.metadata.resource_version)
+            {
+                ex.expect(
+                    &name,
+                    Expectation::observed("ControllerRevision", revision_name, rv),
+                    Instant::now(),
+                );
+            }
+        }
+    }
+    Ok(Some(claimed.owned))
+}
+
 /// The revision recording the SidecarSet's current sidecars, with the collision count it was named
 /// with: the newest revision when it records them, an older equal one renumbered (the sidecars were
 /// rolled back), or a new one. `None` when the name was taken by different data: the collision is
@@ -406,10 +477,10 @@ fn keep_first(failure: &mut Option<Error>, error: Option<Error>) {
 async fn register_latest_revision(
     ctx: &Context,
     ss: &SidecarSet,
+    revisions: &[ControllerRevision],
 ) -> Result<Option<(ControllerRevision, i32)>, Error> {
     let name = ss.name_any();
     let namespace = &ctx.config.namespace;
-    let revisions = history::owned_by(&name, ctx.revisions.state().iter().map(|r| r.as_ref()));
     let collision_count = ss
         .status
         .as_ref()
@@ -418,12 +489,12 @@ async fn register_latest_revision(
     let candidate = history::new_revision(
         ss,
         namespace,
-        next_revision_number(&revisions),
+        next_revision_number(revisions),
         Some(collision_count),
     )
     .map_err(|e| Error::Invalid(format!("SidecarSet {name}: building its revision: {e}")))?;
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    let latest = match register(&api, &revisions, candidate, ss.metadata.uid.as_deref()).await? {
+    let latest = match register(&api, revisions, candidate, ss.metadata.uid.as_deref()).await? {
         Registered::Revision(revision, expectation) => {
             if let (Some(expectation), Ok(mut ex)) = (expectation, ctx.expectations.lock()) {
                 ex.expect(&name, expectation, Instant::now());
@@ -470,20 +541,13 @@ async fn truncate_history(
     ctx: &Context,
     ss: &SidecarSet,
     pods: &[Arc<Pod>],
+    revisions: &[ControllerRevision],
     latest: &ControllerRevision,
 ) -> Result<(), Error> {
     let name = ss.name_any();
-    let mut revisions = history::owned_by(&name, ctx.revisions.state().iter().map(|r| r.as_ref()));
-    // The store may not show a revision created a moment ago; it is the newest all the same.
-    if !revisions
-        .iter()
-        .any(|r| r.metadata.name == latest.metadata.name)
-    {
-        revisions.push(latest.clone());
-    }
-    let live = history::live_revisions(ss, pods.iter().map(|p| p.as_ref()), &revisions);
+    let live = history::live_revisions(ss, pods.iter().map(|p| p.as_ref()), revisions);
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    for doomed in history::revisions_to_delete(ss, &revisions, &live) {
+    for doomed in history::revisions_to_delete(ss, revisions, &live) {
         if doomed.metadata.name == latest.metadata.name {
             continue;
         }

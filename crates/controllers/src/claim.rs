@@ -1,0 +1,164 @@
+//! Adopting and releasing the objects a workload claims (Pods, ControllerRevisions, PVCs): the
+//! decision is `kruise_core::ownership::claim`, the patches `kruise_core::ownership::{adopt_patch,
+//! release_patch}`; this sends them.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kruise_core::ownership::{Claim, Claimant, adopt_patch, claim, release_patch};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, KubeContext, is_race};
+
+/// What claiming a set of objects came to.
+pub struct Claimed<K> {
+    /// The objects owned after claiming: those kept, and those adopted (as written).
+    pub owned: Vec<K>,
+    /// The objects written (adopted or released), for the caller's expectations.
+    pub written: Vec<K>,
+    /// Whether any adoption was tried (written or lost to a race).
+    pub adopting: bool,
+}
+
+/// Claims each of `objects` for `claimant` (`kruise_core::ownership::claim`, with `matches` telling
+/// whether an object's labels match its selector): keeps, adopts or releases it, controller
+/// reference `owner`. `None` when something was to be adopted but the owner turned out to be gone or
+/// being deleted ([`Recheck`]).
+pub async fn claim_each<K, O>(
+    api: &Api<K>,
+    objects: impl IntoIterator<Item = Arc<K>>,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<O>,
+    matches: impl Fn(&ObjectMeta) -> Option<bool>,
+) -> Result<Option<Claimed<K>>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    O: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let mut claimed = Claimed {
+        owned: Vec::new(),
+        written: Vec::new(),
+        adopting: false,
+    };
+    for object in objects {
+        let decision = claim(claimant, object.meta(), matches(object.meta()));
+        if decision == Claim::Adopt {
+            if !recheck.may_adopt().await? {
+                return Ok(None);
+            }
+            claimed.adopting = true;
+        }
+        let written = apply(api, &object, decision, owner).await?;
+        match (decision, &written) {
+            (Claim::Keep, _) => claimed.owned.push((*object).clone()),
+            (Claim::Adopt, Some(adopted)) => claimed.owned.push(adopted.clone()),
+            _ => {}
+        }
+        claimed.written.extend(written);
+    }
+    Ok(Some(claimed))
+}
+
+/// Sends the adoption or release `decision` asks for on `object` (anything else writes nothing).
+/// Returns the object as written, or `None` when nothing was written — including when the object
+/// changed or went away since it was seen (a failed `test`, a conflict, not found): the next
+/// reconcile decides again on a fresh view.
+pub async fn apply<K>(
+    api: &Api<K>,
+    object: &K,
+    decision: Claim,
+    owner: &OwnerReference,
+) -> Result<Option<K>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let kind = K::kind(&());
+    let name = object.name_any();
+    let (patch, doing) = match decision {
+        Claim::Adopt => (
+            adopt_patch(object.meta(), owner)
+                .map_err(|e| Error::Invalid(format!("adopting {kind} {name}: {e}")))?,
+            "adopting",
+        ),
+        Claim::Release => match release_patch(object.meta(), &owner.uid) {
+            Some(patch) => (patch, "releasing"),
+            None => return Ok(None),
+        },
+        Claim::Keep | Claim::Ignore => return Ok(None),
+    };
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(written) => {
+            tracing::info!(
+                kind = %kind,
+                object = %name,
+                owner_kind = %owner.kind,
+                owner = %owner.name,
+                "{}",
+                if decision == Claim::Adopt {
+                    "adopted an orphan whose labels match the selector"
+                } else {
+                    "released an object whose labels no longer match the selector"
+                }
+            );
+            Ok(Some(written))
+        }
+        Err(error) if is_race(&error) => Ok(None),
+        Err(source) => Err(Error::Kube {
+            context: format!("{doing} {kind} {name} ({} {})", owner.kind, owner.name),
+            source,
+        }),
+    }
+}
+
+/// Kubernetes' `RecheckDeletionTimestamp`: before adopting anything, the owner is read afresh from
+/// the API server (not a cache), once per reconcile, to check that it is still the object of its uid
+/// and is not being deleted. An owner reference added to an owner that is already gone makes the
+/// garbage collector delete the adopted object, so a stale view must not adopt.
+pub struct Recheck<K> {
+    api: Api<K>,
+    name: String,
+    uid: String,
+    verdict: Option<bool>,
+}
+
+impl<K> Recheck<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    pub fn new(api: Api<K>, name: String, uid: String) -> Self {
+        Self {
+            api,
+            name,
+            uid,
+            verdict: None,
+        }
+    }
+
+    /// Whether the owner may adopt (read on the first call only).
+    pub async fn may_adopt(&mut self) -> Result<bool, Error> {
+        if let Some(verdict) = self.verdict {
+            return Ok(verdict);
+        }
+        let fresh = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .context(|| format!("re-reading {} {} before adopting", K::kind(&()), self.name))?;
+        let verdict = fresh.is_some_and(|o| {
+            o.meta().uid.as_deref() == Some(self.uid.as_str())
+                && o.meta().deletion_timestamp.is_none()
+        });
+        if !verdict {
+            tracing::info!(kind = %K::kind(&()), name = %self.name, "not adopting: the owner is gone or being deleted");
+        }
+        self.verdict = Some(verdict);
+        Ok(verdict)
+    }
+}
