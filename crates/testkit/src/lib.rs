@@ -3,6 +3,7 @@
 
 pub mod blackhole;
 pub mod certs;
+pub mod chaos;
 pub mod control_plane;
 pub mod manager;
 pub mod monitor;

@@ -36,10 +36,14 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
     })
 }
 
-/// A running component.
+/// A running component. It remembers its command line, so it can be started again the same way
+/// ([`Process::respawn`]) after a crash or a deliberate kill.
 pub struct Process {
     pub name: String,
     pub log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, PathBuf)>,
     child: Child,
 }
 
@@ -58,49 +62,51 @@ impl Process {
         env: &[(&str, &Path)],
         log: &Path,
     ) -> anyhow::Result<Self> {
+        let env: Vec<(String, PathBuf)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_path_buf()))
+            .collect();
         let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let err = out.try_clone()?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        for var in [
-            "HTTPS_PROXY",
-            "HTTP_PROXY",
-            "https_proxy",
-            "http_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ] {
-            command.env_remove(var);
-        }
-        command.env("NO_PROXY", "127.0.0.1,localhost");
-        command.envs(env.iter().map(|(k, v)| (*k, *v)));
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        spawner()
-            .send((command, tx))
-            .context("process spawner is gone")?;
-        let child = rx
-            .recv()
-            .context("process spawner did not answer")?
-            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        let child = start(name, program, args, &env, out)?;
         Ok(Self {
             name: name.into(),
             log: log.into(),
+            program: program.into(),
+            args: args.to_vec(),
+            env,
             child,
         })
+    }
+
+    /// The command-line arguments it was started with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// Starts the process again with the same program, arguments and environment, appending to the
+    /// same log (after a marker line). SIGKILLs it first if it is still running.
+    pub fn respawn(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        {
+            use std::io::Write as _;
+            let _ = writeln!(out, "----- testkit: {} started again -----", self.name);
+        }
+        self.child = start(&self.name, &self.program, &self.args, &self.env, out)?;
+        Ok(())
+    }
+
+    /// SIGKILL (no chance to clean up or release anything) and reap. Does nothing if it already exited.
+    pub fn kill(&mut self) {
+        if self.exited().is_some() {
+            return;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn pid(&self) -> u32 {
@@ -134,6 +140,53 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
     }
+}
+
+/// Starts `program args` (environment `env` added, proxy settings removed) with stdout and stderr to
+/// `out`, from the spawner thread so that it gets SIGTERM if this process dies.
+fn start(
+    name: &str,
+    program: &Path,
+    args: &[String],
+    env: &[(String, PathBuf)],
+    out: File,
+) -> anyhow::Result<Child> {
+    let err = out.try_clone()?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    for var in [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        command.env_remove(var);
+    }
+    command.env("NO_PROXY", "127.0.0.1,localhost");
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    spawner()
+        .send((command, tx))
+        .context("process spawner is gone")?;
+    rx.recv()
+        .context("process spawner did not answer")?
+        .with_context(|| format!("starting {name} ({})", program.display()))
 }
 
 /// Sends `signal` to `pid`.

@@ -24,7 +24,7 @@ pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 pub struct TestBed {
     pub plane: ControlPlane,
     pub nodes: Vec<NodeSpecSim>,
-    manager: OnceLock<Result<crate::manager::ManagerPorts, String>>,
+    manager: OnceLock<Result<crate::manager::Manager, String>>,
 }
 
 /// The apps.kruise.io CRDs checked in at `config/crd`.
@@ -172,17 +172,31 @@ impl TestBed {
     /// The test binary's kruise-manager (started on first call, webhook wired into the apiserver). Panics
     /// with its log if it cannot start.
     pub fn manager(&'static self) -> &'static crate::manager::ManagerPorts {
+        &self.manager_with(&Default::default()).ports
+    }
+
+    /// The test binary's kruise-manager, started on first call with `options` (the options of later
+    /// calls are ignored: call it the same way from every test of a binary), its webhook wired into the
+    /// apiserver. The handle kills and restarts it. Panics with its log if it cannot start.
+    pub fn manager_with(
+        &'static self,
+        options: &crate::manager::ManagerOptions,
+    ) -> &'static crate::manager::Manager {
         let started = self.manager.get_or_init(|| {
-            let run = || -> anyhow::Result<crate::manager::ManagerPorts> {
+            let run = || -> anyhow::Result<crate::manager::Manager> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
                 runtime.block_on(async {
                     crate::manager::ensure_namespace(&self.plane).await?;
-                    let ports = crate::manager::spawn(&self.plane, &Default::default())?;
-                    crate::manager::wait_serving(&self.plane, &ports, Duration::from_secs(90))
-                        .await?;
-                    Ok(ports)
+                    let manager = crate::manager::Manager::spawn(&self.plane, options)?;
+                    crate::manager::wait_serving(
+                        &self.plane,
+                        &manager.ports,
+                        Duration::from_secs(90),
+                    )
+                    .await?;
+                    Ok(manager)
                 })
             };
             // A separate thread: the caller may be inside a runtime, where block_on is not allowed.
@@ -191,7 +205,7 @@ impl TestBed {
                 .and_then(|result| result.map_err(|error| format!("{error:#}")))
         });
         match started {
-            Ok(ports) => ports,
+            Ok(manager) => manager,
             Err(error) => panic!("kruise-manager could not start: {error}"),
         }
     }
