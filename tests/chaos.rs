@@ -36,6 +36,10 @@ const LEASE_SECONDS: u64 = 4;
 const REPLICAS: i32 = 20;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Every (re)started container takes this long to become ready (kubelet-sim steering), so that a
+/// rollout lasts long enough for several kills.
+const READY_DELAY: (&str, &str) = ("sim.kruise-rs.io/ready-delay-ms", "2000");
+
 /// The manager of this binary and its killer, started on first use.
 fn killer() -> &'static ManagerKiller {
     static KILLER: OnceLock<Result<ManagerKiller, String>> = OnceLock::new();
@@ -101,7 +105,7 @@ impl Rollout {
 
 const CLONESET_OLD: &str = "nginx:alpine";
 const CLONESET_NEW: &str = "nginx:1.19.1";
-const CLONESET_MAX_UNAVAILABLE: i32 = 4;
+const CLONESET_MAX_UNAVAILABLE: i32 = 3;
 
 /// Rolls CloneSet `name` (converged on [`CLONESET_OLD`]) out to [`CLONESET_NEW`] under the rollout
 /// monitor and checks that every Pod was updated exactly once, in place.
@@ -150,10 +154,13 @@ async fn cloneset_in_place_rollout_while_the_manager_is_killed() -> anyhow::Resu
     let result = ns
         .run(async {
             let calm = killer.calm();
-            let spec = json!({"updateStrategy": {"rollingUpdate": {
-                "podUpdatePolicy": "InPlaceIfPossible",
-                "maxUnavailable": CLONESET_MAX_UNAVAILABLE,
-            }}});
+            let spec = json!({
+                "updateStrategy": {"rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "maxUnavailable": CLONESET_MAX_UNAVAILABLE,
+                }},
+                "template": {"metadata": {"annotations": {READY_DELAY.0: READY_DELAY.1}}},
+            });
             // Two identical CloneSets: one rolled out without kills (the baseline), one with.
             for name in ["baseline", "chaos"] {
                 apply(&ns, &cloneset(name, REPLICAS, CLONESET_OLD, spec.clone())).await?;
@@ -212,7 +219,11 @@ async fn sidecarset_upgrade_while_the_manager_is_killed() -> anyhow::Result<()> 
             )
             .await?;
             let items: Vec<_> = (0..REPLICAS)
-                .map(|i| test_pod(&format!("pod-{i:02}"), labels.clone()))
+                .map(|i| {
+                    let mut pod = test_pod(&format!("pod-{i:02}"), labels.clone());
+                    pod["metadata"]["annotations"] = json!({READY_DELAY.0: READY_DELAY.1});
+                    pod
+                })
                 .collect();
             ns.apply(&json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string())
                 .await?;
