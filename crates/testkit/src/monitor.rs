@@ -5,8 +5,8 @@
 //! Start it once the workload is fully Ready, then make the change and wait through
 //! [`RolloutMonitor::until`] / [`RolloutMonitor::eventually`], which fail as soon as a violation is seen.
 //! The counting is the pure function [`check`]. The apiserver being unreachable is no violation: the
-//! watch fails, is retried every [`RETRY`] and checks the state it relists when it is back
-//! ([`Stats::lists`], [`RolloutMonitor::wait_relisted`]).
+//! watch fails ([`Stats::watch_errors`]) and is retried every [`RETRY`]; once the apiserver is back it
+//! resumes from where it was, or lists the Pods again ([`Stats::lists`]) and checks that state.
 
 use std::collections::BTreeMap;
 use std::fmt::{Display, Write as _};
@@ -173,8 +173,8 @@ pub struct Stats {
     pub max_unavailable_seen: i32,
     /// Most Pods at once, not counting terminating ones.
     pub max_pods_seen: usize,
-    /// Complete (re)lists: 1 after the first, one more each time the watch resumed after an error
-    /// (an apiserver outage, an expired resourceVersion).
+    /// Complete (re)lists: 1 after the first, one more each time the watch could not resume where it
+    /// was after an error (an expired resourceVersion after an apiserver restart, for example).
     pub lists: u64,
     /// Watch errors seen (and retried): the apiserver unreachable, for example. Not violations.
     pub watch_errors: u64,
@@ -265,23 +265,6 @@ impl RolloutMonitor {
     /// The last watch error, if the watch has failed at all (it is retried every [`RETRY`]).
     pub fn last_watch_error(&self) -> Option<String> {
         self.lock().last_watch_error.clone()
-    }
-
-    /// Waits until the watch has completed a list after `lists` (a [`Stats::lists`] value read
-    /// before an outage): the monitor is watching again and has checked the state it missed.
-    pub async fn wait_relisted(&self, lists: u64, timeout: Duration) -> anyhow::Result<()> {
-        self.until(
-            format!("the rollout monitor listing Pods again (after list #{lists})"),
-            timeout,
-            || async { Ok(self.stats().lists > lists) },
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "last watch error: {}",
-                self.last_watch_error().as_deref().unwrap_or("none")
-            )
-        })
     }
 
     /// Stops watching; `Err` with the first violation, else what was seen.

@@ -37,7 +37,15 @@ static BED: OnceLock<Result<TestBed, String>> = OnceLock::new();
 /// The test bed of this test binary, started on first call. Panics (failing the calling test) with the
 /// components' logs if it cannot start.
 pub fn testbed() -> &'static TestBed {
-    let bed = BED.get_or_init(|| start_in_background().map_err(|error| format!("{error:#}")));
+    testbed_with(|_| {})
+}
+
+/// Like [`testbed`], with `configure` applied to the control plane's [`Options`] (CRDs installed, the
+/// rest default) when this call starts it; once the test bed runs, `configure` is ignored, so a test
+/// binary that needs other options calls this, the same way, from every test.
+pub fn testbed_with(configure: fn(&mut Options)) -> &'static TestBed {
+    let bed =
+        BED.get_or_init(|| start_in_background(configure).map_err(|error| format!("{error:#}")));
     match bed {
         Ok(bed) => bed,
         Err(error) => panic!("the local control plane could not start: {error}"),
@@ -50,7 +58,7 @@ extern "C" fn stop_at_exit() {
     }
 }
 
-fn start_in_background() -> anyhow::Result<TestBed> {
+fn start_in_background(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("testbed".into())
@@ -70,7 +78,7 @@ fn start_in_background() -> anyhow::Result<TestBed> {
                 }
             };
             runtime.block_on(async move {
-                match start().await {
+                match start(configure).await {
                     Ok(bed) => {
                         let _ = tx.send(Ok(bed));
                         // Keep the runtime, and with it kubelet-sim, alive for the whole test binary.
@@ -88,11 +96,12 @@ fn start_in_background() -> anyhow::Result<TestBed> {
     Ok(bed)
 }
 
-async fn start() -> anyhow::Result<TestBed> {
-    let options = Options {
+async fn start(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
+    let mut options = Options {
         crd_dir: Some(crd_dir()),
         ..Options::default()
     };
+    configure(&mut options);
     let plane = ControlPlane::start(options).await?;
     let log = plane.dir().join("kubelet-sim.log");
     if let Ok(file) = std::fs::File::create(&log) {
