@@ -206,3 +206,29 @@ fn kill_loop(
         drop(state);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kills_only_while_wanted_and_nobody_wants_calm() {
+        // (wanting kills, wanting calm, active)
+        let cases = [
+            (0, 0, false),
+            (1, 0, true),
+            (2, 0, true),
+            (1, 1, false),
+            (0, 1, false),
+            (3, 2, false),
+        ];
+        for (kills, calm, active) in cases {
+            let state = State {
+                wanting_kills: kills,
+                wanting_calm: calm,
+                ..State::default()
+            };
+            assert_eq!(state.active(), active, "kills {kills}, calm {calm}");
+        }
+    }
+}

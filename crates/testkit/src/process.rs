@@ -230,3 +230,46 @@ pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn killed_process_respawns_with_the_same_command_line_and_log() -> anyhow::Result<()> {
+        let dir = std::env::temp_dir().join(format!("testkit-respawn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("sh.log");
+        let args = vec!["-c".to_string(), "echo up; exec sleep 30".to_string()];
+        let mut process = Process::spawn("sh", Path::new("/bin/sh"), &args, &log)?;
+        let first = process.pid();
+        let log_says = |count: usize| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.matches("up").count() >= count || Instant::now() > deadline {
+                    return text;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        assert_eq!(log_says(1), "up\n");
+        process.kill();
+        let status = process
+            .exited()
+            .context("killed process has an exit status")?;
+        assert!(!status.success(), "{status}");
+        process.respawn()?;
+        assert_ne!(process.pid(), first);
+        assert!(process.exited().is_none(), "the respawned process runs");
+        assert_eq!(process.args(), args.as_slice());
+        assert_eq!(
+            log_says(2),
+            "up\n----- testkit: sh started again -----\nup\n",
+            "both runs in one log"
+        );
+        process.stop(Duration::from_secs(1));
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+}
