@@ -52,7 +52,7 @@ async fn apiserver_down_30s_mid_rollout() -> anyhow::Result<()> {
         name: "kruise-manager".into(),
         leader_election_id: LEASE_ID.into(),
         lease_seconds: LEASE_SECONDS,
-        extra_args: Vec::new(),
+        ..ManagerOptions::default()
     });
     let restarts = Arc::new(AtomicU32::new(0));
     let supervisor = tokio::spawn({

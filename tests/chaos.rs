@@ -49,7 +49,7 @@ fn killer() -> &'static ManagerKiller {
             name: "chaos-manager".into(),
             leader_election_id: "kruise-manager-chaos".into(),
             lease_seconds: LEASE_SECONDS,
-            extra_args: Vec::new(),
+            ..ManagerOptions::default()
         });
         let start = || {
             let seed = seed_from_env()?;
