@@ -204,7 +204,8 @@ impl Default for RestartBackoff {
 
 /// Keeps `manager` running, as `kruise-local` does: whenever its process exits, logs it and starts it
 /// again with the same arguments after a [`RestartBackoff`] delay, counting the restarts in `restarts`.
-/// Never returns; drop (cancel) the future to stop supervising.
+/// A run is timed from the start of supervision or from the last restart. Never returns; drop (cancel)
+/// the future to stop supervising.
 pub async fn supervise(plane: &ControlPlane, manager: &Manager, restarts: &AtomicU32) {
     let mut backoff = RestartBackoff::new();
     let mut started = Instant::now();
