@@ -256,6 +256,32 @@ pub async fn converged(
     }
 }
 
+/// Checks that a rollout updated every Pod exactly once, in place: `after` holds the same Pods (UIDs)
+/// as `before`, each running `image` with container `nginx` restarted exactly once.
+pub fn updated_once_in_place(before: &[Pod], after: &[Pod], image: &str) -> anyhow::Result<()> {
+    let uids = |pods: &[Pod]| {
+        pods.iter()
+            .map(uid)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    if uids(before) != uids(after) {
+        bail!(
+            "Pods were recreated: before {}; after {}",
+            describe(before),
+            describe(after)
+        );
+    }
+    for pod in after {
+        if running_image(pod).as_deref() != Some(image) || restarts(pod) != 1 {
+            bail!(
+                "each Pod is updated exactly once, to {image}: {}",
+                describe(std::slice::from_ref(pod))
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Waits for [`converged`].
 pub async fn wait_converged(
     ns: &TestNamespace,

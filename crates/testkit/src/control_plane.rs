@@ -12,6 +12,14 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use crate::certs::{ClusterCa, signing_key_pem};
 use crate::process::{Process, tail};
 
+/// The processes a control plane runs itself, in start order.
+pub const COMPONENTS: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
 /// The Kubernetes version the binaries are built at.
 pub const K8S_VERSION: &str = "v1.34.10";
 
@@ -352,6 +360,100 @@ impl ControlPlane {
         }
     }
 
+    fn with_process<T>(&self, name: &str, f: impl FnOnce(&mut Process) -> T) -> anyhow::Result<T> {
+        let mut processes = self
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let process = processes
+            .iter_mut()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no process named {name} in this control plane"))?;
+        Ok(f(process))
+    }
+
+    /// SIGKILLs the process `name` (a component or an adopted process) and waits for it to exit. It stays
+    /// registered: [`ControlPlane::respawn_process`] starts it again with the same command line.
+    pub fn kill_process(&self, name: &str) -> anyhow::Result<()> {
+        self.with_process(name, Process::kill)
+    }
+
+    /// Starts process `name` again with the same program, arguments (hence the same ports) and
+    /// environment, SIGKILLing it first if it still runs; returns the new PID. Does not wait for it.
+    pub fn respawn_process(&self, name: &str) -> anyhow::Result<u32> {
+        self.with_process(name, |process| {
+            process.respawn()?;
+            Ok(process.pid())
+        })?
+    }
+
+    /// The exit status of process `name` if it has exited, `None` while it runs.
+    pub fn process_exited(&self, name: &str) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        self.with_process(name, Process::exited)
+    }
+
+    /// The command-line arguments of process `name`.
+    pub fn process_args(&self, name: &str) -> anyhow::Result<Vec<String>> {
+        self.with_process(name, |process| process.args().to_vec())
+    }
+
+    /// Starts the component `name` (one of [`COMPONENTS`]) again with its original command line after
+    /// [`ControlPlane::kill_process`], and waits until it is healthy (for etcd, until kube-apiserver is
+    /// ready again too).
+    pub async fn start_component(&self, name: &str, timeout: Duration) -> anyhow::Result<()> {
+        if !COMPONENTS.contains(&name) {
+            bail!("{name} is not a control-plane component ({COMPONENTS:?})");
+        }
+        self.respawn_process(name)?;
+        self.wait_component(name, timeout).await
+    }
+
+    /// SIGKILLs the component `name` and starts it again at once with the same arguments and ports;
+    /// returns once it is healthy again, with the time that took.
+    pub async fn restart_component(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        let began = Instant::now();
+        self.kill_process(name)?;
+        self.start_component(name, timeout).await?;
+        Ok(began.elapsed())
+    }
+
+    /// Waits until component `name` answers its health check.
+    async fn wait_component(&self, name: &str, timeout: Duration) -> anyhow::Result<()> {
+        let apiserver = || async {
+            let client = self.client().await?;
+            self.wait_healthy(
+                "kube-apiserver",
+                &client,
+                self.ports.apiserver,
+                "/readyz",
+                timeout,
+            )
+            .await
+        };
+        match name {
+            "etcd" => {
+                self.wait_etcd(timeout).await?;
+                apiserver().await
+            }
+            "kube-apiserver" => apiserver().await,
+            "kube-controller-manager" | "kube-scheduler" => {
+                let port = if name == "kube-scheduler" {
+                    self.ports.scheduler
+                } else {
+                    self.ports.controller_manager
+                };
+                let client = insecure_client(port)?;
+                self.wait_healthy(name, &client, port, "/healthz", timeout)
+                    .await
+            }
+            other => bail!("{other} is not a control-plane component"),
+        }
+    }
+
     /// PIDs of the components by name.
     pub fn pids(&self) -> Vec<(String, u32)> {
         let processes = self
@@ -625,8 +727,11 @@ impl ControlPlane {
                     .processes
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Only the control plane's own components: an adopted process (a manager a test
+                // killed, or one that exited) is the caller's business.
                 processes
                     .iter_mut()
+                    .filter(|p| COMPONENTS.contains(&p.name.as_str()))
                     .filter_map(|p| {
                         p.exited()
                             .map(|status| format!("{} exited ({status})", p.name))

@@ -3,6 +3,7 @@
 
 pub mod blackhole;
 pub mod certs;
+pub mod chaos;
 pub mod control_plane;
 pub mod manager;
 pub mod monitor;
@@ -12,5 +13,5 @@ pub mod wait;
 
 pub use control_plane::{ControlPlane, Options};
 pub use monitor::{Limits, RolloutMonitor};
-pub use testbed::{TestBed, TestNamespace, testbed};
+pub use testbed::{TestBed, TestNamespace, testbed, testbed_with};
 pub use wait::{eventually, until};

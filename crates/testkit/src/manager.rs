@@ -2,7 +2,8 @@
 //! do: webhook reached at `https://127.0.0.1:<port>`, everything on loopback.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -85,35 +86,162 @@ pub async fn ensure_namespace(plane: &ControlPlane) -> anyhow::Result<()> {
 
 /// Starts a manager process owned by `plane` (stopped with it) and returns its ports. Does not wait.
 pub fn spawn(plane: &ControlPlane, options: &ManagerOptions) -> anyhow::Result<ManagerPorts> {
-    let ports = ManagerPorts {
-        webhook: free_port()?,
-        metrics: free_port()?,
-        health: free_port()?,
-    };
-    let mut args = vec![
-        format!(
-            "--kubeconfig={}",
-            options
-                .kubeconfig
-                .clone()
-                .unwrap_or_else(|| plane.kubeconfig_path())
-                .display()
-        ),
-        format!("--namespace={NAMESPACE}"),
-        "--webhook-host=127.0.0.1".into(),
-        "--webhook-bind-address=127.0.0.1".into(),
-        format!("--webhook-port={}", ports.webhook),
-        format!("--metrics-addr=127.0.0.1:{}", ports.metrics),
-        format!("--health-addr=127.0.0.1:{}", ports.health),
-        format!("--leader-election-id={}", options.leader_election_id),
-        format!("--leader-election-lease-seconds={}", options.lease_seconds),
-        format!("--identity={}", options.name),
-    ];
-    args.extend(options.extra_args.iter().cloned());
-    let log = plane.dir().join(format!("{}.log", options.name));
-    let process = Process::spawn(&options.name, &binary()?, &args, &log)?;
-    plane.adopt(process);
-    Ok(ports)
+    Ok(Manager::spawn(plane, options)?.ports)
+}
+
+/// A manager process owned by a control plane. The control plane keeps its command line, so it can be
+/// killed and started again with the same arguments, ports and identity (a manager restarted under
+/// its old identity renews its own Lease at once instead of waiting for it to expire).
+#[derive(Clone, Debug)]
+pub struct Manager {
+    /// Process name in the control plane, and leader-election identity.
+    pub name: String,
+    pub ports: ManagerPorts,
+}
+
+impl Manager {
+    /// Starts a manager process owned by `plane` (stopped with it). Does not wait.
+    pub fn spawn(plane: &ControlPlane, options: &ManagerOptions) -> anyhow::Result<Self> {
+        let ports = ManagerPorts {
+            webhook: free_port()?,
+            metrics: free_port()?,
+            health: free_port()?,
+        };
+        let mut args = vec![
+            format!(
+                "--kubeconfig={}",
+                options
+                    .kubeconfig
+                    .clone()
+                    .unwrap_or_else(|| plane.kubeconfig_path())
+                    .display()
+            ),
+            format!("--namespace={NAMESPACE}"),
+            "--webhook-host=127.0.0.1".into(),
+            "--webhook-bind-address=127.0.0.1".into(),
+            format!("--webhook-port={}", ports.webhook),
+            format!("--metrics-addr=127.0.0.1:{}", ports.metrics),
+            format!("--health-addr=127.0.0.1:{}", ports.health),
+            format!("--leader-election-id={}", options.leader_election_id),
+            format!("--leader-election-lease-seconds={}", options.lease_seconds),
+            format!("--identity={}", options.name),
+        ];
+        args.extend(options.extra_args.iter().cloned());
+        let log = plane.dir().join(format!("{}.log", options.name));
+        let process = Process::spawn(&options.name, &binary()?, &args, &log)?;
+        plane.adopt(process);
+        Ok(Self {
+            name: options.name.clone(),
+            ports,
+        })
+    }
+
+    /// SIGKILLs the manager (no chance to release its Lease) and waits for it to exit.
+    pub fn kill(&self, plane: &ControlPlane) -> anyhow::Result<()> {
+        plane.kill_process(&self.name)
+    }
+
+    /// Starts the manager again with the same arguments and ports (SIGKILLing it first if it still
+    /// runs); returns the new PID. Does not wait for it to serve.
+    pub fn restart(&self, plane: &ControlPlane) -> anyhow::Result<u32> {
+        plane.respawn_process(&self.name)
+    }
+
+    /// The exit status if the process has exited, `None` while it runs.
+    pub fn exited(&self, plane: &ControlPlane) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        plane.process_exited(&self.name)
+    }
+
+    /// The PID of the current (or last) run.
+    pub fn pid(&self, plane: &ControlPlane) -> Option<u32> {
+        plane
+            .pids()
+            .into_iter()
+            .find_map(|(name, pid)| (name == self.name).then_some(pid))
+    }
+
+    /// The manager's log file (every run appends to it).
+    pub fn log(&self, plane: &ControlPlane) -> PathBuf {
+        plane.dir().join(format!("{}.log", self.name))
+    }
+}
+
+/// When to start a manager that exited unexpectedly again: after 1 s, doubling on each quick exit up to
+/// 30 s, and back to 1 s once a run lasted 60 s (as a kubelet restarts a crashing container, faster).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestartBackoff {
+    next: Duration,
+}
+
+impl RestartBackoff {
+    pub const INITIAL: Duration = Duration::from_secs(1);
+    pub const MAX: Duration = Duration::from_secs(30);
+    /// A run at least this long resets the delay to [`RestartBackoff::INITIAL`].
+    pub const RESET_AFTER: Duration = Duration::from_secs(60);
+
+    pub fn new() -> Self {
+        Self {
+            next: Self::INITIAL,
+        }
+    }
+
+    /// The delay before the next start, given how long the run that just ended lasted.
+    pub fn delay(&mut self, ran_for: Duration) -> Duration {
+        if ran_for >= Self::RESET_AFTER {
+            self.next = Self::INITIAL;
+        }
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        delay
+    }
+}
+
+impl Default for RestartBackoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Keeps `manager` running, as `kruise-local` does: whenever its process exits, logs it and starts it
+/// again with the same arguments after a [`RestartBackoff`] delay, counting the restarts in `restarts`.
+/// A run is timed from the start of supervision or from the last restart. Never returns; drop (cancel)
+/// the future to stop supervising.
+pub async fn supervise(plane: &ControlPlane, manager: &Manager, restarts: &AtomicU32) {
+    let mut backoff = RestartBackoff::new();
+    let mut started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let status = match manager.exited(plane) {
+            Ok(Some(status)) => status,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::error!(manager = %manager.name, error = %format!("{error:#}"), "cannot supervise the manager");
+                continue;
+            }
+        };
+        let ran_for = started.elapsed();
+        let delay = backoff.delay(ran_for);
+        tracing::warn!(
+            manager = %manager.name,
+            %status,
+            ran_seconds = ran_for.as_secs_f64(),
+            restart_in_seconds = delay.as_secs_f64(),
+            log = %manager.log(plane).display(),
+            "the manager exited unexpectedly; starting it again"
+        );
+        tokio::time::sleep(delay).await;
+        started = Instant::now();
+        match manager.restart(plane) {
+            Ok(pid) => {
+                restarts.fetch_add(1, Ordering::SeqCst);
+                tracing::info!(manager = %manager.name, pid, "manager started again");
+            }
+            // The next poll sees it still exited and tries again after a longer delay.
+            Err(error) => {
+                tracing::error!(manager = %manager.name, error = %format!("{error:#}"), "cannot start the manager again")
+            }
+        }
+    }
 }
 
 /// `GET http://127.0.0.1:<port><path>`: (status code, body).
@@ -188,4 +316,31 @@ pub async fn wait_serving(
 
 fn kruise_webhook_config_name() -> &'static str {
     "kruise-mutating-webhook-configuration"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_backoff_doubles_to_the_cap_and_resets_after_a_long_run() {
+        let secs = Duration::from_secs;
+        // (how long the run lasted, expected delay before the next start)
+        let cases = [
+            (secs(0), secs(1)),
+            (secs(2), secs(2)),
+            (secs(5), secs(4)),
+            (secs(59), secs(8)),
+            (secs(1), secs(16)),
+            (secs(1), secs(30)),
+            (secs(1), secs(30)),
+            (secs(60), secs(1)),
+            (secs(3), secs(2)),
+            (secs(600), secs(1)),
+        ];
+        let mut backoff = RestartBackoff::new();
+        for (i, (ran_for, want)) in cases.into_iter().enumerate() {
+            assert_eq!(backoff.delay(ran_for), want, "case {i}: ran {ran_for:?}");
+        }
+    }
 }

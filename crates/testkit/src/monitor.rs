@@ -4,7 +4,9 @@
 //!
 //! Start it once the workload is fully Ready, then make the change and wait through
 //! [`RolloutMonitor::until`] / [`RolloutMonitor::eventually`], which fail as soon as a violation is seen.
-//! The counting is the pure function [`check`].
+//! The counting is the pure function [`check`]. The apiserver being unreachable is no violation: the
+//! watch fails ([`Stats::watch_errors`]) and is retried every [`RETRY`]; once the apiserver is back it
+//! resumes from where it was, or lists the Pods again ([`Stats::lists`]) and checks that state.
 
 use std::collections::BTreeMap;
 use std::fmt::{Display, Write as _};
@@ -171,12 +173,16 @@ pub struct Stats {
     pub max_unavailable_seen: i32,
     /// Most Pods at once, not counting terminating ones.
     pub max_pods_seen: usize,
+    /// Complete (re)lists: 1 after the first, one more each time the watch could not resume where it
+    /// was after an error (an expired resourceVersion after an apiserver restart, for example).
+    pub lists: u64,
+    /// Watch errors seen (and retried): the apiserver unreachable, for example. Not violations.
+    pub watch_errors: u64,
 }
 
 #[derive(Default)]
 struct Shared {
     stats: Stats,
-    watch_errors: u64,
     last_watch_error: Option<String>,
 }
 
@@ -254,6 +260,11 @@ impl RolloutMonitor {
     /// The statistics so far.
     pub fn stats(&self) -> Stats {
         self.lock().stats
+    }
+
+    /// The last watch error, if the watch has failed at all (it is retried every [`RETRY`]).
+    pub fn last_watch_error(&self) -> Option<String> {
+        self.lock().last_watch_error.clone()
     }
 
     /// Stops watching; `Err` with the first violation, else what was seen.
@@ -340,6 +351,24 @@ impl Drop for RolloutMonitor {
     }
 }
 
+/// How long the monitor's watch waits before retrying after an error.
+pub const RETRY: Duration = Duration::from_millis(500);
+
+/// A constant [`RETRY`] between watch retries.
+struct Retry;
+
+impl Iterator for Retry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(RETRY)
+    }
+}
+
+impl kube::runtime::utils::Backoff for Retry {
+    fn reset(&mut self) {}
+}
+
 /// The watch task's state.
 struct Watching {
     limits: Limits,
@@ -366,13 +395,15 @@ fn name(pod: &Pod) -> &str {
 
 impl Watching {
     async fn run(mut self, api: Api<Pod>, config: watcher::Config) {
-        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+        // Retry every RETRY, not with the default exponential back-off (up to 30 s): when the apiserver
+        // comes back after an outage, the monitor must be watching again within a second or two.
+        let mut stream = watcher::watcher(api, config).backoff(Retry).boxed();
         while let Some(item) = stream.next().await {
             match item {
                 Ok(event) => self.on_event(event),
                 Err(error) => {
                     let mut shared = self.lock();
-                    shared.watch_errors += 1;
+                    shared.stats.watch_errors += 1;
                     shared.last_watch_error = Some(error.to_string());
                 }
             }
@@ -399,6 +430,7 @@ impl Watching {
             }
             Event::InitDone => {
                 self.pods = self.relist.take().unwrap_or_default();
+                self.lock().stats.lists += 1;
                 if let Some(synced) = self.synced.take() {
                     let _ = synced.send(());
                 }

@@ -36,10 +36,14 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
     })
 }
 
-/// A running component.
+/// A running component. It remembers its command line, so it can be started again the same way
+/// ([`Process::respawn`]) after a crash or a deliberate kill.
 pub struct Process {
     pub name: String,
     pub log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, PathBuf)>,
     child: Child,
 }
 
@@ -58,49 +62,51 @@ impl Process {
         env: &[(&str, &Path)],
         log: &Path,
     ) -> anyhow::Result<Self> {
+        let env: Vec<(String, PathBuf)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_path_buf()))
+            .collect();
         let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let err = out.try_clone()?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        for var in [
-            "HTTPS_PROXY",
-            "HTTP_PROXY",
-            "https_proxy",
-            "http_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ] {
-            command.env_remove(var);
-        }
-        command.env("NO_PROXY", "127.0.0.1,localhost");
-        command.envs(env.iter().map(|(k, v)| (*k, *v)));
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        spawner()
-            .send((command, tx))
-            .context("process spawner is gone")?;
-        let child = rx
-            .recv()
-            .context("process spawner did not answer")?
-            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        let child = start(name, program, args, &env, out)?;
         Ok(Self {
             name: name.into(),
             log: log.into(),
+            program: program.into(),
+            args: args.to_vec(),
+            env,
             child,
         })
+    }
+
+    /// The command-line arguments it was started with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// Starts the process again with the same program, arguments and environment, appending to the
+    /// same log (after a marker line). SIGKILLs it first if it is still running.
+    pub fn respawn(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        {
+            use std::io::Write as _;
+            let _ = writeln!(out, "----- testkit: {} started again -----", self.name);
+        }
+        self.child = start(&self.name, &self.program, &self.args, &self.env, out)?;
+        Ok(())
+    }
+
+    /// SIGKILL (no chance to clean up or release anything) and reap. Does nothing if it already exited.
+    pub fn kill(&mut self) {
+        if self.exited().is_some() {
+            return;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn pid(&self) -> u32 {
@@ -134,6 +140,53 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
     }
+}
+
+/// Starts `program args` (environment `env` added, proxy settings removed) with stdout and stderr to
+/// `out`, from the spawner thread so that it gets SIGTERM if this process dies.
+fn start(
+    name: &str,
+    program: &Path,
+    args: &[String],
+    env: &[(String, PathBuf)],
+    out: File,
+) -> anyhow::Result<Child> {
+    let err = out.try_clone()?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    for var in [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        command.env_remove(var);
+    }
+    command.env("NO_PROXY", "127.0.0.1,localhost");
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    spawner()
+        .send((command, tx))
+        .context("process spawner is gone")?;
+    rx.recv()
+        .context("process spawner did not answer")?
+        .with_context(|| format!("starting {name} ({})", program.display()))
 }
 
 /// Sends `signal` to `pid`.
@@ -176,4 +229,47 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn killed_process_respawns_with_the_same_command_line_and_log() -> anyhow::Result<()> {
+        let dir = std::env::temp_dir().join(format!("testkit-respawn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("sh.log");
+        let args = vec!["-c".to_string(), "echo up; exec sleep 30".to_string()];
+        let mut process = Process::spawn("sh", Path::new("/bin/sh"), &args, &log)?;
+        let first = process.pid();
+        let log_says = |count: usize| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.matches("up").count() >= count || Instant::now() > deadline {
+                    return text;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        assert_eq!(log_says(1), "up\n");
+        process.kill();
+        let status = process
+            .exited()
+            .context("killed process has an exit status")?;
+        assert!(!status.success(), "{status}");
+        process.respawn()?;
+        assert_ne!(process.pid(), first);
+        assert!(process.exited().is_none(), "the respawned process runs");
+        assert_eq!(process.args(), args.as_slice());
+        assert_eq!(
+            log_says(2),
+            "up\n----- testkit: sh started again -----\nup\n",
+            "both runs in one log"
+        );
+        process.stop(Duration::from_secs(1));
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
 }

@@ -24,7 +24,7 @@ pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 pub struct TestBed {
     pub plane: ControlPlane,
     pub nodes: Vec<NodeSpecSim>,
-    manager: OnceLock<Result<crate::manager::ManagerPorts, String>>,
+    manager: OnceLock<Result<crate::manager::Manager, String>>,
 }
 
 /// The apps.kruise.io CRDs checked in at `config/crd`.
@@ -37,7 +37,15 @@ static BED: OnceLock<Result<TestBed, String>> = OnceLock::new();
 /// The test bed of this test binary, started on first call. Panics (failing the calling test) with the
 /// components' logs if it cannot start.
 pub fn testbed() -> &'static TestBed {
-    let bed = BED.get_or_init(|| start_in_background().map_err(|error| format!("{error:#}")));
+    testbed_with(|_| {})
+}
+
+/// Like [`testbed`], with `configure` applied to the control plane's [`Options`] (CRDs installed, the
+/// rest default) when this call starts it; once the test bed runs, `configure` is ignored, so a test
+/// binary that needs other options calls this, the same way, from every test.
+pub fn testbed_with(configure: fn(&mut Options)) -> &'static TestBed {
+    let bed =
+        BED.get_or_init(|| start_in_background(configure).map_err(|error| format!("{error:#}")));
     match bed {
         Ok(bed) => bed,
         Err(error) => panic!("the local control plane could not start: {error}"),
@@ -50,7 +58,7 @@ extern "C" fn stop_at_exit() {
     }
 }
 
-fn start_in_background() -> anyhow::Result<TestBed> {
+fn start_in_background(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("testbed".into())
@@ -70,7 +78,7 @@ fn start_in_background() -> anyhow::Result<TestBed> {
                 }
             };
             runtime.block_on(async move {
-                match start().await {
+                match start(configure).await {
                     Ok(bed) => {
                         let _ = tx.send(Ok(bed));
                         // Keep the runtime, and with it kubelet-sim, alive for the whole test binary.
@@ -88,11 +96,12 @@ fn start_in_background() -> anyhow::Result<TestBed> {
     Ok(bed)
 }
 
-async fn start() -> anyhow::Result<TestBed> {
-    let options = Options {
+async fn start(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
+    let mut options = Options {
         crd_dir: Some(crd_dir()),
         ..Options::default()
     };
+    configure(&mut options);
     let plane = ControlPlane::start(options).await?;
     let log = plane.dir().join("kubelet-sim.log");
     if let Ok(file) = std::fs::File::create(&log) {
@@ -172,17 +181,31 @@ impl TestBed {
     /// The test binary's kruise-manager (started on first call, webhook wired into the apiserver). Panics
     /// with its log if it cannot start.
     pub fn manager(&'static self) -> &'static crate::manager::ManagerPorts {
+        &self.manager_with(&Default::default()).ports
+    }
+
+    /// The test binary's kruise-manager, started on first call with `options` (the options of later
+    /// calls are ignored: call it the same way from every test of a binary), its webhook wired into the
+    /// apiserver. The handle kills and restarts it. Panics with its log if it cannot start.
+    pub fn manager_with(
+        &'static self,
+        options: &crate::manager::ManagerOptions,
+    ) -> &'static crate::manager::Manager {
         let started = self.manager.get_or_init(|| {
-            let run = || -> anyhow::Result<crate::manager::ManagerPorts> {
+            let run = || -> anyhow::Result<crate::manager::Manager> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
                 runtime.block_on(async {
                     crate::manager::ensure_namespace(&self.plane).await?;
-                    let ports = crate::manager::spawn(&self.plane, &Default::default())?;
-                    crate::manager::wait_serving(&self.plane, &ports, Duration::from_secs(90))
-                        .await?;
-                    Ok(ports)
+                    let manager = crate::manager::Manager::spawn(&self.plane, options)?;
+                    crate::manager::wait_serving(
+                        &self.plane,
+                        &manager.ports,
+                        Duration::from_secs(90),
+                    )
+                    .await?;
+                    Ok(manager)
                 })
             };
             // A separate thread: the caller may be inside a runtime, where block_on is not allowed.
@@ -191,7 +214,7 @@ impl TestBed {
                 .and_then(|result| result.map_err(|error| format!("{error:#}")))
         });
         match started {
-            Ok(ports) => ports,
+            Ok(manager) => manager,
             Err(error) => panic!("kruise-manager could not start: {error}"),
         }
     }

@@ -4,14 +4,17 @@
 //! kube-controller-manager, kube-scheduler, N simulated nodes (kubelet-sim) spread over zones and
 //! kruise-manager (webhooks at https://127.0.0.1:<port>), writes an admin kubeconfig, prints
 //! `kruise-local: ready`, and runs until SIGINT/SIGTERM, then stops everything and removes its files.
+//! A kruise-manager that exits unexpectedly is logged and started again with the same arguments, after
+//! 1 s doubling to 30 s (back to 1 s once it ran 60 s).
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use kruise_testkit::control_plane::{ControlPlane, Options, default_bin_dir};
-use kruise_testkit::manager;
+use kruise_testkit::manager::{self, Manager};
 use kruise_testkit::testbed::wait_nodes_ready;
 use kubelet_sim::NodeSpecSim;
 
@@ -112,28 +115,43 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     ));
     wait_nodes_ready(&plane.client().await?, &nodes).await?;
 
-    if !args.no_manager {
+    let manager = if args.no_manager {
+        None
+    } else {
         manager::ensure_namespace(&plane).await?;
-        let ports = manager::spawn(&plane, &manager::ManagerOptions::default())?;
-        manager::wait_serving(&plane, &ports, Duration::from_secs(90)).await?;
+        let manager = Manager::spawn(&plane, &manager::ManagerOptions::default())?;
+        manager::wait_serving(&plane, &manager.ports, Duration::from_secs(90)).await?;
         eprintln!(
             "kruise-local: kruise-manager serving (webhook https://127.0.0.1:{}, metrics http://127.0.0.1:{}/metrics, \
              health http://127.0.0.1:{}/readyz, log {})",
-            ports.webhook,
-            ports.metrics,
-            ports.health,
-            plane.dir().join("kruise-manager.log").display()
+            manager.ports.webhook,
+            manager.ports.metrics,
+            manager.ports.health,
+            manager.log(&plane).display()
         );
-    }
-
+        Some(manager)
+    };
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig).unwrap_or(args.kubeconfig.clone());
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  {}/kubectl get nodes", plane.bin_dir().display());
     println!("kruise-local: ready");
 
-    wait_for_signal().await;
-    eprintln!("kruise-local: stopping");
+    // A manager that dies is started again (with back-off) until we are told to stop.
+    let restarts = AtomicU32::new(0);
+    match &manager {
+        Some(manager) => {
+            tokio::select! {
+                () = wait_for_signal() => {}
+                () = manager::supervise(&plane, manager, &restarts) => {}
+            }
+        }
+        None => wait_for_signal().await,
+    }
+    eprintln!(
+        "kruise-local: stopping (kruise-manager restarted {} times)",
+        restarts.load(std::sync::atomic::Ordering::SeqCst)
+    );
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), sim).await;
     plane.stop();
