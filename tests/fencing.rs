@@ -103,6 +103,30 @@ async fn wait_holder(
 
 /// Writes of `user` (other than to Leases) the apiserver received at or after `since`.
 fn writes_since(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<String>> {
+    Ok(audited_since(user, since)?
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect())
+}
+
+/// The writes of `user` received at or after `since` that took effect (2xx), and those the apiserver
+/// refused. A request the old leader sent *before* it stepped down can reach the apiserver after the
+/// partition heals, as unacknowledged TCP segments do; the step-down closed its connection meanwhile,
+/// so the apiserver cancels it (504) — it must never succeed.
+fn effective_and_refused(
+    user: &str,
+    since: jiff::Timestamp,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (effective, refused): (Vec<_>, Vec<_>) = audited_since(user, since)?
+        .into_iter()
+        .partition(|(_, code)| (200..300).contains(code));
+    Ok((
+        effective.into_iter().map(|(line, _)| line).collect(),
+        refused.into_iter().map(|(line, _)| line).collect(),
+    ))
+}
+
+fn audited_since(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<(String, i64)>> {
     let path = testbed().plane.audit_log_path();
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -118,14 +142,18 @@ fn writes_since(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<String
             .as_str()
             .and_then(|t| t.parse().ok());
         if received.is_some_and(|r| r >= since) {
-            found.push(format!(
-                "{} {} {} -> {}",
-                event["requestReceivedTimestamp"]
-                    .as_str()
-                    .unwrap_or_default(),
-                event["verb"].as_str().unwrap_or_default(),
-                event["requestURI"].as_str().unwrap_or_default(),
-                event["responseStatus"]["code"]
+            let code = event["responseStatus"]["code"].as_i64().unwrap_or_default();
+            found.push((
+                format!(
+                    "{} {} {} -> {}",
+                    event["requestReceivedTimestamp"]
+                        .as_str()
+                        .unwrap_or_default(),
+                    event["verb"].as_str().unwrap_or_default(),
+                    event["requestURI"].as_str().unwrap_or_default(),
+                    event["responseStatus"]["code"]
+                ),
+                code,
             ));
         }
     }
@@ -223,7 +251,8 @@ async fn a_replaced_leader_writes_nothing() -> anyhow::Result<()> {
             Ok((writes_since(&b.user, acquired)?.len() >= b_writes + 3).then_some(()))
         })
         .await?;
-        let stale = writes_since(&a.user, acquired)?;
+        let (stale, refused) = effective_and_refused(&a.user, acquired)?;
+        println!("frozen leader: requests refused after the new leader acquired: {refused:?}");
         ensure!(
             stale.is_empty(),
             "after manager-1 acquired the lease at {acquired}, the frozen manager-0 wrote:\n{}",
@@ -290,7 +319,8 @@ async fn a_replaced_leader_writes_nothing() -> anyhow::Result<()> {
         stop.store(true, Ordering::SeqCst);
         let both_led = overlap.await?;
         figures.insert("longest time both replicas reported leading", both_led);
-        let stale = writes_since(&c.user, d_acquired)?;
+        let (stale, refused) = effective_and_refused(&c.user, d_acquired)?;
+        println!("black-holed leader: requests delivered after the heal and refused: {refused:?}");
         println!("fencing figures: {figures:#?}");
         ensure!(
             stale.is_empty(),
