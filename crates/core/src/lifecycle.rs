@@ -384,4 +384,62 @@ mod tests {
         );
         assert_eq!(state_patch(LifecycleState::Unset, now), None);
     }
+
+    #[test]
+    fn in_place_gates() {
+        let lc = Lifecycle {
+            in_place_update: Some(LifecycleHook {
+                mark_pod_not_ready: true,
+                ..hook(&[("upd", "true")], &[])
+            }),
+            ..Lifecycle::default()
+        };
+        let state = |s: &str| pod("p").label(keys::LABEL_LIFECYCLE_STATE, s);
+        let prepare = |readd_hook| InPlaceGate::Prepare {
+            mark_not_ready: true,
+            readd_hook,
+        };
+        let cases = [
+            (
+                Some(&lc),
+                state("Normal").label("upd", "true").0,
+                prepare(false),
+            ),
+            (Some(&lc), state("Normal").0, InPlaceGate::Proceed),
+            (None, pod("p").0, InPlaceGate::Proceed),
+            (Some(&lc), state("Updated").0, prepare(true)),
+            (None, state("Updated").0, InPlaceGate::Wait),
+            (
+                Some(&lc),
+                state("PreparingUpdate").label("upd", "true").0,
+                InPlaceGate::Wait,
+            ),
+            (Some(&lc), state("PreparingUpdate").0, InPlaceGate::Proceed),
+            (Some(&lc), state("Updating").0, InPlaceGate::Proceed),
+            (
+                Some(&lc),
+                state("PreparingDelete").0,
+                InPlaceGate::NotAllowed,
+            ),
+            (Some(&lc), state("Bogus").0, InPlaceGate::NotAllowed),
+        ];
+        for (lifecycle, p, want) in cases {
+            assert_eq!(
+                in_place_gate(lifecycle, &p),
+                want,
+                "{:?}",
+                p.metadata.labels
+            );
+        }
+        // PreparingNormal → Normal: CloneSet waits for scheduling, ASTS does not.
+        let unscheduled = state("PreparingNormal").0;
+        assert_eq!(refresh_transition(None, &unscheduled, false, false), None);
+        let asts = RefreshRules {
+            normal_needs_scheduling: false,
+        };
+        assert_eq!(
+            refresh_transition_with(asts, None, &unscheduled, false, false),
+            Some(LifecycleState::Normal)
+        );
+    }
 }
