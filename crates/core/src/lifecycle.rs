@@ -110,11 +110,45 @@ pub fn refresh_transition(
     at_update_revision: bool,
     in_place_completed: bool,
 ) -> Option<LifecycleState> {
+    refresh_transition_with(
+        RefreshRules::default(),
+        lifecycle,
+        pod,
+        at_update_revision,
+        in_place_completed,
+    )
+}
+
+/// Where workloads differ in [`refresh_transition`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefreshRules {
+    /// `PreparingNormal` → `Normal` waits for the Pod to be scheduled (CloneSet: yes; Advanced
+    /// StatefulSet: no).
+    pub normal_needs_scheduling: bool,
+}
+
+impl Default for RefreshRules {
+    fn default() -> Self {
+        Self {
+            normal_needs_scheduling: true,
+        }
+    }
+}
+
+/// [`refresh_transition`] under a workload's [`RefreshRules`].
+pub fn refresh_transition_with(
+    rules: RefreshRules,
+    lifecycle: Option<&Lifecycle>,
+    pod: &Pod,
+    at_update_revision: bool,
+    in_place_completed: bool,
+) -> Option<LifecycleState> {
     let next = match pods::lifecycle_state(pod) {
         LifecycleState::PreparingNormal => {
             let pre_normal = lifecycle.and_then(|l| l.pre_normal.as_ref());
             let hooks_ready = pre_normal.is_none() || is_all_hooked(pre_normal, pod);
-            (pods::is_assigned(pod) && hooks_ready).then_some(LifecycleState::Normal)
+            let scheduled = !rules.normal_needs_scheduling || pods::is_assigned(pod);
+            (scheduled && hooks_ready).then_some(LifecycleState::Normal)
         }
         LifecycleState::PreparingUpdate if at_update_revision => Some(after_update(lifecycle, pod)),
         LifecycleState::Updating if in_place_completed => Some(after_update(lifecycle, pod)),
@@ -125,6 +159,51 @@ pub fn refresh_transition(
         _ => None,
     };
     next.filter(|n| *n != pods::lifecycle_state(pod))
+}
+
+/// Whether a Pod whose update can be made in place may be updated now, by its lifecycle state and
+/// the `inPlaceUpdate` hook (§1.7 step 4, the same for every workload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPlaceGate {
+    /// Update it now (moving it to `Updating`).
+    Proceed,
+    /// Move it to `PreparingUpdate` first so the hook's owner can act; `readd_hook` puts the hook's
+    /// labels and finalizers back (a Pod updated before, now in `Updated`).
+    Prepare {
+        mark_not_ready: bool,
+        readd_hook: bool,
+    },
+    /// The hook still holds it (`PreparingUpdate`), or the refresh must first move it on
+    /// (`Updated` without a hook).
+    Wait,
+    /// Its state forbids an update (`PreparingDelete` or a state we do not know).
+    NotAllowed,
+}
+
+/// The [`InPlaceGate`] of `pod`.
+pub fn in_place_gate(lifecycle: Option<&Lifecycle>, pod: &Pod) -> InPlaceGate {
+    let hook = lifecycle.and_then(|l| l.in_place_update.as_ref());
+    let mark_not_ready = hook.is_some_and(|h| h.mark_pod_not_ready);
+    match pods::lifecycle_state(pod) {
+        LifecycleState::Unset | LifecycleState::PreparingNormal | LifecycleState::Normal => {
+            if is_hooked(hook, pod) {
+                InPlaceGate::Prepare {
+                    mark_not_ready,
+                    readd_hook: false,
+                }
+            } else {
+                InPlaceGate::Proceed
+            }
+        }
+        LifecycleState::Updated if hook.is_some() => InPlaceGate::Prepare {
+            mark_not_ready,
+            readd_hook: true,
+        },
+        LifecycleState::Updated => InPlaceGate::Wait,
+        LifecycleState::PreparingUpdate if is_hooked(hook, pod) => InPlaceGate::Wait,
+        LifecycleState::PreparingUpdate | LifecycleState::Updating => InPlaceGate::Proceed,
+        LifecycleState::PreparingDelete | LifecycleState::Unknown => InPlaceGate::NotAllowed,
+    }
 }
 
 #[cfg(test)]
@@ -304,5 +383,63 @@ mod tests {
             }}))
         );
         assert_eq!(state_patch(LifecycleState::Unset, now), None);
+    }
+
+    #[test]
+    fn in_place_gates() {
+        let lc = Lifecycle {
+            in_place_update: Some(LifecycleHook {
+                mark_pod_not_ready: true,
+                ..hook(&[("upd", "true")], &[])
+            }),
+            ..Lifecycle::default()
+        };
+        let state = |s: &str| pod("p").label(keys::LABEL_LIFECYCLE_STATE, s);
+        let prepare = |readd_hook| InPlaceGate::Prepare {
+            mark_not_ready: true,
+            readd_hook,
+        };
+        let cases = [
+            (
+                Some(&lc),
+                state("Normal").label("upd", "true").0,
+                prepare(false),
+            ),
+            (Some(&lc), state("Normal").0, InPlaceGate::Proceed),
+            (None, pod("p").0, InPlaceGate::Proceed),
+            (Some(&lc), state("Updated").0, prepare(true)),
+            (None, state("Updated").0, InPlaceGate::Wait),
+            (
+                Some(&lc),
+                state("PreparingUpdate").label("upd", "true").0,
+                InPlaceGate::Wait,
+            ),
+            (Some(&lc), state("PreparingUpdate").0, InPlaceGate::Proceed),
+            (Some(&lc), state("Updating").0, InPlaceGate::Proceed),
+            (
+                Some(&lc),
+                state("PreparingDelete").0,
+                InPlaceGate::NotAllowed,
+            ),
+            (Some(&lc), state("Bogus").0, InPlaceGate::NotAllowed),
+        ];
+        for (lifecycle, p, want) in cases {
+            assert_eq!(
+                in_place_gate(lifecycle, &p),
+                want,
+                "{:?}",
+                p.metadata.labels
+            );
+        }
+        // PreparingNormal → Normal: CloneSet waits for scheduling, ASTS does not.
+        let unscheduled = state("PreparingNormal").0;
+        assert_eq!(refresh_transition(None, &unscheduled, false, false), None);
+        let asts = RefreshRules {
+            normal_needs_scheduling: false,
+        };
+        assert_eq!(
+            refresh_transition_with(asts, None, &unscheduled, false, false),
+            Some(LifecycleState::Normal)
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod image;
 pub mod node;
 pub mod pod_status;
 pub mod steer;
+pub mod volumes;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -65,6 +66,8 @@ pub enum Error {
     RegisterNode { node: String, source: kube::Error },
     #[error("writing status of pod {pod}: {source}")]
     PatchStatus { pod: String, source: kube::Error },
+    #[error("reading the claims of pod {pod}: {source}")]
+    ReadClaims { pod: String, source: kube::Error },
     #[error("deleting pod {pod}: {source}")]
     DeletePod { pod: String, source: kube::Error },
 }
@@ -253,6 +256,29 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let name = pod.name_any();
     let namespace = pod.namespace().unwrap_or_default();
+
+    // Like a kubelet's volume manager, start no container before every claim the Pod mounts is bound
+    // (the scheduler normally holds such Pods back already; this covers Pods bound by `nodeName`).
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    if !started && pod.metadata.deletion_timestamp.is_none() {
+        match volumes::unbound_claim(&ctx.client, &pod).await {
+            Ok(None) => {}
+            Ok(Some(claim)) => {
+                tracing::debug!(pod = %format!("{namespace}/{name}"), %claim, "waiting for claim to be bound");
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            Err(source) => {
+                return Err(Error::ReadClaims {
+                    pod: format!("{namespace}/{name}"),
+                    source,
+                });
+            }
+        }
+    }
 
     let plan = {
         let mut pods = lock(&ctx.pods);

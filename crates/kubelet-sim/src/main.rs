@@ -49,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
     let mut config = Config::new(nodes);
     config.timing.ready_delay = Duration::from_millis(args.ready_delay_ms);
     config.heartbeat_every = Duration::from_secs(args.heartbeat_seconds);
+    kubelet_sim::volumes::spawn(client.clone(), std::future::pending());
     kubelet_sim::run(client, config, shutdown_signal()).await?;
     Ok(())
 }

@@ -129,6 +129,7 @@ async fn start(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
 pub fn start_kubelet_sim(client: Client, nodes: Vec<NodeSpecSim>, heartbeat: Duration) {
     let mut config = kubelet_sim::Config::new(nodes);
     config.heartbeat_every = heartbeat;
+    kubelet_sim::volumes::spawn(client.clone(), std::future::pending());
     tokio::spawn(async move {
         if let Err(error) = kubelet_sim::run(client, config, std::future::pending()).await {
             tracing::error!(%error, "kubelet-sim stopped");

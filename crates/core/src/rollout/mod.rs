@@ -2,3 +2,4 @@
 
 pub mod cloneset;
 pub mod ordering;
+pub mod statefulset;

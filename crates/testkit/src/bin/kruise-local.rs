@@ -113,6 +113,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             let _ = stop_rx.await;
         },
     ));
+    kubelet_sim::volumes::spawn(plane.client().await?, std::future::pending());
     wait_nodes_ready(&plane.client().await?, &nodes).await?;
 
     let manager = if args.no_manager {
