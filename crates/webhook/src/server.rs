@@ -254,9 +254,9 @@ pub async fn serve_with_limits(
 mod tests {
     use super::*;
     use axum::body::Body;
+    use futures::StreamExt;
     use http_body_util::BodyExt;
     use prometheus_client::registry::Registry;
-    use futures::StreamExt;
     use serde_json::{Value, json};
     use tower::ServiceExt;
 
@@ -330,17 +330,29 @@ mod tests {
         let review = admission_review("UPDATE", "CloneSet", &new, Some(&old));
         let size = review.to_string().len();
         assert!(size > 6_000_000, "{size}");
-        for path in ["/validate-apps-kruise-io-cloneset", "/mutate-apps-kruise-io-cloneset"] {
+        for path in [
+            "/validate-apps-kruise-io-cloneset",
+            "/mutate-apps-kruise-io-cloneset",
+        ] {
             let answer = post_review(app(), path, &review).await;
             assert_eq!(answer["response"]["uid"], "u-big", "{path}");
-            assert_eq!(answer["response"]["allowed"], true, "{path}: {}", answer["response"]["status"]);
+            assert_eq!(
+                answer["response"]["allowed"], true,
+                "{path}: {}",
+                answer["response"]["status"]
+            );
         }
     }
 
     #[tokio::test]
     async fn a_body_above_the_limit_is_refused_with_413() {
         let limit = Limits::default().max_body_bytes;
-        let (status, _) = post(app(), "/validate-apps-kruise-io-cloneset", Body::from(vec![b' '; limit + 1])).await;
+        let (status, _) = post(
+            app(),
+            "/validate-apps-kruise-io-cloneset",
+            Body::from(vec![b' '; limit + 1]),
+        )
+        .await;
         assert_eq!(status, 413);
     }
 
@@ -351,7 +363,12 @@ mod tests {
             request_timeout: Duration::from_millis(300),
             ..Limits::default()
         };
-        let app = router_with_limits(Metrics::register(&mut Registry::default()), None, None, &limits);
+        let app = router_with_limits(
+            Metrics::register(&mut Registry::default()),
+            None,
+            None,
+            &limits,
+        );
         let never_ending = futures::stream::once(async {
             Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"{\"apiVersion\": "))
         })
@@ -359,7 +376,11 @@ mod tests {
         let began = Instant::now();
         let (status, _) = post(app, MUTATE_POD_PATH, Body::from_stream(never_ending)).await;
         assert_eq!(status, 408);
-        assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
     }
 
     /// Regression (issue 10, defect 4, second half): a client that connects and never completes the
@@ -371,9 +392,12 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         install_crypto_provider();
         let bundle = crate::certs::generate("127.0.0.1").expect("certificates");
-        let tls = RustlsConfig::from_pem(bundle.cert.clone().into_bytes(), bundle.key.clone().into_bytes())
-            .await
-            .expect("tls config");
+        let tls = RustlsConfig::from_pem(
+            bundle.cert.clone().into_bytes(),
+            bundle.key.clone().into_bytes(),
+        )
+        .await
+        .expect("tls config");
         let limits = Limits {
             header_read_timeout: Duration::from_millis(500),
             tls_handshake_timeout: Duration::from_millis(500),
@@ -390,7 +414,8 @@ mod tests {
         async fn closed_after<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<Duration> {
             let began = Instant::now();
             let mut sink = Vec::new();
-            match tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink)).await {
+            match tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink)).await
+            {
                 Ok(_) => Some(began.elapsed()),
                 Err(_) => None,
             }
@@ -399,12 +424,18 @@ mod tests {
         // No TLS handshake at all.
         let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let waited = closed_after(&mut silent).await;
-        assert!(waited.is_some(), "a connection without a TLS handshake was kept open");
+        assert!(
+            waited.is_some(),
+            "a connection without a TLS handshake was kept open"
+        );
 
         // TLS done, headers never finished.
         let mut roots = rustls::RootCertStore::empty();
         roots
-            .add(rustls::pki_types::CertificateDer::from_pem_slice(bundle.ca_cert.as_bytes()).expect("ca pem"))
+            .add(
+                rustls::pki_types::CertificateDer::from_pem_slice(bundle.ca_cert.as_bytes())
+                    .expect("ca pem"),
+            )
             .expect("ca");
         let mut config = rustls::ClientConfig::builder()
             .with_root_certificates(roots)
@@ -415,12 +446,17 @@ mod tests {
         let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
         let mut stream = connector.connect(name, tcp).await.expect("handshake");
         stream
-            .write_all(b"POST /convert HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n")
+            .write_all(
+                b"POST /convert HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n",
+            )
             .await
             .expect("half the headers");
         stream.flush().await.expect("flush");
         let waited = closed_after(&mut stream).await;
-        assert!(waited.is_some(), "a request with unfinished headers was kept open");
+        assert!(
+            waited.is_some(),
+            "a request with unfinished headers was kept open"
+        );
 
         // The server still answers a complete request.
         let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -432,7 +468,11 @@ mod tests {
             .expect("request");
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await.ok();
-        assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+        assert!(
+            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
         handle.shutdown();
         server.await.expect("server task").expect("server");
     }
@@ -455,7 +495,9 @@ mod tests {
             })
         };
         let cached: SidecarSet = serde_json::from_value(
-            Kind::SidecarSet.default_object(sidecarset("existing")).expect("defaults"),
+            Kind::SidecarSet
+                .default_object(sidecarset("existing"))
+                .expect("defaults"),
         )
         .expect("typed");
         let (store, mut writer) = reflector::store();
@@ -473,12 +515,20 @@ mod tests {
                 sort_sidecars_by_name: false,
             },
         );
-        let app = router(Metrics::register(&mut Registry::default()), None, Some(pods));
-        let new = Kind::SidecarSet.default_object(sidecarset("new")).expect("defaults");
+        let app = router(
+            Metrics::register(&mut Registry::default()),
+            None,
+            Some(pods),
+        );
+        let new = Kind::SidecarSet
+            .default_object(sidecarset("new"))
+            .expect("defaults");
         let review = admission_review("CREATE", "SidecarSet", &new, None);
         let answer = post_review(app, "/validate-apps-kruise-io-sidecarset", &review).await;
         assert_eq!(answer["response"]["allowed"], false, "{answer}");
-        let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+        let message = answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default();
         assert!(
             message.contains("spec.containers[0].name") && message.contains("existing"),
             "{message}"

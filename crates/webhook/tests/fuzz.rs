@@ -15,13 +15,15 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use http_body_util::BodyExt;
+use kruise_api::keys::{
+    ANNOTATION_CONVERSION_V1ALPHA1_FIELDS, ANNOTATION_CONVERSION_V1BETA1_FIELDS,
+};
 use kruise_api::kinds::Kind;
-use kruise_api::keys::{ANNOTATION_CONVERSION_V1ALPHA1_FIELDS, ANNOTATION_CONVERSION_V1BETA1_FIELDS};
 use kruise_api::sidecarset::quantity::Quantity;
 use kruise_api::sidecarset::resources_expr::{self, Resource};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_webhook::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use kruise_webhook::configuration::FailurePolicy;
+use kruise_webhook::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use kruise_webhook::metrics::Metrics;
 use kruise_webhook::pod::{PodInjector, PodSettings};
 use kube::runtime::reflector;
@@ -152,12 +154,23 @@ fn check_garbage_answer(path: &str, status: u16) -> Result<(), TestCaseError> {
 }
 
 /// A review envelope is answered (200, with its uid) unless its object does not even decode (422).
-fn check_review_answer(path: &str, uid: &str, status: u16, body: &[u8]) -> Result<(), TestCaseError> {
+fn check_review_answer(
+    path: &str,
+    uid: &str,
+    status: u16,
+    body: &[u8],
+) -> Result<(), TestCaseError> {
     prop_assert!(matches!(status, 200 | 422), "{path}: status {status}");
     if status == 200 {
         let answer: Value = serde_json::from_slice(body)
             .map_err(|e| TestCaseError::fail(format!("{path}: answer is not JSON: {e}")))?;
-        prop_assert_eq!(answer["response"]["uid"].as_str(), Some(uid), "{}: {}", path, answer);
+        prop_assert_eq!(
+            answer["response"]["uid"].as_str(),
+            Some(uid),
+            "{}: {}",
+            path,
+            answer
+        );
     }
     Ok(())
 }
@@ -166,28 +179,126 @@ fn check_review_answer(path: &str, uid: &str, status: u16, body: &[u8]) -> Resul
 
 /// Strings that mean something to some parser.
 const INTERESTING: &[&str] = &[
-    "", "0", "-1", "1", "50%", "150%", "-5%", "%", "2147483648", "-2147483649", "1e9999", "10e2147483647", "1e-9999",
-    "100m", "1Gi", "1.5", "0.0001n", "9999999999999999999999999999999999999999Ei", "+1", "007", "NaN",
-    "apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "apps.kruise.io/v2", "v1", "CloneSet", "SidecarSet",
-    "StatefulSet", "DaemonSet", "BroadcastJob", "UnitedDeployment", "Pod", "InPlaceIfPossible",
-    "ReCreate", "Always", "Never", "OnFailure", "cpu", "memory", "max(cpu, 1)", "((((cpu))))",
-    "- - - cpu", "cpu / 0", "{}", "[]", "{\"a\":", "null", "a=b,c!=d",
-    "app in (a, b)", "!app", "*", "..", "/", "~1", "~0", "app", "nginx", "sum", "max",
+    "",
+    "0",
+    "-1",
+    "1",
+    "50%",
+    "150%",
+    "-5%",
+    "%",
+    "2147483648",
+    "-2147483649",
+    "1e9999",
+    "10e2147483647",
+    "1e-9999",
+    "100m",
+    "1Gi",
+    "1.5",
+    "0.0001n",
+    "9999999999999999999999999999999999999999Ei",
+    "+1",
+    "007",
+    "NaN",
+    "apps.kruise.io/v1alpha1",
+    "apps.kruise.io/v1beta1",
+    "apps.kruise.io/v2",
+    "v1",
+    "CloneSet",
+    "SidecarSet",
+    "StatefulSet",
+    "DaemonSet",
+    "BroadcastJob",
+    "UnitedDeployment",
+    "Pod",
+    "InPlaceIfPossible",
+    "ReCreate",
+    "Always",
+    "Never",
+    "OnFailure",
+    "cpu",
+    "memory",
+    "max(cpu, 1)",
+    "((((cpu))))",
+    "- - - cpu",
+    "cpu / 0",
+    "{}",
+    "[]",
+    "{\"a\":",
+    "null",
+    "a=b,c!=d",
+    "app in (a, b)",
+    "!app",
+    "*",
+    "..",
+    "/",
+    "~1",
+    "~0",
+    "app",
+    "nginx",
+    "sum",
+    "max",
 ];
 
 /// Object keys: field names the types know, and anything.
 fn key() -> impl Strategy<Value = String> {
     const KEYS: &[&str] = &[
-        "apiVersion", "kind", "metadata", "name", "namespace", "labels", "annotations", "spec",
-        "status", "replicas", "selector", "matchLabels", "matchExpressions", "key", "operator",
-        "values", "template", "containers", "initContainers", "image", "env", "value", "resources",
-        "limits", "requests", "cpu", "memory", "updateStrategy", "partition", "maxUnavailable",
-        "maxSurge", "type", "rollingUpdate", "scaleStrategy", "podsToDelete", "lifecycle",
-        "resourcesPolicy", "resourcesExpr", "targetContainersMode", "targetContainersNameRegex",
-        "injectionStrategy", "revision", "patchPodMetadata", "namespaceSelector", "volumes",
-        "topology", "subsets", "nodeSelectorTerm", "completionPolicy", "parallelism",
-        "volumeClaimTemplates", "reserveOrdinals", "ownerReferences", "finalizers",
-        ANNOTATION_CONVERSION_V1BETA1_FIELDS, ANNOTATION_CONVERSION_V1ALPHA1_FIELDS,
+        "apiVersion",
+        "kind",
+        "metadata",
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "spec",
+        "status",
+        "replicas",
+        "selector",
+        "matchLabels",
+        "matchExpressions",
+        "key",
+        "operator",
+        "values",
+        "template",
+        "containers",
+        "initContainers",
+        "image",
+        "env",
+        "value",
+        "resources",
+        "limits",
+        "requests",
+        "cpu",
+        "memory",
+        "updateStrategy",
+        "partition",
+        "maxUnavailable",
+        "maxSurge",
+        "type",
+        "rollingUpdate",
+        "scaleStrategy",
+        "podsToDelete",
+        "lifecycle",
+        "resourcesPolicy",
+        "resourcesExpr",
+        "targetContainersMode",
+        "targetContainersNameRegex",
+        "injectionStrategy",
+        "revision",
+        "patchPodMetadata",
+        "namespaceSelector",
+        "volumes",
+        "topology",
+        "subsets",
+        "nodeSelectorTerm",
+        "completionPolicy",
+        "parallelism",
+        "volumeClaimTemplates",
+        "reserveOrdinals",
+        "ownerReferences",
+        "finalizers",
+        ANNOTATION_CONVERSION_V1BETA1_FIELDS,
+        ANNOTATION_CONVERSION_V1ALPHA1_FIELDS,
     ];
     prop_oneof![
         4 => prop::sample::select(KEYS).prop_map(str::to_string),
@@ -201,7 +312,8 @@ fn leaf() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
         any::<i32>().prop_map(Value::from),
-        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Value::Number)),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+            .map(Value::Number)),
         ".{0,16}".prop_map(Value::from),
         prop::sample::select(INTERESTING).prop_map(Value::from),
     ]
@@ -453,7 +565,9 @@ fn arbitrary_bytes_on_every_endpoint() {
         prop::collection::vec(any::<u8>(), 0..512),
         // Truncated or spliced JSON envelopes.
         (any_object(), any::<Index>(), any::<Index>()).prop_map(|(object, cut, splice)| {
-            let text = admission_review("CREATE", Some(&object), None).to_string().into_bytes();
+            let text = admission_review("CREATE", Some(&object), None)
+                .to_string()
+                .into_bytes();
             let at = cut.index(text.len() + 1);
             let mut bytes = text[..at].to_vec();
             bytes.extend_from_slice(&text[splice.index(text.len() + 1)..]);
@@ -476,11 +590,16 @@ fn arbitrary_bytes_on_every_endpoint() {
 fn arbitrary_json_on_every_endpoint() {
     let rt = runtime();
     let app = app(Vec::new());
-    fuzz("arbitrary JSON trees", 1000, (any::<Index>(), tree()), |(path, tree)| {
-        let path = path.get(&PATHS);
-        let (status, _) = post(&rt, &app, path, tree.to_string().into_bytes());
-        check_garbage_answer(path, status)
-    });
+    fuzz(
+        "arbitrary JSON trees",
+        1000,
+        (any::<Index>(), tree()),
+        |(path, tree)| {
+            let path = path.get(&PATHS);
+            let (status, _) = post(&rt, &app, path, tree.to_string().into_bytes());
+            check_garbage_answer(path, status)
+        },
+    );
 }
 
 #[test]
@@ -492,28 +611,36 @@ fn admission_reviews_of_every_kind_on_every_handler() {
         prop::option::weighted(0.9, any_object()),
         prop::option::of(any_object()),
     );
-    fuzz("admission reviews", 400, strategy, |(operation, object, old)| {
-        let review = admission_review(operation, object.as_ref(), old.as_ref());
-        let body = review.to_string().into_bytes();
-        // Each of the kind's own handlers, and the Pod webhook.
-        let kind = object.as_ref().or(old.as_ref()).and_then(|o| o["kind"].as_str());
-        let mut paths = vec![MUTATE_POD_PATH.to_string()];
-        match kind.and_then(|k| Kind::from_kind(k).ok()) {
-            Some(kind) => {
-                paths.push(mutate_path(kind));
-                paths.push(validate_path(kind));
+    fuzz(
+        "admission reviews",
+        400,
+        strategy,
+        |(operation, object, old)| {
+            let review = admission_review(operation, object.as_ref(), old.as_ref());
+            let body = review.to_string().into_bytes();
+            // Each of the kind's own handlers, and the Pod webhook.
+            let kind = object
+                .as_ref()
+                .or(old.as_ref())
+                .and_then(|o| o["kind"].as_str());
+            let mut paths = vec![MUTATE_POD_PATH.to_string()];
+            match kind.and_then(|k| Kind::from_kind(k).ok()) {
+                Some(kind) => {
+                    paths.push(mutate_path(kind));
+                    paths.push(validate_path(kind));
+                }
+                None => {
+                    paths.push(mutate_path(Kind::CloneSet));
+                    paths.push(validate_path(Kind::SidecarSet));
+                }
             }
-            None => {
-                paths.push(mutate_path(Kind::CloneSet));
-                paths.push(validate_path(Kind::SidecarSet));
+            for path in &paths {
+                let (status, answer) = post(&rt, &app, path, body.clone());
+                check_review_answer(path, "fuzz-uid", status, &answer)?;
             }
-        }
-        for path in &paths {
-            let (status, answer) = post(&rt, &app, path, body.clone());
-            check_review_answer(path, "fuzz-uid", status, &answer)?;
-        }
-        Ok(())
-    });
+            Ok(())
+        },
+    );
 }
 
 #[test]
@@ -526,12 +653,18 @@ fn pods_against_stored_sidecarsets() {
         ".{0,24}",
     ];
     let pod = (prop::collection::vec(mutation(), 0..3)).prop_map(|m| apply(nginx_pod(), &m));
-    fuzz("Pods against stored SidecarSets", 150, (expression, pod), |(expression, pod)| {
-        let app = app(vec![stored_sidecarset("fuzzed", &expression)]);
-        let review = admission_review("CREATE", Some(&pod), None);
-        let (status, answer) = post(&rt, &app, MUTATE_POD_PATH, review.to_string().into_bytes());
-        check_review_answer(MUTATE_POD_PATH, "fuzz-uid", status, &answer)
-    });
+    fuzz(
+        "Pods against stored SidecarSets",
+        150,
+        (expression, pod),
+        |(expression, pod)| {
+            let app = app(vec![stored_sidecarset("fuzzed", &expression)]);
+            let review = admission_review("CREATE", Some(&pod), None);
+            let (status, answer) =
+                post(&rt, &app, MUTATE_POD_PATH, review.to_string().into_bytes());
+            check_review_answer(MUTATE_POD_PATH, "fuzz-uid", status, &answer)
+        },
+    );
 }
 
 #[test]
@@ -539,7 +672,12 @@ fn conversion_reviews() {
     let rt = runtime();
     let app = app(Vec::new());
     let desired = prop::sample::select(
-        &["apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "apps.kruise.io/v2", ""][..],
+        &[
+            "apps.kruise.io/v1alpha1",
+            "apps.kruise.io/v1beta1",
+            "apps.kruise.io/v2",
+            "",
+        ][..],
     );
     let strategy = (desired, prop::collection::vec(any_object(), 0..4));
     fuzz("conversion reviews", 400, strategy, |(desired, objects)| {
@@ -570,32 +708,44 @@ fn expression_and_quantity_parsers() {
         prop::sample::select(INTERESTING).prop_map(str::to_string),
     ];
     let strategy = (expression, quantity.clone(), quantity, any::<bool>());
-    fuzz("expression and quantity parsers", 2000, strategy, |(expression, a, b, cpu)| {
-        EXECUTIONS.with(|e| e.set(e.get() + 1));
-        let parsed: Vec<Quantity> = [&a, &b].iter().filter_map(|t| Quantity::parse(t).ok()).collect();
-        for q in &parsed {
-            let _ = (q.canonical(), q.go_string(), q.as_f64(), q.is_negative());
-            let mut rounded = q.clone();
-            rounded.round_up_to_milli();
-            let _ = rounded.canonical();
-            // Canonical form parses back to the same value.
-            let back = Quantity::parse(&q.canonical());
-            prop_assert!(back.is_ok(), "{} -> {:?}", q.canonical(), back);
-            let resource = if cpu { Resource::Cpu } else { Resource::Memory };
-            let _ = resources_expr::evaluate(&expression, resource, q).map(|v| v.canonical());
-        }
-        if let [x, y] = &parsed[..] {
-            let _ = (x.cmp_value(y), x.checked_add(y).map(|s| s.canonical()));
-        }
-        Ok(())
-    });
+    fuzz(
+        "expression and quantity parsers",
+        2000,
+        strategy,
+        |(expression, a, b, cpu)| {
+            EXECUTIONS.with(|e| e.set(e.get() + 1));
+            let parsed: Vec<Quantity> = [&a, &b]
+                .iter()
+                .filter_map(|t| Quantity::parse(t).ok())
+                .collect();
+            for q in &parsed {
+                let _ = (q.canonical(), q.go_string(), q.as_f64(), q.is_negative());
+                let mut rounded = q.clone();
+                rounded.round_up_to_milli();
+                let _ = rounded.canonical();
+                // Canonical form parses back to the same value.
+                let back = Quantity::parse(&q.canonical());
+                prop_assert!(back.is_ok(), "{} -> {:?}", q.canonical(), back);
+                let resource = if cpu { Resource::Cpu } else { Resource::Memory };
+                let _ = resources_expr::evaluate(&expression, resource, q).map(|v| v.canonical());
+            }
+            if let [x, y] = &parsed[..] {
+                let _ = (x.cmp_value(y), x.checked_add(y).map(|s| s.canonical()));
+            }
+            Ok(())
+        },
+    );
 }
 
 // ---- fixed hostile cases ---------------------------------------------------------------------------------
 
 /// `depth` nested arrays, or objects, around `inner`.
 fn nested(depth: usize, objects: bool, inner: &str) -> String {
-    let (open, close) = if objects { ("{\"a\":", "}") } else { ("[", "]") };
+    let (open, close) = if objects {
+        ("{\"a\":", "}")
+    } else {
+        ("[", "]")
+    };
     format!("{}{inner}{}", open.repeat(depth), close.repeat(depth))
 }
 
@@ -627,7 +777,14 @@ fn depth_10000_json_on_every_endpoint() {
 fn near_limit_depth_objects_and_stashes_are_answered() {
     let rt = runtime();
     let app = app(Vec::new());
-    for kind in ["CloneSet", "SidecarSet", "StatefulSet", "DaemonSet", "BroadcastJob", "UnitedDeployment"] {
+    for kind in [
+        "CloneSet",
+        "SidecarSet",
+        "StatefulSet",
+        "DaemonSet",
+        "BroadcastJob",
+        "UnitedDeployment",
+    ] {
         let mut object = example_of_kind(kind);
         let deep: Value = serde_json::from_str(&nested(110, true, "1")).expect("deep");
         object["spec"]["template"]["metadata"]["x-deep"] = deep.clone();
@@ -651,7 +808,10 @@ fn near_limit_depth_objects_and_stashes_are_answered() {
             for desired in ["apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1"] {
                 let review = conversion_review(desired, vec![object.clone()]).to_string();
                 let (status, _) = post(&rt, &app, CONVERT_PATH, review.into_bytes());
-                assert!(matches!(status, 200 | 422), "{kind:?} to {desired}: {status}");
+                assert!(
+                    matches!(status, 200 | 422),
+                    "{kind:?} to {desired}: {status}"
+                );
             }
         }
     }
@@ -713,7 +873,9 @@ fn a_stored_deep_expression_does_not_crash_injection() {
         assert_eq!(status, 200);
         let answer: Value = serde_json::from_slice(&answer).expect("JSON");
         assert_eq!(answer["response"]["allowed"], false, "{answer}");
-        let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+        let message = answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default();
         assert!(
             message.contains("deep") && message.contains("resourcesExpr"),
             "{message}"

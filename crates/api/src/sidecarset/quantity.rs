@@ -469,12 +469,26 @@ mod tests {
     #[test]
     fn extreme_exponents_are_errors_or_exact() {
         let one_nano = Quantity::parse("1n").expect("1n");
-        for text in ["10e2147483647", "1e2147483647", "100e2147483600", "1e536870913"] {
+        for text in [
+            "10e2147483647",
+            "1e2147483647",
+            "100e2147483600",
+            "1e536870913",
+        ] {
             assert!(Quantity::parse(text).is_err(), "{text}");
         }
-        for text in ["1e536870912", "1e-2147483648", "10e-2147483600", "123456789e536870903"] {
+        for text in [
+            "1e536870912",
+            "1e-2147483648",
+            "10e-2147483600",
+            "123456789e536870903",
+        ] {
             let q = Quantity::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
-            let _ = (q.canonical(), q.cmp_value(&one_nano), q.checked_add(&one_nano));
+            let _ = (
+                q.canonical(),
+                q.cmp_value(&one_nano),
+                q.checked_add(&one_nano),
+            );
             let mut rounded = q.clone();
             rounded.round_up_to_milli();
         }

@@ -694,8 +694,7 @@ mod tests {
         // At the bound, still fine.
         assert_eq!(check(&parens(MAX_NESTING_DEPTH), "cpu"), Ok(()));
         assert_eq!(
-            evaluate(&calls(MAX_NESTING_DEPTH), Resource::Cpu, &q("2"))
-                .map(|v| v.canonical()),
+            evaluate(&calls(MAX_NESTING_DEPTH), Resource::Cpu, &q("2")).map(|v| v.canonical()),
             Ok("2".to_string())
         );
         let longest = format!("cpu{}", " ".repeat(MAX_EXPRESSION_LENGTH - 3));
