@@ -20,7 +20,7 @@ test: control-plane
 ## parsers; `make test` runs the same properties with few cases. Prints the cases and executions.
 FUZZ_CASES ?= 5000
 fuzz:
-	KRUISE_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release -p kruise-webhook --test fuzz -- --nocapture --test-threads=2
+	KRUISE_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test -p kruise-webhook --test fuzz -- --nocapture --test-threads=2
 
 ## control-plane: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (v1.34.10) and
 ## etcd (3.6.4) from their Go modules into $(KRUISE_RS_CACHE); skips binaries already built.
