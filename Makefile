@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 
-.PHONY: run test control-plane build manifests lint fmt bench clean-local
+.PHONY: run test fuzz control-plane build manifests lint fmt bench clean-local
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
 run: control-plane
@@ -15,6 +15,12 @@ run: control-plane
 test: control-plane
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
+
+## fuzz: a long fuzzing run (proptest) of every webhook handler, /convert and the expression and quantity
+## parsers; `make test` runs the same properties with few cases. Prints the cases and executions.
+FUZZ_CASES ?= 5000
+fuzz:
+	KRUISE_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test -p kruise-webhook --test fuzz -- --nocapture --test-threads=2
 
 ## control-plane: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (v1.34.10) and
 ## etcd (3.6.4) from their Go modules into $(KRUISE_RS_CACHE); skips binaries already built.

@@ -59,6 +59,8 @@ pub enum ErrorKind {
     },
     /// `Duplicate value: <value>`
     Duplicate(String),
+    /// `Too long: may not be more than <max> bytes` (the value is not repeated: it is long).
+    TooLong { max: usize },
 }
 
 /// One validation failure at one field.
@@ -105,6 +107,14 @@ impl FieldError {
         }
     }
 
+    pub fn too_long(path: &Path, max: usize) -> Self {
+        Self {
+            path: path.clone(),
+            kind: ErrorKind::TooLong { max },
+            detail: String::new(),
+        }
+    }
+
     pub fn duplicate(path: &Path, value: impl fmt::Display) -> Self {
         Self {
             path: path.clone(),
@@ -132,6 +142,10 @@ impl fmt::Display for FieldError {
             ErrorKind::Duplicate(value) => {
                 with_detail(f, format!("{}: Duplicate value: {value:?}", self.path))
             }
+            ErrorKind::TooLong { max } => with_detail(
+                f,
+                format!("{}: Too long: may not be more than {max} bytes", self.path),
+            ),
             ErrorKind::NotSupported { value, supported } => {
                 let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
                 write!(
@@ -183,6 +197,10 @@ mod tests {
             (
                 FieldError::duplicate(&spec.child("podsToDelete").index(1), "p"),
                 r#"spec.podsToDelete[1]: Duplicate value: "p""#,
+            ),
+            (
+                FieldError::too_long(&spec.child("expr"), 1024),
+                "spec.expr: Too long: may not be more than 1024 bytes",
             ),
             (
                 FieldError::forbidden(&spec.child("x").key("k"), "no"),

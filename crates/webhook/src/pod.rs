@@ -136,6 +136,17 @@ impl PodInjector {
         )
     }
 
+    /// Every SidecarSet of the watch cache, once it has been filled; `None` before.
+    pub fn cached_sidecarsets(&self) -> Option<Vec<SidecarSet>> {
+        self.synced().then(|| {
+            self.sidecarsets
+                .state()
+                .iter()
+                .map(|s| SidecarSet::clone(s))
+                .collect()
+        })
+    }
+
     /// Waits (at most `timeout`) for the SidecarSet cache to be filled; returns whether it is.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
         matches!(

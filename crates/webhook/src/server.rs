@@ -1,37 +1,84 @@
 //! The HTTPS server: admission endpoints per kind, `/convert` and `/healthz`, over rustls with a
 //! certificate that can be swapped while serving.
+//!
+//! Hostile or broken clients are bounded (see [`Limits`]): a body may be as large as the apiserver can
+//! send (an UPDATE review carries the object and its old version, each up to the apiserver's 3 MiB
+//! request limit), no larger; the TLS handshake, the request headers and the whole request each have a
+//! deadline, so a slow or half-sent request cannot hold a connection open. JSON nesting is bounded by
+//! serde_json's recursion limit (128) in the `Json` extractor, which every endpoint uses.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use axum_server::Handle;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use hyper_util::rt::TokioTimer;
 use kruise_api::kinds::Kind;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::core::conversion::ConversionReview;
 
 use crate::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use crate::metrics::Metrics;
+use crate::pod::PodInjector;
 
-/// Builds the router. Handlers are pure functions of the request (see `admission` and `convert`); the
-/// client, when given, reads the other SidecarSets for the SidecarSet conflict check. `pods` serves
-/// `/mutate-pod` (SidecarSet injection); without it every Pod is admitted unchanged, with a warning.
-pub fn router(
+/// The bounds the server puts on every connection and request.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The largest request body accepted (413 beyond). The apiserver accepts objects up to 3 MiB; an
+    /// UPDATE review carries two of them (`object`, `oldObject`) plus the envelope: 8 MiB fits that.
+    pub max_body_bytes: usize,
+    /// From a request's headers to its answer, body read included (408 beyond). The apiserver gives up
+    /// on a webhook after its `timeoutSeconds`, at most 30 s, so a longer request helps nobody.
+    pub request_timeout: Duration,
+    /// From a connection's (or a kept-alive connection's next) request start to its complete headers
+    /// (HTTP/1; the connection is closed beyond).
+    pub header_read_timeout: Duration,
+    /// From TCP accept to a completed TLS handshake (the connection is closed beyond).
+    pub tls_handshake_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 8 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Builds the router with the default [`Limits`]. Handlers are pure functions of the request (see
+/// `admission` and `convert`). `pods` serves `/mutate-pod` (SidecarSet injection); without it every Pod
+/// is admitted unchanged, with a warning. Its SidecarSet watch cache also serves the SidecarSet
+/// conflict check; `client`, when given, lists SidecarSets for that check until the cache is loaded.
+pub fn router(metrics: Metrics, client: Option<kube::Client>, pods: Option<PodInjector>) -> Router {
+    router_with_limits(metrics, client, pods, &Limits::default())
+}
+
+/// [`router`] with given limits (tests use short ones).
+pub fn router_with_limits(
     metrics: Metrics,
     client: Option<kube::Client>,
-    pods: Option<crate::pod::PodInjector>,
+    pods: Option<PodInjector>,
+    limits: &Limits,
 ) -> Router {
     let pods = pods.unwrap_or_else(|| {
-        crate::pod::PodInjector::without_caches(crate::pod::PodSettings {
+        PodInjector::without_caches(crate::pod::PodSettings {
             namespace: String::new(),
             failure_policy: crate::configuration::FailurePolicy::Ignore,
             sort_sidecars_by_name: false,
         })
     });
+    let injector = pods.clone();
     let mut router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -40,7 +87,7 @@ pub fn router(
                 move |State(metrics): State<Metrics>,
                       Json(review): Json<AdmissionReview<DynamicObject>>| async move {
                     let began = Instant::now();
-                    let (answer, outcome) = pods.review(review).await;
+                    let (answer, outcome) = injector.review(review).await;
                     metrics.observe(
                         MUTATE_POD_PATH,
                         outcome.label(),
@@ -72,14 +119,15 @@ pub fn router(
         let path = validate_path(kind);
         let label = path.clone();
         let client = client.clone();
+        let pods = pods.clone();
         router = router.route(
             &path,
             post(
                 move |State(metrics): State<Metrics>,
                       Json(review): Json<AdmissionReview<DynamicObject>>| async move {
                     let began = Instant::now();
-                    let cluster = match (kind, &client) {
-                        (Kind::SidecarSet, Some(client)) => match list_sidecarsets(client).await {
+                    let cluster = if kind == Kind::SidecarSet {
+                        match other_sidecarsets(&pods, client.as_ref()).await {
                             Ok(sidecarsets) => crate::admission::Cluster { sidecarsets },
                             Err(error) => {
                                 tracing::warn!(%error, "cannot list SidecarSets for the conflict check");
@@ -87,8 +135,9 @@ pub fn router(
                                 metrics.observe(&label, "denied", began.elapsed().as_secs_f64());
                                 return Json(answer.review);
                             }
-                        },
-                        _ => crate::admission::Cluster::default(),
+                        }
+                    } else {
+                        crate::admission::Cluster::default()
                     };
                     let answer = crate::admission::validate(kind, review, &cluster);
                     metrics.observe(
@@ -101,6 +150,7 @@ pub fn router(
             ),
         );
     }
+    let request_timeout = limits.request_timeout;
     router
         .route(
             CONVERT_PATH,
@@ -117,14 +167,42 @@ pub fn router(
                 },
             ),
         )
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            within(request_timeout, request, next)
+        }))
         .with_state(metrics)
 }
 
-async fn list_sidecarsets(
-    client: &kube::Client,
-) -> Result<Vec<kruise_api::sidecarset::v1beta1::SidecarSet>, kube::Error> {
-    let api: kube::Api<kruise_api::sidecarset::v1beta1::SidecarSet> =
-        kube::Api::all(client.clone());
+/// Runs a request (body read included: the extractors read it in the handler) for at most `timeout`.
+async fn within(timeout: Duration, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request was not complete within {timeout:?}"),
+        )
+            .into_response(),
+    }
+}
+
+/// The SidecarSets the conflict check compares a SidecarSet with. Read from the Pod injector's watch
+/// cache — the one SidecarSet watch of the webhook, no apiserver call — once it has loaded. Until then
+/// (the first moments after start) they are listed through `client`, so a SidecarSet is never
+/// admitted unchecked and never refused only because the cache is warming up; without a client (tests)
+/// there are none. Like upstream's cached client, the cache can miss a SidecarSet created an instant
+/// earlier; two conflicting SidecarSets created at the same moment are not caught by either.
+async fn other_sidecarsets(
+    pods: &PodInjector,
+    client: Option<&kube::Client>,
+) -> Result<Vec<SidecarSet>, kube::Error> {
+    if let Some(cached) = pods.cached_sidecarsets() {
+        return Ok(cached);
+    }
+    let Some(client) = client else {
+        return Ok(Vec::new());
+    };
+    let api: kube::Api<SidecarSet> = kube::Api::all(client.clone());
     Ok(api.list(&Default::default()).await?.items)
 }
 
@@ -133,24 +211,50 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Serves `router` with TLS on `addr` until `handle` is shut down.
+/// Serves `router` with TLS on `addr` until `handle` is shut down, with the default [`Limits`] on
+/// connections.
 pub async fn serve(
     addr: SocketAddr,
     tls: RustlsConfig,
     router: Router,
     handle: Handle<SocketAddr>,
 ) -> std::io::Result<()> {
+    serve_with_limits(addr, tls, router, handle, &Limits::default()).await
+}
+
+/// [`serve`] with given limits on the TLS handshake and the HTTP/1 header read (the request-level
+/// limits are the router's).
+pub async fn serve_with_limits(
+    addr: SocketAddr,
+    tls: RustlsConfig,
+    router: Router,
+    handle: Handle<SocketAddr>,
+    limits: &Limits,
+) -> std::io::Result<()> {
     tracing::info!(%addr, "webhook server listening");
-    axum_server::bind_rustls(addr, tls)
-        .handle(handle)
-        .serve(router.into_make_service())
-        .await
+    let acceptor = RustlsAcceptor::new(tls).handshake_timeout(limits.tls_handshake_timeout);
+    let mut server = axum_server::bind(addr).acceptor(acceptor).handle(handle);
+    // hyper enforces the header read timeout only with a timer; without one it is silently off.
+    server
+        .http_builder()
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    // HTTP/2 (what the apiserver negotiates): pings find dead peers; requests are bounded by the router.
+    server
+        .http_builder()
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(limits.header_read_timeout);
+    server.serve(router.into_make_service()).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::body::Body;
+    use futures::StreamExt;
     use http_body_util::BodyExt;
     use prometheus_client::registry::Registry;
     use serde_json::{Value, json};
@@ -158,19 +262,278 @@ mod tests {
 
     /// POSTs an AdmissionReview to `path` and returns the decoded answer (status 200 asserted).
     async fn post_review(app: axum::Router, path: &str, review: &Value) -> Value {
+        let (status, body) = post(app, path, Body::from(review.to_string())).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).expect("json")
+    }
+
+    /// POSTs `body` as JSON to `path`: the status and the body of the answer.
+    async fn post(app: axum::Router, path: &str, body: Body) -> (u16, Vec<u8>) {
         let request = axum::http::Request::post(path)
             .header("content-type", "application/json")
-            .body(Body::from(review.to_string()))
+            .body(body)
             .expect("request");
         let response = app.oneshot(request).await.expect("response");
-        assert_eq!(response.status(), 200);
+        let status = response.status().as_u16();
         let body = response
             .into_body()
             .collect()
             .await
             .expect("body")
             .to_bytes();
-        serde_json::from_slice(&body).expect("json")
+        (status, body.to_vec())
+    }
+
+    fn app() -> axum::Router {
+        router(Metrics::register(&mut Registry::default()), None, None)
+    }
+
+    fn admission_review(operation: &str, kind: &str, object: &Value, old: Option<&Value>) -> Value {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-big",
+                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": kind},
+                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": format!("{}s", kind.to_lowercase())},
+                "operation": operation, "userInfo": {}, "name": object["metadata"]["name"], "namespace": "d",
+                "object": object, "oldObject": old,
+                "dryRun": false
+            }
+        })
+    }
+
+    /// A CloneSet of about `pad` bytes (an environment variable's value fills it).
+    fn big_cloneset(pad: usize, image: &str) -> Value {
+        json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet",
+            "metadata": {"name": "big", "namespace": "d"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "big"}},
+                "template": {
+                    "metadata": {"labels": {"app": "big"}},
+                    "spec": {"containers": [{"name": "c", "image": image,
+                        "env": [{"name": "PAD", "value": "x".repeat(pad)}]}]}
+                }
+            }
+        })
+    }
+
+    /// Regression (issue 10, defect 4): a CloneSet over 1 MiB could be created but never updated, as an
+    /// UPDATE carries it twice and the default 2 MiB body limit answered 413. The apiserver's own limit
+    /// is 3 MiB per object: an UPDATE of two 3 MiB objects is answered.
+    #[tokio::test]
+    async fn an_update_of_two_largest_objects_is_answered() {
+        let old = big_cloneset(3 * 1024 * 1024 - 1024, "nginx:1");
+        let new = big_cloneset(3 * 1024 * 1024 - 1024, "nginx:2");
+        let review = admission_review("UPDATE", "CloneSet", &new, Some(&old));
+        let size = review.to_string().len();
+        assert!(size > 6_000_000, "{size}");
+        for path in [
+            "/validate-apps-kruise-io-cloneset",
+            "/mutate-apps-kruise-io-cloneset",
+        ] {
+            let answer = post_review(app(), path, &review).await;
+            assert_eq!(answer["response"]["uid"], "u-big", "{path}");
+            assert_eq!(
+                answer["response"]["allowed"], true,
+                "{path}: {}",
+                answer["response"]["status"]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_above_the_limit_is_refused_with_413() {
+        let limit = Limits::default().max_body_bytes;
+        let (status, _) = post(
+            app(),
+            "/validate-apps-kruise-io-cloneset",
+            Body::from(vec![b' '; limit + 1]),
+        )
+        .await;
+        assert_eq!(status, 413);
+    }
+
+    /// A client that sends its headers and then dribbles (or never finishes) its body is cut off.
+    #[tokio::test]
+    async fn a_half_sent_body_times_out() {
+        let limits = Limits {
+            request_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let app = router_with_limits(
+            Metrics::register(&mut Registry::default()),
+            None,
+            None,
+            &limits,
+        );
+        let never_ending = futures::stream::once(async {
+            Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"{\"apiVersion\": "))
+        })
+        .chain(futures::stream::pending());
+        let began = Instant::now();
+        let (status, _) = post(app, MUTATE_POD_PATH, Body::from_stream(never_ending)).await;
+        assert_eq!(status, 408);
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+    }
+
+    /// Regression (issue 10, defect 4, second half): a client that connects and never completes the
+    /// TLS handshake, or completes it and never finishes its headers, had its connection held open
+    /// for as long as it liked (hyper's header timeout needs a timer, which was not set).
+    #[tokio::test]
+    async fn slow_connections_are_closed() {
+        use rustls::pki_types::pem::PemObject;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        install_crypto_provider();
+        let bundle = crate::certs::generate("127.0.0.1").expect("certificates");
+        let tls = RustlsConfig::from_pem(
+            bundle.cert.clone().into_bytes(),
+            bundle.key.clone().into_bytes(),
+        )
+        .await
+        .expect("tls config");
+        let limits = Limits {
+            header_read_timeout: Duration::from_millis(500),
+            tls_handshake_timeout: Duration::from_millis(500),
+            ..Limits::default()
+        };
+        let handle = Handle::new();
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        let server = tokio::spawn({
+            let handle = handle.clone();
+            async move { serve_with_limits(addr, tls, app(), handle, &limits).await }
+        });
+        let addr = handle.listening().await.expect("listening");
+        /// Reads until the server closes the connection; how long that took (None: still open at 5 s).
+        async fn closed_after<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<Duration> {
+            let began = Instant::now();
+            let mut sink = Vec::new();
+            match tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink)).await
+            {
+                Ok(_) => Some(began.elapsed()),
+                Err(_) => None,
+            }
+        }
+
+        // No TLS handshake at all.
+        let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let waited = closed_after(&mut silent).await;
+        assert!(
+            waited.is_some(),
+            "a connection without a TLS handshake was kept open"
+        );
+
+        // TLS done, headers never finished.
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(
+                rustls::pki_types::CertificateDer::from_pem_slice(bundle.ca_cert.as_bytes())
+                    .expect("ca pem"),
+            )
+            .expect("ca");
+        let mut config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let mut stream = connector.connect(name, tcp).await.expect("handshake");
+        stream
+            .write_all(
+                b"POST /convert HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n",
+            )
+            .await
+            .expect("half the headers");
+        stream.flush().await.expect("flush");
+        let waited = closed_after(&mut stream).await;
+        assert!(
+            waited.is_some(),
+            "a request with unfinished headers was kept open"
+        );
+
+        // The server still answers a complete request.
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let mut stream = connector.connect(name, tcp).await.expect("handshake");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok();
+        assert!(
+            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        handle.shutdown();
+        server.await.expect("server task").expect("server");
+    }
+
+    /// Regression (issue 10, defect 7): the SidecarSet conflict check listed every SidecarSet through
+    /// the rate-limited client on each request. It reads the Pod injector's watch cache: here there is
+    /// no client at all, and the conflict with the cached SidecarSet is still found.
+    #[tokio::test]
+    async fn sidecarset_validation_reads_the_watch_cache() {
+        use kube::runtime::reflector;
+        use kube::runtime::watcher::Event;
+        let sidecarset = |name: &str| {
+            json!({
+                "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+                "metadata": {"name": name},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "containers": [{"name": "logtail", "image": "logtail:1"}]
+                }
+            })
+        };
+        let cached: SidecarSet = serde_json::from_value(
+            Kind::SidecarSet
+                .default_object(sidecarset("existing"))
+                .expect("defaults"),
+        )
+        .expect("typed");
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(cached));
+        writer.apply_watcher_event(&Event::InitDone);
+        let (namespaces, _) = reflector::store();
+        let pods = PodInjector::from_stores(
+            store,
+            namespaces,
+            None,
+            crate::pod::PodSettings {
+                namespace: "kruise-system".into(),
+                failure_policy: crate::configuration::FailurePolicy::Ignore,
+                sort_sidecars_by_name: false,
+            },
+        );
+        let app = router(
+            Metrics::register(&mut Registry::default()),
+            None,
+            Some(pods),
+        );
+        let new = Kind::SidecarSet
+            .default_object(sidecarset("new"))
+            .expect("defaults");
+        let review = admission_review("CREATE", "SidecarSet", &new, None);
+        let answer = post_review(app, "/validate-apps-kruise-io-sidecarset", &review).await;
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        let message = answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            message.contains("spec.containers[0].name") && message.contains("existing"),
+            "{message}"
+        );
+        drop(writer);
     }
 
     #[tokio::test]

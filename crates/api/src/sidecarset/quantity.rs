@@ -32,6 +32,10 @@ pub struct Quantity {
 
 const NANO: i32 = -9;
 
+/// The largest decimal exponent of a parsed quantity: far beyond any resource, and small enough that no
+/// sum or difference of two exponents overflows.
+const MAX_EXPONENT: i32 = 1 << 29;
+
 fn decimal_suffix(exponent: i32) -> Option<&'static str> {
     Some(match exponent {
         -9 => "n",
@@ -173,6 +177,11 @@ impl Quantity {
             mantissa = mantissa
                 .checked_mul(1u128 << exponent)
                 .ok_or_else(too_big)?;
+        }
+        // Beyond this the exponent arithmetic (normalising, differences of two exponents) could
+        // overflow; no resource comes near 10^(2^29). (Tiny values round up to 1n below.)
+        if exp10 > MAX_EXPONENT {
+            return Err(too_big());
         }
         let (mut mantissa, mut exp10) = normalize(mantissa, exp10);
         // Round anything finer than 1n up to 1n (away from zero).
@@ -453,6 +462,40 @@ mod tests {
             let q = Quantity::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(q.go_string(), want, "{input}");
         }
+    }
+
+    /// Regression (issue 10, audit): an exponent near `i32::MAX` overflowed the exponent arithmetic
+    /// (a panic in a debug build, a wrong value in a release build).
+    #[test]
+    fn extreme_exponents_are_errors_or_exact() {
+        let one_nano = Quantity::parse("1n").expect("1n");
+        for text in [
+            "10e2147483647",
+            "1e2147483647",
+            "100e2147483600",
+            "1e536870913",
+        ] {
+            assert!(Quantity::parse(text).is_err(), "{text}");
+        }
+        for text in [
+            "1e536870912",
+            "1e-2147483648",
+            "10e-2147483600",
+            "123456789e536870903",
+        ] {
+            let q = Quantity::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let _ = (
+                q.canonical(),
+                q.cmp_value(&one_nano),
+                q.checked_add(&one_nano),
+            );
+            let mut rounded = q.clone();
+            rounded.round_up_to_milli();
+        }
+        assert_eq!(
+            Quantity::parse("1e-2147483648").map(|q| q.canonical()),
+            Ok("1e-9".to_string())
+        );
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! Grammar (the one of upstream's calculator): `+ -` bind weaker than `* /`, both left-associative;
 //! unary `-`; parentheses; numbers (`2`, `0.5`, `1e3`, `50%` = 0.5); quantities (`100m`, `512Mi`, units
 //! `m k M G T P Ki Mi Gi Ti Pi`). A number is counted in the resource's base unit (cores, bytes) when it
-//! meets a quantity. Unlike upstream, a malformed number is an error rather than 0.
+//! meets a quantity. Unlike upstream, a malformed number is an error rather than 0. An expression is
+//! at most [`MAX_EXPRESSION_LENGTH`] bytes and nests at most [`MAX_NESTING_DEPTH`] levels, whether
+//! checked or evaluated, so that no stored object can exhaust the parser's stack.
 //!
 //! Arithmetic is exact (rationals), and the result is rounded **up** once, to whole millicores for cpu
 //! and whole bytes for memory — the precision Kubernetes keeps (it rounds finer CPU up to 1m too).
@@ -48,7 +50,22 @@ pub enum ExprError {
     Negative,
     #[error("value out of range")]
     OutOfRange,
+    #[error("expression is longer than {max} bytes")]
+    TooLong { max: usize },
+    #[error(
+        "expression is nested deeper than {max} levels (parentheses, function calls and unary minus)"
+    )]
+    TooDeep { max: usize },
 }
+
+/// The longest expression accepted, in bytes (a real one is a few dozen). Checked before anything is
+/// parsed, by validation and by evaluation alike, and the CRD's `maxLength` of the fields.
+pub const MAX_EXPRESSION_LENGTH: usize = 1024;
+
+/// The deepest nesting of parentheses, function calls and unary minus accepted. The parser recurses
+/// once per level, so this bounds its stack: an unbounded chain (`((((…` or `- - - …`) would overflow
+/// the stack and abort the process — at validation, and at every injection of a stored object.
+pub const MAX_NESTING_DEPTH: usize = 32;
 
 /// The resource an expression computes: it names the expression's variable and sets the precision
 /// of the result.
@@ -127,9 +144,15 @@ pub fn evaluate(
 }
 
 fn run(expression: &str, variable: &str, value: Value) -> Result<Value, ExprError> {
+    if expression.len() > MAX_EXPRESSION_LENGTH {
+        return Err(ExprError::TooLong {
+            max: MAX_EXPRESSION_LENGTH,
+        });
+    }
     let mut parser = Parser {
         tokens: lex(expression)?,
         pos: 0,
+        depth: 0,
         variable,
         value,
     };
@@ -408,6 +431,8 @@ fn literal(text: &str) -> Result<Value, ExprError> {
 struct Parser<'a> {
     tokens: Vec<Token>,
     pos: usize,
+    /// How many parentheses, calls and unary minuses enclose the current position.
+    depth: usize,
     variable: &'a str,
     value: Value,
 }
@@ -460,6 +485,22 @@ impl Parser<'_> {
         }
     }
 
+    /// Runs `inner` one nesting level deeper, refusing to go past [`MAX_NESTING_DEPTH`].
+    fn nested<T>(
+        &mut self,
+        inner: impl FnOnce(&mut Self) -> Result<T, ExprError>,
+    ) -> Result<T, ExprError> {
+        if self.depth >= MAX_NESTING_DEPTH {
+            return Err(ExprError::TooDeep {
+                max: MAX_NESTING_DEPTH,
+            });
+        }
+        self.depth += 1;
+        let result = inner(self);
+        self.depth -= 1;
+        result
+    }
+
     fn factor(&mut self) -> Result<Value, ExprError> {
         let token = self
             .peek()
@@ -468,18 +509,21 @@ impl Parser<'_> {
         self.pos += 1;
         match token {
             Token::Value(value) => Ok(value),
-            Token::Punct('(') => {
-                let value = self.expr()?;
-                self.expect(')')?;
+            Token::Punct('(') => self.nested(|p| {
+                let value = p.expr()?;
+                p.expect(')')?;
                 Ok(value)
-            }
-            Token::Punct('-') => negate(self.factor()?),
+            }),
+            Token::Punct('-') => negate(self.nested(Self::factor)?),
             Token::Ident(name) if self.eat('(') => {
-                let mut args = vec![self.expr()?];
-                if self.eat(',') {
-                    args.push(self.expr()?);
-                }
-                self.expect(')')?;
+                let args = self.nested(|p| {
+                    let mut args = vec![p.expr()?];
+                    if p.eat(',') {
+                        args.push(p.expr()?);
+                    }
+                    p.expect(')')?;
+                    Ok(args)
+                })?;
                 call(&name, &args)
             }
             Token::Ident(name) if name.eq_ignore_ascii_case(self.variable) => Ok(self.value),
@@ -603,6 +647,59 @@ mod tests {
         for (expr, var) in bad {
             assert!(check(expr, var).is_err(), "{expr} should be rejected");
         }
+    }
+
+    /// Regression (issue 10, defect 1): 1,000 nested parentheses or a long chain of unary minus
+    /// overflowed the recursive parser's stack and aborted the process, at validation and at every
+    /// injection. Now both are refused with an error, and so is an over-long expression.
+    #[test]
+    fn nesting_and_length_are_bounded() {
+        let parens = |depth: usize| format!("{}cpu{}", "(".repeat(depth), ")".repeat(depth));
+        let minuses = |depth: usize| format!("{}cpu", "- ".repeat(depth));
+        let calls = |depth: usize| format!("{}cpu{}", "max(1, ".repeat(depth), ")".repeat(depth));
+        let too_deep = ExprError::TooDeep {
+            max: MAX_NESTING_DEPTH,
+        };
+        for deep in [
+            parens(400),
+            parens(MAX_NESTING_DEPTH + 1),
+            minuses(500),
+            calls(MAX_NESTING_DEPTH + 1),
+        ] {
+            let message = check(&deep, "cpu").expect_err("too deep");
+            assert!(message.contains("nested deeper than 32"), "{message}");
+            assert_eq!(
+                evaluate(&deep, Resource::Cpu, &q("1")),
+                Err(too_deep.clone())
+            );
+        }
+        // A long chain past the length bound is refused before it is parsed.
+        for huge in [parens(1000), parens(100_000), minuses(100_000)] {
+            assert_eq!(
+                evaluate(&huge, Resource::Cpu, &q("1")),
+                Err(ExprError::TooLong {
+                    max: MAX_EXPRESSION_LENGTH
+                })
+            );
+            assert!(check(&huge, "cpu").is_err());
+        }
+        let huge = parens(100_000);
+        assert_eq!(
+            evaluate(&huge, Resource::Cpu, &q("1")),
+            Err(ExprError::TooLong {
+                max: MAX_EXPRESSION_LENGTH
+            })
+        );
+        assert!(check(&huge, "cpu").is_err());
+        // At the bound, still fine.
+        assert_eq!(check(&parens(MAX_NESTING_DEPTH), "cpu"), Ok(()));
+        assert_eq!(
+            evaluate(&calls(MAX_NESTING_DEPTH), Resource::Cpu, &q("2")).map(|v| v.canonical()),
+            Ok("2".to_string())
+        );
+        let longest = format!("cpu{}", " ".repeat(MAX_EXPRESSION_LENGTH - 3));
+        assert_eq!(check(&longest, "cpu"), Ok(()));
+        assert!(check(&format!("{longest} "), "cpu").is_err());
     }
 
     fn q(text: &str) -> Quantity {

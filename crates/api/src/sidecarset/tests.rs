@@ -548,6 +548,31 @@ fn invalid_sidecarsets_name_the_field() {
             ),
             "spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu: Invalid value: \"memory * 2\": invalid expression: undefined variable",
         ),
+        // Issue 10, defect 1: a deep expression aborted the process; now it is refused, naming the field.
+        (
+            with(
+                b(),
+                "/containers/0/resourcesPolicy",
+                json!({"targetContainersMode": "sum", "resourcesExpr": {"limits": {"cpu": format!("{}cpu{}", "(".repeat(400), ")".repeat(400))}}}),
+            ),
+            "spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu: Invalid value: \"((((",
+        ),
+        (
+            with(
+                b(),
+                "/containers/0/resourcesPolicy",
+                json!({"targetContainersMode": "sum", "resourcesExpr": {"requests": {"memory": format!("{}memory", "-".repeat(1000))}}}),
+            ),
+            "spec.containers[0].resourcesPolicy.resourcesExpr.requests.memory: Invalid value: \"------",
+        ),
+        (
+            with(
+                b(),
+                "/containers/0/resourcesPolicy",
+                json!({"targetContainersMode": "sum", "resourcesExpr": {"limits": {"cpu": format!("{}cpu{}", "(".repeat(1000), ")".repeat(1000))}}}),
+            ),
+            "spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu: Too long: may not be more than 1024 bytes",
+        ),
         (
             with(
                 b(),

@@ -202,8 +202,10 @@ pub struct ResourcesExpr {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceExprs {
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = super::resources_expr::MAX_EXPRESSION_LENGTH))]
     pub cpu: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = super::resources_expr::MAX_EXPRESSION_LENGTH))]
     pub memory: String,
 }
 

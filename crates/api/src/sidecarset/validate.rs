@@ -542,12 +542,20 @@ fn validate_resources_policy(
     for (name, exprs) in [("limits", &expr.limits), ("requests", &expr.requests)] {
         let Some(exprs) = exprs else { continue };
         for (resource, text) in [("cpu", &exprs.cpu), ("memory", &exprs.memory)] {
+            let field = expr_path.child(name).child(resource);
             if text.is_empty() {
+                continue;
+            }
+            if text.len() > resources_expr::MAX_EXPRESSION_LENGTH {
+                errors.push(FieldError::too_long(
+                    &field,
+                    resources_expr::MAX_EXPRESSION_LENGTH,
+                ));
                 continue;
             }
             if let Err(message) = resources_expr::check(text, resource) {
                 errors.push(FieldError::invalid(
-                    &expr_path.child(name).child(resource),
+                    &field,
                     text,
                     format!("invalid expression: {message}"),
                 ));
