@@ -92,11 +92,7 @@ pub struct PodCache {
 
 /// The controlling owner reference of a Pod, if any.
 pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.controller == Some(true))
+    kruise_core::ownership::controller_of(&pod.metadata)
 }
 
 fn key_of(pod: &Pod) -> Option<PodKey> {

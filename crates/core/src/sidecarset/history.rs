@@ -179,24 +179,6 @@ pub fn revisions_to_delete<'a>(
     doomed
 }
 
-/// The SidecarSet's revisions among `all` (a store of every revision in the manager's namespace).
-pub fn owned_by<'a>(
-    ss_name: &str,
-    all: impl IntoIterator<Item = &'a ControllerRevision>,
-) -> Vec<ControllerRevision> {
-    all.into_iter()
-        .filter(|r| {
-            r.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_SIDECARSET_NAME))
-                .map(String::as_str)
-                == Some(ss_name)
-        })
-        .cloned()
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,15 +386,5 @@ mod tests {
                 "limit {limit:?} live {live:?}"
             );
         }
-    }
-
-    #[test]
-    fn owned_by_filters_on_the_name_label() {
-        let a = numbered(&sidecarset("logtail:1"), 1);
-        let mut other = sidecarset("logtail:1");
-        other.metadata.name = Some("other".into());
-        let b = numbered(&other, 1);
-        let all = [a.clone(), b];
-        assert_eq!(owned_by("logtail", &all), vec![a]);
     }
 }
