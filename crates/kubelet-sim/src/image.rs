@@ -28,6 +28,24 @@ pub fn image_id(image: &str) -> String {
     format!("{}@sha256:{digest}", repository(&normalized))
 }
 
+/// The registry host of a reference, when it names one (`registry.k8s.io/pause` → `registry.k8s.io`;
+/// `nginx` and `team/app` are Docker Hub's, with no host written).
+pub fn registry_host(image: &str) -> Option<&str> {
+    let (first, _) = image.split_once('/')?;
+    (first.contains('.') || first.contains(':') || first == "localhost").then_some(first)
+}
+
+/// Whether a pull of `image` fails because its registry host does not resolve: a host under the
+/// reserved `.invalid` top-level domain (RFC 6761) or starting with `invalid.`, e.g.
+/// `invalid.registry.k8s.io/app:v1`. Tests use such images for rollouts to an image that cannot be
+/// pulled.
+pub fn unpullable(image: &str) -> bool {
+    registry_host(image).is_some_and(|host| {
+        let host = host.split(':').next().unwrap_or(host);
+        host.starts_with("invalid.") || host.ends_with(".invalid")
+    })
+}
+
 /// The tag of a reference, if any (`nginx:1.19` → `1.19`; a registry port is not a tag).
 pub fn tag(image: &str) -> Option<&str> {
     let without_digest = image.split('@').next().unwrap_or(image);
@@ -51,6 +69,23 @@ fn repository(image: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unpullable_cases() {
+        let cases = [
+            ("nginx:alpine", false),
+            ("team/app:v1", false),
+            ("registry.k8s.io/pause:3.10", false),
+            ("invalid.registry.k8s.io/app:v1", true),
+            ("registry.invalid/app", true),
+            ("registry.invalid:5000/app@sha256:abc", true),
+            ("invalid/app:v1", false),
+            ("localhost:5000/app", false),
+        ];
+        for (image, want) in cases {
+            assert_eq!(unpullable(image), want, "{image}");
+        }
+    }
 
     #[test]
     fn normalize_cases() {

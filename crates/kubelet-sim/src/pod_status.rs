@@ -76,6 +76,82 @@ pub struct PodMemory {
     waiting_until: HashMap<String, Timestamp>,
     /// When the simulator first saw the Pod's deletionTimestamp.
     deletion_seen: Option<Timestamp>,
+    /// Failed pulls of a container whose image cannot be pulled, by container name: how many, and when
+    /// the kubelet tries again (the ImagePullBackOff ends).
+    pull_backoff: HashMap<String, (u32, Timestamp)>,
+}
+
+/// The kubelet's image pull back-off: 10 s, doubling, at most 300 s.
+fn pull_backoff(failures: u32) -> Duration {
+    let seconds = 10u64.saturating_mul(1u64 << failures.saturating_sub(1).min(5));
+    Duration::from_secs(seconds.min(300))
+}
+
+/// A failed pull: the `ErrImagePull` waiting state, as the kubelet reports it, and when to try again.
+fn failed_pull(
+    spec: &Container,
+    last_state: Option<ContainerState>,
+    restart_count: i32,
+    memory: &mut PodMemory,
+    now: Timestamp,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let image = image::normalize(spec.image.as_deref().unwrap_or_default());
+    let host = image::registry_host(&image).unwrap_or_default().to_string();
+    let failures = memory
+        .pull_backoff
+        .get(&spec.name)
+        .map_or(1, |(n, _)| n.saturating_add(1));
+    let retry = after(now, pull_backoff(failures));
+    memory
+        .pull_backoff
+        .insert(spec.name.clone(), (failures, retry));
+    // Show ErrImagePull for a moment, then ImagePullBackOff until the retry.
+    wake.at(after(now, Duration::from_secs(1)));
+    let message = format!(
+        "failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": \
+         dial tcp: lookup {host}: no such host"
+    );
+    waiting(
+        spec,
+        last_state,
+        restart_count,
+        "ErrImagePull",
+        Some(message),
+    )
+}
+
+/// A container waiting on an image that cannot be pulled: `ImagePullBackOff` until the next try, then
+/// another failed pull.
+fn pulling_unpullable(
+    spec: &Container,
+    cur: &ContainerStatus,
+    memory: &mut PodMemory,
+    now: Timestamp,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let retry = memory.pull_backoff.get(&spec.name).map(|(_, at)| *at);
+    match retry {
+        Some(at) if at > now => {
+            wake.at(at);
+            let image = image::normalize(spec.image.as_deref().unwrap_or_default());
+            waiting(
+                spec,
+                cur.last_state.clone(),
+                cur.restart_count,
+                "ImagePullBackOff",
+                Some(format!("Back-off pulling image \"{image}\"")),
+            )
+        }
+        _ => failed_pull(
+            spec,
+            cur.last_state.clone(),
+            cur.restart_count,
+            memory,
+            now,
+            wake,
+        ),
+    }
 }
 
 /// Everything about the node and the moment that a decision needs.
@@ -390,6 +466,10 @@ fn step_container(
         );
     }
 
+    if state.waiting.is_some() && image::unpullable(&spec_image) {
+        return pulling_unpullable(spec, cur, memory, now, wake);
+    }
+
     if state.waiting.is_some() {
         let ends = *memory
             .waiting_until
@@ -471,6 +551,10 @@ fn start(
     wake: &mut Wake,
 ) -> ContainerStatus {
     let image = image::normalize(spec.image.as_deref().unwrap_or_default());
+    memory.pull_backoff.remove(&spec.name);
+    if image::unpullable(&image) {
+        return failed_pull(spec, last_state, restart_count, memory, input.now, wake);
+    }
     let pull = if input.node_images.contains(&image) {
         Duration::ZERO
     } else {

@@ -525,3 +525,77 @@ fn host_network_uses_node_ip() {
     world.step();
     assert_eq!(world.status().pod_ip.as_deref(), Some("172.18.0.2"));
 }
+
+fn waiting_reason(status: &ContainerStatus) -> Option<String> {
+    status
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone())
+}
+
+#[test]
+fn unpullable_image_err_image_pull_then_back_off() {
+    let mut world = World::new(pod_with(vec![container("app", "nginx:alpine")], &[]));
+    world.settle();
+    let before = world.container("app");
+    world.set_image("app", "invalid.registry.k8s.io/app:v2");
+
+    // The in-place update stops the old container and fails to pull the new image.
+    let plan = world.step();
+    let app = world.container("app");
+    assert_eq!(waiting_reason(&app).as_deref(), Some("ErrImagePull"));
+    assert!(
+        app.state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.message.as_deref())
+            .is_some_and(|m| m.contains("lookup invalid.registry.k8s.io: no such host"))
+    );
+    assert_eq!(app.restart_count, before.restart_count + 1);
+    assert!(!app.ready);
+    assert_eq!(app.image_id, "", "nothing runs: no imageID");
+    assert_eq!(world.condition("Ready").status, "False");
+
+    // Then ImagePullBackOff until the next try, 10 s after the first failure, then 20 s, …
+    world.advance(plan.requeue.expect("requeued").as_millis() as u64);
+    let plan = world.step();
+    assert_eq!(
+        waiting_reason(&world.container("app")).as_deref(),
+        Some("ImagePullBackOff")
+    );
+    let mut reasons = Vec::new();
+    let mut waited = Duration::ZERO;
+    let mut next = plan.requeue;
+    while let Some(wait) = next
+        && waited < Duration::from_secs(40)
+    {
+        world.advance(wait.as_millis() as u64);
+        waited += wait;
+        next = world.step().requeue;
+        reasons.push(waiting_reason(&world.container("app")).unwrap_or_default());
+    }
+    assert!(reasons.iter().any(|r| r == "ErrImagePull"), "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r == "ErrImagePull" || r == "ImagePullBackOff")
+    );
+    assert_eq!(
+        world.container("app").restart_count,
+        before.restart_count + 1
+    );
+
+    // A pullable image again: the container runs.
+    world.set_image("app", "nginx:1.19.1");
+    world.settle();
+    let app = world.container("app");
+    assert!(app.ready);
+    assert_eq!(app.image, "nginx:1.19.1");
+}
+
+#[test]
+fn pull_back_off_doubles_to_five_minutes() {
+    let waits: Vec<u64> = (1..=7).map(|n| pull_backoff(n).as_secs()).collect();
+    assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300]);
+}
