@@ -1616,3 +1616,55 @@ async fn resources_change_resizes_pods_in_place() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A label read by a downward-API env var changes: OpenKruise restarts the container in place through
+/// its node daemon; kruise-rs has none, so InPlaceIfPossible recreates the Pod and says why in the
+/// recreate Event.
+#[tokio::test]
+async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("cs-envmeta").await?;
+    ns.run(async {
+        let mut doc = cloneset("envmeta", 2, IMAGE_A, in_place(json!(1), 0));
+        doc["spec"]["template"]["metadata"]["labels"]["tier"] = json!("gold");
+        doc["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{
+            "name": "TIER",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['tier']"}}
+        }]);
+        apply(&ns, &doc).await?;
+        let (_, before) = wait_converged(&ns, "envmeta", 2, TIMEOUT).await?;
+        let monitor = start_monitor(&ns, "envmeta", 2, 1, 0).await?;
+        merge_patch(
+            &ns,
+            "cloneset",
+            "envmeta",
+            &json!({"spec": {"template": {"metadata": {"labels": {"tier": "silver"}}}}}),
+        )
+        .await?;
+        let (_, after) = monitor_converged(&monitor, &ns, "envmeta", 2, TIMEOUT).await?;
+        monitor.finish().await?;
+        ensure!(
+            uids(&before).is_disjoint(&uids(&after)),
+            "the Pods must be recreated"
+        );
+        ensure!(
+            after.iter().all(|p| label(p, "tier") == Some("silver")),
+            "{}",
+            describe(&after)
+        );
+        wait_events(
+            &ns,
+            "envmeta",
+            "SuccessfulUpdatePodReCreate",
+            &before
+                .iter()
+                .map(name)
+                .chain(["env from metadata changed (container nginx reads metadata.labels['tier']); kruise-rs has no node agent".to_string()])
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}

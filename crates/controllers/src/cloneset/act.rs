@@ -347,7 +347,14 @@ impl Actor<'_> {
     }
 
     /// Labels the Pod `apps.kruise.io/specified-delete: "true"`; the scale step replaces it.
-    pub async fn recreate(&self, pod: &Pod, revision: &str) -> Result<Outcome, Error> {
+    /// Marks a Pod for recreation at `revision`; `not_in_place` says why the in-place update the
+    /// policy asked for could not be done, and is appended to the Event (upstream's text first).
+    pub async fn recreate(
+        &self,
+        pod: &Pod,
+        revision: &str,
+        not_in_place: Option<&str>,
+    ) -> Result<Outcome, Error> {
         let name = name_of(pod).to_owned();
         if kruise_core::pods::is_specified_delete(pod) {
             return Ok(Outcome::default());
@@ -359,7 +366,12 @@ impl Actor<'_> {
                 self.pod_event(
                     EventType::Normal,
                     "SuccessfulUpdatePodReCreate",
-                    format!("successfully patch pod {name} specified-delete for update(revision {revision})"),
+                    format!(
+                        "successfully patch pod {name} specified-delete for update(revision {revision}){}",
+                        not_in_place
+                            .map(|why| format!(", not in place: {why}; Pod recreated"))
+                            .unwrap_or_default()
+                    ),
                 Some(&name),
                 )
                 .await;

@@ -302,7 +302,12 @@ pub enum UpdateAction {
     /// Update in place (drain, wait, resize, patch: [`inplace::next_step`]).
     InPlace { pod: usize, plan: InPlacePlan },
     /// Mark the Pod for deletion; the scale step replaces it.
-    Recreate { pod: usize },
+    Recreate {
+        pod: usize,
+        /// Why the Pod is not updated in place, when the policy asked for in place
+        /// (InPlaceIfPossible): said in the Pod's recreate Event.
+        not_in_place: Option<String>,
+    },
     /// InPlaceOnly and the change cannot be made in place.
     Refuse { pod: usize, message: String },
 }
@@ -416,7 +421,14 @@ pub fn update_step(s: &Snapshot<'_>) -> Result<UpdateStep, InvalidSetting> {
                     ),
                 });
             }
-            _ => actions.push(UpdateAction::Recreate { pod: i }),
+            Some(inplace::Plan::NotInPlace(reason)) => actions.push(UpdateAction::Recreate {
+                pod: i,
+                not_in_place: Some(reason.to_string()),
+            }),
+            _ => actions.push(UpdateAction::Recreate {
+                pod: i,
+                not_in_place: None,
+            }),
         }
     }
 

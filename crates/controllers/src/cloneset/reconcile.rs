@@ -738,7 +738,11 @@ async fn update(
                 UpdateAction::InPlace { pod, plan } => {
                     actor.update_in_place(&s.pods[*pod], plan, target).await
                 }
-                UpdateAction::Recreate { pod } => actor.recreate(&s.pods[*pod], target).await,
+                UpdateAction::Recreate { pod, not_in_place } => {
+                    actor
+                        .recreate(&s.pods[*pod], target, not_in_place.as_deref())
+                        .await
+                }
                 UpdateAction::Refuse { .. } => Ok(Outcome::default()),
             }
         }));

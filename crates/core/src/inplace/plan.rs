@@ -84,7 +84,8 @@ impl fmt::Display for NotInPlace {
             }
             Self::EnvFromMetadata { container, key } => write!(
                 f,
-                "container {container} reads changed metadata {key} through its env"
+                "env from metadata changed (container {container} reads {key}); kruise-rs has no node \
+                 agent to restart a container in place for it"
             ),
             Self::ContainerNotInPod(name) => write!(f, "container {name} is not in the Pod"),
             Self::Encode(e) => write!(f, "cannot encode template: {e}"),

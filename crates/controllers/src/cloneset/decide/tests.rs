@@ -406,7 +406,7 @@ fn actions(step: &UpdateStep) -> Vec<String> {
             UpdateAction::InPlace { pod, plan } => {
                 format!("inplace {pod} {:?}", plan.images.get("main"))
             }
-            UpdateAction::Recreate { pod } => format!("recreate {pod}"),
+            UpdateAction::Recreate { pod, .. } => format!("recreate {pod}"),
             UpdateAction::Refuse { pod, .. } => format!("refuse {pod}"),
         })
         .collect()
@@ -719,7 +719,7 @@ mod rollout {
                                     let name = pods[*i].metadata.name.clone().unwrap_or_default();
                                     pods[*i] = pod(&name, &step.target, false);
                                 }
-                                UpdateAction::Recreate { pod: i } => {
+                                UpdateAction::Recreate { pod: i, .. } => {
                                     pods[*i] = with_label(pods[*i].clone(), keys::LABEL_SPECIFIED_DELETE, "true");
                                 }
                                 other => prop_assert!(false, "unexpected {other:?}"),
