@@ -1619,7 +1619,7 @@ async fn resources_change_resizes_pods_in_place() -> anyhow::Result<()> {
 
 /// A label read by a downward-API env var changes: OpenKruise restarts the container in place through
 /// its node daemon; kruise-rs has none, so InPlaceIfPossible recreates the Pod and says why in the
-/// recreate Event.
+/// `RecreatePodNotInPlace` Event (OpenKruise's `SuccessfulUpdatePodReCreate` keeps its text).
 #[tokio::test]
 async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()> {
     let bed = testbed();
@@ -1653,13 +1653,15 @@ async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()>
             "{}",
             describe(&after)
         );
+        let recreated: Vec<String> = before.iter().map(name).collect();
+        wait_events(&ns, "envmeta", "SuccessfulUpdatePodReCreate", &recreated).await?;
         wait_events(
             &ns,
             "envmeta",
-            "SuccessfulUpdatePodReCreate",
-            &before
+            "RecreatePodNotInPlace",
+            &recreated
                 .iter()
-                .map(name)
+                .cloned()
                 .chain(["env from metadata changed (container nginx reads metadata.labels['tier']); kruise-rs has no node agent".to_string()])
                 .collect::<Vec<_>>(),
         )

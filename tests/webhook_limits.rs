@@ -6,10 +6,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use k8s_openapi::api::core::v1::Pod;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_e2e::cloneset_kit::{CONTAINER, cloneset, merge_patch, wait_converged};
+use kruise_e2e::cloneset_kit::{cloneset, merge_patch, spec_image, wait_converged};
 use kruise_testkit::manager::http_get;
 use kruise_testkit::testbed;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -54,9 +53,9 @@ async fn a_cloneset_over_one_mib_is_created_updated_and_scaled() -> anyhow::Resu
             .context("scaling the 1.2 MiB CloneSet")?;
         let (cs, pods) = wait_converged(&ns, "big", 2, TIMEOUT).await?;
         for pod in &pods {
-            let image = image_of(pod);
+            let image = spec_image(pod);
             ensure!(
-                image == Some("nginx:1.19.1"),
+                image.as_deref() == Some("nginx:1.19.1"),
                 "{:?} runs {image:?}",
                 pod.metadata.name
             );
@@ -70,16 +69,6 @@ async fn a_cloneset_over_one_mib_is_created_updated_and_scaled() -> anyhow::Resu
         Ok(())
     })
     .await
-}
-
-fn image_of(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == CONTAINER)?
-        .image
-        .as_deref()
 }
 
 #[tokio::test]

@@ -625,10 +625,9 @@ impl LeaderTerm {
         let _ = (&mut self.done).await;
     }
 
-    fn stop(mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+    /// Ends the term: its runtime is shut down, dropping every task it spawned.
+    fn stop(self) {
+        drop(self);
     }
 }
 

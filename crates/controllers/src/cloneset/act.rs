@@ -348,7 +348,7 @@ impl Actor<'_> {
 
     /// Labels the Pod `apps.kruise.io/specified-delete: "true"`; the scale step replaces it.
     /// Marks a Pod for recreation at `revision`; `not_in_place` says why the in-place update the
-    /// policy asked for could not be done, and is appended to the Event (upstream's text first).
+    /// policy asked for could not be done, said in a `RecreatePodNotInPlace` Event.
     pub async fn recreate(
         &self,
         pod: &Pod,
@@ -366,15 +366,21 @@ impl Actor<'_> {
                 self.pod_event(
                     EventType::Normal,
                     "SuccessfulUpdatePodReCreate",
-                    format!(
-                        "successfully patch pod {name} specified-delete for update(revision {revision}){}",
-                        not_in_place
-                            .map(|why| format!(", not in place: {why}; Pod recreated"))
-                            .unwrap_or_default()
-                    ),
+                    format!("successfully patch pod {name} specified-delete for update(revision {revision})"),
                 Some(&name),
                 )
                 .await;
+                // OpenKruise's Event above keeps its exact text; why the update is not in place
+                // is a kruise-rs Event of its own.
+                if let Some(why) = not_in_place {
+                    self.pod_event(
+                        EventType::Normal,
+                        "RecreatePodNotInPlace",
+                        format!("pod {name} cannot be updated in place and is recreated: {why}"),
+                        Some(&name),
+                    )
+                    .await;
+                }
                 Ok(Outcome {
                     modified: true,
                     after: None,

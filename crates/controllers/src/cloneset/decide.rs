@@ -305,7 +305,7 @@ pub enum UpdateAction {
     Recreate {
         pod: usize,
         /// Why the Pod is not updated in place, when the policy asked for in place
-        /// (InPlaceIfPossible): said in the Pod's recreate Event.
+        /// (InPlaceIfPossible): said in a `RecreatePodNotInPlace` Event.
         not_in_place: Option<String>,
     },
     /// InPlaceOnly and the change cannot be made in place.
