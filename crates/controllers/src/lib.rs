@@ -9,5 +9,6 @@ pub mod error;
 pub mod history;
 pub mod metrics;
 pub mod parallel;
+pub mod podcontrol;
 pub mod sidecarset;
 pub mod status_patch;

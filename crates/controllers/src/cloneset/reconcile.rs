@@ -34,6 +34,7 @@ use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, KubeContext, newpod};
 use crate::claim::{Recheck, claim_each};
+use crate::podcontrol::Write;
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -111,12 +112,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let now = Timestamp::now();
-    let actor = Actor {
-        ctx,
-        cs,
-        key: key.clone(),
-        now,
-    };
+    let actor = Actor::new(ctx, cs, key.clone(), now);
 
     // Pods: owned ones whose labels still match, plus orphans the selector claims; an owned Pod
     // relabelled out of the selector is released (and replaced by the scale step).
@@ -764,10 +760,6 @@ async fn update(
     }
     Ok(outcome)
 }
-
-/// One Pod write of a reconcile.
-type Write<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, Error>> + Send + 'a>>;
 
 async fn write_status(
     ctx: &Context,

@@ -1,0 +1,495 @@
+//! Pod control shared by every workload controller (Kubernetes' "pod control" beside each
+//! controller's own logic): create, delete, lifecycle moves, in-place updates. Every Pod change is a
+//! patch, guarded by the Pod's resourceVersion or uid where a race would be unsafe; every write
+//! raises an expectation that the owner's next reconcile waits for, is counted in the metrics, and
+//! is told in an Event on the owner with OpenKruise's reasons.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use kruise_api::pub_types::LifecycleHook;
+use kruise_core::expectations::{Expectation, Expectations};
+use kruise_core::inplace::{self, InPlacePlan, Step, Target};
+use kruise_core::lifecycle;
+use kruise_core::pods::LifecycleState;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::error::{Error, KubeContext, is_race};
+use crate::metrics::Metrics;
+
+/// What a write did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Something was written.
+    pub modified: bool,
+    /// Look again after this long (a grace period is running).
+    pub after: Option<Duration>,
+}
+
+impl Outcome {
+    pub const MODIFIED: Outcome = Outcome {
+        modified: true,
+        after: None,
+    };
+
+    pub fn merge(&mut self, other: Outcome) {
+        self.modified |= other.modified;
+        self.after = match (self.after, other.after) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// One Pod write of a reconcile, to be run with others in [`crate::parallel::in_parallel`].
+pub type Write<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, Error>> + Send + 'a>>;
+
+/// The writes of one reconcile of one owner (a CloneSet, a StatefulSet, …) to its Pods.
+pub struct PodControl<'a> {
+    pub client: &'a Client,
+    /// The owner's namespace: its Pods live there.
+    pub namespace: &'a str,
+    /// The owner, for Events.
+    pub owner: ObjectReference,
+    /// The owner's key in `expectations`.
+    pub key: String,
+    pub expectations: &'a Mutex<Expectations>,
+    pub recorder: &'a Recorder,
+    pub metrics: &'a Metrics,
+    /// The controller's name in metrics.
+    pub controller: &'static str,
+    pub now: Timestamp,
+}
+
+pub fn name_of(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+impl PodControl<'_> {
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), self.namespace)
+    }
+
+    pub fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), self.namespace)
+    }
+
+    /// Remembers a write until the cache shows it.
+    pub fn expect(&self, expectation: Expectation) {
+        if let Ok(mut ex) = self.expectations.lock() {
+            ex.expect(&self.key, expectation, Instant::now());
+        }
+    }
+
+    pub fn withdraw(&self, expectation: &Expectation) {
+        if let Ok(mut ex) = self.expectations.lock() {
+            ex.withdraw(&self.key, expectation);
+        }
+    }
+
+    /// Expects the cache to show this Pod at least at this resourceVersion.
+    pub fn observe(&self, pod: &Pod) {
+        if let (Some(name), Some(rv)) = (&pod.metadata.name, &pod.metadata.resource_version) {
+            self.expect(Expectation::observed("Pod", name.clone(), rv.clone()));
+        }
+    }
+
+    /// Publishes an Event on the owner; failures are logged, never fatal.
+    pub async fn event(&self, type_: EventType, reason: &str, note: String) {
+        self.pod_event(type_, reason, note, None).await;
+    }
+
+    /// An Event on the owner about one of its Pods. The Pod is the event's related object, which
+    /// also keeps the recorder from folding events about different Pods into one series.
+    pub async fn pod_event(&self, type_: EventType, reason: &str, note: String, pod: Option<&str>) {
+        let secondary = pod.map(|name| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.to_owned()),
+            namespace: Some(self.namespace.to_owned()),
+            ..Default::default()
+        });
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary,
+        };
+        if let Err(error) = self.recorder.publish(&event, &self.owner).await {
+            tracing::warn!(%error, reason, "publishing an event");
+        }
+    }
+
+    pub fn count(&self, operation: &str, ok: bool) {
+        self.metrics.pod_operation(self.controller, operation, ok);
+    }
+
+    /// A JSON merge patch of the Pod.
+    pub async fn merge_patch(
+        &self,
+        pod: &Pod,
+        patch: serde_json::Value,
+    ) -> Result<Pod, kube::Error> {
+        let patched = self
+            .pods()
+            .patch(name_of(pod), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.observe(&patched);
+        Ok(patched)
+    }
+
+    /// A JSON patch of the Pod's status (its ops carry their own resourceVersion test).
+    pub async fn status_patch(
+        &self,
+        pod: &Pod,
+        patch: json_patch::Patch,
+    ) -> Result<Pod, kube::Error> {
+        let patched = self
+            .pods()
+            .patch_status(
+                name_of(pod),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await?;
+        self.observe(&patched);
+        Ok(patched)
+    }
+
+    /// Moves a Pod to a lifecycle state; with `mark_not_ready` also sets `KruisePodReady` False
+    /// (or True when leaving the hooked states), so the Pod leaves Service endpoints while a hook
+    /// works on it.
+    pub async fn set_lifecycle(
+        &self,
+        pod: &Pod,
+        state: LifecycleState,
+        mark_not_ready: bool,
+    ) -> Result<Outcome, Error> {
+        let mut pod = pod.clone();
+        let mut outcome = Outcome::default();
+        if mark_not_ready {
+            let (status, reason) = match state {
+                LifecycleState::PreparingDelete | LifecycleState::PreparingUpdate => {
+                    ("False", "LifecycleHook")
+                }
+                _ => ("True", ""),
+            };
+            let patch = inplace::condition_patch(
+                &pod,
+                keys::CONDITION_KRUISE_POD_READY,
+                status,
+                reason,
+                self.now,
+            )
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+            if let Some(patch) = patch {
+                pod = self
+                    .status_patch(&pod, patch)
+                    .await
+                    .context(|| format!("marking Pod {} not ready", name_of(&pod)))?;
+                outcome.modified = true;
+            }
+        }
+        if kruise_core::pods::lifecycle_state(&pod) == state {
+            return Ok(outcome);
+        }
+        let Some(patch) = lifecycle::state_patch(state, self.now) else {
+            return Ok(outcome);
+        };
+        self.merge_patch(&pod, patch)
+            .await
+            .context(|| format!("moving Pod {} to {state:?}", name_of(&pod)))?;
+        outcome.modified = true;
+        Ok(outcome)
+    }
+
+    /// PreparingUpdate again for a Pod updated before: the inPlaceUpdate `hook`'s labels and
+    /// finalizers go back on, guarded by the resourceVersion.
+    pub async fn readd_hook(
+        &self,
+        pod: &Pod,
+        hook: Option<&LifecycleHook>,
+        mark_not_ready: bool,
+    ) -> Result<Outcome, Error> {
+        let Some(hook) = hook else {
+            return self
+                .set_lifecycle(pod, LifecycleState::PreparingUpdate, mark_not_ready)
+                .await;
+        };
+        let mut finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
+        for f in &hook.finalizers_handler {
+            if !finalizers.contains(f) {
+                finalizers.push(f.clone());
+            }
+        }
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": pod.metadata.resource_version,
+                "labels": hook.labels_handler,
+                "finalizers": finalizers,
+            }
+        });
+        let patched = self
+            .merge_patch(pod, patch)
+            .await
+            .context(|| format!("re-adding the inPlaceUpdate hook to Pod {}", name_of(pod)))?;
+        let mut outcome = self
+            .set_lifecycle(&patched, LifecycleState::PreparingUpdate, mark_not_ready)
+            .await?;
+        outcome.modified = true;
+        Ok(outcome)
+    }
+
+    /// Creates the claims that do not exist yet (a 409 is a claim that does); on a failure, a
+    /// `FailedCreate` Event and false.
+    pub async fn create_claims(&self, pvcs: Vec<PersistentVolumeClaim>) -> bool {
+        for pvc in pvcs {
+            let name = pvc.metadata.name.clone().unwrap_or_default();
+            match self.pvcs().create(&PostParams::default(), &pvc).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => {
+                    self.event(
+                        EventType::Warning,
+                        "FailedCreate",
+                        format!("failed to create pvc {name}: {error}"),
+                    )
+                    .await;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Creates the Pod (its PVCs first). Returns whether it was created.
+    pub async fn create_pod(&self, pod: Pod, pvcs: Vec<PersistentVolumeClaim>) -> bool {
+        if !self.create_claims(pvcs).await {
+            return false;
+        }
+        let name = name_of(&pod).to_owned();
+        let expectation = Expectation::exists("Pod", name.clone());
+        self.expect(expectation.clone());
+        match self.pods().create(&PostParams::default(), &pod).await {
+            Ok(_) => {
+                self.count("create", true);
+                self.pod_event(
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    format!("succeed to create pod {name}"),
+                    Some(&name),
+                )
+                .await;
+                true
+            }
+            Err(error) => {
+                self.withdraw(&expectation);
+                self.count("create", false);
+                self.pod_event(
+                    EventType::Warning,
+                    "FailedCreate",
+                    format!("failed to create pod {name}: {error}"),
+                    Some(&name),
+                )
+                .await;
+                false
+            }
+        }
+    }
+
+    /// Deletes the Pod (only the exact Pod seen: a uid precondition). A Pod already gone is not an
+    /// error.
+    pub async fn delete_pod(&self, pod: &Pod) -> Result<(), Error> {
+        let name = name_of(pod).to_owned();
+        let expectation = Expectation::gone("Pod", name.clone(), pod.metadata.uid.clone());
+        self.expect(expectation.clone());
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        if let Err(error) = self.pods().delete(&name, &params).await {
+            self.withdraw(&expectation);
+            if is_race(&error) {
+                return Ok(());
+            }
+            self.count("delete", false);
+            self.pod_event(
+                EventType::Warning,
+                "FailedDelete",
+                format!("failed to delete pod {name}: {error}"),
+                Some(&name),
+            )
+            .await;
+            return Err(Error::Kube {
+                context: format!("deleting Pod {name}"),
+                source: error,
+            });
+        }
+        self.count("delete", true);
+        self.pod_event(
+            EventType::Normal,
+            "SuccessfulDelete",
+            format!("succeed to delete pod {name}"),
+            Some(&name),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Advances the in-place update of one Pod by as many steps as can be taken now: drain
+    /// (`InPlaceUpdateReady=False`), wait out `grace` seconds, resize, then patch images and
+    /// metadata. Each patch is guarded by the resourceVersion it was decided on; a conflict ends
+    /// this attempt without error and the next reconcile decides again on the fresh Pod.
+    pub async fn update_in_place(
+        &self,
+        pod: &Pod,
+        plan: &InPlacePlan,
+        revision_labels: &BTreeMap<String, String>,
+        revision: &str,
+        grace: i32,
+    ) -> Result<Outcome, Error> {
+        let name = name_of(pod).to_owned();
+        let target = Target {
+            revision,
+            revision_labels,
+        };
+        let mut pod = pod.clone();
+        let mut outcome = Outcome::default();
+        // At most: drain, resize, apply.
+        for _ in 0..4 {
+            let step = inplace::next_step(&pod, plan, &target, grace, self.now)
+                .map_err(|e| Error::Invalid(format!("Pod {name}: {e}")))?;
+            let result = match step {
+                Step::Wait(after) => {
+                    outcome.after = Some(after);
+                    return Ok(outcome);
+                }
+                Step::MarkUnready(patch) => {
+                    let result = self.status_patch(&pod, patch).await;
+                    if result.is_ok() {
+                        outcome.modified = true;
+                        // The grace period runs from now; with none, go straight on.
+                        if grace > 0 {
+                            outcome.after = Some(Duration::from_secs(grace.max(0) as u64));
+                            return Ok(outcome);
+                        }
+                    }
+                    result
+                }
+                Step::Resize(patch) => {
+                    let result = self
+                        .pods()
+                        .patch_subresource(
+                            "resize",
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::<()>::Json(patch),
+                        )
+                        .await;
+                    self.count("resize", result.is_ok());
+                    if let Ok(p) = &result {
+                        self.observe(p);
+                        outcome.modified = true;
+                    }
+                    result
+                }
+                Step::Apply(patch) => {
+                    let result = self
+                        .pods()
+                        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                        .await;
+                    self.count("update_in_place", result.is_ok());
+                    match &result {
+                        Ok(p) => {
+                            self.observe(p);
+                            self.pod_event(
+                                EventType::Normal,
+                                "SuccessfulUpdatePodInPlace",
+                                format!(
+                                    "successfully update pod {name} in-place(revision {revision})"
+                                ),
+                                Some(&name),
+                            )
+                            .await;
+                            outcome.modified = true;
+                            return Ok(outcome);
+                        }
+                        Err(error) if !is_race(error) => {
+                            self.pod_event(
+                                EventType::Warning,
+                                "FailedUpdatePodInPlace",
+                                format!("failed to update pod {name} in-place(revision {revision}): {error}"),
+                                Some(&name),
+                            )
+                            .await;
+                        }
+                        Err(_) => {}
+                    }
+                    result
+                }
+            };
+            match result {
+                Ok(p) => pod = p,
+                Err(error) if is_race(&error) => {
+                    tracing::debug!(pod = %name, %error, "pod changed under an in-place update; deciding again");
+                    outcome.after = Some(Duration::from_secs(1));
+                    return Ok(outcome);
+                }
+                Err(error) => {
+                    return Err(Error::Kube {
+                        context: format!("updating Pod {name} in place"),
+                        source: error,
+                    });
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Sets `InPlaceUpdateReady=True` on a Pod whose update has completed.
+    pub async fn mark_in_place_ready(&self, pod: &Pod) -> Result<Outcome, Error> {
+        let Some(patch) = inplace::mark_ready_patch(pod, self.now)
+            .map_err(|e| Error::Invalid(format!("Pod {}: {e}", name_of(pod))))?
+        else {
+            return Ok(Outcome::default());
+        };
+        match self.status_patch(pod, patch).await {
+            Ok(_) => Ok(Outcome::MODIFIED),
+            Err(error) if is_race(&error) => Ok(Outcome::default()),
+            Err(error) => Err(Error::Kube {
+                context: format!("marking Pod {} InPlaceUpdateReady", name_of(pod)),
+                source: error,
+            }),
+        }
+    }
+
+    /// Merges labels into a Pod (a missing template hash, a revision label); a Pod changed or gone
+    /// meanwhile is left for the next reconcile.
+    pub async fn add_labels(
+        &self,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Outcome, Error> {
+        let patch = json!({"metadata": {"labels": labels}});
+        match self.merge_patch(pod, patch).await {
+            Ok(_) => Ok(Outcome::MODIFIED),
+            Err(error) if is_race(&error) => Ok(Outcome::default()),
+            Err(error) => Err(Error::Kube {
+                context: format!("labelling Pod {}", name_of(pod)),
+                source: error,
+            }),
+        }
+    }
+}
