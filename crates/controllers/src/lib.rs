@@ -11,4 +11,5 @@ pub mod metrics;
 pub mod parallel;
 pub mod podcontrol;
 pub mod sidecarset;
+pub mod statefulset;
 pub mod status_patch;

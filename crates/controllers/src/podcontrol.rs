@@ -67,6 +67,78 @@ pub struct PodControl<'a> {
     /// The controller's name in metrics.
     pub controller: &'static str,
     pub now: Timestamp,
+    /// How create and delete Events are worded.
+    pub wording: Wording,
+}
+
+/// The wording of create/delete Events: CloneSet's, or the StatefulSet controller's (which
+/// OpenKruise's Advanced StatefulSet inherits from Kubernetes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wording {
+    /// `succeed to create pod P`.
+    Kruise,
+    /// `create Pod P in StatefulSet S successful`.
+    StatefulSet,
+}
+
+impl PodControl<'_> {
+    fn said(&self, verb: &str, pod: &str, error: Option<&kube::Error>) -> String {
+        let owner = self.owner.name.as_deref().unwrap_or_default();
+        match (self.wording, error) {
+            (Wording::Kruise, None) => format!("succeed to {verb} pod {pod}"),
+            (Wording::Kruise, Some(e)) => format!("failed to {verb} pod {pod}: {e}"),
+            (Wording::StatefulSet, None) => {
+                format!("{verb} Pod {pod} in StatefulSet {owner} successful")
+            }
+            (Wording::StatefulSet, Some(e)) => {
+                format!("{verb} Pod {pod} in StatefulSet {owner} failed error: {e}")
+            }
+        }
+    }
+}
+
+/// Checks the expectations of `key` against the caches: `Err(wait)` while a write is still
+/// unobserved (look again after `wait`). Expired expectations are counted and logged, not waited on.
+pub fn expectations_met(
+    expectations: &Mutex<Expectations>,
+    key: &str,
+    namespace: &str,
+    pods: &crate::cache::PodCache,
+    revisions: &kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
+    metrics: &Metrics,
+    controller: &str,
+) -> Result<(), Duration> {
+    use kruise_core::expectations::CachedState;
+    use kube::runtime::reflector::ObjectRef;
+    let now = Instant::now();
+    let check = {
+        let Ok(mut ex) = expectations.lock() else {
+            return Ok(());
+        };
+        ex.check(key, now, |e| match e.kind {
+            "Pod" => {
+                let pod = pods.get(namespace, &e.name);
+                e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
+            }
+            "ControllerRevision" => {
+                let rev = revisions.get(&ObjectRef::new(&e.name).within(namespace));
+                e.satisfied_by(rev.as_deref().map(|r| CachedState::of(&r.metadata)))
+            }
+            _ => true,
+        })
+    };
+    if !check.expired.is_empty() {
+        metrics.expired(controller, check.expired.len());
+        tracing::warn!(owner = key, controller, expired = ?check.expired, "expectations expired unobserved; carrying on");
+    }
+    if check.satisfied() {
+        return Ok(());
+    }
+    let wait = check
+        .next_deadline
+        .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now))
+        .min(Duration::from_secs(5));
+    Err(wait)
 }
 
 pub fn name_of(pod: &Pod) -> &str {
@@ -285,7 +357,7 @@ impl PodControl<'_> {
                 self.pod_event(
                     EventType::Normal,
                     "SuccessfulCreate",
-                    format!("succeed to create pod {name}"),
+                    self.said("create", &name, None),
                     Some(&name),
                 )
                 .await;
@@ -297,7 +369,7 @@ impl PodControl<'_> {
                 self.pod_event(
                     EventType::Warning,
                     "FailedCreate",
-                    format!("failed to create pod {name}: {error}"),
+                    self.said("create", &name, Some(&error)),
                     Some(&name),
                 )
                 .await;
@@ -328,7 +400,7 @@ impl PodControl<'_> {
             self.pod_event(
                 EventType::Warning,
                 "FailedDelete",
-                format!("failed to delete pod {name}: {error}"),
+                self.said("delete", &name, Some(&error)),
                 Some(&name),
             )
             .await;
@@ -341,7 +413,7 @@ impl PodControl<'_> {
         self.pod_event(
             EventType::Normal,
             "SuccessfulDelete",
-            format!("succeed to delete pod {name}"),
+            self.said("delete", &name, None),
             Some(&name),
         )
         .await;

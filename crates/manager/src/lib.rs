@@ -707,6 +707,16 @@ async fn run_controllers(
             namespace: args.namespace.clone(),
         },
     );
+    let statefulset = kruise_controllers::statefulset::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::statefulset::Config {
+            workers: args.statefulset_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            resize: true,
+        },
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         pods,
@@ -727,10 +737,11 @@ async fn run_controllers(
     );
     tracing::info!(
         cloneset_workers = args.cloneset_workers,
+        statefulset_workers = args.statefulset_workers,
         sidecarset_workers = args.sidecarset_workers,
         "controllers started"
     );
-    tokio::join!(cache, cloneset, sidecarset);
+    tokio::join!(cache, cloneset, statefulset, sidecarset);
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::newpod;
 use super::{CONTROLLER, Context, Error};
-use crate::podcontrol::{PodControl, name_of};
+use crate::podcontrol::{PodControl, Wording, name_of};
 
 pub use crate::error::is_race;
 pub use crate::podcontrol::Outcome;
@@ -42,6 +42,7 @@ impl<'a> Actor<'a> {
                 metrics: &ctx.metrics,
                 controller: CONTROLLER,
                 now,
+                wording: Wording::Kruise,
             },
         }
     }

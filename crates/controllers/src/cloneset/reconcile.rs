@@ -15,7 +15,7 @@ use kruise_api::cloneset::v1beta1::{
     CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, CloneSet, CloneSetStatus,
 };
 use kruise_api::validation::selector_matches;
-use kruise_core::expectations::{CachedState, Expectation};
+use kruise_core::expectations::Expectation;
 use kruise_core::ownership::{Claimant, usable_selector};
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
@@ -24,7 +24,6 @@ use kruise_core::revision::{
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use rand::Rng;
 use serde_json::json;
@@ -52,37 +51,15 @@ pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Ac
 
 /// Checks the expectations of this CloneSet against the caches.
 fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Duration> {
-    let now = Instant::now();
-    let check = {
-        let Ok(mut ex) = ctx.expectations.lock() else {
-            return Ok(());
-        };
-        ex.check(key, now, |e| match e.kind {
-            "Pod" => {
-                let pod = ctx.pods.get(namespace, &e.name);
-                e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
-            }
-            "ControllerRevision" => {
-                let rev = ctx
-                    .revisions
-                    .get(&ObjectRef::new(&e.name).within(namespace));
-                e.satisfied_by(rev.as_deref().map(|r| CachedState::of(&r.metadata)))
-            }
-            _ => true,
-        })
-    };
-    if !check.expired.is_empty() {
-        ctx.metrics.expired(CONTROLLER, check.expired.len());
-        tracing::warn!(cloneset = key, expired = ?check.expired, "expectations expired unobserved; carrying on");
-    }
-    if check.satisfied() {
-        return Ok(());
-    }
-    let wait = check
-        .next_deadline
-        .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now))
-        .min(Duration::from_secs(5));
-    Err(wait)
+    crate::podcontrol::expectations_met(
+        &ctx.expectations,
+        key,
+        namespace,
+        &ctx.pods,
+        &ctx.revisions,
+        &ctx.metrics,
+        CONTROLLER,
+    )
 }
 
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> {

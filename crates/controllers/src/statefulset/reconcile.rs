@@ -1,0 +1,818 @@
+//! One reconcile of an Advanced StatefulSet (inventory §2.3): wait for our own writes to show,
+//! claim Pods and revisions, choose the update revision, plan, keep the claims' owners as the
+//! retention policy says, carry out the plan, then write the status and prune the history.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use kruise_api::statefulset::v1beta1::{
+    StatefulSet, StatefulSetStatus, VOLUME_CLAIM_UPDATE_ON_POD_ROLLING_UPDATE,
+};
+use kruise_api::validation::selector_matches;
+use kruise_core::expectations::Expectation;
+use kruise_core::ownership::{Claimant, usable_selector};
+use kruise_core::pods::{self, LifecycleState};
+use kruise_core::revision::{
+    Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
+    template_from_revision,
+};
+use kruise_core::rollout::statefulset::{
+    self as planner, Action as Step, Fix, Reserved, Revision, Snapshot, ordinal_of, partition_pods,
+    slow_start_batches,
+};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::status::{self, Inputs};
+use super::{CONTROLLER, Context, Error, newpod};
+use crate::claim::{Recheck, claim_each};
+use crate::error::{KubeContext, is_race};
+use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
+
+/// The resync period when nothing else asks for a look sooner.
+const RESYNC: Duration = Duration::from_secs(300);
+
+pub(crate) async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&set, &ctx).await;
+    if result.is_ok() {
+        ctx.metrics
+            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
+    }
+    result
+}
+
+async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Error> {
+    let namespace = set.namespace().unwrap_or_default();
+    let name = set.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = set.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if set.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.forget(&key);
+        }
+        return Ok(Action::await_change());
+    }
+    if let Err(wait) = expectations_met(
+        &ctx.expectations,
+        &key,
+        &namespace,
+        &ctx.pods,
+        &ctx.revisions,
+        &ctx.metrics,
+        CONTROLLER,
+    ) {
+        return Ok(Action::requeue(wait));
+    }
+    let caches_ready = async {
+        let _ = ctx.revisions.wait_until_ready().await;
+        let _ = ctx.pvcs.wait_until_ready().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(10), caches_ready)
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let now = Timestamp::now();
+    let pc = PodControl {
+        client: &ctx.client,
+        namespace: &namespace,
+        owner: set.object_ref(&()),
+        key: key.clone(),
+        expectations: &ctx.expectations,
+        recorder: &ctx.recorder,
+        metrics: &ctx.metrics,
+        controller: CONTROLLER,
+        now,
+        wording: Wording::StatefulSet,
+    };
+
+    let owner = newpod::owner_reference(set).map_err(|e| Error::Invalid(e.to_string()))?;
+    let claimant = Claimant {
+        uid: &uid,
+        deleting: false,
+    };
+    let mut recheck = Recheck::new(
+        Api::<StatefulSet>::namespaced(ctx.client.clone(), &namespace),
+        name.clone(),
+        uid.clone(),
+    );
+    let Some((mut owned, adopted)) =
+        claim_pods(ctx, &pc, set, claimant, &owner, &mut recheck).await?
+    else {
+        return Ok(Action::await_change());
+    };
+    if adopted {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    owned.sort_by_key(|p| {
+        p.metadata
+            .name
+            .as_deref()
+            .and_then(|n| ordinal_of(&name, n))
+    });
+
+    let Some(mut revisions) =
+        claim_revisions(ctx, &pc, set, claimant, &owner, &mut recheck).await?
+    else {
+        return Ok(Action::await_change());
+    };
+    let Some(update_rev) = update_revision(ctx, &pc, set, &revisions).await? else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let update_name = update_rev.metadata.name.clone().unwrap_or_default();
+    revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
+    revisions.push(update_rev);
+    let old_status = set.status.clone().unwrap_or_default();
+    let current_name = if !old_status.current_revision.is_empty()
+        && revisions
+            .iter()
+            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
+    {
+        old_status.current_revision.clone()
+    } else {
+        update_name.clone()
+    };
+    let templates: Vec<(String, PodTemplateSpec)> = revisions
+        .iter()
+        .filter_map(|r| {
+            let name = r.metadata.name.clone()?;
+            match template_from_revision(r) {
+                Ok(t) => Some((name, t)),
+                Err(error) => {
+                    tracing::warn!(revision = %name, %error, "unreadable revision");
+                    None
+                }
+            }
+        })
+        .collect();
+    let views: Vec<Revision<'_>> = templates
+        .iter()
+        .map(|(name, template)| Revision { name, template })
+        .collect();
+    let find = |n: &str| views.iter().find(|r| r.name == n).copied();
+    let Some(update_view) = find(&update_name) else {
+        return Err(Error::Invalid(format!(
+            "update revision {update_name} has no readable template"
+        )));
+    };
+    let current_view = find(&current_name).unwrap_or(update_view);
+    let snapshot = Snapshot {
+        name: &name,
+        spec: &set.spec,
+        status_current_replicas: old_status.current_replicas,
+        pods: &owned,
+        current: current_view,
+        update: update_view,
+        revisions: &views,
+        now,
+        resize: ctx.config.resize,
+    };
+
+    // The set's claims, by name.
+    let claims: Vec<Arc<PersistentVolumeClaim>> = ctx
+        .pvcs
+        .state()
+        .into_iter()
+        .filter(|c| c.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter(|c| is_claim_of(set, c.metadata.name.as_deref().unwrap_or_default()))
+        .collect();
+    let claims_by_name: BTreeMap<String, &PersistentVolumeClaim> =
+        claims.iter().map(|c| (c.name_any(), c.as_ref())).collect();
+
+    let mut failed_create: Option<String> = None;
+    let mut failed_update: Option<String> = None;
+    let mut outcome = Outcome::default();
+    let plan = match planner::plan(&snapshot) {
+        Ok(plan) => plan,
+        Err(invalid) => {
+            failed_update = Some(invalid.to_string());
+            planner::Plan::default()
+        }
+    };
+    keep_claim_owners(&pc, set, &owned, &claims_by_name).await;
+    if set.spec.volume_claim_update_strategy.type_ == VOLUME_CLAIM_UPDATE_ON_POD_ROLLING_UPDATE {
+        grow_claims(&pc, set, &owned, &update_name, &plan, &claims_by_name).await;
+    }
+    match carry_out(&pc, set, &snapshot, &plan, &claims_by_name).await {
+        Ok((o, create_error, update_error)) => {
+            outcome.merge(o);
+            failed_create = failed_create.or(create_error);
+            failed_update = failed_update.or(update_error);
+        }
+        Err(error) => failed_update = Some(error.to_string()),
+    }
+
+    let computed = status::compute(&Inputs {
+        set,
+        pods: &owned,
+        claims: &claims_by_name,
+        current_revision: &current_name,
+        update_revision: &update_name,
+        collision_count: old_status.collision_count,
+        label_selector: label_selector_string(set),
+        blocked: plan.blocked.as_ref(),
+        failed_create: failed_create.clone(),
+        failed_update: failed_update.clone(),
+        now,
+    });
+    write_status(ctx, set, &namespace, &name, &computed.status).await?;
+    truncate_history(
+        ctx,
+        set,
+        &namespace,
+        &revisions,
+        &computed.status.current_revision,
+        &update_name,
+        &owned,
+    )
+    .await?;
+
+    let mut after = RESYNC;
+    for wait in [plan.requeue_after, computed.requeue, outcome.after]
+        .into_iter()
+        .flatten()
+    {
+        after = after.min(wait);
+    }
+    if failed_create.is_some() || failed_update.is_some() {
+        after = after.min(Duration::from_secs(5));
+    }
+    Ok(Action::requeue(after.max(Duration::from_millis(100))))
+}
+
+fn label_selector_string(set: &StatefulSet) -> String {
+    set.spec
+        .selector
+        .clone()
+        .and_then(|s| kube::core::Selector::try_from(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
+
+/// Whether a claim name is `<template>-<set>-<ordinal>` for one of the set's claim templates.
+fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
+    let name = set.metadata.name.as_deref().unwrap_or_default();
+    set.spec.volume_claim_templates.iter().any(|vct| {
+        vct.metadata
+            .name
+            .as_deref()
+            .and_then(|t| claim.strip_prefix(t)?.strip_prefix('-'))
+            .and_then(|rest| ordinal_of(name, rest))
+            .is_some()
+    })
+}
+
+/// Whether an object's labels match the set's selector; `None` when the selector cannot be used
+/// to claim anything.
+fn selector_match(set: &StatefulSet) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
+    let selector = set.spec.selector.as_ref().filter(|s| usable_selector(s));
+    move |meta: &ObjectMeta| {
+        selector.map(|s| match &meta.labels {
+            Some(labels) => selector_matches(s, labels),
+            None => selector_matches(s, &BTreeMap::new()),
+        })
+    }
+}
+
+/// The set's Pods after claiming (Kubernetes' `ClaimPods` with the StatefulSet's member filter):
+/// owned Pods, plus orphans named `<set>-<ordinal>` whose labels match, adopted; owned Pods
+/// relabelled out of the selector are released. `None` when the set is gone or being deleted.
+async fn claim_pods(
+    ctx: &Context,
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<StatefulSet>,
+) -> Result<Option<(Vec<Pod>, bool)>, Error> {
+    let name = set.name_any();
+    let candidates = ctx.pods.owned_by(claimant.uid).into_iter().chain(
+        ctx.pods
+            .orphans_in(pc.namespace)
+            .into_iter()
+            .filter(|p| pods::is_active(p))
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .and_then(|n| ordinal_of(&name, n))
+                    .is_some()
+            }),
+    );
+    let Some(claimed) = claim_each(
+        &pc.pods(),
+        candidates,
+        claimant,
+        owner,
+        recheck,
+        selector_match(set),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    for pod in &claimed.written {
+        pc.observe(pod);
+    }
+    Ok(Some((claimed.owned, claimed.adopting)))
+}
+
+/// The set's ControllerRevisions after claiming (Kubernetes' `ClaimControllerRevisions`).
+async fn claim_revisions(
+    ctx: &Context,
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<StatefulSet>,
+) -> Result<Option<Vec<ControllerRevision>>, Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
+    let in_namespace = ctx
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(pc.namespace));
+    let Some(claimed) = claim_each(
+        &api,
+        in_namespace,
+        claimant,
+        owner,
+        recheck,
+        selector_match(set),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    for revision in claimed.written {
+        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
+        {
+            pc.expect(Expectation::observed("ControllerRevision", name, rv));
+        }
+    }
+    Ok(Some(claimed.owned))
+}
+
+/// The update revision (the newest if it records the template, an older equal one renumbered, or
+/// a new one); `None` after recording a hash collision.
+async fn update_revision(
+    ctx: &Context,
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    revisions: &[ControllerRevision],
+) -> Result<Option<ControllerRevision>, Error> {
+    let collision_count = set.status.as_ref().and_then(|s| s.collision_count);
+    let labels = set
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let data = revision_data(&set.spec.template)
+        .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    let candidate = build_revision(
+        Parent {
+            kind: "StatefulSet",
+            meta: &set.metadata,
+        },
+        set.metadata.namespace.clone(),
+        labels,
+        data,
+        next_revision_number(revisions),
+        collision_count,
+    )
+    .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
+    match crate::history::register(&api, revisions, candidate, set.metadata.uid.as_deref()).await? {
+        crate::history::Registered::Revision(revision, expectation) => {
+            if let Some(expectation) = expectation {
+                pc.expect(expectation);
+            }
+            Ok(Some(*revision))
+        }
+        crate::history::Registered::Collision => {
+            let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), pc.namespace);
+            api.patch_status(
+                &set.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": StatefulSetStatus {
+                    collision_count: Some(collision_count.unwrap_or(0) + 1),
+                    ..set.status.clone().unwrap_or_default()
+                }})),
+            )
+            .await
+            .context(|| "recording a revision hash collision".to_owned())?;
+            Ok(None)
+        }
+    }
+}
+
+/// Keeps the owner references of each Pod's claims as the retention policy says (the set's when
+/// `whenDeleted: Delete`; the Pod's when `whenScaled: Delete` and a scale-down condemned it), before
+/// any condemned Pod is deleted, so the garbage collector removes exactly the claims it should.
+async fn keep_claim_owners(
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    owned: &[Pod],
+    claims: &BTreeMap<String, &PersistentVolumeClaim>,
+) {
+    if set.spec.volume_claim_templates.is_empty() {
+        return;
+    }
+    let name = set.name_any();
+    let start = set.spec.ordinals.as_ref().map_or(0, |o| o.start.max(0));
+    let replicas = set.spec.replicas.unwrap_or(1).max(0);
+    let reserved = Reserved::parse(&set.spec.reserve_ordinals);
+    let slots = partition_pods(&name, owned, start, replicas, &reserved);
+    let condemned: BTreeSet<usize> = slots.condemned.iter().copied().collect();
+    for (i, pod) in owned.iter().enumerate() {
+        let (Some(pod_name), Some(pod_uid)) = (&pod.metadata.name, &pod.metadata.uid) else {
+            continue;
+        };
+        let Some(ordinal) = ordinal_of(&name, pod_name) else {
+            continue;
+        };
+        for vct in &set.spec.volume_claim_templates {
+            let Some(vct_name) = vct.metadata.name.as_deref() else {
+                continue;
+            };
+            let claim_name = newpod::claim_name(vct_name, &name, ordinal);
+            let Some(claim) = claims.get(&claim_name) else {
+                continue;
+            };
+            let existing = claim.metadata.owner_references.clone().unwrap_or_default();
+            let wanted = match newpod::claim_owners(
+                set,
+                &existing,
+                Some((pod_name, pod_uid)),
+                condemned.contains(&i),
+            ) {
+                Ok(Some(wanted)) => wanted,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(claim = %claim_name, %error, "claim owners");
+                    continue;
+                }
+            };
+            let patch = json!({"metadata": {
+                "resourceVersion": claim.metadata.resource_version,
+                "ownerReferences": wanted,
+            }});
+            match pc
+                .pvcs()
+                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(error) if is_race(&error) => {}
+                Err(error) => {
+                    pc.event(
+                        EventType::Warning,
+                        "FailedUpdate",
+                        format!(
+                            "update Claim {claim_name} in StatefulSet {name} failed error: {error}"
+                        ),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+}
+
+/// `volumeClaimUpdateStrategy: OnPodRollingUpdate`: the claims of Pods at the update revision, or
+/// being updated now, grow to the templates' storage (never shrink).
+async fn grow_claims(
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    owned: &[Pod],
+    update_revision: &str,
+    plan: &planner::Plan,
+    claims: &BTreeMap<String, &PersistentVolumeClaim>,
+) {
+    let name = set.name_any();
+    let acted: BTreeSet<usize> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Step::InPlace { pod, .. } | Step::PrepareUpdate { pod, .. } => Some(*pod),
+            Step::Delete { pod, reason } if *reason == planner::DeleteReason::Recreate => {
+                Some(*pod)
+            }
+            _ => None,
+        })
+        .collect();
+    for (i, pod) in owned.iter().enumerate() {
+        if !acted.contains(&i) && !pods::is_at_revision(pod, update_revision) {
+            continue;
+        }
+        let Some(ordinal) = pod
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|n| ordinal_of(&name, n))
+        else {
+            continue;
+        };
+        for vct in &set.spec.volume_claim_templates {
+            let Some(vct_name) = vct.metadata.name.as_deref() else {
+                continue;
+            };
+            let claim_name = newpod::claim_name(vct_name, &name, ordinal);
+            let Some(claim) = claims.get(&claim_name) else {
+                continue;
+            };
+            let Some(size) = newpod::claim_growth(vct, claim) else {
+                continue;
+            };
+            let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+            match pc
+                .pvcs()
+                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    pc.event(
+                        EventType::Normal,
+                        "SuccessfulUpdate",
+                        format!("update Claim {claim_name} in StatefulSet {name} successful"),
+                    )
+                    .await;
+                }
+                Err(error) if is_race(&error) => {}
+                Err(error) => {
+                    pc.event(
+                        EventType::Warning,
+                        "FailedUpdate",
+                        format!(
+                            "update Claim {claim_name} in StatefulSet {name} failed error: {error}"
+                        ),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+}
+
+/// The claims of the Pod at `ordinal` that do not exist yet.
+fn missing_claims(
+    set: &StatefulSet,
+    ordinal: i32,
+    claims: &BTreeMap<String, &PersistentVolumeClaim>,
+) -> Result<Vec<PersistentVolumeClaim>, Error> {
+    Ok(newpod::build_claims(set, ordinal)
+        .map_err(|e| Error::Invalid(e.to_string()))?
+        .into_iter()
+        .filter(|c| !claims.contains_key(&c.name_any()))
+        .collect())
+}
+
+/// Carries out the plan. Creations go in slow-start batches (stopping at the first failed batch);
+/// the other writes touch independent Pods and go together. Returns what was done, and why a
+/// creation or an update failed (for the `FailedCreatePod` / `FailedUpdatePod` conditions).
+async fn carry_out(
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    s: &Snapshot<'_>,
+    plan: &planner::Plan,
+    claims: &BTreeMap<String, &PersistentVolumeClaim>,
+) -> Result<(Outcome, Option<String>, Option<String>), Error> {
+    let mut outcome = Outcome::default();
+    let mut failed_create = None;
+    let mut failed_update = None;
+    let lifecycle = set.spec.lifecycle.as_ref();
+    let grace = set
+        .spec
+        .update_strategy
+        .rolling_update
+        .as_ref()
+        .and_then(|r| r.in_place_update_strategy.as_ref())
+        .map_or(0, |s| s.grace_period_seconds);
+
+    // Creations, in ordinal order.
+    let mut creations = Vec::new();
+    for action in &plan.actions {
+        let Step::Create {
+            ordinal,
+            revision,
+            lifecycle: state,
+            ..
+        } = action
+        else {
+            continue;
+        };
+        let template = s
+            .revisions
+            .iter()
+            .find(|r| r.name == revision.as_str())
+            .map_or(s.update.template, |r| r.template);
+        let pod = newpod::build_pod(set, template, revision, *ordinal, *state, pc.now)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        creations.push((pod, missing_claims(set, *ordinal, claims)?));
+    }
+    let mut queue = creations.into_iter();
+    for batch in slow_start_batches(queue.len()) {
+        let chunk: Vec<_> = queue.by_ref().take(batch).collect();
+        let names: Vec<String> = chunk.iter().map(|(p, _)| p.name_any()).collect();
+        let results = futures::future::join_all(
+            chunk
+                .into_iter()
+                .map(|(pod, claims)| pc.create_pod(pod, claims)),
+        )
+        .await;
+        outcome.modified |= results.iter().any(|&ok| ok);
+        if let Some(i) = results.iter().position(|&ok| !ok) {
+            failed_create = Some(format!("failed to create Pod {}", names[i]));
+            break;
+        }
+    }
+
+    let mut pending: Vec<Write<'_>> = Vec::new();
+    for action in &plan.actions {
+        let write: Write<'_> = match action {
+            Step::Create { .. } => continue,
+            Step::Refuse { pod, message } => {
+                failed_update = Some(message.clone());
+                let pod_name = pods_name(s, *pod);
+                Box::pin(async move {
+                    pc.pod_event(
+                        EventType::Warning,
+                        "FailedUpdatePodInPlace",
+                        message.clone(),
+                        Some(&pod_name),
+                    )
+                    .await;
+                    Ok(Outcome::default())
+                })
+            }
+            Step::CreateClaims { pod } => {
+                let Some(ordinal) = ordinal_of(s.name, &pods_name(s, *pod)) else {
+                    continue;
+                };
+                let missing = missing_claims(set, ordinal, claims)?;
+                if missing.is_empty() {
+                    continue;
+                }
+                Box::pin(async move {
+                    pc.create_claims(missing).await;
+                    Ok(Outcome::MODIFIED)
+                })
+            }
+            Step::Fix(Fix::InPlaceReady(i)) => Box::pin(pc.mark_in_place_ready(&s.pods[*i])),
+            Step::Fix(Fix::Lifecycle(i, state)) => {
+                let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
+                    && kruise_core::lifecycle::marks_pod_not_ready(lifecycle);
+                Box::pin(pc.set_lifecycle(&s.pods[*i], *state, mark))
+            }
+            Step::Delete { pod, .. } => {
+                let pod = &s.pods[*pod];
+                Box::pin(async move { pc.delete_pod(pod).await.map(|()| Outcome::MODIFIED) })
+            }
+            Step::PrepareDelete {
+                pod,
+                mark_not_ready,
+                ..
+            } => Box::pin(pc.set_lifecycle(
+                &s.pods[*pod],
+                LifecycleState::PreparingDelete,
+                *mark_not_ready,
+            )),
+            Step::PrepareUpdate {
+                pod,
+                mark_not_ready,
+                readd_hook,
+            } => {
+                let pod = &s.pods[*pod];
+                if *readd_hook {
+                    let hook = lifecycle.and_then(|l| l.in_place_update.as_ref());
+                    Box::pin(pc.readd_hook(pod, hook, *mark_not_ready))
+                } else {
+                    Box::pin(pc.set_lifecycle(
+                        pod,
+                        LifecycleState::PreparingUpdate,
+                        *mark_not_ready,
+                    ))
+                }
+            }
+            Step::InPlace {
+                pod,
+                plan,
+                set_updating,
+            } => {
+                let mut labels = BTreeMap::from([(
+                    keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(),
+                    s.update.name.to_owned(),
+                )]);
+                if *set_updating {
+                    labels.insert(
+                        keys::LABEL_LIFECYCLE_STATE.to_owned(),
+                        keys::LIFECYCLE_UPDATING.to_owned(),
+                    );
+                }
+                let pod = &s.pods[*pod];
+                Box::pin(async move {
+                    pc.update_in_place(pod, plan, &labels, s.update.name, grace)
+                        .await
+                })
+            }
+        };
+        pending.push(write);
+    }
+    let mut first_error = None;
+    for result in crate::parallel::in_parallel(pending).await {
+        match result {
+            Ok(o) => outcome.merge(o),
+            Err(Error::Kube { source, .. }) if is_race(&source) => {
+                outcome.after = Some(Duration::from_secs(1));
+            }
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        failed_update.get_or_insert(error.to_string());
+    }
+    Ok((outcome, failed_create, failed_update))
+}
+
+fn pods_name(s: &Snapshot<'_>, i: usize) -> String {
+    s.pods[i].metadata.name.clone().unwrap_or_default()
+}
+
+async fn write_status(
+    ctx: &Context,
+    set: &StatefulSet,
+    namespace: &str,
+    name: &str,
+    new: &StatefulSetStatus,
+) -> Result<(), Error> {
+    let old = set.status.as_ref();
+    if !status::changed(old, new) {
+        return Ok(());
+    }
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    // Guarded by the resourceVersion: a status computed from an older set must not win.
+    let mut patch = crate::status_patch::whole_status(old, new);
+    patch["metadata"] = json!({"resourceVersion": set.metadata.resource_version});
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_race(&error) => Ok(()),
+        Err(error) => Err(Error::Kube {
+            context: format!("writing the status of StatefulSet {namespace}/{name}"),
+            source: error,
+        }),
+    }
+}
+
+async fn truncate_history(
+    ctx: &Context,
+    set: &StatefulSet,
+    namespace: &str,
+    revisions: &[ControllerRevision],
+    current: &str,
+    update: &str,
+    pods: &[Pod],
+) -> Result<(), Error> {
+    let labels = pods.iter().filter_map(pods::revision_of);
+    let doomed = revisions_to_delete(
+        revisions,
+        current,
+        update,
+        labels,
+        set.spec.revision_history_limit,
+    );
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    for rev in doomed {
+        let name = rev.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(error) => {
+                return Err(Error::Kube {
+                    context: format!("deleting old revision {name}"),
+                    source: error,
+                });
+            }
+        }
+    }
+    Ok(())
+}
