@@ -1,0 +1,659 @@
+//! Advanced StatefulSet end to end (issue 11): what a user sees with kubectl on a real control
+//! plane with kubelet-sim — Pod identity, in-place updates under the rollout monitor, claims and
+//! their retention, OrderedReady ordering, partition, InPlaceOnly refusal, and the same identity as
+//! Kubernetes' own StatefulSet controller for the same spec.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kruise_api::statefulset::v1beta1::StatefulSet;
+use kruise_e2e::cloneset_kit::{describe, label, name, restarts, spec_image, uid};
+use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
+use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, testbed};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(150);
+const SEED_CONTAINER: &str = "guestbook-kruise";
+
+/// Seed 000's Advanced StatefulSet, exactly as the article writes it (v1alpha1).
+const SEED_000: &str = r#"apiVersion: apps.kruise.io/v1alpha1
+kind: StatefulSet
+metadata:
+  name: demo-v1-guestbook-kruise
+  labels:
+    app.kubernetes.io/name: guestbook-kruise
+    app.kubernetes.io/instance: demo-v1
+spec:
+  replicas: 20
+  serviceName: demo-v1-guestbook-kruise
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: guestbook-kruise
+      app.kubernetes.io/instance: demo-v1
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: guestbook-kruise
+        app.kubernetes.io/instance: demo-v1
+    spec:
+      readinessGates:
+        # A new condition that ensures the pod remains at NotReady state while the in-place update is happening
+      - conditionType: InPlaceUpdateReady
+      containers:
+      - name: guestbook-kruise
+        image: openkruise/guestbook:v1
+        imagePullPolicy: Always
+        ports:
+        - name: http-server
+          containerPort: 3000
+  podManagementPolicy: Parallel  # allow parallel updates, works together with maxUnavailable
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      # Do in-place update if possible, currently only image update is supported for in-place update
+      podUpdatePolicy: InPlaceIfPossible
+      # Allow parallel updates with max number of unavailable instances equals to 2
+      maxUnavailable: 3
+"#;
+
+async fn set_pods(ns: &TestNamespace, selector: &str) -> anyhow::Result<Vec<Pod>> {
+    let pods: Api<Pod> = ns.api();
+    let mut list = pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items;
+    list.sort_by_key(|p| {
+        let n = name(p);
+        let ordinal = n.rsplit('-').next().and_then(|o| o.parse::<i64>().ok());
+        (ordinal, n)
+    });
+    Ok(list)
+}
+
+async fn get_set(ns: &TestNamespace, set: &str) -> anyhow::Result<StatefulSet> {
+    let sets: Api<StatefulSet> = ns.api();
+    Ok(sets.get(set).await?)
+}
+
+/// Waits until the set's status has observed its generation, counts `replicas` Ready Pods at the
+/// update revision, and the rollout is complete.
+async fn wait_complete(
+    ns: &TestNamespace,
+    set: &str,
+    selector: &str,
+    replicas: i32,
+    timeout: Duration,
+) -> anyhow::Result<(StatefulSet, Vec<Pod>)> {
+    eventually(
+        format!("StatefulSet {set} complete with {replicas} Ready updated Pods"),
+        timeout,
+        || async {
+            let s = get_set(ns, set).await?;
+            let Some(st) = s.status.clone() else {
+                return Ok(None);
+            };
+            let pods = set_pods(ns, selector).await?;
+            let done = s.metadata.generation == Some(st.observed_generation)
+                && st.replicas == replicas
+                && st.updated_replicas == replicas
+                && st.ready_replicas == replicas
+                && st.current_revision == st.update_revision
+                && pods.len() == replicas as usize
+                && pods.iter().all(is_ready);
+            Ok(done.then_some((s, pods)))
+        },
+    )
+    .await
+    .map_err(|e| {
+        let seen = futures_status(ns, set);
+        anyhow::anyhow!("{e:#}; last status: {seen}")
+    })
+}
+
+/// The set's status as last seen, for a failure message.
+fn futures_status(ns: &TestNamespace, set: &str) -> String {
+    let sets: Api<StatefulSet> = ns.api();
+    let set = set.to_owned();
+    std::thread::spawn(move || {
+        tokio::runtime::Runtime::new()
+            .ok()
+            .and_then(|rt| rt.block_on(sets.get(&set)).ok())
+            .map(|s| format!("{:?}", s.status))
+            .unwrap_or_default()
+    })
+    .join()
+    .unwrap_or_default()
+}
+
+fn condition(set: &StatefulSet, type_: &str) -> Option<(String, String, String)> {
+    set.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+#[tokio::test]
+async fn seed_000_statefulset_updates_twenty_pods_in_place() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-seed").await?;
+    ns.run(async {
+        ns.apply(SEED_000).await?;
+        let selector = "app.kubernetes.io/instance=demo-v1";
+        let (_, before) =
+            wait_complete(&ns, "demo-v1-guestbook-kruise", selector, 20, TIMEOUT).await?;
+        let names: Vec<String> = before.iter().map(name).collect();
+        let wanted: Vec<String> = (0..20)
+            .map(|i| format!("demo-v1-guestbook-kruise-{i}"))
+            .collect();
+        ensure!(names == wanted, "Pod names: {names:?}");
+
+        let limits = Limits {
+            replicas: 20,
+            max_unavailable: 3,
+            max_surge: 0,
+            min_old_revision_pods: None,
+        };
+        let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, selector, limits).await?;
+        ns.kubectl(&[
+            "patch",
+            "statefulsets.apps.kruise.io",
+            "demo-v1-guestbook-kruise",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"openkruise/guestbook:v2"}]"#,
+        ])
+        .await?;
+        let (set, after) = monitor
+            .eventually("all 20 Pods on v2", TIMEOUT, || async {
+                let s = get_set(&ns, "demo-v1-guestbook-kruise").await?;
+                let pods = set_pods(&ns, selector).await?;
+                let st = s.status.clone().unwrap_or_default();
+                let done = s.metadata.generation == Some(st.observed_generation)
+                    && st.updated_replicas == 20
+                    && st.ready_replicas == 20
+                    && st.current_revision == st.update_revision
+                    && pods.len() == 20
+                    && pods.iter().all(|p| {
+                        is_ready(p)
+                            && container_status(p, SEED_CONTAINER).map(|c| c.image)
+                                == Some("openkruise/guestbook:v2".to_owned())
+                    });
+                Ok(done.then_some((s, pods)))
+            })
+            .await?;
+        let stats = monitor.finish().await?;
+        eprintln!("seed 000 ASTS rollout: {stats:?}");
+        for (old, new) in before.iter().zip(&after) {
+            ensure!(
+                (name(old), uid(old), node_name(old), pod_ip(old))
+                    == (name(new), uid(new), node_name(new), pod_ip(new)),
+                "Pod {} was not updated in place: {:?} became {:?}",
+                name(old),
+                (name(old), uid(old), node_name(old), pod_ip(old)),
+                (name(new), uid(new), node_name(new), pod_ip(new))
+            );
+            let restarted = container_status(new, SEED_CONTAINER).map(|c| c.restart_count);
+            ensure!(restarted == Some(1), "{} restarts {restarted:?}", name(new));
+        }
+        let st = set.status.unwrap_or_default();
+        ensure!(st.replicas == 20 && st.updated_replicas == 20, "{st:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// examples/advanced-statefulset.yaml with `namespace: default` left out (the test's namespace).
+fn example() -> anyhow::Result<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/advanced-statefulset.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    Ok(text
+        .lines()
+        .filter(|l| l.trim() != "namespace: default")
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+async fn claim_uids(ns: &TestNamespace) -> anyhow::Result<BTreeMap<String, String>> {
+    let claims: Api<PersistentVolumeClaim> = ns.api();
+    Ok(claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| {
+            (
+                c.metadata.name.unwrap_or_default(),
+                c.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+async fn scale(ns: &TestNamespace, set: &str, replicas: i32) -> anyhow::Result<()> {
+    let sets: Api<StatefulSet> = ns.api();
+    sets.patch(
+        set,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": replicas}})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn example_reserves_ordinals_keeps_claims_and_honours_the_pre_delete_hook()
+-> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-example").await?;
+    ns.run(async {
+        ns.apply(&example()?).await?;
+        let (_, pods) = wait_complete(&ns, "web", "app=web", 5, TIMEOUT).await?;
+        let names: Vec<String> = pods.iter().map(name).collect();
+        ensure!(
+            names == ["web-0", "web-2", "web-3", "web-4", "web-5"],
+            "reserved ordinal 1 is skipped: {names:?}"
+        );
+        let claims = claim_uids(&ns).await?;
+        let wanted = [
+            "data-web-0",
+            "data-web-2",
+            "data-web-3",
+            "data-web-4",
+            "data-web-5",
+        ];
+        ensure!(
+            claims.keys().map(String::as_str).collect::<Vec<_>>() == wanted,
+            "claims: {claims:?}"
+        );
+        let pvcs: Api<PersistentVolumeClaim> = ns.api();
+        for claim in wanted {
+            let c = pvcs.get(claim).await?;
+            let phase = c.status.and_then(|s| s.phase).unwrap_or_default();
+            ensure!(phase == "Bound", "{claim} is {phase}");
+        }
+
+        // whenScaled Retain: scaling down keeps the claims; scaling up reuses them.
+        scale(&ns, "web", 3).await?;
+        wait_complete(&ns, "web", "app=web", 3, TIMEOUT).await?;
+        ensure!(
+            claim_uids(&ns).await? == claims,
+            "claims kept on scale-down"
+        );
+        scale(&ns, "web", 5).await?;
+        wait_complete(&ns, "web", "app=web", 5, TIMEOUT).await?;
+        ensure!(
+            claim_uids(&ns).await? == claims,
+            "claims reused on scale-up"
+        );
+
+        // The preDelete hook holds a Pod that carries its label.
+        let pods: Api<Pod> = ns.api();
+        pods.patch(
+            "web-5",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"example.com/drain": "true"}}})),
+        )
+        .await?;
+        scale(&ns, "web", 4).await?;
+        eventually("web-5 held in PreparingDelete", TIMEOUT, || async {
+            let p = pods.get("web-5").await?;
+            Ok(
+                (label(&p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete")
+                    && p.metadata.deletion_timestamp.is_none())
+                .then_some(()),
+            )
+        })
+        .await?;
+        pods.patch(
+            "web-5",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"example.com/drain": null}}})),
+        )
+        .await?;
+        wait_complete(&ns, "web", "app=web", 4, TIMEOUT).await?;
+
+        // whenDeleted Delete: the claims go with the set.
+        let sets: Api<StatefulSet> = ns.api();
+        sets.delete("web", &DeleteParams::background()).await?;
+        eventually("the set's claims deleted", TIMEOUT, || async {
+            Ok(claim_uids(&ns).await?.is_empty().then_some(()))
+        })
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
+fn stateful_set(api_version: &str, set: &str, replicas: i32, image: &str, extra: Value) -> Value {
+    let mut doc = json!({
+        "apiVersion": api_version,
+        "kind": "StatefulSet",
+        "metadata": {"name": set},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": set,
+            "selector": {"matchLabels": {"app": set}},
+            "template": {
+                "metadata": {"labels": {"app": set}},
+                "spec": {"containers": [{"name": "nginx", "image": image}]}
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    });
+    json_patch::merge(&mut doc, &extra);
+    doc
+}
+
+/// Watches the Pods of `selector` until `done`, recording the order in which Pods appear and are
+/// deleted, and failing if two Pods are ever not Ready at once (OrderedReady).
+async fn ordered_history(
+    ns: &TestNamespace,
+    selector: &str,
+    timeout: Duration,
+    done: impl Fn(&[Pod]) -> bool,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut gone: Vec<String> = Vec::new();
+    let mut last: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let pods = set_pods(ns, selector).await?;
+        let current: Vec<String> = pods.iter().map(name).collect();
+        for n in &current {
+            if !seen.contains(n) {
+                seen.push(n.clone());
+            }
+        }
+        for n in &last {
+            if !current.contains(n) && !gone.contains(n) {
+                gone.push(n.clone());
+            }
+        }
+        let not_ready = pods
+            .iter()
+            .filter(|p| !is_ready(p) || p.metadata.deletion_timestamp.is_some())
+            .count();
+        ensure!(
+            not_ready <= 1,
+            "OrderedReady had {not_ready} Pods not Ready at once:\n{}",
+            describe(&pods)
+        );
+        if done(&pods) {
+            return Ok((seen, gone));
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out; Pods:\n{}",
+            describe(&pods)
+        );
+        last = current;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The identity a user compares between the two controllers: Pod names, hostnames, subdomains,
+/// identity labels and claim names.
+/// Name, hostname, subdomain, and the claims and identity labels of one Pod.
+type Identity = (String, Option<String>, Option<String>, Vec<String>);
+
+fn identity(pods: &[Pod]) -> Vec<Identity> {
+    pods.iter()
+        .map(|p| {
+            let spec = p.spec.clone().unwrap_or_default();
+            let mut claims: Vec<String> = spec
+                .volumes
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|v| v.persistent_volume_claim.map(|c| c.claim_name))
+                .collect();
+            claims.push(format!(
+                "pod-name={:?} pod-index={:?}",
+                label(p, "statefulset.kubernetes.io/pod-name"),
+                label(p, "apps.kubernetes.io/pod-index"),
+            ));
+            (name(p), spec.hostname, spec.subdomain, claims)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn ordered_ready_matches_the_native_statefulset_side_by_side() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-native").await?;
+    ns.run(async {
+        let mut histories = Vec::new();
+        let mut identities = Vec::new();
+        for (api_version, set) in [("apps/v1", "same"), ("apps.kruise.io/v1beta1", "same")] {
+            let doc = stateful_set(api_version, set, 3, "nginx:1.25", json!({}));
+            ns.apply(&serde_json::to_string(&doc)?).await?;
+            let (created, _) = ordered_history(&ns, "app=same", TIMEOUT, |pods| {
+                pods.len() == 3 && pods.iter().all(is_ready)
+            })
+            .await?;
+            identities.push(identity(&set_pods(&ns, "app=same").await?));
+            let kind = if api_version == "apps/v1" {
+                "statefulsets.apps"
+            } else {
+                "statefulsets.apps.kruise.io"
+            };
+            ns.kubectl(&["scale", kind, set, "--replicas=1"]).await?;
+            let (_, deleted) =
+                ordered_history(&ns, "app=same", TIMEOUT, |pods| pods.len() == 1).await?;
+            histories.push((api_version, created, deleted));
+            // Delete the set, keep nothing of it but its claims (retained by default).
+            ns.kubectl(&["delete", kind, set, "--wait=true"]).await?;
+            eventually("the set's Pods gone", TIMEOUT, || async {
+                Ok(set_pods(&ns, "app=same").await?.is_empty().then_some(()))
+            })
+            .await?;
+        }
+        ensure!(
+            identities[0] == identities[1],
+            "identity differs:\nnative {:?}\nkruise {:?}",
+            identities[0],
+            identities[1]
+        );
+        for (api_version, created, deleted) in &histories {
+            ensure!(
+                created == &["same-0", "same-1", "same-2"],
+                "{api_version} created {created:?}"
+            );
+            ensure!(
+                deleted == &["same-2", "same-1"],
+                "{api_version} deleted {deleted:?}"
+            );
+        }
+        let claims = claim_uids(&ns).await?;
+        ensure!(
+            claims.keys().map(String::as_str).collect::<Vec<_>>()
+                == ["data-same-0", "data-same-1", "data-same-2"],
+            "both controllers use the same claims: {claims:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_never_ready_pod_stops_ordered_ready_creation_and_is_named() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-stuck").await?;
+    ns.run(async {
+        let doc = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "stuck",
+            3,
+            "nginx:never-ready",
+            json!({"metadata": {"annotations": {"kruise-rs.io/progress-deadline-seconds": "5"}}}),
+        );
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        let set = eventually("Progressing names stuck-0", TIMEOUT, || async {
+            let s = get_set(&ns, "stuck").await?;
+            let named = condition(&s, "Progressing").is_some_and(|(status, reason, message)| {
+                status == "False"
+                    && reason == "ProgressDeadlineExceeded"
+                    && message.contains("waiting for stuck-0 to be Running and Ready")
+            });
+            Ok(named.then_some(s))
+        })
+        .await?;
+        let pods = set_pods(&ns, "app=stuck").await?;
+        ensure!(
+            pods.iter().map(name).collect::<Vec<_>>() == ["stuck-0"],
+            "creation stops at the never-ready Pod:\n{}",
+            describe(&pods)
+        );
+        let available = condition(&set, "Available");
+        ensure!(
+            available.as_ref().is_some_and(|(s, _, _)| s == "False"),
+            "Available: {available:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn ordered_partition_updates_the_highest_ordinals_and_in_place_only_refuses_env()
+-> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-partition").await?;
+    ns.run(async {
+        let doc = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "part",
+            5,
+            "nginx:1.25",
+            json!({"spec": {
+                "podManagementPolicy": "Parallel",
+                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+                "updateStrategy": {"rollingUpdate": {
+                    "partition": 3, "podUpdatePolicy": "InPlaceOnly"
+                }}
+            }}),
+        );
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        let (_, before) = wait_complete(&ns, "part", "app=part", 5, TIMEOUT).await?;
+        let sets: Api<StatefulSet> = ns.api();
+        let image = |image: &str| {
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": image}]}}}})
+        };
+        sets.patch("part", &PatchParams::default(), &Patch::Merge(&image("nginx:1.26")))
+            .await?;
+        let updated = |pods: &[Pod]| -> Vec<String> {
+            pods.iter()
+                .filter(|p| spec_image(p).as_deref() == Some("nginx:1.26") && is_ready(p))
+                .map(name)
+                .collect()
+        };
+        eventually("ordinals 4 and 3 updated", TIMEOUT, || async {
+            let pods = set_pods(&ns, "app=part").await?;
+            let s = get_set(&ns, "part").await?;
+            let st = s.status.unwrap_or_default();
+            Ok((updated(&pods) == ["part-3", "part-4"]
+                && st.updated_replicas == 2
+                && st.updated_ready_replicas == 2)
+                .then_some(()))
+        })
+        .await?;
+        // Lowering the partition continues the rollout, in place.
+        sets.patch(
+            "part",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}})),
+        )
+        .await?;
+        let (_, after) = wait_complete(&ns, "part", "app=part", 5, TIMEOUT).await?;
+        for (old, new) in before.iter().zip(&after) {
+            ensure!(uid(old) == uid(new), "{} recreated", name(old));
+            ensure!(restarts(new) == 1, "{} restarts {}", name(new), restarts(new));
+        }
+
+        // InPlaceOnly: only image changes are allowed; an env change is refused by the webhook,
+        // naming the field, as upstream does, and no Pod is touched.
+        let refused = sets
+            .patch(
+                "part",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "nginx", "image": "nginx:1.26", "env": [{"name": "MODE", "value": "x"}]}
+                ]}}}})),
+            )
+            .await;
+        let message = match refused {
+            Ok(_) => anyhow::bail!("an env change under InPlaceOnly was accepted"),
+            Err(e) => e.to_string(),
+        };
+        ensure!(
+            message.contains("spec.template") && message.contains("InPlaceOnly"),
+            "{message}"
+        );
+        let now = set_pods(&ns, "app=part").await?;
+        for (old, new) in after.iter().zip(&now) {
+            ensure!(
+                uid(old) == uid(new) && new.metadata.deletion_timestamp.is_none(),
+                "{} touched",
+                name(old)
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-bad").await?;
+    ns.run(async {
+        let cases = [
+            (
+                json!({"spec": {"selector": {"matchLabels": {"app": "other"}}}}),
+                "spec.template.metadata.labels",
+            ),
+            (
+                json!({"spec": {"podManagementPolicy": "Parallel", "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}}}}),
+                "readinessGates",
+            ),
+            (
+                json!({"spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": 2}}}}),
+                "maxUnavailable",
+            ),
+        ];
+        for (extra, field) in cases {
+            let doc = stateful_set("apps.kruise.io/v1beta1", "bad", 2, "nginx:1.25", extra);
+            let result = ns.apply(&serde_json::to_string(&doc)?).await;
+            let error = match result {
+                Ok(out) => anyhow::bail!("accepted ({field}): {out}"),
+                Err(e) => format!("{e:#}"),
+            };
+            ensure!(error.contains(field), "error does not name {field}: {error}");
+        }
+        let pods: Api<Pod> = ns.api();
+        ensure!(pods.list(&ListParams::default()).await?.items.is_empty());
+        Ok(())
+    })
+    .await
+}
