@@ -179,12 +179,7 @@ pub const GATES: &[Gate] = &[
     ),
     gate("EnableSortSidecarContainerByName", false, Alpha, Gated),
     gate("StatefulSetStartOrdinal", false, Alpha, AlwaysOn),
-    gate(
-        "StatefulSetAutoResizePVCGate",
-        false,
-        Alpha,
-        Missing("grows Advanced StatefulSet PVCs when volumeClaimTemplates grow"),
-    ),
+    gate("StatefulSetAutoResizePVCGate", false, Alpha, AlwaysOn),
     gate(
         "DefaultHostNetworkHostPortsInPodTemplates",
         false,
