@@ -14,9 +14,13 @@ mkdir -p "$out"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy || true
 
+# Version output is captured whole, never piped into a reader that may exit early: with pipefail, a
+# `grep -q` or `head` that closes the pipe first makes the writer die of SIGPIPE (exit 141).
 have() { # have <binary> <expected version substring> <version args...>
-  local bin="$out/$1" want="$2"; shift 2
-  [[ -x "$bin" ]] && "$bin" "$@" 2>/dev/null | grep -q -- "$want"
+  local bin="$out/$1" want="$2" got; shift 2
+  [[ -x "$bin" ]] || return 1
+  got="$("$bin" "$@" 2>/dev/null)" || return 1
+  [[ "$got" == *"$want"* ]]
 }
 
 k8s_missing=()
@@ -42,5 +46,6 @@ if ! have etcd "etcd Version: $ETCD_VERSION" --version; then
 fi
 
 "$out/kube-apiserver" --version
-"$out/etcd" --version | head -1
+etcd_version="$("$out/etcd" --version)"
+echo "${etcd_version%%$'\n'*}"
 echo "control-plane: binaries in $out"
