@@ -110,26 +110,7 @@ impl Snapshot<'_> {
 /// The node a daemon Pod is for: `spec.nodeName` once bound, else the node its required affinity
 /// pins it to (`matchFields metadata.name In [node]`), as upstream's `GetTargetNodeName`.
 pub fn target_node(pod: &Pod) -> Option<&str> {
-    if let Some(node) = pods::node_name(pod) {
-        return Some(node);
-    }
-    let terms = &pod
-        .spec
-        .as_ref()?
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?
-        .node_selector_terms;
-    terms.iter().find_map(|term| {
-        term.match_fields.as_ref()?.iter().find_map(|r| {
-            (r.key == "metadata.name" && r.operator == "In")
-                .then(|| r.values.as_ref()?.first().map(String::as_str))
-                .flatten()
-        })
-    })
+    crate::nodefit::bound_node(pod.spec.as_ref()?)
 }
 
 /// Daemon Pods by target node, each list oldest first (creation time, then name).
