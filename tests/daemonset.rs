@@ -16,7 +16,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::DaemonSet as NativeDaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
-use kruise_e2e::cloneset_kit::{describe, describe_events, events_for, name, restarts, uid};
+use kruise_e2e::cloneset_kit::{describe_events, events_for, name, uid};
 use kruise_e2e::{is_ready, node_name};
 use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, fleet, testbed};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -148,6 +148,38 @@ fn image(pod: &Pod) -> String {
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_default()
+}
+
+/// The restart count of the Pod's first container (-1 when not reported).
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(-1, |c| c.restart_count)
+}
+
+/// One line per Pod for failure messages: node, readiness, revision, image, restarts.
+fn describe(pods: &[Pod]) -> String {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{} [{} {} rev {} image {} restarts {}{}]",
+                name(p),
+                node_name(p).unwrap_or_default(),
+                if is_ready(p) { "ready" } else { "not ready" },
+                hash(p),
+                image(p),
+                restarts(p),
+                if p.metadata.deletion_timestamp.is_some() {
+                    " terminating"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn hash(pod: &Pod) -> String {
@@ -437,7 +469,10 @@ async fn example_canary_in_place_rollout_in_kube_system_with_a_pre_delete_hook()
                     && st.number_available == 8
                     && list.len() == 8
                     && list.iter().all(is_ready);
-                Ok(ok.then_some(list))
+                if !ok {
+                    anyhow::bail!("status {:?}; Pods {}", counters(&st), describe(&list));
+                }
+                Ok(Some(list))
             })
             .await?;
             let mut expected: Vec<String> = added.iter().cloned().chain(shared_nodes()).collect();
@@ -478,7 +513,10 @@ async fn example_canary_in_place_rollout_in_kube_system_with_a_pre_delete_hook()
                     && st.updated_number_scheduled == 4
                     && st.number_available == st.current_number_scheduled
                     && ds.metadata.generation == Some(st.observed_generation);
-                Ok(ok.then_some((ds, list)))
+                if !ok {
+                    anyhow::bail!("status {:?} {:?}; Pods {}", counters(&st), st.conditions, describe(&list));
+                }
+                Ok(Some((ds, list)))
             })
             .await?;
             let (ds, after) = updated;
@@ -533,6 +571,10 @@ async fn example_canary_in_place_rollout_in_kube_system_with_a_pre_delete_hook()
         .await;
         // Clean up what lives outside the test's namespace.
         let _ = api.delete("log-agent", &DeleteParams::default()).await;
+        // Pods of removed nodes have no kubelet to finish their deletion: skip the grace period.
+        let _ = pods_api
+            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default().labels(selector))
+            .await;
         for node in &added {
             let _ = fleet::remove_node(&client, node).await;
         }

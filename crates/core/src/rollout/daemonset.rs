@@ -709,7 +709,11 @@ fn update_with_surge(
             }
         }
     }
-    let room = max_surge.saturating_sub(surging).min(candidate_nodes.len());
+    // A node whose old Pod goes now still runs two Pods until the deletion shows: it counts, so that
+    // no more than maxSurge nodes ever run two Pods at once.
+    let room = max_surge
+        .saturating_sub(surging + old_to_delete.len())
+        .min(candidate_nodes.len());
     allowed.extend(&candidate_nodes[..room]);
     allowed.truncate(burst);
     old_to_delete.truncate(burst);

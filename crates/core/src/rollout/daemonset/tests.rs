@@ -495,8 +495,8 @@ fn surge_creates_beside_and_deletes_the_old_once_the_new_is_available() {
     ];
     assert_eq!(
         summary(&available, &w.plan(&available)),
-        ["create n0", "delete ds-n1-2 Update"],
-        "n1 no longer surges once its old Pod goes, so n0 may"
+        ["delete ds-n1-2 Update"],
+        "n1 surges until its old Pod is gone, so n0 waits"
     );
 }
 
