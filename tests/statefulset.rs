@@ -987,10 +987,9 @@ async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow:
                     if let Some(c) = kruise_e2e::pod_condition(p, "InPlaceUpdateReady")
                         && c.status == "False"
                         && let Some(t) = &c.last_transition_time
+                        && let Ok(mut seen) = out_of_service.lock()
                     {
-                        if let Ok(mut seen) = out_of_service.lock() {
-                            seen.entry(name(p)).or_insert(t.0);
-                        }
+                        seen.entry(name(p)).or_insert(t.0);
                     }
                 }
                 let done = pods.len() == 2
