@@ -5,6 +5,8 @@
 pub mod cache;
 pub mod claim;
 pub mod cloneset;
+pub mod conditions;
+pub mod daemonset;
 pub mod error;
 pub mod history;
 pub mod metrics;

@@ -79,6 +79,9 @@ pub enum Wording {
     Kruise,
     /// `create Pod P in StatefulSet S successful`.
     StatefulSet,
+    /// Kubernetes' pod control, which the DaemonSet controller uses: `Created pod: P`,
+    /// `Error creating: E`, `Deleted pod: P`, `Error deleting: E`.
+    PodControl,
 }
 
 impl PodControl<'_> {
@@ -93,8 +96,18 @@ impl PodControl<'_> {
             (Wording::StatefulSet, Some(e)) => {
                 format!("{verb} Pod {pod} in StatefulSet {owner} failed error: {e}")
             }
+            (Wording::PodControl, None) => format!("{}d pod: {pod}", capitalized(verb)),
+            (Wording::PodControl, Some(e)) => format!("Error {}ing: {e}", &verb[..verb.len() - 1]),
         }
     }
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// Checks the expectations of `key` against the caches: `Err(wait)` while a write is still
@@ -374,6 +387,37 @@ impl PodControl<'_> {
                 )
                 .await;
                 false
+            }
+        }
+    }
+
+    /// Creates a Pod named by the API server from its `generateName` (a DaemonSet's). The name is
+    /// known only once created, so the expectation is raised then (reconciles of one owner never
+    /// overlap, so none can look in between). Returns the name, or `None` after a `FailedCreate` Event.
+    pub async fn create_generated(&self, pod: Pod) -> Option<String> {
+        match self.pods().create(&PostParams::default(), &pod).await {
+            Ok(created) => {
+                let name = name_of(&created).to_owned();
+                self.expect(Expectation::exists("Pod", name.clone()));
+                self.count("create", true);
+                self.pod_event(
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    self.said("create", &name, None),
+                    Some(&name),
+                )
+                .await;
+                Some(name)
+            }
+            Err(error) => {
+                self.count("create", false);
+                self.event(
+                    EventType::Warning,
+                    "FailedCreate",
+                    self.said("create", "", Some(&error)),
+                )
+                .await;
+                None
             }
         }
     }

@@ -717,6 +717,16 @@ async fn run_controllers(
             resize: true,
         },
     );
+    let daemonset = kruise_controllers::daemonset::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::daemonset::Config {
+            workers: args.daemonset_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            resize: true,
+        },
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         pods,
@@ -739,9 +749,10 @@ async fn run_controllers(
         cloneset_workers = args.cloneset_workers,
         statefulset_workers = args.statefulset_workers,
         sidecarset_workers = args.sidecarset_workers,
+        daemonset_workers = args.daemonset_workers,
         "controllers started"
     );
-    tokio::join!(cache, cloneset, statefulset, sidecarset);
+    tokio::join!(cache, cloneset, statefulset, sidecarset, daemonset);
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {
