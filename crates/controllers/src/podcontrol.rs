@@ -79,6 +79,9 @@ pub enum Wording {
     Kruise,
     /// `create Pod P in StatefulSet S successful`.
     StatefulSet,
+    /// Kubernetes' job-style pod control, which OpenKruise's BroadcastJob uses: `Created pod: P`,
+    /// `Error creating: E`, `Delete pod: P`.
+    Job,
 }
 
 impl PodControl<'_> {
@@ -93,6 +96,10 @@ impl PodControl<'_> {
             (Wording::StatefulSet, Some(e)) => {
                 format!("{verb} Pod {pod} in StatefulSet {owner} failed error: {e}")
             }
+            (Wording::Job, None) if verb == "create" => format!("Created pod: {pod}"),
+            (Wording::Job, None) => format!("Delete pod: {pod}"),
+            (Wording::Job, Some(e)) if verb == "create" => format!("Error creating: {e}"),
+            (Wording::Job, Some(e)) => format!("Error deleting: {e}"),
         }
     }
 }
@@ -374,6 +381,39 @@ impl PodControl<'_> {
                 )
                 .await;
                 false
+            }
+        }
+    }
+
+    /// Creates a Pod whose name the server generates (`generateName`). Its name is unknown until
+    /// then, so the caller says what to expect (e.g. a Pod of the owner on a node). Returns the
+    /// created Pod's name.
+    pub async fn create_generated(&self, pod: Pod, expectation: Expectation) -> Option<String> {
+        self.expect(expectation.clone());
+        match self.pods().create(&PostParams::default(), &pod).await {
+            Ok(created) => {
+                let name = name_of(&created).to_owned();
+                self.count("create", true);
+                self.pod_event(
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    self.said("create", &name, None),
+                    Some(&name),
+                )
+                .await;
+                Some(name)
+            }
+            Err(error) => {
+                self.withdraw(&expectation);
+                self.count("create", false);
+                let prefix = pod.metadata.generate_name.clone().unwrap_or_default();
+                self.event(
+                    EventType::Warning,
+                    "FailedCreate",
+                    self.said("create", &prefix, Some(&error)),
+                )
+                .await;
+                None
             }
         }
     }
