@@ -205,3 +205,56 @@ fn error_policy(job: Arc<BroadcastJob>, error: &Error, ctx: Arc<Context>) -> Act
     ctx.metrics.reconciled(CONTROLLER, false, 0.0);
     Action::requeue(Duration::from_secs(2))
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn node(heartbeat: i64, ready: &str) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some("n".into());
+        node.metadata.resource_version = Some(heartbeat.to_string());
+        node.metadata.labels = Some([("zone".to_string(), "a".to_string())].into());
+        node.spec = Some(NodeSpec::default());
+        node.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                last_heartbeat_time: Timestamp::from_second(heartbeat).ok().map(Time),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        node
+    }
+
+    #[test]
+    fn heartbeats_do_not_trigger_but_fitness_inputs_do() {
+        let base = node_facts(&node(1, "True"));
+        assert_eq!(node_facts(&node(2, "True")), base);
+        assert_ne!(node_facts(&node(2, "False")), base);
+        let mut labelled = node(2, "True");
+        labelled.metadata.labels = Some([("zone".to_string(), "b".to_string())].into());
+        assert_ne!(node_facts(&labelled), base);
+        let mut tainted = node(2, "True");
+        tainted.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "k".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_ne!(node_facts(&tainted), base);
+        let mut cordoned = node(2, "True");
+        cordoned.spec = Some(NodeSpec {
+            unschedulable: Some(true),
+            ..Default::default()
+        });
+        assert_ne!(node_facts(&cordoned), base);
+    }
+}
