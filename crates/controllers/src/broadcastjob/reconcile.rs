@@ -223,15 +223,6 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         }
     }
 
-    for event in &plan.events {
-        let type_ = if event.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        pc.event(type_, &event.reason, event.message.clone()).await;
-    }
-
     if let Some(new) = status.as_ref() {
         let old = job.status.as_ref();
         if old != Some(new) {
@@ -253,6 +244,16 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
                 }
             }
         }
+    }
+    // After the status: a reconcile of a stale copy of the job fails its status write (the
+    // resourceVersion precondition) and so does not repeat the Events of the one before it.
+    for event in &plan.events {
+        let type_ = if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        pc.event(type_, &event.reason, event.message.clone()).await;
     }
     if let Some(error) = first_error {
         return Err(error);
