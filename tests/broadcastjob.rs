@@ -2,12 +2,11 @@
 //! parallelism, restartLimit and failure policies on ten nodes, activeDeadlineSeconds, tainted
 //! nodes, and bad input — on a real control plane with kubelet-sim.
 //!
-//! The shared test bed has three untainted nodes. Seven more (`bcj-0..6`) are registered by this
-//! binary with a taint only the ten-node tests tolerate, so seed 000's job (no tolerations) still
-//! runs on exactly three nodes while the others see ten.
+//! The shared test bed has three untainted nodes. Seven more (`bcj-0..6`) join its fleet with a
+//! taint only the ten-node tests tolerate, so seed 000's job (no tolerations) still runs on exactly
+//! three nodes while the others see ten; the Never test adds (and removes) a node of its own.
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_e2e::cloneset_kit::{describe, label, name};
 use kruise_e2e::{node_name, phase};
-use kruise_testkit::{TestNamespace, eventually, testbed};
+use kruise_testkit::{TestNamespace, eventually, fleet, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::{Value, json};
@@ -44,85 +43,40 @@ spec:
 
 /// The taint (and label) of the seven extra nodes.
 const FLEET_KEY: &str = "e2e.kruise-rs.io/bcj-fleet";
+/// The taint of the node the Never test adds (value: its namespace, tolerated by its job only).
+const LATE_KEY: &str = "e2e.kruise-rs.io/bcj-late";
+/// A taint no job tolerates.
+const EVICT_KEY: &str = "e2e.kruise-rs.io/bcj-evict";
 const EXTRA_NODES: u16 = 7;
 const RUN_MS: &str = "sim.kruise-rs.io/run-ms";
 const EXIT_CODE: &str = "sim.kruise-rs.io/exit-code";
 
-static FLEET: OnceLock<Result<Vec<String>, String>> = OnceLock::new();
+static FLEET: tokio::sync::OnceCell<Vec<String>> = tokio::sync::OnceCell::const_new();
 
-/// The seven extra nodes, started on first use by a kubelet-sim of this binary (on its own thread,
-/// alive for the process) and Ready before this returns.
-fn extra_nodes() -> Vec<String> {
-    let fleet = FLEET.get_or_init(|| {
-        let bed = testbed();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("bcj-fleet".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime,
-                    Err(error) => {
-                        let _ = tx.send(Err(error.to_string()));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    let nodes: Vec<NodeSpecSim> = NodeSpecSim::fleet("bcj", EXTRA_NODES, &[])
-                        .into_iter()
-                        .map(|mut node| {
-                            // Distinct node and Pod IPs from the test bed's nodes.
-                            node.index += 40;
-                            node.labels.insert(FLEET_KEY.into(), "ten".into());
-                            node.taints = vec![Taint {
-                                key: FLEET_KEY.into(),
-                                value: Some("ten".into()),
-                                effect: "NoSchedule".into(),
-                                time_added: None,
-                            }];
-                            node
-                        })
-                        .collect();
-                    let started = async {
-                        let client = bed.plane.client().await?;
-                        let mut config = kubelet_sim::Config::new(nodes.clone());
-                        config.heartbeat_every = Duration::from_secs(2);
-                        let sim_client = client.clone();
-                        tokio::spawn(async move {
-                            if let Err(error) =
-                                kubelet_sim::run(sim_client, config, std::future::pending()).await
-                            {
-                                eprintln!("bcj fleet kubelet-sim stopped: {error}");
-                            }
-                        });
-                        kruise_testkit::testbed::wait_nodes_ready(&client, &nodes).await?;
-                        anyhow::Ok(nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>())
-                    };
-                    match started.await {
-                        Ok(names) => {
-                            let _ = tx.send(Ok(names));
-                            std::future::pending::<()>().await;
-                        }
-                        Err(error) => {
-                            let _ = tx.send(Err(format!("{error:#}")));
-                        }
-                    }
-                });
-            });
-        match spawned {
-            Ok(_) => rx
-                .recv()
-                .map_err(|e| e.to_string())
-                .and_then(|result| result),
-            Err(error) => Err(error.to_string()),
-        }
-    });
-    match fleet {
-        Ok(names) => names.clone(),
-        Err(error) => panic!("the extra BroadcastJob nodes could not start: {error}"),
+/// The seven extra nodes, added to the test bed's fleet (served by its kubelet-sim) by the first test
+/// that asks, Ready before this returns.
+async fn extra_nodes(client: &kube::Client) -> anyhow::Result<Vec<String>> {
+    FLEET
+        .get_or_try_init(|| async {
+            let mut names = Vec::new();
+            for mut node in NodeSpecSim::fleet("bcj", EXTRA_NODES, &[]) {
+                node.labels.insert(FLEET_KEY.into(), "ten".into());
+                node.taints = vec![private_taint(FLEET_KEY, "ten")];
+                names.push(fleet::add_node(client, node).await?.name);
+            }
+            anyhow::Ok(names)
+        })
+        .await
+        .cloned()
+}
+
+/// A NoSchedule taint `key=value`.
+fn private_taint(key: &str, value: &str) -> Taint {
+    Taint {
+        key: key.into(),
+        value: Some(value.into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
     }
 }
 
@@ -204,8 +158,8 @@ async fn seed_000_download_image_runs_once_per_node_and_is_deleted_after_its_ttl
 -> anyhow::Result<()> {
     let bed = testbed();
     bed.manager();
-    let extra = extra_nodes();
     let ns = bed.namespace("bcj-seed").await?;
+    let extra = extra_nodes(&ns.client).await?;
     ns.run(async {
         ns.apply(SEED_000).await?;
         let job = wait_job(&ns, "download-image", "completed", |j| {
@@ -368,8 +322,8 @@ async fn start_example_with_a_failing_pod(
 async fn example_parallelism_restart_limit_and_continue() -> anyhow::Result<()> {
     let bed = testbed();
     bed.manager();
-    extra_nodes();
     let ns = bed.namespace("bcj-continue").await?;
+    extra_nodes(&ns.client).await?;
     ns.run(async {
         let failing = start_example_with_a_failing_pod(&ns, "Continue").await?;
         // Let every other Pod finish as it appears, and watch that at most 5 are active at once.
@@ -423,8 +377,8 @@ async fn example_parallelism_restart_limit_and_continue() -> anyhow::Result<()> 
 async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Result<()> {
     let bed = testbed();
     bed.manager();
-    extra_nodes();
     let ns = bed.namespace("bcj-failfast").await?;
+    extra_nodes(&ns.client).await?;
     ns.run(async {
         let failing = start_example_with_a_failing_pod(&ns, "FailFast").await?;
         let job = wait_job(&ns, "broadcastjob-pi", "failed", |j| {
@@ -461,8 +415,8 @@ async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Re
 async fn example_pause_pauses_the_job() -> anyhow::Result<()> {
     let bed = testbed();
     bed.manager();
-    extra_nodes();
     let ns = bed.namespace("bcj-pause").await?;
+    extra_nodes(&ns.client).await?;
     ns.run(async {
         start_example_with_a_failing_pod(&ns, "Pause").await?;
         wait_job(&ns, "broadcastjob-pi", "paused", |j| {
@@ -602,6 +556,65 @@ async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyh
         let pods: Api<Pod> = ns.api();
         ensure!(pods.list(&ListParams::default()).await?.items.is_empty());
         Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn completion_policy_never_follows_nodes_that_join_and_stop_fitting() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("bcj-never").await?;
+    ns.run(async {
+        // examples/broadcastjob-v1alpha1.yaml, tolerating the node this test adds (and no other).
+        let mut doc = kruise_e2e::example("broadcastjob-v1alpha1.yaml")?;
+        doc["spec"]["template"]["spec"]["tolerations"] =
+            json!([{"key": LATE_KEY, "operator": "Equal", "value": ns.name, "effect": "NoSchedule"}]);
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        let job = wait_job(&ns, "broadcastjob-never", "3 succeeded", |j| {
+            job_status(j).succeeded == 3
+        })
+        .await?;
+        let st = job_status(&job);
+        ensure!(
+            st.phase == "running" && st.desired == 3 && st.completion_time.is_none(),
+            "a Never job does not complete: {st:?}"
+        );
+
+        let mut spec = NodeSpecSim::fleet(&format!("late-{}", ns.name), 1, &[]).remove(0);
+        spec.taints = vec![private_taint(LATE_KEY, &ns.name)];
+        let late = fleet::add_node(&ns.client, spec).await?;
+        let result = async {
+            let job = wait_job(&ns, "broadcastjob-never", "a Pod on the new node", |j| {
+                job_status(j).desired == 4 && job_status(j).succeeded == 4
+            })
+            .await?;
+            ensure!(job_status(&job).phase == "running", "{:?}", job.status);
+            let pods = job_pods(&ns, "broadcastjob-never").await?;
+            ensure!(
+                pods.iter().any(|p| node_name(p).as_deref() == Some(late.name.as_str())),
+                "{}",
+                describe(&pods)
+            );
+            // The node stops fitting (a taint the job does not tolerate): its Pod is deleted.
+            fleet::taint_node(&ns.client, &late.name, private_taint(EVICT_KEY, "x")).await?;
+            wait_job(&ns, "broadcastjob-never", "back to 3 desired", |j| {
+                job_status(j).desired == 3
+            })
+            .await?;
+            eventually("the Pod on the tainted node deleted", TIMEOUT, || async {
+                let pods = job_pods(&ns, "broadcastjob-never").await?;
+                Ok((!pods
+                    .iter()
+                    .any(|p| node_name(p).as_deref() == Some(late.name.as_str())))
+                .then_some(()))
+            })
+            .await?;
+            Ok(())
+        }
+        .await;
+        fleet::remove_node(&ns.client, &late.name).await?;
+        result
     })
     .await
 }
