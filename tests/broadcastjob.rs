@@ -618,3 +618,64 @@ async fn completion_policy_never_follows_nodes_that_join_and_stop_fitting() -> a
     })
     .await
 }
+
+#[tokio::test]
+async fn only_nodes_the_template_fits_get_a_pod() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("bcj-fit").await?;
+    ns.run(async {
+        let job = |name: &str, spec: Value| {
+            let mut doc = json!({
+                "apiVersion": "apps.kruise.io/v1beta1",
+                "kind": "BroadcastJob",
+                "metadata": {"name": name},
+                "spec": {"template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox:1.36"}]
+                }}}
+            });
+            json_patch::merge(&mut doc, &json!({"spec": {"template": {"spec": spec}}}));
+            doc
+        };
+        // A nodeSelector: the zone-a node only.
+        let zoned = job(
+            "zoned",
+            json!({"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}),
+        );
+        // More cpu than any node can allocate (32): no node.
+        let huge = job(
+            "huge",
+            json!({"containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "64"}}}]}),
+        );
+        ns.apply(&serde_json::to_string(&zoned)?).await?;
+        ns.apply(&serde_json::to_string(&huge)?).await?;
+        let done = wait_job(&ns, "zoned", "completed on one node", |j| {
+            job_status(j).phase == "completed"
+        })
+        .await?;
+        let st = job_status(&done);
+        ensure!((st.desired, st.succeeded) == (1, 1), "{st:?}");
+        let pods = job_pods(&ns, "zoned").await?;
+        let zone_a = bed
+            .nodes
+            .iter()
+            .find(|n| n.zone.as_deref() == Some("zone-a"))
+            .map(|n| n.name.clone());
+        ensure!(
+            pods.len() == 1 && node_name(&pods[0]) == zone_a,
+            "{}",
+            describe(&pods)
+        );
+        let huge = wait_job(&ns, "huge", "running with no desired node", |j| {
+            let s = job_status(j);
+            s.phase == "running" && s.start_time.is_some()
+        })
+        .await?;
+        let st = job_status(&huge);
+        ensure!(st.desired == 0 && !condition_true(&huge, "Complete"), "{st:?}");
+        ensure!(job_pods(&ns, "huge").await?.is_empty());
+        Ok(())
+    })
+    .await
+}

@@ -355,39 +355,13 @@ impl PodControl<'_> {
         if !self.create_claims(pvcs).await {
             return false;
         }
-        let name = name_of(&pod).to_owned();
-        let expectation = Expectation::exists("Pod", name.clone());
-        self.expect(expectation.clone());
-        match self.pods().create(&PostParams::default(), &pod).await {
-            Ok(_) => {
-                self.count("create", true);
-                self.pod_event(
-                    EventType::Normal,
-                    "SuccessfulCreate",
-                    self.said("create", &name, None),
-                    Some(&name),
-                )
-                .await;
-                true
-            }
-            Err(error) => {
-                self.withdraw(&expectation);
-                self.count("create", false);
-                self.pod_event(
-                    EventType::Warning,
-                    "FailedCreate",
-                    self.said("create", &name, Some(&error)),
-                    Some(&name),
-                )
-                .await;
-                false
-            }
-        }
+        let expectation = Expectation::exists("Pod", name_of(&pod).to_owned());
+        self.create_generated(pod, expectation).await.is_some()
     }
 
-    /// Creates a Pod whose name the server generates (`generateName`). Its name is unknown until
-    /// then, so the caller says what to expect (e.g. a Pod of the owner on a node). Returns the
-    /// created Pod's name.
+    /// Creates a Pod, expecting `expectation` until the cache shows it; for a Pod whose name the
+    /// server generates (`generateName`), which is unknown until then, the caller says what to
+    /// expect instead (e.g. a Pod of the owner on a node). Returns the created Pod's name.
     pub async fn create_generated(&self, pod: Pod, expectation: Expectation) -> Option<String> {
         self.expect(expectation.clone());
         match self.pods().create(&PostParams::default(), &pod).await {
@@ -406,11 +380,15 @@ impl PodControl<'_> {
             Err(error) => {
                 self.withdraw(&expectation);
                 self.count("create", false);
-                let prefix = pod.metadata.generate_name.clone().unwrap_or_default();
-                self.event(
+                let named = pod.metadata.name.as_deref().filter(|n| !n.is_empty());
+                let shown = named
+                    .or(pod.metadata.generate_name.as_deref())
+                    .unwrap_or_default();
+                self.pod_event(
                     EventType::Warning,
                     "FailedCreate",
-                    self.said("create", &prefix, Some(&error)),
+                    self.said("create", shown, Some(&error)),
+                    named,
                 )
                 .await;
                 None
