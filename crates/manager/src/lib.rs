@@ -717,6 +717,15 @@ async fn run_controllers(
             resize: true,
         },
     );
+    let uniteddeployment = kruise_controllers::uniteddeployment::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::uniteddeployment::Config {
+            workers: args.uniteddeployment_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+        },
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         pods,
@@ -739,9 +748,10 @@ async fn run_controllers(
         cloneset_workers = args.cloneset_workers,
         statefulset_workers = args.statefulset_workers,
         sidecarset_workers = args.sidecarset_workers,
+        uniteddeployment_workers = args.uniteddeployment_workers,
         "controllers started"
     );
-    tokio::join!(cache, cloneset, statefulset, sidecarset);
+    tokio::join!(cache, cloneset, statefulset, sidecarset, uniteddeployment);
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

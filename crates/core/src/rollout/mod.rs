@@ -3,3 +3,4 @@
 pub mod cloneset;
 pub mod ordering;
 pub mod statefulset;
+pub mod uniteddeployment;
