@@ -176,6 +176,21 @@ async fn wait_subsets(
     image_of: impl Fn(&str) -> String,
     settled: bool,
 ) -> anyhow::Result<(UnitedDeployment, Vec<Pod>)> {
+    // Boxed: the polling future is large, and debug builds run tests on small thread stacks.
+    Box::pin(wait_subsets_inner(
+        ns, ud, selector, want, &image_of, settled,
+    ))
+    .await
+}
+
+async fn wait_subsets_inner(
+    ns: &TestNamespace,
+    ud: &str,
+    selector: &str,
+    want: &[(&str, usize)],
+    image_of: &dyn Fn(&str) -> String,
+    settled: bool,
+) -> anyhow::Result<(UnitedDeployment, Vec<Pod>)> {
     let total: usize = want.iter().map(|(_, n)| n).sum();
     let result = eventually(
         format!("UnitedDeployment {ud}: subsets {want:?}"),
@@ -284,7 +299,7 @@ async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> a
     let bed = testbed();
     bed.manager();
     let ns = bed.namespace("ud-seed").await?;
-    ns.run(async {
+    ns.run(Box::pin(async {
         label_az(&ns).await?;
         ns.apply(SEED_000).await?;
         let ud = "demo-guestbook-kruise";
@@ -376,7 +391,7 @@ async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> a
         .await
         .with_context(|| format!("{cond:?}"))?;
         Ok(())
-    })
+    }))
     .await
 }
 
@@ -413,7 +428,7 @@ async fn example_cloneset_subsets_split_update_in_place_scale_and_shrink() -> an
     let bed = testbed();
     bed.manager();
     let ns = bed.namespace("ud-example").await?;
-    ns.run(async {
+    ns.run(Box::pin(async {
         ns.apply(&example()?).await?;
         let ud = "sample-ud";
         let selector = "app=sample-ud";
@@ -475,7 +490,7 @@ async fn example_cloneset_subsets_split_update_in_place_scale_and_shrink() -> an
         let names: Vec<String> = u.status.unwrap_or_default().subset_statuses.into_iter().map(|s| s.name).collect();
         ensure!(names == ["zone-a", "zone-b"], "{names:?}");
         Ok(())
-    })
+    }))
     .await
 }
 
@@ -484,7 +499,7 @@ async fn deployment_template_with_min_max_replicas() -> anyhow::Result<()> {
     let bed = testbed();
     bed.manager();
     let ns = bed.namespace("ud-deploy").await?;
-    ns.run(async {
+    ns.run(Box::pin(async {
         ns.apply(
             r#"apiVersion: apps.kruise.io/v1beta1
 kind: UnitedDeployment
@@ -564,7 +579,7 @@ spec:
         patch_ud(&ns, "web", json!({"spec": {"replicas": 8}})).await?;
         wait_subsets(&ns, "web", "app=web", &[("a", 3), ("b", 5)], img, true).await?;
         Ok(())
-    })
+    }))
     .await
 }
 
@@ -573,7 +588,7 @@ async fn bad_input_is_rejected_naming_the_field() -> anyhow::Result<()> {
     let bed = testbed();
     bed.manager();
     let ns = bed.namespace("ud-bad").await?;
-    ns.run(async {
+    ns.run(Box::pin(async {
         let base = |topology: &str, strategy: &str, extra_spec: &str| {
             format!(
                 r#"apiVersion: apps.kruise.io/v1alpha1
@@ -639,6 +654,6 @@ spec:
             "no subsets"
         );
         Ok(())
-    })
+    }))
     .await
 }

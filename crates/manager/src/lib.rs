@@ -595,6 +595,8 @@ impl LeaderTerm {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("leader-term")
+            // Unoptimised builds poll the controllers' deep reconcile futures with large frames.
+            .thread_stack_size(8 << 20)
             .enable_all()
             .build()
             .context("building the leader's runtime")?;
@@ -717,7 +719,7 @@ async fn run_controllers(
             resize: true,
         },
     );
-    let uniteddeployment = kruise_controllers::uniteddeployment::run(
+    let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
         client.clone(),
         pods.clone(),
         metrics.clone(),
@@ -725,7 +727,7 @@ async fn run_controllers(
             workers: args.uniteddeployment_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
         },
-    );
+    ));
     let cloneset = kruise_controllers::cloneset::run(
         client,
         pods,

@@ -160,14 +160,17 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         workers = config.workers,
         "uniteddeployment controller started"
     );
-    Controller::new(
-        Api::<UnitedDeployment>::all(client),
-        watcher::Config::default().any_semantic(),
+    // Boxed so that the manager's join of every controller stays small on the stack.
+    Box::pin(
+        Controller::new(
+            Api::<UnitedDeployment>::all(client),
+            watcher::Config::default().any_semantic(),
+        )
+        .reconcile_on(triggers)
+        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
+        .run(reconcile::reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(())),
     )
-    .reconcile_on(triggers)
-    .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-    .run(reconcile::reconcile, error_policy, ctx)
-    .for_each(|_| futures::future::ready(()))
     .await;
 }
 

@@ -45,7 +45,8 @@ pub(crate) async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = reconcile_inner(&ud, &ctx).await;
+    // Boxed, as every large step below: debug builds poll deep futures on 2 MiB worker stacks.
+    let result = Box::pin(reconcile_inner(&ud, &ctx)).await;
     if result.is_ok() {
         ctx.metrics
             .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
@@ -195,7 +196,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
 
     // Revisions.
     let revisions = owned_revisions(ctx, &namespace, &uid);
-    let update = match update_revision(ctx, ud, &namespace, &revisions).await {
+    let update = match Box::pin(update_revision(ctx, ud, &namespace, &revisions)).await {
         Ok(Some(update)) => update,
         Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
         Err(error) => {
@@ -228,7 +229,8 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
         name.clone(),
         uid.clone(),
     );
-    let (groups, others) = match claim_subsets(ctx, ud, kind, &owner, &mut recheck).await {
+    let (groups, others) = match Box::pin(claim_subsets(ctx, ud, kind, &owner, &mut recheck)).await
+    {
         Ok(found) => found,
         Err(error) => {
             publish(
@@ -242,7 +244,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
             return Err(error);
         }
     };
-    let existing = match delete_duplicates(ctx, &key, kind, groups).await {
+    let existing = match Box::pin(delete_duplicates(ctx, &key, kind, groups)).await {
         Ok(existing) => existing,
         Err(error) => {
             publish(
@@ -342,7 +344,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     let next_partitions = planner::next_partitions(&ud.spec, &next_replicas);
 
     // Provision: create what is missing, delete what left the topology or is of another kind.
-    let outcome = manage(
+    let outcome = Box::pin(manage(
         ctx,
         ud,
         &key,
@@ -353,7 +355,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
         &next_replicas,
         &next_partitions,
         &update_name,
-    )
+    ))
     .await;
     if outcome.created > 0 && strategy.is_adaptive() {
         requeue = requeue.min(Duration::from_secs(
@@ -374,7 +376,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
         outcome: &outcome,
         now,
     });
-    write_status(ctx, ud, &key, &old_status, computed).await?;
+    Box::pin(write_status(ctx, ud, &key, &old_status, computed)).await?;
 
     let pod_labels: Vec<String> = observed
         .values()
@@ -902,7 +904,7 @@ async fn manage(
         if !needs_update {
             continue;
         }
-        match update_subset(
+        match Box::pin(update_subset(
             ctx,
             ud,
             key,
@@ -913,7 +915,7 @@ async fn manage(
             revision,
             replicas,
             partition,
-        )
+        ))
         .await
         {
             Ok(()) => {}
