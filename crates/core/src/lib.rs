@@ -6,6 +6,7 @@
 pub mod expectations;
 pub mod inplace;
 pub mod lifecycle;
+pub mod nodefit;
 pub mod ownership;
 pub mod pods;
 pub mod revision;
