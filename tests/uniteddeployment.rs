@@ -657,3 +657,172 @@ spec:
     }))
     .await
 }
+
+/// examples/uniteddeployment-v1alpha1.yaml: Advanced StatefulSet subsets on labelled node pools, with
+/// a toleration and a patched label on the "spare" subset, updated in place through our Advanced
+/// StatefulSet controller.
+#[tokio::test]
+async fn example_advanced_statefulset_subsets_on_node_pools() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-asts").await?;
+    ns.run(Box::pin(async {
+        // sim-0 is the "primary" pool; the others are spare (NotIn primary).
+        ns.kubectl(&["label", "node", "sim-0", "node-pool=primary", "--overwrite"]).await?;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/uniteddeployment-v1alpha1.yaml");
+        ns.apply(&std::fs::read_to_string(&path)?).await?;
+        let ud = "sample-ud-sts";
+        let selector = "app=sample-ud-sts";
+        let img = |tag: &'static str| move |_: &str| format!("redis:{tag}");
+        let want = [("primary", 2), ("spare", 2)];
+        let (_, before) = wait_subsets(&ns, ud, selector, &want, img("7.2"), true).await?;
+        for pod in &before {
+            let subset = pod_label(pod, SUBSET_LABEL).unwrap_or_default();
+            let node = node_name(pod).unwrap_or_default();
+            ensure!((subset == "primary") == (node == "sim-0"), "{} on {node}", name(pod));
+            ensure!(
+                (subset == "spare") == (pod_label(pod, "node-pool") == Some("spare")),
+                "patched label on {}",
+                name(pod)
+            );
+            let tolerates = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key.as_deref() == Some("node-pool")));
+            ensure!((subset == "spare") == tolerates, "toleration on {}", name(pod));
+        }
+        let sets: Api<kruise_api::statefulset::v1beta1::StatefulSet> = ns.api();
+        ensure!(sets.list(&ListParams::default()).await?.items.len() == 2, "two Advanced StatefulSets");
+
+        json_patch_ud(&ns, ud, r#"[{"op":"replace","path":"/spec/template/advancedStatefulSetTemplate/spec/template/spec/containers/0/image","value":"redis:7.4"}]"#).await?;
+        let (_, after) = wait_subsets(&ns, ud, selector, &want, img("7.4"), true).await?;
+        let uids = |ps: &[Pod]| ps.iter().map(|p| (name(p), uid(p))).collect::<Vec<_>>();
+        ensure!(uids(&before) == uids(&after), "in place through the Advanced StatefulSets");
+        Ok(())
+    }))
+    .await
+}
+
+/// Adaptive scheduling: a subset whose nodes cannot take its Pods becomes unschedulable after
+/// rescheduleCriticalSeconds and its replicas move to the next subset; once a node fits and
+/// unschedulableDuration has passed it is schedulable again and takes new replicas first, while the
+/// running Pods elsewhere stay (OpenKruise never deletes healthy Pods to move them back).
+#[tokio::test]
+async fn adaptive_subset_becomes_unschedulable_then_recovers() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-adaptive").await?;
+    ns.run(Box::pin(async {
+        let pool = format!("ud-adaptive-{}", ns.name);
+        // Make sure no node is in the pool yet.
+        let yaml = format!(
+            r#"apiVersion: apps.kruise.io/v1beta1
+kind: UnitedDeployment
+metadata:
+  name: ada
+spec:
+  replicas: 4
+  selector:
+    matchLabels: {{app: ada}}
+  template:
+    cloneSetTemplate:
+      metadata:
+        labels: {{app: ada}}
+      spec:
+        selector:
+          matchLabels: {{app: ada}}
+        template:
+          metadata:
+            labels: {{app: ada}}
+          spec:
+            containers:
+              - name: c
+                image: nginx:1.25
+  topology:
+    scheduleStrategy:
+      type: Adaptive
+      adaptive:
+        rescheduleCriticalSeconds: 5
+        unschedulableDuration: 20
+    subsets:
+      - name: pool
+        maxReplicas: 2
+        nodeSelectorTerm:
+          matchExpressions:
+            - {{key: kruise-rs.io/ud-pool, operator: In, values: ["{pool}"]}}
+      - name: rest
+        nodeSelectorTerm:
+          matchExpressions:
+            - {{key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}}
+"#
+        );
+        ns.apply(&yaml).await?;
+        let img = |_: &str| "nginx:1.25".to_string();
+        // The pool has no node: after 5 s its 2 Pods count as pending too long, the subset turns
+        // unschedulable and all 4 replicas run in "rest".
+        let (u, _) = wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
+        let st = u.status.unwrap_or_default();
+        let pool_status = st
+            .subset_statuses
+            .iter()
+            .find(|s| s.name == "pool")
+            .cloned()
+            .unwrap_or_default();
+        let schedulable = pool_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Schedulable")
+            .cloned();
+        ensure!(
+            schedulable
+                .as_ref()
+                .is_some_and(|c| c.status == "False" && c.reason == "reschedule"),
+            "{pool_status:?}"
+        );
+        ensure!(pool_status.replicas == 0, "{pool_status:?}");
+
+        // A node joins the pool; after the window the subset recovers.
+        ns.kubectl(&[
+            "label",
+            "node",
+            "sim-1",
+            &format!("kruise-rs.io/ud-pool={pool}"),
+            "--overwrite",
+        ])
+        .await?;
+        let recovered = eventually(
+            "pool Schedulable again",
+            Duration::from_secs(90),
+            || async {
+                let u = get_ud(&ns, "ada").await?;
+                Ok(u.status.and_then(|s| {
+                    s.subset_statuses
+                        .into_iter()
+                        .find(|s| s.name == "pool")?
+                        .conditions
+                        .into_iter()
+                        .find(|c| {
+                            c.type_ == "Schedulable" && c.status == "True" && c.reason == "recover"
+                        })
+                }))
+            },
+        )
+        .await;
+        ns.kubectl(&["label", "node", "sim-1", "kruise-rs.io/ud-pool-"])
+            .await
+            .ok();
+        let recovered = recovered?;
+        ensure!(
+            recovered
+                .message
+                .starts_with("unschedulable subset recovered after 20"),
+            "{recovered:?}"
+        );
+        // Running Pods stay where they are.
+        wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
+        Ok(())
+    }))
+    .await
+}
