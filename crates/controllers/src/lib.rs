@@ -16,3 +16,4 @@ pub mod podcontrol;
 pub mod sidecarset;
 pub mod statefulset;
 pub mod status_patch;
+pub mod uniteddeployment;

@@ -599,6 +599,8 @@ impl LeaderTerm {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("leader-term")
+            // Unoptimised builds poll the controllers' deep reconcile futures with large frames.
+            .thread_stack_size(8 << 20)
             .enable_all()
             .build()
             .context("building the leader's runtime")?;
@@ -741,6 +743,15 @@ async fn run_controllers(
             assign_by_scheduler: args.assign_bcj_pods_by_scheduler,
         },
     );
+    let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::uniteddeployment::Config {
+            workers: args.uniteddeployment_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+        },
+    ));
     let cloneset = kruise_controllers::cloneset::run(
         client,
         pods,
@@ -765,6 +776,7 @@ async fn run_controllers(
         sidecarset_workers = args.sidecarset_workers,
         daemonset_workers = args.daemonset_workers,
         broadcastjob_workers = args.broadcastjob_workers,
+        uniteddeployment_workers = args.uniteddeployment_workers,
         "controllers started"
     );
     tokio::join!(
@@ -773,7 +785,8 @@ async fn run_controllers(
         statefulset,
         sidecarset,
         daemonset,
-        broadcastjob
+        broadcastjob,
+        uniteddeployment
     );
 }
 

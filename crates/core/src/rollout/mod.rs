@@ -5,3 +5,4 @@ pub mod cloneset;
 pub mod daemonset;
 pub mod ordering;
 pub mod statefulset;
+pub mod uniteddeployment;
