@@ -657,3 +657,377 @@ async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyh
     })
     .await
 }
+
+fn revision_label(pod: &Pod) -> String {
+    label(pod, "controller-revision-hash")
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn set_image_patch(image: &str) -> Value {
+    json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": image}]}}}})
+}
+
+#[tokio::test]
+async fn unordered_update_follows_priority_weights_pauses_and_keeps_half_available()
+-> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-unordered").await?;
+    ns.run(async {
+        let doc = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "prio",
+            6,
+            "nginx:1.25",
+            json!({"spec": {
+                "podManagementPolicy": "Parallel",
+                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+                "updateStrategy": {"rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "maxUnavailable": 1,
+                    "unorderedUpdate": {"priorityStrategy": {"weightPriority": [
+                        {"weight": 100, "matchSelector": {"matchLabels": {"tier": "front"}}},
+                        {"weight": 50, "matchSelector": {"matchLabels": {"tier": "mid"}}}
+                    ]}}
+                }}
+            }}),
+        );
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        let (_, before) = wait_complete(&ns, "prio", "app=prio", 6, TIMEOUT).await?;
+        ns.kubectl(&["label", "pod", "prio-4", "tier=front"])
+            .await?;
+        ns.kubectl(&["label", "pod", "prio-1", "tier=mid"]).await?;
+
+        // One at a time, by weight: prio-4 (100), then prio-1 (50), then the rest.
+        let order = kruise_e2e::cloneset_kit::RevisionOrder::start(
+            &ns,
+            "app=prio",
+            &revision_label(&before[0]),
+        )
+        .await?;
+        let one = Limits {
+            replicas: 6,
+            max_unavailable: 1,
+            max_surge: 0,
+            min_old_revision_pods: None,
+        };
+        let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, "app=prio", one).await?;
+        let sets: Api<StatefulSet> = ns.api();
+        sets.patch(
+            "prio",
+            &PatchParams::default(),
+            &Patch::Merge(&set_image_patch("nginx:1.26")),
+        )
+        .await?;
+        let done = |image: &'static str| {
+            let ns = &ns;
+            move || async move {
+                let s = get_set(ns, "prio").await?;
+                let st = s.status.clone().unwrap_or_default();
+                let pods = set_pods(ns, "app=prio").await?;
+                let ok = s.metadata.generation == Some(st.observed_generation)
+                    && st.updated_ready_replicas == 6
+                    && st.current_revision == st.update_revision
+                    && pods.len() == 6
+                    && pods
+                        .iter()
+                        .all(|p| is_ready(p) && spec_image(p).as_deref() == Some(image));
+                Ok(ok.then_some(pods))
+            }
+        };
+        monitor
+            .eventually("6 Pods on nginx:1.26", TIMEOUT, done("nginx:1.26"))
+            .await?;
+        monitor.finish().await?;
+        let picked = order.order();
+        ensure!(
+            picked.len() == 6 && picked[..2] == ["prio-4", "prio-1"],
+            "update order does not follow the weights: {picked:?}"
+        );
+
+        // Paused: the new revision is observed, no Pod moves to it.
+        let generation = sets
+            .patch(
+                "prio",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {
+                    "updateStrategy": {"rollingUpdate": {"paused": true, "maxUnavailable": "50%"}},
+                    "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}
+                }})),
+            )
+            .await?
+            .metadata
+            .generation;
+        eventually("the paused revision observed", TIMEOUT, || async {
+            let s = get_set(&ns, "prio").await?;
+            let st = s.status.unwrap_or_default();
+            Ok((Some(st.observed_generation) == generation
+                && st.update_revision != st.current_revision
+                && st.updated_replicas == 0)
+                .then_some(()))
+        })
+        .await?;
+        kruise_e2e::cloneset_kit::holds(
+            "paused: no Pod updated",
+            Duration::from_secs(4),
+            || async {
+                let pods = set_pods(&ns, "app=prio").await?;
+                Ok(pods.len() == 6
+                    && pods
+                        .iter()
+                        .all(|p| spec_image(p).as_deref() == Some("nginx:1.26")))
+            },
+        )
+        .await?;
+
+        // Resumed with maxUnavailable 50%: three at a time, never more.
+        let half = Limits {
+            replicas: 6,
+            max_unavailable: 3,
+            max_surge: 0,
+            min_old_revision_pods: None,
+        };
+        let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, "app=prio", half).await?;
+        sets.patch(
+            "prio",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"updateStrategy": {"rollingUpdate": {"paused": false}}}}),
+            ),
+        )
+        .await?;
+        let after = monitor
+            .eventually("6 Pods on nginx:1.27", TIMEOUT, done("nginx:1.27"))
+            .await?;
+        let stats = monitor.finish().await?;
+        eprintln!("ASTS 50% rollout: {stats:?}");
+        for (old, new) in before.iter().zip(&after) {
+            ensure!(uid(old) == uid(new), "{} recreated", name(old));
+            ensure!(
+                restarts(new) == 2,
+                "{} restarts {}",
+                name(new),
+                restarts(new)
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow()
+-> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-modes").await?;
+    ns.run(async {
+        let sets: Api<StatefulSet> = ns.api();
+        let claims: Api<PersistentVolumeClaim> = ns.api();
+        // ReCreate (the default): same names and claims, new Pods.
+        let recreate = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "recreate",
+            2,
+            "nginx:1.25",
+            json!({"spec": {"podManagementPolicy": "Parallel"}}),
+        );
+        // InPlaceIfPossible with a resources-only change, and claims that grow on the roll.
+        let resources = |cpu: &str, storage: &str| {
+            json!({"spec": {
+                "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.25",
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"},
+                                  "limits": {"cpu": cpu, "memory": "64Mi"}}}]}},
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}
+                }]
+            }})
+        };
+        let mut resize = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "resize",
+            2,
+            "nginx:1.25",
+            json!({"spec": {
+                "podManagementPolicy": "Parallel",
+                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+                "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}},
+                "volumeClaimUpdateStrategy": {"type": "OnPodRollingUpdate"}
+            }}),
+        );
+        json_patch::merge(&mut resize, &resources("100m", "1Gi"));
+        ns.apply(&serde_json::to_string(&recreate)?).await?;
+        ns.apply(&serde_json::to_string(&resize)?).await?;
+        let (_, old_recreate) = wait_complete(&ns, "recreate", "app=recreate", 2, TIMEOUT).await?;
+        let (_, old_resize) = wait_complete(&ns, "resize", "app=resize", 2, TIMEOUT).await?;
+        let claims_before = claim_uids(&ns).await?;
+
+        sets.patch("recreate", &PatchParams::default(), &Patch::Merge(&set_image_patch("nginx:1.26")))
+            .await?;
+        // Storage and resources change together: the claims grow as their Pods roll, and the Pods
+        // are resized in place.
+        let change = resources("200m", "2Gi");
+        sets.patch("resize", &PatchParams::default(), &Patch::Merge(&change))
+            .await?;
+
+        let (_, new_recreate) = wait_complete(&ns, "recreate", "app=recreate", 2, TIMEOUT).await?;
+        for (old, new) in old_recreate.iter().zip(&new_recreate) {
+            ensure!(
+                name(old) == name(new) && uid(old) != uid(new),
+                "ReCreate keeps the name and replaces the Pod: {} {} -> {}",
+                name(old),
+                uid(old),
+                uid(new)
+            );
+            ensure!(spec_image(new).as_deref() == Some("nginx:1.26"), "{}", name(new));
+        }
+
+        let new_resize = eventually("resize Pods resized in place", TIMEOUT, || async {
+            let pods = set_pods(&ns, "app=resize").await?;
+            let resized = pods.len() == 2
+                && pods.iter().all(|p| {
+                    is_ready(p)
+                        && container_status(p, "nginx")
+                            .and_then(|s| s.resources)
+                            .and_then(|r| r.requests)
+                            .and_then(|r| r.get("cpu").map(|q| q.0.clone()))
+                            .as_deref()
+                            == Some("200m")
+                });
+            Ok(resized.then_some(pods))
+        })
+        .await?;
+        for (old, new) in old_resize.iter().zip(&new_resize) {
+            ensure!(uid(old) == uid(new), "{} recreated for a resize", name(old));
+            ensure!(
+                restarts(new) == 0,
+                "{} restarted for a resize ({})",
+                name(new),
+                restarts(new)
+            );
+        }
+        for claim in ["data-resize-0", "data-resize-1"] {
+            let grown = eventually(format!("{claim} grown to 2Gi"), TIMEOUT, || async {
+                let c = claims.get(claim).await?;
+                let requested = c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.resources.as_ref())
+                    .and_then(|r| r.requests.as_ref())
+                    .and_then(|r| r.get("storage"))
+                    .map(|q| q.0.clone());
+                let capacity = c
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.capacity.as_ref())
+                    .and_then(|r| r.get("storage"))
+                    .map(|q| q.0.clone());
+                Ok((requested.as_deref() == Some("2Gi") && capacity.as_deref() == Some("2Gi"))
+                    .then_some(c))
+            })
+            .await?;
+            ensure!(
+                claims_before.get(claim).map(String::as_str) == grown.metadata.uid.as_deref(),
+                "{claim} was replaced instead of grown"
+            );
+        }
+        // The ReCreate set's claims were reused, not replaced.
+        let claims_after = claim_uids(&ns).await?;
+        for claim in ["data-recreate-0", "data-recreate-1"] {
+            ensure!(
+                claims_before.get(claim) == claims_after.get(claim),
+                "{claim} replaced: {claims_before:?} -> {claims_after:?}"
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// The #2276 precondition on an Advanced StatefulSet: a Pod is taken out of service
+/// (InPlaceUpdateReady False) and its container is restarted only after the whole
+/// `gracePeriodSeconds`, never earlier.
+#[tokio::test]
+async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow::Result<()> {
+    const GRACE: i64 = 3;
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-grace").await?;
+    ns.run(async {
+        let doc = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "grace",
+            2,
+            "nginx:1.25",
+            json!({"spec": {
+                "podManagementPolicy": "Parallel",
+                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+                "updateStrategy": {"rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "inPlaceUpdateStrategy": {"gracePeriodSeconds": GRACE}
+                }}
+            }}),
+        );
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        wait_complete(&ns, "grace", "app=grace", 2, TIMEOUT).await?;
+        let sets: Api<StatefulSet> = ns.api();
+        sets.patch("grace", &PatchParams::default(), &Patch::Merge(&set_image_patch("nginx:1.26")))
+            .await?;
+        // When each Pod was taken out of service, as the condition's own transition time says.
+        let out_of_service: std::sync::Mutex<BTreeMap<String, jiff::Timestamp>> =
+            std::sync::Mutex::new(BTreeMap::new());
+        let after = eventually("both Pods updated in place", TIMEOUT, || {
+            let out_of_service = &out_of_service;
+            let ns = &ns;
+            async move {
+                let pods = set_pods(ns, "app=grace").await?;
+                for p in &pods {
+                    if let Some(c) = kruise_e2e::pod_condition(p, "InPlaceUpdateReady")
+                        && c.status == "False"
+                        && let Some(t) = &c.last_transition_time
+                        && let Ok(mut seen) = out_of_service.lock()
+                    {
+                        seen.entry(name(p)).or_insert(t.0);
+                    }
+                }
+                let done = pods.len() == 2
+                    && pods.iter().all(|p| {
+                        is_ready(p)
+                            && container_status(p, "nginx").map(|c| c.image)
+                                == Some("nginx:1.26".to_owned())
+                    });
+                Ok(done.then_some(pods))
+            }
+        })
+        .await
+        .map_err(|e| {
+            let seen = futures_status(&ns, "grace");
+            anyhow::anyhow!("{e:#}; last status: {seen}")
+        })?;
+        let out_of_service = out_of_service
+            .into_inner()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        for pod in &after {
+            let pod_name = name(pod);
+            let since = out_of_service
+                .get(&pod_name)
+                .with_context(|| format!("{pod_name} was never seen out of service"))?;
+            let started = container_status(pod, "nginx")
+                .and_then(|c| c.state)
+                .and_then(|s| s.running)
+                .and_then(|r| r.started_at)
+                .with_context(|| format!("{pod_name} has no running container"))?;
+            // Timestamps have second resolution: allow one second of truncation.
+            let waited = started.0.as_second() - since.as_second();
+            ensure!(
+                waited >= GRACE - 1,
+                "{pod_name} restarted {waited} s after leaving service, before the {GRACE} s grace period"
+            );
+            ensure!(restarts(pod) == 1, "{pod_name} restarts {}", restarts(pod));
+        }
+        Ok(())
+    })
+    .await
+}

@@ -2,6 +2,7 @@
 //! Pod cache and its own watches), decides with pure functions (here and in kruise-core), and acts
 //! with patches.
 
+pub mod broadcastjob;
 pub mod cache;
 pub mod claim;
 pub mod cloneset;
@@ -15,3 +16,4 @@ pub mod podcontrol;
 pub mod sidecarset;
 pub mod statefulset;
 pub mod status_patch;
+pub mod uniteddeployment;

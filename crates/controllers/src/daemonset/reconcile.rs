@@ -35,7 +35,7 @@ use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
 use crate::claim::{Recheck, claim_each};
 use crate::error::{KubeContext, is_race};
-use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
+use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -377,17 +377,21 @@ async fn carry_out(
 ) -> Result<Outcome, Error> {
     let mut outcome = Outcome::default();
     let mut creations = Vec::new();
+    let uid = ds.metadata.uid.as_deref().unwrap_or_default();
     for node in plan.creates() {
-        creations.push(
-            newpod::build_pod(ds, s.update.template, hash, node)
-                .map_err(|e| Error::Invalid(e.to_string()))?,
-        );
+        let pod = newpod::build_pod(ds, s.update.template, hash, node)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        creations.push((pod, pod_on_node(uid, node)));
     }
     let mut queue = creations.into_iter();
     for batch in slow_start_batches(queue.len()) {
-        let chunk: Vec<Pod> = queue.by_ref().take(batch).collect();
-        let results =
-            futures::future::join_all(chunk.into_iter().map(|pod| pc.create_generated(pod))).await;
+        let chunk: Vec<_> = queue.by_ref().take(batch).collect();
+        let results = futures::future::join_all(
+            chunk
+                .into_iter()
+                .map(|(pod, expectation)| pc.create_generated(pod, expectation)),
+        )
+        .await;
         outcome.modified |= results.iter().any(Option::is_some);
         if results.iter().any(Option::is_none) {
             outcome.after = Some(Duration::from_secs(2));

@@ -1,0 +1,185 @@
+//! The UnitedDeployment controller (inventory §4): one workload per topology subset — a CloneSet, an
+//! Advanced StatefulSet, a native StatefulSet or a Deployment — created, adopted, updated and deleted
+//! from the template; the replicas split by `kruise_core::rollout::uniteddeployment::allocate`. The
+//! subset workloads' own controllers (ours for CloneSet and Advanced StatefulSet, the
+//! kube-controller-manager's for the native kinds) run the Pods.
+
+mod reconcile;
+mod status;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kruise_api::keys;
+use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
+use kruise_core::rollout::uniteddeployment::TemplateKind;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::cache::PodCache;
+use crate::metrics::Metrics;
+
+pub use crate::error::Error;
+
+/// The controller's name in metrics, logs and Events.
+pub const CONTROLLER: &str = "uniteddeployment-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Concurrent reconciles (`--uniteddeployment-workers`).
+    pub workers: u16,
+    /// How long a write may stay unobserved before the controller stops waiting for it.
+    pub expectation_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A write of ours the caches have not shown yet.
+#[derive(Clone, Debug)]
+pub(crate) enum Pending {
+    /// A subset workload was created: some workload of `kind` labelled with the subset name shows up.
+    Created { kind: TemplateKind, subset: String },
+    /// The workload `uid` was patched or deleted: its cached resourceVersion moves on from `from` (or
+    /// it disappears).
+    Changed {
+        kind: TemplateKind,
+        uid: String,
+        from: String,
+    },
+    /// The UnitedDeployment's status was written: its resourceVersion moves on from `from`.
+    Status { from: String },
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub(crate) client: Client,
+    pub(crate) pods: Arc<PodCache>,
+    pub(crate) revisions: Store<ControllerRevision>,
+    /// The subset workloads of each kind (only objects labelled `apps.kruise.io/subset-name`).
+    pub(crate) workloads: Vec<(TemplateKind, ApiResource, Store<DynamicObject>)>,
+    pub(crate) pending: Mutex<HashMap<String, (Instant, Vec<Pending>)>>,
+    pub(crate) recorder: Recorder,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: Config,
+}
+
+impl Context {
+    pub(crate) fn workloads_of(
+        &self,
+        kind: TemplateKind,
+    ) -> Option<&(TemplateKind, ApiResource, Store<DynamicObject>)> {
+        self.workloads.iter().find(|(k, _, _)| *k == kind)
+    }
+}
+
+/// The API resource of a subset workload kind.
+pub(crate) fn api_resource(kind: TemplateKind) -> ApiResource {
+    let (group, version) = match kind.api_version().split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", kind.api_version()),
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind.kind()))
+}
+
+/// The UnitedDeployments that control a workload (by owner reference, any served version).
+fn owners_of(object: &DynamicObject) -> Vec<ObjectRef<UnitedDeployment>> {
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| {
+            o.controller == Some(true)
+                && o.kind == "UnitedDeployment"
+                && o.api_version.starts_with("apps.kruise.io/")
+        })
+        .map(|o| ObjectRef::new(&o.name).within(&namespace))
+        .collect()
+}
+
+/// Runs the UnitedDeployment controller until the future is dropped.
+pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+    pods.wait_synced().await;
+    let (revisions, revision_events) =
+        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
+    tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
+
+    let mut workloads = Vec::new();
+    let mut streams = Vec::new();
+    for kind in TemplateKind::ALL {
+        let resource = api_resource(kind);
+        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+        let store = writer.as_reader();
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let config = watcher::Config::default()
+            .any_semantic()
+            .labels(keys::LABEL_SUBSET_NAME);
+        let stream = reflector::reflector(writer, watcher(api, config))
+            .default_backoff()
+            .applied_objects()
+            .filter_map(|object| futures::future::ready(object.ok()))
+            .flat_map(|object| futures::stream::iter(owners_of(&object)));
+        streams.push(stream.boxed());
+        workloads.push((kind, resource, store));
+    }
+    let triggers = futures::stream::select_all(streams);
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        revisions,
+        workloads,
+        pending: Mutex::new(HashMap::new()),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER.into(),
+                instance: None,
+            },
+        ),
+        metrics,
+        config: config.clone(),
+    });
+    tracing::info!(
+        workers = config.workers,
+        "uniteddeployment controller started"
+    );
+    // Boxed so that the manager's join of every controller stays small on the stack.
+    Box::pin(
+        Controller::new(
+            Api::<UnitedDeployment>::all(client),
+            watcher::Config::default().any_semantic(),
+        )
+        .reconcile_on(triggers)
+        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
+        .run(reconcile::reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(())),
+    )
+    .await;
+}
+
+fn error_policy(ud: Arc<UnitedDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        uniteddeployment = %format!("{}/{}", ud.metadata.namespace.as_deref().unwrap_or_default(), ud.metadata.name.as_deref().unwrap_or_default()),
+        %error,
+        "reconcile failed"
+    );
+    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
+    Action::requeue(Duration::from_secs(2))
+}

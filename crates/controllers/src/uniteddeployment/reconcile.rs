@@ -1,0 +1,1182 @@
+//! One reconcile of a UnitedDeployment (inventory §4.2): wait for our own writes to show, choose the
+//! revisions, claim the subset workloads, allocate replicas and partitions, create / update / delete
+//! subsets, then write the status and prune the history.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use kruise_api::uniteddeployment::v1beta1::{
+    SUBSET_CONDITION_SCHEDULABLE, UnitedDeployment, UnitedDeploymentStatus,
+};
+use kruise_api::validation::selector_matches;
+use kruise_core::ownership::{Claim, Claimant, adopt_patch, claim, release_patch};
+use kruise_core::revision::{Parent, build_revision, next_revision_number, revisions_to_delete};
+use kruise_core::rollout::uniteddeployment::{
+    self as planner, Existing, TemplateKind, patch_annotation, subset_workload,
+};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
+};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::status::{self, Outcome};
+use super::{CONTROLLER, Context, Error, Pending};
+use crate::claim::Recheck;
+use crate::error::{KubeContext, is_race};
+
+/// The resync period when nothing else asks for a look sooner.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// The owner reference every subset workload and revision carries: OpenKruise v1.9 writes the
+/// v1alpha1 apiVersion (see the fixtures), so we do too — a switch between the two changes nothing.
+pub(crate) const OWNER_API_VERSION: &str = "apps.kruise.io/v1alpha1";
+
+pub(crate) async fn reconcile(
+    ud: Arc<UnitedDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    // Boxed, as every large step below: debug builds poll deep futures on 2 MiB worker stacks.
+    let result = Box::pin(reconcile_inner(&ud, &ctx)).await;
+    if result.is_ok() {
+        ctx.metrics
+            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
+    }
+    result
+}
+
+/// A subset workload as observed this reconcile.
+pub(crate) struct Observed {
+    pub(crate) object: Arc<DynamicObject>,
+    pub(crate) spec_replicas: i32,
+    pub(crate) partition: Option<i32>,
+    pub(crate) status_replicas: i32,
+    pub(crate) ready_replicas: i32,
+    pub(crate) updated_replicas: i32,
+    pub(crate) updated_ready_replicas: i32,
+    pub(crate) pods: Vec<Arc<Pod>>,
+}
+
+fn int_at(object: &DynamicObject, pointer: &str) -> Option<i32> {
+    object
+        .data
+        .pointer(pointer)
+        .and_then(Value::as_i64)
+        .map(|v| v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+}
+
+fn owner_reference(ud: &UnitedDeployment) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: OWNER_API_VERSION.into(),
+        kind: "UnitedDeployment".into(),
+        name: ud.metadata.name.clone()?,
+        uid: ud.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+pub(crate) async fn publish(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &ud.object_ref(&())).await {
+        tracing::warn!(%error, reason, "publishing an event");
+    }
+}
+
+/// `Some(wait)` while a write of ours has not shown in the caches yet (and has not expired).
+fn pending_unmet(ctx: &Context, key: &str, ud: &UnitedDeployment) -> Option<Duration> {
+    let mut pending = ctx.pending.lock().ok()?;
+    let (since, writes) = pending.get(key)?;
+    if since.elapsed() > ctx.config.expectation_timeout.min(Duration::from_secs(30)) {
+        tracing::info!(uniteddeployment = key, "expectations expired");
+        pending.remove(key);
+        return None;
+    }
+    let namespace = ud.metadata.namespace.as_deref().unwrap_or_default();
+    let uid = ud.metadata.uid.as_deref().unwrap_or_default();
+    let met = writes.iter().all(|write| match write {
+        Pending::Status { from } => ud.metadata.resource_version.as_deref() != Some(from.as_str()),
+        Pending::Created { kind, subset } => {
+            ctx.workloads_of(*kind).is_some_and(|(_, _, store)| {
+                store.state().iter().any(|o| {
+                    o.metadata.namespace.as_deref() == Some(namespace)
+                        && o.labels().get(keys::LABEL_SUBSET_NAME) == Some(subset)
+                        && o.owner_references().iter().any(|r| r.uid == uid)
+                })
+            })
+        }
+        Pending::Changed { kind, uid, from } => {
+            ctx.workloads_of(*kind).is_some_and(|(_, _, store)| {
+                store
+                    .state()
+                    .iter()
+                    .find(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
+                    .is_none_or(|o| o.metadata.resource_version.as_deref() != Some(from.as_str()))
+            })
+        }
+    });
+    if met {
+        pending.remove(key);
+        None
+    } else {
+        Some(Duration::from_millis(300))
+    }
+}
+
+fn expect(ctx: &Context, key: &str, write: Pending) {
+    if let Ok(mut pending) = ctx.pending.lock() {
+        let entry = pending
+            .entry(key.to_string())
+            .or_insert_with(|| (Instant::now(), Vec::new()));
+        entry.0 = Instant::now();
+        entry.1.push(write);
+    }
+}
+
+async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action, Error> {
+    let namespace = ud.namespace().unwrap_or_default();
+    let name = ud.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = ud.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if ud.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut pending) = ctx.pending.lock() {
+            pending.remove(&key);
+        }
+        return Ok(Action::await_change());
+    }
+    if let Some(wait) = pending_unmet(ctx, &key, ud) {
+        return Ok(Action::requeue(wait));
+    }
+    let ready = async {
+        let _ = ctx.revisions.wait_until_ready().await;
+        for (_, _, store) in &ctx.workloads {
+            let _ = store.wait_until_ready().await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), ready)
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let Some(kind) = TemplateKind::of(&ud.spec.template) else {
+        // Validation requires a template; an object written around the webhook is left alone.
+        return Ok(Action::await_change());
+    };
+    let Some(owner) = owner_reference(ud) else {
+        return Ok(Action::await_change());
+    };
+    let now = Timestamp::now();
+    let old_status = ud.status.clone().unwrap_or_default();
+    let mut new_status = old_status.clone();
+    status::init(&mut new_status, ud);
+
+    // Revisions.
+    let revisions = owned_revisions(ctx, &namespace, &uid);
+    let update = match Box::pin(update_revision(ctx, ud, &namespace, &revisions)).await {
+        Ok(Some(update)) => update,
+        Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
+        Err(error) => {
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "FailedRevisionProvision",
+                error.to_string(),
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    let update_name = update.name_any();
+    let current_name = if !old_status.current_revision.is_empty()
+        && revisions
+            .iter()
+            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
+    {
+        old_status.current_revision.clone()
+    } else {
+        update_name.clone()
+    };
+    status::set_updated_condition(&mut new_status, &current_name, &update_name, now);
+
+    // Subsets.
+    let mut recheck = Recheck::new(
+        Api::<UnitedDeployment>::namespaced(ctx.client.clone(), &namespace),
+        name.clone(),
+        uid.clone(),
+    );
+    let (groups, others) = match Box::pin(claim_subsets(ctx, ud, kind, &owner, &mut recheck)).await
+    {
+        Ok(found) => found,
+        Err(error) => {
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "Failed FindSubsets",
+                error.to_string(),
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    let existing = match Box::pin(delete_duplicates(ctx, &key, kind, groups)).await {
+        Ok(existing) => existing,
+        Err(error) => {
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "FailedDeleteDuplicatedSubsets",
+                error.to_string(),
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    let observed: BTreeMap<String, Observed> = existing
+        .into_iter()
+        .map(|(subset, object)| (subset, observe(ctx, kind, object, &update_name)))
+        .collect();
+
+    // Adaptive scheduling: which subsets count as unschedulable.
+    let mut requeue = RESYNC;
+    let mut unschedulable: BTreeSet<String> = BTreeSet::new();
+    let strategy = &ud.spec.topology.schedule_strategy;
+    if strategy.is_adaptive() {
+        let critical =
+            Duration::from_secs(u64::try_from(strategy.reschedule_critical_seconds()).unwrap_or(0));
+        let window = Duration::from_secs(
+            u64::try_from(strategy.unschedulable_duration_seconds()).unwrap_or(0),
+        );
+        for (subset, seen) in &observed {
+            let Some(subset_status) = new_status
+                .subset_statuses
+                .iter_mut()
+                .find(|s| &s.name == subset)
+            else {
+                continue;
+            };
+            let condition = subset_status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == SUBSET_CONDITION_SCHEDULABLE)
+                .cloned();
+            let pods: Vec<&Pod> = seen.pods.iter().map(|p| p.as_ref()).collect();
+            let verdict = planner::adaptive_schedulable(
+                condition.as_ref(),
+                &pods,
+                seen.status_replicas,
+                seen.ready_replicas,
+                critical,
+                window,
+                now,
+            );
+            if let Some(condition) = verdict.condition {
+                planner::set_subset_condition(
+                    &mut subset_status.conditions,
+                    SUBSET_CONDITION_SCHEDULABLE,
+                    condition,
+                    now,
+                );
+            }
+            if verdict.unschedulable {
+                unschedulable.insert(subset.clone());
+            }
+            if let Some(after) = verdict.requeue_after {
+                requeue = requeue.min(after);
+            }
+        }
+    }
+
+    let allocation_input: BTreeMap<String, Existing> = observed
+        .iter()
+        .map(|(subset, seen)| {
+            (
+                subset.clone(),
+                Existing {
+                    spec_replicas: seen.spec_replicas,
+                    ready_replicas: seen.ready_replicas,
+                    unschedulable: unschedulable.contains(subset),
+                },
+            )
+        })
+        .collect();
+    let next_replicas = match planner::allocate(&ud.spec, &allocation_input) {
+        Ok(next) => next,
+        Err(message) => {
+            tracing::warn!(uniteddeployment = %key, %message, "specified subset replicas are ineffective");
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "Failed SpecifySubsetReplicas",
+                format!("Specified subset replicas is ineffective: {message}"),
+            )
+            .await;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    let next_partitions = planner::next_partitions(&ud.spec, &next_replicas);
+
+    // Provision: create what is missing, delete what left the topology or is of another kind.
+    let outcome = Box::pin(manage(
+        ctx,
+        ud,
+        &key,
+        kind,
+        &owner,
+        &observed,
+        &others,
+        &next_replicas,
+        &next_partitions,
+        &update_name,
+    ))
+    .await;
+    if outcome.created > 0 && strategy.is_adaptive() {
+        requeue = requeue.min(Duration::from_secs(
+            u64::try_from(strategy.reschedule_critical_seconds())
+                .unwrap_or(1)
+                .max(1),
+        ));
+    }
+
+    let computed = status::compute(status::Inputs {
+        ud,
+        status: new_status,
+        observed: &observed,
+        next_replicas: &next_replicas,
+        next_partitions: &next_partitions,
+        current_revision: &current_name,
+        update_revision: &update_name,
+        outcome: &outcome,
+        now,
+    });
+    Box::pin(write_status(ctx, ud, &key, &old_status, computed)).await?;
+
+    let pod_labels: Vec<String> = observed
+        .values()
+        .flat_map(|o| o.pods.iter())
+        .filter_map(|p| {
+            p.labels()
+                .get(keys::LABEL_CONTROLLER_REVISION_HASH)
+                .cloned()
+        })
+        .collect();
+    truncate_history(
+        ctx,
+        ud,
+        &namespace,
+        &revisions,
+        &current_name,
+        &update_name,
+        &pod_labels,
+    )
+    .await?;
+
+    if outcome.errors.is_empty() {
+        Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+    } else {
+        Err(Error::Invalid(outcome.errors.join("; ")))
+    }
+}
+
+fn owned_revisions(ctx: &Context, namespace: &str, uid: &str) -> Vec<ControllerRevision> {
+    ctx.revisions
+        .state()
+        .iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .map(|r| r.as_ref().clone())
+        .collect()
+}
+
+/// Registers the revision of the current template (re-using or renumbering an equal one); `None`
+/// after a hash collision was recorded (the next reconcile names the revision differently).
+async fn update_revision(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    namespace: &str,
+    revisions: &[ControllerRevision],
+) -> Result<Option<ControllerRevision>, Error> {
+    let collision_count = ud.status.as_ref().and_then(|s| s.collision_count);
+    let data = planner::revision_data(&ud.spec.template)
+        .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    // Kubernetes' NewControllerRevision copies no annotations of the parent.
+    let mut meta = ud.metadata.clone();
+    meta.annotations = None;
+    let mut candidate = build_revision(
+        Parent {
+            kind: "UnitedDeployment",
+            meta: &meta,
+        },
+        Some(namespace.to_string()),
+        planner::revision_labels(&ud.spec.template),
+        data,
+        next_revision_number(revisions),
+        collision_count,
+    )
+    .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    for owner in candidate.metadata.owner_references.iter_mut().flatten() {
+        owner.api_version = OWNER_API_VERSION.into();
+    }
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    match crate::history::register(&api, revisions, candidate, ud.metadata.uid.as_deref()).await? {
+        crate::history::Registered::Revision(revision, _) => Ok(Some(*revision)),
+        crate::history::Registered::Collision => {
+            let api: Api<UnitedDeployment> = Api::namespaced(ctx.client.clone(), namespace);
+            api.patch_status(
+                &ud.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(
+                    &json!({"status": {"collisionCount": collision_count.unwrap_or(0) + 1}}),
+                ),
+            )
+            .await
+            .context(|| "recording a revision hash collision".to_owned())?;
+            Ok(None)
+        }
+    }
+}
+
+fn selector_of(object: &DynamicObject) -> Option<LabelSelector> {
+    serde_json::from_value(object.data.pointer("/spec/selector")?.clone()).ok()
+}
+
+/// The subset workloads of the UD: those of the template's kind grouped by subset name (adopting
+/// orphans whose labels match the selector, releasing owned ones that no longer match), and the
+/// owned workloads of the other kinds (a changed template kind), to delete.
+async fn claim_subsets(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    kind: TemplateKind,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<UnitedDeployment>,
+) -> Result<
+    (
+        BTreeMap<String, Vec<Arc<DynamicObject>>>,
+        Vec<(TemplateKind, Arc<DynamicObject>)>,
+    ),
+    Error,
+> {
+    let namespace = ud.namespace().unwrap_or_default();
+    let claimant = Claimant {
+        uid: &owner.uid,
+        deleting: false,
+    };
+    let selector = ud.spec.selector.clone().unwrap_or_default();
+    let mut groups: BTreeMap<String, Vec<Arc<DynamicObject>>> = BTreeMap::new();
+    let mut others = Vec::new();
+    for (each, resource, store) in &ctx.workloads {
+        let mut objects: Vec<Arc<DynamicObject>> = store
+            .state()
+            .into_iter()
+            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .collect();
+        objects.sort_by(|a, b| {
+            (
+                a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                a.name_any(),
+            )
+                .cmp(&(
+                    b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    b.name_any(),
+                ))
+        });
+        for object in objects {
+            let matches = selector_matches(
+                &selector,
+                object.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+            );
+            let decision = claim(claimant, &object.metadata, Some(matches));
+            if *each != kind {
+                if decision == Claim::Keep || decision == Claim::Release {
+                    others.push((*each, object));
+                }
+                continue;
+            }
+            let object = match decision {
+                Claim::Keep => object,
+                Claim::Adopt => {
+                    if !recheck.may_adopt().await? {
+                        continue;
+                    }
+                    let patch = adopt_patch(&object.metadata, owner).map_err(|e| {
+                        Error::Invalid(format!("adopting {}: {e}", object.name_any()))
+                    })?;
+                    match write_json_patch(ctx, resource, &namespace, &object.name_any(), patch)
+                        .await?
+                    {
+                        Some(written) => Arc::new(written),
+                        None => continue,
+                    }
+                }
+                Claim::Release => {
+                    if let Some(patch) = release_patch(&object.metadata, &owner.uid) {
+                        write_json_patch(ctx, resource, &namespace, &object.name_any(), patch)
+                            .await?;
+                    }
+                    continue;
+                }
+                Claim::Ignore => continue,
+            };
+            // A workload without a subset name cannot be placed (upstream skips it too).
+            let Some(subset) = object
+                .labels()
+                .get(keys::LABEL_SUBSET_NAME)
+                .filter(|s| !s.is_empty())
+                .cloned()
+            else {
+                continue;
+            };
+            groups.entry(subset).or_default().push(object);
+        }
+    }
+    Ok((groups, others))
+}
+
+async fn write_json_patch(
+    ctx: &Context,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+    patch: json_patch::Patch,
+) -> Result<Option<DynamicObject>, Error> {
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, resource);
+    match api
+        .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(written) => Ok(Some(written)),
+        Err(error) if is_race(&error) => Ok(None),
+        Err(source) => Err(Error::Kube {
+            context: format!("claiming {} {name}", resource.kind),
+            source,
+        }),
+    }
+}
+
+/// Keeps the first workload of every subset name and deletes the others.
+async fn delete_duplicates(
+    ctx: &Context,
+    key: &str,
+    kind: TemplateKind,
+    groups: BTreeMap<String, Vec<Arc<DynamicObject>>>,
+) -> Result<BTreeMap<String, Arc<DynamicObject>>, Error> {
+    let mut existing = BTreeMap::new();
+    for (subset, mut objects) in groups {
+        if objects.is_empty() {
+            continue;
+        }
+        let first = objects.remove(0);
+        for duplicate in objects {
+            tracing::info!(uniteddeployment = key, subset = %subset, workload = %duplicate.name_any(), "deleting a duplicated subset");
+            delete_workload(ctx, key, kind, &duplicate).await?;
+        }
+        existing.insert(subset, first);
+    }
+    Ok(existing)
+}
+
+async fn delete_workload(
+    ctx: &Context,
+    key: &str,
+    kind: TemplateKind,
+    object: &DynamicObject,
+) -> Result<(), Error> {
+    let Some((_, resource, _)) = ctx.workloads_of(kind) else {
+        return Ok(());
+    };
+    let namespace = object.namespace().unwrap_or_default();
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    match api.delete(&object.name_any(), &params).await {
+        Ok(_) => {}
+        Err(error) if is_race(&error) => {}
+        Err(source) => {
+            return Err(Error::Kube {
+                context: format!("deleting {} {}", resource.kind, object.name_any()),
+                source,
+            });
+        }
+    }
+    if let (Some(uid), Some(rv)) = (
+        object.metadata.uid.clone(),
+        object.metadata.resource_version.clone(),
+    ) {
+        expect(
+            ctx,
+            key,
+            Pending::Changed {
+                kind,
+                uid,
+                from: rv,
+            },
+        );
+    }
+    Ok(())
+}
+
+fn observe(
+    ctx: &Context,
+    kind: TemplateKind,
+    object: Arc<DynamicObject>,
+    update_revision: &str,
+) -> Observed {
+    let namespace = object.namespace().unwrap_or_default();
+    let pods: Vec<Arc<Pod>> = match kind {
+        TemplateKind::Deployment => {
+            // Deployment Pods belong to ReplicaSets: select them by the subset's selector.
+            let selector = selector_of(&object);
+            ctx.pods.select(|p| {
+                p.metadata.namespace.as_deref() == Some(namespace.as_str())
+                    && selector.as_ref().is_some_and(|s| {
+                        selector_matches(s, p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                    })
+            })
+        }
+        _ => object
+            .metadata
+            .uid
+            .as_deref()
+            .map(|uid| ctx.pods.owned_by(uid))
+            .unwrap_or_default(),
+    };
+    let (updated, updated_ready) =
+        planner::updated_replicas(pods.iter().map(|p| p.as_ref()), update_revision);
+    Observed {
+        spec_replicas: int_at(&object, "/spec/replicas").unwrap_or(1),
+        partition: planner::workload_partition(kind, &object.data),
+        status_replicas: int_at(&object, "/status/replicas").unwrap_or(0),
+        ready_replicas: int_at(&object, "/status/readyReplicas").unwrap_or(0),
+        updated_replicas: updated,
+        updated_ready_replicas: updated_ready,
+        pods,
+        object,
+    }
+}
+
+/// Whether every field of `want` is in `have` with the same value (lists element by element):
+/// fields the API server or a webhook defaulted on `have` do not count as a difference.
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| wv.is_null() || h.get(k).is_some_and(|hv| contains(hv, wv))),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| contains(hv, wv))
+        }
+        (h, w) => h == w,
+    }
+}
+
+/// The JSON merge patch that turns `have` into `want` (RFC 7386): removed keys become `null`, lists
+/// are replaced.
+fn merge_diff(have: &Value, want: &Value) -> Value {
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => {
+            let mut out = Map::new();
+            for (k, hv) in h {
+                match w.get(k) {
+                    None => {
+                        out.insert(k.clone(), Value::Null);
+                    }
+                    Some(wv) if wv != hv => {
+                        out.insert(k.clone(), merge_diff(hv, wv));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (k, wv) in w {
+                if !h.contains_key(k) {
+                    out.insert(k.clone(), wv.clone());
+                }
+            }
+            Value::Object(out)
+        }
+        (_, w) => w.clone(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn manage(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    key: &str,
+    kind: TemplateKind,
+    owner: &OwnerReference,
+    observed: &BTreeMap<String, Observed>,
+    others: &[(TemplateKind, Arc<DynamicObject>)],
+    next_replicas: &BTreeMap<String, i32>,
+    next_partitions: &BTreeMap<String, i32>,
+    revision: &str,
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    let namespace = ud.namespace().unwrap_or_default();
+    let subset_type = kind.subset_type();
+    let expected: BTreeSet<&str> = ud
+        .spec
+        .topology
+        .subsets
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    let creates: Vec<&str> = expected
+        .iter()
+        .copied()
+        .filter(|s| !observed.contains_key(*s))
+        .collect();
+    let deletes: Vec<&str> = observed
+        .keys()
+        .map(String::as_str)
+        .filter(|s| !expected.contains(s))
+        .collect();
+    let Some((_, resource, _)) = ctx.workloads_of(kind) else {
+        return outcome;
+    };
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+
+    let mut provision_errors = Vec::new();
+    if !creates.is_empty() {
+        // Slow start: batches of 1, 2, 4, … stop at the first batch with a failure.
+        let mut index = 0;
+        let mut batch = 1;
+        let mut failed = false;
+        while index < creates.len() && !failed {
+            let end = (index + batch).min(creates.len());
+            let results = futures::future::join_all(creates[index..end].iter().map(|subset| {
+                let api = api.clone();
+                async move {
+                    let replicas = next_replicas.get(*subset).copied().unwrap_or(0);
+                    let partition = next_partitions.get(*subset).copied().unwrap_or(0);
+                    let body = subset_workload(ud, subset, revision, replicas, partition, owner)
+                        .map_err(|e| {
+                            format!("fail to create Subset ({subset_type}) {subset}: {e}")
+                        })?;
+                    let object: DynamicObject = serde_json::from_value(body).map_err(|e| {
+                        format!("fail to create Subset ({subset_type}) {subset}: {e}")
+                    })?;
+                    api.create(&PostParams::default(), &object)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| format!("fail to create Subset ({subset_type}) {subset}: {e}"))
+                }
+            }))
+            .await;
+            for (subset, result) in creates[index..end].iter().zip(results) {
+                match result {
+                    Ok(()) => {
+                        outcome.created += 1;
+                        expect(
+                            ctx,
+                            key,
+                            Pending::Created {
+                                kind,
+                                subset: subset.to_string(),
+                            },
+                        );
+                    }
+                    Err(message) => {
+                        failed = true;
+                        provision_errors.push(message);
+                    }
+                }
+            }
+            index = end;
+            batch *= 2;
+        }
+        if !failed {
+            publish(
+                ctx,
+                ud,
+                EventType::Normal,
+                "SuccessfulUpdateSubset",
+                format!("Create {} Subset ({subset_type})", outcome.created),
+            )
+            .await;
+        }
+    }
+    if !deletes.is_empty() {
+        let mut failed = false;
+        for subset in &deletes {
+            if let Some(seen) = observed.get(*subset)
+                && let Err(error) = delete_workload(ctx, key, kind, &seen.object).await
+            {
+                failed = true;
+                provision_errors.push(format!(
+                    "fail to delete Subset ({subset_type}) {namespace}/{} for {subset}: {error}",
+                    seen.object.name_any()
+                ));
+            }
+        }
+        if !failed {
+            publish(
+                ctx,
+                ud,
+                EventType::Normal,
+                "SuccessfulUpdateSubset",
+                format!("Delete {} Subset ({subset_type})", deletes.len()),
+            )
+            .await;
+        }
+    }
+    for (other, object) in others {
+        if let Err(error) = delete_workload(ctx, key, *other, object).await {
+            provision_errors.push(format!(
+                "fail to delete Subset {} of other type {} for UnitedDeployment {key}: {error}",
+                object.name_any(),
+                other.subset_type()
+            ));
+        }
+    }
+    outcome.provisioned = !creates.is_empty() || !deletes.is_empty() || !others.is_empty();
+    if !provision_errors.is_empty() {
+        outcome.provision_error = Some(provision_errors.join("; "));
+        outcome.errors.extend(provision_errors);
+        publish(
+            ctx,
+            ud,
+            EventType::Warning,
+            "FailedUpdateSubset",
+            format!(
+                "fail to manage Subset provision: {}",
+                outcome.provision_error.clone().unwrap_or_default()
+            ),
+        )
+        .await;
+        return outcome;
+    }
+
+    // Update the subsets that differ from what they should be (or are still rolling).
+    let mut update_errors = Vec::new();
+    for subset in &ud.spec.topology.subsets {
+        let Some(seen) = observed.get(&subset.name) else {
+            continue;
+        };
+        let replicas = next_replicas.get(&subset.name).copied().unwrap_or(0);
+        let partition = next_partitions.get(&subset.name).copied().unwrap_or(0);
+        let labels = seen.object.labels();
+        let needs_update = labels
+            .get(keys::LABEL_CONTROLLER_REVISION_HASH)
+            .map(String::as_str)
+            != Some(revision)
+            || seen.spec_replicas != replicas
+            || seen.partition.unwrap_or(0) != partition && kind != TemplateKind::Deployment
+            || seen
+                .object
+                .annotations()
+                .get(keys::ANNOTATION_SUBSET_PATCH)
+                .cloned()
+                .unwrap_or_default()
+                != patch_annotation(subset)
+            || seen.updated_replicas < seen.status_replicas;
+        if !needs_update {
+            continue;
+        }
+        match Box::pin(update_subset(
+            ctx,
+            ud,
+            key,
+            kind,
+            owner,
+            seen,
+            &subset.name,
+            revision,
+            replicas,
+            partition,
+        ))
+        .await
+        {
+            Ok(()) => {}
+            Err(error) => {
+                let message = format!(
+                    "Error updating PodSet ({subset_type}) {} when updating: {error}",
+                    seen.object.name_any()
+                );
+                publish(ctx, ud, EventType::Warning, "FailedUpdateSubset", message).await;
+                update_errors.push(error.to_string());
+                // Slow start with batches of one: the first failure stops the updates.
+                break;
+            }
+        }
+    }
+    if !update_errors.is_empty() {
+        outcome.update_error = Some(update_errors.join("; "));
+        outcome.errors.extend(update_errors);
+    }
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn update_subset(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    key: &str,
+    kind: TemplateKind,
+    owner: &OwnerReference,
+    seen: &Observed,
+    subset: &str,
+    revision: &str,
+    replicas: i32,
+    partition: i32,
+) -> Result<(), Error> {
+    let namespace = ud.namespace().unwrap_or_default();
+    let Some((_, resource, _)) = ctx.workloads_of(kind) else {
+        return Ok(());
+    };
+    let desired = subset_workload(ud, subset, revision, replicas, partition, owner)
+        .map_err(Error::Invalid)?;
+    let object = &seen.object;
+    let name = object.name_any();
+    // Labels and annotations are merged over what the workload has (others may add their own), the
+    // spec is replaced.
+    let mut patch = Map::new();
+    let mut metadata = Map::new();
+    for field in ["labels", "annotations"] {
+        let want = desired
+            .pointer(&format!("/metadata/{field}"))
+            .cloned()
+            .unwrap_or(json!({}));
+        let have = serde_json::to_value(if field == "labels" {
+            object.labels()
+        } else {
+            object.annotations()
+        })
+        .unwrap_or(json!({}));
+        if !contains(&have, &want) {
+            metadata.insert(field.into(), want);
+        }
+    }
+    let have_spec = object.data.get("spec").cloned().unwrap_or(json!({}));
+    let want_spec = desired.get("spec").cloned().unwrap_or(json!({}));
+    if !contains(&have_spec, &want_spec) {
+        patch.insert("spec".into(), merge_diff(&have_spec, &want_spec));
+    }
+    if !metadata.is_empty() || patch.contains_key("spec") {
+        if let Some(rv) = &object.metadata.resource_version {
+            metadata.insert("resourceVersion".into(), json!(rv));
+        }
+        patch.insert("metadata".into(), Value::Object(metadata));
+        let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+        match api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&Value::Object(patch)),
+            )
+            .await
+        {
+            Ok(written) => {
+                tracing::info!(uniteddeployment = key, subset, workload = %name, revision, replicas, partition, "updated subset");
+                if let (Some(uid), Some(from)) = (
+                    object.metadata.uid.clone(),
+                    object.metadata.resource_version.clone(),
+                ) && written.metadata.resource_version.as_deref() != Some(from.as_str())
+                {
+                    expect(ctx, key, Pending::Changed { kind, uid, from });
+                }
+            }
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!("updating {} {name}", resource.kind),
+                    source,
+                });
+            }
+        }
+    }
+    if kind == TemplateKind::StatefulSet {
+        delete_stuck_pods(ctx, key, object, &seen.pods, revision, partition).await?;
+    }
+    Ok(())
+}
+
+/// The k8s#67250 workaround (native StatefulSet subsets with RollingUpdate): a Pod at or above the
+/// partition, at an old revision and not Ready would block the rolling update; delete it.
+async fn delete_stuck_pods(
+    ctx: &Context,
+    key: &str,
+    object: &DynamicObject,
+    pods: &[Arc<Pod>],
+    revision: &str,
+    partition: i32,
+) -> Result<(), Error> {
+    if object
+        .data
+        .pointer("/spec/updateStrategy/type")
+        .and_then(Value::as_str)
+        == Some("OnDelete")
+    {
+        return Ok(());
+    }
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    for pod in pods {
+        if kruise_core::pods::is_terminating(pod)
+            || !planner::is_stuck_for_rolling_update(pod, revision, partition)
+        {
+            continue;
+        }
+        let name = pod.name_any();
+        tracing::info!(uniteddeployment = key, pod = %name, "deleting a Pod stuck in a StatefulSet rolling update");
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: pod
+                .metadata
+                .uid
+                .clone()
+                .map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!("deleting stuck Pod {name}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn write_status(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    key: &str,
+    old: &UnitedDeploymentStatus,
+    new: UnitedDeploymentStatus,
+) -> Result<(), Error> {
+    if ud.status.is_some() && *old == new {
+        return Ok(());
+    }
+    let api: Api<UnitedDeployment> =
+        Api::namespaced(ctx.client.clone(), &ud.namespace().unwrap_or_default());
+    let body = crate::status_patch::whole_status(ud.status.as_ref(), &new);
+    match api
+        .patch_status(
+            &ud.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await
+    {
+        Ok(written) => {
+            if let Some(from) = ud.metadata.resource_version.clone()
+                && written.metadata.resource_version.as_deref() != Some(from.as_str())
+            {
+                expect(ctx, key, Pending::Status { from });
+            }
+            Ok(())
+        }
+        Err(error) if is_race(&error) => Ok(()),
+        Err(source) => Err(Error::Kube {
+            context: format!("writing the status of UnitedDeployment {key}"),
+            source,
+        }),
+    }
+}
+
+async fn truncate_history(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    namespace: &str,
+    revisions: &[ControllerRevision],
+    current: &str,
+    update: &str,
+    pod_labels: &[String],
+) -> Result<(), Error> {
+    let doomed = revisions_to_delete(
+        revisions,
+        current,
+        update,
+        pod_labels.iter().map(String::as_str),
+        ud.spec.revision_history_limit,
+    );
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    for rev in doomed {
+        let name = rev.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!("deleting old revision {name}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contains_ignores_defaulted_fields() {
+        let have = json!({"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "a", "terminationMessagePath": "/dev/termination-log"}], "dnsPolicy": "ClusterFirst"}}});
+        assert!(contains(
+            &have,
+            &json!({"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "a"}]}}})
+        ));
+        assert!(!contains(&have, &json!({"replicas": 3})));
+        assert!(!contains(
+            &have,
+            &json!({"template": {"spec": {"containers": [{"name": "c", "image": "b"}]}}})
+        ));
+        assert!(!contains(
+            &have,
+            &json!({"template": {"spec": {"containers": []}}})
+        ));
+    }
+
+    #[test]
+    fn merge_diff_removes_and_replaces() {
+        let have = json!({"a": 1, "b": {"x": 1, "y": 2}, "c": [1, 2]});
+        let want = json!({"b": {"x": 1, "z": 3}, "c": [3]});
+        assert_eq!(
+            merge_diff(&have, &want),
+            json!({"a": null, "b": {"y": null, "z": 3}, "c": [3]})
+        );
+        let mut merged = have.clone();
+        json_patch::merge(&mut merged, &merge_diff(&have, &want));
+        assert_eq!(merged, want);
+    }
+}

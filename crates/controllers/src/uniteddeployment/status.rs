@@ -1,0 +1,216 @@
+//! The UnitedDeployment status (inventory §4.3), computed from what the reconcile observed and did.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::uniteddeployment::v1beta1::{
+    CONDITION_SUBSET_FAILURE, CONDITION_SUBSET_PROVISIONED, CONDITION_SUBSET_UPDATED,
+    CONDITION_UNITED_DEPLOYMENT_UPDATED, UnitedDeployment, UnitedDeploymentCondition,
+    UnitedDeploymentStatus, UnitedDeploymentSubsetStatus,
+};
+
+use super::reconcile::Observed;
+
+/// What provisioning and updating the subsets came to.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Subsets created.
+    pub(crate) created: usize,
+    /// Some subset was created or deleted.
+    pub(crate) provisioned: bool,
+    /// Creating or deleting failed.
+    pub(crate) provision_error: Option<String>,
+    /// Updating a subset failed.
+    pub(crate) update_error: Option<String>,
+    /// Every failure, for the reconcile's error.
+    pub(crate) errors: Vec<String>,
+}
+
+/// Adds a status for every subset of the topology that has none and drops the statuses of subsets
+/// that left it.
+pub(crate) fn init(status: &mut UnitedDeploymentStatus, ud: &UnitedDeployment) {
+    let subsets = &ud.spec.topology.subsets;
+    status
+        .subset_statuses
+        .retain(|s| subsets.iter().any(|t| t.name == s.name));
+    for subset in subsets {
+        if status.subset_status(&subset.name).is_none() {
+            status.subset_statuses.push(UnitedDeploymentSubsetStatus {
+                name: subset.name.clone(),
+                ..Default::default()
+            });
+        }
+    }
+}
+
+/// OpenKruise's `SetUnitedDeploymentCondition`: nothing changes when status and reason are the same;
+/// with the same status the transition time is kept; the condition moves to the end of the list.
+pub(crate) fn set_condition(
+    status: &mut UnitedDeploymentStatus,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let current = status.conditions.iter().find(|c| c.type_ == type_).cloned();
+    if let Some(c) = &current
+        && c.status == value
+        && c.reason == reason
+    {
+        return;
+    }
+    let last_transition_time = match &current {
+        Some(c) if c.status == value => c.last_transition_time.clone(),
+        _ => Some(Time(now)),
+    };
+    status.conditions.retain(|c| c.type_ != type_);
+    status.conditions.push(UnitedDeploymentCondition {
+        type_: type_.into(),
+        status: value.into(),
+        last_transition_time,
+        reason: reason.into(),
+        message: message.into(),
+    });
+}
+
+/// `UnitedDeploymentUpdated`: False (`UnitedDeploymentRevisionUpdating`) while the current revision
+/// is not the update revision, True (`UnitedDeploymentRevisionUpdated`) once it is; rewritten only when
+/// its status flips.
+pub(crate) fn set_updated_condition(
+    status: &mut UnitedDeploymentStatus,
+    current: &str,
+    update: &str,
+    now: Timestamp,
+) {
+    let value = if current == update { "True" } else { "False" };
+    let old = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_UNITED_DEPLOYMENT_UPDATED);
+    if old.is_some_and(|c| c.status == value) {
+        return;
+    }
+    let (reason, message) = if value == "False" {
+        (
+            "UnitedDeploymentRevisionUpdating",
+            format!("updating to revision {update}"),
+        )
+    } else {
+        (
+            "UnitedDeploymentRevisionUpdated",
+            format!("updated to revision {update}"),
+        )
+    };
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_UNITED_DEPLOYMENT_UPDATED);
+    status.conditions.push(UnitedDeploymentCondition {
+        type_: CONDITION_UNITED_DEPLOYMENT_UPDATED.into(),
+        status: value.into(),
+        last_transition_time: Some(Time(now)),
+        reason: reason.into(),
+        message,
+    });
+}
+
+pub(crate) struct Inputs<'a> {
+    pub(crate) ud: &'a UnitedDeployment,
+    /// The status so far (subset statuses initialised, Schedulable and Updated conditions set).
+    pub(crate) status: UnitedDeploymentStatus,
+    pub(crate) observed: &'a BTreeMap<String, Observed>,
+    pub(crate) next_replicas: &'a BTreeMap<String, i32>,
+    pub(crate) next_partitions: &'a BTreeMap<String, i32>,
+    pub(crate) current_revision: &'a str,
+    pub(crate) update_revision: &'a str,
+    pub(crate) outcome: &'a Outcome,
+    pub(crate) now: Timestamp,
+}
+
+/// The status to write.
+pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
+    let Inputs {
+        ud,
+        mut status,
+        observed,
+        next_replicas,
+        next_partitions,
+        current_revision,
+        update_revision,
+        outcome,
+        now,
+    } = inputs;
+    match &outcome.provision_error {
+        Some(error) => set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "False",
+            "Error",
+            &format!("fail to manage Subset provision: {error}"),
+            now,
+        ),
+        None if outcome.provisioned => set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "",
+            "",
+            now,
+        ),
+        None => {}
+    }
+    if outcome.provision_error.is_none() {
+        match &outcome.update_error {
+            Some(error) => set_condition(
+                &mut status,
+                CONDITION_SUBSET_UPDATED,
+                "False",
+                "Error",
+                error,
+                now,
+            ),
+            None => set_condition(&mut status, CONDITION_SUBSET_UPDATED, "True", "", "", now),
+        }
+    }
+
+    status.replicas = 0;
+    status.ready_replicas = 0;
+    status.updated_replicas = 0;
+    status.updated_ready_replicas = 0;
+    status.reserved_pods = 0;
+    for (name, seen) in observed {
+        status.replicas += seen.status_replicas;
+        status.ready_replicas += seen.ready_replicas;
+        status.updated_replicas += seen.updated_replicas;
+        status.updated_ready_replicas += seen.updated_ready_replicas;
+        if let Some(subset) = status.subset_statuses.iter_mut().find(|s| &s.name == name) {
+            subset.replicas = next_replicas.get(name).copied().unwrap_or(0);
+            subset.ready_replicas = seen.ready_replicas;
+            subset.partition = next_partitions.get(name).copied().unwrap_or(0);
+            subset.reserved_pods = 0;
+        }
+    }
+    if status.current_revision.is_empty() {
+        status.current_revision = current_revision.to_string();
+    }
+    status.updated_revision = update_revision.to_string();
+    if status.updated_revision != status.current_revision
+        && status.updated_ready_replicas >= status.replicas
+    {
+        status.current_revision = status.updated_revision.clone();
+    }
+    // None of the four workload kinds reports a subset failure (as upstream's adapters).
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_SUBSET_FAILURE);
+    status.label_selector = ud
+        .spec
+        .selector
+        .clone()
+        .and_then(|s| kube::core::Selector::try_from(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    status.observed_generation = ud.metadata.generation.unwrap_or(0);
+    status
+}

@@ -1,0 +1,657 @@
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn spec(value: Value) -> UnitedDeploymentSpec {
+    serde_json::from_value(value).expect("a valid UnitedDeployment spec")
+}
+
+fn subsets(list: &[(&str, Value)]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|(name, extra)| {
+                let mut s = json!({"name": name});
+                if let (Value::Object(s), Value::Object(extra)) = (&mut s, extra) {
+                    s.extend(extra.clone());
+                }
+                s
+            })
+            .collect(),
+    )
+}
+
+fn alloc(
+    replicas: Option<i32>,
+    list: &[(&str, Value)],
+    current: &[(&str, i32)],
+) -> Result<Vec<(String, i32)>, String> {
+    let spec = spec(json!({"replicas": replicas, "topology": {"subsets": subsets(list)}}));
+    let existing = current
+        .iter()
+        .map(|(n, r)| {
+            (
+                n.to_string(),
+                Existing {
+                    spec_replicas: *r,
+                    ..Existing::default()
+                },
+            )
+        })
+        .collect();
+    allocate(&spec, &existing).map(|m| m.into_iter().collect())
+}
+
+fn pairs(list: &[(&str, i32)]) -> Vec<(String, i32)> {
+    let mut v: Vec<(String, i32)> = list.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+    v.sort();
+    v
+}
+
+type Subsets = Vec<(&'static str, Value)>;
+type Current = Vec<(&'static str, i32)>;
+type Want = Result<Vec<(&'static str, i32)>, &'static str>;
+
+#[test]
+fn specific_allocator_table() {
+    let none = json!({});
+    // (replicas, subsets, current workload replicas, expected)
+    let cases: Vec<(Option<i32>, Subsets, Current, Want)> = vec![
+        // Seed 000: 2, 50% of 10 = 5, the rest 3.
+        (
+            Some(10),
+            vec![
+                ("subset-a", json!({"replicas": 2})),
+                ("subset-b", json!({"replicas": "50%"})),
+                ("subset-c", none.clone()),
+            ],
+            vec![],
+            Ok(vec![("subset-a", 2), ("subset-b", 5), ("subset-c", 3)]),
+        ),
+        // examples/uniteddeployment.yaml: 50% of 6 = 3; 3 over two subsets: the remainder goes to the
+        // last name of the (replicas, name) order — zone-c.
+        (
+            Some(6),
+            vec![
+                ("zone-a", json!({"replicas": "50%"})),
+                ("zone-b", none.clone()),
+                ("zone-c", none.clone()),
+            ],
+            vec![],
+            Ok(vec![("zone-a", 3), ("zone-b", 1), ("zone-c", 2)]),
+        ),
+        // Once zone-b runs more, it keeps the extra replica.
+        (
+            Some(6),
+            vec![
+                ("zone-a", json!({"replicas": "50%"})),
+                ("zone-b", none.clone()),
+                ("zone-c", none.clone()),
+            ],
+            vec![("zone-a", 3), ("zone-b", 2), ("zone-c", 1)],
+            Ok(vec![("zone-a", 3), ("zone-b", 2), ("zone-c", 1)]),
+        ),
+        // Scaling 6 → 8: 50% = 4; 4 over b (1) and c (2): c stays ahead.
+        (
+            Some(8),
+            vec![
+                ("zone-a", json!({"replicas": "50%"})),
+                ("zone-b", none.clone()),
+                ("zone-c", none.clone()),
+            ],
+            vec![("zone-a", 3), ("zone-b", 1), ("zone-c", 2)],
+            Ok(vec![("zone-a", 4), ("zone-b", 2), ("zone-c", 2)]),
+        ),
+        // Rounding half up: 25% of 10 = 2.5 → 3; 15% of 10 = 1.5 → 2.
+        (
+            Some(10),
+            vec![
+                ("a", json!({"replicas": "25%"})),
+                ("b", json!({"replicas": "15%"})),
+                ("c", none.clone()),
+            ],
+            vec![],
+            Ok(vec![("a", 3), ("b", 2), ("c", 5)]),
+        ),
+        // Nothing specified: 10 over 3, remainder to the last name.
+        (
+            Some(10),
+            vec![
+                ("a", none.clone()),
+                ("b", none.clone()),
+                ("c", none.clone()),
+            ],
+            vec![],
+            Ok(vec![("a", 3), ("b", 3), ("c", 4)]),
+        ),
+        (
+            Some(4),
+            vec![("a", json!({"replicas": 3})), ("b", json!({"replicas": 2}))],
+            vec![],
+            Err("specified subsets' replica (5) is greater than UnitedDeployment replica (4)"),
+        ),
+        (
+            Some(6),
+            vec![("a", json!({"replicas": 3})), ("b", json!({"replicas": 2}))],
+            vec![],
+            Err("specified subsets' replica (5) is less than UnitedDeployment replica (6)"),
+        ),
+        (
+            None,
+            vec![("a", json!({"replicas": 3})), ("b", none.clone())],
+            vec![],
+            Err("all subsets must be specified when UnitedDeployment replica is unspecified"),
+        ),
+        (
+            None,
+            vec![("a", json!({"replicas": 3})), ("b", json!({"replicas": 1}))],
+            vec![],
+            Ok(vec![("a", 3), ("b", 1)]),
+        ),
+    ];
+    for (replicas, list, current, want) in cases {
+        let got = alloc(replicas, &list, &current);
+        let want = want.map(|w| pairs(&w)).map_err(str::to_string);
+        assert_eq!(
+            got, want,
+            "replicas {replicas:?}, subsets {list:?}, current {current:?}"
+        );
+    }
+}
+
+#[test]
+fn min_max_allocator_table() {
+    // (replicas, subsets, expected)
+    let cases: Vec<(i32, Subsets, Want)> = vec![
+        // Upstream's documented example.
+        (
+            5,
+            vec![
+                ("subset-a", json!({"minReplicas": 2, "maxReplicas": 4})),
+                ("subset-b", json!({"minReplicas": 2})),
+            ],
+            Ok(vec![("subset-a", 3), ("subset-b", 2)]),
+        ),
+        (
+            10,
+            vec![
+                ("a", json!({"minReplicas": 1, "maxReplicas": 3})),
+                ("b", json!({"minReplicas": 1, "maxReplicas": "50%"})),
+                ("c", json!({"minReplicas": 0})),
+            ],
+            Ok(vec![("a", 3), ("b", 5), ("c", 2)]),
+        ),
+        // Fewer replicas than the minimums: filled in order.
+        (
+            3,
+            vec![
+                ("a", json!({"minReplicas": 2})),
+                ("b", json!({"minReplicas": 2})),
+            ],
+            Ok(vec![("a", 2), ("b", 1)]),
+        ),
+        (
+            3,
+            vec![
+                ("a", json!({"minReplicas": 4, "maxReplicas": 2})),
+                ("b", json!({})),
+            ],
+            Err("subset[0].maxReplicas(2) must be more than or equal to minReplicas(4)"),
+        ),
+    ];
+    for (replicas, list, want) in cases {
+        let got = alloc(Some(replicas), &list, &[]);
+        assert_eq!(
+            got,
+            want.map(|w| pairs(&w)).map_err(str::to_string),
+            "{list:?}"
+        );
+    }
+}
+
+#[test]
+fn adaptive_allocator_moves_pending_replicas_and_keeps_running_ones() {
+    let spec = spec(json!({
+        "replicas": 6,
+        "topology": {
+            "scheduleStrategy": {"type": "Adaptive"},
+            "subsets": [
+                {"name": "a", "maxReplicas": 3},
+                {"name": "b", "maxReplicas": 3},
+                {"name": "c"}
+            ]
+        }
+    }));
+    let existing = |a: Existing, b: Existing| -> BTreeMap<String, Existing> {
+        [("a".to_string(), a), ("b".to_string(), b)].into()
+    };
+    let e = |spec_replicas, ready_replicas, unschedulable| Existing {
+        spec_replicas,
+        ready_replicas,
+        unschedulable,
+    };
+    // Healthy: a 3, b 3, c 0.
+    let got = allocate(&spec, &existing(e(3, 3, false), e(3, 3, false))).unwrap_or_default();
+    assert_eq!(
+        got,
+        [("a".into(), 3), ("b".into(), 3), ("c".into(), 0)].into()
+    );
+    // b unschedulable with 1 ready: held at 1, 2 move to c.
+    let got = allocate(&spec, &existing(e(3, 3, false), e(3, 1, true))).unwrap_or_default();
+    assert_eq!(
+        got,
+        [("a".into(), 3), ("b".into(), 1), ("c".into(), 2)].into()
+    );
+    // b recovered but c runs 2 ready Pods: they stay (c's min raised to its ready count).
+    let mut both = existing(e(3, 3, false), e(1, 1, false));
+    both.insert("c".into(), e(2, 2, false));
+    let got = allocate(&spec, &both).unwrap_or_default();
+    assert_eq!(
+        got,
+        [("a".into(), 3), ("b".into(), 1), ("c".into(), 2)].into()
+    );
+}
+
+#[test]
+fn partitions_are_capped_by_replicas() {
+    let spec = spec(json!({
+        "replicas": 10,
+        "topology": {"subsets": [{"name": "a"}, {"name": "b"}, {"name": "c"}]},
+        "updateStrategy": {"type": "Manual", "manualUpdate": {"partitions": {"a": 5, "b": 1}}}
+    }));
+    let next: BTreeMap<String, i32> = [("a".into(), 3), ("b".into(), 3), ("c".into(), 4)].into();
+    let got = next_partitions(&spec, &next);
+    assert_eq!(
+        got,
+        [("a".into(), 3), ("b".into(), 1), ("c".into(), 0)].into()
+    );
+}
+
+fn owner() -> OwnerReference {
+    OwnerReference {
+        api_version: "apps.kruise.io/v1alpha1".into(),
+        kind: "UnitedDeployment".into(),
+        name: "ud".into(),
+        uid: "uid-1".into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn ud(template: Value, subset_extra: Value) -> UnitedDeployment {
+    let mut subset = json!({
+        "name": "a",
+        "nodeSelectorTerm": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["zone-a"]}]}
+    });
+    if let (Value::Object(s), Value::Object(extra)) = (&mut subset, subset_extra) {
+        s.extend(extra);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "UnitedDeployment",
+        "metadata": {"name": "ud", "namespace": "ns", "uid": "uid-1"},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "ud"}},
+            "template": template,
+            "topology": {"subsets": [subset]}
+        }
+    }))
+    .expect("a valid UnitedDeployment")
+}
+
+fn pod_template() -> Value {
+    json!({
+        "metadata": {"labels": {"app": "ud"}},
+        "spec": {
+            "containers": [{"name": "c", "image": "nginx:1"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]},
+                    {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["nvme"]}]}
+                ]
+            }}}
+        }
+    })
+}
+
+#[test]
+fn native_statefulset_subset() {
+    let ud = ud(
+        json!({"statefulSetTemplate": {
+            "metadata": {"labels": {"app": "ud", "team": "x"}, "annotations": {"note": "n"}},
+            "spec": {"selector": {"matchLabels": {"app": "ud"}}, "template": pod_template()}
+        }}),
+        json!({"tolerations": [{"key": "t", "operator": "Exists"}],
+               "patch": {"metadata": {"labels": {"patched": "yes"}}}}),
+    );
+    let got = subset_workload(&ud, "a", "ud-rev1", 2, 1, &owner()).expect("generated");
+    let want = json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "generateName": "ud-a-",
+            "namespace": "ns",
+            "labels": {"app": "ud", "team": "x",
+                       "apps.kruise.io/controller-revision-hash": "ud-rev1",
+                       "apps.kruise.io/subset-name": "a"},
+            "annotations": {"note": "n",
+                            "apps.kruise.io/subset-patch": r#"{"metadata":{"labels":{"patched":"yes"}}}"#},
+            "ownerReferences": [serde_json::to_value(owner()).unwrap_or_default()]
+        },
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "ud", "apps.kruise.io/subset-name": "a"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}},
+            "template": {
+                "metadata": {"labels": {"app": "ud", "patched": "yes",
+                                        "apps.kruise.io/controller-revision-hash": "ud-rev1",
+                                        "apps.kruise.io/subset-name": "a"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "nginx:1"}],
+                    "tolerations": [{"key": "t", "operator": "Exists"}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]},
+                                                  {"key": "zone", "operator": "In", "values": ["zone-a"]}]},
+                            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["nvme"]},
+                                                  {"key": "zone", "operator": "In", "values": ["zone-a"]}]}
+                        ]
+                    }}}
+                }
+            }
+        }
+    });
+    assert_eq!(got, want);
+    assert_eq!(workload_partition(TemplateKind::StatefulSet, &got), Some(1));
+}
+
+#[test]
+fn cloneset_deployment_and_advanced_statefulset_subsets() {
+    let plain = json!({"metadata": {"labels": {"app": "ud"}},
+                       "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}});
+    let cases = [
+        (
+            json!({"cloneSetTemplate": {"metadata": {"labels": {"app": "ud"}},
+                "spec": {"selector": {"matchLabels": {"app": "ud"}}, "template": plain.clone(),
+                         "updateStrategy": {"type": "RollingUpdate"}}}}),
+            "apps.kruise.io/v1beta1",
+            "CloneSet",
+            Some(json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 1}})),
+        ),
+        (
+            json!({"advancedStatefulSetTemplate": {"metadata": {"labels": {"app": "ud"}},
+                "spec": {"selector": {"matchLabels": {"app": "ud"}}, "template": plain.clone()}}}),
+            "apps.kruise.io/v1beta1",
+            "StatefulSet",
+            None,
+        ),
+        (
+            json!({"deploymentTemplate": {"metadata": {"labels": {"app": "ud"}},
+                "spec": {"selector": {"matchLabels": {"app": "ud"}}, "template": plain.clone()}}}),
+            "apps/v1",
+            "Deployment",
+            None,
+        ),
+    ];
+    for (template, api_version, kind, strategy) in cases {
+        let ud = ud(template, json!({}));
+        let got = subset_workload(&ud, "a", "ud-rev1", 3, 1, &owner()).expect("generated");
+        assert_eq!(got["apiVersion"], json!(api_version));
+        assert_eq!(got["kind"], json!(kind));
+        assert_eq!(
+            got["metadata"]["annotations"]["apps.kruise.io/subset-patch"],
+            json!("")
+        );
+        assert_eq!(got["spec"]["replicas"], json!(3));
+        assert_eq!(
+            got["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"],
+            json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["zone-a"]}]}])
+        );
+        if let Some(strategy) = strategy {
+            assert_eq!(got["spec"]["updateStrategy"], strategy);
+        }
+        if kind == "Deployment" {
+            assert_eq!(got["spec"].get("updateStrategy"), None);
+        }
+    }
+    // The Advanced StatefulSet keeps its (unset) type and gets the partition.
+    let ud = ud(
+        json!({"advancedStatefulSetTemplate": {"metadata": {},
+            "spec": {"selector": {"matchLabels": {"app": "ud"}}, "template": plain}}}),
+        json!({}),
+    );
+    let got = subset_workload(&ud, "a", "r", 3, 2, &owner()).expect("generated");
+    assert_eq!(
+        got["spec"]["updateStrategy"],
+        json!({"rollingUpdate": {"partition": 2}})
+    );
+    assert_eq!(
+        subset_workload(&ud, "zz", "r", 3, 2, &owner()),
+        Err("fail to find subset config zz".into())
+    );
+}
+
+#[test]
+fn subset_prefixes() {
+    assert_eq!(subset_prefix("ud", "subset-a"), "ud-subset-a-");
+    assert_eq!(subset_prefix("ud", "Bad_Name"), "ud-");
+    let long = "x".repeat(250);
+    assert_eq!(subset_prefix("ud", &long), "ud-");
+}
+
+#[test]
+fn revision_data_replaces_the_whole_template() {
+    let template: SubsetTemplate = serde_json::from_value(json!({
+        "cloneSetTemplate": {"metadata": {"labels": {"app": "ud"}}, "spec": {"template": {}}}
+    }))
+    .expect("template");
+    let data = revision_data(&template).expect("data");
+    assert_eq!(data["spec"]["template"]["$patch"], json!("replace"));
+    assert_eq!(
+        data["spec"]["template"]["cloneSetTemplate"]["metadata"]["labels"]["app"],
+        json!("ud")
+    );
+    assert!(revision_labels(&template).is_empty());
+}
+
+fn pod(name: &str, pending_for: i64, unschedulable: bool, now: Timestamp) -> Pod {
+    let created = now
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(pending_for))
+        .unwrap_or(now);
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "creationTimestamp": Time(created)},
+        "spec": {"containers": []},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": if unschedulable {"False"} else {"True"},
+             "reason": if unschedulable {"Unschedulable"} else {""}}
+        ]}
+    }))
+    .expect("pod")
+}
+
+#[test]
+fn adaptive_schedulable_windows() {
+    let now = Timestamp::now();
+    let critical = Duration::from_secs(30);
+    let window = Duration::from_secs(300);
+    // A Pod pending 40 s (unschedulable) marks the subset unschedulable for the window.
+    let late = pod("p-0", 40, true, now);
+    let got = adaptive_schedulable(None, &[&late], 2, 1, critical, window, now);
+    assert!(got.unschedulable);
+    assert_eq!(got.pending_pods, 1);
+    assert_eq!(
+        got.condition,
+        Some((
+            "False".into(),
+            "reschedule".into(),
+            "timeout pending pods found".into()
+        ))
+    );
+    assert_eq!(got.requeue_after, Some(window));
+    // Pending only 10 s: look again in 20 s.
+    let early = pod("p-1", 10, true, now);
+    let got = adaptive_schedulable(None, &[&early], 2, 1, critical, window, now);
+    assert!(!got.unschedulable);
+    assert!(
+        got.requeue_after
+            .is_some_and(|d| d <= Duration::from_secs(20) && d >= Duration::from_secs(19))
+    );
+    // A Pod the scheduler has not rejected does not count.
+    let waiting = pod("p-2", 100, false, now);
+    assert!(!adaptive_schedulable(None, &[&waiting], 2, 1, critical, window, now).unschedulable);
+    // Within the window the subset stays unschedulable; after it, it recovers.
+    let condition = |ago: i64| UnitedDeploymentSubsetCondition {
+        type_: "Schedulable".into(),
+        status: "False".into(),
+        last_transition_time: Some(Time(
+            now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(ago))
+                .unwrap_or(now),
+        )),
+        reason: "reschedule".into(),
+        message: String::new(),
+    };
+    let got = adaptive_schedulable(Some(&condition(100)), &[], 2, 2, critical, window, now);
+    assert!(got.unschedulable);
+    assert_eq!(got.condition, None);
+    let got = adaptive_schedulable(Some(&condition(301)), &[], 2, 2, critical, window, now);
+    assert!(!got.unschedulable);
+    assert_eq!(
+        got.condition,
+        Some((
+            "True".into(),
+            "recover".into(),
+            "unschedulable subset recovered after 300.000000 seconds".into()
+        ))
+    );
+}
+
+#[test]
+fn subset_condition_keeps_its_time_while_status_and_reason_hold() {
+    let t0 = Timestamp::now();
+    let t1 = t0
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(10))
+        .unwrap_or(t0);
+    let mut conditions = Vec::new();
+    let c = |s: &str, r: &str| (s.to_string(), r.to_string(), String::new());
+    set_subset_condition(&mut conditions, "Schedulable", c("False", "reschedule"), t0);
+    set_subset_condition(&mut conditions, "Schedulable", c("False", "reschedule"), t1);
+    assert_eq!(conditions[0].last_transition_time, Some(Time(t0)));
+    set_subset_condition(&mut conditions, "Schedulable", c("True", "recover"), t1);
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(conditions[0].last_transition_time, Some(Time(t1)));
+}
+
+proptest! {
+    /// Whatever the subsets say (within what validation admits), the specific allocator hands out
+    /// exactly spec.replicas and gives every specified subset its value.
+    #[test]
+    fn specific_sums_to_replicas(
+        replicas in 0i32..200,
+        shares in prop::collection::vec(prop::option::of(0u32..100), 1..6),
+        current in prop::collection::vec(0i32..50, 6),
+    ) {
+        // Scale the specified shares so they never exceed replicas; keep one subset unspecified
+        // unless the specified ones add up exactly.
+        let total_share: u32 = shares.iter().flatten().sum::<u32>().max(1);
+        let mut list = Vec::new();
+        let mut given = 0i64;
+        for (i, share) in shares.iter().enumerate() {
+            let name = format!("s{i}");
+            match share {
+                Some(s) if i + 1 < shares.len() => {
+                    let value = (i64::from(*s) * i64::from(replicas) / i64::from(total_share) / 2) as i32;
+                    given += i64::from(value);
+                    list.push((name, json!({"replicas": value})));
+                }
+                _ => list.push((name, json!({}))),
+            }
+        }
+        prop_assume!(given <= i64::from(replicas));
+        let refs: Vec<(&str, Value)> = list.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+        let cur: Vec<(&str, i32)> = list.iter().zip(&current).map(|((n, _), c)| (n.as_str(), *c)).collect();
+        let got = alloc(Some(replicas), &refs, &cur).map_err(TestCaseError::fail)?;
+        let sum: i64 = got.iter().map(|(_, r)| i64::from(*r)).sum();
+        prop_assert_eq!(sum, i64::from(replicas));
+        for (name, extra) in &list {
+            if let Some(v) = extra.get("replicas").and_then(Value::as_i64) {
+                let got_v = got.iter().find(|(n, _)| n == name).map(|(_, r)| i64::from(*r));
+                prop_assert_eq!(got_v, Some(v));
+            }
+            let got_v = got.iter().find(|(n, _)| n == name).map(|(_, r)| *r).unwrap_or(-1);
+            prop_assert!(got_v >= 0);
+        }
+    }
+
+    /// The min/max allocator hands out exactly spec.replicas and keeps every subset within its bounds,
+    /// whenever the minimums fit into spec.replicas (at least one subset is unbounded, as validation
+    /// demands).
+    #[test]
+    fn min_max_sums_to_replicas_within_bounds(
+        replicas in 0i32..300,
+        bounds in prop::collection::vec((0i32..40, prop::option::of(0i32..60)), 1..6),
+    ) {
+        let mut list = Vec::new();
+        for (i, (min, max)) in bounds.iter().enumerate() {
+            let max = if i + 1 == bounds.len() { None } else { max.map(|m| m.max(*min)) };
+            let mut v = json!({"minReplicas": min});
+            if let Some(max) = max {
+                v["maxReplicas"] = json!(max);
+            }
+            list.push((format!("s{i}"), v, *min, max));
+        }
+        let min_sum: i32 = list.iter().map(|(_, _, min, _)| *min).sum();
+        prop_assume!(min_sum <= replicas);
+        let refs: Vec<(&str, Value)> = list.iter().map(|(n, v, _, _)| (n.as_str(), v.clone())).collect();
+        let got = alloc(Some(replicas), &refs, &[]).map_err(TestCaseError::fail)?;
+        let sum: i32 = got.iter().map(|(_, r)| *r).sum();
+        prop_assert_eq!(sum, replicas);
+        for (name, _, min, max) in &list {
+            let r = got.iter().find(|(n, _)| n == name).map(|(_, r)| *r).unwrap_or(-1);
+            prop_assert!(r >= *min, "{} got {} below min {}", name, r, min);
+            if let Some(max) = max {
+                prop_assert!(r <= *max, "{} got {} above max {}", name, r, max);
+            }
+        }
+    }
+
+    /// The adaptive allocator keeps the sum and the bounds too, whatever the subsets' health.
+    #[test]
+    fn adaptive_sums_to_replicas_within_bounds(
+        replicas in 0i32..100,
+        health in prop::collection::vec((0i32..30, any::<bool>(), prop::option::of(0i32..40)), 1..5),
+    ) {
+        let mut subsets_json = Vec::new();
+        let mut existing = BTreeMap::new();
+        let mut maxes = Vec::new();
+        for (i, (ready, unschedulable, max)) in health.iter().enumerate() {
+            let max = if i + 1 == health.len() { None } else { *max };
+            let mut s = json!({"name": format!("s{i}")});
+            if let Some(max) = max {
+                s["maxReplicas"] = json!(max);
+            }
+            subsets_json.push(s);
+            maxes.push(max);
+            existing.insert(format!("s{i}"), Existing { spec_replicas: *ready, ready_replicas: *ready, unschedulable: *unschedulable });
+        }
+        let spec = spec(json!({"replicas": replicas, "topology": {
+            "scheduleStrategy": {"type": "Adaptive"}, "subsets": subsets_json}}));
+        let got = allocate(&spec, &existing).map_err(TestCaseError::fail)?;
+        let sum: i32 = got.values().sum();
+        // The last subset is unbounded and schedulable-or-not it only ever takes what is left, so the
+        // sum can fall short only when the last subset is unschedulable.
+        let last_unschedulable = health.last().is_some_and(|h| h.1);
+        if !last_unschedulable {
+            prop_assert_eq!(sum, replicas);
+        } else {
+            prop_assert!(sum <= replicas);
+        }
+        for (i, max) in maxes.iter().enumerate() {
+            if let Some(max) = max {
+                let key = format!("s{i}");
+                prop_assert!(got[&key] <= *max, "{} above {}", key, max);
+            }
+        }
+    }
+}

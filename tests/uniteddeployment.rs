@@ -1,0 +1,828 @@
+//! UnitedDeployment end to end (issue 13): subsets provisioned as native StatefulSets (run by the
+//! real kube-controller-manager), CloneSets and Deployments, replicas split as OpenKruise splits them,
+//! Pods pinned to their subset's nodes, rollouts through every subset, manual partitions, scaling,
+//! removing a subset, and bad input rejected.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
+use kruise_core::rollout::uniteddeployment::{Existing, allocate};
+use kruise_e2e::cloneset_kit::{name, restarts, uid};
+use kruise_e2e::{container_status, is_ready, node_name};
+use kruise_testkit::{TestNamespace, eventually, testbed};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+const SUBSET_LABEL: &str = "apps.kruise.io/subset-name";
+
+/// Seed 000's UnitedDeployment, exactly as the article writes it (v1alpha1, native StatefulSets).
+const SEED_000: &str = r#"apiVersion: apps.kruise.io/v1alpha1
+kind: UnitedDeployment
+metadata:
+  labels:
+    app.kubernetes.io/name: guestbook-kruise
+    app.kubernetes.io/instance: demo
+  name: demo-guestbook-kruise
+spec:
+  replicas: 10
+  revisionHistoryLimit: 10
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: guestbook-kruise
+      app.kubernetes.io/instance: demo
+  template:
+    statefulSetTemplate:
+      metadata:
+        labels:
+          app.kubernetes.io/name: guestbook-kruise
+          app.kubernetes.io/instance: demo
+      spec:
+        template:
+          metadata:
+            labels:
+              app.kubernetes.io/name: guestbook-kruise
+              app.kubernetes.io/instance: demo
+          spec:
+            containers:
+              - name: guestbook-kruise
+                image: openkruise/guestbook:v1
+                imagePullPolicy: Always
+                ports:
+                  - name: http-server
+                    containerPort: 3000
+  topology:
+    subsets:
+      - name: subset-a
+        replicas: 2
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: az
+              operator: In
+              values:
+                - zone-a
+      - name: subset-b
+        replicas: 50%
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: az
+              operator: In
+              values:
+                - zone-b
+      - name: subset-c
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: az
+              operator: In
+              values:
+                - zone-c
+"#;
+
+/// Labels every test-bed node `az=<its zone>`, as the seed's topology expects (idempotent).
+async fn label_az(ns: &TestNamespace) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    for node in nodes.list(&ListParams::default()).await?.items {
+        let Some(zone) = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("topology.kubernetes.io/zone"))
+            .cloned()
+        else {
+            continue;
+        };
+        let node_name = node.metadata.name.clone().unwrap_or_default();
+        ns.kubectl(&[
+            "label",
+            "node",
+            &node_name,
+            &format!("az={zone}"),
+            "--overwrite",
+        ])
+        .await?;
+    }
+    Ok(())
+}
+
+/// The zone of every node, by node name.
+async fn node_zones(ns: &TestNamespace) -> anyhow::Result<BTreeMap<String, String>> {
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    Ok(nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let zone = n
+                .metadata
+                .labels
+                .as_ref()?
+                .get("topology.kubernetes.io/zone")?
+                .clone();
+            Some((n.metadata.name?, zone))
+        })
+        .collect())
+}
+
+async fn get_ud(ns: &TestNamespace, ud: &str) -> anyhow::Result<UnitedDeployment> {
+    let api: Api<UnitedDeployment> = ns.api();
+    Ok(api.get(ud).await?)
+}
+
+async fn pods(ns: &TestNamespace, selector: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = ns.api();
+    let mut list: Vec<Pod> = api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    list.sort_by_key(name);
+    Ok(list)
+}
+
+fn pod_label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn image(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.containers.first()?.image.clone()
+}
+
+/// Pods per subset: (count, all Ready, images).
+fn by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<&Pod>> {
+    let mut out: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    for pod in pods {
+        out.entry(pod_label(pod, SUBSET_LABEL).unwrap_or_default().to_string())
+            .or_default()
+            .push(pod);
+    }
+    out
+}
+
+/// Waits until the UD status has observed its generation, its subsets run `want` Ready Pods each,
+/// with the images `image_of(subset)`, and (if `settled`) the current revision is the updated one.
+async fn wait_subsets(
+    ns: &TestNamespace,
+    ud: &str,
+    selector: &str,
+    want: &[(&str, usize)],
+    image_of: impl Fn(&str) -> String,
+    settled: bool,
+) -> anyhow::Result<(UnitedDeployment, Vec<Pod>)> {
+    // Boxed: the polling future is large, and debug builds run tests on small thread stacks.
+    Box::pin(wait_subsets_inner(
+        ns, ud, selector, want, &image_of, settled,
+    ))
+    .await
+}
+
+async fn wait_subsets_inner(
+    ns: &TestNamespace,
+    ud: &str,
+    selector: &str,
+    want: &[(&str, usize)],
+    image_of: &dyn Fn(&str) -> String,
+    settled: bool,
+) -> anyhow::Result<(UnitedDeployment, Vec<Pod>)> {
+    let total: usize = want.iter().map(|(_, n)| n).sum();
+    let result = eventually(
+        format!("UnitedDeployment {ud}: subsets {want:?}"),
+        TIMEOUT,
+        || async {
+            let u = get_ud(ns, ud).await?;
+            let Some(st) = u.status.clone() else {
+                return Ok(None);
+            };
+            let list = pods(ns, selector).await?;
+            let grouped = by_subset(&list);
+            let subsets_ok = grouped.len() == want.len()
+                && want.iter().all(|(subset, n)| {
+                    grouped.get(*subset).is_some_and(|ps| {
+                        ps.len() == *n
+                            && ps.iter().all(|p| {
+                                is_ready(p)
+                                    && image(p) == Some(image_of(subset))
+                                    && container_status(
+                                        p,
+                                        &p.spec
+                                            .as_ref()
+                                            .map(|s| s.containers[0].name.clone())
+                                            .unwrap_or_default(),
+                                    )
+                                    .is_some_and(|c| c.image == image_of(subset))
+                            })
+                    })
+                });
+            let status_ok = u.metadata.generation == Some(st.observed_generation)
+                && st.replicas == total as i32
+                && st.ready_replicas == total as i32
+                && (!settled
+                    || (st.current_revision == st.updated_revision
+                        && st.updated_ready_replicas == total as i32));
+            Ok((subsets_ok && status_ok).then_some((u, list)))
+        },
+    )
+    .await;
+    match result {
+        Ok(found) => Ok(found),
+        Err(error) => {
+            let u = get_ud(ns, ud).await.ok().and_then(|u| u.status);
+            let list = pods(ns, selector).await.unwrap_or_default();
+            let seen: Vec<String> = list
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {:?} ready={} image={:?} node={:?}",
+                        name(p),
+                        pod_label(p, SUBSET_LABEL),
+                        is_ready(p),
+                        image(p),
+                        node_name(p)
+                    )
+                })
+                .collect();
+            Err(error.context(format!("status {u:?}; pods {seen:#?}")))
+        }
+    }
+}
+
+/// Every Pod runs on a node of its subset's zone (`zone_of(subset)`).
+async fn assert_zones(
+    ns: &TestNamespace,
+    list: &[Pod],
+    zone_of: impl Fn(&str) -> String,
+) -> anyhow::Result<()> {
+    let zones = node_zones(ns).await?;
+    for pod in list {
+        let subset = pod_label(pod, SUBSET_LABEL).unwrap_or_default();
+        let node = node_name(pod).unwrap_or_default();
+        ensure!(
+            zones.get(&node) == Some(&zone_of(subset)),
+            "Pod {} of {subset} runs on {node} ({:?})",
+            name(pod),
+            zones.get(&node)
+        );
+    }
+    Ok(())
+}
+
+async fn patch_ud(ns: &TestNamespace, ud: &str, patch: serde_json::Value) -> anyhow::Result<()> {
+    let api: Api<UnitedDeployment> = ns.api();
+    api.patch(ud, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("patching {ud} with {patch}"))?;
+    Ok(())
+}
+
+async fn json_patch_ud(ns: &TestNamespace, ud: &str, patch: &str) -> anyhow::Result<()> {
+    ns.kubectl(&[
+        "patch",
+        "uniteddeployments.apps.kruise.io",
+        ud,
+        "--type=json",
+        "-p",
+        patch,
+    ])
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-seed").await?;
+    ns.run(Box::pin(async {
+        label_az(&ns).await?;
+        ns.apply(SEED_000).await?;
+        let ud = "demo-guestbook-kruise";
+        let selector = "app.kubernetes.io/instance=demo";
+        let v = |tag: &'static str| move |_: &str| format!("openkruise/guestbook:{tag}");
+        let want = [("subset-a", 2), ("subset-b", 5), ("subset-c", 3)];
+        let (u, list) = wait_subsets(&ns, ud, selector, &want, v("v1"), true).await?;
+        assert_zones(&ns, &list, |s| s.replace("subset", "zone")).await?;
+
+        // Three native StatefulSets, 2 / 5 / 3, named after the subsets and owned by the UD.
+        let sets: Api<StatefulSet> = ns.api();
+        let mut found: Vec<(String, i32, String)> = sets
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|s| {
+                let subset = s.metadata.labels.as_ref().and_then(|l| l.get(SUBSET_LABEL)).cloned().unwrap_or_default();
+                (subset, s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(-1), s.metadata.name.unwrap_or_default())
+            })
+            .collect();
+        found.sort();
+        let counts: Vec<(String, i32)> = found.iter().map(|(s, r, _)| (s.clone(), *r)).collect();
+        ensure!(
+            counts == [("subset-a".into(), 2), ("subset-b".into(), 5), ("subset-c".into(), 3)],
+            "StatefulSets: {found:?}"
+        );
+        for (subset, _, set) in &found {
+            ensure!(set.starts_with(&format!("{ud}-{subset}-")), "name {set}");
+        }
+        let st = u.status.clone().unwrap_or_default();
+        let subset_replicas: Vec<(String, i32)> =
+            st.subset_statuses.iter().map(|s| (s.name.clone(), s.replicas)).collect();
+        ensure!(
+            subset_replicas == [("subset-a".into(), 2), ("subset-b".into(), 5), ("subset-c".into(), 3)],
+            "{st:?}"
+        );
+        // The v1alpha1 view carries subsetReplicas.
+        let alpha = ns
+            .kubectl(&["get", "uniteddeployments.v1alpha1.apps.kruise.io", ud, "-o", "jsonpath={.status.subsetReplicas}"])
+            .await?;
+        let alpha: BTreeMap<String, i32> = serde_json::from_str(alpha.trim())?;
+        ensure!(alpha == [("subset-a".into(), 2), ("subset-b".into(), 5), ("subset-c".into(), 3)].into(), "{alpha:?}");
+
+        // A new image rolls every subset.
+        json_patch_ud(&ns, ud, r#"[{"op":"replace","path":"/spec/template/statefulSetTemplate/spec/template/spec/containers/0/image","value":"openkruise/guestbook:v2"}]"#).await?;
+        let (u2, list) = wait_subsets(&ns, ud, selector, &want, v("v2"), true).await?;
+        let st2 = u2.status.clone().unwrap_or_default();
+        ensure!(st2.current_revision != st.current_revision, "a new revision: {st2:?}");
+        for pod in &list {
+            ensure!(
+                pod_label(pod, "apps.kruise.io/controller-revision-hash") == Some(st2.updated_revision.as_str()),
+                "{} at the updated revision",
+                name(pod)
+            );
+        }
+
+        // A partition of 5 holds all of subset-b at v2 while the others move to v3.
+        patch_ud(&ns, ud, json!({"spec": {"updateStrategy": {"manualUpdate": {"partitions": {"subset-b": 5}}}}})).await?;
+        json_patch_ud(&ns, ud, r#"[{"op":"replace","path":"/spec/template/statefulSetTemplate/spec/template/spec/containers/0/image","value":"openkruise/guestbook:v3"}]"#).await?;
+        let held = |subset: &str| {
+            if subset == "subset-b" {
+                "openkruise/guestbook:v2".to_string()
+            } else {
+                "openkruise/guestbook:v3".to_string()
+            }
+        };
+        let (u3, _) = wait_subsets(&ns, ud, selector, &want, held, false).await?;
+        let st3 = u3.status.clone().unwrap_or_default();
+        ensure!(st3.current_revision == st2.updated_revision, "still current: {st3:?}");
+        ensure!(st3.updated_ready_replicas == 5, "{st3:?}");
+        let b = st3.subset_statuses.iter().find(|s| s.name == "subset-b").map(|s| s.partition);
+        ensure!(b == Some(5), "{st3:?}");
+        let cond = st3.conditions.iter().find(|c| c.type_ == "UnitedDeploymentUpdated");
+        ensure!(
+            cond.is_some_and(|c| c.status == "False" && c.reason == "UnitedDeploymentRevisionUpdating"),
+            "{:?}",
+            st3.conditions
+        );
+
+        // Releasing the partition finishes the rollout.
+        patch_ud(&ns, ud, json!({"spec": {"updateStrategy": {"manualUpdate": {"partitions": null}}}})).await?;
+        let (u4, _) = wait_subsets(&ns, ud, selector, &want, v("v3"), true).await?;
+        let cond = u4.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "UnitedDeploymentUpdated").cloned());
+        eventually("UnitedDeploymentUpdated True", TIMEOUT, || async {
+            let u = get_ud(&ns, ud).await?;
+            Ok(u.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "UnitedDeploymentUpdated" && c.status == "True" && c.reason == "UnitedDeploymentRevisionUpdated")))
+        })
+        .await
+        .with_context(|| format!("{cond:?}"))?;
+        Ok(())
+    }))
+    .await
+}
+
+/// examples/uniteddeployment.yaml.
+fn example() -> anyhow::Result<String> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/uniteddeployment.yaml");
+    std::fs::read_to_string(&path).with_context(|| path.display().to_string())
+}
+
+/// What OpenKruise's allocator gives for `ud` when the subsets currently run `current`.
+fn upstream_rule(
+    ud: &UnitedDeployment,
+    current: &[(&str, i32)],
+) -> anyhow::Result<Vec<(String, usize)>> {
+    let existing: BTreeMap<String, Existing> = current
+        .iter()
+        .map(|(n, r)| {
+            (
+                n.to_string(),
+                Existing {
+                    spec_replicas: *r,
+                    ..Existing::default()
+                },
+            )
+        })
+        .collect();
+    let next = allocate(&ud.spec, &existing).map_err(anyhow::Error::msg)?;
+    Ok(next.into_iter().map(|(k, v)| (k, v as usize)).collect())
+}
+
+#[tokio::test]
+async fn example_cloneset_subsets_split_update_in_place_scale_and_shrink() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-example").await?;
+    ns.run(Box::pin(async {
+        ns.apply(&example()?).await?;
+        let ud = "sample-ud";
+        let selector = "app=sample-ud";
+        let img = |tag: &'static str| move |_: &str| format!("nginx:{tag}");
+        let u = get_ud(&ns, ud).await?;
+        // 6 replicas, zone-a 50% = 3; zone-b and zone-c share 3: the remainder goes to the subset
+        // last in (current replicas, name) order — zone-c on creation.
+        let rule = upstream_rule(&u, &[])?;
+        ensure!(rule == [("zone-a".into(), 3), ("zone-b".into(), 1), ("zone-c".into(), 2)], "{rule:?}");
+        let want: Vec<(&str, usize)> = rule.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let (_, before) = wait_subsets(&ns, ud, selector, &want, img("1.25"), true).await?;
+        assert_zones(&ns, &before, |s| s.to_string()).await?;
+        let clonesets: Api<CloneSet> = ns.api();
+        let list = clonesets.list(&ListParams::default()).await?.items;
+        ensure!(list.len() == 3, "three CloneSets: {}", list.len());
+        for cs in &list {
+            let ann = cs.metadata.annotations.clone().unwrap_or_default();
+            ensure!(ann.get("apps.kruise.io/subset-patch") == Some(&String::new()), "{ann:?}");
+            let owner = cs.metadata.owner_references.clone().unwrap_or_default();
+            ensure!(
+                owner.len() == 1 && owner[0].kind == "UnitedDeployment" && owner[0].name == ud && owner[0].controller == Some(true),
+                "{owner:?}"
+            );
+        }
+
+        // In-place update through the CloneSets: same Pods, one restart each.
+        json_patch_ud(&ns, ud, r#"[{"op":"replace","path":"/spec/template/cloneSetTemplate/spec/template/spec/containers/0/image","value":"nginx:1.26"}]"#).await?;
+        let (_, after) = wait_subsets(&ns, ud, selector, &want, img("1.26"), true).await?;
+        let uids = |ps: &[Pod]| ps.iter().map(|p| (name(p), uid(p))).collect::<Vec<_>>();
+        ensure!(uids(&before) == uids(&after), "in place: {:?} vs {:?}", uids(&before), uids(&after));
+        for pod in &after {
+            ensure!(restarts(pod) == 1, "{} restarts {}", name(pod), restarts(pod));
+        }
+
+        // Scaling the UD rescales the subsets by the same rule.
+        let current: Vec<(&str, i32)> = want.iter().map(|(s, n)| (*s, *n as i32)).collect();
+        patch_ud(&ns, ud, json!({"spec": {"replicas": 8}})).await?;
+        let u = get_ud(&ns, ud).await?;
+        let rule = upstream_rule(&u, &current)?;
+        ensure!(rule == [("zone-a".into(), 4), ("zone-b".into(), 2), ("zone-c".into(), 2)], "{rule:?}");
+        let want8: Vec<(&str, usize)> = rule.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        wait_subsets(&ns, ud, selector, &want8, img("1.26"), true).await?;
+        // The scale subresource reports it.
+        let scale = ns
+            .kubectl(&["get", "--raw", &format!("/apis/apps.kruise.io/v1beta1/namespaces/{}/uniteddeployments/{ud}/scale", ns.name)])
+            .await?;
+        let scale: serde_json::Value = serde_json::from_str(&scale)?;
+        ensure!(scale["status"]["replicas"] == json!(8) && scale["status"]["selector"] == json!("app=sample-ud"), "{scale}");
+
+        // Removing zone-c deletes its CloneSet; its replicas go to zone-b.
+        json_patch_ud(&ns, ud, r#"[{"op":"remove","path":"/spec/topology/subsets/2"}]"#).await?;
+        wait_subsets(&ns, ud, selector, &[("zone-a", 4), ("zone-b", 4)], img("1.26"), true).await?;
+        eventually("zone-c CloneSet deleted", TIMEOUT, || async {
+            let list = clonesets.list(&ListParams::default().labels(&format!("{SUBSET_LABEL}=zone-c"))).await?;
+            Ok(list.items.iter().all(|c| c.metadata.deletion_timestamp.is_some()).then_some(()))
+        })
+        .await?;
+        let u = get_ud(&ns, ud).await?;
+        let names: Vec<String> = u.status.unwrap_or_default().subset_statuses.into_iter().map(|s| s.name).collect();
+        ensure!(names == ["zone-a", "zone-b"], "{names:?}");
+        Ok(())
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn deployment_template_with_min_max_replicas() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-deploy").await?;
+    ns.run(Box::pin(async {
+        ns.apply(
+            r#"apiVersion: apps.kruise.io/v1beta1
+kind: UnitedDeployment
+metadata:
+  name: web
+spec:
+  replicas: 5
+  selector:
+    matchLabels: {app: web}
+  template:
+    deploymentTemplate:
+      metadata:
+        labels: {app: web}
+      spec:
+        selector:
+          matchLabels: {app: web}
+        template:
+          metadata:
+            labels: {app: web}
+          spec:
+            containers:
+              - name: web
+                image: nginx:1.25
+  topology:
+    subsets:
+      - name: a
+        minReplicas: 2
+        maxReplicas: 3
+        nodeSelectorTerm:
+          matchExpressions:
+            - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}
+      - name: b
+        minReplicas: 1
+        nodeSelectorTerm:
+          matchExpressions:
+            - {key: topology.kubernetes.io/zone, operator: In, values: [zone-b]}
+        patch:
+          metadata:
+            labels: {tier: b}
+"#,
+        )
+        .await?;
+        let img = |_: &str| "nginx:1.25".to_string();
+        // min first in order (a 2, b 1), then up to max in order (a +1 to 3, b the rest 1).
+        let (_, list) =
+            wait_subsets(&ns, "web", "app=web", &[("a", 3), ("b", 2)], img, true).await?;
+        assert_zones(&ns, &list, |s| format!("zone-{s}")).await?;
+        for pod in &list {
+            let tier = pod_label(pod, "tier");
+            let subset = pod_label(pod, SUBSET_LABEL);
+            ensure!(
+                (subset == Some("b")) == (tier == Some("b")),
+                "patch only on b: {}",
+                name(pod)
+            );
+        }
+        let deployments: Api<Deployment> = ns.api();
+        let list = deployments.list(&ListParams::default()).await?.items;
+        let b = list
+            .iter()
+            .find(|d| {
+                d.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SUBSET_LABEL))
+                    .map(String::as_str)
+                    == Some("b")
+            })
+            .context("subset b's Deployment")?;
+        let ann = b.metadata.annotations.clone().unwrap_or_default();
+        ensure!(
+            ann.get("apps.kruise.io/subset-patch").map(String::as_str)
+                == Some(r#"{"metadata":{"labels":{"tier":"b"}}}"#),
+            "{ann:?}"
+        );
+        // Scaling to 8: a stays at its max 3, b takes 5.
+        patch_ud(&ns, "web", json!({"spec": {"replicas": 8}})).await?;
+        wait_subsets(&ns, "web", "app=web", &[("a", 3), ("b", 5)], img, true).await?;
+        Ok(())
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_naming_the_field() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-bad").await?;
+    ns.run(Box::pin(async {
+        let base = |topology: &str, strategy: &str, extra_spec: &str| {
+            format!(
+                r#"apiVersion: apps.kruise.io/v1alpha1
+kind: UnitedDeployment
+metadata:
+  name: bad
+spec:
+  replicas: 4
+  selector:
+    matchLabels: {{app: bad}}
+  template:
+    statefulSetTemplate:
+      metadata:
+        labels: {{app: bad}}
+      spec:
+{extra_spec}        selector:
+          matchLabels: {{app: bad}}
+        template:
+          metadata:
+            labels: {{app: bad}}
+          spec:
+            containers:
+              - name: c
+                image: nginx:1.25
+  topology:
+    subsets:
+{topology}{strategy}"#
+            )
+        };
+        let two = "      - name: a\n        replicas: 3\n      - name: b\n        replicas: 2\n";
+        let fine = "      - name: a\n        replicas: 2\n      - name: b\n";
+        let cases = [
+            (base(two, "", ""), "spec.topology.subsets"),
+            (
+                base(
+                    fine,
+                    "  updateStrategy:\n    manualUpdate:\n      partitions:\n        zz: 1\n",
+                    "",
+                ),
+                "spec.updateStrategy.manualUpdate.partitions",
+            ),
+            (
+                base(fine, "", "        replicas: 3\n"),
+                "spec.template.statefulSetTemplate.spec.replicas",
+            ),
+        ];
+        for (yaml, field) in cases {
+            let result = ns.apply(&yaml).await;
+            let error = match result {
+                Ok(out) => anyhow::bail!("accepted ({out}):\n{yaml}"),
+                Err(error) => format!("{error:#}"),
+            };
+            ensure!(error.contains(field), "error names {field}: {error}");
+        }
+        let uds: Api<UnitedDeployment> = ns.api();
+        ensure!(
+            uds.list(&ListParams::default()).await?.items.is_empty(),
+            "nothing created"
+        );
+        let sets: Api<StatefulSet> = ns.api();
+        ensure!(
+            sets.list(&ListParams::default()).await?.items.is_empty(),
+            "no subsets"
+        );
+        Ok(())
+    }))
+    .await
+}
+
+/// examples/uniteddeployment-v1alpha1.yaml: Advanced StatefulSet subsets on labelled node pools, with
+/// a toleration and a patched label on the "spare" subset, updated in place through our Advanced
+/// StatefulSet controller.
+#[tokio::test]
+async fn example_advanced_statefulset_subsets_on_node_pools() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-asts").await?;
+    ns.run(Box::pin(async {
+        // sim-0 is the "primary" pool; the others are spare (NotIn primary).
+        ns.kubectl(&["label", "node", "sim-0", "node-pool=primary", "--overwrite"]).await?;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/uniteddeployment-v1alpha1.yaml");
+        ns.apply(&std::fs::read_to_string(&path)?).await?;
+        let ud = "sample-ud-sts";
+        let selector = "app=sample-ud-sts";
+        let img = |tag: &'static str| move |_: &str| format!("redis:{tag}");
+        let want = [("primary", 2), ("spare", 2)];
+        let (_, before) = wait_subsets(&ns, ud, selector, &want, img("7.2"), true).await?;
+        for pod in &before {
+            let subset = pod_label(pod, SUBSET_LABEL).unwrap_or_default();
+            let node = node_name(pod).unwrap_or_default();
+            ensure!((subset == "primary") == (node == "sim-0"), "{} on {node}", name(pod));
+            ensure!(
+                (subset == "spare") == (pod_label(pod, "node-pool") == Some("spare")),
+                "patched label on {}",
+                name(pod)
+            );
+            let tolerates = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key.as_deref() == Some("node-pool")));
+            ensure!((subset == "spare") == tolerates, "toleration on {}", name(pod));
+        }
+        let sets: Api<kruise_api::statefulset::v1beta1::StatefulSet> = ns.api();
+        ensure!(sets.list(&ListParams::default()).await?.items.len() == 2, "two Advanced StatefulSets");
+
+        json_patch_ud(&ns, ud, r#"[{"op":"replace","path":"/spec/template/advancedStatefulSetTemplate/spec/template/spec/containers/0/image","value":"redis:7.4"}]"#).await?;
+        let (_, after) = wait_subsets(&ns, ud, selector, &want, img("7.4"), true).await?;
+        let uids = |ps: &[Pod]| ps.iter().map(|p| (name(p), uid(p))).collect::<Vec<_>>();
+        ensure!(uids(&before) == uids(&after), "in place through the Advanced StatefulSets");
+        Ok(())
+    }))
+    .await
+}
+
+/// Adaptive scheduling: a subset whose nodes cannot take its Pods becomes unschedulable after
+/// rescheduleCriticalSeconds and its replicas move to the next subset; once a node fits and
+/// unschedulableDuration has passed it is schedulable again and takes new replicas first, while the
+/// running Pods elsewhere stay (OpenKruise never deletes healthy Pods to move them back).
+#[tokio::test]
+async fn adaptive_subset_becomes_unschedulable_then_recovers() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-adaptive").await?;
+    ns.run(Box::pin(async {
+        let pool = format!("ud-adaptive-{}", ns.name);
+        // Make sure no node is in the pool yet.
+        let yaml = format!(
+            r#"apiVersion: apps.kruise.io/v1beta1
+kind: UnitedDeployment
+metadata:
+  name: ada
+spec:
+  replicas: 4
+  selector:
+    matchLabels: {{app: ada}}
+  template:
+    cloneSetTemplate:
+      metadata:
+        labels: {{app: ada}}
+      spec:
+        selector:
+          matchLabels: {{app: ada}}
+        template:
+          metadata:
+            labels: {{app: ada}}
+          spec:
+            containers:
+              - name: c
+                image: nginx:1.25
+  topology:
+    scheduleStrategy:
+      type: Adaptive
+      adaptive:
+        rescheduleCriticalSeconds: 5
+        unschedulableDuration: 20
+    subsets:
+      - name: pool
+        maxReplicas: 2
+        nodeSelectorTerm:
+          matchExpressions:
+            - {{key: kruise-rs.io/ud-pool, operator: In, values: ["{pool}"]}}
+      - name: rest
+        nodeSelectorTerm:
+          matchExpressions:
+            - {{key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}}
+"#
+        );
+        ns.apply(&yaml).await?;
+        let img = |_: &str| "nginx:1.25".to_string();
+        // The pool has no node: after 5 s its 2 Pods count as pending too long, the subset turns
+        // unschedulable and all 4 replicas run in "rest".
+        let (u, _) = wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
+        let st = u.status.unwrap_or_default();
+        let pool_status = st
+            .subset_statuses
+            .iter()
+            .find(|s| s.name == "pool")
+            .cloned()
+            .unwrap_or_default();
+        let schedulable = pool_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Schedulable")
+            .cloned();
+        ensure!(
+            schedulable
+                .as_ref()
+                .is_some_and(|c| c.status == "False" && c.reason == "reschedule"),
+            "{pool_status:?}"
+        );
+        ensure!(pool_status.replicas == 0, "{pool_status:?}");
+
+        // A node joins the pool; after the window the subset recovers.
+        ns.kubectl(&[
+            "label",
+            "node",
+            "sim-1",
+            &format!("kruise-rs.io/ud-pool={pool}"),
+            "--overwrite",
+        ])
+        .await?;
+        let recovered = eventually(
+            "pool Schedulable again",
+            Duration::from_secs(90),
+            || async {
+                let u = get_ud(&ns, "ada").await?;
+                Ok(u.status.and_then(|s| {
+                    s.subset_statuses
+                        .into_iter()
+                        .find(|s| s.name == "pool")?
+                        .conditions
+                        .into_iter()
+                        .find(|c| {
+                            c.type_ == "Schedulable" && c.status == "True" && c.reason == "recover"
+                        })
+                }))
+            },
+        )
+        .await;
+        ns.kubectl(&["label", "node", "sim-1", "kruise-rs.io/ud-pool-"])
+            .await
+            .ok();
+        let recovered = recovered?;
+        ensure!(
+            recovered
+                .message
+                .starts_with("unschedulable subset recovered after 20"),
+            "{recovered:?}"
+        );
+        // Running Pods stay where they are.
+        wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
+        Ok(())
+    }))
+    .await
+}
