@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSetCondition;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::statefulset::v1beta1::{
     CONDITION_FAILED_CREATE_POD, CONDITION_FAILED_UPDATE_POD, StatefulSet, StatefulSetStatus,
@@ -25,18 +24,14 @@ use kruise_core::rollout::statefulset::{
 
 use super::newpod::volume_claim_status;
 
-pub const CONDITION_PROGRESSING: &str = "Progressing";
-pub const CONDITION_AVAILABLE: &str = "Available";
+pub use crate::conditions::{
+    ANNOTATION_PROGRESS_DEADLINE, CONDITION_AVAILABLE, CONDITION_PROGRESSING,
+    DEFAULT_PROGRESS_DEADLINE_SECONDS, REASON_MIN_AVAILABLE, REASON_MIN_UNAVAILABLE,
+    REASON_PARTITION_AVAILABLE, REASON_PROGRESS_DEADLINE_EXCEEDED,
+};
 pub const REASON_AVAILABLE: &str = "StatefulSetAvailable";
 pub const REASON_PAUSED: &str = "StatefulSetPaused";
 pub const REASON_UPDATED: &str = "StatefulSetUpdated";
-pub const REASON_PARTITION_AVAILABLE: &str = "ProgressPartitionAvailable";
-pub const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
-pub const REASON_MIN_AVAILABLE: &str = "MinimumReplicasAvailable";
-pub const REASON_MIN_UNAVAILABLE: &str = "MinimumReplicasUnavailable";
-/// The progress deadline of an ASTS (seconds; upstream has no field): as a Deployment's.
-pub const ANNOTATION_PROGRESS_DEADLINE: &str = "kruise-rs.io/progress-deadline-seconds";
-pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 
 /// What the status is computed from.
 pub struct Inputs<'a> {
@@ -67,14 +62,7 @@ pub struct Computed {
 /// The progress deadline the set asks for through [`ANNOTATION_PROGRESS_DEADLINE`]; `None` when
 /// it is turned off (`"0"` or a negative value).
 pub fn progress_deadline(set: &StatefulSet) -> Option<i64> {
-    let value = set
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_PROGRESS_DEADLINE))
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS);
-    (value > 0).then_some(value)
+    crate::conditions::progress_deadline(&set.metadata)
 }
 
 pub fn compute(inputs: &Inputs<'_>) -> Computed {
@@ -136,18 +124,8 @@ pub fn compute(inputs: &Inputs<'_>) -> Computed {
 
 /// Sets a condition. The transition time is kept while the status stays, unless `restamp`
 /// (progress was made).
-fn set_condition(status: &mut StatefulSetStatus, mut new: StatefulSetCondition, restamp: bool) {
-    if let Some(old) = status.conditions.iter().find(|c| c.type_ == new.type_) {
-        let same = old.status == new.status && old.reason == new.reason;
-        if same && old.message == new.message {
-            return;
-        }
-        if same && !restamp {
-            new.last_transition_time = old.last_transition_time.clone();
-        }
-    }
-    status.conditions.retain(|c| c.type_ != new.type_);
-    status.conditions.push(new);
+fn set_condition(status: &mut StatefulSetStatus, new: StatefulSetCondition, restamp: bool) {
+    crate::conditions::set_condition(&mut status.conditions, new, restamp);
 }
 
 fn condition(
@@ -157,13 +135,7 @@ fn condition(
     message: String,
     now: Timestamp,
 ) -> StatefulSetCondition {
-    StatefulSetCondition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        last_transition_time: Some(Time(now)),
-        reason: (!reason.is_empty()).then(|| reason.to_owned()),
-        message: (!message.is_empty()).then_some(message),
-    }
+    crate::conditions::WorkloadCondition::build(type_, status, reason, message, now)
 }
 
 /// The `Available` and `Progressing` conditions; returns when the progress deadline falls due.
@@ -307,12 +279,8 @@ pub fn changed(old: Option<&StatefulSetStatus>, new: &StatefulSetStatus) -> bool
     };
     let strip = |s: &StatefulSetStatus| {
         let mut s = s.clone();
-        let mut conditions: Vec<_> = s
-            .conditions
-            .drain(..)
-            .map(|c| (c.type_, c.status, c.reason, c.message))
-            .collect();
-        conditions.sort();
+        let conditions = crate::conditions::timeless(&s.conditions);
+        s.conditions.clear();
         (serde_json::to_value(&s).unwrap_or_default(), conditions)
     };
     strip(old) != strip(new)

@@ -1,5 +1,5 @@
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kruise_api::statefulset::v1beta1::{
     RollingUpdateStatefulSetStrategy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
