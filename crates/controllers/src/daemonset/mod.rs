@@ -204,3 +204,65 @@ fn error_policy(ds: Arc<DaemonSet>, error: &Error, ctx: Arc<Context>) -> Action 
 pub(crate) fn node_labels(node: &Node) -> BTreeMap<String, String> {
     node.metadata.labels.clone().unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::*;
+
+    fn node() -> Node {
+        Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("n".into()),
+                labels: Some([("zone".to_owned(), "a".to_owned())].into()),
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec::default()),
+            status: Some(NodeStatus {
+                allocatable: Some([("cpu".to_owned(), Quantity("4".into()))].into()),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn heartbeats_do_not_change_the_placement_fingerprint_but_placement_inputs_do() {
+        let base = placement_fingerprint(&node());
+        let mut beat = node();
+        beat.metadata.resource_version = Some("2".into());
+        if let Some(c) = beat.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].message = Some("kubelet is posting ready status".into());
+        }
+        assert_eq!(placement_fingerprint(&beat), base);
+
+        let mut relabelled = node();
+        relabelled.metadata.labels = Some([("zone".to_owned(), "b".to_owned())].into());
+        let mut tainted = node();
+        if let Some(spec) = tainted.spec.as_mut() {
+            spec.taints = Some(vec![Taint {
+                key: "k".into(),
+                effect: "NoExecute".into(),
+                ..Default::default()
+            }]);
+        }
+        let mut cordoned = node();
+        if let Some(spec) = cordoned.spec.as_mut() {
+            spec.unschedulable = Some(true);
+        }
+        let mut shrunk = node();
+        if let Some(status) = shrunk.status.as_mut() {
+            status.allocatable = Some([("cpu".to_owned(), Quantity("2".into()))].into());
+        }
+        for changed in [relabelled, tainted, cordoned, shrunk] {
+            assert_ne!(placement_fingerprint(&changed), base);
+        }
+    }
+}
