@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_core::expectations::Expectations;
@@ -55,6 +56,8 @@ pub struct Context {
     pub(crate) client: Client,
     pub(crate) pods: Arc<PodCache>,
     pub(crate) nodes: Store<Node>,
+    /// BroadcastJob keeps no ControllerRevisions: an empty store for the shared expectation check.
+    pub(crate) no_revisions: Store<ControllerRevision>,
     pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
@@ -172,6 +175,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         client: client.clone(),
         pods,
         nodes,
+        no_revisions: kube::runtime::reflector::store().0,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
         recorder: Recorder::new(
             client.clone(),
