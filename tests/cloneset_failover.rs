@@ -1,7 +1,8 @@
-//! A CloneSet rollout survives its manager being killed (SIGKILL) mid-update: a new manager takes the
-//! lease, picks the rollout up where it stood and finishes it without breaking an invariant or updating a
-//! Pod twice. (Own test binary: it runs and kills its own managers, which own the webhook configurations
-//! of this cluster.)
+//! A CloneSet or Advanced StatefulSet rollout survives its manager being killed (SIGKILL) mid-update:
+//! a new manager takes the lease, picks the rollout up where it stood and finishes it without breaking
+//! an invariant or updating a Pod twice. (Own test binary: it runs and kills its own managers, which own
+//! the webhook configurations of this cluster; the two scenarios take turns, since each kills the
+//! leader.)
 
 use std::time::Duration;
 
@@ -15,6 +16,9 @@ use serde_json::json;
 
 const LEASE_SECONDS: u64 = 4;
 
+/// One scenario at a time: each kills the manager that leads.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn options(name: &str) -> ManagerOptions {
     ManagerOptions {
         name: name.into(),
@@ -27,6 +31,7 @@ fn options(name: &str) -> ManagerOptions {
 
 #[tokio::test]
 async fn manager_killed_mid_rollout() -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
     let bed = testbed();
     let ns = bed.namespace("cs-failover").await?;
     ns.run(async {
@@ -83,6 +88,118 @@ async fn manager_killed_mid_rollout() -> anyhow::Result<()> {
         eprintln!("failover rollout: {stats:?}");
         updated_once_in_place(&before, &after, "nginx:1.19.1")?;
         bed.plane.stop_process("manager-b", false);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()> {
+    let _turn = TURN.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("asts-failover").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let first = manager::spawn(&bed.plane, &options("manager-c"))?;
+        manager::wait_serving(&bed.plane, &first, Duration::from_secs(90)).await?;
+
+        // Parallel, in place with a grace period, one Pod at a time.
+        let doc = json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "sts"},
+            "spec": {
+                "replicas": 6,
+                "serviceName": "sts",
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": "sts"}},
+                "template": {
+                    "metadata": {"labels": {"app": "sts"}},
+                    "spec": {
+                        "readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+                        "containers": [{"name": CONTAINER, "image": "nginx:alpine"}]
+                    }
+                },
+                "updateStrategy": {"rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "maxUnavailable": 1,
+                    "inPlaceUpdateStrategy": {"gracePeriodSeconds": 2}
+                }}
+            }
+        });
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        let pod_api: Api<Pod> = ns.api();
+        let all_on = |image: &'static str| {
+            let pod_api = &pod_api;
+            move || async move {
+                let pods = active_pods(pod_api, "app=sts").await?;
+                let done = pods.len() == 6
+                    && pods
+                        .iter()
+                        .all(|p| is_ready(p) && running_image(p).as_deref() == Some(image));
+                Ok(done.then_some(pods))
+            }
+        };
+        let before = kruise_testkit::eventually(
+            "6 Ready Pods",
+            Duration::from_secs(90),
+            all_on("nginx:alpine"),
+        )
+        .await?;
+        let limits = Limits {
+            replicas: 6,
+            max_unavailable: 1,
+            max_surge: 0,
+            min_old_revision_pods: None,
+        };
+        let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, "app=sts", limits).await?;
+        ns.kubectl(&[
+            "patch",
+            "statefulsets.apps.kruise.io",
+            "sts",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}}}"#,
+        ])
+        .await?;
+        // Mid-update: one Pod done and the next one taken out of service.
+        monitor
+            .until(
+                "one Pod updated and another being updated",
+                Duration::from_secs(60),
+                || async {
+                    let pods = active_pods(&pod_api, "app=sts").await?;
+                    let updated = pods
+                        .iter()
+                        .filter(|p| running_image(p).as_deref() == Some("nginx:1.19.1") && is_ready(p))
+                        .count();
+                    let in_flight = pods.iter().filter(|p| !is_ready(p)).count();
+                    Ok(updated >= 1 && in_flight == 1)
+                },
+            )
+            .await?;
+        let snapshot = active_pods(&pod_api, "app=sts").await?;
+        eprintln!("killing manager-c at: {}", describe(&snapshot));
+        bed.plane.stop_process("manager-c", true);
+
+        let second = manager::spawn(&bed.plane, &options("manager-d"))?;
+        manager::wait_serving(&bed.plane, &second, Duration::from_secs(90)).await?;
+        let after = monitor
+            .eventually(
+                "6 Pods updated",
+                Duration::from_secs(90),
+                all_on("nginx:1.19.1"),
+            )
+            .await?;
+        let stats = monitor.finish().await?;
+        eprintln!("ASTS failover rollout: {stats:?}");
+        let by_name = |pods: &[Pod]| {
+            let mut v = pods.to_vec();
+            v.sort_by_key(name);
+            v
+        };
+        updated_once_in_place(&by_name(&before), &by_name(&after), "nginx:1.19.1")?;
+        bed.plane.stop_process("manager-d", false);
         Ok(())
     })
     .await

@@ -18,9 +18,17 @@ use kruise_testkit::testbed::crd_dir;
 pub async fn on_control_plane(
     bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
+    on_control_plane_with(Options::default(), bench).await
+}
+
+/// [`on_control_plane`] with the control plane's `options` (the CRD directory is added).
+pub async fn on_control_plane_with(
+    options: Options,
+    bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
+) -> anyhow::Result<()> {
     let plane = ControlPlane::start(Options {
         crd_dir: Some(crd_dir()),
-        ..Options::default()
+        ..options
     })
     .await?;
     let result = bench(&plane).await;

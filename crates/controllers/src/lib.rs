@@ -11,6 +11,7 @@ pub mod daemonset;
 pub mod error;
 pub mod history;
 pub mod metrics;
+pub mod nodes;
 pub mod parallel;
 pub mod podcontrol;
 pub mod sidecarset;

@@ -69,6 +69,10 @@ pub struct Options {
     pub work_root: PathBuf,
     /// How long each component may take to become ready.
     pub ready_timeout: Duration,
+    /// kube-controller-manager `--feature-gates` (e.g. `MaxUnavailableStatefulSet=true`, alpha and off
+    /// in v1.34, for a benchmark that compares Kubernetes' StatefulSet with maxUnavailable); empty:
+    /// the release's defaults.
+    pub controller_manager_feature_gates: Vec<String>,
 }
 
 impl Default for Options {
@@ -84,6 +88,7 @@ impl Default for Options {
                 std::env::temp_dir()
             },
             ready_timeout: Duration::from_secs(90),
+            controller_manager_feature_gates: Vec::new(),
         }
     }
 }
@@ -160,7 +165,10 @@ impl ControlPlane {
         if let Some(crds) = &options.crd_dir {
             plane.install_crds(crds).await?;
         }
-        plane.start_controller_manager(options.node_monitor_grace)?;
+        plane.start_controller_manager(
+            options.node_monitor_grace,
+            &options.controller_manager_feature_gates,
+        )?;
         plane.start_scheduler()?;
         let kcm = insecure_client(plane.ports.controller_manager)?;
         plane
@@ -609,34 +617,39 @@ impl ControlPlane {
         )
     }
 
-    fn start_controller_manager(&self, node_monitor_grace: Duration) -> anyhow::Result<()> {
+    fn start_controller_manager(
+        &self,
+        node_monitor_grace: Duration,
+        feature_gates: &[String],
+    ) -> anyhow::Result<()> {
         let kubeconfig = self.path("kcm.kubeconfig");
-        self.spawn(
-            "kube-controller-manager",
-            vec![
-                format!("--kubeconfig={kubeconfig}"),
-                format!("--authentication-kubeconfig={kubeconfig}"),
-                format!("--authorization-kubeconfig={kubeconfig}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", self.ports.controller_manager),
-                format!("--cert-dir={}", self.path("kcm-certs")),
-                "--leader-elect=false".into(),
-                "--controllers=*".into(),
-                format!("--service-account-private-key-file={}", self.path("sa.key")),
-                format!("--root-ca-file={}", self.path("ca.crt")),
-                format!(
-                    "--node-monitor-grace-period={}s",
-                    node_monitor_grace.as_secs().max(1)
-                ),
-                "--node-monitor-period=2s".into(),
-                "--kube-api-qps=200".into(),
-                "--kube-api-burst=400".into(),
-                "--concurrent-deployment-syncs=10".into(),
-                "--concurrent-replicaset-syncs=10".into(),
-                "--concurrent-gc-syncs=20".into(),
-                "--v=1".into(),
-            ],
-        )
+        let mut args = vec![
+            format!("--kubeconfig={kubeconfig}"),
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", self.ports.controller_manager),
+            format!("--cert-dir={}", self.path("kcm-certs")),
+            "--leader-elect=false".into(),
+            "--controllers=*".into(),
+            format!("--service-account-private-key-file={}", self.path("sa.key")),
+            format!("--root-ca-file={}", self.path("ca.crt")),
+            format!(
+                "--node-monitor-grace-period={}s",
+                node_monitor_grace.as_secs().max(1)
+            ),
+            "--node-monitor-period=2s".into(),
+            "--kube-api-qps=200".into(),
+            "--kube-api-burst=400".into(),
+            "--concurrent-deployment-syncs=10".into(),
+            "--concurrent-replicaset-syncs=10".into(),
+            "--concurrent-gc-syncs=20".into(),
+            "--v=1".into(),
+        ];
+        if !feature_gates.is_empty() {
+            args.push(format!("--feature-gates={}", feature_gates.join(",")));
+        }
+        self.spawn("kube-controller-manager", args)
     }
 
     fn start_scheduler(&self) -> anyhow::Result<()> {

@@ -5,11 +5,11 @@
 pub mod newpod;
 mod reconcile;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_core::expectations::Expectations;
@@ -55,6 +55,8 @@ pub struct Context {
     pub(crate) client: Client,
     pub(crate) pods: Arc<PodCache>,
     pub(crate) nodes: Store<Node>,
+    /// BroadcastJob keeps no ControllerRevisions: an empty store for the shared expectation check.
+    pub(crate) no_revisions: Store<ControllerRevision>,
     pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
@@ -94,84 +96,18 @@ fn pod_triggers(
     owner_rx
 }
 
-/// What of a Node can change whether a job's Pod fits it (upstream `shouldIgnoreNodeUpdate`
-/// ignores heartbeats: an update matters unless only the resourceVersion and the conditions changed
-/// with the same set of True conditions).
-#[derive(Clone, Debug, PartialEq)]
-struct NodeFacts {
-    labels: BTreeMap<String, String>,
-    spec: Option<serde_json::Value>,
-    allocatable: Option<serde_json::Value>,
-    true_conditions: BTreeSet<String>,
-}
-
-fn node_facts(node: &Node) -> NodeFacts {
-    NodeFacts {
-        labels: node.metadata.labels.clone().unwrap_or_default(),
-        spec: node
-            .spec
-            .as_ref()
-            .and_then(|s| serde_json::to_value(s).ok()),
-        allocatable: node
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .and_then(|a| serde_json::to_value(a).ok()),
-        true_conditions: node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|c| c.status == "True")
-            .map(|c| c.type_.clone())
-            .collect(),
-    }
-}
-
-/// Drives the Node reflector and asks for a resync of every job when a node appears or changes in
-/// a way that can flip its fitness (heartbeats do not).
-fn node_triggers(
-    stream: impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static,
-    all_tx: mpsc::UnboundedSender<()>,
-) {
-    tokio::spawn(async move {
-        let mut seen: HashMap<String, NodeFacts> = HashMap::new();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let node = match event {
-                Ok(node) => node,
-                Err(error) => {
-                    tracing::warn!(%error, "node watch failed; retrying");
-                    continue;
-                }
-            };
-            let Some(name) = node.metadata.name.clone() else {
-                continue;
-            };
-            let facts = node_facts(&node);
-            if seen.get(&name) != Some(&facts) {
-                seen.insert(name, facts);
-                if all_tx.send(()).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-}
-
 /// Runs the BroadcastJob controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
     let owner_rx = pod_triggers(pods.subscribe(), all_tx.clone());
-    let (nodes, node_events) = crate::cache::reflected(Api::<Node>::all(client.clone()), None);
-    node_triggers(node_events, all_tx);
+    let nodes = crate::nodes::watch(client.clone(), all_tx, "BroadcastJob");
     pods.wait_synced().await;
 
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
         nodes,
+        no_revisions: kube::runtime::reflector::store().0,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
         recorder: Recorder::new(
             client.clone(),
@@ -204,57 +140,4 @@ fn error_policy(job: Arc<BroadcastJob>, error: &Error, ctx: Arc<Context>) -> Act
     );
     ctx.metrics.reconciled(CONTROLLER, false, 0.0);
     Action::requeue(Duration::from_secs(2))
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
-
-    use super::*;
-
-    fn node(heartbeat: i64, ready: &str) -> Node {
-        let mut node = Node::default();
-        node.metadata.name = Some("n".into());
-        node.metadata.resource_version = Some(heartbeat.to_string());
-        node.metadata.labels = Some([("zone".to_string(), "a".to_string())].into());
-        node.spec = Some(NodeSpec::default());
-        node.status = Some(NodeStatus {
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: ready.into(),
-                last_heartbeat_time: Timestamp::from_second(heartbeat).ok().map(Time),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        node
-    }
-
-    #[test]
-    fn heartbeats_do_not_trigger_but_fitness_inputs_do() {
-        let base = node_facts(&node(1, "True"));
-        assert_eq!(node_facts(&node(2, "True")), base);
-        assert_ne!(node_facts(&node(2, "False")), base);
-        let mut labelled = node(2, "True");
-        labelled.metadata.labels = Some([("zone".to_string(), "b".to_string())].into());
-        assert_ne!(node_facts(&labelled), base);
-        let mut tainted = node(2, "True");
-        tainted.spec = Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: "k".into(),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        assert_ne!(node_facts(&tainted), base);
-        let mut cordoned = node(2, "True");
-        cordoned.spec = Some(NodeSpec {
-            unschedulable: Some(true),
-            ..Default::default()
-        });
-        assert_ne!(node_facts(&cordoned), base);
-    }
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kruise_core::expectations::{CachedState, Expectation};
 use kruise_core::nodefit;
 use kruise_core::rollout::broadcastjob::{self as planner, slow_start_batches};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -21,11 +20,7 @@ use serde_json::json;
 use super::{CONTROLLER, Context, newpod};
 use crate::error::{Error, is_race};
 use crate::parallel::in_parallel;
-use crate::podcontrol::{PodControl, Wording};
-
-/// The expectation kind "a Pod of this job on node `name`": the Pods have generated names, so a
-/// create is remembered by its node, as upstream keys its scale expectations.
-const POD_ON_NODE: &str = "PodOnNode";
+use crate::podcontrol::{PodControl, Wording, expectations_met, pod_on_node};
 
 pub(crate) async fn reconcile(job: Arc<BroadcastJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
@@ -68,42 +63,6 @@ fn job_pods(ctx: &Context, job: &BroadcastJob, uid: &str) -> Result<Vec<Arc<Pod>
         .collect())
 }
 
-/// Checks this job's expectations against the Pod cache: `Err(wait)` while a write is unobserved.
-fn expectations_met(
-    ctx: &Context,
-    key: &str,
-    namespace: &str,
-    pods: &[Arc<Pod>],
-) -> Result<(), Duration> {
-    let now = Instant::now();
-    let check = {
-        let Ok(mut ex) = ctx.expectations.lock() else {
-            return Ok(());
-        };
-        ex.check(key, now, |e| match e.kind {
-            POD_ON_NODE => pods
-                .iter()
-                .any(|p| node_of(p).as_deref() == Some(e.name.as_str())),
-            "Pod" => {
-                let pod = ctx.pods.get(namespace, &e.name);
-                e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
-            }
-            _ => true,
-        })
-    };
-    if !check.expired.is_empty() {
-        ctx.metrics.expired(CONTROLLER, check.expired.len());
-        tracing::warn!(owner = key, controller = CONTROLLER, expired = ?check.expired, "expectations expired unobserved; carrying on");
-    }
-    if check.satisfied() {
-        return Ok(());
-    }
-    Err(check
-        .next_deadline
-        .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now))
-        .min(Duration::from_secs(5)))
-}
-
 async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
@@ -111,10 +70,19 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
     let Some(uid) = job.metadata.uid.clone() else {
         return Ok(Action::await_change());
     };
-    let pods = job_pods(ctx, job, &uid)?;
-    if let Err(wait) = expectations_met(ctx, &key, &namespace, &pods) {
+    // Creates are expected per node (the Pods' names are generated), deletes per Pod.
+    if let Err(wait) = expectations_met(
+        &ctx.expectations,
+        &key,
+        &namespace,
+        &ctx.pods,
+        &ctx.no_revisions,
+        &ctx.metrics,
+        CONTROLLER,
+    ) {
         return Ok(Action::requeue(wait));
     }
+    let pods = job_pods(ctx, job, &uid)?;
     if tokio::time::timeout(Duration::from_secs(10), ctx.nodes.wait_until_ready())
         .await
         .is_err()
@@ -194,6 +162,7 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
             let batch: Vec<&String> = queue.by_ref().take(*size).collect();
             let creates = batch.iter().map(|node| {
                 let pc = &pc;
+                let uid = uid.as_str();
                 let by_scheduler = ctx.config.assign_by_scheduler;
                 Box::pin(async move {
                     let pod = match newpod::build_pod(job, node, by_scheduler) {
@@ -201,7 +170,7 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
                         Err(error) => return Err(Error::Invalid(error.to_string())),
                     };
                     Ok(pc
-                        .create_generated(pod, Expectation::exists(POD_ON_NODE, node.as_str()))
+                        .create_generated(pod, pod_on_node(uid, node))
                         .await
                         .is_some())
                 })

@@ -7,7 +7,7 @@ pub mod newpod;
 mod reconcile;
 pub mod status;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +18,8 @@ use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::{broadcast, mpsc};
 
@@ -96,67 +96,12 @@ fn pod_triggers(
     owner_rx
 }
 
-/// What of a Node decides where daemons run: labels, taints, cordon, allocatable. Heartbeats change
-/// none of it, so they wake no DaemonSet.
-fn placement_fingerprint(node: &Node) -> String {
-    let spec = node.spec.as_ref();
-    serde_json::json!({
-        "labels": node.metadata.labels,
-        "taints": spec.and_then(|s| s.taints.as_ref()).map(|t| {
-            t.iter().map(|t| (t.key.clone(), t.value.clone(), t.effect.clone())).collect::<Vec<_>>()
-        }),
-        "unschedulable": spec.and_then(|s| s.unschedulable),
-        "allocatable": node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
-    })
-    .to_string()
-}
-
-/// A Node cache, and a trigger that reconciles every DaemonSet when a node joins, leaves, or changes
-/// in a way that may change where daemons run (no relist: the watch's own events).
-fn node_watch(client: Client, all_tx: mpsc::UnboundedSender<()>) -> Store<Node> {
-    let (store, writer) = reflector::store();
-    let events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<Node>::all(client),
-            watcher::Config::default().any_semantic(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let reader = store.clone();
-    tokio::spawn(async move {
-        let mut seen: HashMap<String, String> = HashMap::new();
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            let Ok(node) = event else { continue };
-            let Some(name) = node.metadata.name.clone() else {
-                continue;
-            };
-            let present = reader.get(&ObjectRef::new(&name)).is_some();
-            let changed = if present {
-                let print = placement_fingerprint(&node);
-                seen.insert(name.clone(), print.clone()).as_ref() != Some(&print)
-            } else {
-                seen.remove(&name).is_some()
-            };
-            if changed {
-                tracing::debug!(node = %name, present, "node placement changed; reconciling DaemonSets");
-                if all_tx.send(()).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    store
-}
-
 /// Runs the Advanced DaemonSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
     let owner_rx = pod_triggers(pods.subscribe(), all_tx.clone());
     pods.wait_synced().await;
-    let nodes = node_watch(client.clone(), all_tx);
+    let nodes = crate::nodes::watch(client.clone(), all_tx, "DaemonSet");
     let (revisions, revision_events) =
         crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
 

@@ -1,0 +1,289 @@
+//! Advanced StatefulSet scale figures (issue 11).
+//!
+//! 1. One Parallel Advanced StatefulSet of `--replicas` Pods (1,000) on `--nodes` (20) simulated nodes:
+//!    create → all Ready, then an in-place image rollout (InPlaceIfPossible, maxUnavailable 100%,
+//!    gracePeriodSeconds 0) → updatedReadyReplicas = replicas.
+//! 2. Kubernetes' own StatefulSet against ours on `--compare-replicas` Pods (500), one after the other
+//!    on the same cluster, with the same settings: Parallel, RollingUpdate with maxUnavailable 100%
+//!    (kube-controller-manager runs with `MaxUnavailableStatefulSet=true`, alpha in v1.34), ours in
+//!    ReCreate mode, so both delete and recreate every Pod.
+//!
+//! For each phase: the time, the apiserver writes to Pods per Pod (from `apiserver_request_total`) and
+//! kruise-manager's memory. Prints figures; asserts nothing about time.
+//!
+//! kubelet-sim runs as a child process (this binary re-executed with `sim`); kruise-manager is the
+//! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
+//! `$KRUISE_MANAGER_BIN`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::apps::v1::StatefulSet as NativeStatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_api::statefulset::v1beta1::StatefulSet;
+use kruise_benches::apiserver::PodWrites;
+use kruise_benches::manager::{Manager, print_all_rss};
+use kruise_benches::{on_control_plane_with, sim};
+use kruise_testkit::control_plane::{ControlPlane, Options};
+use kruise_testkit::until;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 20)]
+    nodes: u16,
+    /// Replicas of the in-place Advanced StatefulSet.
+    #[arg(long, default_value_t = 1000)]
+    replicas: i32,
+    /// Replicas of the native vs. Advanced StatefulSet comparison.
+    #[arg(long, default_value_t = 500)]
+    compare_replicas: i32,
+    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    manager_args: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
+    Sim,
+}
+
+const NAMESPACE: &str = "bench";
+const TIMEOUT: Duration = Duration::from_secs(1800);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Sim) => sim::run(cli.nodes).await,
+        None => {
+            let options = Options {
+                controller_manager_feature_gates: vec!["MaxUnavailableStatefulSet=true".into()],
+                ..Options::default()
+            };
+            on_control_plane_with(options, move |plane| {
+                Box::pin(async move { bench(&cli, plane).await })
+            })
+            .await
+        }
+    }
+}
+
+/// The set in either API group: the same spec, kruise-only fields added for ours.
+fn stateful_set(api_version: &str, name: &str, replicas: i32, rolling: Value) -> Value {
+    let mut template_spec = json!({"containers": [{"name": "app", "image": "nginx:alpine"}]});
+    if api_version != "apps/v1" {
+        template_spec["readinessGates"] = json!([{"conditionType": "InPlaceUpdateReady"}]);
+    }
+    json!({
+        "apiVersion": api_version,
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": template_spec},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling}
+        }
+    })
+}
+
+/// The status counters both kinds share, read as JSON so one wait serves both.
+async fn rolled_out(
+    client: &Client,
+    api_version: &str,
+    name: &str,
+    replicas: i32,
+) -> anyhow::Result<bool> {
+    let status: Value = if api_version == "apps/v1" {
+        let api: Api<NativeStatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+        let s = api.get(name).await?;
+        json!({"generation": s.metadata.generation, "status": s.status})
+    } else {
+        let api: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+        let s = api.get(name).await?;
+        json!({"generation": s.metadata.generation, "status": s.status})
+    };
+    let st = &status["status"];
+    let n = |key: &str| st[key].as_i64().unwrap_or(0);
+    Ok(
+        status["generation"].as_i64() == st["observedGeneration"].as_i64()
+            && n("replicas") == i64::from(replicas)
+            && n("updatedReplicas") == i64::from(replicas)
+            && n("readyReplicas") == i64::from(replicas)
+            && st["currentRevision"] == st["updateRevision"],
+    )
+}
+
+async fn wait_rolled_out(
+    client: &Client,
+    api_version: &str,
+    name: &str,
+    replicas: i32,
+) -> anyhow::Result<()> {
+    until(
+        format!("{api_version} StatefulSet {name}: {replicas} updated Ready Pods"),
+        TIMEOUT,
+        || rolled_out(client, api_version, name, replicas),
+    )
+    .await
+}
+
+/// Applies `doc` (server-side) and reports the time until it is rolled out.
+async fn phase(
+    what: &str,
+    client: &Client,
+    doc: &Value,
+    replicas: i32,
+    manager: &Manager,
+) -> anyhow::Result<()> {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let writes = PodWrites::read(client).await?;
+    let began = Instant::now();
+    let params = PatchParams::apply("statefulset-scale").force();
+    if api_version == "apps/v1" {
+        let api: Api<NativeStatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+        api.patch(name, &params, &Patch::Apply(doc))
+            .await
+            .with_context(|| format!("applying {what}"))?;
+    } else {
+        let api: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+        api.patch(name, &params, &Patch::Apply(doc))
+            .await
+            .with_context(|| format!("applying {what}"))?;
+    }
+    wait_rolled_out(client, api_version, name, replicas).await?;
+    let took = began.elapsed();
+    println!(
+        "{what}: {:.1} s ({:.0} Pods/s)",
+        took.as_secs_f64(),
+        f64::from(replicas) / took.as_secs_f64()
+    );
+    PodWrites::read(client)
+        .await?
+        .since(&writes)
+        .print(f64::from(replicas));
+    manager.print_rss();
+    Ok(())
+}
+
+fn with_image(mut doc: Value, image: &str) -> Value {
+    doc["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+    doc
+}
+
+async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
+    sim::spawn(plane, cli.nodes).await?;
+    let client = plane.client().await?;
+    let manager = Manager::start(plane, &cli.manager_args).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(NAMESPACE.into());
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    println!(
+        "Advanced StatefulSet on {} simulated nodes, kruise-manager {:?}",
+        cli.nodes, cli.manager_args
+    );
+
+    // 1. In place, 1,000 Pods.
+    let replicas = cli.replicas;
+    let in_place = stateful_set(
+        "apps.kruise.io/v1beta1",
+        "scale",
+        replicas,
+        json!({"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": "100%",
+               "inPlaceUpdateStrategy": {"gracePeriodSeconds": 0}}),
+    );
+    phase(
+        &format!("ASTS create {replicas} Pods"),
+        &client,
+        &in_place,
+        replicas,
+        &manager,
+    )
+    .await?;
+    phase(
+        "ASTS in-place image rollout (InPlaceIfPossible, maxUnavailable 100%, gracePeriodSeconds 0)",
+        &client,
+        &with_image(in_place, "nginx:1.19.1"),
+        replicas,
+        &manager,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let restarted = pods
+        .list(&ListParams::default().labels("app=scale"))
+        .await?
+        .items
+        .iter()
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.restart_count == 1))
+        })
+        .count();
+    println!("  Pods updated in place (restartCount 1): {restarted}");
+    let asts: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+    asts.delete("scale", &DeleteParams::foreground()).await?;
+    until("the 1,000 Pods gone", TIMEOUT, || async {
+        Ok(pods
+            .list(&ListParams::default().labels("app=scale"))
+            .await?
+            .items
+            .is_empty())
+    })
+    .await?;
+
+    // 2. Native vs. ours, recreating every Pod.
+    let compare = cli.compare_replicas;
+    for (api_version, rolling, label) in [
+        (
+            "apps/v1",
+            json!({"maxUnavailable": "100%"}),
+            "Kubernetes StatefulSet",
+        ),
+        (
+            "apps.kruise.io/v1beta1",
+            json!({"maxUnavailable": "100%", "podUpdatePolicy": "ReCreate"}),
+            "Advanced StatefulSet (ReCreate)",
+        ),
+    ] {
+        let name = if api_version == "apps/v1" {
+            "native"
+        } else {
+            "kruise"
+        };
+        let doc = stateful_set(api_version, name, compare, rolling);
+        phase(
+            &format!("{label}: create {compare} Pods"),
+            &client,
+            &doc,
+            compare,
+            &manager,
+        )
+        .await?;
+        phase(
+            &format!("{label}: image rollout, Parallel, maxUnavailable 100%"),
+            &client,
+            &with_image(doc, "nginx:1.19.1"),
+            compare,
+            &manager,
+        )
+        .await?;
+    }
+    print_all_rss(plane);
+    Ok(())
+}
