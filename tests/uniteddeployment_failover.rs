@@ -131,7 +131,7 @@ async fn uniteddeployment_rollout_survives_a_killed_manager() -> anyhow::Result<
         eventually("the rollout under way", TIMEOUT, || async {
             let list = pods(&pod_api).await?;
             let updated = list.iter().filter(|p| running(p, "nginx:1.26")).count();
-            Ok((updated >= 1 && updated < 9).then_some(()))
+            Ok((1..9).contains(&updated).then_some(()))
         })
         .await?;
         let snapshot = pods(&pod_api).await?;
