@@ -43,13 +43,14 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## bench: scale figures of the test bed, of a 1,000-Pod CloneSet rollout and of SidecarSet injection
-## and upgrade (prints numbers, asserts nothing about time).
+## bench: scale figures of the test bed, of a 1,000-Pod CloneSet rollout, of SidecarSet injection
+## and upgrade and of a BroadcastJob on 300 nodes (prints numbers, asserts nothing about time).
 bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
 	$(CARGO) build --release -p kruise-manager
 	$(CARGO) run --release -p kruise-benches --bin cloneset-scale
 	$(CARGO) run --release -p kruise-benches --bin sidecarset-scale
+	$(CARGO) run --release -p kruise-benches --bin broadcastjob-scale
 
 clean-local:
 	rm -rf .local

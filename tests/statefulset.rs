@@ -945,3 +945,89 @@ async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow
     })
     .await
 }
+
+/// The #2276 precondition on an Advanced StatefulSet: a Pod is taken out of service
+/// (InPlaceUpdateReady False) and its container is restarted only after the whole
+/// `gracePeriodSeconds`, never earlier.
+#[tokio::test]
+async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow::Result<()> {
+    const GRACE: i64 = 3;
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-grace").await?;
+    ns.run(async {
+        let doc = stateful_set(
+            "apps.kruise.io/v1beta1",
+            "grace",
+            2,
+            "nginx:1.25",
+            json!({"spec": {
+                "podManagementPolicy": "Parallel",
+                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+                "updateStrategy": {"rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "inPlaceUpdateStrategy": {"gracePeriodSeconds": GRACE}
+                }}
+            }}),
+        );
+        ns.apply(&serde_json::to_string(&doc)?).await?;
+        wait_complete(&ns, "grace", "app=grace", 2, TIMEOUT).await?;
+        let sets: Api<StatefulSet> = ns.api();
+        sets.patch("grace", &PatchParams::default(), &Patch::Merge(&set_image_patch("nginx:1.26")))
+            .await?;
+        // When each Pod was taken out of service, as the condition's own transition time says.
+        let out_of_service: std::sync::Mutex<BTreeMap<String, jiff::Timestamp>> =
+            std::sync::Mutex::new(BTreeMap::new());
+        let after = eventually("both Pods updated in place", TIMEOUT, || {
+            let out_of_service = &out_of_service;
+            let ns = &ns;
+            async move {
+                let pods = set_pods(ns, "app=grace").await?;
+                for p in &pods {
+                    if let Some(c) = kruise_e2e::pod_condition(p, "InPlaceUpdateReady")
+                        && c.status == "False"
+                        && let Some(t) = &c.last_transition_time
+                        && let Ok(mut seen) = out_of_service.lock()
+                    {
+                        seen.entry(name(p)).or_insert(t.0);
+                    }
+                }
+                let done = pods.len() == 2
+                    && pods.iter().all(|p| {
+                        is_ready(p)
+                            && container_status(p, "nginx").map(|c| c.image)
+                                == Some("nginx:1.26".to_owned())
+                    });
+                Ok(done.then_some(pods))
+            }
+        })
+        .await
+        .map_err(|e| {
+            let seen = futures_status(&ns, "grace");
+            anyhow::anyhow!("{e:#}; last status: {seen}")
+        })?;
+        let out_of_service = out_of_service
+            .into_inner()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        for pod in &after {
+            let pod_name = name(pod);
+            let since = out_of_service
+                .get(&pod_name)
+                .with_context(|| format!("{pod_name} was never seen out of service"))?;
+            let started = container_status(pod, "nginx")
+                .and_then(|c| c.state)
+                .and_then(|s| s.running)
+                .and_then(|r| r.started_at)
+                .with_context(|| format!("{pod_name} has no running container"))?;
+            // Timestamps have second resolution: allow one second of truncation.
+            let waited = started.0.as_second() - since.as_second();
+            ensure!(
+                waited >= GRACE - 1,
+                "{pod_name} restarted {waited} s after leaving service, before the {GRACE} s grace period"
+            );
+            ensure!(restarts(pod) == 1, "{pod_name} restarts {}", restarts(pod));
+        }
+        Ok(())
+    })
+    .await
+}

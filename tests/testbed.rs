@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kruise_e2e::{
     container_status, is_ready, node_name, node_ready_status, phase, pod_condition, pod_ip,
 };
-use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed, until};
+use kruise_testkit::{Limits, RolloutMonitor, eventually, fleet, testbed, until};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::json;
@@ -437,24 +437,17 @@ async fn stopped_heartbeats_make_the_node_not_ready() -> anyhow::Result<()> {
     let ns = bed.namespace("heartbeat").await?;
     ns.run(async {
         let client = bed.plane.client().await?;
-        // A node of its own, tainted so no other test's Pods land on it.
+        // A node of its own, added to the running fleet and tainted so no other test's Pods land on it.
         let name = format!("heartbeat-{}", std::process::id());
-        let node = NodeSpecSim {
-            name: name.clone(),
-            index: 200,
-            zone: Some("zone-a".into()),
-            labels: Default::default(),
-            cpu: "4".into(),
-            memory: "8Gi".into(),
-            max_pods: 10,
-            taints: vec![Taint {
-                key: "kruise-rs.io/test".into(),
-                value: Some("heartbeat".into()),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            }],
-        };
-        kruise_testkit::testbed::start_kubelet_sim(client.clone(), vec![node], Duration::from_secs(2));
+        let mut node = NodeSpecSim::named(&name, 0);
+        node.zone = Some("zone-a".into());
+        node.taints = vec![Taint {
+            key: "kruise-rs.io/test".into(),
+            value: Some("heartbeat".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        fleet::register_node(&client, node).await?;
         let nodes: Api<Node> = Api::all(client);
         let node_status = |wanted: &'static str| {
             let nodes = nodes.clone();
@@ -705,6 +698,115 @@ async fn monitor_catches_a_recreate_rollout_taking_every_pod_down() -> anyhow::R
                 );
             }
         }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn nodes_join_change_and_leave_while_the_cluster_runs() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("fleet").await?;
+    ns.run(async {
+        let client = bed.plane.client().await?;
+        let name = format!("{}-joined", ns.name);
+        // Tainted so that only this test's Pod runs there.
+        let mut spec = NodeSpecSim::named(&name, 0);
+        spec.labels.insert("node-pool".into(), "canary".into());
+        spec.cpu = "2".into();
+        spec.memory = "4Gi".into();
+        spec.max_pods = 20;
+        spec.taints = vec![fleet::parse_taint("kruise-rs.io/test=fleet:NoSchedule")?];
+        let spec = fleet::add_node(&client, spec).await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node = nodes.get(&name).await?;
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        ensure!(
+            labels.get("node-pool").map(String::as_str) == Some("canary"),
+            "{labels:?}"
+        );
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.clone())
+            .unwrap_or_default();
+        ensure!(
+            allocatable.get("cpu").map(|q| q.0.as_str()) == Some("2"),
+            "{allocatable:?}"
+        );
+
+        // The running kubelet-sim serves the node: the scheduler binds a tolerating Pod, which runs.
+        ns.apply(&format!(
+            r#"
+    apiVersion: v1
+    kind: Pod
+    metadata: {{name: on-joined}}
+    spec:
+      nodeSelector: {{node-pool: canary, kubernetes.io/hostname: {name}}}
+      tolerations: [{{key: kruise-rs.io/test, operator: Exists}}]
+      containers:
+      - {{name: app, image: "nginx:alpine"}}
+    "#
+        ))
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let pod = eventually("the Pod Ready on the joined node", TIMEOUT, || async {
+            let pod = pods.get("on-joined").await?;
+            Ok(is_ready(&pod).then_some(pod))
+        })
+        .await?;
+        ensure!(node_name(&pod).as_deref() == Some(name.as_str()));
+        let expected_ip = spec.node_ip().to_string();
+        ensure!(
+            pod.status.as_ref().and_then(|s| s.host_ip.as_deref()) == Some(expected_ip.as_str()),
+            "hostIP of {:?}",
+            pod.status
+        );
+
+        // Relabel, taint, cordon, resize: the live Node changes.
+        fleet::label_node(&client, &name, &[("node-pool", None), ("tier", Some("b"))]).await?;
+        fleet::taint_node(
+            &client,
+            &name,
+            fleet::parse_taint("maintenance=soon:NoSchedule")?,
+        )
+        .await?;
+        fleet::set_unschedulable(&client, &name, true).await?;
+        fleet::set_allocatable(
+            &client,
+            &name,
+            &[("cpu", "4"), ("memory", "8Gi"), ("pods", "20")],
+        )
+        .await?;
+        let node = nodes.get(&name).await?;
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        ensure!(
+            !labels.contains_key("node-pool")
+                && labels.get("tier").map(String::as_str) == Some("b")
+        );
+        let spec_now = node.spec.clone().unwrap_or_default();
+        ensure!(spec_now.unschedulable == Some(true));
+        let taints = spec_now.taints.unwrap_or_default();
+        ensure!(taints.iter().any(|t| t.key == "maintenance"), "{taints:?}");
+        ensure!(
+            taints.iter().any(|t| t.key == "kruise-rs.io/test"),
+            "{taints:?}"
+        );
+        let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+        ensure!(
+            allocatable.get("cpu").map(|q| q.0.as_str()) == Some("4"),
+            "{allocatable:?}"
+        );
+        fleet::untaint_node(&client, &name, "maintenance").await?;
+        fleet::set_unschedulable(&client, &name, false).await?;
+        let node = nodes.get(&name).await?;
+        ensure!(node.spec.as_ref().and_then(|s| s.unschedulable).is_none());
+        // Heartbeats keep it Ready after the changes.
+        fleet::wait_node_ready(&client, &name).await?;
+
+        // Removing the node deletes the Node object; the simulator stops serving it.
+        fleet::remove_node(&client, &name).await?;
+        ensure!(nodes.get_opt(&name).await?.is_none());
         Ok(())
     })
     .await

@@ -2,9 +2,12 @@
 //! Pod cache and its own watches), decides with pure functions (here and in kruise-core), and acts
 //! with patches.
 
+pub mod broadcastjob;
 pub mod cache;
 pub mod claim;
 pub mod cloneset;
+pub mod conditions;
+pub mod daemonset;
 pub mod error;
 pub mod history;
 pub mod metrics;

@@ -79,6 +79,12 @@ pub enum Wording {
     Kruise,
     /// `create Pod P in StatefulSet S successful`.
     StatefulSet,
+    /// Kubernetes' pod control, which the DaemonSet controller uses: `Created pod: P`,
+    /// `Error creating: E`, `Deleted pod: P`, `Error deleting: E`.
+    PodControl,
+    /// Kubernetes' job-style pod control, which OpenKruise's BroadcastJob uses: `Created pod: P`,
+    /// `Error creating: E`, `Delete pod: P`.
+    Job,
 }
 
 impl PodControl<'_> {
@@ -93,12 +99,36 @@ impl PodControl<'_> {
             (Wording::StatefulSet, Some(e)) => {
                 format!("{verb} Pod {pod} in StatefulSet {owner} failed error: {e}")
             }
+            (Wording::PodControl, None) => format!("{}d pod: {pod}", capitalized(verb)),
+            (Wording::PodControl, Some(e)) => format!("Error {}ing: {e}", &verb[..verb.len() - 1]),
+            (Wording::Job, None) if verb == "create" => format!("Created pod: {pod}"),
+            (Wording::Job, None) => format!("Delete pod: {pod}"),
+            (Wording::Job, Some(e)) if verb == "create" => format!("Error creating: {e}"),
+            (Wording::Job, Some(e)) => format!("Error deleting: {e}"),
         }
     }
 }
 
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 /// Checks the expectations of `key` against the caches: `Err(wait)` while a write is still
 /// unobserved (look again after `wait`). Expired expectations are counted and logged, not waited on.
+/// The expectation kind for a Pod the API server names (`generateName`), whose name is unknown
+/// until it is created: a Pod of one owner on one node (DaemonSet, BroadcastJob). See [`pod_on_node`].
+pub const POD_ON_NODE: &str = "PodOnNode";
+
+/// Expects a Pod of the owner with `owner_uid` bound to `node` (by `spec.nodeName` or by the
+/// `matchFields` affinity it was created with) to appear in the Pod cache.
+pub fn pod_on_node(owner_uid: &str, node: &str) -> Expectation {
+    Expectation::exists(POD_ON_NODE, format!("{owner_uid}/{node}"))
+}
+
 pub fn expectations_met(
     expectations: &Mutex<Expectations>,
     key: &str,
@@ -120,6 +150,11 @@ pub fn expectations_met(
                 let pod = pods.get(namespace, &e.name);
                 e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
             }
+            POD_ON_NODE => e.name.split_once('/').is_some_and(|(owner, node)| {
+                pods.owned_by(owner).iter().any(|p| {
+                    p.spec.as_ref().and_then(kruise_core::nodefit::bound_node) == Some(node)
+                })
+            }),
             "ControllerRevision" => {
                 let rev = revisions.get(&ObjectRef::new(&e.name).within(namespace));
                 e.satisfied_by(rev.as_deref().map(|r| CachedState::of(&r.metadata)))
@@ -348,11 +383,18 @@ impl PodControl<'_> {
         if !self.create_claims(pvcs).await {
             return false;
         }
-        let name = name_of(&pod).to_owned();
-        let expectation = Expectation::exists("Pod", name.clone());
+        let expectation = Expectation::exists("Pod", name_of(&pod).to_owned());
+        self.create_generated(pod, expectation).await.is_some()
+    }
+
+    /// Creates a Pod, expecting `expectation` until the cache shows it; for a Pod whose name the
+    /// server generates (`generateName`), which is unknown until then, the caller says what to
+    /// expect instead (e.g. a Pod of the owner on a node). Returns the created Pod's name.
+    pub async fn create_generated(&self, pod: Pod, expectation: Expectation) -> Option<String> {
         self.expect(expectation.clone());
         match self.pods().create(&PostParams::default(), &pod).await {
-            Ok(_) => {
+            Ok(created) => {
+                let name = name_of(&created).to_owned();
                 self.count("create", true);
                 self.pod_event(
                     EventType::Normal,
@@ -361,19 +403,23 @@ impl PodControl<'_> {
                     Some(&name),
                 )
                 .await;
-                true
+                Some(name)
             }
             Err(error) => {
                 self.withdraw(&expectation);
                 self.count("create", false);
+                let named = pod.metadata.name.as_deref().filter(|n| !n.is_empty());
+                let shown = named
+                    .or(pod.metadata.generate_name.as_deref())
+                    .unwrap_or_default();
                 self.pod_event(
                     EventType::Warning,
                     "FailedCreate",
-                    self.said("create", &name, Some(&error)),
-                    Some(&name),
+                    self.said("create", shown, Some(&error)),
+                    named,
                 )
                 .await;
-                false
+                None
             }
         }
     }

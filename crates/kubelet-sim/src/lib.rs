@@ -15,7 +15,7 @@ pub mod volumes;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -46,6 +46,10 @@ pub struct Config {
     pub node_status_every: Duration,
     /// Pods handled at once.
     pub concurrency: u16,
+    /// Also serve Nodes labelled `node.kruise-rs.io/simulated=true` that someone else registers while the
+    /// simulator runs (a test or `kruise-local node add` growing the fleet), and stop serving a Node once
+    /// it is deleted.
+    pub adopt_nodes: bool,
 }
 
 impl Config {
@@ -56,6 +60,7 @@ impl Config {
             heartbeat_every: Duration::from_secs(10),
             node_status_every: Duration::from_secs(60),
             concurrency: 32,
+            adopt_nodes: true,
         }
     }
 }
@@ -79,6 +84,17 @@ struct NodeState {
     images: Mutex<HashSet<String>>,
 }
 
+impl NodeState {
+    fn new(spec: NodeSpecSim) -> Self {
+        Self {
+            ip: spec.node_ip().to_string(),
+            spec,
+            next_ip: AtomicU32::new(0),
+            images: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
 #[derive(Default)]
 struct PodEntry {
     memory: pod_status::PodMemory,
@@ -89,7 +105,8 @@ struct PodEntry {
 
 struct Ctx {
     client: Client,
-    nodes: HashMap<String, NodeState>,
+    /// The nodes served, by name: those registered at start plus adopted ones.
+    nodes: RwLock<HashMap<String, Arc<NodeState>>>,
     pods: Mutex<HashMap<String, PodEntry>>,
     timing: Timing,
     store: Mutex<Option<Store<Pod>>>,
@@ -105,30 +122,31 @@ pub async fn run(
     register_nodes(&client, &config.nodes).await?;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        nodes: config
-            .nodes
-            .iter()
-            .map(|spec| {
-                let state = NodeState {
-                    spec: spec.clone(),
-                    ip: spec.node_ip().to_string(),
-                    next_ip: AtomicU32::new(0),
-                    images: Mutex::new(HashSet::new()),
-                };
-                (spec.name.clone(), state)
-            })
-            .collect(),
+        nodes: RwLock::new(
+            config
+                .nodes
+                .iter()
+                .map(|spec| (spec.name.clone(), Arc::new(NodeState::new(spec.clone()))))
+                .collect(),
+        ),
         pods: Mutex::new(HashMap::new()),
         timing: config.timing.clone(),
         store: Mutex::new(None),
     });
 
     let heartbeats = tokio::spawn(heartbeat_loop(ctx.clone(), config.clone()));
+    // A Pod bound to a node adopted after its Pod event was seen waits for this: every adoption
+    // reconciles the cached Pods again.
+    let (adopted_tx, adopted_rx) = futures::channel::mpsc::unbounded::<()>();
+    let adoption = config
+        .adopt_nodes
+        .then(|| tokio::spawn(adopt_nodes(ctx.clone(), adopted_tx)));
     let pods: Api<Pod> = Api::all(client);
     // Only Pods bound to a node; those of other nodes are skipped in `reconcile`.
     let watch = watcher::Config::default().fields("spec.nodeName!=");
     let controller = Controller::new(pods, watch)
-        .with_config(controller::Config::default().concurrency(config.concurrency));
+        .with_config(controller::Config::default().concurrency(config.concurrency))
+        .reconcile_all_on(adopted_rx);
     *lock(&ctx.store) = Some(controller.store());
     controller
         .graceful_shutdown_on(shutdown)
@@ -140,7 +158,62 @@ pub async fn run(
         })
         .await;
     heartbeats.abort();
+    if let Some(adoption) = adoption {
+        adoption.abort();
+    }
     Ok(())
+}
+
+fn read_nodes(ctx: &Ctx) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<NodeState>>> {
+    ctx.nodes
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_nodes(ctx: &Ctx) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<NodeState>>> {
+    ctx.nodes
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Follows the simulated Nodes: one registered while we run is served from then on (heartbeats and
+/// Pods), one deleted is forgotten (its Pods are left to the control plane, as when a machine is gone).
+async fn adopt_nodes(ctx: Arc<Ctx>, adopted: futures::channel::mpsc::UnboundedSender<()>) {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let selector = format!("{}=true", node::SIMULATED_LABEL);
+    let events = watcher::watcher(api, watcher::Config::default().labels(&selector));
+    let mut events = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(events));
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                let Some(spec) = NodeSpecSim::from_node(&node) else {
+                    continue;
+                };
+                let name = spec.name.clone();
+                let added = {
+                    let mut nodes = write_nodes(&ctx);
+                    if nodes.contains_key(&name) {
+                        false
+                    } else {
+                        nodes.insert(name.clone(), Arc::new(NodeState::new(spec)));
+                        true
+                    }
+                };
+                if added {
+                    tracing::info!(node = %name, "adopted node");
+                    let _ = adopted.unbounded_send(());
+                }
+            }
+            Ok(watcher::Event::Delete(node)) => {
+                let name = node.name_any();
+                if write_nodes(&ctx).remove(&name).is_some() {
+                    tracing::info!(node = %name, "node deleted; no longer served");
+                }
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(error) => tracing::debug!(%error, "node watch"),
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,9 +256,16 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, config: Config) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for spec in &config.nodes {
-            if let Err(error) = heartbeat(&ctx.client, &spec.name, config.node_status_every).await {
-                tracing::warn!(node = %spec.name, %error, "heartbeat failed");
+        let names: Vec<String> = read_nodes(&ctx).keys().cloned().collect();
+        for name in names {
+            match heartbeat(&ctx.client, &name, config.node_status_every).await {
+                Ok(()) => {}
+                // Deleted (the node watch may not have told us yet): a kubelet whose Node is gone
+                // would register it again; a simulated machine that was removed stays gone.
+                Err(kube::Error::Api(status)) if status.code == 404 && config.adopt_nodes => {
+                    write_nodes(&ctx).remove(&name);
+                }
+                Err(error) => tracing::warn!(node = %name, %error, "heartbeat failed"),
             }
         }
         forget_gone_pods(&ctx);
@@ -249,7 +329,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
-        .and_then(|n| ctx.nodes.get(n))
+        .and_then(|n| read_nodes(&ctx).get(n).cloned())
     else {
         return Ok(Action::await_change());
     };
@@ -290,7 +370,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             return Ok(Action::requeue(Duration::from_millis(50)));
         }
         let in_use = || pod_ips_on(&ctx, &node.spec.name);
-        let new_ip = || next_free_ip(node, &in_use());
+        let new_ip = || next_free_ip(&node, &in_use());
         let mut images = lock(&node.images);
         let mut new_id = new_container_id;
         let mut input = pod_status::PlanInput {

@@ -19,6 +19,11 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 pub const LEASE_DURATION_SECONDS: i32 = 40;
 pub const KUBELET_VERSION: &str = "v1.34.10";
+/// Label on every simulated Node; a running simulator adopts Nodes created later with it.
+pub const SIMULATED_LABEL: &str = "node.kruise-rs.io/simulated";
+/// Annotation holding the node's index in the fleet (it picks the node IP and the Pod CIDR), so a
+/// simulator that adopts a Node created by someone else gives it the same addresses.
+pub const INDEX_ANNOTATION: &str = "node.kruise-rs.io/sim-index";
 
 /// One simulated node.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +38,8 @@ pub struct NodeSpecSim {
     pub max_pods: u32,
     /// Taints registered with the node (e.g. to keep ordinary Pods off a node a test owns).
     pub taints: Vec<Taint>,
+    /// `spec.unschedulable` at registration (a cordoned node).
+    pub unschedulable: bool,
 }
 
 impl NodeSpecSim {
@@ -48,8 +55,79 @@ impl NodeSpecSim {
                 memory: "128Gi".into(),
                 max_pods: 250,
                 taints: Vec::new(),
+                unschedulable: false,
             })
             .collect()
+    }
+
+    /// One node named `name` at fleet position `index`, with the fleet's default capacity.
+    pub fn named(name: &str, index: u16) -> Self {
+        Self {
+            name: name.to_string(),
+            index,
+            zone: None,
+            labels: BTreeMap::new(),
+            cpu: "32".into(),
+            memory: "128Gi".into(),
+            max_pods: 250,
+            taints: Vec::new(),
+            unschedulable: false,
+        }
+    }
+
+    /// The simulated node a registered Node describes: its index from [`INDEX_ANNOTATION`] (else from
+    /// the Pod CIDR `10.<index+1>.0.0/16`), zone, labels, taints and capacity. `None` when the Node is
+    /// not a simulated one.
+    pub fn from_node(node: &Node) -> Option<Self> {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        if labels.get(SIMULATED_LABEL).map(String::as_str) != Some("true") {
+            return None;
+        }
+        let name = node.metadata.name.clone()?;
+        let spec = node.spec.clone().unwrap_or_default();
+        let index = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(INDEX_ANNOTATION))
+            .and_then(|v| v.parse::<u16>().ok())
+            .or_else(|| {
+                let cidr = spec.pod_cidr.as_deref()?;
+                let octet: u16 = cidr.strip_prefix("10.")?.split('.').next()?.parse().ok()?;
+                octet.checked_sub(1)
+            })
+            .unwrap_or(0);
+        let capacity = node
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.clone())
+            .unwrap_or_default();
+        let quantity = |key: &str, default: &str| {
+            capacity
+                .get(key)
+                .map_or_else(|| default.to_string(), |q| q.0.clone())
+        };
+        let own = [
+            HOSTNAME_LABEL,
+            ZONE_LABEL,
+            SIMULATED_LABEL,
+            "kubernetes.io/os",
+            "kubernetes.io/arch",
+        ];
+        Some(Self {
+            zone: labels.get(ZONE_LABEL).cloned(),
+            labels: labels
+                .into_iter()
+                .filter(|(k, _)| !own.contains(&k.as_str()))
+                .collect(),
+            cpu: quantity("cpu", "32"),
+            memory: quantity("memory", "128Gi"),
+            max_pods: quantity("pods", "250").parse().unwrap_or(250),
+            taints: spec.taints.unwrap_or_default(),
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            name,
+            index,
+        })
     }
 
     /// A fake, non-loopback InternalIP, distinct per node.
@@ -85,7 +163,7 @@ impl NodeSpecSim {
         labels.insert(HOSTNAME_LABEL.into(), self.name.clone());
         labels.insert("kubernetes.io/os".into(), "linux".into());
         labels.insert("kubernetes.io/arch".into(), "amd64".into());
-        labels.insert("node.kruise-rs.io/simulated".into(), "true".into());
+        labels.insert(SIMULATED_LABEL.into(), "true".into());
         if let Some(zone) = &self.zone {
             labels.insert(ZONE_LABEL.into(), zone.clone());
         }
@@ -102,12 +180,14 @@ impl NodeSpecSim {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 labels: Some(labels),
+                annotations: Some([(INDEX_ANNOTATION.to_string(), self.index.to_string())].into()),
                 ..Default::default()
             },
             spec: Some(NodeSpec {
                 pod_cidr: Some(self.pod_cidr()),
                 pod_cidrs: Some(vec![self.pod_cidr()]),
                 taints: (!self.taints.is_empty()).then(|| self.taints.clone()),
+                unschedulable: self.unschedulable.then_some(true),
                 ..Default::default()
             }),
             status: Some(NodeStatus {
@@ -343,6 +423,33 @@ mod tests {
             patch["status"]["conditions"][3]["lastTransitionTime"],
             serde_json::to_value(Time(now())).expect("json")
         );
+    }
+
+    #[test]
+    fn a_registered_node_reads_back_as_the_same_simulated_node() {
+        let mut spec = NodeSpecSim::named("extra-7", 7);
+        spec.zone = Some("zone-b".into());
+        spec.labels.insert("node-pool".into(), "canary".into());
+        spec.cpu = "4".into();
+        spec.memory = "8Gi".into();
+        spec.max_pods = 10;
+        spec.unschedulable = true;
+        spec.taints = vec![Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let node = spec.build(now());
+        assert_eq!(NodeSpecSim::from_node(&node), Some(spec));
+
+        let mut foreign = node;
+        foreign.metadata.annotations = None;
+        assert_eq!(NodeSpecSim::from_node(&foreign).map(|n| n.index), Some(7));
+        if let Some(labels) = foreign.metadata.labels.as_mut() {
+            labels.remove(SIMULATED_LABEL);
+        }
+        assert_eq!(NodeSpecSim::from_node(&foreign), None);
     }
 
     #[test]

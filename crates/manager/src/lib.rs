@@ -123,6 +123,10 @@ pub struct Args {
     pub uniteddeployment_workers: u16,
     #[arg(long, default_value_t = 3)]
     pub broadcastjob_workers: u16,
+    /// Bind BroadcastJob Pods to their node through required node affinity and let the scheduler
+    /// place them; false sets `spec.nodeName` directly (OpenKruise: --assign-bcj-pods-by-scheduler).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
+    pub assign_bcj_pods_by_scheduler: bool,
     #[arg(long, default_value_t = 3)]
     pub daemonset_workers: u16,
     /// Seconds a controller waits for its own write to show in its cache before it stops waiting
@@ -719,6 +723,26 @@ async fn run_controllers(
             resize: true,
         },
     );
+    let daemonset = kruise_controllers::daemonset::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::daemonset::Config {
+            workers: args.daemonset_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            resize: true,
+        },
+    );
+    let broadcastjob = kruise_controllers::broadcastjob::run(
+        client.clone(),
+        pods.clone(),
+        metrics.clone(),
+        kruise_controllers::broadcastjob::Config {
+            workers: args.broadcastjob_workers.max(1),
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            assign_by_scheduler: args.assign_bcj_pods_by_scheduler,
+        },
+    );
     let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
         client.clone(),
         pods.clone(),
@@ -750,10 +774,20 @@ async fn run_controllers(
         cloneset_workers = args.cloneset_workers,
         statefulset_workers = args.statefulset_workers,
         sidecarset_workers = args.sidecarset_workers,
+        daemonset_workers = args.daemonset_workers,
+        broadcastjob_workers = args.broadcastjob_workers,
         uniteddeployment_workers = args.uniteddeployment_workers,
         "controllers started"
     );
-    tokio::join!(cache, cloneset, statefulset, sidecarset, uniteddeployment);
+    tokio::join!(
+        cache,
+        cloneset,
+        statefulset,
+        sidecarset,
+        daemonset,
+        broadcastjob,
+        uniteddeployment
+    );
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

@@ -5,6 +5,7 @@ pub mod blackhole;
 pub mod certs;
 pub mod chaos;
 pub mod control_plane;
+pub mod fleet;
 pub mod manager;
 pub mod monitor;
 pub mod process;

@@ -143,6 +143,18 @@ fn resource_version(pod: &Pod) -> Result<&str, FlowError> {
 }
 
 /// Whether the Pod has the `InPlaceUpdateReady` readiness gate.
+/// Whether the Pod was taken out of service for an in-place update whose spec patch is still to
+/// come (it is waiting out its grace period): `InPlaceUpdateReady` False with the reason the drain
+/// writes, and no update in flight. A refresh must continue such an update rather than restore the
+/// gate, or the Pod goes back into service and the grace period starts over on every reconcile.
+pub fn drained_for_update(pod: &Pod) -> bool {
+    has_readiness_gate(pod)
+        && condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY).is_some_and(|c| {
+            c.status == "False" && c.reason.as_deref() == Some(REASON_START_IN_PLACE_UPDATE)
+        })
+        && super::check_completed(pod) == super::Completion::Done
+}
+
 pub fn has_readiness_gate(pod: &Pod) -> bool {
     pod.spec
         .as_ref()

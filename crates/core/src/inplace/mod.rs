@@ -10,7 +10,7 @@ mod state;
 pub use completion::{Completion, WaitReason, check_completed, with_default_tag};
 pub use flow::{
     FlowError, REASON_READINESS_GATES_NOT_READY, REASON_START_IN_PLACE_UPDATE, Step, Target,
-    condition_patch, has_readiness_gate, mark_ready_patch, next_step,
+    condition_patch, drained_for_update, has_readiness_gate, mark_ready_patch, next_step,
 };
 pub use plan::{
     InPlacePlan, NotInPlace, Plan, PlanOptions, QosClass, ResourceChange, plan, qos_class,

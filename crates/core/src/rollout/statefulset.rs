@@ -570,23 +570,32 @@ fn delete(s: &Snapshot<'_>, plan: &mut Plan, i: usize, reason: DeleteReason) -> 
     true
 }
 
-/// The refresh fixes of one Pod (in-place readiness and lifecycle).
-fn refresh(s: &Snapshot<'_>, i: usize) -> Vec<Fix> {
+/// The refresh of one Pod: in-place readiness, the continuation of an in-place update waiting out
+/// its grace period (upstream finishes it in `Refresh`, before any rollout decision), and lifecycle.
+fn refresh(s: &Snapshot<'_>, plan: &mut Plan, i: usize) {
     let pod = &s.pods[i];
     if pods::is_terminating(pod) {
-        return Vec::new();
+        return;
     }
-    let mut fixes = Vec::new();
     let completed = inplace::check_completed(pod) == Completion::Done;
     let gate_true = pods::condition(pod, kruise_api::keys::CONDITION_IN_PLACE_UPDATE_READY)
         .is_some_and(|c| c.status == "True");
-    if completed && !gate_true && inplace::has_readiness_gate(pod) {
-        fixes.push(Fix::InPlaceReady(i));
+    let at_update = pods::is_at_revision(pod, s.update.name);
+    if !at_update && inplace::drained_for_update(pod) {
+        match update_one(s, i) {
+            UpdateStep::Act(action) => plan.actions.push(action),
+            UpdateStep::Held => {}
+            // The update revision changed under the drain to one that cannot be reached in place.
+            UpdateStep::Recreate => {
+                delete(s, plan, i, DeleteReason::Recreate);
+            }
+        }
+    } else if completed && !gate_true && inplace::has_readiness_gate(pod) {
+        plan.actions.push(Action::Fix(Fix::InPlaceReady(i)));
     }
     let rules = RefreshRules {
         normal_needs_scheduling: false,
     };
-    let at_update = pods::is_at_revision(pod, s.update.name);
     if let Some(state) = lifecycle::refresh_transition_with(
         rules,
         s.spec.lifecycle.as_ref(),
@@ -594,9 +603,8 @@ fn refresh(s: &Snapshot<'_>, i: usize) -> Vec<Fix> {
         at_update,
         completed,
     ) {
-        fixes.push(Fix::Lifecycle(i, state));
+        plan.actions.push(Action::Fix(Fix::Lifecycle(i, state)));
     }
-    fixes
 }
 
 /// Decrements the scale budget; true when it is spent (upstream `decreaseAndCheckMaxUnavailable`).
@@ -700,9 +708,8 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
                 break;
             }
         }
-        let fixes = refresh(s, i);
+        refresh(s, &mut plan, i);
         refreshed.insert(i);
-        plan.actions.extend(fixes.into_iter().map(Action::Fix));
         if monotonic || scale_limited {
             let (available, wait) = running_and_available(pod, min_ready, s.now);
             if !available {
@@ -756,8 +763,7 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
         if refreshed.contains(&i) {
             continue;
         }
-        let fixes = refresh(s, i);
-        plan.actions.extend(fixes.into_iter().map(Action::Fix));
+        refresh(s, &mut plan, i);
     }
     for action in &plan.actions {
         if let Action::Fix(Fix::Lifecycle(..)) = action {
@@ -780,6 +786,17 @@ fn rolling_update(
     plan: &mut Plan,
 ) {
     let already_leaving = plan.deleted();
+    // Pods whose in-place update the refresh continued: they count as unavailable, nothing more.
+    let continued: BTreeSet<usize> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::InPlace { pod, .. }
+            | Action::PrepareUpdate { pod, .. }
+            | Action::Refuse { pod, .. } => Some(*pod),
+            _ => None,
+        })
+        .collect();
     let max = usize::try_from(max_unavailable).unwrap_or(usize::MAX);
     // Unavailable slots: unhealthy, in-place update unfinished, not available for minReadySeconds;
     // an empty slot (a Pod still to be created) counts too.
@@ -823,7 +840,11 @@ fn rolling_update(
         if unavailable.len() >= max && !unavailable.contains(&k) {
             return;
         }
-        if !specified.contains(&k) && !pods::is_terminating(pod) && !already_leaving.contains(&i) {
+        if !specified.contains(&k)
+            && !pods::is_terminating(pod)
+            && !already_leaving.contains(&i)
+            && !continued.contains(&i)
+        {
             match update_one(s, i) {
                 UpdateStep::Act(action @ Action::Refuse { .. }) => {
                     plan.actions.push(action);

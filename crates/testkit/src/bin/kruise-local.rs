@@ -6,6 +6,9 @@
 //! `kruise-local: ready`, and runs until SIGINT/SIGTERM, then stops everything and removes its files.
 //! A kruise-manager that exits unexpectedly is logged and started again with the same arguments, after
 //! 1 s doubling to 30 s (back to 1 s once it ran 60 s).
+//!
+//! While it runs, `kruise-local node add NAME [--labels k=v,..] [--taints k=v:NoSchedule,..]` adds a
+//! simulated node (the running kubelet-sim serves it) and `kruise-local node remove NAME` deletes one.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
@@ -14,6 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use kruise_testkit::control_plane::{ControlPlane, Options, default_bin_dir};
+use kruise_testkit::fleet;
 use kruise_testkit::manager::{self, Manager};
 use kruise_testkit::testbed::wait_nodes_ready;
 use kubelet_sim::NodeSpecSim;
@@ -37,6 +41,59 @@ struct Cli {
 enum Command {
     /// Start the cluster and keep it running until interrupted.
     Up(UpArgs),
+    /// Add or remove simulated nodes of a running cluster.
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// Register a simulated node; the cluster's kubelet-sim serves it from then on.
+    Add(NodeAddArgs),
+    /// Delete a node, as when a machine leaves: the control plane garbage-collects its Pods.
+    Remove(NodeRemoveArgs),
+}
+
+#[derive(Parser, Debug)]
+struct NodeAddArgs {
+    /// Node name.
+    name: String,
+    /// Labels, `k=v,k2=v2`.
+    #[arg(long, default_value = "")]
+    labels: String,
+    /// Taints, `key=value:Effect,key:Effect` (Effect: NoSchedule, PreferNoSchedule, NoExecute).
+    #[arg(long, value_delimiter = ',')]
+    taints: Vec<String>,
+    /// Zone (label topology.kubernetes.io/zone).
+    #[arg(long)]
+    zone: Option<String>,
+    /// CPU capacity and allocatable.
+    #[arg(long, default_value = "32")]
+    cpu: String,
+    /// Memory capacity and allocatable.
+    #[arg(long, default_value = "128Gi")]
+    memory: String,
+    /// Maximum Pods.
+    #[arg(long, default_value_t = 250)]
+    max_pods: u32,
+    /// Register the node cordoned (`spec.unschedulable: true`).
+    #[arg(long)]
+    unschedulable: bool,
+    /// Return once registered, without waiting for Ready.
+    #[arg(long)]
+    no_wait: bool,
+    /// The cluster's kubeconfig.
+    #[arg(long, default_value = ".local/kubeconfig")]
+    kubeconfig: PathBuf,
+}
+
+#[derive(Parser, Debug)]
+struct NodeRemoveArgs {
+    /// Node name.
+    name: String,
+    /// The cluster's kubeconfig.
+    #[arg(long, default_value = ".local/kubeconfig")]
+    kubeconfig: PathBuf,
 }
 
 #[derive(Parser, Debug)]
@@ -72,7 +129,53 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Up(args) => up(args).await,
+        Command::Node(NodeCommand::Add(args)) => node_add(args).await,
+        Command::Node(NodeCommand::Remove(args)) => node_remove(args).await,
     }
+}
+
+async fn client_from(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| {
+        format!(
+            "reading {} (is `kruise-local up` running?)",
+            kubeconfig.display()
+        )
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+        .await
+        .context("loading the kubeconfig")?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn node_add(args: NodeAddArgs) -> anyhow::Result<()> {
+    let client = client_from(&args.kubeconfig).await?;
+    let mut spec = NodeSpecSim::named(&args.name, 0);
+    spec.zone = args.zone;
+    spec.labels = fleet::parse_labels(&args.labels)?.into_iter().collect();
+    spec.taints = args
+        .taints
+        .iter()
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| fleet::parse_taint(t.trim()))
+        .collect::<anyhow::Result<_>>()?;
+    spec.cpu = args.cpu;
+    spec.memory = args.memory;
+    spec.max_pods = args.max_pods;
+    spec.unschedulable = args.unschedulable;
+    let spec = if args.no_wait {
+        fleet::register_node(&client, spec).await?
+    } else {
+        fleet::add_node(&client, spec).await?
+    };
+    println!("node/{} added (InternalIP {})", spec.name, spec.node_ip());
+    Ok(())
+}
+
+async fn node_remove(args: NodeRemoveArgs) -> anyhow::Result<()> {
+    let client = client_from(&args.kubeconfig).await?;
+    fleet::remove_node(&client, &args.name).await?;
+    println!("node/{} removed", args.name);
+    Ok(())
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {

@@ -451,6 +451,64 @@ fn in_place_update_and_in_place_only_refusal() {
 }
 
 #[test]
+fn a_pod_draining_for_its_grace_period_stays_drained() {
+    // Updated in place with a 3 s grace period: drained a second ago, not yet patched. The plan
+    // goes on with the update and does not restore the gate (which would restart the grace period
+    // on every reconcile and never update the Pod).
+    let w = World::new(spec(
+        "{replicas: 1, updateStrategy: {rollingUpdate: {podUpdatePolicy: InPlaceIfPossible, \
+         inPlaceUpdateStrategy: {gracePeriodSeconds: 3}}}}",
+    ));
+    let mut draining = web(0, OLD, false)
+        .condition("InPlaceUpdateReady", "False", Some(ago(1)))
+        .build();
+    if let Some(spec) = draining.spec.as_mut() {
+        spec.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "InPlaceUpdateReady".into(),
+        }]);
+    }
+    let gate = draining
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.iter_mut().find(|c| c.type_ == "InPlaceUpdateReady"));
+    if let Some(gate) = gate {
+        gate.reason = Some("StartInPlaceUpdate".into());
+    }
+    let mut pods = vec![draining];
+    let p = w.plan(&pods);
+    assert_eq!(summary(&pods, &p), ["in-place web-0"]);
+    // In Parallel mode too, once: the rolling update does not act on it a second time.
+    let parallel = World::new(spec(
+        "{replicas: 1, podManagementPolicy: Parallel, updateStrategy: {rollingUpdate: \
+         {podUpdatePolicy: InPlaceIfPossible, inPlaceUpdateStrategy: {gracePeriodSeconds: 3}}}}",
+    ));
+    assert_eq!(summary(&pods, &parallel.plan(&pods)), ["in-place web-0"]);
+    // Drained for another reason (a lifecycle hook's markPodNotReady, say): restored as before.
+    if let Some(gate) = pods[0]
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.iter_mut().find(|c| c.type_ == "InPlaceUpdateReady"))
+    {
+        gate.reason = None;
+    }
+    assert!(
+        w.plan(&pods)
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Fix(Fix::InPlaceReady(0))))
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Fix(Fix::InPlaceReady(_)))),
+        "{:?}",
+        p.actions
+    );
+}
+
+#[test]
 fn lifecycle_hooks_hold_pods() {
     // preDelete: the condemned Pod goes to PreparingDelete instead.
     let w = World::new(spec(

@@ -1,0 +1,264 @@
+//! One reconcile of a BroadcastJob: dereference (the job, its Pods, the Nodes) → decide
+//! (`kruise_core::rollout::broadcastjob::plan`) → act (delete, create in slow-start batches, Events,
+//! status, TTL deletion).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::broadcastjob::v1beta1::BroadcastJob;
+use kruise_core::expectations::{CachedState, Expectation};
+use kruise_core::nodefit;
+use kruise_core::rollout::broadcastjob::{self as planner, slow_start_batches};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::{CONTROLLER, Context, newpod};
+use crate::error::{Error, is_race};
+use crate::parallel::in_parallel;
+use crate::podcontrol::{PodControl, Wording};
+
+/// The expectation kind "a Pod of this job on node `name`": the Pods have generated names, so a
+/// create is remembered by its node, as upstream keys its scale expectations.
+const POD_ON_NODE: &str = "PodOnNode";
+
+pub(crate) async fn reconcile(job: Arc<BroadcastJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&job, &ctx).await;
+    if result.is_ok() {
+        ctx.metrics
+            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
+    }
+    result
+}
+
+/// Whether a Pod spec fits a node as upstream's `checkNodeFitness` decides: placement, taints,
+/// cordon, and requests against the node's allocatable with no other Pod counted.
+fn fits(spec: &PodSpec, node: &Node) -> bool {
+    nodefit::pod_fits(spec, node).is_ok()
+        && nodefit::requests_fit(spec, node, &BTreeMap::new()).is_ok()
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(nodefit::bound_node)
+        .map(str::to_owned)
+}
+
+/// The job's Pods: controlled by it and carrying both job labels (upstream lists by the labels and
+/// keeps those whose controller is the job).
+fn job_pods(ctx: &Context, job: &BroadcastJob, uid: &str) -> Result<Vec<Arc<Pod>>, Error> {
+    let labels = newpod::job_labels(job).map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(ctx
+        .pods
+        .owned_by(uid)
+        .into_iter()
+        .filter(|pod| {
+            let have = pod.metadata.labels.as_ref();
+            labels
+                .iter()
+                .all(|(k, v)| have.and_then(|l| l.get(k)) == Some(v))
+        })
+        .collect())
+}
+
+/// Checks this job's expectations against the Pod cache: `Err(wait)` while a write is unobserved.
+fn expectations_met(
+    ctx: &Context,
+    key: &str,
+    namespace: &str,
+    pods: &[Arc<Pod>],
+) -> Result<(), Duration> {
+    let now = Instant::now();
+    let check = {
+        let Ok(mut ex) = ctx.expectations.lock() else {
+            return Ok(());
+        };
+        ex.check(key, now, |e| match e.kind {
+            POD_ON_NODE => pods
+                .iter()
+                .any(|p| node_of(p).as_deref() == Some(e.name.as_str())),
+            "Pod" => {
+                let pod = ctx.pods.get(namespace, &e.name);
+                e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
+            }
+            _ => true,
+        })
+    };
+    if !check.expired.is_empty() {
+        ctx.metrics.expired(CONTROLLER, check.expired.len());
+        tracing::warn!(owner = key, controller = CONTROLLER, expired = ?check.expired, "expectations expired unobserved; carrying on");
+    }
+    if check.satisfied() {
+        return Ok(());
+    }
+    Err(check
+        .next_deadline
+        .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now))
+        .min(Duration::from_secs(5)))
+}
+
+async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = job.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    let pods = job_pods(ctx, job, &uid)?;
+    if let Err(wait) = expectations_met(ctx, &key, &namespace, &pods) {
+        return Ok(Action::requeue(wait));
+    }
+    if tokio::time::timeout(Duration::from_secs(10), ctx.nodes.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let mut nodes: Vec<Arc<Node>> = ctx.nodes.state();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let now = Timestamp::now();
+    let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+    let template = job.spec.template.spec.clone().unwrap_or_default();
+    let placement = planner::place(
+        &template,
+        nodes.iter().map(|n| n.as_ref()),
+        &pod_refs,
+        node_of,
+        fits,
+    );
+    let plan = planner::plan(job, &pod_refs, &placement, now);
+    let api: Api<BroadcastJob> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    if plan.delete_job {
+        tracing::info!(broadcastjob = %key, "deleting the job: ttlSecondsAfterFinished has passed");
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        return match api.delete(&name, &params).await {
+            Ok(_) => {
+                if let Ok(mut ex) = ctx.expectations.lock() {
+                    ex.forget(&key);
+                }
+                Ok(Action::await_change())
+            }
+            Err(error) if is_race(&error) => Ok(Action::await_change()),
+            Err(error) => Err(Error::Kube {
+                context: format!("deleting BroadcastJob {key} after its TTL"),
+                source: error,
+            }),
+        };
+    }
+
+    let pc = PodControl {
+        client: &ctx.client,
+        namespace: &namespace,
+        owner: job.object_ref(&()),
+        key: key.clone(),
+        expectations: &ctx.expectations,
+        recorder: &ctx.recorder,
+        metrics: &ctx.metrics,
+        controller: CONTROLLER,
+        now,
+        wording: Wording::Job,
+    };
+
+    let mut status = plan.status.clone();
+    let mut first_error: Option<Error> = None;
+    let deletes = plan.delete.iter().map(|pod| {
+        let pc = &pc;
+        Box::pin(async move { pc.delete_pod(pod).await })
+    });
+    for result in in_parallel(deletes.collect()).await {
+        if let Err(error) = result {
+            first_error.get_or_insert(error);
+        }
+    }
+
+    if !plan.create_on.is_empty() {
+        let mut queue = plan.create_on.iter();
+        let mut failed = 0usize;
+        let mut skipped = 0usize;
+        let batches = slow_start_batches(plan.create_on.len());
+        for (i, size) in batches.iter().enumerate() {
+            let batch: Vec<&String> = queue.by_ref().take(*size).collect();
+            let creates = batch.iter().map(|node| {
+                let pc = &pc;
+                let by_scheduler = ctx.config.assign_by_scheduler;
+                Box::pin(async move {
+                    let pod = match newpod::build_pod(job, node, by_scheduler) {
+                        Ok(pod) => pod,
+                        Err(error) => return Err(Error::Invalid(error.to_string())),
+                    };
+                    Ok(pc
+                        .create_generated(pod, Expectation::exists(POD_ON_NODE, node.as_str()))
+                        .await
+                        .is_some())
+                })
+            });
+            let results = in_parallel(creates.collect()).await;
+            let batch_failures = results.iter().filter(|r| !matches!(r, Ok(true))).count();
+            failed += batch_failures;
+            if let Some(Err(error)) = results.into_iter().find(|r| r.is_err()) {
+                first_error.get_or_insert(error);
+            }
+            // Slow start: a failed batch stops the rest, which the next reconcile retries.
+            if batch_failures > 0 {
+                skipped = batches[i + 1..].iter().sum();
+                break;
+            }
+        }
+        if let Some(status) = status.as_mut() {
+            status.active -= i32::try_from(failed + skipped).unwrap_or(i32::MAX);
+        }
+    }
+
+    if let Some(new) = status.as_ref() {
+        let old = job.status.as_ref();
+        if old != Some(new) {
+            let mut patch = crate::status_patch::whole_status(old, new);
+            patch["metadata"] = json!({"resourceVersion": job.meta().resource_version});
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(error) if is_race(&error) => {
+                    return Ok(Action::requeue(Duration::from_millis(500)));
+                }
+                Err(error) => {
+                    return Err(Error::Kube {
+                        context: format!("writing the status of BroadcastJob {key}"),
+                        source: error,
+                    });
+                }
+            }
+        }
+    }
+    // After the status: a reconcile of a stale copy of the job fails its status write (the
+    // resourceVersion precondition) and so does not repeat the Events of the one before it.
+    for event in &plan.events {
+        let type_ = if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        pc.event(type_, &event.reason, event.message.clone()).await;
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    Ok(plan
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
+}

@@ -1,0 +1,206 @@
+//! The Advanced DaemonSet controller (inventory §6): observe the set, its Pods (shared cache), the
+//! cluster's Nodes and its ControllerRevisions; decide with `kruise_core::rollout::daemonset::plan`
+//! on each node's `kruise_core::nodefit::daemon_fit` verdict; act through the shared
+//! [`crate::podcontrol`]; write the status of [`status`].
+
+pub mod newpod;
+mod reconcile;
+pub mod status;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Node;
+use kruise_api::daemonset::v1beta1::DaemonSet;
+use kruise_core::expectations::Expectations;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::metrics::Metrics;
+
+pub use crate::error::Error;
+
+/// The controller's name in metrics, logs and Events.
+pub const CONTROLLER: &str = "daemonset-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Concurrent reconciles.
+    pub workers: u16,
+    /// How long a write may stay unobserved before the controller stops waiting for it.
+    pub expectation_timeout: Duration,
+    /// Resize cpu/memory in place through `pods/resize`.
+    pub resize: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+            resize: true,
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub(crate) client: Client,
+    pub(crate) pods: Arc<PodCache>,
+    pub(crate) nodes: Store<Node>,
+    pub(crate) revisions: Store<ControllerRevision>,
+    pub(crate) expectations: Mutex<Expectations>,
+    pub(crate) recorder: Recorder,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: Config,
+}
+
+/// Forwards Pod cache changes of Advanced DaemonSet Pods to the controller: the owner to reconcile,
+/// or a resync of every set when the cache relisted or this subscriber fell behind.
+fn pod_triggers(
+    mut events: broadcast::Receiver<CacheEvent>,
+    all_tx: mpsc::UnboundedSender<()>,
+) -> mpsc::UnboundedReceiver<ObjectRef<DaemonSet>> {
+    let (owner_tx, owner_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(CacheEvent::Owner(owner)) => {
+                    if owner.kind == "DaemonSet" && owner.api_version.starts_with("apps.kruise.io/")
+                    {
+                        let target = ObjectRef::new(&owner.name).within(&owner.namespace);
+                        if owner_tx.send(target).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(CacheEvent::Pod(_)) => {}
+                Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if all_tx.send(()).is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    owner_rx
+}
+
+/// What of a Node decides where daemons run: labels, taints, cordon, allocatable. Heartbeats change
+/// none of it, so they wake no DaemonSet.
+fn placement_fingerprint(node: &Node) -> String {
+    let spec = node.spec.as_ref();
+    serde_json::json!({
+        "labels": node.metadata.labels,
+        "taints": spec.and_then(|s| s.taints.as_ref()).map(|t| {
+            t.iter().map(|t| (t.key.clone(), t.value.clone(), t.effect.clone())).collect::<Vec<_>>()
+        }),
+        "unschedulable": spec.and_then(|s| s.unschedulable),
+        "allocatable": node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+    })
+    .to_string()
+}
+
+/// A Node cache, and a trigger that reconciles every DaemonSet when a node joins, leaves, or changes
+/// in a way that may change where daemons run (no relist: the watch's own events).
+fn node_watch(client: Client, all_tx: mpsc::UnboundedSender<()>) -> Store<Node> {
+    let (store, writer) = reflector::store();
+    let events = reflector::reflector(
+        writer,
+        watcher(
+            Api::<Node>::all(client),
+            watcher::Config::default().any_semantic(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let reader = store.clone();
+    tokio::spawn(async move {
+        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            let Ok(node) = event else { continue };
+            let Some(name) = node.metadata.name.clone() else {
+                continue;
+            };
+            let present = reader.get(&ObjectRef::new(&name)).is_some();
+            let changed = if present {
+                let print = placement_fingerprint(&node);
+                seen.insert(name.clone(), print.clone()).as_ref() != Some(&print)
+            } else {
+                seen.remove(&name).is_some()
+            };
+            if changed {
+                tracing::debug!(node = %name, present, "node placement changed; reconciling DaemonSets");
+                if all_tx.send(()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    store
+}
+
+/// Runs the Advanced DaemonSet controller until the future is dropped.
+pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    let owner_rx = pod_triggers(pods.subscribe(), all_tx.clone());
+    pods.wait_synced().await;
+    let nodes = node_watch(client.clone(), all_tx);
+    let (revisions, revision_events) =
+        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        nodes,
+        revisions,
+        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER.into(),
+                instance: None,
+            },
+        ),
+        metrics,
+        config: config.clone(),
+    });
+    tracing::info!(workers = config.workers, "daemonset controller started");
+    Controller::new(
+        Api::<DaemonSet>::all(client),
+        watcher::Config::default().any_semantic(),
+    )
+    .owns_stream(revision_events)
+    .reconcile_on(crate::cache::receiver_stream(owner_rx))
+    .reconcile_all_on(crate::cache::receiver_stream(all_rx))
+    .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
+    .run(reconcile::reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
+
+fn error_policy(ds: Arc<DaemonSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        daemonset = %format!("{}/{}", ds.metadata.namespace.as_deref().unwrap_or_default(), ds.metadata.name.as_deref().unwrap_or_default()),
+        %error,
+        "reconcile failed"
+    );
+    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Node labels by name, for the rollout selector.
+pub(crate) fn node_labels(node: &Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}

@@ -1,0 +1,531 @@
+//! One reconcile of an Advanced DaemonSet (inventory §6.2): wait for our own writes to show, claim
+//! Pods and revisions, register the update revision, judge every node, plan, carry out the plan,
+//! then write the status and prune the history.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
+use kruise_api::keys;
+use kruise_api::validation::selector_matches;
+use kruise_core::expectations::Expectation;
+use kruise_core::nodefit;
+use kruise_core::ownership::{Claimant, usable_selector};
+use kruise_core::pods::{self, LifecycleState};
+use kruise_core::revision::{
+    LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
+    revisions_to_delete, short_hash, template_from_revision,
+};
+use kruise_core::rollout::daemonset::{
+    self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot, slow_start_batches,
+};
+use kruise_core::rollout::statefulset::Revision;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::status::{self, Inputs};
+use super::{CONTROLLER, Context, Error, newpod, node_labels};
+use crate::claim::{Recheck, claim_each};
+use crate::error::{KubeContext, is_race};
+use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
+
+/// The resync period when nothing else asks for a look sooner.
+const RESYNC: Duration = Duration::from_secs(300);
+
+pub(crate) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&ds, &ctx).await;
+    if result.is_ok() {
+        ctx.metrics
+            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
+    }
+    result
+}
+
+async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
+    let namespace = ds.namespace().unwrap_or_default();
+    let name = ds.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = ds.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if ds.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.forget(&key);
+        }
+        return Ok(Action::await_change());
+    }
+    if let Err(wait) = expectations_met(
+        &ctx.expectations,
+        &key,
+        &namespace,
+        &ctx.pods,
+        &ctx.revisions,
+        &ctx.metrics,
+        CONTROLLER,
+    ) {
+        return Ok(Action::requeue(wait));
+    }
+    let caches_ready = async {
+        let _ = ctx.revisions.wait_until_ready().await;
+        let _ = ctx.nodes.wait_until_ready().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(10), caches_ready)
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let now = Timestamp::now();
+    let pc = PodControl {
+        client: &ctx.client,
+        namespace: &namespace,
+        owner: ds.object_ref(&()),
+        key: key.clone(),
+        expectations: &ctx.expectations,
+        recorder: &ctx.recorder,
+        metrics: &ctx.metrics,
+        controller: CONTROLLER,
+        now,
+        wording: Wording::PodControl,
+    };
+
+    let owner = newpod::owner_reference(ds).map_err(|e| Error::Invalid(e.to_string()))?;
+    let claimant = Claimant {
+        uid: &uid,
+        deleting: false,
+    };
+    let mut recheck = Recheck::new(
+        Api::<DaemonSet>::namespaced(ctx.client.clone(), &namespace),
+        name.clone(),
+        uid.clone(),
+    );
+    let Some((owned, adopted)) = claim_pods(ctx, &pc, ds, claimant, &owner, &mut recheck).await?
+    else {
+        return Ok(Action::await_change());
+    };
+    if adopted {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let Some(mut revisions) = claim_revisions(ctx, &pc, ds, claimant, &owner, &mut recheck).await?
+    else {
+        return Ok(Action::await_change());
+    };
+    let Some(update_rev) = update_revision(ctx, &pc, ds, &revisions).await? else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let update_name = update_rev.metadata.name.clone().unwrap_or_default();
+    let hash = short_hash(&update_name).to_owned();
+    revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
+    revisions.push(update_rev);
+    let templates: Vec<(String, PodTemplateSpec)> = revisions
+        .iter()
+        .filter_map(|r| {
+            let name = r.metadata.name.clone()?;
+            match template_from_revision(r) {
+                Ok(t) => Some((name, t)),
+                Err(error) => {
+                    tracing::warn!(revision = %name, %error, "unreadable revision");
+                    None
+                }
+            }
+        })
+        .collect();
+    let views: Vec<Revision<'_>> = templates
+        .iter()
+        .map(|(name, template)| Revision { name, template })
+        .collect();
+    let Some(update_view) = views.iter().find(|r| r.name == update_name).copied() else {
+        return Err(Error::Invalid(format!(
+            "update revision {update_name} has no readable template"
+        )));
+    };
+
+    // Every node's verdict for the current template.
+    let nodes = ctx.nodes.state();
+    let template_spec = ds.spec.template.spec.clone().unwrap_or_default();
+    let labels: Vec<BTreeMap<String, String>> = nodes.iter().map(|n| node_labels(n)).collect();
+    let node_views: Vec<NodeView<'_>> = nodes
+        .iter()
+        .zip(&labels)
+        .map(|(node, labels)| {
+            let fit = nodefit::daemon_fit(&template_spec, node);
+            NodeView {
+                name: nodefit::node_name(node),
+                labels,
+                should_run: fit.should_run,
+                should_continue_running: fit.should_continue_running,
+            }
+        })
+        .collect();
+    let snapshot = Snapshot {
+        spec: &ds.spec,
+        pods: &owned,
+        nodes: &node_views,
+        update: update_view,
+        revisions: &views,
+        now,
+        resize: ctx.config.resize,
+    };
+
+    let mut outcome = Outcome::default();
+    let (plan, failure) = match planner::plan(&snapshot) {
+        Ok(plan) => (plan, None),
+        Err(invalid) => {
+            pc.event(EventType::Warning, "InvalidSetting", invalid.to_string())
+                .await;
+            (planner::Plan::default(), Some(invalid.to_string()))
+        }
+    };
+    let failure = match carry_out(&pc, ds, &snapshot, &plan, &hash).await {
+        Ok(o) => {
+            outcome.merge(o);
+            failure
+        }
+        Err(error) => Some(error.to_string()),
+    };
+
+    let old_status = ds.status.clone().unwrap_or_default();
+    let computed = status::compute(&Inputs {
+        ds,
+        counts: planner::counts(&snapshot),
+        hash: &hash,
+        collision_count: Some(old_status.collision_count.unwrap_or(0)),
+        deferred: plan.deferred_creates,
+        now,
+    });
+    write_status(ctx, ds, &namespace, &name, &computed.status).await?;
+    truncate_history(ctx, ds, &namespace, &revisions, &update_name, &owned).await?;
+
+    let mut after = RESYNC;
+    for wait in [plan.requeue_after, computed.requeue, outcome.after]
+        .into_iter()
+        .flatten()
+    {
+        after = after.min(wait);
+    }
+    if failure.is_some() {
+        tracing::warn!(daemonset = %key, failure = failure.as_deref().unwrap_or_default(), "sync incomplete");
+        after = after.min(Duration::from_secs(5));
+    }
+    if plan.deferred_creates > 0 {
+        after = after.min(Duration::from_secs(1));
+    }
+    Ok(Action::requeue(after.max(Duration::from_millis(100))))
+}
+
+/// Whether an object's labels match the set's selector; `None` when the selector cannot be used to
+/// claim anything.
+fn selector_match(ds: &DaemonSet) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
+    let selector = ds.spec.selector.as_ref().filter(|s| usable_selector(s));
+    move |meta: &ObjectMeta| {
+        selector.map(|s| match &meta.labels {
+            Some(labels) => selector_matches(s, labels),
+            None => selector_matches(s, &BTreeMap::new()),
+        })
+    }
+}
+
+/// The set's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods plus matching active
+/// orphans, adopted; owned Pods relabelled out of the selector are released. `None` when the set is
+/// gone or being deleted.
+async fn claim_pods(
+    ctx: &Context,
+    pc: &PodControl<'_>,
+    ds: &DaemonSet,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<DaemonSet>,
+) -> Result<Option<(Vec<Pod>, bool)>, Error> {
+    let candidates = ctx.pods.owned_by(claimant.uid).into_iter().chain(
+        ctx.pods
+            .orphans_in(pc.namespace)
+            .into_iter()
+            .filter(|p| pods::is_active(p)),
+    );
+    let Some(claimed) = claim_each(
+        &pc.pods(),
+        candidates,
+        claimant,
+        owner,
+        recheck,
+        selector_match(ds),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    for pod in &claimed.written {
+        pc.observe(pod);
+    }
+    Ok(Some((claimed.owned, claimed.adopting)))
+}
+
+/// The set's ControllerRevisions after claiming (Kubernetes' `ClaimControllerRevisions`).
+async fn claim_revisions(
+    ctx: &Context,
+    pc: &PodControl<'_>,
+    ds: &DaemonSet,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<DaemonSet>,
+) -> Result<Option<Vec<ControllerRevision>>, Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
+    let in_namespace = ctx
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(pc.namespace));
+    let Some(claimed) = claim_each(
+        &api,
+        in_namespace,
+        claimant,
+        owner,
+        recheck,
+        selector_match(ds),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    for revision in claimed.written {
+        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
+        {
+            pc.expect(Expectation::observed("ControllerRevision", name, rv));
+        }
+    }
+    Ok(Some(claimed.owned))
+}
+
+/// The update revision (the newest if it records the template, an older equal one renumbered, or
+/// a new one, labelled `controller-revision-hash` as upstream's); `None` after recording a hash
+/// collision.
+async fn update_revision(
+    ctx: &Context,
+    pc: &PodControl<'_>,
+    ds: &DaemonSet,
+    revisions: &[ControllerRevision],
+) -> Result<Option<ControllerRevision>, Error> {
+    let collision_count = ds.status.as_ref().and_then(|s| s.collision_count);
+    let labels = ds
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let data = revision_data(&ds.spec.template)
+        .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    let mut candidate = build_revision(
+        Parent {
+            kind: "DaemonSet",
+            meta: &ds.metadata,
+        },
+        ds.metadata.namespace.clone(),
+        labels,
+        data,
+        next_revision_number(revisions),
+        collision_count,
+    )
+    .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
+    if let Some(labels) = candidate.metadata.labels.as_mut()
+        && let Some(hash) = labels.get(LABEL_REVISION_HASH).cloned()
+    {
+        labels.insert(keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(), hash);
+    }
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
+    match crate::history::register(&api, revisions, candidate, ds.metadata.uid.as_deref()).await? {
+        crate::history::Registered::Revision(revision, expectation) => {
+            if let Some(expectation) = expectation {
+                pc.expect(expectation);
+            }
+            Ok(Some(*revision))
+        }
+        crate::history::Registered::Collision => {
+            let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), pc.namespace);
+            api.patch_status(
+                &ds.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": DaemonSetStatus {
+                    collision_count: Some(collision_count.unwrap_or(0) + 1),
+                    ..ds.status.clone().unwrap_or_default()
+                }})),
+            )
+            .await
+            .context(|| "recording a revision hash collision".to_owned())?;
+            Ok(None)
+        }
+    }
+}
+
+/// Carries out the plan: readiness fixes, then creations in slow-start batches (stopping at the
+/// first failed batch), then deletions and in-place updates together.
+async fn carry_out(
+    pc: &PodControl<'_>,
+    ds: &DaemonSet,
+    s: &Snapshot<'_>,
+    plan: &planner::Plan,
+    hash: &str,
+) -> Result<Outcome, Error> {
+    let mut outcome = Outcome::default();
+    let mut creations = Vec::new();
+    let uid = ds.metadata.uid.as_deref().unwrap_or_default();
+    for node in plan.creates() {
+        let pod = newpod::build_pod(ds, s.update.template, hash, node)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        creations.push((pod, pod_on_node(uid, node)));
+    }
+    let mut queue = creations.into_iter();
+    for batch in slow_start_batches(queue.len()) {
+        let chunk: Vec<_> = queue.by_ref().take(batch).collect();
+        let results = futures::future::join_all(
+            chunk
+                .into_iter()
+                .map(|(pod, expectation)| pc.create_generated(pod, expectation)),
+        )
+        .await;
+        outcome.modified |= results.iter().any(Option::is_some);
+        if results.iter().any(Option::is_none) {
+            outcome.after = Some(Duration::from_secs(2));
+            break;
+        }
+    }
+
+    let revision_labels = BTreeMap::from([(
+        keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(),
+        hash.to_owned(),
+    )]);
+    let mut pending: Vec<Write<'_>> = Vec::new();
+    for action in &plan.actions {
+        let write: Write<'_> = match action {
+            Step::Create { .. } => continue,
+            Step::Fix(Fix::InPlaceReady(i)) => Box::pin(pc.mark_in_place_ready(&s.pods[*i])),
+            Step::Delete { pod, reason } => {
+                let pod = &s.pods[*pod];
+                let reason = *reason;
+                Box::pin(async move {
+                    if reason == DeleteReason::Failed {
+                        report_failed(pc, pod).await;
+                    }
+                    pc.delete_pod(pod).await.map(|()| Outcome::MODIFIED)
+                })
+            }
+            Step::PrepareDelete {
+                pod,
+                mark_not_ready,
+                ..
+            } => Box::pin(pc.set_lifecycle(
+                &s.pods[*pod],
+                LifecycleState::PreparingDelete,
+                *mark_not_ready,
+            )),
+            Step::InPlace { pod, plan } => {
+                let pod = &s.pods[*pod];
+                let labels = &revision_labels;
+                Box::pin(async move { pc.update_in_place(pod, plan, labels, hash, 0).await })
+            }
+        };
+        pending.push(write);
+    }
+    let mut first_error = None;
+    for result in crate::parallel::in_parallel(pending).await {
+        match result {
+            Ok(o) => outcome.merge(o),
+            Err(Error::Kube { source, .. }) if is_race(&source) => {
+                outcome.after = Some(Duration::from_secs(1));
+            }
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        Some(error) => Err(error),
+        None => Ok(outcome),
+    }
+}
+
+/// Upstream's `FailedDaemonPod` Warning before a failed daemon Pod is replaced.
+async fn report_failed(pc: &PodControl<'_>, pod: &Pod) {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let node = planner::target_node(pod).unwrap_or_default();
+    pc.pod_event(
+        EventType::Warning,
+        "FailedDaemonPod",
+        format!(
+            "Found failed daemon pod {}/{name} on node {node}, will try to kill it",
+            pc.namespace
+        ),
+        Some(name),
+    )
+    .await;
+}
+
+async fn write_status(
+    ctx: &Context,
+    ds: &DaemonSet,
+    namespace: &str,
+    name: &str,
+    new: &DaemonSetStatus,
+) -> Result<(), Error> {
+    let old = ds.status.as_ref();
+    if !status::changed(old, new) {
+        return Ok(());
+    }
+    let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), namespace);
+    // Guarded by the resourceVersion: a status computed from an older set must not win.
+    let mut patch = crate::status_patch::whole_status(old, new);
+    patch["metadata"] = json!({"resourceVersion": ds.metadata.resource_version});
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if is_race(&error) => Ok(()),
+        Err(error) => Err(Error::Kube {
+            context: format!("writing the status of DaemonSet {namespace}/{name}"),
+            source: error,
+        }),
+    }
+}
+
+async fn truncate_history(
+    ctx: &Context,
+    ds: &DaemonSet,
+    namespace: &str,
+    revisions: &[ControllerRevision],
+    update: &str,
+    pods: &[Pod],
+) -> Result<(), Error> {
+    let labels = pods.iter().filter_map(pods::revision_of);
+    let doomed = revisions_to_delete(
+        revisions,
+        update,
+        update,
+        labels,
+        ds.spec.revision_history_limit,
+    );
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    for rev in doomed {
+        let name = rev.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(error) => {
+                return Err(Error::Kube {
+                    context: format!("deleting old revision {name}"),
+                    source: error,
+                });
+            }
+        }
+    }
+    Ok(())
+}
