@@ -330,6 +330,18 @@ async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> a
         for (subset, _, set) in &found {
             ensure!(set.starts_with(&format!("{ud}-{subset}-")), "name {set}");
         }
+        // OpenKruise's Event for the provisioning.
+        eventually("SuccessfulUpdateSubset Event", TIMEOUT, || async {
+            let events = kruise_e2e::cloneset_kit::events_for(&ns, "UnitedDeployment", ud).await?;
+            Ok(events
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("SuccessfulUpdateSubset")
+                        && e.message.as_deref() == Some("Create 3 Subset (StatefulSet)")
+                })
+                .map(|_| ()))
+        })
+        .await?;
         let st = u.status.clone().unwrap_or_default();
         let subset_replicas: Vec<(String, i32)> =
             st.subset_statuses.iter().map(|s| (s.name.clone(), s.replicas)).collect();
