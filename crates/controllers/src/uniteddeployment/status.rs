@@ -299,3 +299,120 @@ fn set_readiness_conditions(status: &mut UnitedDeploymentStatus, replicas: i32, 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::SignedDuration;
+
+    fn later(t: Timestamp, secs: i64) -> Timestamp {
+        t.checked_add(SignedDuration::from_secs(secs)).unwrap_or(t)
+    }
+
+    #[test]
+    fn conditions_follow_upstream_transition_rules() {
+        let t0 = Timestamp::now();
+        let mut status = UnitedDeploymentStatus::default();
+        set_updated_condition(&mut status, "ud-1", "ud-1", t0);
+        set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "",
+            "",
+            t0,
+        );
+        // A new revision: Updated flips to False with the upstream reason and message.
+        set_updated_condition(&mut status, "ud-1", "ud-2", later(t0, 5));
+        let updated = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_UNITED_DEPLOYMENT_UPDATED)
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (
+                updated.status.as_str(),
+                updated.reason.as_str(),
+                updated.message.as_str()
+            ),
+            (
+                "False",
+                "UnitedDeploymentRevisionUpdating",
+                "updating to revision ud-2"
+            )
+        );
+        assert_eq!(updated.last_transition_time, Some(Time(later(t0, 5))));
+        // The same status and reason again changes nothing.
+        set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "",
+            "",
+            later(t0, 9),
+        );
+        let provisioned = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_SUBSET_PROVISIONED)
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(provisioned.last_transition_time, Some(Time(t0)));
+        // Same status, other reason: rewritten, transition time kept, moved to the end.
+        set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "Again",
+            "m",
+            later(t0, 9),
+        );
+        let last = status.conditions.last().cloned().unwrap_or_default();
+        assert_eq!(
+            (last.type_.as_str(), last.reason.as_str()),
+            (CONDITION_SUBSET_PROVISIONED, "Again")
+        );
+        assert_eq!(last.last_transition_time, Some(Time(t0)));
+    }
+
+    #[test]
+    fn readiness_conditions() {
+        let t0 = Timestamp::now();
+        let mut status = UnitedDeploymentStatus {
+            replicas: 4,
+            ready_replicas: 3,
+            updated_ready_replicas: 2,
+            current_revision: "ud-1".into(),
+            updated_revision: "ud-2".into(),
+            ..Default::default()
+        };
+        set_readiness_conditions(&mut status, 4, t0);
+        let get = |s: &UnitedDeploymentStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        assert_eq!(
+            get(&status, CONDITION_AVAILABLE),
+            Some(("False".into(), "MinimumReplicasUnavailable".into()))
+        );
+        assert_eq!(
+            get(&status, CONDITION_PROGRESSING),
+            Some(("True".into(), "RevisionUpdating".into()))
+        );
+        status.ready_replicas = 4;
+        status.updated_ready_replicas = 4;
+        status.current_revision = "ud-2".into();
+        set_readiness_conditions(&mut status, 4, later(t0, 3));
+        assert_eq!(
+            get(&status, CONDITION_AVAILABLE),
+            Some(("True".into(), "MinimumReplicasAvailable".into()))
+        );
+        assert_eq!(
+            get(&status, CONDITION_PROGRESSING),
+            Some(("True".into(), "NewRevisionAvailable".into()))
+        );
+    }
+}
