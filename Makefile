@@ -53,6 +53,7 @@ bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin statefulset-scale
 	$(CARGO) run --release -p kruise-benches --bin sidecarset-scale
 	$(CARGO) run --release -p kruise-benches --bin broadcastjob-scale
+	$(CARGO) run --release -p kruise-benches --bin uniteddeployment-scale
 
 clean-local:
 	rm -rf .local

@@ -330,6 +330,18 @@ async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> a
         for (subset, _, set) in &found {
             ensure!(set.starts_with(&format!("{ud}-{subset}-")), "name {set}");
         }
+        // OpenKruise's Event for the provisioning.
+        eventually("SuccessfulUpdateSubset Event", TIMEOUT, || async {
+            let events = kruise_e2e::cloneset_kit::events_for(&ns, "UnitedDeployment", ud).await?;
+            Ok(events
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("SuccessfulUpdateSubset")
+                        && e.message.as_deref() == Some("Create 3 Subset (StatefulSet)")
+                })
+                .map(|_| ()))
+        })
+        .await?;
         let st = u.status.clone().unwrap_or_default();
         let subset_replicas: Vec<(String, i32)> =
             st.subset_statuses.iter().map(|s| (s.name.clone(), s.replicas)).collect();
@@ -371,8 +383,21 @@ async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> a
         let st3 = u3.status.clone().unwrap_or_default();
         ensure!(st3.current_revision == st2.updated_revision, "still current: {st3:?}");
         ensure!(st3.updated_ready_replicas == 5, "{st3:?}");
-        let b = st3.subset_statuses.iter().find(|s| s.name == "subset-b").map(|s| s.partition);
-        ensure!(b == Some(5), "{st3:?}");
+        let b = st3.subset_statuses.iter().find(|s| s.name == "subset-b");
+        ensure!(b.map(|s| s.partition) == Some(5), "{st3:?}");
+        // Beyond upstream: the subset says why it is short.
+        eventually("subset-b Updated=False Partitioned", TIMEOUT, || async {
+            let u = get_ud(&ns, ud).await?;
+            Ok(u.status.and_then(|s| {
+                s.subset_statuses
+                    .into_iter()
+                    .find(|s| s.name == "subset-b")?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Updated" && c.status == "False" && c.reason == "Partitioned")
+            }))
+        })
+        .await?;
         let cond = st3.conditions.iter().find(|c| c.type_ == "UnitedDeploymentUpdated");
         ensure!(
             cond.is_some_and(|c| c.status == "False" && c.reason == "UnitedDeploymentRevisionUpdating"),
@@ -390,6 +415,13 @@ async fn seed_000_uniteddeployment_spreads_native_statefulsets_over_zones() -> a
         })
         .await
         .with_context(|| format!("{cond:?}"))?;
+        // Beyond upstream: kubectl wait works on Available and Progressing.
+        ns.kubectl(&["wait", "--for=condition=Available", &format!("uniteddeployments.apps.kruise.io/{ud}"), "--timeout=60s"])
+            .await?;
+        let progressing = ns
+            .kubectl(&["get", "uniteddeployments.apps.kruise.io", ud, "-o", "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}"])
+            .await?;
+        ensure!(progressing.trim() == "NewRevisionAvailable", "Progressing reason {progressing}");
         Ok(())
     }))
     .await
@@ -441,6 +473,8 @@ async fn example_cloneset_subsets_split_update_in_place_scale_and_shrink() -> an
         let want: Vec<(&str, usize)> = rule.iter().map(|(s, n)| (s.as_str(), *n)).collect();
         let (_, before) = wait_subsets(&ns, ud, selector, &want, img("1.25"), true).await?;
         assert_zones(&ns, &before, |s| s.to_string()).await?;
+        ns.kubectl(&["wait", "--for=condition=Available", "uniteddeployments.apps.kruise.io/sample-ud", "--timeout=60s"])
+            .await?;
         let clonesets: Api<CloneSet> = ns.api();
         let list = clonesets.list(&ListParams::default()).await?.items;
         ensure!(list.len() == 3, "three CloneSets: {}", list.len());

@@ -10,7 +10,17 @@ use kruise_api::uniteddeployment::v1beta1::{
     UnitedDeploymentStatus, UnitedDeploymentSubsetStatus,
 };
 
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::uniteddeployment::v1beta1::UnitedDeploymentSubsetCondition;
+use kruise_core::rollout::uniteddeployment::{
+    self as planner, SUBSET_CONDITION_UPDATED, SubsetProgress,
+};
+
 use super::reconcile::Observed;
+
+/// Condition types beyond OpenKruise, so that `kubectl wait` and GitOps health checks work.
+pub(crate) const CONDITION_PROGRESSING: &str = "Progressing";
+pub(crate) const CONDITION_AVAILABLE: &str = "Available";
 
 /// What provisioning and updating the subsets came to.
 #[derive(Debug, Default)]
@@ -189,6 +199,17 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
             subset.ready_replicas = seen.ready_replicas;
             subset.partition = next_partitions.get(name).copied().unwrap_or(0);
             subset.reserved_pods = 0;
+            let pods: Vec<&Pod> = seen.pods.iter().map(|p| p.as_ref()).collect();
+            let updated = planner::subset_updated_condition(&SubsetProgress {
+                target: subset.replicas,
+                partition: subset.partition,
+                ready: seen.ready_replicas,
+                updated: seen.updated_replicas,
+                updated_ready: seen.updated_ready_replicas,
+                pods: &pods,
+                workload_failure: planner::workload_failure(&seen.object.data),
+            });
+            set_subset_updated(&mut subset.conditions, updated, now);
         }
     }
     if status.current_revision.is_empty() {
@@ -204,6 +225,7 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
     status
         .conditions
         .retain(|c| c.type_ != CONDITION_SUBSET_FAILURE);
+    set_readiness_conditions(&mut status, ud.spec.replicas.unwrap_or(1), now);
     status.label_selector = ud
         .spec
         .selector
@@ -213,4 +235,184 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
         .unwrap_or_default();
     status.observed_generation = ud.metadata.generation.unwrap_or(0);
     status
+}
+
+/// The subset's `Updated` condition: rewritten (with a new transition time) when status or reason
+/// change, its message kept current otherwise.
+fn set_subset_updated(
+    conditions: &mut Vec<UnitedDeploymentSubsetCondition>,
+    (value, reason, message): (String, String, String),
+    now: Timestamp,
+) {
+    match conditions
+        .iter_mut()
+        .find(|c| c.type_ == SUBSET_CONDITION_UPDATED)
+    {
+        Some(c) if c.status == value && c.reason == reason => c.message = message,
+        _ => planner::set_subset_condition(
+            conditions,
+            SUBSET_CONDITION_UPDATED,
+            (value, reason, message),
+            now,
+        ),
+    }
+}
+
+/// `Available` (all of spec.replicas Ready) and `Progressing` (True while the Pods move to the update
+/// revision, reason `NewRevisionAvailable` once they all run it Ready), as a Deployment has them.
+fn set_readiness_conditions(status: &mut UnitedDeploymentStatus, replicas: i32, now: Timestamp) {
+    let counts = format!(
+        "{} of {} Pods Ready, {} updated and Ready",
+        status.ready_replicas, replicas, status.updated_ready_replicas
+    );
+    let available = status.ready_replicas >= replicas;
+    let (value, reason) = if available {
+        ("True", "MinimumReplicasAvailable")
+    } else {
+        ("False", "MinimumReplicasUnavailable")
+    };
+    set_condition(status, CONDITION_AVAILABLE, value, reason, &counts, now);
+    let complete = status.current_revision == status.updated_revision
+        && status.updated_ready_replicas >= replicas
+        && status.replicas == replicas;
+    let (reason, message) = if complete {
+        (
+            "NewRevisionAvailable",
+            format!(
+                "revision {} is available: {counts}",
+                status.updated_revision
+            ),
+        )
+    } else {
+        (
+            "RevisionUpdating",
+            format!("updating to revision {}: {counts}", status.updated_revision),
+        )
+    };
+    set_condition(status, CONDITION_PROGRESSING, "True", reason, &message, now);
+    // Counts change on every step: keep the messages current without a new transition time.
+    for c in status.conditions.iter_mut() {
+        if c.type_ == CONDITION_AVAILABLE {
+            c.message = counts.clone();
+        } else if c.type_ == CONDITION_PROGRESSING {
+            c.message = message.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::SignedDuration;
+
+    fn later(t: Timestamp, secs: i64) -> Timestamp {
+        t.checked_add(SignedDuration::from_secs(secs)).unwrap_or(t)
+    }
+
+    #[test]
+    fn conditions_follow_upstream_transition_rules() {
+        let t0 = Timestamp::now();
+        let mut status = UnitedDeploymentStatus::default();
+        set_updated_condition(&mut status, "ud-1", "ud-1", t0);
+        set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "",
+            "",
+            t0,
+        );
+        // A new revision: Updated flips to False with the upstream reason and message.
+        set_updated_condition(&mut status, "ud-1", "ud-2", later(t0, 5));
+        let updated = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_UNITED_DEPLOYMENT_UPDATED)
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (
+                updated.status.as_str(),
+                updated.reason.as_str(),
+                updated.message.as_str()
+            ),
+            (
+                "False",
+                "UnitedDeploymentRevisionUpdating",
+                "updating to revision ud-2"
+            )
+        );
+        assert_eq!(updated.last_transition_time, Some(Time(later(t0, 5))));
+        // The same status and reason again changes nothing.
+        set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "",
+            "",
+            later(t0, 9),
+        );
+        let provisioned = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_SUBSET_PROVISIONED)
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(provisioned.last_transition_time, Some(Time(t0)));
+        // Same status, other reason: rewritten, transition time kept, moved to the end.
+        set_condition(
+            &mut status,
+            CONDITION_SUBSET_PROVISIONED,
+            "True",
+            "Again",
+            "m",
+            later(t0, 9),
+        );
+        let last = status.conditions.last().cloned().unwrap_or_default();
+        assert_eq!(
+            (last.type_.as_str(), last.reason.as_str()),
+            (CONDITION_SUBSET_PROVISIONED, "Again")
+        );
+        assert_eq!(last.last_transition_time, Some(Time(t0)));
+    }
+
+    #[test]
+    fn readiness_conditions() {
+        let t0 = Timestamp::now();
+        let mut status = UnitedDeploymentStatus {
+            replicas: 4,
+            ready_replicas: 3,
+            updated_ready_replicas: 2,
+            current_revision: "ud-1".into(),
+            updated_revision: "ud-2".into(),
+            ..Default::default()
+        };
+        set_readiness_conditions(&mut status, 4, t0);
+        let get = |s: &UnitedDeploymentStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        assert_eq!(
+            get(&status, CONDITION_AVAILABLE),
+            Some(("False".into(), "MinimumReplicasUnavailable".into()))
+        );
+        assert_eq!(
+            get(&status, CONDITION_PROGRESSING),
+            Some(("True".into(), "RevisionUpdating".into()))
+        );
+        status.ready_replicas = 4;
+        status.updated_ready_replicas = 4;
+        status.current_revision = "ud-2".into();
+        set_readiness_conditions(&mut status, 4, later(t0, 3));
+        assert_eq!(
+            get(&status, CONDITION_AVAILABLE),
+            Some(("True".into(), "MinimumReplicasAvailable".into()))
+        );
+        assert_eq!(
+            get(&status, CONDITION_PROGRESSING),
+            Some(("True".into(), "NewRevisionAvailable".into()))
+        );
+    }
 }

@@ -381,6 +381,96 @@ pub fn set_subset_condition(
     }
 }
 
+/// Subset condition type (beyond OpenKruise): whether the subset runs its target of Ready Pods at
+/// the update revision, and if not, why not.
+pub const SUBSET_CONDITION_UPDATED: &str = "Updated";
+
+/// What [`subset_updated_condition`] reads about one subset.
+pub struct SubsetProgress<'a> {
+    /// The replicas allocated to the subset.
+    pub target: i32,
+    /// The partition allocated to the subset.
+    pub partition: i32,
+    pub ready: i32,
+    pub updated: i32,
+    pub updated_ready: i32,
+    pub pods: &'a [&'a Pod],
+    /// A failure the subset workload reports (a True `ReplicaFailure`, `FailedCreate`, … condition).
+    pub workload_failure: Option<String>,
+}
+
+/// A True failure condition of a subset workload's status (JSON), as "type: message".
+pub fn workload_failure(workload: &Value) -> Option<String> {
+    let conditions = workload.pointer("/status/conditions")?.as_array()?;
+    conditions.iter().find_map(|c| {
+        let type_ = c.get("type")?.as_str()?;
+        let failing = matches!(
+            type_,
+            "ReplicaFailure" | "FailedCreate" | "FailedUpdate" | "FailedScale"
+        );
+        (failing && c.get("status")?.as_str()? == "True").then(|| {
+            let message = c.get("message").and_then(Value::as_str).unwrap_or_default();
+            format!("{type_}: {message}")
+        })
+    })
+}
+
+/// The subset's `Updated` condition (status, reason, message): True (`Updated`) when it runs its
+/// target of Ready Pods at the update revision; else False with the first reason that explains the
+/// shortfall — `Unschedulable` (Pods the scheduler cannot place, with its message),
+/// `WorkloadFailure` (the subset workload reports a failure), `Partitioned` (the partition holds Pods
+/// at the old revision), or `Progressing`.
+pub fn subset_updated_condition(p: &SubsetProgress<'_>) -> (String, String, String) {
+    let counts = format!(
+        "{} of {} Pods Ready, {} at the update revision ({} Ready), partition {}",
+        p.ready, p.target, p.updated, p.updated_ready, p.partition
+    );
+    if p.ready >= p.target && p.updated_ready >= p.target {
+        return ("True".into(), "Updated".into(), counts);
+    }
+    let unschedulable: Vec<&&Pod> = p
+        .pods
+        .iter()
+        .filter(|pod| {
+            !pods::is_terminating(pod)
+                && pods::condition(pod, "PodScheduled").is_some_and(|c| {
+                    c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+                })
+        })
+        .collect();
+    if let Some(first) = unschedulable.first() {
+        let why = pods::condition(first, "PodScheduled")
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default();
+        return (
+            "False".into(),
+            "Unschedulable".into(),
+            format!(
+                "{counts}; {} Pods cannot be scheduled: {why}",
+                unschedulable.len()
+            ),
+        );
+    }
+    if let Some(failure) = &p.workload_failure {
+        return (
+            "False".into(),
+            "WorkloadFailure".into(),
+            format!("{counts}; the subset workload reports {failure}"),
+        );
+    }
+    if p.partition > 0 && p.updated_ready >= p.target - p.partition && p.ready >= p.target {
+        return (
+            "False".into(),
+            "Partitioned".into(),
+            format!(
+                "{counts}; the partition holds {} Pods at the old revision",
+                p.target - p.updated
+            ),
+        );
+    }
+    ("False".into(), "Progressing".into(), counts)
+}
+
 /// The kind of workload a template provisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TemplateKind {

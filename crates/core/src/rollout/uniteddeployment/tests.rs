@@ -655,3 +655,62 @@ proptest! {
         }
     }
 }
+
+fn progress<'a>(
+    ready: i32,
+    updated: i32,
+    updated_ready: i32,
+    partition: i32,
+    pods: &'a [&'a Pod],
+    failure: Option<&str>,
+) -> SubsetProgress<'a> {
+    SubsetProgress {
+        target: 3,
+        partition,
+        ready,
+        updated,
+        updated_ready,
+        pods,
+        workload_failure: failure.map(str::to_string),
+    }
+}
+
+#[test]
+fn subset_updated_condition_explains_the_shortfall() {
+    let now = Timestamp::now();
+    let mut pending = pod("p-0", 40, true, now);
+    if let Some(c) = pending
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|c| c.first_mut())
+    {
+        c.message = Some("0/3 nodes are available".into());
+    }
+    let reason = |p: &SubsetProgress<'_>| subset_updated_condition(p).1;
+    assert_eq!(reason(&progress(3, 3, 3, 0, &[], None)), "Updated");
+    assert_eq!(reason(&progress(3, 1, 1, 2, &[], None)), "Partitioned");
+    assert_eq!(reason(&progress(2, 2, 2, 0, &[], None)), "Progressing");
+    assert_eq!(
+        reason(&progress(2, 2, 2, 0, &[], Some("ReplicaFailure: quota"))),
+        "WorkloadFailure"
+    );
+    let pods = [&pending];
+    let (status, reason, message) = subset_updated_condition(&progress(2, 2, 2, 0, &pods, None));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "Unschedulable")
+    );
+    assert!(
+        message.ends_with("1 Pods cannot be scheduled: 0/3 nodes are available"),
+        "{message}"
+    );
+    let workload = json!({"status": {"conditions": [
+        {"type": "FailedScale", "status": "False"},
+        {"type": "ReplicaFailure", "status": "True", "message": "exceeded quota"}
+    ]}});
+    assert_eq!(
+        workload_failure(&workload),
+        Some("ReplicaFailure: exceeded quota".into())
+    );
+}
