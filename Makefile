@@ -45,7 +45,8 @@ fmt:
 
 ## bench: scale figures of the test bed, of a 1,000-Pod CloneSet rollout, of a 1,000-Pod Advanced
 ## StatefulSet (and Kubernetes' StatefulSet beside it), of SidecarSet injection and upgrade and of a
-## BroadcastJob on 300 nodes (prints numbers, asserts nothing about time).
+## BroadcastJob and an Advanced DaemonSet (with Kubernetes' DaemonSet beside it) on 300 nodes, and of a
+## 1,000-replica UnitedDeployment over 3 CloneSet subsets (prints numbers, asserts nothing about time).
 bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
 	$(CARGO) build --release -p kruise-manager
@@ -54,6 +55,7 @@ bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin sidecarset-scale
 	$(CARGO) run --release -p kruise-benches --bin broadcastjob-scale
 	$(CARGO) run --release -p kruise-benches --bin uniteddeployment-scale
+	$(CARGO) run --release -p kruise-benches --bin daemonset-scale
 
 clean-local:
 	rm -rf .local

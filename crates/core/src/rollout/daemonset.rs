@@ -412,9 +412,14 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
     let (max_surge, max_unavailable) = surge_and_unavailable(s.rolling(), desired_i32)?;
     let mut plan = Plan::default();
 
-    // Refresh: mark completed in-place updates (and new Pods of an InPlaceIfPossible set) ready.
+    // Refresh: mark completed in-place updates (and new Pods of an InPlaceIfPossible set) ready. An
+    // old Pod whose gate is False without an in-place state is drained for an update whose patch has
+    // not landed yet: marking it ready again would undo the drain and livelock the update.
     for (i, pod) in s.pods.iter().enumerate() {
         if pods::is_terminating(pod) || !inplace::has_readiness_gate(pod) {
+            continue;
+        }
+        if !s.is_updated(pod) && inplace::read_state(pod).is_none() {
             continue;
         }
         let gate_true = pods::condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY)

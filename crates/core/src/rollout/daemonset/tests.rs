@@ -440,6 +440,29 @@ fn a_new_gated_pod_is_marked_in_place_ready() {
 }
 
 #[test]
+fn a_drained_old_pod_is_not_marked_ready_again_but_updated() {
+    let w = World::new(
+        spec(
+            "{updateStrategy: {rollingUpdate: {rollingUpdateType: InPlaceIfPossible, maxUnavailable: 1}}}",
+        ),
+        nodes(1),
+    );
+    let drained = [gated(daemon("n0", 1, OLD, false))
+        .condition("InPlaceUpdateReady", "False", Some(ago(1)))
+        .build()];
+    assert_eq!(
+        summary(&drained, &w.plan(&drained)),
+        ["in-place ds-n0-1"],
+        "the drain stays; the update goes on"
+    );
+    assert!(
+        !w.plan(&drained)
+            .actions
+            .contains(&Action::Fix(Fix::InPlaceReady(0)))
+    );
+}
+
+#[test]
 fn paused_and_on_delete_do_not_roll() {
     let pods = [daemon("n0", 1, OLD, true).build()];
     for yaml in [

@@ -1,0 +1,199 @@
+//! Advanced DaemonSet scale figures on `--nodes` (300) simulated nodes: create → a Ready Pod on every
+//! node; an in-place image rollout (InPlaceIfPossible, maxUnavailable 100%) → every node updated and
+//! Ready; then Kubernetes' own DaemonSet on the same fleet, created and rolled (RollingUpdate,
+//! maxUnavailable 100%, recreate). Prints the times, the apiserver writes to Pods per Pod and the
+//! memory of kruise-manager. Asserts nothing about time.
+//!
+//! kubelet-sim runs as a child process (this binary re-executed with `sim`); kruise-manager is the
+//! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
+//! `$KRUISE_MANAGER_BIN`.
+
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::apps::v1::DaemonSet as NativeDaemonSet;
+use k8s_openapi::api::core::v1::Namespace;
+use kruise_api::daemonset::v1beta1::DaemonSet;
+use kruise_benches::apiserver::PodWrites;
+use kruise_benches::manager::{Manager, print_all_rss};
+use kruise_benches::{on_control_plane, sim};
+use kruise_testkit::control_plane::ControlPlane;
+use kruise_testkit::until;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 300)]
+    nodes: u16,
+    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    manager_args: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
+    Sim,
+}
+
+const NAMESPACE: &str = "bench";
+const TIMEOUT: Duration = Duration::from_secs(1800);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Sim) => sim::run(cli.nodes).await,
+        None => {
+            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
+        }
+    }
+}
+
+fn spec(api_version: &str, name: &str, strategy: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "agent", "image": "agent:v1"}]}
+            },
+            "updateStrategy": strategy,
+        }
+    })
+}
+
+/// The image change both rollouts make (a merge patch: the template has one container).
+fn v2() -> Patch<serde_json::Value> {
+    Patch::Merge(
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:v2"}]}}}}),
+    )
+}
+
+async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
+    sim::spawn(plane, cli.nodes).await?;
+    let client = plane.client().await?;
+    let manager = Manager::start(plane, &cli.manager_args).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(NAMESPACE.into());
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    let nodes = i32::from(cli.nodes);
+    println!(
+        "Advanced DaemonSet on {nodes} simulated nodes, kruise-manager {:?}",
+        cli.manager_args
+    );
+
+    // Advanced DaemonSet: create, then roll in place.
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let ads: DaemonSet = serde_json::from_value(spec(
+        "apps.kruise.io/v1beta1",
+        "ads",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"rollingUpdateType": "InPlaceIfPossible", "maxUnavailable": "100%"}}),
+    ))?;
+    let writes = PodWrites::read(&client).await?;
+    let began = Instant::now();
+    sets.create(&PostParams::default(), &ads).await?;
+    let ads_ready = |updated: bool| {
+        let sets = sets.clone();
+        async move {
+            let ds = sets.get("ads").await?;
+            let s = ds.status.unwrap_or_default();
+            Ok(ds.metadata.generation == Some(s.observed_generation)
+                && s.desired_number_scheduled == nodes
+                && s.number_available == nodes
+                && (!updated || s.updated_number_scheduled == nodes))
+        }
+    };
+    until("ADS Ready on every node", TIMEOUT, || ads_ready(false)).await?;
+    let took = began.elapsed();
+    println!(
+        "ADS create → all Ready: {:.1} s ({:.0} Pods/s)",
+        took.as_secs_f64(),
+        f64::from(nodes) / took.as_secs_f64()
+    );
+    PodWrites::read(&client)
+        .await?
+        .since(&writes)
+        .print(f64::from(nodes));
+    let writes = PodWrites::read(&client).await?;
+    let began = Instant::now();
+    sets.patch("ads", &PatchParams::default(), &v2()).await?;
+    // The status keeps the old counts until the new generation is observed.
+    until("ADS updated in place on every node", TIMEOUT, || {
+        ads_ready(true)
+    })
+    .await?;
+    let took = began.elapsed();
+    println!(
+        "ADS in-place rollout (maxUnavailable 100%) → all updated and Ready: {:.1} s",
+        took.as_secs_f64()
+    );
+    PodWrites::read(&client)
+        .await?
+        .since(&writes)
+        .print(f64::from(nodes));
+    manager.print_rss();
+
+    // Kubernetes' DaemonSet on the same fleet: create, then roll (recreate).
+    let natives: Api<NativeDaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let native: NativeDaemonSet = serde_json::from_value(spec(
+        "apps/v1",
+        "native",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}),
+    ))?;
+    let native_ready = |updated: bool| {
+        let natives = natives.clone();
+        async move {
+            let ds = natives.get("native").await?;
+            let s = ds.status.unwrap_or_default();
+            Ok(ds.metadata.generation == s.observed_generation
+                && s.desired_number_scheduled == nodes
+                && s.number_available == Some(nodes)
+                && (!updated || s.updated_number_scheduled == Some(nodes)))
+        }
+    };
+    let writes = PodWrites::read(&client).await?;
+    let began = Instant::now();
+    natives.create(&PostParams::default(), &native).await?;
+    until("native DaemonSet Ready on every node", TIMEOUT, || {
+        native_ready(false)
+    })
+    .await?;
+    println!(
+        "native DaemonSet create → all Ready: {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    PodWrites::read(&client)
+        .await?
+        .since(&writes)
+        .print(f64::from(nodes));
+    let writes = PodWrites::read(&client).await?;
+    let began = Instant::now();
+    natives
+        .patch("native", &PatchParams::default(), &v2())
+        .await?;
+    until("native DaemonSet rolled on every node", TIMEOUT, || {
+        native_ready(true)
+    })
+    .await?;
+    println!(
+        "native DaemonSet rollout (maxUnavailable 100%, recreate) → all updated and Ready: {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    PodWrites::read(&client)
+        .await?
+        .since(&writes)
+        .print(f64::from(nodes));
+    print_all_rss(plane);
+    Ok(())
+}
