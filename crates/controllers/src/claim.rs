@@ -162,3 +162,54 @@ where
         Ok(verdict)
     }
 }
+
+/// What an owner's `selector` says of an object's labels: `None` when the selector is missing or
+/// unusable (empty), so that nothing is adopted or released on its account.
+pub fn selector_match(
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
+    let selector = selector.filter(|s| kruise_core::ownership::usable_selector(s));
+    move |meta: &ObjectMeta| {
+        selector.map(|s| match &meta.labels {
+            Some(labels) => kruise_api::validation::selector_matches(s, labels),
+            None => kruise_api::validation::selector_matches(s, &Default::default()),
+        })
+    }
+}
+
+/// The owner's ControllerRevisions in its namespace after claiming (Kubernetes'
+/// `ClaimControllerRevisions`); the revisions written are expected in `revisions`, the cache they are
+/// read from.
+pub async fn claim_revisions<O>(
+    pc: &crate::podcontrol::PodControl<'_>,
+    client: &kube::Client,
+    revisions: &kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<O>,
+    matches: impl Fn(&ObjectMeta) -> Option<bool>,
+) -> Result<Option<Vec<k8s_openapi::api::apps::v1::ControllerRevision>>, Error>
+where
+    O: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let api = Api::namespaced(client.clone(), pc.namespace);
+    let in_namespace = revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(pc.namespace));
+    let Some(claimed) = claim_each(&api, in_namespace, claimant, owner, recheck, matches).await?
+    else {
+        return Ok(None);
+    };
+    for revision in claimed.written {
+        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
+        {
+            pc.expect(kruise_core::expectations::Expectation::observed(
+                "ControllerRevision",
+                name,
+                rv,
+            ));
+        }
+    }
+    Ok(Some(claimed.owned))
+}

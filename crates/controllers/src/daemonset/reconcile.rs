@@ -8,14 +8,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
 use kruise_api::keys;
-use kruise_api::validation::selector_matches;
-use kruise_core::expectations::Expectation;
 use kruise_core::nodefit;
-use kruise_core::ownership::{Claimant, usable_selector};
+use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
@@ -33,7 +31,7 @@ use serde_json::json;
 
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
-use crate::claim::{Recheck, claim_each};
+use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
 use crate::error::{KubeContext, is_race};
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
 
@@ -115,7 +113,16 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     if adopted {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    let Some(mut revisions) = claim_revisions(ctx, &pc, ds, claimant, &owner, &mut recheck).await?
+    let Some(mut revisions) = claim_revisions(
+        &pc,
+        &ctx.client,
+        &ctx.revisions,
+        claimant,
+        &owner,
+        &mut recheck,
+        selector_match(ds.spec.selector.as_ref()),
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -222,18 +229,6 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     Ok(Action::requeue(after.max(Duration::from_millis(100))))
 }
 
-/// Whether an object's labels match the set's selector; `None` when the selector cannot be used to
-/// claim anything.
-fn selector_match(ds: &DaemonSet) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
-    let selector = ds.spec.selector.as_ref().filter(|s| usable_selector(s));
-    move |meta: &ObjectMeta| {
-        selector.map(|s| match &meta.labels {
-            Some(labels) => selector_matches(s, labels),
-            None => selector_matches(s, &BTreeMap::new()),
-        })
-    }
-}
-
 /// The set's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods plus matching active
 /// orphans, adopted; owned Pods relabelled out of the selector are released. `None` when the set is
 /// gone or being deleted.
@@ -257,7 +252,7 @@ async fn claim_pods(
         claimant,
         owner,
         recheck,
-        selector_match(ds),
+        selector_match(ds.spec.selector.as_ref()),
     )
     .await?
     else {
@@ -267,42 +262,6 @@ async fn claim_pods(
         pc.observe(pod);
     }
     Ok(Some((claimed.owned, claimed.adopting)))
-}
-
-/// The set's ControllerRevisions after claiming (Kubernetes' `ClaimControllerRevisions`).
-async fn claim_revisions(
-    ctx: &Context,
-    pc: &PodControl<'_>,
-    ds: &DaemonSet,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<DaemonSet>,
-) -> Result<Option<Vec<ControllerRevision>>, Error> {
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
-    let in_namespace = ctx
-        .revisions
-        .state()
-        .into_iter()
-        .filter(|r| r.metadata.namespace.as_deref() == Some(pc.namespace));
-    let Some(claimed) = claim_each(
-        &api,
-        in_namespace,
-        claimant,
-        owner,
-        recheck,
-        selector_match(ds),
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    for revision in claimed.written {
-        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
-        {
-            pc.expect(Expectation::observed("ControllerRevision", name, rv));
-        }
-    }
-    Ok(Some(claimed.owned))
 }
 
 /// The update revision (the newest if it records the template, an older equal one renumbered, or

@@ -8,15 +8,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
 use kruise_api::statefulset::v1beta1::{
     StatefulSet, StatefulSetStatus, VOLUME_CLAIM_UPDATE_ON_POD_ROLLING_UPDATE,
 };
-use kruise_api::validation::selector_matches;
-use kruise_core::expectations::Expectation;
-use kruise_core::ownership::{Claimant, usable_selector};
+use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
@@ -34,7 +32,7 @@ use serde_json::json;
 
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
-use crate::claim::{Recheck, claim_each};
+use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
 use crate::error::{KubeContext, is_race};
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
 
@@ -124,8 +122,16 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
             .and_then(|n| ordinal_of(&name, n))
     });
 
-    let Some(mut revisions) =
-        claim_revisions(ctx, &pc, set, claimant, &owner, &mut recheck).await?
+    let Some(mut revisions) = claim_revisions(
+        &pc,
+        &ctx.client,
+        &ctx.revisions,
+        claimant,
+        &owner,
+        &mut recheck,
+        selector_match(set.spec.selector.as_ref()),
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -275,18 +281,6 @@ fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
     })
 }
 
-/// Whether an object's labels match the set's selector; `None` when the selector cannot be used
-/// to claim anything.
-fn selector_match(set: &StatefulSet) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
-    let selector = set.spec.selector.as_ref().filter(|s| usable_selector(s));
-    move |meta: &ObjectMeta| {
-        selector.map(|s| match &meta.labels {
-            Some(labels) => selector_matches(s, labels),
-            None => selector_matches(s, &BTreeMap::new()),
-        })
-    }
-}
-
 /// The set's Pods after claiming (Kubernetes' `ClaimPods` with the StatefulSet's member filter):
 /// owned Pods, plus orphans named `<set>-<ordinal>` whose labels match, adopted; owned Pods
 /// relabelled out of the selector are released. `None` when the set is gone or being deleted.
@@ -318,7 +312,7 @@ async fn claim_pods(
         claimant,
         owner,
         recheck,
-        selector_match(set),
+        selector_match(set.spec.selector.as_ref()),
     )
     .await?
     else {
@@ -328,42 +322,6 @@ async fn claim_pods(
         pc.observe(pod);
     }
     Ok(Some((claimed.owned, claimed.adopting)))
-}
-
-/// The set's ControllerRevisions after claiming (Kubernetes' `ClaimControllerRevisions`).
-async fn claim_revisions(
-    ctx: &Context,
-    pc: &PodControl<'_>,
-    set: &StatefulSet,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<StatefulSet>,
-) -> Result<Option<Vec<ControllerRevision>>, Error> {
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
-    let in_namespace = ctx
-        .revisions
-        .state()
-        .into_iter()
-        .filter(|r| r.metadata.namespace.as_deref() == Some(pc.namespace));
-    let Some(claimed) = claim_each(
-        &api,
-        in_namespace,
-        claimant,
-        owner,
-        recheck,
-        selector_match(set),
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    for revision in claimed.written {
-        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
-        {
-            pc.expect(Expectation::observed("ControllerRevision", name, rv));
-        }
-    }
-    Ok(Some(claimed.owned))
 }
 
 /// The update revision (the newest if it records the template, an older equal one renumbered, or
