@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
@@ -117,19 +117,6 @@ pub fn params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
-    }
-}
-
-impl Ctx {
-    /// The Pods the workload's selector matches.
-    pub async fn selected_pods(&self, object: &Value) -> anyhow::Result<Vec<Pod>> {
-        let selector = selector_string(object)?;
-        let list = self
-            .pods()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .with_context(|| format!("listing Pods {selector:?}"))?;
-        Ok(list.items)
     }
 }
 

@@ -88,10 +88,11 @@ pub fn update_mode(kind: Kind, object: &Value) -> &'static str {
             .unwrap_or_default()
     };
     let in_place = match kind {
-        Kind::CloneSet => policy("/spec/updateStrategy/type"),
+        Kind::CloneSet => policy("/spec/updateStrategy/rollingUpdate/podUpdatePolicy"),
         Kind::AdvancedStatefulSet => policy("/spec/updateStrategy/rollingUpdate/podUpdatePolicy"),
         Kind::AdvancedDaemonSet => policy("/spec/updateStrategy/rollingUpdate/type"),
         Kind::UnitedDeployment => [
+            "/spec/template/cloneSetTemplate/spec/updateStrategy/rollingUpdate/podUpdatePolicy",
             "/spec/template/cloneSetTemplate/spec/updateStrategy/type",
             "/spec/template/advancedStatefulSetTemplate/spec/updateStrategy/rollingUpdate/podUpdatePolicy",
         ]
@@ -149,7 +150,7 @@ mod tests {
             (
                 Kind::CloneSet,
                 true,
-                Ok(json!({"spec": {"updateStrategy": {"paused": true}}})),
+                Ok(json!({"spec": {"updateStrategy": {"rollingUpdate": {"paused": true}}}})),
             ),
             (
                 Kind::AdvancedStatefulSet,
@@ -235,12 +236,12 @@ mod tests {
         let cases = [
             (
                 Kind::CloneSet,
-                json!({"spec": {"updateStrategy": {"type": "InPlaceIfPossible"}}}),
+                json!({"spec": {"updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}}}}),
                 "in place",
             ),
             (
                 Kind::CloneSet,
-                json!({"spec": {"updateStrategy": {"type": "ReCreate"}}}),
+                json!({"spec": {"updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "ReCreate"}}}}),
                 "by recreating Pods",
             ),
             (

@@ -135,6 +135,15 @@ mod tests {
         })
     }
 
+    /// (name, CloneSet, --pods, the Pods read, the patch or an error fragment).
+    type Case<'a> = (
+        &'a str,
+        &'a Value,
+        Vec<String>,
+        Vec<Option<Pod>>,
+        Result<Value, &'a str>,
+    );
+
     #[test]
     fn plan_table() {
         let cs = json!({"metadata": {"name": "web", "uid": "u1"}, "spec": {"replicas": 3}});
@@ -145,13 +154,7 @@ mod tests {
             p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         }
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let cases: Vec<(
-            &str,
-            &Value,
-            Vec<String>,
-            Vec<Option<Pod>>,
-            Result<Value, &str>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "one Pod, no scaleStrategy yet",
                 &cs,

@@ -143,19 +143,20 @@ pub fn apply(containers: &mut [Value], edit: &Edit) -> anyhow::Result<bool> {
     Ok(before != containers)
 }
 
-/// The patch: a `test` of the resourceVersion read, the new containers, and the change-cause when
-/// recorded.
+/// The patch: a `test` of the containers read (so a concurrent edit is not overwritten; the
+/// resourceVersion would also move with every status write), the new containers, and the
+/// change-cause when recorded.
 pub fn patch(
     object: &Value,
     containers: Vec<Value>,
     cause: Option<&str>,
 ) -> anyhow::Result<json_patch::Patch> {
-    let rv = object
-        .pointer("/metadata/resourceVersion")
+    let read = object
+        .pointer("/spec/template/spec/containers")
         .cloned()
-        .context("the object has no resourceVersion")?;
+        .context("the object has no containers")?;
     let mut ops = vec![
-        json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
+        json!({"op": "test", "path": "/spec/template/spec/containers", "value": read}),
         json!({"op": "replace", "path": "/spec/template/spec/containers", "value": containers}),
     ];
     if let Some(cause) = cause {
@@ -215,9 +216,12 @@ mod tests {
             .collect()
     }
 
+    /// (name, edit, (changed, containers after) or an error fragment).
+    type Case = (&'static str, Edit, Result<(bool, Value), &'static str>);
+
     #[test]
     fn edits() {
-        let cases: Vec<(&str, Edit, Result<(bool, Value), &str>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "image of one",
                 Edit::Image(s(&[("app", "nginx:2")])),
@@ -324,13 +328,13 @@ mod tests {
     }
 
     #[test]
-    fn patch_guards_the_resource_version_and_records_the_cause() {
-        let object = json!({"metadata": {"resourceVersion": "7"}});
+    fn patch_guards_the_containers_read_and_records_the_cause() {
+        let object = json!({"spec": {"template": {"spec": {"containers": [{"name": "b"}]}}}});
         let p = patch(&object, vec![json!({"name": "a"})], Some("set image")).expect("patch");
         assert_eq!(
             serde_json::to_value(p).expect("json"),
             json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "test", "path": "/spec/template/spec/containers", "value": [{"name": "b"}]},
                 {"op": "replace", "path": "/spec/template/spec/containers", "value": [{"name": "a"}]},
                 {"op": "add", "path": "/metadata/annotations", "value": {"kubernetes.io/change-cause": "set image"}}
             ])

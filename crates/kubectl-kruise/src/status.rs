@@ -95,7 +95,7 @@ pub fn progress(kind: Kind, v: &Value) -> anyhow::Result<Progress> {
             let partition = match kind {
                 Kind::CloneSet => i64::from(
                     partition_replicas(
-                        int_or_string(v, "/spec/updateStrategy/partition").as_ref(),
+                        int_or_string(v, "/spec/updateStrategy/rollingUpdate/partition").as_ref(),
                         replicas as i32,
                     )
                     .map_err(anyhow::Error::msg)?,
@@ -354,7 +354,7 @@ mod tests {
             (
                 "paused midway",
                 cs(
-                    json!({"replicas": 4, "updateStrategy": {"paused": true}}),
+                    json!({"replicas": 4, "updateStrategy": {"rollingUpdate": {"paused": true}}}),
                     json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1}),
                 ),
                 Waiting("Waiting for rollout to finish: 1 out of 4 new replicas have been updated... (rollout paused)".into()),
@@ -380,7 +380,7 @@ mod tests {
             (
                 "partition 40% of 5 keeps 2",
                 cs(
-                    json!({"replicas": 5, "updateStrategy": {"partition": "40%"}}),
+                    json!({"replicas": 5, "updateStrategy": {"rollingUpdate": {"partition": "40%"}}}),
                     json!({"observedGeneration": 2, "replicas": 5, "updatedReplicas": 3,
                            "updatedAvailableReplicas": 3}),
                 ),

@@ -176,8 +176,8 @@ impl Kind {
     /// JSON pointer of the field pause/resume set, when the kind can be paused.
     pub fn paused_pointer(self) -> Option<&'static str> {
         match self {
-            Kind::CloneSet | Kind::SidecarSet => Some("/spec/updateStrategy/paused"),
-            Kind::AdvancedStatefulSet | Kind::AdvancedDaemonSet => {
+            Kind::SidecarSet => Some("/spec/updateStrategy/paused"),
+            Kind::CloneSet | Kind::AdvancedStatefulSet | Kind::AdvancedDaemonSet => {
                 Some("/spec/updateStrategy/rollingUpdate/paused")
             }
             Kind::Deployment => Some("/spec/paused"),
@@ -225,9 +225,16 @@ impl Target {
 mod tests {
     use super::*;
 
+    /// (resource, name, (kind, name) or an error fragment).
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        Result<(Kind, &'static str), &'static str>,
+    );
+
     #[test]
     fn parse_table() {
-        let cases: &[(&str, Option<&str>, Result<(Kind, &str), &str>)] = &[
+        let cases: &[Case] = &[
             ("cloneset/web", None, Ok((Kind::CloneSet, "web"))),
             ("CloneSet", Some("web"), Ok((Kind::CloneSet, "web"))),
             ("asts/db", None, Ok((Kind::AdvancedStatefulSet, "db"))),

@@ -1,0 +1,369 @@
+//! `kubectl kruise` end to end: the built `kubectl-kruise` binary run against the real control plane,
+//! each test in its own namespace (concurrently).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_e2e::cloneset_kit::{
+    CONTAINER, active_pods, apply, cloneset, describe, holds, name, spec_image, status, uid,
+    wait_converged,
+};
+use kruise_testkit::{TestNamespace, eventually, testbed};
+use kube::api::Api;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What one run of the plugin printed.
+#[derive(Debug)]
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+fn plugin() -> anyhow::Result<PathBuf> {
+    kruise_testkit::manager::workspace_binary(
+        "kubectl-kruise",
+        "KUBECTL_KRUISE_BIN",
+        "kubectl-kruise",
+    )
+}
+
+/// `kubectl-kruise <args> --kubeconfig <admin> -n <namespace>`.
+async fn kruise(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<Run> {
+    let output = tokio::process::Command::new(plugin()?)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(testbed().plane.kubeconfig_path())
+        .args(["-n", &ns.name])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .context("running kubectl-kruise")?;
+    Ok(Run {
+        ok: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// Runs the plugin and fails unless it exits 0; returns stdout.
+async fn kruise_ok(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
+    let run = kruise(ns, args).await?;
+    ensure!(run.ok, "kubectl-kruise {args:?} failed: {run:?}");
+    Ok(run.stdout)
+}
+
+/// Pod name → (UID, restartCount of every container).
+fn identities(pods: &[Pod]) -> BTreeMap<String, (String, Vec<i32>)> {
+    pods.iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|cs| cs.iter().map(|c| c.restart_count).collect())
+                .unwrap_or_default();
+            (name(p), (uid(p), restarts))
+        })
+        .collect()
+}
+
+async fn cloneset_status(ns: &TestNamespace, cs: &str) -> anyhow::Result<(i32, i32)> {
+    let api: Api<CloneSet> = ns.api();
+    let s = status(&api.get(cs).await?);
+    Ok((s.updated_replicas, s.replicas))
+}
+
+/// Seed 000 driven by the plugin: set image, status, history, undo in place, pause midway, resume.
+#[tokio::test]
+async fn seed_walkthrough_driven_by_kubectl_kruise() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-seed").await?;
+    ns.run(async {
+        let sample = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/cloneset-sample.yaml"),
+        )?;
+        ns.apply(&sample).await?;
+        let (_, before) = wait_converged(&ns, "sample", 2, TIMEOUT).await?;
+        let pods: Api<Pod> = ns.api();
+
+        let out = kruise_ok(
+            &ns,
+            &["set", "image", "cloneset/sample", "nginx=nginx:1.19.1"],
+        )
+        .await?;
+        ensure!(out.contains("image updated"), "{out}");
+        let out = kruise_ok(
+            &ns,
+            &["rollout", "status", "cloneset/sample", "--timeout", "90s"],
+        )
+        .await?;
+        ensure!(
+            out.contains("cloneset \"sample\" successfully rolled out"),
+            "{out}"
+        );
+        ensure!(
+            cloneset_status(&ns, "sample").await? == (2, 2),
+            "2/2 updated once status returns 0"
+        );
+
+        let out = kruise_ok(&ns, &["rollout", "history", "cloneset/sample"]).await?;
+        let rows: Vec<&str> = out.lines().skip(2).collect();
+        ensure!(
+            rows.len() == 2 && rows[0].starts_with('1') && rows[1].starts_with('2'),
+            "history shows 2 revisions: {out}"
+        );
+        let out = kruise_ok(
+            &ns,
+            &["rollout", "history", "cloneset/sample", "--revision", "1"],
+        )
+        .await?;
+        ensure!(
+            out.contains("image: nginx:alpine"),
+            "revision 1's template: {out}"
+        );
+
+        let out = kruise_ok(&ns, &["rollout", "undo", "cloneset/sample"]).await?;
+        ensure!(out.contains("rolled back to revision 1"), "{out}");
+        kruise_ok(
+            &ns,
+            &["rollout", "status", "cloneset/sample", "--timeout", "90s"],
+        )
+        .await?;
+        let (_, after) = wait_converged(&ns, "sample", 2, TIMEOUT).await?;
+        let uids = |p: &[Pod]| p.iter().map(uid).collect::<Vec<_>>();
+        ensure!(
+            uids(&before) == uids(&after),
+            "undo kept the Pods: {}",
+            describe(&after)
+        );
+        ensure!(
+            after
+                .iter()
+                .all(|p| spec_image(p).as_deref() == Some("nginx:alpine")),
+            "undo brought nginx:alpine back: {}",
+            describe(&after)
+        );
+
+        // Pause midway: minReadySeconds holds the second Pod back while the first becomes available.
+        ns.kubectl(&[
+            "patch",
+            "cloneset",
+            "sample",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minReadySeconds":8}}"#,
+        ])
+        .await?;
+        kruise_ok(
+            &ns,
+            &["set", "image", "cloneset/sample", "nginx=nginx:1.19.2"],
+        )
+        .await?;
+        eventually("one Pod updated to nginx:1.19.2", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=sample").await?;
+            Ok(list
+                .iter()
+                .any(|p| spec_image(p).as_deref() == Some("nginx:1.19.2"))
+                .then_some(()))
+        })
+        .await?;
+        let out = kruise_ok(&ns, &["rollout", "pause", "cloneset/sample"]).await?;
+        ensure!(out.contains("paused"), "{out}");
+        holds(
+            "the paused rollout stays at 1 of 2",
+            Duration::from_secs(12),
+            || async {
+                let list = active_pods(&pods, "app=sample").await?;
+                let new = list
+                    .iter()
+                    .filter(|p| spec_image(p).as_deref() == Some("nginx:1.19.2"))
+                    .count();
+                let status = cloneset_status(&ns, "sample").await?;
+                ensure!(
+                    new == 1 && status.0 == 1,
+                    "updated/replicas {status:?}, Pods: {}",
+                    describe(&list)
+                );
+                Ok(true)
+            },
+        )
+        .await?;
+        let out = kruise_ok(
+            &ns,
+            &["rollout", "status", "cloneset/sample", "--watch=false"],
+        )
+        .await?;
+        ensure!(
+            out.contains("1 out of 2") && out.contains("paused"),
+            "status while paused: {out}"
+        );
+        kruise_ok(&ns, &["rollout", "resume", "cloneset/sample"]).await?;
+        kruise_ok(
+            &ns,
+            &["rollout", "status", "cloneset/sample", "--timeout", "90s"],
+        )
+        .await?;
+        let (_, done) = wait_converged(&ns, "sample", 2, TIMEOUT).await?;
+        ensure!(
+            uids(&before) == uids(&done),
+            "the whole walkthrough kept the Pods"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn status_fails_on_progress_deadline() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-deadline").await?;
+    ns.run(async {
+        let spec = json!({"progressDeadlineSeconds": 5,
+            "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1}}});
+        apply(&ns, &cloneset("stuck", 2, "nginx:alpine", spec)).await?;
+        wait_converged(&ns, "stuck", 2, TIMEOUT).await?;
+        kruise_ok(
+            &ns,
+            &[
+                "set",
+                "image",
+                "cloneset/stuck",
+                "nginx=invalid.registry.k8s.io/nginx:1",
+            ],
+        )
+        .await?;
+        let run = kruise(
+            &ns,
+            &["rollout", "status", "cloneset/stuck", "--timeout", "80s"],
+        )
+        .await?;
+        ensure!(!run.ok, "status must fail: {run:?}");
+        ensure!(
+            run.stderr
+                .contains("cloneset \"stuck\" exceeded its progress deadline"),
+            "the ProgressDeadlineExceeded message: {run:?}"
+        );
+        ensure!(
+            run.stdout.contains("Waiting for rollout to finish"),
+            "progress was printed: {run:?}"
+        );
+
+        let run = kruise(
+            &ns,
+            &["rollout", "status", "cloneset/missing", "--timeout", "5s"],
+        )
+        .await?;
+        ensure!(
+            !run.ok
+                && run
+                    .stderr
+                    .contains("clonesets.apps.kruise.io \"missing\" not found"),
+            "{run:?}"
+        );
+        let run = kruise(&ns, &["rollout", "status", "pod/x"]).await?;
+        ensure!(
+            !run.ok && run.stderr.contains("unknown resource type"),
+            "{run:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn restart_in_place_keeps_pods_and_restarts_each_container() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-restart").await?;
+    ns.run(async {
+        let spec = json!({
+            "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1}},
+            "template": {"spec": {"containers": [
+                {"name": CONTAINER, "image": "nginx:alpine"},
+                {"name": "sidecar", "image": "busybox:1.36"}]}}
+        });
+        apply(&ns, &cloneset("web", 3, "nginx:alpine", spec)).await?;
+        let (_, before) = wait_converged(&ns, "web", 3, TIMEOUT).await?;
+        let out = kruise_ok(&ns, &["rollout", "restart", "cloneset/web"]).await?;
+        ensure!(out.contains("restarted (in place)"), "{out}");
+        kruise_ok(
+            &ns,
+            &["rollout", "status", "cloneset/web", "--timeout", "90s"],
+        )
+        .await?;
+        let (_, after) = wait_converged(&ns, "web", 3, TIMEOUT).await?;
+        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
+            .into_iter()
+            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 1).collect())))
+            .collect();
+        ensure!(
+            identities(&after) == want,
+            "same Pods, every container restarted once: before {:?}, after {:?}",
+            identities(&before),
+            identities(&after)
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn scaledown_deletes_exactly_the_named_pod() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-scaledown").await?;
+    ns.run(async {
+        apply(&ns, &cloneset("web", 3, "nginx:alpine", json!({}))).await?;
+        let (_, before) = wait_converged(&ns, "web", 3, TIMEOUT).await?;
+        let victim = name(&before[1]);
+
+        ns.apply(
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranger"},
+            "spec": {"containers": [{"name": "c", "image": "nginx:alpine"}]}})
+            .to_string(),
+        )
+        .await?;
+        let run = kruise(
+            &ns,
+            &[
+                "scaledown",
+                "cloneset/web",
+                "--pods",
+                &format!("{victim},stranger"),
+            ],
+        )
+        .await?;
+        ensure!(
+            !run.ok
+                && run
+                    .stderr
+                    .contains("pod \"stranger\" is not owned by cloneset \"web\""),
+            "a foreign Pod is refused: {run:?}"
+        );
+
+        kruise_ok(&ns, &["scaledown", "cloneset/web", "--pods", &victim]).await?;
+        let (_, after) = wait_converged(&ns, "web", 2, TIMEOUT).await?;
+        let kept: Vec<(String, String)> = before
+            .iter()
+            .filter(|p| name(p) != victim)
+            .map(|p| (name(p), uid(p)))
+            .collect();
+        let now: Vec<(String, String)> = after.iter().map(|p| (name(p), uid(p))).collect();
+        ensure!(
+            kept == now,
+            "{victim} gone, the others kept: {}",
+            describe(&after)
+        );
+        Ok(())
+    })
+    .await
+}
