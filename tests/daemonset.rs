@@ -668,6 +668,9 @@ async fn surge_paused_and_on_delete() -> anyhow::Result<()> {
     .await
 }
 
+/// One observed version of a Pod: name, resourceVersion, spec image, `InPlaceUpdateReady` status.
+type PodVersion = (String, String, String, String);
+
 /// The #2276 drain on an Advanced DaemonSet: an in-place update takes each Pod out of service
 /// (`InPlaceUpdateReady` False, so `Ready` False and endpoints drop it) before its container is
 /// restarted. A watch records every version of every Pod while kubelet-sim keeps writing their status:
@@ -706,8 +709,7 @@ async fn in_place_update_never_restarts_a_pod_that_is_in_service() -> anyhow::Re
             before.iter().map(|p| (name(p), uid(p))).collect();
         // Every version of every Pod from now on: (name, resourceVersion, spec image, gate status).
         let pods_api: Api<Pod> = ns.api();
-        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, String)>>> =
-            std::sync::Arc::default();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<PodVersion>>> = std::sync::Arc::default();
         let recorder = {
             let seen = seen.clone();
             let stream = watcher(pods_api.clone(), watcher::Config::default().labels(selector))
