@@ -9,8 +9,8 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::{
-    CONTAINER, active_pods, apply, cloneset, describe, holds, name, spec_image, status, uid,
-    wait_converged,
+    CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, name, spec_image,
+    status, uid, wait_converged,
 };
 use kruise_testkit::{TestNamespace, eventually, testbed};
 use kube::api::Api;
@@ -362,6 +362,104 @@ async fn scaledown_deletes_exactly_the_named_pod() -> anyhow::Result<()> {
             kept == now,
             "{victim} gone, the others kept: {}",
             describe(&after)
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// `rollout plan` on a partitioned CloneSet with priority weights names exactly the Pods the controller
+/// then updates, in that order, and the ones the partition keeps.
+#[tokio::test]
+async fn rollout_plan_predicts_the_controllers_order() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-plan").await?;
+    ns.run(async {
+        let spec = json!({"updateStrategy": {"rollingUpdate": {
+            "podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1, "partition": 2,
+            "priorityStrategy": {"weightPriority": [
+                {"weight": 100, "matchSelector": {"matchLabels": {"prio": "high"}}},
+                {"weight": 50, "matchSelector": {"matchLabels": {"prio": "mid"}}}]}}}});
+        apply(&ns, &cloneset("web", 5, "nginx:alpine", spec)).await?;
+        let (cs, before) = wait_converged(&ns, "web", 5, TIMEOUT).await?;
+        let (high, mid) = (name(&before[3]), name(&before[0]));
+        ns.kubectl(&["label", "pod", &high, "prio=high"]).await?;
+        ns.kubectl(&["label", "pod", &mid, "prio=mid"]).await?;
+
+        let text = kruise_ok(
+            &ns,
+            &[
+                "rollout",
+                "plan",
+                "cloneset/web",
+                "--image",
+                "nginx=nginx:1.19.1",
+            ],
+        )
+        .await?;
+        ensure!(
+            text.contains("in place") && text.contains("Stay at their revision (partition 2)"),
+            "{text}"
+        );
+        let plan: serde_json::Value = serde_json::from_str(
+            &kruise_ok(
+                &ns,
+                &[
+                    "rollout",
+                    "plan",
+                    "cloneset/web",
+                    "--image",
+                    "nginx=nginx:1.19.1",
+                    "-o",
+                    "json",
+                ],
+            )
+            .await?,
+        )?;
+        let planned: Vec<String> = plan["steps"]
+            .as_array()
+            .context("steps")?
+            .iter()
+            .map(|s| s["pod"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let stay: Vec<String> = serde_json::from_value(plan["stay"].clone())?;
+        ensure!(
+            planned.len() == 3 && planned[0] == high && planned[1] == mid && stay.len() == 2,
+            "weights first, 3 updated, 2 kept: {plan}"
+        );
+        ensure!(
+            plan["steps"]
+                .as_array()
+                .is_some_and(|s| s.iter().all(|s| s["action"] == "InPlace")),
+            "an image change is in place: {plan}"
+        );
+
+        let old = status(&cs).update_revision;
+        let order = RevisionOrder::start(&ns, "app=web", &old).await?;
+        kruise_ok(&ns, &["set", "image", "cloneset/web", "nginx=nginx:1.19.1"]).await?;
+        kruise_ok(
+            &ns,
+            &["rollout", "status", "cloneset/web", "--timeout", "90s"],
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let after = active_pods(&pods, "app=web").await?;
+        let kept: Vec<String> = after
+            .iter()
+            .filter(|p| spec_image(p).as_deref() == Some("nginx:alpine"))
+            .map(name)
+            .collect();
+        let mut stay_sorted = stay.clone();
+        stay_sorted.sort();
+        ensure!(
+            order.order() == planned,
+            "planned {planned:?}, controller {:?}",
+            order.order()
+        );
+        ensure!(
+            kept == stay_sorted,
+            "planned to stay {stay:?}, kept {kept:?}"
         );
         Ok(())
     })

@@ -4,6 +4,7 @@ mod cluster;
 mod control;
 mod history;
 mod output;
+mod plan;
 mod scaledown;
 mod set;
 mod status;
@@ -120,6 +121,23 @@ enum Rollout {
         resource: String,
         name: Option<String>,
     },
+    /// Preview the next rollout of a CloneSet: which Pods, in which order and batches, in place or
+    /// recreated and why, which stay old — from kruise-rs's own planner, before anything is applied.
+    #[command(
+        after_help = "Examples:\n  kubectl kruise rollout plan cloneset/web --image nginx=nginx:1.26\n  kubectl kruise rollout plan cloneset/web -f web-v2.yaml\n  kubectl kruise rollout plan cloneset/web          # the rollout in progress"
+    )]
+    Plan {
+        resource: String,
+        name: Option<String>,
+        /// The manifest about to be applied (`-` for stdin).
+        #[arg(short = 'f', long)]
+        filename: Option<String>,
+        /// CONTAINER=IMAGE changes to preview (repeatable).
+        #[arg(long)]
+        image: Vec<String>,
+        #[arg(short = 'o', long)]
+        output: Option<Output>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -234,6 +252,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let t = target(&resource, &name)?;
                     control::paused_patch(t.kind, false)?;
                     control::pause(&ctx_for().await?, &t, false).await
+                }
+                Rollout::Plan {
+                    resource,
+                    name,
+                    filename,
+                    image,
+                    output,
+                } => {
+                    let t = target(&resource, &name)?;
+                    let images = set::pairs(&image, "image")?;
+                    plan::run(&ctx_for().await?, &t, filename.as_deref(), &images, output).await
                 }
                 Rollout::Restart { resource, name } => {
                     let t = target(&resource, &name)?;
