@@ -465,3 +465,74 @@ async fn rollout_plan_predicts_the_controllers_order() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `rollout status sidecarset/NAME` follows an in-place sidecar upgrade until every matched Pod runs
+/// the new sidecar.
+#[tokio::test]
+async fn rollout_status_follows_a_sidecar_upgrade() -> anyhow::Result<()> {
+    use kruise_api::sidecarset::v1beta1::SidecarSet;
+    use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, test_pod};
+
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-sidecar").await?;
+    let name = format!("logtail-{}", ns.name);
+    ns.run(async {
+        let labels = json!({"app": "kk-sidecar"});
+        apply_logtail(
+            &ns,
+            &name,
+            &labels,
+            json!({"updateStrategy": {"maxUnavailable": 1}}),
+        )
+        .await?;
+        for i in 0..3 {
+            ns.apply(&test_pod(&format!("pod-{i}"), labels.clone()).to_string())
+                .await?;
+        }
+        let pods: Api<Pod> = ns.api();
+        eventually("3 injected Pods Ready", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=kk-sidecar").await?;
+            let ready = list
+                .iter()
+                .filter(|p| {
+                    kruise_e2e::is_ready(p) && sidecarset_kit::container(p, LOGTAIL).is_some()
+                })
+                .count();
+            Ok((ready == 3).then_some(()))
+        })
+        .await?;
+        let target = format!("sidecarset/{name}");
+        kruise_ok(&ns, &["rollout", "status", &target, "--timeout", "60s"]).await?;
+        let before = active_pods(&pods, "app=kk-sidecar").await?;
+
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        let image = "log-service/logtail:v2";
+        sidecarset_kit::set_image(&sidecarsets, &name, image).await?;
+        let out = kruise_ok(&ns, &["rollout", "status", &target, "--timeout", "90s"]).await?;
+        ensure!(
+            out.contains(&format!(
+                "sidecarset \"{name}\" successfully rolled out (3 of 3 matched Pods updated)"
+            )),
+            "{out}"
+        );
+        let after = active_pods(&pods, "app=kk-sidecar").await?;
+        let uids = |p: &[Pod]| p.iter().map(uid).collect::<Vec<_>>();
+        ensure!(
+            uids(&before) == uids(&after),
+            "upgraded in place: {}",
+            describe(&after)
+        );
+        ensure!(
+            after
+                .iter()
+                .all(|p| sidecarset_kit::spec_image(p, LOGTAIL) == image
+                    && kruise_e2e::is_ready(p)
+                    && sidecarset_kit::restarts(p, LOGTAIL) == 1),
+            "every Pod runs the new sidecar, restarted once, Ready once status returned 0: {}",
+            describe(&after)
+        );
+        Ok(())
+    })
+    .await
+}
