@@ -536,3 +536,92 @@ async fn rollout_status_follows_a_sidecar_upgrade() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `migrate` moves a 6-replica Deployment to a CloneSet; a monitor sees at least 5 available Pods
+/// (the Deployment's replicas − maxUnavailable) throughout.
+#[tokio::test]
+async fn migrate_keeps_availability() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kruise_testkit::{Limits, RolloutMonitor};
+
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-migrate").await?;
+    ns.run(async {
+        ns.apply(
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "mig", "labels": {"app": "mig"}},
+                "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "mig"}},
+                    "strategy": {"rollingUpdate": {"maxSurge": 2, "maxUnavailable": 1}},
+                    "template": {"metadata": {"labels": {"app": "mig"}},
+                        "spec": {"containers": [{"name": CONTAINER, "image": "nginx:alpine"}]}}}})
+            .to_string(),
+        )
+        .await?;
+        let deployments: Api<Deployment> = ns.api();
+        eventually("deployment/mig available", TIMEOUT, || async {
+            let d = deployments.get("mig").await?;
+            Ok((d.status.and_then(|s| s.available_replicas) == Some(6)).then_some(()))
+        })
+        .await?;
+
+        let out = kruise_ok(
+            &ns,
+            &[
+                "migrate",
+                "cloneset",
+                "--from",
+                "deployment/mig",
+                "--dry-run",
+            ],
+        )
+        .await?;
+        ensure!(
+            out.contains("kind: CloneSet") && out.contains("replicas: 6"),
+            "{out}"
+        );
+
+        let limits = Limits {
+            replicas: 6,
+            max_unavailable: 1,
+            max_surge: 2,
+            min_old_revision_pods: None,
+        };
+        let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, "app=mig", limits).await?;
+        let out = kruise_ok(
+            &ns,
+            &[
+                "migrate",
+                "cloneset",
+                "--from",
+                "deployment/mig",
+                "--timeout",
+                "90s",
+            ],
+        )
+        .await?;
+        ensure!(
+            out.contains("migrated: cloneset/mig runs 6 replicas"),
+            "{out}"
+        );
+        let (_, pods) = wait_converged(&ns, "mig", 6, TIMEOUT).await?;
+        monitor.finish().await?;
+        let d = deployments.get("mig").await?;
+        ensure!(
+            d.spec.and_then(|s| s.replicas) == Some(0),
+            "the Deployment is left at 0"
+        );
+        ensure!(
+            pods.iter().all(|p| p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "CloneSet")),
+            "every Pod is the CloneSet's: {}",
+            describe(&pods)
+        );
+        Ok(())
+    })
+    .await
+}

@@ -3,6 +3,7 @@
 mod cluster;
 mod control;
 mod history;
+mod migrate;
 mod output;
 mod plan;
 mod scaledown;
@@ -65,6 +66,31 @@ enum Command {
     Set {
         #[command(subcommand)]
         command: SetCommand,
+    },
+    /// Create a CloneSet from a Deployment and move its replicas over without losing availability.
+    #[command(
+        after_help = "Examples:\n  kubectl kruise migrate cloneset --from deployment/web --dry-run\n  kubectl kruise migrate cloneset --from deployment/web --dst-name web-cs --max-surge 2"
+    )]
+    Migrate {
+        /// What to create: cloneset.
+        kind: String,
+        /// The Deployment to migrate: deployment/NAME.
+        #[arg(long)]
+        from: String,
+        /// The CloneSet's name (default: the Deployment's).
+        #[arg(long)]
+        dst_name: Option<String>,
+        /// Replicas moved per step (default: the Deployment's maxSurge, at least 1).
+        #[arg(long)]
+        max_surge: Option<i32>,
+        /// Print the CloneSet without creating anything.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(short = 'o', long)]
+        output: Option<Output>,
+        /// Give up when one step takes longer than this.
+        #[arg(long, default_value = "5m", value_parser = status::parse_duration)]
+        timeout: Duration,
     },
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  source <(kubectl-kruise completion bash)")]
@@ -269,6 +295,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     control::restart(&Ctx::connect(&cli.flags).await?, &t).await
                 }
             }
+        }
+        Command::Migrate {
+            kind,
+            from,
+            dst_name,
+            max_surge,
+            dry_run,
+            output,
+            timeout,
+        } => {
+            let opts = migrate::Options {
+                from,
+                dst_name,
+                max_surge,
+                dry_run,
+                output,
+                timeout,
+            };
+            migrate::run(&Ctx::connect(&cli.flags).await?, &kind, opts).await
         }
         Command::Scaledown {
             resource,
