@@ -231,13 +231,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let target = |resource: &str, name: &Option<String>| Target::parse(resource, name.as_deref());
     match cli.command {
         Command::Completion { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "kubectl-kruise",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "kubectl-kruise", &mut script);
+            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(anyhow::Error::new(e).context("writing the completion script"))
+                }
+                _ => Ok(()),
+            }
         }
         Command::Rollout { command } => {
             let ctx_for = || Ctx::connect(&cli.flags);
