@@ -9,8 +9,8 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::{
-    CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, name, spec_image,
-    status, uid, wait_converged,
+    CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, identities, name,
+    spec_image, status, uid, wait_converged,
 };
 use kruise_testkit::{TestNamespace, eventually, testbed};
 use kube::api::Api;
@@ -57,21 +57,6 @@ async fn kruise_ok(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> 
     let run = kruise(ns, args).await?;
     ensure!(run.ok, "kubectl-kruise {args:?} failed: {run:?}");
     Ok(run.stdout)
-}
-
-/// Pod name → (UID, restartCount of every container).
-fn identities(pods: &[Pod]) -> BTreeMap<String, (String, Vec<i32>)> {
-    pods.iter()
-        .map(|p| {
-            let restarts = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .map(|cs| cs.iter().map(|c| c.restart_count).collect())
-                .unwrap_or_default();
-            (name(p), (uid(p), restarts))
-        })
-        .collect()
 }
 
 async fn cloneset_status(ns: &TestNamespace, cs: &str) -> anyhow::Result<(i32, i32)> {
