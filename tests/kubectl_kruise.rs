@@ -610,3 +610,145 @@ async fn migrate_keeps_availability() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// The same commands on an Advanced StatefulSet: set image, status, history, in-place restart, undo to
+/// revision 1 in place — the same Pods throughout.
+#[tokio::test]
+async fn advanced_statefulset_set_restart_undo_in_place() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-asts").await?;
+    ns.run(async {
+        ns.apply(
+            &json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet",
+                "metadata": {"name": "db"},
+                "spec": {"replicas": 3, "serviceName": "db", "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1}},
+                    "template": {"metadata": {"labels": {"app": "db"}},
+                        "spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+                            "containers": [{"name": CONTAINER, "image": "nginx:alpine"}]}}}})
+            .to_string(),
+        )
+        .await?;
+        let pods: Api<Pod> = ns.api();
+        let ready3 = || async {
+            let list = active_pods(&pods, "app=db").await?;
+            Ok((list.len() == 3 && list.iter().all(kruise_e2e::is_ready)).then_some(list))
+        };
+        eventually("3 Ready Pods", TIMEOUT, ready3).await?;
+        kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
+        let before = active_pods(&pods, "app=db").await?;
+
+        kruise_ok(&ns, &["set", "image", "asts/db", "nginx=nginx:1.19.1"]).await?;
+        let out = kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
+        ensure!(out.contains("statefulset.apps.kruise.io \"db\" successfully rolled out"), "{out}");
+        let out = kruise_ok(&ns, &["rollout", "restart", "asts/db"]).await?;
+        ensure!(out.contains("restarted (in place)"), "{out}");
+        kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
+        let out = kruise_ok(&ns, &["rollout", "history", "statefulsets.apps.kruise.io/db"]).await?;
+        ensure!(out.lines().skip(2).count() == 3, "3 revisions: {out}");
+        kruise_ok(&ns, &["rollout", "undo", "asts/db", "--to-revision", "1"]).await?;
+        kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
+        let after = eventually("3 Ready Pods on nginx:alpine", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=db").await?;
+            Ok((list.len() == 3
+                && list.iter().all(|p| {
+                    kruise_e2e::is_ready(p) && spec_image(p).as_deref() == Some("nginx:alpine")
+                }))
+            .then_some(list))
+        })
+        .await?;
+        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
+            .into_iter()
+            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 3).collect())))
+            .collect();
+        ensure!(
+            identities(&after) == want,
+            "same Pods, restarted by the image change, the restart and the undo: before {:?}, after {:?}",
+            identities(&before),
+            identities(&after)
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// A native Deployment: set image, status, history from its ReplicaSets, undo, pause and resume.
+#[tokio::test]
+async fn deployment_status_history_undo_pause() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+
+    let bed = testbed();
+    let ns = bed.namespace("kk-deploy").await?;
+    ns.run(async {
+        ns.apply(
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": CONTAINER, "image": "nginx:alpine"}]}}}})
+            .to_string(),
+        )
+        .await?;
+        kruise_ok(
+            &ns,
+            &["rollout", "status", "deploy/web", "--timeout", "90s"],
+        )
+        .await?;
+        kruise_ok(
+            &ns,
+            &[
+                "set",
+                "image",
+                "deploy/web",
+                "nginx=nginx:1.19.1",
+                "--record",
+            ],
+        )
+        .await?;
+        let out = kruise_ok(
+            &ns,
+            &["rollout", "status", "deploy/web", "--timeout", "90s"],
+        )
+        .await?;
+        ensure!(
+            out.contains("deployment \"web\" successfully rolled out"),
+            "{out}"
+        );
+        let out = kruise_ok(&ns, &["rollout", "history", "deployment/web"]).await?;
+        let rows: Vec<&str> = out.lines().skip(2).collect();
+        ensure!(
+            rows.len() == 2 && rows[1].contains("set image deploy/web nginx=nginx:1.19.1"),
+            "2 revisions, the second recorded: {out}"
+        );
+        kruise_ok(&ns, &["rollout", "undo", "deploy/web"]).await?;
+        kruise_ok(
+            &ns,
+            &["rollout", "status", "deploy/web", "--timeout", "90s"],
+        )
+        .await?;
+        let deployments: Api<Deployment> = ns.api();
+        let d = deployments.get("web").await?;
+        let image = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone());
+        ensure!(
+            image.as_deref() == Some("nginx:alpine"),
+            "undo restored the template: {image:?}"
+        );
+        kruise_ok(&ns, &["rollout", "pause", "deploy/web"]).await?;
+        let paused = deployments.get("web").await?.spec.and_then(|s| s.paused);
+        ensure!(paused == Some(true), "paused: {paused:?}");
+        kruise_ok(&ns, &["rollout", "resume", "deploy/web"]).await?;
+        let run = kruise(&ns, &["rollout", "pause", "statefulset/web"]).await?;
+        ensure!(
+            !run.ok && run.stderr.contains("statefulset cannot be paused"),
+            "{run:?}"
+        );
+        Ok(())
+    })
+    .await
+}
