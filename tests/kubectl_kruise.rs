@@ -640,6 +640,30 @@ async fn advanced_statefulset_set_restart_undo_in_place() -> anyhow::Result<()> 
         kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
         let before = active_pods(&pods, "app=db").await?;
 
+        let plan: serde_json::Value = serde_json::from_str(
+            &kruise_ok(
+                &ns,
+                &["rollout", "plan", "asts/db", "--image", "nginx=nginx:1.19.1", "-o", "json"],
+            )
+            .await?,
+        )?;
+        let steps: Vec<(String, String, i64)> = plan["steps"]
+            .as_array()
+            .context("steps")?
+            .iter()
+            .map(|s| {
+                (
+                    s["pod"].as_str().unwrap_or_default().to_owned(),
+                    s["action"].as_str().unwrap_or_default().to_owned(),
+                    s["batch"].as_i64().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String, i64)> = [("db-2", 1), ("db-1", 2), ("db-0", 3)]
+            .into_iter()
+            .map(|(p, b)| (p.to_owned(), "InPlace".to_owned(), b))
+            .collect();
+        ensure!(steps == want, "highest ordinal first, one at a time, in place: {plan}");
         kruise_ok(&ns, &["set", "image", "asts/db", "nginx=nginx:1.19.1"]).await?;
         let out = kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
         ensure!(out.contains("statefulset.apps.kruise.io \"db\" successfully rolled out"), "{out}");

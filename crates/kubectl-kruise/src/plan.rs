@@ -11,14 +11,18 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::v1beta1::{
     CloneSet, POD_UPDATE_IN_PLACE_ONLY, POD_UPDATE_RECREATE, UPDATE_ON_DELETE,
 };
+use kruise_api::statefulset::v1beta1::StatefulSet as AdvancedStatefulSet;
 use kruise_core::inplace::{self, InPlacePlan, PlanOptions};
 use kruise_core::pods;
-use kruise_core::revision::{new_revision, template_from_revision};
+use kruise_core::revision::{
+    Parent, build_revision, new_revision, revision_data, template_from_revision,
+};
 use kruise_core::rollout::cloneset::{
     DiffOptions, FactsContext, Limits, Purpose, RolloutKnobs, calculate_diffs, limit_updates,
     pod_facts, update_candidates,
 };
 use kruise_core::rollout::ordering::sort_update_indexes;
+use kruise_core::rollout::statefulset as sts_core;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 use serde_json::Value;
@@ -185,39 +189,10 @@ pub fn plan_cloneset(
         .max(1);
     let width = usize::try_from(diffs.update_max_unavailable.max(1)).unwrap_or(1);
 
-    let templates: BTreeMap<&str, PodTemplateSpec> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.as_deref()?;
-            template_from_revision(r).ok().map(|t| (name, t))
-        })
-        .collect();
-    let opts = PlanOptions { resize: true };
+    let templates = revision_templates(revisions);
     for (n, &i) in moving.iter().enumerate() {
         let pod = &active[i];
-        let from = pods::revision_of(pod).unwrap_or_default().to_owned();
-        let old = templates
-            .iter()
-            .find(|(rev, _)| kruise_core::revision::pod_label_matches_revision(&from, rev))
-            .map(|(_, t)| t);
-        let (action, why) = match (policy.as_str(), old) {
-            (POD_UPDATE_RECREATE, _) => (Action::Recreate, "podUpdatePolicy ReCreate".to_owned()),
-            (_, None) => (
-                if policy == POD_UPDATE_IN_PLACE_ONLY {
-                    Action::Refused
-                } else {
-                    Action::Recreate
-                },
-                format!("its revision {from} is gone"),
-            ),
-            (_, Some(old)) => match inplace::plan(old, &spec.template, pod, &opts) {
-                inplace::Plan::InPlace(p) => (Action::InPlace, describe_in_place(&p)),
-                inplace::Plan::NotInPlace(reason) if policy == POD_UPDATE_IN_PLACE_ONLY => {
-                    (Action::Refused, format!("InPlaceOnly: {reason}"))
-                }
-                inplace::Plan::NotInPlace(reason) => (Action::Recreate, reason.to_string()),
-            },
-        };
+        let (from, action, why) = decide(&policy, &templates, &spec.template, pod);
         let batch = if n < first {
             1
         } else {
@@ -231,6 +206,155 @@ pub fn plan_cloneset(
             action,
             why,
         });
+    }
+    Ok(plan)
+}
+
+/// Each revision's Pod template, by revision name.
+fn revision_templates(revisions: &[ControllerRevision]) -> BTreeMap<&str, PodTemplateSpec> {
+    revisions
+        .iter()
+        .filter_map(|r| {
+            let name = r.metadata.name.as_deref()?;
+            template_from_revision(r).ok().map(|t| (name, t))
+        })
+        .collect()
+}
+
+/// How the controller updates `pod` to `new` under `policy` (the in-place engine's decision), as
+/// (the Pod's revision, action, why).
+fn decide(
+    policy: &str,
+    templates: &BTreeMap<&str, PodTemplateSpec>,
+    new: &PodTemplateSpec,
+    pod: &Pod,
+) -> (String, Action, String) {
+    let from = pods::revision_of(pod).unwrap_or_default().to_owned();
+    let old = templates
+        .iter()
+        .find(|(rev, _)| kruise_core::revision::pod_label_matches_revision(&from, rev))
+        .map(|(_, t)| t);
+    let in_place_only = policy == POD_UPDATE_IN_PLACE_ONLY;
+    let (action, why) = match (policy, old) {
+        (POD_UPDATE_RECREATE | "", _) => (Action::Recreate, "podUpdatePolicy ReCreate".to_owned()),
+        (_, None) => (
+            if in_place_only {
+                Action::Refused
+            } else {
+                Action::Recreate
+            },
+            format!("its revision {from} is gone"),
+        ),
+        (_, Some(old)) => match inplace::plan(old, new, pod, &PlanOptions { resize: true }) {
+            inplace::Plan::InPlace(p) => (Action::InPlace, describe_in_place(&p)),
+            inplace::Plan::NotInPlace(reason) if in_place_only => {
+                (Action::Refused, format!("InPlaceOnly: {reason}"))
+            }
+            inplace::Plan::NotInPlace(reason) => (Action::Recreate, reason.to_string()),
+        },
+    };
+    (from, action, why)
+}
+
+/// The plan of rolling an Advanced StatefulSet's Pods to `sts.spec.template` at `update_revision`:
+/// the controller's update order (highest ordinal down to the partition, or the unordered priority
+/// order), one Pod at a time for OrderedReady, `maxUnavailable` at a time for Parallel.
+pub fn plan_statefulset(
+    sts: &AdvancedStatefulSet,
+    update_revision: &str,
+    pods: &[Pod],
+    revisions: &[ControllerRevision],
+    now: Timestamp,
+) -> anyhow::Result<RolloutPlan> {
+    let spec = &sts.spec;
+    let set = sts.metadata.name.as_deref().unwrap_or_default();
+    let rolling = spec
+        .update_strategy
+        .rolling_update
+        .clone()
+        .unwrap_or_default();
+    let policy = if rolling.pod_update_policy.is_empty() {
+        POD_UPDATE_RECREATE.to_owned()
+    } else {
+        rolling.pod_update_policy.clone()
+    };
+    let replicas = spec.replicas.unwrap_or(1).max(0);
+    let start = spec.ordinals.as_ref().map_or(0, |o| o.start.max(0));
+    let slots = sts_core::partition_pods(
+        set,
+        pods,
+        start,
+        replicas,
+        &sts_core::Reserved::parse(&spec.reserve_ordinals),
+    );
+    let templates = revision_templates(revisions);
+    let owned: Vec<(String, PodTemplateSpec)> = templates
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect();
+    let revs: Vec<sts_core::Revision<'_>> = owned
+        .iter()
+        .map(|(name, template)| sts_core::Revision { name, template })
+        .collect();
+    let update = sts_core::Revision {
+        name: update_revision,
+        template: &spec.template,
+    };
+    let snapshot = sts_core::Snapshot {
+        name: set,
+        spec,
+        status_current_replicas: sts.status.as_ref().map_or(0, |s| s.current_replicas),
+        pods,
+        current: update,
+        update,
+        revisions: &revs,
+        now,
+        resize: true,
+    };
+    let planned = vec![None; slots.slots.len()];
+    let order = sts_core::update_order(&snapshot, &slots.slots, &planned);
+    let needs_update = |i: usize| {
+        !pods::is_terminating(&pods[i]) && !pods::is_at_revision(&pods[i], update_revision)
+    };
+    let moving: Vec<usize> = order
+        .iter()
+        .filter_map(|&k| slots.slots[k].pod)
+        .filter(|&i| needs_update(i))
+        .collect();
+    let width = if spec.pod_management_policy == "Parallel" {
+        usize::try_from(sts_core::max_unavailable(spec).map_err(anyhow::Error::msg)?).unwrap_or(1)
+    } else {
+        1
+    }
+    .max(1);
+    let mut plan = RolloutPlan {
+        update_revision: update_revision.to_owned(),
+        pod_update_policy: policy.clone(),
+        partition: i64::from(rolling.partition.unwrap_or(0)),
+        max_unavailable: width as i64,
+        note: rolling
+            .paused
+            .then(|| "the rollout is paused: nothing is updated until `rollout resume`".to_owned()),
+        ..RolloutPlan::default()
+    };
+    for (n, &i) in moving.iter().enumerate() {
+        let (from, action, why) = decide(&policy, &templates, &spec.template, &pods[i]);
+        plan.steps.push(PodStep {
+            order: n + 1,
+            batch: 1 + n / width,
+            pod: name(&pods[i]),
+            from_revision: from,
+            action,
+            why,
+        });
+    }
+    for slot in &slots.slots {
+        let Some(i) = slot.pod else { continue };
+        if pods::is_at_revision(&pods[i], update_revision) {
+            plan.updated.push(name(&pods[i]));
+        } else if needs_update(i) && !moving.contains(&i) {
+            plan.stay.push(name(&pods[i]));
+        }
     }
     Ok(plan)
 }
@@ -322,33 +446,26 @@ pub async fn run(
     images: &[(String, String)],
     output: Option<Output>,
 ) -> anyhow::Result<()> {
-    if target.kind != Kind::CloneSet {
+    if !matches!(target.kind, Kind::CloneSet | Kind::AdvancedStatefulSet) {
         bail!(
-            "rollout plan supports cloneset (got {}); Advanced StatefulSet and DaemonSet are not previewed yet",
+            "rollout plan supports cloneset and statefulset.apps.kruise.io (got {})",
             target.kind.display()
         );
     }
     let live = ctx.get(target).await?;
     let changed = file.is_some() || !images.is_empty();
-    let desired: CloneSet =
-        serde_json::from_value(desired(&live, file, images)?).context("decoding the CloneSet")?;
-    let uid = desired.metadata.uid.clone().unwrap_or_default();
-    let status = desired.status.clone().unwrap_or_default();
-    let update_revision = if changed {
-        new_revision(&desired, 0, status.collision_count)
-            .context("hashing the new template")?
-            .metadata
-            .name
-            .unwrap_or_default()
-    } else {
-        status.update_revision.clone()
-    };
+    let desired = desired(&live, file, images)?;
+    let uid = live
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let selector = crate::cluster::selector_string(&live)?;
     let pods: Vec<Pod> = ctx
         .pods()
         .list(&ListParams::default().labels(&selector))
         .await
-        .context("listing the CloneSet's Pods")?
+        .context("listing the workload's Pods")?
         .items
         .into_iter()
         .filter(|p| controlled_by(p, &uid))
@@ -368,13 +485,47 @@ pub async fn run(
                     .any(|o| o.uid == uid)
             })
             .collect();
-    let plan = plan_cloneset(
-        &desired,
-        &update_revision,
-        &pods,
-        &revisions,
-        Timestamp::now(),
-    )?;
+    let live_revision = live
+        .pointer("/status/updateRevision")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let plan = match target.kind {
+        Kind::AdvancedStatefulSet => {
+            let sts: AdvancedStatefulSet =
+                serde_json::from_value(desired).context("decoding the StatefulSet")?;
+            let update_revision = if changed {
+                let collision = sts.status.as_ref().and_then(|s| s.collision_count);
+                let data = revision_data(&sts.spec.template).context("hashing the new template")?;
+                let parent = Parent {
+                    kind: "StatefulSet",
+                    meta: &sts.metadata,
+                };
+                build_revision(parent, None, BTreeMap::new(), data, 0, collision)
+                    .context("hashing the new template")?
+                    .metadata
+                    .name
+                    .unwrap_or_default()
+            } else {
+                live_revision
+            };
+            plan_statefulset(&sts, &update_revision, &pods, &revisions, Timestamp::now())?
+        }
+        _ => {
+            let cs: CloneSet = serde_json::from_value(desired).context("decoding the CloneSet")?;
+            let update_revision = if changed {
+                let collision = cs.status.as_ref().and_then(|s| s.collision_count);
+                new_revision(&cs, 0, collision)
+                    .context("hashing the new template")?
+                    .metadata
+                    .name
+                    .unwrap_or_default()
+            } else {
+                live_revision
+            };
+            plan_cloneset(&cs, &update_revision, &pods, &revisions, Timestamp::now())?
+        }
+    };
     match output {
         Some(o) => print_value(&serde_json::to_value(&plan)?, o),
         None => {
@@ -636,5 +787,109 @@ mod tests {
             Some(&json!("b"))
         );
         assert!(desired(&live, None, &[("x".into(), "b".into())]).is_err());
+    }
+
+    fn sts(spec: Value) -> AdvancedStatefulSet {
+        let mut doc = json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": "ns", "uid": "u1"},
+            "spec": {"replicas": 4, "serviceName": "db", "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "app", "image": "app:v1"}]}}}
+        });
+        json_patch::merge(&mut doc["spec"], &spec);
+        serde_json::from_value(doc).expect("statefulset")
+    }
+
+    /// (name, spec, (Pod, batch) in order, Pods the partition keeps).
+    type StsCase = (
+        &'static str,
+        Value,
+        Vec<(&'static str, usize)>,
+        Vec<&'static str>,
+    );
+
+    #[test]
+    fn statefulset_plan_table() {
+        let db_pods: Vec<Pod> = (0..4)
+            .map(|i| {
+                let prio = if i == 1 {
+                    vec![("prio", "high")]
+                } else {
+                    vec![]
+                };
+                pod(&format!("db-{i}"), &prio, i)
+            })
+            .collect();
+        let in_place = |extra: Value| {
+            let mut rolling = json!({"podUpdatePolicy": "InPlaceIfPossible"});
+            json_patch::merge(&mut rolling, &extra);
+            json!({"updateStrategy": {"rollingUpdate": rolling}})
+        };
+        let cases: Vec<StsCase> = vec![
+            (
+                "OrderedReady: highest ordinal first, one at a time, partition keeps db-0",
+                in_place(json!({"partition": 1})),
+                vec![("db-3", 1), ("db-2", 2), ("db-1", 3)],
+                vec!["db-0"],
+            ),
+            (
+                "Parallel with maxUnavailable 2",
+                {
+                    let mut s = in_place(json!({"maxUnavailable": 2}));
+                    s["podManagementPolicy"] = json!("Parallel");
+                    s
+                },
+                vec![("db-3", 1), ("db-2", 1), ("db-1", 2), ("db-0", 2)],
+                vec![],
+            ),
+            (
+                "unordered update by priority",
+                in_place(
+                    json!({"unorderedUpdate": {"priorityStrategy": {"weightPriority": [
+                    {"weight": 100, "matchSelector": {"matchLabels": {"prio": "high"}}}]}}}),
+                ),
+                vec![("db-1", 1), ("db-3", 2), ("db-2", 3), ("db-0", 4)],
+                vec![],
+            ),
+        ];
+        for (name, spec, want, stay) in cases {
+            let live = sts(spec);
+            let mut desired = live.clone();
+            desired
+                .spec
+                .template
+                .spec
+                .as_mut()
+                .expect("spec")
+                .containers[0]
+                .image = Some("app:v2".into());
+            let mut rev = kruise_core::revision::build_revision(
+                Parent {
+                    kind: "StatefulSet",
+                    meta: &live.metadata,
+                },
+                None,
+                BTreeMap::new(),
+                revision_data(&live.spec.template).expect("data"),
+                1,
+                None,
+            )
+            .expect("revision");
+            rev.metadata.name = Some(OLD.into());
+            let now = Timestamp::from_second(1_800_000_000).expect("now");
+            let plan = plan_statefulset(&desired, "db-new", &db_pods, &[rev], now).expect(name);
+            let got: Vec<(&str, usize)> = plan
+                .steps
+                .iter()
+                .map(|s| (s.pod.as_str(), s.batch))
+                .collect();
+            assert_eq!(got, want, "{name}");
+            assert!(
+                plan.steps.iter().all(|s| s.action == Action::InPlace),
+                "{name}: {plan:?}"
+            );
+            assert_eq!(plan.stay, stay, "{name}");
+        }
     }
 }
