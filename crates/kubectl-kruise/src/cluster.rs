@@ -126,7 +126,7 @@ pub fn api_error(error: kube::Error, target: &Target) -> anyhow::Error {
     match &error {
         kube::Error::Api(status) if status.code == 404 => {
             let ar = target.kind.api_resource();
-            let resource = if ar.group.is_empty() || ar.group == "apps" {
+            let resource = if ar.group.is_empty() {
                 ar.plural
             } else {
                 format!("{}.{}", ar.plural, ar.group)
@@ -195,6 +195,43 @@ pub fn controlled_by(pod: &Pod, uid: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn api_errors_read_like_kubectl() {
+        use kube::core::Status;
+        let target = Target::parse("cloneset/web", None).expect("target");
+        let cases = [
+            (
+                Status::failure("not found", "NotFound").with_code(404),
+                Kind::CloneSet,
+                "clonesets.apps.kruise.io \"web\" not found",
+            ),
+            (
+                Status::failure("not found", "NotFound").with_code(404),
+                Kind::Deployment,
+                "deployments.apps \"web\" not found",
+            ),
+            (
+                Status::failure(
+                    "clonesets.apps.kruise.io \"web\" is forbidden: User \"dev\" cannot get resource",
+                    "Forbidden",
+                )
+                .with_code(403),
+                Kind::CloneSet,
+                "clonesets.apps.kruise.io \"web\" is forbidden: User \"dev\" cannot get resource (Forbidden)",
+            ),
+        ];
+        for (status, kind, want) in cases {
+            let t = Target {
+                kind,
+                ..target.clone()
+            };
+            assert_eq!(
+                api_error(kube::Error::Api(status.boxed()), &t).to_string(),
+                want
+            );
+        }
+    }
 
     #[test]
     fn selector_strings() {
