@@ -776,3 +776,57 @@ async fn deployment_status_history_undo_pause() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A UnitedDeployment of CloneSets over two zones: `rollout status ud/NAME` waits for every subset,
+/// `rollout restart` restarts its Pods in place through the subset CloneSets, `history` lists the
+/// UnitedDeployment's revisions.
+#[tokio::test]
+async fn united_deployment_status_and_in_place_restart() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-ud").await?;
+    ns.run(async {
+        let subset = |name: &str, zone: &str| {
+            json!({"name": name, "nodeSelectorTerm": {"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}})
+        };
+        ns.apply(
+            &json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "UnitedDeployment",
+                "metadata": {"name": "app"},
+                "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "ud"}},
+                    "template": {"cloneSetTemplate": {"metadata": {"labels": {"app": "ud"}},
+                        "spec": {"selector": {"matchLabels": {"app": "ud"}},
+                            "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}},
+                            "template": {"metadata": {"labels": {"app": "ud"}},
+                                "spec": {"containers": [{"name": CONTAINER, "image": "nginx:alpine"}]}}}}},
+                    "topology": {"subsets": [subset("a", "zone-a"), subset("b", "zone-b")]}}})
+            .to_string(),
+        )
+        .await?;
+        let out = kruise_ok(&ns, &["rollout", "status", "ud/app", "--timeout", "90s"]).await?;
+        ensure!(out.contains("uniteddeployment \"app\" successfully rolled out"), "{out}");
+        let pods: Api<Pod> = ns.api();
+        let before = eventually("4 Ready Pods", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=ud").await?;
+            Ok((list.len() == 4 && list.iter().all(kruise_e2e::is_ready)).then_some(list))
+        })
+        .await?;
+
+        let out = kruise_ok(&ns, &["rollout", "restart", "uniteddeployment/app"]).await?;
+        ensure!(out.contains("restarted (in place)"), "{out}");
+        kruise_ok(&ns, &["rollout", "status", "ud/app", "--timeout", "90s"]).await?;
+        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
+            .into_iter()
+            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 1).collect())))
+            .collect();
+        eventually("the same 4 Pods, each restarted once, Ready", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=ud").await?;
+            Ok((identities(&list) == want && list.iter().all(kruise_e2e::is_ready)).then_some(()))
+        })
+        .await?;
+        let out = kruise_ok(&ns, &["rollout", "history", "ud/app"]).await?;
+        ensure!(out.lines().skip(2).count() == 2, "2 revisions: {out}");
+        Ok(())
+    })
+    .await
+}
