@@ -830,3 +830,60 @@ async fn united_deployment_status_and_in_place_restart() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// An Advanced DaemonSet: a paused rollout updates nothing, resume finishes it in place, restart
+/// restarts every Pod in place.
+#[tokio::test]
+async fn advanced_daemonset_pause_resume_restart() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-ads").await?;
+    ns.run(async {
+        let nodes = bed.nodes.len();
+        ns.apply(
+            &json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "DaemonSet",
+                "metadata": {"name": "agent"},
+                "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                    "updateStrategy": {"rollingUpdate": {"rollingUpdateType": "InPlaceIfPossible", "maxUnavailable": 1}},
+                    "template": {"metadata": {"labels": {"app": "agent"}},
+                        "spec": {"containers": [{"name": CONTAINER, "image": "nginx:alpine"}]}}}})
+            .to_string(),
+        )
+        .await?;
+        let out = kruise_ok(&ns, &["rollout", "status", "ads/agent", "--timeout", "90s"]).await?;
+        ensure!(out.contains("daemon set \"agent\" successfully rolled out"), "{out}");
+        let pods: Api<Pod> = ns.api();
+        let before = active_pods(&pods, "app=agent").await?;
+        ensure!(before.len() == nodes, "one Pod per node: {}", describe(&before));
+
+        kruise_ok(&ns, &["rollout", "pause", "daemonset.apps.kruise.io/agent"]).await?;
+        kruise_ok(&ns, &["set", "image", "ads/agent", "nginx=nginx:1.19.1"]).await?;
+        holds("a paused rollout updates nothing", Duration::from_secs(5), || async {
+            let list = active_pods(&pods, "app=agent").await?;
+            Ok(list.iter().all(|p| spec_image(p).as_deref() == Some("nginx:alpine")))
+        })
+        .await?;
+        let out = kruise_ok(&ns, &["rollout", "status", "ads/agent", "--watch=false"]).await?;
+        ensure!(out.contains("(rollout paused)"), "{out}");
+        kruise_ok(&ns, &["rollout", "resume", "ads/agent"]).await?;
+        kruise_ok(&ns, &["rollout", "status", "ads/agent", "--timeout", "90s"]).await?;
+        let out = kruise_ok(&ns, &["rollout", "restart", "ads/agent"]).await?;
+        ensure!(out.contains("restarted (in place)"), "{out}");
+        kruise_ok(&ns, &["rollout", "status", "ads/agent", "--timeout", "90s"]).await?;
+        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
+            .into_iter()
+            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 2).collect())))
+            .collect();
+        eventually("the same Pods, updated and restarted in place, Ready", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=agent").await?;
+            Ok((identities(&list) == want
+                && list.iter().all(|p| {
+                    kruise_e2e::is_ready(p) && spec_image(p).is_some_and(|i| i.contains("sha256:"))
+                }))
+            .then_some(()))
+        })
+        .await?;
+        Ok(())
+    })
+    .await
+}

@@ -90,7 +90,7 @@ pub fn update_mode(kind: Kind, object: &Value) -> &'static str {
     let in_place = match kind {
         Kind::CloneSet => policy("/spec/updateStrategy/rollingUpdate/podUpdatePolicy"),
         Kind::AdvancedStatefulSet => policy("/spec/updateStrategy/rollingUpdate/podUpdatePolicy"),
-        Kind::AdvancedDaemonSet => policy("/spec/updateStrategy/rollingUpdate/type"),
+        Kind::AdvancedDaemonSet => policy("/spec/updateStrategy/rollingUpdate/rollingUpdateType"),
         Kind::UnitedDeployment => [
             "/spec/template/cloneSetTemplate/spec/updateStrategy/rollingUpdate/podUpdatePolicy",
             "/spec/template/cloneSetTemplate/spec/updateStrategy/type",
@@ -251,8 +251,13 @@ mod tests {
             ),
             (
                 Kind::AdvancedDaemonSet,
-                json!({"spec": {"updateStrategy": {"rollingUpdate": {"type": "Standard"}}}}),
+                json!({"spec": {"updateStrategy": {"rollingUpdate": {"rollingUpdateType": "Standard"}}}}),
                 "by recreating Pods",
+            ),
+            (
+                Kind::AdvancedDaemonSet,
+                json!({"spec": {"updateStrategy": {"rollingUpdate": {"rollingUpdateType": "InPlaceIfPossible"}}}}),
+                "in place",
             ),
             (Kind::Deployment, json!({}), "by recreating Pods"),
         ];
