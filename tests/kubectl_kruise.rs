@@ -856,6 +856,29 @@ async fn advanced_daemonset_pause_resume_restart() -> anyhow::Result<()> {
         let before = active_pods(&pods, "app=agent").await?;
         ensure!(before.len() == nodes, "one Pod per node: {}", describe(&before));
 
+        let plan: serde_json::Value = serde_json::from_str(
+            &kruise_ok(
+                &ns,
+                &["rollout", "plan", "ads/agent", "--image", "nginx=nginx:1.19.1", "-o", "json"],
+            )
+            .await?,
+        )?;
+        let node_of = |pod: &str| {
+            before
+                .iter()
+                .find(|p| name(p) == pod)
+                .and_then(kruise_e2e::node_name)
+                .unwrap_or_default()
+        };
+        let planned: Vec<String> = plan["steps"]
+            .as_array()
+            .context("steps")?
+            .iter()
+            .map(|s| node_of(s["pod"].as_str().unwrap_or_default()))
+            .collect();
+        let mut by_name: Vec<String> = before.iter().filter_map(kruise_e2e::node_name).collect();
+        by_name.sort_by(|a, b| b.cmp(a));
+        ensure!(planned == by_name, "nodes by name descending: {plan}");
         kruise_ok(&ns, &["rollout", "pause", "daemonset.apps.kruise.io/agent"]).await?;
         kruise_ok(&ns, &["set", "image", "ads/agent", "nginx=nginx:1.19.1"]).await?;
         holds("a paused rollout updates nothing", Duration::from_secs(5), || async {

@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::v1beta1::{
     CloneSet, POD_UPDATE_IN_PLACE_ONLY, POD_UPDATE_RECREATE, UPDATE_ON_DELETE,
 };
+use kruise_api::daemonset::v1beta1::DaemonSet as AdvancedDaemonSet;
 use kruise_api::statefulset::v1beta1::StatefulSet as AdvancedStatefulSet;
 use kruise_core::inplace::{self, InPlacePlan, PlanOptions};
 use kruise_core::pods;
@@ -21,6 +22,7 @@ use kruise_core::rollout::cloneset::{
     DiffOptions, FactsContext, Limits, Purpose, RolloutKnobs, calculate_diffs, limit_updates,
     pod_facts, update_candidates,
 };
+use kruise_core::rollout::daemonset as ads_core;
 use kruise_core::rollout::ordering::sort_update_indexes;
 use kruise_core::rollout::statefulset as sts_core;
 use kube::api::{Api, ListParams};
@@ -359,6 +361,120 @@ pub fn plan_statefulset(
     Ok(plan)
 }
 
+/// The plan of rolling an Advanced DaemonSet's Pods to `ads.spec.template` at `update_revision`: the
+/// controller's node order (by name descending, the rollout selector, cut by the partition),
+/// `maxUnavailable` (or `maxSurge`) nodes at a time. `nodes` are (name, labels) of the cluster's nodes.
+pub fn plan_daemonset(
+    ads: &AdvancedDaemonSet,
+    update_revision: &str,
+    pods: &[Pod],
+    nodes: &[(String, BTreeMap<String, String>)],
+    revisions: &[ControllerRevision],
+    now: Timestamp,
+) -> anyhow::Result<RolloutPlan> {
+    let spec = &ads.spec;
+    let rolling = spec
+        .update_strategy
+        .rolling_update
+        .clone()
+        .unwrap_or_default();
+    let policy = if rolling.type_ == "InPlaceIfPossible" {
+        rolling.type_.clone()
+    } else {
+        POD_UPDATE_RECREATE.to_owned()
+    };
+    let templates = revision_templates(revisions);
+    let owned: Vec<(String, PodTemplateSpec)> = templates
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect();
+    let revs: Vec<sts_core::Revision<'_>> = owned
+        .iter()
+        .map(|(name, template)| sts_core::Revision { name, template })
+        .collect();
+    let views: Vec<ads_core::NodeView<'_>> = nodes
+        .iter()
+        .map(|(name, labels)| ads_core::NodeView {
+            name,
+            labels,
+            should_run: true,
+            should_continue_running: true,
+        })
+        .collect();
+    let mut spec_for_plan = spec.clone();
+    let mut note = None;
+    if rolling.paused == Some(true) {
+        note = Some("the rollout is paused: nothing is updated until `rollout resume`".to_owned());
+        if let Some(r) = spec_for_plan.update_strategy.rolling_update.as_mut() {
+            r.paused = None;
+        }
+    }
+    let snapshot = ads_core::Snapshot {
+        spec: &spec_for_plan,
+        pods,
+        nodes: &views,
+        update: sts_core::Revision {
+            name: update_revision,
+            template: &spec.template,
+        },
+        revisions: &revs,
+        now,
+        resize: true,
+    };
+    let by_node = ads_core::pods_by_node(pods);
+    let candidates =
+        ads_core::update_candidates(&snapshot, &by_node).map_err(anyhow::Error::msg)?;
+    let desired = i32::try_from(by_node.len()).unwrap_or(i32::MAX);
+    let (surge, unavailable) =
+        ads_core::surge_and_unavailable(Some(&rolling), desired).map_err(anyhow::Error::msg)?;
+    let width = surge.max(unavailable).max(1);
+    let partition = ads_core::partition(spec, desired).map_err(anyhow::Error::msg)?;
+    let mut plan = RolloutPlan {
+        update_revision: update_revision.to_owned(),
+        pod_update_policy: policy.clone(),
+        partition: partition as i64,
+        max_unavailable: width as i64,
+        note,
+        ..RolloutPlan::default()
+    };
+    let node_pod = |node: &str| {
+        by_node.get(node).and_then(|list| {
+            list.iter()
+                .copied()
+                .filter(|&i| !pods::is_terminating(&pods[i]))
+                .min_by_key(|&i| pods[i].metadata.creation_timestamp.clone())
+        })
+    };
+    let mut moving = Vec::new();
+    for node in &candidates {
+        if let Some(i) =
+            node_pod(node).filter(|&i| !pods::is_at_revision(&pods[i], update_revision))
+        {
+            moving.push(i);
+        }
+    }
+    for (n, &i) in moving.iter().enumerate() {
+        let (from, action, why) = decide(&policy, &templates, &spec.template, &pods[i]);
+        plan.steps.push(PodStep {
+            order: n + 1,
+            batch: 1 + n / width,
+            pod: name(&pods[i]),
+            from_revision: from,
+            action,
+            why,
+        });
+    }
+    for node in by_node.keys() {
+        let Some(i) = node_pod(node) else { continue };
+        if pods::is_at_revision(&pods[i], update_revision) {
+            plan.updated.push(name(&pods[i]));
+        } else if !moving.contains(&i) {
+            plan.stay.push(name(&pods[i]));
+        }
+    }
+    Ok(plan)
+}
+
 pub fn render(target: &Target, plan: &RolloutPlan) -> String {
     let mut out = format!(
         "Rollout plan for {} to revision {} (podUpdatePolicy {}, maxUnavailable {}, partition {}):\n",
@@ -446,9 +562,12 @@ pub async fn run(
     images: &[(String, String)],
     output: Option<Output>,
 ) -> anyhow::Result<()> {
-    if !matches!(target.kind, Kind::CloneSet | Kind::AdvancedStatefulSet) {
+    if !matches!(
+        target.kind,
+        Kind::CloneSet | Kind::AdvancedStatefulSet | Kind::AdvancedDaemonSet
+    ) {
         bail!(
-            "rollout plan supports cloneset and statefulset.apps.kruise.io (got {})",
+            "rollout plan supports cloneset, statefulset.apps.kruise.io and daemonset.apps.kruise.io (got {})",
             target.kind.display()
         );
     }
@@ -490,7 +609,58 @@ pub async fn run(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    let new_name = |kind: &str,
+                    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+                    template: &PodTemplateSpec,
+                    collision: Option<i32>|
+     -> anyhow::Result<String> {
+        let data = revision_data(template).context("hashing the new template")?;
+        Ok(build_revision(
+            Parent { kind, meta },
+            None,
+            BTreeMap::new(),
+            data,
+            0,
+            collision,
+        )
+        .context("hashing the new template")?
+        .metadata
+        .name
+        .unwrap_or_default())
+    };
     let plan = match target.kind {
+        Kind::AdvancedDaemonSet => {
+            let ads: AdvancedDaemonSet =
+                serde_json::from_value(desired).context("decoding the DaemonSet")?;
+            let update_revision = if changed {
+                let collision = ads.status.as_ref().and_then(|s| s.collision_count);
+                new_name("DaemonSet", &ads.metadata, &ads.spec.template, collision)?
+            } else {
+                live_revision
+            };
+            let nodes: Vec<(String, BTreeMap<String, String>)> =
+                Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone())
+                    .list(&ListParams::default())
+                    .await
+                    .context("listing Nodes")?
+                    .items
+                    .into_iter()
+                    .map(|n| {
+                        (
+                            n.metadata.name.unwrap_or_default(),
+                            n.metadata.labels.unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+            plan_daemonset(
+                &ads,
+                &update_revision,
+                &pods,
+                &nodes,
+                &revisions,
+                Timestamp::now(),
+            )?
+        }
         Kind::AdvancedStatefulSet => {
             let sts: AdvancedStatefulSet =
                 serde_json::from_value(desired).context("decoding the StatefulSet")?;
@@ -891,5 +1061,71 @@ mod tests {
             );
             assert_eq!(plan.stay, stay, "{name}");
         }
+    }
+
+    #[test]
+    fn daemonset_plan_by_node_name_descending() {
+        let ads: AdvancedDaemonSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": "ns", "uid": "u1"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "updateStrategy": {"rollingUpdate": {"rollingUpdateType": "InPlaceIfPossible",
+                    "maxUnavailable": 2, "partition": 1}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "app", "image": "app:v1"}]}}}
+        }))
+        .expect("daemonset");
+        let mut rev = kruise_core::revision::build_revision(
+            Parent {
+                kind: "DaemonSet",
+                meta: &ads.metadata,
+            },
+            None,
+            BTreeMap::new(),
+            revision_data(&ads.spec.template).expect("data"),
+            1,
+            None,
+        )
+        .expect("revision");
+        rev.metadata.name = Some(OLD.into());
+        let mut desired = ads.clone();
+        desired
+            .spec
+            .template
+            .spec
+            .as_mut()
+            .expect("spec")
+            .containers[0]
+            .image = Some("app:v2".into());
+        let nodes: Vec<(String, BTreeMap<String, String>)> = ["n-a", "n-b", "n-c"]
+            .iter()
+            .map(|n| (n.to_string(), BTreeMap::new()))
+            .collect();
+        let pods: Vec<Pod> = ["n-b", "n-a", "n-c"]
+            .iter()
+            .enumerate()
+            .map(|(k, node)| {
+                let mut p = pod(&format!("agent-{node}"), &[], k as i64);
+                if let Some(spec) = p.spec.as_mut() {
+                    spec.node_name = Some(node.to_string());
+                }
+                p
+            })
+            .collect();
+        let now = Timestamp::from_second(1_800_000_000).expect("now");
+        let plan = plan_daemonset(&desired, "agent-new", &pods, &nodes, &[rev], now).expect("plan");
+        let got: Vec<(&str, usize, Action)> = plan
+            .steps
+            .iter()
+            .map(|s| (s.pod.as_str(), s.batch, s.action.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("agent-n-c", 1, Action::InPlace),
+                ("agent-n-b", 1, Action::InPlace)
+            ]
+        );
+        assert_eq!(plan.stay, vec!["agent-n-a"]);
     }
 }
