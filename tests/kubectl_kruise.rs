@@ -59,6 +59,32 @@ async fn kruise_ok(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> 
     Ok(run.stdout)
 }
 
+/// The identities of `before` with every container restarted `times` more.
+fn restarted(before: &[Pod], times: i32) -> BTreeMap<String, (String, Vec<i32>)> {
+    identities(before)
+        .into_iter()
+        .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + times).collect())))
+        .collect()
+}
+
+/// `rollout plan … -o json`, as (the plan, the Pods in update order).
+async fn plan_json(
+    ns: &TestNamespace,
+    args: &[&str],
+) -> anyhow::Result<(serde_json::Value, Vec<String>)> {
+    let mut all = vec!["rollout", "plan"];
+    all.extend_from_slice(args);
+    all.extend(["-o", "json"]);
+    let plan: serde_json::Value = serde_json::from_str(&kruise_ok(ns, &all).await?)?;
+    let pods = plan["steps"]
+        .as_array()
+        .context("the plan has no steps")?
+        .iter()
+        .map(|s| s["pod"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    Ok((plan, pods))
+}
+
 async fn cloneset_status(ns: &TestNamespace, cs: &str) -> anyhow::Result<(i32, i32)> {
     let api: Api<CloneSet> = ns.api();
     let s = status(&api.get(cs).await?);
@@ -286,10 +312,7 @@ async fn restart_in_place_keeps_pods_and_restarts_each_container() -> anyhow::Re
         )
         .await?;
         let (_, after) = wait_converged(&ns, "web", 3, TIMEOUT).await?;
-        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
-            .into_iter()
-            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 1).collect())))
-            .collect();
+        let want = restarted(&before, 1);
         ensure!(
             identities(&after) == want,
             "same Pods, every container restarted once: before {:?}, after {:?}",
@@ -387,27 +410,8 @@ async fn rollout_plan_predicts_the_controllers_order() -> anyhow::Result<()> {
             text.contains("in place") && text.contains("Stay at their revision (partition 2)"),
             "{text}"
         );
-        let plan: serde_json::Value = serde_json::from_str(
-            &kruise_ok(
-                &ns,
-                &[
-                    "rollout",
-                    "plan",
-                    "cloneset/web",
-                    "--image",
-                    "nginx=nginx:1.19.1",
-                    "-o",
-                    "json",
-                ],
-            )
-            .await?,
-        )?;
-        let planned: Vec<String> = plan["steps"]
-            .as_array()
-            .context("steps")?
-            .iter()
-            .map(|s| s["pod"].as_str().unwrap_or_default().to_owned())
-            .collect();
+        let (plan, planned) =
+            plan_json(&ns, &["cloneset/web", "--image", "nginx=nginx:1.19.1"]).await?;
         let stay: Vec<String> = serde_json::from_value(plan["stay"].clone())?;
         ensure!(
             planned.len() == 3 && planned[0] == high && planned[1] == mid && stay.len() == 2,
@@ -640,29 +644,16 @@ async fn advanced_statefulset_set_restart_undo_in_place() -> anyhow::Result<()> 
         kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
         let before = active_pods(&pods, "app=db").await?;
 
-        let plan: serde_json::Value = serde_json::from_str(
-            &kruise_ok(
-                &ns,
-                &["rollout", "plan", "asts/db", "--image", "nginx=nginx:1.19.1", "-o", "json"],
-            )
-            .await?,
-        )?;
-        let steps: Vec<(String, String, i64)> = plan["steps"]
+        let (plan, planned) = plan_json(&ns, &["asts/db", "--image", "nginx=nginx:1.19.1"]).await?;
+        let steps: Vec<(&str, i64)> = plan["steps"]
             .as_array()
             .context("steps")?
             .iter()
-            .map(|s| {
-                (
-                    s["pod"].as_str().unwrap_or_default().to_owned(),
-                    s["action"].as_str().unwrap_or_default().to_owned(),
-                    s["batch"].as_i64().unwrap_or_default(),
-                )
-            })
+            .filter(|s| s["action"] == "InPlace")
+            .map(|s| (s["pod"].as_str().unwrap_or_default(), s["batch"].as_i64().unwrap_or_default()))
             .collect();
-        let want: Vec<(String, String, i64)> = [("db-2", 1), ("db-1", 2), ("db-0", 3)]
-            .into_iter()
-            .map(|(p, b)| (p.to_owned(), "InPlace".to_owned(), b))
-            .collect();
+        let want = vec![("db-2", 1), ("db-1", 2), ("db-0", 3)];
+        ensure!(planned.len() == 3, "3 Pods: {plan}");
         ensure!(steps == want, "highest ordinal first, one at a time, in place: {plan}");
         kruise_ok(&ns, &["set", "image", "asts/db", "nginx=nginx:1.19.1"]).await?;
         let out = kruise_ok(&ns, &["rollout", "status", "asts/db", "--timeout", "90s"]).await?;
@@ -683,10 +674,7 @@ async fn advanced_statefulset_set_restart_undo_in_place() -> anyhow::Result<()> 
             .then_some(list))
         })
         .await?;
-        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
-            .into_iter()
-            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 3).collect())))
-            .collect();
+        let want = restarted(&before, 3);
         ensure!(
             identities(&after) == want,
             "same Pods, restarted by the image change, the restart and the undo: before {:?}, after {:?}",
@@ -815,10 +803,7 @@ async fn united_deployment_status_and_in_place_restart() -> anyhow::Result<()> {
         let out = kruise_ok(&ns, &["rollout", "restart", "uniteddeployment/app"]).await?;
         ensure!(out.contains("restarted (in place)"), "{out}");
         kruise_ok(&ns, &["rollout", "status", "ud/app", "--timeout", "90s"]).await?;
-        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
-            .into_iter()
-            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 1).collect())))
-            .collect();
+        let want = restarted(&before, 1);
         eventually("the same 4 Pods, each restarted once, Ready", TIMEOUT, || async {
             let list = active_pods(&pods, "app=ud").await?;
             Ok((identities(&list) == want && list.iter().all(kruise_e2e::is_ready)).then_some(()))
@@ -856,13 +841,8 @@ async fn advanced_daemonset_pause_resume_restart() -> anyhow::Result<()> {
         let before = active_pods(&pods, "app=agent").await?;
         ensure!(before.len() == nodes, "one Pod per node: {}", describe(&before));
 
-        let plan: serde_json::Value = serde_json::from_str(
-            &kruise_ok(
-                &ns,
-                &["rollout", "plan", "ads/agent", "--image", "nginx=nginx:1.19.1", "-o", "json"],
-            )
-            .await?,
-        )?;
+        let (plan, planned) =
+            plan_json(&ns, &["ads/agent", "--image", "nginx=nginx:1.19.1"]).await?;
         let node_of = |pod: &str| {
             before
                 .iter()
@@ -870,12 +850,7 @@ async fn advanced_daemonset_pause_resume_restart() -> anyhow::Result<()> {
                 .and_then(kruise_e2e::node_name)
                 .unwrap_or_default()
         };
-        let planned: Vec<String> = plan["steps"]
-            .as_array()
-            .context("steps")?
-            .iter()
-            .map(|s| node_of(s["pod"].as_str().unwrap_or_default()))
-            .collect();
+        let planned: Vec<String> = planned.iter().map(|p| node_of(p)).collect();
         let mut by_name: Vec<String> = before.iter().filter_map(kruise_e2e::node_name).collect();
         by_name.sort_by(|a, b| b.cmp(a));
         ensure!(planned == by_name, "nodes by name descending: {plan}");
@@ -893,10 +868,7 @@ async fn advanced_daemonset_pause_resume_restart() -> anyhow::Result<()> {
         let out = kruise_ok(&ns, &["rollout", "restart", "ads/agent"]).await?;
         ensure!(out.contains("restarted (in place)"), "{out}");
         kruise_ok(&ns, &["rollout", "status", "ads/agent", "--timeout", "90s"]).await?;
-        let want: BTreeMap<String, (String, Vec<i32>)> = identities(&before)
-            .into_iter()
-            .map(|(n, (u, r))| (n, (u, r.into_iter().map(|c| c + 2).collect())))
-            .collect();
+        let want = restarted(&before, 2);
         eventually("the same Pods, updated and restarted in place, Ready", TIMEOUT, || async {
             let list = active_pods(&pods, "app=agent").await?;
             Ok((identities(&list) == want

@@ -223,6 +223,16 @@ fn revision_templates(revisions: &[ControllerRevision]) -> BTreeMap<&str, PodTem
         .collect()
 }
 
+/// The revisions as the StatefulSet and DaemonSet planners take them.
+fn core_revisions<'a>(
+    templates: &'a BTreeMap<&str, PodTemplateSpec>,
+) -> Vec<sts_core::Revision<'a>> {
+    templates
+        .iter()
+        .map(|(name, template)| sts_core::Revision { name, template })
+        .collect()
+}
+
 /// How the controller updates `pod` to `new` under `policy` (the in-place engine's decision), as
 /// (the Pod's revision, action, why).
 fn decide(
@@ -290,14 +300,7 @@ pub fn plan_statefulset(
         &sts_core::Reserved::parse(&spec.reserve_ordinals),
     );
     let templates = revision_templates(revisions);
-    let owned: Vec<(String, PodTemplateSpec)> = templates
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
-        .collect();
-    let revs: Vec<sts_core::Revision<'_>> = owned
-        .iter()
-        .map(|(name, template)| sts_core::Revision { name, template })
-        .collect();
+    let revs = core_revisions(&templates);
     let update = sts_core::Revision {
         name: update_revision,
         template: &spec.template,
@@ -384,14 +387,7 @@ pub fn plan_daemonset(
         POD_UPDATE_RECREATE.to_owned()
     };
     let templates = revision_templates(revisions);
-    let owned: Vec<(String, PodTemplateSpec)> = templates
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
-        .collect();
-    let revs: Vec<sts_core::Revision<'_>> = owned
-        .iter()
-        .map(|(name, template)| sts_core::Revision { name, template })
-        .collect();
+    let revs = core_revisions(&templates);
     let views: Vec<ads_core::NodeView<'_>> = nodes
         .iter()
         .map(|(name, labels)| ads_core::NodeView {
