@@ -521,6 +521,22 @@ async fn rollout_status_follows_a_sidecar_upgrade() -> anyhow::Result<()> {
             "every Pod runs the new sidecar, restarted once, Ready once status returned 0: {}",
             describe(&after)
         );
+
+        let out = kruise_ok(&ns, &["rollout", "history", &target]).await?;
+        ensure!(out.lines().skip(2).count() == 2, "2 revisions: {out}");
+        let old_image = sidecarset_kit::spec_image(&before[0], LOGTAIL);
+        kruise_ok(&ns, &["rollout", "undo", &target]).await?;
+        kruise_ok(&ns, &["rollout", "status", &target, "--timeout", "90s"]).await?;
+        let undone = active_pods(&pods, "app=kk-sidecar").await?;
+        ensure!(
+            uids(&before) == uids(&undone)
+                && undone
+                    .iter()
+                    .all(|p| sidecarset_kit::spec_image(p, LOGTAIL) == old_image
+                        && kruise_e2e::is_ready(p)),
+            "undo brought {old_image} back in place: {}",
+            describe(&undone)
+        );
         Ok(())
     })
     .await
