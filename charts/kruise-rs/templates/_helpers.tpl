@@ -33,14 +33,14 @@ medium:
   workers: {cloneset: 5, statefulset: 5, daemonset: 3, sidecarset: 5, uniteddeployment: 3, broadcastjob: 3}
   apiClient: {qps: 100, burst: 200}
   resources:
-    requests: {cpu: 250m, memory: 256Mi}
-    limits: {cpu: "2", memory: 512Mi}
+    requests: {cpu: 250m, memory: 384Mi}
+    limits: {cpu: "2", memory: 768Mi}
 large:
   workers: {cloneset: 10, statefulset: 10, daemonset: 5, sidecarset: 10, uniteddeployment: 5, broadcastjob: 5}
   apiClient: {qps: 200, burst: 400}
   resources:
-    requests: {cpu: 500m, memory: 512Mi}
-    limits: {cpu: "4", memory: 1Gi}
+    requests: {cpu: 500m, memory: 768Mi}
+    limits: {cpu: "4", memory: 1536Mi}
 {{- end }}
 
 {{/* The profile named by manager.profile with manager.workers/apiClient/resources merged over it. */}}
