@@ -4,6 +4,7 @@
 //! to rewrite the golden files after an intended change (and review the diff).
 
 use anyhow::Context;
+use kruise_e2e::yaml_documents;
 use kruise_testkit::helm;
 use serde_json::Value;
 
@@ -11,18 +12,6 @@ const CHART: &str = "charts/kruise-rs";
 const CRDS_CHART: &str = "charts/kruise-rs-crds";
 /// `helm template` renders for this Kubernetes version (the test bed's).
 const KUBE_VERSION: &str = "v1.34.10";
-
-fn documents(yaml: &str) -> anyhow::Result<Vec<Value>> {
-    let mut out = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(yaml) {
-        let value: Value =
-            serde::Deserialize::deserialize(document).context("parsing helm's output")?;
-        if !value.is_null() {
-            out.push(value);
-        }
-    }
-    Ok(out)
-}
 
 fn template(extra: &[&str]) -> anyhow::Result<String> {
     let mut args = vec![
@@ -68,6 +57,16 @@ fn golden(name: &str, rendered: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A container's arguments.
+fn args(container: &Value) -> anyhow::Result<Vec<&str>> {
+    Ok(container["args"]
+        .as_array()
+        .context("container without args")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect())
+}
+
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects
         .iter()
@@ -93,7 +92,7 @@ fn charts_lint() -> anyhow::Result<()> {
 fn default_values_render_the_golden_manifests() -> anyhow::Result<()> {
     let rendered = template(&[])?;
     golden("chart-default.yaml", &rendered)?;
-    let objects = documents(&rendered)?;
+    let objects = yaml_documents(&rendered)?;
     let deployment = find(&objects, "Deployment", "kruise-controller-manager");
     let spec = &deployment["spec"]["template"]["spec"];
     assert_eq!(deployment["spec"]["replicas"], 2);
@@ -102,12 +101,7 @@ fn default_values_render_the_golden_manifests() -> anyhow::Result<()> {
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .context("args")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = args(container)?;
     assert!(args.contains(&"--enable-leader-election"), "{args:?}");
     assert!(args.contains(&"--metrics-addr=:8080"), "{args:?}");
     assert!(args.contains(&"--health-probe-addr=:8000"), "{args:?}");
@@ -154,16 +148,11 @@ fn kruise_manager_accepts(args: &[&str]) -> anyhow::Result<()> {
 fn production_profile_renders_the_golden_manifests() -> anyhow::Result<()> {
     let rendered = template(&["-f", "charts/kruise-rs/ci/production-values.yaml"])?;
     golden("chart-production.yaml", &rendered)?;
-    let objects = documents(&rendered)?;
+    let objects = yaml_documents(&rendered)?;
     let deployment = find(&objects, "Deployment", "kruise-controller-manager");
     let spec = &deployment["spec"]["template"]["spec"];
     let container = &spec["containers"][0];
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .context("args")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = args(container)?;
     assert!(
         args.contains(&"--feature-gates=EnableExternalCerts=true"),
         "{args:?}"
@@ -186,6 +175,19 @@ fn production_profile_renders_the_golden_manifests() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `helm template` with one `--set`, whatever its outcome.
+fn template_with(set: &str) -> anyhow::Result<std::process::Output> {
+    helm::try_run(&[
+        "template",
+        "kruise-rs",
+        CHART,
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        set,
+    ])
+}
+
 #[test]
 fn schema_rejects_wrong_values_with_a_clear_message() -> anyhow::Result<()> {
     for (set, words) in [
@@ -197,30 +199,14 @@ fn schema_rejects_wrong_values_with_a_clear_message() -> anyhow::Result<()> {
         ("manager.profile=huge", ["profile", "small"]),
         ("manager.webhook.port=99999", ["port", "maximum"]),
     ] {
-        let output = helm::try_run(&[
-            "template",
-            "kruise-rs",
-            CHART,
-            "--kube-version",
-            KUBE_VERSION,
-            "--set",
-            set,
-        ])?;
+        let output = template_with(set)?;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "--set {set} was accepted");
         for word in words {
             assert!(stderr.contains(word), "--set {set}: {stderr}");
         }
     }
-    let output = helm::try_run(&[
-        "template",
-        "kruise-rs",
-        CHART,
-        "--kube-version",
-        KUBE_VERSION,
-        "--set",
-        "manager.replica=2",
-    ])?;
+    let output = template_with("manager.replica=2")?;
     assert!(!output.status.success(), "a misspelled value was accepted");
     Ok(())
 }
@@ -229,10 +215,10 @@ fn schema_rejects_wrong_values_with_a_clear_message() -> anyhow::Result<()> {
 /// crates/webhook), so a `helm upgrade` and the manager never fight over a field.
 #[test]
 fn chart_webhooks_equal_the_generated_configurations() -> anyhow::Result<()> {
-    let objects = documents(&template(&[])?)?;
+    let objects = yaml_documents(&template(&[])?)?;
     let generated =
         std::fs::read_to_string(helm::repo_root().join("config/webhook/manifests.yaml"))?;
-    for want in documents(&generated)? {
+    for want in yaml_documents(&generated)? {
         let kind = want["kind"].as_str().context("kind")?;
         let name = want["metadata"]["name"].as_str().context("name")?;
         let got = find(&objects, kind, name);
@@ -269,7 +255,7 @@ fn chart_crds_are_the_generated_crds() -> anyhow::Result<()> {
             "{dir}"
         );
     }
-    let rendered = documents(&helm::run(&[
+    let rendered = yaml_documents(&helm::run(&[
         "template",
         "crds",
         CRDS_CHART,
@@ -292,7 +278,7 @@ fn chart_crds_are_the_generated_crds() -> anyhow::Result<()> {
 fn rbac_has_no_wildcards() -> anyhow::Result<()> {
     for values in [None, Some("charts/kruise-rs/ci/production-values.yaml")] {
         let extra: Vec<&str> = values.map(|v| vec!["-f", v]).unwrap_or_default();
-        for object in documents(&template(&extra)?)? {
+        for object in yaml_documents(&template(&extra)?)? {
             if object["kind"] == "ClusterRole" || object["kind"] == "Role" {
                 for rule in object["rules"].as_array().context("rules")? {
                     for field in ["apiGroups", "resources", "verbs"] {

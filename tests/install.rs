@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::cloneset_kit::{active_pods, describe, restarts, set_image, spec_image, uid};
 use kruise_e2e::sidecarset_kit::{logtail, test_pod, wait_ready};
-use kruise_e2e::{container_names, example, is_ready, wait_injected_on_dry_run};
+use kruise_e2e::{container_names, example, is_ready, wait_injected_on_dry_run, yaml_documents};
 use kruise_testkit::control_plane::{CHART_SERVICE_ACCOUNT, kubeconfig, plain_http_get};
 use kruise_testkit::process::{Process, free_port};
 use kruise_testkit::{TestBed, TestNamespace, eventually, helm, testbed, until};
@@ -248,18 +248,6 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
 
 type Triple = (String, String, String);
 
-fn documents(yaml: &str) -> anyhow::Result<Vec<Value>> {
-    let mut out = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(yaml) {
-        let value: Value =
-            serde::Deserialize::deserialize(document).context("parsing helm's output")?;
-        if !value.is_null() {
-            out.push(value);
-        }
-    }
-    Ok(out)
-}
-
 /// helm against the test bed's apiserver (release records in `default`).
 fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
     let kubeconfig = bed.plane.kubeconfig_path();
@@ -273,7 +261,7 @@ fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
 /// The Deployment's manager container as the installed release renders it.
 fn chart_container(bed: &TestBed) -> anyhow::Result<Value> {
     let manifest = helm_cli(bed, &["get", "manifest", RELEASE])?;
-    let objects = documents(&manifest)?;
+    let objects = yaml_documents(&manifest)?;
     let deployment = objects
         .iter()
         .find(|o| o["kind"] == "Deployment")
@@ -515,7 +503,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
             &["install", RELEASE, "charts/kruise-rs", "--set", "webhookConfiguration.host=127.0.0.1", "--set", &port],
         )?;
         ensure!(out.contains("STATUS: deployed"), "{out}");
-        let installed = documents(&helm_cli(bed, &["get", "manifest", RELEASE])?)?;
+        let installed = yaml_documents(&helm_cli(bed, &["get", "manifest", RELEASE])?)?;
         let grants = granted(&installed)?;
 
         // 2. The manager as the chart runs it, the chart's webhooks routed to it.
@@ -557,7 +545,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
             bed,
             &["upgrade", RELEASE, "charts/kruise-rs", "--reuse-values", "--set", "manager.log.level=4"],
         )?;
-        let upgraded = documents(&helm_cli(bed, &["get", "manifest", RELEASE])?)?;
+        let upgraded = yaml_documents(&helm_cli(bed, &["get", "manifest", RELEASE])?)?;
         ensure!(hash(&installed) != hash(&upgraded), "the upgrade does not roll the Deployment");
         bed.plane.stop_process(&first.name, false);
         let second = start_chart_manager(bed, "chart-manager-1").await?;
