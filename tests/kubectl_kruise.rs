@@ -6,14 +6,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::{
     CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, identities, name,
     spec_image, status, uid, wait_converged,
 };
 use kruise_testkit::{TestNamespace, eventually, testbed};
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -284,6 +285,41 @@ async fn status_fails_on_progress_deadline() -> anyhow::Result<()> {
         ensure!(
             !run.ok && run.stderr.contains("unknown resource type"),
             "{run:?}"
+        );
+
+        // An identity without RBAC: a ServiceAccount of the namespace with no role bound.
+        let accounts: Api<ServiceAccount> = ns.api();
+        let mut account = ServiceAccount::default();
+        account.metadata.name = Some("nobody".into());
+        accounts.create(&PostParams::default(), &account).await?;
+        let issued = accounts
+            .create_token_request("nobody", &PostParams::default(), &TokenRequest::default())
+            .await?;
+        let token = issued.status.map(|s| s.token).context("no token")?;
+        let config = std::env::temp_dir().join(format!("{}-nobody.kubeconfig", ns.name));
+        std::fs::write(
+            &config,
+            kruise_testkit::control_plane::kubeconfig(
+                &bed.plane.server_url(),
+                bed.plane.ca_pem(),
+                &token,
+                "nobody",
+            ),
+        )?;
+        let output = tokio::process::Command::new(plugin()?)
+            .args(["rollout", "history", "cloneset/stuck", "-n", &ns.name, "--kubeconfig"])
+            .arg(&config)
+            .kill_on_drop(true)
+            .output()
+            .await;
+        std::fs::remove_file(&config).ok();
+        let output = output?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        ensure!(
+            !output.status.success()
+                && stderr.contains("forbidden")
+                && stderr.contains(&format!("system:serviceaccount:{}:nobody", ns.name)),
+            "an RBAC denial is reported with kubectl's wording: {output:?}"
         );
         Ok(())
     })
