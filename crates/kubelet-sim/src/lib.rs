@@ -101,6 +101,8 @@ struct PodEntry {
     /// resourceVersion of our last status write; an older cached Pod is not planned from (it would
     /// undo that write with new container IDs).
     written_rv: Option<u64>,
+    /// When [`steer::STATUS_CHURN_MS`] last wrote the Pod's status, and how many times it did.
+    churned: Option<(std::time::Instant, u64)>,
 }
 
 struct Ctx {
@@ -427,9 +429,64 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
         return Ok(Action::await_change());
     }
-    Ok(plan
-        .requeue
-        .map_or_else(Action::await_change, Action::requeue))
+    let churn_in = match steer::PodSteer::from_pod(&pod).status_churn() {
+        Some(period) if pod.metadata.deletion_timestamp.is_none() => {
+            Some(churn_status(&ctx, &api, &uid, &name, period).await?)
+        }
+        _ => None,
+    };
+    let requeue = match (plan.requeue, churn_in) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// [`steer::STATUS_CHURN_MS`]: writes the Pod's churn condition when the period has passed since the
+/// last write; how long until the next one is due.
+async fn churn_status(
+    ctx: &Ctx,
+    api: &Api<Pod>,
+    uid: &str,
+    name: &str,
+    period: Duration,
+) -> Result<Duration, Error> {
+    let now = std::time::Instant::now();
+    let count = {
+        let pods = lock(&ctx.pods);
+        match pods.get(uid).and_then(|e| e.churned) {
+            Some((at, _)) if now.duration_since(at) < period => {
+                return Ok(period - now.duration_since(at));
+            }
+            Some((_, count)) => count + 1,
+            None => 1,
+        }
+    };
+    let patch = serde_json::json!({
+        "metadata": { "uid": uid },
+        "status": { "conditions": [{
+            "type": steer::CHURN_CONDITION,
+            "status": "True",
+            "message": format!("status write {count}"),
+        }]},
+    });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(written) => {
+            if let Some(entry) = lock(&ctx.pods).get_mut(uid) {
+                entry.written_rv = resource_version(&written);
+                entry.churned = Some((now, count));
+            }
+            Ok(period)
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(period),
+        Err(source) => Err(Error::PatchStatus {
+            pod: format!("{}/{name}", api.namespace().unwrap_or_default()),
+            source,
+        }),
+    }
 }
 
 fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Ctx>) -> Action {

@@ -33,6 +33,13 @@ pub const START_DELAY_MS: &str = "sim.kruise-rs.io/start-delay-ms";
 pub const PULL_DELAY_MS: &str = "sim.kruise-rs.io/pull-delay-ms";
 /// Time from a container start to its readiness, in milliseconds (overrides the simulator default).
 pub const READY_DELAY_MS: &str = "sim.kruise-rs.io/ready-delay-ms";
+/// Busy status: while set, the Pod's status is written every this many milliseconds (a counter in
+/// the simulator's own condition [`CHURN_CONDITION`]), as a kubelet busy with probes and restarts
+/// keeps a Pod's resourceVersion moving. Lets a test check that writers of the Pod's status are not
+/// starved by such updates.
+pub const STATUS_CHURN_MS: &str = "sim.kruise-rs.io/status-churn-ms";
+/// The Pod condition [`STATUS_CHURN_MS`] rewrites.
+pub const CHURN_CONDITION: &str = "sim.kruise-rs.io/StatusChurn";
 /// Node annotation: `"stopped"` stops that node's heartbeats (Lease and status) until removed.
 pub const HEARTBEAT: &str = "sim.kruise-rs.io/heartbeat";
 
@@ -119,6 +126,12 @@ impl PodSteer {
             pull_delay: self.millis(PULL_DELAY_MS, name).unwrap_or_default(),
             ready_delay: self.millis(READY_DELAY_MS, name),
         }
+    }
+
+    /// The period of [`STATUS_CHURN_MS`], if the Pod asks for it (at least 10 ms).
+    pub fn status_churn(&self) -> Option<Duration> {
+        self.value::<u64>(STATUS_CHURN_MS, "")
+            .map(|ms| Duration::from_millis(ms.max(10)))
     }
 
     /// Whether `container` is named by a list key (`"*"` names every container).
@@ -262,6 +275,15 @@ mod tests {
                 container.name
             );
         }
+    }
+
+    #[test]
+    fn status_churn_period() {
+        assert_eq!(PodSteer::from_pod(&pod(&[])).status_churn(), None);
+        let churn = |v| PodSteer::from_pod(&pod(&[(STATUS_CHURN_MS, v)])).status_churn();
+        assert_eq!(churn("100"), Some(Duration::from_millis(100)));
+        assert_eq!(churn("1"), Some(Duration::from_millis(10)));
+        assert_eq!(churn("soon"), None);
     }
 
     #[test]

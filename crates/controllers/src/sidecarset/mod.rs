@@ -25,7 +25,7 @@ use kruise_core::expectations::{CachedState, Expectation, Expectations};
 use kruise_core::ownership::Claimant;
 use kruise_core::revision::next_revision_number;
 use kruise_core::sidecarset::history;
-use kruise_core::sidecarset::upgradable::upgradable_condition_patch;
+use kruise_core::sidecarset::upgradable::{upgradable_condition_patch, wanted_entry};
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -292,6 +292,8 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     // Upgrade.
     let mut failure = None;
     let mut more_to_upgrade = false;
+    // A Pod write lost a race (the Pod changed since it was read): soon decide again.
+    let mut raced = false;
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
             // Hot upgrade: reset the old twins to the empty image first; the round ends there.
@@ -300,7 +302,9 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 .iter()
                 .map(|&i| reset_idle_twin(ctx, ss, &managed[i], now))
                 .collect::<Vec<_>>();
-            keep_first(&mut failure, concurrently(flips).await);
+            let (error, lost) = concurrently(flips).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
             if !plan.not_upgradable.is_empty() {
                 let names: Vec<String> = plan
                     .not_upgradable
@@ -321,12 +325,6 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                     None,
                 )
                 .await;
-                let marks = plan
-                    .not_upgradable
-                    .iter()
-                    .map(|&i| set_upgradable(ctx, ss, &managed[i], false, now))
-                    .collect::<Vec<_>>();
-                keep_first(&mut failure, concurrently(marks).await);
             }
             // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
             // merge into) does not hold up the others: every planned Pod is tried. A large plan is
@@ -338,7 +336,26 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 .take(UPGRADES_PER_ROUND)
                 .map(|&i| upgrade_pod(ctx, ss, &managed[i], &latest_revision, now))
                 .collect::<Vec<_>>();
-            keep_first(&mut failure, concurrently(upgrades).await);
+            let (error, lost) = concurrently(upgrades).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
+            // The SidecarSetUpgradable entries of the other Pods, level-triggered: whatever the
+            // entry should say now and does not (a refusal, a SidecarSet upgradable again, a write
+            // after an upgrade that lost a race) is written, every reconcile, until it holds.
+            let upgrading: BTreeSet<usize> = plan.upgrade.iter().copied().collect();
+            let refused: BTreeSet<usize> = plan.not_upgradable.iter().copied().collect();
+            let marks = facts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !upgrading.contains(i))
+                .filter_map(|(i, f)| {
+                    wanted_entry(f, refused.contains(&i))
+                        .map(|upgradable| set_upgradable(ctx, ss, &managed[i], upgradable, now))
+                })
+                .collect::<Vec<_>>();
+            let (error, lost) = concurrently(marks).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
         }
         Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
     }
@@ -387,24 +404,37 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     if more_to_upgrade {
         return Ok(Action::requeue(Duration::ZERO));
     }
+    if raced {
+        return Ok(Action::requeue(RACE_RETRY));
+    }
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
 /// Pods upgraded per reconcile; the rest follow at once in the next (after the status is written).
 const UPGRADES_PER_ROUND: usize = 100;
 
-/// Runs Pod writes in parallel ([`crate::parallel`]); the first error, if any (a client or server
-/// error is preferred over a Pod that cannot be patched, which says more about the SidecarSet).
-async fn concurrently(writes: Vec<impl Future<Output = Result<(), Error>>>) -> Option<Error> {
+/// How soon a SidecarSet is reconciled again after one of its Pod writes lost a race.
+const RACE_RETRY: Duration = Duration::from_millis(200);
+
+/// Runs Pod writes in parallel ([`crate::parallel`]), each `Ok(true)` once done or `Ok(false)` when
+/// it lost a race; the first error, if any (a client or server error is preferred over a Pod that
+/// cannot be patched, which says more about the SidecarSet), and whether any write lost a race.
+async fn concurrently(
+    writes: Vec<impl Future<Output = Result<bool, Error>>>,
+) -> (Option<Error>, bool) {
     let results = crate::parallel::in_parallel(writes).await;
     let mut first = None;
-    for error in results.into_iter().filter_map(Result::err) {
-        match (&first, &error) {
-            (None, _) | (Some(Error::Invalid(_)), Error::Kube { .. }) => first = Some(error),
-            _ => {}
+    let mut lost = false;
+    for result in results {
+        match result {
+            Ok(done) => lost |= !done,
+            Err(error) => match (&first, &error) {
+                (None, _) | (Some(Error::Invalid(_)), Error::Kube { .. }) => first = Some(error),
+                _ => {}
+            },
         }
     }
-    first
+    (first, lost)
 }
 
 fn keep_first(failure: &mut Option<Error>, error: Option<Error>) {
@@ -635,14 +665,16 @@ async fn patch_pod(
     }
 }
 
-/// Upgrades one Pod's sidecar images in place, then marks it upgradable for this SidecarSet.
+/// Upgrades one Pod's sidecar images in place, then marks it upgradable for this SidecarSet (as
+/// OpenKruise, `SidecarSetUpgradable` with this SidecarSet's entry `true`). `Ok(false)` when a write
+/// lost a race.
 async fn upgrade_pod(
     ctx: &Context,
     ss: &SidecarSet,
     pod: &Pod,
     latest_revision: &str,
     now: Timestamp,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let patch = upgrade::upgrade_patch(ss, pod, latest_revision, now).map_err(|e| {
         Error::Invalid(format!(
             "Pod {}/{}: {e}",
@@ -651,56 +683,37 @@ async fn upgrade_pod(
         ))
     })?;
     let Some(patched) = patch_pod(ctx, ss, pod, patch, false, "update_in_place").await? else {
-        return Ok(());
+        return Ok(false);
     };
     set_upgradable(ctx, ss, &patched, true, now).await
 }
 
 /// Records in the Pod's `SidecarSetUpgradable` condition whether this SidecarSet can upgrade it in
-/// place (a no-op when the condition already says so, or is absent and would say "upgradable").
-///
-/// The patch fails if another SidecarSet wrote the condition meanwhile (or, when adding it, if the
-/// Pod changed at all); a lost race re-reads the Pod and tries again, a few times — after an upgrade
-/// this is an edge that no later reconcile would revisit.
+/// place (a no-op when the condition already says so). One status patch, guarded by tests on the
+/// conditions rather than the resourceVersion ([`upgradable_condition_patch`]), so the kubelet's
+/// status updates do not make it fail. `Ok(false)` when it lost a race (another SidecarSet wrote
+/// the condition, or the Pod is gone): not retried here — the entry is level-triggered
+/// ([`wanted_entry`]) and the SidecarSet is reconciled again soon.
 async fn set_upgradable(
     ctx: &Context,
     ss: &SidecarSet,
     pod: &Pod,
     upgradable: bool,
     now: Timestamp,
-) -> Result<(), Error> {
-    const ATTEMPTS: usize = 5;
-    let ns = pod.namespace().unwrap_or_default();
-    let pod_name = pod.name_any();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut current = pod.clone();
-    for attempt in 1..=ATTEMPTS {
-        let patch = upgradable_condition_patch(&current, &ss.name_any(), upgradable, now)
-            .map_err(|e| Error::Invalid(format!("Pod {ns}/{pod_name}: {e}")))?;
-        let Some(patch) = patch else {
-            return Ok(());
-        };
-        if patch_pod(ctx, ss, &current, patch, true, "update_condition")
-            .await?
-            .is_some()
-        {
-            return Ok(());
-        }
-        if attempt == ATTEMPTS {
-            break;
-        }
-        match api
-            .get_opt(&pod_name)
-            .await
-            .context(|| format!("reading Pod {ns}/{pod_name}"))?
-        {
-            Some(fresh) if fresh.metadata.uid == pod.metadata.uid => current = fresh,
-            // Gone or replaced: nothing to record.
-            _ => return Ok(()),
-        }
-    }
-    tracing::warn!(pod = %format!("{ns}/{pod_name}"), sidecarset = %ss.name_any(), "the SidecarSetUpgradable condition kept losing races; left for the next upgrade");
-    Ok(())
+) -> Result<bool, Error> {
+    let patch = upgradable_condition_patch(pod, &ss.name_any(), upgradable, now).map_err(|e| {
+        Error::Invalid(format!(
+            "Pod {}/{}: {e}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ))
+    })?;
+    let Some(patch) = patch else {
+        return Ok(true);
+    };
+    Ok(patch_pod(ctx, ss, pod, patch, true, "update_condition")
+        .await?
+        .is_some())
 }
 
 /// Hot upgrade's last step: the twin that no longer works goes back to the empty image, with an
@@ -710,7 +723,7 @@ async fn reset_idle_twin(
     ss: &SidecarSet,
     pod: &Pod,
     now: Timestamp,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let patch = upgrade::flip_patch(ss, pod, now).map_err(|e| {
         Error::Invalid(format!(
             "Pod {}/{}: {e}",
@@ -725,7 +738,7 @@ async fn reset_idle_twin(
             "ResetContainerSucceed",
             "reset sidecar container image empty successfully".to_owned(),
         ),
-        Ok(None) => return Ok(()),
+        Ok(None) => return Ok(false),
         Err(error) => (
             EventType::Warning,
             "ResetContainerFailed",
@@ -742,7 +755,7 @@ async fn reset_idle_twin(
     if let Err(error) = ctx.recorder.publish(&event, &pod_reference(pod)).await {
         tracing::warn!(%error, "publishing an event");
     }
-    result.map(|_| ())
+    result.map(|patched| patched.is_some())
 }
 
 fn pod_reference(pod: &Pod) -> ObjectReference {
