@@ -76,6 +76,8 @@ struct Context {
     verdicts: Mutex<HashMap<String, verdicts::Memo>>,
     /// Pods already reported as missing a sidecar (uid, SidecarSet), so each gets one Event.
     reported: Mutex<BTreeSet<(String, String)>>,
+    /// Since when each SidecarSet has had `SidecarSetUpgradable` entries waiting for a quiet round.
+    marks_waiting: Mutex<HashMap<String, Instant>>,
     config: Config,
 }
 
@@ -126,6 +128,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         sidecarsets,
         verdicts: Mutex::new(HashMap::new()),
         reported: Mutex::new(BTreeSet::new()),
+        marks_waiting: Mutex::new(HashMap::new()),
         config: config.clone(),
     });
     tracing::info!(workers = config.workers, "sidecarset controller started");
@@ -162,6 +165,9 @@ fn forget_deleted(ctx: &Context) {
     }
     if let Ok(mut reported) = ctx.reported.lock() {
         reported.retain(|(_, name)| alive(name));
+    }
+    if let Ok(mut waiting) = ctx.marks_waiting.lock() {
+        waiting.retain(|name, _| alive(name));
     }
 }
 
@@ -294,6 +300,8 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     let mut more_to_upgrade = false;
     // A Pod write lost a race (the Pod changed since it was read): soon decide again.
     let mut raced = false;
+    // SidecarSetUpgradable entries to write: (Pod, upgradable).
+    let mut marks: Vec<(usize, bool)> = Vec::new();
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
             // Hot upgrade: reset the old twins to the empty image first; the round ends there.
@@ -339,23 +347,18 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             let (error, lost) = concurrently(upgrades).await;
             keep_first(&mut failure, error);
             raced |= lost;
-            // The SidecarSetUpgradable entries of the other Pods, level-triggered: whatever the
-            // entry should say now and does not (a refusal, a SidecarSet upgradable again, a write
-            // after an upgrade that lost a race) is written, every reconcile, until it holds.
+            // The SidecarSetUpgradable entries, level-triggered: whatever an entry should say now
+            // and does not (a refusal, a SidecarSet upgradable again, `true` after an in-place
+            // upgrade) is written, every reconcile, until it holds. Pods being upgraded this round
+            // are left to the next.
             let upgrading: BTreeSet<usize> = plan.upgrade.iter().copied().collect();
             let refused: BTreeSet<usize> = plan.not_upgradable.iter().copied().collect();
-            let marks = facts
+            marks = facts
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| !upgrading.contains(i))
-                .filter_map(|(i, f)| {
-                    wanted_entry(f, refused.contains(&i))
-                        .map(|upgradable| set_upgradable(ctx, ss, &managed[i], upgradable, now))
-                })
-                .collect::<Vec<_>>();
-            let (error, lost) = concurrently(marks).await;
-            keep_first(&mut failure, error);
-            raced |= lost;
+                .filter_map(|(i, f)| wanted_entry(f, refused.contains(&i)).map(|u| (i, u)))
+                .collect();
         }
         Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
     }
@@ -378,7 +381,8 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             sidecarset: name.clone(),
         })
         .set(missed.len() as i64);
-    if status != old {
+    let status_changed = status != old;
+    if status_changed {
         let api: Api<SidecarSet> = Api::all(ctx.client.clone());
         match api
             .patch_status(
@@ -398,20 +402,59 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             }
         }
     }
+    // The conditions share the client's rate limit with the upgrades and the status, which go
+    // first: they are written in rounds where the status did not change (the rollout is done or
+    // stuck), or once they have waited MARKS_MAX_WAIT, a bounded number per reconcile.
+    let now_instant = Instant::now();
+    let waiting_since = ctx.marks_waiting.lock().ok().map(|mut waiting| {
+        if marks.is_empty() {
+            waiting.remove(&name);
+            now_instant
+        } else {
+            *waiting.entry(name.clone()).or_insert(now_instant)
+        }
+    });
+    let quiet = !status_changed
+        || waiting_since.is_none_or(|since| now_instant.duration_since(since) >= MARKS_MAX_WAIT);
+    let mut more_marks = false;
+    let mut marks_deferred = false;
+    if !marks.is_empty() && (more_to_upgrade || !quiet) {
+        marks_deferred = true;
+    } else if !marks.is_empty() {
+        more_marks = marks.len() > MARKS_PER_ROUND;
+        let writes = marks
+            .iter()
+            .take(MARKS_PER_ROUND)
+            .map(|&(i, upgradable)| set_upgradable(ctx, ss, &managed[i], upgradable, now))
+            .collect::<Vec<_>>();
+        let (error, lost) = concurrently(writes).await;
+        keep_first(&mut failure, error);
+        raced |= lost;
+    }
     if let Some(error) = failure {
         return Err(error);
     }
-    if more_to_upgrade {
+    if more_to_upgrade || more_marks {
         return Ok(Action::requeue(Duration::ZERO));
     }
     if raced {
         return Ok(Action::requeue(RACE_RETRY));
+    }
+    if marks_deferred {
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
 /// Pods upgraded per reconcile; the rest follow at once in the next (after the status is written).
 const UPGRADES_PER_ROUND: usize = 100;
+
+/// `SidecarSetUpgradable` writes per reconcile; the rest follow at once in the next.
+const MARKS_PER_ROUND: usize = 2 * crate::parallel::PARALLEL_WRITES;
+
+/// How long `SidecarSetUpgradable` writes wait for a round in which the status does not change
+/// (a rollout in progress) before they are written all the same.
+const MARKS_MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// How soon a SidecarSet is reconciled again after one of its Pod writes lost a race.
 const RACE_RETRY: Duration = Duration::from_millis(200);
@@ -665,9 +708,9 @@ async fn patch_pod(
     }
 }
 
-/// Upgrades one Pod's sidecar images in place, then marks it upgradable for this SidecarSet (as
-/// OpenKruise, `SidecarSetUpgradable` with this SidecarSet's entry `true`). `Ok(false)` when a write
-/// lost a race.
+/// Upgrades one Pod's sidecar images in place. `Ok(false)` when the patch lost a race. (The
+/// `SidecarSetUpgradable` entry `true` OpenKruise writes after an upgrade follows from a later
+/// reconcile's [`wanted_entry`], off the upgrade's path.)
 async fn upgrade_pod(
     ctx: &Context,
     ss: &SidecarSet,
@@ -682,10 +725,9 @@ async fn upgrade_pod(
             pod.name_any()
         ))
     })?;
-    let Some(patched) = patch_pod(ctx, ss, pod, patch, false, "update_in_place").await? else {
-        return Ok(false);
-    };
-    set_upgradable(ctx, ss, &patched, true, now).await
+    Ok(patch_pod(ctx, ss, pod, patch, false, "update_in_place")
+        .await?
+        .is_some())
 }
 
 /// Records in the Pod's `SidecarSetUpgradable` condition whether this SidecarSet can upgrade it in
