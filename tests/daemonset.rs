@@ -668,6 +668,126 @@ async fn surge_paused_and_on_delete() -> anyhow::Result<()> {
     .await
 }
 
+/// One observed version of a Pod: name, resourceVersion, spec image, `InPlaceUpdateReady` status.
+type PodVersion = (String, String, String, String);
+
+/// The #2276 drain on an Advanced DaemonSet: an in-place update takes each Pod out of service
+/// (`InPlaceUpdateReady` False, so `Ready` False and endpoints drop it) before its container is
+/// restarted. A watch records every version of every Pod while kubelet-sim keeps writing their status:
+/// no version may carry the new image in its spec while the Pod is still in service.
+#[tokio::test]
+async fn in_place_update_never_restarts_a_pod_that_is_in_service() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ads-drain").await?;
+    ns.run(async {
+        let client = bed.plane.client().await?;
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            nodes.push(fleet::add_node(&client, own_node(&ns, &format!("d{i}"))).await?.name);
+        }
+        let selector = "app=drain";
+        apply_json(
+            &ns,
+            &own_daemonset(
+                &ns,
+                "drain",
+                json!({"type": "RollingUpdate", "rollingUpdate": {
+                    "rollingUpdateType": "InPlaceIfPossible",
+                    "maxUnavailable": "100%"
+                }}),
+            ),
+        )
+        .await?;
+        let (_, before) = wait_for(&ns, "drain", selector, "3 Ready Pods", |s, pods| {
+            s.number_available == 3 && pods.len() == 3 && pods.iter().all(is_ready)
+        })
+        .await?;
+        let uids_before: BTreeMap<String, String> =
+            before.iter().map(|p| (name(p), uid(p))).collect();
+        // Every version of every Pod from now on: (name, resourceVersion, spec image, gate status).
+        let pods_api: Api<Pod> = ns.api();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<PodVersion>>> = std::sync::Arc::default();
+        let recorder = {
+            let seen = seen.clone();
+            let stream = watcher(pods_api.clone(), watcher::Config::default().labels(selector))
+                .applied_objects();
+            tokio::spawn(async move {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(Ok(pod)) = stream.next().await {
+                    let gate = kruise_e2e::pod_condition(&pod, "InPlaceUpdateReady")
+                        .map(|c| c.status.clone())
+                        .unwrap_or_default();
+                    let row = (
+                        name(&pod),
+                        pod.metadata.resource_version.clone().unwrap_or_default(),
+                        image(&pod),
+                        gate,
+                    );
+                    if let Ok(mut seen) = seen.lock() {
+                        seen.push(row);
+                    }
+                }
+            })
+        };
+        // The watch has listed the 3 Pods before anything changes.
+        eventually("the watch has listed the Pods", TIMEOUT, || {
+            let seen = seen.clone();
+            async move { Ok(seen.lock().is_ok_and(|s| s.len() >= 3).then_some(())) }
+        })
+        .await?;
+        ns.kubectl(&["patch", "daemonsets.apps.kruise.io", "drain", "--type", "json", "-p",
+            r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"agent:v2"}]"#]).await?;
+        let (_, after) = wait_for(&ns, "drain", selector, "3 Pods updated in place", |s, pods| {
+            s.updated_number_scheduled == 3
+                && s.number_available == 3
+                && pods.len() == 3
+                && pods.iter().all(|p| {
+                    is_ready(p)
+                        && kruise_e2e::container_status(p, "agent").map(|c| c.image)
+                            == Some("agent:v2".to_owned())
+                })
+        })
+        .await?;
+        recorder.abort();
+        for pod in &after {
+            let pod_name = name(pod);
+            ensure!(
+                uids_before.get(&pod_name) == Some(&uid(pod)),
+                "{pod_name} was recreated, not updated in place"
+            );
+            ensure!(restarts(pod) == 1, "{pod_name} restarts {}", restarts(pod));
+        }
+        let seen = seen
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .clone();
+        for pod_name in uids_before.keys() {
+            let versions: Vec<_> = seen.iter().filter(|(n, ..)| n == pod_name).collect();
+            // The first version with the new image in its spec: the Pod must already be drained.
+            let first_new = versions
+                .iter()
+                .find(|(_, _, image, _)| image == "agent:v2")
+                .with_context(|| format!("{pod_name}: no version with the new image: {versions:?}"))?;
+            ensure!(
+                first_new.3 == "False",
+                "{pod_name} got the new image while in service (kruise#2276): {versions:?}"
+            );
+            ensure!(
+                versions.iter().any(|(_, _, image, gate)| image == "agent:v1" && gate == "False"),
+                "{pod_name} never drained before its update: {versions:?}"
+            );
+        }
+        for node in nodes {
+            fleet::remove_node(&client, &node).await?;
+        }
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn the_same_spec_as_a_native_daemonset_runs_on_the_same_nodes() -> anyhow::Result<()> {
     let bed = testbed();

@@ -3,19 +3,20 @@
 //! Pods pinned to their subset's nodes, rollouts through every subset, manual partitions, scaling,
 //! removing a subset, and bad input rejected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::rollout::uniteddeployment::{Existing, allocate};
 use kruise_e2e::cloneset_kit::{name, restarts, uid};
 use kruise_e2e::{container_status, is_ready, node_name};
-use kruise_testkit::{TestNamespace, eventually, testbed};
+use kruise_testkit::{TestNamespace, eventually, fleet, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kubelet_sim::NodeSpecSim;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -743,33 +744,49 @@ async fn example_advanced_statefulset_subsets_on_node_pools() -> anyhow::Result<
 /// rescheduleCriticalSeconds and its replicas move to the next subset; once a node fits and
 /// unschedulableDuration has passed it is schedulable again and takes new replicas first, while the
 /// running Pods elsewhere stay (OpenKruise never deletes healthy Pods to move them back).
-#[tokio::test]
-async fn adaptive_subset_becomes_unschedulable_then_recovers() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("ud-adaptive").await?;
-    ns.run(Box::pin(async {
-        let pool = format!("ud-adaptive-{}", ns.name);
-        // Make sure no node is in the pool yet.
-        let yaml = format!(
-            r#"apiVersion: apps.kruise.io/v1beta1
+/// A node of the test's own, in pool `pool`, with a NoSchedule taint no Pod of the test tolerates
+/// (other tests' Pods do not select it: the pool label is the namespace's).
+fn pool_node(ns: &TestNamespace, pool: &str) -> NodeSpecSim {
+    let mut spec = NodeSpecSim::named(&format!("{}-pool", ns.name), 0);
+    spec.labels.insert(POOL_LABEL.into(), pool.into());
+    spec.taints = vec![pool_taint(ns)];
+    spec
+}
+
+const POOL_LABEL: &str = "kruise-rs.io/ud-pool";
+const POOL_TAINT: &str = "kruise-rs.io/ud-full";
+
+fn pool_taint(ns: &TestNamespace) -> Taint {
+    Taint {
+        key: POOL_TAINT.into(),
+        value: Some(ns.name.clone()),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    }
+}
+
+/// A CloneSet-template UnitedDeployment of 4 replicas: subset `pool` (at most 2, on the test's pool
+/// node) and subset `rest` (zone-a), Adaptive with short windows.
+fn adaptive_yaml(name: &str, pool: &str, reserve: bool) -> String {
+    format!(
+        r#"apiVersion: apps.kruise.io/v1beta1
 kind: UnitedDeployment
 metadata:
-  name: ada
+  name: {name}
 spec:
   replicas: 4
   selector:
-    matchLabels: {{app: ada}}
+    matchLabels: {{app: {name}}}
   template:
     cloneSetTemplate:
       metadata:
-        labels: {{app: ada}}
+        labels: {{app: {name}}}
       spec:
         selector:
-          matchLabels: {{app: ada}}
+          matchLabels: {{app: {name}}}
         template:
           metadata:
-            labels: {{app: ada}}
+            labels: {{app: {name}}}
           spec:
             containers:
               - name: c
@@ -779,84 +796,202 @@ spec:
       type: Adaptive
       adaptive:
         rescheduleCriticalSeconds: 5
-        unschedulableDuration: 20
+        unschedulableDuration: 15
+        reserveUnschedulablePods: {reserve}
     subsets:
       - name: pool
         maxReplicas: 2
         nodeSelectorTerm:
           matchExpressions:
-            - {{key: kruise-rs.io/ud-pool, operator: In, values: ["{pool}"]}}
+            - {{key: {POOL_LABEL}, operator: In, values: ["{pool}"]}}
       - name: rest
         nodeSelectorTerm:
           matchExpressions:
             - {{key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}}
 "#
-        );
-        ns.apply(&yaml).await?;
-        let img = |_: &str| "nginx:1.25".to_string();
-        // The pool has no node: after 5 s its 2 Pods count as pending too long, the subset turns
-        // unschedulable and all 4 replicas run in "rest".
-        let (u, _) = wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
-        let st = u.status.unwrap_or_default();
-        let pool_status = st
-            .subset_statuses
-            .iter()
-            .find(|s| s.name == "pool")
-            .cloned()
-            .unwrap_or_default();
-        let schedulable = pool_status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Schedulable")
-            .cloned();
-        ensure!(
-            schedulable
-                .as_ref()
-                .is_some_and(|c| c.status == "False" && c.reason == "reschedule"),
-            "{pool_status:?}"
-        );
-        ensure!(pool_status.replicas == 0, "{pool_status:?}");
+    )
+}
 
-        // A node joins the pool; after the window the subset recovers.
-        ns.kubectl(&[
-            "label",
-            "node",
-            "sim-1",
-            &format!("kruise-rs.io/ud-pool={pool}"),
-            "--overwrite",
-        ])
-        .await?;
-        let recovered = eventually(
-            "pool Schedulable again",
-            Duration::from_secs(90),
-            || async {
-                let u = get_ud(&ns, "ada").await?;
-                Ok(u.status.and_then(|s| {
-                    s.subset_statuses
-                        .into_iter()
-                        .find(|s| s.name == "pool")?
-                        .conditions
-                        .into_iter()
-                        .find(|c| {
-                            c.type_ == "Schedulable" && c.status == "True" && c.reason == "recover"
-                        })
-                }))
-            },
-        )
+fn subset_condition(
+    u: &UnitedDeployment,
+    subset: &str,
+) -> Option<kruise_api::uniteddeployment::v1beta1::UnitedDeploymentSubsetCondition> {
+    u.status
+        .as_ref()?
+        .subset_statuses
+        .iter()
+        .find(|s| s.name == subset)?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Schedulable")
+        .cloned()
+}
+
+#[tokio::test]
+async fn adaptive_subset_becomes_unschedulable_then_recovers() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-adaptive").await?;
+    ns.run(Box::pin(async {
+        let client = bed.plane.client().await?;
+        let pool = format!("adaptive-{}", ns.name);
+        let node = fleet::add_node(&client, pool_node(&ns, &pool)).await?.name;
+        let result = async {
+            ns.apply(&adaptive_yaml("ada", &pool, false)).await?;
+            let img = |_: &str| "nginx:1.25".to_string();
+            // The pool's node is tainted: its 2 Pods are rejected by the scheduler, after 5 s the
+            // subset turns unschedulable and all 4 replicas run in "rest".
+            let (u, _) = wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
+            let schedulable = subset_condition(&u, "pool");
+            ensure!(
+                schedulable
+                    .as_ref()
+                    .is_some_and(|c| c.status == "False" && c.reason == "reschedule"),
+                "{:?}",
+                u.status
+            );
+            // The taint goes; after the 15 s window the subset recovers.
+            fleet::untaint_node(&client, &node, POOL_TAINT).await?;
+            let recovered = eventually(
+                "pool Schedulable again",
+                Duration::from_secs(90),
+                || async {
+                    let u = get_ud(&ns, "ada").await?;
+                    Ok(subset_condition(&u, "pool")
+                        .filter(|c| c.status == "True" && c.reason == "recover"))
+                },
+            )
+            .await?;
+            ensure!(
+                recovered
+                    .message
+                    .starts_with("unschedulable subset recovered after 15"),
+                "{recovered:?}"
+            );
+            // Without reservation the allocator never deletes running Pods to move them back:
+            // "rest" keeps its 4 Ready Pods (its min is raised to its ready count).
+            wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
+            Ok(())
+        }
         .await;
-        ns.kubectl(&["label", "node", "sim-1", "kruise-rs.io/ud-pool-"])
-            .await
-            .ok();
-        let recovered = recovered?;
-        ensure!(
-            recovered
-                .message
-                .starts_with("unschedulable subset recovered after 20"),
-            "{recovered:?}"
-        );
-        // Running Pods stay where they are.
-        wait_subsets(&ns, "ada", "app=ada", &[("rest", 4)], img, true).await?;
-        Ok(())
+        fleet::remove_node(&client, &node).await.ok();
+        result
+    }))
+    .await
+}
+
+/// `reserveUnschedulablePods`: the Pods the pool cannot start stay there, labelled reserved, while
+/// substitutes run in "rest"; once the taint goes and the reserved Pods have been Ready for the
+/// window, they leave the reserved state (same Pods, same UIDs) and the substitutes are removed.
+#[tokio::test]
+async fn adaptive_reservation_substitutes_then_hands_back() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-reserve").await?;
+    ns.run(Box::pin(async {
+        let client = bed.plane.client().await?;
+        let pool = format!("reserve-{}", ns.name);
+        let node = fleet::add_node(&client, pool_node(&ns, &pool)).await?.name;
+        let result = async {
+            ns.apply(&adaptive_yaml("res", &pool, true)).await?;
+            let reserved_label = "apps.kruise.io/united-deployment-reserved-pod";
+            // Reserved: 2 Pending Pods in the pool labelled true, 4 Ready substitutes-and-more in rest.
+            let (u, reserved_uids) = eventually(
+                "2 reserved Pods in pool, 4 Ready Pods in rest",
+                TIMEOUT,
+                || async {
+                    let u = get_ud(&ns, "res").await?;
+                    let list = pods(&ns, "app=res").await?;
+                    let grouped = by_subset(&list);
+                    let pool_pods = grouped.get("pool").cloned().unwrap_or_default();
+                    let rest = grouped.get("rest").cloned().unwrap_or_default();
+                    let pool_reserved = pool_pods.len() == 2
+                        && pool_pods.iter().all(|p| {
+                            pod_label(p, reserved_label) == Some("true") && node_name(p).is_none()
+                        });
+                    let rest_ready = rest.len() == 4
+                        && rest
+                            .iter()
+                            .all(|p| is_ready(p) && pod_label(p, reserved_label) == Some("false"));
+                    let st = u.status.clone().unwrap_or_default();
+                    let status_ok = st.replicas == 4 && st.reserved_pods == 2;
+                    Ok((pool_reserved && rest_ready && status_ok).then(|| {
+                        let uids: BTreeSet<String> = pool_pods.iter().map(|p| uid(p)).collect();
+                        (u, uids)
+                    }))
+                },
+            )
+            .await?;
+            let st = u.status.clone().unwrap_or_default();
+            let pool_status = st.subset_statuses.iter().find(|s| s.name == "pool");
+            ensure!(
+                pool_status.is_some_and(|s| s.reserved_pods == 2 && s.replicas == 2),
+                "{st:?}"
+            );
+            ensure!(
+                st.label_selector
+                    .ends_with(",apps.kruise.io/united-deployment-reserved-pod=false"),
+                "{}",
+                st.label_selector
+            );
+            ensure!(
+                subset_condition(&u, "pool").is_some_and(|c| c.status == "False"
+                    && c.reason == "reschedule"
+                    && c.message == "reserved pods found"),
+                "{st:?}"
+            );
+            // The scale subresource's selector counts only Pods that serve.
+            let scale = ns
+                .kubectl(&[
+                    "get",
+                    "uniteddeployment",
+                    "res",
+                    "-o",
+                    "jsonpath={.status.labelSelector}",
+                ])
+                .await?;
+            let serving = ns
+                .kubectl(&["get", "pods", "-l", scale.trim(), "-o", "name"])
+                .await?;
+            ensure!(serving.lines().count() == 4, "{serving}");
+
+            // The taint goes: the reserved Pods start where they are; after 15 s Ready they are
+            // released and the 2 substitutes leave "rest".
+            fleet::untaint_node(&client, &node, POOL_TAINT).await?;
+            let (u, list) = wait_subsets(
+                &ns,
+                "res",
+                "app=res",
+                &[("pool", 2), ("rest", 2)],
+                |_| "nginx:1.25".to_string(),
+                true,
+            )
+            .await?;
+            let pool_uids: BTreeSet<String> = list
+                .iter()
+                .filter(|p| pod_label(p, SUBSET_LABEL) == Some("pool"))
+                .map(uid)
+                .collect();
+            ensure!(
+                pool_uids == reserved_uids,
+                "{pool_uids:?} vs {reserved_uids:?}"
+            );
+            ensure!(
+                list.iter()
+                    .all(|p| pod_label(p, reserved_label) == Some("false")),
+                "reserved labels left"
+            );
+            let st = u.status.clone().unwrap_or_default();
+            ensure!(st.reserved_pods == 0 && st.replicas == 4, "{st:?}");
+            ensure!(
+                subset_condition(&u, "pool").is_some_and(|c| c.status == "True"),
+                "{st:?}"
+            );
+            Ok(())
+        }
+        .await;
+        fleet::remove_node(&client, &node).await.ok();
+        result
     }))
     .await
 }

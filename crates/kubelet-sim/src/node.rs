@@ -140,20 +140,35 @@ impl NodeSpecSim {
         )
     }
 
-    /// The node's Pod network: 10.<index+1>.0.0/16 (distinct per node, 65,534 Pods per node lifetime).
+    /// The node's Pod network, distinct per node: `10.<index+1>.0.0/16` for the first 254 nodes
+    /// (65,024 Pod IPs each), then `/20` blocks from `11.0.0.0` on (4,064 Pod IPs each), so a fleet
+    /// of any size gets valid CIDRs.
     pub fn pod_cidr(&self) -> String {
-        format!("10.{}.0.0/16", self.index + 1)
+        let (a, b, c, prefix) = self.pod_network();
+        format!("{a}.{b}.{c}.0/{prefix}")
     }
 
-    /// The n-th Pod IP of this node (n from 0), skipping .0 and .255 host parts.
+    /// (first, second, third octet, prefix length) of [`Self::pod_cidr`].
+    fn pod_network(&self) -> (u8, u8, u8, u8) {
+        match u8::try_from(self.index + 1) {
+            Ok(second) if second < 255 => (10, second, 0, 16),
+            _ => {
+                let block = u32::from(self.index) - 254;
+                let first = 11 + block / 4096;
+                let second = (block % 4096) / 16;
+                let third = (block % 16) * 16;
+                (first as u8, second as u8, third as u8, 20)
+            }
+        }
+    }
+
+    /// The n-th Pod IP of this node (n from 0, wrapping around the network), skipping .0 and .255
+    /// host parts.
     pub fn pod_ip(&self, n: u32) -> Ipv4Addr {
-        let host = n % (256 * 254);
-        Ipv4Addr::new(
-            10,
-            (self.index + 1) as u8,
-            (host / 254) as u8,
-            (host % 254) as u8 + 1,
-        )
+        let (a, b, c, prefix) = self.pod_network();
+        let third_octets: u32 = if prefix == 16 { 256 } else { 16 };
+        let host = n % (third_octets * 254);
+        Ipv4Addr::new(a, b, c + (host / 254) as u8, (host % 254) as u8 + 1)
     }
 
     /// The Node object a kubelet creates, with its status in the same create (so the scheduler sees
@@ -364,6 +379,24 @@ mod tests {
         assert_eq!(fleet[0].pod_ip(0).to_string(), "10.1.0.1");
         assert_eq!(fleet[0].pod_ip(254).to_string(), "10.1.1.1");
         assert_eq!(fleet[1].pod_ip(0).to_string(), "10.2.0.1");
+    }
+
+    #[test]
+    fn large_fleets_get_valid_distinct_pod_networks() {
+        let fleet = NodeSpecSim::fleet("sim", 5000, &[]);
+        let cidrs: std::collections::HashSet<_> = fleet.iter().map(NodeSpecSim::pod_cidr).collect();
+        assert_eq!(cidrs.len(), 5000);
+        assert_eq!(fleet[253].pod_cidr(), "10.254.0.0/16");
+        assert_eq!(fleet[254].pod_cidr(), "11.0.0.0/20");
+        assert_eq!(fleet[255].pod_cidr(), "11.0.16.0/20");
+        assert_eq!(fleet[254 + 4096].pod_cidr(), "12.0.0.0/20");
+        assert_eq!(fleet[255].pod_ip(0).to_string(), "11.0.16.1");
+        assert_eq!(fleet[255].pod_ip(254).to_string(), "11.0.17.1");
+        // The last IP of a /20 block stays inside it, then wraps.
+        assert_eq!(fleet[255].pod_ip(16 * 254 - 1).to_string(), "11.0.31.254");
+        assert_eq!(fleet[255].pod_ip(16 * 254).to_string(), "11.0.16.1");
+        let ips: std::collections::HashSet<_> = fleet.iter().map(|n| n.pod_ip(7)).collect();
+        assert_eq!(ips.len(), 5000);
     }
 
     #[test]

@@ -142,39 +142,34 @@ pub fn start_kubelet_sim(client: Client, nodes: Vec<NodeSpecSim>, heartbeat: Dur
 pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
-    until(
-        "simulated nodes Ready and untainted",
-        Duration::from_secs(90),
-        || {
-            let api = api.clone();
-            let names = names.clone();
-            async move {
-                let list = api.list(&ListParams::default()).await?;
-                let ready = |node: &Node| {
-                    let status_ready = node
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| {
-                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        });
-                    let tainted = node
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_some_and(|t| {
-                            t.iter().any(|t| t.key.starts_with("node.kubernetes.io/"))
-                        });
-                    status_ready && !tainted
-                };
-                Ok(names.iter().all(|name| {
-                    list.items
-                        .iter()
-                        .any(|n| n.metadata.name.as_deref() == Some(name.as_str()) && ready(n))
-                }))
-            }
-        },
-    )
+    // The node lifecycle controller lifts the not-ready taints one node at a time: allow a second
+    // per node beyond the base, so a 300-node fleet on a loaded machine is not cut short.
+    let timeout = Duration::from_secs(90 + u64::try_from(nodes.len()).unwrap_or(0));
+    until("simulated nodes Ready and untainted", timeout, || {
+        let api = api.clone();
+        let names = names.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await?;
+            let ready = |node: &Node| {
+                let status_ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+                status_ready && !tainted
+            };
+            Ok(names.iter().all(|name| {
+                list.items
+                    .iter()
+                    .any(|n| n.metadata.name.as_deref() == Some(name.as_str()) && ready(n))
+            }))
+        }
+    })
     .await
 }
 

@@ -5,6 +5,7 @@
 //! kube-controller-manager's for the native kinds) run the Pods.
 
 mod reconcile;
+mod reservation;
 mod status;
 
 use std::collections::HashMap;

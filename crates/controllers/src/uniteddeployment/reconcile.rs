@@ -18,7 +18,7 @@ use kruise_api::validation::selector_matches;
 use kruise_core::ownership::{Claim, Claimant, adopt_patch, claim, release_patch};
 use kruise_core::revision::{Parent, build_revision, next_revision_number, revisions_to_delete};
 use kruise_core::rollout::uniteddeployment::{
-    self as planner, Existing, TemplateKind, patch_annotation, subset_workload,
+    self as planner, Existing, SubsetReservation, TemplateKind, patch_annotation, subset_workload,
 };
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -28,6 +28,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use super::reservation;
 use super::status::{self, Outcome};
 use super::{CONTROLLER, Context, Error, Pending};
 use crate::claim::Recheck;
@@ -64,6 +65,21 @@ pub(crate) struct Observed {
     pub(crate) updated_replicas: i32,
     pub(crate) updated_ready_replicas: i32,
     pub(crate) pods: Vec<Arc<Pod>>,
+}
+
+/// Sets the value at a JSON pointer, creating the objects on the way.
+fn set_at(target: &mut Value, pointer: &str, value: Value) {
+    let mut at = target;
+    for part in pointer.split('/').skip(1) {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let Some(object) = at.as_object_mut() else {
+            return;
+        };
+        at = object.entry(part.to_string()).or_insert(Value::Null);
+    }
+    *at = value;
 }
 
 fn int_at(object: &DynamicObject, pointer: &str) -> Option<i32> {
@@ -267,7 +283,29 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     let mut requeue = RESYNC;
     let mut unschedulable: BTreeSet<String> = BTreeSet::new();
     let strategy = &ud.spec.topology.schedule_strategy;
-    if strategy.is_adaptive() {
+    let mut reservations = BTreeMap::new();
+    if strategy.should_reserve_unschedulable_pods() {
+        let (found, after) = Box::pin(reservation::reserve(
+            ctx,
+            &key,
+            &ud.spec,
+            &observed,
+            &mut new_status,
+            &update_name,
+            now,
+        ))
+        .await?;
+        if let Some(after) = after {
+            requeue = requeue.min(after);
+        }
+        unschedulable.extend(
+            found
+                .iter()
+                .filter(|(_, r)| r.unschedulable)
+                .map(|(s, _)| s.clone()),
+        );
+        reservations = found;
+    } else if strategy.is_adaptive() {
         let critical =
             Duration::from_secs(u64::try_from(strategy.reschedule_critical_seconds()).unwrap_or(0));
         let window = Duration::from_secs(
@@ -322,6 +360,10 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
                     spec_replicas: seen.spec_replicas,
                     ready_replicas: seen.ready_replicas,
                     unschedulable: unschedulable.contains(subset),
+                    marked_unschedulable: reservations
+                        .get(subset)
+                        .is_some_and(|r| r.marked_unschedulable),
+                    reserved_pods: reservations.get(subset).map_or(0, |r| r.reserved_pods),
                 },
             )
         })
@@ -341,6 +383,13 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
+    reservation::mark_recovered(
+        &mut new_status,
+        &reservations,
+        &observed,
+        &next_replicas,
+        now,
+    );
     let next_partitions = planner::next_partitions(&ud.spec, &next_replicas);
 
     // Provision: create what is missing, delete what left the topology or is of another kind.
@@ -355,6 +404,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
         &next_replicas,
         &next_partitions,
         &update_name,
+        &reservations,
     ))
     .await;
     if outcome.created > 0 && strategy.is_adaptive() {
@@ -374,6 +424,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
         current_revision: &current_name,
         update_revision: &update_name,
         outcome: &outcome,
+        reservations: &reservations,
         now,
     });
     Box::pin(write_status(ctx, ud, &key, &old_status, computed)).await?;
@@ -741,6 +792,7 @@ async fn manage(
     next_replicas: &BTreeMap<String, i32>,
     next_partitions: &BTreeMap<String, i32>,
     revision: &str,
+    reservations: &BTreeMap<String, SubsetReservation>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
     let namespace = ud.namespace().unwrap_or_default();
@@ -886,6 +938,8 @@ async fn manage(
         };
         let replicas = next_replicas.get(&subset.name).copied().unwrap_or(0);
         let partition = next_partitions.get(&subset.name).copied().unwrap_or(0);
+        let max_unavailable =
+            reservation::max_unavailable_override(kind, reservations.get(&subset.name), seen);
         let labels = seen.object.labels();
         let needs_update = labels
             .get(keys::LABEL_CONTROLLER_REVISION_HASH)
@@ -900,7 +954,10 @@ async fn manage(
                 .cloned()
                 .unwrap_or_default()
                 != patch_annotation(subset)
-            || seen.updated_replicas < seen.status_replicas;
+            || seen.updated_replicas < seen.status_replicas
+            || max_unavailable.is_some_and(|(pointer, value)| {
+                seen.object.data.pointer(pointer) != Some(&json!(value))
+            });
         if !needs_update {
             continue;
         }
@@ -915,6 +972,7 @@ async fn manage(
             revision,
             replicas,
             partition,
+            max_unavailable,
         ))
         .await
         {
@@ -950,13 +1008,17 @@ async fn update_subset(
     revision: &str,
     replicas: i32,
     partition: i32,
+    max_unavailable: Option<(&str, i32)>,
 ) -> Result<(), Error> {
     let namespace = ud.namespace().unwrap_or_default();
     let Some((_, resource, _)) = ctx.workloads_of(kind) else {
         return Ok(());
     };
-    let desired = subset_workload(ud, subset, revision, replicas, partition, owner)
+    let mut desired = subset_workload(ud, subset, revision, replicas, partition, owner)
         .map_err(Error::Invalid)?;
+    if let Some((pointer, value)) = max_unavailable {
+        set_at(&mut desired, pointer, json!(value));
+    }
     let object = &seen.object;
     let name = object.name_any();
     // Labels and annotations are merged over what the workload has (others may add their own), the

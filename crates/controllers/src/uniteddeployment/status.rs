@@ -13,7 +13,7 @@ use kruise_api::uniteddeployment::v1beta1::{
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeploymentSubsetCondition;
 use kruise_core::rollout::uniteddeployment::{
-    self as planner, SUBSET_CONDITION_UPDATED, SubsetProgress,
+    self as planner, SUBSET_CONDITION_UPDATED, SubsetProgress, SubsetReservation,
 };
 
 use super::reconcile::Observed;
@@ -135,6 +135,8 @@ pub(crate) struct Inputs<'a> {
     pub(crate) current_revision: &'a str,
     pub(crate) update_revision: &'a str,
     pub(crate) outcome: &'a Outcome,
+    /// Reservation mode: each subset's reserved Pods (empty otherwise).
+    pub(crate) reservations: &'a BTreeMap<String, SubsetReservation>,
     pub(crate) now: Timestamp,
 }
 
@@ -149,6 +151,7 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
         current_revision,
         update_revision,
         outcome,
+        reservations,
         now,
     } = inputs;
     match &outcome.provision_error {
@@ -190,7 +193,10 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
     status.updated_ready_replicas = 0;
     status.reserved_pods = 0;
     for (name, seen) in observed {
-        status.replicas += seen.status_replicas;
+        let reserved = reservations.get(name).map_or(0, |r| r.reserved_pods);
+        // Reserved Pods are not counted: their substitutes are.
+        status.replicas += seen.status_replicas - reserved;
+        status.reserved_pods += reserved;
         status.ready_replicas += seen.ready_replicas;
         status.updated_replicas += seen.updated_replicas;
         status.updated_ready_replicas += seen.updated_ready_replicas;
@@ -198,7 +204,7 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
             subset.replicas = next_replicas.get(name).copied().unwrap_or(0);
             subset.ready_replicas = seen.ready_replicas;
             subset.partition = next_partitions.get(name).copied().unwrap_or(0);
-            subset.reserved_pods = 0;
+            subset.reserved_pods = reserved;
             let pods: Vec<&Pod> = seen.pods.iter().map(|p| p.as_ref()).collect();
             let updated = planner::subset_updated_condition(&SubsetProgress {
                 target: subset.replicas,
@@ -233,6 +239,16 @@ pub(crate) fn compute(inputs: Inputs<'_>) -> UnitedDeploymentStatus {
         .and_then(|s| kube::core::Selector::try_from(s).ok())
         .map(|s| s.to_string())
         .unwrap_or_default();
+    if ud
+        .spec
+        .topology
+        .schedule_strategy
+        .should_reserve_unschedulable_pods()
+    {
+        status
+            .label_selector
+            .push_str(planner::STATUS_SELECTOR_SUFFIX);
+    }
     status.observed_generation = ud.metadata.generation.unwrap_or(0);
     status
 }

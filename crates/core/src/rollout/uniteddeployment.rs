@@ -3,6 +3,7 @@
 //! strategy counts as unschedulable, the ControllerRevision data of the template, and the workload
 //! generated for a subset.
 
+mod reservation;
 mod strategic;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,10 @@ use kruise_api::uniteddeployment::v1beta1::{
 };
 use serde_json::{Map, Value, json};
 
+pub use reservation::{
+    PodReservation, STATUS_SELECTOR_SUFFIX, SubsetReservation, pod_reservation,
+    recovered_and_scaled_up, reserved_label, subset_reservation,
+};
 pub use strategic::strategic_merge;
 
 use crate::pods;
@@ -30,12 +35,18 @@ pub struct Existing {
     pub spec_replicas: i32,
     /// The workload's `status.readyReplicas`.
     pub ready_replicas: i32,
-    /// Adaptive strategy: the subset currently counts as unschedulable ([`adaptive_schedulable`]).
+    /// Adaptive strategy: the subset currently counts as unschedulable ([`adaptive_schedulable`],
+    /// or with reservation: it has reserved Pods, [`subset_reservation`]).
     pub unschedulable: bool,
+    /// Reservation mode: the subset's `Schedulable` condition was False when the reconcile began.
+    pub marked_unschedulable: bool,
+    /// Reservation mode: Pods of the subset that are reserved.
+    pub reserved_pods: i32,
 }
 
 /// The replicas of every subset of `spec.topology.subsets` (OpenKruise's `NewReplicaAllocator`): the
-/// adaptive allocator for the Adaptive strategy, the min/max allocator when any subset has a capacity,
+/// reservation allocator for Adaptive with `reserveUnschedulablePods` (its sum exceeds
+/// `spec.replicas` by the substitutes of reserved Pods), the adaptive allocator for the Adaptive strategy, the min/max allocator when any subset has a capacity,
 /// else the specific allocator. The error is OpenKruise's message (the controller reports it as a
 /// `Failed SpecifySubsetReplicas` Event and changes nothing).
 pub fn allocate(
@@ -43,6 +54,17 @@ pub fn allocate(
     existing: &BTreeMap<String, Existing>,
 ) -> Result<BTreeMap<String, i32>, String> {
     let subsets = &spec.topology.subsets;
+    if spec
+        .topology
+        .schedule_strategy
+        .should_reserve_unschedulable_pods()
+    {
+        let replicas = spec.replicas.unwrap_or(0);
+        let (min, max) = min_max_maps(replicas, subsets)?;
+        return Ok(reservation::allocate_with_reservation(
+            replicas, &min, &max, subsets, existing,
+        ));
+    }
     if spec.topology.schedule_strategy.is_adaptive() {
         return adaptive(spec, existing);
     }

@@ -229,6 +229,7 @@ fn adaptive_allocator_moves_pending_replicas_and_keeps_running_ones() {
         spec_replicas,
         ready_replicas,
         unschedulable,
+        ..Existing::default()
     };
     // Healthy: a 3, b 3, c 0.
     let got = allocate(&spec, &existing(e(3, 3, false), e(3, 3, false))).unwrap_or_default();
@@ -633,7 +634,7 @@ proptest! {
             }
             subsets_json.push(s);
             maxes.push(max);
-            existing.insert(format!("s{i}"), Existing { spec_replicas: *ready, ready_replicas: *ready, unschedulable: *unschedulable });
+            existing.insert(format!("s{i}"), Existing { spec_replicas: *ready, ready_replicas: *ready, unschedulable: *unschedulable, ..Existing::default() });
         }
         let spec = spec(json!({"replicas": replicas, "topology": {
             "scheduleStrategy": {"type": "Adaptive"}, "subsets": subsets_json}}));
@@ -653,6 +654,52 @@ proptest! {
                 prop_assert!(got[&key] <= *max, "{} above {}", key, max);
             }
         }
+    }
+
+    /// Reservation mode: the replicas each subset can be expected to run (its allocation, less what
+    /// is expected to stay reserved) add up to `spec.replicas` when the last subset is schedulable
+    /// and unbounded, so every reserved Pod has exactly one substitute; schedulable subsets stay
+    /// within their max.
+    #[test]
+    fn reservation_substitutes_every_reserved_pod(
+        replicas in 0i32..60,
+        states in prop::collection::vec((0i32..20, 0i32..20, prop::option::of(0i32..30)), 1..5),
+    ) {
+        let mut subsets_json = Vec::new();
+        let mut existing = BTreeMap::new();
+        let mut rooms = Vec::new();
+        for (i, (spec_replicas, reserved, max)) in states.iter().enumerate() {
+            let last = i + 1 == states.len();
+            let max = if last { None } else { *max };
+            let reserved = if last { 0 } else { (*reserved).min(*spec_replicas) };
+            let mut s = json!({"name": format!("s{i}")});
+            if let Some(max) = max {
+                s["maxReplicas"] = json!(max);
+            }
+            subsets_json.push(s);
+            let unschedulable = reserved > 0;
+            rooms.push((unschedulable.then_some(*spec_replicas - reserved), max, unschedulable));
+            existing.insert(format!("s{i}"), Existing {
+                spec_replicas: *spec_replicas,
+                ready_replicas: *spec_replicas - reserved,
+                unschedulable,
+                marked_unschedulable: unschedulable,
+                reserved_pods: reserved,
+            });
+        }
+        let spec = spec(json!({"replicas": replicas, "topology": {
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"reserveUnschedulablePods": true}},
+            "subsets": subsets_json}}));
+        let got = allocate(&spec, &existing).map_err(TestCaseError::fail)?;
+        let mut running = 0;
+        for (i, (room, max, unschedulable)) in rooms.iter().enumerate() {
+            let r = got[&format!("s{i}")];
+            running += room.map_or(r, |room| r.min(room.max(0)));
+            if !unschedulable && let Some(max) = max {
+                prop_assert!(r <= *max, "s{} got {} above {}", i, r, max);
+            }
+        }
+        prop_assert_eq!(running, replicas);
     }
 }
 
@@ -713,4 +760,248 @@ fn subset_updated_condition_explains_the_shortfall() {
         workload_failure(&workload),
         Some("ReplicaFailure: exceeded quota".into())
     );
+}
+
+fn reserving_spec(replicas: i32) -> UnitedDeploymentSpec {
+    spec(json!({
+        "replicas": replicas,
+        "topology": {
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"reserveUnschedulablePods": true}},
+            "subsets": [
+                {"name": "a", "maxReplicas": 3},
+                {"name": "b", "maxReplicas": 3},
+                {"name": "c"}
+            ]
+        }
+    }))
+}
+
+/// (spec replicas, reserved pods, unschedulable, marked unschedulable)
+type SubsetState = (i32, i32, bool, bool);
+
+#[test]
+fn reservation_allocator_table() {
+    let healthy: SubsetState = (3, 0, false, false);
+    // (replicas, existing a/b/c, expected a/b/c)
+    let cases: Vec<(i32, [Option<SubsetState>; 3], [i32; 3])> = vec![
+        // Nothing exists yet: min/max order.
+        (5, [None, None, None], [3, 2, 0]),
+        // All healthy.
+        (6, [Some(healthy), Some(healthy), None], [3, 3, 0]),
+        // b runs 0 of its 3 (3 reserved): b keeps 3, and all 3 are substituted in c.
+        (
+            6,
+            [Some(healthy), Some((3, 3, true, true)), None],
+            [3, 3, 3],
+        ),
+        // b runs 1 of 3 (2 reserved): 2 substitutes in c.
+        (
+            6,
+            [Some(healthy), Some((3, 2, true, true)), None],
+            [3, 3, 2],
+        ),
+        // b recovered (no reserved Pod, still marked): what it runs counts, c shrinks back.
+        (
+            6,
+            [
+                Some(healthy),
+                Some((3, 0, false, true)),
+                Some((3, 0, false, false)),
+            ],
+            [3, 3, 0],
+        ),
+        // a first subset with reserved Pods: its substitutes fill b then c.
+        (4, [Some((3, 3, true, true)), None, None], [3, 3, 1]),
+    ];
+    for (replicas, states, want) in cases {
+        let existing: BTreeMap<String, Existing> = ["a", "b", "c"]
+            .iter()
+            .zip(states)
+            .filter_map(|(name, state)| {
+                let (spec_replicas, reserved_pods, unschedulable, marked_unschedulable) = state?;
+                Some((
+                    name.to_string(),
+                    Existing {
+                        spec_replicas,
+                        ready_replicas: spec_replicas - reserved_pods,
+                        unschedulable,
+                        marked_unschedulable,
+                        reserved_pods,
+                    },
+                ))
+            })
+            .collect();
+        let got = allocate(&reserving_spec(replicas), &existing).expect("allocates");
+        let got: Vec<i32> = ["a", "b", "c"].iter().map(|n| got[*n]).collect();
+        assert_eq!(got, want, "replicas {replicas}, existing {states:?}");
+    }
+}
+
+fn reserved_pod(name: &str, revision: &str, reserved: Option<bool>) -> pods::testing::PodBuilder {
+    let mut p = pods::testing::pod(name).label(keys::LABEL_CONTROLLER_REVISION_HASH, revision);
+    if let Some(value) = reserved {
+        p = p.label(
+            keys::LABEL_UNITED_DEPLOYMENT_RESERVED_POD,
+            if value { "true" } else { "false" },
+        );
+    }
+    p
+}
+
+#[test]
+fn pod_reservation_table() {
+    use pods::testing::{ago, now};
+    let pending = Duration::from_secs(30);
+    let window = Duration::from_secs(60);
+    let unschedulable = |p: pods::testing::PodBuilder, created_ago: i64| {
+        p.phase("Pending").created(ago(created_ago)).0
+    };
+    let rejected = |mut p: Pod| {
+        p.status.get_or_insert_with(Default::default).conditions =
+            Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                ..Default::default()
+            }]);
+        p
+    };
+    let cases: Vec<(&str, Pod, Option<Timestamp>, bool, bool)> = vec![
+        // (case, pod, updating since, reserved, update timed out)
+        (
+            "new pod rejected 40 s > 30 s",
+            rejected(unschedulable(reserved_pod("p", "v2", None), 40)),
+            None,
+            true,
+            false,
+        ),
+        (
+            "new pod rejected 10 s",
+            rejected(unschedulable(reserved_pod("p", "v2", None), 10)),
+            None,
+            false,
+            false,
+        ),
+        (
+            "pending, not rejected by the scheduler",
+            unschedulable(reserved_pod("p", "v2", None), 100),
+            None,
+            false,
+            false,
+        ),
+        (
+            "reserved, Ready 100 s > 60 s: released",
+            reserved_pod("p", "v2", Some(true)).running_ready(100).0,
+            None,
+            false,
+            false,
+        ),
+        (
+            "reserved, Ready 10 s: still reserved",
+            reserved_pod("p", "v2", Some(true)).running_ready(10).0,
+            None,
+            true,
+            false,
+        ),
+        (
+            "reserved, Ready but old revision",
+            reserved_pod("p", "v1", Some(true)).running_ready(100).0,
+            None,
+            true,
+            false,
+        ),
+        (
+            "old revision, update 40 s old, not Ready",
+            unschedulable(reserved_pod("p", "v1", Some(false)), 100),
+            Some(ago(40)),
+            true,
+            true,
+        ),
+        (
+            "old revision, update 10 s old",
+            unschedulable(reserved_pod("p", "v1", Some(false)), 100),
+            Some(ago(10)),
+            false,
+            false,
+        ),
+        (
+            "old revision held Ready by a partition",
+            reserved_pod("p", "v1", Some(false)).running_ready(100).0,
+            Some(ago(400)),
+            false,
+            false,
+        ),
+        (
+            "old revision, not updating",
+            unschedulable(reserved_pod("p", "v1", None), 100),
+            None,
+            false,
+            false,
+        ),
+    ];
+    for (case, pod, since, reserved, timed_out) in cases {
+        let got = pod_reservation(&pod, "v2", since, pending, window, now());
+        assert_eq!(
+            (got.reserved, got.update_timed_out),
+            (reserved, timed_out),
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn subset_reservation_marks_labels_and_condition() {
+    use pods::testing::now;
+    let pending = Duration::from_secs(30);
+    let window = Duration::from_secs(60);
+    let marked = UnitedDeploymentSubsetCondition {
+        type_: "Schedulable".into(),
+        status: "False".into(),
+        reason: "reschedule".into(),
+        ..Default::default()
+    };
+    // Marked unschedulable: a Pod without the label starts reserved, whatever its state.
+    let fresh = reserved_pod("fresh", "v2", None).running_ready(100).0;
+    let got = subset_reservation(Some(&marked), &[&fresh], "v2", None, pending, window, now());
+    assert_eq!(got.reserved_pods, 1);
+    assert!(got.unschedulable && got.marked_unschedulable);
+    assert_eq!(got.labels, vec![("fresh".to_string(), true)]);
+    assert_eq!(got.condition.2, "reserved pods found");
+    // Next reconcile, labelled and Ready long enough: released, condition True; the label flips.
+    let released = reserved_pod("fresh", "v2", Some(true)).running_ready(100).0;
+    let got = subset_reservation(
+        Some(&marked),
+        &[&released],
+        "v2",
+        None,
+        pending,
+        window,
+        now(),
+    );
+    assert_eq!(got.reserved_pods, 0);
+    assert!(!got.unschedulable && got.marked_unschedulable);
+    assert_eq!(got.labels, vec![("fresh".to_string(), false)]);
+    assert_eq!(
+        got.condition,
+        (
+            "True".into(),
+            "reschedule".into(),
+            "no reserved pods".into()
+        )
+    );
+    // Just recovered and given more replicas: stays marked so new Pods start reserved.
+    assert_eq!(
+        recovered_and_scaled_up(&got, 2, 3).map(|c| c.2),
+        Some("subset just recovered scaled up".to_string())
+    );
+    assert_eq!(recovered_and_scaled_up(&got, 3, 3), None);
+    // Healthy subset: labels written once (false), then nothing to write.
+    let plain = reserved_pod("plain", "v2", None).running_ready(100).0;
+    let got = subset_reservation(None, &[&plain], "v2", None, pending, window, now());
+    assert_eq!(got.labels, vec![("plain".to_string(), false)]);
+    let labelled = reserved_pod("plain", "v2", Some(false))
+        .running_ready(100)
+        .0;
+    let got = subset_reservation(None, &[&labelled], "v2", None, pending, window, now());
+    assert!(got.labels.is_empty() && !got.unschedulable);
 }

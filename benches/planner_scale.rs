@@ -1,0 +1,387 @@
+//! The pure planning step of each workload on snapshots of 10,000 and 100,000 Pods, with no apiserver
+//! (issue "Scale", item 6): the time of one decision and the heap allocations it makes, and the
+//! 100k/10k time ratio. Linear work gives 10, n log n about 12.5; more means a planner would
+//! hold a worker for long at scale. Prints figures; asserts nothing about time.
+//!
+//! Each snapshot is a rollout half done: half the Pods at the update revision, half at the current
+//! one, all Running and Ready, spread over 50 nodes (the DaemonSet: one Pod per node).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_api::daemonset::v1beta1::DaemonSetSpec;
+use kruise_api::statefulset::v1beta1::StatefulSetSpec;
+use kruise_controllers::cloneset::decide::{self, Settings};
+use kruise_core::rollout::daemonset::{self, NodeView};
+use kruise_core::rollout::statefulset::{self, Revision};
+use serde_json::json;
+
+/// Counts every allocation of the process, so a decision's allocations can be read around it.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the system allocator unchanged; only counts. (The workspace denies unsafe
+// code; a counting allocator cannot be written without it.)
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    /// Snapshot sizes (Pods).
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
+    sizes: Vec<usize>,
+    /// Repetitions of each decision (the fastest is reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+const NODES: usize = 50;
+const CURRENT: &str = "set-current";
+const UPDATE: &str = "set-update";
+
+fn template(image: &str) -> PodTemplateSpec {
+    serde_json::from_value(json!({
+        "metadata": {"labels": {"app": "set"}},
+        "spec": {"containers": [
+            {"name": "main", "image": image, "resources": {"requests": {"cpu": "100m"}}},
+            {"name": "sidecar", "image": "log:v1"}
+        ]}
+    }))
+    .unwrap_or_default()
+}
+
+/// Pod `i` of `n`: the first half at the update revision, Running and Ready for an hour.
+fn pod(name: &str, i: usize, n: usize, node: &str, now: Timestamp) -> Pod {
+    let (revision, image) = if i < n / 2 {
+        (UPDATE, "app:v2")
+    } else {
+        (CURRENT, "app:v1")
+    };
+    let ready_since = now - SignedDuration::from_secs(3600);
+    let time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ready_since);
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "uid": format!("uid-{i}"),
+            "creationTimestamp": time,
+            "labels": {
+                "app": "set",
+                "controller-revision-hash": revision,
+                "apps.kruise.io/controller-revision-hash": revision,
+                "apps.kruise.io/cloneset-instance-id": format!("{i:x}"),
+                "statefulset.kubernetes.io/pod-name": name,
+            },
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet",
+                "name": "set", "uid": "set-uid", "controller": true}]
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "main", "image": image, "resources": {"requests": {"cpu": "100m"}}},
+                {"name": "sidecar", "image": "log:v1"}
+            ],
+            "readinessGates": [{"conditionType": "InPlaceUpdateReady"}]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": format!("10.{}.{}.{}", 1 + i / 65_000, (i / 250) % 256, 1 + i % 250),
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": time},
+                {"type": "InPlaceUpdateReady", "status": "True", "lastTransitionTime": time}
+            ],
+            "containerStatuses": [
+                {"name": "main", "image": image, "imageID": format!("docker.io/{image}@sha256:1"),
+                 "ready": true, "restartCount": 0, "started": true,
+                 "state": {"running": {"startedAt": time}}},
+                {"name": "sidecar", "image": "log:v1", "imageID": "docker.io/log@sha256:2",
+                 "ready": true, "restartCount": 0, "started": true,
+                 "state": {"running": {"startedAt": time}}}
+            ]
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// The fastest of `runs` executions of `decide`, and the allocations (count, bytes) of one.
+fn measure<T>(runs: usize, mut decide: impl FnMut() -> T) -> (Duration, u64, u64) {
+    let mut best = Duration::MAX;
+    let mut allocations = (0, 0);
+    for _ in 0..runs.max(1) {
+        let (count, bytes) = (
+            ALLOCATIONS.load(Ordering::Relaxed),
+            ALLOCATED_BYTES.load(Ordering::Relaxed),
+        );
+        let began = Instant::now();
+        black_box(decide());
+        let took = began.elapsed();
+        allocations = (
+            ALLOCATIONS.load(Ordering::Relaxed) - count,
+            ALLOCATED_BYTES.load(Ordering::Relaxed) - bytes,
+        );
+        best = best.min(took);
+    }
+    (best, allocations.0, allocations.1)
+}
+
+struct Row {
+    workload: &'static str,
+    /// What the step decided (so a step that decides nothing cannot pass for a fast one).
+    decided: String,
+    pods: usize,
+    took: Duration,
+    allocations: u64,
+    bytes: u64,
+}
+
+fn cloneset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
+    let cs: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "CloneSet",
+        "metadata": {"name": "set", "namespace": "bench", "uid": "set-uid", "generation": 2},
+        "spec": {
+            "replicas": n,
+            "selector": {"matchLabels": {"app": "set"}},
+            "template": template("app:v2"),
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
+                "podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": "10%",
+                "priorityStrategy": {"weightPriority": [
+                    {"weight": 50, "matchSelector": {"matchLabels": {"app": "set"}}}]}}}
+        }
+    }))?;
+    let pods: Vec<Pod> = (0..n)
+        .map(|i| {
+            pod(
+                &format!("set-{i:x}"),
+                i,
+                n,
+                &format!("node-{}", i % NODES),
+                now,
+            )
+        })
+        .collect();
+    let (current, update) = (template("app:v1"), template("app:v2"));
+    let revisions = [
+        decide::Revision {
+            name: CURRENT,
+            template: &current,
+        },
+        decide::Revision {
+            name: UPDATE,
+            template: &update,
+        },
+    ];
+    let node_labels = BTreeMap::new();
+    let snapshot = decide::Snapshot {
+        cs: &cs,
+        pods: &pods,
+        current: revisions[0],
+        update: revisions[1],
+        revisions: &revisions,
+        node_labels: &node_labels,
+        now,
+        settings: Settings::default(),
+    };
+    let (took, allocations, bytes) = measure(runs, || {
+        let scale = decide::scale_step(&snapshot);
+        let update = decide::update_step(&snapshot);
+        (scale.is_ok(), update.is_ok())
+    });
+    let update = decide::update_step(&snapshot)
+        .map_err(|e| anyhow::anyhow!("CloneSet update step: {e:?}"))?;
+    let in_place = update
+        .actions
+        .iter()
+        .filter(|a| matches!(a, decide::UpdateAction::InPlace { .. }))
+        .count();
+    Ok(Row {
+        workload: "CloneSet (scale + update step)",
+        decided: format!("{in_place} in place"),
+        pods: n,
+        took,
+        allocations,
+        bytes,
+    })
+}
+
+fn advanced_statefulset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
+    let spec: StatefulSetSpec = serde_json::from_value(json!({
+        "replicas": n,
+        "podManagementPolicy": "Parallel",
+        "selector": {"matchLabels": {"app": "set"}},
+        "serviceName": "set",
+        "template": template("app:v2"),
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
+            "podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": "10%"}}
+    }))?;
+    // Ordinals from the highest down are updated first: the high half is at the update revision.
+    let pods: Vec<Pod> = (0..n)
+        .map(|ordinal| {
+            pod(
+                &statefulset::pod_name("set", i32::try_from(ordinal).unwrap_or(i32::MAX)),
+                n - 1 - ordinal,
+                n,
+                &format!("node-{}", ordinal % NODES),
+                now,
+            )
+        })
+        .collect();
+    let (current, update) = (template("app:v1"), template("app:v2"));
+    let revisions = [
+        Revision {
+            name: CURRENT,
+            template: &current,
+        },
+        Revision {
+            name: UPDATE,
+            template: &update,
+        },
+    ];
+    let snapshot = statefulset::Snapshot {
+        name: "set",
+        spec: &spec,
+        status_current_replicas: i32::try_from(n / 2).unwrap_or(i32::MAX),
+        pods: &pods,
+        current: revisions[0],
+        update: revisions[1],
+        revisions: &revisions,
+        now,
+        resize: false,
+    };
+    let (took, allocations, bytes) = measure(runs, || statefulset::plan(&snapshot).is_ok());
+    let plan = statefulset::plan(&snapshot)
+        .map_err(|e| anyhow::anyhow!("Advanced StatefulSet plan: {e:?}"))?;
+    Ok(Row {
+        workload: "Advanced StatefulSet (plan)",
+        decided: format!("{} actions", plan.actions.len()),
+        pods: n,
+        took,
+        allocations,
+        bytes,
+    })
+}
+
+fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
+    let spec: DaemonSetSpec = serde_json::from_value(json!({
+        "selector": {"matchLabels": {"app": "set"}},
+        "template": template("app:v2"),
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
+            "rollingUpdateType": "InPlaceIfPossible", "maxUnavailable": "10%"}}
+    }))?;
+    let names: Vec<String> = (0..n).map(|i| format!("node-{i}")).collect();
+    let labels = BTreeMap::new();
+    let nodes: Vec<NodeView<'_>> = names
+        .iter()
+        .map(|name| NodeView {
+            name,
+            labels: &labels,
+            should_run: true,
+            should_continue_running: true,
+        })
+        .collect();
+    let pods: Vec<Pod> = (0..n)
+        .map(|i| pod(&format!("set-{i:x}"), i, n, &names[i], now))
+        .collect();
+    let (current, update) = (template("app:v1"), template("app:v2"));
+    let revisions = [
+        Revision {
+            name: CURRENT,
+            template: &current,
+        },
+        Revision {
+            name: UPDATE,
+            template: &update,
+        },
+    ];
+    let snapshot = daemonset::Snapshot {
+        spec: &spec,
+        pods: &pods,
+        nodes: &nodes,
+        update: revisions[1],
+        revisions: &revisions,
+        now,
+        resize: false,
+    };
+    let (took, allocations, bytes) = measure(runs, || daemonset::plan(&snapshot).is_ok());
+    let plan = daemonset::plan(&snapshot)
+        .map_err(|e| anyhow::anyhow!("Advanced DaemonSet plan: {e:?}"))?;
+    Ok(Row {
+        workload: "Advanced DaemonSet (plan, 1 Pod per node)",
+        decided: format!("{} actions", plan.actions.len()),
+        pods: n,
+        took,
+        allocations,
+        bytes,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let now = Timestamp::now();
+    let mut rows = Vec::new();
+    for &n in &cli.sizes {
+        rows.push(cloneset(n, cli.runs, now)?);
+        rows.push(advanced_statefulset(n, cli.runs, now)?);
+        rows.push(advanced_daemonset(n, cli.runs, now)?);
+    }
+    println!(
+        "{:<44} {:>8} {:>16} {:>12} {:>13} {:>12}",
+        "planning step", "Pods", "decided", "time", "allocations", "bytes"
+    );
+    for r in &rows {
+        println!(
+            "{:<44} {:>8} {:>16} {:>9.1} ms {:>13} {:>9.1} MiB",
+            r.workload,
+            r.pods,
+            r.decided,
+            r.took.as_secs_f64() * 1e3,
+            r.allocations,
+            r.bytes as f64 / (1024.0 * 1024.0)
+        );
+    }
+    if let (Some(&small), Some(&large)) = (cli.sizes.first(), cli.sizes.last())
+        && large > small
+    {
+        println!(
+            "growth {small} → {large} Pods (time ratio; ×{} Pods):",
+            large / small
+        );
+        for r in rows.iter().filter(|r| r.pods == small) {
+            if let Some(big) = rows
+                .iter()
+                .find(|b| b.pods == large && b.workload == r.workload)
+            {
+                println!(
+                    "  {:<44} ×{:.1} time, ×{:.1} allocations",
+                    r.workload,
+                    big.took.as_secs_f64() / r.took.as_secs_f64().max(1e-9),
+                    big.allocations as f64 / (r.allocations.max(1)) as f64
+                );
+            }
+        }
+    }
+    Ok(())
+}

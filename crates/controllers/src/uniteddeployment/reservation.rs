@@ -1,0 +1,176 @@
+//! Adaptive scheduling with `reserveUnschedulablePods`: applies what
+//! `kruise_core::rollout::uniteddeployment::subset_reservation` decides — each subset's `Schedulable`
+//! condition, and the reserved label on the Pods whose state changed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use kruise_api::uniteddeployment::v1beta1::{
+    CONDITION_UNITED_DEPLOYMENT_UPDATED, SUBSET_CONDITION_SCHEDULABLE, UnitedDeploymentSpec,
+    UnitedDeploymentStatus,
+};
+use kruise_core::rollout::uniteddeployment::{self as planner, SubsetReservation, TemplateKind};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::reconcile::Observed;
+use super::{Context, Error};
+use crate::error::is_race;
+
+/// Each observed subset's reservation; its `Schedulable` condition is set in `status`, and Pods whose
+/// reserved label changed are labelled. Returns the reservations and when to look again.
+pub(crate) async fn reserve(
+    ctx: &Context,
+    key: &str,
+    spec: &UnitedDeploymentSpec,
+    observed: &BTreeMap<String, Observed>,
+    status: &mut UnitedDeploymentStatus,
+    update_revision: &str,
+    now: Timestamp,
+) -> Result<(BTreeMap<String, SubsetReservation>, Option<Duration>), Error> {
+    let strategy = &spec.topology.schedule_strategy;
+    let seconds = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(0));
+    let pending = seconds(strategy.reschedule_critical_seconds());
+    let window = seconds(strategy.unschedulable_duration_seconds());
+    let updating_since = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_UNITED_DEPLOYMENT_UPDATED && c.status == "False")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    let mut reservations = BTreeMap::new();
+    let mut requeue: Option<Duration> = None;
+    for (subset, seen) in observed {
+        let Some(subset_status) = status
+            .subset_statuses
+            .iter_mut()
+            .find(|s| &s.name == subset)
+        else {
+            continue;
+        };
+        let schedulable = subset_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SUBSET_CONDITION_SCHEDULABLE)
+            .cloned();
+        let pods: Vec<&Pod> = seen.pods.iter().map(|p| p.as_ref()).collect();
+        let reservation = planner::subset_reservation(
+            schedulable.as_ref(),
+            &pods,
+            update_revision,
+            updating_since,
+            pending,
+            window,
+            now,
+        );
+        label_pods(ctx, key, subset, &seen.pods, &reservation.labels).await?;
+        planner::set_subset_condition(
+            &mut subset_status.conditions,
+            SUBSET_CONDITION_SCHEDULABLE,
+            reservation.condition.clone(),
+            now,
+        );
+        if let Some(after) = reservation.requeue_after {
+            requeue = Some(requeue.map_or(after, |r| r.min(after)));
+        }
+        reservations.insert(subset.clone(), reservation);
+    }
+    Ok((reservations, requeue))
+}
+
+/// After allocation: a subset that recovered and is given more replicas stays marked unschedulable.
+pub(crate) fn mark_recovered(
+    status: &mut UnitedDeploymentStatus,
+    reservations: &BTreeMap<String, SubsetReservation>,
+    observed: &BTreeMap<String, Observed>,
+    next_replicas: &BTreeMap<String, i32>,
+    now: Timestamp,
+) {
+    for (subset, reservation) in reservations {
+        let (Some(seen), Some(next)) = (observed.get(subset), next_replicas.get(subset)) else {
+            continue;
+        };
+        let Some(condition) =
+            planner::recovered_and_scaled_up(reservation, seen.spec_replicas, *next)
+        else {
+            continue;
+        };
+        if let Some(subset_status) = status
+            .subset_statuses
+            .iter_mut()
+            .find(|s| &s.name == subset)
+        {
+            planner::set_subset_condition(
+                &mut subset_status.conditions,
+                SUBSET_CONDITION_SCHEDULABLE,
+                condition,
+                now,
+            );
+        }
+    }
+}
+
+/// The maxUnavailable a subset with reserved Pods rolls with (upstream's override): its Pods that are
+/// not Ready plus its old Pods whose update timed out may all be unavailable, so they never block
+/// the rolling update. `None` when the workload's own value stands.
+pub(crate) fn max_unavailable_override(
+    kind: TemplateKind,
+    reservation: Option<&SubsetReservation>,
+    seen: &Observed,
+) -> Option<(&'static str, i32)> {
+    let reservation = reservation.filter(|r| r.unschedulable)?;
+    let pointer = match kind {
+        TemplateKind::CloneSet => "/spec/updateStrategy/maxUnavailable",
+        TemplateKind::Deployment => "/spec/strategy/rollingUpdate/maxUnavailable",
+        TemplateKind::StatefulSet | TemplateKind::AdvancedStatefulSet => return None,
+    };
+    let value = seen.spec_replicas - seen.ready_replicas + reservation.update_timeout_pods;
+    // 0 would forbid any update (and with maxSurge 0 is invalid): keep the workload's own value.
+    (value > 0).then_some((pointer, value))
+}
+
+/// Writes `apps.kruise.io/united-deployment-reserved-pod` on each Pod of `labels`.
+async fn label_pods(
+    ctx: &Context,
+    key: &str,
+    subset: &str,
+    pods: &[std::sync::Arc<Pod>],
+    labels: &[(String, bool)],
+) -> Result<(), Error> {
+    for (name, reserved) in labels {
+        let Some(pod) = pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+        else {
+            continue;
+        };
+        let namespace = pod.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let value = if *reserved { "true" } else { "false" };
+        let mut patch =
+            json!({"metadata": {"labels": {keys::LABEL_UNITED_DEPLOYMENT_RESERVED_POD: value}}});
+        if let Some(uid) = &pod.metadata.uid {
+            patch["metadata"]["uid"] = Value::String(uid.clone());
+        }
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(uniteddeployment = key, subset, pod = %name, reserved, "labelled reserved Pod");
+            }
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!("labelling Pod {name} reserved={value}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
