@@ -346,12 +346,21 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         })
         .collect();
 
-    next.containers = spec
-        .containers
-        .iter()
-        .map(|c| {
-            let cur = current.containers.iter().find(|s| s.name == c.name);
-            let steer = steer.container(c, default_run);
+    // As a kubelet, containers start in spec order and a postStart hook blocks the ones after it
+    // until it ends (the way "start B only after A runs" orderings are built).
+    let mut hook_until: Option<Timestamp> = None;
+    next.containers = Vec::with_capacity(spec.containers.len());
+    for c in &spec.containers {
+        let cur = current.containers.iter().find(|s| s.name == c.name);
+        let steer = steer.container(c, default_run);
+        let needs_start = cur.is_none_or(|cur| {
+            cur.image != image::normalize(c.image.as_deref().unwrap_or_default())
+                || cur.state.as_ref().is_some_and(|s| s.waiting.is_some())
+        });
+        let status = if needs_start && hook_until.is_some_and(|t| t > now) {
+            cur.cloned()
+                .unwrap_or_else(|| waiting(c, None, 0, "ContainerCreating", None))
+        } else {
             step_container(
                 c,
                 Kind::App,
@@ -362,8 +371,16 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
                 input,
                 &mut wake,
             )
-        })
-        .collect();
+        };
+        if let Some(started) = running_since(&status, memory) {
+            let hook_ends = after(started, steer.post_start);
+            if hook_ends > now {
+                wake.at(hook_ends);
+                hook_until = Some(hook_until.map_or(hook_ends, |t| t.max(hook_ends)));
+            }
+        }
+        next.containers.push(status);
+    }
 
     next.phase = phase(&next.containers);
     next.conditions = conditions(pod, &current.conditions, &next, now);
@@ -373,6 +390,16 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         delete: false,
         requeue: wake.0.map(|when| until(now, when)),
     }
+}
+
+/// When a running container started (precisely, if the simulator started it).
+fn running_since(status: &ContainerStatus, memory: &PodMemory) -> Option<Timestamp> {
+    let running = status.state.as_ref()?.running.as_ref()?;
+    status
+        .container_id
+        .as_ref()
+        .and_then(|id| memory.started.get(id).copied())
+        .or_else(|| running.started_at.as_ref().map(|t| t.0))
 }
 
 fn completed_init(c: &Container, now: Timestamp, input: &mut PlanInput<'_>) -> ContainerStatus {
@@ -527,7 +554,7 @@ fn step_container(
     }
     let ready_at = after(
         started,
-        steer.ready_delay.unwrap_or(input.timing.ready_delay),
+        steer.post_start + steer.ready_delay.unwrap_or(input.timing.ready_delay),
     );
     let ready = !steer.never_ready && ready_at <= now;
     if !steer.never_ready && !ready {
@@ -612,7 +639,7 @@ fn run(
     input.node_images.insert(image::normalize(image));
     let container_id = (input.new_container_id)();
     memory.started.insert(container_id.clone(), now);
-    let ready_delay = steer.ready_delay.unwrap_or(input.timing.ready_delay);
+    let ready_delay = steer.post_start + steer.ready_delay.unwrap_or(input.timing.ready_delay);
     let ready = !steer.never_ready && ready_delay.is_zero();
     if !steer.never_ready && !ready {
         wake.at(after(now, ready_delay));
@@ -857,7 +884,16 @@ fn plan_deletion(
         .metadata
         .deletion_grace_period_seconds
         .map_or(Duration::ZERO, |s| Duration::from_secs(s.max(0) as u64));
-    let stop_at = after(seen, grace.min(input.timing.shutdown_delay));
+    // The containers stop once their preStop hooks ran (a `sleep N` takes N s), within the grace
+    // period (the Pod's terminationGracePeriodSeconds unless the delete said otherwise).
+    let pre_stop = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| crate::steer::lifecycle_hooks(c).1)
+        .max()
+        .unwrap_or_default();
+    let stop_at = after(seen, grace.min(input.timing.shutdown_delay.max(pre_stop)));
     if stop_at > now {
         return Plan {
             requeue: Some(until(now, stop_at)),

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 use crate::image;
 
@@ -59,6 +59,9 @@ pub struct ContainerSteer {
     pub start_delay: Duration,
     pub pull_delay: Duration,
     pub ready_delay: Option<Duration>,
+    /// The container's `lifecycle.postStart` hook time ([`hook_duration`]): it is not ready before
+    /// the hook ends, and the containers after it start only then.
+    pub post_start: Duration,
 }
 
 /// Per-Pod steering values as written in the annotations.
@@ -125,6 +128,7 @@ impl PodSteer {
             start_delay: self.millis(START_DELAY_MS, name).unwrap_or_default(),
             pull_delay: self.millis(PULL_DELAY_MS, name).unwrap_or_default(),
             ready_delay: self.millis(READY_DELAY_MS, name),
+            post_start: lifecycle_hooks(container).0,
         }
     }
 
@@ -166,6 +170,41 @@ impl PodSteer {
     fn millis(&self, key: &str, container: &str) -> Option<Duration> {
         self.value::<u64>(key, container).map(Duration::from_millis)
     }
+}
+
+/// How long a lifecycle hook keeps the kubelet busy: a `sleep` action's seconds, or the `N` of an
+/// `exec` hook whose command runs `sleep N` (`["sleep", "5"]`, `["sh", "-c", "sleep 5; …"]`).
+/// Other hooks (httpGet, other commands) take no time here.
+pub fn hook_duration(handler: Option<&LifecycleHandler>) -> Duration {
+    let Some(handler) = handler else {
+        return Duration::ZERO;
+    };
+    if let Some(sleep) = &handler.sleep {
+        return Duration::from_secs(sleep.seconds.max(0).unsigned_abs());
+    }
+    let words: Vec<&str> = handler
+        .exec
+        .iter()
+        .flat_map(|e| e.command.iter().flatten())
+        .flat_map(|arg| arg.split(|c: char| c.is_whitespace() || c == ';' || c == '&'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "sleep" || w[0].ends_with("/sleep"))
+        .filter_map(|w| w[1].parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .sum()
+}
+
+/// The postStart and preStop hook durations of `container` ([`hook_duration`]).
+pub fn lifecycle_hooks(container: &Container) -> (Duration, Duration) {
+    let lifecycle = container.lifecycle.as_ref();
+    (
+        hook_duration(lifecycle.and_then(|l| l.post_start.as_ref())),
+        hook_duration(lifecycle.and_then(|l| l.pre_stop.as_ref())),
+    )
 }
 
 fn parse_or_warn<T: std::str::FromStr>(key: &str, value: &str) -> Option<T> {
@@ -273,6 +312,42 @@ mod tests {
                 got, want,
                 "annotations {annotations:?} container {}",
                 container.name
+            );
+        }
+    }
+
+    #[test]
+    fn hook_durations() {
+        use k8s_openapi::api::core::v1::{ExecAction, SleepAction};
+        let exec = |cmd: &[&str]| LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            }),
+            ..Default::default()
+        };
+        let cases = [
+            (None, 0.0),
+            (Some(exec(&["sleep", "5"])), 5.0),
+            (
+                Some(exec(&["/bin/sh", "-c", "echo hi; sleep 2.5 && true"])),
+                2.5,
+            ),
+            (Some(exec(&["/bin/sleep", "3"])), 3.0),
+            (Some(exec(&["sh", "-c", "sleep forever"])), 0.0),
+            (Some(exec(&["nginx", "-s", "quit"])), 0.0),
+            (
+                Some(LifecycleHandler {
+                    sleep: Some(SleepAction { seconds: 4 }),
+                    ..Default::default()
+                }),
+                4.0,
+            ),
+        ];
+        for (handler, want) in cases {
+            assert_eq!(
+                hook_duration(handler.as_ref()),
+                Duration::from_secs_f64(want),
+                "{handler:?}"
             );
         }
     }

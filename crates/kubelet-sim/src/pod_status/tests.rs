@@ -599,3 +599,90 @@ fn pull_back_off_doubles_to_five_minutes() {
     let waits: Vec<u64> = (1..=7).map(|n| pull_backoff(n).as_secs()).collect();
     assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300]);
 }
+
+fn with_hooks(mut c: Container, post_start: Option<&str>, pre_stop: Option<&str>) -> Container {
+    use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
+    let exec = |cmd: &str| LifecycleHandler {
+        exec: Some(ExecAction {
+            command: Some(vec!["sh".into(), "-c".into(), cmd.into()]),
+        }),
+        ..Default::default()
+    };
+    c.lifecycle = Some(Lifecycle {
+        post_start: post_start.map(exec),
+        pre_stop: pre_stop.map(exec),
+        ..Default::default()
+    });
+    c
+}
+
+fn running(status: &ContainerStatus) -> bool {
+    status.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+#[test]
+fn post_start_sleep_delays_readiness_and_the_next_containers() {
+    let a = with_hooks(container("a", "nginx"), Some("sleep 2"), None);
+    let mut world = World::new(pod_with(vec![a, container("b", "busybox")], &[]));
+    world.step();
+    assert!(running(&world.container("a")));
+    assert_eq!(
+        waiting_reason(&world.container("b")).as_deref(),
+        Some("ContainerCreating"),
+        "b waits for a's postStart"
+    );
+    world.advance(1_000);
+    world.step();
+    assert!(!world.container("a").ready, "not ready during postStart");
+    assert!(!running(&world.container("b")));
+    world.advance(1_000);
+    world.step();
+    assert!(
+        running(&world.container("b")),
+        "b starts once a's hook ended"
+    );
+    assert!(!world.container("a").ready);
+    world.advance(300);
+    world.step();
+    assert!(world.container("a").ready && world.container("b").ready);
+
+    // An in-place update of both: b restarts only after a runs its new image and its hook ended.
+    world.set_image("a", "nginx:2");
+    world.set_image("b", "busybox:2");
+    world.step();
+    assert_eq!(world.container("a").image, "nginx:2");
+    assert_eq!(world.container("b").image, "busybox:latest", "b waits");
+    world.advance(1_500);
+    world.step();
+    assert_eq!(
+        world.container("b").image,
+        "busybox:latest",
+        "b still waits"
+    );
+    world.advance(500);
+    world.step();
+    assert_eq!(world.container("b").image, "busybox:2");
+    assert_eq!(world.container("b").restart_count, 1);
+}
+
+#[test]
+fn pre_stop_sleep_delays_the_stop_within_the_grace_period() {
+    for (grace, want_ms) in [(30, 5_000), (2, 2_000)] {
+        let app = with_hooks(container("app", "nginx"), None, Some("sleep 5"));
+        let mut world = World::new(pod_with(vec![app], &[]));
+        world.settle();
+        world.pod.metadata.deletion_timestamp = Some(k8s_time(world.now));
+        world.pod.metadata.deletion_grace_period_seconds = Some(grace);
+        let plan = world.step();
+        assert!(!plan.delete);
+        assert_eq!(
+            plan.requeue,
+            Some(Duration::from_millis(want_ms)),
+            "grace {grace}"
+        );
+        world.advance(want_ms - 1);
+        assert!(!world.step().delete, "grace {grace}: stopped early");
+        world.advance(1);
+        assert!(world.step().delete, "grace {grace}");
+    }
+}
