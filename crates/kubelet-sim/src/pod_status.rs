@@ -650,7 +650,7 @@ fn run(
     ContainerStatus {
         name: spec.name.clone(),
         image: image::normalize(image),
-        image_id: image::image_id(image),
+        image_id: image::image_id_at(image, steer.image_digest.as_deref()),
         container_id: Some(container_id),
         state: Some(ContainerState {
             running: Some(ContainerStateRunning {

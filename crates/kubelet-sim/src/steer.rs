@@ -40,6 +40,9 @@ pub const READY_DELAY_MS: &str = "sim.kruise-rs.io/ready-delay-ms";
 pub const STATUS_CHURN_MS: &str = "sim.kruise-rs.io/status-churn-ms";
 /// The Pod condition [`STATUS_CHURN_MS`] rewrites.
 pub const CHURN_CONDITION: &str = "sim.kruise-rs.io/StatusChurn";
+/// What the registry says images are: `"nginx:1.19=sha256:ab…,nginx:stable=sha256:ab…"` makes both tags
+/// report the imageID `nginx@sha256:ab…` (by default every image has an imageID of its own).
+pub const IMAGE_DIGESTS: &str = "sim.kruise-rs.io/image-digests";
 /// Node annotation: `"stopped"` stops that node's heartbeats (Lease and status) until removed.
 pub const HEARTBEAT: &str = "sim.kruise-rs.io/heartbeat";
 
@@ -62,6 +65,8 @@ pub struct ContainerSteer {
     /// The container's `lifecycle.postStart` hook time ([`hook_duration`]): it is not ready before
     /// the hook ends, and the containers after it start only then.
     pub post_start: Duration,
+    /// The digest [`IMAGE_DIGESTS`] gives the container's image.
+    pub image_digest: Option<String>,
 }
 
 /// Per-Pod steering values as written in the annotations.
@@ -129,7 +134,20 @@ impl PodSteer {
             pull_delay: self.millis(PULL_DELAY_MS, name).unwrap_or_default(),
             ready_delay: self.millis(READY_DELAY_MS, name),
             post_start: lifecycle_hooks(container).0,
+            image_digest: self.image_digest(container.image.as_deref().unwrap_or_default()),
         }
+    }
+
+    /// The digest [`IMAGE_DIGESTS`] maps `image` to (tags compared with `:latest` added when missing).
+    fn image_digest(&self, image: &str) -> Option<String> {
+        let want = image::normalize(image);
+        self.annotations
+            .get(IMAGE_DIGESTS)?
+            .split(',')
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(name, _)| image::normalize(name.trim()) == want)
+            .map(|(_, digest)| digest.trim().to_owned())
+            .filter(|digest| digest.contains(':'))
     }
 
     /// The period of [`STATUS_CHURN_MS`], if the Pod asks for it (at least 10 ms).
@@ -350,6 +368,28 @@ mod tests {
                 "{handler:?}"
             );
         }
+    }
+
+    #[test]
+    fn image_digests_map_tags_to_one_digest() {
+        let p = pod(&[(
+            IMAGE_DIGESTS,
+            "nginx:1.19=sha256:abc, nginx:stable=sha256:abc,nginx=sha256:def,bad=nodigest",
+        )]);
+        let digest = |image| {
+            PodSteer::from_pod(&p)
+                .container(&container("app", image), None)
+                .image_digest
+        };
+        assert_eq!(digest("nginx:1.19").as_deref(), Some("sha256:abc"));
+        assert_eq!(digest("nginx:stable").as_deref(), Some("sha256:abc"));
+        assert_eq!(digest("nginx:latest").as_deref(), Some("sha256:def"));
+        assert_eq!(digest("nginx:1.20"), None);
+        assert_eq!(digest("bad"), None);
+        let id = |image| image::image_id_at(image, digest(image).as_deref());
+        assert_eq!(id("nginx:1.19"), "nginx@sha256:abc");
+        assert_eq!(id("nginx:1.19"), id("nginx:stable"));
+        assert_ne!(id("nginx:1.19"), id("nginx:1.20"));
     }
 
     #[test]

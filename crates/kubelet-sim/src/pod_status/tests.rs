@@ -686,3 +686,26 @@ fn pre_stop_sleep_delays_the_stop_within_the_grace_period() {
         assert!(world.step().delete, "grace {grace}");
     }
 }
+
+#[test]
+fn two_tags_of_one_digest_report_one_image_id() {
+    let digests = "nginx:1.19=sha256:1111,nginx:stable=sha256:1111";
+    let mut world = World::new(pod_with(
+        vec![container("app", "nginx:1.19")],
+        &[(crate::steer::IMAGE_DIGESTS, digests)],
+    ));
+    world.settle();
+    let before = world.container("app");
+    assert_eq!(before.image_id, "nginx@sha256:1111");
+    // The new tag is the same image: the container restarts onto it with the same imageID.
+    world.set_image("app", "nginx:stable");
+    world.settle();
+    let after = world.container("app");
+    assert_eq!(after.image, "nginx:stable");
+    assert_eq!(after.image_id, before.image_id);
+    assert_eq!(after.restart_count, 1);
+    // A tag the mapping does not name keeps an imageID of its own.
+    world.set_image("app", "nginx:1.20");
+    world.settle();
+    assert_ne!(world.container("app").image_id, before.image_id);
+}
