@@ -165,6 +165,34 @@ pub struct PlanInput<'a> {
     pub node_images: &'a mut HashSet<String>,
     /// Generates container IDs (random in production, predictable in tests).
     pub new_container_id: &'a mut dyn FnMut() -> String,
+    /// The host ports (protocol, port) held by the other Pods the node has admitted, asked only
+    /// when admitting a Pod that requests some.
+    pub host_ports_in_use: &'a dyn Fn() -> HashSet<(String, i32)>,
+}
+
+/// Reason of a Pod the node rejects because a host port it asks for is taken, as the kubelet's
+/// admission (`NodePorts` predicate) reports it.
+pub const REASON_NODE_PORTS: &str = "NodePorts";
+
+/// The host ports (protocol, port) a Pod's containers ask for (`hostNetwork` Pods use their container
+/// ports on the host).
+pub fn host_ports(pod: &Pod) -> HashSet<(String, i32)> {
+    let Some(spec) = &pod.spec else {
+        return HashSet::new();
+    };
+    let host_network = spec.host_network == Some(true);
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p
+                .host_port
+                .or(host_network.then_some(p.container_port))
+                .filter(|&port| port > 0)?;
+            Some((p.protocol.clone().unwrap_or_else(|| "TCP".into()), port))
+        })
+        .collect()
 }
 
 /// The decision for one Pod.
@@ -188,6 +216,9 @@ struct KubeletStatus {
     init_containers: Vec<ContainerStatus>,
     containers: Vec<ContainerStatus>,
     conditions: Vec<PodCondition>,
+    /// Why the node rejected the Pod (only then).
+    reason: Option<String>,
+    message: Option<String>,
 }
 
 impl KubeletStatus {
@@ -207,12 +238,14 @@ impl KubeletStatus {
             init_containers: status.init_container_statuses.unwrap_or_default(),
             containers: status.container_statuses.unwrap_or_default(),
             conditions: sort_conditions(conditions),
+            reason: status.reason,
+            message: status.message,
         }
     }
 
     fn to_patch(&self, uid: &str) -> serde_json::Value {
         let ips = |ip: &Option<String>| ip.iter().map(|ip| json!({ "ip": ip })).collect::<Vec<_>>();
-        json!({
+        let mut patch = json!({
             // The UID makes the patch fail if the Pod was replaced by a namesake (kubelet does the same).
             "metadata": { "uid": uid },
             "status": {
@@ -226,7 +259,13 @@ impl KubeletStatus {
                 "containerStatuses": self.containers,
                 "conditions": self.conditions,
             }
-        })
+        });
+        for (key, value) in [("reason", &self.reason), ("message", &self.message)] {
+            if let Some(value) = value {
+                patch["status"][key] = json!(value);
+            }
+        }
+        patch
     }
 }
 
@@ -292,6 +331,33 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
     if terminal {
         // Terminal phases never change again.
         return Plan::default();
+    }
+    if current.start_time.is_none() {
+        // Admission: a host port another Pod on the node holds rejects the Pod for good.
+        let wanted = host_ports(pod);
+        if !wanted.is_empty() {
+            let used = (input.host_ports_in_use)();
+            let mut taken: Vec<String> = wanted
+                .intersection(&used)
+                .map(|(protocol, port)| format!("{port}/{protocol}"))
+                .collect();
+            if !taken.is_empty() {
+                taken.sort();
+                let mut next = current.clone();
+                next.phase = PHASE_FAILED.into();
+                next.reason = Some(REASON_NODE_PORTS.into());
+                next.message = Some(format!(
+                    "Pod was rejected: node(s) didn't have free ports for the requested pod ports ({} in use)",
+                    taken.join(", ")
+                ));
+                next.start_time = Some(k8s_time(input.now));
+                return Plan {
+                    status_patch: Some(next.to_patch(&uid)),
+                    delete: false,
+                    requeue: None,
+                };
+            }
+        }
     }
 
     let spec = pod.spec.clone().unwrap_or_default();

@@ -10,6 +10,7 @@ struct World {
     now: Timestamp,
     ids: u32,
     timing: Timing,
+    host_ports_in_use: HashSet<(String, i32)>,
 }
 
 impl World {
@@ -21,6 +22,7 @@ impl World {
             now: Timestamp::from_second(1_700_000_000).expect("valid"),
             ids: 0,
             timing: Timing::default(),
+            host_ports_in_use: HashSet::new(),
         }
     }
 
@@ -43,6 +45,7 @@ impl World {
             new_pod_ip: &new_ip,
             node_images: &mut self.images,
             new_container_id: &mut new_id,
+            host_ports_in_use: &|| self.host_ports_in_use.clone(),
         };
         let plan = plan(&self.pod, &mut self.memory, &mut input);
         if let Some(patch) = &plan.status_patch {
@@ -708,4 +711,39 @@ fn two_tags_of_one_digest_report_one_image_id() {
     world.set_image("app", "nginx:1.20");
     world.settle();
     assert_ne!(world.container("app").image_id, before.image_id);
+}
+
+#[test]
+fn a_taken_host_port_rejects_the_pod() {
+    use k8s_openapi::api::core::v1::ContainerPort;
+    let mut app = container("app", "nginx");
+    app.ports = Some(vec![ContainerPort {
+        container_port: 80,
+        host_port: Some(8080),
+        ..Default::default()
+    }]);
+    // Free: admitted and started.
+    let mut world = World::new(pod_with(vec![app.clone()], &[]));
+    world.host_ports_in_use = [("UDP".to_string(), 8080)].into();
+    world.settle();
+    assert_eq!(world.status().phase.as_deref(), Some("Running"));
+    // Taken: rejected for good, no container started.
+    let mut world = World::new(pod_with(vec![app], &[]));
+    world.host_ports_in_use = [("TCP".to_string(), 8080)].into();
+    world.step();
+    let status = world.status();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some(REASON_NODE_PORTS));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("8080/TCP")),
+        "{:?}",
+        status.message
+    );
+    assert!(status.container_statuses.unwrap_or_default().is_empty());
+    // Freeing the port later changes nothing: the kubelet does not admit a rejected Pod again.
+    world.host_ports_in_use.clear();
+    assert_eq!(world.step(), Plan::default());
 }
