@@ -72,6 +72,8 @@ impl Default for Timing {
 pub struct PodMemory {
     /// Precise start time of each container, by containerID.
     started: HashMap<String, Timestamp>,
+    /// Since when a container's liveness (or startup) probe has been failing, by containerID.
+    probe_failing_since: HashMap<String, Timestamp>,
     /// When the current wait (image pull, slow start, back-off) of a container ends, by container name.
     waiting_until: HashMap<String, Timestamp>,
     /// When the simulator first saw the Pod's deletionTimestamp.
@@ -618,16 +620,66 @@ fn step_container(
         }
         wake.at(exits_at);
     }
+    // Probes: a failing liveness (or startup) probe restarts the container once it has failed for
+    // failureThreshold × periodSeconds, as the kubelet does.
+    match steer.liveness_restart_after {
+        Some(threshold) => {
+            // A startup probe fails from the container's start; a liveness probe from when it
+            // was first seen failing (or from its start, for the container started to replace
+            // one it killed).
+            let first = if steer.startup_fails { started } else { now };
+            let since = *memory
+                .probe_failing_since
+                .entry(container_id.clone())
+                .or_insert(first);
+            let kill_at = after(since, threshold);
+            if kill_at <= now {
+                memory.probe_failing_since.remove(&container_id);
+                memory.started.remove(&container_id);
+                let last = ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: KILLED_EXIT_CODE,
+                        reason: Some("Error".into()),
+                        container_id: cur.container_id.clone(),
+                        started_at: state.running.as_ref().and_then(|r| r.started_at.clone()),
+                        finished_at: Some(k8s_time(now)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let next = start(
+                    spec,
+                    Some(last),
+                    cur.restart_count + 1,
+                    steer,
+                    memory,
+                    input,
+                    wake,
+                );
+                if let Some(id) = &next.container_id {
+                    memory.probe_failing_since.insert(id.clone(), now);
+                    wake.at(after(now, threshold));
+                }
+                return next;
+            }
+            wake.at(kill_at);
+        }
+        None => {
+            memory.probe_failing_since.remove(&container_id);
+        }
+    }
     let ready_at = after(
         started,
         steer.post_start + steer.ready_delay.unwrap_or(input.timing.ready_delay),
     );
-    let ready = !steer.never_ready && ready_at <= now;
-    if !steer.never_ready && !ready {
+    let probes_pass = !steer.never_ready && !steer.readiness_fails && !steer.startup_fails;
+    let ready = probes_pass && ready_at <= now;
+    if probes_pass && !ready {
         wake.at(ready_at);
     }
     ContainerStatus {
         ready,
+        started: Some(!steer.startup_fails),
         resources: resources(spec),
         ..cur.clone()
     }

@@ -43,6 +43,16 @@ pub const CHURN_CONDITION: &str = "sim.kruise-rs.io/StatusChurn";
 /// What the registry says images are: `"nginx:1.19=sha256:ab…,nginx:stable=sha256:ab…"` makes both tags
 /// report the imageID `nginx@sha256:ab…` (by default every image has an imageID of its own).
 pub const IMAGE_DIGESTS: &str = "sim.kruise-rs.io/image-digests";
+/// Containers whose readiness probe fails while the annotation names them: not ready until it no
+/// longer does (`"*"` or a list).
+pub const READINESS_FAIL: &str = "sim.kruise-rs.io/readiness-fail";
+/// Containers whose liveness probe fails while the annotation names them: after the probe's
+/// `failureThreshold` × `periodSeconds` (defaults 3 × 10 s) of failures the kubelet kills the
+/// container (exit 137) and starts it again, and again while it keeps failing.
+pub const LIVENESS_FAIL: &str = "sim.kruise-rs.io/liveness-fail";
+/// Containers with a startupProbe whose probe fails while the annotation names them: not started nor
+/// ready, and restarted like [`LIVENESS_FAIL`] after `failureThreshold` × `periodSeconds`.
+pub const STARTUP_FAIL: &str = "sim.kruise-rs.io/startup-fail";
 /// Node annotation: `"stopped"` stops that node's heartbeats (Lease and status) until removed.
 pub const HEARTBEAT: &str = "sim.kruise-rs.io/heartbeat";
 
@@ -67,6 +77,20 @@ pub struct ContainerSteer {
     pub post_start: Duration,
     /// The digest [`IMAGE_DIGESTS`] gives the container's image.
     pub image_digest: Option<String>,
+    /// [`READINESS_FAIL`] names the container.
+    pub readiness_fails: bool,
+    /// How long after its liveness probe (or, before the container started, its startup probe)
+    /// began failing the kubelet restarts the container ([`LIVENESS_FAIL`], [`STARTUP_FAIL`]).
+    pub liveness_restart_after: Option<Duration>,
+    /// [`STARTUP_FAIL`] names the container and it has a startupProbe.
+    pub startup_fails: bool,
+}
+
+/// `failureThreshold` × `periodSeconds` of a probe (Kubernetes' defaults 3 and 10 s).
+fn failing_for(probe: Option<&k8s_openapi::api::core::v1::Probe>) -> Duration {
+    let threshold = probe.and_then(|p| p.failure_threshold).unwrap_or(3).max(1);
+    let period = probe.and_then(|p| p.period_seconds).unwrap_or(10).max(1);
+    Duration::from_secs(u64::from(threshold.unsigned_abs()) * u64::from(period.unsigned_abs()))
 }
 
 /// Per-Pod steering values as written in the annotations.
@@ -126,6 +150,7 @@ impl PodSteer {
             } else {
                 default_run
             });
+        let startup_fails = container.startup_probe.is_some() && self.listed(STARTUP_FAIL, name);
         ContainerSteer {
             never_ready: self.listed(NEVER_READY, name) || tag.contains("never-ready"),
             exit_code,
@@ -135,6 +160,15 @@ impl PodSteer {
             ready_delay: self.millis(READY_DELAY_MS, name),
             post_start: lifecycle_hooks(container).0,
             image_digest: self.image_digest(container.image.as_deref().unwrap_or_default()),
+            readiness_fails: self.listed(READINESS_FAIL, name),
+            liveness_restart_after: if self.listed(LIVENESS_FAIL, name) {
+                Some(failing_for(container.liveness_probe.as_ref()))
+            } else if startup_fails {
+                Some(failing_for(container.startup_probe.as_ref()))
+            } else {
+                None
+            },
+            startup_fails,
         }
     }
 

@@ -747,3 +747,105 @@ fn a_taken_host_port_rejects_the_pod() {
     world.host_ports_in_use.clear();
     assert_eq!(world.step(), Plan::default());
 }
+
+fn annotate(world: &mut World, key: &str, value: Option<&str>) {
+    let annotations = world
+        .pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    match value {
+        Some(v) => annotations.insert(key.into(), v.into()),
+        None => annotations.remove(key),
+    };
+}
+
+fn probe(period: i32, threshold: i32) -> Option<k8s_openapi::api::core::v1::Probe> {
+    Some(k8s_openapi::api::core::v1::Probe {
+        period_seconds: Some(period),
+        failure_threshold: Some(threshold),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn readiness_probe_fails_while_steered_then_recovers() {
+    let mut world = World::new(pod_with(vec![container("app", "nginx")], &[]));
+    world.settle();
+    assert!(world.container("app").ready);
+    annotate(&mut world, crate::steer::READINESS_FAIL, Some("app"));
+    world.step();
+    assert!(!world.container("app").ready);
+    assert_eq!(world.condition("Ready").status, "False");
+    assert_eq!(
+        world.container("app").restart_count,
+        0,
+        "readiness never restarts"
+    );
+    annotate(&mut world, crate::steer::READINESS_FAIL, None);
+    world.step();
+    assert!(world.container("app").ready);
+}
+
+#[test]
+fn liveness_failures_restart_the_container_after_threshold_times_period() {
+    let mut app = container("app", "nginx");
+    app.liveness_probe = probe(1, 2);
+    let mut world = World::new(pod_with(vec![app], &[]));
+    world.settle();
+    let first_id = world.container("app").container_id;
+    annotate(&mut world, crate::steer::LIVENESS_FAIL, Some("app"));
+    let plan = world.step();
+    assert_eq!(plan.requeue, Some(Duration::from_secs(2)));
+    world.advance(1_999);
+    world.step();
+    assert_eq!(world.container("app").restart_count, 0);
+    world.advance(1);
+    world.step();
+    let restarted = world.container("app");
+    assert_eq!(restarted.restart_count, 1);
+    assert_ne!(restarted.container_id, first_id);
+    let last = restarted
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("lastState");
+    assert_eq!((last.exit_code, last.container_id), (137, first_id));
+    // Still failing: killed again after another 2 s; recovered: left running.
+    world.advance(2_000);
+    world.step();
+    assert_eq!(world.container("app").restart_count, 2);
+    annotate(&mut world, crate::steer::LIVENESS_FAIL, None);
+    world.settle();
+    assert_eq!(world.container("app").restart_count, 2);
+    assert!(world.container("app").ready);
+}
+
+#[test]
+fn startup_probe_failing_keeps_the_container_unstarted_then_restarts_it() {
+    let mut app = container("app", "nginx");
+    app.startup_probe = probe(1, 3);
+    let mut world = World::new(pod_with(
+        vec![app, container("plain", "busybox")],
+        &[(crate::steer::STARTUP_FAIL, "*")],
+    ));
+    world.step();
+    world.advance(500);
+    world.step();
+    let app = world.container("app");
+    assert_eq!((app.started, app.ready), (Some(false), false));
+    assert_eq!(
+        world.container("plain").started,
+        Some(true),
+        "no startupProbe: unaffected"
+    );
+    world.advance(2_500);
+    world.step();
+    assert_eq!(world.container("app").restart_count, 1);
+    annotate(&mut world, crate::steer::STARTUP_FAIL, None);
+    world.settle();
+    let app = world.container("app");
+    assert_eq!(
+        (app.started, app.ready, app.restart_count),
+        (Some(true), true, 1)
+    );
+}
