@@ -836,11 +836,15 @@ fn exit(
     }
     // A failing container restarts after an exponential back-off, as CrashLoopBackOff.
     let timing = input.timing;
-    let factor = 1u32 << (cur.restart_count.clamp(0, 16) as u32);
-    let backoff = timing
-        .crash_backoff_base
-        .saturating_mul(factor)
-        .min(timing.crash_backoff_cap);
+    let schedule = steer.crash_backoff.unwrap_or(crate::steer::Backoff {
+        base: timing.crash_backoff_base,
+        cap: timing.crash_backoff_cap,
+        kubelet: false,
+    });
+    let backoff = schedule.delay(cur.restart_count, until(started, now));
+    if backoff.is_zero() {
+        return run(spec, last, restart_count, steer, memory, input, wake);
+    }
     let ends = after(now, backoff);
     memory.waiting_until.insert(spec.name.clone(), ends);
     wake.at(ends);

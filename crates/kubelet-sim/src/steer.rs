@@ -53,6 +53,44 @@ pub const LIVENESS_FAIL: &str = "sim.kruise-rs.io/liveness-fail";
 /// Containers with a startupProbe whose probe fails while the annotation names them: not started nor
 /// ready, and restarted like [`LIVENESS_FAIL`] after `failureThreshold` × `periodSeconds`.
 pub const STARTUP_FAIL: &str = "sim.kruise-rs.io/startup-fail";
+/// CrashLoopBackOff timing of the Pod's containers: `"kubelet"` for the kubelet's (the first restart at
+/// once, then 10 s doubling to 300 s, reset once a container ran 10 min), or `"BASE_MS,CAP_MS"`
+/// (doubling from the first restart). Default: the simulator's `--crash-backoff` timing.
+pub const CRASH_BACKOFF: &str = "sim.kruise-rs.io/crash-backoff";
+
+/// A CrashLoopBackOff schedule ([`CRASH_BACKOFF`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+    /// The kubelet's: the first restart goes at once, and a container that ran for twice the cap
+    /// starts the schedule again.
+    pub kubelet: bool,
+}
+
+impl Backoff {
+    pub const KUBELET: Backoff = Backoff {
+        base: Duration::from_secs(10),
+        cap: Duration::from_secs(300),
+        kubelet: true,
+    };
+
+    /// The wait before restarting a container that failed with `restarts` restarts so far, after
+    /// running for `ran`.
+    pub fn delay(&self, restarts: i32, ran: Duration) -> Duration {
+        let restarts = u32::try_from(restarts.max(0)).unwrap_or(0);
+        let step = if self.kubelet {
+            if restarts == 0 || ran >= self.cap * 2 {
+                return Duration::ZERO;
+            }
+            restarts - 1
+        } else {
+            restarts
+        };
+        self.base.saturating_mul(1u32 << step.min(16)).min(self.cap)
+    }
+}
+
 /// Node annotation: `"stopped"` stops that node's heartbeats (Lease and status) until removed.
 pub const HEARTBEAT: &str = "sim.kruise-rs.io/heartbeat";
 
@@ -84,6 +122,8 @@ pub struct ContainerSteer {
     pub liveness_restart_after: Option<Duration>,
     /// [`STARTUP_FAIL`] names the container and it has a startupProbe.
     pub startup_fails: bool,
+    /// [`CRASH_BACKOFF`], when the Pod sets it.
+    pub crash_backoff: Option<Backoff>,
 }
 
 /// `failureThreshold` × `periodSeconds` of a probe (Kubernetes' defaults 3 and 10 s).
@@ -169,6 +209,7 @@ impl PodSteer {
                 None
             },
             startup_fails,
+            crash_backoff: self.crash_backoff(),
         }
     }
 
@@ -182,6 +223,28 @@ impl PodSteer {
             .find(|(name, _)| image::normalize(name.trim()) == want)
             .map(|(_, digest)| digest.trim().to_owned())
             .filter(|digest| digest.contains(':'))
+    }
+
+    fn crash_backoff(&self) -> Option<Backoff> {
+        let raw = self.annotations.get(CRASH_BACKOFF)?.trim();
+        if raw == "kubelet" {
+            return Some(Backoff::KUBELET);
+        }
+        let parsed = raw.split_once(',').and_then(|(base, cap)| {
+            Some(Backoff {
+                base: Duration::from_millis(base.trim().parse().ok()?),
+                cap: Duration::from_millis(cap.trim().parse().ok()?),
+                kubelet: false,
+            })
+        });
+        if parsed.is_none() {
+            tracing::warn!(
+                key = CRASH_BACKOFF,
+                value = raw,
+                "ignoring unparseable steering value"
+            );
+        }
+        parsed
     }
 
     /// The period of [`STATUS_CHURN_MS`], if the Pod asks for it (at least 10 ms).
@@ -424,6 +487,27 @@ mod tests {
         assert_eq!(id("nginx:1.19"), "nginx@sha256:abc");
         assert_eq!(id("nginx:1.19"), id("nginx:stable"));
         assert_ne!(id("nginx:1.19"), id("nginx:1.20"));
+    }
+
+    #[test]
+    fn crash_backoff_schedules() {
+        let s = Duration::from_secs;
+        let kubelet: Vec<Duration> = (0..8).map(|n| Backoff::KUBELET.delay(n, s(1))).collect();
+        assert_eq!(
+            kubelet,
+            [s(0), s(10), s(20), s(40), s(80), s(160), s(300), s(300)]
+        );
+        assert_eq!(
+            Backoff::KUBELET.delay(5, s(600)),
+            s(0),
+            "reset after 10 min running"
+        );
+        let steer = |v| PodSteer::from_pod(&pod(&[(CRASH_BACKOFF, v)])).crash_backoff();
+        assert_eq!(steer("kubelet"), Some(Backoff::KUBELET));
+        let custom = steer("100, 800").expect("parsed");
+        let waits: Vec<u128> = (0..5).map(|n| custom.delay(n, s(1)).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 800]);
+        assert_eq!(steer("soon"), None);
     }
 
     #[test]

@@ -849,3 +849,26 @@ fn startup_probe_failing_keeps_the_container_unstarted_then_restarts_it() {
         (Some(true), true, 1)
     );
 }
+
+#[test]
+fn kubelet_crash_backoff_restarts_at_once_then_waits_10s_doubling() {
+    let mut world = World::new(pod_with(
+        vec![container("app", "nginx:crash")],
+        &[(crate::steer::CRASH_BACKOFF, "kubelet")],
+    ));
+    world.step();
+    world.step();
+    let app = world.container("app");
+    assert_eq!(app.restart_count, 1, "the first restart goes at once");
+    assert!(running(&app));
+    let plan = world.step();
+    let app = world.container("app");
+    assert_eq!(app.restart_count, 2);
+    assert_eq!(waiting_reason(&app).as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(plan.requeue, Some(Duration::from_secs(10)));
+    world.advance(10_000);
+    world.step();
+    let plan = world.step();
+    assert_eq!(world.container("app").restart_count, 3);
+    assert_eq!(plan.requeue, Some(Duration::from_secs(20)));
+}
