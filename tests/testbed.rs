@@ -866,3 +866,48 @@ async fn a_taken_host_port_gets_the_pod_rejected_by_the_node() -> anyhow::Result
     })
     .await
 }
+
+/// kubelet-sim's lifecycle hooks: a container whose postStart hook runs `sleep 2` holds the start of
+/// the containers after it, so "start B only after A is running" orderings can be observed.
+#[tokio::test]
+async fn post_start_sleep_holds_the_next_container() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("poststart").await?;
+    ns.run(async {
+        ns.apply(
+            &json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "ordered"},
+                "spec": {"containers": [
+                    {"name": "a", "image": "nginx:alpine",
+                     "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "sleep 2"]}}}},
+                    {"name": "b", "image": "busybox:1.36"},
+                ]},
+            })
+            .to_string(),
+        )
+        .await?;
+        let api: Api<Pod> = ns.api();
+        let pod = eventually("ordered Ready", TIMEOUT, || async {
+            let p = api.get("ordered").await?;
+            Ok(is_ready(&p).then_some(p))
+        })
+        .await?;
+        let started = |c: &str| {
+            container_status(&pod, c)
+                .and_then(|s| s.state)
+                .and_then(|s| s.running)
+                .and_then(|r| r.started_at)
+                .map(|t| t.0)
+                .with_context(|| format!("{c} running"))
+        };
+        let gap = started("b")?.duration_since(started("a")?);
+        // startedAt has second precision: 2 s after, give or take the rounding.
+        ensure!(
+            gap >= k8s_openapi::jiff::SignedDuration::from_secs(1),
+            "b started {gap:?} after a"
+        );
+        Ok(())
+    })
+    .await
+}
