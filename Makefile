@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 
-.PHONY: run test fuzz control-plane build manifests lint fmt bench clean-local
+.PHONY: run test fuzz control-plane helm image build manifests lint fmt bench clean-local
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
 run: control-plane
@@ -12,7 +12,7 @@ run: control-plane
 	./target/debug/kruise-local up
 
 ## test: build what is missing, then run every test: unit and end-to-end (real control plane).
-test: control-plane
+test: control-plane helm
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 
@@ -27,12 +27,36 @@ fuzz:
 control-plane:
 	tools/build-control-plane.sh
 
+## helm: build the Helm CLI (v3.22.0) from its Go module into $(KRUISE_RS_CACHE)/helm-v3.22.0/bin; cached.
+helm:
+	tools/build-helm.sh
+
+## image: a static (musl) release kruise-manager in a scratch image, written as an OCI image layout
+## archive without a container daemon (target/kruise-manager-image.tar; `docker load`, `podman load`,
+## `skopeo copy oci-archive:...` read it), then checked: digests, entrypoint, non-root user, static,
+## `--version`, size < 30 MiB. The Dockerfile builds the same image where a Docker daemon exists.
+IMAGE_TARGET ?= x86_64-unknown-linux-musl
+IMAGE_ARCH ?= amd64
+IMAGE_REF ?= kruise-rs/kruise-manager:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE_OUT ?= $(or $(CARGO_TARGET_DIR),target)/kruise-manager-image.tar
+image:
+	rustup target list --installed | grep -qx $(IMAGE_TARGET) || rustup target add $(IMAGE_TARGET)
+	CC_$(subst -,_,$(IMAGE_TARGET))=$${CC_$(subst -,_,$(IMAGE_TARGET)):-cc} CARGO_PROFILE_RELEASE_STRIP=symbols \
+	  $(CARGO) build --release --locked --target $(IMAGE_TARGET) -p kruise-manager
+	$(CARGO) run -q --release -p kruise-image -- build --binary $(or $(CARGO_TARGET_DIR),target)/$(IMAGE_TARGET)/release/kruise-manager \
+	  --out $(IMAGE_OUT) --reference $(IMAGE_REF) --architecture $(IMAGE_ARCH)
+	$(CARGO) run -q --release -p kruise-image -- check $(IMAGE_OUT) --require-static --max-mib 30
+
 build:
 	$(CARGO) build --workspace --all-targets
 
-## manifests: regenerate config/crd and config/webhook from the Rust types (tests fail when they are stale).
+## manifests: regenerate config/crd and config/webhook from the Rust types, and the charts' copies of the
+## CRDs (tests fail when they are stale).
 manifests:
 	$(CARGO) run -q -p kruise-api --bin crdgen -- config/crd
+	rm -f charts/kruise-rs/crds/*.yaml charts/kruise-rs-crds/files/*.yaml
+	cp config/crd/*.yaml charts/kruise-rs/crds/
+	cp config/crd/*.yaml charts/kruise-rs-crds/files/
 	$(CARGO) run -q -p kruise-webhook --bin manifests -- config/webhook/manifests.yaml
 
 ## lint: formatting and clippy with warnings as errors.

@@ -135,6 +135,21 @@ pub fn running_image(pod: &Pod) -> Option<String> {
     container_status(pod, CONTAINER).map(|s| s.image)
 }
 
+/// What must not change about a Pod: name → (uid, restarts of every container).
+pub fn identities(pods: &[Pod]) -> BTreeMap<String, (String, Vec<i32>)> {
+    pods.iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|cs| cs.iter().map(|c| c.restart_count).collect())
+                .unwrap_or_default();
+            (name(p), (uid(p), restarts))
+        })
+        .collect()
+}
+
 /// Whether two revision names are the same revision (the last `-` segment, as CloneSet compares them).
 pub fn same_revision(a: &str, b: &str) -> bool {
     let short = |s: &str| s.rsplit('-').next().unwrap_or(s).to_string();

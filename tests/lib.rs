@@ -94,6 +94,19 @@ pub fn example_documents() -> Vec<(String, serde_json::Value)> {
     documents
 }
 
+/// Every non-empty document of a multi-document YAML text (helm's output, a manifest file).
+pub fn yaml_documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(document).context("parsing a YAML document")?;
+        if !value.is_null() {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}
+
 /// The first document of the example file `file` (as [`example_documents`] reads it).
 pub fn example(file: &str) -> anyhow::Result<serde_json::Value> {
     example_named(file, None)

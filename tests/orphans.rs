@@ -15,7 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_e2e::cloneset_kit::{
-    self, apply, describe, holds, merge_patch, name, restarts, same_revision, uid, wait_converged,
+    self, apply, describe, holds, identities, merge_patch, name, restarts, same_revision, uid,
+    wait_converged,
 };
 use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, spec_image, test_pod};
 use kruise_e2e::{Cleanup, is_ready};
@@ -36,21 +37,6 @@ fn controller_uid(meta: &ObjectMeta) -> Option<String> {
         .iter()
         .find(|o| o.controller == Some(true))
         .map(|o| o.uid.clone())
-}
-
-/// What must not change about a Pod: name → (uid, restarts of every container).
-fn identities(pods: &[Pod]) -> BTreeMap<String, (String, Vec<i32>)> {
-    pods.iter()
-        .map(|p| {
-            let restarts = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .map(|cs| cs.iter().map(|c| c.restart_count).collect())
-                .unwrap_or_default();
-            (name(p), (uid(p), restarts))
-        })
-        .collect()
 }
 
 /// Revision name → (number, controlling owner uid).

@@ -198,14 +198,9 @@ pub const GATES: &[Gate] = &[
         Alpha,
         Missing("refuses deleting CRDs that still have objects"),
     ),
-    gate(
-        "EnableExternalCerts",
-        false,
-        Alpha,
-        Missing(
-            "reads webhook certificates from WEBHOOK_CERT_DIR (cert-manager) instead of managing them",
-        ),
-    ),
+    // kruise-rs reads the externally managed certificates from the Secret --webhook-secret (as
+    // cert-manager writes it: tls.crt, tls.key, ca.crt), not from a mounted WEBHOOK_CERT_DIR.
+    gate("EnableExternalCerts", false, Alpha, Gated),
     gate("InPlaceWorkloadVerticalScaling", false, Alpha, AlwaysOn),
     gate("InPlacePodVerticalScaling", false, Alpha, AlwaysOn),
 ];

@@ -99,6 +99,12 @@ pub struct Args {
     /// creation.
     #[arg(long, env = "WEBHOOK_CONFIGURATION_FAILURE_POLICY_PODS", default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
     pub pod_webhook_failure_policy: String,
+    /// The apiserver's deadline for one Pod admission call to the SidecarSet injection webhook.
+    #[arg(long, default_value_t = kruise_webhook::configuration::POD_WEBHOOK_TIMEOUT_SECONDS, value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub pod_webhook_timeout_seconds: i32,
+    /// The apiserver's deadline for the apps.kruise.io defaulting and validation webhooks.
+    #[arg(long, default_value_t = kruise_webhook::configuration::RESOURCE_WEBHOOK_TIMEOUT_SECONDS, value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub webhook_timeout_seconds: i32,
     /// Period of the webhook certificate and configuration resync, in seconds.
     #[arg(long, default_value_t = 60)]
     pub webhook_resync_seconds: u64,
@@ -173,7 +179,8 @@ pub struct Args {
     #[arg(long)]
     pub pprof_addr: Option<String>,
     /// Directory of externally managed webhook certificates (OpenKruise's WEBHOOK_CERT_DIR, used with
-    /// the EnableExternalCerts gate, which kruise-rs does not implement: certificates are self-managed).
+    /// the EnableExternalCerts gate). kruise-rs reads external certificates from the Secret
+    /// --webhook-secret instead (cert-manager's keys), so a directory has no effect.
     #[arg(long, env = "WEBHOOK_CERT_DIR")]
     pub webhook_cert_dir: Option<PathBuf>,
 }
@@ -237,7 +244,7 @@ impl Args {
         }
         if let Some(dir) = &self.webhook_cert_dir {
             lines.push(format!(
-                "WEBHOOK_CERT_DIR={} has no effect: kruise-rs manages its webhook certificates in the Secret --webhook-secret",
+                "WEBHOOK_CERT_DIR={} has no effect: kruise-rs reads its webhook certificates from the Secret --webhook-secret (cert-manager's, with EnableExternalCerts=true)",
                 dir.display()
             ));
         }
@@ -465,7 +472,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pod_webhook: kruise_webhook::configuration::PodWebhook {
             failure_policy,
             excluded_namespaces: vec![args.namespace.clone()],
+            timeout_seconds: args.pod_webhook_timeout_seconds,
         },
+        resource_timeout_seconds: args.webhook_timeout_seconds,
+        external: gates.enabled("EnableExternalCerts"),
     };
     let pods = kruise_webhook::pod::PodInjector::start(
         client.clone(),

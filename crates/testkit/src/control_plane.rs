@@ -23,28 +23,34 @@ pub const COMPONENTS: [&str; 4] = [
 /// The Kubernetes version the binaries are built at.
 pub const K8S_VERSION: &str = "v1.34.10";
 
-/// Where `make control-plane` puts the binaries: `$KRUISE_RS_BIN_DIR`, else
-/// `$KRUISE_RS_CACHE/k8s-<version>/bin`, else `~/.cache/kruise-rs/k8s-<version>/bin`.
-pub fn default_bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KRUISE_RS_BIN_DIR") {
-        return dir.into();
-    }
-    let cache = std::env::var_os("KRUISE_RS_CACHE")
+/// The cache of tools built from Go modules (control plane, helm): `$KRUISE_RS_CACHE`, else
+/// `~/.cache/kruise-rs`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("KRUISE_RS_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let home = std::env::var_os("HOME")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "/tmp".into());
             home.join(".cache/kruise-rs")
-        });
-    cache.join(format!("k8s-{K8S_VERSION}")).join("bin")
+        })
+}
+
+/// Where `make control-plane` puts the binaries: `$KRUISE_RS_BIN_DIR`, else
+/// `$KRUISE_RS_CACHE/k8s-<version>/bin`, else `~/.cache/kruise-rs/k8s-<version>/bin`.
+pub fn default_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KRUISE_RS_BIN_DIR") {
+        return dir.into();
+    }
+    cache_dir().join(format!("k8s-{K8S_VERSION}")).join("bin")
 }
 
 /// How many `manager-N` identities the apiserver knows (see [`ControlPlane::kubeconfig_as`]).
 pub const MANAGER_IDENTITIES: usize = 4;
 
-/// Audit the writes of the `manager-N` identities (request metadata, once the response is sent);
-/// nothing else, so that the log costs the apiserver next to nothing.
+/// Audit the writes of the `manager-N` identities (request metadata, once the response is sent), and
+/// every request of the Helm chart's ServiceAccount [`CHART_SERVICE_ACCOUNT`] (the install test proves
+/// the chart's RBAC from it); nothing else, so that the log costs the apiserver next to nothing.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -52,8 +58,13 @@ rules:
 - level: Metadata
   users: [manager-0, manager-1, manager-2, manager-3]
   verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+  users: [\"system:serviceaccount:kruise-system:kruise-manager\"]
 - level: None
 ";
+
+/// The user name of the chart's ServiceAccount, whose every request the audit log records.
+pub const CHART_SERVICE_ACCOUNT: &str = "system:serviceaccount:kruise-system:kruise-manager";
 
 /// How to start a control plane.
 #[derive(Clone, Debug)]

@@ -6,6 +6,7 @@ pub mod certs;
 pub mod chaos;
 pub mod control_plane;
 pub mod fleet;
+pub mod helm;
 pub mod manager;
 pub mod monitor;
 pub mod process;

@@ -21,7 +21,13 @@ pub const NAMESPACE: &str = "kruise-system";
 /// Where the `kruise-manager` binary is: `$KRUISE_MANAGER_BIN`, else next to the running executable or
 /// one level up (test binaries live in `target/<profile>/deps`).
 pub fn binary() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("KRUISE_MANAGER_BIN") {
+    workspace_binary("kruise-manager", "KRUISE_MANAGER_BIN", "kruise-manager")
+}
+
+/// Where a binary of this workspace is: `$<env_var>`, else next to the running executable or one level
+/// up (test binaries live in `target/<profile>/deps`); `package` names what to build when it is missing.
+pub fn workspace_binary(name: &str, env_var: &str, package: &str) -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env_var) {
         return Ok(path.into());
     }
     let exe = std::env::current_exe().context("locating the running executable")?;
@@ -29,12 +35,12 @@ pub fn binary() -> anyhow::Result<PathBuf> {
         .ancestors()
         .skip(1)
         .take(2)
-        .map(|dir| dir.join("kruise-manager"))
+        .map(|dir| dir.join(name))
         .collect();
     candidates.iter().find(|p| p.is_file()).cloned().with_context(|| {
         format!(
-            "kruise-manager binary not found (looked at {candidates:?}); build it with `cargo build -p kruise-manager` \
-             (make test does) or set KRUISE_MANAGER_BIN"
+            "{name} binary not found (looked at {candidates:?}); build it with `cargo build -p {package}` \
+             (make test does) or set {env_var}"
         )
     })
 }

@@ -37,6 +37,11 @@ pub struct Settings {
     pub resync: Duration,
     /// Failure policy and namespace scope of the Pod webhook (`mpod.kb.io`).
     pub pod_webhook: configuration::PodWebhook,
+    /// Deadline of the apps.kruise.io defaulting and validation webhooks.
+    pub resource_timeout_seconds: i32,
+    /// The Secret is written by someone else (cert-manager, OpenKruise's `EnableExternalCerts`): read
+    /// it as `tls.crt`/`tls.key`/`ca.crt`, never create, renew or overwrite it.
+    pub external: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +59,10 @@ pub enum Error {
     Cert(#[from] certs::CertError),
     #[error("loading the serving certificate into TLS: {0}")]
     Tls(std::io::Error),
+    #[error(
+        "externally managed Secret {namespace}/{name} is missing or lacks tls.crt, tls.key or ca.crt (is cert-manager's Certificate ready?)"
+    )]
+    External { namespace: String, name: String },
 }
 
 /// Reads the bundle from the Secret, creating or replacing it when missing or unusable.
@@ -77,6 +86,20 @@ pub async fn ensure_secret(
         .get_opt(&settings.secret_name)
         .await
         .map_err(wrap("reading"))?;
+    if settings.external {
+        let bundle = existing
+            .as_ref()
+            .and_then(|secret| secret.data.as_ref())
+            .and_then(CertBundle::from_external_secret_data)
+            .ok_or_else(|| Error::External {
+                namespace: settings.namespace.clone(),
+                name: settings.secret_name.clone(),
+            })?;
+        if let Some(problem) = bundle.problem(&host, Duration::ZERO) {
+            tracing::warn!(%problem, "the externally managed webhook certificate is served as it is");
+        }
+        return Ok(bundle);
+    }
     if let Some(secret) = &existing
         && let Some(bundle) = secret.data.as_ref().and_then(CertBundle::from_secret_data)
     {
@@ -143,10 +166,12 @@ pub async fn patch_configurations(
     target: &Target,
     ca: &[u8],
     pod_webhook: &configuration::PodWebhook,
+    resource_timeout_seconds: i32,
 ) -> Result<(), Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let mut mutating = configuration::mutating(target, Some(ca), pod_webhook);
+    let mut mutating =
+        configuration::mutating(target, Some(ca), pod_webhook, resource_timeout_seconds);
     mutating.meta_mut().managed_fields = None;
     let value = with_type(&mutating, "MutatingWebhookConfiguration");
     mutating_api
@@ -161,7 +186,7 @@ pub async fn patch_configurations(
             source,
         })?;
     let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let validating = configuration::validating(target, Some(ca));
+    let validating = configuration::validating(target, Some(ca), resource_timeout_seconds);
     let value = with_type(&validating, "ValidatingWebhookConfiguration");
     validating_api
         .patch(
@@ -222,6 +247,7 @@ pub async fn sync(
         &settings.target,
         ca_bundle.as_bytes(),
         &settings.pod_webhook,
+        settings.resource_timeout_seconds,
     )
     .await?;
     if current.as_ref() != Some(&bundle) {

@@ -17,6 +17,8 @@ pub const KEY_KEY: &str = "key.pem";
 pub const KEY_CERT: &str = "cert.pem";
 pub const KEY_TLS_KEY: &str = "tls.key";
 pub const KEY_TLS_CERT: &str = "tls.crt";
+/// The CA of an externally issued serving certificate (cert-manager's key).
+pub const KEY_CA_CRT: &str = "ca.crt";
 
 /// Validity of generated certificates (as upstream: ten years).
 const VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -94,6 +96,22 @@ impl CertBundle {
             ca_cert: text(KEY_CA_CERT)?,
             key: text(KEY_KEY)?,
             cert: text(KEY_CERT)?,
+        })
+    }
+
+    /// Reads an externally managed bundle (cert-manager's Secret: `tls.crt`, `tls.key`, `ca.crt`);
+    /// `ca_key` stays empty: kruise-rs never signs with it. `None` when a key is missing or not text.
+    pub fn from_external_secret_data(data: &BTreeMap<String, ByteString>) -> Option<Self> {
+        let text = |key: &str| {
+            data.get(key)
+                .and_then(|b| String::from_utf8(b.0.clone()).ok())
+                .filter(|text| !text.trim().is_empty())
+        };
+        Some(Self {
+            ca_key: String::new(),
+            ca_cert: text(KEY_CA_CRT)?,
+            key: text(KEY_TLS_KEY)?,
+            cert: text(KEY_TLS_CERT)?,
         })
     }
 

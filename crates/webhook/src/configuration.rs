@@ -23,6 +23,9 @@ pub const POD_WEBHOOK_NAME: &str = "mpod.kb.io";
 /// The apiserver's deadline for one Pod admission call: small, because every Pod creation in scope
 /// waits for it.
 pub const POD_WEBHOOK_TIMEOUT_SECONDS: i32 = 5;
+/// The apiserver's default deadline for the apps.kruise.io defaulting and validation webhooks
+/// (`--webhook-timeout-seconds`; the chart's `webhookConfiguration.timeoutSeconds`).
+pub const RESOURCE_WEBHOOK_TIMEOUT_SECONDS: i32 = 10;
 
 /// What the apiserver does when it cannot reach the Pod webhook (or it answers too late).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +74,8 @@ pub struct PodWebhook {
     /// Namespaces whose Pods are never sent to the webhook, besides `kube-system`: the manager's own
     /// (so that the manager can always be restarted, even while its webhook is down).
     pub excluded_namespaces: Vec<String>,
+    /// The apiserver's deadline for one Pod admission call (1–30 s).
+    pub timeout_seconds: i32,
 }
 
 impl PodWebhook {
@@ -79,6 +84,7 @@ impl PodWebhook {
         Self {
             failure_policy: FailurePolicy::default(),
             excluded_namespaces: vec![namespace.to_string()],
+            timeout_seconds: POD_WEBHOOK_TIMEOUT_SECONDS,
         }
     }
 
@@ -123,7 +129,7 @@ impl PodWebhook {
             side_effects: "None".into(),
             failure_policy: Some(self.failure_policy.as_str().into()),
             match_policy: Some("Equivalent".into()),
-            timeout_seconds: Some(POD_WEBHOOK_TIMEOUT_SECONDS),
+            timeout_seconds: Some(self.timeout_seconds),
             reinvocation_policy: Some("Never".into()),
             ..Default::default()
         }
@@ -191,11 +197,13 @@ fn rules(kind: Kind) -> Vec<RuleWithOperations> {
     }]
 }
 
-/// The mutating configuration: the Pod webhook (SidecarSet injection), then defaulting for every kind.
+/// The mutating configuration: the Pod webhook (SidecarSet injection), then defaulting for every kind
+/// with the deadline `timeout_seconds`.
 pub fn mutating(
     target: &Target,
     ca_bundle: Option<&[u8]>,
     pod: &PodWebhook,
+    timeout_seconds: i32,
 ) -> MutatingWebhookConfiguration {
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -212,7 +220,7 @@ pub fn mutating(
                     side_effects: "None".into(),
                     failure_policy: Some("Fail".into()),
                     match_policy: Some("Equivalent".into()),
-                    timeout_seconds: Some(10),
+                    timeout_seconds: Some(timeout_seconds),
                     reinvocation_policy: Some("Never".into()),
                     ..Default::default()
                 }))
@@ -221,8 +229,12 @@ pub fn mutating(
     }
 }
 
-/// The validating configuration for every kind.
-pub fn validating(target: &Target, ca_bundle: Option<&[u8]>) -> ValidatingWebhookConfiguration {
+/// The validating configuration for every kind, with the deadline `timeout_seconds`.
+pub fn validating(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    timeout_seconds: i32,
+) -> ValidatingWebhookConfiguration {
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(VALIDATING_CONFIGURATION.into()),
@@ -239,7 +251,7 @@ pub fn validating(target: &Target, ca_bundle: Option<&[u8]>) -> ValidatingWebhoo
                     side_effects: "None".into(),
                     failure_policy: Some("Fail".into()),
                     match_policy: Some("Equivalent".into()),
-                    timeout_seconds: Some(10),
+                    timeout_seconds: Some(timeout_seconds),
                     ..Default::default()
                 })
                 .collect(),
@@ -276,10 +288,13 @@ pub fn manifests_yaml(namespace: &str) -> Result<String, serde_yaml::Error> {
     };
     let pod = PodWebhook::new(namespace);
     let mutating = with_type(
-        &mutating(&target, None, &pod),
+        &mutating(&target, None, &pod, RESOURCE_WEBHOOK_TIMEOUT_SECONDS),
         "MutatingWebhookConfiguration",
     );
-    let validating = with_type(&validating(&target, None), "ValidatingWebhookConfiguration");
+    let validating = with_type(
+        &validating(&target, None, RESOURCE_WEBHOOK_TIMEOUT_SECONDS),
+        "ValidatingWebhookConfiguration",
+    );
     Ok(format!(
         "# Generated from crates/webhook (configuration.rs) by `make manifests`; do not edit.\n\
          # kruise-manager keeps these up to date (client config and caBundle) at runtime.\n{}---\n{}",
@@ -312,7 +327,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9876,
         };
-        let mutating = mutating(&target, Some(b"ca"), &PodWebhook::new("kruise-system"));
+        let mutating = mutating(&target, Some(b"ca"), &PodWebhook::new("kruise-system"), 12);
         let hooks = mutating.webhooks.unwrap_or_default();
         assert_eq!(hooks.len(), Kind::ALL.len() + 1);
         let bcj = hooks
@@ -328,14 +343,17 @@ mod tests {
             Some(ByteString(b"ca".to_vec()))
         );
         assert_eq!(bcj.match_policy.as_deref(), Some("Equivalent"));
+        assert_eq!(bcj.timeout_seconds, Some(12));
         let validating = validating(
             &Target::Service {
                 namespace: "kruise-system".into(),
                 name: DEFAULT_SERVICE.into(),
             },
             None,
+            RESOURCE_WEBHOOK_TIMEOUT_SECONDS,
         );
         let hook = &validating.webhooks.unwrap_or_default()[0];
+        assert_eq!(hook.timeout_seconds, Some(RESOURCE_WEBHOOK_TIMEOUT_SECONDS));
         assert_eq!(
             hook.client_config
                 .service
@@ -351,9 +369,14 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9876,
         };
-        let hooks = mutating(&target, None, &PodWebhook::new("kruise-system"))
-            .webhooks
-            .unwrap_or_default();
+        let hooks = mutating(
+            &target,
+            None,
+            &PodWebhook::new("kruise-system"),
+            RESOURCE_WEBHOOK_TIMEOUT_SECONDS,
+        )
+        .webhooks
+        .unwrap_or_default();
         let pod = hooks
             .iter()
             .find(|h| h.name == POD_WEBHOOK_NAME)
@@ -395,11 +418,13 @@ mod tests {
         let strict = PodWebhook {
             failure_policy: "Fail".parse().expect("Fail parses"),
             excluded_namespaces: vec!["ops".into(), "kube-system".into()],
+            timeout_seconds: 3,
         };
-        let hooks = mutating(&target, None, &strict)
+        let hooks = mutating(&target, None, &strict, RESOURCE_WEBHOOK_TIMEOUT_SECONDS)
             .webhooks
             .unwrap_or_default();
         assert_eq!(hooks[0].failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(hooks[0].timeout_seconds, Some(3));
         let selector = hooks[0].namespace_selector.clone().expect("selector");
         assert_eq!(
             selector.match_expressions.unwrap_or_default()[0].values,

@@ -13,7 +13,8 @@ pub use flow::{
     condition_patch, drained_for_update, has_readiness_gate, mark_ready_patch, next_step,
 };
 pub use plan::{
-    InPlacePlan, NotInPlace, Plan, PlanOptions, QosClass, ResourceChange, plan, qos_class,
+    ANNOTATION_RESTARTED_AT, InPlacePlan, NotInPlace, Plan, PlanOptions, QosClass, ResourceChange,
+    plan, qos_class,
 };
 pub use state::{
     InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdatePreCheckBeforeNext,

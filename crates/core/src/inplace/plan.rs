@@ -5,6 +5,12 @@
 //! replaced cpu or memory limit or request that keeps the QoS class (sent to `pods/resize`).
 //! Everything else — env, command, ports, volumes, an added or removed resource key, any other
 //! metadata — needs a new Pod.
+//!
+//! A restart request (a new value of [`ANNOTATION_RESTARTED_AT`] in the template, which `kubectl
+//! kruise rollout restart` writes) restarts every template container in place: a kubelet restarts a
+//! container whose image reference changes, so the Pod's image is switched between the template's
+//! reference and the digest the container runs (`status.containerStatuses[].imageID`) — the same
+//! image bits, a new container process, same Pod.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,6 +19,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
 use serde_json::Value;
+
+/// The Pod template annotation `kubectl rollout restart` sets; a new value asks for a restart.
+pub const ANNOTATION_RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
 /// Which optional in-place changes are allowed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +81,9 @@ pub enum NotInPlace {
     ContainerNotInPod(String),
     /// A template could not be encoded (should not happen for typed templates).
     Encode(String),
+    /// A restart was asked for, but the container has no running image digest to switch to (not
+    /// started yet, or the template already pins that digest).
+    RestartNeedsRecreate(String),
 }
 
 impl fmt::Display for NotInPlace {
@@ -89,6 +101,10 @@ impl fmt::Display for NotInPlace {
             ),
             Self::ContainerNotInPod(name) => write!(f, "container {name} is not in the Pod"),
             Self::Encode(e) => write!(f, "cannot encode template: {e}"),
+            Self::RestartNeedsRecreate(name) => write!(
+                f,
+                "restart requested but container {name} has no other reference to its running image"
+            ),
         }
     }
 }
@@ -181,6 +197,16 @@ fn try_plan(
     }
 
     let pod_containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
+    if matches!(out.annotations.get(ANNOTATION_RESTARTED_AT), Some(Some(_))) {
+        let new_containers = new.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
+        for c in new_containers {
+            if out.images.contains_key(&c.name) {
+                continue;
+            }
+            let image = restart_image(pod, c)?;
+            out.images.insert(c.name.clone(), image);
+        }
+    }
     for name in out.images.keys().chain(out.resources.keys()) {
         if !pod_containers.iter().any(|c| &c.name == name) {
             return Err(NotInPlace::ContainerNotInPod(name.clone()));
@@ -194,6 +220,35 @@ fn try_plan(
                 .is_some_and(|c| resize_restarts(c, change))
         });
     Ok(out)
+}
+
+/// The image reference that restarts `template`'s container of `pod` without changing what it runs:
+/// the digest it runs (from the container status' imageID) when the Pod names it otherwise, else the
+/// template's own reference.
+fn restart_image(pod: &Pod, template: &Container) -> Result<String, NotInPlace> {
+    let fail = || NotInPlace::RestartNeedsRecreate(template.name.clone());
+    let current = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == template.name))
+        .and_then(|c| c.image.as_deref())
+        .ok_or_else(|| NotInPlace::ContainerNotInPod(template.name.clone()))?;
+    let running = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|s| s.iter().find(|s| s.name == template.name))
+        .map(|s| s.image_id.as_str())
+        .unwrap_or_default();
+    // Runtimes may prefix the ID with a scheme (`docker-pullable://`).
+    let digest_ref = running.rsplit("://").next().unwrap_or(running);
+    if digest_ref.contains("@sha256:") && digest_ref != current {
+        return Ok(digest_ref.to_owned());
+    }
+    match template.image.as_deref() {
+        Some(image) if image != current => Ok(image.to_owned()),
+        _ => Err(fail()),
+    }
 }
 
 /// Drops nulls and empty objects: Go writes `creationTimestamp: null` and `resources: {}` where Rust

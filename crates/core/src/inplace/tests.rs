@@ -406,6 +406,107 @@ fn plan_rejects_env_from_changed_metadata() {
     ));
 }
 
+/// A restart request restarts every template container in place by switching its image reference
+/// between the template's and the running digest; a change of anything else still decides.
+#[test]
+fn plan_restart_switches_between_reference_and_running_digest() {
+    let restarted = |t: &PodTemplateSpec, at: &str| {
+        let mut t = t.clone();
+        t.metadata
+            .get_or_insert_with(ObjectMeta::default)
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(ANNOTATION_RESTARTED_AT.into(), at.into());
+        t
+    };
+    let base = template(
+        vec![container("main", "app:v1"), container("log", "log:v1")],
+        &[],
+    );
+    let mut pod = pod_from(&base);
+    for s in pod
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+        .expect("statuses")
+    {
+        s.image_id = format!("docker-pullable://{}@sha256:{}", s.name, s.name.len());
+    }
+    let mut on_digest = pod.clone();
+    for c in &mut on_digest.spec.as_mut().expect("spec").containers {
+        c.image = Some(format!("{}@sha256:{}", c.name, c.name.len()));
+    }
+    let mut not_started = pod.clone();
+    if let Some(s) = not_started.status.as_mut() {
+        s.container_statuses = None;
+    }
+    let t1 = restarted(&base, "t1");
+    let mut t2_image = restarted(&t1, "t2");
+    t2_image.spec.as_mut().expect("spec").containers[0].image = Some("app:v2".into());
+
+    struct Case {
+        name: &'static str,
+        old: &'static str,
+        new: PodTemplateSpec,
+        pod: Pod,
+        want: Result<Images, NotInPlace>,
+    }
+    let cases = [
+        Case {
+            name: "first restart: tag → running digest",
+            old: "base",
+            new: t1.clone(),
+            pod: pod.clone(),
+            want: Ok(&[("log", "log@sha256:3"), ("main", "main@sha256:4")]),
+        },
+        Case {
+            name: "next restart: digest → template reference",
+            old: "t1",
+            new: restarted(&base, "t2"),
+            pod: on_digest.clone(),
+            want: Ok(&[("log", "log:v1"), ("main", "app:v1")]),
+        },
+        Case {
+            name: "image change wins for its container, the other restarts",
+            old: "t1",
+            new: t2_image,
+            pod: pod.clone(),
+            want: Ok(&[("log", "log@sha256:3"), ("main", "app:v2")]),
+        },
+        Case {
+            name: "annotation removed (undo) restarts nothing",
+            old: "t1",
+            new: base.clone(),
+            pod: pod.clone(),
+            want: Ok(&[]),
+        },
+        Case {
+            name: "container never started",
+            old: "base",
+            new: t1.clone(),
+            pod: not_started,
+            want: Err(NotInPlace::RestartNeedsRecreate("main".into())),
+        },
+    ];
+    for case in cases {
+        let old = if case.old == "base" { &base } else { &t1 };
+        let got = match plan(old, &case.new, &case.pod, &OFF) {
+            Plan::InPlace(p) => {
+                assert_eq!(p.restarts_containers, !p.images.is_empty(), "{}", case.name);
+                Ok(p.images)
+            }
+            Plan::NotInPlace(r) => Err(r),
+        };
+        let want = case.want.map(|images| {
+            images
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        });
+        assert_eq!(got, want, "{}", case.name);
+    }
+}
+
 #[test]
 fn plan_maps_containers_by_name_and_checks_the_pod() {
     let old = template(vec![container("main", "a:1")], &[]);

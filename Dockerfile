@@ -1,0 +1,35 @@
+# kruise-manager image for those with a Docker (or BuildKit/Podman) builder. `make image` writes the same
+# image — a scratch root holding /etc/passwd, /etc/group and the static binary at /kruise-manager, run as
+# UID/GID 65532 — as an OCI archive without any daemon (crates/image).
+#
+#   docker build -t kruise-rs/kruise-manager:0.1.0 .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/kruise-manager:0.1.0 --push .
+
+# ---- build: a static musl binary. ring's C and assembly are compiled by the host's cc for the musl
+# target (no musl-gcc needed); Rust links musl's self-contained C runtime statically.
+FROM --platform=$BUILDPLATFORM rust:1.95-bookworm AS build
+ARG TARGETARCH
+WORKDIR /src
+RUN case "$TARGETARCH" in \
+      amd64) echo x86_64-unknown-linux-musl > /target ;; \
+      arm64) echo aarch64-unknown-linux-musl > /target; apt-get update && apt-get install -y --no-install-recommends gcc-aarch64-linux-gnu ;; \
+      *) echo "unsupported architecture $TARGETARCH" >&2; exit 1 ;; \
+    esac && rustup target add "$(cat /target)"
+COPY . .
+RUN target="$(cat /target)" \
+ && export CC_x86_64_unknown_linux_musl=cc \
+           CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc \
+           CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc \
+           CARGO_PROFILE_RELEASE_STRIP=symbols \
+ && cargo build --release --locked --target "$target" -p kruise-manager \
+ && mkdir -p /rootfs/etc \
+ && cp "target/$target/release/kruise-manager" /rootfs/kruise-manager \
+ && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > /rootfs/etc/passwd \
+ && printf 'root:x:0:\nnonroot:x:65532:\n' > /rootfs/etc/group
+
+# ---- run: nothing but the binary; no shell, no libc, no package manager.
+FROM scratch
+COPY --from=build /rootfs/ /
+USER 65532:65532
+EXPOSE 8000 8080 9876
+ENTRYPOINT ["/kruise-manager"]

@@ -1,0 +1,126 @@
+//! The image archive as `make image` writes it, built here from the debug kruise-manager that
+//! `make test` has already built (the release, static build is `make image`'s: it runs the same checks
+//! with `--require-static` and the 30 MiB limit). Set KRUISE_IMAGE_ARCHIVE to check a built archive too.
+
+use std::time::Instant;
+
+use anyhow::Context;
+
+fn version_line(output: &str) -> bool {
+    output.trim() == concat!("kruise-manager ", env!("CARGO_PKG_VERSION"))
+}
+
+#[test]
+fn archive_has_entrypoint_nonroot_user_and_a_binary_that_runs() -> anyhow::Result<()> {
+    let binary = kruise_testkit::manager::binary()?;
+    let dir = tempfile::tempdir()?;
+    let started = Instant::now();
+    let spec = kruise_image::Spec {
+        binary: &binary,
+        reference: "kruise-rs/kruise-manager:test".into(),
+        architecture: "amd64".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        compression: 1,
+    };
+    let first = kruise_image::build(&spec, &dir.path().join("a.tar"))?;
+    let second = kruise_image::build(&spec, &dir.path().join("b.tar"))?;
+    assert_eq!(
+        first.manifest_digest, second.manifest_digest,
+        "the same binary must give the same image digest"
+    );
+
+    let image = kruise_image::open(&dir.path().join("a.tar"))?;
+    assert_eq!(image.manifest_digest, first.manifest_digest);
+    assert_eq!(
+        image.reference.as_deref(),
+        Some("kruise-rs/kruise-manager:test")
+    );
+    assert_eq!(image.entrypoint(), [kruise_image::ENTRYPOINT]);
+    assert_eq!(image.user(), Some("65532:65532"));
+    assert_eq!(image.uid(), Some(65532));
+    let passwd = String::from_utf8_lossy(&image.files["/etc/passwd"].bytes).into_owned();
+    assert!(passwd.contains("nonroot:x:65532:65532:"), "{passwd}");
+    let inside = &image.files[kruise_image::ENTRYPOINT];
+    assert_eq!(inside.mode & 0o777, 0o755);
+    assert_eq!(
+        inside.bytes,
+        std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?
+    );
+    assert_eq!(image.config["os"], "linux");
+    assert_eq!(image.config["architecture"], "amd64");
+
+    let version = kruise_image::run_entrypoint(&image, dir.path(), &["--version"])?;
+    assert!(version_line(&version), "--version printed {version:?}");
+    println!(
+        "image (debug binary {}): {:.1} MiB compressed, archive {:.1} MiB, built twice, opened and run in {:.1?}",
+        if kruise_image::is_static_elf(&inside.bytes)? {
+            "static"
+        } else {
+            "dynamic"
+        },
+        image.compressed_size as f64 / 1048576.0,
+        first.archive_size as f64 / 1048576.0,
+        started.elapsed()
+    );
+
+    if let Some(archive) = std::env::var_os("KRUISE_IMAGE_ARCHIVE") {
+        let image = kruise_image::open(archive.as_ref())?;
+        let inside = &image.files[kruise_image::ENTRYPOINT].bytes;
+        assert!(
+            kruise_image::is_static_elf(inside)?,
+            "the release image's binary is not static"
+        );
+        assert_ne!(image.uid(), Some(0));
+        let version = kruise_image::run_entrypoint(&image, dir.path(), &["--version"])?;
+        assert!(version_line(&version), "--version printed {version:?}");
+        let mib = image.compressed_size as f64 / 1048576.0;
+        println!("{}: {mib:.1} MiB compressed", archive.to_string_lossy());
+        assert!(mib < 30.0, "the image is {mib:.1} MiB");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_tampered_blob_is_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fake = dir.path().join("kruise-manager");
+    std::fs::write(&fake, b"#!/bin/true\n")?;
+    let archive = dir.path().join("image.tar");
+    kruise_image::build(
+        &kruise_image::Spec {
+            binary: &fake,
+            reference: "kruise-rs/kruise-manager:test".into(),
+            architecture: "amd64".into(),
+            version: "0".into(),
+            compression: 6,
+        },
+        &archive,
+    )?;
+    kruise_image::open(&archive)?;
+    // Change the config blob (the first place the archive spells the UID) without renaming it.
+    let mut bytes = std::fs::read(&archive)?;
+    let at = bytes
+        .windows(5)
+        .position(|w| w == b"65532")
+        .context("the archive holds no 65532")?;
+    bytes[at] = b'0';
+    std::fs::write(&archive, &bytes)?;
+    let error = kruise_image::open(&archive).expect_err("a tampered archive must be refused");
+    assert!(
+        format!("{error:#}").contains("does not hash to its name"),
+        "{error:#}"
+    );
+    Ok(())
+}
+
+#[test]
+fn static_executables_are_told_from_dynamic_ones() -> anyhow::Result<()> {
+    // This test executable is dynamically linked on the gnu target, static on musl.
+    let own = std::fs::read(std::env::current_exe()?)?;
+    assert_eq!(
+        kruise_image::is_static_elf(&own)?,
+        cfg!(target_env = "musl") || cfg!(target_feature = "crt-static")
+    );
+    assert!(kruise_image::is_static_elf(b"#!/bin/sh\n").is_err());
+    Ok(())
+}
