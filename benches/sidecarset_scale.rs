@@ -342,6 +342,33 @@ impl Bench<'_> {
         writes.print(f64::from(replicas));
         self.print_load("  ", &load, f64::from(replicas)).await?;
         self.manager.print_rss();
+        // OpenKruise's SidecarSetUpgradable=True on every upgraded Pod: written after the rollout,
+        // off its path (the writes share the manager's client rate limit).
+        let pod_api = Api::<Pod>::namespaced(self.client.clone(), UPGRADE_NAMESPACE);
+        until(
+            format!("SidecarSetUpgradable=True on all {replicas} Pods"),
+            TIMEOUT,
+            || async {
+                let pods = pod_api
+                    .list(&ListParams::default().labels("app=sidecar-upgrade"))
+                    .await?
+                    .items;
+                Ok(pods.iter().all(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c.type_ == "SidecarSetUpgradable" && c.status == "True")
+                        })
+                }))
+            },
+        )
+        .await?;
+        println!(
+            "  ... and to SidecarSetUpgradable=True on every Pod: {:.1} s",
+            began.elapsed().as_secs_f64()
+        );
         let pods = Api::<Pod>::namespaced(self.client.clone(), UPGRADE_NAMESPACE)
             .list(&ListParams::default().labels("app=sidecar-upgrade"))
             .await?

@@ -1617,6 +1617,77 @@ async fn resources_change_resizes_pods_in_place() -> anyhow::Result<()> {
     .await
 }
 
+/// The same change under InPlaceOnly: kruise-rs cannot restart the container in place (no node agent)
+/// and InPlaceOnly forbids recreating, so the Pods are left as they are, each with a
+/// `RefusePodNotInPlace` Warning Event saying why, and the CloneSet's FailedUpdate condition carries
+/// the reason.
+#[tokio::test]
+async fn env_from_metadata_change_under_in_place_only_is_refused_and_says_why() -> anyhow::Result<()>
+{
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("cs-envonly").await?;
+    ns.run(async {
+        let spec = json!({"updateStrategy": {"rollingUpdate": {
+            "podUpdatePolicy": "InPlaceOnly", "maxUnavailable": 2,
+            "inPlaceUpdateStrategy": {"gracePeriodSeconds": 0}
+        }}});
+        let mut doc = cloneset("envonly", 2, IMAGE_A, spec);
+        doc["spec"]["template"]["metadata"]["labels"]["tier"] = json!("gold");
+        doc["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{
+            "name": "TIER",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['tier']"}}
+        }]);
+        apply(&ns, &doc).await?;
+        let (_, before) = wait_converged(&ns, "envonly", 2, TIMEOUT).await?;
+        merge_patch(
+            &ns,
+            "cloneset",
+            "envonly",
+            &json!({"spec": {"template": {"metadata": {"labels": {"tier": "silver"}}}}}),
+        )
+        .await?;
+        let why = "env from metadata changed (container nginx reads metadata.labels['tier']); kruise-rs has no node agent";
+        let names: Vec<String> = before.iter().map(name).collect();
+        wait_events(
+            &ns,
+            "envonly",
+            "RefusePodNotInPlace",
+            &names
+                .iter()
+                .cloned()
+                .chain([why.to_string(), "InPlaceOnly does not recreate it".to_string()])
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        eventually("FailedUpdate=True saying why", TIMEOUT, || async {
+            let cs = get_cloneset(&ns, "envonly").await?;
+            let found = cs
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == "FailedUpdate")
+                .cloned();
+            match found {
+                Some(c) if c.status == "True" && c.message.contains(why) => Ok(Some(())),
+                other => Err(anyhow::anyhow!("FailedUpdate: {other:?}")),
+            }
+        })
+        .await?;
+        let pod_api: Api<Pod> = ns.api();
+        holds("no Pod touched", HOLD, || async {
+            let pods = pods(&pod_api, "app=envonly").await?;
+            Ok(uids(&pods) == uids(&before)
+                && pods
+                    .iter()
+                    .all(|p| !terminating(p) && restarts(p) == 0 && label(p, "tier") == Some("gold")))
+        })
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
 /// A label read by a downward-API env var changes: OpenKruise restarts the container in place through
 /// its node daemon; kruise-rs has none, so InPlaceIfPossible recreates the Pod and says why in the
 /// `RecreatePodNotInPlace` Event (OpenKruise's `SuccessfulUpdatePodReCreate` keeps its text).

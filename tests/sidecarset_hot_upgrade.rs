@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_e2e::sidecarset_kit::{restarts, spec_image};
+use kruise_e2e::sidecarset_kit::{restarts, spec_image, wait_upgradable};
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip, wait_injected_on_dry_run};
 use kruise_testkit::{eventually, testbed};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -172,10 +172,15 @@ async fn hot_upgrade_hands_over_to_the_idle_container() -> anyhow::Result<()> {
             )
         })
         .await?;
-        // Every SidecarSet can upgrade the Pod: no SidecarSetUpgradable condition was needed.
-        let p = pods.get("app").await?;
-        let condition = kruise_e2e::pod_condition(&p, "SidecarSetUpgradable");
-        ensure!(condition.is_none(), "{condition:?}");
+        // As OpenKruise: the upgraded Pod says it stays upgradable.
+        wait_upgradable(
+            &pods,
+            "app",
+            "True",
+            &json!({ name.clone(): true }),
+            TIMEOUT,
+        )
+        .await?;
         let events: Api<Event> = ns.api();
         eventually(
             "a ResetContainerSucceed event on the Pod",

@@ -183,3 +183,47 @@ pub async fn apply_logtail(
     )
     .await
 }
+
+/// The Pod's `SidecarSetUpgradable` condition as OpenKruise clients read it: its status, reason and
+/// the message's map of SidecarSet name to bool (`None` when the Pod has no such condition).
+pub fn upgradable_condition(pod: &Pod) -> anyhow::Result<Option<(String, String, Value)>> {
+    let Some(c) = crate::pod_condition(pod, "SidecarSetUpgradable") else {
+        return Ok(None);
+    };
+    let entries: Value = serde_json::from_str(c.message.as_deref().unwrap_or("{}"))
+        .with_context(|| format!("SidecarSetUpgradable message {:?}", c.message))?;
+    Ok(Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        entries,
+    )))
+}
+
+/// Waits until Pod `name`'s `SidecarSetUpgradable` condition has `status` and exactly `entries`, with
+/// OpenKruise's reason for that status.
+pub async fn wait_upgradable(
+    api: &Api<Pod>,
+    name: &str,
+    status: &str,
+    entries: &Value,
+    timeout: Duration,
+) -> anyhow::Result<Pod> {
+    let reason = if status == "True" {
+        "AllSidecarsetUpgradable"
+    } else {
+        "UpdateImmutableField"
+    };
+    kruise_testkit::eventually(
+        &format!("Pod {name}: SidecarSetUpgradable={status} {entries}"),
+        timeout,
+        || async {
+            let pod = api.get(name).await?;
+            let found = upgradable_condition(&pod)?;
+            match &found {
+                Some((s, r, e)) if s == status && r == reason && e == entries => Ok(Some(pod)),
+                _ => Err(anyhow!("condition {found:?}")),
+            }
+        },
+    )
+    .await
+}

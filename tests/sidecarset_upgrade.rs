@@ -7,10 +7,12 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_e2e::sidecarset_kit::{
-    LOGTAIL, apply_logtail, restarts, set_image, spec_image, test_pod,
+    LOGTAIL, apply_logtail, logtail, restarts, set_image, spec_image, test_pod,
+    upgradable_condition, wait_upgradable,
 };
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
 use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -184,6 +186,11 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
         for pod in list().await? {
             ensure!(restarts(&pod, "nginx") == 0, "{:?} nginx restarted", pod.metadata.name);
         }
+        // As OpenKruise: every Pod upgraded in place says so in its SidecarSetUpgradable condition.
+        let entries = json!({ name.clone(): true });
+        for pod in list().await? {
+            wait_upgradable(&pods, &pod.name_any(), "True", &entries, TIMEOUT).await?;
+        }
         sidecarsets.delete(&name, &Default::default()).await?;
         Ok(())
     })
@@ -294,6 +301,141 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
             ensure!(restarts(&pod, "logtail") <= 1, "{p} restarted for a non-image change");
         }
         sidecarsets.delete(&name, &Default::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Issue 16: `SidecarSetUpgradable` as OpenKruise writes it, with two SidecarSets on the same Pods
+/// while kubelet-sim rewrites every Pod's status each 100 ms. s1's non-image change marks the Pods
+/// `False` with `{"s1": false}`; s2's image upgrade meanwhile adds its own `true` entry and leaves the
+/// condition False; reverting s1's change (with a new image) upgrades the Pods and turns the
+/// condition back to `True` with both entries `true`.
+#[tokio::test]
+async fn two_sidecarsets_upgradable_condition_under_busy_status() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-two").await?;
+    let mut cleanup = kruise_e2e::Cleanup::new();
+    ns.run(async {
+        let s1 = format!("s1-{}", ns.name);
+        let s2 = format!("s2-{}", ns.name);
+        cleanup.sidecarset(&s1);
+        cleanup.sidecarset(&s2);
+        let labels = json!({"app": "two"});
+        apply_logtail(&ns, &s1, &labels, json!({"updateStrategy": {"maxUnavailable": "100%"}}))
+            .await?;
+        let agent = logtail(
+            &s2,
+            &ns.name,
+            json!({"spec": {
+                "selector": {"matchLabels": labels},
+                "updateStrategy": {"maxUnavailable": "100%"},
+                "containers": [{"name": "agent", "image": "agent:1", "command": ["agent"]}],
+                "volumes": [],
+            }}),
+        )?;
+        ns.apply(&agent.to_string()).await?;
+        kruise_e2e::wait_dry_run(
+            &ns.client,
+            &ns.name,
+            &test_pod("dry-run", labels.clone()),
+            TIMEOUT,
+            "both SidecarSets injecting on a dry run".into(),
+            |pod| {
+                let mut names = kruise_e2e::container_names(pod);
+                names.sort();
+                names == ["agent", LOGTAIL, "nginx"]
+            },
+        )
+        .await?;
+        // The Pods keep kubelet-sim writing their status every 100 ms from the start.
+        let busy = |name: &str| {
+            let mut pod = test_pod(name, labels.clone());
+            pod["metadata"]["annotations"] = json!({"sim.kruise-rs.io/status-churn-ms": "100"});
+            pod
+        };
+        ns.apply(&json!({"apiVersion": "v1", "kind": "List", "items": [busy("a"), busy("b")]}).to_string())
+            .await?;
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        let pods: Api<Pod> = ns.api();
+        let counted = |ss: String, want: i32| {
+            let sidecarsets = sidecarsets.clone();
+            async move {
+                eventually(&format!("{ss}: {want} Pods updated and ready"), TIMEOUT, || async {
+                    let s = sidecarsets.get(&ss).await?.status.unwrap_or_default();
+                    let obs = sidecarsets.get(&ss).await?.metadata.generation.unwrap_or(0);
+                    Ok((s.observed_generation == obs
+                        && s.matched_pods == 2
+                        && s.updated_pods == want
+                        && s.updated_ready_pods == want)
+                        .then_some(()))
+                })
+                .await
+            }
+        };
+        counted(s1.clone(), 2).await?;
+        counted(s2.clone(), 2).await?;
+        let before = pods.get("a").await?;
+        // Injected with the current sidecars and never refused: no condition yet, as OpenKruise.
+        ensure!(upgradable_condition(&before)?.is_none(), "{:?}", upgradable_condition(&before)?);
+        // The status really is busy: the churn counter moves.
+        let churn = |p: &Pod| {
+            kruise_e2e::pod_condition(p, "sim.kruise-rs.io/StatusChurn").and_then(|c| c.message.clone())
+        };
+        let first = eventually("a's status churning", TIMEOUT, || async {
+            Ok(churn(&pods.get("a").await?))
+        })
+        .await?;
+        eventually("a's status written again", TIMEOUT, || async {
+            let now = churn(&pods.get("a").await?);
+            Ok(now.filter(|m| m != &first).map(|_| ()))
+        })
+        .await?;
+
+        // s1 changes a non-image field: not upgradable.
+        let command = |value: Value| -> anyhow::Result<Patch<()>> {
+            Ok(Patch::Json(serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec/containers/0/command", "value": value}
+            ]))?))
+        };
+        let original = json!(["sh", "-c", "/usr/local/ilogtail/run_logtail.sh 10"]);
+        sidecarsets
+            .patch(&s1, &PatchParams::default(), &command(json!(["sh", "-c", "run"]))?)
+            .await?;
+        for p in ["a", "b"] {
+            wait_upgradable(&pods, p, "False", &json!({ s1.clone(): false }), TIMEOUT).await?;
+        }
+        // s2 upgrades its image meanwhile: its entry is true, the condition stays False.
+        set_image(&sidecarsets, &s2, "agent:2").await?;
+        counted(s2.clone(), 2).await?;
+        for p in ["a", "b"] {
+            wait_upgradable(
+                &pods,
+                p,
+                "False",
+                &json!({ s1.clone(): false, s2.clone(): true }),
+                TIMEOUT,
+            )
+            .await?;
+        }
+        // s1 reverts its change and moves to a new image: upgraded in place, condition True.
+        let revert: Patch<()> = Patch::Json(serde_json::from_value(json!([
+            {"op": "replace", "path": "/spec/containers/0/command", "value": original},
+            {"op": "replace", "path": "/spec/containers/0/image", "value": "log-service/logtail:0.16.18"},
+        ]))?);
+        sidecarsets.patch(&s1, &PatchParams::default(), &revert).await?;
+        counted(s1.clone(), 2).await?;
+        let both = json!({ s1.clone(): true, s2.clone(): true });
+        for p in ["a", "b"] {
+            let pod = wait_upgradable(&pods, p, "True", &both, TIMEOUT).await?;
+            ensure!(spec_image(&pod, LOGTAIL) == "log-service/logtail:0.16.18", "{p}: logtail not upgraded");
+            ensure!(spec_image(&pod, "agent") == "agent:2", "{p}: agent not upgraded");
+            ensure!(restarts(&pod, "nginx") == 0, "{p}: nginx restarted");
+        }
+        let after = pods.get("a").await?;
+        ensure!(after.metadata.uid == before.metadata.uid, "a was recreated");
+        ensure!(churn(&after) != Some(first), "the status stopped churning");
         Ok(())
     })
     .await

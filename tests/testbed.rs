@@ -811,3 +811,103 @@ async fn nodes_join_change_and_leave_while_the_cluster_runs() -> anyhow::Result<
     })
     .await
 }
+
+/// A Pod bound to a node where another Pod already holds a host port it asks for is rejected by the
+/// node, as the kubelet's admission does: phase Failed, reason `NodePorts`, no container started. The
+/// same Pod on another node runs. (Bound with `nodeName`: the scheduler would have avoided the node.)
+#[tokio::test]
+async fn a_taken_host_port_gets_the_pod_rejected_by_the_node() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("hostport").await?;
+    ns.run(async {
+        let pod = |name: &str, node: &str| {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "hostport"}},
+                "spec": {"nodeName": node, "containers": [{
+                    "name": "web", "image": "nginx:alpine",
+                    "ports": [{"containerPort": 80, "hostPort": 31917}],
+                }]},
+            })
+            .to_string()
+        };
+        let api: Api<Pod> = ns.api();
+        ns.apply(&pod("first", "sim-0")).await?;
+        eventually("first Ready", TIMEOUT, || async {
+            Ok(is_ready(&api.get("first").await?).then_some(()))
+        })
+        .await?;
+        ns.apply(&pod("second", "sim-0")).await?;
+        ns.apply(&pod("elsewhere", "sim-1")).await?;
+        let second = eventually("second rejected by sim-0", TIMEOUT, || async {
+            let p = api.get("second").await?;
+            Ok((phase(&p) == "Failed").then_some(p))
+        })
+        .await?;
+        let status = second.status.clone().unwrap_or_default();
+        ensure!(status.reason.as_deref() == Some("NodePorts"), "{status:?}");
+        ensure!(
+            status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("31917/TCP")),
+            "{status:?}"
+        );
+        ensure!(
+            status.container_statuses.unwrap_or_default().is_empty(),
+            "a container of the rejected Pod started"
+        );
+        eventually("elsewhere Ready on sim-1", TIMEOUT, || async {
+            Ok(is_ready(&api.get("elsewhere").await?).then_some(()))
+        })
+        .await?;
+        ensure!(is_ready(&api.get("first").await?), "first lost its port");
+        Ok(())
+    })
+    .await
+}
+
+/// kubelet-sim's lifecycle hooks: a container whose postStart hook runs `sleep 2` holds the start of
+/// the containers after it, so "start B only after A is running" orderings can be observed.
+#[tokio::test]
+async fn post_start_sleep_holds_the_next_container() -> anyhow::Result<()> {
+    let bed = testbed();
+    let ns = bed.namespace("poststart").await?;
+    ns.run(async {
+        ns.apply(
+            &json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "ordered"},
+                "spec": {"containers": [
+                    {"name": "a", "image": "nginx:alpine",
+                     "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "sleep 2"]}}}},
+                    {"name": "b", "image": "busybox:1.36"},
+                ]},
+            })
+            .to_string(),
+        )
+        .await?;
+        let api: Api<Pod> = ns.api();
+        let pod = eventually("ordered Ready", TIMEOUT, || async {
+            let p = api.get("ordered").await?;
+            Ok(is_ready(&p).then_some(p))
+        })
+        .await?;
+        let started = |c: &str| {
+            container_status(&pod, c)
+                .and_then(|s| s.state)
+                .and_then(|s| s.running)
+                .and_then(|r| r.started_at)
+                .map(|t| t.0)
+                .with_context(|| format!("{c} running"))
+        };
+        let gap = started("b")?.duration_since(started("a")?);
+        // startedAt has second precision: 2 s after, give or take the rounding.
+        ensure!(
+            gap >= k8s_openapi::jiff::SignedDuration::from_secs(1),
+            "b started {gap:?} after a"
+        );
+        Ok(())
+    })
+    .await
+}

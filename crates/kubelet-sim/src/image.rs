@@ -28,6 +28,15 @@ pub fn image_id(image: &str) -> String {
     format!("{}@sha256:{digest}", repository(&normalized))
 }
 
+/// [`image_id`], unless the registry is told that the image is `digest` (`sha256:…`): then the image's
+/// repository at that digest, so that two tags of one digest report the same imageID.
+pub fn image_id_at(image: &str, digest: Option<&str>) -> String {
+    match digest {
+        Some(digest) => format!("{}@{digest}", repository(&normalize(image))),
+        None => image_id(image),
+    }
+}
+
 /// The registry host of a reference, when it names one (`registry.k8s.io/pause` → `registry.k8s.io`;
 /// `nginx` and `team/app` are Docker Hub's, with no host written).
 pub fn registry_host(image: &str) -> Option<&str> {

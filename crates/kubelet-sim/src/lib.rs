@@ -82,6 +82,8 @@ struct NodeState {
     ip: String,
     next_ip: AtomicU32,
     images: Mutex<HashSet<String>>,
+    /// Pods asking for host ports that this node admitted (their status may not show it yet).
+    admitted_with_ports: Mutex<HashSet<String>>,
 }
 
 impl NodeState {
@@ -91,6 +93,7 @@ impl NodeState {
             spec,
             next_ip: AtomicU32::new(0),
             images: Mutex::new(HashSet::new()),
+            admitted_with_ports: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -101,6 +104,8 @@ struct PodEntry {
     /// resourceVersion of our last status write; an older cached Pod is not planned from (it would
     /// undo that write with new container IDs).
     written_rv: Option<u64>,
+    /// When [`steer::STATUS_CHURN_MS`] last wrote the Pod's status, and how many times it did.
+    churned: Option<(std::time::Instant, u64)>,
 }
 
 struct Ctx {
@@ -313,6 +318,9 @@ fn forget_gone_pods(ctx: &Ctx) {
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
     lock(&ctx.pods).retain(|uid, _| live.contains(uid));
+    for node in read_nodes(ctx).values() {
+        lock(&node.admitted_with_ports).retain(|uid| live.contains(uid));
+    }
 }
 
 fn resource_version(pod: &Pod) -> Option<u64> {
@@ -373,6 +381,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         let new_ip = || next_free_ip(&node, &in_use());
         let mut images = lock(&node.images);
         let mut new_id = new_container_id;
+        let ports_in_use = || host_ports_on(&ctx, &node, &uid);
         let mut input = pod_status::PlanInput {
             now: Timestamp::now(),
             timing: &ctx.timing,
@@ -380,8 +389,18 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             new_pod_ip: &new_ip,
             node_images: &mut images,
             new_container_id: &mut new_id,
+            host_ports_in_use: &ports_in_use,
         };
-        pod_status::plan(&pod, &mut entry.memory, &mut input)
+        let plan = pod_status::plan(&pod, &mut entry.memory, &mut input);
+        // Admissions are decided one at a time (under the Pods lock): a Pod admitted with host
+        // ports holds them from now on, even before its status says so.
+        let rejected = plan.status_patch.as_ref().is_some_and(|p| {
+            p["status"]["reason"] == serde_json::json!(pod_status::REASON_NODE_PORTS)
+        });
+        if !rejected && !pod_status::host_ports(&pod).is_empty() {
+            lock(&node.admitted_with_ports).insert(uid.clone());
+        }
+        plan
     };
 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -427,14 +446,102 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
         return Ok(Action::await_change());
     }
-    Ok(plan
-        .requeue
-        .map_or_else(Action::await_change, Action::requeue))
+    let churn_in = match steer::PodSteer::from_pod(&pod).status_churn() {
+        Some(period) if pod.metadata.deletion_timestamp.is_none() => {
+            Some(churn_status(&ctx, &api, &uid, &name, period).await?)
+        }
+        _ => None,
+    };
+    let requeue = match (plan.requeue, churn_in) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// [`steer::STATUS_CHURN_MS`]: writes the Pod's churn condition when the period has passed since the
+/// last write; how long until the next one is due.
+async fn churn_status(
+    ctx: &Ctx,
+    api: &Api<Pod>,
+    uid: &str,
+    name: &str,
+    period: Duration,
+) -> Result<Duration, Error> {
+    let now = std::time::Instant::now();
+    let count = {
+        let pods = lock(&ctx.pods);
+        match pods.get(uid).and_then(|e| e.churned) {
+            Some((at, _)) if now.duration_since(at) < period => {
+                return Ok(period - now.duration_since(at));
+            }
+            Some((_, count)) => count + 1,
+            None => 1,
+        }
+    };
+    let patch = serde_json::json!({
+        "metadata": { "uid": uid },
+        "status": { "conditions": [{
+            "type": steer::CHURN_CONDITION,
+            "status": "True",
+            "message": format!("status write {count}"),
+        }]},
+    });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(written) => {
+            if let Some(entry) = lock(&ctx.pods).get_mut(uid) {
+                entry.written_rv = resource_version(&written);
+                entry.churned = Some((now, count));
+            }
+            Ok(period)
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(period),
+        Err(source) => Err(Error::PatchStatus {
+            pod: format!("{}/{name}", api.namespace().unwrap_or_default()),
+            source,
+        }),
+    }
 }
 
 fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Ctx>) -> Action {
     tracing::warn!(pod = %ObjectRef::from(pod.as_ref()), %error, "retrying");
     Action::requeue(Duration::from_millis(500))
+}
+
+/// The host ports held on `node` by the Pods it admitted other than `uid`: not terminal, and started
+/// or admitted by this simulator.
+fn host_ports_on(ctx: &Ctx, node: &NodeState, uid: &str) -> HashSet<(String, i32)> {
+    let Some(store) = lock(&ctx.store).clone() else {
+        return HashSet::new();
+    };
+    let admitted = lock(&node.admitted_with_ports).clone();
+    store
+        .state()
+        .iter()
+        .filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.spec.name.as_str())
+        })
+        .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| u != uid))
+        .filter(|p| {
+            let status = p.status.as_ref();
+            let phase = status.and_then(|s| s.phase.as_deref());
+            let terminal = matches!(
+                phase,
+                Some(pod_status::PHASE_SUCCEEDED | pod_status::PHASE_FAILED)
+            );
+            let started = status.is_some_and(|s| s.start_time.is_some());
+            !terminal
+                && (started
+                    || p.metadata
+                        .uid
+                        .as_ref()
+                        .is_some_and(|u| admitted.contains(u)))
+        })
+        .flat_map(|p| pod_status::host_ports(p))
+        .collect()
 }
 
 fn pod_ips_on(ctx: &Ctx, node: &str) -> HashSet<String> {

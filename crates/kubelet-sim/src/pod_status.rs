@@ -72,6 +72,8 @@ impl Default for Timing {
 pub struct PodMemory {
     /// Precise start time of each container, by containerID.
     started: HashMap<String, Timestamp>,
+    /// Since when a container's liveness (or startup) probe has been failing, by containerID.
+    probe_failing_since: HashMap<String, Timestamp>,
     /// When the current wait (image pull, slow start, back-off) of a container ends, by container name.
     waiting_until: HashMap<String, Timestamp>,
     /// When the simulator first saw the Pod's deletionTimestamp.
@@ -165,6 +167,34 @@ pub struct PlanInput<'a> {
     pub node_images: &'a mut HashSet<String>,
     /// Generates container IDs (random in production, predictable in tests).
     pub new_container_id: &'a mut dyn FnMut() -> String,
+    /// The host ports (protocol, port) held by the other Pods the node has admitted, asked only
+    /// when admitting a Pod that requests some.
+    pub host_ports_in_use: &'a dyn Fn() -> HashSet<(String, i32)>,
+}
+
+/// Reason of a Pod the node rejects because a host port it asks for is taken, as the kubelet's
+/// admission (`NodePorts` predicate) reports it.
+pub const REASON_NODE_PORTS: &str = "NodePorts";
+
+/// The host ports (protocol, port) a Pod's containers ask for (`hostNetwork` Pods use their container
+/// ports on the host).
+pub fn host_ports(pod: &Pod) -> HashSet<(String, i32)> {
+    let Some(spec) = &pod.spec else {
+        return HashSet::new();
+    };
+    let host_network = spec.host_network == Some(true);
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p
+                .host_port
+                .or(host_network.then_some(p.container_port))
+                .filter(|&port| port > 0)?;
+            Some((p.protocol.clone().unwrap_or_else(|| "TCP".into()), port))
+        })
+        .collect()
 }
 
 /// The decision for one Pod.
@@ -188,6 +218,9 @@ struct KubeletStatus {
     init_containers: Vec<ContainerStatus>,
     containers: Vec<ContainerStatus>,
     conditions: Vec<PodCondition>,
+    /// Why the node rejected the Pod (only then).
+    reason: Option<String>,
+    message: Option<String>,
 }
 
 impl KubeletStatus {
@@ -207,12 +240,14 @@ impl KubeletStatus {
             init_containers: status.init_container_statuses.unwrap_or_default(),
             containers: status.container_statuses.unwrap_or_default(),
             conditions: sort_conditions(conditions),
+            reason: status.reason,
+            message: status.message,
         }
     }
 
     fn to_patch(&self, uid: &str) -> serde_json::Value {
         let ips = |ip: &Option<String>| ip.iter().map(|ip| json!({ "ip": ip })).collect::<Vec<_>>();
-        json!({
+        let mut patch = json!({
             // The UID makes the patch fail if the Pod was replaced by a namesake (kubelet does the same).
             "metadata": { "uid": uid },
             "status": {
@@ -226,7 +261,13 @@ impl KubeletStatus {
                 "containerStatuses": self.containers,
                 "conditions": self.conditions,
             }
-        })
+        });
+        for (key, value) in [("reason", &self.reason), ("message", &self.message)] {
+            if let Some(value) = value {
+                patch["status"][key] = json!(value);
+            }
+        }
+        patch
     }
 }
 
@@ -293,6 +334,33 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         // Terminal phases never change again.
         return Plan::default();
     }
+    if current.start_time.is_none() {
+        // Admission: a host port another Pod on the node holds rejects the Pod for good.
+        let wanted = host_ports(pod);
+        if !wanted.is_empty() {
+            let used = (input.host_ports_in_use)();
+            let mut taken: Vec<String> = wanted
+                .intersection(&used)
+                .map(|(protocol, port)| format!("{port}/{protocol}"))
+                .collect();
+            if !taken.is_empty() {
+                taken.sort();
+                let mut next = current.clone();
+                next.phase = PHASE_FAILED.into();
+                next.reason = Some(REASON_NODE_PORTS.into());
+                next.message = Some(format!(
+                    "Pod was rejected: node(s) didn't have free ports for the requested pod ports ({} in use)",
+                    taken.join(", ")
+                ));
+                next.start_time = Some(k8s_time(input.now));
+                return Plan {
+                    status_patch: Some(next.to_patch(&uid)),
+                    delete: false,
+                    requeue: None,
+                };
+            }
+        }
+    }
 
     let spec = pod.spec.clone().unwrap_or_default();
     let steer = PodSteer::from_pod(pod);
@@ -346,12 +414,21 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         })
         .collect();
 
-    next.containers = spec
-        .containers
-        .iter()
-        .map(|c| {
-            let cur = current.containers.iter().find(|s| s.name == c.name);
-            let steer = steer.container(c, default_run);
+    // As a kubelet, containers start in spec order and a postStart hook blocks the ones after it
+    // until it ends (the way "start B only after A runs" orderings are built).
+    let mut hook_until: Option<Timestamp> = None;
+    next.containers = Vec::with_capacity(spec.containers.len());
+    for c in &spec.containers {
+        let cur = current.containers.iter().find(|s| s.name == c.name);
+        let steer = steer.container(c, default_run);
+        let needs_start = cur.is_none_or(|cur| {
+            cur.image != image::normalize(c.image.as_deref().unwrap_or_default())
+                || cur.state.as_ref().is_some_and(|s| s.waiting.is_some())
+        });
+        let status = if needs_start && hook_until.is_some_and(|t| t > now) {
+            cur.cloned()
+                .unwrap_or_else(|| waiting(c, None, 0, "ContainerCreating", None))
+        } else {
             step_container(
                 c,
                 Kind::App,
@@ -362,8 +439,16 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
                 input,
                 &mut wake,
             )
-        })
-        .collect();
+        };
+        if let Some(started) = running_since(&status, memory) {
+            let hook_ends = after(started, steer.post_start);
+            if hook_ends > now {
+                wake.at(hook_ends);
+                hook_until = Some(hook_until.map_or(hook_ends, |t| t.max(hook_ends)));
+            }
+        }
+        next.containers.push(status);
+    }
 
     next.phase = phase(&next.containers);
     next.conditions = conditions(pod, &current.conditions, &next, now);
@@ -373,6 +458,16 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         delete: false,
         requeue: wake.0.map(|when| until(now, when)),
     }
+}
+
+/// When a running container started (precisely, if the simulator started it).
+fn running_since(status: &ContainerStatus, memory: &PodMemory) -> Option<Timestamp> {
+    let running = status.state.as_ref()?.running.as_ref()?;
+    status
+        .container_id
+        .as_ref()
+        .and_then(|id| memory.started.get(id).copied())
+        .or_else(|| running.started_at.as_ref().map(|t| t.0))
 }
 
 fn completed_init(c: &Container, now: Timestamp, input: &mut PlanInput<'_>) -> ContainerStatus {
@@ -525,16 +620,66 @@ fn step_container(
         }
         wake.at(exits_at);
     }
+    // Probes: a failing liveness (or startup) probe restarts the container once it has failed for
+    // failureThreshold × periodSeconds, as the kubelet does.
+    match steer.liveness_restart_after {
+        Some(threshold) => {
+            // A startup probe fails from the container's start; a liveness probe from when it
+            // was first seen failing (or from its start, for the container started to replace
+            // one it killed).
+            let first = if steer.startup_fails { started } else { now };
+            let since = *memory
+                .probe_failing_since
+                .entry(container_id.clone())
+                .or_insert(first);
+            let kill_at = after(since, threshold);
+            if kill_at <= now {
+                memory.probe_failing_since.remove(&container_id);
+                memory.started.remove(&container_id);
+                let last = ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: KILLED_EXIT_CODE,
+                        reason: Some("Error".into()),
+                        container_id: cur.container_id.clone(),
+                        started_at: state.running.as_ref().and_then(|r| r.started_at.clone()),
+                        finished_at: Some(k8s_time(now)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let next = start(
+                    spec,
+                    Some(last),
+                    cur.restart_count + 1,
+                    steer,
+                    memory,
+                    input,
+                    wake,
+                );
+                if let Some(id) = &next.container_id {
+                    memory.probe_failing_since.insert(id.clone(), now);
+                    wake.at(after(now, threshold));
+                }
+                return next;
+            }
+            wake.at(kill_at);
+        }
+        None => {
+            memory.probe_failing_since.remove(&container_id);
+        }
+    }
     let ready_at = after(
         started,
-        steer.ready_delay.unwrap_or(input.timing.ready_delay),
+        steer.post_start + steer.ready_delay.unwrap_or(input.timing.ready_delay),
     );
-    let ready = !steer.never_ready && ready_at <= now;
-    if !steer.never_ready && !ready {
+    let probes_pass = !steer.never_ready && !steer.readiness_fails && !steer.startup_fails;
+    let ready = probes_pass && ready_at <= now;
+    if probes_pass && !ready {
         wake.at(ready_at);
     }
     ContainerStatus {
         ready,
+        started: Some(!steer.startup_fails),
         resources: resources(spec),
         ..cur.clone()
     }
@@ -612,7 +757,7 @@ fn run(
     input.node_images.insert(image::normalize(image));
     let container_id = (input.new_container_id)();
     memory.started.insert(container_id.clone(), now);
-    let ready_delay = steer.ready_delay.unwrap_or(input.timing.ready_delay);
+    let ready_delay = steer.post_start + steer.ready_delay.unwrap_or(input.timing.ready_delay);
     let ready = !steer.never_ready && ready_delay.is_zero();
     if !steer.never_ready && !ready {
         wake.at(after(now, ready_delay));
@@ -623,7 +768,7 @@ fn run(
     ContainerStatus {
         name: spec.name.clone(),
         image: image::normalize(image),
-        image_id: image::image_id(image),
+        image_id: image::image_id_at(image, steer.image_digest.as_deref()),
         container_id: Some(container_id),
         state: Some(ContainerState {
             running: Some(ContainerStateRunning {
@@ -691,11 +836,15 @@ fn exit(
     }
     // A failing container restarts after an exponential back-off, as CrashLoopBackOff.
     let timing = input.timing;
-    let factor = 1u32 << (cur.restart_count.clamp(0, 16) as u32);
-    let backoff = timing
-        .crash_backoff_base
-        .saturating_mul(factor)
-        .min(timing.crash_backoff_cap);
+    let schedule = steer.crash_backoff.unwrap_or(crate::steer::Backoff {
+        base: timing.crash_backoff_base,
+        cap: timing.crash_backoff_cap,
+        kubelet: false,
+    });
+    let backoff = schedule.delay(cur.restart_count, until(started, now));
+    if backoff.is_zero() {
+        return run(spec, last, restart_count, steer, memory, input, wake);
+    }
     let ends = after(now, backoff);
     memory.waiting_until.insert(spec.name.clone(), ends);
     wake.at(ends);
@@ -857,7 +1006,16 @@ fn plan_deletion(
         .metadata
         .deletion_grace_period_seconds
         .map_or(Duration::ZERO, |s| Duration::from_secs(s.max(0) as u64));
-    let stop_at = after(seen, grace.min(input.timing.shutdown_delay));
+    // The containers stop once their preStop hooks ran (a `sleep N` takes N s), within the grace
+    // period (the Pod's terminationGracePeriodSeconds unless the delete said otherwise).
+    let pre_stop = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| crate::steer::lifecycle_hooks(c).1)
+        .max()
+        .unwrap_or_default();
+    let stop_at = after(seen, grace.min(input.timing.shutdown_delay.max(pre_stop)));
     if stop_at > now {
         return Plan {
             requeue: Some(until(now, stop_at)),

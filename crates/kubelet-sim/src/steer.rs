@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 use crate::image;
 
@@ -33,6 +33,64 @@ pub const START_DELAY_MS: &str = "sim.kruise-rs.io/start-delay-ms";
 pub const PULL_DELAY_MS: &str = "sim.kruise-rs.io/pull-delay-ms";
 /// Time from a container start to its readiness, in milliseconds (overrides the simulator default).
 pub const READY_DELAY_MS: &str = "sim.kruise-rs.io/ready-delay-ms";
+/// Busy status: while set, the Pod's status is written every this many milliseconds (a counter in
+/// the simulator's own condition [`CHURN_CONDITION`]), as a kubelet busy with probes and restarts
+/// keeps a Pod's resourceVersion moving. Lets a test check that writers of the Pod's status are not
+/// starved by such updates.
+pub const STATUS_CHURN_MS: &str = "sim.kruise-rs.io/status-churn-ms";
+/// The Pod condition [`STATUS_CHURN_MS`] rewrites.
+pub const CHURN_CONDITION: &str = "sim.kruise-rs.io/StatusChurn";
+/// What the registry says images are: `"nginx:1.19=sha256:ab…,nginx:stable=sha256:ab…"` makes both tags
+/// report the imageID `nginx@sha256:ab…` (by default every image has an imageID of its own).
+pub const IMAGE_DIGESTS: &str = "sim.kruise-rs.io/image-digests";
+/// Containers whose readiness probe fails while the annotation names them: not ready until it no
+/// longer does (`"*"` or a list).
+pub const READINESS_FAIL: &str = "sim.kruise-rs.io/readiness-fail";
+/// Containers whose liveness probe fails while the annotation names them: after the probe's
+/// `failureThreshold` × `periodSeconds` (defaults 3 × 10 s) of failures the kubelet kills the
+/// container (exit 137) and starts it again, and again while it keeps failing.
+pub const LIVENESS_FAIL: &str = "sim.kruise-rs.io/liveness-fail";
+/// Containers with a startupProbe whose probe fails while the annotation names them: not started nor
+/// ready, and restarted like [`LIVENESS_FAIL`] after `failureThreshold` × `periodSeconds`.
+pub const STARTUP_FAIL: &str = "sim.kruise-rs.io/startup-fail";
+/// CrashLoopBackOff timing of the Pod's containers: `"kubelet"` for the kubelet's (the first restart at
+/// once, then 10 s doubling to 300 s, reset once a container ran 10 min), or `"BASE_MS,CAP_MS"`
+/// (doubling from the first restart). Default: the simulator's `--crash-backoff` timing.
+pub const CRASH_BACKOFF: &str = "sim.kruise-rs.io/crash-backoff";
+
+/// A CrashLoopBackOff schedule ([`CRASH_BACKOFF`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+    /// The kubelet's: the first restart goes at once, and a container that ran for twice the cap
+    /// starts the schedule again.
+    pub kubelet: bool,
+}
+
+impl Backoff {
+    pub const KUBELET: Backoff = Backoff {
+        base: Duration::from_secs(10),
+        cap: Duration::from_secs(300),
+        kubelet: true,
+    };
+
+    /// The wait before restarting a container that failed with `restarts` restarts so far, after
+    /// running for `ran`.
+    pub fn delay(&self, restarts: i32, ran: Duration) -> Duration {
+        let restarts = u32::try_from(restarts.max(0)).unwrap_or(0);
+        let step = if self.kubelet {
+            if restarts == 0 || ran >= self.cap * 2 {
+                return Duration::ZERO;
+            }
+            restarts - 1
+        } else {
+            restarts
+        };
+        self.base.saturating_mul(1u32 << step.min(16)).min(self.cap)
+    }
+}
+
 /// Node annotation: `"stopped"` stops that node's heartbeats (Lease and status) until removed.
 pub const HEARTBEAT: &str = "sim.kruise-rs.io/heartbeat";
 
@@ -52,6 +110,27 @@ pub struct ContainerSteer {
     pub start_delay: Duration,
     pub pull_delay: Duration,
     pub ready_delay: Option<Duration>,
+    /// The container's `lifecycle.postStart` hook time ([`hook_duration`]): it is not ready before
+    /// the hook ends, and the containers after it start only then.
+    pub post_start: Duration,
+    /// The digest [`IMAGE_DIGESTS`] gives the container's image.
+    pub image_digest: Option<String>,
+    /// [`READINESS_FAIL`] names the container.
+    pub readiness_fails: bool,
+    /// How long after its liveness probe (or, before the container started, its startup probe)
+    /// began failing the kubelet restarts the container ([`LIVENESS_FAIL`], [`STARTUP_FAIL`]).
+    pub liveness_restart_after: Option<Duration>,
+    /// [`STARTUP_FAIL`] names the container and it has a startupProbe.
+    pub startup_fails: bool,
+    /// [`CRASH_BACKOFF`], when the Pod sets it.
+    pub crash_backoff: Option<Backoff>,
+}
+
+/// `failureThreshold` × `periodSeconds` of a probe (Kubernetes' defaults 3 and 10 s).
+fn failing_for(probe: Option<&k8s_openapi::api::core::v1::Probe>) -> Duration {
+    let threshold = probe.and_then(|p| p.failure_threshold).unwrap_or(3).max(1);
+    let period = probe.and_then(|p| p.period_seconds).unwrap_or(10).max(1);
+    Duration::from_secs(u64::from(threshold.unsigned_abs()) * u64::from(period.unsigned_abs()))
 }
 
 /// Per-Pod steering values as written in the annotations.
@@ -111,6 +190,7 @@ impl PodSteer {
             } else {
                 default_run
             });
+        let startup_fails = container.startup_probe.is_some() && self.listed(STARTUP_FAIL, name);
         ContainerSteer {
             never_ready: self.listed(NEVER_READY, name) || tag.contains("never-ready"),
             exit_code,
@@ -118,7 +198,59 @@ impl PodSteer {
             start_delay: self.millis(START_DELAY_MS, name).unwrap_or_default(),
             pull_delay: self.millis(PULL_DELAY_MS, name).unwrap_or_default(),
             ready_delay: self.millis(READY_DELAY_MS, name),
+            post_start: lifecycle_hooks(container).0,
+            image_digest: self.image_digest(container.image.as_deref().unwrap_or_default()),
+            readiness_fails: self.listed(READINESS_FAIL, name),
+            liveness_restart_after: if self.listed(LIVENESS_FAIL, name) {
+                Some(failing_for(container.liveness_probe.as_ref()))
+            } else if startup_fails {
+                Some(failing_for(container.startup_probe.as_ref()))
+            } else {
+                None
+            },
+            startup_fails,
+            crash_backoff: self.crash_backoff(),
         }
+    }
+
+    /// The digest [`IMAGE_DIGESTS`] maps `image` to (tags compared with `:latest` added when missing).
+    fn image_digest(&self, image: &str) -> Option<String> {
+        let want = image::normalize(image);
+        self.annotations
+            .get(IMAGE_DIGESTS)?
+            .split(',')
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(name, _)| image::normalize(name.trim()) == want)
+            .map(|(_, digest)| digest.trim().to_owned())
+            .filter(|digest| digest.contains(':'))
+    }
+
+    fn crash_backoff(&self) -> Option<Backoff> {
+        let raw = self.annotations.get(CRASH_BACKOFF)?.trim();
+        if raw == "kubelet" {
+            return Some(Backoff::KUBELET);
+        }
+        let parsed = raw.split_once(',').and_then(|(base, cap)| {
+            Some(Backoff {
+                base: Duration::from_millis(base.trim().parse().ok()?),
+                cap: Duration::from_millis(cap.trim().parse().ok()?),
+                kubelet: false,
+            })
+        });
+        if parsed.is_none() {
+            tracing::warn!(
+                key = CRASH_BACKOFF,
+                value = raw,
+                "ignoring unparseable steering value"
+            );
+        }
+        parsed
+    }
+
+    /// The period of [`STATUS_CHURN_MS`], if the Pod asks for it (at least 10 ms).
+    pub fn status_churn(&self) -> Option<Duration> {
+        self.value::<u64>(STATUS_CHURN_MS, "")
+            .map(|ms| Duration::from_millis(ms.max(10)))
     }
 
     /// Whether `container` is named by a list key (`"*"` names every container).
@@ -153,6 +285,41 @@ impl PodSteer {
     fn millis(&self, key: &str, container: &str) -> Option<Duration> {
         self.value::<u64>(key, container).map(Duration::from_millis)
     }
+}
+
+/// How long a lifecycle hook keeps the kubelet busy: a `sleep` action's seconds, or the `N` of an
+/// `exec` hook whose command runs `sleep N` (`["sleep", "5"]`, `["sh", "-c", "sleep 5; …"]`).
+/// Other hooks (httpGet, other commands) take no time here.
+pub fn hook_duration(handler: Option<&LifecycleHandler>) -> Duration {
+    let Some(handler) = handler else {
+        return Duration::ZERO;
+    };
+    if let Some(sleep) = &handler.sleep {
+        return Duration::from_secs(sleep.seconds.max(0).unsigned_abs());
+    }
+    let words: Vec<&str> = handler
+        .exec
+        .iter()
+        .flat_map(|e| e.command.iter().flatten())
+        .flat_map(|arg| arg.split(|c: char| c.is_whitespace() || c == ';' || c == '&'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "sleep" || w[0].ends_with("/sleep"))
+        .filter_map(|w| w[1].parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .sum()
+}
+
+/// The postStart and preStop hook durations of `container` ([`hook_duration`]).
+pub fn lifecycle_hooks(container: &Container) -> (Duration, Duration) {
+    let lifecycle = container.lifecycle.as_ref();
+    (
+        hook_duration(lifecycle.and_then(|l| l.post_start.as_ref())),
+        hook_duration(lifecycle.and_then(|l| l.pre_stop.as_ref())),
+    )
 }
 
 fn parse_or_warn<T: std::str::FromStr>(key: &str, value: &str) -> Option<T> {
@@ -262,6 +429,94 @@ mod tests {
                 container.name
             );
         }
+    }
+
+    #[test]
+    fn hook_durations() {
+        use k8s_openapi::api::core::v1::{ExecAction, SleepAction};
+        let exec = |cmd: &[&str]| LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            }),
+            ..Default::default()
+        };
+        let cases = [
+            (None, 0.0),
+            (Some(exec(&["sleep", "5"])), 5.0),
+            (
+                Some(exec(&["/bin/sh", "-c", "echo hi; sleep 2.5 && true"])),
+                2.5,
+            ),
+            (Some(exec(&["/bin/sleep", "3"])), 3.0),
+            (Some(exec(&["sh", "-c", "sleep forever"])), 0.0),
+            (Some(exec(&["nginx", "-s", "quit"])), 0.0),
+            (
+                Some(LifecycleHandler {
+                    sleep: Some(SleepAction { seconds: 4 }),
+                    ..Default::default()
+                }),
+                4.0,
+            ),
+        ];
+        for (handler, want) in cases {
+            assert_eq!(
+                hook_duration(handler.as_ref()),
+                Duration::from_secs_f64(want),
+                "{handler:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn image_digests_map_tags_to_one_digest() {
+        let p = pod(&[(
+            IMAGE_DIGESTS,
+            "nginx:1.19=sha256:abc, nginx:stable=sha256:abc,nginx=sha256:def,bad=nodigest",
+        )]);
+        let digest = |image| {
+            PodSteer::from_pod(&p)
+                .container(&container("app", image), None)
+                .image_digest
+        };
+        assert_eq!(digest("nginx:1.19").as_deref(), Some("sha256:abc"));
+        assert_eq!(digest("nginx:stable").as_deref(), Some("sha256:abc"));
+        assert_eq!(digest("nginx:latest").as_deref(), Some("sha256:def"));
+        assert_eq!(digest("nginx:1.20"), None);
+        assert_eq!(digest("bad"), None);
+        let id = |image| image::image_id_at(image, digest(image).as_deref());
+        assert_eq!(id("nginx:1.19"), "nginx@sha256:abc");
+        assert_eq!(id("nginx:1.19"), id("nginx:stable"));
+        assert_ne!(id("nginx:1.19"), id("nginx:1.20"));
+    }
+
+    #[test]
+    fn crash_backoff_schedules() {
+        let s = Duration::from_secs;
+        let kubelet: Vec<Duration> = (0..8).map(|n| Backoff::KUBELET.delay(n, s(1))).collect();
+        assert_eq!(
+            kubelet,
+            [s(0), s(10), s(20), s(40), s(80), s(160), s(300), s(300)]
+        );
+        assert_eq!(
+            Backoff::KUBELET.delay(5, s(600)),
+            s(0),
+            "reset after 10 min running"
+        );
+        let steer = |v| PodSteer::from_pod(&pod(&[(CRASH_BACKOFF, v)])).crash_backoff();
+        assert_eq!(steer("kubelet"), Some(Backoff::KUBELET));
+        let custom = steer("100, 800").expect("parsed");
+        let waits: Vec<u128> = (0..5).map(|n| custom.delay(n, s(1)).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 800]);
+        assert_eq!(steer("soon"), None);
+    }
+
+    #[test]
+    fn status_churn_period() {
+        assert_eq!(PodSteer::from_pod(&pod(&[])).status_churn(), None);
+        let churn = |v| PodSteer::from_pod(&pod(&[(STATUS_CHURN_MS, v)])).status_churn();
+        assert_eq!(churn("100"), Some(Duration::from_millis(100)));
+        assert_eq!(churn("1"), Some(Duration::from_millis(10)));
+        assert_eq!(churn("soon"), None);
     }
 
     #[test]

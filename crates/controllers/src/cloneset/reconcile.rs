@@ -678,13 +678,30 @@ async fn update(
     if outcome.modified {
         return Ok(outcome);
     }
-    if let Some(UpdateAction::Refuse { message, .. }) = step
+    let refusals: Vec<(usize, &String)> = step
         .actions
         .iter()
-        .find(|a| matches!(a, UpdateAction::Refuse { .. }))
-    {
-        // InPlaceOnly and a change that cannot be made in place: touch no Pod at all.
-        return Err(Error::Invalid(message.clone()));
+        .filter_map(|a| match a {
+            UpdateAction::Refuse { pod, message } => Some((*pod, message)),
+            _ => None,
+        })
+        .collect();
+    if let Some((_, first)) = refusals.first() {
+        // InPlaceOnly and a change that cannot be made in place: touch no Pod at all, and say why
+        // for each Pod (the first reason also becomes the FailedUpdate condition's message).
+        for (pod, message) in &refusals {
+            actor
+                .pod_event(
+                    EventType::Warning,
+                    "RefusePodNotInPlace",
+                    format!("{message}; InPlaceOnly does not recreate it"),
+                    s.pods[*pod].metadata.name.as_deref(),
+                )
+                .await;
+        }
+        return Err(Error::Invalid(format!(
+            "{first}; InPlaceOnly does not recreate it"
+        )));
     }
     let target = step.target.as_str();
     let mut pending: Vec<Write<'_>> = Vec::new();

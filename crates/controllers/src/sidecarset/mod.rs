@@ -25,7 +25,7 @@ use kruise_core::expectations::{CachedState, Expectation, Expectations};
 use kruise_core::ownership::Claimant;
 use kruise_core::revision::next_revision_number;
 use kruise_core::sidecarset::history;
-use kruise_core::sidecarset::upgradable::upgradable_condition_patch;
+use kruise_core::sidecarset::upgradable::{upgradable_condition_patch, wanted_entry};
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -76,6 +76,8 @@ struct Context {
     verdicts: Mutex<HashMap<String, verdicts::Memo>>,
     /// Pods already reported as missing a sidecar (uid, SidecarSet), so each gets one Event.
     reported: Mutex<BTreeSet<(String, String)>>,
+    /// Since when each SidecarSet has had `SidecarSetUpgradable` entries waiting for a quiet round.
+    marks_waiting: Mutex<HashMap<String, Instant>>,
     config: Config,
 }
 
@@ -126,6 +128,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         sidecarsets,
         verdicts: Mutex::new(HashMap::new()),
         reported: Mutex::new(BTreeSet::new()),
+        marks_waiting: Mutex::new(HashMap::new()),
         config: config.clone(),
     });
     tracing::info!(workers = config.workers, "sidecarset controller started");
@@ -162,6 +165,9 @@ fn forget_deleted(ctx: &Context) {
     }
     if let Ok(mut reported) = ctx.reported.lock() {
         reported.retain(|(_, name)| alive(name));
+    }
+    if let Ok(mut waiting) = ctx.marks_waiting.lock() {
+        waiting.retain(|name, _| alive(name));
     }
 }
 
@@ -292,6 +298,10 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     // Upgrade.
     let mut failure = None;
     let mut more_to_upgrade = false;
+    // A Pod write lost a race (the Pod changed since it was read): soon decide again.
+    let mut raced = false;
+    // SidecarSetUpgradable entries to write: (Pod, upgradable).
+    let mut marks: Vec<(usize, bool)> = Vec::new();
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
             // Hot upgrade: reset the old twins to the empty image first; the round ends there.
@@ -300,7 +310,9 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 .iter()
                 .map(|&i| reset_idle_twin(ctx, ss, &managed[i], now))
                 .collect::<Vec<_>>();
-            keep_first(&mut failure, concurrently(flips).await);
+            let (error, lost) = concurrently(flips).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
             if !plan.not_upgradable.is_empty() {
                 let names: Vec<String> = plan
                     .not_upgradable
@@ -321,12 +333,6 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                     None,
                 )
                 .await;
-                let marks = plan
-                    .not_upgradable
-                    .iter()
-                    .map(|&i| set_upgradable(ctx, ss, &managed[i], false, now))
-                    .collect::<Vec<_>>();
-                keep_first(&mut failure, concurrently(marks).await);
             }
             // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
             // merge into) does not hold up the others: every planned Pod is tried. A large plan is
@@ -338,7 +344,21 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 .take(UPGRADES_PER_ROUND)
                 .map(|&i| upgrade_pod(ctx, ss, &managed[i], &latest_revision, now))
                 .collect::<Vec<_>>();
-            keep_first(&mut failure, concurrently(upgrades).await);
+            let (error, lost) = concurrently(upgrades).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
+            // The SidecarSetUpgradable entries, level-triggered: whatever an entry should say now
+            // and does not (a refusal, a SidecarSet upgradable again, `true` after an in-place
+            // upgrade) is written, every reconcile, until it holds. Pods being upgraded this round
+            // are left to the next.
+            let upgrading: BTreeSet<usize> = plan.upgrade.iter().copied().collect();
+            let refused: BTreeSet<usize> = plan.not_upgradable.iter().copied().collect();
+            marks = facts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !upgrading.contains(i))
+                .filter_map(|(i, f)| wanted_entry(f, refused.contains(&i)).map(|u| (i, u)))
+                .collect();
         }
         Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
     }
@@ -361,7 +381,8 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             sidecarset: name.clone(),
         })
         .set(missed.len() as i64);
-    if status != old {
+    let status_changed = status != old;
+    if status_changed {
         let api: Api<SidecarSet> = Api::all(ctx.client.clone());
         match api
             .patch_status(
@@ -381,11 +402,46 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             }
         }
     }
+    // The conditions share the client's rate limit with the upgrades and the status, which go
+    // first: they are written in rounds where the status did not change (the rollout is done or
+    // stuck), or once they have waited MARKS_MAX_WAIT, a bounded number per reconcile.
+    let now_instant = Instant::now();
+    let waiting_since = ctx.marks_waiting.lock().ok().map(|mut waiting| {
+        if marks.is_empty() {
+            waiting.remove(&name);
+            now_instant
+        } else {
+            *waiting.entry(name.clone()).or_insert(now_instant)
+        }
+    });
+    let quiet = !status_changed
+        || waiting_since.is_none_or(|since| now_instant.duration_since(since) >= MARKS_MAX_WAIT);
+    let mut more_marks = false;
+    let mut marks_deferred = false;
+    if !marks.is_empty() && (more_to_upgrade || !quiet) {
+        marks_deferred = true;
+    } else if !marks.is_empty() {
+        more_marks = marks.len() > MARKS_PER_ROUND;
+        let writes = marks
+            .iter()
+            .take(MARKS_PER_ROUND)
+            .map(|&(i, upgradable)| set_upgradable(ctx, ss, &managed[i], upgradable, now))
+            .collect::<Vec<_>>();
+        let (error, lost) = concurrently(writes).await;
+        keep_first(&mut failure, error);
+        raced |= lost;
+    }
     if let Some(error) = failure {
         return Err(error);
     }
-    if more_to_upgrade {
+    if more_to_upgrade || more_marks {
         return Ok(Action::requeue(Duration::ZERO));
+    }
+    if raced {
+        return Ok(Action::requeue(RACE_RETRY));
+    }
+    if marks_deferred {
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(Action::requeue(Duration::from_secs(60)))
 }
@@ -393,18 +449,35 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
 /// Pods upgraded per reconcile; the rest follow at once in the next (after the status is written).
 const UPGRADES_PER_ROUND: usize = 100;
 
-/// Runs Pod writes in parallel ([`crate::parallel`]); the first error, if any (a client or server
-/// error is preferred over a Pod that cannot be patched, which says more about the SidecarSet).
-async fn concurrently(writes: Vec<impl Future<Output = Result<(), Error>>>) -> Option<Error> {
+/// `SidecarSetUpgradable` writes per reconcile; the rest follow at once in the next.
+const MARKS_PER_ROUND: usize = 2 * crate::parallel::PARALLEL_WRITES;
+
+/// How long `SidecarSetUpgradable` writes wait for a round in which the status does not change
+/// (a rollout in progress) before they are written all the same.
+const MARKS_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// How soon a SidecarSet is reconciled again after one of its Pod writes lost a race.
+const RACE_RETRY: Duration = Duration::from_millis(200);
+
+/// Runs Pod writes in parallel ([`crate::parallel`]), each `Ok(true)` once done or `Ok(false)` when
+/// it lost a race; the first error, if any (a client or server error is preferred over a Pod that
+/// cannot be patched, which says more about the SidecarSet), and whether any write lost a race.
+async fn concurrently(
+    writes: Vec<impl Future<Output = Result<bool, Error>>>,
+) -> (Option<Error>, bool) {
     let results = crate::parallel::in_parallel(writes).await;
     let mut first = None;
-    for error in results.into_iter().filter_map(Result::err) {
-        match (&first, &error) {
-            (None, _) | (Some(Error::Invalid(_)), Error::Kube { .. }) => first = Some(error),
-            _ => {}
+    let mut lost = false;
+    for result in results {
+        match result {
+            Ok(done) => lost |= !done,
+            Err(error) => match (&first, &error) {
+                (None, _) | (Some(Error::Invalid(_)), Error::Kube { .. }) => first = Some(error),
+                _ => {}
+            },
         }
     }
-    first
+    (first, lost)
 }
 
 fn keep_first(failure: &mut Option<Error>, error: Option<Error>) {
@@ -635,14 +708,16 @@ async fn patch_pod(
     }
 }
 
-/// Upgrades one Pod's sidecar images in place, then marks it upgradable for this SidecarSet.
+/// Upgrades one Pod's sidecar images in place. `Ok(false)` when the patch lost a race. (The
+/// `SidecarSetUpgradable` entry `true` OpenKruise writes after an upgrade follows from a later
+/// reconcile's [`wanted_entry`], off the upgrade's path.)
 async fn upgrade_pod(
     ctx: &Context,
     ss: &SidecarSet,
     pod: &Pod,
     latest_revision: &str,
     now: Timestamp,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let patch = upgrade::upgrade_patch(ss, pod, latest_revision, now).map_err(|e| {
         Error::Invalid(format!(
             "Pod {}/{}: {e}",
@@ -650,57 +725,37 @@ async fn upgrade_pod(
             pod.name_any()
         ))
     })?;
-    let Some(patched) = patch_pod(ctx, ss, pod, patch, false, "update_in_place").await? else {
-        return Ok(());
-    };
-    set_upgradable(ctx, ss, &patched, true, now).await
+    Ok(patch_pod(ctx, ss, pod, patch, false, "update_in_place")
+        .await?
+        .is_some())
 }
 
 /// Records in the Pod's `SidecarSetUpgradable` condition whether this SidecarSet can upgrade it in
-/// place (a no-op when the condition already says so, or is absent and would say "upgradable").
-///
-/// The patch fails if another SidecarSet wrote the condition meanwhile (or, when adding it, if the
-/// Pod changed at all); a lost race re-reads the Pod and tries again, a few times — after an upgrade
-/// this is an edge that no later reconcile would revisit.
+/// place (a no-op when the condition already says so). One status patch, guarded by tests on the
+/// conditions rather than the resourceVersion ([`upgradable_condition_patch`]), so the kubelet's
+/// status updates do not make it fail. `Ok(false)` when it lost a race (another SidecarSet wrote
+/// the condition, or the Pod is gone): not retried here — the entry is level-triggered
+/// ([`wanted_entry`]) and the SidecarSet is reconciled again soon.
 async fn set_upgradable(
     ctx: &Context,
     ss: &SidecarSet,
     pod: &Pod,
     upgradable: bool,
     now: Timestamp,
-) -> Result<(), Error> {
-    const ATTEMPTS: usize = 5;
-    let ns = pod.namespace().unwrap_or_default();
-    let pod_name = pod.name_any();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut current = pod.clone();
-    for attempt in 1..=ATTEMPTS {
-        let patch = upgradable_condition_patch(&current, &ss.name_any(), upgradable, now)
-            .map_err(|e| Error::Invalid(format!("Pod {ns}/{pod_name}: {e}")))?;
-        let Some(patch) = patch else {
-            return Ok(());
-        };
-        if patch_pod(ctx, ss, &current, patch, true, "update_condition")
-            .await?
-            .is_some()
-        {
-            return Ok(());
-        }
-        if attempt == ATTEMPTS {
-            break;
-        }
-        match api
-            .get_opt(&pod_name)
-            .await
-            .context(|| format!("reading Pod {ns}/{pod_name}"))?
-        {
-            Some(fresh) if fresh.metadata.uid == pod.metadata.uid => current = fresh,
-            // Gone or replaced: nothing to record.
-            _ => return Ok(()),
-        }
-    }
-    tracing::warn!(pod = %format!("{ns}/{pod_name}"), sidecarset = %ss.name_any(), "the SidecarSetUpgradable condition kept losing races; left for the next upgrade");
-    Ok(())
+) -> Result<bool, Error> {
+    let patch = upgradable_condition_patch(pod, &ss.name_any(), upgradable, now).map_err(|e| {
+        Error::Invalid(format!(
+            "Pod {}/{}: {e}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ))
+    })?;
+    let Some(patch) = patch else {
+        return Ok(true);
+    };
+    Ok(patch_pod(ctx, ss, pod, patch, true, "update_condition")
+        .await?
+        .is_some())
 }
 
 /// Hot upgrade's last step: the twin that no longer works goes back to the empty image, with an
@@ -710,7 +765,7 @@ async fn reset_idle_twin(
     ss: &SidecarSet,
     pod: &Pod,
     now: Timestamp,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let patch = upgrade::flip_patch(ss, pod, now).map_err(|e| {
         Error::Invalid(format!(
             "Pod {}/{}: {e}",
@@ -725,7 +780,7 @@ async fn reset_idle_twin(
             "ResetContainerSucceed",
             "reset sidecar container image empty successfully".to_owned(),
         ),
-        Ok(None) => return Ok(()),
+        Ok(None) => return Ok(false),
         Err(error) => (
             EventType::Warning,
             "ResetContainerFailed",
@@ -742,7 +797,7 @@ async fn reset_idle_twin(
     if let Err(error) = ctx.recorder.publish(&event, &pod_reference(pod)).await {
         tracing::warn!(%error, "publishing an event");
     }
-    result.map(|_| ())
+    result.map(|patched| patched.is_some())
 }
 
 fn pod_reference(pod: &Pod) -> ObjectReference {

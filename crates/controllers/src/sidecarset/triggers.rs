@@ -5,7 +5,8 @@
 //! the Pod webhook that shares its runtime). Three filters keep that in check:
 //! - scope: only SidecarSets whose selector and namespaceSelector both match the Pod;
 //! - relevance: only changes to what the controller reads (labels, annotations, images, container
-//!   statuses, readiness, phase, deletion), compared through a fingerprint per Pod;
+//!   statuses, readiness, the `SidecarSetUpgradable` condition, phase, deletion), compared through a
+//!   fingerprint per Pod;
 //! - a throttle: at most one reconcile per SidecarSet per interval while events keep coming (the
 //!   first goes at once, the rest are folded into one at the end of the interval).
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_api::sidecarset::CONDITION_SIDECARSET_UPGRADABLE;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_core::sidecarset::{pod_namespace, selects};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -60,6 +62,10 @@ pub(super) fn fingerprint(pod: &Pod) -> u64 {
         status.phase.hash(&mut h);
         kruise_core::pods::condition(pod, "Ready")
             .map(|c| c.status.as_str())
+            .hash(&mut h);
+        // The SidecarSets' own condition: a change by someone else is put right (level-triggered).
+        kruise_core::pods::condition(pod, CONDITION_SIDECARSET_UPGRADABLE)
+            .map(|c| (c.status.as_str(), c.message.as_deref()))
             .hash(&mut h);
         for s in status
             .container_statuses

@@ -6,8 +6,11 @@
 //! false. Each SidecarSet's controller writes its own entry, so the patch keeps the others' entries
 //! and fails if the condition changed since it was read (a concurrent writer) rather than lose one.
 //!
-//! Unlike OpenKruise, a Pod that every SidecarSet can upgrade is not given the condition after each
-//! upgrade: absent means upgradable, and a rollout costs one Pod write less per Pod.
+//! As OpenKruise, a Pod a SidecarSet upgraded in place carries the condition with that SidecarSet's
+//! entry `true`. The entry is level-triggered ([`wanted_entry`]): every reconcile compares it with
+//! what the SidecarSet can do for the Pod now, so a write that lost a race, or a SidecarSet that
+//! became upgradable again (its non-image change reverted), is put right by the next reconcile.
+//! A Pod no SidecarSet ever upgraded or refused keeps no condition (absent means upgradable).
 
 use std::collections::BTreeMap;
 
@@ -18,12 +21,48 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::sidecarset::CONDITION_SIDECARSET_UPGRADABLE;
 use serde_json::{Value, json};
 
-use super::upgrade::{UpgradeError, guard, ptr};
+use super::upgrade::{PodFacts, UpgradeError, guard, ptr};
 
 /// Reason of the condition when it is True.
 pub const REASON_ALL_UPGRADABLE: &str = "AllSidecarsetUpgradable";
 /// Reason of the condition when some SidecarSet changed more than images.
 pub const REASON_UPDATE_IMMUTABLE_FIELD: &str = "UpdateImmutableField";
+
+/// SidecarSet `sidecarset`'s entry in the Pod's `SidecarSetUpgradable` condition: `None` when the
+/// Pod has no such condition, the message is not a JSON map, or it has no boolean entry for it.
+pub fn upgradable_entry(pod: &Pod, sidecarset: &str) -> Option<bool> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_SIDECARSET_UPGRADABLE)?;
+    let entries: BTreeMap<String, Value> =
+        serde_json::from_str(condition.message.as_deref()?).ok()?;
+    entries.get(sidecarset)?.as_bool()
+}
+
+/// The entry the SidecarSet should write now for a Pod it does not upgrade this round, from the
+/// Pod's facts and whether the upgrade plan found it not upgradable; `None` when the recorded entry
+/// is already right (or absent and not needed).
+///
+/// - not upgradable (a non-image change is pending) → `false`;
+/// - updated or upgradable in place → `true` when the entry says `false` (the SidecarSet became
+///   upgradable again), or when the SidecarSet upgraded the Pod in place and the entry is not yet
+///   `true` (the write after the upgrade was lost);
+/// - otherwise nothing: a Pod injected with the current sidecars and never refused needs no entry.
+pub fn wanted_entry(facts: &PodFacts, not_upgradable: bool) -> Option<bool> {
+    if not_upgradable {
+        return (facts.entry != Some(false)).then_some(false);
+    }
+    if !(facts.updated || facts.upgradable) {
+        return None;
+    }
+    let flip_back = facts.entry == Some(false);
+    let after_upgrade = facts.updated && facts.upgraded_in_place && facts.entry != Some(true);
+    (flip_back || after_upgrade).then_some(true)
+}
 
 /// The condition the Pod should carry once SidecarSet `sidecarset` records `upgradable`, given what
 /// it carries now (`current`). The transition time moves only when the status flips.
@@ -70,15 +109,15 @@ fn next_condition(
 /// `sidecarset` can upgrade the Pod in place: its entry in the `SidecarSetUpgradable` condition's
 /// message is set (the other SidecarSets' entries are kept), and the condition becomes True
 /// (`AllSidecarsetUpgradable`) when no entry is false, else False (`UpdateImmutableField`).
+/// `None` when the condition would not change.
 ///
-/// `None` when the condition would not change, and when the Pod has no such condition and the
-/// SidecarSet can upgrade it: an absent condition already means "upgradable", and writing it after
-/// every upgrade (as OpenKruise does) would double the writes of a rollout.
-///
-/// Build the patch from the Pod as last seen (after an upgrade, the Pod that upgrade's patch
-/// returned). Replacing the condition tests that it is still what was read — the guard against
-/// another SidecarSet writing its entry at the same moment — without failing on the kubelet's
-/// unrelated status updates; adding it tests the resourceVersion.
+/// The patch is guarded by `test` operations on the conditions, not on the resourceVersion, so the
+/// kubelet's status updates (container states, its own conditions' times) do not get in the way,
+/// while another SidecarSet writing its entry at the same moment does:
+/// - replacing the condition tests that it is still what was read;
+/// - adding it tests the type of every condition read, appends, and tests that the appended one
+///   landed right after them (so no SidecarSetUpgradable condition was added meanwhile);
+/// - a Pod without any condition tests the resourceVersion (the kubelet has not reported yet).
 pub fn upgradable_condition_patch(
     pod: &Pod,
     sidecarset: &str,
@@ -92,44 +131,72 @@ pub fn upgradable_condition_patch(
         .iter()
         .position(|c| c.type_ == CONDITION_SIDECARSET_UPGRADABLE);
     let current = index.and_then(|i| conditions.and_then(|c| c.get(i)));
-    if current.is_none() && upgradable {
-        return Ok(None);
-    }
     let next = next_condition(current, index, sidecarset, upgradable, now)?;
     if current == Some(&next) {
         return Ok(None);
     }
     let value = serde_json::to_value(&next).unwrap_or_default();
     let mut ops = Vec::new();
-    if current.is_none() {
-        ops.push(guard(pod)?);
-    }
     match (status, conditions, index) {
-        (None, _, _) => ops.push(PatchOperation::Add(AddOperation {
-            path: ptr(["status"]),
-            value: json!({ "conditions": [value] }),
-        })),
-        (Some(_), None, _) => ops.push(PatchOperation::Add(AddOperation {
-            path: ptr(["status", "conditions"]),
-            value: json!([value]),
-        })),
+        (None, _, _) => {
+            ops.push(guard(pod)?);
+            ops.push(PatchOperation::Add(AddOperation {
+                path: ptr(["status"]),
+                value: json!({ "conditions": [value] }),
+            }));
+        }
+        (Some(_), None, _) => {
+            ops.push(guard(pod)?);
+            ops.push(PatchOperation::Add(AddOperation {
+                path: ptr(["status", "conditions"]),
+                value: json!([value]),
+            }));
+        }
         (Some(_), Some(_), Some(i)) => {
             let i = i.to_string();
-            ops.push(PatchOperation::Test(TestOperation {
-                path: ptr(["status", "conditions", &i]),
-                value: serde_json::to_value(current).unwrap_or_default(),
-            }));
+            ops.extend(test_condition(&i, current));
             ops.push(PatchOperation::Replace(ReplaceOperation {
                 path: ptr(["status", "conditions", &i]),
                 value,
             }));
         }
-        (Some(_), Some(_), None) => ops.push(PatchOperation::Add(AddOperation {
-            path: ptr(["status", "conditions", "-"]),
-            value,
-        })),
+        (Some(_), Some(read), None) => {
+            for (i, c) in read.iter().enumerate() {
+                ops.push(PatchOperation::Test(TestOperation {
+                    path: ptr(["status", "conditions", &i.to_string(), "type"]),
+                    value: json!(c.type_),
+                }));
+            }
+            ops.push(PatchOperation::Add(AddOperation {
+                path: ptr(["status", "conditions", "-"]),
+                value,
+            }));
+            ops.extend(test_condition(&read.len().to_string(), Some(&next)));
+        }
     }
     Ok(Some(Patch(ops)))
+}
+
+/// Tests that condition `index` has the type, status and message of `condition`. Fields, not the
+/// whole condition: the API serves fields the client omits (`lastProbeTime: null`), which would
+/// make a whole-object test fail on every Pod.
+fn test_condition(index: &str, condition: Option<&PodCondition>) -> Vec<PatchOperation> {
+    let Some(c) = condition else {
+        return Vec::new();
+    };
+    let mut fields = vec![("type", json!(c.type_)), ("status", json!(c.status))];
+    if let Some(message) = &c.message {
+        fields.push(("message", json!(message)));
+    }
+    fields
+        .into_iter()
+        .map(|(field, value)| {
+            PatchOperation::Test(TestOperation {
+                path: ptr(["status", "conditions", index, field]),
+                value,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -224,12 +291,12 @@ mod tests {
                 t("False", r#"{"a":false}"#, 100),
             ),
             (
-                "no condition, upgraded: absent already means upgradable",
+                "no condition, upgraded: True with its entry, as OpenKruise",
                 Some(vec![ready()]),
                 "a",
                 true,
-                false,
-                None,
+                true,
+                t("True", r#"{"a":true}"#, 100),
             ),
             (
                 "same entry again: nothing to write",
@@ -284,12 +351,16 @@ mod tests {
         let p = pod(Some(vec![ready(), condition("True", r#"{"a":true}"#, 5)]));
         let patch = upgradable_condition_patch(&p, "a", false, at(100))?.unwrap_or_default();
         let ops = serde_json::to_value(&patch).unwrap_or_default();
-        // Replacing tests the condition as read, not the resourceVersion.
-        assert_eq!(ops[0]["op"], "test");
-        assert_eq!(ops[0]["path"], "/status/conditions/1");
-        assert_eq!(ops[0]["value"]["message"], r#"{"a":true}"#);
-        assert_eq!(ops[1]["op"], "replace");
-        assert_eq!(ops[1]["path"], "/status/conditions/1");
+        // Replacing tests the condition as read (type, status, message), not the resourceVersion.
+        assert_eq!(
+            ops,
+            json!([
+                {"op": "test", "path": "/status/conditions/1/type", "value": "SidecarSetUpgradable"},
+                {"op": "test", "path": "/status/conditions/1/status", "value": "True"},
+                {"op": "test", "path": "/status/conditions/1/message", "value": r#"{"a":true}"#},
+                {"op": "replace", "path": "/status/conditions/1", "value": ops[3]["value"]},
+            ])
+        );
         // The Ready condition is left alone.
         let mut doc = serde_json::to_value(&p).unwrap_or_default();
         assert!(json_patch::patch(&mut doc, &patch).is_ok());
@@ -303,15 +374,126 @@ mod tests {
         let mut raced = serde_json::to_value(&p).unwrap_or_default();
         raced["status"]["conditions"][1]["message"] = json!(r#"{"a":true,"b":false}"#);
         assert!(json_patch::patch(&mut raced, &patch).is_err());
-        // Adding the condition tests the resourceVersion.
+        // Adding the condition tests the types read and where it landed, not the resourceVersion:
+        // the kubelet's updates pass ...
         let fresh = pod(Some(vec![ready()]));
         let add = upgradable_condition_patch(&fresh, "a", false, at(100))?.unwrap_or_default();
         let ops = serde_json::to_value(&add).unwrap_or_default();
         assert_eq!(
             ops[0],
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
+            json!({"op": "test", "path": "/status/conditions/0/type", "value": "Ready"})
         );
+        assert_eq!(ops[1]["op"], "add");
+        assert_eq!(ops[1]["path"], "/status/conditions/-");
+        assert_eq!(ops[2]["path"], "/status/conditions/1/type");
+        let mut moved = serde_json::to_value(&fresh).unwrap_or_default();
+        moved["metadata"]["resourceVersion"] = json!("8");
+        moved["status"]["conditions"][0]["status"] = json!("False");
+        assert!(json_patch::patch(&mut moved, &add).is_ok());
+        // ... another SidecarSet's condition added meanwhile does not (no second condition) ...
+        let mut raced = serde_json::to_value(&fresh).unwrap_or_default();
+        if let Some(c) = raced["status"]["conditions"].as_array_mut() {
+            c.push(serde_json::to_value(condition("True", r#"{"b":true}"#, 5)).unwrap_or_default());
+        }
+        assert!(json_patch::patch(&mut raced, &add).is_err());
+        // ... nor a condition of another type added by someone else.
+        let mut other = serde_json::to_value(&fresh).unwrap_or_default();
+        if let Some(c) = other["status"]["conditions"].as_array_mut() {
+            c.insert(0, json!({"type": "PodScheduled", "status": "True"}));
+        }
+        assert!(json_patch::patch(&mut other, &add).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn wanted_entries() {
+        let facts = |updated, upgradable, entry, upgraded_in_place| PodFacts {
+            updated,
+            upgradable,
+            entry,
+            upgraded_in_place,
+            ..PodFacts::default()
+        };
+        // (case, facts, found not upgradable by the plan, entry to write)
+        let cases = [
+            (
+                "refused, no entry yet",
+                facts(false, false, None, false),
+                true,
+                Some(false),
+            ),
+            (
+                "refused, was true",
+                facts(false, false, Some(true), true),
+                true,
+                Some(false),
+            ),
+            (
+                "refused and recorded",
+                facts(false, false, Some(false), false),
+                true,
+                None,
+            ),
+            (
+                "non-image change reverted: updated again, flips back",
+                facts(true, true, Some(false), false),
+                false,
+                Some(true),
+            ),
+            (
+                "upgradable again (an image change pending): flips back",
+                facts(false, true, Some(false), true),
+                false,
+                Some(true),
+            ),
+            (
+                "upgraded in place, the write after it lost",
+                facts(true, true, None, true),
+                false,
+                Some(true),
+            ),
+            (
+                "upgraded in place and recorded",
+                facts(true, true, Some(true), true),
+                false,
+                None,
+            ),
+            (
+                "injected with the current sidecars, never refused: no condition",
+                facts(true, true, None, false),
+                false,
+                None,
+            ),
+            (
+                "waiting for its upgrade, never refused",
+                facts(false, true, None, true),
+                false,
+                None,
+            ),
+            (
+                "not upgradable but outside the plan (paused, canary selector): left alone",
+                facts(false, false, Some(true), true),
+                false,
+                None,
+            ),
+        ];
+        for (name, f, refused, want) in cases {
+            assert_eq!(wanted_entry(&f, refused), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn entry_read_back() {
+        let p = pod(Some(vec![
+            ready(),
+            condition("False", r#"{"a":true,"b":false}"#, 5),
+        ]));
+        assert_eq!(upgradable_entry(&p, "a"), Some(true));
+        assert_eq!(upgradable_entry(&p, "b"), Some(false));
+        assert_eq!(upgradable_entry(&p, "c"), None);
+        assert_eq!(upgradable_entry(&pod(Some(vec![ready()])), "a"), None);
+        let garbled = pod(Some(vec![condition("False", "not json", 5)]));
+        assert_eq!(upgradable_entry(&garbled, "a"), None);
     }
 
     #[test]
@@ -321,7 +503,7 @@ mod tests {
             upgradable_condition_patch(&p, "a", true, at(1)),
             Err(UpgradeError::InvalidField { field, .. }) if field == "status.conditions[1].message"
         ));
-        let mut fresh = pod(Some(vec![ready()]));
+        let mut fresh = pod(None);
         fresh.metadata.resource_version = None;
         assert_eq!(
             upgradable_condition_patch(&fresh, "a", false, at(1)),

@@ -132,6 +132,11 @@ pub struct PodFacts {
     /// A hot sidecar's idle twin still holds a real image while the working containers run their
     /// spec images and are ready: the Pod is due for [`flip_patch`].
     pub flip_due: bool,
+    /// The SidecarSet's entry in the Pod's `SidecarSetUpgradable` condition, if any.
+    pub entry: Option<bool>,
+    /// The SidecarSet has upgraded the Pod in place (its `kruise.io/sidecarset-inplace-update-state`
+    /// has an entry for it).
+    pub upgraded_in_place: bool,
 }
 
 /// One Pod's sidecar containers as the consistency checks read them: the spec, the status, and the
@@ -269,6 +274,8 @@ pub fn pod_facts(ss: &SidecarSet, pod: &Pod) -> PodFacts {
             .iter()
             .any(|c| observed.ready(c) && !observed.consistent([c])),
         flip_due: hot_upgrade::flip_due(ss, pod, &observed),
+        entry: super::upgradable::upgradable_entry(pod, name),
+        upgraded_in_place: update_states(pod).contains_key(name),
     }
 }
 
@@ -773,6 +780,8 @@ mod tests {
                 ready: true,
                 restart_pending: false,
                 flip_due: false,
+                entry: None,
+                upgraded_in_place: false,
             }
         );
         assert!(pod_facts(&v1, &p).updated);

@@ -10,6 +10,7 @@ struct World {
     now: Timestamp,
     ids: u32,
     timing: Timing,
+    host_ports_in_use: HashSet<(String, i32)>,
 }
 
 impl World {
@@ -21,6 +22,7 @@ impl World {
             now: Timestamp::from_second(1_700_000_000).expect("valid"),
             ids: 0,
             timing: Timing::default(),
+            host_ports_in_use: HashSet::new(),
         }
     }
 
@@ -43,6 +45,7 @@ impl World {
             new_pod_ip: &new_ip,
             node_images: &mut self.images,
             new_container_id: &mut new_id,
+            host_ports_in_use: &|| self.host_ports_in_use.clone(),
         };
         let plan = plan(&self.pod, &mut self.memory, &mut input);
         if let Some(patch) = &plan.status_patch {
@@ -598,4 +601,274 @@ fn unpullable_image_err_image_pull_then_back_off() {
 fn pull_back_off_doubles_to_five_minutes() {
     let waits: Vec<u64> = (1..=7).map(|n| pull_backoff(n).as_secs()).collect();
     assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300]);
+}
+
+fn with_hooks(mut c: Container, post_start: Option<&str>, pre_stop: Option<&str>) -> Container {
+    use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
+    let exec = |cmd: &str| LifecycleHandler {
+        exec: Some(ExecAction {
+            command: Some(vec!["sh".into(), "-c".into(), cmd.into()]),
+        }),
+        ..Default::default()
+    };
+    c.lifecycle = Some(Lifecycle {
+        post_start: post_start.map(exec),
+        pre_stop: pre_stop.map(exec),
+        ..Default::default()
+    });
+    c
+}
+
+fn running(status: &ContainerStatus) -> bool {
+    status.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+#[test]
+fn post_start_sleep_delays_readiness_and_the_next_containers() {
+    let a = with_hooks(container("a", "nginx"), Some("sleep 2"), None);
+    let mut world = World::new(pod_with(vec![a, container("b", "busybox")], &[]));
+    world.step();
+    assert!(running(&world.container("a")));
+    assert_eq!(
+        waiting_reason(&world.container("b")).as_deref(),
+        Some("ContainerCreating"),
+        "b waits for a's postStart"
+    );
+    world.advance(1_000);
+    world.step();
+    assert!(!world.container("a").ready, "not ready during postStart");
+    assert!(!running(&world.container("b")));
+    world.advance(1_000);
+    world.step();
+    assert!(
+        running(&world.container("b")),
+        "b starts once a's hook ended"
+    );
+    assert!(!world.container("a").ready);
+    world.advance(300);
+    world.step();
+    assert!(world.container("a").ready && world.container("b").ready);
+
+    // An in-place update of both: b restarts only after a runs its new image and its hook ended.
+    world.set_image("a", "nginx:2");
+    world.set_image("b", "busybox:2");
+    world.step();
+    assert_eq!(world.container("a").image, "nginx:2");
+    assert_eq!(world.container("b").image, "busybox:latest", "b waits");
+    world.advance(1_500);
+    world.step();
+    assert_eq!(
+        world.container("b").image,
+        "busybox:latest",
+        "b still waits"
+    );
+    world.advance(500);
+    world.step();
+    assert_eq!(world.container("b").image, "busybox:2");
+    assert_eq!(world.container("b").restart_count, 1);
+}
+
+#[test]
+fn pre_stop_sleep_delays_the_stop_within_the_grace_period() {
+    for (grace, want_ms) in [(30, 5_000), (2, 2_000)] {
+        let app = with_hooks(container("app", "nginx"), None, Some("sleep 5"));
+        let mut world = World::new(pod_with(vec![app], &[]));
+        world.settle();
+        world.pod.metadata.deletion_timestamp = Some(k8s_time(world.now));
+        world.pod.metadata.deletion_grace_period_seconds = Some(grace);
+        let plan = world.step();
+        assert!(!plan.delete);
+        assert_eq!(
+            plan.requeue,
+            Some(Duration::from_millis(want_ms)),
+            "grace {grace}"
+        );
+        world.advance(want_ms - 1);
+        assert!(!world.step().delete, "grace {grace}: stopped early");
+        world.advance(1);
+        assert!(world.step().delete, "grace {grace}");
+    }
+}
+
+#[test]
+fn two_tags_of_one_digest_report_one_image_id() {
+    let digests = "nginx:1.19=sha256:1111,nginx:stable=sha256:1111";
+    let mut world = World::new(pod_with(
+        vec![container("app", "nginx:1.19")],
+        &[(crate::steer::IMAGE_DIGESTS, digests)],
+    ));
+    world.settle();
+    let before = world.container("app");
+    assert_eq!(before.image_id, "nginx@sha256:1111");
+    // The new tag is the same image: the container restarts onto it with the same imageID.
+    world.set_image("app", "nginx:stable");
+    world.settle();
+    let after = world.container("app");
+    assert_eq!(after.image, "nginx:stable");
+    assert_eq!(after.image_id, before.image_id);
+    assert_eq!(after.restart_count, 1);
+    // A tag the mapping does not name keeps an imageID of its own.
+    world.set_image("app", "nginx:1.20");
+    world.settle();
+    assert_ne!(world.container("app").image_id, before.image_id);
+}
+
+#[test]
+fn a_taken_host_port_rejects_the_pod() {
+    use k8s_openapi::api::core::v1::ContainerPort;
+    let mut app = container("app", "nginx");
+    app.ports = Some(vec![ContainerPort {
+        container_port: 80,
+        host_port: Some(8080),
+        ..Default::default()
+    }]);
+    // Free: admitted and started.
+    let mut world = World::new(pod_with(vec![app.clone()], &[]));
+    world.host_ports_in_use = [("UDP".to_string(), 8080)].into();
+    world.settle();
+    assert_eq!(world.status().phase.as_deref(), Some("Running"));
+    // Taken: rejected for good, no container started.
+    let mut world = World::new(pod_with(vec![app], &[]));
+    world.host_ports_in_use = [("TCP".to_string(), 8080)].into();
+    world.step();
+    let status = world.status();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some(REASON_NODE_PORTS));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("8080/TCP")),
+        "{:?}",
+        status.message
+    );
+    assert!(status.container_statuses.unwrap_or_default().is_empty());
+    // Freeing the port later changes nothing: the kubelet does not admit a rejected Pod again.
+    world.host_ports_in_use.clear();
+    assert_eq!(world.step(), Plan::default());
+}
+
+fn annotate(world: &mut World, key: &str, value: Option<&str>) {
+    let annotations = world
+        .pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    match value {
+        Some(v) => annotations.insert(key.into(), v.into()),
+        None => annotations.remove(key),
+    };
+}
+
+fn probe(period: i32, threshold: i32) -> Option<k8s_openapi::api::core::v1::Probe> {
+    Some(k8s_openapi::api::core::v1::Probe {
+        period_seconds: Some(period),
+        failure_threshold: Some(threshold),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn readiness_probe_fails_while_steered_then_recovers() {
+    let mut world = World::new(pod_with(vec![container("app", "nginx")], &[]));
+    world.settle();
+    assert!(world.container("app").ready);
+    annotate(&mut world, crate::steer::READINESS_FAIL, Some("app"));
+    world.step();
+    assert!(!world.container("app").ready);
+    assert_eq!(world.condition("Ready").status, "False");
+    assert_eq!(
+        world.container("app").restart_count,
+        0,
+        "readiness never restarts"
+    );
+    annotate(&mut world, crate::steer::READINESS_FAIL, None);
+    world.step();
+    assert!(world.container("app").ready);
+}
+
+#[test]
+fn liveness_failures_restart_the_container_after_threshold_times_period() {
+    let mut app = container("app", "nginx");
+    app.liveness_probe = probe(1, 2);
+    let mut world = World::new(pod_with(vec![app], &[]));
+    world.settle();
+    let first_id = world.container("app").container_id;
+    annotate(&mut world, crate::steer::LIVENESS_FAIL, Some("app"));
+    let plan = world.step();
+    assert_eq!(plan.requeue, Some(Duration::from_secs(2)));
+    world.advance(1_999);
+    world.step();
+    assert_eq!(world.container("app").restart_count, 0);
+    world.advance(1);
+    world.step();
+    let restarted = world.container("app");
+    assert_eq!(restarted.restart_count, 1);
+    assert_ne!(restarted.container_id, first_id);
+    let last = restarted
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("lastState");
+    assert_eq!((last.exit_code, last.container_id), (137, first_id));
+    // Still failing: killed again after another 2 s; recovered: left running.
+    world.advance(2_000);
+    world.step();
+    assert_eq!(world.container("app").restart_count, 2);
+    annotate(&mut world, crate::steer::LIVENESS_FAIL, None);
+    world.settle();
+    assert_eq!(world.container("app").restart_count, 2);
+    assert!(world.container("app").ready);
+}
+
+#[test]
+fn startup_probe_failing_keeps_the_container_unstarted_then_restarts_it() {
+    let mut app = container("app", "nginx");
+    app.startup_probe = probe(1, 3);
+    let mut world = World::new(pod_with(
+        vec![app, container("plain", "busybox")],
+        &[(crate::steer::STARTUP_FAIL, "*")],
+    ));
+    world.step();
+    world.advance(500);
+    world.step();
+    let app = world.container("app");
+    assert_eq!((app.started, app.ready), (Some(false), false));
+    assert_eq!(
+        world.container("plain").started,
+        Some(true),
+        "no startupProbe: unaffected"
+    );
+    world.advance(2_500);
+    world.step();
+    assert_eq!(world.container("app").restart_count, 1);
+    annotate(&mut world, crate::steer::STARTUP_FAIL, None);
+    world.settle();
+    let app = world.container("app");
+    assert_eq!(
+        (app.started, app.ready, app.restart_count),
+        (Some(true), true, 1)
+    );
+}
+
+#[test]
+fn kubelet_crash_backoff_restarts_at_once_then_waits_10s_doubling() {
+    let mut world = World::new(pod_with(
+        vec![container("app", "nginx:crash")],
+        &[(crate::steer::CRASH_BACKOFF, "kubelet")],
+    ));
+    world.step();
+    world.step();
+    let app = world.container("app");
+    assert_eq!(app.restart_count, 1, "the first restart goes at once");
+    assert!(running(&app));
+    let plan = world.step();
+    let app = world.container("app");
+    assert_eq!(app.restart_count, 2);
+    assert_eq!(waiting_reason(&app).as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(plan.requeue, Some(Duration::from_secs(10)));
+    world.advance(10_000);
+    world.step();
+    let plan = world.step();
+    assert_eq!(world.container("app").restart_count, 3);
+    assert_eq!(plan.requeue, Some(Duration::from_secs(20)));
 }
