@@ -1741,3 +1741,116 @@ async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()>
     })
     .await
 }
+
+/// One observed version of a Pod during a prioritized in-place update: (app image in the spec,
+/// proxy image in the status, proxy Ready).
+type BatchView = (String, String, bool);
+
+/// Container launch priority in an in-place update (`KRUISE_CONTAINER_PRIORITY`): the proxy (priority
+/// 10, a 3 s postStart) is updated first; the app (priority 1) gets its new image only once the proxy
+/// runs its new image and is Ready again, so it restarts after the proxy's postStart. A watch records
+/// every Pod version; UIDs are kept and each container restarts once.
+#[tokio::test]
+async fn containers_update_in_place_in_launch_priority_order() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("cs-priority").await?;
+    ns.run(async {
+        let containers = |proxy: &str, app: &str| {
+            json!([
+                {"name": "proxy", "image": proxy,
+                 "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "10"}],
+                 "lifecycle": {"postStart": {"exec": {"command": ["sleep", "3"]}}}},
+                {"name": "app", "image": app,
+                 "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "1"}]}
+            ])
+        };
+        let spec = json!({
+            "template": {"spec": {
+                "containers": containers("envoy:v1", "app:v1"),
+                "readinessGates": [{"conditionType": "InPlaceUpdateReady"}]
+            }},
+            "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 2}}
+        });
+        apply(&ns, &cloneset("prio", 2, "unused", spec)).await?;
+        let (_, before) = wait_converged(&ns, "prio", 2, Duration::from_secs(120)).await?;
+        let uids: BTreeMap<String, String> = before.iter().map(|p| (name(p), uid(p))).collect();
+
+        let pods: Api<Pod> = ns.api();
+        let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<BatchView>>>> =
+            std::sync::Arc::default();
+        let recorder = {
+            let seen = seen.clone();
+            let stream = watcher(pods.clone(), watcher::Config::default().labels("app=prio"))
+                .applied_objects();
+            tokio::spawn(async move {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(Ok(pod)) = stream.next().await {
+                    let app_spec = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.containers.iter().find(|c| c.name == "app"))
+                        .and_then(|c| c.image.clone())
+                        .unwrap_or_default();
+                    let proxy = container_status(&pod, "proxy");
+                    let row = (
+                        app_spec,
+                        proxy.as_ref().map(|s| s.image.clone()).unwrap_or_default(),
+                        proxy.is_some_and(|s| s.ready),
+                    );
+                    if let Ok(mut seen) = seen.lock() {
+                        seen.entry(name(&pod)).or_default().push(row);
+                    }
+                }
+            })
+        };
+        eventually("the watch has listed the Pods", Duration::from_secs(30), || {
+            let seen = seen.clone();
+            async move { Ok(seen.lock().is_ok_and(|s| s.len() == 2).then_some(())) }
+        })
+        .await?;
+        merge_patch(
+            &ns,
+            "clonesets.apps.kruise.io",
+            "prio",
+            &json!({"spec": {"template": {"spec": {"containers": containers("envoy:v2", "app:v2")}}}}),
+        )
+        .await?;
+        let (_, after) = wait_converged(&ns, "prio", 2, Duration::from_secs(120)).await?;
+        recorder.abort();
+        let seen = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+        for pod in &after {
+            let pod_name = name(pod);
+            ensure!(uids.get(&pod_name) == Some(&uid(pod)), "{pod_name} was recreated");
+            for c in ["proxy", "app"] {
+                let status = container_status(pod, c).with_context(|| format!("{pod_name}/{c}"))?;
+                ensure!(status.restart_count == 1, "{pod_name}/{c} restarts {}", status.restart_count);
+            }
+            // The first version whose spec names app:v2: the proxy already runs envoy:v2 and is Ready.
+            let versions = seen.get(&pod_name).cloned().unwrap_or_default();
+            let first = versions
+                .iter()
+                .find(|(app, ..)| app == "app:v2")
+                .with_context(|| format!("{pod_name}: app:v2 never seen: {versions:?}"))?;
+            ensure!(
+                first.1 == "envoy:v2" && first.2,
+                "{pod_name}: the app was updated before the proxy was Ready again: {versions:?}"
+            );
+            // And the proxy's postStart delay shows between the two restarts.
+            let started = |c: &str| {
+                container_status(pod, c)
+                    .and_then(|s| s.state)
+                    .and_then(|s| s.running)
+                    .and_then(|r| r.started_at)
+                    .map(|t| t.0.as_second())
+                    .with_context(|| format!("{pod_name}/{c} running"))
+            };
+            let gap = started("app")? - started("proxy")?;
+            ensure!(gap >= 2, "{pod_name}: app restarted {gap} s after the proxy, within its 3 s postStart");
+        }
+        Ok(())
+    })
+    .await
+}

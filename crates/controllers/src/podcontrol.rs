@@ -576,6 +576,39 @@ impl PodControl<'_> {
         Ok(outcome)
     }
 
+    /// Starts the next batch of containers of an in-place update held back by container launch
+    /// priority, once the batch before it runs its new images and is Ready.
+    pub async fn update_next_batch(&self, pod: &Pod) -> Result<Outcome, Error> {
+        let Some(patch) = inplace::next_batch_patch(pod, self.now)
+            .map_err(|e| Error::Invalid(format!("Pod {}: {e}", name_of(pod))))?
+        else {
+            return Ok(Outcome::default());
+        };
+        let result = self
+            .pods()
+            .patch(
+                name_of(pod),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await;
+        self.count("update_in_place", result.is_ok());
+        match result {
+            Ok(patched) => {
+                self.observe(&patched);
+                Ok(Outcome::MODIFIED)
+            }
+            Err(error) if is_race(&error) => Ok(Outcome::default()),
+            Err(error) => Err(Error::Kube {
+                context: format!(
+                    "updating the next containers of Pod {} in place",
+                    name_of(pod)
+                ),
+                source: error,
+            }),
+        }
+    }
+
     /// Sets `InPlaceUpdateReady=True` on a Pod whose update has completed.
     pub async fn mark_in_place_ready(&self, pod: &Pod) -> Result<Outcome, Error> {
         let Some(patch) = inplace::mark_ready_patch(pod, self.now)

@@ -283,6 +283,8 @@ fn metadata_only_in_place(s: &Snapshot<'_>) -> bool {
 pub enum Fix {
     /// The in-place update is complete: set `InPlaceUpdateReady=True`.
     InPlaceReady(usize),
+    /// Start the next batch of containers held back by container launch priority.
+    InPlaceNextBatch(usize),
     /// Move the Pod to this lifecycle state.
     Lifecycle(usize, LifecycleState),
     /// Add the missing `pod-template-hash` label.
@@ -461,6 +463,9 @@ fn refresh(s: &Snapshot<'_>, skip: &BTreeSet<usize>) -> Vec<Fix> {
             .is_some_and(|c| c.status == "True");
         if completed && !gate_true && inplace::has_readiness_gate(pod) {
             fixes.push(Fix::InPlaceReady(i));
+        }
+        if inplace::next_batch_due(pod) {
+            fixes.push(Fix::InPlaceNextBatch(i));
         }
         let at_update = pods::is_at_revision(pod, s.update.name);
         if let Some(state) = lifecycle::refresh_transition(lifecycle, pod, at_update, completed) {

@@ -659,6 +659,7 @@ async fn update(
         pending.push(Box::pin(async move {
             match fix {
                 Fix::InPlaceReady(i) => actor.mark_in_place_ready(&s.pods[*i]).await,
+                Fix::InPlaceNextBatch(i) => actor.update_next_batch(&s.pods[*i]).await,
                 Fix::Lifecycle(i, state) => {
                     let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
                         && kruise_core::lifecycle::marks_pod_not_ready(lifecycle);

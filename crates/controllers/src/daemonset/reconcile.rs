@@ -367,6 +367,7 @@ async fn carry_out(
         let write: Write<'_> = match action {
             Step::Create { .. } => continue,
             Step::Fix(Fix::InPlaceReady(i)) => Box::pin(pc.mark_in_place_ready(&s.pods[*i])),
+            Step::Fix(Fix::InPlaceNextBatch(i)) => Box::pin(pc.update_next_batch(&s.pods[*i])),
             Step::Delete { pod, reason } => {
                 let pod = &s.pods[*pod];
                 let reason = *reason;

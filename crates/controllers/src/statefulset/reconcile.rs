@@ -632,6 +632,7 @@ async fn carry_out(
                 })
             }
             Step::Fix(Fix::InPlaceReady(i)) => Box::pin(pc.mark_in_place_ready(&s.pods[*i])),
+            Step::Fix(Fix::InPlaceNextBatch(i)) => Box::pin(pc.update_next_batch(&s.pods[*i])),
             Step::Fix(Fix::Lifecycle(i, state)) => {
                 let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
                     && kruise_core::lifecycle::marks_pod_not_ready(lifecycle);

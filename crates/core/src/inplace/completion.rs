@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
 use std::collections::BTreeMap;
 
-use super::state::{has_grace_annotation, read_state};
+use super::state::{InPlaceUpdateState, has_grace_annotation, read_state};
 
 /// The outcome of [`check_completed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +47,37 @@ pub fn check_completed(pod: &Pod) -> Completion {
     if state.has_next_batches() {
         return Waiting(WaitReason::NextBatches);
     }
+    current_batch(pod, &state)
+}
+
+/// Whether the Pod's in-place update has a later batch of containers (container launch priority)
+/// that may go now: the batch in flight runs its new images, and the containers it named in
+/// `preCheckBeforeNext` are Ready.
+pub fn next_batch_due(pod: &Pod) -> bool {
+    if has_grace_annotation(pod) {
+        return false;
+    }
+    let Some(Ok(state)) = read_state(pod) else {
+        return false;
+    };
+    if state.next_container_images.is_empty() || current_batch(pod, &state) != Completion::Done {
+        return false;
+    }
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[]);
+    state
+        .pre_check_before_next
+        .iter()
+        .flat_map(|p| &p.containers_required_ready)
+        .all(|name| statuses.iter().any(|s| &s.name == name && s.ready))
+}
+
+/// Whether the containers updated so far run what the update asked for.
+fn current_batch(pod: &Pod, state: &InPlaceUpdateState) -> Completion {
+    use Completion::{Done, Waiting};
     if state.update_env_from_metadata {
         return Waiting(WaitReason::EnvFromMetadata);
     }

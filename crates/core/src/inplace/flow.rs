@@ -6,7 +6,7 @@
 //! whose Pod has meanwhile become Ready again (kruise#2276): the API server rejects the patch and the
 //! caller decides again on a fresh Pod.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use json_patch::jsonptr::PointerBuf;
@@ -20,6 +20,7 @@ use kruise_api::keys;
 use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
 use serde_json::{Value, json};
 
+use super::batches::{container_priorities, first_batch};
 use super::plan::InPlacePlan;
 use super::state::{InPlaceUpdateState, annotation};
 
@@ -356,7 +357,16 @@ fn apply_patch(
     now: Timestamp,
 ) -> Result<Patch, FlowError> {
     let mut ops = vec![test_rv(rv)];
-    for (name, image) in &plan.images {
+    // Container launch priority: the lower-priority images wait for a later batch.
+    let changing: BTreeSet<String> = plan.images.keys().cloned().collect();
+    let (_, later) = first_batch(&changing, &container_priorities(pod));
+    let later_images: BTreeMap<String, String> = plan
+        .images
+        .iter()
+        .filter(|(name, _)| later.contains(*name))
+        .map(|(n, i)| (n.clone(), i.clone()))
+        .collect();
+    for (name, image) in plan.images.iter().filter(|(n, _)| !later.contains(*n)) {
         let index = container_index(pod, name)?.to_string();
         ops.push(PatchOperation::Replace(ReplaceOperation {
             path: ptr(["spec", "containers", &index, "image"]),
@@ -374,7 +384,9 @@ fn apply_patch(
     );
     metadata_ops(&mut ops, "labels", pod.metadata.labels.as_ref(), &labels);
 
-    let state = InPlaceUpdateState::new(target.revision, plan, pod, now)
+    let mut state = InPlaceUpdateState::new(target.revision, plan, pod, now);
+    state.defer_images(&later_images);
+    let state = state
         .to_annotation()
         .map_err(|e| FlowError::Encode(e.to_string()))?;
     let mut annotations = plan.annotations.clone();
@@ -396,4 +408,42 @@ fn apply_patch(
         &annotations,
     );
     Ok(Patch(ops))
+}
+
+/// JSON patch starting the next batch of an in-place update (container launch priority): the images
+/// of the highest-priority containers left in `nextContainerImages`, and the state recording them;
+/// `None` until [`super::next_batch_due`] says the batch in flight is done and Ready.
+pub fn next_batch_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, FlowError> {
+    if !super::next_batch_due(pod) {
+        return Ok(None);
+    }
+    let Some(Ok(mut state)) = super::read_state(pod) else {
+        return Ok(None);
+    };
+    let rv = resource_version(pod)?;
+    let waiting: BTreeSet<String> = state.next_container_images.keys().cloned().collect();
+    let (batch, _) = first_batch(&waiting, &container_priorities(pod));
+    let mut ops = vec![test_rv(rv)];
+    for name in &batch {
+        let index = container_index(pod, name)?.to_string();
+        ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: ptr(["spec", "containers", &index, "image"]),
+            value: json!(state.next_container_images[name]),
+        }));
+    }
+    state.start_next_batch(&batch, pod, now);
+    let encoded = state
+        .to_annotation()
+        .map_err(|e| FlowError::Encode(e.to_string()))?;
+    let annotations = BTreeMap::from([(
+        keys::ANNOTATION_IN_PLACE_UPDATE_STATE.to_string(),
+        Some(encoded),
+    )]);
+    metadata_ops(
+        &mut ops,
+        "annotations",
+        pod.metadata.annotations.as_ref(),
+        &annotations,
+    );
+    Ok(Some(Patch(ops)))
 }

@@ -2,15 +2,21 @@
 //! state annotation ([`InPlaceUpdateState`]), the drain → grace → patch steps ([`next_step`]) and
 //! the completion check ([`check_completed`]). The caller sends the patches and re-reads the Pod.
 
+mod batches;
 mod completion;
 mod flow;
 mod plan;
 mod state;
 
-pub use completion::{Completion, WaitReason, check_completed, with_default_tag};
+pub use batches::{
+    ANNOTATION_CONTAINER_LAUNCH_PRIORITY, ENV_CONTAINER_BARRIER, ENV_CONTAINER_PRIORITY,
+    container_priorities, first_batch,
+};
+pub use completion::{Completion, WaitReason, check_completed, next_batch_due, with_default_tag};
 pub use flow::{
     FlowError, REASON_READINESS_GATES_NOT_READY, REASON_START_IN_PLACE_UPDATE, Step, Target,
-    condition_patch, drained_for_update, has_readiness_gate, mark_ready_patch, next_step,
+    condition_patch, drained_for_update, has_readiness_gate, mark_ready_patch, next_batch_patch,
+    next_step,
 };
 pub use plan::{
     ANNOTATION_RESTARTED_AT, InPlacePlan, NotInPlace, Plan, PlanOptions, QosClass, ResourceChange,

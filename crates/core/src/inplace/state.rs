@@ -1,7 +1,7 @@
 //! The `apps.kruise.io/inplace-update-state` annotation, with OpenKruise's JSON names so that either
 //! implementation can finish an update the other started.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -29,8 +29,8 @@ pub struct InPlaceUpdateState {
     pub update_resources: bool,
     #[serde(default, skip_serializing_if = "is_false")]
     pub update_images: bool,
-    /// Lower-priority containers waiting for a later batch (written only by OpenKruise's container
-    /// launch priority, which kruise-rs does not implement; read so such Pods are not seen as done).
+    /// Lower-priority containers waiting for a later batch (container launch priority,
+    /// `super::batches`).
     #[serde(
         default,
         deserialize_with = "null_as_default",
@@ -153,6 +153,59 @@ impl InPlaceUpdateState {
     /// The annotation value.
     pub fn to_annotation(&self) -> Result<String, serde_json::Error> {
         serde_json::to_string(self)
+    }
+
+    /// Leaves the images of `later` for a later batch (container launch priority): they are not
+    /// part of this batch's record or image-ID check, and the next batch waits until the containers
+    /// updated now are Ready.
+    pub fn defer_images(&mut self, later: &BTreeMap<String, String>) {
+        if later.is_empty() {
+            return;
+        }
+        for name in later.keys() {
+            self.last_container_statuses.remove(name);
+        }
+        self.next_container_images = later.clone();
+        let mut now_batch = Vec::new();
+        if let Some(batch) = self.container_batches_record.last_mut() {
+            batch.containers.retain(|c| !later.contains_key(c));
+            now_batch = batch.containers.clone();
+        }
+        self.pre_check_before_next = Some(InPlaceUpdatePreCheckBeforeNext {
+            containers_required_ready: now_batch,
+        });
+    }
+
+    /// Moves the containers of `batch` (taken from `nextContainerImages`) into the update at `now`:
+    /// their current image IDs join the check, the batch is recorded, and what is left waits for
+    /// `batch` to be Ready.
+    pub fn start_next_batch(&mut self, batch: &BTreeSet<String>, pod: &Pod, now: Timestamp) {
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or(&[]);
+        for status in statuses.iter().filter(|s| batch.contains(&s.name)) {
+            self.last_container_statuses.insert(
+                status.name.clone(),
+                InPlaceUpdateContainerStatus {
+                    image_id: status.image_id.clone(),
+                },
+            );
+        }
+        self.next_container_images
+            .retain(|name, _| !batch.contains(name));
+        let containers: Vec<String> = batch.iter().cloned().collect();
+        self.pre_check_before_next =
+            (!self.next_container_images.is_empty()).then(|| InPlaceUpdatePreCheckBeforeNext {
+                containers_required_ready: containers.clone(),
+            });
+        self.update_images = true;
+        self.container_batches_record
+            .push(InPlaceUpdateContainerBatch {
+                timestamp: whole_seconds(now),
+                containers,
+            });
     }
 
     /// Whether later batches are still pending.

@@ -1092,3 +1092,186 @@ proptest! {
         prop_assert_eq!(matches!(step, Step::Apply(_) | Step::Resize(_)), drained);
     }
 }
+
+// ---------------------------------------------------------------- container launch priority
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+#[test]
+fn container_priorities_from_annotation_env_and_barrier() {
+    let mut with_env = container("proxy", "p:1");
+    with_env.env = Some(vec![env(ENV_CONTAINER_PRIORITY, "10")]);
+    let mut with_barrier = container("app", "a:1");
+    with_barrier.env = Some(vec![EnvVar {
+        name: ENV_CONTAINER_BARRIER.into(),
+        value_from: Some(EnvVarSource {
+            config_map_key_ref: Some(k8s_openapi::api::core::v1::ConfigMapKeySelector {
+                name: "web-0-barrier".into(),
+                key: "p_-5".into(),
+                ..Default::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }]);
+    let t = template(vec![with_env, with_barrier, container("log", "l:1")], &[]);
+    let mut pod = pod_from(&t);
+    let got = container_priorities(&pod);
+    assert_eq!(
+        got,
+        BTreeMap::from([("proxy".into(), 10), ("app".into(), -5)])
+    );
+    // Ordered: earlier containers first; an env priority still wins.
+    pod.metadata.annotations = Some(BTreeMap::from([(
+        ANNOTATION_CONTAINER_LAUNCH_PRIORITY.to_string(),
+        "Ordered".to_string(),
+    )]));
+    let got = container_priorities(&pod);
+    assert_eq!(
+        got,
+        BTreeMap::from([("proxy".into(), 10), ("app".into(), -5), ("log".into(), -2)])
+    );
+}
+
+#[test]
+fn first_batch_table() {
+    let set = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let priorities = BTreeMap::from([
+        ("a".to_string(), 10),
+        ("b".to_string(), 5),
+        ("c".to_string(), 10),
+    ]);
+    // (changing, now, later)
+    let cases: [(&[&str], &[&str], &[&str]); 5] = [
+        (&["a", "b"], &["a"], &["b"]),
+        (&["a", "b", "c"], &["a", "c"], &["b"]),
+        // Containers without a priority go in the first batch.
+        (&["b", "x"], &["b", "x"], &[]),
+        (&["x", "y"], &["x", "y"], &[]),
+        (&["b"], &["b"], &[]),
+    ];
+    for (changing, now, later) in cases {
+        assert_eq!(
+            first_batch(&set(changing), &priorities),
+            (set(now), set(later)),
+            "{changing:?}"
+        );
+    }
+}
+
+/// Two containers updated in place with priorities: the higher one first; the lower one only once
+/// the first runs its new image and is Ready; the update completes after both.
+#[test]
+fn update_in_batches_by_priority() {
+    let with_priority = |name: &str, image: &str, p: &str| {
+        let mut c = container(name, image);
+        c.env = Some(vec![env(ENV_CONTAINER_PRIORITY, p)]);
+        c
+    };
+    let old = template(
+        vec![
+            with_priority("proxy", "p:1", "10"),
+            with_priority("app", "a:1", "1"),
+        ],
+        &[],
+    );
+    let new = template(
+        vec![
+            with_priority("proxy", "p:2", "10"),
+            with_priority("app", "a:2", "1"),
+        ],
+        &[],
+    );
+    let mut pod = pod_from(&old);
+    pod.spec.as_mut().expect("spec").readiness_gates = None;
+    let p = in_place(plan(&old, &new, &pod, &OFF));
+    let labels = BTreeMap::new();
+    let target = Target {
+        revision: "web-2",
+        revision_labels: &labels,
+    };
+    let Ok(Step::Apply(patch)) = next_step(&pod, &p, &target, 0, ts(0)) else {
+        panic!("expected apply");
+    };
+    let mut after = apply(&pod, &patch).expect("applies");
+    let image_of = |pod: &Pod, name: &str| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == name))
+            .and_then(|c| c.image.clone())
+    };
+    assert_eq!(image_of(&after, "proxy").as_deref(), Some("p:2"));
+    assert_eq!(image_of(&after, "app").as_deref(), Some("a:1"));
+    let state = read_state(&after).expect("state").expect("parses");
+    assert_eq!(
+        state.next_container_images.get("app").map(String::as_str),
+        Some("a:2")
+    );
+    assert_eq!(
+        state
+            .pre_check_before_next
+            .map(|p| p.containers_required_ready),
+        Some(vec!["proxy".to_string()])
+    );
+    assert!(!state.last_container_statuses.contains_key("app"));
+    assert_eq!(
+        check_completed(&after),
+        Completion::Waiting(WaitReason::NextBatches)
+    );
+    // The proxy has not restarted yet: the next batch waits.
+    assert!(!next_batch_due(&after));
+    assert_eq!(next_batch_patch(&after, ts(5)), Ok(None));
+    // The kubelet restarts the proxy on p:2, not Ready yet: still waiting.
+    let set_status = |pod: &mut Pod, name: &str, image: &str, ready: bool| {
+        for s in pod
+            .status
+            .as_mut()
+            .and_then(|s| s.container_statuses.as_mut())
+            .expect("statuses")
+            .iter_mut()
+            .filter(|s| s.name == name)
+        {
+            s.image = image.into();
+            s.image_id = format!("id-of-{image}");
+            s.ready = ready;
+        }
+    };
+    set_status(&mut after, "proxy", "p:2", false);
+    assert!(!next_batch_due(&after));
+    set_status(&mut after, "proxy", "p:2", true);
+    assert!(next_batch_due(&after));
+    let patch = next_batch_patch(&after, ts(10))
+        .expect("encodes")
+        .expect("the next batch is due");
+    let mut last = apply(&after, &patch).expect("applies");
+    assert_eq!(image_of(&last, "app").as_deref(), Some("a:2"));
+    let state = read_state(&last).expect("state").expect("parses");
+    assert!(state.next_container_images.is_empty() && state.pre_check_before_next.is_none());
+    assert_eq!(state.container_batches_record.len(), 2);
+    assert_eq!(state.container_batches_record[1].containers, ["app"]);
+    assert_eq!(
+        state
+            .last_container_statuses
+            .get("app")
+            .map(|s| s.image_id.as_str()),
+        Some("id-of-a:1")
+    );
+    // Not complete until the app runs a:2.
+    assert_eq!(
+        check_completed(&last),
+        Completion::Waiting(WaitReason::ImageNotUpdated("app".into()))
+    );
+    set_status(&mut last, "app", "a:2", true);
+    assert_eq!(check_completed(&last), Completion::Done);
+}

@@ -239,6 +239,8 @@ pub enum DeleteReason {
 pub enum Fix {
     /// The in-place update is complete (or the Pod is new): set `InPlaceUpdateReady=True`.
     InPlaceReady(usize),
+    /// Start the next batch of containers held back by container launch priority.
+    InPlaceNextBatch(usize),
 }
 
 /// One thing for the controller to do.
@@ -416,7 +418,14 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
     // old Pod whose gate is False without an in-place state is drained for an update whose patch has
     // not landed yet: marking it ready again would undo the drain and livelock the update.
     for (i, pod) in s.pods.iter().enumerate() {
-        if pods::is_terminating(pod) || !inplace::has_readiness_gate(pod) {
+        if pods::is_terminating(pod) {
+            continue;
+        }
+        if inplace::next_batch_due(pod) {
+            plan.actions.push(Action::Fix(Fix::InPlaceNextBatch(i)));
+            continue;
+        }
+        if !inplace::has_readiness_gate(pod) {
             continue;
         }
         if !s.is_updated(pod) && inplace::read_state(pod).is_none() {

@@ -325,6 +325,8 @@ pub enum DeleteReason {
 pub enum Fix {
     /// The in-place update is complete: set `InPlaceUpdateReady=True`.
     InPlaceReady(usize),
+    /// Start the next batch of containers held back by container launch priority.
+    InPlaceNextBatch(usize),
     /// Move the Pod to this lifecycle state.
     Lifecycle(usize, LifecycleState),
 }
@@ -590,6 +592,8 @@ fn refresh(s: &Snapshot<'_>, plan: &mut Plan, i: usize) {
                 delete(s, plan, i, DeleteReason::Recreate);
             }
         }
+    } else if inplace::next_batch_due(pod) {
+        plan.actions.push(Action::Fix(Fix::InPlaceNextBatch(i)));
     } else if completed && !gate_true && inplace::has_readiness_gate(pod) {
         plan.actions.push(Action::Fix(Fix::InPlaceReady(i)));
     }
