@@ -14,7 +14,8 @@ pub fn set_defaults_pod_spec(spec: &mut PodSpec) {
     spec.termination_grace_period_seconds.get_or_insert(30);
     spec.scheduler_name
         .get_or_insert_with(|| "default-scheduler".into());
-    spec.enable_service_links.get_or_insert(true);
+    // No `enableServiceLinks`: Kubernetes defaults it in `SetDefaults_Pod`, not in `SetDefaults_PodSpec`,
+    // so it is set on Pods but never in OpenKruise's templates; setting it would change revision hashes.
     for volume in spec.volumes.iter_mut().flatten() {
         set_defaults_volume(volume);
     }
@@ -161,6 +162,57 @@ pub fn set_defaults_volume(volume: &mut Volume) {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    /// `value` without object fields holding `null` or `{}` (Go writes `resources: {}`, serde leaves it out).
+    fn pruned(value: serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => serde_json::Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| (k, pruned(v)))
+                    .filter(|(_, v)| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()))
+                    .collect(),
+            ),
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.into_iter().map(pruned).collect())
+            }
+            other => other,
+        }
+    }
+
+    /// The templates of OpenKruise v1.9's fixture CloneSets are exactly what this defaulting makes of
+    /// what the user applied (their `last-applied-configuration`): same template, same revision hash.
+    #[test]
+    fn defaults_are_openkruises() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/openkruise-v1.9/fx-clonesets.apps.kruise.io.json");
+        let list: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+        let mut checked = 0;
+        for cs in list["items"].as_array().expect("items") {
+            let Some(applied) =
+                cs["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+                    .as_str()
+            else {
+                continue;
+            };
+            let applied: serde_json::Value = serde_json::from_str(applied).expect("JSON");
+            let mut spec: PodSpec =
+                serde_json::from_value(applied["spec"]["template"]["spec"].clone()).expect("spec");
+            set_defaults_pod_spec(&mut spec);
+            let stored = &cs["spec"]["template"]["spec"];
+            let mut ours = serde_json::to_value(&spec).expect("encodes");
+            // The fixture's `sample` had its image changed after the apply.
+            ours["containers"][0]["image"] = stored["containers"][0]["image"].clone();
+            assert_eq!(
+                pruned(ours),
+                pruned(stored.clone()),
+                "{}",
+                cs["metadata"]["name"]
+            );
+            checked += 1;
+        }
+        assert_eq!(checked, 2);
+    }
 
     #[test]
     fn pod_and_container_defaults() {

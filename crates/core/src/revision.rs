@@ -17,6 +17,8 @@ use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use serde_json::{Map, Value};
 
+pub mod go_fields;
+
 /// Label carrying the revision hash on every ControllerRevision (`history.ControllerRevisionHashLabel`).
 pub const LABEL_REVISION_HASH: &str = "controller.kubernetes.io/hash";
 /// Label on Pods holding the short hash (`apps.DefaultDeploymentUniqueLabelKey`).
@@ -90,9 +92,12 @@ pub fn pod_label_matches_revision(pod_label: &str, revision: &str) -> bool {
 }
 
 /// The revision data for a Pod template: a strategic-merge patch that replaces the whole template,
-/// `{"spec":{"template":{...,"$patch":"replace"}}}`, as a JSON value.
+/// `{"spec":{"template":{...,"$patch":"replace"}}}`, as a JSON value, with the empty fields Go writes
+/// ([`go_fields`]) so that it hashes as OpenKruise's does.
 pub fn revision_data(template: &PodTemplateSpec) -> Result<Value, RevisionError> {
-    let mut template = match serde_json::to_value(template)? {
+    let mut template = serde_json::to_value(template)?;
+    go_fields::pod_template(&mut template);
+    let mut template = match template {
         Value::Object(map) => map,
         // A struct always serializes to an object; anything else would be a serde bug.
         _ => Map::new(),
@@ -221,7 +226,9 @@ pub fn build_revision(
 ) -> Result<ControllerRevision, RevisionError> {
     let name = parent.meta.name.as_deref().ok_or(RevisionError::NoName)?;
     let uid = parent.meta.uid.clone().ok_or(RevisionError::NoUid)?;
-    let hash = hash_revision_data(&canonical_json(&data), collision_count);
+    // Upstream's controllers probe with a collision count that defaults to 0 (`new(int32)` when the
+    // status holds none), so "no count yet" hashes as 0 does.
+    let hash = hash_revision_data(&canonical_json(&data), Some(collision_count.unwrap_or(0)));
     labels.insert(LABEL_REVISION_HASH.into(), hash.clone());
     Ok(ControllerRevision {
         metadata: ObjectMeta {
@@ -301,9 +308,30 @@ pub fn next_revision_number(revisions: &[ControllerRevision]) -> i64 {
 
 /// Whether two revisions record the same state. Data is compared as JSON values, not bytes: a
 /// revision read back from the API server may be re-encoded, and the same template must still be
-/// recognised (upstream compares raw bytes).
+/// recognised (upstream compares raw bytes). Data that differs only in fields holding `null` or `{}`
+/// records the same state too: revisions written before revision data carried Go's empty fields
+/// ([`go_fields`]) must still be found, or every workload would get a new revision on upgrade.
 pub fn equal_revision(a: &ControllerRevision, b: &ControllerRevision) -> bool {
-    a.data.as_ref().map(|d| &d.0) == b.data.as_ref().map(|d| &d.0)
+    match (a.data.as_ref(), b.data.as_ref()) {
+        (Some(a), Some(b)) => {
+            a.0 == b.0 || without_empty_fields(&a.0) == without_empty_fields(&b.0)
+        }
+        (a, b) => a.is_none() && b.is_none(),
+    }
+}
+
+/// `value` without the object fields that hold `null` or `{}` (after their own empty fields are gone).
+fn without_empty_fields(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), without_empty_fields(v)))
+                .filter(|(_, v)| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_empty_fields).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Whether a revision found under `candidate`'s name is a hash collision (different data), in which
@@ -492,14 +520,14 @@ mod tests {
             data,
             json!({"spec": {"template": {
                 "$patch": "replace",
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}
+                "metadata": {"labels": {"app": "web"}, "creationTimestamp": null},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1", "resources": {}}]}
             }}})
         );
         let bytes = String::from_utf8(canonical_json(&data)).expect("utf8");
         assert_eq!(
             bytes,
-            r#"{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"image":"nginx:1","name":"main"}]}}}}"#
+            r#"{"spec":{"template":{"$patch":"replace","metadata":{"creationTimestamp":null,"labels":{"app":"web"}},"spec":{"containers":[{"image":"nginx:1","name":"main","resources":{}}]}}}}"#
         );
     }
 
@@ -549,9 +577,10 @@ mod tests {
         );
         assert_eq!(owner.controller, Some(true));
         assert_eq!(r.revision, 3);
+        // The template comes back with Go's empty fields (`resources: {}`), which record nothing.
         assert_eq!(
-            template_from_revision(&r).expect("template"),
-            cs.spec.template
+            revision_data(&template_from_revision(&r).expect("template")).expect("data"),
+            revision_data(&cs.spec.template).expect("data")
         );
 
         // A collision count changes the name, not the data.

@@ -27,6 +27,7 @@ pub use reservation::{
 pub use strategic::strategic_merge;
 
 use crate::pods;
+use crate::revision::go_fields::{self, WorkloadSpec};
 
 /// What the allocators read off a subset workload that exists.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -570,6 +571,20 @@ impl TemplateKind {
 pub fn revision_data(template: &SubsetTemplate) -> Result<Value, serde_json::Error> {
     let mut template = serde_json::to_value(template)?;
     if let Value::Object(map) = &mut template {
+        // The empty fields Go writes, so that the revision hashes as OpenKruise's does.
+        for (field, kind) in [
+            ("cloneSetTemplate", WorkloadSpec::CloneSet),
+            (
+                "advancedStatefulSetTemplate",
+                WorkloadSpec::AdvancedStatefulSet,
+            ),
+            ("statefulSetTemplate", WorkloadSpec::StatefulSet),
+            ("deploymentTemplate", WorkloadSpec::Deployment),
+        ] {
+            if let Some(workload) = map.get_mut(field) {
+                go_fields::workload_template(workload, kind);
+            }
+        }
         map.insert("$patch".into(), Value::String("replace".into()));
     }
     Ok(json!({"spec": {"template": template}}))

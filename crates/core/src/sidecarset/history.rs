@@ -21,6 +21,7 @@ use kruise_api::sidecarset::{LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME};
 use serde_json::{Map, Value};
 
 use super::parse_upgrade_specs;
+use crate::revision::go_fields;
 use crate::revision::{
     DEFAULT_REVISION_HISTORY_LIMIT, Parent, RevisionError, build_revision, sort_revisions,
 };
@@ -45,10 +46,16 @@ pub fn revision_data(ss: &SidecarSet) -> Result<Value, RevisionError> {
     let mut recorded = Map::new();
     recorded.insert("$patch".into(), Value::String("replace".into()));
     for field in RECORDED_FIELDS {
-        recorded.insert(
-            field.into(),
-            spec.get(field).cloned().unwrap_or(Value::Null),
-        );
+        let mut value = spec.get(field).cloned().unwrap_or(Value::Null);
+        // The empty fields Go writes, so that the revision hashes as OpenKruise's does.
+        for item in value.as_array_mut().into_iter().flatten() {
+            match field {
+                "containers" | "initContainers" => go_fields::sidecar_container(item),
+                "volumes" => go_fields::volume(item),
+                _ => {}
+            }
+        }
+        recorded.insert(field.into(), value);
     }
     let mut data = Map::new();
     data.insert("spec".into(), Value::Object(recorded));
@@ -239,7 +246,7 @@ mod tests {
             json!({"spec": {
                 "$patch": "replace",
                 "volumes": null,
-                "containers": [{"name": "logtail", "image": "logtail:1", "upgradeStrategy": {}, "shareVolumePolicy": {}}],
+                "containers": [{"name": "logtail", "image": "logtail:1", "resources": {}, "upgradeStrategy": {}, "shareVolumePolicy": {}}],
                 "initContainers": null,
                 "imagePullSecrets": null,
                 "patchPodMetadata": null,
