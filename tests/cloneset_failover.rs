@@ -2,13 +2,14 @@
 //! a new manager takes the lease, picks the rollout up where it stood and finishes it without breaking
 //! an invariant or updating a Pod twice. (Own test binary: it runs and kills its own managers, which own
 //! the webhook configurations of this cluster; the two scenarios take turns, since each kills the
-//! leader.)
+//! leader.) A third scenario restarts the manager over a settled CloneSet, which must write nothing.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::cloneset_kit::*;
-use kruise_e2e::is_ready;
+use kruise_e2e::{is_ready, manager_counts};
 use kruise_testkit::manager::{self, ManagerOptions};
 use kruise_testkit::{Limits, RolloutMonitor, testbed};
 use kube::api::Api;
@@ -199,6 +200,109 @@ async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()>
             v
         };
         updated_once_in_place(&by_name(&before), &by_name(&after), "nginx:1.19.1")?;
+        bed.plane.stop_process("manager-d", false);
+        Ok(())
+    })
+    .await
+}
+
+/// A manager restarted over a settled 200-Pod CloneSet writes nothing (issue 17): once the new manager
+/// has reconciled it, and for a hold after, no Pod and not the CloneSet have a new resourceVersion, and
+/// the manager counted no Pod operation. (What a manager restart, a leader change or an upgrade of
+/// kruise-rs costs a large cluster: a resync must be free.)
+#[tokio::test]
+async fn restarted_manager_writes_nothing_over_a_settled_cloneset() -> anyhow::Result<()> {
+    const REPLICAS: i32 = 200;
+    const HOLD: Duration = Duration::from_secs(5);
+    let _turn = TURN.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("cs-restart").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let first = manager::spawn(&bed.plane, &options("manager-c"))?;
+        manager::wait_serving(&bed.plane, &first, Duration::from_secs(90)).await?;
+        apply(
+            &ns,
+            &cloneset("settled", REPLICAS, "nginx:alpine", json!({})),
+        )
+        .await?;
+        wait_converged(&ns, "settled", REPLICAS, Duration::from_secs(240)).await?;
+
+        // Settled: nothing written for a whole hold (status counters and conditions final).
+        let pod_api: Api<Pod> = ns.api();
+        let sets: Api<kruise_api::cloneset::v1beta1::CloneSet> = ns.api();
+        let versions = || async {
+            let pods: BTreeMap<String, String> = active_pods(&pod_api, "app=settled")
+                .await?
+                .iter()
+                .map(|p| {
+                    (
+                        name(p),
+                        p.metadata.resource_version.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let set = sets.get("settled").await?.metadata.resource_version;
+            anyhow::Ok((pods, set))
+        };
+        let mut before = versions().await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            tokio::time::sleep(HOLD).await;
+            let now = versions().await?;
+            if now == before {
+                break;
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the CloneSet never settled: its objects kept changing"
+            );
+            before = now;
+        }
+        anyhow::ensure!(before.0.len() == REPLICAS as usize);
+
+        bed.plane.stop_process("manager-c", false);
+        let second = manager::spawn(&bed.plane, &options("manager-d"))?;
+        manager::wait_serving(&bed.plane, &second, Duration::from_secs(90)).await?;
+        kruise_testkit::eventually(
+            "the restarted manager reconciled the CloneSet",
+            Duration::from_secs(60),
+            || async {
+                let counts = manager_counts(second.metrics).await?;
+                Ok((counts
+                    .reconciles
+                    .get("cloneset-controller")
+                    .copied()
+                    .unwrap_or(0)
+                    > 0)
+                .then_some(()))
+            },
+        )
+        .await?;
+        tokio::time::sleep(HOLD).await;
+
+        let after = versions().await?;
+        let changed: Vec<&String> = before
+            .0
+            .iter()
+            .filter(|(pod, version)| after.0.get(*pod) != Some(*version))
+            .map(|(pod, _)| pod)
+            .collect();
+        anyhow::ensure!(
+            changed.is_empty(),
+            "Pods written after the restart: {changed:?}"
+        );
+        anyhow::ensure!(
+            after.1 == before.1,
+            "the CloneSet was written after the restart ({:?} → {:?})",
+            before.1,
+            after.1
+        );
+        let operations = manager_counts(second.metrics).await?.pod_operations;
+        anyhow::ensure!(
+            operations == 0,
+            "the restarted manager made {operations} Pod operations"
+        );
         bed.plane.stop_process("manager-d", false);
         Ok(())
     })

@@ -16,6 +16,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::cloneset_kit::{active_pods, describe, restarts, set_image, spec_image, uid};
 use kruise_e2e::sidecarset_kit::{logtail, test_pod, wait_ready};
@@ -488,6 +489,53 @@ fn audited(bed: &TestBed) -> anyhow::Result<Vec<(Triple, i64, String)>> {
     Ok(out)
 }
 
+/// The chart's FlowSchema takes the manager's requests: the apiserver names the FlowSchema that
+/// classified a request in the `X-Kubernetes-PF-FlowSchema-UID` response header.
+async fn flow_schema_classifies_the_manager(bed: &TestBed) -> anyhow::Result<()> {
+    let schemas: Api<FlowSchema> = Api::all(bed.plane.client().await?);
+    let schema = schemas
+        .get("kruise-manager")
+        .await
+        .context("the chart's FlowSchema")?;
+    ensure!(
+        schema
+            .spec
+            .as_ref()
+            .map(|s| s.priority_level_configuration.name.as_str())
+            == Some("kruise-manager"),
+        "{schema:?}"
+    );
+    let token = service_account_token(bed).await?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig(
+        &bed.plane.server_url(),
+        bed.plane.ca_pem(),
+        &token,
+        "flow-check",
+    ))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = kube::Client::try_from(config)?;
+    let request = http::Request::get("/apis/apps.kruise.io/v1beta1/clonesets?limit=1")
+        .body(kube::client::Body::empty())?;
+    let response = client.send(request).await?;
+    let classified = response
+        .headers()
+        .get("X-Kubernetes-PF-FlowSchema-UID")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    ensure!(
+        response.status().is_success() && classified == schema.metadata.uid,
+        "a request of the chart's ServiceAccount answered {} classified by {classified:?}, \
+         not by the chart's FlowSchema {:?}",
+        response.status(),
+        schema.metadata.uid
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Result<()> {
     let bed = testbed();
@@ -516,6 +564,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
             first.env
         );
         wait_webhook_routed(bed, webhook_port).await?;
+        flow_schema_classifies_the_manager(bed).await?;
 
         // 3. Seed 000 and seed 001 through it.
         let cloneset_uids = seed_000(&ns).await?;

@@ -15,6 +15,42 @@ use tokio::task::JoinHandle;
 pub mod cloneset_kit;
 pub mod sidecarset_kit;
 
+/// What a manager's `/metrics` says it did: `kruise_controller_reconciles` summed per controller
+/// (`cloneset-controller`, …) and `kruise_controller_pod_operations` summed over every controller,
+/// operation and result.
+#[derive(Debug, Default)]
+pub struct ManagerCounts {
+    pub reconciles: std::collections::BTreeMap<String, u64>,
+    pub pod_operations: u64,
+}
+
+/// Reads [`ManagerCounts`] from the manager whose metrics listen on `port`.
+pub async fn manager_counts(port: u16) -> anyhow::Result<ManagerCounts> {
+    let (code, body) = kruise_testkit::manager::http_get(port, "/metrics").await?;
+    anyhow::ensure!(code == 200, "metrics answered {code}");
+    let mut counts = ManagerCounts::default();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        // Counters print as integers or floats; anything else is not a sample.
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let controller = series
+            .split("controller=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_default();
+        if series.starts_with("kruise_controller_reconciles_total") {
+            *counts.reconciles.entry(controller.to_owned()).or_insert(0) += value as u64;
+        } else if series.starts_with("kruise_controller_pod_operations_total") {
+            counts.pod_operations += value as u64;
+        }
+    }
+    Ok(counts)
+}
+
 /// The status of the Pod condition `type_`, if present.
 pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
     pod.status

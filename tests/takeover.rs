@@ -22,8 +22,8 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::cloneset_kit::{restarts, spec_image, uid};
-use kruise_e2e::is_ready;
-use kruise_testkit::manager::{NAMESPACE as MANAGER_NAMESPACE, http_get};
+use kruise_e2e::{is_ready, manager_counts};
+use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
 use kruise_testkit::testbed::crd_dir;
 use kruise_testkit::{eventually, testbed_with};
 use kube::api::{
@@ -279,33 +279,6 @@ async fn workload_state(client: &Client) -> anyhow::Result<BTreeMap<String, Valu
     Ok(state)
 }
 
-/// `kruise_controller_reconciles` and `kruise_controller_pod_operations` summed per controller, from
-/// the manager's metrics.
-async fn manager_counts(port: u16) -> anyhow::Result<(BTreeMap<String, u64>, u64)> {
-    let (code, body) = http_get(port, "/metrics").await?;
-    ensure!(code == 200, "metrics answered {code}");
-    let mut reconciles = BTreeMap::new();
-    let mut pod_operations = 0;
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let value: u64 = value.parse::<f64>().map(|v| v as u64).unwrap_or(0);
-        let controller = series
-            .split("controller=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap_or_default()
-            .to_owned();
-        if series.starts_with("kruise_controller_reconciles_total") {
-            *reconciles.entry(controller).or_insert(0) += value;
-        } else if series.starts_with("kruise_controller_pod_operations_total") {
-            pod_operations += value;
-        }
-    }
-    Ok((reconciles, pod_operations))
-}
-
 fn diff(before: &BTreeMap<String, Value>, after: &BTreeMap<String, Value>) -> Vec<String> {
     let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     keys.into_iter()
@@ -438,7 +411,7 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
         "sidecarset-controller",
     ];
     eventually("every controller reconciled", TIMEOUT, || async {
-        let (reconciles, _) = manager_counts(ports.metrics).await?;
+        let reconciles = manager_counts(ports.metrics).await?.reconciles;
         let idle: Vec<&str> = controllers
             .iter()
             .copied()
@@ -477,7 +450,7 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
                 "{stage}: statuses changed:\n{}",
                 changed.join("\n")
             );
-            let (_, operations) = manager_counts(ports.metrics).await?;
+            let operations = manager_counts(ports.metrics).await?.pod_operations;
             ensure!(
                 operations == 0,
                 "{stage}: the manager made {operations} Pod operations"
