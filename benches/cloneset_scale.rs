@@ -1,18 +1,21 @@
 //! CloneSet scale figures: one CloneSet of `--replicas` Pods (1,000) on `--nodes` (20) simulated nodes,
 //! rolled out twice with maxUnavailable 100%: an in-place image update (InPlaceIfPossible,
 //! gracePeriodSeconds 0), then a ReCreate update. For each rollout: the time from the image patch to
-//! `updatedReadyReplicas == replicas`, the apiserver writes to Pods per Pod updated (from the apiserver's
-//! `apiserver_request_total`, before vs after) and kruise-manager's memory. Prints figures; asserts
-//! nothing about time.
+//! `updatedReadyReplicas == replicas`, the time until a watch on the Pods first sees every one Ready at
+//! the new image (the status lag is the difference), the apiserver writes to Pods per Pod updated
+//! (from the apiserver's `apiserver_request_total`, before vs after) and kruise-manager's memory.
+//! Prints figures; asserts nothing about time.
 //!
 //! kubelet-sim runs as a child process (this binary re-executed with `sim`); kruise-manager is the
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_benches::apiserver::PodWrites;
@@ -22,6 +25,7 @@ use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
@@ -98,15 +102,18 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
 
     let began = Instant::now();
     let writes = PodWrites::read(&client).await?;
+    let pods_ready = pods_ready_at(&client, replicas, "nginx:alpine");
     clonesets.create(&PostParams::default(), &cloneset).await?;
     wait_rolled_out(&clonesets, replicas).await?;
     report(
         "create",
         replicas,
-        began.elapsed(),
+        began,
+        pods_ready,
         &PodWrites::read(&client).await?.since(&writes),
         &manager,
-    );
+    )
+    .await;
 
     let in_place = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": "nginx:1.19.1"}
@@ -116,7 +123,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &client,
         &clonesets,
         replicas,
-        &in_place,
+        (&in_place, "nginx:1.19.1"),
         &manager,
     )
     .await?;
@@ -144,7 +151,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &client,
         &clonesets,
         replicas,
-        &recreate,
+        (&recreate, "nginx:1.20"),
         &manager,
     )
     .await?;
@@ -157,10 +164,11 @@ async fn rollout(
     client: &Client,
     clonesets: &Api<CloneSet>,
     replicas: i32,
-    patch: &Value,
+    (patch, image): (&Value, &str),
     manager: &Manager,
 ) -> anyhow::Result<()> {
     let writes = PodWrites::read(client).await?;
+    let pods_ready = pods_ready_at(client, replicas, image);
     let began = Instant::now();
     clonesets
         .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
@@ -170,10 +178,12 @@ async fn rollout(
     report(
         what,
         replicas,
-        began.elapsed(),
+        began,
+        pods_ready,
         &PodWrites::read(client).await?.since(&writes),
         manager,
-    );
+    )
+    .await;
     Ok(())
 }
 
@@ -194,12 +204,78 @@ async fn wait_rolled_out(clonesets: &Api<CloneSet>, replicas: i32) -> anyhow::Re
     .await
 }
 
-fn report(what: &str, replicas: i32, took: Duration, writes: &PodWrites, manager: &Manager) {
+/// When a watch on the CloneSet's Pods first sees `replicas` of them Ready with every container
+/// running `image`: what the Pods show, as opposed to what the CloneSet's status says.
+fn pods_ready_at(
+    client: &Client,
+    replicas: i32,
+    image: &str,
+) -> tokio::task::JoinHandle<Option<Instant>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let image = image.to_owned();
+    let wanted = usize::try_from(replicas).unwrap_or_default();
+    tokio::spawn(async move {
+        let stream = watcher(pods, watcher::Config::default().labels("app=scale"))
+            .default_backoff()
+            .touched_objects();
+        let mut stream = std::pin::pin!(stream);
+        let mut ready: BTreeSet<String> = BTreeSet::new();
+        while let Some(event) = stream.next().await {
+            let Ok(pod) = event else { continue };
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if pod.metadata.deletion_timestamp.is_none() && ready_at(&pod, &image) {
+                ready.insert(name);
+            } else {
+                ready.remove(&name);
+            }
+            if ready.len() >= wanted {
+                return Some(Instant::now());
+            }
+        }
+        None
+    })
+}
+
+/// Ready, with every container running `image`.
+fn ready_at(pod: &Pod, image: &str) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    let is_ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    is_ready && !containers.is_empty() && containers.iter().all(|c| c.image == image)
+}
+
+async fn report(
+    what: &str,
+    replicas: i32,
+    began: Instant,
+    pods_ready: tokio::task::JoinHandle<Option<Instant>>,
+    writes: &PodWrites,
+    manager: &Manager,
+) {
+    let took = began.elapsed();
     println!(
         "{what}: {:.1} s to updatedReadyReplicas={replicas} ({:.0} Pods/s)",
         took.as_secs_f64(),
         f64::from(replicas) / took.as_secs_f64()
     );
+    // The watch has seen them all by now, or is about to.
+    match tokio::time::timeout(Duration::from_secs(10), pods_ready).await {
+        Ok(Ok(Some(at))) => {
+            let seen = at.saturating_duration_since(began);
+            println!(
+                "  Pods Ready (watch): {:.1} s; status lag {:.1} s",
+                seen.as_secs_f64(),
+                took.saturating_sub(seen).as_secs_f64()
+            );
+        }
+        _ => println!("  Pods Ready (watch): not seen"),
+    }
     writes.print(f64::from(replicas));
     manager.print_rss();
 }

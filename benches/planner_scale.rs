@@ -5,6 +5,10 @@
 //!
 //! Each snapshot is a rollout half done: half the Pods at the update revision, half at the current
 //! one, all Running and Ready, spread over 50 nodes (the DaemonSet: one Pod per node).
+//!
+//! Also the heap the shared Pod cache holds per Pod (issue "Scale", item 1), for Pods as the
+//! apiserver serves them with 2 and 5 containers: kept whole (managed fields stripped, as the cache
+//! did before its projection) and as the cache's projection keeps them.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -28,6 +32,7 @@ struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+static FREED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: delegates to the system allocator unchanged; only counts. (The workspace denies unsafe
 // code; a counting allocator cannot be written without it.)
@@ -40,6 +45,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        FREED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -56,6 +62,9 @@ struct Cli {
     /// Repetitions of each decision (the fastest is reported).
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Pods in the cache-size measurement.
+    #[arg(long, default_value_t = 10_000)]
+    cached: usize,
 }
 
 const NODES: usize = 50;
@@ -338,8 +347,134 @@ fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<R
     })
 }
 
+/// Heap bytes allocated and not yet freed.
+fn live_bytes() -> u64 {
+    ALLOCATED_BYTES
+        .load(Ordering::Relaxed)
+        .saturating_sub(FREED_BYTES.load(Ordering::Relaxed))
+}
+
+/// Pod `i` as the apiserver serves it once a kubelet runs it: what the defaults and admission add
+/// (service-account volume and mounts, tolerations, policies), managed fields, and the kubelet's
+/// status (conditions, IPs, container states).
+fn served_pod(i: usize, containers: usize) -> Pod {
+    let time = "2026-11-20T10:00:00Z";
+    let name = format!("web-{i:05x}");
+    let mount = json!([{"name": "kube-api-access-x7k2p", "readOnly": true,
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]);
+    let spec_containers: Vec<serde_json::Value> = (0..containers)
+        .map(|c| json!({"name": format!("c{c}"), "image": format!("registry.example.com/team/app{c}:v1.2.3"),
+            "imagePullPolicy": "IfNotPresent", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+            "ports": [{"containerPort": 8080 + c, "protocol": "TCP"}], "volumeMounts": mount}))
+        .collect();
+    let statuses: Vec<serde_json::Value> = (0..containers)
+        .map(|c| json!({"name": format!("c{c}"), "image": format!("registry.example.com/team/app{c}:v1.2.3"),
+            "imageID": format!("registry.example.com/team/app{c}@sha256:{:064x}", c + 1),
+            "containerID": format!("containerd://{:064x}", i * 8 + c), "ready": true, "restartCount": 0,
+            "started": true, "lastState": {}, "state": {"running": {"startedAt": time}},
+            "volumeMounts": [{"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "readOnly": true, "recursiveReadOnly": "Disabled"}]}))
+        .collect();
+    let ip = format!("10.{}.{}.{}", 1 + i / 65_000, (i / 250) % 256, 1 + i % 250);
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name, "generateName": "web-", "namespace": "bench", "uid": format!("{i:08x}-0000-4000-8000-000000000000"),
+            "resourceVersion": format!("{}", 100_000 + i), "creationTimestamp": time,
+            "labels": {"app": "web", "controller-revision-hash": "web-7b66b966b7",
+                "apps.kruise.io/cloneset-instance-id": format!("{i:05x}"), "pod-template-hash": "7b66b966b7",
+                "lifecycle.apps.kruise.io/state": "Normal"},
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet", "name": "web",
+                "uid": "0badc0de-0000-4000-8000-000000000000", "controller": true, "blockOwnerDeletion": true}],
+            "managedFields": [
+                {"manager": "kruise-manager", "operation": "Update", "apiVersion": "v1", "time": time, "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:controller-revision-hash": {}}}, "f:spec": {"f:containers": {}}}},
+                {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": time, "fieldsType": "FieldsV1",
+                 "subresource": "status", "fieldsV1": {"f:status": {"f:conditions": {}, "f:containerStatuses": {}, "f:podIP": {}}}}
+            ]
+        },
+        "spec": {
+            "nodeName": format!("node-{}", i % NODES), "containers": spec_containers,
+            "readinessGates": [{"conditionType": "InPlaceUpdateReady"}, {"conditionType": "KruisePodReady"}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+            "schedulerName": "default-scheduler", "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0,
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ],
+            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+            ]}}]
+        },
+        "status": {
+            "phase": "Running", "hostIP": "192.168.10.3", "hostIPs": [{"ip": "192.168.10.3"}],
+            "podIP": ip, "podIPs": [{"ip": ip}], "qosClass": "Burstable", "startTime": time,
+            "conditions": [
+                {"type": "KruisePodReady", "status": "True", "lastTransitionTime": time, "lastProbeTime": null},
+                {"type": "InPlaceUpdateReady", "status": "True", "lastTransitionTime": time, "lastProbeTime": null},
+                {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": time, "lastProbeTime": null},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": time, "lastProbeTime": null},
+                {"type": "Ready", "status": "True", "lastTransitionTime": time, "lastProbeTime": null},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": time, "lastProbeTime": null},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": time, "lastProbeTime": null}
+            ],
+            "containerStatuses": statuses
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// Heap bytes per Pod held by a cache of `n` Pods with `containers` containers each: kept whole
+/// but for managed fields (the cache before its projection), and as the shared Pod cache keeps them.
+fn cache_bytes_per_pod(n: usize, containers: usize) -> (f64, f64) {
+    let before = live_bytes();
+    let whole: Vec<std::sync::Arc<Pod>> = (0..n)
+        .map(|i| {
+            let mut pod = served_pod(i, containers);
+            pod.metadata.managed_fields = None;
+            std::sync::Arc::new(pod)
+        })
+        .collect();
+    let whole_bytes = live_bytes().saturating_sub(before) as f64 / n as f64;
+    drop(whole);
+
+    let before = live_bytes();
+    let cache = kruise_controllers::cache::PodCache::new();
+    let baseline = live_bytes().saturating_sub(before);
+    cache.apply(kube::runtime::watcher::Event::Init);
+    for i in 0..n {
+        cache.apply(kube::runtime::watcher::Event::InitApply(served_pod(
+            i, containers,
+        )));
+    }
+    cache.apply(kube::runtime::watcher::Event::InitDone);
+    let cached_bytes =
+        live_bytes().saturating_sub(before).saturating_sub(baseline) as f64 / n as f64;
+    black_box(cache.len());
+    (whole_bytes, cached_bytes)
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    println!(
+        "{:<44} {:>8} {:>16} {:>16}",
+        "Pod cache, heap per Pod", "Pods", "whole Pod", "projection"
+    );
+    for containers in [2, 5] {
+        let (whole, projected) = cache_bytes_per_pod(cli.cached, containers);
+        println!(
+            "{:<44} {:>8} {:>12.1} KiB {:>12.1} KiB",
+            format!("{containers} containers"),
+            cli.cached,
+            whole / 1024.0,
+            projected / 1024.0
+        );
+    }
     let now = Timestamp::now();
     let mut rows = Vec::new();
     for &n in &cli.sizes {

@@ -1,16 +1,19 @@
 //! The one Pod watch every controller shares (DESIGN: "one shared Pod watch").
 //!
-//! It keeps every Pod of the cluster with `managedFields` stripped (they are often the largest part
-//! of a Pod and no controller reads them), indexed by the uid of its controlling owner, and tells
-//! subscribers which owner a changed Pod belongs to so each controller can reconcile just that
-//! workload.
+//! It keeps every Pod of the cluster as a projection ([`project`]): only the fields some controller
+//! or planner reads, the rest (managed fields, volumes, probes, commands, most of the environment,
+//! container states, IPs) dropped, so the cache stays small at tens of thousands of Pods. Pods are
+//! indexed by the uid of their controlling owner, and subscribers are told which owner a changed
+//! Pod belongs to so each controller can reconcile just that workload.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerStatus, EnvVar, NodeAffinity, Pod, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tokio::sync::{broadcast, watch};
@@ -112,9 +115,111 @@ fn owner_change(pod: &Pod) -> Option<OwnerChange> {
     })
 }
 
-/// Drops what no controller reads, to keep the cache small.
-fn slim(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
+/// The environment variables a planner reads from a Pod's containers (container launch priority,
+/// `kruise_core::inplace::batches`); every other entry is dropped.
+const ENV_READ: [&str; 2] = [
+    kruise_core::inplace::ENV_CONTAINER_PRIORITY,
+    kruise_core::inplace::ENV_CONTAINER_BARRIER,
+];
+
+/// The Pod as the cache keeps it: the fields some controller or planner reads, in full, and nothing
+/// else. What is kept whole is kept whole on purpose: labels, annotations, finalizers, owner
+/// references, the containers and their statuses, the conditions and the resource maps are written
+/// back by patches that address them by index or replace them when absent, so a partial copy would
+/// lose data on the server. Fields read only for BroadcastJob Pods (node selector, tolerations,
+/// overhead, required node affinity) are kept for every Pod. The property test
+/// `projection_decides_as_the_full_pod` (tests/projection.rs) checks that planning on the projection
+/// decides exactly what planning on the full Pod does.
+pub fn project(pod: Pod) -> Pod {
+    let Pod {
+        metadata,
+        spec,
+        status,
+    } = pod;
+    let metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        resource_version: metadata.resource_version,
+        labels: metadata.labels,
+        annotations: metadata.annotations,
+        finalizers: metadata.finalizers,
+        owner_references: metadata.owner_references,
+        creation_timestamp: metadata.creation_timestamp,
+        deletion_timestamp: metadata.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+    let spec = spec.map(|spec| PodSpec {
+        node_name: spec.node_name,
+        affinity: spec
+            .affinity
+            .and_then(|a| a.node_affinity)
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+            .map(|required| Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(required),
+                    ..NodeAffinity::default()
+                }),
+                ..Affinity::default()
+            }),
+        node_selector: spec.node_selector,
+        tolerations: spec.tolerations,
+        overhead: spec.overhead,
+        restart_policy: spec.restart_policy,
+        readiness_gates: spec.readiness_gates,
+        containers: spec.containers.into_iter().map(project_container).collect(),
+        init_containers: spec
+            .init_containers
+            .map(|c| c.into_iter().map(project_container).collect()),
+        ..PodSpec::default()
+    });
+    let status = status.map(|status| PodStatus {
+        phase: status.phase,
+        conditions: status.conditions,
+        container_statuses: status
+            .container_statuses
+            .map(|c| c.into_iter().map(project_container_status).collect()),
+        init_container_statuses: status
+            .init_container_statuses
+            .map(|c| c.into_iter().map(project_container_status).collect()),
+        ..PodStatus::default()
+    });
+    Pod {
+        metadata,
+        spec,
+        status,
+    }
+}
+
+fn project_container(c: Container) -> Container {
+    let env: Vec<EnvVar> = c
+        .env
+        .into_iter()
+        .flatten()
+        .filter(|e| ENV_READ.contains(&e.name.as_str()))
+        .collect();
+    Container {
+        name: c.name,
+        image: c.image,
+        resources: c.resources,
+        resize_policy: c.resize_policy,
+        restart_policy: c.restart_policy,
+        env: (!env.is_empty()).then_some(env),
+        ..Container::default()
+    }
+}
+
+fn project_container_status(c: ContainerStatus) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name,
+        image: c.image,
+        image_id: c.image_id,
+        ready: c.ready,
+        restart_count: c.restart_count,
+        started: c.started,
+        resources: c.resources,
+        ..ContainerStatus::default()
+    }
 }
 
 /// Where a Pod is indexed: under its controlling owner, or with the orphans of its namespace (the
@@ -186,9 +291,7 @@ impl PodCache {
     /// Watches Pods in every namespace until dropped, restarting the watch with backoff on errors.
     pub async fn run(self: Arc<Self>, client: Client) {
         let api: Api<Pod> = Api::all(client);
-        let stream = watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(slim);
+        let stream = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -206,7 +309,7 @@ impl PodCache {
             match event {
                 watcher::Event::Apply(pod) => {
                     if let Some(key) = key_of(&pod) {
-                        let pod = Arc::new(pod);
+                        let pod = Arc::new(project(pod));
                         let old = state.insert(key, pod.clone());
                         changed.push(CacheEvent::Pod(pod.clone()));
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
@@ -221,7 +324,7 @@ impl PodCache {
                     if let Some(key) = key_of(&pod) {
                         state.remove(&key);
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
-                        changed.push(CacheEvent::Pod(Arc::new(pod)));
+                        changed.push(CacheEvent::Pod(Arc::new(project(pod))));
                     }
                 }
                 watcher::Event::Init => state.relist = Some(HashMap::new()),
@@ -230,7 +333,7 @@ impl PodCache {
                         state
                             .relist
                             .get_or_insert_with(HashMap::new)
-                            .insert(key, Arc::new(pod));
+                            .insert(key, Arc::new(project(pod)));
                     }
                 }
                 watcher::Event::InitDone => {
@@ -307,7 +410,7 @@ impl PodCache {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     use super::*;
 
@@ -347,9 +450,7 @@ mod tests {
         let cache = PodCache::new();
         let mut rx = cache.subscribe();
         cache.apply(watcher::Event::Init);
-        let mut a = pod("a", Some("u1"));
-        slim(&mut a);
-        cache.apply(watcher::Event::InitApply(a));
+        cache.apply(watcher::Event::InitApply(pod("a", Some("u1"))));
         cache.apply(watcher::Event::InitApply(pod("b", None)));
         cache.apply(watcher::Event::InitDone);
         assert_eq!(rx.try_recv().ok(), Some(CacheEvent::Resync));
@@ -388,9 +489,10 @@ mod tests {
     }
 
     #[test]
-    fn managed_fields_are_stripped() {
-        let mut p = pod("a", None);
-        slim(&mut p);
-        assert!(p.metadata.managed_fields.is_none());
+    fn managed_fields_are_not_cached() {
+        let cache = PodCache::new();
+        cache.apply(watcher::Event::Apply(pod("a", None)));
+        let cached = cache.get("ns", "a");
+        assert!(cached.is_some_and(|p| p.metadata.managed_fields.is_none()));
     }
 }

@@ -592,6 +592,9 @@ async fn scale(
                     .collect();
                 to_create.push((pod, claims));
             }
+            if crate::parallel::this_round(&mut to_create) {
+                outcome.after = Some(Duration::ZERO);
+            }
             // Slow start: batches of 1, 2, 4, ... stop at the first batch with a failure, so a
             // quota or webhook rejection costs one request, not hundreds.
             let mut batch = 1;
@@ -616,7 +619,14 @@ async fn scale(
                 batch *= 2;
             }
         }
-        ScaleStep::Delete { delete, prepare } => {
+        ScaleStep::Delete {
+            mut delete,
+            mut prepare,
+        } => {
+            if crate::parallel::this_round(&mut delete) | crate::parallel::this_round(&mut prepare)
+            {
+                outcome.after = Some(Duration::ZERO);
+            }
             let pre_delete = lifecycle.and_then(|l| l.pre_delete.as_ref());
             for i in prepare {
                 outcome.merge(
@@ -649,9 +659,11 @@ async fn scale(
 async fn update(
     actor: &Actor<'_>,
     s: &Snapshot<'_>,
-    step: decide::UpdateStep,
+    mut step: decide::UpdateStep,
 ) -> Result<Outcome, Error> {
     let mut outcome = Outcome::default();
+    // A large step is done in rounds (the status is written between them).
+    let more_fixes = crate::parallel::this_round(&mut step.fixes);
     let lifecycle = s.cs.spec.lifecycle.as_ref();
     // Pods are independent of each other here: write to several at once.
     let mut pending: Vec<Write<'_>> = Vec::new();
@@ -676,7 +688,10 @@ async fn update(
             Err(error) => return Err(error),
         }
     }
-    if outcome.modified {
+    if more_fixes {
+        outcome.after = Some(Duration::ZERO);
+    }
+    if outcome.modified || more_fixes {
         return Ok(outcome);
     }
     let refusals: Vec<(usize, &String)> = step
@@ -704,6 +719,7 @@ async fn update(
             "{first}; InPlaceOnly does not recreate it"
         )));
     }
+    let more_actions = crate::parallel::this_round(&mut step.actions);
     let target = step.target.as_str();
     let mut pending: Vec<Write<'_>> = Vec::new();
     for action in &step.actions {
@@ -752,6 +768,9 @@ async fn update(
     }
     if let Some(error) = first_error {
         return Err(error);
+    }
+    if more_actions {
+        outcome.after = Some(Duration::ZERO);
     }
     Ok(outcome)
 }

@@ -337,11 +337,10 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
             // merge into) does not hold up the others: every planned Pod is tried. A large plan is
             // done in rounds, so that the status shows the rollout progressing.
-            more_to_upgrade = plan.upgrade.len() > UPGRADES_PER_ROUND;
-            let upgrades = plan
-                .upgrade
+            let mut this_round = plan.upgrade.clone();
+            more_to_upgrade = crate::parallel::this_round(&mut this_round);
+            let upgrades = this_round
                 .iter()
-                .take(UPGRADES_PER_ROUND)
                 .map(|&i| upgrade_pod(ctx, ss, &managed[i], &latest_revision, now))
                 .collect::<Vec<_>>();
             let (error, lost) = concurrently(upgrades).await;
@@ -445,9 +444,6 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     }
     Ok(Action::requeue(Duration::from_secs(60)))
 }
-
-/// Pods upgraded per reconcile; the rest follow at once in the next (after the status is written).
-const UPGRADES_PER_ROUND: usize = 100;
 
 /// `SidecarSetUpgradable` writes per reconcile; the rest follow at once in the next.
 const MARKS_PER_ROUND: usize = 2 * crate::parallel::PARALLEL_WRITES;

@@ -692,6 +692,8 @@ async fn carry_out(
         };
         pending.push(write);
     }
+    // A large step is done in rounds (the status is written between them).
+    let more = crate::parallel::this_round(&mut pending);
     let mut first_error = None;
     for result in crate::parallel::in_parallel(pending).await {
         match result {
@@ -703,6 +705,9 @@ async fn carry_out(
                 first_error.get_or_insert(error);
             }
         }
+    }
+    if more {
+        outcome.after = Some(Duration::ZERO);
     }
     if let Some(error) = first_error {
         failed_update.get_or_insert(error.to_string());
