@@ -2,11 +2,15 @@
 //!
 //! It keeps every Pod of the cluster as a projection ([`project`]): only the fields some controller
 //! or planner reads, the rest (managed fields, volumes, probes, commands, most of the environment,
-//! container states, IPs) dropped, so the cache stays small at tens of thousands of Pods. Pods are
-//! indexed by the uid of their controlling owner, and subscribers are told which owner a changed
-//! Pod belongs to so each controller can reconcile just that workload.
+//! container states, IPs) dropped, and keeps that projection encoded as JSON, decoding it when a
+//! controller reads it: a Pod with 2 containers then takes 3.3 KiB of heap instead of 18.7 KiB
+//! (`planner-scale`), for a decode of a few microseconds per Pod read (a reconcile reads only its
+//! own workload's Pods). Labels and the bound node are kept decoded beside it, so label selectors
+//! and node checks over many Pods decode only the Pods they return. Pods are indexed by the uid of
+//! their controlling owner, and subscribers are told which owner a changed Pod belongs to so each
+//! controller can reconcile just that workload.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -78,12 +82,56 @@ pub enum CacheEvent {
     Resync,
 }
 
+/// One cached Pod: its projection encoded as JSON (a fifth of the heap the decoded form takes; it
+/// is decoded when read), and beside it what the indexes and filters need without decoding.
+struct Entry {
+    json: Box<[u8]>,
+    group: Group,
+    /// The Pod's labels, for label selectors over many Pods (SidecarSets, Deployment subsets).
+    labels: BTreeMap<String, String>,
+    /// The node the Pod is bound to (`nodeName`, or a required affinity naming one node).
+    node: Option<Box<str>>,
+}
+
+impl Entry {
+    fn of(key: &PodKey, pod: &Pod) -> Option<Self> {
+        let json = match serde_json::to_vec(pod) {
+            Ok(json) => json.into_boxed_slice(),
+            Err(error) => {
+                tracing::warn!(pod = %key.1, namespace = %key.0, %error, "cannot encode a Pod for the cache; leaving it out");
+                return None;
+            }
+        };
+        Some(Self {
+            json,
+            group: group_of(key, pod),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(kruise_core::nodefit::bound_node)
+                .map(Box::from),
+        })
+    }
+
+    fn decode(&self) -> Option<Arc<Pod>> {
+        match serde_json::from_slice(&self.json) {
+            Ok(pod) => Some(Arc::new(pod)),
+            Err(error) => {
+                // Cannot happen for what `of` encoded; said rather than hidden if it does.
+                tracing::error!(%error, "cannot decode a cached Pod");
+                None
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    pods: HashMap<PodKey, Arc<Pod>>,
+    pods: HashMap<PodKey, Entry>,
     groups: HashMap<Group, BTreeSet<PodKey>>,
     /// Pods of a relist in progress; swapped in when it completes.
-    relist: Option<HashMap<PodKey, Arc<Pod>>>,
+    relist: Option<HashMap<PodKey, Entry>>,
 }
 
 /// The shared Pod cache. Cheap to clone through `Arc`.
@@ -238,22 +286,18 @@ fn group_of(key: &PodKey, pod: &Pod) -> Group {
 }
 
 impl State {
-    fn insert(&mut self, key: PodKey, pod: Arc<Pod>) -> Option<Arc<Pod>> {
-        let old = self.pods.insert(key.clone(), pod.clone());
-        if let Some(old) = &old {
-            self.unindex(&group_of(&key, old), &key);
+    fn insert(&mut self, key: PodKey, entry: Entry) {
+        let group = entry.group.clone();
+        if let Some(old) = self.pods.insert(key.clone(), entry) {
+            self.unindex(&old.group, &key);
         }
-        self.groups
-            .entry(group_of(&key, &pod))
-            .or_default()
-            .insert(key);
-        old
+        self.groups.entry(group).or_default().insert(key);
     }
 
-    fn remove(&mut self, key: &PodKey) -> Option<Arc<Pod>> {
-        let old = self.pods.remove(key)?;
-        self.unindex(&group_of(key, &old), key);
-        Some(old)
+    fn remove(&mut self, key: &PodKey) {
+        if let Some(old) = self.pods.remove(key) {
+            self.unindex(&old.group, key);
+        }
     }
 
     fn unindex(&mut self, group: &Group, key: &PodKey) {
@@ -265,13 +309,12 @@ impl State {
         }
     }
 
-    fn in_group(&self, group: &Group) -> Vec<Arc<Pod>> {
+    fn in_group(&self, group: &Group) -> impl Iterator<Item = &Entry> {
         self.groups
             .get(group)
             .into_iter()
             .flatten()
-            .filter_map(|key| self.pods.get(key).cloned())
-            .collect()
+            .filter_map(|key| self.pods.get(key))
     }
 }
 
@@ -308,16 +351,27 @@ impl PodCache {
             let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
             match event {
                 watcher::Event::Apply(pod) => {
-                    if let Some(key) = key_of(&pod) {
-                        let pod = Arc::new(project(pod));
-                        let old = state.insert(key, pod.clone());
-                        changed.push(CacheEvent::Pod(pod.clone()));
+                    let pod = project(pod);
+                    if let Some(key) = key_of(&pod)
+                        && let Some(entry) = Entry::of(&key, &pod)
+                    {
+                        let new_group = entry.group.clone();
+                        let old_owner = match state.pods.get(&key) {
+                            // Moved to another owner (adopted or released): that owner hears of it too.
+                            Some(old) if old.group != new_group => {
+                                old.decode().as_deref().and_then(owner_change)
+                            }
+                            _ => None,
+                        };
+                        state.insert(key, entry);
+                        let pod = Arc::new(pod);
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
-                        if let Some(old) = old.as_deref().and_then(owner_change)
+                        if let Some(old) = old_owner
                             && !changed.contains(&CacheEvent::Owner(old.clone()))
                         {
                             changed.push(CacheEvent::Owner(old));
                         }
+                        changed.insert(0, CacheEvent::Pod(pod));
                     }
                 }
                 watcher::Event::Delete(pod) => {
@@ -329,19 +383,22 @@ impl PodCache {
                 }
                 watcher::Event::Init => state.relist = Some(HashMap::new()),
                 watcher::Event::InitApply(pod) => {
-                    if let Some(key) = key_of(&pod) {
+                    let pod = project(pod);
+                    if let Some(key) = key_of(&pod)
+                        && let Some(entry) = Entry::of(&key, &pod)
+                    {
                         state
                             .relist
                             .get_or_insert_with(HashMap::new)
-                            .insert(key, Arc::new(project(pod)));
+                            .insert(key, entry);
                     }
                 }
                 watcher::Event::InitDone => {
                     let relisted = state.relist.take().unwrap_or_default();
                     state.pods.clear();
                     state.groups.clear();
-                    for (key, pod) in relisted {
-                        state.insert(key, pod);
+                    for (key, entry) in relisted {
+                        state.insert(key, entry);
                     }
                     changed.push(CacheEvent::Resync);
                 }
@@ -373,25 +430,48 @@ impl PodCache {
         state
             .pods
             .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+            .and_then(Entry::decode)
     }
 
     /// The Pods whose controlling owner has this uid.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.in_group(&Group::Owner(uid.to_owned()))
+        state
+            .in_group(&Group::Owner(uid.to_owned()))
+            .filter_map(Entry::decode)
+            .collect()
+    }
+
+    /// Whether a Pod whose controlling owner has this uid is bound to `node` (without decoding any).
+    pub fn owns_pod_on(&self, uid: &str, node: &str) -> bool {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .in_group(&Group::Owner(uid.to_owned()))
+            .any(|e| e.node.as_deref() == Some(node))
     }
 
     /// The Pods of a namespace without a controlling owner (candidates for adoption).
     pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.in_group(&Group::Orphans(namespace.to_owned()))
+        state
+            .in_group(&Group::Orphans(namespace.to_owned()))
+            .filter_map(Entry::decode)
+            .collect()
     }
 
-    /// The cached Pods `keep` accepts.
-    pub fn select(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
+    /// The cached Pods (of `namespace`, or of all) whose labels `keep` accepts.
+    pub fn select(
+        &self,
+        namespace: Option<&str>,
+        keep: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> Vec<Arc<Pod>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.pods.values().filter(|p| keep(p)).cloned().collect()
+        state
+            .pods
+            .iter()
+            .filter(|((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
+            .filter_map(|(_, e)| e.decode())
+            .collect()
     }
 
     /// The number of cached Pods.
@@ -486,6 +566,48 @@ mod tests {
         assert_eq!(names(cache.owned_by("u1")), vec!["gone"]);
         cache.apply(watcher::Event::InitDone);
         assert_eq!(names(cache.owned_by("u1")), vec!["new"]);
+    }
+
+    #[test]
+    fn a_cached_pod_reads_back_as_its_projection() {
+        let mut full = pod("a", Some("u1"));
+        full.metadata.labels = Some(BTreeMap::from([("app".into(), "web".into())]));
+        full.spec = Some(PodSpec {
+            node_name: Some("n1".into()),
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("app:v1".into()),
+                command: Some(vec!["run".into()]),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        });
+        let cache = PodCache::new();
+        cache.apply(watcher::Event::Apply(full.clone()));
+        let cached = cache.get("ns", "a");
+        assert_eq!(cached.as_deref(), Some(&project(full.clone())));
+        assert_eq!(
+            cache.owned_by("u1").first().map(|p| p.as_ref()),
+            Some(&project(full))
+        );
+        assert!(cache.owns_pod_on("u1", "n1"));
+        assert!(!cache.owns_pod_on("u1", "n2"));
+        assert!(!cache.owns_pod_on("u2", "n1"));
+    }
+
+    #[test]
+    fn select_filters_on_namespace_and_labels() {
+        let cache = PodCache::new();
+        for (name, ns, app) in [("a", "ns", "web"), ("b", "ns", "db"), ("c", "other", "web")] {
+            let mut p = pod(name, None);
+            p.metadata.namespace = Some(ns.into());
+            p.metadata.labels = Some(BTreeMap::from([("app".into(), app.into())]));
+            cache.apply(watcher::Event::Apply(p));
+        }
+        let web = |l: &BTreeMap<String, String>| l.get("app").is_some_and(|a| a == "web");
+        assert_eq!(names(cache.select(None, web)), vec!["a", "c"]);
+        assert_eq!(names(cache.select(Some("ns"), web)), vec!["a"]);
+        assert!(cache.select(Some("none"), |_| true).is_empty());
     }
 
     #[test]

@@ -150,11 +150,10 @@ pub fn expectations_met(
                 let pod = pods.get(namespace, &e.name);
                 e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
             }
-            POD_ON_NODE => e.name.split_once('/').is_some_and(|(owner, node)| {
-                pods.owned_by(owner).iter().any(|p| {
-                    p.spec.as_ref().and_then(kruise_core::nodefit::bound_node) == Some(node)
-                })
-            }),
+            POD_ON_NODE => e
+                .name
+                .split_once('/')
+                .is_some_and(|(owner, node)| pods.owns_pod_on(owner, node)),
             "ControllerRevision" => {
                 let rev = revisions.get(&ObjectRef::new(&e.name).within(namespace));
                 e.satisfied_by(rev.as_deref().map(|r| CachedState::of(&r.metadata)))

@@ -11,12 +11,13 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::statefulset::v1beta1::StatefulSetSpec;
-use kruise_controllers::cache::project;
+use kruise_controllers::cache::{PodCache, project};
 use kruise_controllers::cloneset::decide::{self, Settings, Snapshot};
 use kruise_controllers::cloneset::status::{self, Inputs};
 use kruise_core::inplace::{Plan, PlanOptions, Target, next_step, plan};
 use kruise_core::rollout::statefulset;
 use kruise_core::sidecarset::upgrade;
+use kube::runtime::watcher;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -394,6 +395,16 @@ proptest! {
             decisions(&full, containers, max_unavailable, partition),
             decisions(&projected, containers, max_unavailable, partition)
         );
+        // The cache keeps the projection encoded: it reads back exactly.
+        let cache = PodCache::new();
+        for p in &full {
+            cache.apply(watcher::Event::Apply(p.clone()));
+        }
+        for p in &projected {
+            let name = p.metadata.name.as_deref().unwrap_or_default();
+            let cached = cache.get("ns", name);
+            prop_assert_eq!(cached.as_deref(), Some(p));
+        }
         // Projecting twice changes nothing more.
         let twice: Vec<Pod> = projected.iter().cloned().map(project).collect();
         prop_assert_eq!(&twice, &projected);

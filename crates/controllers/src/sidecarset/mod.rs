@@ -10,7 +10,7 @@
 //! SidecarSet, and exposed as the `kruise_sidecarset_missed_injection_pods` gauge. Sidecars cannot be
 //! added to a running Pod, so the Pod is left as it is.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -222,13 +222,11 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         .as_ref()
         .is_some_and(|s| !kruise_api::validation::selector_is_empty(s));
     let candidates = if selector_set {
-        ctx.pods.select(|p| {
-            ss.spec.selector.as_ref().is_some_and(|s| {
-                kruise_api::validation::selector_matches(
-                    s,
-                    p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-                )
-            })
+        ctx.pods.select(None, |labels| {
+            ss.spec
+                .selector
+                .as_ref()
+                .is_some_and(|s| kruise_api::validation::selector_matches(s, labels))
         })
     } else {
         Vec::new()

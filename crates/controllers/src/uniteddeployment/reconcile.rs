@@ -710,11 +710,10 @@ fn observe(
         TemplateKind::Deployment => {
             // Deployment Pods belong to ReplicaSets: select them by the subset's selector.
             let selector = selector_of(&object);
-            ctx.pods.select(|p| {
-                p.metadata.namespace.as_deref() == Some(namespace.as_str())
-                    && selector.as_ref().is_some_and(|s| {
-                        selector_matches(s, p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-                    })
+            ctx.pods.select(Some(&namespace), |labels| {
+                selector
+                    .as_ref()
+                    .is_some_and(|s| selector_matches(s, labels))
             })
         }
         _ => object
