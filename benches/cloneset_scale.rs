@@ -3,7 +3,8 @@
 //! gracePeriodSeconds 0), then a ReCreate update. For each rollout: the time from the image patch to
 //! `updatedReadyReplicas == replicas`, the time until a watch on the Pods first sees every one Ready at
 //! the new image (the status lag is the difference), the apiserver writes to Pods per Pod updated
-//! (from the apiserver's `apiserver_request_total`, before vs after) and kruise-manager's memory.
+//! (from the apiserver's `apiserver_request_total`, before vs after; kruise-manager's own from the
+//! audit log), kruise-manager's CPU, its CloneSet reconcile durations (p50, p99) and its memory.
 //! Prints figures; asserts nothing about time.
 //!
 //! kubelet-sim runs as a child process (this binary re-executed with `sim`); kruise-manager is the
@@ -20,6 +21,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
+use kruise_benches::process::cpu_seconds;
+use kruise_benches::prom::Histogram;
 use kruise_benches::{on_control_plane, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
@@ -100,26 +103,17 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         cli.nodes, cli.manager_args
     );
 
-    let began = Instant::now();
-    let writes = PodWrites::read(&client).await?;
-    let pods_ready = pods_ready_at(&client, replicas, "nginx:alpine");
+    let phase = Phase::start(plane, &client, &manager, replicas, "nginx:alpine").await?;
     clonesets.create(&PostParams::default(), &cloneset).await?;
     wait_rolled_out(&clonesets, replicas).await?;
-    report(
-        "create",
-        replicas,
-        began,
-        pods_ready,
-        &PodWrites::read(&client).await?.since(&writes),
-        &manager,
-    )
-    .await;
+    phase.report("create", plane, &client, &manager).await?;
 
     let in_place = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": "nginx:1.19.1"}
     ]}}}});
     rollout(
         "in-place update (InPlaceIfPossible, maxUnavailable 100%, gracePeriodSeconds 0)",
+        plane,
         &client,
         &clonesets,
         replicas,
@@ -148,6 +142,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     }});
     rollout(
         "ReCreate update (maxUnavailable 100%)",
+        plane,
         &client,
         &clonesets,
         replicas,
@@ -161,30 +156,20 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
 
 async fn rollout(
     what: &str,
+    plane: &ControlPlane,
     client: &Client,
     clonesets: &Api<CloneSet>,
     replicas: i32,
     (patch, image): (&Value, &str),
     manager: &Manager,
 ) -> anyhow::Result<()> {
-    let writes = PodWrites::read(client).await?;
-    let pods_ready = pods_ready_at(client, replicas, image);
-    let began = Instant::now();
+    let phase = Phase::start(plane, client, manager, replicas, image).await?;
     clonesets
         .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .with_context(|| format!("patching the CloneSet for the {what}"))?;
     wait_rolled_out(clonesets, replicas).await?;
-    report(
-        what,
-        replicas,
-        began,
-        pods_ready,
-        &PodWrites::read(client).await?.since(&writes),
-        manager,
-    )
-    .await;
-    Ok(())
+    phase.report(what, plane, client, manager).await
 }
 
 /// Until the CloneSet's status reports every Pod updated and ready at the current generation.
@@ -250,32 +235,97 @@ fn ready_at(pod: &Pod, image: &str) -> bool {
     is_ready && !containers.is_empty() && containers.iter().all(|c| c.image == image)
 }
 
-async fn report(
-    what: &str,
+/// What a phase (create or rollout) is measured against.
+struct Phase {
     replicas: i32,
     began: Instant,
     pods_ready: tokio::task::JoinHandle<Option<Instant>>,
-    writes: &PodWrites,
-    manager: &Manager,
-) {
-    let took = began.elapsed();
-    println!(
-        "{what}: {:.1} s to updatedReadyReplicas={replicas} ({:.0} Pods/s)",
-        took.as_secs_f64(),
-        f64::from(replicas) / took.as_secs_f64()
-    );
-    // The watch has seen them all by now, or is about to.
-    match tokio::time::timeout(Duration::from_secs(10), pods_ready).await {
-        Ok(Ok(Some(at))) => {
-            let seen = at.saturating_duration_since(began);
-            println!(
-                "  Pods Ready (watch): {:.1} s; status lag {:.1} s",
-                seen.as_secs_f64(),
-                took.saturating_sub(seen).as_secs_f64()
-            );
-        }
-        _ => println!("  Pods Ready (watch): not seen"),
+    writes: PodWrites,
+    manager_writes: PodWrites,
+    manager_cpu: f64,
+    reconciles: Histogram,
+}
+
+impl Phase {
+    async fn start(
+        plane: &ControlPlane,
+        client: &Client,
+        manager: &Manager,
+        replicas: i32,
+        image: &str,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            replicas,
+            writes: PodWrites::read(client).await?,
+            manager_writes: PodWrites::read_manager(plane),
+            manager_cpu: cpu_seconds(manager.pid).unwrap_or(0.0),
+            reconciles: reconciles(manager).await?,
+            pods_ready: pods_ready_at(client, replicas, image),
+            began: Instant::now(),
+        })
     }
-    writes.print(f64::from(replicas));
-    manager.print_rss();
+
+    /// Prints the phase's figures: time to the status, time to what a watch on the Pods saw, Pod
+    /// writes (all, and kruise-manager's alone), the manager's CPU, CloneSet reconcile durations and
+    /// memory.
+    async fn report(
+        self,
+        what: &str,
+        plane: &ControlPlane,
+        client: &Client,
+        manager: &Manager,
+    ) -> anyhow::Result<()> {
+        let took = self.began.elapsed();
+        let replicas = self.replicas;
+        println!(
+            "{what}: {:.1} s to updatedReadyReplicas={replicas} ({:.0} Pods/s)",
+            took.as_secs_f64(),
+            f64::from(replicas) / took.as_secs_f64()
+        );
+        // The watch has seen them all by now, or is about to.
+        match tokio::time::timeout(Duration::from_secs(10), self.pods_ready).await {
+            Ok(Ok(Some(at))) => {
+                let seen = at.saturating_duration_since(self.began);
+                println!(
+                    "  Pods Ready (watch): {:.1} s; status lag {:.1} s",
+                    seen.as_secs_f64(),
+                    took.saturating_sub(seen).as_secs_f64()
+                );
+            }
+            _ => println!("  Pods Ready (watch): not seen"),
+        }
+        let pods = f64::from(replicas);
+        PodWrites::read(client)
+            .await?
+            .since(&self.writes)
+            .print(pods);
+        PodWrites::read_manager(plane)
+            .since(&self.manager_writes)
+            .print_as("of which kruise-manager's", pods);
+        let reconciles = reconciles(manager).await?.since(&self.reconciles);
+        let ms = |q: f64| {
+            reconciles
+                .quantile(q)
+                .map_or("-".to_owned(), |s| format!("{:.0} ms", s * 1e3))
+        };
+        println!(
+            "  kruise-manager CPU {:.1} s; CloneSet reconciles {:.0} (p50 {}, p99 {})",
+            cpu_seconds(manager.pid).unwrap_or(0.0) - self.manager_cpu,
+            reconciles.count,
+            ms(0.5),
+            ms(0.99)
+        );
+        manager.print_rss();
+        Ok(())
+    }
+}
+
+/// The CloneSet controller's reconcile durations so far.
+async fn reconciles(manager: &Manager) -> anyhow::Result<Histogram> {
+    let text = manager.metrics_text().await?;
+    Ok(Histogram::read(
+        &text,
+        "kruise_controller_reconcile_duration_seconds",
+        |s| s.label("controller") == "cloneset-controller",
+    ))
 }

@@ -67,17 +67,57 @@ impl PodWrites {
         )
     }
 
+    /// The writes to Pods by kruise-manager (the `manager-N` identities) in the apiserver's audit
+    /// log `text` (one JSON event per line), by `VERB pods[/subresource]` as [`Self::parse`] names
+    /// them; refused writes count too, as they do in `apiserver_request_total`.
+    pub fn parse_audit(text: &str) -> Self {
+        let mut counts = BTreeMap::new();
+        for event in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            let field = |path: &str| event.pointer(path).and_then(|v| v.as_str()).unwrap_or("");
+            if field("/stage") != "ResponseComplete"
+                || !field("/user/username").starts_with("manager-")
+                || field("/objectRef/resource") != "pods"
+                || !field("/objectRef/apiGroup").is_empty()
+            {
+                continue;
+            }
+            let verb = match field("/verb") {
+                "create" => "POST",
+                "update" => "PUT",
+                "patch" => "PATCH",
+                "delete" => "DELETE",
+                _ => continue,
+            };
+            let key = match field("/objectRef/subresource") {
+                "" => format!("{verb} pods"),
+                subresource => format!("{verb} pods/{subresource}"),
+            };
+            *counts.entry(key).or_insert(0.0) += 1.0;
+        }
+        Self(counts)
+    }
+
+    /// kruise-manager's writes to Pods so far, from the control plane's audit log.
+    pub fn read_manager(plane: &kruise_testkit::control_plane::ControlPlane) -> Self {
+        Self::parse_audit(&std::fs::read_to_string(plane.audit_log_path()).unwrap_or_default())
+    }
+
     pub fn total(&self) -> f64 {
         self.0.values().sum()
     }
 
     /// Prints the total and each kind of write, also per Pod (`pods` Pods).
     pub fn print(&self, pods: f64) {
+        self.print_as("apiserver Pod writes", pods);
+    }
+
+    /// [`Self::print`] under another heading.
+    pub fn print_as(&self, heading: &str, pods: f64) {
         let total = self.total();
-        println!(
-            "  apiserver Pod writes: {total:.0} ({:.2} per Pod)",
-            total / pods
-        );
+        println!("  {heading}: {total:.0} ({:.2} per Pod)", total / pods);
         for (key, count) in &self.0 {
             println!("    {key}: {count:.0} ({:.2} per Pod)", count / pods);
         }
@@ -87,6 +127,39 @@ impl PodWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn manager_pod_writes_from_the_audit_log() {
+        let line = |user: &str, verb: &str, subresource: &str, stage: &str| {
+            serde_json::json!({"stage": stage, "verb": verb, "user": {"username": user},
+                "objectRef": {"resource": "pods", "subresource": subresource, "apiVersion": "v1"}})
+            .to_string()
+        };
+        let text = [
+            line("manager-0", "patch", "status", "ResponseComplete"),
+            line("manager-0", "patch", "", "ResponseComplete"),
+            line("manager-0", "patch", "", "ResponseComplete"),
+            line("manager-0", "create", "", "ResponseComplete"),
+            line("manager-0", "patch", "", "ResponseStarted"),
+            line(
+                "system:serviceaccount:kruise-system:kruise-manager",
+                "patch",
+                "",
+                "ResponseComplete",
+            ),
+            "not json".to_owned(),
+        ]
+        .join("\n");
+        let writes = PodWrites::parse_audit(&text);
+        assert_eq!(
+            writes.0,
+            BTreeMap::from([
+                ("PATCH pods".to_owned(), 2.0),
+                ("PATCH pods/status".to_owned(), 1.0),
+                ("POST pods".to_owned(), 1.0),
+            ])
+        );
+    }
 
     #[test]
     fn pod_writes_by_verb_and_subresource() {
