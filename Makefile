@@ -70,8 +70,8 @@ fmt:
 ## bench: scale figures of the test bed, of a 1,000-Pod CloneSet rollout, of a 1,000-Pod Advanced
 ## StatefulSet (and Kubernetes' StatefulSet beside it), of SidecarSet injection and upgrade and of a
 ## BroadcastJob and an Advanced DaemonSet (with Kubernetes' DaemonSet beside it) on 300 nodes, and of a
-## 1,000-replica UnitedDeployment over 3 CloneSet subsets, and of the pure planners on 10k/100k-Pod
-## snapshots (prints numbers, asserts nothing about time).
+## 1,000-replica UnitedDeployment over 3 CloneSet subsets, of one manager over 10,000 Pods, and of the
+## pure planners on 10k/100k-Pod snapshots (prints numbers, asserts nothing about time).
 bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin planner-scale
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
@@ -82,6 +82,7 @@ bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin broadcastjob-scale
 	$(CARGO) run --release -p kruise-benches --bin uniteddeployment-scale
 	$(CARGO) run --release -p kruise-benches --bin daemonset-scale
+	$(CARGO) run --release -p kruise-benches --bin fleet-scale
 
 clean-local:
 	rm -rf .local

@@ -106,7 +106,8 @@ impl PodWrites {
     }
 
     pub fn total(&self) -> f64 {
-        self.0.values().sum()
+        // (An empty f64 sum is -0.0.)
+        self.0.values().sum::<f64>() + 0.0
     }
 
     /// Prints the total and each kind of write, also per Pod (`pods` Pods).

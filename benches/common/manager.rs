@@ -16,20 +16,39 @@ use crate::stats::mib;
 pub struct Manager {
     pub ports: ManagerPorts,
     pub pid: u32,
+    /// The process's name in the control plane.
+    name: String,
 }
 
 impl Manager {
-    /// Starts the manager with `extra_args` and waits until it serves and the apiserver calls it.
+    /// Starts the manager with `extra_args` and waits until it serves and the apiserver calls it. It
+    /// runs as the identity `manager-0`, whose writes the apiserver's audit log records
+    /// ([`crate::apiserver::PodWrites::read_manager`]).
     pub async fn start(plane: &ControlPlane, extra_args: &[String]) -> anyhow::Result<Self> {
         manager::ensure_namespace(plane).await?;
+        let kubeconfig = plane.dir().join("manager-0.kubeconfig");
+        std::fs::write(&kubeconfig, plane.kubeconfig_as(0, &plane.server_url())?)
+            .with_context(|| format!("writing {}", kubeconfig.display()))?;
         let options = ManagerOptions {
             extra_args: extra_args.to_vec(),
+            kubeconfig: Some(kubeconfig),
             ..ManagerOptions::default()
         };
         let ports = manager::spawn(plane, &options)?;
         manager::wait_serving(plane, &ports, Duration::from_secs(120)).await?;
         let pid = pid_of(plane, &options.name).context("the manager process")?;
-        Ok(Self { ports, pid })
+        Ok(Self {
+            ports,
+            pid,
+            name: options.name,
+        })
+    }
+
+    /// SIGKILLs the manager and starts it again with the same arguments; returns once the new
+    /// process runs (not once it serves: the caller times what comes next).
+    pub fn restart(&mut self, plane: &ControlPlane) -> anyhow::Result<()> {
+        self.pid = plane.respawn_process(&self.name)?;
+        Ok(())
     }
 
     /// The manager's `/metrics` text.

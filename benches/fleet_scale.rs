@@ -1,0 +1,303 @@
+//! One manager over a fleet (issue "Scale", item 4): `--clonesets` (10) CloneSets of `--replicas`
+//! (1,000) Pods with 2 containers each on `--nodes` (50) simulated nodes, and `--sidecarsets` (20)
+//! SidecarSets that inject half of them (SidecarSet j selects CloneSet j mod 5). Measured:
+//!
+//! 1. **Create**: every CloneSet created at once → all Pods updated and Ready; kruise-manager's RSS.
+//! 2. **Start-up resync**: the manager SIGKILLed and started again over the settled fleet: from the
+//!    process start until every CloneSet and SidecarSet has been reconciled at least once (the
+//!    manager's `kruise_controller_reconciles_total`), and the Pod writes it made then and for 10 s
+//!    after (from the audit log: nothing changed, so there should be none).
+//! 3. **Idle CPU**: the manager's CPU over 60 s with nothing to do.
+//! 4. **Rollout**: every CloneSet's image patched at once (InPlaceIfPossible, maxUnavailable 100%,
+//!    gracePeriodSeconds 0) → all updated and Ready: time, Pod writes per Pod (all, and the
+//!    manager's), the manager's CPU.
+//!
+//! Prints the figures as a table; asserts nothing about time. kubelet-sim runs as a child process (this
+//! binary re-executed with `sim`); kruise-manager is the binary next to this one (`cargo build
+//! --release -p kruise-manager`) or `$KRUISE_MANAGER_BIN`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::core::v1::Namespace;
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_benches::apiserver::PodWrites;
+use kruise_benches::manager::Manager;
+use kruise_benches::process::cpu_seconds;
+use kruise_benches::{on_control_plane, prom, sim};
+use kruise_testkit::control_plane::ControlPlane;
+use kruise_testkit::process::rss_kib;
+use kruise_testkit::until;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 50)]
+    nodes: u16,
+    /// CloneSets.
+    #[arg(long, default_value_t = 10)]
+    clonesets: usize,
+    /// Replicas of each CloneSet.
+    #[arg(long, default_value_t = 1000)]
+    replicas: i32,
+    /// SidecarSets (SidecarSet j injects the Pods of CloneSet j mod 5).
+    #[arg(long, default_value_t = 20)]
+    sidecarsets: usize,
+    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    manager_args: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
+    Sim,
+}
+
+const NAMESPACE: &str = "fleet";
+const TIMEOUT: Duration = Duration::from_secs(3600);
+/// CloneSets the SidecarSets select (half of the default 10).
+const INJECTED: usize = 5;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Sim) => sim::run(cli.nodes).await,
+        None => {
+            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
+        }
+    }
+}
+
+/// The figures of the closing table.
+#[derive(Default)]
+struct Figures {
+    create: Duration,
+    rss_after_create_mib: f64,
+    resync: Duration,
+    resync_writes: f64,
+    idle_cpu_percent: f64,
+    rollout: Duration,
+    rollout_writes_per_pod: f64,
+    rollout_manager_writes_per_pod: f64,
+    rollout_manager_cpu: f64,
+    rss_after_rollout_mib: f64,
+}
+
+async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
+    sim::spawn(plane, cli.nodes).await?;
+    let client = plane.client().await?;
+    let mut manager = Manager::start(plane, &cli.manager_args).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(NAMESPACE.into());
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
+    println!(
+        "{} CloneSets × {} Pods (2 containers) on {} simulated nodes, {} SidecarSets; kruise-manager {:?}",
+        cli.clonesets, cli.replicas, cli.nodes, cli.sidecarsets, cli.manager_args
+    );
+    let mut figures = Figures::default();
+
+    // SidecarSets first: they inject at Pod creation.
+    let sidecarsets: Api<SidecarSet> = Api::all(client.clone());
+    for j in 0..cli.sidecarsets {
+        let ss: SidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "SidecarSet",
+            "metadata": {"name": format!("side-{j}")},
+            "spec": {
+                "selector": {"matchLabels": {"app": format!("cs-{}", j % INJECTED)}},
+                "containers": [{"name": format!("side-{j}"), "image": format!("sidecar:{j}")}]
+            }
+        }))?;
+        sidecarsets.create(&PostParams::default(), &ss).await?;
+    }
+
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let began = Instant::now();
+    for i in 0..cli.clonesets {
+        let cs: CloneSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "CloneSet",
+            "metadata": {"name": format!("cs-{i}")},
+            "spec": {
+                "replicas": cli.replicas,
+                "selector": {"matchLabels": {"app": format!("cs-{i}")}},
+                "template": {
+                    "metadata": {"labels": {"app": format!("cs-{i}")}},
+                    "spec": {"containers": [
+                        {"name": "app", "image": "nginx:alpine"},
+                        {"name": "log", "image": "fluent-bit:3"}
+                    ]}
+                },
+                "updateStrategy": {"rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "maxUnavailable": "100%",
+                    "inPlaceUpdateStrategy": {"gracePeriodSeconds": 0}
+                }}
+            }
+        }))?;
+        clonesets.create(&PostParams::default(), &cs).await?;
+    }
+    wait_rolled_out(&clonesets, cli.clonesets, cli.replicas).await?;
+    figures.create = began.elapsed();
+    figures.rss_after_create_mib = rss_mib(manager.pid);
+    println!(
+        "create: {:.1} s; kruise-manager RSS {:.1} MiB",
+        figures.create.as_secs_f64(),
+        figures.rss_after_create_mib
+    );
+
+    // Start-up resync over the settled fleet.
+    let writes_before = PodWrites::read_manager(plane);
+    manager.restart(plane)?;
+    let started = Instant::now();
+    until(
+        "every workload reconciled once after the restart",
+        Duration::from_secs(300),
+        || async {
+            // Not serving yet reads as not reconciled yet.
+            let Ok(text) = manager.metrics_text().await else {
+                return Ok(false);
+            };
+            Ok(
+                reconciles(&text, "cloneset-controller") >= cli.clonesets as f64
+                    && reconciles(&text, "sidecarset-controller") >= cli.sidecarsets as f64,
+            )
+        },
+    )
+    .await?;
+    figures.resync = started.elapsed();
+    // Whatever the resync would write has been sent 10 s later.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    figures.resync_writes = PodWrites::read_manager(plane).since(&writes_before).total();
+    println!(
+        "start-up resync: {:.2} s; kruise-manager Pod writes {:.0}",
+        figures.resync.as_secs_f64(),
+        figures.resync_writes
+    );
+
+    // Idle: a measurement window, not a wait for anything.
+    let cpu = cpu_seconds(manager.pid).unwrap_or(0.0);
+    let window = Duration::from_secs(60);
+    tokio::time::sleep(window).await;
+    figures.idle_cpu_percent =
+        (cpu_seconds(manager.pid).unwrap_or(0.0) - cpu) * 100.0 / window.as_secs_f64();
+    println!("idle CPU: {:.2}% of a core", figures.idle_cpu_percent);
+
+    // Every CloneSet rolled in place at once.
+    let writes = PodWrites::read(&client).await?;
+    let manager_writes = PodWrites::read_manager(plane);
+    let cpu = cpu_seconds(manager.pid).unwrap_or(0.0);
+    let began = Instant::now();
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "app", "image": "nginx:1.19.1"},
+        {"name": "log", "image": "fluent-bit:3"}
+    ]}}}});
+    for i in 0..cli.clonesets {
+        clonesets
+            .patch(
+                &format!("cs-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .with_context(|| format!("patching cs-{i}"))?;
+    }
+    wait_rolled_out(&clonesets, cli.clonesets, cli.replicas).await?;
+    figures.rollout = began.elapsed();
+    let pods = pods_total as f64;
+    let all = PodWrites::read(&client).await?.since(&writes);
+    let mine = PodWrites::read_manager(plane).since(&manager_writes);
+    figures.rollout_writes_per_pod = all.total() / pods;
+    figures.rollout_manager_writes_per_pod = mine.total() / pods;
+    figures.rollout_manager_cpu = cpu_seconds(manager.pid).unwrap_or(0.0) - cpu;
+    figures.rss_after_rollout_mib = rss_mib(manager.pid);
+    println!("rollout: {:.1} s", figures.rollout.as_secs_f64());
+    all.print(pods);
+    mine.print_as("of which kruise-manager's", pods);
+
+    println!();
+    println!("| {pods_total} Pods, {} nodes | figure |", cli.nodes);
+    println!("|---|---|");
+    println!(
+        "| create → all Ready | {:.1} s |",
+        figures.create.as_secs_f64()
+    );
+    println!(
+        "| kruise-manager RSS after the create | {:.1} MiB |",
+        figures.rss_after_create_mib
+    );
+    println!(
+        "| start-up resync (process start → every workload reconciled) | {:.2} s, {:.0} Pod writes |",
+        figures.resync.as_secs_f64(),
+        figures.resync_writes
+    );
+    println!(
+        "| idle CPU over 60 s | {:.2}% of a core |",
+        figures.idle_cpu_percent
+    );
+    println!(
+        "| in-place rollout of all at once | {:.1} s, {:.2} Pod writes/Pod ({:.2} by the manager), manager CPU {:.1} s |",
+        figures.rollout.as_secs_f64(),
+        figures.rollout_writes_per_pod,
+        figures.rollout_manager_writes_per_pod,
+        figures.rollout_manager_cpu
+    );
+    println!(
+        "| kruise-manager RSS after the rollout | {:.1} MiB |",
+        figures.rss_after_rollout_mib
+    );
+    Ok(())
+}
+
+/// Successful and failed reconciles of `controller` so far.
+fn reconciles(metrics: &str, controller: &str) -> f64 {
+    prom::samples(metrics, "kruise_controller_reconciles_total")
+        .iter()
+        .filter(|s| s.label("controller") == controller)
+        .map(|s| s.value)
+        .sum()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    rss_kib(pid).map_or(0.0, |(rss, _)| rss as f64 / 1024.0)
+}
+
+/// Until every CloneSet's status reports all its Pods updated and ready at the current generation.
+async fn wait_rolled_out(
+    clonesets: &Api<CloneSet>,
+    count: usize,
+    replicas: i32,
+) -> anyhow::Result<()> {
+    until(
+        format!("{count} CloneSets with {replicas} updated Ready Pods each"),
+        TIMEOUT,
+        || async {
+            let list = clonesets.list(&ListParams::default()).await?;
+            let done = list
+                .items
+                .iter()
+                .filter(|cs| {
+                    let s = cs.status.clone().unwrap_or_default();
+                    cs.metadata.generation == Some(s.observed_generation)
+                        && s.replicas == replicas
+                        && s.updated_replicas == replicas
+                        && s.updated_ready_replicas == replicas
+                })
+                .count();
+            Ok(done == count)
+        },
+    )
+    .await
+}
