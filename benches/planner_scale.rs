@@ -1,4 +1,4 @@
-//! The pure planning step of each workload on snapshots of 10,000 and 100,000 Pods, with no apiserver
+//! The pure planning step of each workload (and of a SidecarSet upgrade) on snapshots of 10,000 and 100,000 Pods, with no apiserver
 //! (issue "Scale", item 6): the time of one decision and the heap allocations it makes, and the
 //! 100k/10k time ratio. Linear work gives 10, n log n about 12.5; more means a planner would
 //! hold a worker for long at scale. Prints figures; asserts nothing about time.
@@ -463,6 +463,84 @@ fn cache_bytes_per_pod(n: usize, containers: usize) -> (f64, f64, Duration) {
     (whole_bytes, cached_bytes, read)
 }
 
+fn sidecarset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
+    use kruise_api::sidecarset::hash::{
+        ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, sidecarset_hash,
+        sidecarset_hash_without_image,
+    };
+    use kruise_api::sidecarset::v1beta1::SidecarSet;
+    use kruise_core::sidecarset::upgrade;
+    let sidecarset = |image: &str| -> anyhow::Result<SidecarSet> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "SidecarSet",
+            "metadata": {"name": "log", "uid": "ss-uid", "generation": 2},
+            "spec": {
+                "selector": {"matchLabels": {"app": "set"}},
+                "containers": [{"name": "sidecar", "image": image}],
+                "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": "10%"}
+            }
+        }))?)
+    };
+    let (old, new) = (sidecarset("log:v1")?, sidecarset("log:v2")?);
+    let recorded = |hash: String| {
+        json!({"log": {"updateTimestamp": "2026-11-20T10:00:00Z", "hash": hash,
+            "sidecarSetName": "log", "sidecarList": ["sidecar"]}})
+        .to_string()
+    };
+    // The first half already runs the new sidecar image; the SidecarSet changed only its image, so
+    // the other half can be upgraded in place.
+    let pods: Vec<Pod> = (0..n)
+        .map(|i| {
+            let mut p = pod(
+                &format!("set-{i:x}"),
+                i,
+                n,
+                &format!("node-{}", i % NODES),
+                now,
+            );
+            let updated = i < n / 2;
+            let ss = if updated { &new } else { &old };
+            let image = if updated { "log:v2" } else { "log:v1" };
+            if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.get_mut(1)) {
+                c.image = Some(image.into());
+            }
+            if let Some(c) = p
+                .status
+                .as_mut()
+                .and_then(|s| s.container_statuses.as_mut())
+                .and_then(|c| c.get_mut(1))
+            {
+                c.image = image.into();
+                c.image_id = format!("docker.io/{image}@sha256:2");
+            }
+            p.metadata.annotations = Some(BTreeMap::from([
+                (ANNOTATION_HASH.to_owned(), recorded(sidecarset_hash(ss))),
+                (
+                    ANNOTATION_HASH_WITHOUT_IMAGE.to_owned(),
+                    recorded(sidecarset_hash_without_image(ss)),
+                ),
+            ]));
+            p
+        })
+        .collect();
+    let decide = || {
+        let facts: Vec<upgrade::PodFacts> =
+            pods.iter().map(|p| upgrade::pod_facts(&new, p)).collect();
+        upgrade::plan_upgrade(&new, &pods, &facts)
+    };
+    let (took, allocations, bytes) = measure(runs, || decide().is_ok());
+    let plan = decide().map_err(|e| anyhow::anyhow!("SidecarSet upgrade plan: {e:?}"))?;
+    Ok(Row {
+        workload: "SidecarSet (facts + upgrade plan)",
+        decided: format!("{} to upgrade", plan.upgrade.len()),
+        pods: n,
+        took,
+        allocations,
+        bytes,
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     println!(
@@ -486,6 +564,7 @@ fn main() -> anyhow::Result<()> {
         rows.push(cloneset(n, cli.runs, now)?);
         rows.push(advanced_statefulset(n, cli.runs, now)?);
         rows.push(advanced_daemonset(n, cli.runs, now)?);
+        rows.push(sidecarset(n, cli.runs, now)?);
     }
     println!(
         "{:<44} {:>8} {:>16} {:>12} {:>13} {:>12}",
