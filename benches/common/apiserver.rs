@@ -69,7 +69,8 @@ impl PodWrites {
 
     /// The writes to Pods by kruise-manager (the `manager-N` identities) in the apiserver's audit
     /// log `text` (one JSON event per line), by `VERB pods[/subresource]` as [`Self::parse`] names
-    /// them; refused writes count too, as they do in `apiserver_request_total`.
+    /// them; refused writes (a lost race: conflict, failed `test`) count too, as they do in
+    /// `apiserver_request_total`, under their own key ending in ` refused`.
     pub fn parse_audit(text: &str) -> Self {
         let mut counts = BTreeMap::new();
         for event in text
@@ -91,10 +92,17 @@ impl PodWrites {
                 "delete" => "DELETE",
                 _ => continue,
             };
-            let key = match field("/objectRef/subresource") {
+            let mut key = match field("/objectRef/subresource") {
                 "" => format!("{verb} pods"),
                 subresource => format!("{verb} pods/{subresource}"),
             };
+            let code = event
+                .pointer("/responseStatus/code")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            if code >= 400 {
+                key.push_str(" refused");
+            }
             *counts.entry(key).or_insert(0.0) += 1.0;
         }
         Self(counts)
@@ -133,10 +141,16 @@ mod tests {
     fn manager_pod_writes_from_the_audit_log() {
         let line = |user: &str, verb: &str, subresource: &str, stage: &str| {
             serde_json::json!({"stage": stage, "verb": verb, "user": {"username": user},
-                "objectRef": {"resource": "pods", "subresource": subresource, "apiVersion": "v1"}})
+                "objectRef": {"resource": "pods", "subresource": subresource, "apiVersion": "v1"},
+                "responseStatus": {"code": 200}})
             .to_string()
         };
+        let refused = serde_json::json!({"stage": "ResponseComplete", "verb": "patch",
+            "user": {"username": "manager-1"}, "responseStatus": {"code": 422},
+            "objectRef": {"resource": "pods", "subresource": "status", "apiVersion": "v1"}})
+        .to_string();
         let text = [
+            refused,
             line("manager-0", "patch", "status", "ResponseComplete"),
             line("manager-0", "patch", "", "ResponseComplete"),
             line("manager-0", "patch", "", "ResponseComplete"),
@@ -157,6 +171,7 @@ mod tests {
             BTreeMap::from([
                 ("PATCH pods".to_owned(), 2.0),
                 ("PATCH pods/status".to_owned(), 1.0),
+                ("PATCH pods/status refused".to_owned(), 1.0),
                 ("POST pods".to_owned(), 1.0),
             ])
         );
