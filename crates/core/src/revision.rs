@@ -314,23 +314,11 @@ pub fn next_revision_number(revisions: &[ControllerRevision]) -> i64 {
 pub fn equal_revision(a: &ControllerRevision, b: &ControllerRevision) -> bool {
     match (a.data.as_ref(), b.data.as_ref()) {
         (Some(a), Some(b)) => {
-            a.0 == b.0 || without_empty_fields(&a.0) == without_empty_fields(&b.0)
+            a.0 == b.0
+                || go_fields::without_empty_fields(a.0.clone())
+                    == go_fields::without_empty_fields(b.0.clone())
         }
         (a, b) => a.is_none() && b.is_none(),
-    }
-}
-
-/// `value` without the object fields that hold `null` or `{}` (after their own empty fields are gone).
-fn without_empty_fields(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), without_empty_fields(v)))
-                .filter(|(_, v)| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_empty_fields).collect()),
-        other => other.clone(),
     }
 }
 

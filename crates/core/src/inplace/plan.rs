@@ -153,7 +153,7 @@ fn try_plan(
 ) -> Result<InPlacePlan, NotInPlace> {
     let encode = |t: &PodTemplateSpec| {
         serde_json::to_value(t)
-            .map(prune)
+            .map(crate::revision::go_fields::without_empty_fields)
             .map_err(|e| NotInPlace::Encode(e.to_string()))
     };
     let (old_v, new_v) = (encode(old)?, encode(new)?);
@@ -248,21 +248,6 @@ fn restart_image(pod: &Pod, template: &Container) -> Result<String, NotInPlace> 
     match template.image.as_deref() {
         Some(image) if image != current => Ok(image.to_owned()),
         _ => Err(fail()),
-    }
-}
-
-/// Drops nulls and empty objects: Go writes `creationTimestamp: null` and `resources: {}` where Rust
-/// omits them, so a revision written by OpenKruise must not look different for that alone.
-fn prune(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k, prune(v)))
-                .filter(|(_, v)| !v.is_null() && !v.as_object().is_some_and(|o| o.is_empty()))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(prune).collect()),
-        other => other,
     }
 }
 

@@ -18,6 +18,23 @@
 
 use serde_json::{Map, Value};
 
+/// `value` with Go's empty fields taken out again: nulls and empty objects (also objects left empty
+/// once theirs are gone), at any depth. Two values that differ only in what Go writes and Rust omits
+/// compare equal after it (a revision OpenKruise wrote and one kruise-rs wrote; the templates an
+/// in-place plan compares).
+pub fn without_empty_fields(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, without_empty_fields(v)))
+                .filter(|(_, v)| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_empty_fields).collect()),
+        other => other,
+    }
+}
+
 /// A `PodTemplateSpec`: `metadata` (an `ObjectMeta`) and `spec` (a `PodSpec`) are structs.
 pub fn pod_template(template: &mut Value) {
     let Some(map) = template.as_object_mut() else {
