@@ -245,20 +245,13 @@ async fn restarted_manager_writes_nothing_over_a_settled_cloneset() -> anyhow::R
             let set = sets.get("settled").await?.metadata.resource_version;
             anyhow::Ok((pods, set))
         };
-        let mut before = versions().await?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            tokio::time::sleep(HOLD).await;
-            let now = versions().await?;
-            if now == before {
-                break;
-            }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "the CloneSet never settled: its objects kept changing"
-            );
-            before = now;
-        }
+        let before = kruise_testkit::settled(
+            "the CloneSet and its Pods",
+            Duration::from_secs(60),
+            HOLD,
+            versions,
+        )
+        .await?;
         anyhow::ensure!(before.0.len() == REPLICAS as usize);
 
         bed.plane.stop_process("manager-c", false);

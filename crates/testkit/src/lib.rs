@@ -16,4 +16,4 @@ pub mod wait;
 pub use control_plane::{ControlPlane, Options};
 pub use monitor::{Limits, RolloutMonitor};
 pub use testbed::{TestBed, TestNamespace, testbed, testbed_with};
-pub use wait::{eventually, until};
+pub use wait::{eventually, settled, until};

@@ -57,6 +57,35 @@ where
     .await
 }
 
+/// Reads `read` every `hold` until two reads in a row are equal, and returns that value: a state that
+/// went a whole `hold` without changing (nothing written to what `read` looks at). Fails when it still
+/// changes after `timeout`, or when `read` fails.
+pub async fn settled<T, F, Fut>(
+    what: impl Display,
+    timeout: Duration,
+    hold: Duration,
+    mut read: F,
+) -> anyhow::Result<T>
+where
+    T: PartialEq,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut before = read().await?;
+    loop {
+        tokio::time::sleep(hold).await;
+        let now = read().await?;
+        if now == before {
+            return Ok(now);
+        }
+        if Instant::now() >= deadline {
+            bail!("{what} did not settle within {timeout:?}: it kept changing");
+        }
+        before = now;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +100,29 @@ mod tests {
         })
         .await?;
         assert_eq!(value, 3);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn settles_once_two_reads_agree() -> anyhow::Result<()> {
+        // The value changes on the first three reads, then stays.
+        let calls = AtomicU32::new(0);
+        let value = settled(
+            "the counter",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || async { Ok(calls.fetch_add(1, Ordering::SeqCst).min(3)) },
+        )
+        .await?;
+        assert_eq!(value, 3);
+        let never: anyhow::Result<u32> = settled(
+            "a clock",
+            Duration::from_millis(100),
+            Duration::from_millis(10),
+            || async { Ok(calls.fetch_add(1, Ordering::SeqCst)) },
+        )
+        .await;
+        assert!(never.is_err());
         Ok(())
     }
 
