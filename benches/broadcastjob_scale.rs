@@ -9,12 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::{on_control_plane, sim};
+use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::api::{Api, PostParams};
@@ -23,19 +24,13 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 300)]
     nodes: u16,
     /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
     #[arg(long = "manager-arg", allow_hyphen_values = true)]
     manager_args: Vec<String>,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
 }
 
 const NAMESPACE: &str = "bench";
@@ -45,12 +40,11 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    sim::sim_or_bench(command, nodes, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {

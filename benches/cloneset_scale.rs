@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
@@ -23,7 +23,8 @@ use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::cpu_seconds;
 use kruise_benches::prom::Histogram;
-use kruise_benches::{on_control_plane, sim};
+use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
@@ -34,7 +35,7 @@ use serde_json::{Value, json};
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 20)]
     nodes: u16,
@@ -46,12 +47,6 @@ struct Cli {
     manager_args: Vec<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 const NAMESPACE: &str = "bench";
 const NAME: &str = "scale";
 const TIMEOUT: Duration = Duration::from_secs(1800);
@@ -59,12 +54,11 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    sim::sim_or_bench(command, nodes, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {

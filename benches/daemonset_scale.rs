@@ -10,13 +10,14 @@
 
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use k8s_openapi::api::apps::v1::DaemonSet as NativeDaemonSet;
 use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::{on_control_plane, sim};
+use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -25,7 +26,7 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 300)]
     nodes: u16,
@@ -34,24 +35,17 @@ struct Cli {
     manager_args: Vec<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 const NAMESPACE: &str = "bench";
 const TIMEOUT: Duration = Duration::from_secs(1800);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    sim::sim_or_bench(command, nodes, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 fn spec(api_version: &str, name: &str, strategy: serde_json::Value) -> serde_json::Value {

@@ -19,14 +19,15 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::Manager;
 use kruise_benches::process::cpu_seconds;
-use kruise_benches::{on_control_plane, prom, sim};
+use kruise_benches::sim::SimCommand;
+use kruise_benches::{prom, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::process::rss_kib;
 use kruise_testkit::until;
@@ -36,7 +37,7 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 50)]
     nodes: u16,
@@ -54,12 +55,6 @@ struct Cli {
     manager_args: Vec<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 const NAMESPACE: &str = "fleet";
 const TIMEOUT: Duration = Duration::from_secs(3600);
 /// CloneSets the SidecarSets select (half of the default 10).
@@ -68,12 +63,11 @@ const INJECTED: usize = 5;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    sim::sim_or_bench(command, nodes, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 /// The figures of the closing table.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, ValueEnum};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -31,8 +31,9 @@ use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, pid_of};
 use kruise_benches::prom::{self, Histogram};
+use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_benches::stats::{ms, percentile, seconds_as_ms};
-use kruise_benches::{on_control_plane, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
@@ -44,7 +45,7 @@ use tokio::task::JoinSet;
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes (for the upgrade phase).
     #[arg(long, default_value_t = 20)]
     nodes: u16,
@@ -75,12 +76,6 @@ struct Cli {
     manager_args: Vec<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Phase {
     Latency,
@@ -103,12 +98,11 @@ const PACED_IN_FLIGHT: usize = 1000;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    sim::sim_or_bench(command, nodes, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {

@@ -18,13 +18,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use k8s_openapi::api::apps::v1::StatefulSet as NativeStatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::statefulset::v1beta1::StatefulSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::{on_control_plane_with, sim};
+use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::until;
 use kube::Client;
@@ -34,7 +35,7 @@ use serde_json::{Value, json};
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 20)]
     nodes: u16,
@@ -49,31 +50,21 @@ struct Cli {
     manager_args: Vec<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 const NAMESPACE: &str = "bench";
 const TIMEOUT: Duration = Duration::from_secs(1800);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            let options = Options {
-                controller_manager_feature_gates: vec!["MaxUnavailableStatefulSet=true".into()],
-                ..Options::default()
-            };
-            on_control_plane_with(options, move |plane| {
-                Box::pin(async move { bench(&cli, plane).await })
-            })
-            .await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    let options = Options {
+        controller_manager_feature_gates: vec!["MaxUnavailableStatefulSet=true".into()],
+        ..Options::default()
+    };
+    sim::sim_or_bench_with(command, nodes, options, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 /// The set in either API group: the same spec, kruise-only fields added for ours.

@@ -7,11 +7,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_benches::process::pid_of;
 use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::eventually;
 use kruise_testkit::process::rss_kib;
@@ -21,7 +22,7 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 10)]
     nodes: u16,
@@ -33,17 +34,11 @@ struct Cli {
     replicas: u32,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
+        Some(SimCommand::Sim) => sim::run(cli.nodes).await,
         None => bench(cli).await,
     }
 }

@@ -11,12 +11,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::{on_control_plane, sim};
+use kruise_benches::sim;
+use kruise_benches::sim::SimCommand;
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -25,7 +26,7 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<SimCommand>,
     /// Simulated nodes (spread over three zones).
     #[arg(long, default_value_t = 21)]
     nodes: u16,
@@ -37,12 +38,6 @@ struct Cli {
     manager_args: Vec<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
-    Sim,
-}
-
 const NAMESPACE: &str = "bench";
 const NAME: &str = "scale";
 const TIMEOUT: Duration = Duration::from_secs(1800);
@@ -50,12 +45,11 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Sim) => sim::run(cli.nodes).await,
-        None => {
-            on_control_plane(move |plane| Box::pin(async move { bench(&cli, plane).await })).await
-        }
-    }
+    let (command, nodes) = (cli.command, cli.nodes);
+    sim::sim_or_bench(command, nodes, move |plane| {
+        Box::pin(async move { bench(&cli, plane).await })
+    })
+    .await
 }
 
 fn united_deployment(replicas: i32) -> anyhow::Result<UnitedDeployment> {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use kruise_testkit::control_plane::ControlPlane;
+use futures::future::BoxFuture;
+use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::process::Process;
 use kruise_testkit::testbed::wait_nodes_ready;
 use kubelet_sim::NodeSpecSim;
@@ -53,4 +54,35 @@ pub async fn spawn(plane: &ControlPlane, nodes: u16) -> anyhow::Result<()> {
     plane.adopt(sim);
     let client = plane.client().await?;
     wait_nodes_ready(&client, &fleet(nodes)).await
+}
+
+/// The subcommand of every bench with simulated nodes: the bench starts itself again with it (see
+/// [`spawn`]) to run kubelet-sim as a child process.
+#[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimCommand {
+    /// Internal: run kubelet-sim for `--nodes` nodes against $KUBECONFIG.
+    Sim,
+}
+
+/// A bench's `main`: runs kubelet-sim for `nodes` nodes when started as the simulator, else `bench`
+/// on a new control plane.
+pub async fn sim_or_bench(
+    command: Option<SimCommand>,
+    nodes: u16,
+    bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    sim_or_bench_with(command, nodes, Options::default(), bench).await
+}
+
+/// [`sim_or_bench`] with the control plane's `options`.
+pub async fn sim_or_bench_with(
+    command: Option<SimCommand>,
+    nodes: u16,
+    options: Options,
+    bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    match command {
+        Some(SimCommand::Sim) => run(nodes).await,
+        None => crate::on_control_plane_with(options, bench).await,
+    }
 }
