@@ -158,7 +158,7 @@ fn production_profile_renders_the_golden_manifests() -> anyhow::Result<()> {
         "{args:?}"
     );
     assert!(args.contains(&"--cloneset-workers=10"), "{args:?}");
-    assert!(args.contains(&"--rest-config-qps=200"), "{args:?}");
+    assert!(args.contains(&"--rest-config-qps=800"), "{args:?}");
     kruise_manager_accepts(&args)?;
     assert_eq!(container["resources"]["limits"]["memory"], "1536Mi");
     assert!(

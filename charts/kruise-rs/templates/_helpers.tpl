@@ -25,19 +25,19 @@ app.kubernetes.io/name: kruise-rs
 {{- define "kruise-rs.profiles" -}}
 small:
   workers: {cloneset: 3, statefulset: 3, daemonset: 3, sidecarset: 3, uniteddeployment: 2, broadcastjob: 2}
-  apiClient: {qps: 50, burst: 100}
+  apiClient: {qps: 500, burst: 1000}
   resources:
     requests: {cpu: 100m, memory: 128Mi}
     limits: {cpu: "1", memory: 256Mi}
 medium:
   workers: {cloneset: 5, statefulset: 5, daemonset: 3, sidecarset: 5, uniteddeployment: 3, broadcastjob: 3}
-  apiClient: {qps: 100, burst: 200}
+  apiClient: {qps: 500, burst: 1000}
   resources:
     requests: {cpu: 250m, memory: 384Mi}
     limits: {cpu: "2", memory: 768Mi}
 large:
   workers: {cloneset: 10, statefulset: 10, daemonset: 5, sidecarset: 10, uniteddeployment: 5, broadcastjob: 5}
-  apiClient: {qps: 200, burst: 400}
+  apiClient: {qps: 800, burst: 1600}
   resources:
     requests: {cpu: 500m, memory: 768Mi}
     limits: {cpu: "4", memory: 1536Mi}

@@ -113,10 +113,12 @@ pub struct Args {
     #[arg(long, default_value_t = 30)]
     pub kube_api_timeout_seconds: u64,
     /// Client-side limit of requests per second to the apiserver (OpenKruise: --rest-config-qps).
-    #[arg(long, alias = "rest-config-qps", default_value_t = 50.0)]
+    /// The default lets a 1,000-Pod rollout go as fast as the apiserver serves it (docs/sizing.md);
+    /// the apiserver's API Priority and Fairness, not this limit, protects it.
+    #[arg(long, alias = "rest-config-qps", default_value_t = 500.0)]
     pub kube_api_qps: f64,
     /// Client-side burst of requests to the apiserver (OpenKruise: --rest-config-burst).
-    #[arg(long, alias = "rest-config-burst", default_value_t = 100)]
+    #[arg(long, alias = "rest-config-burst", default_value_t = 1000)]
     pub kube_api_burst: u32,
     /// Concurrent reconciles per workload controller.
     #[arg(long, default_value_t = 3)]
