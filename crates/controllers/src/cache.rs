@@ -115,8 +115,23 @@ impl Entry {
     }
 
     fn decode(&self) -> Option<Arc<Pod>> {
+        self.decode_as::<Pod>().map(Arc::new)
+    }
+
+    /// Only the metadata: what expectations and deletion checks read, without building the spec and
+    /// status of the Pod (they are skipped over, not allocated).
+    fn decode_metadata(&self) -> Option<ObjectMeta> {
+        #[derive(serde::Deserialize)]
+        struct MetadataOnly {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        self.decode_as::<MetadataOnly>().map(|m| m.metadata)
+    }
+
+    fn decode_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         match serde_json::from_slice(&self.json) {
-            Ok(pod) => Some(Arc::new(pod)),
+            Ok(value) => Some(value),
             Err(error) => {
                 // Cannot happen for what `of` encoded; said rather than hidden if it does.
                 tracing::error!(%error, "cannot decode a cached Pod");
@@ -433,6 +448,15 @@ impl PodCache {
             .and_then(Entry::decode)
     }
 
+    /// A cached Pod's metadata (cheaper than [`Self::get`] when that is all that is read).
+    pub fn metadata(&self, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .and_then(Entry::decode_metadata)
+    }
+
     /// The Pods whose controlling owner has this uid.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
@@ -588,7 +612,11 @@ mod tests {
         assert_eq!(cached.as_deref(), Some(&project(full.clone())));
         assert_eq!(
             cache.owned_by("u1").first().map(|p| p.as_ref()),
-            Some(&project(full))
+            Some(&project(full.clone()))
+        );
+        assert_eq!(
+            cache.metadata("ns", "a"),
+            Some(project(full.clone()).metadata)
         );
         assert!(cache.owns_pod_on("u1", "n1"));
         assert!(!cache.owns_pod_on("u1", "n2"));

@@ -147,8 +147,8 @@ pub fn expectations_met(
         };
         ex.check(key, now, |e| match e.kind {
             "Pod" => {
-                let pod = pods.get(namespace, &e.name);
-                e.satisfied_by(pod.as_deref().map(|p| CachedState::of(&p.metadata)))
+                let meta = pods.metadata(namespace, &e.name);
+                e.satisfied_by(meta.as_ref().map(CachedState::of))
             }
             POD_ON_NODE => e
                 .name

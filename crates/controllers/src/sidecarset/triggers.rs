@@ -191,8 +191,8 @@ pub(super) async fn run(
         );
         // The cache sends the last state of a deleted Pod too: gone from the cache means deleted.
         let deleted = pods
-            .get(&key.0, &key.1)
-            .is_none_or(|cached| cached.metadata.uid != pod.metadata.uid);
+            .metadata(&key.0, &key.1)
+            .is_none_or(|cached| cached.uid != pod.metadata.uid);
         if deleted {
             seen.remove(&key);
         } else {
