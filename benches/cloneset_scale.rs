@@ -172,12 +172,10 @@ async fn wait_rolled_out(clonesets: &Api<CloneSet>, replicas: i32) -> anyhow::Re
         format!("{replicas} updated Ready Pods"),
         TIMEOUT,
         || async {
-            let cs = clonesets.get(NAME).await?;
-            let s = cs.status.unwrap_or_default();
-            Ok(cs.metadata.generation == Some(s.observed_generation)
-                && s.replicas == replicas
-                && s.updated_replicas == replicas
-                && s.updated_ready_replicas == replicas)
+            Ok(kruise_benches::cloneset_rolled_out(
+                &clonesets.get(NAME).await?,
+                replicas,
+            ))
         },
     )
     .await

@@ -282,13 +282,7 @@ async fn wait_rolled_out(
             let done = list
                 .items
                 .iter()
-                .filter(|cs| {
-                    let s = cs.status.clone().unwrap_or_default();
-                    cs.metadata.generation == Some(s.observed_generation)
-                        && s.replicas == replicas
-                        && s.updated_replicas == replicas
-                        && s.updated_ready_replicas == replicas
-                })
+                .filter(|cs| kruise_benches::cloneset_rolled_out(cs, replicas))
                 .count();
             Ok(done == count)
         },

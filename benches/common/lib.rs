@@ -38,3 +38,15 @@ pub async fn on_control_plane_with(
     plane.stop();
     result
 }
+
+/// Whether a CloneSet's status reports `replicas` Pods, all updated and Ready, at its current
+/// generation: a rollout (or a create) is over.
+pub fn cloneset_rolled_out(cs: &kruise_api::cloneset::v1beta1::CloneSet, replicas: i32) -> bool {
+    let Some(s) = cs.status.as_ref() else {
+        return false;
+    };
+    cs.metadata.generation == Some(s.observed_generation)
+        && s.replicas == replicas
+        && s.updated_replicas == replicas
+        && s.updated_ready_replicas == replicas
+}

@@ -43,48 +43,36 @@ struct Shape {
     extras: bool,
 }
 
-fn shape() -> impl Strategy<Value = Shape> {
-    (
-        1usize..=3,
-        any::<bool>(),
-        prop::sample::select(vec!["Running", "Pending", "Succeeded"]),
-        any::<bool>(),
-        prop::option::of(any::<bool>()),
-        0i32..3,
-        prop::option::of(prop::sample::select(vec![
+prop_compose! {
+    /// A Pod with `containers` containers, in any state a planner tells apart.
+    fn shape(containers: usize)(
+        at_update in any::<bool>(),
+        phase in prop::sample::select(vec!["Running", "Pending", "Succeeded"]),
+        ready in any::<bool>(),
+        gate in prop::option::of(any::<bool>()),
+        restarts in 0i32..3,
+        lifecycle in prop::option::of(prop::sample::select(vec![
             "Normal",
             "PreparingUpdate",
             "Updated",
         ])),
-        any::<bool>(),
-        prop::bool::weighted(0.1),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(
-                containers,
-                at_update,
-                phase,
-                ready,
-                gate,
-                restarts,
-                lifecycle,
-                priority_env,
-                deleting,
-                extras,
-            )| Shape {
-                containers,
-                at_update,
-                phase,
-                ready,
-                gate,
-                restarts,
-                lifecycle,
-                priority_env,
-                deleting,
-                extras,
-            },
-        )
+        priority_env in any::<bool>(),
+        deleting in prop::bool::weighted(0.1),
+        extras in any::<bool>(),
+    ) -> Shape {
+        Shape {
+            containers,
+            at_update,
+            phase,
+            ready,
+            gate,
+            restarts,
+            lifecycle,
+            priority_env,
+            deleting,
+            extras,
+        }
+    }
 }
 
 fn image(container: usize, update: bool) -> String {
@@ -380,15 +368,11 @@ proptest! {
 
     #[test]
     fn projection_decides_as_the_full_pod(
-        shapes in prop::collection::vec(shape(), 1..8),
-        containers in 1usize..=3,
+        (containers, shapes) in (1usize..=3)
+            .prop_flat_map(|c| (Just(c), prop::collection::vec(shape(c), 1..8))),
         max_unavailable in 0usize..4,
         partition in 0usize..4,
     ) {
-        let shapes: Vec<Shape> = shapes
-            .into_iter()
-            .map(|s| Shape { containers, ..s })
-            .collect();
         let full: Vec<Pod> = shapes.iter().enumerate().map(|(i, s)| pod(i, s)).collect();
         let projected: Vec<Pod> = full.iter().cloned().map(project).collect();
         prop_assert_eq!(
