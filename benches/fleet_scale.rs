@@ -79,6 +79,8 @@ struct Figures {
     resync_writes: f64,
     idle_cpu_percent: f64,
     rollout: Duration,
+    /// When the first CloneSet of the fleet was rolled out (the last one: `rollout`).
+    rollout_first_done: Duration,
     rollout_writes_per_pod: f64,
     rollout_manager_writes_per_pod: f64,
     rollout_manager_cpu: f64,
@@ -208,8 +210,9 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("patching cs-{i}"))?;
     }
-    wait_rolled_out(&clonesets, cli.clonesets, cli.replicas).await?;
+    let finished = wait_rolled_out(&clonesets, cli.clonesets, cli.replicas).await?;
     figures.rollout = began.elapsed();
+    figures.rollout_first_done = finished.first().copied().unwrap_or_default();
     let pods = pods_total as f64;
     let all = PodWrites::read(&client).await?.since(&writes);
     let mine = PodWrites::read_manager(plane).since(&manager_writes);
@@ -217,7 +220,11 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     figures.rollout_manager_writes_per_pod = mine.total() / pods;
     figures.rollout_manager_cpu = cpu_seconds(manager.pid).unwrap_or(0.0) - cpu;
     figures.rss_after_rollout_mib = rss_mib(manager.pid);
-    println!("rollout: {:.1} s", figures.rollout.as_secs_f64());
+    println!(
+        "rollout: {:.1} s (first CloneSet done after {:.1} s)",
+        figures.rollout.as_secs_f64(),
+        figures.rollout_first_done.as_secs_f64()
+    );
     all.print(pods);
     mine.print_as("of which kruise-manager's", pods);
 
@@ -242,8 +249,9 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         figures.idle_cpu_percent
     );
     println!(
-        "| in-place rollout of all at once | {:.1} s, {:.2} Pod writes/Pod ({:.2} by the manager), manager CPU {:.1} s |",
+        "| in-place rollout of all at once (first CloneSet done after) | {:.1} s ({:.1} s), {:.2} Pod writes/Pod ({:.2} by the manager), manager CPU {:.1} s |",
         figures.rollout.as_secs_f64(),
+        figures.rollout_first_done.as_secs_f64(),
         figures.rollout_writes_per_pod,
         figures.rollout_manager_writes_per_pod,
         figures.rollout_manager_cpu
@@ -268,24 +276,37 @@ fn rss_mib(pid: u32) -> f64 {
     rss_kib(pid).map_or(0.0, |(rss, _)| rss as f64 / 1024.0)
 }
 
-/// Until every CloneSet's status reports all its Pods updated and ready at the current generation.
+/// Until every CloneSet's status reports all its Pods updated and ready at the current generation;
+/// returns when each CloneSet was first seen so (since the call), earliest first: how evenly the
+/// manager's workers share the fleet.
 async fn wait_rolled_out(
     clonesets: &Api<CloneSet>,
     count: usize,
     replicas: i32,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Duration>> {
+    let began = Instant::now();
+    let done: std::sync::Mutex<std::collections::BTreeMap<String, Duration>> = Default::default();
     until(
         format!("{count} CloneSets with {replicas} updated Ready Pods each"),
         TIMEOUT,
         || async {
             let list = clonesets.list(&ListParams::default()).await?;
-            let done = list
-                .items
-                .iter()
-                .filter(|cs| kruise_benches::cloneset_rolled_out(cs, replicas))
-                .count();
-            Ok(done == count)
+            let mut done = done.lock().unwrap_or_else(|e| e.into_inner());
+            for cs in &list.items {
+                if kruise_benches::cloneset_rolled_out(cs, replicas) {
+                    done.entry(cs.metadata.name.clone().unwrap_or_default())
+                        .or_insert_with(|| began.elapsed());
+                }
+            }
+            Ok(done.len() >= count)
         },
     )
-    .await
+    .await?;
+    let mut times: Vec<Duration> = done
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_values()
+        .collect();
+    times.sort();
+    Ok(times)
 }

@@ -85,18 +85,30 @@ pub enum CacheEvent {
 /// One cached Pod: its projection encoded as JSON (a fifth of the heap the decoded form takes; it
 /// is decoded when read), and beside it what the indexes and filters need without decoding.
 struct Entry {
-    json: Box<[u8]>,
+    /// Shared, so that readers take it out of the lock and decode it there: a reconcile decoding
+    /// its 1,000 Pods does not hold up the watch writing the next change.
+    json: Encoded,
     group: Group,
     /// The Pod's labels, for label selectors over many Pods (SidecarSets, Deployment subsets).
     labels: BTreeMap<String, String>,
     /// The node the Pod is bound to (`nodeName`, or a required affinity naming one node).
     node: Option<Box<str>>,
+    /// Which Pod, at which version: enough for a reader that remembers what it decided about a
+    /// Pod to know, without decoding it, that it has not changed.
+    version: Version,
+}
+
+/// A Pod's uid and resourceVersion.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Version {
+    pub uid: Option<Box<str>>,
+    pub resource_version: Option<Box<str>>,
 }
 
 impl Entry {
     fn of(key: &PodKey, pod: &Pod) -> Option<Self> {
         let json = match serde_json::to_vec(pod) {
-            Ok(json) => json.into_boxed_slice(),
+            Ok(json) => Encoded(Arc::from(json)),
             Err(error) => {
                 tracing::warn!(pod = %key.1, namespace = %key.0, %error, "cannot encode a Pod for the cache; leaving it out");
                 return None;
@@ -111,9 +123,102 @@ impl Entry {
                 .as_ref()
                 .and_then(kruise_core::nodefit::bound_node)
                 .map(Box::from),
+            version: Version {
+                uid: pod.metadata.uid.as_deref().map(Box::from),
+                resource_version: pod.metadata.resource_version.as_deref().map(Box::from),
+            },
         })
     }
 
+    fn decode(&self) -> Option<Arc<Pod>> {
+        self.json.decode()
+    }
+}
+
+/// A Pod a selection returned: which Pod and at which version at hand, the Pod itself decoded when
+/// first read. A SidecarSet reads its thousands of Pods on every reconcile but decides anew only
+/// for those whose resourceVersion moved; the others need not be decoded at all. Clones share the
+/// decoded Pod.
+#[derive(Clone)]
+pub struct Selected(Arc<SelectedPod>);
+
+struct SelectedPod {
+    key: PodKey,
+    version: Version,
+    encoded: Encoded,
+    decoded: std::sync::OnceLock<Arc<Pod>>,
+}
+
+impl Selected {
+    fn new(key: &PodKey, entry: &Entry) -> Self {
+        Self(Arc::new(SelectedPod {
+            key: key.clone(),
+            version: entry.version.clone(),
+            encoded: entry.json.clone(),
+            decoded: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// Namespace and name.
+    pub fn key(&self) -> &PodKey {
+        &self.0.key
+    }
+
+    pub fn version(&self) -> &Version {
+        &self.0.version
+    }
+
+    /// Whether the Pod has been decoded yet.
+    pub fn is_decoded(&self) -> bool {
+        self.0.decoded.get().is_some()
+    }
+
+    /// The Pod (its projection), decoded on the first call.
+    pub fn pod(&self) -> &Arc<Pod> {
+        self.0.decoded.get_or_init(|| {
+            // What the cache encoded decodes; should it not, an empty Pod with the same identity
+            // matches no selector and is planned for nothing.
+            self.0.encoded.decode().unwrap_or_else(|| {
+                let mut pod = Pod::default();
+                pod.metadata.namespace = Some(self.0.key.0.clone());
+                pod.metadata.name = Some(self.0.key.1.clone());
+                Arc::new(pod)
+            })
+        })
+    }
+}
+
+impl std::borrow::Borrow<Pod> for Selected {
+    fn borrow(&self) -> &Pod {
+        self.pod()
+    }
+}
+
+impl AsRef<Pod> for Selected {
+    fn as_ref(&self) -> &Pod {
+        self.pod()
+    }
+}
+
+impl std::fmt::Debug for Selected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Selected")
+            .field("key", &self.0.key)
+            .field("version", &self.0.version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Decodes what was taken out of the lock.
+fn decode_all(encoded: Vec<Encoded>) -> Vec<Arc<Pod>> {
+    encoded.iter().filter_map(Encoded::decode).collect()
+}
+
+/// A cached Pod's projection, encoded as JSON.
+#[derive(Clone)]
+struct Encoded(Arc<[u8]>);
+
+impl Encoded {
     fn decode(&self) -> Option<Arc<Pod>> {
         self.decode_as::<Pod>().map(Arc::new)
     }
@@ -130,7 +235,7 @@ impl Entry {
     }
 
     fn decode_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
-        match serde_json::from_slice(&self.json) {
+        match serde_json::from_slice(&self.0) {
             Ok(value) => Some(value),
             Err(error) => {
                 // Cannot happen for what `of` encoded; said rather than hidden if it does.
@@ -441,29 +546,32 @@ impl PodCache {
 
     /// A cached Pod.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .pods
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .and_then(Entry::decode)
+        self.encoded(namespace, name)?.decode()
     }
 
     /// A cached Pod's metadata (cheaper than [`Self::get`] when that is all that is read).
     pub fn metadata(&self, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        self.encoded(namespace, name)?.decode_metadata()
+    }
+
+    fn encoded(&self, namespace: &str, name: &str) -> Option<Encoded> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state
             .pods
             .get(&(namespace.to_owned(), name.to_owned()))
-            .and_then(Entry::decode_metadata)
+            .map(|e| e.json.clone())
     }
 
     /// The Pods whose controlling owner has this uid.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .in_group(&Group::Owner(uid.to_owned()))
-            .filter_map(Entry::decode)
-            .collect()
+        let encoded: Vec<Encoded> = {
+            let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+            state
+                .in_group(&Group::Owner(uid.to_owned()))
+                .map(|e| e.json.clone())
+                .collect()
+        };
+        decode_all(encoded)
     }
 
     /// Whether a Pod whose controlling owner has this uid is bound to `node` (without decoding any).
@@ -476,11 +584,14 @@ impl PodCache {
 
     /// The Pods of a namespace without a controlling owner (candidates for adoption).
     pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .in_group(&Group::Orphans(namespace.to_owned()))
-            .filter_map(Entry::decode)
-            .collect()
+        let encoded: Vec<Encoded> = {
+            let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+            state
+                .in_group(&Group::Orphans(namespace.to_owned()))
+                .map(|e| e.json.clone())
+                .collect()
+        };
+        decode_all(encoded)
     }
 
     /// The cached Pods (of `namespace`, or of all) whose labels `keep` accepts.
@@ -489,12 +600,30 @@ impl PodCache {
         namespace: Option<&str>,
         keep: impl Fn(&BTreeMap<String, String>) -> bool,
     ) -> Vec<Arc<Pod>> {
+        let encoded: Vec<Encoded> = {
+            let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+            state
+                .pods
+                .iter()
+                .filter(|((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
+                .map(|(_, e)| e.json.clone())
+                .collect()
+        };
+        decode_all(encoded)
+    }
+
+    /// Like [`Self::select`], but each Pod is decoded only when read.
+    pub fn select_lazily(
+        &self,
+        namespace: Option<&str>,
+        keep: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> Vec<Selected> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state
             .pods
             .iter()
             .filter(|((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
-            .filter_map(|(_, e)| e.decode())
+            .map(|(key, e)| Selected::new(key, e))
             .collect()
     }
 

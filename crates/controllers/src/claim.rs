@@ -54,7 +54,8 @@ where
         }
         let written = apply(api, &object, decision, owner).await?;
         match (decision, &written) {
-            (Claim::Keep, _) => claimed.owned.push((*object).clone()),
+            // Objects fresh from the cache's decode are not shared: moved, not deep-copied.
+            (Claim::Keep, _) => claimed.owned.push(Arc::unwrap_or_clone(object)),
             (Claim::Adopt, Some(adopted)) => claimed.owned.push(adopted.clone()),
             _ => {}
         }

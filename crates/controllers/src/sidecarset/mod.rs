@@ -37,7 +37,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::cache::PodCache;
+use crate::cache::{PodCache, Selected};
 use crate::claim::{Recheck, claim_each};
 use crate::error::KubeContext;
 use crate::history::{Registered, register};
@@ -222,7 +222,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         .as_ref()
         .is_some_and(|s| !kruise_api::validation::selector_is_empty(s));
     let candidates = if selector_set {
-        ctx.pods.select(None, |labels| {
+        ctx.pods.select_lazily(None, |labels| {
             ss.spec
                 .selector
                 .as_ref()
@@ -258,19 +258,19 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     if let Ok(mut m) = ctx.verdicts.lock() {
         m.insert(name.clone(), memo);
     }
-    let mut managed: Vec<(Arc<Pod>, PodFacts)> = Vec::new();
+    // Pods are decoded only where read: those judged anew above, and those the plan orders or
+    // writes to (none in a settled SidecarSet).
+    let mut managed: Vec<(Selected, PodFacts)> = Vec::new();
     let mut missed: Vec<Arc<Pod>> = Vec::new();
     for (pod, verdict) in candidates.iter().zip(verdicts) {
         match verdict {
             Verdict::Managed(facts) => managed.push((pod.clone(), facts)),
-            Verdict::Missed => missed.push(pod.clone()),
+            Verdict::Missed => missed.push(pod.pod().clone()),
             Verdict::Neither => {}
         }
     }
-    managed.sort_by(|(a, _), (b, _)| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-    });
-    let (managed, facts): (Vec<Arc<Pod>>, Vec<PodFacts>) = managed.into_iter().unzip();
+    managed.sort_by(|(a, _), (b, _)| a.key().cmp(b.key()));
+    let (managed, facts): (Vec<Selected>, Vec<PodFacts>) = managed.into_iter().unzip();
     report_missed(ctx, ss, &missed).await;
 
     // History: the revision of the current sidecars, then the old ones nobody needs.
@@ -306,7 +306,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             let flips = plan
                 .flip
                 .iter()
-                .map(|&i| reset_idle_twin(ctx, ss, &managed[i], now))
+                .map(|&i| reset_idle_twin(ctx, ss, managed[i].pod(), now))
                 .collect::<Vec<_>>();
             let (error, lost) = concurrently(flips).await;
             keep_first(&mut failure, error);
@@ -315,7 +315,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                 let names: Vec<String> = plan
                     .not_upgradable
                     .iter()
-                    .map(|&i| managed[i].name_any())
+                    .map(|&i| managed[i].key().1.clone())
                     .collect();
                 publish(
                     ctx,
@@ -339,7 +339,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             more_to_upgrade = crate::parallel::this_round(&mut this_round);
             let upgrades = this_round
                 .iter()
-                .map(|&i| upgrade_pod(ctx, ss, &managed[i], &latest_revision, now))
+                .map(|&i| upgrade_pod(ctx, ss, managed[i].pod(), &latest_revision, now))
                 .collect::<Vec<_>>();
             let (error, lost) = concurrently(upgrades).await;
             keep_first(&mut failure, error);
@@ -422,7 +422,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         let writes = marks
             .iter()
             .take(MARKS_PER_ROUND)
-            .map(|&(i, upgradable)| set_upgradable(ctx, ss, &managed[i], upgradable, now))
+            .map(|&(i, upgradable)| set_upgradable(ctx, ss, managed[i].pod(), upgradable, now))
             .collect::<Vec<_>>();
         let (error, lost) = concurrently(writes).await;
         keep_first(&mut failure, error);
@@ -607,12 +607,16 @@ async fn register_latest_revision(
 async fn truncate_history(
     ctx: &Context,
     ss: &SidecarSet,
-    pods: &[Arc<Pod>],
+    pods: &[Selected],
     revisions: &[ControllerRevision],
     latest: &ControllerRevision,
 ) -> Result<(), Error> {
+    if revisions.len() <= history::history_limit(ss) {
+        // Nothing to delete: spares parsing every Pod's hash annotation each reconcile.
+        return Ok(());
+    }
     let name = ss.name_any();
-    let live = history::live_revisions(ss, pods.iter().map(|p| p.as_ref()), revisions);
+    let live = history::live_revisions(ss, pods.iter().map(|p| p.pod().as_ref()), revisions);
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     for doomed in history::revisions_to_delete(ss, revisions, &live) {
         if doomed.metadata.name == latest.metadata.name {

@@ -7,10 +7,13 @@
 //! computed for (a SidecarSet's hashes change only with its spec).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_core::sidecarset::upgrade::PodFacts;
+
+use crate::cache::Selected;
 
 /// One Pod as seen by one SidecarSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,27 +26,58 @@ pub(super) enum Verdict {
     Neither,
 }
 
+/// A Pod that tells which one it is and at which version without being decoded.
+pub(super) trait Versioned {
+    fn uid(&self) -> Option<&str>;
+    fn resource_version(&self) -> Option<&str>;
+    fn pod(&self) -> &Pod;
+}
+
+impl Versioned for Selected {
+    fn uid(&self) -> Option<&str> {
+        self.version().uid.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.version().resource_version.as_deref()
+    }
+    fn pod(&self) -> &Pod {
+        Selected::pod(self)
+    }
+}
+
+impl Versioned for Arc<Pod> {
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn pod(&self) -> &Pod {
+        self
+    }
+}
+
 /// The remembered verdicts of one SidecarSet.
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     /// The SidecarSet (uid, generation) the verdicts were computed for.
     owner: (Option<String>, Option<i64>),
     /// Pod uid → what was decided, at which Pod resourceVersion, last confirmed in which round.
-    pods: HashMap<String, Remembered>,
+    pods: HashMap<Box<str>, Remembered>,
     round: u64,
 }
 
 #[derive(Debug)]
 struct Remembered {
-    resource_version: String,
+    resource_version: Box<str>,
     verdict: Verdict,
     round: u64,
 }
 
 impl Memo {
-    /// The verdict of every Pod in `pods`, from memory where the Pod has not changed, else from
-    /// `judge` (and remembered). Pods not in `pods` are forgotten.
-    pub(super) fn verdicts<'p, P: AsRef<Pod> + 'p>(
+    /// The verdict of every Pod in `pods`, from memory where the Pod has not changed (without
+    /// reading it), else from `judge` (and remembered). Pods not in `pods` are forgotten.
+    pub(super) fn verdicts<'p, P: Versioned + 'p>(
         &mut self,
         ss: &SidecarSet,
         pods: impl IntoIterator<Item = &'p P>,
@@ -59,22 +93,20 @@ impl Memo {
         let verdicts = pods
             .into_iter()
             .map(|pod| {
-                let pod = pod.as_ref();
-                let (Some(uid), Some(rv)) = (&pod.metadata.uid, &pod.metadata.resource_version)
-                else {
-                    return judge(pod);
+                let (Some(uid), Some(rv)) = (pod.uid(), pod.resource_version()) else {
+                    return judge(pod.pod());
                 };
                 match self.pods.get_mut(uid) {
-                    Some(known) if &known.resource_version == rv => {
+                    Some(known) if *known.resource_version == *rv => {
                         known.round = round;
                         known.verdict
                     }
                     _ => {
-                        let verdict = judge(pod);
+                        let verdict = judge(pod.pod());
                         self.pods.insert(
-                            uid.clone(),
+                            uid.into(),
                             Remembered {
-                                resource_version: rv.clone(),
+                                resource_version: rv.into(),
                                 verdict,
                                 round,
                             },
@@ -92,7 +124,6 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
-    use std::sync::Arc;
 
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -143,5 +174,51 @@ mod tests {
         judged.set(0);
         memo.verdicts(&sidecarset(2), &[pod("a", "2"), pod("b", "1")], judge);
         assert_eq!(judged.get(), 2);
+    }
+
+    #[test]
+    fn remembered_pods_are_not_decoded() {
+        use crate::cache::PodCache;
+        use kube::runtime::watcher;
+
+        let cache = PodCache::new();
+        let cached = |name: &str, rv: &str| {
+            let mut pod = (*pod(name, rv)).clone();
+            pod.metadata.name = Some(name.into());
+            pod.metadata.namespace = Some("ns".into());
+            pod
+        };
+        cache.apply(watcher::Event::Init);
+        for name in ["a", "b", "c"] {
+            cache.apply(watcher::Event::InitApply(cached(name, "1")));
+        }
+        cache.apply(watcher::Event::InitDone);
+        let mut memo = Memo::default();
+        let ss = sidecarset(1);
+        let decoded = |selected: &[Selected]| {
+            let mut names: Vec<String> = selected
+                .iter()
+                .filter(|s| s.is_decoded())
+                .map(|s| s.key().1.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        // (Pod changed before the round, Pods decoded in the round)
+        let rounds = [
+            (None, vec!["a", "b", "c"]),
+            (None, vec![]),
+            (Some("b"), vec!["b"]),
+            (None, vec![]),
+        ];
+        for (i, (changed, want)) in rounds.into_iter().enumerate() {
+            if let Some(name) = changed {
+                cache.apply(watcher::Event::Apply(cached(name, "2")));
+            }
+            let selected = cache.select_lazily(None, |_| true);
+            let verdicts = memo.verdicts(&ss, &selected, |_| Verdict::Neither);
+            assert_eq!(verdicts.len(), 3, "round {i}");
+            assert_eq!(decoded(&selected), want, "round {i}");
+        }
     }
 }

@@ -152,6 +152,17 @@ pub fn live_revisions<'p>(
     live
 }
 
+/// How many revisions the SidecarSet keeps (`revisionHistoryLimit`, at least 1): with no more than
+/// this, nothing is deleted and no Pod need be read to know which revisions are live.
+pub fn history_limit(ss: &SidecarSet) -> usize {
+    let limit = ss
+        .spec
+        .revision_history_limit
+        .unwrap_or(DEFAULT_REVISION_HISTORY_LIMIT)
+        .max(1);
+    usize::try_from(limit).unwrap_or(1)
+}
+
 /// The revisions to delete so that at most `revisionHistoryLimit` (default 10, at least 1) remain:
 /// the oldest first, never the newest and never a live one (so more may remain when many are live).
 pub fn revisions_to_delete<'a>(
@@ -159,12 +170,7 @@ pub fn revisions_to_delete<'a>(
     revisions: &'a [ControllerRevision],
     live: &BTreeSet<String>,
 ) -> Vec<&'a ControllerRevision> {
-    let limit = ss
-        .spec
-        .revision_history_limit
-        .unwrap_or(DEFAULT_REVISION_HISTORY_LIMIT)
-        .max(1);
-    let limit = usize::try_from(limit).unwrap_or(1);
+    let limit = history_limit(ss);
     let mut sorted: Vec<&ControllerRevision> = revisions.iter().collect();
     sort_revisions(&mut sorted);
     let mut excess = sorted.len().saturating_sub(limit);
