@@ -564,12 +564,13 @@ impl PodCache {
 
     /// The Pods whose controlling owner has this uid.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
+        self.decode_group(&Group::Owner(uid.to_owned()))
+    }
+
+    fn decode_group(&self, group: &Group) -> Vec<Arc<Pod>> {
         let encoded: Vec<Encoded> = {
             let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-            state
-                .in_group(&Group::Owner(uid.to_owned()))
-                .map(|e| e.json.clone())
-                .collect()
+            state.in_group(group).map(|e| e.json.clone()).collect()
         };
         decode_all(encoded)
     }
@@ -584,14 +585,7 @@ impl PodCache {
 
     /// The Pods of a namespace without a controlling owner (candidates for adoption).
     pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
-        let encoded: Vec<Encoded> = {
-            let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-            state
-                .in_group(&Group::Orphans(namespace.to_owned()))
-                .map(|e| e.json.clone())
-                .collect()
-        };
-        decode_all(encoded)
+        self.decode_group(&Group::Orphans(namespace.to_owned()))
     }
 
     /// The cached Pods (of `namespace`, or of all) whose labels `keep` accepts.
