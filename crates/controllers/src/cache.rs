@@ -99,7 +99,7 @@ struct Entry {
 }
 
 /// A Pod's uid and resourceVersion.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Version {
     pub uid: Option<Box<str>>,
     pub resource_version: Option<Box<str>>,
@@ -169,7 +169,8 @@ impl Selected {
     }
 
     /// Whether the Pod has been decoded yet.
-    pub fn is_decoded(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_decoded(&self) -> bool {
         self.0.decoded.get().is_some()
     }
 
@@ -190,12 +191,6 @@ impl Selected {
 
 impl std::borrow::Borrow<Pod> for Selected {
     fn borrow(&self) -> &Pod {
-        self.pod()
-    }
-}
-
-impl AsRef<Pod> for Selected {
-    fn as_ref(&self) -> &Pod {
         self.pod()
     }
 }
@@ -429,6 +424,17 @@ impl State {
         }
     }
 
+    /// The Pods (of `namespace`, or of all) whose labels `keep` accepts.
+    fn matching(
+        &self,
+        namespace: Option<&str>,
+        keep: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> impl Iterator<Item = (&PodKey, &Entry)> {
+        self.pods
+            .iter()
+            .filter(move |((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
+    }
+
     fn in_group(&self, group: &Group) -> impl Iterator<Item = &Entry> {
         self.groups
             .get(group)
@@ -597,9 +603,7 @@ impl PodCache {
         let encoded: Vec<Encoded> = {
             let state = self.state.read().unwrap_or_else(|e| e.into_inner());
             state
-                .pods
-                .iter()
-                .filter(|((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
+                .matching(namespace, keep)
                 .map(|(_, e)| e.json.clone())
                 .collect()
         };
@@ -614,9 +618,7 @@ impl PodCache {
     ) -> Vec<Selected> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state
-            .pods
-            .iter()
-            .filter(|((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
+            .matching(namespace, keep)
             .map(|(key, e)| Selected::new(key, e))
             .collect()
     }

@@ -7,7 +7,6 @@
 //! computed for (a SidecarSet's hashes change only with its spec).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
@@ -45,7 +44,9 @@ impl Versioned for Selected {
     }
 }
 
-impl Versioned for Arc<Pod> {
+/// Pods built by hand (tests) say their version in their metadata.
+#[cfg(test)]
+impl Versioned for std::sync::Arc<Pod> {
     fn uid(&self) -> Option<&str> {
         self.metadata.uid.as_deref()
     }
@@ -124,6 +125,7 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
+    use std::sync::Arc;
 
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
