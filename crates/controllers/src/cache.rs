@@ -444,6 +444,19 @@ impl State {
     }
 }
 
+/// Pods per page of the Pod cache's (re)list.
+const POD_LIST_PAGE: u32 = 250;
+
+/// How the Pod cache lists and watches: in pages, which only a list at the most recent
+/// resourceVersion is served in. At resourceVersion 0 (the watcher's "any" semantic) kube-apiserver
+/// ignores `limit` and answers with every Pod of the cluster at once (v1.34, 3,000 Pods: 20.7 MB of
+/// JSON in one response), which the manager held whole, as JSON and decoded, before it projected the
+/// first Pod. Pages of 250 keep that to a few MiB at any cluster size (`fleet-scale`, 3,000 Pods: RSS
+/// at rest after a restart 141 → 85 MiB, together with the allocator's purge in `main.rs`).
+fn pod_watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(POD_LIST_PAGE)
+}
+
 impl PodCache {
     pub fn new() -> Arc<Self> {
         let (synced, _) = watch::channel(false);
@@ -460,7 +473,7 @@ impl PodCache {
     /// Watches Pods in every namespace until dropped, restarting the watch with backoff on errors.
     pub async fn run(self: Arc<Self>, client: Client) {
         let api: Api<Pod> = Api::all(client);
-        let stream = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+        let stream = watcher(api, pod_watch_config()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -642,6 +655,18 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     use super::*;
+
+    #[test]
+    fn the_pod_list_is_paged() {
+        // A list at resourceVersion 0 ("any") is answered whole whatever its limit says.
+        let config = pod_watch_config();
+        assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
+        assert_eq!(config.page_size, Some(POD_LIST_PAGE));
+        assert_eq!(
+            config.initial_list_strategy,
+            watcher::InitialListStrategy::ListWatch
+        );
+    }
 
     fn pod(name: &str, owner_uid: Option<&str>) -> Pod {
         Pod {

@@ -1,5 +1,7 @@
 //! `kruise-manager`: see the library documentation and `kruise-manager --help`.
 
+use std::time::Duration;
+
 use clap::Parser;
 
 /// mimalloc rather than the libc's allocator. A manager's heap is mostly short-lived Pods decoded
@@ -9,9 +11,36 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// How often freed memory is given back to the OS.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
+
+/// Gives the memory mimalloc holds freed back to the OS every [`PURGE_EVERY`]. mimalloc returns
+/// freed memory only some time after it was freed, and only when some thread allocates or frees
+/// again, so a manager that goes quiet after a burst (a relist of every Pod, a rollout) kept it: at
+/// rest over 3,000 Pods its RSS was 141 MiB, and 95 MiB once collected (`fleet-scale`).
+fn purge_freed_memory() -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("heap-purge".into())
+        .spawn(|| {
+            loop {
+                std::thread::sleep(PURGE_EVERY);
+                // SAFETY: `mi_collect` takes no pointer and frees only memory no one holds; any
+                // thread may call it at any time.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libmimalloc_sys::mi_collect(false)
+                };
+            }
+        })
+        .map(drop)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = kruise_manager::Args::parse();
     kruise_manager::init_logs(&args.log_format, args.verbosity);
+    if let Err(error) = purge_freed_memory() {
+        tracing::warn!(%error, "cannot start the heap purge thread; freed memory is returned later");
+    }
     kruise_manager::run(args).await
 }
