@@ -22,7 +22,8 @@ pub async fn metrics_text(client: &Client) -> anyhow::Result<String> {
     .await
 }
 
-/// Writes to Pods counted by `apiserver_request_total`, by `VERB pods[/subresource]`.
+/// Writes to Pods counted by `apiserver_request_total`, by `VERB pods[/subresource]`, refused ones
+/// (a response code of 400 or more) apart under the same key followed by ` refused`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodWrites(pub BTreeMap<String, f64>);
 
@@ -39,10 +40,17 @@ impl PodWrites {
             if !matches!(verb, "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
                 continue;
             }
-            let key = match sample.label("subresource") {
+            let mut key = match sample.label("subresource") {
                 "" => format!("{verb} pods"),
                 subresource => format!("{verb} pods/{subresource}"),
             };
+            if sample
+                .label("code")
+                .parse::<u16>()
+                .is_ok_and(|code| code >= 400)
+            {
+                key.push_str(" refused");
+            }
             *counts.entry(key).or_insert(0.0) += sample.value;
         }
         Self(counts)
@@ -189,7 +197,8 @@ apiserver_request_total{code="201",component="apiserver",dry_run="",group="",res
         let writes = PodWrites::parse(text);
         let want: BTreeMap<String, f64> = [
             ("POST pods", 10.0),
-            ("PATCH pods/status", 5.0),
+            ("PATCH pods/status", 4.0),
+            ("PATCH pods/status refused", 1.0),
             ("POST pods/binding", 3.0),
         ]
         .into_iter()

@@ -25,6 +25,14 @@ pub fn fleet(count: u16) -> Vec<NodeSpecSim> {
 /// The body of the `sim` subcommand: runs kubelet-sim for `nodes` nodes against `$KUBECONFIG` until
 /// the process is stopped.
 pub async fn run(nodes: u16) -> anyhow::Result<()> {
+    // Warnings (failed writes, retries) to `kubelet-sim.log`; `RUST_LOG` for more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
     let client = kube::Client::try_default().await?;
     let mut config = kubelet_sim::Config::new(fleet(nodes));
     config.heartbeat_every = Duration::from_secs(5);

@@ -267,6 +267,18 @@ impl KubeletStatus {
                 patch["status"][key] = json!(value);
             }
         }
+        // A strategic merge patch merges each condition into the one of its type and keeps the fields
+        // it leaves out: a condition turning True must remove its reason and message with explicit
+        // nulls, or Ready=True keeps "ReadinessGatesNotReady" and its message, and every later decision
+        // sees a difference to write that the apiserver then finds nothing to change in (the kubelet's
+        // status manager sends the same nulls: its patch is the two-way diff of the whole status).
+        if let Some(conditions) = patch["status"]["conditions"].as_array_mut() {
+            for condition in conditions.iter_mut().filter_map(|c| c.as_object_mut()) {
+                for key in ["reason", "message"] {
+                    condition.entry(key).or_insert(serde_json::Value::Null);
+                }
+            }
+        }
         patch
     }
 }

@@ -201,11 +201,24 @@ fn set_condition(
     reason: &str,
     now: Timestamp,
 ) {
+    set_condition_with_message(pod, ops, type_, status, reason, "", now);
+}
+
+fn set_condition_with_message(
+    pod: &Pod,
+    ops: &mut Vec<PatchOperation>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
     let existing = conditions(pod).iter().position(|c| c.type_ == type_);
     let mut new = PodCondition {
         type_: type_.to_owned(),
         status: status.to_owned(),
         reason: (!reason.is_empty()).then(|| reason.to_owned()),
+        message: (!message.is_empty()).then(|| message.to_owned()),
         last_transition_time: Some(Time(now)),
         ..PodCondition::default()
     };
@@ -243,14 +256,21 @@ fn mark_unready_patch(pod: &Pod, rv: &str, now: Timestamp) -> Patch {
         REASON_START_IN_PLACE_UPDATE,
         now,
     );
-    // Ready=False takes the Pod out of Service endpoints now, instead of at the kubelet's next sync.
+    // Ready=False takes the Pod out of Service endpoints now, instead of at the kubelet's next sync,
+    // with the kubelet's own reason and message: its next sync then finds Ready as it would write it
+    // and has nothing to write.
     if condition(pod, "Ready").is_some_and(|c| c.status == "True") {
-        set_condition(
+        let message = format!(
+            "the status of pod readiness gate \"{}\" is not \"True\", but False",
+            keys::CONDITION_IN_PLACE_UPDATE_READY
+        );
+        set_condition_with_message(
             pod,
             &mut ops,
             "Ready",
             "False",
             REASON_READINESS_GATES_NOT_READY,
+            &message,
             now,
         );
     }

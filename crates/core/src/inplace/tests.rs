@@ -610,7 +610,22 @@ fn drain_then_grace_then_apply() {
         ("False", Some(REASON_START_IN_PLACE_UPDATE))
     );
     assert_eq!(gate.last_transition_time, Some(Time(ts(100))));
-    assert_eq!(status_of(&marked, "Ready").expect("ready").status, "False");
+    // Ready as the kubelet would write it for this gate, so that it has nothing to rewrite.
+    let ready = status_of(&marked, "Ready").expect("ready");
+    assert_eq!(
+        (
+            ready.status.as_str(),
+            ready.reason.as_deref(),
+            ready.message.as_deref()
+        ),
+        (
+            "False",
+            Some(REASON_READINESS_GATES_NOT_READY),
+            Some(
+                "the status of pod readiness gate \"InPlaceUpdateReady\" is not \"True\", but False"
+            )
+        )
+    );
     marked.metadata.resource_version = Some("101".into());
 
     // 2. Within the grace period: wait the rest, rounded up to whole seconds.

@@ -113,7 +113,8 @@ impl World {
     }
 }
 
-/// Strategic merge of a `pods/status` patch: scalars and atomic lists replace, conditions merge by type.
+/// Strategic merge of a `pods/status` patch: scalars and atomic lists replace; conditions merge by
+/// type, field by field, as the apiserver merges them (a field left out is kept, a null removes it).
 fn apply_status_patch(pod: &mut Pod, patch: &Value) {
     let mut status =
         serde_json::to_value(pod.status.clone().unwrap_or_default()).expect("serialize");
@@ -123,8 +124,23 @@ fn apply_status_patch(pod: &mut Pod, patch: &Value) {
             let mut merged: Vec<Value> =
                 status["conditions"].as_array().cloned().unwrap_or_default();
             for condition in value.as_array().expect("conditions list") {
-                merged.retain(|c| c["type"] != condition["type"]);
-                merged.push(condition.clone());
+                let fields = condition.as_object().expect("condition object");
+                let position = merged.iter().position(|c| c["type"] == condition["type"]);
+                let target = match position {
+                    Some(i) => &mut merged[i],
+                    None => {
+                        merged.push(Value::Object(serde_json::Map::new()));
+                        merged.last_mut().expect("just pushed")
+                    }
+                };
+                let target = target.as_object_mut().expect("condition object");
+                for (field, value) in fields {
+                    if value.is_null() {
+                        target.remove(field);
+                    } else {
+                        target.insert(field.clone(), value.clone());
+                    }
+                }
             }
             status["conditions"] = Value::Array(merged);
         } else if value.is_null() {
@@ -233,7 +249,12 @@ fn readiness_gate_rule() {
 
     world.set_condition("InPlaceUpdateReady", "True");
     world.step();
-    assert_eq!(world.condition("Ready").status, "True");
+    let ready = world.condition("Ready");
+    assert_eq!(ready.status, "True");
+    // Merged into the False condition, the True one removes its reason and message...
+    assert_eq!((ready.reason, ready.message), (None, None));
+    // ... so the simulator has nothing left to write.
+    assert_eq!(world.step(), Plan::default());
 
     world.set_condition("InPlaceUpdateReady", "False");
     let plan = world.step();
