@@ -22,6 +22,15 @@ pub async fn metrics_text(client: &Client) -> anyhow::Result<String> {
     .await
 }
 
+/// `VERB pods[/subresource]`, followed by ` refused` when the response `code` was 400 or more.
+fn write_key(verb: &str, subresource: &str, code: u64) -> String {
+    let refused = if code >= 400 { " refused" } else { "" };
+    match subresource {
+        "" => format!("{verb} pods{refused}"),
+        subresource => format!("{verb} pods/{subresource}{refused}"),
+    }
+}
+
 /// Writes to Pods counted by `apiserver_request_total`, by `VERB pods[/subresource]`, refused ones
 /// (a response code of 400 or more) apart under the same key followed by ` refused`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -40,17 +49,8 @@ impl PodWrites {
             if !matches!(verb, "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
                 continue;
             }
-            let mut key = match sample.label("subresource") {
-                "" => format!("{verb} pods"),
-                subresource => format!("{verb} pods/{subresource}"),
-            };
-            if sample
-                .label("code")
-                .parse::<u16>()
-                .is_ok_and(|code| code >= 400)
-            {
-                key.push_str(" refused");
-            }
+            let code = sample.label("code").parse().unwrap_or(0);
+            let key = write_key(verb, sample.label("subresource"), code);
             *counts.entry(key).or_insert(0.0) += sample.value;
         }
         Self(counts)
@@ -100,17 +100,11 @@ impl PodWrites {
                 "delete" => "DELETE",
                 _ => continue,
             };
-            let mut key = match field("/objectRef/subresource") {
-                "" => format!("{verb} pods"),
-                subresource => format!("{verb} pods/{subresource}"),
-            };
             let code = event
                 .pointer("/responseStatus/code")
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0);
-            if code >= 400 {
-                key.push_str(" refused");
-            }
+            let key = write_key(verb, field("/objectRef/subresource"), code);
             *counts.entry(key).or_insert(0.0) += 1.0;
         }
         Self(counts)

@@ -5,6 +5,16 @@ pub const CONDITION_IN_PLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
 /// Multi-writer Pod readiness gate; lifecycle hooks with `markPodNotReady` make it False.
 pub const CONDITION_KRUISE_POD_READY: &str = "KruisePodReady";
 
+/// The kubelet's reason on `Ready=False` while a readiness gate is not True.
+pub const REASON_READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+
+/// The kubelet's message on `Ready=False` for a readiness gate whose condition has `status` (not True).
+/// The manager writes it too when it takes a Pod out of service, so that the kubelet finds `Ready` as
+/// it would write it and has nothing to rewrite.
+pub fn readiness_gate_not_true_message(gate: &str, status: &str) -> String {
+    format!("the status of pod readiness gate \"{gate}\" is not \"True\", but {status}")
+}
+
 /// In-place update state of a Pod (JSON).
 pub const ANNOTATION_IN_PLACE_UPDATE_STATE: &str = "apps.kruise.io/inplace-update-state";
 /// Legacy key of [`ANNOTATION_IN_PLACE_UPDATE_STATE`], still read.

@@ -945,10 +945,12 @@ fn conditions(
                     "corresponding condition of pod readiness gate \"{}\" does not exist.",
                     gate.condition_type
                 )),
-                Some(c) if c.status != "True" => Some(format!(
-                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
-                    gate.condition_type, c.status
-                )),
+                Some(c) if c.status != "True" => {
+                    Some(kruise_api::keys::readiness_gate_not_true_message(
+                        &gate.condition_type,
+                        &c.status,
+                    ))
+                }
                 Some(_) => None,
             }
         })
@@ -959,7 +961,7 @@ fn conditions(
     } else if !gate_problems.is_empty() {
         (
             false,
-            Some("ReadinessGatesNotReady".to_string()),
+            Some(kruise_api::keys::REASON_READINESS_GATES_NOT_READY.to_string()),
             Some(gate_problems.join(", ")),
         )
     } else {

@@ -27,7 +27,7 @@ use super::state::{InPlaceUpdateState, annotation};
 /// Reason on `InPlaceUpdateReady=False` (upstream's value).
 pub const REASON_START_IN_PLACE_UPDATE: &str = "StartInPlaceUpdate";
 /// Reason on `Ready=False` while a readiness gate is not True (the kubelet's value).
-pub const REASON_READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+pub use kruise_api::keys::REASON_READINESS_GATES_NOT_READY;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FlowError {
@@ -113,6 +113,7 @@ pub fn mark_ready_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, Flow
         keys::CONDITION_IN_PLACE_UPDATE_READY,
         "True",
         "",
+        "",
         now,
     );
     Ok(Some(Patch(ops)))
@@ -131,7 +132,7 @@ pub fn condition_patch(
         return Ok(None);
     }
     let mut ops = vec![test_rv(resource_version(pod)?)];
-    set_condition(pod, &mut ops, type_, status, reason, now);
+    set_condition(pod, &mut ops, type_, status, reason, "", now);
     Ok(Some(Patch(ops)))
 }
 
@@ -199,17 +200,6 @@ fn set_condition(
     type_: &str,
     status: &str,
     reason: &str,
-    now: Timestamp,
-) {
-    set_condition_with_message(pod, ops, type_, status, reason, "", now);
-}
-
-fn set_condition_with_message(
-    pod: &Pod,
-    ops: &mut Vec<PatchOperation>,
-    type_: &str,
-    status: &str,
-    reason: &str,
     message: &str,
     now: Timestamp,
 ) {
@@ -254,17 +244,16 @@ fn mark_unready_patch(pod: &Pod, rv: &str, now: Timestamp) -> Patch {
         keys::CONDITION_IN_PLACE_UPDATE_READY,
         "False",
         REASON_START_IN_PLACE_UPDATE,
+        "",
         now,
     );
     // Ready=False takes the Pod out of Service endpoints now, instead of at the kubelet's next sync,
     // with the kubelet's own reason and message: its next sync then finds Ready as it would write it
     // and has nothing to write.
     if condition(pod, "Ready").is_some_and(|c| c.status == "True") {
-        let message = format!(
-            "the status of pod readiness gate \"{}\" is not \"True\", but False",
-            keys::CONDITION_IN_PLACE_UPDATE_READY
-        );
-        set_condition_with_message(
+        let message =
+            keys::readiness_gate_not_true_message(keys::CONDITION_IN_PLACE_UPDATE_READY, "False");
+        set_condition(
             pod,
             &mut ops,
             "Ready",
