@@ -301,3 +301,124 @@ async fn restarted_manager_writes_nothing_over_a_settled_cloneset() -> anyhow::R
     })
     .await
 }
+
+/// An in-place update costs each Pod three manager writes (issue 17), with and without a grace
+/// period: the drain (`pods/status`: InPlaceUpdateReady and Ready False), the new image (`pods`) and
+/// the finish (`pods/status`: InPlaceUpdateReady True with the lifecycle state back to Normal in the
+/// same write). Counted per Pod from the apiserver's audit log, where this manager writes as its own
+/// identity.
+#[tokio::test]
+async fn an_in_place_update_writes_each_pod_three_times() -> anyhow::Result<()> {
+    const REPLICAS: i32 = 4;
+    const USER: &str = "manager-0";
+    let _turn = TURN.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("cs-writes").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let kubeconfig = bed.plane.dir().join("manager-e.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            bed.plane.kubeconfig_as(0, &bed.plane.server_url())?,
+        )?;
+        let ports = manager::spawn(
+            &bed.plane,
+            &ManagerOptions {
+                kubeconfig: Some(kubeconfig),
+                ..options("manager-e")
+            },
+        )?;
+        manager::wait_serving(&bed.plane, &ports, Duration::from_secs(90)).await?;
+        let sets = [("zero", 0), ("grace", 1)];
+        for (set, grace) in sets {
+            let spec = json!({"updateStrategy": {"rollingUpdate": {
+                "podUpdatePolicy": "InPlaceIfPossible",
+                "maxUnavailable": "100%",
+                "inPlaceUpdateStrategy": {"gracePeriodSeconds": grace}
+            }}});
+            apply(&ns, &cloneset(set, REPLICAS, "nginx:alpine", spec)).await?;
+        }
+        for (set, _) in sets {
+            wait_converged(&ns, set, REPLICAS, Duration::from_secs(90)).await?;
+        }
+
+        let since = jiff::Timestamp::now();
+        for (set, _) in sets {
+            set_image(&ns, set, "nginx:1.19.1").await?;
+        }
+        let pod_api: Api<Pod> = ns.api();
+        let mut updated = BTreeMap::new();
+        for (set, _) in sets {
+            wait_converged(&ns, set, REPLICAS, Duration::from_secs(90)).await?;
+            let pods = kruise_testkit::eventually(
+                format!("{set}: every Pod runs nginx:1.19.1, Ready, InPlaceUpdateReady and Normal"),
+                Duration::from_secs(60),
+                || async {
+                    let pods = active_pods(&pod_api, &format!("app={set}")).await?;
+                    let done = pods.iter().all(|p| {
+                        running_image(p).as_deref() == Some("nginx:1.19.1")
+                            && is_ready(p)
+                            && lifecycle_state(p) == Some("Normal")
+                            && kruise_e2e::pod_condition(p, IN_PLACE_UPDATE_READY)
+                                .is_some_and(|c| c.status == "True")
+                    });
+                    Ok((done && pods.len() == REPLICAS as usize).then_some(pods))
+                },
+            )
+            .await?;
+            for pod in pods {
+                updated.insert(name(&pod), set);
+            }
+        }
+        // Settled: no Pod changes for a while, so no write is still to come.
+        kruise_testkit::settled(
+            "the updated Pods",
+            Duration::from_secs(60),
+            Duration::from_secs(3),
+            || async {
+                let pods = active_pods(&pod_api, "app in (zero,grace)").await?;
+                anyhow::Ok(
+                    pods.iter()
+                        .map(|p| (name(p), p.metadata.resource_version.clone()))
+                        .collect::<BTreeMap<_, _>>(),
+                )
+            },
+        )
+        .await?;
+
+        let writes: Vec<kruise_e2e::AuditedWrite> = kruise_e2e::audited_writes(USER, since)?
+            .into_iter()
+            .filter(|w| w.resource == "pods" && w.namespace == ns.name)
+            .collect();
+        let refused: Vec<&str> = writes
+            .iter()
+            .filter(|w| !w.took_effect())
+            .map(|w| w.line.as_str())
+            .collect();
+        eprintln!(
+            "{} Pod writes took effect, {} were refused: {refused:#?}",
+            writes.len() - refused.len(),
+            refused.len()
+        );
+        for (pod, set) in &updated {
+            let effective: Vec<&str> = writes
+                .iter()
+                .filter(|w| &w.name == pod && w.took_effect())
+                .map(|w| w.subresource.as_str())
+                .collect();
+            anyhow::ensure!(
+                effective == ["status", "", "status"],
+                "{set}/{pod}: the manager's effective writes were {effective:?} (subresources), \
+                 not the drain, the image and the finish:\n{:#?}",
+                writes
+                    .iter()
+                    .filter(|w| &w.name == pod)
+                    .map(|w| &w.line)
+                    .collect::<Vec<_>>()
+            );
+        }
+        bed.plane.stop_process("manager-e", false);
+        Ok(())
+    })
+    .await
+}

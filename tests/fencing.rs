@@ -15,6 +15,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::cloneset_kit::{apply, cloneset};
+use kruise_e2e::{AuditedWrite, audited_writes};
 use kruise_testkit::blackhole::BlackHoleProxy;
 use kruise_testkit::manager::{self, ManagerOptions, ManagerPorts, http_get};
 use kruise_testkit::{TestNamespace, eventually, testbed};
@@ -103,9 +104,9 @@ async fn wait_holder(
 
 /// Writes of `user` (other than to Leases) the apiserver received at or after `since`.
 fn writes_since(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<String>> {
-    Ok(audited_since(user, since)?
+    Ok(audited_writes(user, since)?
         .into_iter()
-        .map(|(line, _)| line)
+        .map(|w| w.line)
         .collect())
 }
 
@@ -117,47 +118,13 @@ fn effective_and_refused(
     user: &str,
     since: jiff::Timestamp,
 ) -> anyhow::Result<(Vec<String>, Vec<String>)> {
-    let (effective, refused): (Vec<_>, Vec<_>) = audited_since(user, since)?
+    let (effective, refused): (Vec<_>, Vec<_>) = audited_writes(user, since)?
         .into_iter()
-        .partition(|(_, code)| (200..300).contains(code));
+        .partition(AuditedWrite::took_effect);
     Ok((
-        effective.into_iter().map(|(line, _)| line).collect(),
-        refused.into_iter().map(|(line, _)| line).collect(),
+        effective.into_iter().map(|w| w.line).collect(),
+        refused.into_iter().map(|w| w.line).collect(),
     ))
-}
-
-fn audited_since(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<(String, i64)>> {
-    let path = testbed().plane.audit_log_path();
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut found = Vec::new();
-    for line in text.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if event["user"]["username"] != user || event["objectRef"]["resource"] == "leases" {
-            continue;
-        }
-        let received: Option<jiff::Timestamp> = event["requestReceivedTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse().ok());
-        if received.is_some_and(|r| r >= since) {
-            let code = event["responseStatus"]["code"].as_i64().unwrap_or_default();
-            found.push((
-                format!(
-                    "{} {} {} -> {}",
-                    event["requestReceivedTimestamp"]
-                        .as_str()
-                        .unwrap_or_default(),
-                    event["verb"].as_str().unwrap_or_default(),
-                    event["requestURI"].as_str().unwrap_or_default(),
-                    event["responseStatus"]["code"]
-                ),
-                code,
-            ));
-        }
-    }
-    Ok(found)
 }
 
 fn count_writes(user: &str) -> anyhow::Result<usize> {

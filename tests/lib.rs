@@ -333,3 +333,62 @@ impl Drop for PodOrder {
         self.task.abort();
     }
 }
+
+/// One write of a `manager-N` identity, as the apiserver's audit log recorded it.
+#[derive(Clone, Debug)]
+pub struct AuditedWrite {
+    /// `<received> <verb> <requestURI> -> <code>`, for messages.
+    pub line: String,
+    pub code: i64,
+    pub resource: String,
+    /// `status`, `resize`, … or empty for the object itself.
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl AuditedWrite {
+    pub fn took_effect(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+}
+
+/// The writes of `user` (other than to Leases) the test bed's apiserver received at or after `since`
+/// (see the audit policy of `kruise_testkit::control_plane`).
+pub fn audited_writes(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<AuditedWrite>> {
+    let path = kruise_testkit::testbed().plane.audit_log_path();
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let object = &event["objectRef"];
+        if event["user"]["username"] != user || object["resource"] == "leases" {
+            continue;
+        }
+        let received: Option<jiff::Timestamp> = event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse().ok());
+        if received.is_none_or(|r| r < since) {
+            continue;
+        }
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        let code = event["responseStatus"]["code"].as_i64().unwrap_or_default();
+        found.push(AuditedWrite {
+            line: format!(
+                "{} {} {} -> {code}",
+                text(&event["requestReceivedTimestamp"]),
+                text(&event["verb"]),
+                text(&event["requestURI"]),
+            ),
+            code,
+            resource: text(&object["resource"]),
+            subresource: text(&object["subresource"]),
+            namespace: text(&object["namespace"]),
+            name: text(&object["name"]),
+        });
+    }
+    Ok(found)
+}

@@ -608,9 +608,14 @@ impl PodControl<'_> {
         }
     }
 
-    /// Sets `InPlaceUpdateReady=True` on a Pod whose update has completed.
-    pub async fn mark_in_place_ready(&self, pod: &Pod) -> Result<Outcome, Error> {
-        let Some(patch) = inplace::mark_ready_patch(pod, self.now)
+    /// Sets `InPlaceUpdateReady=True` on a Pod whose update has completed, with what `finish`
+    /// adds, in one write.
+    pub async fn finish_in_place(
+        &self,
+        pod: &Pod,
+        finish: inplace::Finish,
+    ) -> Result<Outcome, Error> {
+        let Some(patch) = inplace::finish_patch(pod, &finish, self.now)
             .map_err(|e| Error::Invalid(format!("Pod {}: {e}", name_of(pod))))?
         else {
             return Ok(Outcome::default());

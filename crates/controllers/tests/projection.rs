@@ -344,7 +344,7 @@ fn decisions(
         }
         out.push(format!(
             "{:?}",
-            kruise_core::inplace::mark_ready_patch(pod, now())
+            kruise_core::inplace::finish_patch(pod, &Default::default(), now())
         ));
     }
 

@@ -72,6 +72,13 @@ pub fn marks_pod_not_ready(lifecycle: Option<&Lifecycle>) -> bool {
     })
 }
 
+/// Whether moving a Pod to `state` also sets `KruisePodReady` back to True: the state leaves the
+/// hooked states and some hook marks Pods not ready while it holds them.
+pub fn releases_pod_ready(state: LifecycleState, lifecycle: Option<&Lifecycle>) -> bool {
+    matches!(state, LifecycleState::Normal | LifecycleState::Updated)
+        && marks_pod_not_ready(lifecycle)
+}
+
 /// The merge patch that moves a Pod to `state`, stamping `lifecycle.apps.kruise.io/timestamp`
 /// (RFC 3339, seconds) as upstream does. `None` for states that have no label value.
 pub fn state_patch(state: LifecycleState, now: Timestamp) -> Option<Value> {
@@ -79,9 +86,14 @@ pub fn state_patch(state: LifecycleState, now: Timestamp) -> Option<Value> {
     Some(json!({
         "metadata": {
             "labels": { keys::LABEL_LIFECYCLE_STATE: value },
-            "annotations": { keys::ANNOTATION_LIFECYCLE_TIMESTAMP: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string() },
+            "annotations": { keys::ANNOTATION_LIFECYCLE_TIMESTAMP: timestamp_value(now) },
         }
     }))
+}
+
+/// The value of `lifecycle.apps.kruise.io/timestamp` for a move at `now` (RFC 3339, seconds).
+pub fn timestamp_value(now: Timestamp) -> String {
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The state after an update has finished (or was found unnecessary): `Updated` while an

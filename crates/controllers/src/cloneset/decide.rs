@@ -281,8 +281,9 @@ fn metadata_only_in_place(s: &Snapshot<'_>) -> bool {
 /// A small correction to one Pod, made before any update (upstream's refresh).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fix {
-    /// The in-place update is complete: set `InPlaceUpdateReady=True`.
-    InPlaceReady(usize),
+    /// The in-place update is complete: set `InPlaceUpdateReady=True` and, in the same write, move
+    /// the Pod to this lifecycle state (the refresh's lifecycle move of the same Pod).
+    InPlaceReady(usize, Option<LifecycleState>),
     /// Start the next batch of containers held back by container launch priority.
     InPlaceNextBatch(usize),
     /// Move the Pod to this lifecycle state.
@@ -461,14 +462,14 @@ fn refresh(s: &Snapshot<'_>, skip: &BTreeSet<usize>) -> Vec<Fix> {
         // The gate is injected at creation with no condition: the first refresh sets it True.
         let gate_true = pods::condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY)
             .is_some_and(|c| c.status == "True");
-        if completed && !gate_true && inplace::has_readiness_gate(pod) {
-            fixes.push(Fix::InPlaceReady(i));
-        }
         if inplace::next_batch_due(pod) {
             fixes.push(Fix::InPlaceNextBatch(i));
         }
         let at_update = pods::is_at_revision(pod, s.update.name);
-        if let Some(state) = lifecycle::refresh_transition(lifecycle, pod, at_update, completed) {
+        let state = lifecycle::refresh_transition(lifecycle, pod, at_update, completed);
+        if completed && !gate_true && inplace::has_readiness_gate(pod) {
+            fixes.push(Fix::InPlaceReady(i, state));
+        } else if let Some(state) = state {
             fixes.push(Fix::Lifecycle(i, state));
         }
         if pods::label(pod, LABEL_POD_TEMPLATE_HASH).is_none()

@@ -16,6 +16,8 @@ use kruise_api::cloneset::v1beta1::{
 };
 use kruise_api::validation::selector_matches;
 use kruise_core::expectations::Expectation;
+use kruise_core::inplace;
+use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::ownership::{Claimant, usable_selector};
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
@@ -670,11 +672,16 @@ async fn update(
     for fix in &step.fixes {
         pending.push(Box::pin(async move {
             match fix {
-                Fix::InPlaceReady(i) => actor.mark_in_place_ready(&s.pods[*i]).await,
+                Fix::InPlaceReady(i, state) => {
+                    let finish = inplace::Finish {
+                        lifecycle: *state,
+                        kruise_pod_ready: state.is_some_and(|s| releases_pod_ready(s, lifecycle)),
+                    };
+                    actor.finish_in_place(&s.pods[*i], finish).await
+                }
                 Fix::InPlaceNextBatch(i) => actor.update_next_batch(&s.pods[*i]).await,
                 Fix::Lifecycle(i, state) => {
-                    let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
-                        && kruise_core::lifecycle::marks_pod_not_ready(lifecycle);
+                    let mark = releases_pod_ready(*state, lifecycle);
                     actor.set_lifecycle(&s.pods[*i], *state, mark).await
                 }
                 Fix::TemplateHash(i, hash) => actor.add_template_hash(&s.pods[*i], hash).await,

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
 use kruise_api::keys;
+use kruise_core::inplace;
 use kruise_core::nodefit;
 use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
@@ -366,7 +367,9 @@ async fn carry_out(
     for action in &plan.actions {
         let write: Write<'_> = match action {
             Step::Create { .. } => continue,
-            Step::Fix(Fix::InPlaceReady(i)) => Box::pin(pc.mark_in_place_ready(&s.pods[*i])),
+            Step::Fix(Fix::InPlaceReady(i)) => {
+                Box::pin(pc.finish_in_place(&s.pods[*i], inplace::Finish::default()))
+            }
             Step::Fix(Fix::InPlaceNextBatch(i)) => Box::pin(pc.update_next_batch(&s.pods[*i])),
             Step::Delete { pod, reason } => {
                 let pod = &s.pods[*pod];

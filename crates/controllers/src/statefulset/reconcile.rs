@@ -14,6 +14,7 @@ use kruise_api::keys;
 use kruise_api::statefulset::v1beta1::{
     StatefulSet, StatefulSetStatus, VOLUME_CLAIM_UPDATE_ON_POD_ROLLING_UPDATE,
 };
+use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
@@ -631,11 +632,17 @@ async fn carry_out(
                     Ok(Outcome::MODIFIED)
                 })
             }
-            Step::Fix(Fix::InPlaceReady(i)) => Box::pin(pc.mark_in_place_ready(&s.pods[*i])),
+            Step::Fix(Fix::InPlaceReady(i, state)) => {
+                let finish = kruise_core::inplace::Finish {
+                    lifecycle: *state,
+                    kruise_pod_ready: state.is_some_and(|s| releases_pod_ready(s, lifecycle)),
+                };
+                let pod = &s.pods[*i];
+                Box::pin(pc.finish_in_place(pod, finish))
+            }
             Step::Fix(Fix::InPlaceNextBatch(i)) => Box::pin(pc.update_next_batch(&s.pods[*i])),
             Step::Fix(Fix::Lifecycle(i, state)) => {
-                let mark = matches!(state, LifecycleState::Normal | LifecycleState::Updated)
-                    && kruise_core::lifecycle::marks_pod_not_ready(lifecycle);
+                let mark = releases_pod_ready(*state, lifecycle);
                 Box::pin(pc.set_lifecycle(&s.pods[*i], *state, mark))
             }
             Step::Delete { pod, .. } => {

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::batches::{container_priorities, first_batch};
 use super::plan::InPlacePlan;
 use super::state::{InPlaceUpdateState, annotation};
+use crate::pods::{self, LifecycleState};
 
 /// Reason on `InPlaceUpdateReady=False` (upstream's value).
 pub const REASON_START_IN_PLACE_UPDATE: &str = "StartInPlaceUpdate";
@@ -97,16 +98,52 @@ pub fn next_step(
     apply_patch(pod, plan, target, rv, now).map(Step::Apply)
 }
 
-/// JSON patch for the `status` subresource setting `InPlaceUpdateReady=True` once the update is
-/// complete; `None` when the Pod has no gate or the condition is already True.
-pub fn mark_ready_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, FlowError> {
+/// What else changes on a Pod when its in-place update is found complete, written in the same
+/// `pods/status` patch as `InPlaceUpdateReady=True` (the status subresource keeps labels and
+/// annotations; it resets only the spec, `deletionTimestamp` and owner references).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Finish {
+    /// Move the lifecycle state label (and its timestamp annotation) to this state.
+    pub lifecycle: Option<LifecycleState>,
+    /// Also set `KruisePodReady=True`: a `markPodNotReady` hook took the Pod out of service for
+    /// the update, and the state it moves to lets it back.
+    pub kruise_pod_ready: bool,
+}
+
+/// The one JSON patch for the `status` subresource that finishes a completed update:
+/// `InPlaceUpdateReady=True` plus what `finish` asks for. `None` when the Pod has no gate or the
+/// condition is already True.
+///
+/// The patch tests what the decision rests on, not the resourceVersion: the kubelet writes the
+/// restarted container's readiness at the very moment the update is found complete, and a
+/// resourceVersion test would void the write for that. It tests the state annotation (the same
+/// update, which every new update rewrites), each replaced condition's type and status at its index,
+/// and the lifecycle label it moves from. Where one of those is absent (a new Pod: no state, no
+/// condition, no label), it tests the resourceVersion as well.
+pub fn finish_patch(
+    pod: &Pod,
+    finish: &Finish,
+    now: Timestamp,
+) -> Result<Option<Patch>, FlowError> {
     if !has_readiness_gate(pod)
         || condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY).is_some_and(|c| c.status == "True")
     {
         return Ok(None);
     }
     let rv = resource_version(pod)?;
-    let mut ops = vec![test_rv(rv)];
+    let mut ops = Vec::new();
+    let mut rv_needed = condition(pod, keys::CONDITION_IN_PLACE_UPDATE_READY).is_none();
+    match annotation(pod, keys::ANNOTATION_IN_PLACE_UPDATE_STATE) {
+        Some(state) => ops.push(test_value(
+            ptr([
+                "metadata",
+                "annotations",
+                keys::ANNOTATION_IN_PLACE_UPDATE_STATE,
+            ]),
+            state,
+        )),
+        None => rv_needed = true,
+    }
     set_condition(
         pod,
         &mut ops,
@@ -116,6 +153,49 @@ pub fn mark_ready_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, Flow
         "",
         now,
     );
+    if finish.kruise_pod_ready
+        && condition(pod, keys::CONDITION_KRUISE_POD_READY).is_none_or(|c| c.status != "True")
+    {
+        rv_needed |= condition(pod, keys::CONDITION_KRUISE_POD_READY).is_none();
+        set_condition(
+            pod,
+            &mut ops,
+            keys::CONDITION_KRUISE_POD_READY,
+            "True",
+            "",
+            "",
+            now,
+        );
+    }
+    let current = pods::lifecycle_state(pod);
+    if let Some(value) = finish
+        .lifecycle
+        .filter(|s| *s != current)
+        .and_then(crate::lifecycle::state_value)
+    {
+        let label = ptr(["metadata", "labels", keys::LABEL_LIFECYCLE_STATE]);
+        match pods::label(pod, keys::LABEL_LIFECYCLE_STATE) {
+            Some(from) => ops.push(test_value(label, from)),
+            None => rv_needed = true,
+        }
+        let stamp = crate::lifecycle::timestamp_value(now);
+        let changes = |k: &str, v: String| BTreeMap::from([(k.to_owned(), Some(v))]);
+        metadata_ops(
+            &mut ops,
+            "labels",
+            pod.metadata.labels.as_ref(),
+            &changes(keys::LABEL_LIFECYCLE_STATE, value.to_owned()),
+        );
+        metadata_ops(
+            &mut ops,
+            "annotations",
+            pod.metadata.annotations.as_ref(),
+            &changes(keys::ANNOTATION_LIFECYCLE_TIMESTAMP, stamp),
+        );
+    }
+    if rv_needed {
+        ops.insert(0, test_rv(rv));
+    }
     Ok(Some(Patch(ops)))
 }
 
@@ -183,9 +263,13 @@ fn ptr<'t>(tokens: impl IntoIterator<Item = &'t str>) -> PointerBuf {
 }
 
 fn test_rv(rv: &str) -> PatchOperation {
+    test_value(ptr(["metadata", "resourceVersion"]), rv)
+}
+
+fn test_value(path: PointerBuf, value: &str) -> PatchOperation {
     PatchOperation::Test(TestOperation {
-        path: ptr(["metadata", "resourceVersion"]),
-        value: Value::String(rv.to_owned()),
+        path,
+        value: Value::String(value.to_owned()),
     })
 }
 
@@ -219,6 +303,19 @@ fn set_condition(
         }
     }
     let value = serde_json::to_value(&new).unwrap_or(Value::Null);
+    if let Some(i) = existing {
+        // The replace goes by index: it must still be the condition this decision read.
+        let index = i.to_string();
+        let old = &conditions(pod)[i];
+        ops.push(test_value(
+            ptr(["status", "conditions", &index, "type"]),
+            type_,
+        ));
+        ops.push(test_value(
+            ptr(["status", "conditions", &index, "status"]),
+            &old.status,
+        ));
+    }
     ops.push(match existing {
         Some(i) => PatchOperation::Replace(ReplaceOperation {
             path: ptr(["status", "conditions", &i.to_string()]),

@@ -14,9 +14,9 @@ pub use batches::{
 };
 pub use completion::{Completion, WaitReason, check_completed, next_batch_due, with_default_tag};
 pub use flow::{
-    FlowError, REASON_READINESS_GATES_NOT_READY, REASON_START_IN_PLACE_UPDATE, Step, Target,
-    condition_patch, drained_for_update, has_readiness_gate, mark_ready_patch, next_batch_patch,
-    next_step,
+    Finish, FlowError, REASON_READINESS_GATES_NOT_READY, REASON_START_IN_PLACE_UPDATE, Step,
+    Target, condition_patch, drained_for_update, finish_patch, has_readiness_gate,
+    next_batch_patch, next_step,
 };
 pub use plan::{
     ANNOTATION_RESTARTED_AT, InPlacePlan, NotInPlace, Plan, PlanOptions, QosClass, ResourceChange,

@@ -13,6 +13,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::pods::LifecycleState;
 
 fn container(name: &str, image: &str) -> Container {
     Container {
@@ -803,13 +804,16 @@ fn resize_goes_to_its_own_patch_first() {
 #[test]
 fn mark_ready_after_completion() {
     let (_, _, mut pod, _) = image_update();
-    assert_eq!(mark_ready_patch(&pod, ts(0)), Ok(None));
+    let gate_only = Finish::default();
+    assert_eq!(finish_patch(&pod, &gate_only, ts(0)), Ok(None));
     pod.status.as_mut().expect("status").conditions = Some(vec![cond(
         keys::CONDITION_IN_PLACE_UPDATE_READY,
         "False",
         0,
     )]);
-    let patch = mark_ready_patch(&pod, ts(9)).expect("rv").expect("patch");
+    let patch = finish_patch(&pod, &gate_only, ts(9))
+        .expect("rv")
+        .expect("patch");
     let after = apply(&pod, &patch).expect("applies");
     let gate = status_of(&after, keys::CONDITION_IN_PLACE_UPDATE_READY).expect("gate");
     assert_eq!(
@@ -818,7 +822,174 @@ fn mark_ready_after_completion() {
     );
     // No conditions at all: the list is created.
     pod.status.as_mut().expect("status").conditions = None;
-    let patch = mark_ready_patch(&pod, ts(9)).expect("rv").expect("patch");
+    let patch = finish_patch(&pod, &gate_only, ts(9))
+        .expect("rv")
+        .expect("patch");
+    assert!(apply(&pod, &patch).is_ok());
+}
+
+/// A Pod whose update was applied and has completed: state annotation, lifecycle Updating, the gate
+/// False after the drain, KruisePodReady False from a markPodNotReady hook.
+fn completed_update() -> Pod {
+    let (_, _, pod, p) = image_update();
+    let labels = revision_labels();
+    let target = Target {
+        revision: "web-5d4f",
+        revision_labels: &labels,
+    };
+    let mut drained = pod.clone();
+    drained.status.as_mut().expect("status").conditions = Some(vec![
+        cond("Ready", "False", 0),
+        cond(keys::CONDITION_KRUISE_POD_READY, "False", 0),
+        cond(keys::CONDITION_IN_PLACE_UPDATE_READY, "False", 0),
+    ]);
+    drained
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(keys::LABEL_LIFECYCLE_STATE.into(), "Updating".into());
+    let Ok(Step::Apply(patch)) = next_step(&drained, &p, &target, 0, ts(1)) else {
+        panic!("the drained Pod is updated");
+    };
+    let mut updated = apply(&drained, &patch).expect("applies");
+    updated.metadata.resource_version = Some("2".into());
+    updated
+}
+
+#[test]
+fn one_write_finishes_the_update() {
+    let pod = completed_update();
+    let finish = Finish {
+        lifecycle: Some(LifecycleState::Normal),
+        kruise_pod_ready: true,
+    };
+    let patch = finish_patch(&pod, &finish, ts(9))
+        .expect("rv")
+        .expect("patch");
+    let after = apply(&pod, &patch).expect("applies");
+    let status = |t| status_of(&after, t).map(|c| c.status.as_str());
+    assert_eq!(status(keys::CONDITION_IN_PLACE_UPDATE_READY), Some("True"));
+    assert_eq!(status(keys::CONDITION_KRUISE_POD_READY), Some("True"));
+    // Ready is the kubelet's to set.
+    assert_eq!(status("Ready"), Some("False"));
+    assert_eq!(
+        crate::pods::label(&after, keys::LABEL_LIFECYCLE_STATE),
+        Some("Normal")
+    );
+    assert_eq!(
+        crate::pods::annotation(&after, keys::ANNOTATION_LIFECYCLE_TIMESTAMP),
+        Some("2023-11-14T22:13:29Z")
+    );
+    // Only that changed.
+    let mut back = after.clone();
+    back.metadata.labels = pod.metadata.labels.clone();
+    back.metadata.annotations = pod.metadata.annotations.clone();
+    back.status = pod.status.clone();
+    assert_eq!(back, pod);
+
+    // Without a lifecycle move or a hook mark, the gate alone.
+    let patch = finish_patch(&pod, &Finish::default(), ts(9))
+        .expect("rv")
+        .expect("patch");
+    let after = apply(&pod, &patch).expect("applies");
+    assert_eq!(
+        crate::pods::label(&after, keys::LABEL_LIFECYCLE_STATE),
+        Some("Updating")
+    );
+    assert_eq!(
+        status_of(&after, keys::CONDITION_KRUISE_POD_READY).map(|c| c.status.as_str()),
+        Some("False")
+    );
+    // Already True: nothing to write.
+    assert_eq!(finish_patch(&after, &finish, ts(10)), Ok(None));
+}
+
+#[test]
+fn the_finish_survives_the_kubelet_but_not_a_new_update() {
+    let pod = completed_update();
+    let finish = Finish {
+        lifecycle: Some(LifecycleState::Normal),
+        kruise_pod_ready: false,
+    };
+    let patch = finish_patch(&pod, &finish, ts(9))
+        .expect("rv")
+        .expect("patch");
+
+    // The kubelet reports the restarted container ready meanwhile: a new resourceVersion, and
+    // Ready turns True. The finish still applies.
+    let mut kubelet = pod.clone();
+    kubelet.metadata.resource_version = Some("3".into());
+    if let Some(c) = kubelet
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
+    {
+        c.status = "True".into();
+    }
+    let after = apply(&kubelet, &patch).expect("the kubelet's write does not void it");
+    assert_eq!(
+        crate::pods::label(&after, keys::LABEL_LIFECYCLE_STATE),
+        Some("Normal")
+    );
+
+    // A new update began meanwhile (its state annotation is rewritten): refused.
+    let mut newer = kubelet.clone();
+    newer
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(keys::ANNOTATION_IN_PLACE_UPDATE_STATE.into(), "{}".into());
+    assert!(apply(&newer, &patch).is_err());
+
+    // The lifecycle moved meanwhile (a hook's owner): refused.
+    let mut moved = kubelet.clone();
+    moved
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(keys::LABEL_LIFECYCLE_STATE.into(), "PreparingDelete".into());
+    assert!(apply(&moved, &patch).is_err());
+
+    // The conditions moved (the gate is no longer at the index read): refused, not misplaced.
+    let mut reordered = kubelet.clone();
+    if let Some(c) = reordered
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+    {
+        c.reverse();
+    }
+    assert!(apply(&reordered, &patch).is_err());
+
+    // The gate went True meanwhile (another worker finished it): refused, not rewritten.
+    let mut done = kubelet.clone();
+    if let Some(c) = done
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|c| {
+            c.iter_mut()
+                .find(|c| c.type_ == keys::CONDITION_IN_PLACE_UPDATE_READY)
+        })
+    {
+        c.status = "True".into();
+    }
+    assert!(apply(&done, &patch).is_err());
+}
+
+#[test]
+fn a_new_pod_is_finished_only_as_read() {
+    // No state, no gate condition, no lifecycle label: nothing narrower to test than the
+    // resourceVersion, so a change of any kind refuses the write.
+    let (_, _, mut pod, _) = image_update();
+    pod.status.as_mut().expect("status").conditions = None;
+    let patch = finish_patch(&pod, &Finish::default(), ts(1))
+        .expect("rv")
+        .expect("patch");
+    let mut changed = pod.clone();
+    changed.metadata.resource_version = Some("9".into());
+    assert!(apply(&changed, &patch).is_err());
     assert!(apply(&pod, &patch).is_ok());
 }
 

@@ -323,8 +323,9 @@ pub enum DeleteReason {
 /// A correction made to a Pod before anything else (upstream's refresh).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fix {
-    /// The in-place update is complete: set `InPlaceUpdateReady=True`.
-    InPlaceReady(usize),
+    /// The in-place update is complete: set `InPlaceUpdateReady=True` and, in the same write, move
+    /// the Pod to this lifecycle state (the refresh's lifecycle move of the same Pod).
+    InPlaceReady(usize, Option<LifecycleState>),
     /// Start the next batch of containers held back by container launch priority.
     InPlaceNextBatch(usize),
     /// Move the Pod to this lifecycle state.
@@ -583,6 +584,16 @@ fn refresh(s: &Snapshot<'_>, plan: &mut Plan, i: usize) {
     let gate_true = pods::condition(pod, kruise_api::keys::CONDITION_IN_PLACE_UPDATE_READY)
         .is_some_and(|c| c.status == "True");
     let at_update = pods::is_at_revision(pod, s.update.name);
+    let rules = RefreshRules {
+        normal_needs_scheduling: false,
+    };
+    let state = lifecycle::refresh_transition_with(
+        rules,
+        s.spec.lifecycle.as_ref(),
+        pod,
+        at_update,
+        completed,
+    );
     if !at_update && inplace::drained_for_update(pod) {
         match update_one(s, i) {
             UpdateStep::Act(action) => plan.actions.push(action),
@@ -595,18 +606,11 @@ fn refresh(s: &Snapshot<'_>, plan: &mut Plan, i: usize) {
     } else if inplace::next_batch_due(pod) {
         plan.actions.push(Action::Fix(Fix::InPlaceNextBatch(i)));
     } else if completed && !gate_true && inplace::has_readiness_gate(pod) {
-        plan.actions.push(Action::Fix(Fix::InPlaceReady(i)));
+        // One write finishes the update: the gate and the lifecycle move together.
+        plan.actions.push(Action::Fix(Fix::InPlaceReady(i, state)));
+        return;
     }
-    let rules = RefreshRules {
-        normal_needs_scheduling: false,
-    };
-    if let Some(state) = lifecycle::refresh_transition_with(
-        rules,
-        s.spec.lifecycle.as_ref(),
-        pod,
-        at_update,
-        completed,
-    ) {
+    if let Some(state) = state {
         plan.actions.push(Action::Fix(Fix::Lifecycle(i, state)));
     }
 }
@@ -770,7 +774,7 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
         refresh(s, &mut plan, i);
     }
     for action in &plan.actions {
-        if let Action::Fix(Fix::Lifecycle(..)) = action {
+        if let Action::Fix(Fix::Lifecycle(..) | Fix::InPlaceReady(_, Some(_))) = action {
             lifecycle_moved = true;
         }
     }

@@ -594,7 +594,10 @@ fn refresh_marks_new_pods_ready_but_not_draining_ones() {
     assert_eq!(actions(&step), vec![format!("inplace 1 Some(\"app:v2\")")]);
     assert_eq!(
         step.fixes,
-        vec![Fix::InPlaceReady(0), Fix::TemplateHash(2, "new".into())]
+        vec![
+            Fix::InPlaceReady(0, None),
+            Fix::TemplateHash(2, "new".into())
+        ]
     );
 }
 
@@ -710,7 +713,7 @@ mod rollout {
                     let step = world.decide(&cs, &pods, update_step);
                     let step = match step { Ok(s) => s, Err(e) => { prop_assert!(false, "{e}"); unreachable!() } };
                     for fix in &step.fixes {
-                        if let Fix::InPlaceReady(i) = fix { set_ready(&mut pods[*i]); acted = true; }
+                        if let Fix::InPlaceReady(i, _) = fix { set_ready(&mut pods[*i]); acted = true; }
                     }
                     if !acted {
                         for action in &step.actions {
@@ -749,5 +752,56 @@ mod rollout {
                 }
             }
         }
+    }
+}
+
+/// A finished in-place update is one write: the gate and the lifecycle move go together, never as a
+/// gate fix beside a lifecycle fix of the same Pod.
+#[test]
+fn a_finished_update_moves_gate_and_lifecycle_together() {
+    let world = World::new(None);
+    let finished = |lifecycle: &str| {
+        let mut p = with_label(pod("a", NEW, true), keys::LABEL_LIFECYCLE_STATE, lifecycle);
+        if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            for c in c.iter_mut() {
+                if c.type_ == keys::CONDITION_IN_PLACE_UPDATE_READY {
+                    c.status = "False".into();
+                }
+            }
+        }
+        p
+    };
+    let hook = Lifecycle {
+        in_place_update: Some(LifecycleHook {
+            labels_handler: BTreeMap::from([("hook".to_string(), "true".to_string())]),
+            ..LifecycleHook::default()
+        }),
+        ..Lifecycle::default()
+    };
+    let cases = [
+        (
+            "no hook: back to Normal",
+            None,
+            "Updating",
+            Some(LifecycleState::Normal),
+        ),
+        (
+            "a hook not back on: Updated",
+            Some(hook),
+            "Updating",
+            Some(LifecycleState::Updated),
+        ),
+        ("already Normal: the gate alone", None, "Normal", None),
+    ];
+    for (name, lifecycle, label, want) in cases {
+        let cs = cloneset(Knobs {
+            replicas: 1,
+            lifecycle,
+            ..Knobs::default()
+        });
+        let step = world
+            .decide(&cs, &[finished(label)], update_step)
+            .unwrap_or_default();
+        assert_eq!(step.fixes, vec![Fix::InPlaceReady(0, want)], "{name}");
     }
 }

@@ -497,12 +497,12 @@ fn a_pod_draining_for_its_grace_period_stays_drained() {
         w.plan(&pods)
             .actions
             .iter()
-            .any(|a| matches!(a, Action::Fix(Fix::InPlaceReady(0))))
+            .any(|a| matches!(a, Action::Fix(Fix::InPlaceReady(0, _))))
     );
     assert!(
         !p.actions
             .iter()
-            .any(|a| matches!(a, Action::Fix(Fix::InPlaceReady(_)))),
+            .any(|a| matches!(a, Action::Fix(Fix::InPlaceReady(..)))),
         "{:?}",
         p.actions
     );
@@ -825,4 +825,31 @@ proptest! {
         let ords: Vec<i32> = sim.pods.keys().copied().collect();
         prop_assert_eq!(ords, slot_ordinals(start, replicas, &set));
     }
+}
+
+#[test]
+fn a_finished_update_moves_gate_and_lifecycle_in_one_fix() {
+    // Updated in place and complete (no update state left to wait for): the gate and the
+    // lifecycle state go back in one write, and that counts as the refresh having acted.
+    let w = World::new(spec(
+        "{replicas: 1, updateStrategy: {rollingUpdate: {podUpdatePolicy: InPlaceIfPossible}}}",
+    ));
+    let mut finished = web(0, NEW, false)
+        .condition("InPlaceUpdateReady", "False", Some(ago(1)))
+        .lifecycle("Updating")
+        .build();
+    if let Some(spec) = finished.spec.as_mut() {
+        spec.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "InPlaceUpdateReady".into(),
+        }]);
+    }
+    let mut fixes = w.plan(&[finished]).actions;
+    fixes.retain(|a| matches!(a, Action::Fix(_)));
+    assert_eq!(
+        fixes,
+        [Action::Fix(Fix::InPlaceReady(
+            0,
+            Some(LifecycleState::Normal)
+        ))]
+    );
 }
