@@ -149,17 +149,25 @@ pub fn selector_is_empty(selector: &LabelSelector) -> bool {
 
 /// Whether `labels` satisfy `selector` (an empty selector matches everything).
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    selector_matches_by(selector, |key| labels.get(key).map(String::as_str))
+}
+
+/// [`selector_matches`] over labels kept in some other form: `label` gives a key's value.
+pub fn selector_matches_by<'a>(
+    selector: &LabelSelector,
+    label: impl Fn(&str) -> Option<&'a str>,
+) -> bool {
     let labels_ok = selector
         .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+        .all(|(k, v)| label(k) == Some(v.as_str()));
     let expressions_ok = selector.match_expressions.iter().flatten().all(|req| {
         let values = req.values.as_deref().unwrap_or_default();
-        let value = labels.get(&req.key);
+        let value = label(&req.key);
         match req.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+            "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
             "Exists" => value.is_some(),
             "DoesNotExist" => value.is_none(),
             _ => false,

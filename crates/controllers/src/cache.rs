@@ -10,7 +10,7 @@
 //! their controlling owner, and subscribers are told which owner a changed Pod belongs to so each
 //! controller can reconcile just that workload.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 mod codec;
@@ -93,12 +93,62 @@ struct Entry {
     json: Encoded,
     group: Group,
     /// The Pod's labels, for label selectors over many Pods (SidecarSets, Deployment subsets).
-    labels: BTreeMap<String, String>,
+    labels: PodLabels,
     /// The node the Pod is bound to (`nodeName`, or a required affinity naming one node).
-    node: Option<Box<str>>,
+    node: Option<Arc<str>>,
     /// Which Pod, at which version: enough for a reader that remembers what it decided about a
     /// Pod to know, without decoding it, that it has not changed.
     version: Version,
+}
+
+/// A cached Pod's labels, sorted by key. Keys and values are interned: the Pods of one workload
+/// share theirs, so a label costs a Pod two pointers.
+#[derive(Clone, Debug, Default)]
+pub struct PodLabels(Box<[(Arc<str>, Arc<str>)]>);
+
+impl PodLabels {
+    /// The value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    /// Whether the labels satisfy `selector` (an empty selector matches everything).
+    pub fn matches(
+        &self,
+        selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    ) -> bool {
+        kruise_api::validation::selector_matches_by(selector, |key| self.get(key))
+    }
+}
+
+/// The strings cached Pods share (label keys and values, owner uids, node names), each held once.
+#[derive(Default)]
+struct Interner {
+    strings: HashSet<Arc<str>>,
+    /// Interned since strings no Pod holds any more were last dropped.
+    since_sweep: usize,
+}
+
+impl Interner {
+    /// Interned strings between two sweeps for strings no Pod holds any more.
+    const SWEEP_EVERY: usize = 16_384;
+
+    fn intern(&mut self, value: &str) -> Arc<str> {
+        self.since_sweep += 1;
+        if self.since_sweep >= Self::SWEEP_EVERY {
+            self.since_sweep = 0;
+            self.strings.retain(|s| Arc::strong_count(s) > 1);
+        }
+        if let Some(shared) = self.strings.get(value) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(value);
+        self.strings.insert(shared.clone());
+        shared
+    }
 }
 
 /// A Pod's uid and resourceVersion.
@@ -109,7 +159,7 @@ pub struct Version {
 }
 
 impl Entry {
-    fn of(key: &PodKey, pod: &Pod) -> Option<Self> {
+    fn of(key: &PodKey, pod: &Pod, strings: &mut Interner) -> Option<Self> {
         let json = match codec::encode(pod) {
             Ok(bytes) => Encoded(Arc::from(bytes)),
             Err(error) => {
@@ -119,13 +169,20 @@ impl Entry {
         };
         Some(Self {
             json,
-            group: group_of(key, pod),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            group: group_of(key, pod, strings),
+            labels: PodLabels(
+                pod.metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (strings.intern(k), strings.intern(v)))
+                    .collect(),
+            ),
             node: pod
                 .spec
                 .as_ref()
                 .and_then(kruise_core::nodefit::bound_node)
-                .map(Box::from),
+                .map(|node| strings.intern(node)),
             version: Version {
                 uid: pod.metadata.uid.as_deref().map(Box::from),
                 resource_version: pod.metadata.resource_version.as_deref().map(Box::from),
@@ -250,6 +307,7 @@ struct State {
     groups: HashMap<Group, BTreeSet<PodKey>>,
     /// Pods of a relist in progress; swapped in when it completes.
     relist: Option<HashMap<PodKey, Entry>>,
+    strings: Interner,
 }
 
 /// The shared Pod cache. Cheap to clone through `Arc`.
@@ -392,14 +450,14 @@ fn project_container_status(c: ContainerStatus) -> ContainerStatus {
 /// Pods a controller may adopt).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Group {
-    Owner(String),
-    Orphans(String),
+    Owner(Arc<str>),
+    Orphans(Arc<str>),
 }
 
-fn group_of(key: &PodKey, pod: &Pod) -> Group {
+fn group_of(key: &PodKey, pod: &Pod, strings: &mut Interner) -> Group {
     match controller_of(pod) {
-        Some(owner) => Group::Owner(owner.uid.clone()),
-        None => Group::Orphans(key.0.clone()),
+        Some(owner) => Group::Owner(strings.intern(&owner.uid)),
+        None => Group::Orphans(strings.intern(&key.0)),
     }
 }
 
@@ -431,7 +489,7 @@ impl State {
     fn matching(
         &self,
         namespace: Option<&str>,
-        keep: impl Fn(&BTreeMap<String, String>) -> bool,
+        keep: impl Fn(&PodLabels) -> bool,
     ) -> impl Iterator<Item = (&PodKey, &Entry)> {
         self.pods
             .iter()
@@ -495,7 +553,7 @@ impl PodCache {
                 watcher::Event::Apply(pod) => {
                     let pod = project(pod);
                     if let Some(key) = key_of(&pod)
-                        && let Some(entry) = Entry::of(&key, &pod)
+                        && let Some(entry) = Entry::of(&key, &pod, &mut state.strings)
                     {
                         let new_group = entry.group.clone();
                         let old_owner = match state.pods.get(&key) {
@@ -527,7 +585,7 @@ impl PodCache {
                 watcher::Event::InitApply(pod) => {
                     let pod = project(pod);
                     if let Some(key) = key_of(&pod)
-                        && let Some(entry) = Entry::of(&key, &pod)
+                        && let Some(entry) = Entry::of(&key, &pod, &mut state.strings)
                     {
                         state
                             .relist
@@ -586,7 +644,7 @@ impl PodCache {
 
     /// The Pods whose controlling owner has this uid.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
-        self.decode_group(&Group::Owner(uid.to_owned()))
+        self.decode_group(&Group::Owner(Arc::from(uid)))
     }
 
     fn decode_group(&self, group: &Group) -> Vec<Arc<Pod>> {
@@ -601,20 +659,20 @@ impl PodCache {
     pub fn owns_pod_on(&self, uid: &str, node: &str) -> bool {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state
-            .in_group(&Group::Owner(uid.to_owned()))
+            .in_group(&Group::Owner(Arc::from(uid)))
             .any(|e| e.node.as_deref() == Some(node))
     }
 
     /// The Pods of a namespace without a controlling owner (candidates for adoption).
     pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
-        self.decode_group(&Group::Orphans(namespace.to_owned()))
+        self.decode_group(&Group::Orphans(Arc::from(namespace)))
     }
 
     /// The cached Pods (of `namespace`, or of all) whose labels `keep` accepts.
     pub fn select(
         &self,
         namespace: Option<&str>,
-        keep: impl Fn(&BTreeMap<String, String>) -> bool,
+        keep: impl Fn(&PodLabels) -> bool,
     ) -> Vec<Arc<Pod>> {
         let encoded: Vec<Encoded> = {
             let state = self.state.read().unwrap_or_else(|e| e.into_inner());
@@ -630,7 +688,7 @@ impl PodCache {
     pub fn select_lazily(
         &self,
         namespace: Option<&str>,
-        keep: impl Fn(&BTreeMap<String, String>) -> bool,
+        keep: impl Fn(&PodLabels) -> bool,
     ) -> Vec<Selected> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state
@@ -655,6 +713,8 @@ impl PodCache {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     use super::*;
@@ -785,7 +845,7 @@ mod tests {
             p.metadata.labels = Some(BTreeMap::from([("app".into(), app.into())]));
             cache.apply(watcher::Event::Apply(p));
         }
-        let web = |l: &BTreeMap<String, String>| l.get("app").is_some_and(|a| a == "web");
+        let web = |l: &PodLabels| l.get("app").is_some_and(|a| a == "web");
         assert_eq!(names(cache.select(None, web)), vec!["a", "c"]);
         assert_eq!(names(cache.select(Some("ns"), web)), vec!["a"]);
         assert!(cache.select(Some("none"), |_| true).is_empty());
@@ -797,5 +857,55 @@ mod tests {
         cache.apply(watcher::Event::Apply(pod("a", None)));
         let cached = cache.get("ns", "a");
         assert!(cached.is_some_and(|p| p.metadata.managed_fields.is_none()));
+    }
+
+    #[test]
+    fn labels_are_shared_between_pods_and_read_by_selectors() {
+        let cache = PodCache::new();
+        for (name, app) in [("a", "web"), ("b", "web"), ("c", "db")] {
+            let mut p = pod(name, Some("u1"));
+            p.metadata.labels = Some(BTreeMap::from([
+                ("app".into(), app.into()),
+                ("tier".into(), "front".into()),
+            ]));
+            cache.apply(watcher::Event::Apply(p));
+        }
+        let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+            serde_json::from_value(serde_json::json!({
+                "matchLabels": {"tier": "front"},
+                "matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]
+            }))
+            .unwrap_or_default();
+        assert_eq!(
+            names(cache.select(None, |l| l.matches(&selector))),
+            ["a", "b"]
+        );
+        let state = cache.state.read().unwrap_or_else(|e| e.into_inner());
+        let value = |name: &str, key: &str| {
+            state
+                .pods
+                .get(&("ns".to_owned(), name.to_owned()))
+                .and_then(|e| e.labels.0.iter().find(|(k, _)| &**k == key))
+                .map(|(_, v)| v.clone())
+        };
+        let (Some(a), Some(b)) = (value("a", "tier"), value("b", "tier")) else {
+            panic!("labels cached");
+        };
+        assert!(Arc::ptr_eq(&a, &b), "one copy of a value two Pods share");
+    }
+
+    #[test]
+    fn strings_no_pod_holds_are_dropped() {
+        let mut strings = Interner::default();
+        let kept = strings.intern("kept");
+        for i in 0..Interner::SWEEP_EVERY {
+            drop(strings.intern(&format!("gone-{i}")));
+        }
+        assert!(
+            strings.strings.len() <= 3,
+            "{} strings left",
+            strings.strings.len()
+        );
+        assert!(Arc::ptr_eq(&kept, &strings.intern("kept")));
     }
 }

@@ -223,10 +223,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         .is_some_and(|s| !kruise_api::validation::selector_is_empty(s));
     let candidates = if selector_set {
         ctx.pods.select_lazily(None, |labels| {
-            ss.spec
-                .selector
-                .as_ref()
-                .is_some_and(|s| kruise_api::validation::selector_matches(s, labels))
+            ss.spec.selector.as_ref().is_some_and(|s| labels.matches(s))
         })
     } else {
         Vec::new()

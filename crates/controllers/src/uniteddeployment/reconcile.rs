@@ -711,9 +711,7 @@ fn observe(
             // Deployment Pods belong to ReplicaSets: select them by the subset's selector.
             let selector = selector_of(&object);
             ctx.pods.select(Some(&namespace), |labels| {
-                selector
-                    .as_ref()
-                    .is_some_and(|s| selector_matches(s, labels))
+                selector.as_ref().is_some_and(|s| labels.matches(s))
             })
         }
         _ => object
