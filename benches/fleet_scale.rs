@@ -7,7 +7,8 @@
 //!    process start until every CloneSet and SidecarSet has been reconciled at least once (the
 //!    manager's `kruise_controller_reconciles_total`), and the Pod writes it made then and for 10 s
 //!    after (from the audit log: nothing changed, so there should be none).
-//! 3. **Idle CPU**: the manager's CPU over 60 s with nothing to do.
+//! 3. **Idle CPU**: the manager's CPU over 60 s with nothing to do; then its RSS at rest, and the
+//!    growth per cached Pod over the RSS it had serving an empty cluster.
 //! 4. **Rollout**: every CloneSet's image patched at once (InPlaceIfPossible, maxUnavailable 100%,
 //!    gracePeriodSeconds 0) → all updated and Ready: time, Pod writes per Pod (all, and the
 //!    manager's), the manager's CPU.
@@ -73,6 +74,10 @@ async fn main() -> anyhow::Result<()> {
 /// The figures of the closing table.
 #[derive(Default)]
 struct Figures {
+    /// The manager serving, with nothing to cache yet: the baseline of the growth per Pod.
+    rss_empty_mib: f64,
+    /// After the restart, the resync and the idle minute: the fleet cached, nothing in flight.
+    rss_at_rest_mib: f64,
     create: Duration,
     rss_after_create_mib: f64,
     resync: Duration,
@@ -85,6 +90,13 @@ struct Figures {
     rollout_manager_writes_per_pod: f64,
     rollout_manager_cpu: f64,
     rss_after_rollout_mib: f64,
+}
+
+impl Figures {
+    /// RSS at rest above the empty manager's, per cached Pod.
+    fn growth_per_pod_kib(&self, pods: usize) -> f64 {
+        (self.rss_at_rest_mib - self.rss_empty_mib) * 1024.0 / pods.max(1) as f64
+    }
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
@@ -103,6 +115,13 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         cli.clonesets, cli.replicas, cli.nodes, cli.sidecarsets, cli.manager_args
     );
     let mut figures = Figures::default();
+    // A measurement window for the empty manager's start-up allocations to settle and be purged.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    figures.rss_empty_mib = rss_mib(manager.pid);
+    println!(
+        "kruise-manager RSS with nothing cached: {:.1} MiB",
+        figures.rss_empty_mib
+    );
 
     // SidecarSets first: they inject at Pod creation.
     let sidecarsets: Api<SidecarSet> = Api::all(client.clone());
@@ -190,6 +209,12 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     figures.idle_cpu_percent =
         (cpu_seconds(manager.pid).unwrap_or(0.0) - cpu) * 100.0 / window.as_secs_f64();
     println!("idle CPU: {:.2}% of a core", figures.idle_cpu_percent);
+    figures.rss_at_rest_mib = rss_mib(manager.pid);
+    println!(
+        "kruise-manager RSS at rest: {:.1} MiB, {:.2} KiB per cached Pod above the empty manager",
+        figures.rss_at_rest_mib,
+        figures.growth_per_pod_kib(pods_total)
+    );
 
     // Every CloneSet rolled in place at once.
     let writes = PodWrites::read(&client).await?;
@@ -238,6 +263,12 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     println!(
         "| kruise-manager RSS after the create | {:.1} MiB |",
         figures.rss_after_create_mib
+    );
+    println!(
+        "| kruise-manager RSS at rest after the restart (growth per cached Pod) | {:.1} MiB ({:.2} KiB/Pod over {:.1} MiB empty) |",
+        figures.rss_at_rest_mib,
+        figures.growth_per_pod_kib(pods_total),
+        figures.rss_empty_mib
     );
     println!(
         "| start-up resync (process start → every workload reconciled) | {:.2} s, {:.0} Pod writes |",
