@@ -1,10 +1,12 @@
 //! The update itself, one step per call (inventory §7.3–§7.5): drain, wait out the grace period,
 //! resize, patch.
 //!
-//! Every patch is a JSON patch whose first op tests `metadata.resourceVersion`, so it applies only to
-//! the exact Pod the decision was made on. A stale cache can therefore never restart a container
-//! whose Pod has meanwhile become Ready again (kruise#2276): the API server rejects the patch and the
-//! caller decides again on a fresh Pod.
+//! Every patch that drains a Pod or restarts a container is a JSON patch whose first op tests
+//! `metadata.resourceVersion`, so it applies only to the exact Pod the decision was made on. A stale
+//! cache can therefore never restart a container whose Pod has meanwhile become Ready again
+//! (kruise#2276): the API server rejects the patch and the caller decides again on a fresh Pod. The
+//! patch that finishes an update ([`finish_patch`]) tests the fields its decision rests on instead,
+//! so that the kubelet's status writes of the same moment do not void it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -856,16 +856,22 @@ fn completed_update() -> Pod {
     updated
 }
 
+/// The finish back to Normal, with or without `KruisePodReady`, and its patch for `pod` at ts(9).
+fn finish_to_normal(pod: &Pod, kruise_pod_ready: bool) -> (Finish, json_patch::Patch) {
+    let finish = Finish {
+        lifecycle: Some(LifecycleState::Normal),
+        kruise_pod_ready,
+    };
+    let patch = finish_patch(pod, &finish, ts(9))
+        .expect("rv")
+        .expect("patch");
+    (finish, patch)
+}
+
 #[test]
 fn one_write_finishes_the_update() {
     let pod = completed_update();
-    let finish = Finish {
-        lifecycle: Some(LifecycleState::Normal),
-        kruise_pod_ready: true,
-    };
-    let patch = finish_patch(&pod, &finish, ts(9))
-        .expect("rv")
-        .expect("patch");
+    let (finish, patch) = finish_to_normal(&pod, true);
     let after = apply(&pod, &patch).expect("applies");
     let status = |t| status_of(&after, t).map(|c| c.status.as_str());
     assert_eq!(status(keys::CONDITION_IN_PLACE_UPDATE_READY), Some("True"));
@@ -907,13 +913,7 @@ fn one_write_finishes_the_update() {
 #[test]
 fn the_finish_survives_the_kubelet_but_not_a_new_update() {
     let pod = completed_update();
-    let finish = Finish {
-        lifecycle: Some(LifecycleState::Normal),
-        kruise_pod_ready: false,
-    };
-    let patch = finish_patch(&pod, &finish, ts(9))
-        .expect("rv")
-        .expect("patch");
+    let (_, patch) = finish_to_normal(&pod, false);
 
     // The kubelet reports the restarted container ready meanwhile: a new resourceVersion, and
     // Ready turns True. The finish still applies.
