@@ -89,6 +89,8 @@ pub enum CacheEvent {
 /// beside it what the indexes and filters need without decoding. With 2 containers an entry costs
 /// the cache about 1 KiB in all, the whole Pod 18.7 (`planner-scale`).
 struct Entry {
+    /// Namespace and name, shared with the map's key, the owner index and every selection.
+    key: Arc<PodKey>,
     /// Shared, so that readers take it out of the lock and decode it there: a reconcile decoding
     /// its 1,000 Pods does not hold up the watch writing the next change.
     encoded: Encoded,
@@ -98,8 +100,8 @@ struct Entry {
     /// The node the Pod is bound to (`nodeName`, or a required affinity naming one node).
     node: Option<Arc<str>>,
     /// Which Pod, at which version: enough for a reader that remembers what it decided about a
-    /// Pod to know, without decoding it, that it has not changed.
-    version: Version,
+    /// Pod to know, without decoding it, that it has not changed. Shared with every selection.
+    version: Arc<Version>,
 }
 
 /// A cached Pod's labels, sorted by key. Keys and values are interned: the Pods of one workload
@@ -160,7 +162,7 @@ pub struct Version {
 }
 
 impl Entry {
-    fn of(key: &PodKey, pod: &Pod, strings: &mut Interner) -> Option<Self> {
+    fn of(key: Arc<PodKey>, pod: &Pod, strings: &mut Interner) -> Option<Self> {
         let encoded = match codec::encode(pod) {
             Ok(bytes) => Encoded(Arc::from(bytes)),
             Err(error) => {
@@ -170,7 +172,7 @@ impl Entry {
         };
         Some(Self {
             encoded,
-            group: group_of(key, pod, strings),
+            group: group_of(&key, pod, strings),
             labels: PodLabels(
                 pod.metadata
                     .labels
@@ -184,10 +186,11 @@ impl Entry {
                 .as_ref()
                 .and_then(kruise_core::nodefit::bound_node)
                 .map(|node| strings.intern(node)),
-            version: Version {
+            version: Arc::new(Version {
                 uid: pod.metadata.uid.as_deref().map(Box::from),
                 resource_version: pod.metadata.resource_version.as_deref().map(Box::from),
-            },
+            }),
+            key,
         })
     }
 
@@ -204,16 +207,17 @@ impl Entry {
 pub struct Selected(Arc<SelectedPod>);
 
 struct SelectedPod {
-    key: PodKey,
-    version: Version,
+    key: Arc<PodKey>,
+    version: Arc<Version>,
     encoded: Encoded,
     decoded: std::sync::OnceLock<Arc<Pod>>,
 }
 
 impl Selected {
-    fn new(key: &PodKey, entry: &Entry) -> Self {
+    /// One allocation: the rest is shared with the cache entry.
+    fn new(entry: &Entry) -> Self {
         Self(Arc::new(SelectedPod {
-            key: key.clone(),
+            key: entry.key.clone(),
             version: entry.version.clone(),
             encoded: entry.encoded.clone(),
             decoded: std::sync::OnceLock::new(),
@@ -304,10 +308,10 @@ impl Encoded {
 
 #[derive(Default)]
 struct State {
-    pods: HashMap<PodKey, Entry>,
-    groups: HashMap<Group, BTreeSet<PodKey>>,
+    pods: HashMap<Arc<PodKey>, Entry>,
+    groups: HashMap<Group, BTreeSet<Arc<PodKey>>>,
     /// Pods of a relist in progress; swapped in when it completes.
-    relist: Option<HashMap<PodKey, Entry>>,
+    relist: Option<HashMap<Arc<PodKey>, Entry>>,
     strings: Interner,
 }
 
@@ -463,8 +467,8 @@ fn group_of(key: &PodKey, pod: &Pod, strings: &mut Interner) -> Group {
 }
 
 impl State {
-    fn insert(&mut self, key: PodKey, entry: Entry) {
-        let group = entry.group.clone();
+    fn insert(&mut self, entry: Entry) {
+        let (key, group) = (entry.key.clone(), entry.group.clone());
         if let Some(old) = self.pods.insert(key.clone(), entry) {
             self.unindex(&old.group, &key);
         }
@@ -491,10 +495,10 @@ impl State {
         &self,
         namespace: Option<&str>,
         keep: impl Fn(&PodLabels) -> bool,
-    ) -> impl Iterator<Item = (&PodKey, &Entry)> {
+    ) -> impl Iterator<Item = &Entry> {
         self.pods
-            .iter()
-            .filter(move |((ns, _), e)| namespace.is_none_or(|n| n == ns) && keep(&e.labels))
+            .values()
+            .filter(move |e| namespace.is_none_or(|n| n == e.key.0) && keep(&e.labels))
     }
 
     fn in_group(&self, group: &Group) -> impl Iterator<Item = &Entry> {
@@ -554,17 +558,17 @@ impl PodCache {
                 watcher::Event::Apply(pod) => {
                     let pod = project(pod);
                     if let Some(key) = key_of(&pod)
-                        && let Some(entry) = Entry::of(&key, &pod, &mut state.strings)
+                        && let Some(entry) = Entry::of(Arc::new(key), &pod, &mut state.strings)
                     {
                         let new_group = entry.group.clone();
-                        let old_owner = match state.pods.get(&key) {
+                        let old_owner = match state.pods.get(&*entry.key) {
                             // Moved to another owner (adopted or released): that owner hears of it too.
                             Some(old) if old.group != new_group => {
                                 old.decode().as_deref().and_then(owner_change)
                             }
                             _ => None,
                         };
-                        state.insert(key, entry);
+                        state.insert(entry);
                         let pod = Arc::new(pod);
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
                         if let Some(old) = old_owner
@@ -586,20 +590,20 @@ impl PodCache {
                 watcher::Event::InitApply(pod) => {
                     let pod = project(pod);
                     if let Some(key) = key_of(&pod)
-                        && let Some(entry) = Entry::of(&key, &pod, &mut state.strings)
+                        && let Some(entry) = Entry::of(Arc::new(key), &pod, &mut state.strings)
                     {
                         state
                             .relist
                             .get_or_insert_with(HashMap::new)
-                            .insert(key, entry);
+                            .insert(entry.key.clone(), entry);
                     }
                 }
                 watcher::Event::InitDone => {
                     let relisted = state.relist.take().unwrap_or_default();
                     state.pods.clear();
                     state.groups.clear();
-                    for (key, entry) in relisted {
-                        state.insert(key, entry);
+                    for entry in relisted.into_values() {
+                        state.insert(entry);
                     }
                     changed.push(CacheEvent::Resync);
                 }
@@ -679,7 +683,7 @@ impl PodCache {
             let state = self.state.read().unwrap_or_else(|e| e.into_inner());
             state
                 .matching(namespace, keep)
-                .map(|(_, e)| e.encoded.clone())
+                .map(|e| e.encoded.clone())
                 .collect()
         };
         decode_all(encoded)
@@ -692,10 +696,7 @@ impl PodCache {
         keep: impl Fn(&PodLabels) -> bool,
     ) -> Vec<Selected> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .matching(namespace, keep)
-            .map(|(key, e)| Selected::new(key, e))
-            .collect()
+        state.matching(namespace, keep).map(Selected::new).collect()
     }
 
     /// The number of cached Pods.
