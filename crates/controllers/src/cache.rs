@@ -54,6 +54,26 @@ where
     (store, stream)
 }
 
+/// Whether `store` has been filled by its first list, checked without waiting. Reconciles must not
+/// wait on `Store::wait_until_ready`: kube-runtime 5 keeps one waker for it, so of several
+/// reconciles (each on a task of its own) waiting at once only the last was woken, and the others
+/// slept until their timeout although the store was ready: a 10 s start-up stall (`fleet-scale`'s
+/// restarts, one run in two). Every reader checks here instead (a real waiter beside it could lose
+/// its wake-up to this check), and a reconcile that finds a store not listed yet is requeued
+/// ([`NOT_LISTED_RETRY`]).
+pub fn listed<K>(store: &reflector::Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    use futures::FutureExt;
+    // A dropped writer never fills the store: go on with what it holds, as a wait would have.
+    store.wait_until_ready().now_or_never().is_some()
+}
+
+/// How soon a reconcile that found a cache not listed yet looks again.
+pub const NOT_LISTED_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A stream of what arrives on an unbounded channel (to hand triggers to a `Controller`).
 pub fn receiver_stream<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
@@ -102,6 +122,39 @@ struct Entry {
     /// Which Pod, at which version: enough for a reader that remembers what it decided about a
     /// Pod to know, without decoding it, that it has not changed. Shared with every selection.
     version: Arc<Version>,
+}
+
+/// A Pod of a watch event, projected, and encoded for the cache (`None`: it cannot be, and is left
+/// out with a warning; a deleted Pod is not encoded).
+struct Projected {
+    pod: Pod,
+    encoded: Option<Encoded>,
+}
+
+impl Projected {
+    fn of(pod: Pod) -> Self {
+        let pod = project(pod);
+        let encoded = match codec::encode(&pod) {
+            Ok(bytes) => Some(Encoded(Arc::from(bytes))),
+            Err(error) => {
+                tracing::warn!(
+                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    %error,
+                    "cannot encode a Pod for the cache; leaving it out"
+                );
+                None
+            }
+        };
+        Self { pod, encoded }
+    }
+
+    fn deleted(pod: Pod) -> Self {
+        Self {
+            pod: project(pod),
+            encoded: None,
+        }
+    }
 }
 
 /// A cached Pod's labels, sorted by key. Keys and values are interned: the Pods of one workload
@@ -162,15 +215,10 @@ pub struct Version {
 }
 
 impl Entry {
-    fn of(key: Arc<PodKey>, pod: &Pod, strings: &mut Interner) -> Option<Self> {
-        let encoded = match codec::encode(pod) {
-            Ok(bytes) => Encoded(Arc::from(bytes)),
-            Err(error) => {
-                tracing::warn!(pod = %key.1, namespace = %key.0, %error, "cannot encode a Pod for the cache; leaving it out");
-                return None;
-            }
-        };
-        Some(Self {
+    /// The entry of `pod` (projected), whose encoding [`encode`] made before the cache's lock was
+    /// taken; here only its strings are interned.
+    fn of(key: Arc<PodKey>, pod: &Pod, encoded: Encoded, strings: &mut Interner) -> Self {
+        Self {
             encoded,
             group: group_of(&key, pod, strings),
             labels: PodLabels(
@@ -191,7 +239,7 @@ impl Entry {
                 resource_version: pod.metadata.resource_version.as_deref().map(Box::from),
             }),
             key,
-        })
+        }
     }
 
     fn decode(&self) -> Option<Arc<Pod>> {
@@ -510,17 +558,39 @@ impl State {
     }
 }
 
-/// Pods per page of the Pod cache's (re)list.
+/// Pods per page of the Pod cache's (re)list, where the apiserver cannot stream it.
 const POD_LIST_PAGE: u32 = 250;
 
-/// How the Pod cache lists and watches: in pages, which only a list at the most recent
-/// resourceVersion is served in. At resourceVersion 0 (the watcher's "any" semantic) kube-apiserver
-/// ignores `limit` and answers with every Pod of the cluster at once (v1.34, 3,000 Pods: 20.7 MB of
-/// JSON in one response), which the manager held whole, as JSON and decoded, before it projected the
-/// first Pod. Pages of 250 keep that to a few MiB at any cluster size (`fleet-scale`, 3,000 Pods: RSS
-/// at rest after a restart 141 → 85 MiB, together with the allocator's purge in `main.rs`).
-fn pod_watch_config() -> watcher::Config {
-    watcher::Config::default().page_size(POD_LIST_PAGE)
+/// How the Pod cache gets the Pods of the cluster when it starts (and whenever it relists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InitialList {
+    /// A streaming list (`sendInitialEvents`, the WatchList feature, on by default in v1.34 and
+    /// v1.32): one watch that sends every Pod from the apiserver's watch cache as an event, then
+    /// the bookmark that ends the list. Pods are projected while the next ones are on their way,
+    /// and nothing waits on a round trip per page.
+    Streaming,
+    /// Pages at the most recent resourceVersion, for an apiserver that refuses the streaming list
+    /// (WatchList off, as in v1.33 by default). A list at resourceVersion 0 (the watcher's "any"
+    /// semantic) would be answered whole whatever its limit says (v1.34, 3,000 Pods: 20.7 MB of
+    /// JSON in one response, held as JSON and decoded before the first Pod was projected); pages
+    /// of 250 keep that to a few MiB at any cluster size.
+    Paged,
+}
+
+fn pod_watch_config(initial: InitialList) -> watcher::Config {
+    match initial {
+        InitialList::Streaming => watcher::Config::default().streaming_lists(),
+        InitialList::Paged => watcher::Config::default().page_size(POD_LIST_PAGE),
+    }
+}
+
+/// Whether the apiserver refused to start a streaming list (it answers 422 Invalid, or 400 from
+/// a proxy, when WatchList is off): then the cache lists in pages.
+fn refuses_streaming(error: &watcher::Error) -> bool {
+    matches!(
+        error,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) if matches!(status.code, 400 | 422)
+    )
 }
 
 impl PodCache {
@@ -539,13 +609,28 @@ impl PodCache {
     /// Watches Pods in every namespace until dropped, restarting the watch with backoff on errors.
     pub async fn run(self: Arc<Self>, client: Client) {
         let api: Api<Pod> = Api::all(client);
-        let stream = watcher(api, pod_watch_config()).default_backoff();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => self.apply(event),
-                Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
+        let mut initial = InitialList::Streaming;
+        loop {
+            let stream = watcher(api.clone(), pod_watch_config(initial)).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            let mut refused = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => self.apply(event),
+                    Err(error)
+                        if initial == InitialList::Streaming && refuses_streaming(&error) =>
+                    {
+                        tracing::warn!(%error, "the apiserver does not serve streaming lists (WatchList); listing Pods in pages instead");
+                        refused = true;
+                        break;
+                    }
+                    Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
+                }
             }
+            if !refused {
+                return;
+            }
+            initial = InitialList::Paged;
         }
     }
 
@@ -553,13 +638,22 @@ impl PodCache {
     pub fn apply(&self, event: watcher::Event<Pod>) {
         let mut changed: Vec<CacheEvent> = Vec::new();
         {
+            // The costly part, projecting and encoding the Pod, before the lock: readers (a
+            // reconcile taking its Pods) do not wait for it.
+            let event = match event {
+                watcher::Event::Apply(pod) => watcher::Event::Apply(Projected::of(pod)),
+                watcher::Event::InitApply(pod) => watcher::Event::InitApply(Projected::of(pod)),
+                watcher::Event::Delete(pod) => watcher::Event::Delete(Projected::deleted(pod)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            };
             let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
             match event {
-                watcher::Event::Apply(pod) => {
-                    let pod = project(pod);
+                watcher::Event::Apply(Projected { pod, encoded }) => {
                     if let Some(key) = key_of(&pod)
-                        && let Some(entry) = Entry::of(Arc::new(key), &pod, &mut state.strings)
+                        && let Some(encoded) = encoded
                     {
+                        let entry = Entry::of(Arc::new(key), &pod, encoded, &mut state.strings);
                         let new_group = entry.group.clone();
                         let old_owner = match state.pods.get(&*entry.key) {
                             // Moved to another owner (adopted or released): that owner hears of it too.
@@ -579,19 +673,19 @@ impl PodCache {
                         changed.insert(0, CacheEvent::Pod(pod));
                     }
                 }
-                watcher::Event::Delete(pod) => {
+                watcher::Event::Delete(Projected { pod, .. }) => {
                     if let Some(key) = key_of(&pod) {
                         state.remove(&key);
                         changed.extend(owner_change(&pod).map(CacheEvent::Owner));
-                        changed.push(CacheEvent::Pod(Arc::new(project(pod))));
+                        changed.push(CacheEvent::Pod(Arc::new(pod)));
                     }
                 }
                 watcher::Event::Init => state.relist = Some(HashMap::new()),
-                watcher::Event::InitApply(pod) => {
-                    let pod = project(pod);
+                watcher::Event::InitApply(Projected { pod, encoded }) => {
                     if let Some(key) = key_of(&pod)
-                        && let Some(entry) = Entry::of(Arc::new(key), &pod, &mut state.strings)
+                        && let Some(encoded) = encoded
                     {
+                        let entry = Entry::of(Arc::new(key), &pod, encoded, &mut state.strings);
                         state
                             .relist
                             .get_or_insert_with(HashMap::new)
@@ -721,16 +815,71 @@ mod tests {
 
     use super::*;
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_is_listed_once_its_first_list_is_in_for_every_reader() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        assert!(!listed(&store));
+        // Readers on tasks of their own, as reconciles are: none may miss the moment.
+        let readers: Vec<_> = (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    while !listed(&store) {
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    }
+                })
+            })
+            .collect();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for reader in readers {
+            tokio::time::timeout(std::time::Duration::from_secs(5), reader)
+                .await
+                .expect("every reader sees the store listed")
+                .expect("reader task");
+        }
+        assert!(listed(&store));
+    }
+
     #[test]
-    fn the_pod_list_is_paged() {
-        // A list at resourceVersion 0 ("any") is answered whole whatever its limit says.
-        let config = pod_watch_config();
-        assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
-        assert_eq!(config.page_size, Some(POD_LIST_PAGE));
+    fn the_pod_list_is_streamed_or_else_paged() {
+        let streamed = pod_watch_config(InitialList::Streaming);
         assert_eq!(
-            config.initial_list_strategy,
+            streamed.initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
+        // A list at resourceVersion 0 ("any") is answered whole whatever its limit says.
+        let paged = pod_watch_config(InitialList::Paged);
+        assert_eq!(paged.list_semantic, watcher::ListSemantic::MostRecent);
+        assert_eq!(paged.page_size, Some(POD_LIST_PAGE));
+        assert_eq!(
+            paged.initial_list_strategy,
             watcher::InitialListStrategy::ListWatch
         );
+    }
+
+    #[test]
+    fn only_a_refused_streaming_list_falls_back_to_pages() {
+        let api_error = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("refused", "Invalid")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        // (error, falls back)
+        let cases = [
+            (watcher::Error::WatchStartFailed(api_error(422)), true),
+            (watcher::Error::WatchStartFailed(api_error(400)), true),
+            // Overload, no permission yet, a server error: retried as a streaming list.
+            (watcher::Error::WatchStartFailed(api_error(429)), false),
+            (watcher::Error::WatchStartFailed(api_error(403)), false),
+            (watcher::Error::WatchStartFailed(api_error(500)), false),
+            (watcher::Error::InitialListFailed(api_error(422)), false),
+        ];
+        for (error, falls_back) in cases {
+            assert_eq!(refuses_streaming(&error), falls_back, "{error:?}");
+        }
     }
 
     fn pod(name: &str, owner_uid: Option<&str>) -> Pod {

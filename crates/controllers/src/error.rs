@@ -13,6 +13,9 @@ pub enum Error {
     /// message names the field.
     #[error("{0}")]
     Invalid(String),
+    /// The reconcile's task ended without an answer (it panicked); the controller retries.
+    #[error("the reconcile's task failed: {0}")]
+    Task(String),
 }
 
 /// Adds what was being done to an API error.

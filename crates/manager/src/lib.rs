@@ -713,7 +713,7 @@ async fn run_controllers(
     // Validated at start-up.
     let gates = args.gates().unwrap_or_default();
     let pods = kruise_controllers::cache::PodCache::new();
-    let cache = pods.clone().run(client.clone());
+    let cache = Box::pin(pods.clone().run(client.clone()));
     let sidecarset = kruise_controllers::sidecarset::run(
         client.clone(),
         pods.clone(),
@@ -791,15 +791,30 @@ async fn run_controllers(
         uniteddeployment_workers = args.uniteddeployment_workers,
         "controllers started"
     );
-    tokio::join!(
-        cache,
-        cloneset,
-        statefulset,
-        sidecarset,
-        daemonset,
-        broadcastjob,
-        uniteddeployment
-    );
+    // Each on a task of its own: the watch decoding Pods and the reconciles of different
+    // controllers then run on every thread of the leader's runtime instead of taking turns on one
+    // (a single joined future is polled by one thread at a time).
+    let mut work = tokio::task::JoinSet::new();
+    work.spawn(named("pod cache", cache));
+    work.spawn(named("cloneset", cloneset));
+    work.spawn(named("statefulset", statefulset));
+    work.spawn(named("sidecarset", sidecarset));
+    work.spawn(named("daemonset", daemonset));
+    work.spawn(named("broadcastjob", broadcastjob));
+    work.spawn(named("uniteddeployment", uniteddeployment));
+    // None of them returns while the term lasts: one that does (or panics) ends the term, so the
+    // leader steps down and runs again instead of leading with a controller missing.
+    match work.join_next().await {
+        Some(Ok(name)) => tracing::error!(task = name, "a controller's task returned"),
+        Some(Err(error)) => tracing::error!(%error, "a controller's task panicked"),
+        None => {}
+    }
+}
+
+/// Runs `work` and then names it.
+async fn named(name: &'static str, work: impl Future<Output = ()>) -> &'static str {
+    work.await;
+    name
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

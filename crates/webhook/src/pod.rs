@@ -13,7 +13,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -128,7 +127,9 @@ impl PodInjector {
         Self::from_stores(sidecarsets, namespaces, None, settings)
     }
 
-    /// Whether the SidecarSet cache has been filled once.
+    /// Whether the SidecarSet cache has been filled once. Checked, never awaited: kube-runtime 5
+    /// wakes only the last of several tasks awaiting `wait_until_ready` (admission requests are
+    /// tasks of their own), and a waker registered there could be lost to this check.
     pub fn synced(&self) -> bool {
         matches!(
             self.sidecarsets.wait_until_ready().now_or_never(),
@@ -145,14 +146,6 @@ impl PodInjector {
                 .map(|s| SidecarSet::clone(s))
                 .collect()
         })
-    }
-
-    /// Waits (at most `timeout`) for the SidecarSet cache to be filled; returns whether it is.
-    pub async fn wait_synced(&self, timeout: Duration) -> bool {
-        matches!(
-            tokio::time::timeout(timeout, self.sidecarsets.wait_until_ready()).await,
-            Ok(Ok(()))
-        )
     }
 
     /// Answers one AdmissionReview for a Pod.
@@ -441,6 +434,7 @@ mod tests {
     use kube::core::PartialObjectMetaExt;
     use kube::runtime::watcher::Event;
     use serde_json::{Value, json};
+    use std::time::Duration;
 
     const MANAGER_NS: &str = "kruise-system";
 

@@ -2,6 +2,7 @@
 //! (`kruise_core::rollout::broadcastjob::plan`) → act (delete, create in slow-start batches, Events,
 //! status, TTL deletion).
 
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,11 +84,8 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         return Ok(Action::requeue(wait));
     }
     let pods = job_pods(ctx, job, &uid)?;
-    if tokio::time::timeout(Duration::from_secs(10), ctx.nodes.wait_until_ready())
-        .await
-        .is_err()
-    {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    if !listed(&ctx.nodes) {
+        return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
     let mut nodes: Vec<Arc<Node>> = ctx.nodes.state();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

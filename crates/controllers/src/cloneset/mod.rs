@@ -140,7 +140,11 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     .reconcile_on(crate::cache::receiver_stream(owner_rx))
     .reconcile_all_on(crate::cache::receiver_stream(all_rx))
     .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-    .run(reconcile::reconcile, error_policy, ctx)
+    .run(
+        crate::parallel::on_own_task(reconcile::reconcile),
+        error_policy,
+        ctx,
+    )
     .for_each(|_| futures::future::ready(()))
     .await;
 }

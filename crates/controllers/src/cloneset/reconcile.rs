@@ -2,6 +2,7 @@
 //! snapshot, scale or else update, then write the status, prune `podsToDelete` and the revision
 //! history.
 
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,6 +42,10 @@ use crate::podcontrol::Write;
 const RESYNC: Duration = Duration::from_secs(300);
 
 pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Not a reconcile yet (nothing looked at, not counted): the caches it reads are still listing.
+    if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
+        return Ok(Action::requeue(NOT_LISTED_RETRY));
+    }
     let started = Instant::now();
     let result = reconcile_inner(&cs, &ctx).await;
     if result.is_ok() {
@@ -79,16 +84,6 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     }
     if let Err(wait) = expectations_met(ctx, &key, &namespace) {
         return Ok(Action::requeue(wait));
-    }
-    let caches_ready = async {
-        let _ = ctx.revisions.wait_until_ready().await;
-        let _ = ctx.pvcs.wait_until_ready().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(10), caches_ready)
-        .await
-        .is_err()
-    {
-        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let now = Timestamp::now();
     let actor = Actor::new(ctx, cs, key.clone(), now);

@@ -2,6 +2,7 @@
 //! Pods and revisions, register the update revision, judge every node, plan, carry out the plan,
 //! then write the status and prune the history.
 
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,15 +74,8 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     ) {
         return Ok(Action::requeue(wait));
     }
-    let caches_ready = async {
-        let _ = ctx.revisions.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(10), caches_ready)
-        .await
-        .is_err()
-    {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    if !(listed(&ctx.revisions) && listed(&ctx.nodes)) {
+        return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
     let now = Timestamp::now();
     let pc = PodControl {

@@ -135,7 +135,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
     controller
         .reconcile_on(crate::cache::receiver_stream(rx))
         .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-        .run(reconcile, error_policy, ctx)
+        .run(crate::parallel::on_own_task(reconcile), error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
 }

@@ -2,6 +2,7 @@
 //! claim Pods and revisions, choose the update revision, plan, keep the claims' owners as the
 //! retention policy says, carry out the plan, then write the status and prune the history.
 
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,15 +75,8 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
     ) {
         return Ok(Action::requeue(wait));
     }
-    let caches_ready = async {
-        let _ = ctx.revisions.wait_until_ready().await;
-        let _ = ctx.pvcs.wait_until_ready().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(10), caches_ready)
-        .await
-        .is_err()
-    {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
+        return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
     let now = Timestamp::now();
     let pc = PodControl {

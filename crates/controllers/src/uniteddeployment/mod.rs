@@ -169,7 +169,11 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         )
         .reconcile_on(triggers)
         .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-        .run(reconcile::reconcile, error_policy, ctx)
+        .run(
+            crate::parallel::on_own_task(reconcile::reconcile),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| futures::future::ready(())),
     )
     .await;

@@ -2,6 +2,7 @@
 //! revisions, claim the subset workloads, allocate replicas and partitions, create / update / delete
 //! subsets, then write the status and prune the history.
 
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,17 +187,8 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     if let Some(wait) = pending_unmet(ctx, &key, ud) {
         return Ok(Action::requeue(wait));
     }
-    let ready = async {
-        let _ = ctx.revisions.wait_until_ready().await;
-        for (_, _, store) in &ctx.workloads {
-            let _ = store.wait_until_ready().await;
-        }
-    };
-    if tokio::time::timeout(Duration::from_secs(10), ready)
-        .await
-        .is_err()
-    {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    if !(listed(&ctx.revisions) && ctx.workloads.iter().all(|(_, _, store)| listed(store))) {
+        return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
     let Some(kind) = TemplateKind::of(&ud.spec.template) else {
         // Validation requires a template; an object written around the webhook is left alone.
