@@ -7,6 +7,10 @@
 //! audit log), kruise-manager's CPU, its CloneSet reconcile durations (p50, p99) and its memory.
 //! Prints figures; asserts nothing about time.
 //!
+//! Before the manager starts, the apiserver's floor ([`kruise_benches::floor`]): the same in-place
+//! rollout of as many bare Pods by a minimal controller (the image patch alone, then the drain, the
+//! image and the finish), and after the CloneSet's in-place rollout its time over each floor.
+//!
 //! kubelet-sim runs as a child process (this binary re-executed with `sim`); kruise-manager is the
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
@@ -23,8 +27,8 @@ use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::cpu_seconds;
 use kruise_benches::prom::Histogram;
-use kruise_benches::sim;
 use kruise_benches::sim::SimCommand;
+use kruise_benches::{floor, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
@@ -45,6 +49,10 @@ struct Cli {
     /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
     #[arg(long = "manager-arg", allow_hyphen_values = true)]
     manager_args: Vec<String>,
+    /// Skip the apiserver's floor (the same in-place rollout on bare Pods by a minimal controller,
+    /// measured before the manager starts).
+    #[arg(long)]
+    no_floor: bool,
 }
 
 const NAMESPACE: &str = "bench";
@@ -64,6 +72,22 @@ async fn main() -> anyhow::Result<()> {
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     sim::spawn(plane, cli.nodes).await?;
     let client = plane.client().await?;
+    let pod_count = usize::try_from(cli.replicas).unwrap_or_default();
+    let mut floors = Vec::new();
+    if !cli.no_floor {
+        for (i, writes) in [floor::Writes::ImageOnly, floor::Writes::DrainImageFinish]
+            .into_iter()
+            .enumerate()
+        {
+            let took = floor::measure(&client, &format!("floor-{i}"), pod_count, writes).await?;
+            println!(
+                "apiserver floor of an in-place rollout of {pod_count} bare Pods, {}: {:.1} s",
+                writes.describe(),
+                took.as_secs_f64()
+            );
+            floors.push((writes, took));
+        }
+    }
     let manager = Manager::start(plane, &cli.manager_args).await?;
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -105,7 +129,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     let in_place = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": "nginx:1.19.1"}
     ]}}}});
-    rollout(
+    let in_place_took = rollout(
         "in-place update (InPlaceIfPossible, maxUnavailable 100%, gracePeriodSeconds 0)",
         plane,
         &client,
@@ -129,6 +153,13 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         })
         .count();
     println!("  Pods updated in place (restartCount 1): {restarted}");
+    for (writes, floor) in &floors {
+        println!(
+            "  in-place rollout over the apiserver floor ({}): {:.2}x",
+            writes.describe(),
+            in_place_took.as_secs_f64() / floor.as_secs_f64().max(f64::EPSILON)
+        );
+    }
 
     let recreate = json!({"spec": {
         "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "ReCreate"}},
@@ -156,7 +187,7 @@ async fn rollout(
     replicas: i32,
     (patch, image): (&Value, &str),
     manager: &Manager,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Duration> {
     let phase = Phase::start(plane, client, manager, replicas, image).await?;
     clonesets
         .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
@@ -266,7 +297,7 @@ impl Phase {
         plane: &ControlPlane,
         client: &Client,
         manager: &Manager,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Duration> {
         let took = self.began.elapsed();
         let replicas = self.replicas;
         println!(
@@ -308,7 +339,7 @@ impl Phase {
             ms(0.99)
         );
         manager.print_rss();
-        Ok(())
+        Ok(took)
     }
 }
 

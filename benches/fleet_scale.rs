@@ -192,6 +192,8 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     for round in 1..=cli.restarts.max(1) {
         manager.restart(plane)?;
         let started = Instant::now();
+        // When /metrics first answered, and when each controller had reconciled its workloads.
+        let marks = std::sync::Mutex::new([None::<Duration>; 3]);
         until(
             "every workload reconciled once after the restart",
             Duration::from_secs(300),
@@ -200,15 +202,32 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
                 let Ok(text) = manager.metrics_text().await else {
                     return Ok(false);
                 };
-                Ok(
-                    reconciles(&text, "cloneset-controller") >= cli.clonesets as f64
-                        && reconciles(&text, "sidecarset-controller") >= cli.sidecarsets as f64,
-                )
+                let done = [
+                    true,
+                    reconciles(&text, "cloneset-controller") >= cli.clonesets as f64,
+                    reconciles(&text, "sidecarset-controller") >= cli.sidecarsets as f64,
+                ];
+                let mut marks = marks.lock().unwrap_or_else(|e| e.into_inner());
+                for (mark, done) in marks.iter_mut().zip(done) {
+                    if done && mark.is_none() {
+                        *mark = Some(started.elapsed());
+                    }
+                }
+                Ok(done.iter().all(|d| *d))
             },
         )
         .await?;
         let took = started.elapsed();
-        println!("start-up resync {round}: {:.2} s", took.as_secs_f64());
+        let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
+        let at =
+            |m: Option<Duration>| m.map_or("-".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
+        println!(
+            "start-up resync {round}: {:.2} s (serving after {}, CloneSets reconciled after {}, SidecarSets after {})",
+            took.as_secs_f64(),
+            at(marks[0]),
+            at(marks[1]),
+            at(marks[2])
+        );
         figures.resyncs.push(took);
     }
     // Whatever the last resync would write has been sent 10 s later.

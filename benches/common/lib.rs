@@ -3,6 +3,7 @@
 //! quantiles, CPU and memory figures. The benches print figures; nothing here asserts about time.
 
 pub mod apiserver;
+pub mod floor;
 pub mod manager;
 pub mod process;
 pub mod prom;

@@ -1,0 +1,261 @@
+//! The apiserver's floor for an in-place rollout: how long the control plane (apiserver, etcd,
+//! scheduler, kubelet-sim) takes to roll N Pods to a new image when nothing but the writes an
+//! in-place update cannot do without is made, by a minimal controller that knows its Pods and plans
+//! nothing. A workload controller's rollout time over this floor is what the controller costs.
+//!
+//! The minimal controller is this bench process itself, writing without a client rate limit, 64 Pod
+//! writes in flight, on bare Pods (no owner) in a namespace of their own, before kruise-manager runs.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_testkit::until;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+/// The gate kruise-rs (and OpenKruise) keeps a Pod out of its Services with during an update.
+const GATE: &str = "InPlaceUpdateReady";
+const FIRST_IMAGE: &str = "nginx:alpine";
+const NEXT_IMAGE: &str = "nginx:1.19.1";
+const IN_FLIGHT: usize = 64;
+const TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Which writes the minimal controller makes per Pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writes {
+    /// The image patch alone: no drain, no gate (the absolute floor).
+    ImageOnly,
+    /// The gate False (`pods/status`), the image patch, the gate True once the Pod runs the new
+    /// image and is ready: an in-place update that takes the Pod out of its Services first.
+    DrainImageFinish,
+}
+
+impl Writes {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Writes::ImageOnly => "image patch only (1 write per Pod)",
+            Writes::DrainImageFinish => "drain, image, finish (3 writes per Pod)",
+        }
+    }
+}
+
+/// Creates `pods` bare Pods in `namespace`, waits until all are Ready, rolls them to a new image
+/// with `writes`, and returns the time from the first write until a watch saw every Pod Ready at
+/// the new image. The namespace is deleted (and its Pods gone) before it returns.
+pub async fn measure(
+    client: &Client,
+    namespace: &str,
+    pods: usize,
+    writes: Writes,
+) -> anyhow::Result<Duration> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": namespace}}))?,
+        )
+        .await
+        .with_context(|| format!("creating namespace {namespace}"))?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let gated = writes == Writes::DrainImageFinish;
+
+    // Set-up, not timed: the Pods, their gate True, all Ready.
+    let finisher = spawn_finisher(api.clone(), FIRST_IMAGE, gated);
+    let created = futures::stream::iter(0..pods)
+        .map(|i| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &pod(i, gated)).await }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<Vec<_>>()
+        .await;
+    for outcome in created {
+        outcome.context("creating a floor Pod")?;
+    }
+    all_ready_at(&api, pods, FIRST_IMAGE).await?;
+    finisher.abort();
+
+    // Timed: the rollout.
+    let began = Instant::now();
+    let seen = spawn_ready_watch(api.clone(), pods, NEXT_IMAGE);
+    let finisher = spawn_finisher(api.clone(), NEXT_IMAGE, gated);
+    let updated = futures::stream::iter(0..pods)
+        .map(|i| {
+            let api = api.clone();
+            async move { update(&api, &name(i), gated).await }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<Vec<_>>()
+        .await;
+    for outcome in updated {
+        outcome?;
+    }
+    let done = tokio::time::timeout(TIMEOUT, seen)
+        .await
+        .context("the floor rollout did not finish")?
+        .context("the floor's Pod watch")?
+        .context("the floor's Pod watch ended")?;
+    finisher.abort();
+    let took = done.saturating_duration_since(began);
+
+    namespaces
+        .delete(namespace, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting namespace {namespace}"))?;
+    until(
+        format!("namespace {namespace} gone"),
+        Duration::from_secs(600),
+        || async { Ok(namespaces.get_opt(namespace).await?.is_none()) },
+    )
+    .await?;
+    Ok(took)
+}
+
+fn name(i: usize) -> String {
+    format!("floor-{i}")
+}
+
+fn pod(i: usize, gated: bool) -> Pod {
+    let gates = if gated {
+        json!([{"conditionType": GATE}])
+    } else {
+        json!([])
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name(i), "labels": {"app": "floor"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "readinessGates": gates,
+            "containers": [{"name": "app", "image": FIRST_IMAGE}]
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// The writes that start one Pod's update: the gate False (when gated), then the image.
+async fn update(api: &Api<Pod>, name: &str, gated: bool) -> anyhow::Result<()> {
+    if gated {
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(gate(false)),
+        )
+        .await
+        .with_context(|| format!("draining {name}"))?;
+    }
+    let image = json!({"spec": {"containers": [{"name": "app", "image": NEXT_IMAGE}]}});
+    api.patch(name, &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .with_context(|| format!("patching the image of {name}"))?;
+    Ok(())
+}
+
+fn gate(ready: bool) -> serde_json::Value {
+    json!({"status": {"conditions": [{
+        "type": GATE,
+        "status": if ready { "True" } else { "False" },
+        "lastTransitionTime": jiff::Timestamp::now().to_string(),
+    }]}})
+}
+
+/// Sets the gate True once on every Pod that runs `image` with every container ready and a gate
+/// that is not True yet (nothing, when the Pods are not gated).
+fn spawn_finisher(api: Api<Pod>, image: &str, gated: bool) -> tokio::task::JoinHandle<()> {
+    let image = image.to_owned();
+    tokio::spawn(async move {
+        if !gated {
+            return;
+        }
+        let stream = watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .touched_objects();
+        let mut stream = std::pin::pin!(stream);
+        let mut finished: BTreeSet<String> = BTreeSet::new();
+        while let Some(event) = stream.next().await {
+            let Ok(pod) = event else { continue };
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if finished.contains(&name) || !containers_ready_at(&pod, &image) || gate_true(&pod) {
+                continue;
+            }
+            finished.insert(name.clone());
+            let api = api.clone();
+            tokio::spawn(async move {
+                let _ = api
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Strategic(gate(true)),
+                    )
+                    .await;
+            });
+        }
+    })
+}
+
+/// When a watch first sees `wanted` Pods Ready with every container running `image`.
+fn spawn_ready_watch(
+    api: Api<Pod>,
+    wanted: usize,
+    image: &str,
+) -> tokio::task::JoinHandle<Option<Instant>> {
+    let image = image.to_owned();
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .touched_objects();
+        let mut stream = std::pin::pin!(stream);
+        let mut ready: BTreeSet<String> = BTreeSet::new();
+        while let Some(event) = stream.next().await {
+            let Ok(pod) = event else { continue };
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if pod_ready(&pod) && containers_ready_at(&pod, &image) {
+                ready.insert(name);
+            } else {
+                ready.remove(&name);
+            }
+            if ready.len() >= wanted {
+                return Some(Instant::now());
+            }
+        }
+        None
+    })
+}
+
+async fn all_ready_at(api: &Api<Pod>, wanted: usize, image: &str) -> anyhow::Result<()> {
+    let seen = spawn_ready_watch(api.clone(), wanted, image);
+    tokio::time::timeout(TIMEOUT, seen)
+        .await
+        .context("the floor Pods did not become Ready")??
+        .context("the floor's Pod watch ended")?;
+    Ok(())
+}
+
+fn condition_true(pod: &Pod, type_: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    condition_true(pod, "Ready")
+}
+
+fn gate_true(pod: &Pod) -> bool {
+    condition_true(pod, GATE)
+}
+
+/// Every container runs `image` and is ready.
+fn containers_ready_at(pod: &Pod, image: &str) -> bool {
+    let containers = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    !containers.is_empty() && containers.iter().all(|c| c.image == image && c.ready)
+}
