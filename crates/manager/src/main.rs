@@ -42,6 +42,7 @@ fn purge_freed_memory() -> std::io::Result<()> {
 /// the kernel split the page: over 10,000 cached Pods, 40 MiB of the manager's RSS were such pages
 /// (`AnonHugePages` in `/proc/PID/smaps_rollup`, `fleet-scale`). The heap is small and mostly
 /// short-lived objects: 4 KiB pages cost it nothing measurable.
+#[cfg(target_os = "linux")]
 fn disable_transparent_huge_pages() -> std::io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integers only and sets a flag of the calling process.
     #[allow(unsafe_code)]
@@ -50,6 +51,12 @@ fn disable_transparent_huge_pages() -> std::io::Result<()> {
         0 => Ok(()),
         _ => Err(std::io::Error::last_os_error()),
     }
+}
+
+/// Transparent huge pages are a Linux feature; elsewhere there is nothing to turn off.
+#[cfg(not(target_os = "linux"))]
+fn disable_transparent_huge_pages() -> std::io::Result<()> {
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
