@@ -138,6 +138,12 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     (
         "",
         "pods",
+        "list",
+        "cache::InitialList::Paged: the Pod cache lists in pages where the apiserver refuses a streaming list (WatchList off)",
+    ),
+    (
+        "",
+        "pods",
         "delete",
         "scale-in, ReCreate updates, failed DaemonSet/BroadcastJob Pods",
     ),
