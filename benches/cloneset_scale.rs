@@ -15,12 +15,10 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_benches::apiserver::PodWrites;
@@ -33,7 +31,7 @@ use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
@@ -219,43 +217,12 @@ fn pods_ready_at(
     replicas: i32,
     image: &str,
 ) -> tokio::task::JoinHandle<Option<Instant>> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let image = image.to_owned();
-    let wanted = usize::try_from(replicas).unwrap_or_default();
-    tokio::spawn(async move {
-        let stream = watcher(pods, watcher::Config::default().labels("app=scale"))
-            .default_backoff()
-            .touched_objects();
-        let mut stream = std::pin::pin!(stream);
-        let mut ready: BTreeSet<String> = BTreeSet::new();
-        while let Some(event) = stream.next().await {
-            let Ok(pod) = event else { continue };
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            if pod.metadata.deletion_timestamp.is_none() && ready_at(&pod, &image) {
-                ready.insert(name);
-            } else {
-                ready.remove(&name);
-            }
-            if ready.len() >= wanted {
-                return Some(Instant::now());
-            }
-        }
-        None
-    })
-}
-
-/// Ready, with every container running `image`.
-fn ready_at(pod: &Pod, image: &str) -> bool {
-    let Some(status) = &pod.status else {
-        return false;
-    };
-    let is_ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    let containers = status.container_statuses.as_deref().unwrap_or_default();
-    is_ready && !containers.is_empty() && containers.iter().all(|c| c.image == image)
+    floor::spawn_ready_watch(
+        Api::namespaced(client.clone(), NAMESPACE),
+        watcher::Config::default().labels("app=scale"),
+        usize::try_from(replicas).unwrap_or_default(),
+        image,
+    )
 }
 
 /// What a phase (create or rollout) is measured against.

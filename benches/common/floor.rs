@@ -82,7 +82,7 @@ pub async fn measure(
 
     // Timed: the rollout.
     let began = Instant::now();
-    let seen = spawn_ready_watch(api.clone(), pods, NEXT_IMAGE);
+    let seen = spawn_ready_watch(api.clone(), watcher::Config::default(), pods, NEXT_IMAGE);
     let finisher = spawn_finisher(api.clone(), NEXT_IMAGE, gated);
     let updated = futures::stream::iter(0..pods)
         .map(|i| {
@@ -197,23 +197,26 @@ fn spawn_finisher(api: Api<Pod>, image: &str, gated: bool) -> tokio::task::JoinH
     })
 }
 
-/// When a watch first sees `wanted` Pods Ready with every container running `image`.
-fn spawn_ready_watch(
+/// When a watch on `api` (with `config`) first sees `wanted` Pods Ready, not being deleted, with every
+/// container running `image` and ready: what the Pods show, as opposed to what a workload's status says.
+pub fn spawn_ready_watch(
     api: Api<Pod>,
+    config: watcher::Config,
     wanted: usize,
     image: &str,
 ) -> tokio::task::JoinHandle<Option<Instant>> {
     let image = image.to_owned();
     tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .touched_objects();
+        let stream = watcher(api, config).default_backoff().touched_objects();
         let mut stream = std::pin::pin!(stream);
         let mut ready: BTreeSet<String> = BTreeSet::new();
         while let Some(event) = stream.next().await {
             let Ok(pod) = event else { continue };
             let name = pod.metadata.name.clone().unwrap_or_default();
-            if pod_ready(&pod) && containers_ready_at(&pod, &image) {
+            if pod.metadata.deletion_timestamp.is_none()
+                && pod_ready(&pod)
+                && containers_ready_at(&pod, &image)
+            {
                 ready.insert(name);
             } else {
                 ready.remove(&name);
@@ -227,7 +230,7 @@ fn spawn_ready_watch(
 }
 
 async fn all_ready_at(api: &Api<Pod>, wanted: usize, image: &str) -> anyhow::Result<()> {
-    let seen = spawn_ready_watch(api.clone(), wanted, image);
+    let seen = spawn_ready_watch(api.clone(), watcher::Config::default(), wanted, image);
     tokio::time::timeout(TIMEOUT, seen)
         .await
         .context("the floor Pods did not become Ready")??
