@@ -215,7 +215,7 @@ pub struct Version {
 }
 
 impl Entry {
-    /// The entry of `pod` (projected), whose encoding [`encode`] made before the cache's lock was
+    /// The entry of `pod` (projected), encoded by [`Projected::of`] before the cache's lock was
     /// taken; here only its strings are interned.
     fn of(key: Arc<PodKey>, pod: &Pod, encoded: Encoded, strings: &mut Interner) -> Self {
         Self {

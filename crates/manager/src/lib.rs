@@ -713,7 +713,7 @@ async fn run_controllers(
     // Validated at start-up.
     let gates = args.gates().unwrap_or_default();
     let pods = kruise_controllers::cache::PodCache::new();
-    let cache = Box::pin(pods.clone().run(client.clone()));
+    let cache = pods.clone().run(client.clone());
     let sidecarset = kruise_controllers::sidecarset::run(
         client.clone(),
         pods.clone(),

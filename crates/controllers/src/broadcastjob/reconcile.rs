@@ -2,7 +2,6 @@
 //! (`kruise_core::rollout::broadcastjob::plan`) → act (delete, create in slow-start batches, Events,
 //! status, TTL deletion).
 
-use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::{CONTROLLER, Context, newpod};
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::error::{Error, is_race};
 use crate::parallel::in_parallel;
 use crate::podcontrol::{PodControl, Wording, expectations_met, pod_on_node};

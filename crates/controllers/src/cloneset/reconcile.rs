@@ -2,7 +2,6 @@
 //! snapshot, scale or else update, then write the status, prune `podsToDelete` and the revision
 //! history.
 
-use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +34,7 @@ use super::act::{Actor, Outcome, is_race};
 use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, KubeContext, newpod};
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each};
 use crate::podcontrol::Write;
 

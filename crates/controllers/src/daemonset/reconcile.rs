@@ -2,7 +2,6 @@
 //! Pods and revisions, register the update revision, judge every node, plan, carry out the plan,
 //! then write the status and prune the history.
 
-use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +32,7 @@ use serde_json::json;
 
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
 use crate::error::{KubeContext, is_race};
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};

@@ -2,7 +2,6 @@
 //! claim Pods and revisions, choose the update revision, plan, keep the claims' owners as the
 //! retention policy says, carry out the plan, then write the status and prune the history.
 
-use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +33,7 @@ use serde_json::json;
 
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
 use crate::error::{KubeContext, is_race};
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};

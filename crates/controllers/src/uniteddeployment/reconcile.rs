@@ -2,7 +2,6 @@
 //! revisions, claim the subset workloads, allocate replicas and partitions, create / update / delete
 //! subsets, then write the status and prune the history.
 
-use crate::cache::{NOT_LISTED_RETRY, listed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +31,7 @@ use serde_json::{Map, Value, json};
 use super::reservation;
 use super::status::{self, Outcome};
 use super::{CONTROLLER, Context, Error, Pending};
+use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::Recheck;
 use crate::error::{KubeContext, is_race};
 
