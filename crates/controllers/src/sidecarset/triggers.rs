@@ -19,24 +19,31 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::CONDITION_SIDECARSET_UPGRADABLE;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_core::sidecarset::{pod_namespace, selects};
+use kruise_core::sidecarset::selects_by;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::cache::{CacheEvent, PodCache, PodKey};
+use crate::cache::{CacheEvent, PodCache, PodKey, PodLabels};
 
 /// Minimum time between two reconciles of one SidecarSet caused by Pod events.
 pub(super) const THROTTLE: Duration = Duration::from_millis(250);
 
-/// Whether a change of `pod` concerns `ss`: its selector and namespaceSelector take the Pod in,
-/// whether the Pod is active or not, so that deletions are seen too.
+/// Whether a change of the Pod with `labels` in `namespace` concerns `ss`: its selector and
+/// namespaceSelector take the Pod in, whether the Pod is active or not, so that deletions are seen
+/// too.
 pub(super) fn concerns(
     ss: &SidecarSet,
-    pod: &Pod,
+    namespace: &str,
+    labels: &PodLabels,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
     let none = BTreeMap::new();
-    selects(ss, pod, namespace_labels.unwrap_or(&none))
+    selects_by(
+        ss,
+        namespace,
+        |key| labels.get(key),
+        namespace_labels.unwrap_or(&none),
+    )
 }
 
 /// A digest of what the SidecarSet controller reads from a Pod. Two versions of a Pod with the same
@@ -152,15 +159,16 @@ pub(super) async fn run(
     namespaces: Store<Namespace>,
     tx: mpsc::UnboundedSender<ObjectRef<SidecarSet>>,
 ) {
-    let mut seen: HashMap<PodKey, u64> = HashMap::new();
+    // Keyed by the cache's own key, shared: no strings of its own per Pod.
+    let mut seen: HashMap<Arc<PodKey>, u64> = HashMap::new();
     let mut throttle = Throttle::new(THROTTLE);
     let mut tick = tokio::time::interval(THROTTLE / 4);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let send = |name: &str| tx.send(ObjectRef::new(name)).is_ok();
     loop {
-        let pod = tokio::select! {
+        let change = tokio::select! {
             event = events.recv() => match event {
-                Ok(CacheEvent::Pod(pod)) => pod,
+                Ok(CacheEvent::Pod(change)) => change,
                 Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     // Changes may have been missed: every SidecarSet looks again.
                     seen.clear();
@@ -185,31 +193,48 @@ pub(super) async fn run(
                 continue;
             }
         };
-        let key: PodKey = (
-            pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.metadata.name.clone().unwrap_or_default(),
-        );
-        // The cache sends the last state of a deleted Pod too: gone from the cache means deleted.
-        let deleted = pods
-            .metadata(&key.0, &key.1)
-            .is_none_or(|cached| cached.uid != pod.metadata.uid);
-        if deleted {
-            seen.remove(&key);
-        } else {
-            let print = fingerprint(&pod);
-            if seen.insert(key.clone(), print) == Some(print) {
-                continue;
+        let key = &*change.key;
+        // A Pod posted without a namespace is created in `default` (as `pod_namespace` reads it).
+        let namespace = Some(key.0.as_str())
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or("default");
+        let ns_labels = namespaces
+            .get(&ObjectRef::new(namespace))
+            .and_then(|n| n.metadata.labels.clone());
+        // By labels alone, before the Pod is read: most Pods concern no SidecarSet.
+        let concerned: Vec<String> = sidecarsets
+            .state()
+            .iter()
+            .filter(|ss| concerns(ss, namespace, &change.labels, ns_labels.as_ref()))
+            .map(|ss| ss_name(ss))
+            .collect();
+        if concerned.is_empty() {
+            seen.remove(key);
+            continue;
+        }
+        // The Pod as cached now (a later version than the event's if this task fell behind: the
+        // later event then finds nothing new). Gone from the cache, or another Pod of the same name
+        // by now, means deleted.
+        let current = match change.deleted {
+            true => None,
+            false => pods
+                .get(&key.0, &key.1)
+                .filter(|cached| cached.metadata.uid.as_deref() == change.uid.as_deref()),
+        };
+        match current {
+            None => {
+                seen.remove(key);
+            }
+            Some(pod) => {
+                let print = fingerprint(&pod);
+                if seen.insert(change.key.clone(), print) == Some(print) {
+                    continue;
+                }
             }
         }
-        let ns_labels = namespaces
-            .get(&ObjectRef::new(pod_namespace(&pod)))
-            .and_then(|n| n.metadata.labels.clone());
         let now = Instant::now();
-        for ss in sidecarsets.state() {
-            if concerns(&ss, &pod, ns_labels.as_ref())
-                && throttle.offer(&ss_name(&ss), now)
-                && !send(&ss_name(&ss))
-            {
+        for name in concerned {
+            if throttle.offer(&name, now) && !send(&name) {
                 return;
             }
         }
@@ -311,17 +336,10 @@ mod tests {
                 true,
             ),
         ];
+        let web = PodLabels::from(&BTreeMap::from([("app".to_string(), "web".to_string())]));
         for (ss, labels, want) in cases {
-            assert_eq!(
-                concerns(&ss, &pod(json!({})), labels),
-                want,
-                "{:?}",
-                ss.spec
-            );
+            assert_eq!(concerns(&ss, "ns", &web, labels), want, "{:?}", ss.spec);
         }
-        // Deleted or finished Pods still concern it (the counts change).
-        let finished = pod(json!({"status": {"phase": "Succeeded"}}));
-        assert!(concerns(&sidecarset(json!({})), &finished, None));
     }
 
     #[test]

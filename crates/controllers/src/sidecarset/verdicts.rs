@@ -7,6 +7,7 @@
 //! computed for (a SidecarSet's hashes change only with its spec).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
@@ -29,7 +30,8 @@ pub(super) enum Verdict {
 pub(super) trait Versioned {
     fn uid(&self) -> Option<&str>;
     fn resource_version(&self) -> Option<&str>;
-    fn pod(&self) -> &Pod;
+    /// The Pod, for one read: the verdict is remembered, the Pod need not be.
+    fn read(&self) -> Arc<Pod>;
 }
 
 impl Versioned for Selected {
@@ -39,8 +41,8 @@ impl Versioned for Selected {
     fn resource_version(&self) -> Option<&str> {
         self.version().resource_version.as_deref()
     }
-    fn pod(&self) -> &Pod {
-        Selected::pod(self)
+    fn read(&self) -> Arc<Pod> {
+        self.read_once()
     }
 }
 
@@ -53,8 +55,8 @@ impl Versioned for std::sync::Arc<Pod> {
     fn resource_version(&self) -> Option<&str> {
         self.metadata.resource_version.as_deref()
     }
-    fn pod(&self) -> &Pod {
-        self
+    fn read(&self) -> Arc<Pod> {
+        self.clone()
     }
 }
 
@@ -95,7 +97,7 @@ impl Memo {
             .into_iter()
             .map(|pod| {
                 let (Some(uid), Some(rv)) = (pod.uid(), pod.resource_version()) else {
-                    return judge(pod.pod());
+                    return judge(&pod.read());
                 };
                 match self.pods.get_mut(uid) {
                     Some(known) if *known.resource_version == *rv => {
@@ -103,7 +105,7 @@ impl Memo {
                         known.verdict
                     }
                     _ => {
-                        let verdict = judge(pod.pod());
+                        let verdict = judge(&pod.read());
                         self.pods.insert(
                             uid.into(),
                             Remembered {
@@ -179,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn remembered_pods_are_not_decoded() {
+    fn remembered_pods_are_not_decoded_and_judged_ones_not_kept() {
         use crate::cache::PodCache;
         use kube::runtime::watcher;
 
@@ -197,14 +199,12 @@ mod tests {
         cache.apply(watcher::Event::InitDone);
         let mut memo = Memo::default();
         let ss = sidecarset(1);
-        let decoded = |selected: &[Selected]| {
-            let mut names: Vec<String> = selected
-                .iter()
-                .filter(|s| s.is_decoded())
-                .map(|s| s.key().1.clone())
-                .collect();
-            names.sort();
-            names
+        let judged = std::cell::RefCell::new(Vec::<String>::new());
+        let judge = |pod: &Pod| {
+            judged
+                .borrow_mut()
+                .push(pod.metadata.name.clone().unwrap_or_default());
+            Verdict::Neither
         };
         // (Pod changed before the round, Pods decoded in the round)
         let rounds = [
@@ -217,10 +217,15 @@ mod tests {
             if let Some(name) = changed {
                 cache.apply(watcher::Event::Apply(cached(name, "2")));
             }
+            judged.borrow_mut().clear();
             let selected = cache.select_lazily(None, |_| true);
-            let verdicts = memo.verdicts(&ss, &selected, |_| Verdict::Neither);
+            let verdicts = memo.verdicts(&ss, &selected, judge);
             assert_eq!(verdicts.len(), 3, "round {i}");
-            assert_eq!(decoded(&selected), want, "round {i}");
+            let mut names = judged.borrow().clone();
+            names.sort();
+            assert_eq!(names, want, "round {i}");
+            // A Pod read for its verdict is not kept decoded for the rest of the reconcile.
+            assert!(selected.iter().all(|s| !s.is_decoded()), "round {i}");
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::LABEL_NAMESPACE_NAME;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_api::validation::{selector_is_empty, selector_matches};
+use kruise_api::validation::{selector_is_empty, selector_matches, selector_matches_by};
 
 /// Never injected, whatever the SidecarSets say: the cluster's own components live there, and a broken
 /// sidecar must not be able to take them down.
@@ -60,19 +60,32 @@ pub fn selects(
     pod: &Pod,
     namespace_labels: &BTreeMap<String, String>,
 ) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    selects_by(
+        sidecarset,
+        pod_namespace(pod),
+        |key| labels.and_then(|l| l.get(key)).map(String::as_str),
+        namespace_labels,
+    )
+}
+
+/// [`selects`] for a Pod known by its namespace and its labels (`label` gives a key's value), as a
+/// cache holds them, without the Pod.
+pub fn selects_by<'a>(
+    sidecarset: &SidecarSet,
+    namespace: &str,
+    label: impl Fn(&str) -> Option<&'a str>,
+    namespace_labels: &BTreeMap<String, String>,
+) -> bool {
     let Some(selector) = &sidecarset.spec.selector else {
         return false;
     };
-    let no_labels = BTreeMap::new();
-    if selector_is_empty(selector)
-        || !selector_matches(selector, pod.metadata.labels.as_ref().unwrap_or(&no_labels))
-    {
+    if selector_is_empty(selector) || !selector_matches_by(selector, label) {
         return false;
     }
     let Some(ns_selector) = &sidecarset.spec.namespace_selector else {
         return true;
     };
-    let namespace = pod_namespace(pod);
     if namespace_labels.contains_key(LABEL_NAMESPACE_NAME) {
         return selector_matches(ns_selector, namespace_labels);
     }

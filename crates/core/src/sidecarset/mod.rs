@@ -30,7 +30,7 @@ pub use hot_upgrade::{
 };
 pub use inject::inject;
 pub use matching::{
-    ALWAYS_EXCLUDED_NAMESPACE, OPT_OUT_NAMESPACE_LABEL, matches, pod_namespace, selects,
+    ALWAYS_EXCLUDED_NAMESPACE, OPT_OUT_NAMESPACE_LABEL, matches, pod_namespace, selects, selects_by,
 };
 pub use missing::missing_injections;
 pub use revision::RevisionTemplate;
