@@ -26,6 +26,7 @@ use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::cpu_seconds;
 use kruise_benches::prom::Histogram;
 use kruise_benches::sim::SimCommand;
+use kruise_benches::stats::mib;
 use kruise_benches::{floor, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
@@ -77,7 +78,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
             .into_iter()
             .enumerate()
         {
-            let took = floor::measure(&client, &format!("floor-{i}"), pod_count, writes).await?;
+            let took = floor::measure(&client, &format!("floor-{i}"), pod_count, 1, writes).await?;
             println!(
                 "apiserver floor of an in-place rollout of {pod_count} bare Pods, {}: {:.1} s",
                 writes.describe(),
@@ -306,6 +307,9 @@ impl Phase {
             ms(0.99)
         );
         manager.print_rss();
+        if let Some(rss) = manager.rss_at_rest_kib().await {
+            println!("  kruise-manager RSS at rest after it: {}", mib(rss));
+        }
         Ok(took)
     }
 }

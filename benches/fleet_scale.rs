@@ -12,7 +12,11 @@
 //!    growth per cached Pod over the RSS it had serving an empty cluster.
 //! 4. **Rollout**: every CloneSet's image patched at once (InPlaceIfPossible, maxUnavailable 100%,
 //!    gracePeriodSeconds 0) → all updated and Ready: time, Pod writes per Pod (all, and the
-//!    manager's), the manager's CPU.
+//!    manager's), the manager's CPU, and its RSS once at rest after it.
+//!
+//! Before the manager starts, the apiserver's floor of that rollout ([`kruise_benches::floor`]): the
+//! same number of bare Pods of 2 containers rolled to a new image by a minimal controller, with each
+//! set of writes of `--floor`; the table gives the rollout's time over each.
 //!
 //! Prints the figures as a table; asserts nothing about time. kubelet-sim runs as a child process (this
 //! binary re-executed with `sim`); kruise-manager is the binary next to this one (`cargo build
@@ -29,7 +33,7 @@ use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::Manager;
 use kruise_benches::process::cpu_seconds;
 use kruise_benches::sim::SimCommand;
-use kruise_benches::{prom, sim};
+use kruise_benches::{floor, prom, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::process::rss_kib;
 use kruise_testkit::until;
@@ -58,6 +62,17 @@ struct Cli {
     /// Start-up resyncs measured (one restart each); the table gives the median and the slowest.
     #[arg(long, default_value_t = 3)]
     restarts: usize,
+    /// The apiserver floors measured before the manager starts (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "image-only,drain-image-finish"
+    )]
+    floor: Vec<floor::Writes>,
+    /// Skip the apiserver floors (each takes about as long as creating and rolling the fleet).
+    #[arg(long)]
+    no_floor: bool,
 }
 
 const NAMESPACE: &str = "fleet";
@@ -95,6 +110,10 @@ struct Figures {
     rollout_manager_writes_per_pod: f64,
     rollout_manager_cpu: f64,
     rss_after_rollout_mib: f64,
+    /// Once the manager is at rest after the rollout ([`Manager::rss_at_rest_kib`]).
+    rss_after_rollout_at_rest_mib: f64,
+    /// The apiserver floors of the rollout, with the writes each was measured with.
+    floors: Vec<(floor::Writes, Duration)>,
 }
 
 impl Figures {
@@ -115,6 +134,20 @@ impl Figures {
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     sim::spawn(plane, cli.nodes).await?;
     let client = plane.client().await?;
+    let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
+    let mut figures = Figures::default();
+    if !cli.no_floor {
+        for (i, writes) in cli.floor.iter().copied().enumerate() {
+            let took =
+                floor::measure(&client, &format!("floor-{i}"), pods_total, 2, writes).await?;
+            println!(
+                "apiserver floor of an in-place rollout of {pods_total} bare Pods (2 containers), {}: {:.1} s",
+                writes.describe(),
+                took.as_secs_f64()
+            );
+            figures.floors.push((writes, took));
+        }
+    }
     let mut manager = Manager::start(plane, &cli.manager_args).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut namespace = Namespace::default();
@@ -122,12 +155,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     namespaces
         .create(&PostParams::default(), &namespace)
         .await?;
-    let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
     println!(
         "{} CloneSets × {} Pods (2 containers) on {} simulated nodes, {} SidecarSets; kruise-manager {:?}",
         cli.clonesets, cli.replicas, cli.nodes, cli.sidecarsets, cli.manager_args
     );
-    let mut figures = Figures::default();
     // A measurement window for the empty manager's start-up allocations to settle and be purged.
     tokio::time::sleep(Duration::from_secs(5)).await;
     figures.rss_empty_mib = rss_mib(manager.pid);
@@ -292,6 +323,14 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     );
     all.print(pods);
     mine.print_as("of which kruise-manager's", pods);
+    figures.rss_after_rollout_at_rest_mib = manager
+        .rss_at_rest_kib()
+        .await
+        .map_or(0.0, |kib| kib as f64 / 1024.0);
+    println!(
+        "kruise-manager RSS after the rollout: {:.1} MiB when it was seen done, {:.1} MiB at rest",
+        figures.rss_after_rollout_mib, figures.rss_after_rollout_at_rest_mib
+    );
 
     println!();
     println!("| {pods_total} Pods, {} nodes | figure |", cli.nodes);
@@ -330,9 +369,17 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         figures.rollout_manager_writes_per_pod,
         figures.rollout_manager_cpu
     );
+    for (writes, floor) in &figures.floors {
+        println!(
+            "| apiserver floor: {} | {:.1} s; the rollout took {:.2}× |",
+            writes.describe(),
+            floor.as_secs_f64(),
+            figures.rollout.as_secs_f64() / floor.as_secs_f64().max(f64::EPSILON)
+        );
+    }
     println!(
-        "| kruise-manager RSS after the rollout | {:.1} MiB |",
-        figures.rss_after_rollout_mib
+        "| kruise-manager RSS after the rollout: when seen done / at rest | {:.1} / {:.1} MiB |",
+        figures.rss_after_rollout_mib, figures.rss_after_rollout_at_rest_mib
     );
     Ok(())
 }

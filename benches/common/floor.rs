@@ -26,7 +26,7 @@ const IN_FLIGHT: usize = 64;
 const TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// Which writes the minimal controller makes per Pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Writes {
     /// The image patch alone: no drain, no gate (the absolute floor).
     ImageOnly,
@@ -44,15 +44,17 @@ impl Writes {
     }
 }
 
-/// Creates `pods` bare Pods in `namespace`, waits until all are Ready, rolls them to a new image
-/// with `writes`, and returns the time from the first write until a watch saw every Pod Ready at
+/// Creates `pods` bare Pods of `containers` containers in `namespace`, waits until all are Ready,
+/// rolls every container to a new image with `writes`, and returns the time from the first write until a watch saw every Pod Ready at
 /// the new image. The namespace is deleted (and its Pods gone) before it returns.
 pub async fn measure(
     client: &Client,
     namespace: &str,
     pods: usize,
+    containers: usize,
     writes: Writes,
 ) -> anyhow::Result<Duration> {
+    let containers = containers.max(1);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -69,7 +71,10 @@ pub async fn measure(
     let created = futures::stream::iter(0..pods)
         .map(|i| {
             let api = api.clone();
-            async move { api.create(&PostParams::default(), &pod(i, gated)).await }
+            async move {
+                api.create(&PostParams::default(), &pod(i, containers, gated))
+                    .await
+            }
         })
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -87,7 +92,7 @@ pub async fn measure(
     let updated = futures::stream::iter(0..pods)
         .map(|i| {
             let api = api.clone();
-            async move { update(&api, &name(i), gated).await }
+            async move { update(&api, &name(i), containers, gated).await }
         })
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -120,7 +125,14 @@ fn name(i: usize) -> String {
     format!("floor-{i}")
 }
 
-fn pod(i: usize, gated: bool) -> Pod {
+/// The containers of a floor Pod, each running `image`.
+fn containers_at(containers: usize, image: &str) -> serde_json::Value {
+    (0..containers)
+        .map(|c| json!({"name": format!("c{c}"), "image": image}))
+        .collect()
+}
+
+fn pod(i: usize, containers: usize, gated: bool) -> Pod {
     let gates = if gated {
         json!([{"conditionType": GATE}])
     } else {
@@ -131,14 +143,14 @@ fn pod(i: usize, gated: bool) -> Pod {
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "readinessGates": gates,
-            "containers": [{"name": "app", "image": FIRST_IMAGE}]
+            "containers": containers_at(containers, FIRST_IMAGE)
         }
     }))
     .unwrap_or_default()
 }
 
-/// The writes that start one Pod's update: the gate False (when gated), then the image.
-async fn update(api: &Api<Pod>, name: &str, gated: bool) -> anyhow::Result<()> {
+/// The writes that start one Pod's update: the gate False (when gated), then the images.
+async fn update(api: &Api<Pod>, name: &str, containers: usize, gated: bool) -> anyhow::Result<()> {
     if gated {
         api.patch_status(
             name,
@@ -148,7 +160,7 @@ async fn update(api: &Api<Pod>, name: &str, gated: bool) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("draining {name}"))?;
     }
-    let image = json!({"spec": {"containers": [{"name": "app", "image": NEXT_IMAGE}]}});
+    let image = json!({"spec": {"containers": containers_at(containers, NEXT_IMAGE)}});
     api.patch(name, &PatchParams::default(), &Patch::Strategic(image))
         .await
         .with_context(|| format!("patching the image of {name}"))?;

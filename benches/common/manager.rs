@@ -8,8 +8,13 @@ use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::manager::{self, ManagerOptions, ManagerPorts};
 use kruise_testkit::process::rss_kib;
 
-use crate::process::pid_of;
+use crate::process::{cpu_seconds, pid_of};
 use crate::stats::mib;
+
+/// The window over which the manager's CPU tells whether it is at rest.
+const REST_WINDOW: Duration = Duration::from_secs(2);
+/// How long [`Manager::rss_at_rest_kib`] waits for rest at most.
+const REST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One running manager.
 #[derive(Clone, Debug)]
@@ -59,6 +64,26 @@ impl Manager {
             "kruise-manager /metrics answered {code}: {body}"
         );
         Ok(body)
+    }
+
+    /// The manager's RSS in KiB once it is at rest: once it used under 2% of a core over
+    /// [`REST_WINDOW`] (at most [`REST_TIMEOUT`], then whatever it is), and one window more, so that
+    /// what it freed at the end of a burst had time to be given back. Comparable with a Go
+    /// manager's "steady RSS after a rollout", unlike an RSS read the moment a rollout is seen done.
+    pub async fn rss_at_rest_kib(&self) -> Option<u64> {
+        let began = std::time::Instant::now();
+        let mut cpu = cpu_seconds(self.pid)?;
+        while began.elapsed() < REST_TIMEOUT {
+            tokio::time::sleep(REST_WINDOW).await;
+            let now = cpu_seconds(self.pid)?;
+            let busy = (now - cpu) / REST_WINDOW.as_secs_f64();
+            cpu = now;
+            if busy < 0.02 {
+                break;
+            }
+        }
+        tokio::time::sleep(REST_WINDOW).await;
+        rss_kib(self.pid).map(|(rss, _)| rss)
     }
 
     /// Prints `  kruise-manager RSS <now> (peak <peak>)`; the peak is the process's high-water mark
