@@ -9,6 +9,7 @@ pub mod cloneset;
 pub mod conditions;
 pub mod daemonset;
 pub mod error;
+pub mod events;
 pub mod history;
 pub mod metrics;
 pub mod nodes;

@@ -17,11 +17,12 @@ use kruise_core::inplace::{self, InPlacePlan, Step, Target};
 use kruise_core::lifecycle;
 use kruise_core::pods::LifecycleState;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::error::{Error, KubeContext, is_race};
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 /// What a write did.
@@ -62,7 +63,7 @@ pub struct PodControl<'a> {
     /// The owner's key in `expectations`.
     pub key: String,
     pub expectations: &'a Mutex<Expectations>,
-    pub recorder: &'a Recorder,
+    pub recorder: &'a EventRecorder,
     pub metrics: &'a Metrics,
     /// The controller's name in metrics.
     pub controller: &'static str,

@@ -14,13 +14,14 @@ use k8s_openapi::api::core::v1::Node;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::cache::{CacheEvent, PodCache};
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub use crate::error::Error;
@@ -58,7 +59,7 @@ pub struct Context {
     /// BroadcastJob keeps no ControllerRevisions: an empty store for the shared expectation check.
     pub(crate) no_revisions: Store<ControllerRevision>,
     pub(crate) expectations: Mutex<Expectations>,
-    pub(crate) recorder: Recorder,
+    pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
 }
@@ -109,7 +110,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         nodes,
         no_revisions: kube::runtime::reflector::store().0,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: Recorder::new(
+        recorder: EventRecorder::new(
             client.clone(),
             Reporter {
                 controller: CONTROLLER.into(),

@@ -16,13 +16,14 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::cache::{CacheEvent, PodCache};
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub use decide::Settings;
@@ -58,7 +59,7 @@ pub struct Context {
     /// Claims labelled with a CloneSet instance id.
     pub(crate) pvcs: Store<PersistentVolumeClaim>,
     pub(crate) expectations: Mutex<Expectations>,
-    pub(crate) recorder: Recorder,
+    pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
 }
@@ -121,7 +122,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         revisions,
         pvcs,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: Recorder::new(
+        recorder: EventRecorder::new(
             client.clone(),
             Reporter {
                 controller: CONTROLLER.into(),

@@ -30,7 +30,7 @@ use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -40,6 +40,7 @@ use tokio::sync::mpsc;
 use crate::cache::{PodCache, Selected};
 use crate::claim::{Recheck, claim_each};
 use crate::error::KubeContext;
+use crate::events::EventRecorder;
 use crate::history::{Registered, register};
 use crate::metrics::{Metrics, SidecarSetLabels};
 use verdicts::Verdict;
@@ -68,7 +69,7 @@ struct Context {
     /// ControllerRevisions labelled `kruise.io/sidecarset-name` in the manager's namespace.
     revisions: Store<ControllerRevision>,
     expectations: Mutex<Expectations>,
-    recorder: Recorder,
+    recorder: EventRecorder,
     metrics: Arc<Metrics>,
     /// The SidecarSets the controller knows (its reflector's store).
     sidecarsets: Store<SidecarSet>,
@@ -117,7 +118,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         namespaces,
         revisions,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: Recorder::new(
+        recorder: EventRecorder::new(
             client,
             Reporter {
                 controller: CONTROLLER.into(),

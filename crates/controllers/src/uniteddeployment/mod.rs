@@ -19,12 +19,13 @@ use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::rollout::uniteddeployment::TemplateKind;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::cache::PodCache;
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub use crate::error::Error;
@@ -74,7 +75,7 @@ pub struct Context {
     /// The subset workloads of each kind (only objects labelled `apps.kruise.io/subset-name`).
     pub(crate) workloads: Vec<(TemplateKind, ApiResource, Store<DynamicObject>)>,
     pub(crate) pending: Mutex<HashMap<String, (Instant, Vec<Pending>)>>,
-    pub(crate) recorder: Recorder,
+    pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
 }
@@ -147,7 +148,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         revisions,
         workloads,
         pending: Mutex::new(HashMap::new()),
-        recorder: Recorder::new(
+        recorder: EventRecorder::new(
             client.clone(),
             Reporter {
                 controller: CONTROLLER.into(),
