@@ -72,21 +72,12 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     sim::spawn(plane, cli.nodes).await?;
     let client = plane.client().await?;
     let pod_count = usize::try_from(cli.replicas).unwrap_or_default();
-    let mut floors = Vec::new();
-    if !cli.no_floor {
-        for (i, writes) in [floor::Writes::ImageOnly, floor::Writes::DrainImageFinish]
-            .into_iter()
-            .enumerate()
-        {
-            let took = floor::measure(&client, &format!("floor-{i}"), pod_count, 1, writes).await?;
-            println!(
-                "apiserver floor of an in-place rollout of {pod_count} bare Pods, {}: {:.1} s",
-                writes.describe(),
-                took.as_secs_f64()
-            );
-            floors.push((writes, took));
-        }
-    }
+    let floors = if cli.no_floor {
+        Vec::new()
+    } else {
+        let writes = [floor::Writes::ImageOnly, floor::Writes::DrainImageFinish];
+        floor::measure_each(&client, pod_count, 1, &writes).await?
+    };
     let manager = Manager::start(plane, &cli.manager_args).await?;
 
     let namespaces: Api<Namespace> = Api::all(client.clone());

@@ -137,16 +137,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
     let mut figures = Figures::default();
     if !cli.no_floor {
-        for (i, writes) in cli.floor.iter().copied().enumerate() {
-            let took =
-                floor::measure(&client, &format!("floor-{i}"), pods_total, 2, writes).await?;
-            println!(
-                "apiserver floor of an in-place rollout of {pods_total} bare Pods (2 containers), {}: {:.1} s",
-                writes.describe(),
-                took.as_secs_f64()
-            );
-            figures.floors.push((writes, took));
-        }
+        figures.floors = floor::measure_each(&client, pods_total, 2, &cli.floor).await?;
     }
     let mut manager = Manager::start(plane, &cli.manager_args).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());

@@ -44,6 +44,27 @@ impl Writes {
     }
 }
 
+/// [`measure`] with each set of `writes` in turn (each in a namespace of its own), printing each
+/// floor as it is measured.
+pub async fn measure_each(
+    client: &Client,
+    pods: usize,
+    containers: usize,
+    writes: &[Writes],
+) -> anyhow::Result<Vec<(Writes, Duration)>> {
+    let mut floors = Vec::new();
+    for (i, &writes) in writes.iter().enumerate() {
+        let took = measure(client, &format!("floor-{i}"), pods, containers, writes).await?;
+        println!(
+            "apiserver floor of an in-place rollout of {pods} bare Pods ({containers} container(s)), {}: {:.1} s",
+            writes.describe(),
+            took.as_secs_f64()
+        );
+        floors.push((writes, took));
+    }
+    Ok(floors)
+}
+
 /// Creates `pods` bare Pods of `containers` containers in `namespace`, waits until all are Ready,
 /// rolls every container to a new image with `writes`, and returns the time from the first write until a watch saw every Pod Ready at
 /// the new image. The namespace is deleted (and its Pods gone) before it returns.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::CONDITION_SIDECARSET_UPGRADABLE;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_core::sidecarset::selects_by;
+use kruise_core::sidecarset::{namespace_or_default, selects_by};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{broadcast, mpsc};
 
@@ -194,10 +194,7 @@ pub(super) async fn run(
             }
         };
         let key = &*change.key;
-        // A Pod posted without a namespace is created in `default` (as `pod_namespace` reads it).
-        let namespace = Some(key.0.as_str())
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or("default");
+        let namespace = namespace_or_default(Some(&key.0));
         let ns_labels = namespaces
             .get(&ObjectRef::new(namespace))
             .and_then(|n| n.metadata.labels.clone());

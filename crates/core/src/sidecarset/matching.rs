@@ -17,11 +17,12 @@ pub const OPT_OUT_NAMESPACE_LABEL: &str = "control-plane";
 
 /// The Pod's namespace; a Pod posted without one is created in `default` (as upstream assumes).
 pub fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or("default")
+    namespace_or_default(pod.metadata.namespace.as_deref())
+}
+
+/// A Pod's namespace as [`pod_namespace`] reads it, from the namespace alone (a cache key).
+pub fn namespace_or_default(namespace: Option<&str>) -> &str {
+    namespace.filter(|ns| !ns.is_empty()).unwrap_or("default")
 }
 
 /// Whether `sidecarset` applies to `pod`.

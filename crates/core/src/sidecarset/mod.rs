@@ -30,7 +30,8 @@ pub use hot_upgrade::{
 };
 pub use inject::inject;
 pub use matching::{
-    ALWAYS_EXCLUDED_NAMESPACE, OPT_OUT_NAMESPACE_LABEL, matches, pod_namespace, selects, selects_by,
+    ALWAYS_EXCLUDED_NAMESPACE, OPT_OUT_NAMESPACE_LABEL, matches, namespace_or_default,
+    pod_namespace, selects, selects_by,
 };
 pub use missing::missing_injections;
 pub use revision::RevisionTemplate;
