@@ -76,7 +76,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         Vec::new()
     } else {
         let writes = [floor::Writes::ImageOnly, floor::Writes::DrainImageFinish];
-        floor::measure_each(&client, pod_count, 1, &writes).await?
+        floor::measure_each(&client, &floor::Shape::uniform(pod_count, 1), &writes).await?
     };
     let manager = Manager::start(plane, &cli.manager_args).await?;
 

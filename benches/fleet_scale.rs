@@ -14,9 +14,10 @@
 //!    gracePeriodSeconds 0) → all updated and Ready: time, Pod writes per Pod (all, and the
 //!    manager's), the manager's CPU, and its RSS once at rest after it.
 //!
-//! Before the manager starts, the apiserver's floor of that rollout ([`kruise_benches::floor`]): the
-//! same number of bare Pods of 2 containers rolled to a new image by a minimal controller, with each
-//! set of writes of `--floor`; the table gives the rollout's time over each.
+//! Before the manager starts, the apiserver's floor of that rollout ([`kruise_benches::floor`]): as
+//! many bare Pods of the fleet's shape (2 containers, plus one sidecar per SidecarSet that selects
+//! the CloneSet) rolled to a new image by a minimal controller, with each set of writes of
+//! `--floor`; the table gives the rollout's time over each.
 //!
 //! Prints the figures as a table; asserts nothing about time. kubelet-sim runs as a child process (this
 //! binary re-executed with `sim`); kruise-manager is the binary next to this one (`cargo build
@@ -131,13 +132,36 @@ impl Figures {
     }
 }
 
+/// The SidecarSets that select CloneSet `cloneset` (SidecarSet j selects CloneSet j mod
+/// [`INJECTED`]).
+fn sidecars_of(cli: &Cli, cloneset: usize) -> usize {
+    (0..cli.sidecarsets)
+        .filter(|j| j % INJECTED == cloneset)
+        .count()
+}
+
+/// The fleet's Pods, for the apiserver floor: each CloneSet's Pods have its 2 containers, which the
+/// rollout updates, and the sidecars its SidecarSets inject, which it leaves alone.
+fn floor_shapes(cli: &Cli) -> Vec<floor::Shape> {
+    let replicas = usize::try_from(cli.replicas).unwrap_or_default();
+    (0..cli.clonesets)
+        .flat_map(|cs| {
+            let shape = floor::Shape {
+                updated: 2,
+                sidecars: sidecars_of(cli, cs),
+            };
+            std::iter::repeat_n(shape, replicas)
+        })
+        .collect()
+}
+
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     sim::spawn(plane, cli.nodes).await?;
     let client = plane.client().await?;
     let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
     let mut figures = Figures::default();
     if !cli.no_floor {
-        figures.floors = floor::measure_each(&client, pods_total, 2, &cli.floor).await?;
+        figures.floors = floor::measure_each(&client, &floor_shapes(cli), &cli.floor).await?;
     }
     let mut manager = Manager::start(plane, &cli.manager_args).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -322,7 +346,6 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         "kruise-manager RSS after the rollout: {:.1} MiB when it was seen done, {:.1} MiB at rest",
         figures.rss_after_rollout_mib, figures.rss_after_rollout_at_rest_mib
     );
-
     println!();
     println!("| {pods_total} Pods, {} nodes | figure |", cli.nodes);
     println!("|---|---|");

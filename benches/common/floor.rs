@@ -5,6 +5,11 @@
 //!
 //! The minimal controller is this bench process itself, writing without a client rate limit, 64 Pod
 //! writes in flight, on bare Pods (no owner) in a namespace of their own, before kruise-manager runs.
+//!
+//! The floor Pods have the shape of the workload's Pods ([`Shape`]): the containers the rollout
+//! updates, and the sidecars (injected by SidecarSets in the workload) it leaves alone. A Pod's
+//! size sets what each write costs the apiserver (decoding, merging, managed fields, etcd, watch
+//! events): a floor of smaller Pods than the workload's is a floor no controller can reach.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -22,6 +27,8 @@ use serde_json::json;
 const GATE: &str = "InPlaceUpdateReady";
 const FIRST_IMAGE: &str = "nginx:alpine";
 const NEXT_IMAGE: &str = "nginx:1.19.1";
+/// The names of the containers the rollout leaves alone begin with this.
+const SIDECAR_PREFIX: &str = "side-";
 const IN_FLIGHT: usize = 64;
 const TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -44,19 +51,52 @@ impl Writes {
     }
 }
 
+/// The containers of one floor Pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Containers the rollout gives a new image.
+    pub updated: usize,
+    /// Containers the rollout leaves alone (a workload's injected sidecars).
+    pub sidecars: usize,
+}
+
+impl Shape {
+    /// `pods` Pods of `updated` containers each and no sidecar.
+    pub fn uniform(pods: usize, updated: usize) -> Vec<Shape> {
+        vec![
+            Shape {
+                updated,
+                sidecars: 0
+            };
+            pods
+        ]
+    }
+
+    /// "N Pods (u updated container(s), s sidecar(s) on average)".
+    pub fn describe(shapes: &[Shape]) -> String {
+        let n = shapes.len().max(1) as f64;
+        let updated = shapes.iter().map(|s| s.updated).sum::<usize>() as f64 / n;
+        let sidecars = shapes.iter().map(|s| s.sidecars).sum::<usize>() as f64 / n;
+        format!(
+            "{} bare Pods ({updated:.2} updated container(s) and {sidecars:.2} sidecar(s) on average)",
+            shapes.len()
+        )
+    }
+}
+
 /// [`measure`] with each set of `writes` in turn (each in a namespace of its own), printing each
 /// floor as it is measured.
 pub async fn measure_each(
     client: &Client,
-    pods: usize,
-    containers: usize,
+    shapes: &[Shape],
     writes: &[Writes],
 ) -> anyhow::Result<Vec<(Writes, Duration)>> {
     let mut floors = Vec::new();
     for (i, &writes) in writes.iter().enumerate() {
-        let took = measure(client, &format!("floor-{i}"), pods, containers, writes).await?;
+        let took = measure(client, &format!("floor-{i}"), shapes, writes).await?;
         println!(
-            "apiserver floor of an in-place rollout of {pods} bare Pods ({containers} container(s)), {}: {:.1} s",
+            "apiserver floor of an in-place rollout of {}, {}: {:.1} s",
+            Shape::describe(shapes),
             writes.describe(),
             took.as_secs_f64()
         );
@@ -65,17 +105,17 @@ pub async fn measure_each(
     Ok(floors)
 }
 
-/// Creates `pods` bare Pods of `containers` containers in `namespace`, waits until all are Ready,
-/// rolls every container to a new image with `writes`, and returns the time from the first write until a watch saw every Pod Ready at
-/// the new image. The namespace is deleted (and its Pods gone) before it returns.
+/// Creates one bare Pod of each of `shapes` in `namespace`, waits until all are Ready, rolls every
+/// updated container to a new image with `writes`, and returns the time from the first write until
+/// a watch saw every Pod Ready at the new image. The namespace is deleted (and its Pods gone) before
+/// it returns.
 pub async fn measure(
     client: &Client,
     namespace: &str,
-    pods: usize,
-    containers: usize,
+    shapes: &[Shape],
     writes: Writes,
 ) -> anyhow::Result<Duration> {
-    let containers = containers.max(1);
+    let pods = shapes.len();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -89,11 +129,11 @@ pub async fn measure(
 
     // Set-up, not timed: the Pods, their gate True, all Ready.
     let finisher = spawn_finisher(api.clone(), FIRST_IMAGE, gated);
-    let created = futures::stream::iter(0..pods)
-        .map(|i| {
+    let created = futures::stream::iter(shapes.iter().copied().enumerate())
+        .map(|(i, shape)| {
             let api = api.clone();
             async move {
-                api.create(&PostParams::default(), &pod(i, containers, gated))
+                api.create(&PostParams::default(), &pod(i, shape, gated))
                     .await
             }
         })
@@ -110,10 +150,10 @@ pub async fn measure(
     let began = Instant::now();
     let seen = spawn_ready_watch(api.clone(), watcher::Config::default(), pods, NEXT_IMAGE);
     let finisher = spawn_finisher(api.clone(), NEXT_IMAGE, gated);
-    let updated = futures::stream::iter(0..pods)
-        .map(|i| {
+    let updated = futures::stream::iter(shapes.iter().copied().enumerate())
+        .map(|(i, shape)| {
             let api = api.clone();
-            async move { update(&api, &name(i), containers, gated).await }
+            async move { update(&api, &name(i), shape.updated.max(1), gated).await }
         })
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -146,14 +186,25 @@ fn name(i: usize) -> String {
     format!("floor-{i}")
 }
 
-/// The containers of a floor Pod, each running `image`.
+/// The updated containers of a floor Pod, each running `image`.
 fn containers_at(containers: usize, image: &str) -> serde_json::Value {
     (0..containers)
         .map(|c| json!({"name": format!("c{c}"), "image": image}))
         .collect()
 }
 
-fn pod(i: usize, containers: usize, gated: bool) -> Pod {
+/// A floor Pod's containers at creation: the updated ones, then the sidecars.
+fn all_containers(shape: Shape) -> serde_json::Value {
+    let mut containers = containers_at(shape.updated.max(1), FIRST_IMAGE);
+    if let Some(list) = containers.as_array_mut() {
+        list.extend((0..shape.sidecars).map(
+            |s| json!({"name": format!("{SIDECAR_PREFIX}{s}"), "image": format!("sidecar:{s}")}),
+        ));
+    }
+    containers
+}
+
+fn pod(i: usize, shape: Shape, gated: bool) -> Pod {
     let gates = if gated {
         json!([{"conditionType": GATE}])
     } else {
@@ -164,7 +215,7 @@ fn pod(i: usize, containers: usize, gated: bool) -> Pod {
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "readinessGates": gates,
-            "containers": containers_at(containers, FIRST_IMAGE)
+            "containers": all_containers(shape)
         }
     }))
     .unwrap_or_default()
@@ -286,12 +337,15 @@ fn gate_true(pod: &Pod) -> bool {
     condition_true(pod, GATE)
 }
 
-/// Every container runs `image` and is ready.
+/// Every container is ready, and every one but the sidecars runs `image`.
 fn containers_ready_at(pod: &Pod, image: &str) -> bool {
     let containers = pod
         .status
         .as_ref()
         .and_then(|s| s.container_statuses.as_deref())
         .unwrap_or_default();
-    !containers.is_empty() && containers.iter().all(|c| c.image == image && c.ready)
+    !containers.is_empty()
+        && containers
+            .iter()
+            .all(|c| c.ready && (c.name.starts_with(SIDECAR_PREFIX) || c.image == image))
 }
