@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     let (command, nodes) = (cli.command, cli.nodes);
     let options = Options {
         controller_manager_feature_gates: vec!["MaxUnavailableStatefulSet=true".into()],
-        ..Options::default()
+        ..sim::bench_options()
     };
     sim::sim_or_bench_with(command, nodes, options, move |plane| {
         Box::pin(async move { bench(&cli, plane).await })

@@ -72,14 +72,29 @@ pub enum SimCommand {
     Sim,
 }
 
+/// kube-controller-manager's own default `--node-monitor-grace-period` (50 s since v1.32).
+const NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
+
+/// The control plane of a bench: the test bed's, with nodes allowed the grace of a real cluster.
+/// The test bed's 20 s lets node-failure e2e tests finish sooner; under a 10,000-Pod rollout on 2
+/// cores a node heartbeat can take longer than that to be served, and kube-controller-manager then
+/// marked every Pod of the node NotReady (`PUT pods/status`, 0.2 per Pod in `fleet-scale`),
+/// which kubelet-sim and the manager then undid: work a real cluster would not do.
+pub fn bench_options() -> Options {
+    Options {
+        node_monitor_grace: NODE_MONITOR_GRACE,
+        ..Options::default()
+    }
+}
+
 /// A bench's `main`: runs kubelet-sim for `nodes` nodes when started as the simulator, else `bench`
-/// on a new control plane.
+/// on a new control plane ([`bench_options`]).
 pub async fn sim_or_bench(
     command: Option<SimCommand>,
     nodes: u16,
     bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
-    sim_or_bench_with(command, nodes, Options::default(), bench).await
+    sim_or_bench_with(command, nodes, bench_options(), bench).await
 }
 
 /// [`sim_or_bench`] with the control plane's `options`.
