@@ -132,11 +132,15 @@ impl Figures {
     }
 }
 
-/// The SidecarSets that select CloneSet `cloneset` (SidecarSet j selects CloneSet j mod
-/// [`INJECTED`]).
+/// The CloneSet SidecarSet `j` selects (and injects a sidecar into the Pods of).
+fn selected_by(sidecarset: usize) -> usize {
+    sidecarset % INJECTED
+}
+
+/// How many SidecarSets select CloneSet `cloneset`.
 fn sidecars_of(cli: &Cli, cloneset: usize) -> usize {
     (0..cli.sidecarsets)
-        .filter(|j| j % INJECTED == cloneset)
+        .filter(|&j| selected_by(j) == cloneset)
         .count()
 }
 
@@ -190,7 +194,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
             "kind": "SidecarSet",
             "metadata": {"name": format!("side-{j}")},
             "spec": {
-                "selector": {"matchLabels": {"app": format!("cs-{}", j % INJECTED)}},
+                "selector": {"matchLabels": {"app": format!("cs-{}", selected_by(j))}},
                 "containers": [{"name": format!("side-{j}"), "image": format!("sidecar:{j}")}]
             }
         }))?;
@@ -346,6 +350,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         "kruise-manager RSS after the rollout: {:.1} MiB when it was seen done, {:.1} MiB at rest",
         figures.rss_after_rollout_mib, figures.rss_after_rollout_at_rest_mib
     );
+
     println!();
     println!("| {pods_total} Pods, {} nodes | figure |", cli.nodes);
     println!("|---|---|");

@@ -54,7 +54,7 @@ impl Writes {
 /// The containers of one floor Pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
-    /// Containers the rollout gives a new image.
+    /// Containers the rollout gives a new image (at least one is: see [`Shape::updated`]).
     pub updated: usize,
     /// Containers the rollout leaves alone (a workload's injected sidecars).
     pub sidecars: usize,
@@ -72,10 +72,15 @@ impl Shape {
         ]
     }
 
+    /// The containers the rollout updates: a floor Pod has at least one.
+    fn updated(self) -> usize {
+        self.updated.max(1)
+    }
+
     /// "N Pods (u updated container(s), s sidecar(s) on average)".
     pub fn describe(shapes: &[Shape]) -> String {
         let n = shapes.len().max(1) as f64;
-        let updated = shapes.iter().map(|s| s.updated).sum::<usize>() as f64 / n;
+        let updated = shapes.iter().map(|s| s.updated()).sum::<usize>() as f64 / n;
         let sidecars = shapes.iter().map(|s| s.sidecars).sum::<usize>() as f64 / n;
         format!(
             "{} bare Pods ({updated:.2} updated container(s) and {sidecars:.2} sidecar(s) on average)",
@@ -153,7 +158,7 @@ pub async fn measure(
     let updated = futures::stream::iter(shapes.iter().copied().enumerate())
         .map(|(i, shape)| {
             let api = api.clone();
-            async move { update(&api, &name(i), shape.updated.max(1), gated).await }
+            async move { update(&api, &name(i), shape.updated(), gated).await }
         })
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -195,7 +200,7 @@ fn containers_at(containers: usize, image: &str) -> serde_json::Value {
 
 /// A floor Pod's containers at creation: the updated ones, then the sidecars.
 fn all_containers(shape: Shape) -> serde_json::Value {
-    let mut containers = containers_at(shape.updated.max(1), FIRST_IMAGE);
+    let mut containers = containers_at(shape.updated(), FIRST_IMAGE);
     if let Some(list) = containers.as_array_mut() {
         list.extend((0..shape.sidecars).map(
             |s| json!({"name": format!("{SIDECAR_PREFIX}{s}"), "image": format!("sidecar:{s}")}),
