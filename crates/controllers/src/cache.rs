@@ -15,6 +15,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 mod codec;
+mod wire;
+
+pub use wire::WirePod;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
@@ -640,6 +643,17 @@ fn refuses_streaming(error: &watcher::Error) -> bool {
     )
 }
 
+/// The same watch event, of the [`Pod`] inside.
+fn into_pod_event(event: watcher::Event<WirePod>) -> watcher::Event<Pod> {
+    match event {
+        watcher::Event::Apply(pod) => watcher::Event::Apply(pod.into_pod()),
+        watcher::Event::Delete(pod) => watcher::Event::Delete(pod.into_pod()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(pod) => watcher::Event::InitApply(pod.into_pod()),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 impl PodCache {
     pub fn new() -> Arc<Self> {
         let (synced, _) = watch::channel(false);
@@ -655,7 +669,8 @@ impl PodCache {
 
     /// Watches Pods in every namespace until dropped, restarting the watch with backoff on errors.
     pub async fn run(self: Arc<Self>, client: Client) {
-        let api: Api<Pod> = Api::all(client);
+        // Decoded without managed fields, which the projection drops anyway.
+        let api: Api<WirePod> = Api::all(client);
         let mut initial = InitialList::Streaming;
         loop {
             let stream = watcher(api.clone(), pod_watch_config(initial)).default_backoff();
@@ -663,7 +678,7 @@ impl PodCache {
             let mut refused = false;
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(event) => self.apply(event),
+                    Ok(event) => self.apply(into_pod_event(event)),
                     Err(error)
                         if initial == InitialList::Streaming && refuses_streaming(&error) =>
                     {

@@ -21,6 +21,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::cache::WirePod;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -185,6 +186,11 @@ impl PodControl<'_> {
         Api::namespaced(self.client.clone(), self.namespace)
     }
 
+    /// The Pods, for writes whose answer is read without its managed fields ([`WirePod`]).
+    fn pods_answered(&self) -> Api<WirePod> {
+        Api::namespaced(self.client.clone(), self.namespace)
+    }
+
     pub fn pvcs(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), self.namespace)
     }
@@ -247,9 +253,10 @@ impl PodControl<'_> {
         patch: serde_json::Value,
     ) -> Result<Pod, kube::Error> {
         let patched = self
-            .pods()
+            .pods_answered()
             .patch(name_of(pod), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+            .await?
+            .into_pod();
         self.observe(&patched);
         Ok(patched)
     }
@@ -261,13 +268,14 @@ impl PodControl<'_> {
         patch: json_patch::Patch,
     ) -> Result<Pod, kube::Error> {
         let patched = self
-            .pods()
+            .pods_answered()
             .patch_status(
                 name_of(pod),
                 &PatchParams::default(),
                 &Patch::<()>::Json(patch),
             )
-            .await?;
+            .await?
+            .into_pod();
         self.observe(&patched);
         Ok(patched)
     }
@@ -508,14 +516,15 @@ impl PodControl<'_> {
                 }
                 Step::Resize(patch) => {
                     let result = self
-                        .pods()
+                        .pods_answered()
                         .patch_subresource(
                             "resize",
                             &name,
                             &PatchParams::default(),
                             &Patch::<()>::Json(patch),
                         )
-                        .await;
+                        .await
+                        .map(WirePod::into_pod);
                     self.count("resize", result.is_ok());
                     if let Ok(p) = &result {
                         self.observe(p);
@@ -525,9 +534,10 @@ impl PodControl<'_> {
                 }
                 Step::Apply(patch) => {
                     let result = self
-                        .pods()
+                        .pods_answered()
                         .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-                        .await;
+                        .await
+                        .map(WirePod::into_pod);
                     self.count("update_in_place", result.is_ok());
                     match &result {
                         Ok(p) => {
@@ -585,13 +595,14 @@ impl PodControl<'_> {
             return Ok(Outcome::default());
         };
         let result = self
-            .pods()
+            .pods_answered()
             .patch(
                 name_of(pod),
                 &PatchParams::default(),
                 &Patch::<()>::Json(patch),
             )
-            .await;
+            .await
+            .map(WirePod::into_pod);
         self.count("update_in_place", result.is_ok());
         match result {
             Ok(patched) => {

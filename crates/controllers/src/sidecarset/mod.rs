@@ -37,7 +37,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::cache::{PodCache, Selected};
+use crate::cache::{PodCache, Selected, WirePod};
 use crate::claim::{Recheck, claim_each};
 use crate::error::KubeContext;
 use crate::events::EventRecorder;
@@ -670,14 +670,16 @@ async fn patch_pod(
 ) -> Result<Option<Pod>, Error> {
     let ns = pod.namespace().unwrap_or_default();
     let pod_name = pod.name_any();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    // The answer is read without its managed fields (`WirePod`): only its resourceVersion is.
+    let api: Api<WirePod> = Api::namespaced(ctx.client.clone(), &ns);
     let patch = Patch::<()>::Json(patch);
     let params = PatchParams::default();
     let result = if status {
         api.patch_status(&pod_name, &params, &patch).await
     } else {
         api.patch(&pod_name, &params, &patch).await
-    };
+    }
+    .map(WirePod::into_pod);
     match result {
         Ok(patched) => {
             ctx.metrics.pod_operation(CONTROLLER, operation, true);
