@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::process::cpu_seconds;
+use kruise_benches::process::{cpu_seconds, plane_and_bench};
 use kruise_benches::prom::Histogram;
 use kruise_benches::sim::SimCommand;
 use kruise_benches::stats::mib;
@@ -76,7 +76,13 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         Vec::new()
     } else {
         let writes = [floor::Writes::ImageOnly, floor::Writes::DrainImageFinish];
-        floor::measure_each(&client, &floor::Shape::uniform(pod_count, 1), &writes).await?
+        floor::measure_each(
+            &client,
+            &floor::Shape::uniform(pod_count, 1),
+            &writes,
+            &plane_and_bench(plane),
+        )
+        .await?
     };
     let manager = Manager::start(plane, &cli.manager_args).await?;
 

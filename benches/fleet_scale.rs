@@ -30,9 +30,9 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_benches::apiserver::PodWrites;
+use kruise_benches::apiserver::{PodWrites, Requests};
 use kruise_benches::manager::Manager;
-use kruise_benches::process::cpu_seconds;
+use kruise_benches::process::{CpuMeter, cpu_seconds, plane_and_bench};
 use kruise_benches::sim::SimCommand;
 use kruise_benches::{floor, prom, sim};
 use kruise_testkit::control_plane::ControlPlane;
@@ -132,6 +132,9 @@ impl Figures {
     }
 }
 
+/// Kinds of apiserver request listed after a rollout.
+const REQUESTS_SHOWN: usize = 12;
+
 /// The CloneSet SidecarSet `j` selects (and injects a sidecar into the Pods of).
 fn selected_by(sidecarset: usize) -> usize {
     sidecarset % INJECTED
@@ -165,7 +168,13 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
     let mut figures = Figures::default();
     if !cli.no_floor {
-        figures.floors = floor::measure_each(&client, &floor_shapes(cli), &cli.floor).await?;
+        figures.floors = floor::measure_each(
+            &client,
+            &floor_shapes(cli),
+            &cli.floor,
+            &plane_and_bench(plane),
+        )
+        .await?;
     }
     let mut manager = Manager::start(plane, &cli.manager_args).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -308,8 +317,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
 
     // Every CloneSet rolled in place at once.
     let writes = PodWrites::read(&client).await?;
+    let requests = Requests::read(&client).await?;
     let manager_writes = PodWrites::read_manager(plane);
     let cpu = cpu_seconds(manager.pid).unwrap_or(0.0);
+    let cpu_of_all = CpuMeter::start(plane_and_bench(plane));
     let began = Instant::now();
     let patch = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": "nginx:1.19.1"},
@@ -327,9 +338,11 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     }
     let finished = wait_rolled_out(&clonesets, cli.clonesets, cli.replicas).await?;
     figures.rollout = began.elapsed();
+    let cpu_of_all = cpu_of_all.read();
     figures.rollout_first_done = finished.first().copied().unwrap_or_default();
     let pods = pods_total as f64;
     let all = PodWrites::read(&client).await?.since(&writes);
+    let requests = Requests::read(&client).await?.since(&requests);
     let mine = PodWrites::read_manager(plane).since(&manager_writes);
     figures.rollout_writes_per_pod = all.total() / pods;
     figures.rollout_manager_writes_per_pod = mine.total() / pods;
@@ -342,6 +355,11 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     );
     all.print(pods);
     mine.print_as("of which kruise-manager's", pods);
+    println!("CPU in the rollout: {}", cpu_of_all.describe());
+    println!(
+        "apiserver requests in the rollout, the most made: {}",
+        requests.describe_top(REQUESTS_SHOWN)
+    );
     figures.rss_after_rollout_at_rest_mib = manager
         .rss_at_rest_kib()
         .await

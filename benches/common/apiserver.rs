@@ -31,6 +31,64 @@ fn write_key(verb: &str, subresource: &str, code: u64) -> String {
     }
 }
 
+/// The counts of `now` that grew since `before`, by how much.
+fn counts_since(
+    now: &BTreeMap<String, f64>,
+    before: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    now.iter()
+        .map(|(key, value)| {
+            let delta = value - before.get(key).copied().unwrap_or(0.0);
+            (key.clone(), delta)
+        })
+        .filter(|(_, delta)| *delta > 0.0)
+        .collect()
+}
+
+/// Every request `apiserver_request_total` counts (reads, watches and writes of every resource, by
+/// every client), by `VERB resource[/subresource]` with the API group before the resource when it
+/// has one: what the apiserver served, beyond the Pod writes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Requests(pub BTreeMap<String, f64>);
+
+impl Requests {
+    pub fn parse(text: &str) -> Self {
+        let mut counts = BTreeMap::new();
+        for sample in prom::samples(text, "apiserver_request_total") {
+            let resource = match (sample.label("group"), sample.label("subresource")) {
+                ("", "") => sample.label("resource").to_string(),
+                ("", sub) => format!("{}/{sub}", sample.label("resource")),
+                (group, "") => format!("{group}/{}", sample.label("resource")),
+                (group, sub) => format!("{group}/{}/{sub}", sample.label("resource")),
+            };
+            let key = format!("{} {resource}", sample.label("verb"));
+            *counts.entry(key).or_insert(0.0) += sample.value;
+        }
+        Self(counts)
+    }
+
+    pub async fn read(client: &Client) -> anyhow::Result<Self> {
+        Ok(Self::parse(&metrics_text(client).await?))
+    }
+
+    /// The requests made since `before`.
+    pub fn since(&self, before: &Requests) -> Self {
+        Self(counts_since(&self.0, &before.0))
+    }
+
+    /// The `n` most made, "PATCH pods/status 50000, POST events 10000, …".
+    pub fn describe_top(&self, n: usize) -> String {
+        let mut counts: Vec<(&String, &f64)> = self.0.iter().collect();
+        counts.sort_by(|a, b| b.1.total_cmp(a.1));
+        counts
+            .iter()
+            .take(n)
+            .map(|(key, count)| format!("{key} {count:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Writes to Pods counted by `apiserver_request_total`, by `VERB pods[/subresource]`, refused ones
 /// (a response code of 400 or more) apart under the same key followed by ` refused`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -63,16 +121,7 @@ impl PodWrites {
 
     /// The writes made since `before` (kinds without new writes left out).
     pub fn since(&self, before: &PodWrites) -> Self {
-        Self(
-            self.0
-                .iter()
-                .map(|(key, value)| {
-                    let delta = value - before.0.get(key).copied().unwrap_or(0.0);
-                    (key.clone(), delta)
-                })
-                .filter(|(_, delta)| *delta > 0.0)
-                .collect(),
-        )
+        Self(counts_since(&self.0, &before.0))
     }
 
     /// The writes to Pods by kruise-manager (the `manager-N` identities) in the apiserver's audit
@@ -176,6 +225,33 @@ mod tests {
                 ("PATCH pods/status refused".to_owned(), 1.0),
                 ("POST pods".to_owned(), 1.0),
             ])
+        );
+    }
+
+    #[test]
+    fn requests_by_verb_group_and_resource() {
+        let text = r#"
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 1
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="apps.kruise.io",resource="clonesets",scope="resource",subresource="status",verb="PATCH",version="v1beta1"} 2
+"#;
+        let before = Requests::parse(text);
+        assert_eq!(before.0.get("PATCH pods/status"), Some(&8.0));
+        assert_eq!(before.0.get("POST events.k8s.io/events"), Some(&3.0));
+        assert_eq!(
+            before.0.get("PATCH apps.kruise.io/clonesets/status"),
+            Some(&2.0)
+        );
+        let mut now = before.clone();
+        now.0.insert("PATCH pods/status".into(), 20.0);
+        now.0.insert("POST events.k8s.io/events".into(), 4.0);
+        let since = now.since(&before);
+        assert_eq!(since.0.len(), 2);
+        assert_eq!(since.describe_top(1), "PATCH pods/status 12");
+        assert_eq!(
+            since.describe_top(5),
+            "PATCH pods/status 12, POST events.k8s.io/events 1"
         );
     }
 

@@ -23,6 +23,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
+use crate::apiserver::Requests;
+use crate::process::{CpuMeter, CpuUse};
+
 /// The gate kruise-rs (and OpenKruise) keeps a Pod out of its Services with during an update.
 const GATE: &str = "InPlaceUpdateReady";
 const FIRST_IMAGE: &str = "nginx:alpine";
@@ -90,20 +93,28 @@ impl Shape {
 }
 
 /// [`measure`] with each set of `writes` in turn (each in a namespace of its own), printing each
-/// floor as it is measured.
+/// floor and the CPU of `processes` in it as it is measured.
 pub async fn measure_each(
     client: &Client,
     shapes: &[Shape],
     writes: &[Writes],
+    processes: &[(String, u32)],
 ) -> anyhow::Result<Vec<(Writes, Duration)>> {
     let mut floors = Vec::new();
     for (i, &writes) in writes.iter().enumerate() {
-        let took = measure(client, &format!("floor-{i}"), shapes, writes).await?;
+        let requests = Requests::read(client).await?;
+        let (took, cpu) = measure(client, &format!("floor-{i}"), shapes, writes, processes).await?;
+        let requests = Requests::read(client).await?.since(&requests);
         println!(
             "apiserver floor of an in-place rollout of {}, {}: {:.1} s",
             Shape::describe(shapes),
             writes.describe(),
             took.as_secs_f64()
+        );
+        println!("  CPU in it: {}", cpu.describe());
+        println!(
+            "  apiserver requests in it and its set-up, the most made: {}",
+            requests.describe_top(12)
         );
         floors.push((writes, took));
     }
@@ -112,14 +123,15 @@ pub async fn measure_each(
 
 /// Creates one bare Pod of each of `shapes` in `namespace`, waits until all are Ready, rolls every
 /// updated container to a new image with `writes`, and returns the time from the first write until
-/// a watch saw every Pod Ready at the new image. The namespace is deleted (and its Pods gone) before
-/// it returns.
+/// a watch saw every Pod Ready at the new image, with the CPU `processes` used in that time. The
+/// namespace is deleted (and its Pods gone) before it returns.
 pub async fn measure(
     client: &Client,
     namespace: &str,
     shapes: &[Shape],
     writes: Writes,
-) -> anyhow::Result<Duration> {
+    processes: &[(String, u32)],
+) -> anyhow::Result<(Duration, CpuUse)> {
     let pods = shapes.len();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
@@ -153,6 +165,7 @@ pub async fn measure(
 
     // Timed: the rollout.
     let began = Instant::now();
+    let cpu = CpuMeter::start(processes.to_vec());
     let seen = spawn_ready_watch(api.clone(), watcher::Config::default(), pods, NEXT_IMAGE);
     let finisher = spawn_finisher(api.clone(), NEXT_IMAGE, gated);
     let updated = futures::stream::iter(shapes.iter().copied().enumerate())
@@ -171,6 +184,7 @@ pub async fn measure(
         .context("the floor rollout did not finish")?
         .context("the floor's Pod watch")?
         .context("the floor's Pod watch ended")?;
+    let cpu = cpu.read();
     finisher.abort();
     let took = done.saturating_duration_since(began);
 
@@ -184,7 +198,7 @@ pub async fn measure(
         || async { Ok(namespaces.get_opt(namespace).await?.is_none()) },
     )
     .await?;
-    Ok(took)
+    Ok((took, cpu))
 }
 
 fn name(i: usize) -> String {

@@ -22,6 +22,81 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     Some((ticks(11)? + ticks(12)?) as f64 / USER_HZ)
 }
 
+/// CPU time of a set of processes over one phase of a bench: where the machine's cores went.
+pub struct CpuMeter {
+    began: std::time::Instant,
+    start: Vec<(String, u32, f64)>,
+}
+
+impl CpuMeter {
+    /// Starts measuring `processes` (name, pid); one that cannot be read counts nothing.
+    pub fn start(processes: Vec<(String, u32)>) -> Self {
+        let start = processes
+            .into_iter()
+            .map(|(name, pid)| {
+                let cpu = cpu_seconds(pid).unwrap_or(0.0);
+                (name, pid, cpu)
+            })
+            .collect();
+        Self {
+            began: std::time::Instant::now(),
+            start,
+        }
+    }
+
+    /// The CPU each process used since [`CpuMeter::start`].
+    pub fn read(&self) -> CpuUse {
+        let elapsed = self.began.elapsed().as_secs_f64();
+        let used = self
+            .start
+            .iter()
+            .map(|(name, pid, before)| {
+                let now = cpu_seconds(*pid).unwrap_or(*before);
+                (name.clone(), (now - before).max(0.0))
+            })
+            .collect();
+        CpuUse { elapsed, used }
+    }
+}
+
+/// CPU seconds per process over a phase of `elapsed` seconds.
+pub struct CpuUse {
+    pub elapsed: f64,
+    pub used: Vec<(String, f64)>,
+}
+
+impl CpuUse {
+    /// "kube-apiserver 120.1 s, etcd 20.3 s, …; 180.0 s of the 2 cores' 200.0 s (90%)", the
+    /// largest first.
+    pub fn describe(&self) -> String {
+        let mut used = self.used.clone();
+        used.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let total: f64 = used.iter().map(|(_, s)| s).sum();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let available = self.elapsed * cores as f64;
+        let each: Vec<String> = used
+            .iter()
+            .map(|(name, s)| format!("{name} {s:.1} s"))
+            .collect();
+        format!(
+            "{}; {total:.1} s of the {cores} cores' {available:.1} s ({:.0}%)",
+            each.join(", "),
+            if available > 0.0 {
+                total * 100.0 / available
+            } else {
+                0.0
+            }
+        )
+    }
+}
+
+/// The processes of `plane` (kubelet-sim included) and this bench process, named.
+pub fn plane_and_bench(plane: &ControlPlane) -> Vec<(String, u32)> {
+    let mut processes = plane.pids();
+    processes.push(("bench".to_string(), std::process::id()));
+    processes
+}
+
 /// The pid of the process `name` that `plane` owns.
 pub fn pid_of(plane: &ControlPlane, name: &str) -> Option<u32> {
     plane
@@ -52,6 +127,19 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(parse_cpu_seconds(line), want, "{line}");
         }
+    }
+
+    #[test]
+    fn cpu_use_is_described_largest_first() {
+        let used = CpuUse {
+            elapsed: 10.0,
+            used: vec![("etcd".into(), 2.0), ("kube-apiserver".into(), 8.0)],
+        };
+        let text = used.describe();
+        assert!(
+            text.starts_with("kube-apiserver 8.0 s, etcd 2.0 s; 10.0 s of the "),
+            "{text}"
+        );
     }
 
     #[test]
