@@ -31,6 +31,21 @@ fn write_key(verb: &str, subresource: &str, code: u64) -> String {
     }
 }
 
+/// The samples of `apiserver_request_total` in `text` summed under the key `key_of` gives each
+/// (those it gives none are left out).
+fn count_requests(
+    text: &str,
+    key_of: impl Fn(&prom::Sample) -> Option<String>,
+) -> BTreeMap<String, f64> {
+    let mut counts = BTreeMap::new();
+    for sample in prom::samples(text, "apiserver_request_total") {
+        if let Some(key) = key_of(&sample) {
+            *counts.entry(key).or_insert(0.0) += sample.value;
+        }
+    }
+    counts
+}
+
 /// The counts of `now` that grew since `before`, by how much.
 fn counts_since(
     now: &BTreeMap<String, f64>,
@@ -53,18 +68,15 @@ pub struct Requests(pub BTreeMap<String, f64>);
 
 impl Requests {
     pub fn parse(text: &str) -> Self {
-        let mut counts = BTreeMap::new();
-        for sample in prom::samples(text, "apiserver_request_total") {
+        Self(count_requests(text, |sample| {
             let resource = match (sample.label("group"), sample.label("subresource")) {
                 ("", "") => sample.label("resource").to_string(),
                 ("", sub) => format!("{}/{sub}", sample.label("resource")),
                 (group, "") => format!("{group}/{}", sample.label("resource")),
                 (group, sub) => format!("{group}/{}/{sub}", sample.label("resource")),
             };
-            let key = format!("{} {resource}", sample.label("verb"));
-            *counts.entry(key).or_insert(0.0) += sample.value;
-        }
-        Self(counts)
+            Some(format!("{} {resource}", sample.label("verb")))
+        }))
     }
 
     pub async fn read(client: &Client) -> anyhow::Result<Self> {
@@ -97,21 +109,18 @@ pub struct PodWrites(pub BTreeMap<String, f64>);
 impl PodWrites {
     /// The counts in `text` (the apiserver's `/metrics`).
     pub fn parse(text: &str) -> Self {
-        let mut counts = BTreeMap::new();
-        for sample in prom::samples(text, "apiserver_request_total") {
+        Self(count_requests(text, |sample| {
             if !sample.label("group").is_empty() || sample.label("resource") != "pods" {
-                continue;
+                return None;
             }
             let verb = sample.label("verb");
             // The apiserver labels a create POST and an update PUT.
             if !matches!(verb, "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
-                continue;
+                return None;
             }
             let code = sample.label("code").parse().unwrap_or(0);
-            let key = write_key(verb, sample.label("subresource"), code);
-            *counts.entry(key).or_insert(0.0) += sample.value;
-        }
-        Self(counts)
+            Some(write_key(verb, sample.label("subresource"), code))
+        }))
     }
 
     /// The current counts.
