@@ -7,9 +7,10 @@
 //! writes in flight, on bare Pods (no owner) in a namespace of their own, before kruise-manager runs.
 //!
 //! The floor Pods have the shape of the workload's Pods ([`Shape`]): the containers the rollout
-//! updates, and the sidecars (injected by SidecarSets in the workload) it leaves alone. A Pod's
-//! size sets what each write costs the apiserver (decoding, merging, managed fields, etcd, watch
-//! events): a floor of smaller Pods than the workload's is a floor no controller can reach.
+//! updates, and the sidecars (injected by SidecarSets in the workload) it leaves alone, with the
+//! labels and annotations a CloneSet Pod and its SidecarSets' injection give it. A Pod's size sets
+//! what each write costs the apiserver (decoding, merging, managed fields, etcd, watch events): a
+//! floor of smaller Pods than the workload's is a floor no controller can reach.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -223,6 +224,53 @@ fn all_containers(shape: Shape) -> serde_json::Value {
     containers
 }
 
+/// The labels every CloneSet Pod carries (its revision, instance id and lifecycle state), with
+/// values of the lengths kruise-rs and OpenKruise give them.
+fn labels(i: usize) -> serde_json::Value {
+    json!({
+        "app": "floor",
+        "apps.kruise.io/cloneset-instance-id": format!("{i:05}"),
+        "controller-revision-hash": "floor-56f55495d5",
+        "lifecycle.apps.kruise.io/state": "Normal",
+        "pod-template-hash": "56f55495d5",
+    })
+}
+
+/// The annotations the SidecarSet webhook gives a Pod it injects `sidecars` sidecars into (one
+/// hash entry per sidecar, with and without the image, and the list), as kruise-rs and OpenKruise
+/// write them; none without sidecars.
+fn annotations(sidecars: usize) -> serde_json::Value {
+    if sidecars == 0 {
+        return json!({});
+    }
+    let hash = "24b62v82v6ww2vzdcffv8d64bfxv2f2x4x9d5vc48vbc5847fw9cv74xxb9ccb88";
+    let entry = |s: usize, revision: bool| {
+        let name = format!("{SIDECAR_PREFIX}{s}");
+        let mut entry = json!({"updateTimestamp": "2026-01-01T00:00:00Z", "hash": hash,
+            "sidecarSetName": name, "sidecarList": [name]});
+        if revision {
+            entry["controllerRevision"] = json!(format!("{name}-5f849ff4cc"));
+        }
+        (name, entry)
+    };
+    let hashes = |revision: bool| {
+        let map: serde_json::Map<String, serde_json::Value> =
+            (0..sidecars).map(|s| entry(s, revision)).collect();
+        serde_json::Value::Object(map).to_string()
+    };
+    let names: Vec<String> = (0..sidecars)
+        .map(|s| format!("{SIDECAR_PREFIX}{s}"))
+        .collect();
+    json!({
+        "kruise.io/sidecarset-hash": hashes(true),
+        "kruise.io/sidecarset-hash-without-image": hashes(false),
+        "kruise.io/sidecarset-injected-list": names.join(","),
+    })
+}
+
+/// A floor Pod: the workload Pod's containers, labels and annotations (what a write and a watch
+/// event of it cost grows with them), without an owner (the garbage collector would delete a Pod
+/// whose owner does not exist).
 fn pod(i: usize, shape: Shape, gated: bool) -> Pod {
     let gates = if gated {
         json!([{"conditionType": GATE}])
@@ -230,7 +278,7 @@ fn pod(i: usize, shape: Shape, gated: bool) -> Pod {
         json!([])
     };
     serde_json::from_value(json!({
-        "metadata": {"name": name(i), "labels": {"app": "floor"}},
+        "metadata": {"name": name(i), "labels": labels(i), "annotations": annotations(shape.sidecars)},
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "readinessGates": gates,
@@ -367,4 +415,46 @@ fn containers_ready_at(pod: &Pod, image: &str) -> bool {
         && containers
             .iter()
             .all(|c| c.ready && (c.name.starts_with(SIDECAR_PREFIX) || c.image == image))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_floor_pod_carries_its_sidecars_annotations() {
+        assert_eq!(annotations(0), json!({}));
+        let two = annotations(2);
+        assert_eq!(two["kruise.io/sidecarset-injected-list"], "side-0,side-1");
+        for (key, with_revision) in [
+            ("kruise.io/sidecarset-hash", true),
+            ("kruise.io/sidecarset-hash-without-image", false),
+        ] {
+            let hashes: serde_json::Value =
+                serde_json::from_str(two[key].as_str().unwrap_or_default()).unwrap_or_default();
+            let entries = hashes.as_object().map(|m| m.len());
+            assert_eq!(entries, Some(2), "{key}: {hashes}");
+            assert_eq!(
+                hashes["side-1"].get("controllerRevision").is_some(),
+                with_revision,
+                "{key}"
+            );
+        }
+        let pod = pod(
+            7,
+            Shape {
+                updated: 2,
+                sidecars: 2,
+            },
+            true,
+        );
+        let labels = pod.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("apps.kruise.io/cloneset-instance-id")
+                .map(String::as_str),
+            Some("00007")
+        );
+        assert_eq!(pod.spec.map(|s| s.containers.len()), Some(4));
+    }
 }
