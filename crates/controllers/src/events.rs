@@ -25,6 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kruise_core::ratelimit::Bucket;
 use kube::Client;
 use kube::runtime::events::{Event, Recorder, Reporter};
 
@@ -91,27 +92,12 @@ impl SpamKey {
     }
 }
 
-/// A token bucket: `tokens` left as of `at`.
-#[derive(Clone, Copy, Debug)]
-struct Budget {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Budget {
-    /// The tokens at `now`: what was left plus what [`REFILL`] gave back since, at most [`BURST`].
-    fn tokens_at(&self, now: Instant) -> f64 {
-        let refilled = now.saturating_duration_since(self.at).as_secs_f64() / REFILL.as_secs_f64();
-        (self.tokens + refilled).min(f64::from(BURST))
-    }
-}
-
 /// Per object and reason, whether one more Event may be published now: [`BURST`] at once, then
-/// one per [`REFILL`]. An object whose budget is full again is forgotten (it is as good as new), so
-/// at most [`TRACKED`] budgets are held.
+/// one per [`REFILL`]. An object whose bucket is full again is forgotten (it is as good as new), so
+/// at most [`TRACKED`] buckets are held.
 #[derive(Debug, Default)]
 struct SpamFilter {
-    budgets: HashMap<SpamKey, Budget>,
+    budgets: HashMap<SpamKey, Bucket>,
 }
 
 impl SpamFilter {
@@ -120,29 +106,21 @@ impl SpamFilter {
         if !self.budgets.contains_key(&key) && self.budgets.len() >= TRACKED {
             self.forget_full(now);
         }
-        let budget = self.budgets.entry(key).or_insert(Budget {
-            tokens: f64::from(BURST),
-            at: now,
-        });
-        let tokens = budget.tokens_at(now);
-        let allowed = tokens >= 1.0;
-        *budget = Budget {
-            tokens: if allowed { tokens - 1.0 } else { tokens },
-            at: now,
-        };
-        allowed
+        self.budgets
+            .entry(key)
+            .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), BURST, now))
+            .try_take(now)
     }
 
-    /// Drops the budgets that are full again; if all of them are still in use, the one least
+    /// Drops the buckets that are full again; if all of them are still in use, the one least
     /// recently drawn on.
     fn forget_full(&mut self, now: Instant) {
-        let full = f64::from(BURST);
-        self.budgets.retain(|_, b| b.tokens_at(now) < full);
+        self.budgets.retain(|_, b| !b.is_full(now));
         if self.budgets.len() >= TRACKED
             && let Some(oldest) = self
                 .budgets
                 .iter()
-                .min_by_key(|(_, b)| b.at)
+                .min_by_key(|(_, b)| b.last())
                 .map(|(k, _)| k.clone())
         {
             self.budgets.remove(&oldest);

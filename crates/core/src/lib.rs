@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod nodefit;
 pub mod ownership;
 pub mod pods;
+pub mod ratelimit;
 pub mod revision;
 pub mod rollout;
 pub mod sidecarset;

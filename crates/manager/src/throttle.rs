@@ -12,50 +12,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use kruise_core::ratelimit::Bucket;
 use tokio::time::Instant;
 use tower::{Layer, Service};
-
-/// Token bucket arithmetic, pure: `reserve` returns how long the caller must wait for its token.
-#[derive(Debug)]
-pub struct Bucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl Bucket {
-    pub fn new(qps: f64, burst: u32, now: Instant) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps: qps.max(0.001),
-            burst,
-            tokens: burst,
-            last: now,
-        }
-    }
-
-    /// The apiserver asked for a pause of `delay`: no request leaves before `now + delay`, and the
-    /// queue behind resumes at the steady rate after it (no burst right after a 429).
-    pub fn back_off(&mut self, now: Instant, delay: Duration) {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
-        let tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        self.tokens = tokens.min(-delay.as_secs_f64() * self.qps + 1.0);
-    }
-
-    /// Takes one token; tokens may go negative (queued requests), each waiting its turn.
-    pub fn reserve(&mut self, now: Instant) -> Duration {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst) - 1.0;
-        if self.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-self.tokens / self.qps)
-        }
-    }
-}
 
 /// A tower layer applying a shared [`Bucket`].
 #[derive(Clone)]
@@ -66,7 +25,11 @@ pub struct ThrottleLayer {
 impl ThrottleLayer {
     pub fn new(qps: f64, burst: u32) -> Self {
         Self {
-            bucket: Arc::new(Mutex::new(Bucket::new(qps, burst, Instant::now()))),
+            bucket: Arc::new(Mutex::new(Bucket::new(
+                qps,
+                burst,
+                Instant::now().into_std(),
+            ))),
         }
     }
 }
@@ -115,7 +78,7 @@ where
         let wait = self
             .bucket
             .lock()
-            .map(|mut b| b.reserve(Instant::now()))
+            .map(|mut b| b.reserve(Instant::now().into_std()))
             .unwrap_or(Duration::ZERO);
         // The inner future does nothing until polled, so the request leaves only after the wait.
         let future = self.inner.call(request);
@@ -132,7 +95,7 @@ where
                     "the apiserver answered 429 Too Many Requests: holding this client's requests"
                 );
                 if let Ok(mut bucket) = bucket.lock() {
-                    bucket.back_off(Instant::now(), delay);
+                    bucket.back_off(Instant::now().into_std(), delay);
                 }
             }
             Ok(response)
@@ -170,28 +133,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_back_off_holds_the_next_requests_then_the_steady_rate_resumes() {
-        let start = Instant::now();
-        let mut bucket = Bucket::new(10.0, 5, start);
-        // A full burst is available, but the apiserver said "wait 2 s".
-        bucket.back_off(start, Duration::from_secs(2));
-        let waits: Vec<Duration> = (0..3).map(|_| bucket.reserve(start)).collect();
-        assert_eq!(
-            waits,
-            [
-                Duration::from_secs(2),
-                Duration::from_millis(2100),
-                Duration::from_millis(2200)
-            ]
-        );
-        // A shorter back-off never shortens a wait already owed.
-        let mut bucket = Bucket::new(10.0, 5, start);
-        bucket.back_off(start, Duration::from_secs(5));
-        bucket.back_off(start, Duration::from_secs(1));
-        assert_eq!(bucket.reserve(start), Duration::from_secs(5));
-    }
-
     /// The layer end to end over a service that answers 429 once: the next request waits the
     /// Retry-After, the refused one is returned to its caller as it came.
     #[tokio::test(start_paused = true)]
@@ -225,22 +166,5 @@ mod tests {
             "the next request waited {:?}",
             Instant::now() - sent
         );
-    }
-
-    #[test]
-    fn burst_then_steady_rate() {
-        let start = Instant::now();
-        let mut bucket = Bucket::new(10.0, 3, start);
-        let waits: Vec<Duration> = (0..5).map(|_| bucket.reserve(start)).collect();
-        assert_eq!(
-            &waits[..3],
-            &[Duration::ZERO; 3],
-            "the burst passes at once"
-        );
-        assert_eq!(waits[3], Duration::from_millis(100));
-        assert_eq!(waits[4], Duration::from_millis(200));
-        // After a quiet second the bucket is full again (capped at the burst).
-        let later = start + Duration::from_secs(2);
-        assert_eq!(bucket.reserve(later), Duration::ZERO);
     }
 }
