@@ -357,8 +357,9 @@ fn live_bytes() -> u64 {
 
 /// Pod `i` as the apiserver serves it once a kubelet runs it: what the defaults and admission add
 /// (service-account volume and mounts, tolerations, policies), managed fields, and the kubelet's
-/// status (conditions, IPs, container states).
-fn served_pod(i: usize, containers: usize) -> Pod {
+/// status (conditions, IPs, container states). The last `sidecars` containers were injected by as
+/// many SidecarSets, with the records they annotate the Pod with.
+fn served_pod(i: usize, containers: usize, sidecars: usize) -> Pod {
     let time = "2026-11-20T10:00:00Z";
     let name = format!("web-{i:05x}");
     let mount = json!([{"name": "kube-api-access-x7k2p", "readOnly": true,
@@ -379,6 +380,42 @@ fn served_pod(i: usize, containers: usize) -> Pod {
                 "readOnly": true, "recursiveReadOnly": "Disabled"}]}))
         .collect();
     let ip = format!("10.{}.{}.{}", 1 + i / 65_000, (i / 250) % 256, 1 + i % 250);
+    let injected: Vec<String> = (containers.saturating_sub(sidecars)..containers)
+        .map(|c| format!("side-{c}"))
+        .collect();
+    // SidecarSet's records, as it writes them: a 64-character hash of each SidecarSet's containers.
+    let record = |salt: usize| {
+        let sets: serde_json::Map<String, serde_json::Value> = injected
+            .iter()
+            .enumerate()
+            .map(|(s, set)| {
+                // As random as a real one (the alphabet of `rand.SafeEncodeString`), the same on
+                // every Pod: a linear congruential sequence seeded by the SidecarSet.
+                let mut state = (s * 31 + salt) as u64;
+                let hash: String = (0..64)
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1_442_695_040_888_963_407);
+                        b"bcdfghjklmnpqrstvwxz2456789"[(state >> 33) as usize % 27] as char
+                    })
+                    .collect();
+                (
+                    set.clone(),
+                    json!({"updateTimestamp": time, "hash": hash, "sidecarSetName": set,
+                    "sidecarList": [set], "controllerRevision": format!("{set}-5f849ff4cc")}),
+                )
+            })
+            .collect();
+        serde_json::Value::Object(sets).to_string()
+    };
+    let annotations = match sidecars {
+        0 => json!({}),
+        _ => {
+            json!({"kruise.io/sidecarset-hash": record(1), "kruise.io/sidecarset-hash-without-image": record(2),
+            "kruise.io/sidecarset-injected-list": injected.join(",")})
+        }
+    };
     serde_json::from_value(json!({
         "metadata": {
             "name": name, "generateName": "web-", "namespace": "bench", "uid": format!("{i:08x}-0000-4000-8000-000000000000"),
@@ -386,6 +423,7 @@ fn served_pod(i: usize, containers: usize) -> Pod {
             "labels": {"app": "web", "controller-revision-hash": "web-7b66b966b7",
                 "apps.kruise.io/cloneset-instance-id": format!("{i:05x}"), "pod-template-hash": "7b66b966b7",
                 "lifecycle.apps.kruise.io/state": "Normal"},
+            "annotations": annotations,
             "ownerReferences": [{"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet", "name": "web",
                 "uid": "0badc0de-0000-4000-8000-000000000000", "controller": true, "blockOwnerDeletion": true}],
             "managedFields": [
@@ -434,11 +472,15 @@ fn served_pod(i: usize, containers: usize) -> Pod {
 /// but for managed fields (the cache before its projection), and as the shared Pod cache keeps them;
 /// the time to read all `n` back as their owner's Pods; and the time to select all `n` by a label
 /// without decoding them (what a SidecarSet reconcile does first).
-fn cache_bytes_per_pod(n: usize, containers: usize) -> (f64, f64, Duration, Duration) {
+fn cache_bytes_per_pod(
+    n: usize,
+    containers: usize,
+    sidecars: usize,
+) -> (f64, f64, Duration, Duration) {
     let before = live_bytes();
     let whole: Vec<std::sync::Arc<Pod>> = (0..n)
         .map(|i| {
-            let mut pod = served_pod(i, containers);
+            let mut pod = served_pod(i, containers, sidecars);
             pod.metadata.managed_fields = None;
             std::sync::Arc::new(pod)
         })
@@ -452,7 +494,7 @@ fn cache_bytes_per_pod(n: usize, containers: usize) -> (f64, f64, Duration, Dura
     cache.apply(kube::runtime::watcher::Event::Init);
     for i in 0..n {
         cache.apply(kube::runtime::watcher::Event::InitApply(served_pod(
-            i, containers,
+            i, containers, sidecars,
         )));
     }
     cache.apply(kube::runtime::watcher::Event::InitDone);
@@ -558,11 +600,15 @@ fn main() -> anyhow::Result<()> {
         "read all (owner)",
         "select all (label)"
     );
-    for containers in [2, 5] {
-        let (whole, cached, read, select) = cache_bytes_per_pod(cli.cached, containers);
+    for (containers, sidecars) in [(2, 0), (5, 0), (6, 4)] {
+        let (whole, cached, read, select) = cache_bytes_per_pod(cli.cached, containers, sidecars);
+        let shape = match sidecars {
+            0 => format!("{containers} containers"),
+            _ => format!("{containers} containers, {sidecars} from SidecarSets"),
+        };
         println!(
             "{:<44} {:>8} {:>12.1} KiB {:>12.1} KiB {:>15.1} ms {:>17.2} ms",
-            format!("{containers} containers"),
+            shape,
             cli.cached,
             whole / 1024.0,
             cached / 1024.0,

@@ -84,8 +84,6 @@ fn dictionary() -> Vec<u8> {
                 "labels": labels,
                 "annotations": {
                     "apps.kruise.io/inplace-update-state": "{\"revision\":\"\",\"updateTimestamp\":\"\",\"lastContainerStatuses\":{\"\":{\"imageID\":\"\"}},\"updateImages\":true,\"containerBatchesRecord\":[{\"timestamp\":\"\",\"containers\":[\"\"]}]}",
-                    "kruise.io/sidecarset-hash": "{\"\":{\"updateTimestamp\":\"\",\"hash\":\"\",\"sidecarSetName\":\"\",\"sidecarList\":[\"\"],\"controllerRevision\":\"\"}}",
-                    "kruise.io/sidecarset-hash-without-image": "",
                     "kruise.io/sidecarset-injected-list": "",
                     "lifecycle.apps.kruise.io/timestamp": time,
                 },
@@ -138,10 +136,13 @@ fn dictionary() -> Vec<u8> {
     ];
     let mut bytes = Vec::new();
     for value in pods {
-        // Through the typed Pod, so the bytes are what `encode` would produce.
-        if let Ok(pod) = serde_json::from_value::<Pod>(value)
-            && let Ok(json) = serde_json::to_vec(&super::project(pod))
-        {
+        // Through the typed Pod and the cache's projection, so the bytes are what `encode` is given.
+        let Ok(pod) = serde_json::from_value::<Pod>(value) else {
+            continue;
+        };
+        let mut projected = super::project(pod);
+        super::take_shared_annotations(&mut projected);
+        if let Ok(json) = serde_json::to_vec(&projected) {
             bytes.extend(json);
         }
     }
