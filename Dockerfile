@@ -20,10 +20,10 @@ RUN target="$(cat /target)" \
  && export CC_x86_64_unknown_linux_musl=cc \
            CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc \
            CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc \
-           CARGO_PROFILE_RELEASE_STRIP=symbols \
- && cargo build --release --locked --target "$target" -p kruise-manager \
+           CARGO_PROFILE_DIST_STRIP=symbols \
+ && cargo build --profile dist --locked --target "$target" -p kruise-manager \
  && mkdir -p /rootfs/etc \
- && cp "target/$target/release/kruise-manager" /rootfs/kruise-manager \
+ && cp "target/$target/dist/kruise-manager" /rootfs/kruise-manager \
  && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > /rootfs/etc/passwd \
  && printf 'root:x:0:\nnonroot:x:65532:\n' > /rootfs/etc/group
 

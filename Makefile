@@ -41,9 +41,9 @@ IMAGE_REF ?= kruise-rs/kruise-manager:$(shell sed -n 's/^version = "\(.*\)"/\1/p
 IMAGE_OUT ?= $(or $(CARGO_TARGET_DIR),target)/kruise-manager-image.tar
 image:
 	rustup target list --installed | grep -qx $(IMAGE_TARGET) || rustup target add $(IMAGE_TARGET)
-	CC_$(subst -,_,$(IMAGE_TARGET))=$${CC_$(subst -,_,$(IMAGE_TARGET)):-cc} CARGO_PROFILE_RELEASE_STRIP=symbols \
-	  $(CARGO) build --release --locked --target $(IMAGE_TARGET) -p kruise-manager
-	$(CARGO) run -q --release -p kruise-image -- build --binary $(or $(CARGO_TARGET_DIR),target)/$(IMAGE_TARGET)/release/kruise-manager \
+	CC_$(subst -,_,$(IMAGE_TARGET))=$${CC_$(subst -,_,$(IMAGE_TARGET)):-cc} CARGO_PROFILE_DIST_STRIP=symbols \
+	  $(CARGO) build --profile dist --locked --target $(IMAGE_TARGET) -p kruise-manager
+	$(CARGO) run -q --release -p kruise-image -- build --binary $(or $(CARGO_TARGET_DIR),target)/$(IMAGE_TARGET)/dist/kruise-manager \
 	  --out $(IMAGE_OUT) --reference $(IMAGE_REF) --architecture $(IMAGE_ARCH)
 	$(CARGO) run -q --release -p kruise-image -- check $(IMAGE_OUT) --require-static --max-mib 30
 
@@ -72,10 +72,12 @@ fmt:
 ## BroadcastJob and an Advanced DaemonSet (with Kubernetes' DaemonSet beside it) on 300 nodes, and of a
 ## 1,000-replica UnitedDeployment over 3 CloneSet subsets, of one manager over 10,000 Pods, and of the
 ## pure planners on 10k/100k-Pod snapshots (prints numbers, asserts nothing about time).
+## The benches run the kruise-manager that ships: the `dist` profile (Cargo.toml), which `make image` builds.
+bench: export KRUISE_MANAGER_BIN = $(abspath $(or $(CARGO_TARGET_DIR),target))/dist/kruise-manager
 bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin planner-scale
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
-	$(CARGO) build --release -p kruise-manager
+	$(CARGO) build --profile dist -p kruise-manager
 	$(CARGO) run --release -p kruise-benches --bin cloneset-scale
 	$(CARGO) run --release -p kruise-benches --bin statefulset-scale
 	$(CARGO) run --release -p kruise-benches --bin sidecarset-scale

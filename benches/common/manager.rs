@@ -1,5 +1,6 @@
-//! kruise-manager as the benches run it: the binary next to the bench (`cargo build --release -p
-//! kruise-manager`, as `make bench` does) or `$KRUISE_MANAGER_BIN`, owned by the control plane.
+//! kruise-manager as the benches run it: `$KRUISE_MANAGER_BIN` (`make bench` builds the `dist` profile,
+//! the binary that ships, and points there), else the binary next to the bench (`cargo build
+//! --release -p kruise-manager`), owned by the control plane.
 
 use std::time::Duration;
 
