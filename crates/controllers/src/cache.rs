@@ -714,6 +714,50 @@ fn into_pod_event(event: watcher::Event<WirePod>) -> watcher::Event<Pod> {
     }
 }
 
+/// One subscriber's events. One that falls more than [`EVENTS_BUFFERED`] events behind has missed
+/// some: it gets [`CacheEvent::Resync`] in their place, and a warning says so.
+pub struct CacheEvents {
+    events: broadcast::Receiver<CacheEvent>,
+    subscriber: &'static str,
+}
+
+impl CacheEvents {
+    /// The next event; `None` once the cache is gone.
+    pub async fn recv(&mut self) -> Option<CacheEvent> {
+        let received = self.events.recv().await;
+        self.received(received)
+    }
+
+    /// The next event if one is there (tests).
+    pub fn try_recv(&mut self) -> Option<CacheEvent> {
+        let received = self.events.try_recv().map_err(|error| match error {
+            broadcast::error::TryRecvError::Lagged(missed) => {
+                broadcast::error::RecvError::Lagged(missed)
+            }
+            _ => broadcast::error::RecvError::Closed,
+        });
+        self.received(received)
+    }
+
+    fn received(
+        &self,
+        received: Result<CacheEvent, broadcast::error::RecvError>,
+    ) -> Option<CacheEvent> {
+        match received {
+            Ok(event) => Some(event),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    subscriber = self.subscriber,
+                    missed,
+                    "fell behind the Pod cache's events; every workload it serves is reconciled again"
+                );
+                Some(CacheEvent::Resync)
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
 /// Events the channel holds for a subscriber that has not read them yet. The ring is allocated and
 /// written whole when the cache is made, 48 bytes a slot: 65,536 took 3 MiB of every manager's RSS,
 /// this 0.75. A subscriber only hands each event on to its controller's queue, and a rollout of
@@ -866,9 +910,13 @@ impl PodCache {
         let _ = rx.wait_for(|synced| *synced).await;
     }
 
-    /// Change notifications from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<CacheEvent> {
-        self.events.subscribe()
+    /// Change notifications from now on, for `subscriber` (named in the warning should it fall
+    /// behind).
+    pub fn subscribe(&self, subscriber: &'static str) -> CacheEvents {
+        CacheEvents {
+            events: self.events.subscribe(),
+            subscriber,
+        }
     }
 
     /// A cached Pod.
@@ -1064,12 +1112,12 @@ mod tests {
     #[test]
     fn indexes_by_owner_and_notifies() {
         let cache = PodCache::new();
-        let mut rx = cache.subscribe();
+        let mut rx = cache.subscribe("test");
         cache.apply(watcher::Event::Init);
         cache.apply(watcher::Event::InitApply(pod("a", Some("u1"))));
         cache.apply(watcher::Event::InitApply(pod("b", None)));
         cache.apply(watcher::Event::InitDone);
-        assert_eq!(rx.try_recv().ok(), Some(CacheEvent::Resync));
+        assert_eq!(rx.try_recv(), Some(CacheEvent::Resync));
         assert_eq!(names(cache.owned_by("u1")), vec!["a"]);
         assert_eq!(names(cache.orphans_in("ns")), vec!["b"]);
 
@@ -1078,7 +1126,7 @@ mod tests {
         cache.apply(watcher::Event::Apply(pod("a", Some("u2"))));
         assert_eq!(names(cache.owned_by("u1")), vec!["b"]);
         assert_eq!(names(cache.owned_by("u2")), vec!["a"]);
-        let owners: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+        let owners: Vec<String> = std::iter::from_fn(|| rx.try_recv())
             .filter_map(|e| match e {
                 CacheEvent::Owner(o) => Some(o.name.clone()),
                 CacheEvent::Pod(_) | CacheEvent::Resync => None,
@@ -1090,6 +1138,20 @@ mod tests {
         assert!(cache.owned_by("u2").is_empty());
         assert_eq!(cache.len(), 1);
         assert!(cache.get("ns", "b").is_some());
+    }
+
+    #[test]
+    fn a_subscriber_that_fell_behind_is_told_to_resync() {
+        let cache = PodCache::new();
+        let mut behind = cache.subscribe("test");
+        // A Pod without an owner is one event; one more than the ring holds.
+        for i in 0..=EVENTS_BUFFERED {
+            cache.apply(watcher::Event::Apply(pod(&format!("p{i}"), None)));
+        }
+        assert_eq!(behind.try_recv(), Some(CacheEvent::Resync));
+        // Then it reads on from the oldest event still held.
+        assert!(matches!(behind.try_recv(), Some(CacheEvent::Pod(_))));
+        drop(cache);
     }
 
     #[test]

@@ -18,9 +18,9 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::{CacheEvent, CacheEvents, PodCache};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -67,14 +67,14 @@ pub struct Context {
 /// Forwards Pod cache changes of BroadcastJob Pods to the controller: the owner to reconcile, or
 /// a resync of every job when the cache relisted or this subscriber fell behind.
 fn pod_triggers(
-    mut events: broadcast::Receiver<CacheEvent>,
+    mut events: CacheEvents,
     all_tx: mpsc::UnboundedSender<()>,
 ) -> mpsc::UnboundedReceiver<ObjectRef<BroadcastJob>> {
     let (owner_tx, owner_rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
             match events.recv().await {
-                Ok(CacheEvent::Owner(owner)) => {
+                Some(CacheEvent::Owner(owner)) => {
                     if owner.kind == "BroadcastJob"
                         && owner.api_version.starts_with("apps.kruise.io/")
                     {
@@ -84,13 +84,13 @@ fn pod_triggers(
                         }
                     }
                 }
-                Ok(CacheEvent::Pod(_)) => {}
-                Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some(CacheEvent::Pod(_)) => {}
+                Some(CacheEvent::Resync) => {
                     if all_tx.send(()).is_err() {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                None => return,
             }
         }
     });
@@ -100,7 +100,7 @@ fn pod_triggers(
 /// Runs the BroadcastJob controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    let owner_rx = pod_triggers(pods.subscribe(), all_tx.clone());
+    let owner_rx = pod_triggers(pods.subscribe("broadcastjob"), all_tx.clone());
     let nodes = crate::nodes::watch(client.clone(), all_tx, "BroadcastJob");
     pods.wait_synced().await;
 

@@ -21,9 +21,9 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::{CacheEvent, CacheEvents, PodCache};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -68,14 +68,14 @@ pub struct Context {
 /// Forwards Pod cache changes of Advanced DaemonSet Pods to the controller: the owner to reconcile,
 /// or a resync of every set when the cache relisted or this subscriber fell behind.
 fn pod_triggers(
-    mut events: broadcast::Receiver<CacheEvent>,
+    mut events: CacheEvents,
     all_tx: mpsc::UnboundedSender<()>,
 ) -> mpsc::UnboundedReceiver<ObjectRef<DaemonSet>> {
     let (owner_tx, owner_rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
             match events.recv().await {
-                Ok(CacheEvent::Owner(owner)) => {
+                Some(CacheEvent::Owner(owner)) => {
                     if owner.kind == "DaemonSet" && owner.api_version.starts_with("apps.kruise.io/")
                     {
                         let target = ObjectRef::new(&owner.name).within(&owner.namespace);
@@ -84,13 +84,13 @@ fn pod_triggers(
                         }
                     }
                 }
-                Ok(CacheEvent::Pod(_)) => {}
-                Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some(CacheEvent::Pod(_)) => {}
+                Some(CacheEvent::Resync) => {
                     if all_tx.send(()).is_err() {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                None => return,
             }
         }
     });
@@ -100,7 +100,7 @@ fn pod_triggers(
 /// Runs the Advanced DaemonSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    let owner_rx = pod_triggers(pods.subscribe(), all_tx.clone());
+    let owner_rx = pod_triggers(pods.subscribe("daemonset"), all_tx.clone());
     pods.wait_synced().await;
     let nodes = crate::nodes::watch(client.clone(), all_tx, "DaemonSet");
     let (revisions, revision_events) =

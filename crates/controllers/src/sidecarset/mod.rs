@@ -86,7 +86,7 @@ pub use crate::error::{Error, is_race};
 
 /// Runs the SidecarSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
-    let events = pods.subscribe();
+    let events = pods.subscribe("sidecarset");
     pods.wait_synced().await;
     let (namespaces, namespace_events) =
         crate::cache::reflected(Api::<Namespace>::all(client.clone()), None);

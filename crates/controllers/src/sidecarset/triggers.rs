@@ -21,9 +21,9 @@ use kruise_api::sidecarset::CONDITION_SIDECARSET_UPGRADABLE;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_core::sidecarset::{namespace_or_default, selects_by};
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache, PodKey, PodLabels};
+use crate::cache::{CacheEvent, CacheEvents, PodCache, PodKey, PodLabels};
 
 /// Minimum time between two reconciles of one SidecarSet caused by Pod events.
 pub(super) const THROTTLE: Duration = Duration::from_millis(250);
@@ -153,7 +153,7 @@ impl Throttle {
 /// Turns Pod cache events into reconcile requests for the SidecarSets they concern, until the cache
 /// or the controller goes away.
 pub(super) async fn run(
-    mut events: broadcast::Receiver<CacheEvent>,
+    mut events: CacheEvents,
     pods: Arc<PodCache>,
     sidecarsets: Store<SidecarSet>,
     namespaces: Store<Namespace>,
@@ -168,8 +168,8 @@ pub(super) async fn run(
     loop {
         let change = tokio::select! {
             event = events.recv() => match event {
-                Ok(CacheEvent::Pod(change)) => change,
-                Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some(CacheEvent::Pod(change)) => change,
+                Some(CacheEvent::Resync) => {
                     // Changes may have been missed: every SidecarSet looks again.
                     seen.clear();
                     for ss in sidecarsets.state() {
@@ -181,8 +181,8 @@ pub(super) async fn run(
                     }
                     continue;
                 }
-                Ok(CacheEvent::Owner(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return,
+                Some(CacheEvent::Owner(_)) => continue,
+                None => return,
             },
             _ = tick.tick() => {
                 for name in throttle.due(Instant::now()) {

@@ -19,9 +19,9 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::{CacheEvent, CacheEvents, PodCache};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -66,7 +66,7 @@ pub struct Context {
 /// Forwards Pod cache changes of Advanced StatefulSet Pods to the controller: the owner to
 /// reconcile, or a resync of every set when the cache relisted or this subscriber fell behind.
 fn pod_triggers(
-    mut events: broadcast::Receiver<CacheEvent>,
+    mut events: CacheEvents,
 ) -> (
     mpsc::UnboundedReceiver<ObjectRef<StatefulSet>>,
     mpsc::UnboundedReceiver<()>,
@@ -76,7 +76,7 @@ fn pod_triggers(
     tokio::spawn(async move {
         loop {
             match events.recv().await {
-                Ok(CacheEvent::Owner(owner)) => {
+                Some(CacheEvent::Owner(owner)) => {
                     if owner.kind == "StatefulSet"
                         && owner.api_version.starts_with("apps.kruise.io/")
                     {
@@ -86,13 +86,13 @@ fn pod_triggers(
                         }
                     }
                 }
-                Ok(CacheEvent::Pod(_)) => {}
-                Ok(CacheEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some(CacheEvent::Pod(_)) => {}
+                Some(CacheEvent::Resync) => {
                     if all_tx.send(()).is_err() {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                None => return,
             }
         }
     });
@@ -101,7 +101,7 @@ fn pod_triggers(
 
 /// Runs the Advanced StatefulSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
-    let (owner_rx, all_rx) = pod_triggers(pods.subscribe());
+    let (owner_rx, all_rx) = pod_triggers(pods.subscribe("statefulset"));
     pods.wait_synced().await;
 
     let (revisions, revision_events) =
