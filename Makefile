@@ -75,9 +75,9 @@ fmt:
 ## The benches run the kruise-manager that ships: the `dist` profile (Cargo.toml), which `make image` builds.
 bench: export KRUISE_MANAGER_BIN = $(abspath $(or $(CARGO_TARGET_DIR),target))/dist/kruise-manager
 bench: control-plane
+	$(CARGO) build --profile dist -p kruise-manager
 	$(CARGO) run --release -p kruise-benches --bin planner-scale
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
-	$(CARGO) build --profile dist -p kruise-manager
 	$(CARGO) run --release -p kruise-benches --bin cloneset-scale
 	$(CARGO) run --release -p kruise-benches --bin statefulset-scale
 	$(CARGO) run --release -p kruise-benches --bin sidecarset-scale
