@@ -8,9 +8,9 @@
 //! few microseconds per Pod read (a reconcile reads only its own workload's Pods). Labels, the
 //! bound node and SidecarSet's records (annotations the compression cannot shrink, the same on
 //! every Pod a SidecarSet revision injected) are kept decoded beside it, their strings interned, so
-//! label selectors and node checks over many Pods decode only the Pods they return. Pods are indexed by the uid of
-//! their controlling owner, and subscribers are told which owner a changed Pod belongs to so each
-//! controller can reconcile just that workload.
+//! label selectors and node checks over many Pods decode only the Pods they return. Pods are
+//! indexed by the uid of their controlling owner, and subscribers are told which owner a changed
+//! Pod belongs to so each controller can reconcile just that workload.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
