@@ -770,6 +770,15 @@ impl CacheEvents {
 /// to lag; one that lags is told to resync, which reconciles every workload of its kind once.
 const EVENTS_BUFFERED: usize = 16_384;
 
+/// Whether the cache is worth packing ([`PodCache::pack`]), with `unpacked` Pods written since it
+/// was last packed, `unpacked_before` of them a look before, and `pods` cached: once an eighth of its
+/// Pods (and at least [`PACK_AFTER_WRITES`]) were written, so that a long burst of writes does not
+/// scatter them all; and once the writes stopped (none since the look before), so that what the end
+/// of a burst wrote does not stay scattered while the cache is at rest.
+fn pack_due(unpacked: usize, unpacked_before: usize, pods: usize) -> bool {
+    unpacked >= PACK_AFTER_WRITES.max(pods / 8) || (unpacked > 0 && unpacked == unpacked_before)
+}
+
 /// How often the cache looks whether it is worth packing ([`PodCache::pack`]).
 const PACK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -826,23 +835,26 @@ impl PodCache {
         packed
     }
 
-    /// Packs the cache ([`Self::pack`]) every [`PACK_EVERY`] once an eighth of its Pods (and at
-    /// least [`PACK_AFTER_WRITES`]) were written since it was last packed, until the cache is
-    /// dropped. A rollout of 10,000 Pods is packed every few seconds (about 10 MB copied, a few
-    /// milliseconds); a cluster at rest never.
+    /// Packs the cache ([`Self::pack`]) when [`pack_due`] says so, looking every [`PACK_EVERY`],
+    /// until the cache is dropped. A rollout of 10,000 Pods is packed every few seconds (about 10 MB
+    /// copied, a few milliseconds) and once more when it is over; a cluster at rest never.
     async fn pack_when_written(cache: std::sync::Weak<Self>) {
         let mut tick = tokio::time::interval(PACK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut unpacked_before = 0;
         loop {
             tick.tick().await;
             let Some(cache) = cache.upgrade() else {
                 return;
             };
-            let due = {
+            let (unpacked, pods) = {
                 let state = cache.state.read().unwrap_or_else(|e| e.into_inner());
-                state.unpacked >= PACK_AFTER_WRITES.max(state.pods.len() / 8)
+                (state.unpacked, state.pods.len())
             };
+            let due = pack_due(unpacked, unpacked_before, pods);
+            unpacked_before = unpacked;
             if due {
+                unpacked_before = 0;
                 let started = std::time::Instant::now();
                 let packed = cache.pack();
                 tracing::debug!(packed, took = ?started.elapsed(), "packed the Pod cache");
@@ -1268,6 +1280,28 @@ mod tests {
         assert_eq!(cache.get("ns", "p3").as_deref(), Some(&project(changed)));
         assert_eq!(cache.pack(), 5);
         assert!(!bytes_of(&cache, "p0").is_some_and(|b| b.shares_block(&first)));
+    }
+
+    #[test]
+    fn the_cache_is_packed_after_many_writes_or_once_they_stop() {
+        // (written since the last packing, of them a look before, cached Pods) → due
+        let cases = [
+            ((0, 0, 10_000), false),      // at rest, nothing written
+            ((900, 0, 10_000), false),    // writing, under an eighth
+            ((900, 400, 10_000), false),  // still writing
+            ((1_250, 900, 10_000), true), // an eighth of the Pods written
+            ((900, 900, 10_000), true),   // the writes stopped
+            ((1, 1, 10_000), true),       // one Pod changed at rest, then nothing
+            ((255, 10, 100), false),      // few Pods: at least PACK_AFTER_WRITES
+            ((PACK_AFTER_WRITES, 10, 100), true),
+        ];
+        for ((unpacked, before, pods), due) in cases {
+            assert_eq!(
+                pack_due(unpacked, before, pods),
+                due,
+                "{unpacked} {before} {pods}"
+            );
+        }
     }
 
     #[test]
