@@ -773,11 +773,16 @@ const EVENTS_BUFFERED: usize = 16_384;
 /// Whether the cache is worth packing ([`PodCache::pack`]), with `unpacked` Pods written since it
 /// was last packed, `unpacked_before` of them a look before, and `pods` cached: once an eighth of its
 /// Pods (and at least [`PACK_AFTER_WRITES`]) were written, so that a long burst of writes does not
-/// scatter them all; and once the writes stopped (none since the look before), so that what the end
-/// of a burst wrote does not stay scattered while the cache is at rest.
+/// scatter them all; and once a burst of at least [`PACK_AFTER_BURST`] writes stopped (none since
+/// the look before), so that what its end wrote does not stay scattered while the cache is at rest.
+/// A Pod changing now and then in a quiet cluster does not make the cache copy all of its Pods.
 fn pack_due(unpacked: usize, unpacked_before: usize, pods: usize) -> bool {
-    unpacked >= PACK_AFTER_WRITES.max(pods / 8) || (unpacked > 0 && unpacked == unpacked_before)
+    unpacked >= PACK_AFTER_WRITES.max(pods / 8)
+        || (unpacked >= PACK_AFTER_BURST && unpacked == unpacked_before)
 }
+
+/// Pod writes that, once they stopped, the cache packs ([`pack_due`]).
+const PACK_AFTER_BURST: usize = 64;
 
 /// How often the cache looks whether it is worth packing ([`PodCache::pack`]).
 const PACK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -1291,7 +1296,8 @@ mod tests {
             ((900, 400, 10_000), false),  // still writing
             ((1_250, 900, 10_000), true), // an eighth of the Pods written
             ((900, 900, 10_000), true),   // the writes stopped
-            ((1, 1, 10_000), true),       // one Pod changed at rest, then nothing
+            ((1, 1, 10_000), false),      // a Pod changed at rest, then nothing
+            ((64, 64, 10_000), true),     // a small burst, over
             ((255, 10, 100), false),      // few Pods: at least PACK_AFTER_WRITES
             ((PACK_AFTER_WRITES, 10, 100), true),
         ];
