@@ -52,14 +52,22 @@ impl Bytes {
 /// of the block.
 pub(super) fn pack<'a>(parts: impl ExactSizeIterator<Item = &'a Bytes> + Clone) -> Vec<Bytes> {
     let total: usize = parts.clone().map(|p| p.as_slice().len()).sum();
-    let mut block = Vec::with_capacity(total);
+    // Allocated once, at its size, and filled in place: through a Vec, `Arc::from` would copy
+    // every byte a second time and hold both copies at once.
+    let mut block: Arc<[u8]> = std::iter::repeat_n(0, total).collect();
     let mut ranges: Vec<Range<usize>> = Vec::with_capacity(parts.len());
-    for part in parts {
-        let start = block.len();
-        block.extend_from_slice(part.as_slice());
-        ranges.push(start..block.len());
+    if let Some(fill) = Arc::get_mut(&mut block) {
+        let mut start = 0;
+        for part in parts {
+            let bytes = part.as_slice();
+            let end = start + bytes.len();
+            if let Some(range) = fill.get_mut(start..end) {
+                range.copy_from_slice(bytes);
+            }
+            ranges.push(start..end);
+            start = end;
+        }
     }
-    let block: Arc<[u8]> = Arc::from(block);
     ranges
         .into_iter()
         .map(|range| Bytes {
