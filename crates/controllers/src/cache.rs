@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 /// A store of every `K` in the cluster (with `labels`, only those matching that selector) and the
 /// watch stream that fills it: poll the stream (or give it to a `Controller`) and read the store.
@@ -728,37 +728,69 @@ pub struct CacheEvents {
 impl CacheEvents {
     /// The next event; `None` once the cache is gone.
     pub async fn recv(&mut self) -> Option<CacheEvent> {
-        let received = self.events.recv().await;
-        self.received(received)
+        match self.events.recv().await {
+            Ok(event) => Some(event),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(self.lagged(missed)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
     }
 
     /// The next event if one is there (tests).
     pub fn try_recv(&mut self) -> Option<CacheEvent> {
-        let received = self.events.try_recv().map_err(|error| match error {
-            broadcast::error::TryRecvError::Lagged(missed) => {
-                broadcast::error::RecvError::Lagged(missed)
+        match self.events.try_recv() {
+            Ok(event) => Some(event),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => Some(self.lagged(missed)),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+                None
             }
-            _ => broadcast::error::RecvError::Closed,
-        });
-        self.received(received)
+        }
     }
 
-    fn received(
-        &self,
-        received: Result<CacheEvent, broadcast::error::RecvError>,
-    ) -> Option<CacheEvent> {
-        match received {
-            Ok(event) => Some(event),
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    subscriber = self.subscriber,
-                    missed,
-                    "fell behind the Pod cache's events; every workload it serves is reconciled again"
-                );
-                Some(CacheEvent::Resync)
+    /// What a subscriber that missed `missed` events gets in their place.
+    fn lagged(&self, missed: u64) -> CacheEvent {
+        tracing::warn!(
+            subscriber = self.subscriber,
+            missed,
+            "fell behind the Pod cache's events; every workload it serves is reconciled again"
+        );
+        CacheEvent::Resync
+    }
+
+    /// Hands the events on to the controller of `K`, an apps.kruise.io workload, on a task of its
+    /// own until either side is gone: the owner of a changed Pod when it is a `K`, to reconcile, and
+    /// `()` on `all` when every `K` must be reconciled (the cache relisted, or this subscriber fell
+    /// behind).
+    pub fn forward_owners<K>(
+        mut self,
+        all: mpsc::UnboundedSender<()>,
+    ) -> mpsc::UnboundedReceiver<reflector::ObjectRef<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + 'static,
+    {
+        let (owners, owners_rx) = mpsc::unbounded_channel();
+        let (kind, group) = (K::kind(&()), K::group(&()));
+        tokio::spawn(async move {
+            while let Some(event) = self.recv().await {
+                let sent = match event {
+                    CacheEvent::Owner(owner) => {
+                        let is_k = owner.kind == kind
+                            && owner.api_version.split('/').next() == Some(&*group);
+                        !is_k
+                            || owners
+                                .send(
+                                    reflector::ObjectRef::new(&owner.name).within(&owner.namespace),
+                                )
+                                .is_ok()
+                    }
+                    CacheEvent::Pod(_) => true,
+                    CacheEvent::Resync => all.send(()).is_ok(),
+                };
+                if !sent {
+                    return;
+                }
             }
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
+        });
+        owners_rx
     }
 }
 
@@ -857,9 +889,8 @@ impl PodCache {
                 (state.unpacked, state.pods.len())
             };
             let due = pack_due(unpacked, unpacked_before, pods);
-            unpacked_before = unpacked;
+            unpacked_before = if due { 0 } else { unpacked };
             if due {
-                unpacked_before = 0;
                 let started = std::time::Instant::now();
                 let packed = cache.pack();
                 tracing::debug!(packed, took = ?started.elapsed(), "packed the Pod cache");
@@ -1229,6 +1260,56 @@ mod tests {
         assert!(cache.owned_by("u2").is_empty());
         assert_eq!(cache.len(), 1);
         assert!(cache.get("ns", "b").is_some());
+    }
+
+    #[tokio::test]
+    async fn owners_of_the_workloads_kind_are_forwarded_and_a_relist_to_all() {
+        use kruise_api::cloneset::v1beta1::CloneSet;
+        let cache = PodCache::new();
+        let (all_tx, mut all) = mpsc::unbounded_channel();
+        let mut owners = cache.subscribe("test").forward_owners::<CloneSet>(all_tx);
+        let owned_by = |name: &str, api_version: &str, kind: &str| {
+            let mut p = pod(name, Some("u1"));
+            if let Some(owner) = p
+                .metadata
+                .owner_references
+                .as_mut()
+                .and_then(|o| o.first_mut())
+            {
+                owner.api_version = api_version.into();
+                owner.kind = kind.into();
+            }
+            p
+        };
+        cache.apply(watcher::Event::Apply(owned_by(
+            "a",
+            "apps/v1",
+            "ReplicaSet",
+        )));
+        cache.apply(watcher::Event::Apply(owned_by(
+            "b",
+            "example.com/v1",
+            "CloneSet",
+        )));
+        cache.apply(watcher::Event::Apply(pod("c", None)));
+        cache.apply(watcher::Event::Apply(owned_by(
+            "d",
+            "apps.kruise.io/v1alpha1",
+            "CloneSet",
+        )));
+        let wait = std::time::Duration::from_secs(5);
+        let forwarded = tokio::time::timeout(wait, owners.recv()).await;
+        assert_eq!(
+            forwarded.ok().flatten(),
+            Some(reflector::ObjectRef::new("cs-u1").within("ns"))
+        );
+        assert!(owners.try_recv().is_err(), "only the CloneSet owner");
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitDone);
+        assert_eq!(
+            tokio::time::timeout(wait, all.recv()).await.ok().flatten(),
+            Some(())
+        );
     }
 
     #[test]

@@ -17,12 +17,12 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, CacheEvents, PodCache};
+use crate::cache::PodCache;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -66,44 +66,12 @@ pub struct Context {
 
 pub use crate::error::{Error, KubeContext};
 
-/// Forwards Pod cache changes of CloneSet Pods to the controller: the owner to reconcile, or a
-/// resync of every CloneSet when the cache relisted or this subscriber fell behind.
-fn pod_triggers(
-    mut events: CacheEvents,
-) -> (
-    mpsc::UnboundedReceiver<ObjectRef<CloneSet>>,
-    mpsc::UnboundedReceiver<()>,
-) {
-    let (owner_tx, owner_rx) = mpsc::unbounded_channel();
-    let (all_tx, all_rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            match events.recv().await {
-                Some(CacheEvent::Owner(owner)) => {
-                    if owner.kind == "CloneSet" && owner.api_version.starts_with("apps.kruise.io/")
-                    {
-                        let target = ObjectRef::new(&owner.name).within(&owner.namespace);
-                        if owner_tx.send(target).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Some(CacheEvent::Pod(_)) => {}
-                Some(CacheEvent::Resync) => {
-                    if all_tx.send(()).is_err() {
-                        return;
-                    }
-                }
-                None => return,
-            }
-        }
-    });
-    (owner_rx, all_rx)
-}
-
 /// Runs the CloneSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
-    let (owner_rx, all_rx) = pod_triggers(pods.subscribe("cloneset"));
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    let owner_rx = pods
+        .subscribe("cloneset")
+        .forward_owners::<CloneSet>(all_tx);
     pods.wait_synced().await;
 
     let (revisions, revision_events) =

@@ -18,12 +18,12 @@ use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, CacheEvents, PodCache};
+use crate::cache::PodCache;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -65,42 +65,12 @@ pub struct Context {
     pub(crate) config: Config,
 }
 
-/// Forwards Pod cache changes of Advanced DaemonSet Pods to the controller: the owner to reconcile,
-/// or a resync of every set when the cache relisted or this subscriber fell behind.
-fn pod_triggers(
-    mut events: CacheEvents,
-    all_tx: mpsc::UnboundedSender<()>,
-) -> mpsc::UnboundedReceiver<ObjectRef<DaemonSet>> {
-    let (owner_tx, owner_rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            match events.recv().await {
-                Some(CacheEvent::Owner(owner)) => {
-                    if owner.kind == "DaemonSet" && owner.api_version.starts_with("apps.kruise.io/")
-                    {
-                        let target = ObjectRef::new(&owner.name).within(&owner.namespace);
-                        if owner_tx.send(target).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Some(CacheEvent::Pod(_)) => {}
-                Some(CacheEvent::Resync) => {
-                    if all_tx.send(()).is_err() {
-                        return;
-                    }
-                }
-                None => return,
-            }
-        }
-    });
-    owner_rx
-}
-
 /// Runs the Advanced DaemonSet controller until the future is dropped.
 pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    let owner_rx = pod_triggers(pods.subscribe("daemonset"), all_tx.clone());
+    let owner_rx = pods
+        .subscribe("daemonset")
+        .forward_owners::<DaemonSet>(all_tx.clone());
     pods.wait_synced().await;
     let nodes = crate::nodes::watch(client.clone(), all_tx, "DaemonSet");
     let (revisions, revision_events) =
