@@ -226,7 +226,9 @@ async fn restarted_manager_writes_nothing_over_a_settled_cloneset() -> anyhow::R
             &cloneset("settled", REPLICAS, "nginx:alpine", json!({})),
         )
         .await?;
+        let started = std::time::Instant::now();
         wait_converged(&ns, "settled", REPLICAS, Duration::from_secs(240)).await?;
+        eprintln!("converged after {:?}", started.elapsed());
 
         // Settled: nothing written for a whole hold (status counters and conditions final).
         let pod_api: Api<Pod> = ns.api();
@@ -253,10 +255,12 @@ async fn restarted_manager_writes_nothing_over_a_settled_cloneset() -> anyhow::R
         )
         .await?;
         anyhow::ensure!(before.0.len() == REPLICAS as usize);
+        eprintln!("settled after {:?}", started.elapsed());
 
         bed.plane.stop_process("manager-c", false);
         let second = manager::spawn(&bed.plane, &options("manager-d"))?;
         manager::wait_serving(&bed.plane, &second, Duration::from_secs(90)).await?;
+        eprintln!("restarted manager serving after {:?}", started.elapsed());
         kruise_testkit::eventually(
             "the restarted manager reconciled the CloneSet",
             Duration::from_secs(60),
@@ -272,6 +276,7 @@ async fn restarted_manager_writes_nothing_over_a_settled_cloneset() -> anyhow::R
             },
         )
         .await?;
+        eprintln!("restarted manager reconciled after {:?}", started.elapsed());
         tokio::time::sleep(HOLD).await;
 
         let after = versions().await?;

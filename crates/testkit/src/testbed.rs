@@ -237,6 +237,33 @@ impl TestBed {
     }
 }
 
+/// How many lines of Pods and of Events a failed test prints: a 200-Pod listing would push the
+/// failure out of the window of output CI shows.
+const DIAGNOSTIC_LINES: usize = 40;
+
+/// The first `n` lines of `text`, and how many were left out.
+fn first_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = lines[..lines.len().min(n)].join("\n");
+    if lines.len() > n {
+        out.push_str(&format!("\n... and {} more", lines.len() - n));
+    }
+    out
+}
+
+/// The last `n` lines of `text`, and how many were left out.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let skipped = lines.len().saturating_sub(n);
+    let mut out = if skipped > 0 {
+        format!("... {skipped} earlier\n")
+    } else {
+        String::new()
+    };
+    out.push_str(&lines[skipped..].join("\n"));
+    out
+}
+
 fn uuid_like() -> String {
     use rand::RngCore;
     let mut bytes = [0u8; 8];
@@ -257,27 +284,39 @@ impl TestNamespace {
     /// every component's log are printed and the namespace is kept for inspection; a panic does the same.
     pub async fn run<T>(&self, body: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
         let result = body.await;
-        if result.is_err() {
+        if let Err(error) = &result {
             self.failed.store(true, std::sync::atomic::Ordering::SeqCst);
-            self.print_diagnostics();
+            self.print_diagnostics(&format!("{error:#}"));
         }
         result
     }
 
-    fn print_diagnostics(&self) {
-        let state = std::process::Command::new(self.bed.plane.bin_dir().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.bed.plane.kubeconfig_path())
-            .args(["get", "pods,events", "-o", "wide", "-n", &self.name])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
+    /// What a failed test leaves for whoever reads CI's output, which may show only a window of it:
+    /// the failure itself first and again last, the namespace's Events and at most
+    /// [`DIAGNOSTIC_LINES`] lines of its Pods, then the tail of every component's log.
+    fn print_diagnostics(&self, failure: &str) {
+        let kubectl = |args: &[&str]| {
+            std::process::Command::new(self.bed.plane.bin_dir().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(self.bed.plane.kubeconfig_path())
+                .args(["get", "-o", "wide", "-n", &self.name])
+                .args(args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        };
         let sim_log = self.bed.plane.dir().join("kubelet-sim.log");
         eprintln!(
-            "===== test failed in namespace {} =====\n{state}\n{}----- kubelet-sim -----\n{}",
+            "===== test failed in namespace {}: {failure}\n----- events -----\n{}\n----- pods -----\n{}\n{}----- kubelet-sim -----\n{}\n===== test failed in namespace {}: {failure}",
             self.name,
+            last_lines(
+                &kubectl(&["events", "--sort-by=.lastTimestamp"]),
+                DIAGNOSTIC_LINES
+            ),
+            first_lines(&kubectl(&["pods"]), DIAGNOSTIC_LINES),
             self.bed.plane.log_tails(40),
-            crate::process::tail(&sim_log, 40)
+            crate::process::tail(&sim_log, 40),
+            self.name,
         );
     }
 
@@ -307,23 +346,7 @@ impl Drop for TestNamespace {
         let kubectl = self.bed.plane.bin_dir().join("kubectl");
         let kubeconfig = self.bed.plane.kubeconfig_path();
         if std::thread::panicking() {
-            let state = std::process::Command::new(&kubectl)
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(["get", "pods,events", "-o", "wide", "-n", &self.name])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            eprintln!(
-                "===== test failed in namespace {} =====\n{state}\n{}",
-                self.name,
-                self.bed.plane.log_tails(40)
-            );
-            let sim_log = self.bed.plane.dir().join("kubelet-sim.log");
-            eprintln!(
-                "----- kubelet-sim -----\n{}",
-                crate::process::tail(&sim_log, 40)
-            );
+            self.print_diagnostics("panicked (the message is above)");
             return;
         }
         let _ = std::process::Command::new(&kubectl)
@@ -333,5 +356,20 @@ impl Drop for TestNamespace {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{first_lines, last_lines};
+
+    #[test]
+    fn a_long_listing_is_cut_and_says_how_much_was_left_out() {
+        let text = "a\nb\nc\nd";
+        assert_eq!(first_lines(text, 2), "a\nb\n... and 2 more");
+        assert_eq!(last_lines(text, 2), "... 2 earlier\nc\nd");
+        assert_eq!(first_lines(text, 4), text);
+        assert_eq!(last_lines(text, 9), text);
+        assert_eq!(first_lines("", 3), "");
     }
 }
