@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_core::sidecarset::upgrade::PodFacts;
 
-use crate::cache::Selected;
+use crate::cache::{ResourceVersion, Selected};
 
 /// One Pod as seen by one SidecarSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,10 +36,10 @@ pub(super) trait Versioned {
 
 impl Versioned for Selected {
     fn uid(&self) -> Option<&str> {
-        self.version().uid.as_deref()
+        self.version().uid()
     }
     fn resource_version(&self) -> Option<&str> {
-        self.version().resource_version.as_deref()
+        self.version().resource_version()
     }
     fn read(&self) -> Arc<Pod> {
         self.read_once()
@@ -72,7 +72,8 @@ pub(super) struct Memo {
 
 #[derive(Debug)]
 struct Remembered {
-    resource_version: Box<str>,
+    /// Inline: a Pod's new version allocates nothing here (see `cache::Version`).
+    resource_version: ResourceVersion,
     verdict: Verdict,
     round: u64,
 }
@@ -100,20 +101,24 @@ impl Memo {
                     return judge(&pod.read());
                 };
                 match self.pods.get_mut(uid) {
-                    Some(known) if *known.resource_version == *rv => {
+                    Some(known) if known.resource_version.as_str() == rv => {
                         known.round = round;
                         known.verdict
                     }
-                    _ => {
+                    known => {
                         let verdict = judge(&pod.read());
-                        self.pods.insert(
-                            uid.into(),
-                            Remembered {
-                                resource_version: rv.into(),
-                                verdict,
-                                round,
-                            },
-                        );
+                        let remembered = Remembered {
+                            resource_version: ResourceVersion::new(rv),
+                            verdict,
+                            round,
+                        };
+                        // The uid is allocated once, when the Pod is first seen.
+                        match known {
+                            Some(known) => *known = remembered,
+                            None => {
+                                self.pods.insert(uid.into(), remembered);
+                            }
+                        }
                         verdict
                     }
                 }
