@@ -821,15 +821,7 @@ fn make_run_dir(root: &Path) -> anyhow::Result<PathBuf> {
 }
 
 fn pick_ports() -> anyhow::Result<Ports> {
-    // Hold all listeners at once so that no two components get the same port.
-    let listeners: Vec<std::net::TcpListener> = (0..5)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0"))
-        .collect::<anyhow::Result<_>>()?;
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<std::io::Result<_>>()?;
-    drop(listeners);
+    let ports = crate::process::free_ports(5)?;
     Ok(Ports {
         etcd: ports[0],
         etcd_peer: ports[1],

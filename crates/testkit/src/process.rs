@@ -225,8 +225,59 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read and released, as envtest does).
+/// A free TCP port on 127.0.0.1 for a server the test bed starts ([`free_ports`]).
 pub fn free_port() -> anyhow::Result<u16> {
+    free_ports(1)?.pop().context("no free port on 127.0.0.1")
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1 for servers the test bed starts. They are taken below
+/// the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), where it never puts the local end
+/// of an outgoing connection. A port picked by binding port 0 and releasing it, as envtest does,
+/// comes from that range: one of the bed's own connections could take it before the server bound
+/// it, and the server would fail to start. Successive calls in one process move on through the
+/// range from a random start, so a port is not handed out twice while its server is starting.
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicUsize> = std::sync::OnceLock::new();
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<usize>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral_from.saturating_sub(FIRST_SERVER_PORT);
+    if span < 1_000 {
+        // No room below the ephemeral range: pick as envtest does.
+        return (0..n).map(|_| any_port()).collect();
+    }
+    let next = NEXT.get_or_init(|| {
+        use rand::Rng;
+        std::sync::atomic::AtomicUsize::new(rand::rng().random_range(0..span))
+    });
+    // Held until all are found, so the same call cannot return one port twice.
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..span {
+        if held.len() == n {
+            break;
+        }
+        let offset = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
+        let Ok(port) = u16::try_from(FIRST_SERVER_PORT + offset) else {
+            continue;
+        };
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    anyhow::ensure!(
+        held.len() == n,
+        "only {} of {n} free ports on 127.0.0.1 between {FIRST_SERVER_PORT} and {ephemeral_from}",
+        held.len()
+    );
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+/// The lowest port [`free_ports`] hands out: above the well-known and most registered services'.
+const FIRST_SERVER_PORT: usize = 10_000;
+
+/// A port the kernel picked (port 0), released at once.
+fn any_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
@@ -234,6 +285,29 @@ pub fn free_port() -> anyhow::Result<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> anyhow::Result<()> {
+        let ephemeral_from: u16 =
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?
+                .split_whitespace()
+                .next()
+                .context("an empty range")?
+                .parse()?;
+        let mut ports = free_ports(5)?;
+        ports.extend(
+            (0..5)
+                .map(|_| free_port())
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        );
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        for port in ports {
+            assert!(port < ephemeral_from, "{port} is in the ephemeral range");
+            std::net::TcpListener::bind(("127.0.0.1", port))?;
+        }
+        Ok(())
+    }
 
     #[test]
     fn killed_process_respawns_with_the_same_command_line_and_log() -> anyhow::Result<()> {
