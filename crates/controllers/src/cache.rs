@@ -231,12 +231,10 @@ impl PodLabels {
     /// Whether these are `labels`, compared without building a list of them.
     fn are(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
         let labels = labels.into_iter().flatten();
-        self.0.len() == labels.clone().count()
-            && self
-                .0
-                .iter()
-                .zip(labels)
-                .all(|((k, v), (key, value))| **k == **key && **v == **value)
+        self.0
+            .iter()
+            .map(|(k, v)| (&**k, &**v))
+            .eq(labels.map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
     /// The value of label `key`.
@@ -311,9 +309,9 @@ impl Version {
     fn of(metadata: &ObjectMeta, previous: Option<&Version>) -> Self {
         let uid = metadata.uid.as_deref().map(|uid| {
             previous
-                .and_then(|p| p.uid.clone())
-                .filter(|known| **known == *uid)
-                .unwrap_or_else(|| Arc::from(uid))
+                .and_then(|p| p.uid.as_ref())
+                .filter(|known| ***known == *uid)
+                .map_or_else(|| Arc::from(uid), Arc::clone)
         });
         Self {
             uid,
@@ -720,14 +718,13 @@ impl State {
     fn insert(&mut self, entry: Entry) {
         self.unpacked += 1;
         let (key, group) = (entry.key.clone(), entry.group.clone());
-        match self.pods.insert(key.clone(), entry) {
-            Some(old) if old.group == group => {}
-            old => {
-                if let Some(old) = old {
-                    self.unindex(&old.group, &key);
-                }
-                self.groups.entry(group).or_default().insert(key);
+        let old_group = self.pods.insert(key.clone(), entry).map(|old| old.group);
+        // Same owner as before: the index already holds this key.
+        if old_group.as_ref() != Some(&group) {
+            if let Some(old_group) = &old_group {
+                self.unindex(old_group, &key);
             }
+            self.groups.entry(group).or_default().insert(key);
         }
     }
 
@@ -1056,10 +1053,9 @@ impl PodCache {
                             labels: entry.labels.clone(),
                             deleted: false,
                         };
-                        let new_group = entry.group.clone();
-                        let old_owner = match state.pods.get(&*entry.key) {
+                        let old_owner = match previous {
                             // Moved to another owner (adopted or released): that owner hears of it too.
-                            Some(old) if old.group != new_group => {
+                            Some(old) if old.group != entry.group => {
                                 old.decode().as_deref().and_then(owner_change)
                             }
                             _ => None,

@@ -238,10 +238,7 @@ pub fn free_port() -> anyhow::Result<u16> {
 /// range from a random start, so a port is not handed out twice while its server is starting.
 pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicUsize> = std::sync::OnceLock::new();
-    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<usize>().ok())
-        .unwrap_or(32_768);
+    let ephemeral_from = ephemeral_ports_from();
     let span = ephemeral_from.saturating_sub(FIRST_SERVER_PORT);
     if span < 1_000 {
         // No room below the ephemeral range: pick as envtest does.
@@ -273,6 +270,14 @@ pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_ports_from() -> usize {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
 /// The lowest port [`free_ports`] hands out: above the well-known and most registered services'.
 const FIRST_SERVER_PORT: usize = 10_000;
 
@@ -288,12 +293,7 @@ mod tests {
 
     #[test]
     fn server_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> anyhow::Result<()> {
-        let ephemeral_from: u16 =
-            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?
-                .split_whitespace()
-                .next()
-                .context("an empty range")?
-                .parse()?;
+        let ephemeral_from = ephemeral_ports_from();
         let mut ports = free_ports(5)?;
         ports.extend(
             (0..5)
@@ -303,7 +303,10 @@ mod tests {
         let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len(), "{ports:?}");
         for port in ports {
-            assert!(port < ephemeral_from, "{port} is in the ephemeral range");
+            assert!(
+                usize::from(port) < ephemeral_from,
+                "{port} is in the ephemeral range"
+            );
             std::net::TcpListener::bind(("127.0.0.1", port))?;
         }
         Ok(())
