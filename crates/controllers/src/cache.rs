@@ -310,7 +310,7 @@ impl Version {
         let uid = metadata.uid.as_deref().map(|uid| {
             previous
                 .and_then(|p| p.uid.as_ref())
-                .filter(|known| ***known == *uid)
+                .filter(|known| known.as_ref() == uid)
                 .map_or_else(|| Arc::from(uid), Arc::clone)
         });
         Self {
@@ -380,15 +380,12 @@ impl Entry {
         previous: Option<&Entry>,
         strings: &mut Interner,
     ) -> Self {
-        let key = match previous {
-            Some(previous) => previous.key.clone(),
-            None => Arc::new(key),
-        };
-        let labels = match previous {
+        let (key, labels) = match previous {
             Some(previous) if previous.labels.are(pod.metadata.labels.as_ref()) => {
-                previous.labels.clone()
+                (previous.key.clone(), previous.labels.clone())
             }
-            _ => PodLabels::of(pod, strings),
+            Some(previous) => (previous.key.clone(), PodLabels::of(pod, strings)),
+            None => (Arc::new(key), PodLabels::of(pod, strings)),
         };
         Self {
             encoded: Encoded {
