@@ -36,7 +36,7 @@ use kruise_benches::process::{CpuMeter, cpu_seconds, plane_and_bench};
 use kruise_benches::sim::SimCommand;
 use kruise_benches::{floor, prom, sim};
 use kruise_testkit::control_plane::ControlPlane;
-use kruise_testkit::process::rss_kib;
+use kruise_testkit::process::{rss_kib, rss_split_kib};
 use kruise_testkit::until;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -194,6 +194,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         "kruise-manager RSS with nothing cached: {:.1} MiB",
         figures.rss_empty_mib
     );
+    print_rss_split(manager.pid);
 
     // SidecarSets first: they inject at Pod creation.
     let sidecarsets: Api<SidecarSet> = Api::all(client.clone());
@@ -314,6 +315,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         figures.rss_at_rest_mib,
         figures.growth_per_pod_kib(pods_total)
     );
+    print_rss_split(manager.pid);
 
     // Every CloneSet rolled in place at once.
     let writes = PodWrites::read(&client).await?;
@@ -368,6 +370,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         "kruise-manager RSS after the rollout: {:.1} MiB when it was seen done, {:.1} MiB at rest",
         figures.rss_after_rollout_mib, figures.rss_after_rollout_at_rest_mib
     );
+    print_rss_split(manager.pid);
 
     println!();
     println!("| {pods_total} Pods, {} nodes | figure |", cli.nodes);
@@ -432,6 +435,17 @@ fn reconciles(metrics: &str, controller: &str) -> f64 {
 
 fn rss_mib(pid: u32) -> f64 {
     rss_kib(pid).map_or(0.0, |(rss, _)| rss as f64 / 1024.0)
+}
+
+/// Prints what the manager's RSS is made of now ([`rss_split_kib`]).
+fn print_rss_split(pid: u32) {
+    if let Some((anon, file)) = rss_split_kib(pid) {
+        println!(
+            "  of which anonymous {:.1} MiB, file-backed (the binary's code run so far) {:.1} MiB",
+            anon as f64 / 1024.0,
+            file as f64 / 1024.0
+        );
+    }
 }
 
 /// Until every CloneSet's status reports all its Pods updated and ready at the current generation;

@@ -214,15 +214,34 @@ pub fn tail(path: &Path, lines: usize) -> String {
 
 /// Resident memory of a process in KiB: current (VmRSS) and peak (VmHWM).
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let [rss, hwm] = status_kib(pid, ["VmRSS:", "VmHWM:"])?;
+    Some((rss, hwm))
+}
+
+/// What a process's resident memory is made of, in KiB: anonymous (RssAnon: its heap, stacks and
+/// the allocator's pages) and file-backed (RssFile: mostly the pages of its own binary it has run,
+/// clean and shared with the page cache). Which code pages are mapped varies by a few MiB between
+/// runs of the same build, so where a few MiB matter the anonymous part is the one to compare.
+pub fn rss_split_kib(pid: u32) -> Option<(u64, u64)> {
+    let [anon, file] = status_kib(pid, ["RssAnon:", "RssFile:"])?;
+    Some((anon, file))
+}
+
+/// The values of `fields` (names with their colon) in `/proc/PID/status`, in KiB.
+fn status_kib<const N: usize>(pid: u32, fields: [&str; N]) -> Option<[u64; N]> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
+    let value = |name: &str| {
         status
             .lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
     };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    let mut values = [0; N];
+    for (slot, name) in values.iter_mut().zip(fields) {
+        *slot = value(name)?;
+    }
+    Some(values)
 }
 
 /// A free TCP port on 127.0.0.1 for a server the test bed starts ([`free_ports`]).
