@@ -441,7 +441,7 @@ fn rss_mib(pid: u32) -> f64 {
 fn print_rss_split(pid: u32) {
     if let Some((anon, file)) = rss_split_kib(pid) {
         println!(
-            "  of which anonymous {:.1} MiB, file-backed (the binary's code run so far) {:.1} MiB",
+            "  of which anonymous {:.1} MiB, file-backed (mostly the binary's code run so far) {:.1} MiB",
             anon as f64 / 1024.0,
             file as f64 / 1024.0
         );
