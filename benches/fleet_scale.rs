@@ -322,6 +322,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     let requests = Requests::read(&client).await?;
     let manager_writes = PodWrites::read_manager(plane);
     let cpu = cpu_seconds(manager.pid).unwrap_or(0.0);
+    let reconciles_before = manager
+        .metrics_text()
+        .await
+        .map_or(0.0, |text| reconciles(&text, "cloneset-controller"));
     let cpu_of_all = CpuMeter::start(plane_and_bench(plane));
     let began = Instant::now();
     let patch = json!({"spec": {"template": {"spec": {"containers": [
@@ -358,6 +362,13 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     all.print(pods);
     mine.print_as("of which kruise-manager's", pods);
     println!("CPU in the rollout: {}", cpu_of_all.describe());
+    if let Ok(text) = manager.metrics_text().await {
+        println!(
+            "CloneSet reconciles in the rollout: {:.0} ({:.1} per CloneSet)",
+            reconciles(&text, "cloneset-controller") - reconciles_before,
+            (reconciles(&text, "cloneset-controller") - reconciles_before) / cli.clonesets as f64
+        );
+    }
     println!(
         "apiserver requests in the rollout, the most made: {}",
         requests.describe_top(REQUESTS_SHOWN)
@@ -444,6 +455,16 @@ fn print_rss_split(pid: u32) {
             "  of which anonymous {:.1} MiB, file-backed (mostly the binary's code run so far) {:.1} MiB",
             anon as f64 / 1024.0,
             file as f64 / 1024.0
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        let sockets = fds
+            .filter_map(Result::ok)
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| target.to_string_lossy().starts_with("socket:"))
+            .count();
+        println!(
+            "  open sockets (connections to the apiserver, watches included, and listeners): {sockets}"
         );
     }
 }

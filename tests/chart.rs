@@ -159,6 +159,7 @@ fn production_profile_renders_the_golden_manifests() -> anyhow::Result<()> {
     );
     assert!(args.contains(&"--cloneset-workers=10"), "{args:?}");
     assert!(args.contains(&"--rest-config-qps=800"), "{args:?}");
+    assert!(args.contains(&"--kube-api-max-in-flight=64"), "{args:?}");
     kruise_manager_accepts(&args)?;
     assert_eq!(container["resources"]["limits"]["memory"], "1536Mi");
     assert!(

@@ -21,23 +21,23 @@ app.kubernetes.io/name: kruise-rs
 {{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* Sizing profiles (docs/sizing.md): workers per controller, client QPS/burst, resources. */}}
+{{/* Sizing profiles (docs/sizing.md): workers per controller, client QPS/burst/requests in flight, resources. */}}
 {{- define "kruise-rs.profiles" -}}
 small:
   workers: {cloneset: 3, statefulset: 3, daemonset: 3, sidecarset: 3, uniteddeployment: 2, broadcastjob: 2}
-  apiClient: {qps: 500, burst: 1000}
+  apiClient: {qps: 500, burst: 1000, maxInFlight: 32}
   resources:
     requests: {cpu: 100m, memory: 128Mi}
     limits: {cpu: "1", memory: 256Mi}
 medium:
   workers: {cloneset: 5, statefulset: 5, daemonset: 3, sidecarset: 5, uniteddeployment: 3, broadcastjob: 3}
-  apiClient: {qps: 500, burst: 1000}
+  apiClient: {qps: 500, burst: 1000, maxInFlight: 32}
   resources:
     requests: {cpu: 250m, memory: 384Mi}
     limits: {cpu: "2", memory: 768Mi}
 large:
   workers: {cloneset: 10, statefulset: 10, daemonset: 5, sidecarset: 10, uniteddeployment: 5, broadcastjob: 5}
-  apiClient: {qps: 800, burst: 1600}
+  apiClient: {qps: 800, burst: 1600, maxInFlight: 64}
   resources:
     requests: {cpu: 500m, memory: 768Mi}
     limits: {cpu: "4", memory: 1536Mi}

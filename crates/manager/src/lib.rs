@@ -120,6 +120,11 @@ pub struct Args {
     /// Client-side burst of requests to the apiserver (OpenKruise: --rest-config-burst).
     #[arg(long, alias = "rest-config-burst", default_value_t = 1000)]
     pub kube_api_burst: u32,
+    /// Requests the controllers have in flight to the apiserver at once, watches aside. Over HTTP/1.1
+    /// each takes a connection of its own (docs/sizing.md): the bound keeps them few and shares them
+    /// fairly between controllers.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub kube_api_max_in_flight: u16,
     /// Concurrent reconciles per workload controller.
     #[arg(long, default_value_t = 3)]
     pub cloneset_workers: u16,
@@ -368,6 +373,7 @@ async fn kube_config(args: &Args) -> anyhow::Result<kube::Config> {
 struct Clients {
     config: kube::Config,
     throttle: throttle::ThrottleLayer,
+    in_flight: throttle::InFlightLayer,
     timeout: fence::TimeoutLayer,
 }
 
@@ -376,6 +382,7 @@ impl Clients {
         Self {
             config,
             throttle: throttle::ThrottleLayer::new(args.kube_api_qps, args.kube_api_burst),
+            in_flight: throttle::InFlightLayer::new(usize::from(args.kube_api_max_in_flight)),
             timeout: fence::TimeoutLayer::new(Duration::from_secs(
                 args.kube_api_timeout_seconds.max(1),
             )),
@@ -400,13 +407,16 @@ impl Clients {
             .build())
     }
 
-    /// The leader's: rate-limited (the same bucket as `shared`), every write checked against the
-    /// fence after the limiter's wait, request deadlines.
+    /// The leader's: rate-limited (the same bucket as `shared`), at most `--kube-api-max-in-flight`
+    /// requests at once, every write checked against the fence after both waits, request deadlines.
+    /// The webhooks' client (`shared`) is not bounded: an admission lookup must not queue behind a
+    /// rollout's writes.
     fn leader(&self, fence: &fence::LeaderFence) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
             .with_layer(&self.timeout)
             .with_layer(&fence::FenceLayer::new(fence.clone()))
+            .with_layer(&self.in_flight)
             .with_layer(&self.throttle)
             .build())
     }
