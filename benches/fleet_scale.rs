@@ -363,10 +363,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     mine.print_as("of which kruise-manager's", pods);
     println!("CPU in the rollout: {}", cpu_of_all.describe());
     if let Ok(text) = manager.metrics_text().await {
+        let in_rollout = reconciles(&text, "cloneset-controller") - reconciles_before;
         println!(
-            "CloneSet reconciles in the rollout: {:.0} ({:.1} per CloneSet)",
-            reconciles(&text, "cloneset-controller") - reconciles_before,
-            (reconciles(&text, "cloneset-controller") - reconciles_before) / cli.clonesets as f64
+            "CloneSet reconciles in the rollout: {in_rollout:.0} ({:.1} per CloneSet)",
+            in_rollout / cli.clonesets as f64
         );
     }
     println!(

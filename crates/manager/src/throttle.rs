@@ -163,9 +163,10 @@ where
         let seats = self.seats.clone();
         Box::pin(async move {
             // The semaphore is never closed; should it be, the request goes unbounded, not lost.
-            let seat = match watch {
-                true => None,
-                false => seats.acquire_owned().await.ok(),
+            let seat = if watch {
+                None
+            } else {
+                seats.acquire_owned().await.ok()
             };
             let response = future.await?;
             Ok(response.map(|body| Seated { body, seat }))
