@@ -85,6 +85,11 @@ impl Metrics {
             metrics.cached_pods.clone(),
         );
         registry.register(
+            "kruise_controller_pod_cache_decodes",
+            "Pods decoded whole from the shared Pod cache for a controller to read",
+            crate::cache::POD_DECODES.clone(),
+        );
+        registry.register(
             "kruise_sidecarset_missed_injection_pods",
             "Pods a SidecarSet matches that were created without its sidecars",
             metrics.missed_injections.clone(),
