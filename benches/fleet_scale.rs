@@ -455,19 +455,16 @@ const LATER: Duration = Duration::from_secs(30);
 
 /// Successful and failed reconciles of `controller` so far.
 fn reconciles(metrics: &str, controller: &str) -> f64 {
-    prom::samples(metrics, "kruise_controller_reconciles_total")
-        .iter()
-        .filter(|s| s.label("controller") == controller)
-        .map(|s| s.value)
-        .sum()
+    prom::sum(metrics, "kruise_controller_reconciles_total", |s| {
+        s.label("controller") == controller
+    })
 }
 
 /// Pods the manager decoded from its Pod cache so far.
 fn decodes(metrics: &str) -> f64 {
-    prom::samples(metrics, "kruise_controller_pod_cache_decodes_total")
-        .iter()
-        .map(|s| s.value)
-        .sum()
+    prom::sum(metrics, "kruise_controller_pod_cache_decodes_total", |_| {
+        true
+    })
 }
 
 fn rss_mib(pid: u32) -> f64 {

@@ -485,11 +485,9 @@ impl Bench<'_> {
     /// `/mutate-pod` requests the manager answered (any result).
     async fn mutate_pod_requests(&self) -> anyhow::Result<f64> {
         let text = self.manager.metrics_text().await?;
-        Ok(prom::samples(&text, "kruise_webhook_requests_total")
-            .iter()
-            .filter(|s| s.label("path") == "/mutate-pod")
-            .map(|s| s.value)
-            .sum())
+        Ok(prom::sum(&text, "kruise_webhook_requests_total", |s| {
+            s.label("path") == "/mutate-pod"
+        }))
     }
 
     /// The apiserver's time calling the Pod webhook, TLS and HTTP included.

@@ -28,6 +28,16 @@ pub fn samples(text: &str, name: &str) -> Vec<Sample> {
         .collect()
 }
 
+/// The sum of the samples of metric `name` in `text` that `keep` accepts (a counter over some of
+/// its label sets).
+pub fn sum(text: &str, name: &str, keep: impl Fn(&Sample) -> bool) -> f64 {
+    samples(text, name)
+        .iter()
+        .filter(|sample| keep(sample))
+        .map(|sample| sample.value)
+        .sum()
+}
+
 /// Parses `name{k="v",...} value [timestamp]` or `name value`. Label values may hold escaped quotes,
 /// backslashes and commas.
 fn parse_line(line: &str) -> Option<Sample> {
@@ -211,6 +221,13 @@ plain 7
 
     /// A metric name, its labels and its value.
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
+
+    #[test]
+    fn sums_the_samples_kept() {
+        assert_eq!(sum(TEXT, "lat_count", |_| true), 105.0);
+        assert_eq!(sum(TEXT, "lat_count", |s| s.label("path") == "/b"), 5.0);
+        assert_eq!(sum(TEXT, "absent", |_| true), 0.0);
+    }
 
     #[test]
     fn sample_lines() {
