@@ -4,7 +4,8 @@
 //! hold a worker for long at scale. Prints figures; asserts nothing about time.
 //!
 //! Each snapshot is a rollout half done: half the Pods at the update revision, half at the current
-//! one, all Running and Ready, spread over 50 nodes (the DaemonSet: one Pod per node).
+//! one, all Running and Ready, spread over 50 nodes (the DaemonSet: one Pod per node; the
+//! BroadcastJob: n nodes, half of them with their Pod; the UnitedDeployment: 4 subsets).
 //!
 //! Also the heap the shared Pod cache holds per Pod (issue "Scale", item 1), for Pods as the
 //! apiserver serves them with 2 and 5 containers: kept whole (managed fields stripped, as the cache
@@ -18,14 +19,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::daemonset::v1beta1::DaemonSetSpec;
 use kruise_api::statefulset::v1beta1::StatefulSetSpec;
+use kruise_api::uniteddeployment::v1beta1::{
+    UnitedDeploymentSpec, UnitedDeploymentSubsetCondition,
+};
 use kruise_controllers::cloneset::decide::{self, Settings};
+use kruise_core::rollout::broadcastjob;
 use kruise_core::rollout::daemonset::{self, NodeView};
 use kruise_core::rollout::statefulset::{self, Revision};
+use kruise_core::rollout::uniteddeployment::{self, Existing};
 use serde_json::json;
 
 /// Counts every allocation of the process, so a decision's allocations can be read around it.
@@ -348,6 +356,137 @@ fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<R
     })
 }
 
+/// A BroadcastJob over `n` nodes, half of which already ran its Pod: where the Pods go (every node
+/// checked against the template or its Pod's spec, as the controller does) and the reconcile's plan.
+fn broadcastjob(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
+    let job: BroadcastJob = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "BroadcastJob",
+        "metadata": {"name": "job", "namespace": "bench", "uid": "job-uid"},
+        "spec": {
+            "template": template("app:v2"),
+            "completionPolicy": {"type": "Always"}
+        }
+    }))?;
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("node-{i}"),
+                    "labels": {"kubernetes.io/hostname": format!("node-{i}")}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+            }))
+        })
+        .collect::<Result<_, _>>()?;
+    let pods: Vec<Pod> = (0..n / 2)
+        .map(|i| pod(&format!("job-{i:x}"), i, n, &format!("node-{i}"), now))
+        .collect();
+    let job_pods: Vec<&Pod> = pods.iter().collect();
+    let spec = job.spec.template.spec.clone().unwrap_or_default();
+    let decide = || {
+        let placement = broadcastjob::place(
+            &spec,
+            &nodes,
+            &job_pods,
+            broadcastjob::pod_node,
+            broadcastjob::node_fits,
+        );
+        let plan = broadcastjob::plan(&job, &job_pods, &placement, now);
+        plan.create_on.len()
+    };
+    let (took, allocations, bytes) = measure(runs, decide);
+    Ok(Row {
+        workload: "BroadcastJob (place + plan, n nodes)",
+        decided: format!("{} to create", decide()),
+        pods: n,
+        took,
+        allocations,
+        bytes,
+    })
+}
+
+const SUBSETS: [&str; 4] = ["zone-a", "zone-b", "zone-c", "zone-d"];
+
+/// An Adaptive UnitedDeployment of `n` Pods over 4 subsets, each one Pod short of ready so that
+/// every Pod is looked at for a pending timeout: per subset the schedulability verdict and the
+/// updated replicas, then the replicas and partitions of every subset.
+fn uniteddeployment(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
+    let per_subset = n / SUBSETS.len();
+    let spec: UnitedDeploymentSpec = serde_json::from_value(json!({
+        "replicas": n,
+        "selector": {"matchLabels": {"app": "set"}},
+        "template": {"cloneSetTemplate": {"metadata": {"labels": {"app": "set"}},
+            "spec": {"selector": {"matchLabels": {"app": "set"}}, "template": template("app:v2")}}},
+        "topology": {
+            "scheduleStrategy": {"type": "Adaptive"},
+            "subsets": SUBSETS.iter().map(|name| json!({"name": name, "nodeSelectorTerm": {
+                "matchExpressions": [{"key": "zone", "operator": "In", "values": [name]}]}}))
+                .collect::<Vec<_>>()
+        },
+        "updateStrategy": {"type": "Manual", "manualUpdate": {"partitions": {"zone-a": per_subset / 2}}}
+    }))?;
+    let pods: Vec<Vec<Pod>> = SUBSETS
+        .iter()
+        .enumerate()
+        .map(|(s, name)| {
+            (0..per_subset)
+                .map(|i| {
+                    pod(
+                        &format!("{name}-{i:x}"),
+                        i,
+                        per_subset,
+                        &format!("node-{}", (s * per_subset + i) % NODES),
+                        now,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let subset_pods: Vec<Vec<&Pod>> = pods.iter().map(|p| p.iter().collect()).collect();
+    let replicas = i32::try_from(per_subset).unwrap_or(i32::MAX);
+    let condition: Option<UnitedDeploymentSubsetCondition> = None;
+    let decide = || {
+        let mut existing = BTreeMap::new();
+        let mut updated = 0;
+        for (name, pods) in SUBSETS.iter().zip(&subset_pods) {
+            let verdict = uniteddeployment::adaptive_schedulable(
+                condition.as_ref(),
+                pods,
+                replicas,
+                replicas - 1,
+                Duration::from_secs(30),
+                Duration::from_secs(300),
+                now,
+            );
+            updated += uniteddeployment::updated_replicas(pods.iter().copied(), UPDATE).0;
+            existing.insert(
+                name.to_string(),
+                Existing {
+                    spec_replicas: replicas,
+                    ready_replicas: replicas - 1,
+                    unschedulable: verdict.unschedulable,
+                    ..Existing::default()
+                },
+            );
+        }
+        let partitions = uniteddeployment::allocate(&spec, &existing)
+            .map(|next| uniteddeployment::next_partitions(&spec, &next).len());
+        (updated, partitions.is_ok())
+    };
+    let (took, allocations, bytes) = measure(runs, decide);
+    let (updated, allocated) = decide();
+    if !allocated {
+        anyhow::bail!("UnitedDeployment allocation failed");
+    }
+    Ok(Row {
+        workload: "UnitedDeployment (4 subsets, Adaptive)",
+        decided: format!("{updated} updated"),
+        pods: n,
+        took,
+        allocations,
+        bytes,
+    })
+}
+
 /// Heap bytes allocated and not yet freed.
 fn live_bytes() -> u64 {
     ALLOCATED_BYTES
@@ -623,6 +762,8 @@ fn main() -> anyhow::Result<()> {
         rows.push(advanced_statefulset(n, cli.runs, now)?);
         rows.push(advanced_daemonset(n, cli.runs, now)?);
         rows.push(sidecarset(n, cli.runs, now)?);
+        rows.push(broadcastjob(n, cli.runs, now)?);
+        rows.push(uniteddeployment(n, cli.runs, now)?);
     }
     println!(
         "{:<44} {:>8} {:>16} {:>12} {:>13} {:>12}",

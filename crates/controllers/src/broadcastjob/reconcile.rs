@@ -2,14 +2,12 @@
 //! (`kruise_core::rollout::broadcastjob::plan`) → act (delete, create in slow-start batches, Events,
 //! status, TTL deletion).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kruise_core::nodefit;
 use kruise_core::rollout::broadcastjob::{self as planner, slow_start_batches};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -31,20 +29,6 @@ pub(crate) async fn reconcile(job: Arc<BroadcastJob>, ctx: Arc<Context>) -> Resu
             .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
     }
     result
-}
-
-/// Whether a Pod spec fits a node as upstream's `checkNodeFitness` decides: placement, taints,
-/// cordon, and requests against the node's allocatable with no other Pod counted.
-fn fits(spec: &PodSpec, node: &Node) -> bool {
-    nodefit::pod_fits(spec, node).is_ok()
-        && nodefit::requests_fit(spec, node, &BTreeMap::new()).is_ok()
-}
-
-fn node_of(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()
-        .and_then(nodefit::bound_node)
-        .map(str::to_owned)
 }
 
 /// The job's Pods: controlled by it and carrying both job labels (upstream lists by the labels and
@@ -96,8 +80,8 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         &template,
         nodes.iter().map(|n| n.as_ref()),
         &pod_refs,
-        node_of,
-        fits,
+        planner::pod_node,
+        planner::node_fits,
     );
     let plan = planner::plan(job, &pod_refs, &placement, now);
     let api: Api<BroadcastJob> = Api::namespaced(ctx.client.clone(), &namespace);

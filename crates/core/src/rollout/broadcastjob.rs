@@ -104,7 +104,8 @@ pub struct Placement<'a> {
 
 /// Decides where the job's Pods go. `node_of` names the node a Pod is bound to; `fits` says whether
 /// a Pod spec fits a node. A node without a Pod is tried with the template's spec with `nodeName`
-/// set to it (upstream `NewMockPod`); a node with a Pod is tried with that Pod's own spec. Pods
+/// set to it (upstream `NewMockPod`; a template without a nodeName is tried as it is, since an unset
+/// nodeName fits every node); a node with a Pod is tried with that Pod's own spec. Pods
 /// whose node is not in `nodes` are left alone (upstream leaves them to Pod GC).
 pub fn place<'a, 'n>(
     template: &PodSpec,
@@ -129,17 +130,30 @@ pub fn place<'a, 'n>(
         };
         match on_node.get(&name) {
             Some(pod) => {
-                let spec = pod.spec.clone().unwrap_or_default();
-                if fits(&spec, node) {
+                // The Pod's own spec, borrowed: a job over thousands of nodes would otherwise copy
+                // every Pod's spec on every reconcile.
+                let fitting = match pod.spec.as_ref() {
+                    Some(spec) => fits(spec, node),
+                    None => fits(&PodSpec::default(), node),
+                };
+                if fitting {
                     placement.desired.insert(name, Some(*pod));
                 } else if !pods::is_terminating(pod) {
                     placement.misplaced.push(pod);
                 }
             }
             None => {
-                let mut spec = template.clone();
-                spec.node_name = Some(name.clone());
-                if fits(&spec, node) {
+                let fitting = match template.node_name.as_deref() {
+                    // An unset nodeName places the Pod on any node: the template is tried as it is.
+                    None | Some("") => fits(template, node),
+                    Some(named) if named == name => fits(template, node),
+                    Some(_) => {
+                        let mut spec = template.clone();
+                        spec.node_name = Some(name.clone());
+                        fits(&spec, node)
+                    }
+                };
+                if fitting {
                     placement.desired.insert(name.clone(), None);
                     placement.needs_pod.push(name);
                 }
@@ -147,6 +161,23 @@ pub fn place<'a, 'n>(
         }
     }
     placement
+}
+
+/// Whether a Pod spec fits a node as upstream's `checkNodeFitness` decides: placement, taints,
+/// cordon, and requests against the node's allocatable with no other Pod counted. The `fits` that
+/// the controller gives [`place`].
+pub fn node_fits(spec: &PodSpec, node: &Node) -> bool {
+    crate::nodefit::pod_fits(spec, node).is_ok()
+        && crate::nodefit::requests_fit(spec, node, &BTreeMap::new()).is_ok()
+}
+
+/// The node a job's Pod is bound to: its `nodeName`, or while it is Pending the node its required
+/// affinity names. The `node_of` that the controller gives [`place`].
+pub fn pod_node(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(crate::nodefit::bound_node)
+        .map(str::to_owned)
 }
 
 /// `parallelism` of `desired` nodes: an integer, or a percentage rounded up; unset is unlimited.

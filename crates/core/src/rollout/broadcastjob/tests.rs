@@ -480,3 +480,51 @@ fn deadline_requeue_is_relative_to_start() {
     let p = run(&j, &[node("n1", true)], &[]);
     assert_eq!(p.requeue_after, Some(Duration::from_secs(100)));
 }
+
+#[test]
+fn the_controllers_fit_places_a_template_without_a_node_on_every_node_it_selects() {
+    let template: PodSpec = serde_json::from_value(serde_json::json!({
+        "nodeSelector": {"zone": "a"},
+        "containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": "2"}}}]
+    }))
+    .expect("a valid Pod spec");
+    let node = |name: &str, zone: &str, cpu: &str| -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"zone": zone}},
+            "status": {"allocatable": {"cpu": cpu, "pods": "110"}}
+        }))
+        .expect("a valid Node")
+    };
+    let nodes = [
+        node("a-big", "a", "4"),
+        node("a-small", "a", "1"),
+        node("b-big", "b", "4"),
+    ];
+    // One fitting node already runs its Pod; it keeps it and needs none.
+    let ran = pod("ran").node("a-big").phase("Running").build();
+    let mut ran_spec = template.clone();
+    ran_spec.node_name = Some("a-big".into());
+    let ran = Pod {
+        spec: Some(ran_spec),
+        ..ran
+    };
+    let placement = place(&template, &nodes, &[&ran], pod_node, node_fits);
+    assert_eq!(placement.desired.keys().collect::<Vec<_>>(), vec!["a-big"]);
+    assert!(placement.needs_pod.is_empty());
+
+    let another = node("a-other", "a", "8");
+    let placement = place(
+        &template,
+        [&nodes[0], &another],
+        &[&ran],
+        pod_node,
+        node_fits,
+    );
+    assert_eq!(
+        placement.desired.keys().collect::<Vec<_>>(),
+        vec!["a-big", "a-other"]
+    );
+    assert_eq!(placement.needs_pod, vec!["a-other".to_string()]);
+    assert!(placement.misplaced.is_empty());
+}
