@@ -26,9 +26,7 @@ use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::daemonset::v1beta1::DaemonSetSpec;
 use kruise_api::statefulset::v1beta1::StatefulSetSpec;
-use kruise_api::uniteddeployment::v1beta1::{
-    UnitedDeploymentSpec, UnitedDeploymentSubsetCondition,
-};
+use kruise_api::uniteddeployment::v1beta1::UnitedDeploymentSpec;
 use kruise_controllers::cloneset::decide::{self, Settings};
 use kruise_core::rollout::broadcastjob;
 use kruise_core::rollout::daemonset::{self, NodeView};
@@ -443,13 +441,12 @@ fn uniteddeployment(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row
         .collect();
     let subset_pods: Vec<Vec<&Pod>> = pods.iter().map(|p| p.iter().collect()).collect();
     let replicas = i32::try_from(per_subset).unwrap_or(i32::MAX);
-    let condition: Option<UnitedDeploymentSubsetCondition> = None;
     let decide = || {
         let mut existing = BTreeMap::new();
         let mut updated = 0;
         for (name, pods) in SUBSETS.iter().zip(&subset_pods) {
             let verdict = uniteddeployment::adaptive_schedulable(
-                condition.as_ref(),
+                None,
                 pods,
                 replicas,
                 replicas - 1,

@@ -115,6 +115,7 @@ pub fn place<'a, 'n>(
     fits: impl Fn(&PodSpec, &Node) -> bool,
 ) -> Placement<'a> {
     let mut placement = Placement::default();
+    let no_spec = PodSpec::default();
     let mut on_node: BTreeMap<String, &'a Pod> = BTreeMap::new();
     for pod in job_pods {
         let node = node_of(pod).unwrap_or_default();
@@ -132,26 +133,24 @@ pub fn place<'a, 'n>(
             Some(pod) => {
                 // The Pod's own spec, borrowed: a job over thousands of nodes would otherwise copy
                 // every Pod's spec on every reconcile.
-                let fitting = match pod.spec.as_ref() {
-                    Some(spec) => fits(spec, node),
-                    None => fits(&PodSpec::default(), node),
-                };
-                if fitting {
+                if fits(pod.spec.as_ref().unwrap_or(&no_spec), node) {
                     placement.desired.insert(name, Some(*pod));
                 } else if !pods::is_terminating(pod) {
                     placement.misplaced.push(pod);
                 }
             }
             None => {
-                let fitting = match template.node_name.as_deref() {
-                    // An unset nodeName places the Pod on any node: the template is tried as it is.
-                    None | Some("") => fits(template, node),
-                    Some(named) if named == name => fits(template, node),
-                    Some(_) => {
-                        let mut spec = template.clone();
-                        spec.node_name = Some(name.clone());
-                        fits(&spec, node)
-                    }
+                // An unset nodeName places the Pod on any node: the template is tried as it is.
+                let fitting = if template
+                    .node_name
+                    .as_deref()
+                    .is_none_or(|n| n.is_empty() || n == name)
+                {
+                    fits(template, node)
+                } else {
+                    let mut spec = template.clone();
+                    spec.node_name = Some(name.clone());
+                    fits(&spec, node)
                 };
                 if fitting {
                     placement.desired.insert(name.clone(), None);
