@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 
-.PHONY: run test fuzz control-plane helm image build manifests lint fmt bench clean-local
+.PHONY: run test fuzz control-plane helm openkruise image build manifests lint fmt bench bench-openkruise clean-local
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
 run: control-plane
@@ -30,6 +30,11 @@ control-plane:
 ## helm: build the Helm CLI (v3.22.0) from its Go module into $(KRUISE_RS_CACHE)/helm-v3.22.0/bin; cached.
 helm:
 	tools/build-helm.sh
+
+## openkruise: build OpenKruise v1.9.0's kruise-manager, CRDs and webhook configurations from its Go
+## module into $(KRUISE_RS_CACHE)/openkruise-v1.9.0, for `make bench-openkruise` only; cached.
+openkruise:
+	tools/build-openkruise.sh
 
 ## image: a static (musl) release kruise-manager in a scratch image, written as an OCI image layout
 ## archive without a container daemon (target/kruise-manager-image.tar; `docker load`, `podman load`,
@@ -85,6 +90,13 @@ bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin uniteddeployment-scale
 	$(CARGO) run --release -p kruise-benches --bin daemonset-scale
 	$(CARGO) run --release -p kruise-benches --bin fleet-scale
+
+## bench-openkruise: fleet-scale's 10,000 Pods with OpenKruise v1.9.0's manager instead of kruise-rs's,
+## the same fleet and figures, for the side-by-side figures of docs/sizing.md (FLEET_ARGS: more
+## fleet-scale arguments, e.g. `--no-floor --restarts 1`).
+bench-openkruise: control-plane openkruise
+	$(CARGO) run --release -p kruise-benches --bin fleet-scale -- \
+		--openkruise $(KRUISE_RS_CACHE)/openkruise-v1.9.0 $(FLEET_ARGS)
 
 clean-local:
 	rm -rf .local

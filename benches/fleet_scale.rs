@@ -23,7 +23,10 @@
 //!
 //! Prints the figures as a table; asserts nothing about time. kubelet-sim runs as a child process (this
 //! binary re-executed with `sim`); kruise-manager is the binary next to this one (`cargo build
-//! --release -p kruise-manager`) or `$KRUISE_MANAGER_BIN`.
+//! --release -p kruise-manager`) or `$KRUISE_MANAGER_BIN`. With `--openkruise DIR` the same fleet and
+//! figures are measured with OpenKruise's own manager instead (`make bench-openkruise`), for the
+//! side-by-side figures of `docs/sizing.md`; a figure only kruise-rs exposes (Pods decoded from its
+//! cache) is then left out.
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +79,28 @@ struct Cli {
     /// Skip the apiserver floors (each takes about as long as creating and rolling the fleet).
     #[arg(long)]
     no_floor: bool,
+    /// Measure OpenKruise's kruise-manager from this folder (`make openkruise`) instead of kruise-rs's.
+    #[arg(long)]
+    openkruise: Option<std::path::PathBuf>,
+}
+
+/// Which manager the bench measures, and how its `/metrics` counts reconciles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flavor {
+    KruiseRs,
+    OpenKruise,
+}
+
+impl Flavor {
+    /// Successful and failed reconciles of `controller` so far (both name their controllers
+    /// `cloneset-controller` and `sidecarset-controller`).
+    fn reconciles(self, metrics: &str, controller: &str) -> f64 {
+        let name = match self {
+            Flavor::KruiseRs => "kruise_controller_reconciles_total",
+            Flavor::OpenKruise => "controller_runtime_reconcile_total",
+        };
+        prom::sum(metrics, name, |s| s.label("controller") == controller)
+    }
 }
 
 const NAMESPACE: &str = "fleet";
@@ -178,15 +203,28 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let mut manager = Manager::start(plane, &cli.manager_args).await?;
+    let (mut manager, flavor) = match &cli.openkruise {
+        None => (
+            Manager::start(plane, &cli.manager_args).await?,
+            Flavor::KruiseRs,
+        ),
+        Some(dir) => (
+            Manager::start_openkruise(plane, dir, &cli.manager_args).await?,
+            Flavor::OpenKruise,
+        ),
+    };
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut namespace = Namespace::default();
     namespace.metadata.name = Some(NAMESPACE.into());
     namespaces
         .create(&PostParams::default(), &namespace)
         .await?;
+    let which = match &cli.openkruise {
+        None => "kruise-rs".to_owned(),
+        Some(dir) => format!("OpenKruise from {}", dir.display()),
+    };
     println!(
-        "{} CloneSets × {} Pods (2 containers) on {} simulated nodes, {} SidecarSets; kruise-manager {:?}",
+        "{} CloneSets × {} Pods (2 containers) on {} simulated nodes, {} SidecarSets; kruise-manager ({which}) {:?}",
         cli.clonesets, cli.replicas, cli.nodes, cli.sidecarsets, cli.manager_args
     );
     // A measurement window for the empty manager's start-up allocations to settle and be purged.
@@ -266,8 +304,8 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
                 };
                 let done = [
                     true,
-                    reconciles(&text, "cloneset-controller") >= cli.clonesets as f64,
-                    reconciles(&text, "sidecarset-controller") >= cli.sidecarsets as f64,
+                    flavor.reconciles(&text, "cloneset-controller") >= cli.clonesets as f64,
+                    flavor.reconciles(&text, "sidecarset-controller") >= cli.sidecarsets as f64,
                 ];
                 let mut marks = marks.lock().unwrap_or_else(|e| e.into_inner());
                 for (mark, done) in marks.iter_mut().zip(done) {
@@ -326,7 +364,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     let cpu = cpu_seconds(manager.pid).unwrap_or(0.0);
     let (reconciles_before, decodes_before) =
         manager.metrics_text().await.map_or((0.0, 0.0), |text| {
-            (reconciles(&text, "cloneset-controller"), decodes(&text))
+            (
+                flavor.reconciles(&text, "cloneset-controller"),
+                decodes(&text),
+            )
         });
     let cpu_of_all = CpuMeter::start(plane_and_bench(plane));
     let began = Instant::now();
@@ -365,15 +406,17 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     mine.print_as("of which kruise-manager's", pods);
     println!("CPU in the rollout: {}", cpu_of_all.describe());
     if let Ok(text) = manager.metrics_text().await {
-        let in_rollout = reconciles(&text, "cloneset-controller") - reconciles_before;
+        let in_rollout = flavor.reconciles(&text, "cloneset-controller") - reconciles_before;
         println!(
             "CloneSet reconciles in the rollout: {in_rollout:.0} ({:.1} per CloneSet)",
             in_rollout / cli.clonesets as f64
         );
-        println!(
-            "Pods decoded from the cache in the rollout: {:.1} per Pod",
-            (decodes(&text) - decodes_before) / pods
-        );
+        if flavor == Flavor::KruiseRs {
+            println!(
+                "Pods decoded from the cache in the rollout: {:.1} per Pod",
+                (decodes(&text) - decodes_before) / pods
+            );
+        }
     }
     println!(
         "apiserver requests in the rollout, the most made: {}",
@@ -452,13 +495,6 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
 
 /// How long after the RSS at rest after the rollout it is read again.
 const LATER: Duration = Duration::from_secs(30);
-
-/// Successful and failed reconciles of `controller` so far.
-fn reconciles(metrics: &str, controller: &str) -> f64 {
-    prom::sum(metrics, "kruise_controller_reconciles_total", |s| {
-        s.label("controller") == controller
-    })
-}
 
 /// Pods the manager decoded from its Pod cache so far.
 fn decodes(metrics: &str) -> f64 {
