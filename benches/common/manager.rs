@@ -36,9 +36,7 @@ impl Manager {
     /// ([`crate::apiserver::PodWrites::read_manager`]).
     pub async fn start(plane: &ControlPlane, extra_args: &[String]) -> anyhow::Result<Self> {
         manager::ensure_namespace(plane).await?;
-        let kubeconfig = plane.dir().join("manager-0.kubeconfig");
-        std::fs::write(&kubeconfig, plane.kubeconfig_as(0, &plane.server_url())?)
-            .with_context(|| format!("writing {}", kubeconfig.display()))?;
+        let kubeconfig = audited_kubeconfig(plane)?;
         let options = ManagerOptions {
             extra_args: extra_args.to_vec(),
             kubeconfig: Some(kubeconfig),
@@ -73,29 +71,17 @@ impl Manager {
             binary.display()
         );
         manager::ensure_namespace(plane).await?;
-        let crds = dir.join("crd").display().to_string();
         plane
-            .kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crds])
+            .install_crds(&dir.join("crd"))
             .await
             .context("installing OpenKruise's CRDs")?;
-        plane
-            .kubectl(&[
-                "wait",
-                "--for=condition=Established",
-                "crd",
-                "--all",
-                "--timeout=60s",
-            ])
-            .await?;
         let webhooks = dir.join("webhook.yaml").display().to_string();
         plane
             .kubectl(&["apply", "-f", &webhooks])
             .await
             .context("creating OpenKruise's webhook configurations")?;
 
-        let kubeconfig = plane.dir().join("manager-0.kubeconfig");
-        std::fs::write(&kubeconfig, plane.kubeconfig_as(0, &plane.server_url())?)
-            .with_context(|| format!("writing {}", kubeconfig.display()))?;
+        let kubeconfig = audited_kubeconfig(plane)?;
         let ports = ManagerPorts {
             webhook: free_port()?,
             metrics: free_port()?,
@@ -212,4 +198,13 @@ pub fn print_all_rss(plane: &ControlPlane) {
             println!("{name} RSS: {} (peak {})", mib(rss), mib(hwm));
         }
     }
+}
+
+/// Writes a kubeconfig for the identity `manager-0`, whose writes the apiserver's audit log records
+/// ([`crate::apiserver::PodWrites::read_manager`]), and returns its path.
+fn audited_kubeconfig(plane: &ControlPlane) -> anyhow::Result<std::path::PathBuf> {
+    let kubeconfig = plane.dir().join("manager-0.kubeconfig");
+    std::fs::write(&kubeconfig, plane.kubeconfig_as(0, &plane.server_url())?)
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    Ok(kubeconfig)
 }

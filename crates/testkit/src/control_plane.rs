@@ -679,7 +679,8 @@ impl ControlPlane {
         )
     }
 
-    async fn install_crds(&self, dir: &Path) -> anyhow::Result<()> {
+    /// Applies the CRD manifests in `dir` (server-side) and waits until every CRD is Established.
+    pub async fn install_crds(&self, dir: &Path) -> anyhow::Result<()> {
         let has_files = std::fs::read_dir(dir)
             .with_context(|| format!("reading CRD folder {}", dir.display()))?
             .filter_map(Result::ok)
