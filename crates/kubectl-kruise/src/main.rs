@@ -9,6 +9,7 @@ mod plan;
 mod scaledown;
 mod set;
 mod status;
+mod takeover;
 mod target;
 
 use std::process::ExitCode;
@@ -89,6 +90,48 @@ enum Command {
         #[arg(short = 'o', long)]
         output: Option<Output>,
         /// Give up when one step takes longer than this.
+        #[arg(long, default_value = "5m", value_parser = status::parse_duration)]
+        timeout: Duration,
+    },
+    /// Switch this cluster from OpenKruise v1.9 to kruise-rs keeping every CRD, object and Pod: checks
+    /// first, refuses while objects of kinds kruise-rs does not serve exist (see --allow-unserved),
+    /// takes the CRDs out of OpenKruise's Helm release before removing it (or deletes a plain install's
+    /// manager), replaces the CRDs kruise-rs serves, and verifies that nothing moved.
+    #[command(
+        after_help = "Examples:\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --dry-run\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --record before.json\n  kubectl kruise takeover --allow-unserved WorkloadSpread,PodUnavailableBudget   # plain-manifest install\n  kubectl kruise takeover --verify before.json   # again, once kruise-rs's manager runs"
+    )]
+    Takeover {
+        /// The Helm release OpenKruise was installed with (none: plain manifests).
+        #[arg(long)]
+        helm_release: Option<String>,
+        /// The namespace of that release.
+        #[arg(long, default_value = "default")]
+        helm_namespace: String,
+        /// The namespace of OpenKruise's manager.
+        #[arg(long, default_value = "kruise-system")]
+        kruise_namespace: String,
+        /// Kinds kruise-rs does not serve whose objects may stay without a controller (comma separated:
+        /// kind, plural or plural.group).
+        #[arg(long, value_delimiter = ',')]
+        allow_unserved: Vec<String>,
+        /// kruise-rs's CRDs to install (default: the copies built into this binary).
+        #[arg(long)]
+        crds: Option<std::path::PathBuf>,
+        /// The helm binary.
+        #[arg(long, default_value = "helm")]
+        helm: std::path::PathBuf,
+        /// Check and print the steps, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(short = 'o', long)]
+        output: Option<Output>,
+        /// Write the state before the switch (objects, Pods, ControllerRevisions) to this file.
+        #[arg(long)]
+        record: Option<std::path::PathBuf>,
+        /// Only compare the cluster with a state written by --record.
+        #[arg(long, conflicts_with_all = ["dry_run", "record", "helm_release"])]
+        verify: Option<std::path::PathBuf>,
+        /// Give up when a wait takes longer than this.
         #[arg(long, default_value = "5m", value_parser = status::parse_duration)]
         timeout: Duration,
     },
@@ -315,6 +358,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 timeout,
             };
             migrate::run(&Ctx::connect(&cli.flags).await?, &kind, opts).await
+        }
+        Command::Takeover {
+            helm_release,
+            helm_namespace,
+            kruise_namespace,
+            allow_unserved,
+            crds,
+            helm,
+            dry_run,
+            output,
+            record,
+            verify,
+            timeout,
+        } => {
+            let opts = takeover::Options {
+                helm_release,
+                helm_namespace: Some(helm_namespace),
+                kruise_namespace,
+                allow_unserved,
+                crds,
+                helm,
+                dry_run,
+                output,
+                record,
+                verify,
+                timeout,
+            };
+            let ctx = Ctx::connect(&cli.flags).await?;
+            takeover::run(&ctx.client, &cli.flags, opts).await
         }
         Command::Scaledown {
             resource,
