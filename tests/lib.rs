@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 pub mod cloneset_kit;
 pub mod sidecarset_kit;
+pub mod takeover_kit;
 
 /// What a manager's `/metrics` says it did: `kruise_controller_reconciles` summed per controller
 /// (`cloneset-controller`, …) and `kruise_controller_pod_operations` summed over every controller,

@@ -17,18 +17,19 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, ensure};
+use anyhow::{anyhow, ensure};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::cloneset_kit::{restarts, spec_image, uid};
+use kruise_e2e::takeover_kit::{
+    FIXTURE_NS, clean_result, fixture, kubectl_kruise, last_json, load_openkruise_objects, resource,
+};
 use kruise_e2e::{is_ready, manager_counts};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
 use kruise_testkit::testbed::crd_dir;
 use kruise_testkit::{eventually, testbed_with};
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -36,28 +37,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// After every controller reconciled once: long enough for a controller that was going to write to
 /// have written (its requeues and the Pods' watch events come within it).
 const HOLD: Duration = Duration::from_secs(10);
-const NS: &str = "fx";
-/// The Pod conditions a kubelet writes; the loader leaves them to the simulated one.
-const KUBELET_CONDITIONS: [&str; 5] = [
-    "PodScheduled",
-    "PodReadyToStartContainers",
-    "Initialized",
-    "ContainersReady",
-    "Ready",
-];
-
-fn fixture(file: &str) -> anyhow::Result<Vec<Value>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/openkruise-v1.9")
-        .join(file);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let list: Value = serde_json::from_str(&text)?;
-    list["items"]
-        .as_array()
-        .cloned()
-        .ok_or_else(|| anyhow!("{file} holds no List"))
-}
+const NS: &str = FIXTURE_NS;
 
 /// kruise-rs's CRDs as OpenKruise v1.9.0 ships CloneSet and UnitedDeployment: only `v1alpha1`, stored,
 /// no conversion. The other four kinds are the same in both (v1beta1 stored).
@@ -97,108 +77,6 @@ fn write_openkruise_crds() -> anyhow::Result<()> {
         std::fs::write(dir.join(name), serde_yaml::to_string(&crd)?)?;
     }
     Ok(())
-}
-
-fn resource(api_version: &str, kind: &str) -> ApiResource {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
-}
-
-/// Loads fixture objects as OpenKruise left them, re-pointing owner references at the new UIDs.
-struct Loader {
-    client: Client,
-    /// Fixture UID → UID in this cluster.
-    uids: BTreeMap<String, String>,
-}
-
-impl Loader {
-    /// Creates `object` (without its server-set metadata) and then writes `status`: for a Pod only the
-    /// conditions OpenKruise wrote (`InPlaceUpdateReady`, `KruisePodReady`, `SidecarSetUpgradable`; the
-    /// simulated kubelet owns the rest), for a workload its status with `observedGeneration` the new
-    /// object's generation.
-    async fn load(&mut self, object: &Value, namespace: Option<&str>) -> anyhow::Result<()> {
-        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let ar = resource(object["apiVersion"].as_str().unwrap_or_default(), &kind);
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
-        };
-        let mut body = object.clone();
-        let status = body
-            .as_object_mut()
-            .and_then(|o| o.remove("status"))
-            .unwrap_or(Value::Null);
-        let old_uid = body["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if let Some(meta) = body["metadata"].as_object_mut() {
-            for field in [
-                "uid",
-                "resourceVersion",
-                "creationTimestamp",
-                "generation",
-                "managedFields",
-            ] {
-                meta.remove(field);
-            }
-            match namespace {
-                Some(ns) => meta.insert("namespace".into(), json!(ns)),
-                None => meta.remove("namespace"),
-            };
-        }
-        for owner in body["metadata"]["ownerReferences"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-        {
-            let old = owner["uid"].as_str().unwrap_or_default();
-            let new = self
-                .uids
-                .get(old)
-                .ok_or_else(|| anyhow!("{kind} {name}: owner {} not loaded yet", owner["name"]))?;
-            owner["uid"] = json!(new);
-        }
-        let created = api
-            .create(&PostParams::default(), &serde_json::from_value(body)?)
-            .await
-            .with_context(|| format!("creating {kind} {name}"))?;
-        self.uids.insert(old_uid, created.uid().unwrap_or_default());
-        let status = if kind == "Pod" {
-            let conditions: Vec<Value> = status["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|c| !KUBELET_CONDITIONS.contains(&c["type"].as_str().unwrap_or_default()))
-                .cloned()
-                .collect();
-            if conditions.is_empty() {
-                return Ok(());
-            }
-            json!({"conditions": conditions})
-        } else {
-            let mut status = status;
-            if status.get("observedGeneration").is_some() {
-                status["observedGeneration"] = json!(created.metadata.generation);
-            }
-            status
-        };
-        if status.is_null() {
-            return Ok(());
-        }
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
-        )
-        .await
-        .with_context(|| format!("writing the status of {kind} {name}"))?;
-        Ok(())
-    }
 }
 
 /// What a takeover must leave alone, per Pod: UID, resourceVersion, labels, annotations, containers
@@ -299,108 +177,34 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
     let bed = testbed_with(|options| options.crd_dir = Some(openkruise_crd_dir()));
     let client = bed.plane.client().await?;
 
-    // The namespaces, and the ServiceAccount the Pods name (created by the controller manager).
-    for ns in [NS, MANAGER_NAMESPACE] {
-        let api: Api<Namespace> = Api::all(client.clone());
-        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-        match api.create(&PostParams::default(), &namespace).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => return Err(e).context(format!("creating namespace {ns}")),
-        }
-    }
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    eventually("ServiceAccount fx/default", TIMEOUT, || async {
-        accounts
-            .get("default")
-            .await
-            .map(|_| Some(()))
-            .map_err(Into::into)
-    })
-    .await?;
-
-    // OpenKruise's objects, parents before what they own. The BroadcastJob is left out: it had
-    // completed, and its TTL would delete it.
-    let mut loader = Loader {
-        client: client.clone(),
-        uids: BTreeMap::new(),
-    };
-    for ud in fixture("fx-uniteddeployments.apps.kruise.io.json")? {
-        loader.load(&ud, Some(NS)).await?;
-    }
-    let clonesets = fixture("fx-clonesets.apps.kruise.io.json")?;
-    // Top-level CloneSets first, then the UnitedDeployment's subsets.
-    for cs in clonesets
-        .iter()
-        .filter(|c| c["metadata"]["ownerReferences"].is_null())
-    {
-        loader.load(cs, Some(NS)).await?;
-    }
-    for cs in clonesets
-        .iter()
-        .filter(|c| !c["metadata"]["ownerReferences"].is_null())
-    {
-        loader.load(cs, Some(NS)).await?;
-    }
-    for file in [
-        "fx-statefulsets.apps.kruise.io.json",
-        "fx-daemonsets.apps.kruise.io.json",
-    ] {
-        for set in fixture(file)? {
-            loader.load(&set, Some(NS)).await?;
-        }
-    }
-    for ss in fixture("sidecarsets.json")? {
-        loader.load(&ss, None).await?;
-    }
-    for rev in fixture("fx-controllerrevisions.json")? {
-        loader.load(&rev, Some(NS)).await?;
-    }
-    for rev in fixture("kruise-system-controllerrevisions.json")? {
-        loader.load(&rev, Some(MANAGER_NAMESPACE)).await?;
-    }
-    let fixture_pods: Vec<Value> = fixture("fx-pods.json")?
-        .into_iter()
-        .filter(|p| p["metadata"]["labels"]["broadcastjob-name"].is_null())
-        .collect();
-    for pod in &fixture_pods {
-        loader.load(pod, Some(NS)).await?;
-    }
-
-    // The simulated kubelets run them; every Pod Ready (its readiness gates as OpenKruise set them).
+    // OpenKruise's objects. The BroadcastJob is left out: it had completed, and its TTL would delete it.
+    load_openkruise_objects(&client, NS, MANAGER_NAMESPACE, false, TIMEOUT).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    eventually("the fixture Pods Ready", TIMEOUT, || async {
-        let list = pods.list(&ListParams::default()).await?;
-        let waiting: Vec<String> = list
-            .iter()
-            .filter(|p| !is_ready(p))
-            .map(|p| p.name_any())
-            .collect();
-        ensure!(
-            list.items.len() == fixture_pods.len() && waiting.is_empty(),
-            "{} of {} Pods, not Ready: {waiting:?}",
-            list.items.len(),
-            fixture_pods.len()
-        );
-        Ok(Some(()))
-    })
-    .await?;
     let pods_before = pod_state(&pods).await?;
     let revisions_before = revision_state(&client).await?;
     let fixture_revisions = fixture("fx-controllerrevisions.json")?.len()
         + fixture("kruise-system-controllerrevisions.json")?.len();
     ensure!(revisions_before.len() == fixture_revisions);
 
-    // The switch: kruise-rs's CRDs replace OpenKruise's, then the manager starts on the objects.
-    bed.plane
-        .kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &crd_dir().display().to_string(),
-        ])
-        .await?;
+    // The switch: `kubectl kruise takeover` (no OpenKruise manager or release here: a plain install)
+    // replaces OpenKruise's CRDs with kruise-rs's and verifies; then the manager starts on the objects.
+    let record = bed.plane.dir().join("takeover-state.json");
+    let record = record.display().to_string();
+    let kubeconfig = bed.plane.kubeconfig_path();
+    let run = kubectl_kruise(
+        &kubeconfig,
+        &["takeover", "--record", &record, "-o", "json"],
+    )
+    .await?;
+    ensure!(run.ok, "takeover failed: {run:?}");
+    let report = last_json(&run.stdout)?;
+    let (crds, _, pods_kept, revisions_kept) = clean_result(&report)?;
+    ensure!(
+        crds == 6
+            && pods_kept as usize == pods_before.len()
+            && revisions_kept as usize == fixture_revisions,
+        "takeover kept {crds} CRDs, {pods_kept} Pods, {revisions_kept} revisions: {report}"
+    );
     let ports = bed.manager();
     let workloads_before = workload_state(&client).await?;
     let controllers = [
@@ -459,6 +263,14 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
         }
     };
     check("after the takeover").await?;
+    // The command's own check, against the state it recorded, once the manager has run.
+    let run = kubectl_kruise(
+        &kubeconfig,
+        &["takeover", "--verify", &record, "-o", "json"],
+    )
+    .await?;
+    ensure!(run.ok, "takeover --verify failed: {run:?}");
+    clean_result(&last_json(&run.stdout)?)?;
 
     // The storage migration of docs/migrating-from-openkruise.md: every CloneSet and UnitedDeployment
     // written once (now stored as v1beta1), then only v1beta1 recorded as stored.

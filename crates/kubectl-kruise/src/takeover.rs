@@ -266,6 +266,9 @@ pub struct Comparison {
     /// `written`: a Pod whose resourceVersion changed.
     pub pods: Tally,
     pub controller_revisions: Tally,
+    /// Per workload whose status changed: the status before and after (conditions aside).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub status_changes: BTreeMap<String, Value>,
 }
 
 impl Comparison {
@@ -312,25 +315,52 @@ pub fn compare(before: &State, after: &State) -> Comparison {
     let mut crd_tally = tally(&crds(before), &crds(after));
     // A CRD installed by the switch (none of OpenKruise's) is not a change of what was there.
     crd_tally.added.clear();
+    let objects = tally(&before.objects, &after.objects);
+    let status_changes = objects
+        .written
+        .iter()
+        .map(|key| {
+            let status = |s: &State| s.objects.get(key).and_then(|o| o.status.clone());
+            (
+                key.clone(),
+                json!({"before": status(before), "after": status(after)}),
+            )
+        })
+        .collect();
     Comparison {
         crds: crd_tally,
-        objects: tally(&before.objects, &after.objects),
+        objects,
+        status_changes,
         pods: tally(&before.pods, &after.pods),
         controller_revisions: tally(&before.revisions, &after.revisions),
     }
 }
 
-/// `status` without its `conditions`, at any depth.
-fn without_conditions(status: Value) -> Value {
+/// `status` as compared: without its `conditions` (kruise-rs adds its rollout-health conditions) and
+/// without zero values (0, false, "", empty lists and maps), at any depth: Go's `omitempty` leaves out
+/// a zero that kruise-rs may write, and both read the same.
+fn comparable_status(status: Value) -> Value {
     match status {
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .filter(|(k, _)| k != "conditions")
-                .map(|(k, v)| (k, without_conditions(v)))
+                .map(|(k, v)| (k, comparable_status(v)))
+                .filter(|(_, v)| !is_zero(v))
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(items.into_iter().map(without_conditions).collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(comparable_status).collect()),
         other => other,
+    }
+}
+
+fn is_zero(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
     }
 }
 
@@ -390,7 +420,7 @@ async fn survey(
                 name: object.name_any(),
             };
             let status = is_served.then(|| {
-                without_conditions(object.data.get("status").cloned().unwrap_or(Value::Null))
+                comparable_status(object.data.get("status").cloned().unwrap_or(Value::Null))
             });
             state.objects.insert(
                 reference.to_string(),
@@ -801,7 +831,13 @@ fn problems(comparison: &Comparison) -> String {
             ("deleted", &tally.deleted),
             ("added", &tally.added),
         ] {
-            lines.extend(list.iter().map(|key| format!("  {what} {how}: {key}")));
+            lines.extend(
+                list.iter()
+                    .map(|key| match comparison.status_changes.get(key) {
+                        Some(change) => format!("  {what} {how}: {key}: status {change}"),
+                        None => format!("  {what} {how}: {key}"),
+                    }),
+            );
         }
     }
     lines.join("\n")
@@ -1308,13 +1344,23 @@ mod tests {
     }
 
     #[test]
-    fn conditions_are_not_compared() {
-        let status = json!({"replicas": 2, "conditions": [{"type": "Available"}],
-            "subsets": [{"name": "a", "conditions": [{"type": "Updated"}]}]});
-        assert_eq!(
-            without_conditions(status),
-            json!({"replicas": 2, "subsets": [{"name": "a"}]})
-        );
+    fn statuses_compare_without_conditions_and_zeros() {
+        let cases = [
+            (
+                json!({"replicas": 2, "conditions": [{"type": "Available"}],
+                    "subsets": [{"name": "a", "conditions": [{"type": "Updated"}]}]}),
+                json!({"replicas": 2, "subsets": [{"name": "a"}]}),
+            ),
+            (
+                json!({"collisionCount": 0, "numberReady": 3, "paused": false, "labelSelector": "",
+                    "updateRevision": "r1", "extra": {"a": 0}, "list": []}),
+                json!({"numberReady": 3, "updateRevision": "r1"}),
+            ),
+            (Value::Null, Value::Null),
+        ];
+        for (status, want) in cases {
+            assert_eq!(comparable_status(status.clone()), want, "{status}");
+        }
     }
 
     #[test]

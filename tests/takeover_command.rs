@@ -1,0 +1,657 @@
+//! `kubectl kruise takeover` from the three ways OpenKruise v1.9 is installed, and the way back, on one
+//! control plane (OpenKruise's CRDs are cluster-wide, so the scenarios follow one another):
+//!
+//! 1. A Helm release of a chart shaped like OpenKruise's (`tests/fixtures/openkruise-chart`: v1.9.0's 18
+//!    CRDs rendered as templates while `crds.managed` is true, the kruise-system Namespace in the
+//!    release, a pre-delete hook that refuses the uninstall, a manager that runs nothing) holds the
+//!    objects an OpenKruise v1.9 manager wrote (`tests/fixtures/openkruise-v1.9`: CloneSets, an Advanced
+//!    StatefulSet, an Advanced DaemonSet, a UnitedDeployment, a SidecarSet, a BroadcastJob, their
+//!    ControllerRevisions and Pods) plus a WorkloadSpread and a PodUnavailableBudget. `takeover`
+//!    refuses and lists those two; named in `--allow-unserved`, it completes: the release is gone, every
+//!    CRD and object is kept, no Pod written, no ControllerRevision added. kruise-rs's chart installs next
+//!    to the kept Namespace, kruise-manager runs, and `takeover --verify` still finds nothing changed.
+//! 2. The way back: the storage of CloneSet and UnitedDeployment returned to v1alpha1 through kruise-rs's
+//!    conversion, kruise-rs uninstalled, OpenKruise's CRDs put back, OpenKruise's chart installed with
+//!    `crds.managed: false`: everything as it was before the takeover.
+//! 3. From that `crds.managed: false` release: `takeover` again.
+//! 4. From plain manifests (the chart rendered and applied with kubectl): `takeover` again.
+//!
+//! Each takeover is checked twice: by the command's own report, and by a snapshot of this test (every
+//! CRD and object of OpenKruise's groups by UID, every Pod and ControllerRevision of Kruise workloads by
+//! UID and resourceVersion).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kruise_e2e::manager_counts;
+use kruise_e2e::takeover_kit::{
+    FIXTURE_NS, Run, clean_result, kubectl_kruise, last_json, load_openkruise_objects,
+};
+use kruise_testkit::manager::NAMESPACE as KRUISE_NS;
+use kruise_testkit::manager::{Manager, ManagerOptions};
+use kruise_testkit::{TestBed, eventually, helm, testbed_with, until};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+const CHART: &str = "tests/fixtures/openkruise-chart";
+const CRDS: &str = "tests/fixtures/openkruise-chart/files/crds";
+const RELEASE: &str = "kruise";
+const HELM_NS: &str = "default";
+const NS: &str = FIXTURE_NS;
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// After every controller reconciled once: long enough for a controller that was going to write to
+/// have written.
+const HOLD: Duration = Duration::from_secs(10);
+const ALLOW: &str = "WorkloadSpread,PodUnavailableBudget";
+
+/// helm against the test bed.
+fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
+    let kubeconfig = bed.plane.kubeconfig_path().display().to_string();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", &kubeconfig]);
+    helm::run(&all)
+}
+
+/// `kubectl-kruise takeover <args>` with the test's helm.
+async fn takeover(bed: &TestBed, args: &[&str]) -> anyhow::Result<Run> {
+    let helm = helm::binary()?.display().to_string();
+    let mut all = vec!["takeover", "--helm", &helm];
+    all.extend_from_slice(args);
+    kubectl_kruise(&bed.plane.kubeconfig_path(), &all).await
+}
+
+/// Every CRD and object of OpenKruise's groups by UID; every Pod and ControllerRevision of Kruise
+/// workloads by UID and resourceVersion. Objects are read in the version OpenKruise stores them in
+/// (`versions`, filled in from the CRDs of the first call), which needs no conversion webhook.
+async fn snapshot(
+    client: &Client,
+    versions: &mut BTreeMap<String, String>,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut state = BTreeMap::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds.list(&ListParams::default()).await? {
+        let spec = &crd.spec;
+        if spec.group != "apps.kruise.io" && spec.group != "policy.kruise.io" {
+            continue;
+        }
+        state.insert(
+            format!("crd {}", crd.name_any()),
+            crd.uid().unwrap_or_default(),
+        );
+        let storage = spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .map(|v| v.name.clone())
+            .unwrap_or_default();
+        let version = versions.entry(crd.name_any()).or_insert(storage).clone();
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&spec.group, &version, &spec.names.kind),
+            &spec.names.plural,
+        );
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for object in api.list(&ListParams::default()).await? {
+            state.insert(
+                format!(
+                    "{} {}/{}",
+                    spec.names.kind,
+                    object.namespace().unwrap_or_default(),
+                    object.name_any()
+                ),
+                object.uid().unwrap_or_default(),
+            );
+        }
+    }
+    let kruise_owned =
+        |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.iter()
+                .flatten()
+                .any(|o| o.api_version.starts_with("apps.kruise.io/"))
+        };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for pod in pods.list(&ListParams::default()).await? {
+        state.insert(
+            format!("Pod {NS}/{}", pod.name_any()),
+            format!(
+                "{} {}",
+                pod.uid().unwrap_or_default(),
+                pod.resource_version().unwrap_or_default()
+            ),
+        );
+    }
+    let revisions: Api<ControllerRevision> = Api::all(client.clone());
+    for revision in revisions.list(&ListParams::default()).await? {
+        if kruise_owned(&revision.metadata.owner_references) {
+            state.insert(
+                format!(
+                    "ControllerRevision {}/{}",
+                    revision.namespace().unwrap_or_default(),
+                    revision.name_any()
+                ),
+                format!(
+                    "{} {}",
+                    revision.uid().unwrap_or_default(),
+                    revision.resource_version().unwrap_or_default()
+                ),
+            );
+        }
+    }
+    Ok(state)
+}
+
+/// What differs between two snapshots: (written, deleted, added).
+fn differences(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let mut written = Vec::new();
+    let mut deleted = Vec::new();
+    for (key, value) in before {
+        match after.get(key) {
+            Some(v) if v == value => {}
+            Some(v) if v.split(' ').next() == value.split(' ').next() => written.push(key.clone()),
+            _ => deleted.push(key.clone()),
+        }
+    }
+    let added = after
+        .keys()
+        .filter(|k| !before.contains_key(*k))
+        .cloned()
+        .collect();
+    (written, deleted, added)
+}
+
+async fn ensure_unchanged(
+    client: &Client,
+    stage: &str,
+    (before, versions): &mut (BTreeMap<String, String>, BTreeMap<String, String>),
+) -> anyhow::Result<()> {
+    let after = snapshot(client, versions).await?;
+    let before = &*before;
+    let (written, deleted, added) = differences(before, &after);
+    let count = |prefix: &str| before.keys().filter(|k| k.starts_with(prefix)).count();
+    eprintln!(
+        "{stage}: kept {} of {} (CRDs {}, Pods {}, ControllerRevisions {}); written {}, deleted {}, added {}",
+        before.len() - written.len() - deleted.len(),
+        before.len(),
+        count("crd "),
+        count("Pod "),
+        count("ControllerRevision "),
+        written.len(),
+        deleted.len(),
+        added.len()
+    );
+    ensure!(
+        written.is_empty() && deleted.is_empty() && added.is_empty(),
+        "{stage}: written {written:?}, deleted {deleted:?}, added {added:?}"
+    );
+    Ok(())
+}
+
+/// The unserved kinds' objects: a WorkloadSpread over CloneSet `sample` and a PodUnavailableBudget.
+const UNSERVED: &str = r#"
+apiVersion: apps.kruise.io/v1alpha1
+kind: WorkloadSpread
+metadata:
+  name: ws
+spec:
+  targetRef:
+    apiVersion: apps.kruise.io/v1alpha1
+    kind: CloneSet
+    name: sample
+  subsets:
+    - name: zone-a
+      requiredNodeSelectorTerm:
+        matchExpressions:
+          - key: topology.kubernetes.io/zone
+            operator: In
+            values: [zone-a]
+      maxReplicas: 1
+    - name: rest
+---
+apiVersion: policy.kruise.io/v1alpha1
+kind: PodUnavailableBudget
+metadata:
+  name: pub
+spec:
+  selector:
+    matchLabels:
+      app: sample
+  maxUnavailable: 1
+"#;
+
+/// Waits until `manager` is ready and converts the kinds it serves (the test kit's wait also expects
+/// the conversion of every apps.kruise.io CRD, and OpenKruise's other kinds stay unconverted here).
+async fn manager_serving(bed: &TestBed, manager: &Manager) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(bed.plane.client().await?);
+    let url_part = format!("127.0.0.1:{}", manager.ports.webhook);
+    let served = until("kruise-manager ready and converting", TIMEOUT, || async {
+        let (code, _) = kruise_testkit::manager::http_get(manager.ports.health, "/readyz").await?;
+        if code != 200 {
+            return Ok(false);
+        }
+        for kind in kruise_api::kinds::Kind::ALL {
+            let crd = crds
+                .get(&format!("{}.apps.kruise.io", kind.plural()))
+                .await?;
+            let url = crd
+                .spec
+                .conversion
+                .and_then(|c| c.webhook)
+                .and_then(|w| w.client_config)
+                .and_then(|c| c.url)
+                .unwrap_or_default();
+            if !url.contains(&url_part) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await;
+    if let Err(error) = served {
+        let log = std::fs::read_to_string(manager.log(&bed.plane)).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        anyhow::bail!(
+            "{error:#}\nkruise-manager log (last lines, newest first):\n{}",
+            tail.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// CloneSet and UnitedDeployment stored in v1alpha1 again, as OpenKruise v1.9.0's CRDs require (the
+/// apiserver refuses a CRD that drops a version still recorded as stored): v1alpha1 made the storage
+/// version of kruise-rs's CRDs, every object rewritten once when `rewrite` (through kruise-rs's
+/// conversion webhook, so its manager must run), then only v1alpha1 recorded as stored.
+async fn v1alpha1_storage(bed: &TestBed, rewrite: bool) -> anyhow::Result<()> {
+    for (resource, crd) in [
+        ("clonesets", "clonesets.apps.kruise.io"),
+        ("uniteddeployments", "uniteddeployments.apps.kruise.io"),
+    ] {
+        bed.plane
+            .kubectl(&[
+                "patch",
+                "crd",
+                crd,
+                "--type=json",
+                "-p",
+                r#"[{"op":"replace","path":"/spec/versions/0/storage","value":true},{"op":"replace","path":"/spec/versions/1/storage","value":false}]"#,
+            ])
+            .await?;
+        if rewrite {
+            let path = bed.plane.dir().join(format!("{resource}.json"));
+            // A conflict means a controller wrote the object in between; read and replace again.
+            eventually(format!("every {resource} rewritten"), TIMEOUT, || async {
+                let objects = bed
+                    .plane
+                    .kubectl(&["get", resource, "-A", "-o", "json"])
+                    .await?;
+                std::fs::write(&path, objects)?;
+                bed.plane
+                    .kubectl(&["replace", "-f", &path.display().to_string()])
+                    .await?;
+                Ok(Some(()))
+            })
+            .await?;
+        }
+        bed.plane
+            .kubectl(&[
+                "patch",
+                "crd",
+                crd,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"storedVersions":["v1alpha1"]}}"#,
+            ])
+            .await?;
+    }
+    Ok(())
+}
+
+/// OpenKruise's CRDs put back whole (`kubectl replace`: kruise-rs's extra version and its conversion
+/// settings go with it).
+async fn replace_openkruise_crds(bed: &TestBed) -> anyhow::Result<()> {
+    let dir = helm::repo_root().join(CRDS).display().to_string();
+    bed.plane.kubectl(&["replace", "-f", &dir]).await?;
+    crds_established(bed).await
+}
+
+/// Every CRD of the cluster Established (OpenKruise's 18 at least).
+async fn crds_established(bed: &TestBed) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(bed.plane.client().await?);
+    eventually("OpenKruise's CRDs Established", TIMEOUT, || async {
+        let list = crds.list(&ListParams::default()).await?;
+        let waiting: Vec<String> = list
+            .iter()
+            .filter(|crd| {
+                !crd.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+            .map(|crd| crd.name_any())
+            .collect();
+        ensure!(
+            list.items.len() >= 18 && waiting.is_empty(),
+            "{} CRDs, not Established: {waiting:?}",
+            list.items.len()
+        );
+        Ok(Some(()))
+    })
+    .await
+}
+
+/// The result of a successful takeover run with `-o json`, checked clean and with OpenKruise's 18 CRDs
+/// kept.
+fn completed(run: &Run, stage: &str) -> anyhow::Result<(u64, u64, u64, u64)> {
+    ensure!(run.ok, "{stage}: takeover failed: {run:?}");
+    let kept = clean_result(&last_json(&run.stdout)?)?;
+    ensure!(kept.0 == 18, "{stage}: {} CRDs kept: {run:?}", kept.0);
+    eprintln!(
+        "{stage}: the command reports kept {} CRDs, {} objects, {} Pods, {} ControllerRevisions; nothing written, deleted or added",
+        kept.0, kept.1, kept.2, kept.3
+    );
+    Ok(kept)
+}
+
+async fn released(bed: &TestBed, name: &str) -> anyhow::Result<bool> {
+    let list: Value = serde_json::from_str(&helm_cli(bed, &["list", "-A", "-o", "json"])?)?;
+    Ok(list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["name"] == name))
+}
+
+#[tokio::test]
+async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> {
+    // No CRDs at the start: OpenKruise's release installs them.
+    let started = std::time::Instant::now();
+    let bed = testbed_with(|options| options.crd_dir = None);
+    let client = bed.plane.client().await?;
+    let chart = helm::repo_root().join(CHART).display().to_string();
+
+    // 1. OpenKruise's chart, CRDs as templates (crds.managed: true), and its objects.
+    helm_cli(bed, &["install", RELEASE, &chart, "--namespace", HELM_NS])?;
+    crds_established(bed).await?;
+    load_openkruise_objects(&client, NS, KRUISE_NS, true, TIMEOUT).await?;
+    bed.plane.kubectl_apply(NS, UNSERVED).await?;
+
+    let dry = takeover(
+        bed,
+        &[
+            "--helm-release",
+            RELEASE,
+            "--helm-namespace",
+            HELM_NS,
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    ensure!(!dry.ok, "takeover did not refuse: {dry:?}");
+    for listed in ["WorkloadSpread fx/ws", "PodUnavailableBudget fx/pub"] {
+        ensure!(
+            dry.stderr.contains(listed),
+            "refusal does not list {listed}: {dry:?}"
+        );
+    }
+    let report = last_json(&dry.stdout)?;
+    ensure!(
+        report["refused"].as_array().map(Vec::len) == Some(2)
+            && report["openKruise"]["version"] == "1.9.0"
+            && report["kinds"].as_array().map(Vec::len) == Some(18)
+            && report["openKruise"]["installedWith"]
+                .as_str()
+                .is_some_and(|s| s.contains("18 CRDs rendered as templates of the release")),
+        "preflight report: {report}"
+    );
+    let unnamed = takeover(bed, &["--allow-unserved", ALLOW]).await?;
+    ensure!(
+        !unnamed.ok
+            && unnamed
+                .stderr
+                .contains("--helm-release kruise --helm-namespace default"),
+        "a takeover without --helm-release went on: {unnamed:?}"
+    );
+
+    let mut versions = BTreeMap::new();
+    let mut before = (snapshot(&client, &mut versions).await?, versions);
+    eprintln!("{:?}: objects loaded", started.elapsed());
+    let record = bed
+        .plane
+        .dir()
+        .join("takeover-helm.json")
+        .display()
+        .to_string();
+    let run = takeover(
+        bed,
+        &[
+            "--helm-release",
+            RELEASE,
+            "--helm-namespace",
+            HELM_NS,
+            "--allow-unserved",
+            ALLOW,
+            "--record",
+            &record,
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    completed(&run, "takeover from Helm, crds.managed=true")?;
+    ensure!(
+        !released(bed, RELEASE).await?,
+        "the OpenKruise release is still installed"
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    ensure!(
+        namespaces.get_opt(KRUISE_NS).await?.is_some(),
+        "{KRUISE_NS} was deleted"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), KRUISE_NS);
+    ensure!(
+        pods.get_opt("kruise-pre-delete-hook").await?.is_none(),
+        "the release's pre-delete hook ran"
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let cloneset_versions: Vec<String> = crds
+        .get("clonesets.apps.kruise.io")
+        .await?
+        .spec
+        .versions
+        .iter()
+        .map(|v| v.name.clone())
+        .collect();
+    ensure!(
+        cloneset_versions == ["v1alpha1", "v1beta1"],
+        "CloneSet CRD {cloneset_versions:?}"
+    );
+    ensure_unchanged(
+        &client,
+        "takeover from Helm, crds.managed=true",
+        &mut before,
+    )
+    .await?;
+
+    eprintln!("{:?}: taken over from Helm", started.elapsed());
+    // kruise-rs's chart next to the kept Namespace, and its manager (the test bed's process).
+    helm_cli(
+        bed,
+        &[
+            "install",
+            "kruise-rs",
+            "charts/kruise-rs",
+            "--namespace",
+            HELM_NS,
+            "--set",
+            "installation.createNamespace=false",
+            // The manager runs as a process on this host: the webhooks' URL form, as tests/install.rs.
+            "--set",
+            "webhookConfiguration.host=127.0.0.1",
+        ],
+    )?;
+    let manager = Manager::spawn(&bed.plane, &ManagerOptions::default())?;
+    manager_serving(bed, &manager).await?;
+    let controllers = [
+        "cloneset-controller",
+        "statefulset-controller",
+        "daemonset-controller",
+        "uniteddeployment-controller",
+        "sidecarset-controller",
+        "broadcastjob-controller",
+    ];
+    eventually("every controller reconciled", TIMEOUT, || async {
+        let reconciles = manager_counts(manager.ports.metrics).await?.reconciles;
+        let idle: Vec<&str> = controllers
+            .iter()
+            .copied()
+            .filter(|c| reconciles.get(*c).copied().unwrap_or(0) == 0)
+            .collect();
+        ensure!(
+            idle.is_empty(),
+            "not reconciled yet: {idle:?} ({reconciles:?})"
+        );
+        Ok(Some(()))
+    })
+    .await?;
+    tokio::time::sleep(HOLD).await;
+    let verified = kubectl_kruise(
+        &bed.plane.kubeconfig_path(),
+        &["takeover", "--verify", &record, "-o", "json"],
+    )
+    .await?;
+    ensure!(
+        verified.ok,
+        "takeover --verify with kruise-manager running: {verified:?}"
+    );
+    clean_result(&last_json(&verified.stdout)?)?;
+    ensure_unchanged(&client, "kruise-manager running", &mut before).await?;
+
+    eprintln!("{:?}: kruise-manager ran", started.elapsed());
+    // 2. The way back. While kruise-rs still converts: CloneSets and UnitedDeployments stored in
+    // v1alpha1 again (OpenKruise v1.9.0 knows no other version of them).
+    v1alpha1_storage(bed, true).await?;
+    manager.kill(&bed.plane)?;
+    helm_cli(bed, &["uninstall", "kruise-rs", "--namespace", HELM_NS])?;
+    replace_openkruise_crds(bed).await?;
+    helm_cli(
+        bed,
+        &[
+            "install",
+            RELEASE,
+            &chart,
+            "--namespace",
+            HELM_NS,
+            "--set",
+            "crds.managed=false",
+        ],
+    )?;
+    let verified = kubectl_kruise(
+        &bed.plane.kubeconfig_path(),
+        &["takeover", "--verify", &record, "-o", "json"],
+    )
+    .await?;
+    ensure!(
+        verified.ok,
+        "takeover --verify after the way back: {verified:?}"
+    );
+    clean_result(&last_json(&verified.stdout)?)?;
+    ensure_unchanged(&client, "the way back", &mut before).await?;
+
+    eprintln!("{:?}: back to OpenKruise", started.elapsed());
+    // 3. From the crds.managed=false release.
+    let run = takeover(
+        bed,
+        &[
+            "--helm-release",
+            RELEASE,
+            "--helm-namespace",
+            HELM_NS,
+            "--allow-unserved",
+            ALLOW,
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    let report = serde_json::Deserializer::from_str(&run.stdout)
+        .into_iter::<Value>()
+        .next()
+        .transpose()?
+        .context("no preflight report")?;
+    ensure!(
+        report["openKruise"]["installedWith"]
+            .as_str()
+            .is_some_and(|s| s.contains("the CRDs outside the release")),
+        "{report}"
+    );
+    completed(&run, "takeover from Helm, crds.managed=false")?;
+    ensure!(
+        !released(bed, RELEASE).await?,
+        "the OpenKruise release is still installed"
+    );
+    ensure_unchanged(
+        &client,
+        "takeover from Helm, crds.managed=false",
+        &mut before,
+    )
+    .await?;
+
+    eprintln!(
+        "{:?}: taken over from crds.managed=false",
+        started.elapsed()
+    );
+    // 4. From plain manifests: OpenKruise's CRDs and its rendered manifests applied with kubectl. No
+    // kruise-rs manager ran since the last takeover, so no object was written in v1beta1: recording
+    // v1alpha1 as the only stored version is enough.
+    v1alpha1_storage(bed, false).await?;
+    replace_openkruise_crds(bed).await?;
+    let manifests = helm_cli(
+        bed,
+        &[
+            "template",
+            RELEASE,
+            &chart,
+            "--namespace",
+            HELM_NS,
+            "--no-hooks",
+            "--set",
+            "crds.managed=false",
+            "--set",
+            "installation.createNamespace=false",
+        ],
+    )?;
+    let path = bed.plane.dir().join("openkruise-plain.yaml");
+    std::fs::write(&path, manifests)?;
+    bed.plane
+        .kubectl(&["apply", "-f", &path.display().to_string()])
+        .await?;
+    let run = takeover(bed, &["--allow-unserved", ALLOW, "-o", "json"]).await?;
+    completed(&run, "takeover from plain manifests")?;
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        KRUISE_NS,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
+    );
+    ensure!(
+        deployments
+            .get_opt("kruise-controller-manager")
+            .await?
+            .is_none(),
+        "OpenKruise's manager Deployment is still there"
+    );
+    ensure_unchanged(&client, "takeover from plain manifests", &mut before).await?;
+    eprintln!("{:?}: taken over from plain manifests", started.elapsed());
+    Ok(())
+}
