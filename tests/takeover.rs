@@ -23,7 +23,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::cloneset_kit::{restarts, spec_image, uid};
 use kruise_e2e::takeover_kit::{
-    FIXTURE_NS, clean_result, fixture, kubectl_kruise, last_json, load_openkruise_objects, resource,
+    FIXTURE_NS, clean_result, fixture, kubectl_kruise, last_json, load_openkruise_objects,
+    migrate_storage, resource,
 };
 use kruise_e2e::{is_ready, manager_counts};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
@@ -274,37 +275,12 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
 
     // The storage migration of docs/migrating-from-openkruise.md: every CloneSet and UnitedDeployment
     // written once (now stored as v1beta1), then only v1beta1 recorded as stored.
-    for (resource, crd) in [
-        ("clonesets", "clonesets.apps.kruise.io"),
-        ("uniteddeployments", "uniteddeployments.apps.kruise.io"),
+    migrate_storage(&bed.plane, "v1beta1", false, true, TIMEOUT).await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        "clonesets.apps.kruise.io",
+        "uniteddeployments.apps.kruise.io",
     ] {
-        // A conflict means a controller wrote the object in between, which stored it anew as well;
-        // read and replace again, as a storage migrator does.
-        let path = bed.plane.dir().join(format!("{resource}.json"));
-        eventually(format!("every {resource} replaced"), TIMEOUT, || async {
-            let objects = bed
-                .plane
-                .kubectl(&["get", resource, "-n", NS, "-o", "json"])
-                .await?;
-            std::fs::write(&path, objects)?;
-            bed.plane
-                .kubectl(&["replace", "-f", &path.display().to_string()])
-                .await?;
-            Ok(Some(()))
-        })
-        .await?;
-        bed.plane
-            .kubectl(&[
-                "patch",
-                "crd",
-                crd,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"storedVersions":["v1beta1"]}}"#,
-            ])
-            .await?;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         let stored = crds
             .get(crd)
             .await?

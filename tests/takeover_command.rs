@@ -30,6 +30,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kruise_e2e::manager_counts;
 use kruise_e2e::takeover_kit::{
     FIXTURE_NS, Run, clean_result, kubectl_kruise, last_json, load_openkruise_objects,
+    migrate_storage,
 };
 use kruise_testkit::manager::NAMESPACE as KRUISE_NS;
 use kruise_testkit::manager::{Manager, ManagerOptions};
@@ -264,53 +265,15 @@ async fn manager_serving(bed: &TestBed, manager: &Manager) -> anyhow::Result<()>
     Ok(())
 }
 
-/// CloneSet and UnitedDeployment stored in v1alpha1 again, as OpenKruise v1.9.0's CRDs require (the
-/// apiserver refuses a CRD that drops a version still recorded as stored): v1alpha1 made the storage
-/// version of kruise-rs's CRDs, every object rewritten once when `rewrite` (through kruise-rs's
-/// conversion webhook, so its manager must run), then only v1alpha1 recorded as stored.
-async fn v1alpha1_storage(bed: &TestBed, rewrite: bool) -> anyhow::Result<()> {
-    for (resource, crd) in [
-        ("clonesets", "clonesets.apps.kruise.io"),
-        ("uniteddeployments", "uniteddeployments.apps.kruise.io"),
-    ] {
-        bed.plane
-            .kubectl(&[
-                "patch",
-                "crd",
-                crd,
-                "--type=json",
-                "-p",
-                r#"[{"op":"replace","path":"/spec/versions/0/storage","value":true},{"op":"replace","path":"/spec/versions/1/storage","value":false}]"#,
-            ])
-            .await?;
-        if rewrite {
-            let path = bed.plane.dir().join(format!("{resource}.json"));
-            // A conflict means a controller wrote the object in between; read and replace again.
-            eventually(format!("every {resource} rewritten"), TIMEOUT, || async {
-                let objects = bed
-                    .plane
-                    .kubectl(&["get", resource, "-A", "-o", "json"])
-                    .await?;
-                std::fs::write(&path, objects)?;
-                bed.plane
-                    .kubectl(&["replace", "-f", &path.display().to_string()])
-                    .await?;
-                Ok(Some(()))
-            })
-            .await?;
-        }
-        bed.plane
-            .kubectl(&[
-                "patch",
-                "crd",
-                crd,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"storedVersions":["v1alpha1"]}}"#,
-            ])
-            .await?;
-    }
+/// `kubectl kruise takeover --verify record`: nothing changed since the state was recorded.
+async fn verify(bed: &TestBed, record: &str, stage: &str) -> anyhow::Result<()> {
+    let run = kubectl_kruise(
+        &bed.plane.kubeconfig_path(),
+        &["takeover", "--verify", record, "-o", "json"],
+    )
+    .await?;
+    ensure!(run.ok, "takeover --verify {stage}: {run:?}");
+    clean_result(&last_json(&run.stdout)?)?;
     Ok(())
 }
 
@@ -526,22 +489,13 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     })
     .await?;
     tokio::time::sleep(HOLD).await;
-    let verified = kubectl_kruise(
-        &bed.plane.kubeconfig_path(),
-        &["takeover", "--verify", &record, "-o", "json"],
-    )
-    .await?;
-    ensure!(
-        verified.ok,
-        "takeover --verify with kruise-manager running: {verified:?}"
-    );
-    clean_result(&last_json(&verified.stdout)?)?;
+    verify(bed, &record, "with kruise-manager running").await?;
     ensure_unchanged(&client, "kruise-manager running", &mut before).await?;
 
     eprintln!("{:?}: kruise-manager ran", started.elapsed());
     // 2. The way back. While kruise-rs still converts: CloneSets and UnitedDeployments stored in
     // v1alpha1 again (OpenKruise v1.9.0 knows no other version of them).
-    v1alpha1_storage(bed, true).await?;
+    migrate_storage(&bed.plane, "v1alpha1", true, true, TIMEOUT).await?;
     manager.kill(&bed.plane)?;
     helm_cli(bed, &["uninstall", "kruise-rs", "--namespace", HELM_NS])?;
     replace_openkruise_crds(bed).await?;
@@ -557,16 +511,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
             "crds.managed=false",
         ],
     )?;
-    let verified = kubectl_kruise(
-        &bed.plane.kubeconfig_path(),
-        &["takeover", "--verify", &record, "-o", "json"],
-    )
-    .await?;
-    ensure!(
-        verified.ok,
-        "takeover --verify after the way back: {verified:?}"
-    );
-    clean_result(&last_json(&verified.stdout)?)?;
+    verify(bed, &record, "after the way back").await?;
     ensure_unchanged(&client, "the way back", &mut before).await?;
 
     eprintln!("{:?}: back to OpenKruise", started.elapsed());
@@ -615,7 +560,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     // 4. From plain manifests: OpenKruise's CRDs and its rendered manifests applied with kubectl. No
     // kruise-rs manager ran since the last takeover, so no object was written in v1beta1: recording
     // v1alpha1 as the only stored version is enough.
-    v1alpha1_storage(bed, false).await?;
+    migrate_storage(&bed.plane, "v1alpha1", true, false, TIMEOUT).await?;
     replace_openkruise_crds(bed).await?;
     let manifests = helm_cli(
         bed,

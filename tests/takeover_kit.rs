@@ -309,3 +309,60 @@ pub fn last_json(text: &str) -> anyhow::Result<Value> {
     }
     last.ok_or_else(|| anyhow!("no JSON in {text:?}"))
 }
+
+/// The storage migration of docs/migrating-from-openkruise.md for CloneSet and UnitedDeployment:
+/// `version` made their storage version when `switch_storage` (kruise-rs's CRDs store v1beta1), every
+/// object rewritten once when `rewrite` (through kruise-rs's conversion webhook where the stored
+/// version differs, so its manager must run), then only `version` recorded as stored.
+pub async fn migrate_storage(
+    plane: &kruise_testkit::control_plane::ControlPlane,
+    version: &str,
+    switch_storage: bool,
+    rewrite: bool,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    for (resource, crd) in [
+        ("clonesets", "clonesets.apps.kruise.io"),
+        ("uniteddeployments", "uniteddeployments.apps.kruise.io"),
+    ] {
+        if switch_storage {
+            let storage = |name: &str| name == version;
+            let patch = json!([
+                {"op": "replace", "path": "/spec/versions/0/storage", "value": storage("v1alpha1")},
+                {"op": "replace", "path": "/spec/versions/1/storage", "value": storage("v1beta1")},
+            ]);
+            plane
+                .kubectl(&["patch", "crd", crd, "--type=json", "-p", &patch.to_string()])
+                .await?;
+        }
+        if rewrite {
+            // A conflict means a controller wrote the object in between, which stored it anew as
+            // well; read and replace again, as a storage migrator does.
+            let path = plane.dir().join(format!("{resource}.json"));
+            eventually(format!("every {resource} rewritten"), timeout, || async {
+                let objects = plane
+                    .kubectl(&["get", resource, "-A", "-o", "json"])
+                    .await?;
+                std::fs::write(&path, objects)?;
+                plane
+                    .kubectl(&["replace", "-f", &path.display().to_string()])
+                    .await?;
+                Ok(Some(()))
+            })
+            .await?;
+        }
+        let stored = json!({"status": {"storedVersions": [version]}});
+        plane
+            .kubectl(&[
+                "patch",
+                "crd",
+                crd,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &stored.to_string(),
+            ])
+            .await?;
+    }
+    Ok(())
+}

@@ -100,41 +100,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --dry-run\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --record before.json\n  kubectl kruise takeover --allow-unserved WorkloadSpread,PodUnavailableBudget   # plain-manifest install\n  kubectl kruise takeover --verify before.json   # again, once kruise-rs's manager runs"
     )]
-    Takeover {
-        /// The Helm release OpenKruise was installed with (none: plain manifests).
-        #[arg(long)]
-        helm_release: Option<String>,
-        /// The namespace of that release.
-        #[arg(long, default_value = "default")]
-        helm_namespace: String,
-        /// The namespace of OpenKruise's manager.
-        #[arg(long, default_value = "kruise-system")]
-        kruise_namespace: String,
-        /// Kinds kruise-rs does not serve whose objects may stay without a controller (comma separated:
-        /// kind, plural or plural.group).
-        #[arg(long, value_delimiter = ',')]
-        allow_unserved: Vec<String>,
-        /// kruise-rs's CRDs to install (default: the copies built into this binary).
-        #[arg(long)]
-        crds: Option<std::path::PathBuf>,
-        /// The helm binary.
-        #[arg(long, default_value = "helm")]
-        helm: std::path::PathBuf,
-        /// Check and print the steps, change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(short = 'o', long)]
-        output: Option<Output>,
-        /// Write the state before the switch (objects, Pods, ControllerRevisions) to this file.
-        #[arg(long)]
-        record: Option<std::path::PathBuf>,
-        /// Only compare the cluster with a state written by --record.
-        #[arg(long, conflicts_with_all = ["dry_run", "record", "helm_release"])]
-        verify: Option<std::path::PathBuf>,
-        /// Give up when a wait takes longer than this.
-        #[arg(long, default_value = "5m", value_parser = status::parse_duration)]
-        timeout: Duration,
-    },
+    Takeover(takeover::Options),
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  source <(kubectl-kruise completion bash)")]
     Completion { shell: clap_complete::Shell },
@@ -359,32 +325,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             migrate::run(&Ctx::connect(&cli.flags).await?, &kind, opts).await
         }
-        Command::Takeover {
-            helm_release,
-            helm_namespace,
-            kruise_namespace,
-            allow_unserved,
-            crds,
-            helm,
-            dry_run,
-            output,
-            record,
-            verify,
-            timeout,
-        } => {
-            let opts = takeover::Options {
-                helm_release,
-                helm_namespace: Some(helm_namespace),
-                kruise_namespace,
-                allow_unserved,
-                crds,
-                helm,
-                dry_run,
-                output,
-                record,
-                verify,
-                timeout,
-            };
+        Command::Takeover(opts) => {
             let ctx = Ctx::connect(&cli.flags).await?;
             takeover::run(&ctx.client, &cli.flags, opts).await
         }
@@ -507,6 +448,51 @@ mod tests {
             assert_eq!((t.label(), r.len()), (want.to_string(), *rest));
         }
         assert!(split_target(&v(&["cloneset", "A=1"])).is_err());
+    }
+
+    #[test]
+    fn takeover_flags() {
+        let cli = Cli::try_parse_from([
+            "kubectl-kruise",
+            "takeover",
+            "--helm-release",
+            "kruise",
+            "--allow-unserved",
+            "WorkloadSpread,PodUnavailableBudget",
+            "--dry-run",
+            "-o",
+            "yaml",
+        ])
+        .expect("parse");
+        match cli.command {
+            Command::Takeover(opts) => {
+                assert_eq!(opts.helm_release.as_deref(), Some("kruise"));
+                assert_eq!(opts.helm_namespace, "default");
+                assert_eq!(opts.kruise_namespace, "kruise-system");
+                assert_eq!(
+                    opts.allow_unserved,
+                    ["WorkloadSpread", "PodUnavailableBudget"]
+                );
+                assert!(opts.dry_run);
+                assert_eq!(opts.output, Some(Output::Yaml));
+                assert_eq!(opts.timeout, Duration::from_secs(300));
+            }
+            other => panic!("{other:?}"),
+        }
+        // --verify only compares: it takes no switch flags.
+        for conflicting in ["--dry-run", "--helm-release=kruise", "--record=x.json"] {
+            assert!(
+                Cli::try_parse_from([
+                    "kubectl-kruise",
+                    "takeover",
+                    "--verify",
+                    "s.json",
+                    conflicting
+                ])
+                .is_err(),
+                "{conflicting}"
+            );
+        }
     }
 
     #[test]

@@ -55,17 +55,40 @@ const DAEMON: &str = "kruise-daemon";
 /// What a SidecarSet writes on a Pod it injected.
 const SIDECARSET_HASH: &str = "kruise.io/sidecarset-hash";
 
+#[derive(clap::Args, Debug)]
 pub struct Options {
+    /// The Helm release OpenKruise was installed with (none: plain manifests).
+    #[arg(long)]
     pub helm_release: Option<String>,
-    pub helm_namespace: Option<String>,
+    /// The namespace of that release.
+    #[arg(long, default_value = "default")]
+    pub helm_namespace: String,
+    /// The namespace of OpenKruise's manager.
+    #[arg(long, default_value = "kruise-system")]
     pub kruise_namespace: String,
+    /// Kinds kruise-rs does not serve whose objects may stay without a controller (comma separated:
+    /// kind, plural or plural.group).
+    #[arg(long, value_delimiter = ',')]
     pub allow_unserved: Vec<String>,
+    /// kruise-rs's CRDs to install (default: the copies built into this binary).
+    #[arg(long)]
     pub crds: Option<PathBuf>,
+    /// The helm binary.
+    #[arg(long, default_value = "helm")]
     pub helm: PathBuf,
+    /// Check and print the steps, change nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    #[arg(short = 'o', long)]
     pub output: Option<Output>,
+    /// Write the state before the switch (objects, Pods, ControllerRevisions) to this file.
+    #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Only compare the cluster with a state written by --record.
+    #[arg(long, conflicts_with_all = ["dry_run", "record", "helm_release"])]
     pub verify: Option<PathBuf>,
+    /// Give up when a wait takes longer than this.
+    #[arg(long, default_value = "5m", value_parser = crate::status::parse_duration)]
     pub timeout: Duration,
 }
 
@@ -664,10 +687,7 @@ async fn preflight(client: &Client, flags: &Flags, opts: &Options) -> anyhow::Re
     };
     let (method, version) = match &opts.helm_release {
         Some(release) => {
-            let namespace = opts
-                .helm_namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
+            let namespace = opts.helm_namespace.clone();
             let (chart, app_version) = helm.chart(release, &namespace)?;
             let (_, taken_out) = split_release(helm.manifest(release, &namespace)?);
             let version = if app_version.is_empty() {
