@@ -3,13 +3,15 @@
 //! UnitedDeployment with its subset CloneSets, a SidecarSet with injected Pods, their ControllerRevisions
 //! and Pods, labels and annotations exactly as OpenKruise left them) are loaded into a cluster whose
 //! CloneSet and UnitedDeployment CRDs are OpenKruise v1.9.0's (served and stored in `v1alpha1` only), with no
-//! manager running. Then the switch of docs/migrating-from-openkruise.md: kruise-rs's CRDs replace them
-//! (v1beta1 stored, conversion webhook) and kruise-manager starts. After every controller has reconciled
-//! and a hold, every Pod is unchanged (UID, resourceVersion, labels, annotations, containers,
-//! restartCount), no ControllerRevision was added, the workload statuses are equal, and the manager made
-//! no Pod operation. The documented storage migration (replace every object once, then
-//! `status.storedVersions: [v1beta1]`) writes no Pod either. Then an image change rolls in place as
-//! usual.
+//! manager running. Then the switch of docs/migrating-from-openkruise.md: `kubectl kruise takeover` (no
+//! OpenKruise manager or release here, so as from plain manifests) replaces them with kruise-rs's CRDs
+//! (v1beta1 stored, conversion webhook) and finds nothing changed, and kruise-manager starts. After every
+//! controller has reconciled and a hold, every Pod is unchanged (UID, resourceVersion, labels,
+//! annotations, containers, restartCount), no ControllerRevision was added, the workload statuses are
+//! equal, the manager made no Pod operation, and `takeover --verify` agrees. The documented storage
+//! migration (replace every object once, then `status.storedVersions: [v1beta1]`) writes no Pod either.
+//! Then an image change rolls in place as usual. (`tests/takeover_command.rs` takes over from Helm
+//! releases and plain manifests of OpenKruise's chart and goes back.)
 //!
 //! One test in its own binary: its control plane starts with OpenKruise's CRDs, not kruise-rs's.
 
