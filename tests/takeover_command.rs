@@ -378,6 +378,34 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
                 .is_some_and(|s| s.contains("18 CRDs rendered as templates of the release")),
         "preflight report: {report}"
     );
+    // Allowed, the dry run goes through: the kinds and the steps, nothing changed.
+    let dry = takeover(
+        bed,
+        &[
+            "--helm-release",
+            RELEASE,
+            "--helm-namespace",
+            HELM_NS,
+            "--allow-unserved",
+            ALLOW,
+            "--dry-run",
+        ],
+    )
+    .await?;
+    ensure!(
+        dry.ok
+            && dry
+                .stdout
+                .contains("OpenKruise 1.9.0 installed with Helm release default/kruise")
+            && dry.stdout.contains("workloadspreads.apps.kruise.io")
+            && dry.stdout.contains("NOT served by kruise-rs")
+            && dry.stdout.contains("helm uninstall kruise"),
+        "dry run: {dry:?}"
+    );
+    ensure!(
+        released(bed, RELEASE).await?,
+        "the dry run removed the release"
+    );
     let unnamed = takeover(bed, &["--allow-unserved", ALLOW]).await?;
     ensure!(
         !unnamed.ok
