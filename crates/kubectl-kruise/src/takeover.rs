@@ -218,6 +218,19 @@ pub fn split_release(documents: Vec<Value>) -> (Vec<Value>, Vec<String>) {
     (kept, taken_out)
 }
 
+/// The Helm releases among `owners` (named by the ownership annotations of OpenKruise's CRDs and
+/// manager) other than `given`: each must no longer exist, or it would delete what it owns later.
+pub fn other_releases(
+    owners: &BTreeSet<(String, String)>,
+    given: Option<&(String, String)>,
+) -> Vec<(String, String)> {
+    owners
+        .iter()
+        .filter(|owner| Some(*owner) != given)
+        .cloned()
+        .collect()
+}
+
 /// `kruise-1.9.0` → (`kruise`, `1.9.0`): Helm lists a release's chart as name-version.
 fn chart_name_version(chart: &str) -> (String, String) {
     let split = chart
@@ -401,8 +414,10 @@ fn owned_by_kruise(
 async fn survey(
     client: &Client,
     versions: Option<&BTreeMap<String, String>>,
-) -> anyhow::Result<(Vec<KindInventory>, State)> {
+) -> anyhow::Result<(Vec<KindInventory>, State, BTreeSet<(String, String)>)> {
     let mut state = State::default();
+    // The Helm releases (name, namespace) the CRDs' ownership annotations name.
+    let mut owners = BTreeSet::new();
     let mut inventory = Vec::new();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crds
@@ -415,6 +430,13 @@ async fn survey(
             continue;
         }
         let name = crd.name_any();
+        let annotations = crd.annotations();
+        if let (Some(release), Some(namespace)) = (
+            annotations.get(HELM_RELEASE_NAME),
+            annotations.get(HELM_RELEASE_NAMESPACE),
+        ) {
+            owners.insert((release.clone(), namespace.clone()));
+        }
         let version = match versions.and_then(|v| v.get(&name)) {
             Some(v) => v.clone(),
             None => spec
@@ -512,7 +534,7 @@ async fn survey(
             },
         );
     }
-    Ok((inventory, state))
+    Ok((inventory, state, owners))
 }
 
 /// Runs helm with the plugin's connection flags.
@@ -546,6 +568,23 @@ impl Helm<'_> {
     fn manifest(&self, release: &str, namespace: &str) -> anyhow::Result<Vec<Value>> {
         let text = self.run(&["get", "manifest", release, "--namespace", namespace])?;
         yaml_documents(&text)
+    }
+
+    /// Whether the release is installed (in any state).
+    fn release_exists(&self, release: &str, namespace: &str) -> anyhow::Result<bool> {
+        let filter = format!("^{release}$");
+        let text = self.run(&[
+            "list",
+            "--namespace",
+            namespace,
+            "--filter",
+            &filter,
+            "--all",
+            "-o",
+            "json",
+        ])?;
+        let list: Value = serde_json::from_str(&text).context("reading helm list")?;
+        Ok(list.as_array().is_some_and(|l| !l.is_empty()))
     }
 
     /// The release's chart as `name-version` and its app version.
@@ -705,18 +744,28 @@ async fn preflight(client: &Client, flags: &Flags, opts: &Options) -> anyhow::Re
                 version,
             )
         }
-        None => {
-            if let Some((release, namespace)) = manager_release {
-                bail!(
-                    "OpenKruise's manager belongs to the Helm release {namespace}/{release}: pass \
-                     --helm-release {release} --helm-namespace {namespace} (removing its objects by hand \
-                     would leave the release to delete the CRDs later)"
-                );
-            }
-            (InstallMethod::Plain, image_tag)
-        }
+        None => (InstallMethod::Plain, image_tag),
     };
-    let (inventory, before) = survey(client, None).await?;
+    let (inventory, before, mut owners) = survey(client, None).await?;
+    owners.extend(manager_release);
+    let given = opts
+        .helm_release
+        .as_ref()
+        .map(|r| (r.clone(), opts.helm_namespace.clone()));
+    for (release, namespace) in other_releases(&owners, given.as_ref()) {
+        let exists = helm.release_exists(&release, &namespace).with_context(|| {
+            format!(
+                "OpenKruise's CRDs or manager name the Helm release {namespace}/{release}; helm is needed \
+                 to check whether it still exists (set --helm)"
+            )
+        })?;
+        ensure!(
+            !exists,
+            "OpenKruise's CRDs or manager belong to the Helm release {namespace}/{release}: pass \
+             --helm-release {release} --helm-namespace {namespace} (left installed, that release would \
+             delete them when it is removed)"
+        );
+    }
     let refused = refused(&inventory, &opts.allow_unserved)?;
     Ok(Preflight {
         version,
@@ -1107,7 +1156,7 @@ pub async fn run(client: &Client, flags: &Flags, opts: Options) -> anyhow::Resul
     .await?;
     replace_crds(client, kruise_rs_crds(opts.crds.as_deref())?, opts.timeout).await?;
 
-    let (_, after) = survey(client, Some(&pre.before.versions)).await?;
+    let (_, after, _) = survey(client, Some(&pre.before.versions)).await?;
     let comparison = compare(&pre.before, &after);
     match opts.output {
         Some(output) => print_value(&json!({"result": comparison}), output)?,
@@ -1134,7 +1183,7 @@ async fn verify(client: &Client, path: &Path, output: Option<Output>) -> anyhow:
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let before: State = serde_json::from_str(&text)
         .with_context(|| format!("{} holds no recorded takeover state", path.display()))?;
-    let (_, after) = survey(client, Some(&before.versions)).await?;
+    let (_, after, _) = survey(client, Some(&before.versions)).await?;
     let comparison = compare(&before, &after);
     match output {
         Some(output) => print_value(&json!({"result": comparison}), output)?,
@@ -1264,6 +1313,31 @@ mod tests {
         assert_eq!(kept, ["Deployment", "MutatingWebhookConfiguration"]);
         let (kept, taken_out) = split_release(vec![]);
         assert!(kept.is_empty() && taken_out.is_empty());
+    }
+
+    #[test]
+    fn other_releases_must_be_gone() {
+        let pair = |r: &str, n: &str| (r.to_string(), n.to_string());
+        let owners: BTreeSet<(String, String)> =
+            [pair("kruise", "default"), pair("kruise-crds", "infra")].into();
+        let cases = [
+            (
+                None,
+                vec![pair("kruise", "default"), pair("kruise-crds", "infra")],
+            ),
+            (
+                Some(pair("kruise", "default")),
+                vec![pair("kruise-crds", "infra")],
+            ),
+            (
+                Some(pair("kruise", "other")),
+                vec![pair("kruise", "default"), pair("kruise-crds", "infra")],
+            ),
+        ];
+        for (given, want) in cases {
+            assert_eq!(other_releases(&owners, given.as_ref()), want, "{given:?}");
+        }
+        assert!(other_releases(&BTreeSet::new(), None).is_empty());
     }
 
     #[test]
