@@ -3,17 +3,19 @@
 //!
 //! 1. A Helm release of a chart shaped like OpenKruise's (`tests/fixtures/openkruise-chart`: v1.9.0's 18
 //!    CRDs rendered as templates while `crds.managed` is true, the kruise-system Namespace in the
-//!    release, a pre-delete hook that refuses the uninstall, a manager that runs nothing) holds the
+//!    release, a pre-delete hook that fails, a manager Pod whose container does nothing) holds the
 //!    objects an OpenKruise v1.9 manager wrote (`tests/fixtures/openkruise-v1.9`: CloneSets, an Advanced
 //!    StatefulSet, an Advanced DaemonSet, a UnitedDeployment, a SidecarSet, a BroadcastJob, their
 //!    ControllerRevisions and Pods) plus a WorkloadSpread and a PodUnavailableBudget. `takeover`
 //!    refuses and lists those two; named in `--allow-unserved`, it completes: the release is gone, every
-//!    CRD and object is kept, no Pod written, no ControllerRevision added. kruise-rs's chart installs next
-//!    to the kept Namespace, kruise-manager runs, and `takeover --verify` still finds nothing changed.
+//!    CRD and object is kept, no Pod written, no ControllerRevision added, OpenKruise's manager Pod gone.
+//!    kruise-rs's chart installs next to the kept Namespace, kruise-manager runs, and `takeover --verify`
+//!    still finds nothing changed.
 //! 2. The way back: the storage of CloneSet and UnitedDeployment returned to v1alpha1 through kruise-rs's
 //!    conversion, kruise-rs uninstalled, OpenKruise's CRDs put back, OpenKruise's chart installed with
 //!    `crds.managed: false`: everything as it was before the takeover.
-//! 3. From that `crds.managed: false` release: `takeover` again.
+//! 3. From that `crds.managed: false` release: `takeover` again (kruise-rs's CRDs from its chart's
+//!    `crds/` this time).
 //! 4. From plain manifests (the chart rendered and applied with kubectl): `takeover` again.
 //!
 //! Each takeover is checked twice: by the command's own report, and by a snapshot of this test (every
@@ -343,7 +345,19 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     let chart = helm::repo_root().join(CHART).display().to_string();
 
     // 1. OpenKruise's chart, CRDs as templates (crds.managed: true), and its objects.
-    helm_cli(bed, &["install", RELEASE, &chart, "--namespace", HELM_NS])?;
+    // One manager Pod (its container simulated), for the takeover to stop.
+    helm_cli(
+        bed,
+        &[
+            "install",
+            RELEASE,
+            &chart,
+            "--namespace",
+            HELM_NS,
+            "--set",
+            "manager.replicas=1",
+        ],
+    )?;
     crds_established(bed).await?;
     load_openkruise_objects(&client, NS, KRUISE_NS, true, TIMEOUT).await?;
     bed.plane.kubectl_apply(NS, UNSERVED).await?;
@@ -415,6 +429,17 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         "a takeover without --helm-release went on: {unnamed:?}"
     );
 
+    let manager_pods: Api<Pod> = Api::namespaced(client.clone(), KRUISE_NS);
+    let running_managers = || async {
+        let pods = manager_pods
+            .list(&ListParams::default().labels("control-plane=controller-manager"))
+            .await?;
+        anyhow::Ok(pods.items.len())
+    };
+    eventually("OpenKruise's manager Pod running", TIMEOUT, || async {
+        Ok((running_managers().await? == 1).then_some(()))
+    })
+    .await?;
     let mut versions = BTreeMap::new();
     let mut before = (snapshot(&client, &mut versions).await?, versions);
     eprintln!("{:?}: objects loaded", started.elapsed());
@@ -441,6 +466,10 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     )
     .await?;
     completed(&run, "takeover from Helm, crds.managed=true")?;
+    ensure!(
+        running_managers().await? == 0,
+        "OpenKruise's manager Pod still runs"
+    );
     ensure!(
         !released(bed, RELEASE).await?,
         "the OpenKruise release is still installed"
@@ -543,10 +572,16 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     ensure_unchanged(&client, "the way back", &mut before).await?;
 
     eprintln!("{:?}: back to OpenKruise", started.elapsed());
-    // 3. From the crds.managed=false release.
+    // 3. From the crds.managed=false release, kruise-rs's CRDs read from its chart this time.
+    let chart_crds = helm::repo_root()
+        .join("charts/kruise-rs/crds")
+        .display()
+        .to_string();
     let run = takeover(
         bed,
         &[
+            "--crds",
+            &chart_crds,
             "--helm-release",
             RELEASE,
             "--helm-namespace",
@@ -603,6 +638,8 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
             "crds.managed=false",
             "--set",
             "installation.createNamespace=false",
+            "--set",
+            "manager.replicas=1",
         ],
     )?;
     let path = bed.plane.dir().join("openkruise-plain.yaml");
