@@ -649,6 +649,49 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         .await?;
     let run = takeover(bed, &["--allow-unserved", ALLOW, "-o", "json"]).await?;
     completed(&run, "takeover from plain manifests")?;
+    let report = serde_json::Deserializer::from_str(&run.stdout)
+        .into_iter::<Value>()
+        .next()
+        .transpose()?
+        .context("no preflight report")?;
+    ensure!(
+        report["openKruise"]["installedWith"] == "plain manifests"
+            && report["openKruise"]["version"] == "v1.9.0",
+        "{report}"
+    );
+    for (kind, namespace, name) in [
+        ("DaemonSet", Some(KRUISE_NS), "kruise-daemon"),
+        ("Service", Some(KRUISE_NS), "kruise-webhook-service"),
+        (
+            "MutatingWebhookConfiguration",
+            None,
+            "kruise-mutating-webhook-configuration",
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            None,
+            "kruise-validating-webhook-configuration",
+        ),
+    ] {
+        let args: Vec<&str> = match namespace {
+            Some(ns) => vec![
+                "get",
+                kind,
+                name,
+                "-n",
+                ns,
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ],
+            None => vec!["get", kind, name, "--ignore-not-found", "-o", "name"],
+        };
+        let found = bed.plane.kubectl(&args).await?;
+        ensure!(
+            found.trim().is_empty(),
+            "OpenKruise's {kind} {name} is still there"
+        );
+    }
     let deployments: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         KRUISE_NS,
