@@ -26,7 +26,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kruise_e2e::cloneset_kit::{restarts, spec_image, uid};
 use kruise_e2e::takeover_kit::{
     FIXTURE_NS, clean_result, fixture, kubectl_kruise, last_json, load_openkruise_objects,
-    migrate_storage, resource,
+    migrate_storage, resource, wait_reconciled,
 };
 use kruise_e2e::{is_ready, manager_counts};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
@@ -217,20 +217,7 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
         "uniteddeployment-controller",
         "sidecarset-controller",
     ];
-    eventually("every controller reconciled", TIMEOUT, || async {
-        let reconciles = manager_counts(ports.metrics).await?.reconciles;
-        let idle: Vec<&str> = controllers
-            .iter()
-            .copied()
-            .filter(|c| reconciles.get(*c).copied().unwrap_or(0) == 0)
-            .collect();
-        ensure!(
-            idle.is_empty(),
-            "not reconciled yet: {idle:?} ({reconciles:?})"
-        );
-        Ok(Some(()))
-    })
-    .await?;
+    wait_reconciled(ports.metrics, &controllers, TIMEOUT).await?;
     tokio::time::sleep(HOLD).await;
 
     let check = |stage: &'static str| {

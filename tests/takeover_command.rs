@@ -29,10 +29,9 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kruise_e2e::manager_counts;
 use kruise_e2e::takeover_kit::{
     FIXTURE_NS, Run, clean_result, kubectl_kruise, last_json, load_openkruise_objects,
-    migrate_storage,
+    migrate_storage, wait_reconciled,
 };
 use kruise_testkit::manager::NAMESPACE as KRUISE_NS;
 use kruise_testkit::manager::{Manager, ManagerOptions};
@@ -58,6 +57,22 @@ fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
     let mut all = args.to_vec();
     all.extend(["--kubeconfig", &kubeconfig]);
     helm::run(&all)
+}
+
+/// `helm install` of OpenKruise's (test) chart as release `kruise` with one `--set`.
+fn install_openkruise(bed: &TestBed, chart: &str, set: &str) -> anyhow::Result<String> {
+    helm_cli(
+        bed,
+        &[
+            "install",
+            RELEASE,
+            chart,
+            "--namespace",
+            HELM_NS,
+            "--set",
+            set,
+        ],
+    )
 }
 
 /// `kubectl-kruise takeover <args>` with the test's helm.
@@ -346,18 +361,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
 
     // 1. OpenKruise's chart, CRDs as templates (crds.managed: true), and its objects.
     // One manager Pod (its container simulated), for the takeover to stop.
-    helm_cli(
-        bed,
-        &[
-            "install",
-            RELEASE,
-            &chart,
-            "--namespace",
-            HELM_NS,
-            "--set",
-            "manager.replicas=1",
-        ],
-    )?;
+    install_openkruise(bed, &chart, "manager.replicas=1")?;
     crds_established(bed).await?;
     load_openkruise_objects(&client, NS, KRUISE_NS, true, TIMEOUT).await?;
     bed.plane.kubectl_apply(NS, UNSERVED).await?;
@@ -531,20 +535,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         "sidecarset-controller",
         "broadcastjob-controller",
     ];
-    eventually("every controller reconciled", TIMEOUT, || async {
-        let reconciles = manager_counts(manager.ports.metrics).await?.reconciles;
-        let idle: Vec<&str> = controllers
-            .iter()
-            .copied()
-            .filter(|c| reconciles.get(*c).copied().unwrap_or(0) == 0)
-            .collect();
-        ensure!(
-            idle.is_empty(),
-            "not reconciled yet: {idle:?} ({reconciles:?})"
-        );
-        Ok(Some(()))
-    })
-    .await?;
+    wait_reconciled(manager.ports.metrics, &controllers, TIMEOUT).await?;
     tokio::time::sleep(HOLD).await;
     verify(bed, &record, "with kruise-manager running").await?;
     ensure_unchanged(&client, "kruise-manager running", &mut before).await?;
@@ -556,18 +547,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     manager.kill(&bed.plane)?;
     helm_cli(bed, &["uninstall", "kruise-rs", "--namespace", HELM_NS])?;
     replace_openkruise_crds(bed).await?;
-    helm_cli(
-        bed,
-        &[
-            "install",
-            RELEASE,
-            &chart,
-            "--namespace",
-            HELM_NS,
-            "--set",
-            "crds.managed=false",
-        ],
-    )?;
+    install_openkruise(bed, &chart, "crds.managed=false")?;
     verify(bed, &record, "after the way back").await?;
     ensure_unchanged(&client, "the way back", &mut before).await?;
 

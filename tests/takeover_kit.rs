@@ -366,3 +366,26 @@ pub async fn migrate_storage(
     }
     Ok(())
 }
+
+/// Waits until every one of `controllers` of the manager whose metrics listen on `metrics_port` has
+/// reconciled at least once.
+pub async fn wait_reconciled(
+    metrics_port: u16,
+    controllers: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    eventually("every controller reconciled", timeout, || async {
+        let reconciles = crate::manager_counts(metrics_port).await?.reconciles;
+        let idle: Vec<&str> = controllers
+            .iter()
+            .copied()
+            .filter(|c| reconciles.get(*c).copied().unwrap_or(0) == 0)
+            .collect();
+        ensure!(
+            idle.is_empty(),
+            "not reconciled yet: {idle:?} ({reconciles:?})"
+        );
+        Ok(Some(()))
+    })
+    .await
+}

@@ -578,8 +578,8 @@ impl Helm<'_> {
         yaml_documents(&text)
     }
 
-    /// Whether the release is installed (in any state).
-    fn release_exists(&self, release: &str, namespace: &str) -> anyhow::Result<bool> {
+    /// The release's entry of `helm list` (in any state), if it is installed.
+    fn release(&self, release: &str, namespace: &str) -> anyhow::Result<Option<Value>> {
         let filter = format!("^{release}$");
         let text = self.run(&[
             "list",
@@ -592,26 +592,18 @@ impl Helm<'_> {
             "json",
         ])?;
         let list: Value = serde_json::from_str(&text).context("reading helm list")?;
-        Ok(list.as_array().is_some_and(|l| !l.is_empty()))
+        Ok(list.as_array().and_then(|l| l.first()).cloned())
+    }
+
+    /// Whether the release is installed (in any state).
+    fn release_exists(&self, release: &str, namespace: &str) -> anyhow::Result<bool> {
+        Ok(self.release(release, namespace)?.is_some())
     }
 
     /// The release's chart as `name-version` and its app version.
     fn chart(&self, release: &str, namespace: &str) -> anyhow::Result<(String, String)> {
-        let filter = format!("^{release}$");
-        let text = self.run(&[
-            "list",
-            "--namespace",
-            namespace,
-            "--filter",
-            &filter,
-            "--all",
-            "-o",
-            "json",
-        ])?;
-        let list: Value = serde_json::from_str(&text).context("reading helm list")?;
-        let entry = list
-            .as_array()
-            .and_then(|l| l.first())
+        let entry = self
+            .release(release, namespace)?
             .ok_or_else(|| anyhow!("no Helm release {namespace}/{release}"))?;
         Ok((
             entry["chart"].as_str().unwrap_or_default().to_owned(),
