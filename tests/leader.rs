@@ -332,3 +332,132 @@ async fn a_ready_replica_injects_every_pod_created_right_after_it_starts() -> an
     })
     .await
 }
+
+/// A leader that cannot keep a watch current steps down, and a replica whose Pod webhook watch is
+/// stale is not ready: the manager's identity loses `watch` on SidecarSets (an RBAC mistake) while
+/// everything else still works, its lease renewals included. Both come back once the permission does.
+#[tokio::test]
+async fn a_leader_that_cannot_watch_steps_down_and_is_not_ready() -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use serde_json::json;
+
+    const USER: &str = "liveness-limited";
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("stale").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let sidecarset_verbs = |watch: bool| {
+            let mut verbs = vec!["get", "list", "update", "patch"];
+            if watch {
+                verbs.push("watch");
+            }
+            json!({"apiGroups": ["apps.kruise.io"], "resources": ["sidecarsets"], "verbs": verbs})
+        };
+        let role = |watch: bool| {
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": USER},
+                "rules": [
+                    {"apiGroups": ["", "apps", "batch", "policy", "coordination.k8s.io",
+                        "admissionregistration.k8s.io", "apiextensions.k8s.io", "events.k8s.io",
+                        "storage.k8s.io", "authorization.k8s.io"],
+                     "resources": ["*"], "verbs": ["*"]},
+                    {"apiGroups": ["apps.kruise.io"],
+                     "resources": ["clonesets", "clonesets/status", "clonesets/scale",
+                        "statefulsets", "statefulsets/status", "statefulsets/scale", "daemonsets",
+                        "daemonsets/status", "broadcastjobs", "broadcastjobs/status",
+                        "uniteddeployments", "uniteddeployments/status", "uniteddeployments/scale",
+                        "sidecarsets/status"],
+                     "verbs": ["*"]},
+                    sidecarset_verbs(watch),
+                ]
+            })
+        };
+        ns.apply(&role(true).to_string()).await?;
+        ns.apply(
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": USER},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": USER},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
+            })
+            .to_string(),
+        )
+        .await?;
+        // The admin's token, impersonating the limited user.
+        let kubeconfig = bed.plane.dir().join(format!("{USER}.kubeconfig"));
+        let yaml = bed
+            .plane
+            .kubeconfig_yaml()
+            .replace("\n    token: ", &format!("\n    as: {USER}\n    token: "));
+        std::fs::write(&kubeconfig, yaml)
+            .with_context(|| format!("writing {}", kubeconfig.display()))?;
+        let replica = manager::spawn(
+            &bed.plane,
+            &ManagerOptions {
+                name: "manager-stale".into(),
+                leader_election_id: "kruise-manager-stale".into(),
+                lease_seconds: LEASE_SECONDS,
+                kubeconfig: Some(kubeconfig),
+                extra_args: vec![
+                    "--watch-timeout-seconds=8".into(),
+                    "--watch-stale-seconds=15".into(),
+                ],
+            },
+        )?;
+        manager::wait_serving(&bed.plane, &replica, Duration::from_secs(90)).await?;
+        ensure!(leads(&replica).await?, "the replica leads");
+
+        let roles: Api<ClusterRole> = Api::all(ns.client.clone());
+        let revoked = Instant::now();
+        roles
+            .patch(USER, &PatchParams::default(), &Patch::Merge(&json!({"rules": role(false)["rules"]})))
+            .await?;
+        let stepped_down = eventually(
+            "a stale-watch step-down",
+            Duration::from_secs(90),
+            || async {
+                Ok((sample(&replica, "kruise_manager_stale_watch_stepdowns_total").await >= 1.0)
+                    .then(|| revoked.elapsed()))
+            },
+        )
+        .await?;
+        let (code, why) = eventually("/readyz 503", Duration::from_secs(60), || async {
+            let (code, body) = http_get(replica.health, "/readyz").await?;
+            Ok((code == 503).then_some((code, body)))
+        })
+        .await?;
+        ensure!(
+            why.contains("sidecarsets"),
+            "/readyz {code} should name the stale SidecarSet watch: {why:?}"
+        );
+        let unready = revoked.elapsed();
+        let log = std::fs::read_to_string(bed.plane.dir().join("manager-stale.log"))?;
+        ensure!(
+            log.contains("stepping down") && log.contains("sidecarsets"),
+            "the manager's log names the stale watch"
+        );
+
+        roles
+            .patch(USER, &PatchParams::default(), &Patch::Merge(&json!({"rules": role(true)["rules"]})))
+            .await?;
+        let restored = Instant::now();
+        eventually("ready and leading again", Duration::from_secs(90), || async {
+            Ok((ready(&replica).await && leads(&replica).await?).then_some(()))
+        })
+        .await?;
+        println!(
+            "stale watches (watch timeout 8 s, stale after 15 s): step-down {:.1} s and /readyz 503 \
+             {:.1} s after `watch` was revoked ({why}); ready and leading {:.1} s after it was restored",
+            stepped_down.as_secs_f64(),
+            unready.as_secs_f64(),
+            restored.elapsed().as_secs_f64()
+        );
+        bed.plane.stop_process("manager-stale", true);
+        roles.delete(USER, &DeleteParams::default()).await?;
+        Ok(())
+    })
+    .await
+}

@@ -428,7 +428,10 @@ impl Clients {
     fn shared(&self, health: &liveness::WatchHealth) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
-            .with_layer(&liveness::WatchLayer::new(self.watch_timing, health.clone()))
+            .with_layer(&liveness::WatchLayer::new(
+                self.watch_timing,
+                health.clone(),
+            ))
             .with_layer(&self.timeout)
             .with_layer(&self.throttle)
             .build())
@@ -459,7 +462,10 @@ impl Clients {
     ) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
-            .with_layer(&liveness::WatchLayer::new(self.watch_timing, health.clone()))
+            .with_layer(&liveness::WatchLayer::new(
+                self.watch_timing,
+                health.clone(),
+            ))
             .with_layer(&self.timeout)
             .with_layer(&fence::FenceLayer::new(fence.clone()))
             .with_layer(&self.in_flight)
@@ -486,7 +492,9 @@ impl Readiness {
             return Some("webhook server not serving yet".into());
         }
         if !self.pods.get().is_some_and(|pods| pods.caches_loaded()) {
-            return Some("the Pod webhook's SidecarSet and Namespace caches are not loaded yet".into());
+            return Some(
+                "the Pod webhook's SidecarSet and Namespace caches are not loaded yet".into(),
+            );
         }
         let stale = self
             .watches
@@ -662,9 +670,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             // A leader that cannot keep its watches current acts on a past it cannot see: it ends
             // its term (with leader election, it also gives the lease up for a replica that can see).
             let stale = async {
-                let stale = watches
-                    .until_stale(stale_after, STALE_CHECK_PERIOD)
-                    .await;
+                let stale = watches.until_stale(stale_after, STALE_CHECK_PERIOD).await;
                 stale_watches.set(i64::try_from(stale.len()).unwrap_or(i64::MAX));
                 stale
             };

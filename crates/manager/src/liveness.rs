@@ -111,32 +111,49 @@ pub fn watch_key(uri: &Uri) -> String {
 /// What is known of one watch (by [`watch_key`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
-    /// When it last showed life: headers of a new request, a frame, its clean end.
+    /// When it last showed life: a successful answer, a frame, its clean end.
     pub last_progress: Instant,
     /// When a request for it was last sent.
     pub last_attempt: Instant,
     /// Requests for it in flight (waiting for headers or streaming).
     pub open: usize,
+    /// Whether its last request failed (refused, broken, silent) with no progress since.
+    pub failing: bool,
 }
 
 /// How a watch stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Current,
-    /// Still tried (a request open, or one sent within `bound`) but without progress for this long.
+    /// Still tried (a request open, or failed requests being retried) without progress for this long.
     Stale(Duration),
-    /// Nobody has asked for it for longer than `bound`: forgotten.
+    /// Nobody has asked for it for [`FORGET_AFTER`] past the bound: forgotten.
     Abandoned,
 }
+
+/// How long past the bound a watch with nothing open is remembered. A watcher retrying a failed
+/// watch tries again within its backoff (kube-runtime's caps at 30 s), so one not tried for longer is
+/// no longer wanted.
+pub const FORGET_AFTER: Duration = Duration::from_secs(60);
 
 /// The verdict on one watch at `now`. Pure.
 pub fn verdict(progress: &Progress, now: Instant, bound: Duration) -> Verdict {
     let quiet = now.saturating_duration_since(progress.last_progress);
-    let tried = progress.open > 0 || now.saturating_duration_since(progress.last_attempt) <= bound;
-    match (quiet > bound, tried) {
-        (_, false) => Verdict::Abandoned,
-        (true, true) => Verdict::Stale(quiet),
-        (false, true) => Verdict::Current,
+    let untried = now.saturating_duration_since(progress.last_attempt);
+    if progress.open > 0 {
+        // A request hung without progress: stale however old.
+        return match quiet > bound {
+            true => Verdict::Stale(quiet),
+            false => Verdict::Current,
+        };
+    }
+    if untried > bound + FORGET_AFTER {
+        return Verdict::Abandoned;
+    }
+    match progress.failing && quiet > bound {
+        true => Verdict::Stale(quiet),
+        // Ended well and not asked for again (yet): nothing is stale.
+        false => Verdict::Current,
     }
 }
 
@@ -167,13 +184,21 @@ impl WatchHealth {
             last_progress: now,
             last_attempt: now,
             open: 0,
+            failing: false,
         });
         progress.last_attempt = now;
         progress.open += 1;
     }
 
     fn progress(&self, key: &str, now: Instant) {
-        self.update(key, |p| p.last_progress = now);
+        self.update(key, |p| {
+            p.last_progress = now;
+            p.failing = false;
+        });
+    }
+
+    fn failed(&self, key: &str) {
+        self.update(key, |p| p.failing = true);
     }
 
     fn closed(&self, key: &str) {
@@ -221,6 +246,10 @@ struct OpenWatch {
 impl OpenWatch {
     fn progress(&self) {
         self.health.progress(&self.key, Instant::now());
+    }
+
+    fn failed(&self) {
+        self.health.failed(&self.key);
     }
 }
 
@@ -290,13 +319,16 @@ where
             let future = self.inner.call(request);
             return Box::pin(async move {
                 let response = future.await.map_err(Into::into)?;
-                Ok(response.map(|body| Watched::plain(body)))
+                Ok(response.map(Watched::plain))
             });
         }
         let key = watch_key(request.uri());
         if let Some(uri) = with_query(
             request.uri(),
-            &capped_query(request.uri().query().unwrap_or_default(), self.timing.timeout),
+            &capped_query(
+                request.uri().query().unwrap_or_default(),
+                self.timing.timeout,
+            ),
         ) {
             *request.uri_mut() = uri;
         }
@@ -309,15 +341,26 @@ where
         let future = self.inner.call(request);
         Box::pin(async move {
             match tokio::time::timeout(idle, future).await {
-                Ok(response) => {
-                    let response = response.map_err(Into::into)?;
+                Ok(Ok(response)) if response.status().is_success() => {
                     open.progress();
                     Ok(response.map(|body| Watched::with_deadline(body, idle, open)))
                 }
-                Err(_) => Err(Box::new(WatchIdle {
-                    key: open.key.clone(),
-                    idle,
-                }) as BoxError),
+                // Refused (403, 410, 5xx…): an answer, but no progress; the caller reads why.
+                Ok(Ok(response)) => {
+                    open.failed();
+                    Ok(response.map(Watched::plain))
+                }
+                Ok(Err(error)) => {
+                    open.failed();
+                    Err(error.into())
+                }
+                Err(_) => {
+                    open.failed();
+                    Err(Box::new(WatchIdle {
+                        key: open.key.clone(),
+                        idle,
+                    }) as BoxError)
+                }
             }
         })
     }
@@ -402,16 +445,20 @@ where
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(error))) => {
-                deadline.open.take();
+                if let Some(open) = deadline.open.take() {
+                    open.failed();
+                }
                 Poll::Ready(Some(Err(error.into())))
             }
             Poll::Pending => match deadline.sleep.as_mut().poll(cx) {
                 Poll::Ready(()) => {
-                    let key = deadline
-                        .open
-                        .take()
-                        .map(|open| open.key.clone())
-                        .unwrap_or_default();
+                    let key = match deadline.open.take() {
+                        Some(open) => {
+                            open.failed();
+                            open.key.clone()
+                        }
+                        None => String::new(),
+                    };
                     Poll::Ready(Some(Err(Box::new(WatchIdle {
                         key,
                         idle: deadline.idle,
@@ -445,10 +492,19 @@ mod tests {
                 "watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=7",
                 "watch=true&timeoutSeconds=25&allowWatchBookmarks=true&resourceVersion=7",
             ),
-            ("watch=true&timeoutSeconds=10", "watch=true&timeoutSeconds=10"),
+            (
+                "watch=true&timeoutSeconds=10",
+                "watch=true&timeoutSeconds=10",
+            ),
             ("watch=true", "watch=true&timeoutSeconds=25"),
-            ("watch=true&timeoutSeconds=0", "watch=true&timeoutSeconds=25"),
-            ("watch=true&timeoutSeconds=x", "watch=true&timeoutSeconds=25"),
+            (
+                "watch=true&timeoutSeconds=0",
+                "watch=true&timeoutSeconds=25",
+            ),
+            (
+                "watch=true&timeoutSeconds=x",
+                "watch=true&timeoutSeconds=25",
+            ),
             (
                 "watch=true&sendInitialEvents=true&timeoutSeconds=290",
                 "watch=true&sendInitialEvents=true&timeoutSeconds=290",
@@ -487,25 +543,29 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let bound = s(60);
-        // (last progress, last attempt, open, now, verdict)
+        // (last progress, last attempt, open, failing, now, verdict)
         let cases = [
-            (0, 0, 1, 30, Verdict::Current),
-            (0, 0, 1, 60, Verdict::Current),
-            (0, 0, 1, 61, Verdict::Stale(s(61))),
-            // A watch hung on one request for long: stale although its attempt is old.
-            (0, 0, 1, 300, Verdict::Stale(s(300))),
-            // Failing restarts (none open between them) keep it tried.
-            (0, 50, 0, 100, Verdict::Stale(s(100))),
-            (90, 95, 0, 100, Verdict::Current),
-            // Nobody asked for it for longer than the bound: forgotten.
-            (0, 10, 0, 100, Verdict::Abandoned),
-            (95, 10, 0, 100, Verdict::Abandoned),
+            (0, 0, 1, false, 30, Verdict::Current),
+            (0, 0, 1, false, 60, Verdict::Current),
+            (0, 0, 1, false, 61, Verdict::Stale(s(61))),
+            // A watch hung on one request for long: stale however old its attempt.
+            (0, 0, 1, false, 300, Verdict::Stale(s(300))),
+            // Failing restarts, none open between them (backing off): stale.
+            (0, 50, 0, true, 100, Verdict::Stale(s(100))),
+            (0, 80, 0, true, 200, Verdict::Stale(s(200))),
+            (90, 95, 0, true, 100, Verdict::Current),
+            // It ended well and is not asked for again: not stale, then forgotten.
+            (0, 0, 0, false, 100, Verdict::Current),
+            (0, 0, 0, false, 121, Verdict::Abandoned),
+            // Failing, but not tried for longer than the bound plus FORGET_AFTER: forgotten.
+            (0, 10, 0, true, 131, Verdict::Abandoned),
         ];
-        for (i, (progress, attempt, open, now, want)) in cases.into_iter().enumerate() {
+        for (i, (progress, attempt, open, failing, now, want)) in cases.into_iter().enumerate() {
             let p = Progress {
                 last_progress: t0 + s(progress),
                 last_attempt: t0 + s(attempt),
                 open,
+                failing,
             };
             assert_eq!(verdict(&p, t0 + s(now), bound), want, "case {i}");
         }
@@ -563,7 +623,9 @@ mod tests {
         // Frames keep it alive past the idle deadline.
         for _ in 0..3 {
             tokio::time::advance(Duration::from_secs(20)).await;
-            tx.send(bytes::Bytes::from_static(b"{}")).await.expect("send");
+            tx.send(bytes::Bytes::from_static(b"{}"))
+                .await
+                .expect("send");
             let frame = body.frame().await.expect("a frame").expect("data");
             assert!(frame.is_data());
         }
@@ -585,27 +647,39 @@ mod tests {
     }
 
     #[test]
-    fn an_open_watch_without_progress_is_stale_and_a_dropped_one_is_forgotten() {
+    fn open_or_failing_watches_without_progress_are_stale_and_ended_ones_are_forgotten() {
         let health = WatchHealth::default();
         let t0 = Instant::now();
-        let bound = Duration::from_secs(60);
-        health.attempt("/api/v1/pods", t0);
-        health.attempt("/apis/apps.kruise.io/v1beta1/clonesets", t0);
-        health.progress("/apis/apps.kruise.io/v1beta1/clonesets", t0 + bound);
-        let stale = health.stale(t0 + bound + Duration::from_secs(1), bound);
+        let s = Duration::from_secs;
+        let bound = s(60);
+        let pods = "/api/v1/pods";
+        let clonesets = "/apis/apps.kruise.io/v1beta1/clonesets";
+        let sidecarsets = "/apis/apps.kruise.io/v1beta1/sidecarsets";
+        health.attempt(pods, t0);
+        health.attempt(clonesets, t0);
+        health.progress(clonesets, t0 + bound);
+        // Refused, then retried with a growing backoff, never answered well.
+        health.attempt(sidecarsets, t0);
+        health.failed(sidecarsets);
+        health.closed(sidecarsets);
+        health.attempt(sidecarsets, t0 + s(40));
+        health.failed(sidecarsets);
+        health.closed(sidecarsets);
+        let stale = health.stale(t0 + bound + s(1), bound);
         assert_eq!(
             stale,
-            vec![("/api/v1/pods".to_string(), Duration::from_secs(61))]
+            vec![(pods.to_string(), s(61)), (sidecarsets.to_string(), s(61))]
         );
-        health.closed("/api/v1/pods");
-        health.closed("/apis/apps.kruise.io/v1beta1/clonesets");
+        // They end well: nothing stale, and once not asked for, forgotten.
+        for key in [pods, clonesets, sidecarsets] {
+            health.progress(key, t0 + bound * 2);
+        }
+        health.closed(pods);
+        health.closed(clonesets);
         assert!(health.stale(t0 + bound * 3, bound).is_empty());
+        assert!(health.stale(t0 + bound * 5, bound).is_empty());
         assert!(
-            health
-                .watches
-                .lock()
-                .expect("not poisoned")
-                .is_empty(),
+            health.watches.lock().expect("not poisoned").is_empty(),
             "abandoned watches are forgotten"
         );
     }
