@@ -379,6 +379,8 @@ struct Deadline {
     idle: Duration,
     sleep: Pin<Box<tokio::time::Sleep>>,
     open: Option<OpenWatch>,
+    /// The deadline passed: the body has failed once and ends now.
+    expired: bool,
 }
 
 pin_project_lite::pin_project! {
@@ -406,6 +408,7 @@ impl<B> Watched<B> {
                 idle,
                 sleep: Box::pin(tokio::time::sleep(idle)),
                 open: Some(open),
+                expired: false,
             }),
         }
     }
@@ -424,6 +427,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
+        if this.deadline.as_ref().is_some_and(|d| d.expired) {
+            return Poll::Ready(None);
+        }
         let frame = this.body.poll_frame(cx);
         let Some(deadline) = this.deadline.as_mut() else {
             return frame.map(|f| f.map(|r| r.map_err(Into::into)));
@@ -452,6 +458,7 @@ where
             }
             Poll::Pending => match deadline.sleep.as_mut().poll(cx) {
                 Poll::Ready(()) => {
+                    deadline.expired = true;
                     let key = match deadline.open.take() {
                         Some(open) => {
                             open.failed();
@@ -644,6 +651,14 @@ mod tests {
             .expect_err("idle deadline");
         assert!(error.is::<WatchIdle>(), "{error}");
         assert_eq!(started.elapsed(), timing.idle);
+        // It fails once, then ends: the watcher starts a new watch.
+        assert!(body.frame().await.is_none());
+        let stale = health.stale(Instant::now(), Duration::from_secs(1));
+        assert_eq!(
+            stale.len(),
+            0,
+            "nothing open, and it ended as a failure only just now"
+        );
     }
 
     #[test]
