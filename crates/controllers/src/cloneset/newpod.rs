@@ -127,6 +127,11 @@ pub fn claim_fate(
     }
 }
 
+/// `<cloneset>-<id>`.
+pub fn pod_name(cloneset: &str, id: &str) -> String {
+    format!("{cloneset}-{id}")
+}
+
 /// `<vct>-<cloneset>-<id>`.
 pub fn pvc_name(template_name: &str, cloneset: &str, id: &str) -> String {
     format!("{template_name}-{cloneset}-{id}")
@@ -239,7 +244,7 @@ pub fn build_pod(
 
     Ok(Pod {
         metadata: ObjectMeta {
-            name: Some(format!("{cs_name}-{id}")),
+            name: Some(pod_name(cs_name, id)),
             namespace: cs.metadata.namespace.clone(),
             labels: Some(labels),
             annotations: Some(annotations),

@@ -567,12 +567,34 @@ async fn scale(
             let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
             let (terminating, finished): (Vec<&Pod>, Vec<&Pod>) =
                 inactive.iter().partition(|p| pods::is_terminating(p));
-            let taken: BTreeSet<String> = s.pods.iter().chain(finished).filter_map(id_of).collect();
-            let terminating: BTreeSet<String> = terminating.into_iter().filter_map(id_of).collect();
+            let mut taken: BTreeSet<String> =
+                s.pods.iter().chain(finished).filter_map(id_of).collect();
+            let mut terminating: BTreeSet<String> =
+                terminating.into_iter().filter_map(id_of).collect();
             let pvc_ids: BTreeSet<String> = pvcs
                 .iter()
                 .filter_map(|p| p.labels().get(LABEL_INSTANCE_ID).cloned())
                 .collect();
+            // A Pod the CloneSet no longer owns may still hold a PVC id's name (one relabelled out
+            // of the selector and released): that id is not free.
+            let namespace = s.cs.namespace().unwrap_or_default();
+            let cs_name = s.cs.name_any();
+            for id in &pvc_ids {
+                if taken.contains(id) || terminating.contains(id) {
+                    continue;
+                }
+                if let Some(holder) = actor
+                    .ctx
+                    .pods
+                    .get(&namespace, &newpod::pod_name(&cs_name, id))
+                {
+                    if pods::is_terminating(&holder) {
+                        terminating.insert(id.clone());
+                    } else {
+                        taken.insert(id.clone());
+                    }
+                }
+            }
             let ids = {
                 let mut rng = rand::rng();
                 newpod::instance_ids(total, &taken, &terminating, &pvc_ids, || {
