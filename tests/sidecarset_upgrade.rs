@@ -306,6 +306,40 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
     .await
 }
 
+/// Two SidecarSets on the Pods labelled `labels`: `s1`, seed 001's logtail, and `s2`, an `agent`
+/// sidecar, both with `maxUnavailable`; returns once a dry-run Pod gets both injected.
+async fn apply_two(
+    ns: &kruise_testkit::TestNamespace,
+    s1: &str,
+    s2: &str,
+    labels: &Value,
+    max_unavailable: Value,
+) -> anyhow::Result<()> {
+    let strategy = json!({"updateStrategy": {"maxUnavailable": max_unavailable}});
+    apply_logtail(ns, s1, labels, strategy.clone()).await?;
+    let mut spec = json!({
+        "selector": {"matchLabels": labels},
+        "containers": [{"name": "agent", "image": "agent:1", "command": ["agent"]}],
+        "volumes": [],
+    });
+    json_patch::merge(&mut spec, &strategy);
+    ns.apply(&logtail(s2, &ns.name, json!({ "spec": spec }))?.to_string())
+        .await?;
+    kruise_e2e::wait_dry_run(
+        &ns.client,
+        &ns.name,
+        &test_pod("dry-run", labels.clone()),
+        TIMEOUT,
+        "both SidecarSets injecting on a dry run".into(),
+        |pod| {
+            let mut names = kruise_e2e::container_names(pod);
+            names.sort();
+            names == ["agent", LOGTAIL, "nginx"]
+        },
+    )
+    .await
+}
+
 /// Issue 16: `SidecarSetUpgradable` as OpenKruise writes it, with two SidecarSets on the same Pods
 /// while kubelet-sim rewrites every Pod's status each 100 ms. s1's non-image change marks the Pods
 /// `False` with `{"s1": false}`; s2's image upgrade meanwhile adds its own `true` entry and leaves the
@@ -323,32 +357,7 @@ async fn two_sidecarsets_upgradable_condition_under_busy_status() -> anyhow::Res
         cleanup.sidecarset(&s1);
         cleanup.sidecarset(&s2);
         let labels = json!({"app": "two"});
-        apply_logtail(&ns, &s1, &labels, json!({"updateStrategy": {"maxUnavailable": "100%"}}))
-            .await?;
-        let agent = logtail(
-            &s2,
-            &ns.name,
-            json!({"spec": {
-                "selector": {"matchLabels": labels},
-                "updateStrategy": {"maxUnavailable": "100%"},
-                "containers": [{"name": "agent", "image": "agent:1", "command": ["agent"]}],
-                "volumes": [],
-            }}),
-        )?;
-        ns.apply(&agent.to_string()).await?;
-        kruise_e2e::wait_dry_run(
-            &ns.client,
-            &ns.name,
-            &test_pod("dry-run", labels.clone()),
-            TIMEOUT,
-            "both SidecarSets injecting on a dry run".into(),
-            |pod| {
-                let mut names = kruise_e2e::container_names(pod);
-                names.sort();
-                names == ["agent", LOGTAIL, "nginx"]
-            },
-        )
-        .await?;
+        apply_two(&ns, &s1, &s2, &labels, json!("100%")).await?;
         // The Pods keep kubelet-sim writing their status every 100 ms from the start.
         let busy = |name: &str| {
             let mut pod = test_pod(name, labels.clone());
@@ -550,32 +559,7 @@ async fn multi_sidecarset_condition_is_true_when_the_status_settles() -> anyhow:
     cleanup.sidecarset(&s2);
     ns.run(async {
         let labels = json!({"app": "multi"});
-        apply_logtail(&ns, &s1, &labels, json!({"updateStrategy": {"maxUnavailable": 1}}))
-            .await?;
-        let agent = logtail(
-            &s2,
-            &ns.name,
-            json!({"spec": {
-                "selector": {"matchLabels": labels},
-                "updateStrategy": {"maxUnavailable": 1},
-                "containers": [{"name": "agent", "image": "agent:1", "command": ["agent"]}],
-                "volumes": [],
-            }}),
-        )?;
-        ns.apply(&agent.to_string()).await?;
-        kruise_e2e::wait_dry_run(
-            &ns.client,
-            &ns.name,
-            &test_pod("dry-run", labels.clone()),
-            TIMEOUT,
-            "both SidecarSets injecting on a dry run".into(),
-            |pod| {
-                let mut names = kruise_e2e::container_names(pod);
-                names.sort();
-                names == ["agent", LOGTAIL, "nginx"]
-            },
-        )
-        .await?;
+        apply_two(&ns, &s1, &s2, &labels, json!(1)).await?;
         ns.apply(
             &json!({"apiVersion": "v1", "kind": "List",
                     "items": [test_pod("a", labels.clone()), test_pod("b", labels.clone())]})

@@ -658,6 +658,16 @@ async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyh
     .await
 }
 
+/// The storage capacity a claim's volume has (`status.capacity.storage`).
+fn storage_capacity(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+}
+
 fn revision_label(pod: &Pod) -> String {
     label(pod, "controller-revision-hash")
         .unwrap_or_default()
@@ -918,12 +928,7 @@ async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow
                     .and_then(|r| r.requests.as_ref())
                     .and_then(|r| r.get("storage"))
                     .map(|q| q.0.clone());
-                let capacity = c
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.capacity.as_ref())
-                    .and_then(|r| r.get("storage"))
-                    .map(|q| q.0.clone());
+                let capacity = storage_capacity(&c);
                 Ok((requested.as_deref() == Some("2Gi") && capacity.as_deref() == Some("2Gi"))
                     .then_some(c))
             })
@@ -1148,13 +1153,7 @@ async fn volume_expansion_is_refused_when_the_storage_class_does_not_allow_it() 
             for claim in ["data-admitted-0", "data-admitted-1"] {
                 eventually(format!("{claim} grown to 2Gi"), TIMEOUT, || async {
                     let c = claims.get(claim).await?;
-                    let capacity = c
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.capacity.as_ref())
-                        .and_then(|r| r.get("storage"))
-                        .map(|q| q.0.clone());
-                    Ok((capacity.as_deref() == Some("2Gi")).then_some(()))
+                    Ok((storage_capacity(&c).as_deref() == Some("2Gi")).then_some(()))
                 })
                 .await?;
             }
