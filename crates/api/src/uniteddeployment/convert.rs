@@ -166,7 +166,7 @@ fn template_up(
     incoming: &Stash,
     outgoing: &mut Stash,
 ) -> v1beta1::SubsetTemplate {
-    let clone_set_template = template.clone_set_template.map(|t| {
+    template.map_clone_set_template(|t| {
         let (metadata, spec) = convert_clone_set_template(
             t.metadata,
             t.spec,
@@ -182,13 +182,7 @@ fn template_up(
             (outgoing, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
         );
         v1beta1::CloneSetTemplateSpec { metadata, spec }
-    });
-    v1beta1::SubsetTemplate {
-        stateful_set_template: template.stateful_set_template,
-        advanced_stateful_set_template: template.advanced_stateful_set_template,
-        clone_set_template,
-        deployment_template: template.deployment_template,
-    }
+    })
 }
 
 fn template_down(
@@ -196,7 +190,7 @@ fn template_down(
     incoming: &Stash,
     outgoing: &mut Stash,
 ) -> v1alpha1::SubsetTemplate {
-    let clone_set_template = template.clone_set_template.map(|t| {
+    template.map_clone_set_template(|t| {
         let (metadata, spec) = convert_clone_set_template(
             t.metadata,
             t.spec,
@@ -212,13 +206,7 @@ fn template_down(
             (outgoing, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
         );
         v1alpha1::CloneSetTemplateSpec { metadata, spec }
-    });
-    v1alpha1::SubsetTemplate {
-        stateful_set_template: template.stateful_set_template,
-        advanced_stateful_set_template: template.advanced_stateful_set_template,
-        clone_set_template,
-        deployment_template: template.deployment_template,
-    }
+    })
 }
 
 /// The v1beta1 spec of a v1alpha1 one; `incoming` and `outgoing` are the stashes of the object.

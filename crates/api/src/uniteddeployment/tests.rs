@@ -1000,16 +1000,13 @@ fn v1alpha1_spec(
     spec: v1beta1::UnitedDeploymentSpec,
     clone_set_template: Option<v1alpha1::CloneSetTemplateSpec>,
 ) -> v1alpha1::UnitedDeploymentSpec {
-    let template = spec.template;
+    let mut template: v1alpha1::SubsetTemplate =
+        spec.template.map_clone_set_template(|_| Default::default());
+    template.clone_set_template = clone_set_template;
     v1alpha1::UnitedDeploymentSpec {
         replicas: spec.replicas,
         selector: spec.selector,
-        template: v1alpha1::SubsetTemplate {
-            stateful_set_template: template.stateful_set_template,
-            advanced_stateful_set_template: template.advanced_stateful_set_template,
-            clone_set_template,
-            deployment_template: template.deployment_template,
-        },
+        template,
         topology: spec.topology,
         update_strategy: spec.update_strategy,
         revision_history_limit: spec.revision_history_limit,

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,7 +20,7 @@ pub use super::v1beta1::{
     UnitedDeploymentSubsetStatus, UnitedDeploymentUpdateStrategy,
 };
 use crate::cloneset::v1alpha1::CloneSetSpec;
-use crate::schema::{is_default, preserve_unknown_fields_untyped};
+use crate::schema::is_default;
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -92,33 +92,12 @@ pub struct UnitedDeploymentSpec {
     pub revision_history_limit: Option<i32>,
 }
 
-/// The workload template of the subsets; exactly one is set.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SubsetTemplate {
-    /// Subsets are native apps/v1 StatefulSets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stateful_set_template: Option<StatefulSetTemplateSpec>,
-    /// Subsets are Advanced StatefulSets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub advanced_stateful_set_template: Option<AdvancedStatefulSetTemplateSpec>,
-    /// Subsets are CloneSets, described by the v1alpha1 CloneSet spec.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clone_set_template: Option<CloneSetTemplateSpec>,
-    /// Subsets are apps/v1 Deployments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deployment_template: Option<DeploymentTemplateSpec>,
-}
+/// The workload template of the subsets; exactly one is set. A CloneSet template holds the v1alpha1
+/// CloneSet spec.
+pub type SubsetTemplate = super::v1beta1::SubsetTemplate<CloneSetSpec>;
 
 /// The CloneSet template of v1alpha1: the v1alpha1 CloneSet spec.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct CloneSetTemplateSpec {
-    /// Labels and annotations of the subset workloads.
-    #[serde(default)]
-    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
-    pub metadata: ObjectMeta,
-    pub spec: CloneSetSpec,
-}
+pub type CloneSetTemplateSpec = super::v1beta1::CloneSetTemplateSpec<CloneSetSpec>;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
