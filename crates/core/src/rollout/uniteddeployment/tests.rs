@@ -1100,3 +1100,29 @@ fn subset_clonesets_carry_every_v1alpha1_cloneset_field() {
         assert_eq!(read["spec"]["replicas"], json!(4));
     }
 }
+
+/// The maxUnavailable a reserving subset rolls with is written where the subset workload's own type keeps
+/// it (a v1beta1 CloneSet under `rollingUpdate`), so that the apiserver does not prune it.
+#[test]
+fn max_unavailable_pointer_is_in_the_workload_schema() {
+    let ud = v1alpha1_cloneset_ud(
+        json!({"updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": 1}}),
+        json!({}),
+    );
+    let mut subset = subset_workload(&ud, "a", "r", 4, 0, &owner()).expect("generated");
+    let pointer = TemplateKind::CloneSet.max_unavailable_pointer();
+    assert_eq!(subset.pointer(pointer), Some(&json!(1)));
+    if let Some(slot) = subset.pointer_mut(pointer) {
+        *slot = json!(3);
+    }
+    let typed: kruise_api::cloneset::v1beta1::CloneSet =
+        serde_json::from_value(subset).expect("a v1beta1 CloneSet");
+    assert_eq!(
+        typed
+            .spec
+            .update_strategy
+            .rolling_update
+            .and_then(|r| r.max_unavailable),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(3))
+    );
+}
