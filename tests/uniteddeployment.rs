@@ -1161,10 +1161,29 @@ async fn v1_9_cloneset_template_settings_reach_the_subsets_and_steer_the_rollout
             "the strategies are exactly the written ones: {}",
             clone_spec(&read)
         );
+        // Every v1.9 field has its v1beta1 counterpart: the stored (v1beta1) object carries nothing in a
+        // conversion annotation, and neither does the object read in v1alpha1.
+        let stored: serde_json::Value = serde_json::from_str(
+            &ns.kubectl(&["get", "uniteddeployments.v1beta1.apps.kruise.io", ud, "-o", "json"])
+                .await?,
+        )?;
+        for object in [&read, &stored] {
+            let annotations = &object["metadata"]["annotations"];
+            ensure!(
+                [
+                    kruise_api::keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS,
+                    kruise_api::keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS
+                ]
+                .iter()
+                .all(|key| annotations.get(key).is_none()),
+                "nothing stashed: {annotations}"
+            );
+        }
         ensure!(
-            read["metadata"]["annotations"].as_object().is_none_or(|a| a.keys().all(|k| !k.starts_with("apps.kruise.io/conversion"))),
-            "nothing stashed: {}",
-            read["metadata"]
+            stored["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+                == json!(1),
+            "stored in v1beta1: {}",
+            stored["spec"]["template"]["cloneSetTemplate"]["spec"]
         );
 
         let old = |_: &str| "nginx:1.25".to_string();
