@@ -136,29 +136,31 @@ where
     converted
 }
 
-/// Converts a CloneSet template with the CloneSet conversion: `incoming` holds (under `incoming_key`) what
-/// the last conversion the other way stashed for this template; what this one stashes is recorded in
-/// `outgoing` (the CloneSet conversion writes it to the template's metadata under `outgoing_key`).
-fn convert_clone_set_template<S, T>(
-    metadata: ObjectMeta,
-    spec: S,
+/// Converts the CloneSet template of `template` (if any) with `convert`, the CloneSet conversion in one
+/// direction: `incoming` holds what the last conversion the other way stashed for this template (the
+/// CloneSet conversion reads it from the template's metadata under `incoming_key`); what this one stashes
+/// (written to the template's metadata under `outgoing_key`) is moved to `outgoing`.
+fn convert_template<S, T>(
+    template: v1beta1::SubsetTemplate<S>,
     convert: impl FnOnce(ObjectMeta, S) -> (ObjectMeta, T),
     (incoming, incoming_key): (&Stash, &str),
     (outgoing, outgoing_key): (&mut Stash, &str),
-) -> (ObjectMeta, T) {
-    let mut metadata = metadata;
-    if let Some(stashed) = incoming.get::<Value>(STASH_CLONE_SET_TEMPLATE) {
-        metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(incoming_key.to_string(), stashed.to_string());
-    }
-    let (mut metadata, spec) = convert(metadata, spec);
-    let stashed = Stash::take(&mut metadata, outgoing_key);
-    if !stashed.is_empty() {
-        outgoing.set(STASH_CLONE_SET_TEMPLATE, &stashed.into_value());
-    }
-    (metadata, spec)
+) -> v1beta1::SubsetTemplate<T> {
+    template.map_clone_set_template(|t| {
+        let mut metadata = t.metadata;
+        if let Some(stashed) = incoming.get::<Value>(STASH_CLONE_SET_TEMPLATE) {
+            metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(incoming_key.to_string(), stashed.to_string());
+        }
+        let (mut metadata, spec) = convert(metadata, t.spec);
+        let stashed = Stash::take(&mut metadata, outgoing_key);
+        if !stashed.is_empty() {
+            outgoing.set(STASH_CLONE_SET_TEMPLATE, &stashed.into_value());
+        }
+        v1beta1::CloneSetTemplateSpec { metadata, spec }
+    })
 }
 
 fn template_up(
@@ -166,23 +168,19 @@ fn template_up(
     incoming: &Stash,
     outgoing: &mut Stash,
 ) -> v1beta1::SubsetTemplate {
-    template.map_clone_set_template(|t| {
-        let (metadata, spec) = convert_clone_set_template(
-            t.metadata,
-            t.spec,
-            |metadata, spec| {
-                let cloneset = crate::cloneset::Api::to_v1beta1(CloneSetV1alpha1 {
-                    metadata,
-                    spec,
-                    status: None,
-                });
-                (cloneset.metadata, cloneset.spec)
-            },
-            (incoming, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
-            (outgoing, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
-        );
-        v1beta1::CloneSetTemplateSpec { metadata, spec }
-    })
+    convert_template(
+        template,
+        |metadata, spec| {
+            let cloneset = crate::cloneset::Api::to_v1beta1(CloneSetV1alpha1 {
+                metadata,
+                spec,
+                status: None,
+            });
+            (cloneset.metadata, cloneset.spec)
+        },
+        (incoming, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
+        (outgoing, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
+    )
 }
 
 fn template_down(
@@ -190,23 +188,19 @@ fn template_down(
     incoming: &Stash,
     outgoing: &mut Stash,
 ) -> v1alpha1::SubsetTemplate {
-    template.map_clone_set_template(|t| {
-        let (metadata, spec) = convert_clone_set_template(
-            t.metadata,
-            t.spec,
-            |metadata, spec| {
-                let cloneset = crate::cloneset::Api::to_v1alpha1(CloneSetV1beta1 {
-                    metadata,
-                    spec,
-                    status: None,
-                });
-                (cloneset.metadata, cloneset.spec)
-            },
-            (incoming, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
-            (outgoing, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
-        );
-        v1alpha1::CloneSetTemplateSpec { metadata, spec }
-    })
+    convert_template(
+        template,
+        |metadata, spec| {
+            let cloneset = crate::cloneset::Api::to_v1alpha1(CloneSetV1beta1 {
+                metadata,
+                spec,
+                status: None,
+            });
+            (cloneset.metadata, cloneset.spec)
+        },
+        (incoming, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
+        (outgoing, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
+    )
 }
 
 /// The v1beta1 spec of a v1alpha1 one; `incoming` and `outgoing` are the stashes of the object.
