@@ -1,16 +1,16 @@
 //! CloneSet volumeClaimTemplates, end to end: one PVC per template per Pod, named
-//! `<template>-<cloneset>-<instance-id>`, mounted by that Pod, and deleted with the Pod on scale-in.
-//!
-//! The test bed has no volume provisioner, so the claims stay Pending and the Pods unscheduled; what is
-//! checked here is what the controller owns: names, labels, owners, the Pod's volume and the cleanup.
+//! `<template>-<cloneset>-<instance-id>`, mounted by that Pod, and deleted with the Pod on scale-in;
+//! a deleted Pod replaced under its instance id with its PVCs, unless `disablePVCReuse`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kruise_testkit::{eventually, testbed};
-use kube::api::{Api, ListParams};
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_testkit::{TestNamespace, eventually, testbed};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const INSTANCE_ID: &str = "apps.kruise.io/cloneset-instance-id";
@@ -131,6 +131,210 @@ spec:
         ensure!(
             id(kept_pod[0].metadata.labels.as_ref()) == id(kept_claims[0].metadata.labels.as_ref()),
             "the remaining claim belongs to the remaining Pod"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// The live (not terminating) Pods of `app`, Ready, by name → (uid, instance id).
+async fn live_pods(
+    ns: &TestNamespace,
+    app: &str,
+) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    let pods: Api<Pod> = ns.api();
+    Ok(pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && kruise_e2e::is_ready(p))
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                (
+                    p.metadata.uid.clone().unwrap_or_default(),
+                    id(p.metadata.labels.as_ref()).unwrap_or_default(),
+                ),
+            )
+        })
+        .collect())
+}
+
+/// Every PVC of the namespace by name → (uid, instance id, kind of its controlling owner).
+async fn claims(
+    ns: &TestNamespace,
+) -> anyhow::Result<BTreeMap<String, (String, String, Option<String>)>> {
+    let pvcs: Api<PersistentVolumeClaim> = ns.api();
+    Ok(pvcs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|c| {
+            let owner = c
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.kind.clone());
+            (
+                c.metadata.name.clone().unwrap_or_default(),
+                (
+                    c.metadata.uid.clone().unwrap_or_default(),
+                    id(c.metadata.labels.as_ref()).unwrap_or_default(),
+                    owner,
+                ),
+            )
+        })
+        .collect())
+}
+
+/// Deletes the Pods (gracefully, as `kubectl delete pod`) and waits until the CloneSet has 4 Ready
+/// replacements (none of the deleted uids) and reports them available.
+async fn delete_and_wait_replaced(
+    ns: &TestNamespace,
+    deleted: &BTreeMap<String, (String, String)>,
+) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    let pods: Api<Pod> = ns.api();
+    for name in deleted.keys() {
+        pods.delete(name, &DeleteParams::default()).await?;
+    }
+    let old_uids: BTreeSet<&String> = deleted.values().map(|(uid, _)| uid).collect();
+    let sets: Api<CloneSet> = ns.api();
+    eventually("4 Ready replacements, available", TIMEOUT * 2, || async {
+        let live = live_pods(ns, "reuse").await?;
+        let status = sets.get("reuse").await?.status.unwrap_or_default();
+        let replaced = live.len() == 4 && live.values().all(|(uid, _)| !old_uids.contains(uid));
+        Ok(
+            (replaced && status.updated_available_replicas == 4 && status.replicas == 4)
+                .then_some(live),
+        )
+    })
+    .await
+}
+
+/// OpenKruise v1.9.0's `CloneSet Update with DisablePVCReuse=true` (test/e2e/apps/v1alpha1/cloneset.go):
+/// 4 Pods with 2 claim templates have 8 PVCs. Deleted, the Pods come back under the same instance
+/// ids (so the same names) and mount the same 8 PVCs (same uids). With `disablePVCReuse: true`,
+/// deleted Pods are replaced under new ids with new PVCs, and the old PVCs go with the old Pods:
+/// 8 PVCs again, none of the old ones.
+#[tokio::test]
+async fn deleted_pods_come_back_with_their_claims_unless_reuse_is_disabled() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("cs-reuse").await?;
+    ns.run(async {
+        ns.apply(
+            r#"
+apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {name: reuse}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: reuse}}
+  updateStrategy: {type: ReCreate}
+  template:
+    metadata: {labels: {app: reuse}}
+    spec:
+      containers:
+      - name: main
+        image: "nginx:alpine"
+        volumeMounts: [{name: data-vol1, mountPath: /data1}, {name: data-vol2, mountPath: /data2}]
+  volumeClaimTemplates:
+  - metadata: {name: data-vol1}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+  - metadata: {name: data-vol2}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#,
+        )
+        .await?;
+        let sets: Api<CloneSet> = ns.api();
+        let first = eventually("4 Ready Pods", TIMEOUT * 2, || async {
+            let live = live_pods(&ns, "reuse").await?;
+            let status = sets.get("reuse").await?.status.unwrap_or_default();
+            Ok((live.len() == 4 && status.updated_available_replicas == 4).then_some(live))
+        })
+        .await?;
+        let ids: BTreeSet<String> = first.values().map(|(_, id)| id.clone()).collect();
+        let original = claims(&ns).await?;
+        ensure!(original.len() == 8, "{original:?}");
+        for (name, (_, claim_id, owner)) in &original {
+            ensure!(ids.contains(claim_id), "{name} of no Pod");
+            ensure!(
+                owner.as_deref() == Some("CloneSet"),
+                "{name} owned by {owner:?}"
+            );
+        }
+
+        // Deleted Pods come back under their ids, with their claims.
+        let second = delete_and_wait_replaced(&ns, &first).await?;
+        let second_ids: BTreeSet<String> = second.values().map(|(_, id)| id.clone()).collect();
+        ensure!(
+            second_ids == ids,
+            "instance ids {ids:?} became {second_ids:?}"
+        );
+        ensure!(
+            second.keys().collect::<Vec<_>>() == first.keys().collect::<Vec<_>>(),
+            "Pod names changed"
+        );
+        let reused = claims(&ns).await?;
+        ensure!(
+            reused == original,
+            "PVCs not reused: {original:?} became {reused:?}"
+        );
+
+        // Without reuse, the replacements get new ids and new claims; the old claims go.
+        ns.kubectl(&[
+            "patch",
+            "clonesets.v1alpha1.apps.kruise.io",
+            "reuse",
+            "--type=merge",
+            "-p",
+            &json!({"spec": {"scaleStrategy": {"disablePVCReuse": true}}}).to_string(),
+        ])
+        .await?;
+        let reuse = sets
+            .get("reuse")
+            .await?
+            .spec
+            .scale_strategy
+            .enable_pvc_reuse;
+        ensure!(
+            !reuse,
+            "disablePVCReuse: true did not turn enablePVCReuse off"
+        );
+        let third = delete_and_wait_replaced(&ns, &second).await?;
+        let third_ids: BTreeSet<String> = third.values().map(|(_, id)| id.clone()).collect();
+        ensure!(
+            third_ids.is_disjoint(&ids),
+            "instance ids reused without PVC reuse: {ids:?} -> {third_ids:?}"
+        );
+        let fresh = eventually("8 PVCs, all of the new Pods", TIMEOUT * 2, || async {
+            let now = claims(&ns).await?;
+            let settled = now.len() == 8
+                && now.iter().all(|(name, (_, claim_id, owner))| {
+                    third_ids.contains(claim_id)
+                        && !original.contains_key(name)
+                        && owner.as_deref() == Some("CloneSet")
+                });
+            Ok(settled.then_some(now))
+        })
+        .await?;
+        let live = live_pods(&ns, "reuse").await?;
+        ensure!(
+            live.keys().collect::<Vec<_>>() == third.keys().collect::<Vec<_>>(),
+            "Pods changed after the replacement: {live:?}"
+        );
+        eprintln!(
+            "PVCs: {} original kept across a delete; {} new after a delete without reuse",
+            reused.len(),
+            fresh.len()
         );
         Ok(())
     })

@@ -106,6 +106,18 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
         "BroadcastJob ttlSecondsAfterFinished",
     ),
     (
+        "storage.k8s.io",
+        "storageclasses",
+        "get",
+        "Advanced StatefulSet webhook: an update resizing a claim template that names its StorageClass",
+    ),
+    (
+        "storage.k8s.io",
+        "storageclasses",
+        "list",
+        "Advanced StatefulSet webhook: an update resizing a claim template of the default StorageClass",
+    ),
+    (
         "apps.kruise.io",
         "statefulsets/status",
         "patch",

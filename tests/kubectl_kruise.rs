@@ -1,7 +1,7 @@
 //! `kubectl kruise` end to end: the built `kubectl-kruise` binary run against the real control plane,
 //! each test in its own namespace (concurrently).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -863,6 +863,32 @@ async fn united_deployment_status_and_in_place_restart() -> anyhow::Result<()> {
         .await?;
         let out = kruise_ok(&ns, &["rollout", "history", "ud/app"]).await?;
         ensure!(out.lines().skip(2).count() == 2, "2 revisions: {out}");
+
+        // Undo restores the first template (its revisions hold the v1alpha1 form, which undo writes
+        // through v1alpha1): the restart annotation goes, the v1beta1 update strategy stays, and the
+        // Pods stay.
+        let out = kruise_ok(&ns, &["rollout", "undo", "ud/app"]).await?;
+        ensure!(out.contains("rolled back to revision 1"), "{out}");
+        let ud: serde_json::Value = serde_json::from_str(
+            &ns.kubectl(&["get", "uniteddeployments.v1beta1.apps.kruise.io", "app", "-o", "json"])
+                .await?,
+        )?;
+        let template = &ud["spec"]["template"]["cloneSetTemplate"];
+        ensure!(
+            template["spec"]["updateStrategy"]["rollingUpdate"]["podUpdatePolicy"] == "InPlaceIfPossible"
+                && template["spec"]["template"]["metadata"]["annotations"]
+                    .get("kubectl.kubernetes.io/restartedAt")
+                    .is_none(),
+            "{template}"
+        );
+        kruise_ok(&ns, &["rollout", "status", "ud/app", "--timeout", "90s"]).await?;
+        let uids: BTreeSet<String> = before.iter().map(uid).collect();
+        eventually("the same 4 Pods, Ready", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=ud").await?;
+            let now: BTreeSet<String> = list.iter().map(uid).collect();
+            Ok((now == uids && list.iter().all(kruise_e2e::is_ready)).then_some(()))
+        })
+        .await?;
         Ok(())
     })
     .await

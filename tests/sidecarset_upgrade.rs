@@ -7,8 +7,8 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_e2e::sidecarset_kit::{
-    LOGTAIL, apply_logtail, logtail, restarts, set_image, spec_image, test_pod,
-    upgradable_condition, wait_upgradable,
+    LOGTAIL, apply_logtail, counts, logtail, restarts, set_image, spec_image, test_pod,
+    upgradable_condition, wait_status, wait_upgradable,
 };
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
 use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
@@ -306,6 +306,40 @@ async fn canary_selector_and_not_update() -> anyhow::Result<()> {
     .await
 }
 
+/// Two SidecarSets on the Pods labelled `labels`: `s1`, seed 001's logtail, and `s2`, an `agent`
+/// sidecar, both with `maxUnavailable`; returns once a dry-run Pod gets both injected.
+async fn apply_two(
+    ns: &kruise_testkit::TestNamespace,
+    s1: &str,
+    s2: &str,
+    labels: &Value,
+    max_unavailable: Value,
+) -> anyhow::Result<()> {
+    let strategy = json!({"updateStrategy": {"maxUnavailable": max_unavailable}});
+    apply_logtail(ns, s1, labels, strategy.clone()).await?;
+    let mut spec = json!({
+        "selector": {"matchLabels": labels},
+        "containers": [{"name": "agent", "image": "agent:1", "command": ["agent"]}],
+        "volumes": [],
+    });
+    json_patch::merge(&mut spec, &strategy);
+    ns.apply(&logtail(s2, &ns.name, json!({ "spec": spec }))?.to_string())
+        .await?;
+    kruise_e2e::wait_dry_run(
+        &ns.client,
+        &ns.name,
+        &test_pod("dry-run", labels.clone()),
+        TIMEOUT,
+        "both SidecarSets injecting on a dry run".into(),
+        |pod| {
+            let mut names = kruise_e2e::container_names(pod);
+            names.sort();
+            names == ["agent", LOGTAIL, "nginx"]
+        },
+    )
+    .await
+}
+
 /// Issue 16: `SidecarSetUpgradable` as OpenKruise writes it, with two SidecarSets on the same Pods
 /// while kubelet-sim rewrites every Pod's status each 100 ms. s1's non-image change marks the Pods
 /// `False` with `{"s1": false}`; s2's image upgrade meanwhile adds its own `true` entry and leaves the
@@ -323,32 +357,7 @@ async fn two_sidecarsets_upgradable_condition_under_busy_status() -> anyhow::Res
         cleanup.sidecarset(&s1);
         cleanup.sidecarset(&s2);
         let labels = json!({"app": "two"});
-        apply_logtail(&ns, &s1, &labels, json!({"updateStrategy": {"maxUnavailable": "100%"}}))
-            .await?;
-        let agent = logtail(
-            &s2,
-            &ns.name,
-            json!({"spec": {
-                "selector": {"matchLabels": labels},
-                "updateStrategy": {"maxUnavailable": "100%"},
-                "containers": [{"name": "agent", "image": "agent:1", "command": ["agent"]}],
-                "volumes": [],
-            }}),
-        )?;
-        ns.apply(&agent.to_string()).await?;
-        kruise_e2e::wait_dry_run(
-            &ns.client,
-            &ns.name,
-            &test_pod("dry-run", labels.clone()),
-            TIMEOUT,
-            "both SidecarSets injecting on a dry run".into(),
-            |pod| {
-                let mut names = kruise_e2e::container_names(pod);
-                names.sort();
-                names == ["agent", LOGTAIL, "nginx"]
-            },
-        )
-        .await?;
+        apply_two(&ns, &s1, &s2, &labels, json!("100%")).await?;
         // The Pods keep kubelet-sim writing their status every 100 ms from the start.
         let busy = |name: &str| {
             let mut pod = test_pod(name, labels.clone());
@@ -436,6 +445,183 @@ async fn two_sidecarsets_upgradable_condition_under_busy_status() -> anyhow::Res
         let after = pods.get("a").await?;
         ensure!(after.metadata.uid == before.metadata.uid, "a was recreated");
         ensure!(churn(&after) != Some(first), "the status stopped churning");
+        Ok(())
+    })
+    .await
+}
+
+/// The Pods' `SidecarSetUpgradable` conditions read the moment a SidecarSet's status settles: every
+/// Pod of `names` carries the condition with `status` (never missing), and OpenKruise's reason.
+async fn upgradable_now(
+    pods: &Api<Pod>,
+    names: &[&str],
+    status: &str,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut entries = Vec::new();
+    for p in names {
+        let pod = pods.get(p).await?;
+        let found = upgradable_condition(&pod)?;
+        let Some((s, reason, e)) = found else {
+            anyhow::bail!("{p}: no SidecarSetUpgradable condition when the status settled");
+        };
+        let wanted_reason = if status == "True" {
+            "AllSidecarsetUpgradable"
+        } else {
+            "UpdateImmutableField"
+        };
+        ensure!(
+            s == status && reason == wanted_reason,
+            "{p}: SidecarSetUpgradable {s} ({reason}) {e} when the status settled, not {status}"
+        );
+        entries.push((p.to_string(), e));
+    }
+    Ok(entries)
+}
+
+/// OpenKruise v1.9.0's `sidecarSet upgrade sidecar container (more than image field), no pod should be
+/// updated` (test/e2e/apps/v1beta1/sidecarset.go): a change of more than the image is not applied to
+/// the Pod, and the moment the status says so (1 matched, 0 updated) the Pod's condition is already
+/// `SidecarSetUpgradable=False`; a Pod created afterwards gets the change at injection and takes the
+/// next image change in place, the old one does not.
+#[tokio::test]
+async fn more_than_image_changed_the_condition_is_false_when_the_status_settles()
+-> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-immutable").await?;
+    let name = format!("logtail-{}", ns.name);
+    let mut cleanup = kruise_e2e::Cleanup::new();
+    cleanup.sidecarset(&name);
+    ns.run(async {
+        let labels = json!({"app": "immutable"});
+        apply_logtail(&ns, &name, &labels, json!({"updateStrategy": {"type": "RollingUpdate"}}))
+            .await?;
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        let pods: Api<Pod> = ns.api();
+        ns.apply(&test_pod("a", labels.clone()).to_string()).await?;
+        wait_status(&sidecarsets, &name, "1 Pod updated and ready", TIMEOUT, |s| {
+            counts(s) == (1, 1, 1, 1)
+        })
+        .await?;
+
+        // An env var: more than the image.
+        let env: Patch<()> = Patch::Json(serde_json::from_value(json!([
+            {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "version", "value": "v2"}]}
+        ]))?);
+        sidecarsets.patch(&name, &PatchParams::default(), &env).await?;
+        wait_status(&sidecarsets, &name, "matched 1, updated 0, ready 1", TIMEOUT, |s| {
+            counts(s) == (1, 0, 1, 0)
+        })
+        .await?;
+        let entries = upgradable_now(&pods, &["a"], "False").await?;
+        ensure!(entries[0].1 == json!({ name.clone(): false }), "{entries:?}");
+        ensure!(
+            spec_image(&pods.get("a").await?, LOGTAIL) == "log-service/logtail:0.16.16",
+            "a was changed"
+        );
+
+        // A second Pod is injected with the env var; the next image change reaches it only.
+        ns.apply(&test_pod("b", labels.clone()).to_string()).await?;
+        wait_status(&sidecarsets, &name, "b injected with the current sidecars", TIMEOUT, |s| {
+            counts(s) == (2, 1, 2, 1)
+        })
+        .await?;
+        set_image(&sidecarsets, &name, "log-service/logtail:0.16.18").await?;
+        wait_status(&sidecarsets, &name, "matched 2, updated 1, ready 2", TIMEOUT, |s| {
+            counts(s) == (2, 1, 2, 1)
+        })
+        .await?;
+        ensure!(
+            spec_image(&pods.get("b").await?, LOGTAIL) == "log-service/logtail:0.16.18",
+            "b not upgraded"
+        );
+        let a = pods.get("a").await?;
+        ensure!(spec_image(&a, LOGTAIL) == "log-service/logtail:0.16.16", "a upgraded");
+        ensure!(restarts(&a, LOGTAIL) == 0, "a's sidecar restarted");
+        Ok(())
+    })
+    .await
+}
+
+/// OpenKruise v1.9.0's `multi sidecarSet upgrade sidecar container, check pod condition`
+/// (test/e2e/apps/v1beta1/sidecarset.go): with s1's non-image change pending, s2's image upgrade
+/// settles with the Pods' condition False; once s1 reverts it and moves to a new image, the moment s1's
+/// status says both Pods are updated and ready their condition is already True.
+#[tokio::test]
+async fn multi_sidecarset_condition_is_true_when_the_status_settles() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ss-multi").await?;
+    let s1 = format!("s1-{}", ns.name);
+    let s2 = format!("s2-{}", ns.name);
+    let mut cleanup = kruise_e2e::Cleanup::new();
+    cleanup.sidecarset(&s1);
+    cleanup.sidecarset(&s2);
+    ns.run(async {
+        let labels = json!({"app": "multi"});
+        apply_two(&ns, &s1, &s2, &labels, json!(1)).await?;
+        ns.apply(
+            &json!({"apiVersion": "v1", "kind": "List",
+                    "items": [test_pod("a", labels.clone()), test_pod("b", labels.clone())]})
+            .to_string(),
+        )
+        .await?;
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        let pods: Api<Pod> = ns.api();
+        for ss in [&s1, &s2] {
+            wait_status(&sidecarsets, ss, "2 Pods updated and ready", TIMEOUT, |s| {
+                counts(s) == (2, 2, 2, 2)
+            })
+            .await?;
+        }
+
+        // s1 changes its command: nothing is updated.
+        let command = |value: Value| -> anyhow::Result<Patch<()>> {
+            Ok(Patch::Json(serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec/containers/0/command", "value": value}
+            ]))?))
+        };
+        sidecarsets
+            .patch(&s1, &PatchParams::default(), &command(json!(["sleep", "1000"]))?)
+            .await?;
+        wait_status(&sidecarsets, &s1, "matched 2, updated 0", TIMEOUT, |s| {
+            counts(s) == (2, 0, 2, 0)
+        })
+        .await?;
+
+        // s2 changes its image only: both Pods are upgraded; s1 still cannot, so the condition is
+        // False when s2's status settles.
+        set_image(&sidecarsets, &s2, "agent:2").await?;
+        wait_status(&sidecarsets, &s2, "2 Pods upgraded and ready", TIMEOUT, |s| {
+            counts(s) == (2, 2, 2, 2)
+        })
+        .await?;
+        upgradable_now(&pods, &["a", "b"], "False").await?;
+
+        // s1 goes back to its command with a new image: upgraded in place, and the condition is
+        // True when s1's status settles.
+        let revert: Patch<()> = Patch::Json(serde_json::from_value(json!([
+            {"op": "replace", "path": "/spec/containers/0/command",
+             "value": ["sh", "-c", "/usr/local/ilogtail/run_logtail.sh 10"]},
+            {"op": "replace", "path": "/spec/containers/0/image", "value": "log-service/logtail:0.16.18"},
+        ]))?);
+        sidecarsets.patch(&s1, &PatchParams::default(), &revert).await?;
+        wait_status(&sidecarsets, &s1, "2 Pods upgraded and ready", TIMEOUT, |s| {
+            counts(s) == (2, 2, 2, 2)
+        })
+        .await?;
+        for (p, entries) in upgradable_now(&pods, &["a", "b"], "True").await? {
+            ensure!(
+                entries == json!({ s1.clone(): true, s2.clone(): true }),
+                "{p}: {entries}"
+            );
+        }
+        for p in ["a", "b"] {
+            let pod = pods.get(p).await?;
+            ensure!(spec_image(&pod, LOGTAIL) == "log-service/logtail:0.16.18", "{p}: logtail");
+            ensure!(spec_image(&pod, "agent") == "agent:2", "{p}: agent");
+            ensure!(restarts(&pod, "nginx") == 0, "{p}: nginx restarted");
+        }
         Ok(())
     })
     .await

@@ -658,6 +658,16 @@ async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyh
     .await
 }
 
+/// The storage capacity a claim's volume has (`status.capacity.storage`).
+fn storage_capacity(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+}
+
 fn revision_label(pod: &Pod) -> String {
     label(pod, "controller-revision-hash")
         .unwrap_or_default()
@@ -918,12 +928,7 @@ async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow
                     .and_then(|r| r.requests.as_ref())
                     .and_then(|r| r.get("storage"))
                     .map(|q| q.0.clone());
-                let capacity = c
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.capacity.as_ref())
-                    .and_then(|r| r.get("storage"))
-                    .map(|q| q.0.clone());
+                let capacity = storage_capacity(&c);
                 Ok((requested.as_deref() == Some("2Gi") && capacity.as_deref() == Some("2Gi"))
                     .then_some(c))
             })
@@ -1030,4 +1035,133 @@ async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow:
         Ok(())
     })
     .await
+}
+
+/// OpenKruise v1.9.0's `VolumeExpansion … *cannot*` specs (test/e2e/apps/v1beta1/statefulset.go):
+/// with `volumeClaimUpdateStrategy: OnPodRollingUpdate`, an update that changes the image and grows a
+/// claim template whose StorageClass has `allowVolumeExpansion: false` is refused by the webhook,
+/// naming the field, through either API version, and nothing changes; with a class that allows
+/// expansion the same update is admitted and the claims grow.
+#[tokio::test]
+async fn volume_expansion_is_refused_when_the_storage_class_does_not_allow_it() -> anyhow::Result<()>
+{
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("asts-expand").await?;
+    let classes: Api<StorageClass> = Api::all(ns.client.clone());
+    let deny = format!("no-expansion-{}", ns.name);
+    let allow = format!("expansion-{}", ns.name);
+    let result = ns
+        .run(async {
+            for (class, allowed) in [(&deny, false), (&allow, true)] {
+                let sc: StorageClass = serde_json::from_value(json!({
+                    "metadata": {"name": class},
+                    // kubelet-sim provisions claims of any class with its provisioner.
+                    "provisioner": "sim.kruise-rs.io/volume",
+                    "reclaimPolicy": "Delete",
+                    "allowVolumeExpansion": allowed,
+                }))?;
+                classes.create(&PostParams::default(), &sc).await?;
+            }
+            let set_of = |set: &str, class: &str| {
+                stateful_set(
+                    "apps.kruise.io/v1beta1",
+                    set,
+                    2,
+                    "nginx:1.25",
+                    json!({"spec": {
+                        "podManagementPolicy": "Parallel",
+                        "volumeClaimUpdateStrategy": {"type": "OnPodRollingUpdate"},
+                        "volumeClaimTemplates": [{
+                            "metadata": {"name": "data"},
+                            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                                     "resources": {"requests": {"storage": "1Gi"}}}
+                        }]
+                    }}),
+                )
+            };
+            ns.apply(&serde_json::to_string(&set_of("refused", &deny))?).await?;
+            ns.apply(&serde_json::to_string(&set_of("admitted", &allow))?).await?;
+            wait_complete(&ns, "refused", "app=refused", 2, TIMEOUT).await?;
+            wait_complete(&ns, "admitted", "app=admitted", 2, TIMEOUT).await?;
+
+            // The image and the claim template's storage together, as upstream's spec does. The
+            // templates list is replaced whole by a merge patch.
+            let grow = |class: &str| {
+                json!({"spec": {
+                    "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.26"}]}},
+                    "volumeClaimTemplates": [{
+                        "metadata": {"name": "data"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                                 "resources": {"requests": {"storage": "2Gi"}}}
+                    }]
+                }})
+            };
+            let sets: Api<StatefulSet> = ns.api();
+            let v1alpha1 = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", "StatefulSet"),
+                "statefulsets",
+            );
+            let sets_v1alpha1: Api<DynamicObject> =
+                Api::namespaced_with(ns.client.clone(), &ns.name, &v1alpha1);
+            let before = sets.get("refused").await?;
+            let refusals = [
+                (
+                    "v1beta1",
+                    sets.patch("refused", &PatchParams::default(), &Patch::Merge(&grow(&deny)))
+                        .await
+                        .map(|_| ()),
+                ),
+                (
+                    "v1alpha1",
+                    sets_v1alpha1
+                        .patch("refused", &PatchParams::default(), &Patch::Merge(&grow(&deny)))
+                        .await
+                        .map(|_| ()),
+                ),
+            ];
+            for (version, refused) in refusals {
+                let message = match refused {
+                    Ok(()) => anyhow::bail!(
+                        "growing a claim template of StorageClass {deny} was admitted ({version})"
+                    ),
+                    Err(e) => e.to_string(),
+                };
+                ensure!(
+                    message.contains("spec.volumeClaimTemplates[data].spec.resources.requests.storage")
+                        && message.contains(&format!(
+                            "storage class {deny} does not support volume expansion"
+                        )),
+                    "{version}: {message}"
+                );
+            }
+            let after = sets.get("refused").await?;
+            ensure!(
+                after.metadata.generation == before.metadata.generation
+                    && after.spec == before.spec,
+                "a refused update changed the set"
+            );
+
+            sets.patch("admitted", &PatchParams::default(), &Patch::Merge(&grow(&allow)))
+                .await
+                .context("growing a claim template of a class that allows expansion")?;
+            wait_complete(&ns, "admitted", "app=admitted", 2, TIMEOUT).await?;
+            let claims: Api<PersistentVolumeClaim> = ns.api();
+            for claim in ["data-admitted-0", "data-admitted-1"] {
+                eventually(format!("{claim} grown to 2Gi"), TIMEOUT, || async {
+                    let c = claims.get(claim).await?;
+                    Ok((storage_capacity(&c).as_deref() == Some("2Gi")).then_some(()))
+                })
+                .await?;
+            }
+            Ok(())
+        })
+        .await;
+    for class in [&deny, &allow] {
+        let _ = classes.delete(class, &DeleteParams::default()).await;
+    }
+    result
 }

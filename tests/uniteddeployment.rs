@@ -21,6 +21,8 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 const SUBSET_LABEL: &str = "apps.kruise.io/subset-name";
+/// The label of the UnitedDeployment revision on every Pod of its subsets.
+const LABEL_UD_REVISION: &str = "apps.kruise.io/controller-revision-hash";
 
 /// Seed 000's UnitedDeployment, exactly as the article writes it (v1alpha1, native StatefulSets).
 const SEED_000: &str = r#"apiVersion: apps.kruise.io/v1alpha1
@@ -992,6 +994,298 @@ async fn adaptive_reservation_substitutes_then_hands_back() -> anyhow::Result<()
         .await;
         fleet::remove_node(&client, &node).await.ok();
         result
+    }))
+    .await
+}
+
+/// A UnitedDeployment as users of OpenKruise v1.9 write it: v1alpha1, its CloneSet template holding the
+/// v1alpha1 CloneSet spec with every rollout setting (flat `updateStrategy`, `scaleStrategy.disablePVCReuse`),
+/// paused, and zone-a held by a manual partition of 1.
+const V1_9_CLONESET_UD: &str = r#"apiVersion: apps.kruise.io/v1alpha1
+kind: UnitedDeployment
+metadata:
+  name: v19-ud
+spec:
+  replicas: 6
+  selector:
+    matchLabels:
+      app: v19-ud
+  template:
+    cloneSetTemplate:
+      metadata:
+        labels:
+          app: v19-ud
+      spec:
+        selector:
+          matchLabels:
+            app: v19-ud
+        template:
+          metadata:
+            labels:
+              app: v19-ud
+          spec:
+            containers:
+              - name: main
+                image: nginx:1.25
+        updateStrategy:
+          type: ReCreate
+          partition: 2
+          maxUnavailable: 1
+          maxSurge: 0
+          paused: true
+          priorityStrategy:
+            weightPriority:
+              - weight: 50
+                matchSelector:
+                  matchLabels:
+                    tier: front
+          scatterStrategy:
+            - key: app
+              value: v19-ud
+          inPlaceUpdateStrategy:
+            gracePeriodSeconds: 2
+        scaleStrategy:
+          disablePVCReuse: true
+          maxUnavailable: 2
+  topology:
+    subsets:
+      - name: zone-a
+        replicas: 3
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: topology.kubernetes.io/zone
+              operator: In
+              values:
+                - zone-a
+      - name: zone-b
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: topology.kubernetes.io/zone
+              operator: In
+              values:
+                - zone-b
+  updateStrategy:
+    type: Manual
+    manualUpdate:
+      partitions:
+        zone-a: 1
+"#;
+
+/// Whether every field of `want` is in `have` with the same value (lists item by item).
+fn holds_fields(have: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| h.get(k).is_some_and(|hv| holds_fields(hv, wv))),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| holds_fields(hv, wv))
+        }
+        (h, w) => h == w,
+    }
+}
+
+/// The subset CloneSet of `subset`, read through v1alpha1 as OpenKruise v1.9 clients read it.
+async fn subset_cloneset_v1alpha1(
+    ns: &TestNamespace,
+    subset: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let out = ns
+        .kubectl(&[
+            "get",
+            "clonesets.v1alpha1.apps.kruise.io",
+            "-l",
+            &format!("{SUBSET_LABEL}={subset}"),
+            "-o",
+            "json",
+        ])
+        .await?;
+    let list: serde_json::Value = serde_json::from_str(&out)?;
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    ensure!(items.len() == 1, "one CloneSet for {subset}: {items:?}");
+    Ok(items[0].clone())
+}
+
+/// Issue 45: a v1.9 UnitedDeployment whose CloneSet template uses the v1alpha1 CloneSet spec is accepted
+/// under strict field validation, reads back unchanged through v1alpha1, its subset CloneSets carry every
+/// setting (the partition being the subset's manual one, as OpenKruise v1.9.0 writes it), `paused` holds
+/// the rollout, and once resumed the image change rolls every subset one Pod at a time (maxUnavailable 1,
+/// maxSurge 0) while zone-a's partition keeps one Pod at the old revision.
+#[tokio::test]
+async fn v1_9_cloneset_template_settings_reach_the_subsets_and_steer_the_rollout()
+-> anyhow::Result<()> {
+    use kruise_e2e::cloneset_kit::holds;
+    use kruise_testkit::{Limits, RolloutMonitor};
+
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("ud-v19").await?;
+    ns.run(Box::pin(async {
+        let ud = "v19-ud";
+        let selector = "app=v19-ud";
+        let applied: serde_json::Value = serde_yaml::from_str(V1_9_CLONESET_UD)?;
+        // kubectl validates strictly: an unknown field is refused ...
+        let bogus = V1_9_CLONESET_UD.replace("maxSurge: 0", "maxSurge: 0\n          bogusField: 1");
+        let dir = std::env::temp_dir().join(format!("ud-v19-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let (bogus_path, path) = (dir.join("bogus.yaml"), dir.join("ud.yaml"));
+        std::fs::write(&bogus_path, &bogus)?;
+        std::fs::write(&path, V1_9_CLONESET_UD)?;
+        let file = |p: &std::path::Path| p.display().to_string();
+        let refused = ns
+            .kubectl(&["apply", "--validate=strict", "--dry-run=server", "-f", &file(&bogus_path)])
+            .await;
+        ensure!(
+            refused.as_ref().is_err_and(|e| format!("{e:#}").contains("bogusField")),
+            "an unknown field must be refused: {refused:?}"
+        );
+        // ... and every v1.9 field is known.
+        ns.kubectl(&["apply", "--validate=strict", "-f", &file(&path)]).await?;
+        std::fs::remove_dir_all(&dir)?;
+
+        // Read back through v1alpha1: every field as written.
+        let read: serde_json::Value = serde_json::from_str(
+            &ns.kubectl(&["get", "uniteddeployments.v1alpha1.apps.kruise.io", ud, "-o", "json"])
+                .await?,
+        )?;
+        ensure!(
+            holds_fields(&read["spec"], &applied["spec"]),
+            "read back through v1alpha1: {}\nwritten: {}",
+            read["spec"],
+            applied["spec"]
+        );
+        let clone_spec = |v: &serde_json::Value| v["spec"]["template"]["cloneSetTemplate"]["spec"].clone();
+        ensure!(
+            clone_spec(&read)["updateStrategy"] == clone_spec(&applied)["updateStrategy"]
+                && clone_spec(&read)["scaleStrategy"] == clone_spec(&applied)["scaleStrategy"],
+            "the strategies are exactly the written ones: {}",
+            clone_spec(&read)
+        );
+        // Every v1.9 field has its v1beta1 counterpart: the stored (v1beta1) object carries nothing in a
+        // conversion annotation, and neither does the object read in v1alpha1.
+        let stored: serde_json::Value = serde_json::from_str(
+            &ns.kubectl(&["get", "uniteddeployments.v1beta1.apps.kruise.io", ud, "-o", "json"])
+                .await?,
+        )?;
+        for object in [&read, &stored] {
+            let annotations = &object["metadata"]["annotations"];
+            ensure!(
+                [
+                    kruise_api::keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS,
+                    kruise_api::keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS
+                ]
+                .iter()
+                .all(|key| annotations.get(key).is_none()),
+                "nothing stashed: {annotations}"
+            );
+        }
+        ensure!(
+            stored["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+                == json!(1),
+            "stored in v1beta1: {}",
+            stored["spec"]["template"]["cloneSetTemplate"]["spec"]
+        );
+
+        let old = |_: &str| "nginx:1.25".to_string();
+        let (u, _) = wait_subsets(&ns, ud, selector, &[("zone-a", 3), ("zone-b", 3)], old, true).await?;
+        let old_revision = u.status.clone().unwrap_or_default().current_revision;
+
+        // The subset CloneSets carry every setting; the partition is the subset's.
+        let mut want_update = clone_spec(&applied)["updateStrategy"].clone();
+        for (subset, partition) in [("zone-a", 1), ("zone-b", 0)] {
+            let cs = subset_cloneset_v1alpha1(&ns, subset).await?;
+            want_update["partition"] = json!(partition);
+            ensure!(
+                cs["spec"]["updateStrategy"] == want_update,
+                "{subset}: {} (want {want_update})",
+                cs["spec"]["updateStrategy"]
+            );
+            ensure!(
+                cs["spec"]["scaleStrategy"] == clone_spec(&applied)["scaleStrategy"],
+                "{subset}: {}",
+                cs["spec"]["scaleStrategy"]
+            );
+        }
+
+        // Paused: the new template reaches the subsets, no Pod is updated.
+        ns.kubectl(&["patch", "uniteddeployments.v1alpha1.apps.kruise.io", ud, "--type=json", "-p",
+            r#"[{"op":"replace","path":"/spec/template/cloneSetTemplate/spec/template/spec/containers/0/image","value":"nginx:1.26"}]"#])
+            .await?;
+        let clonesets: Api<CloneSet> = ns.api();
+        eventually("the subset CloneSets observe the new template", TIMEOUT, || async {
+            let list = clonesets.list(&ListParams::default().labels(selector)).await?.items;
+            Ok((list.len() == 2
+                && list.iter().all(|cs| {
+                    let s = cs.status.clone().unwrap_or_default();
+                    cs.metadata.generation == Some(s.observed_generation)
+                        && s.update_revision != s.current_revision
+                        && cs.spec.template.spec.as_ref().is_some_and(|p| p.containers[0].image.as_deref() == Some("nginx:1.26"))
+                }))
+            .then_some(list))
+        })
+        .await?;
+        holds("paused subsets update no Pod", Duration::from_secs(3), || async {
+            let list = pods(&ns, selector).await?;
+            Ok(list.len() == 6 && list.iter().all(|p| image(p).as_deref() == Some("nginx:1.25")))
+        })
+        .await?;
+
+        // Resumed: each subset rolls one Pod at a time; zone-a keeps one at the old revision.
+        let limits = |partition: i32| Limits {
+            replicas: 3,
+            max_unavailable: 1,
+            max_surge: 0,
+            min_old_revision_pods: (partition > 0).then(|| {
+                (LABEL_UD_REVISION.to_string(), old_revision.clone(), partition)
+            }),
+        };
+        let selector_a = format!("{selector},{SUBSET_LABEL}=zone-a");
+        let selector_b = format!("{selector},{SUBSET_LABEL}=zone-b");
+        let monitor_a = RolloutMonitor::start(ns.client.clone(), &ns.name, &selector_a, limits(1)).await?;
+        let monitor_b = RolloutMonitor::start(ns.client.clone(), &ns.name, &selector_b, limits(0)).await?;
+        ns.kubectl(&["patch", "uniteddeployments.v1alpha1.apps.kruise.io", ud, "--type=json", "-p",
+            r#"[{"op":"replace","path":"/spec/template/cloneSetTemplate/spec/updateStrategy/paused","value":false}]"#])
+            .await?;
+        monitor_a
+            .eventually("zone-a keeps 1 old Pod, zone-b all new", TIMEOUT, || async {
+                let list = pods(&ns, selector).await?;
+                let grouped = by_subset(&list);
+                let count = |subset: &str, tag: &str| {
+                    grouped.get(subset).map_or(0, |ps| {
+                        ps.iter().filter(|p| is_ready(p) && image(p).as_deref() == Some(tag)).count()
+                    })
+                };
+                let done = list.len() == 6
+                    && count("zone-a", "nginx:1.25") == 1
+                    && count("zone-a", "nginx:1.26") == 2
+                    && count("zone-b", "nginx:1.26") == 3;
+                if done {
+                    Ok(Some(()))
+                } else {
+                    let seen: Vec<_> = list
+                        .iter()
+                        .map(|p| (name(p), pod_label(p, SUBSET_LABEL).map(str::to_owned), image(p), is_ready(p)))
+                        .collect();
+                    Err(anyhow::anyhow!("pods: {seen:?}"))
+                }
+            })
+            .await?;
+        let stats_a = monitor_a.finish().await?;
+        let stats_b = monitor_b.finish().await?;
+        eprintln!("zone-a (partition 1): {stats_a:?}\nzone-b: {stats_b:?}");
+        ensure!(stats_a.max_unavailable_seen == 1 && stats_b.max_unavailable_seen == 1,
+            "ReCreate with maxUnavailable 1 takes exactly one Pod out at a time: {stats_a:?} {stats_b:?}");
+        let u = get_ud(&ns, ud).await?;
+        let status = u.status.unwrap_or_default();
+        ensure!(status.current_revision == old_revision && status.updated_replicas == 5, "{status:?}");
+
+        // Lifting the partition finishes the rollout.
+        patch_ud(&ns, ud, json!({"spec": {"updateStrategy": {"manualUpdate": {"partitions": {"zone-a": 0}}}}})).await?;
+        let new = |_: &str| "nginx:1.26".to_string();
+        wait_subsets(&ns, ud, selector, &[("zone-a", 3), ("zone-b", 3)], new, true).await?;
+        let cs = subset_cloneset_v1alpha1(&ns, "zone-a").await?;
+        ensure!(cs["spec"]["updateStrategy"]["partition"] == json!(0), "{}", cs["spec"]["updateStrategy"]);
+        Ok(())
     }))
     .await
 }

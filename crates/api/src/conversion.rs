@@ -65,6 +65,11 @@ impl Stash {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The stash as one JSON object (to carry it inside another stash).
+    pub fn into_value(self) -> Value {
+        Value::Object(self.0)
+    }
 }
 
 #[cfg(test)]

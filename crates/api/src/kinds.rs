@@ -22,6 +22,10 @@ pub trait KindApi {
     /// JSON pointers (same in both versions) whose content is copied verbatim through conversion, so that
     /// fields newer than this build (in Pod templates, say) survive it.
     const RAW_PATHS: &'static [&'static str];
+    /// JSON pointers (same in both versions) of embedded object metadata whose labels and annotations the
+    /// conversion may change: everything else there (fields such as Go's `creationTimestamp: null`) is
+    /// copied verbatim.
+    const RAW_METADATA_PATHS: &'static [&'static str] = &[];
     type V1alpha1: Serialize + DeserializeOwned;
     type V1beta1: Serialize + DeserializeOwned;
 
@@ -88,6 +92,20 @@ fn convert_as<K: KindApi>(object: Value, to: &str) -> Result<Value, Error> {
     for pointer in K::RAW_PATHS {
         if let (Some(raw), Some(slot)) = (object.pointer(pointer), converted.pointer_mut(pointer)) {
             *slot = raw.clone();
+        }
+    }
+    for pointer in K::RAW_METADATA_PATHS {
+        if let (Some(Value::Object(raw)), Some(Value::Object(slot))) =
+            (object.pointer(pointer), converted.pointer_mut(pointer))
+        {
+            let mut merged = raw.clone();
+            for key in ["labels", "annotations"] {
+                match slot.remove(key) {
+                    Some(value) => merged.insert(key.to_string(), value),
+                    None => merged.remove(key),
+                };
+            }
+            *slot = merged;
         }
     }
     if let Some(map) = converted.as_object_mut() {

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kruise_api::kinds::{Kind, V1BETA1};
 use kruise_api::sidecarset::hash::{sidecarset_hash, sidecarset_hash_without_image};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
-use kruise_api::uniteddeployment::v1beta1::SubsetTemplate;
+use kruise_api::uniteddeployment::template_as_v1alpha1;
+use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::revision::{
     Parent, build_revision, canonical_json, equal_revision, hash_revision_data, revision_data,
 };
@@ -139,8 +141,21 @@ fn advanced_statefulset_revision_is_openkruises() {
 fn uniteddeployment_revision_is_openkruises() {
     let uds = fixture("fx-uniteddeployments.apps.kruise.io.json");
     let ud = named(&uds, "ud");
-    let template: SubsetTemplate =
-        serde_json::from_value(ud["spec"]["template"].clone()).expect("template");
+    // The controller reads the UnitedDeployment in v1beta1, its storage version: its CloneSet template
+    // holds the v1beta1 CloneSet spec there, and the revision is hashed over the v1alpha1 form again.
+    let stored = Kind::UnitedDeployment
+        .convert(ud.clone(), V1BETA1)
+        .expect("converts to v1beta1");
+    let stored: UnitedDeployment = serde_json::from_value(stored).expect("v1beta1 object");
+    assert_eq!(
+        stored.spec.template.clone_set_template.as_ref().map(|t| t
+            .spec
+            .update_strategy
+            .type_
+            .as_str()),
+        Some("RollingUpdate")
+    );
+    let template = template_as_v1alpha1(&stored.metadata, &stored.spec.template);
     let want = ud["status"]["currentRevision"]
         .as_str()
         .expect("currentRevision");

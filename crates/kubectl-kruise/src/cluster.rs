@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
@@ -66,11 +66,20 @@ impl Ctx {
     }
 
     pub fn api(&self, kind: Kind) -> Api<DynamicObject> {
-        let ar = kind.api_resource();
+        self.api_of(kind, &kind.api_resource())
+    }
+
+    /// The workload's API in the version its revisions hold the template in
+    /// ([`Kind::revision_api_resource`]).
+    pub fn revision_api(&self, kind: Kind) -> Api<DynamicObject> {
+        self.api_of(kind, &kind.revision_api_resource())
+    }
+
+    fn api_of(&self, kind: Kind, ar: &ApiResource) -> Api<DynamicObject> {
         if kind.namespaced() {
-            Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
+            Api::namespaced_with(self.client.clone(), &self.namespace, ar)
         } else {
-            Api::all_with(self.client.clone(), &ar)
+            Api::all_with(self.client.clone(), ar)
         }
     }
 

@@ -4,10 +4,10 @@
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch};
 use serde_json::{Value, json};
 
-use crate::cluster::Ctx;
+use crate::cluster::{Ctx, api_error, params};
 use crate::output::{Output, print_value};
 use crate::target::{Kind, Target};
 
@@ -268,7 +268,13 @@ pub async fn undo(
     to_revision: i64,
     dry_run: bool,
 ) -> anyhow::Result<()> {
-    let object = ctx.get(target).await?;
+    // Read and written in the version the revisions hold the template in.
+    let api = ctx.revision_api(target.kind);
+    let object = api
+        .get(&target.name)
+        .await
+        .map_err(|e| api_error(e, target))?;
+    let object = serde_json::to_value(object).context("encoding the object")?;
     let revisions = list(ctx, target, &object).await?;
     let rev = undo_target(&revisions, to_revision)?;
     let current = if target.kind == Kind::SidecarSet {
@@ -292,12 +298,17 @@ pub async fn undo(
         );
         return Ok(());
     }
-    match restore_patch(target.kind, rev)? {
-        RestorePatch::Json(patch) => ctx.json_patch(target, patch).await?,
-        RestorePatch::Merge(patch) => {
-            ctx.merge_patch(target, &patch).await?;
+    let written = match restore_patch(target.kind, rev)? {
+        RestorePatch::Json(patch) => {
+            api.patch(&target.name, &params(), &Patch::<()>::Json(patch))
+                .await
         }
-    }
+        RestorePatch::Merge(patch) => {
+            api.patch(&target.name, &params(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    written.map_err(|e| api_error(e, target))?;
     println!("{} rolled back to revision {}", target.label(), rev.number);
     Ok(())
 }

@@ -164,6 +164,19 @@ impl Kind {
         )
     }
 
+    /// The workload's resource in the version its revisions hold the template in: v1alpha1 for a
+    /// UnitedDeployment (its revisions hold the v1alpha1 template, the only one OpenKruise v1.9.0 has, whose
+    /// CloneSet template is the v1alpha1 CloneSet spec), else [`Kind::api_resource`].
+    pub fn revision_api_resource(self) -> ApiResource {
+        if self == Kind::UnitedDeployment {
+            return ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", self.api_kind()),
+                "uniteddeployments",
+            );
+        }
+        self.api_resource()
+    }
+
     /// JSON pointer of the Pod template(s) a restart annotates; UnitedDeployment's is inside the one
     /// subset workload template it has, found in the object.
     pub fn pod_template_pointer(self) -> Option<&'static str> {
@@ -278,5 +291,12 @@ mod tests {
             (ar.api_version.as_str(), ar.plural.as_str()),
             ("apps/v1", "daemonsets")
         );
+        let ar = Kind::UnitedDeployment.revision_api_resource();
+        assert_eq!(
+            (ar.api_version.as_str(), ar.plural.as_str()),
+            ("apps.kruise.io/v1alpha1", "uniteddeployments")
+        );
+        let ar = Kind::CloneSet.revision_api_resource();
+        assert_eq!(ar.api_version, "apps.kruise.io/v1beta1");
     }
 }

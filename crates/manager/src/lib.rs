@@ -14,6 +14,7 @@
 pub mod features;
 pub mod fence;
 pub mod leader;
+pub mod liveness;
 pub mod throttle;
 
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use kruise_webhook::certctl;
 use kruise_webhook::configuration::Target;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -112,6 +114,17 @@ pub struct Args {
     /// that stopped answering fails after it instead of waiting forever.
     #[arg(long, default_value_t = 30)]
     pub kube_api_timeout_seconds: u64,
+    /// Longest life of one apiserver watch, in seconds: the apiserver ends each watch after it (with
+    /// a bookmark just before) and the watch resumes from where it was, so a healthy watch is never
+    /// silent longer, and a connection silent for longer than this or the request deadline is closed
+    /// as dead (an apiserver gone behind a load balancer, an expired NAT entry).
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub watch_timeout_seconds: u64,
+    /// A leader whose watch of some resource has made no progress for this long, while it keeps
+    /// trying, steps down so that a replica that can see the cluster leads; `/readyz` turns 503 when
+    /// a watch of the Pod webhook is stale as long. Must exceed the watch timeout plus 5 s.
+    #[arg(long, default_value_t = 60)]
+    pub watch_stale_seconds: u64,
     /// Client-side limit of requests per second to the apiserver (OpenKruise: --rest-config-qps).
     /// The default lets a 1,000-Pod rollout go as fast as the apiserver serves it (docs/sizing.md);
     /// the apiserver's API Priority and Fairness, not this limit, protects it.
@@ -229,6 +242,20 @@ impl Args {
             renew_deadline,
             retry_period,
         })
+    }
+
+    /// The watch lifetimes, and the bound past which a watch is stale; the bound must outlast a
+    /// healthy watch's longest silence, or healthy watches would be called stale.
+    pub fn watch_timing(&self) -> anyhow::Result<(liveness::WatchTiming, Duration)> {
+        let timing = liveness::WatchTiming::new(Duration::from_secs(self.watch_timeout_seconds));
+        let stale = Duration::from_secs(self.watch_stale_seconds);
+        anyhow::ensure!(
+            stale > timing.idle,
+            "--watch-stale-seconds ({}) must be longer than --watch-timeout-seconds plus 5 s ({:?})",
+            self.watch_stale_seconds,
+            timing.idle
+        );
+        Ok((timing, stale))
     }
 
     /// The feature gates, or an error naming the bad one.
@@ -368,31 +395,43 @@ async fn kube_config(args: &Args) -> anyhow::Result<kube::Config> {
 }
 
 /// The clients of one manager. Each has its own connection pool: a client belongs to the runtime
-/// whose tasks drive its connections.
+/// whose tasks drive its connections. Every one closes a connection that has gone silent and bounds
+/// its watches (`liveness`).
 #[derive(Clone)]
 struct Clients {
     config: kube::Config,
     throttle: throttle::ThrottleLayer,
     in_flight: throttle::InFlightLayer,
     timeout: fence::TimeoutLayer,
+    watch_timing: liveness::WatchTiming,
 }
 
 impl Clients {
-    fn new(config: kube::Config, args: &Args) -> Self {
-        Self {
+    fn new(mut config: kube::Config, args: &Args) -> anyhow::Result<Self> {
+        let request_timeout = Duration::from_secs(args.kube_api_timeout_seconds.max(1));
+        let (watch_timing, _) = args.watch_timing()?;
+        // A read pending for longer than any healthy silence means the peer is gone; a write (a new
+        // request on a pooled connection) starts the wait afresh.
+        config.read_timeout = Some(watch_timing.read_timeout(request_timeout));
+        config.reset_reader_on_write = true;
+        Ok(Self {
             config,
             throttle: throttle::ThrottleLayer::new(args.kube_api_qps, args.kube_api_burst),
             in_flight: throttle::InFlightLayer::new(usize::from(args.kube_api_max_in_flight)),
-            timeout: fence::TimeoutLayer::new(Duration::from_secs(
-                args.kube_api_timeout_seconds.max(1),
-            )),
-        }
+            timeout: fence::TimeoutLayer::new(request_timeout),
+            watch_timing,
+        })
     }
 
-    /// Rate-limited, with request deadlines: webhooks and certificates on every replica.
-    fn shared(&self) -> anyhow::Result<Client> {
+    /// Rate-limited, with request deadlines: webhooks and certificates on every replica. Its watches
+    /// (the Pod webhook's caches) report to `health`.
+    fn shared(&self, health: &liveness::WatchHealth) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
+            .with_layer(&liveness::WatchLayer::new(
+                self.watch_timing,
+                health.clone(),
+            ))
             .with_layer(&self.timeout)
             .with_layer(&self.throttle)
             .build())
@@ -403,17 +442,30 @@ impl Clients {
     fn election(&self) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
+            .with_layer(&liveness::WatchLayer::new(
+                self.watch_timing,
+                liveness::WatchHealth::default(),
+            ))
             .with_layer(&self.timeout)
             .build())
     }
 
     /// The leader's: rate-limited (the same bucket as `shared`), at most `--kube-api-max-in-flight`
-    /// requests at once, every write checked against the fence after both waits, request deadlines.
+    /// requests at once, every write checked against the fence after both waits, request deadlines;
+    /// its watches (the controllers') report to `health`.
     /// The webhooks' client (`shared`) is not bounded: an admission lookup must not queue behind a
     /// rollout's writes.
-    fn leader(&self, fence: &fence::LeaderFence) -> anyhow::Result<Client> {
+    fn leader(
+        &self,
+        fence: &fence::LeaderFence,
+        health: &liveness::WatchHealth,
+    ) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
+            .with_layer(&liveness::WatchLayer::new(
+                self.watch_timing,
+                health.clone(),
+            ))
             .with_layer(&self.timeout)
             .with_layer(&fence::FenceLayer::new(fence.clone()))
             .with_layer(&self.in_flight)
@@ -422,10 +474,39 @@ impl Clients {
     }
 }
 
-/// What `/readyz` checks.
-#[derive(Clone, Default)]
+/// What `/readyz` checks: the webhook server listens, the Pod webhook's caches have loaded, and its
+/// watches are current.
+#[derive(Clone)]
 struct Readiness {
     webhook_serving: Arc<AtomicBool>,
+    /// Set once the injector has started (after the health endpoint, so a slow start is observable).
+    pods: Arc<std::sync::OnceLock<kruise_webhook::pod::PodInjector>>,
+    watches: liveness::WatchHealth,
+    stale_after: Duration,
+}
+
+impl Readiness {
+    /// `None` when ready, else why not.
+    fn problem(&self) -> Option<String> {
+        if !self.webhook_serving.load(Ordering::SeqCst) {
+            return Some("webhook server not serving yet".into());
+        }
+        if !self.pods.get().is_some_and(|pods| pods.caches_loaded()) {
+            return Some(
+                "the Pod webhook's SidecarSet and Namespace caches are not loaded yet".into(),
+            );
+        }
+        let stale = self
+            .watches
+            .stale(std::time::Instant::now(), self.stale_after);
+        if let Some((watch, quiet)) = stale.first() {
+            return Some(format!(
+                "the Pod webhook's watch {watch} has made no progress for {}s",
+                quiet.as_secs()
+            ));
+        }
+        None
+    }
 }
 
 /// Runs the manager until SIGTERM/SIGINT. Losing leadership ends the leader's term, not the process.
@@ -436,8 +517,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for line in args.ineffective()? {
         tracing::warn!("{line}");
     }
-    let clients = Clients::new(kube_config(&args).await?, &args);
-    let client = clients.shared()?;
+    let (_, stale_after) = args.watch_timing()?;
+    let clients = Clients::new(kube_config(&args).await?, &args)?;
+    let webhook_watches = liveness::WatchHealth::default();
+    let client = clients.shared(&webhook_watches)?;
     let mut registry = Registry::default();
     let webhook_metrics = kruise_webhook::metrics::Metrics::register(&mut registry);
     let leader_gauge = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
@@ -447,8 +530,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leader_gauge.clone(),
     );
     let controller_metrics = kruise_controllers::metrics::Metrics::register(&mut registry);
+    let stepdowns = Counter::<u64, std::sync::atomic::AtomicU64>::default();
+    registry.register(
+        "kruise_manager_stale_watch_stepdowns",
+        "Leadership terms ended because a watch of the leader made no progress for --watch-stale-seconds",
+        stepdowns.clone(),
+    );
+    let stale_watches = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+    registry.register(
+        "kruise_manager_stale_watches",
+        "Watches of the current leader term without progress for --watch-stale-seconds while still tried",
+        stale_watches.clone(),
+    );
+
     let registry = Arc::new(registry);
-    let readiness = Readiness::default();
+    let readiness = Readiness {
+        webhook_serving: Arc::new(AtomicBool::new(false)),
+        pods: Arc::new(std::sync::OnceLock::new()),
+        watches: webhook_watches.clone(),
+        stale_after,
+    };
 
     // Metrics and health first, so a slow start is observable.
     let metrics_app = Router::new()
@@ -497,6 +598,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             sort_sidecars_by_name: gates.enabled("EnableSortSidecarContainerByName"),
         },
     );
+    let _ = readiness.pods.set(pods.clone());
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
     let tls = RustlsConfig::from_pem(
         first.cert.clone().into_bytes(),
@@ -556,31 +658,62 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
             leader_gauge.set(1);
+            let watches = liveness::WatchHealth::default();
             let mut term = LeaderTerm::start(TermInputs {
                 args: args.clone(),
-                client: clients.leader(&fence)?,
+                client: clients.leader(&fence, &watches)?,
                 settings: settings.clone(),
                 tls: tls.clone(),
                 webhook_metrics: webhook_metrics.clone(),
                 controller_metrics: controller_metrics.clone(),
             })?;
-            match &elector {
-                Some(elector) => {
-                    tokio::select! {
-                        () = elector.hold(&fence) => {}
-                        () = term.ended() => tracing::error!("the leader's work ended unexpectedly"),
+            // A leader that cannot keep its watches current acts on a past it cannot see: it ends
+            // its term (with leader election, it also gives the lease up for a replica that can see).
+            let stale = async {
+                let stale = watches.until_stale(stale_after, STALE_CHECK_PERIOD).await;
+                stale_watches.set(i64::try_from(stale.len()).unwrap_or(i64::MAX));
+                stale
+            };
+            let mut stepped_down = false;
+            tokio::select! {
+                () = async {
+                    match &elector {
+                        Some(elector) => elector.hold(&fence).await,
+                        None => std::future::pending().await,
                     }
+                } => {}
+                () = term.ended() => tracing::error!("the leader's work ended unexpectedly"),
+                stale = stale => {
+                    let watches: Vec<String> = stale
+                        .iter()
+                        .map(|(watch, quiet)| format!("{watch} ({}s)", quiet.as_secs()))
+                        .collect();
+                    tracing::error!(
+                        ?watches,
+                        stale_after_seconds = stale_after.as_secs(),
+                        "the leader's watches made no progress for too long; stepping down"
+                    );
+                    stepdowns.inc();
+                    stepped_down = true;
                 }
-                None => term.ended().await,
             }
             // Writes stop before anything else: the fence first, then every task of the term.
             fence.revoke();
             term.stop();
             leader_gauge.set(0);
+            stale_watches.set(0);
             let Some(elector) = &elector else {
+                if stepped_down {
+                    // Alone: lead again at once, on new connections.
+                    continue;
+                }
                 return Ok::<(), anyhow::Error>(());
             };
             elector.release().await;
+            if stepped_down {
+                // Let a standby (which polls every retry period) take the lease first.
+                tokio::time::sleep(timing.retry_period * 2).await;
+            }
             tracing::warn!(%identity, "lost leadership; running for the lease again");
         }
     };
@@ -598,6 +731,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
 }
+
+/// How often the leader checks that its watches are current.
+const STALE_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// What one leadership term runs with.
 struct TermInputs {
@@ -834,14 +970,10 @@ async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String
     Ok(text)
 }
 
-async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
-    if readiness.webhook_serving.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ok")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "webhook server not serving yet",
-        )
+async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    match readiness.problem() {
+        None => (StatusCode::OK, "ok".into()),
+        Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, problem),
     }
 }
 

@@ -8,19 +8,43 @@
 //! waits in the socket buffers, as unacknowledged segments wait to be retransmitted; when the partition
 //! heals it is delivered, unless the client gave up on the connection first (a reset, which a real
 //! network would deliver too, tears it down here without forwarding what was held).
+//!
+//! It can also freeze only the connections it already has ([`BlackHoleProxy::freeze_existing`]):
+//! they never move a byte again, while new connections pass. That is a half-dead path — an apiserver
+//! replica gone behind a load balancer, an expired NAT entry — where a client that opens a new
+//! connection gets through but one that waits on its old ones waits forever. What a client wrote on a
+//! frozen connection is never delivered.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// A running proxy. Dropping it stops accepting; connections end with their peers.
+/// Which connections may move bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Path {
+    /// Every connection is stopped.
+    partitioned: bool,
+    /// Connections numbered below this are stopped for good.
+    frozen_below: u64,
+}
+
+impl Path {
+    fn stalls(&self, connection: u64) -> bool {
+        self.partitioned || connection < self.frozen_below
+    }
+}
+
+/// A running proxy. Dropping it stops accepting and ends every connection it held frozen; the others
+/// end with their peers.
 pub struct BlackHoleProxy {
     port: u16,
-    partitioned: Arc<watch::Sender<bool>>,
+    path: Arc<watch::Sender<Path>>,
+    connections: Arc<AtomicU64>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -31,17 +55,19 @@ impl BlackHoleProxy {
             .await
             .context("binding the black-hole proxy")?;
         let port = listener.local_addr()?.port();
-        let (partitioned, _) = watch::channel(false);
-        let partitioned = Arc::new(partitioned);
-        let state = partitioned.clone();
+        let (path, _) = watch::channel(Path::default());
+        let path = Arc::new(path);
+        let connections = Arc::new(AtomicU64::new(0));
+        let (state, numbering) = (path.clone(), connections.clone());
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
+                let connection = numbering.fetch_add(1, Ordering::SeqCst);
                 let flowing = state.subscribe();
                 tokio::spawn(async move {
-                    if let Err(error) = relay(client, upstream, flowing).await {
+                    if let Err(error) = relay(client, upstream, connection, flowing).await {
                         tracing::debug!(%error, "black-hole proxy connection ended");
                     }
                 });
@@ -49,7 +75,8 @@ impl BlackHoleProxy {
         });
         Ok(Self {
             port,
-            partitioned,
+            path,
+            connections,
             accept,
         })
     }
@@ -65,12 +92,24 @@ impl BlackHoleProxy {
 
     /// Stops every byte, both ways, on every connection, without closing any.
     pub fn black_hole(&self) {
-        self.partitioned.send_replace(true);
+        self.path.send_modify(|path| path.partitioned = true);
     }
 
-    /// Lets bytes flow again.
+    /// Lets bytes flow again (on connections not frozen).
     pub fn heal(&self) {
-        self.partitioned.send_replace(false);
+        self.path.send_modify(|path| path.partitioned = false);
+    }
+
+    /// Stops every byte, both ways and for good, on the connections accepted so far, without closing
+    /// them; connections accepted later pass.
+    pub fn freeze_existing(&self) {
+        let accepted = self.connections.load(Ordering::SeqCst);
+        self.path.send_modify(|path| path.frozen_below = accepted);
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
     }
 }
 
@@ -80,10 +119,10 @@ impl Drop for BlackHoleProxy {
     }
 }
 
-/// Waits while the network is partitioned.
-async fn flowing(state: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+/// Waits while connection `connection` may not move bytes.
+async fn flowing(state: &mut watch::Receiver<Path>, connection: u64) -> anyhow::Result<()> {
     state
-        .wait_for(|partitioned| !partitioned)
+        .wait_for(|path| !path.stalls(connection))
         .await
         .map(|_| ())
         .context("the proxy is gone")
@@ -92,9 +131,10 @@ async fn flowing(state: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
 async fn relay(
     client: TcpStream,
     upstream: SocketAddr,
-    mut state: watch::Receiver<bool>,
+    connection: u64,
+    mut state: watch::Receiver<Path>,
 ) -> anyhow::Result<()> {
-    flowing(&mut state).await?;
+    flowing(&mut state, connection).await?;
     let server = TcpStream::connect(upstream)
         .await
         .with_context(|| format!("connecting to {upstream}"))?;
@@ -102,8 +142,8 @@ async fn relay(
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, state.clone());
-    let down = pump(server_read, client_write, state);
+    let up = pump(client_read, server_write, connection, state.clone());
+    let down = pump(server_read, client_write, connection, state);
     // Either side closing ends the connection as a whole (HTTP clients do not half-close).
     tokio::select! {
         result = up => result,
@@ -116,21 +156,22 @@ async fn relay(
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut state: watch::Receiver<bool>,
+    connection: u64,
+    mut state: watch::Receiver<Path>,
 ) -> anyhow::Result<()> {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
-        flowing(&mut state).await?;
+        flowing(&mut state, connection).await?;
         let read = tokio::select! {
             read = from.read(&mut buffer) => read?,
-            // A partition that starts while we wait for bytes: stop reading at once.
-            _ = state.wait_for(|partitioned| *partitioned) => continue,
+            // A partition or freeze that starts while we wait for bytes: stop reading at once.
+            _ = state.wait_for(|path| path.stalls(connection)) => continue,
         };
         if read == 0 {
             let _ = to.shutdown().await;
             return Ok(());
         }
-        flowing(&mut state).await?;
+        flowing(&mut state, connection).await?;
         to.write_all(&buffer[..read]).await?;
     }
 }
@@ -183,5 +224,42 @@ mod tests {
             .expect("answer after healing")
             .expect("read");
         assert_eq!(&answer, b"world");
+    }
+
+    #[tokio::test]
+    async fn freezes_existing_connections_and_passes_new_ones() {
+        let proxy = BlackHoleProxy::start(echo_server().await)
+            .await
+            .expect("proxy");
+        let mut old = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect");
+        let mut answer = [0u8; 5];
+        old.write_all(b"hello").await.expect("write");
+        old.read_exact(&mut answer).await.expect("echo");
+
+        proxy.freeze_existing();
+        old.write_all(b"stuck").await.expect("write");
+        let silent =
+            tokio::time::timeout(Duration::from_millis(300), old.read_exact(&mut answer)).await;
+        assert!(silent.is_err(), "a frozen connection answers nothing");
+
+        let mut new = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect");
+        new.write_all(b"fresh").await.expect("write");
+        tokio::time::timeout(Duration::from_secs(5), new.read_exact(&mut answer))
+            .await
+            .expect("a new connection passes")
+            .expect("read");
+        assert_eq!(&answer, b"fresh");
+        assert_eq!(proxy.connections(), 2);
+
+        // Healing a partition does not thaw a frozen connection.
+        proxy.black_hole();
+        proxy.heal();
+        let silent =
+            tokio::time::timeout(Duration::from_millis(300), old.read_exact(&mut answer)).await;
+        assert!(silent.is_err(), "frozen for good");
     }
 }

@@ -2,6 +2,8 @@
 //! from an AdmissionReview to its answer. The apiserver sends v1beta1 objects (the webhooks are registered
 //! for v1beta1 with `matchPolicy: Equivalent`); a v1alpha1 object is converted first, to be safe.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use kruise_api::field;
 use kruise_api::kinds::{Kind, V1ALPHA1, V1BETA1};
 use kube::core::DynamicObject;
@@ -10,12 +12,52 @@ use serde_json::Value;
 
 use crate::patch::additive_diff;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_api::statefulset::v1beta1::StatefulSet;
+use kruise_api::statefulset::volume_expansion::{self, ClassLookup};
 
 /// What validation needs to know about the rest of the cluster: the other SidecarSets, whose containers
-/// and volumes a new SidecarSet must not clash with.
+/// and volumes a new SidecarSet must not clash with; the StorageClasses of the Advanced StatefulSet
+/// claim templates an update resizes (by class name, `None` for the default class).
 #[derive(Default)]
 pub struct Cluster {
     pub sidecarsets: Vec<SidecarSet>,
+    pub storage_classes: BTreeMap<Option<String>, ClassLookup>,
+}
+
+/// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or
+/// what does not decode (validation reports that).
+fn statefulset_update(
+    kind: Kind,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Option<(StatefulSet, StatefulSet)> {
+    if kind != Kind::StatefulSet || request.operation != Operation::Update {
+        return None;
+    }
+    let typed = |object: &DynamicObject| -> Option<StatefulSet> {
+        let (value, _) = as_v1beta1(kind, to_json(object).ok()?).ok()?;
+        kruise_api::kinds::decode(value).ok()
+    };
+    Some((
+        typed(request.object.as_ref()?)?,
+        typed(request.old_object.as_ref()?)?,
+    ))
+}
+
+/// The StorageClasses validating `review` needs read: those of the Advanced StatefulSet claim
+/// templates whose storage the update changes (`None`: the cluster's default class).
+pub fn storage_classes_to_check(
+    kind: Kind,
+    review: &AdmissionReview<DynamicObject>,
+) -> BTreeSet<Option<String>> {
+    let Some(request) = review.request.as_ref() else {
+        return BTreeSet::new();
+    };
+    let Some((new, old)) = statefulset_update(kind, request) else {
+        return BTreeSet::new();
+    };
+    volume_expansion::resized_templates(&new.spec, &old.spec)
+        .map(|resizes| resizes.into_iter().map(|r| r.storage_class).collect())
+        .unwrap_or_default()
 }
 
 /// Whether the answer allowed the request (for metrics).
@@ -153,6 +195,19 @@ pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>, cluster: &Cl
                 &cluster.sidecarsets,
             ));
         }
+        // As OpenKruise, claim templates are checked against their StorageClasses once the update
+        // is otherwise valid.
+        if errors.is_empty()
+            && let Some((new, old)) = statefulset_update(kind, &request)
+        {
+            errors.extend(volume_expansion::check(&new.spec, &old.spec, |class| {
+                cluster
+                    .storage_classes
+                    .get(&class.map(str::to_owned))
+                    .cloned()
+                    .unwrap_or_else(|| ClassLookup::Unreadable("not looked up".into()))
+            }));
+        }
         Ok(errors)
     });
     match result {
@@ -275,5 +330,81 @@ mod tests {
             &Cluster::default(),
         );
         assert!(answer.allowed);
+    }
+
+    fn asts(class: Option<&str>, storage: &str) -> Value {
+        let mut claim = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}});
+        if let Some(class) = class {
+            claim["storageClassName"] = json!(class);
+        }
+        let object = json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "a", "image": "b"}]}},
+                "volumeClaimUpdateStrategy": {"type": "OnPodRollingUpdate"},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": claim}]
+            }
+        });
+        // As the apiserver sends it: defaulted.
+        Kind::StatefulSet
+            .default_object(object)
+            .expect("the StatefulSet defaults")
+    }
+
+    #[test]
+    fn a_statefulset_update_is_checked_against_the_storage_classes_read() {
+        let update =
+            |class: Option<&str>| review("UPDATE", asts(class, "2Gi"), Some(asts(class, "1Gi")));
+        assert_eq!(
+            storage_classes_to_check(Kind::StatefulSet, &update(Some("slow"))),
+            BTreeSet::from([Some("slow".to_owned())])
+        );
+        assert_eq!(
+            storage_classes_to_check(Kind::StatefulSet, &update(None)),
+            BTreeSet::from([None])
+        );
+        // Not a resize, not an update, not a StatefulSet: nothing to read.
+        let same = review(
+            "UPDATE",
+            asts(Some("slow"), "1Gi"),
+            Some(asts(Some("slow"), "1Gi")),
+        );
+        assert!(storage_classes_to_check(Kind::StatefulSet, &same).is_empty());
+        let create = review("CREATE", asts(Some("slow"), "2Gi"), None);
+        assert!(storage_classes_to_check(Kind::StatefulSet, &create).is_empty());
+        assert!(storage_classes_to_check(Kind::CloneSet, &update(Some("slow"))).is_empty());
+
+        let cluster = |allow: Option<bool>| Cluster {
+            storage_classes: BTreeMap::from([(
+                Some("slow".to_owned()),
+                ClassLookup::Found {
+                    name: "slow".into(),
+                    allow_volume_expansion: allow,
+                },
+            )]),
+            ..Cluster::default()
+        };
+        let refused = validate(
+            Kind::StatefulSet,
+            update(Some("slow")),
+            &cluster(Some(false)),
+        );
+        assert!(!refused.allowed);
+        assert_eq!(
+            response(&refused).result.message,
+            "spec.volumeClaimTemplates[data].spec.resources.requests.storage: Forbidden: storage class \
+             slow does not support volume expansion"
+        );
+        for allow in [Some(true), None] {
+            let admitted = validate(Kind::StatefulSet, update(Some("slow")), &cluster(allow));
+            assert!(admitted.allowed, "{:?}", response(&admitted).result.message);
+        }
+        // A class that was not read refuses, as one that cannot be read.
+        let unread = validate(Kind::StatefulSet, update(Some("slow")), &Cluster::default());
+        assert!(!unread.allowed);
     }
 }

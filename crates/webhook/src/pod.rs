@@ -137,6 +137,17 @@ impl PodInjector {
         )
     }
 
+    /// Whether both caches, SidecarSets and Namespaces, have been filled once: until then the
+    /// webhook cannot decide every Pod alone, and the replica must not be ready (a Pod sent to it
+    /// would be answered by the failure policy, admitted without its sidecars under `Ignore`).
+    pub fn caches_loaded(&self) -> bool {
+        self.synced()
+            && matches!(
+                self.namespaces.wait_until_ready().now_or_never(),
+                Some(Ok(()))
+            )
+    }
+
     /// Every SidecarSet of the watch cache, once it has been filled; `None` before.
     pub fn cached_sidecarsets(&self) -> Option<Vec<SidecarSet>> {
         self.synced().then(|| {

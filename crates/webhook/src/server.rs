@@ -7,6 +7,7 @@
 //! deadline, so a slow or half-sent request cannot hold a connection open. JSON nesting is bounded by
 //! serde_json's recursion limit (128) in the `Json` extractor, which every endpoint uses.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,10 @@ use axum::{Json, Router};
 use axum_server::Handle;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use hyper_util::rt::TokioTimer;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kruise_api::kinds::Kind;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_api::statefulset::volume_expansion::{self, ClassLookup};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::core::conversion::ConversionReview;
@@ -128,7 +131,10 @@ pub fn router_with_limits(
                     let began = Instant::now();
                     let cluster = if kind == Kind::SidecarSet {
                         match other_sidecarsets(&pods, client.as_ref()).await {
-                            Ok(sidecarsets) => crate::admission::Cluster { sidecarsets },
+                            Ok(sidecarsets) => crate::admission::Cluster {
+                                sidecarsets,
+                                ..Default::default()
+                            },
                             Err(error) => {
                                 tracing::warn!(%error, "cannot list SidecarSets for the conflict check");
                                 let answer = crate::admission::unavailable(review, &error);
@@ -137,7 +143,11 @@ pub fn router_with_limits(
                             }
                         }
                     } else {
-                        crate::admission::Cluster::default()
+                        let classes = crate::admission::storage_classes_to_check(kind, &review);
+                        crate::admission::Cluster {
+                            storage_classes: read_storage_classes(client.as_ref(), classes).await,
+                            ..Default::default()
+                        }
                     };
                     let answer = crate::admission::validate(kind, review, &cluster);
                     metrics.observe(
@@ -204,6 +214,40 @@ async fn other_sidecarsets(
     };
     let api: kube::Api<SidecarSet> = kube::Api::all(client.clone());
     Ok(api.list(&Default::default()).await?.items)
+}
+
+/// Reads the StorageClasses an Advanced StatefulSet update resizes claims of (`None`: the default
+/// class), from the apiserver (a get per named class, one list for the default), as OpenKruise's
+/// webhook reads them. A class that cannot be read is recorded as such (the update is refused).
+async fn read_storage_classes(
+    client: Option<&kube::Client>,
+    classes: BTreeSet<Option<String>>,
+) -> BTreeMap<Option<String>, ClassLookup> {
+    let mut found = BTreeMap::new();
+    for class in classes {
+        let lookup = match client {
+            None => ClassLookup::Unreadable("no client to read StorageClasses".into()),
+            Some(client) => {
+                let api: kube::Api<StorageClass> = kube::Api::all(client.clone());
+                match &class {
+                    Some(name) => match api.get(name).await {
+                        Ok(sc) => ClassLookup::of(&sc),
+                        Err(error) => ClassLookup::Unreadable(error.to_string()),
+                    },
+                    None => match api.list(&Default::default()).await {
+                        Ok(list) => volume_expansion::default_class(&list.items)
+                            .map_or(ClassLookup::NoDefault, ClassLookup::of),
+                        Err(error) => ClassLookup::Unreadable(error.to_string()),
+                    },
+                }
+            }
+        };
+        if let ClassLookup::Unreadable(why) = &lookup {
+            tracing::warn!(class = ?class, %why, "cannot read a StorageClass for a volumeClaimTemplates update");
+        }
+        found.insert(class, lookup);
+    }
+    found
 }
 
 /// Installs the process-wide rustls crypto provider (ring). Idempotent.

@@ -93,4 +93,4 @@ pub(crate) fn set_defaults_pvc(pvc: &mut PersistentVolumeClaim) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

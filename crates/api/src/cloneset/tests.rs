@@ -819,7 +819,7 @@ fn arb_common() -> impl Strategy<
     )
 }
 
-fn arb_v1beta1() -> impl Strategy<Value = v1beta1::CloneSet> {
+pub(crate) fn arb_v1beta1() -> impl Strategy<Value = v1beta1::CloneSet> {
     let rolling = proptest::option::of(
         (
             arb_opt_int_or_string(),
@@ -923,7 +923,7 @@ fn arb_v1beta1() -> impl Strategy<Value = v1beta1::CloneSet> {
         )
 }
 
-fn arb_v1alpha1() -> impl Strategy<Value = v1alpha1::CloneSet> {
+pub(crate) fn arb_v1alpha1() -> impl Strategy<Value = v1alpha1::CloneSet> {
     let update = (
         arb_type(&[
             "",

@@ -2,6 +2,7 @@
 
 pub mod v1alpha1;
 pub mod v1beta1;
+pub mod volume_expansion;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

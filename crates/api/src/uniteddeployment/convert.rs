@@ -1,6 +1,14 @@
 //! UnitedDeployment conversion, v1alpha1 ⇄ v1beta1.
 //!
-//! The spec is the same in both versions. The status maps as OpenKruise's
+//! The spec is the same in both versions except the CloneSet template, whose spec is the v1alpha1 CloneSet
+//! spec in v1alpha1 and the v1beta1 one in v1beta1: it converts with the CloneSet conversion itself
+//! ([`crate::cloneset::Api`]), the template's metadata standing for the CloneSet's (that is where the
+//! v1alpha1 image pre-download annotations and the exclude-preparing-delete label of the subset CloneSets
+//! live). What the CloneSet conversion stashes to stay lossless is carried in this object's stash (entry
+//! `template.cloneSetTemplate`), not in the template's metadata, so that it never reaches the subset
+//! CloneSets.
+//!
+//! The status maps as OpenKruise's
 //! `apis/apps/v1alpha1/uniteddeployment_conversion.go` does:
 //! - up: `subsetReplicas[name]` sets `subsetStatuses[name].replicas` and `updateStatus.currentPartitions[name]`
 //!   sets `subsetStatuses[name].partition` (a missing subset status is appended, in name order here where Go
@@ -15,15 +23,22 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{v1alpha1, v1beta1};
+use crate::cloneset::v1alpha1::CloneSet as CloneSetV1alpha1;
+use crate::cloneset::v1beta1::CloneSet as CloneSetV1beta1;
 use crate::conversion::Stash;
 use crate::keys;
+use crate::kinds::KindApi;
 
 /// Stash entry of the subset part of the status.
 const STASH_SUBSETS: &str = "status.subsets";
+/// Stash entry of what the CloneSet conversion of the CloneSet template stashed.
+const STASH_CLONE_SET_TEMPLATE: &str = "template.cloneSetTemplate";
 
 /// The v1alpha1 fields of the status that the mapping touches.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -121,6 +136,115 @@ where
     converted
 }
 
+/// Converts the CloneSet template of `template` (if any) with `convert`, the CloneSet conversion in one
+/// direction: `incoming` holds what the last conversion the other way stashed for this template (the
+/// CloneSet conversion reads it from the template's metadata under `incoming_key`); what this one stashes
+/// (written to the template's metadata under `outgoing_key`) is moved to `outgoing`.
+fn convert_template<S, T>(
+    template: v1beta1::SubsetTemplate<S>,
+    convert: impl FnOnce(ObjectMeta, S) -> (ObjectMeta, T),
+    (incoming, incoming_key): (&Stash, &str),
+    (outgoing, outgoing_key): (&mut Stash, &str),
+) -> v1beta1::SubsetTemplate<T> {
+    template.map_clone_set_template(|t| {
+        let mut metadata = t.metadata;
+        if let Some(stashed) = incoming.get::<Value>(STASH_CLONE_SET_TEMPLATE) {
+            metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(incoming_key.to_string(), stashed.to_string());
+        }
+        let (mut metadata, spec) = convert(metadata, t.spec);
+        let stashed = Stash::take(&mut metadata, outgoing_key);
+        if !stashed.is_empty() {
+            outgoing.set(STASH_CLONE_SET_TEMPLATE, &stashed.into_value());
+        }
+        v1beta1::CloneSetTemplateSpec { metadata, spec }
+    })
+}
+
+fn template_up(
+    template: v1alpha1::SubsetTemplate,
+    incoming: &Stash,
+    outgoing: &mut Stash,
+) -> v1beta1::SubsetTemplate {
+    convert_template(
+        template,
+        |metadata, spec| {
+            let cloneset = crate::cloneset::Api::to_v1beta1(CloneSetV1alpha1 {
+                metadata,
+                spec,
+                status: None,
+            });
+            (cloneset.metadata, cloneset.spec)
+        },
+        (incoming, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
+        (outgoing, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
+    )
+}
+
+fn template_down(
+    template: v1beta1::SubsetTemplate,
+    incoming: &Stash,
+    outgoing: &mut Stash,
+) -> v1alpha1::SubsetTemplate {
+    convert_template(
+        template,
+        |metadata, spec| {
+            let cloneset = crate::cloneset::Api::to_v1alpha1(CloneSetV1beta1 {
+                metadata,
+                spec,
+                status: None,
+            });
+            (cloneset.metadata, cloneset.spec)
+        },
+        (incoming, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
+        (outgoing, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
+    )
+}
+
+/// The v1beta1 spec of a v1alpha1 one; `incoming` and `outgoing` are the stashes of the object.
+fn spec_up(
+    spec: v1alpha1::UnitedDeploymentSpec,
+    incoming: &Stash,
+    outgoing: &mut Stash,
+) -> v1beta1::UnitedDeploymentSpec {
+    v1beta1::UnitedDeploymentSpec {
+        replicas: spec.replicas,
+        selector: spec.selector,
+        template: template_up(spec.template, incoming, outgoing),
+        topology: spec.topology,
+        update_strategy: spec.update_strategy,
+        revision_history_limit: spec.revision_history_limit,
+    }
+}
+
+fn spec_down(
+    spec: v1beta1::UnitedDeploymentSpec,
+    incoming: &Stash,
+    outgoing: &mut Stash,
+) -> v1alpha1::UnitedDeploymentSpec {
+    v1alpha1::UnitedDeploymentSpec {
+        replicas: spec.replicas,
+        selector: spec.selector,
+        template: template_down(spec.template, incoming, outgoing),
+        topology: spec.topology,
+        update_strategy: spec.update_strategy,
+        revision_history_limit: spec.revision_history_limit,
+    }
+}
+
+/// The v1alpha1 form of a (v1beta1) subset template, as OpenKruise v1.9.0 — which serves only v1alpha1 —
+/// holds it; `metadata` is the UnitedDeployment's (its stash restores what v1beta1 cannot say).
+pub fn template_as_v1alpha1(
+    metadata: &ObjectMeta,
+    template: &v1beta1::SubsetTemplate,
+) -> v1alpha1::SubsetTemplate {
+    let mut metadata = metadata.clone();
+    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
+    template_down(template.clone(), &incoming, &mut Stash::default())
+}
+
 pub(super) fn to_v1beta1(object: v1alpha1::UnitedDeployment) -> v1beta1::UnitedDeployment {
     let v1alpha1::UnitedDeployment {
         mut metadata,
@@ -151,10 +275,11 @@ pub(super) fn to_v1beta1(object: v1alpha1::UnitedDeployment) -> v1beta1::UnitedD
             label_selector: s.label_selector,
         }
     });
+    let spec = spec_up(spec, &incoming, &mut outgoing);
     outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
     v1beta1::UnitedDeployment {
         metadata,
-        spec: spec.fields,
+        spec,
         status,
     }
 }
@@ -189,10 +314,11 @@ pub(super) fn to_v1alpha1(object: v1beta1::UnitedDeployment) -> v1alpha1::United
             label_selector: s.label_selector,
         }
     });
+    let spec = spec_down(spec, &incoming, &mut outgoing);
     outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
     v1alpha1::UnitedDeployment {
         metadata,
-        spec: v1alpha1::UnitedDeploymentSpec { fields: spec },
+        spec,
         status,
     }
 }

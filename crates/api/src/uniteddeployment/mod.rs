@@ -13,16 +13,30 @@ use crate::field::FieldError;
 use crate::kinds::KindApi;
 use crate::podtemplate;
 
+pub use convert::template_as_v1alpha1;
+
 /// The [`KindApi`] of UnitedDeployment.
 pub struct Api;
 
 impl KindApi for Api {
     const KIND: &'static str = "UnitedDeployment";
     const PLURAL: &'static str = "uniteddeployments";
-    /// The spec has the same schema in both versions (the embedded CloneSet and Advanced StatefulSet specs
-    /// are the v1beta1 ones in v1alpha1 too), so all of it — Pod templates, subset patches — is carried
-    /// verbatim.
-    const RAW_PATHS: &'static [&'static str] = &["/spec"];
+    /// Everything of the spec that has the same schema in both versions is carried verbatim: all of it but
+    /// the CloneSet template's metadata and spec, whose Pod and PVC templates are carried verbatim
+    /// instead (the rest of that spec is the v1alpha1 CloneSet spec in v1alpha1, the v1beta1 one in
+    /// v1beta1).
+    const RAW_PATHS: &'static [&'static str] = &[
+        "/spec/selector",
+        "/spec/topology",
+        "/spec/updateStrategy",
+        "/spec/template/statefulSetTemplate",
+        "/spec/template/advancedStatefulSetTemplate",
+        "/spec/template/deploymentTemplate",
+        "/spec/template/cloneSetTemplate/spec/template",
+        "/spec/template/cloneSetTemplate/spec/volumeClaimTemplates",
+    ];
+    const RAW_METADATA_PATHS: &'static [&'static str] =
+        &["/spec/template/cloneSetTemplate/metadata"];
     type V1alpha1 = v1alpha1::UnitedDeployment;
     type V1beta1 = v1beta1::UnitedDeployment;
 

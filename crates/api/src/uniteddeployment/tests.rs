@@ -726,16 +726,99 @@ fn json_dispatch_converts_both_ways() {
         json!({"spec": {"containers": [{"name": "nginx", "futureField": 1}]}});
     v1alpha1["spec"]["template"]["cloneSetTemplate"]["spec"]["template"]["spec"]["futureField"] =
         json!(true);
+    v1alpha1["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"] = json!({"type": "InPlaceIfPossible", "partition": 2, "maxUnavailable": "25%", "maxSurge": 1,
+               "paused": true, "inPlaceUpdateStrategy": {"gracePeriodSeconds": 5}});
+    v1alpha1["spec"]["template"]["cloneSetTemplate"]["spec"]["scaleStrategy"] =
+        json!({"disablePVCReuse": true});
     let v1beta1 = Kind::UnitedDeployment
         .convert(v1alpha1.clone(), V1BETA1)
         .expect("up");
     assert_eq!(v1beta1["apiVersion"], V1BETA1);
+    // Everything but the CloneSet spec's strategies is carried verbatim; those are the v1beta1 CloneSet's.
+    let mut same = v1beta1["spec"].clone();
+    let clone_spec = &mut same["template"]["cloneSetTemplate"]["spec"];
     assert_eq!(
-        v1beta1["spec"], v1alpha1["spec"],
-        "the spec is carried verbatim"
+        clone_spec["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {
+            "podUpdatePolicy": "InPlaceIfPossible", "partition": 2, "maxUnavailable": "25%",
+            "maxSurge": 1, "paused": true, "inPlaceUpdateStrategy": {"gracePeriodSeconds": 5}}})
+    );
+    assert_eq!(
+        clone_spec["scaleStrategy"],
+        json!({}),
+        "enablePVCReuse false"
+    );
+    clone_spec["updateStrategy"] =
+        v1alpha1["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"].clone();
+    clone_spec["scaleStrategy"] =
+        v1alpha1["spec"]["template"]["cloneSetTemplate"]["spec"]["scaleStrategy"].clone();
+    assert_eq!(same, v1alpha1["spec"]);
+    assert_eq!(
+        v1beta1["metadata"].get("annotations"),
+        None,
+        "nothing to stash"
     );
     let back = crate::kinds::convert(v1beta1, V1ALPHA1).expect("down");
     assert_eq!(back, v1alpha1);
+}
+
+/// What the CloneSet conversion stashes for a CloneSet template (an OnDelete type with rolling-update
+/// fields, say) is carried in the UnitedDeployment's stash, never in the template's metadata (which is
+/// copied onto the subset CloneSets).
+#[test]
+fn cloneset_template_stash_stays_on_the_uniteddeployment() {
+    let mut alpha = base();
+    alpha["apiVersion"] = json!(V1ALPHA1);
+    alpha["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"] =
+        json!({"type": "OnDelete", "partition": 1, "maxUnavailable": 3});
+    // (The conversion writes the empty strategies, as Go does.)
+    alpha["spec"]["template"]["cloneSetTemplate"]["spec"]["scaleStrategy"] = json!({});
+    let beta = Kind::UnitedDeployment
+        .convert(alpha.clone(), V1BETA1)
+        .expect("up");
+    let template = &beta["spec"]["template"]["cloneSetTemplate"];
+    assert_eq!(
+        template["spec"]["updateStrategy"],
+        json!({"type": "OnDelete"})
+    );
+    assert_eq!(template["metadata"], json!({"labels": {"app": "sample"}}));
+    let stash = beta
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        .expect("stashed");
+    assert!(stash.contains("template.cloneSetTemplate"), "{stash}");
+    let typed: v1beta1::UnitedDeployment = crate::kinds::decode(beta.clone()).expect("decodes");
+    let seen = template_as_v1alpha1(&typed.metadata, &typed.spec.template);
+    assert_eq!(
+        serde_json::to_value(&seen).expect("encodes")["cloneSetTemplate"]["spec"]["updateStrategy"],
+        alpha["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"]
+    );
+    let back = crate::kinds::convert(beta, V1ALPHA1).expect("down");
+    assert_eq!(back, alpha);
+}
+
+/// A UnitedDeployment as OpenKruise v1.9.0 wrote it (`tests/fixtures/openkruise-v1.9`) converts to v1beta1
+/// and back unchanged.
+#[test]
+fn openkruise_v1_9_object_round_trips() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/openkruise-v1.9/fx-uniteddeployments.apps.kruise.io.json");
+    let list: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let ud = list["items"][0].clone();
+    let _: v1alpha1::UnitedDeployment = crate::kinds::decode(ud.clone()).expect("decodes");
+    let beta = Kind::UnitedDeployment
+        .convert(ud.clone(), V1BETA1)
+        .expect("up");
+    assert_eq!(
+        beta["spec"]["template"]["cloneSetTemplate"]["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}})
+    );
+    let back = crate::kinds::convert(beta, V1ALPHA1).expect("down");
+    assert_eq!(back, ud);
 }
 
 #[test]
@@ -887,9 +970,55 @@ fn arb_common() -> impl Strategy<Value = (i64, i32, i32, i32, Option<i32>, Strin
     )
 }
 
+/// A CloneSet template: the metadata and spec of a random CloneSet of either version.
+fn arb_v1beta1_cloneset_template() -> impl Strategy<Value = Option<v1beta1::CloneSetTemplateSpec>> {
+    proptest::option::of(crate::cloneset::tests::arb_v1beta1().prop_map(|cloneset| {
+        let mut metadata = cloneset.metadata;
+        metadata.name = None;
+        v1beta1::CloneSetTemplateSpec {
+            metadata,
+            spec: cloneset.spec,
+        }
+    }))
+}
+
+fn arb_v1alpha1_cloneset_template() -> impl Strategy<Value = Option<v1alpha1::CloneSetTemplateSpec>>
+{
+    proptest::option::of(crate::cloneset::tests::arb_v1alpha1().prop_map(|cloneset| {
+        let mut metadata = cloneset.metadata;
+        metadata.name = None;
+        v1alpha1::CloneSetTemplateSpec {
+            metadata,
+            spec: cloneset.spec,
+        }
+    }))
+}
+
+/// The v1alpha1 spec with the fields of `spec` and `clone_set_template` (the template of `spec`
+/// otherwise).
+fn v1alpha1_spec(
+    spec: v1beta1::UnitedDeploymentSpec,
+    clone_set_template: Option<v1alpha1::CloneSetTemplateSpec>,
+) -> v1alpha1::UnitedDeploymentSpec {
+    let mut template: v1alpha1::SubsetTemplate =
+        spec.template.map_clone_set_template(|_| Default::default());
+    template.clone_set_template = clone_set_template;
+    v1alpha1::UnitedDeploymentSpec {
+        replicas: spec.replicas,
+        selector: spec.selector,
+        template,
+        topology: spec.topology,
+        update_strategy: spec.update_strategy,
+        revision_history_limit: spec.revision_history_limit,
+    }
+}
+
 fn arb_v1beta1() -> impl Strategy<Value = v1beta1::UnitedDeployment> {
     (
-        arb_spec(),
+        (arb_spec(), arb_v1beta1_cloneset_template()).prop_map(|(mut spec, template)| {
+            spec.template.clone_set_template = template;
+            spec
+        }),
         proptest::option::of((
             arb_common(),
             proptest::collection::vec(arb_subset_status(), 0..4),
@@ -930,7 +1059,8 @@ fn arb_v1beta1() -> impl Strategy<Value = v1beta1::UnitedDeployment> {
 
 fn arb_v1alpha1() -> impl Strategy<Value = v1alpha1::UnitedDeployment> {
     (
-        arb_spec(),
+        (arb_spec(), arb_v1alpha1_cloneset_template())
+            .prop_map(|(spec, template)| v1alpha1_spec(spec, template)),
         proptest::option::of((
             arb_common(),
             proptest::collection::vec(arb_subset_status(), 0..4),
@@ -942,10 +1072,7 @@ fn arb_v1alpha1() -> impl Strategy<Value = v1alpha1::UnitedDeployment> {
         )),
     )
         .prop_map(|(spec, status)| {
-            let mut object = v1alpha1::UnitedDeployment::new(
-                "sample",
-                v1alpha1::UnitedDeploymentSpec { fields: spec },
-            );
+            let mut object = v1alpha1::UnitedDeployment::new("sample", spec);
             object.status = status.map(
                 |(
                     (generation, replicas, ready, updated, collision, current, selector),
@@ -978,24 +1105,67 @@ fn arb_v1alpha1() -> impl Strategy<Value = v1alpha1::UnitedDeployment> {
         })
 }
 
-proptest! {
-    #[test]
-    fn v1beta1_round_trips(object in arb_v1beta1()) {
-        let down = Api::to_v1alpha1(object.clone());
-        prop_assert_eq!(Api::to_v1beta1(down), object.clone());
-        let json = serde_json::to_value(&object).expect("encode");
-        let through = Kind::UnitedDeployment.convert(json.clone(), V1ALPHA1).expect("down");
-        let back = Kind::UnitedDeployment.convert(through, V1BETA1).expect("up");
-        prop_assert_eq!(back, json);
+/// Runs `test` on a thread with a larger stack: a UnitedDeployment holds whole workload specs, which the
+/// strategies move around by value, more than a test thread's default stack holds in a debug build.
+fn on_big_stack(test: impl FnOnce() + Send + 'static) {
+    let handle = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(test)
+        .expect("spawns the test thread");
+    if let Err(panic) = handle.join() {
+        std::panic::resume_unwind(panic);
     }
+}
 
-    #[test]
-    fn v1alpha1_round_trips(object in arb_v1alpha1()) {
-        let up = Api::to_v1beta1(object.clone());
-        prop_assert_eq!(Api::to_v1alpha1(up), object.clone());
-        let json = serde_json::to_value(&object).expect("encode");
-        let through = Kind::UnitedDeployment.convert(json.clone(), V1BETA1).expect("up");
-        let back = Kind::UnitedDeployment.convert(through, V1ALPHA1).expect("down");
-        prop_assert_eq!(back, json);
+fn run_cases<T: std::fmt::Debug>(
+    strategy: impl Strategy<Value = T>,
+    test: impl Fn(T) -> Result<(), TestCaseError>,
+) {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(512));
+    if let Err(error) = runner.run(&strategy, test) {
+        panic!("{error}");
     }
+}
+
+/// v1beta1 → v1alpha1 → v1beta1 is the identity, for a CloneSet template holding any v1beta1 CloneSet
+/// spec (and metadata), and any status.
+#[test]
+fn v1beta1_round_trips() {
+    on_big_stack(|| {
+        run_cases(arb_v1beta1(), |object| {
+            let down = Api::to_v1alpha1(object.clone());
+            prop_assert_eq!(Api::to_v1beta1(down), object.clone());
+            let json = serde_json::to_value(&object).expect("encode");
+            let through = Kind::UnitedDeployment
+                .convert(json.clone(), V1ALPHA1)
+                .expect("down");
+            let back = Kind::UnitedDeployment
+                .convert(through, V1BETA1)
+                .expect("up");
+            prop_assert_eq!(back, json);
+            Ok(())
+        })
+    });
+}
+
+/// v1alpha1 → v1beta1 → v1alpha1 is the identity, for a CloneSet template holding any v1alpha1 CloneSet
+/// spec (every strategy field, the pre-download annotations and the exclude-preparing-delete label on its
+/// metadata), and any status.
+#[test]
+fn v1alpha1_round_trips() {
+    on_big_stack(|| {
+        run_cases(arb_v1alpha1(), |object| {
+            let up = Api::to_v1beta1(object.clone());
+            prop_assert_eq!(Api::to_v1alpha1(up), object.clone());
+            let json = serde_json::to_value(&object).expect("encode");
+            let through = Kind::UnitedDeployment
+                .convert(json.clone(), V1BETA1)
+                .expect("up");
+            let back = Kind::UnitedDeployment
+                .convert(through, V1ALPHA1)
+                .expect("down");
+            prop_assert_eq!(back, json);
+            Ok(())
+        })
+    });
 }

@@ -105,10 +105,11 @@ pub struct UnitedDeploymentSpec {
     pub revision_history_limit: Option<i32>,
 }
 
-/// The workload template of the subsets; exactly one is set.
+/// The workload template of the subsets; exactly one is set. `C` is the CloneSet spec a CloneSet template
+/// holds: the v1beta1 one here, the v1alpha1 one in v1alpha1 ([`super::v1alpha1::SubsetTemplate`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SubsetTemplate {
+pub struct SubsetTemplate<C = CloneSetSpec> {
     /// Subsets are native apps/v1 StatefulSets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateful_set_template: Option<StatefulSetTemplateSpec>,
@@ -117,7 +118,7 @@ pub struct SubsetTemplate {
     pub advanced_stateful_set_template: Option<AdvancedStatefulSetTemplateSpec>,
     /// Subsets are CloneSets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clone_set_template: Option<CloneSetTemplateSpec>,
+    pub clone_set_template: Option<CloneSetTemplateSpec<C>>,
     /// Subsets are apps/v1 Deployments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_template: Option<DeploymentTemplateSpec>,
@@ -143,12 +144,12 @@ pub struct AdvancedStatefulSetTemplateSpec {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct CloneSetTemplateSpec {
+pub struct CloneSetTemplateSpec<C = CloneSetSpec> {
     /// Labels and annotations of the subset workloads.
     #[serde(default)]
     #[schemars(schema_with = "preserve_unknown_fields_untyped")]
     pub metadata: ObjectMeta,
-    pub spec: CloneSetSpec,
+    pub spec: C,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -161,7 +162,20 @@ pub struct DeploymentTemplateSpec {
     pub spec: DeploymentSpec,
 }
 
-impl SubsetTemplate {
+impl<C> SubsetTemplate<C> {
+    /// The same template with the CloneSet template (if any) mapped by `convert`.
+    pub fn map_clone_set_template<D>(
+        self,
+        convert: impl FnOnce(CloneSetTemplateSpec<C>) -> CloneSetTemplateSpec<D>,
+    ) -> SubsetTemplate<D> {
+        SubsetTemplate {
+            stateful_set_template: self.stateful_set_template,
+            advanced_stateful_set_template: self.advanced_stateful_set_template,
+            clone_set_template: self.clone_set_template.map(convert),
+            deployment_template: self.deployment_template,
+        }
+    }
+
     /// The metadata of whichever template is set (the first, if several are).
     pub fn metadata(&self) -> Option<&ObjectMeta> {
         if let Some(t) = &self.stateful_set_template {

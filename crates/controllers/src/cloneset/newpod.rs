@@ -36,26 +36,100 @@ pub fn random_id(mut draw: impl FnMut(usize) -> usize) -> String {
         .collect()
 }
 
-/// `n` instance ids: first those of PVCs whose Pod is gone (so the new Pod gets its old volumes back),
-/// then fresh ones from `fresh` that no Pod or PVC uses.
-pub fn available_ids(
+/// Where the instance id of a Pod to create comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NewId {
+    /// The id of PVCs whose Pod is gone: the new Pod gets its volumes back.
+    Reuse(String),
+    /// The id of PVCs whose Pod is still terminating: the new Pod takes its name and volumes once
+    /// it is gone (a Pod of the same name cannot be created before), so it is not created yet.
+    AfterTermination(String),
+    /// A fresh id no Pod or PVC uses.
+    Fresh(String),
+}
+
+impl NewId {
+    /// The id, unless the Pod must wait for its predecessor to terminate.
+    pub fn now(&self) -> Option<&str> {
+        match self {
+            Self::Reuse(id) | Self::Fresh(id) => Some(id),
+            Self::AfterTermination(_) => None,
+        }
+    }
+}
+
+/// The instance ids of `n` Pods to create, as OpenKruise: the ids of the CloneSet's PVCs that no
+/// live Pod uses come first (a deleted Pod is replaced under its id and gets its PVCs back; those
+/// whose Pod is gone before those whose Pod is still terminating), then fresh ones from `fresh`.
+/// `taken`: ids of Pods that exist and are not being deleted (running, or finished: their names are
+/// taken for good); `terminating`: ids of Pods being deleted; `pvc_ids`: ids of the PVCs the
+/// CloneSet keeps (without PVC reuse, none of a Pod that is not live).
+pub fn instance_ids(
     n: usize,
-    pod_ids: &BTreeSet<String>,
+    taken: &BTreeSet<String>,
+    terminating: &BTreeSet<String>,
     pvc_ids: &BTreeSet<String>,
     mut fresh: impl FnMut() -> String,
-) -> Vec<String> {
-    let mut ids: Vec<String> = pvc_ids.difference(pod_ids).take(n).cloned().collect();
-    let mut used: BTreeSet<String> = pod_ids.union(pvc_ids).cloned().collect();
+) -> Vec<NewId> {
+    let free = pvc_ids.difference(taken);
+    let (waiting, gone): (Vec<&String>, Vec<&String>) =
+        free.partition(|id| terminating.contains(*id));
+    let mut ids: Vec<NewId> = gone
+        .into_iter()
+        .map(|id| NewId::Reuse(id.clone()))
+        .chain(
+            waiting
+                .into_iter()
+                .map(|id| NewId::AfterTermination(id.clone())),
+        )
+        .take(n)
+        .collect();
+    let mut used: BTreeSet<String> = taken
+        .iter()
+        .chain(terminating)
+        .chain(pvc_ids)
+        .cloned()
+        .collect();
     // Bounded: with 27^5 ids a collision streak this long means a broken generator.
     let mut attempts = 0;
     while ids.len() < n && attempts < n * 100 + 100 {
         attempts += 1;
         let id = fresh();
         if used.insert(id.clone()) {
-            ids.push(id);
+            ids.push(NewId::Fresh(id));
         }
     }
     ids
+}
+
+/// What becomes of a PVC the CloneSet owns when it does not reuse PVCs
+/// (`scaleStrategy.disablePVCReuse`), as OpenKruise's `cleanupPVCs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimFate {
+    /// Its instance has a live Pod (or it has no instance id: not one the CloneSet made).
+    Keep,
+    /// Its Pod is terminating or finished: the PVC is handed to that Pod and goes with it.
+    HandToPod,
+    /// No Pod has its instance id: it is deleted.
+    Delete,
+}
+
+pub fn claim_fate(
+    id: Option<&str>,
+    live_ids: &BTreeSet<String>,
+    inactive_ids: &BTreeSet<String>,
+) -> ClaimFate {
+    match id {
+        None => ClaimFate::Keep,
+        Some(id) if live_ids.contains(id) => ClaimFate::Keep,
+        Some(id) if inactive_ids.contains(id) => ClaimFate::HandToPod,
+        Some(_) => ClaimFate::Delete,
+    }
+}
+
+/// `<cloneset>-<id>`.
+pub fn pod_name(cloneset: &str, id: &str) -> String {
+    format!("{cloneset}-{id}")
 }
 
 /// `<vct>-<cloneset>-<id>`.
@@ -170,7 +244,7 @@ pub fn build_pod(
 
     Ok(Pod {
         metadata: ObjectMeta {
-            name: Some(format!("{cs_name}-{id}")),
+            name: Some(pod_name(cs_name, id)),
             namespace: cs.metadata.namespace.clone(),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -329,15 +403,101 @@ mod tests {
 
     #[test]
     fn ids_reuse_free_claims_first_and_never_collide() {
-        let pods: BTreeSet<String> = ["aaaaa".to_string()].into();
-        let pvcs: BTreeSet<String> = ["aaaaa".to_string(), "bbbbb".to_string()].into();
-        let mut fresh = ["aaaaa", "bbbbb", "ccccc", "ddddd"]
-            .into_iter()
-            .map(String::from);
-        let ids = available_ids(3, &pods, &pvcs, || fresh.next().unwrap_or_default());
-        assert_eq!(ids, vec!["bbbbb", "ccccc", "ddddd"]);
+        let set =
+            |ids: &[&str]| -> BTreeSet<String> { ids.iter().map(|s| s.to_string()).collect() };
+        let reuse = |id: &str| NewId::Reuse(id.into());
+        let wait = |id: &str| NewId::AfterTermination(id.into());
+        let fresh_id = |id: &str| NewId::Fresh(id.into());
+        // (case, n, taken, terminating, pvc ids) → ids
+        #[allow(clippy::type_complexity)]
+        let cases: Vec<(
+            &str,
+            usize,
+            BTreeSet<String>,
+            BTreeSet<String>,
+            BTreeSet<String>,
+            Vec<NewId>,
+        )> = vec![
+            (
+                "scale up without PVCs: fresh ids no Pod uses",
+                2,
+                set(&["aaaaa"]),
+                set(&["bbbbb"]),
+                set(&[]),
+                vec![fresh_id("ccccc"), fresh_id("ddddd")],
+            ),
+            (
+                "a deleted Pod that is gone: its id and PVCs come back",
+                1,
+                set(&["aaaaa"]),
+                set(&[]),
+                set(&["aaaaa", "bbbbb"]),
+                vec![reuse("bbbbb")],
+            ),
+            (
+                "a deleted Pod still terminating: its replacement waits for the name",
+                1,
+                set(&["aaaaa"]),
+                set(&["bbbbb"]),
+                set(&["aaaaa", "bbbbb"]),
+                vec![wait("bbbbb")],
+            ),
+            (
+                "gone before terminating, then fresh",
+                3,
+                set(&[]),
+                set(&["aaaaa"]),
+                set(&["aaaaa", "bbbbb"]),
+                vec![reuse("bbbbb"), wait("aaaaa"), fresh_id("ccccc")],
+            ),
+            (
+                "a finished Pod keeps its name: its PVCs' id is not reused",
+                1,
+                set(&["aaaaa"]),
+                set(&[]),
+                set(&["aaaaa"]),
+                vec![fresh_id("bbbbb")],
+            ),
+            (
+                "more free PVC ids than Pods to create",
+                1,
+                set(&[]),
+                set(&[]),
+                set(&["aaaaa", "bbbbb"]),
+                vec![reuse("aaaaa")],
+            ),
+        ];
+        for (case, n, taken, terminating, pvcs, expected) in cases {
+            let mut fresh = ["aaaaa", "bbbbb", "ccccc", "ddddd", "fffff"]
+                .into_iter()
+                .map(String::from);
+            let ids = instance_ids(n, &taken, &terminating, &pvcs, || {
+                fresh.next().unwrap_or_default()
+            });
+            assert_eq!(ids, expected, "{case}");
+        }
         let id = random_id(|n| n - 1);
         assert_eq!(id, "99999");
         assert_eq!(random_id(|_| 0).len(), INSTANCE_ID_LEN);
+    }
+
+    #[test]
+    fn claims_without_reuse() {
+        let set =
+            |ids: &[&str]| -> BTreeSet<String> { ids.iter().map(|s| s.to_string()).collect() };
+        let live = set(&["aaaaa"]);
+        let inactive = set(&["bbbbb"]);
+        for (case, id, expected) in [
+            ("its Pod is live", Some("aaaaa"), ClaimFate::Keep),
+            (
+                "its Pod is terminating or finished",
+                Some("bbbbb"),
+                ClaimFate::HandToPod,
+            ),
+            ("no Pod has its id", Some("ccccc"), ClaimFate::Delete),
+            ("no instance id", None, ClaimFate::Keep),
+        ] {
+            assert_eq!(claim_fate(id, &live, &inactive), expected, "{case}");
+        }
     }
 }

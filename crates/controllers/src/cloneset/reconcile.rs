@@ -40,6 +40,8 @@ use crate::podcontrol::Write;
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
+/// How soon a CloneSet whose replacement Pod waits for its predecessor to terminate looks again.
+const TERMINATION_RETRY: Duration = Duration::from_secs(2);
 
 pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Not a reconcile yet (nothing looked at, not counted): the caches it reads are still listing.
@@ -110,11 +112,11 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     owned.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let (active, inactive): (Vec<Pod>, Vec<Pod>) = owned.into_iter().partition(pods::is_active);
 
-    let Some(pvcs) = claim_pvcs(&actor, claimant, &owner, &mut recheck).await? else {
+    let Some(mut pvcs) = claim_pvcs(&actor, claimant, &owner, &mut recheck).await? else {
         return Ok(Action::await_change());
     };
     if !cs.spec.scale_strategy.enable_pvc_reuse {
-        clean_pvcs(&actor, &active, &inactive, &pvcs).await?;
+        pvcs = clean_pvcs(&actor, &active, &inactive, pvcs).await?;
     }
 
     // Revisions: owned ones, plus orphans the selector claims (those a CloneSet deleted with
@@ -384,16 +386,17 @@ async fn claim_pvcs(
     Ok(Some(owned))
 }
 
-/// Without PVC reuse: a PVC whose instance has no Pod is deleted, and the PVC of a finished Pod is
-/// handed to that Pod so it goes with it.
+/// Without PVC reuse: a PVC whose instance has no Pod is deleted, and the PVC of a terminating or
+/// finished Pod is handed to that Pod so it goes with it ([`newpod::claim_fate`]). Returns the PVCs
+/// the CloneSet keeps: those of live Pods, none a new Pod could reuse.
 async fn clean_pvcs(
     actor: &Actor<'_>,
     active: &[Pod],
     inactive: &[Pod],
-    pvcs: &[PersistentVolumeClaim],
-) -> Result<(), Error> {
+    pvcs: Vec<PersistentVolumeClaim>,
+) -> Result<Vec<PersistentVolumeClaim>, Error> {
     if pvcs.is_empty() {
-        return Ok(());
+        return Ok(pvcs);
     }
     let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
     let active_ids: BTreeSet<String> = active.iter().filter_map(id_of).collect();
@@ -401,18 +404,20 @@ async fn clean_pvcs(
         .iter()
         .filter_map(|p| Some((id_of(p)?, p)))
         .collect();
+    let inactive_ids: BTreeSet<String> = inactive_by_id.keys().cloned().collect();
     let namespace = actor.cs.namespace().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    let mut kept = Vec::new();
     for pvc in pvcs {
-        let Some(id) = pvc.labels().get(LABEL_INSTANCE_ID) else {
-            continue;
-        };
+        let id = pvc.labels().get(LABEL_INSTANCE_ID).cloned();
         let name = pvc.name_any();
-        if active_ids.contains(id) {
-            continue;
-        }
-        let result = match inactive_by_id.get(id) {
-            Some(pod) => {
+        let fate = newpod::claim_fate(id.as_deref(), &active_ids, &inactive_ids);
+        let result = match (fate, id.as_ref().and_then(|id| inactive_by_id.get(id))) {
+            (newpod::ClaimFate::Keep, _) => {
+                kept.push(pvc);
+                continue;
+            }
+            (newpod::ClaimFate::HandToPod, Some(pod)) => {
                 let owner = json!([{
                     "apiVersion": "v1",
                     "kind": "Pod",
@@ -428,7 +433,7 @@ async fn clean_pvcs(
                 .await
                 .map(|_| ())
             }
-            None => api
+            _ => api
                 .delete(&name, &DeleteParams::default())
                 .await
                 .map(|_| ()),
@@ -445,7 +450,7 @@ async fn clean_pvcs(
                 .await;
         }
     }
-    Ok(())
+    Ok(kept)
 }
 
 /// The update revision: the newest revision if it records the template; an older equal one
@@ -560,21 +565,53 @@ async fn scale(
                 return Ok(outcome);
             }
             let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
-            let pod_ids: BTreeSet<String> =
-                s.pods.iter().chain(inactive).filter_map(id_of).collect();
+            let (terminating, finished): (Vec<&Pod>, Vec<&Pod>) =
+                inactive.iter().partition(|p| pods::is_terminating(p));
+            let mut taken: BTreeSet<String> =
+                s.pods.iter().chain(finished).filter_map(id_of).collect();
+            let mut terminating: BTreeSet<String> =
+                terminating.into_iter().filter_map(id_of).collect();
             let pvc_ids: BTreeSet<String> = pvcs
                 .iter()
                 .filter_map(|p| p.labels().get(LABEL_INSTANCE_ID).cloned())
                 .collect();
+            // A Pod the CloneSet no longer owns may still hold a PVC id's name (one relabelled out
+            // of the selector and released): that id is not free.
+            let namespace = s.cs.namespace().unwrap_or_default();
+            let cs_name = s.cs.name_any();
+            for id in &pvc_ids {
+                if taken.contains(id) || terminating.contains(id) {
+                    continue;
+                }
+                if let Some(holder) = actor
+                    .ctx
+                    .pods
+                    .get(&namespace, &newpod::pod_name(&cs_name, id))
+                {
+                    if pods::is_terminating(&holder) {
+                        terminating.insert(id.clone());
+                    } else {
+                        taken.insert(id.clone());
+                    }
+                }
+            }
             let ids = {
                 let mut rng = rand::rng();
-                newpod::available_ids(total, &pod_ids, &pvc_ids, || {
+                newpod::instance_ids(total, &taken, &terminating, &pvc_ids, || {
                     newpod::random_id(|n| rng.random_range(0..n))
                 })
             };
+            // A replacement waiting for its predecessor's name: the Pod's deletion brings the
+            // CloneSet back; this is the backstop.
+            if ids.iter().any(|id| id.now().is_none()) {
+                outcome.after = Some(TERMINATION_RETRY);
+            }
             let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
             let mut to_create = Vec::new();
             for (n, id) in ids.iter().enumerate() {
+                let Some(id) = id.now() else {
+                    continue;
+                };
                 let revision = if n < from_current {
                     s.current
                 } else {

@@ -298,6 +298,8 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     let mut raced = false;
     // SidecarSetUpgradable entries to write: (Pod, upgradable).
     let mut marks: Vec<(usize, bool)> = Vec::new();
+    // Whether this round upgrades any Pod.
+    let mut upgrading_now = false;
     match upgrade::plan_upgrade(ss, &managed, &facts) {
         Ok(plan) => {
             // Hot upgrade: reset the old twins to the empty image first; the round ends there.
@@ -335,6 +337,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             // done in rounds, so that the status shows the rollout progressing.
             let mut this_round = plan.upgrade.clone();
             more_to_upgrade = crate::parallel::this_round(&mut this_round);
+            upgrading_now = !this_round.is_empty();
             let upgrades = this_round
                 .iter()
                 .map(|&i| upgrade_pod(ctx, ss, managed[i].pod(), &latest_revision, now))
@@ -377,7 +380,44 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         })
         .set(missed.len() as i64);
     let status_changed = status != old;
-    if status_changed {
+
+    // The SidecarSetUpgradable entries go before the status: a status that says the rollout is
+    // done (or stuck on Pods it cannot upgrade) is only written once the Pods' conditions say so.
+    let now_instant = Instant::now();
+    let waiting_since = ctx.marks_waiting.lock().ok().map(|mut waiting| {
+        if marks.is_empty() {
+            waiting.remove(&name);
+            now_instant
+        } else {
+            *waiting.entry(name.clone()).or_insert(now_instant)
+        }
+    });
+    let waited_long =
+        waiting_since.is_none_or(|since| now_instant.duration_since(since) >= MARKS_MAX_WAIT);
+    let timing = marks_timing(
+        !marks.is_empty(),
+        upgrading_now,
+        more_to_upgrade,
+        status_changed,
+        waited_long,
+    );
+    let mut more_marks = false;
+    let mut marks_lost = false;
+    if timing == MarksTiming::Write {
+        more_marks = marks.len() > MARKS_PER_ROUND;
+        let writes = marks
+            .iter()
+            .take(MARKS_PER_ROUND)
+            .map(|&(i, upgradable)| set_upgradable(ctx, ss, managed[i].pod(), upgradable, now))
+            .collect::<Vec<_>>();
+        let (error, lost) = concurrently(writes).await;
+        keep_first(&mut failure, error);
+        marks_lost = lost;
+        raced |= lost;
+    }
+    // Entries still to write (beyond this round's share, or lost to a concurrent writer) hold the
+    // status back until the next round, which follows at once.
+    if status_changed && !more_marks && !marks_lost {
         let api: Api<SidecarSet> = Api::all(ctx.client.clone());
         match api
             .patch_status(
@@ -397,35 +437,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
             }
         }
     }
-    // The conditions share the client's rate limit with the upgrades and the status, which go
-    // first: they are written in rounds where the status did not change (the rollout is done or
-    // stuck), or once they have waited MARKS_MAX_WAIT, a bounded number per reconcile.
-    let now_instant = Instant::now();
-    let waiting_since = ctx.marks_waiting.lock().ok().map(|mut waiting| {
-        if marks.is_empty() {
-            waiting.remove(&name);
-            now_instant
-        } else {
-            *waiting.entry(name.clone()).or_insert(now_instant)
-        }
-    });
-    let quiet = !status_changed
-        || waiting_since.is_none_or(|since| now_instant.duration_since(since) >= MARKS_MAX_WAIT);
-    let mut more_marks = false;
-    let mut marks_deferred = false;
-    if !marks.is_empty() && (more_to_upgrade || !quiet) {
-        marks_deferred = true;
-    } else if !marks.is_empty() {
-        more_marks = marks.len() > MARKS_PER_ROUND;
-        let writes = marks
-            .iter()
-            .take(MARKS_PER_ROUND)
-            .map(|&(i, upgradable)| set_upgradable(ctx, ss, managed[i].pod(), upgradable, now))
-            .collect::<Vec<_>>();
-        let (error, lost) = concurrently(writes).await;
-        keep_first(&mut failure, error);
-        raced |= lost;
-    }
+    let marks_deferred = timing == MarksTiming::Defer;
     if let Some(error) = failure {
         return Err(error);
     }
@@ -439,6 +451,38 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// When a reconcile writes the `SidecarSetUpgradable` entries it found wanting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MarksTiming {
+    /// None is wanted.
+    Nothing,
+    /// Now, before the status.
+    Write,
+    /// In a later round: they share the client's rate limit with the upgrades, which go first.
+    Defer,
+}
+
+/// The entries are written before the status in every round that upgrades no Pod (the rollout is
+/// done, stuck on Pods it cannot upgrade, or waiting for upgraded Pods to become ready), so the
+/// status never says a rollout settled before the Pods' conditions do — OpenKruise writes an entry
+/// as it refuses or upgrades a Pod. While Pods are being upgraded they wait for a round whose status
+/// does not change, or MARKS_MAX_WAIT; never while upgrades are left for the next round.
+fn marks_timing(
+    wanted: bool,
+    upgrading_now: bool,
+    more_to_upgrade: bool,
+    status_changed: bool,
+    waited_long: bool,
+) -> MarksTiming {
+    if !wanted {
+        MarksTiming::Nothing
+    } else if more_to_upgrade || (upgrading_now && status_changed && !waited_long) {
+        MarksTiming::Defer
+    } else {
+        MarksTiming::Write
+    }
 }
 
 /// `SidecarSetUpgradable` writes per reconcile; the rest follow at once in the next.
@@ -869,5 +913,89 @@ async fn publish(
     };
     if let Err(error) = ctx.recorder.publish(&event, &ss.object_ref(&())).await {
         tracing::warn!(%error, reason, "publishing an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upgradable_entries_are_written_before_a_settled_status() {
+        use MarksTiming::{Defer, Nothing, Write};
+        // (case, wanted, upgrading now, more to upgrade, status changed, waited long) → timing
+        let cases = [
+            ("nothing wanted", false, false, false, true, false, Nothing),
+            (
+                "refused Pods, nothing to upgrade, status changes: before the status",
+                true,
+                false,
+                false,
+                true,
+                false,
+                Write,
+            ),
+            (
+                "upgraded Pods becoming ready, status changes: before the status",
+                true,
+                false,
+                false,
+                true,
+                false,
+                Write,
+            ),
+            (
+                "settled, status unchanged",
+                true,
+                false,
+                false,
+                false,
+                false,
+                Write,
+            ),
+            (
+                "upgrading, status changes: the upgrades go first",
+                true,
+                true,
+                false,
+                true,
+                false,
+                Defer,
+            ),
+            (
+                "upgrading, status unchanged",
+                true,
+                true,
+                false,
+                false,
+                false,
+                Write,
+            ),
+            (
+                "upgrading, status changes, waited long enough",
+                true,
+                true,
+                false,
+                true,
+                true,
+                Write,
+            ),
+            (
+                "more upgrades left for the next round",
+                true,
+                true,
+                true,
+                false,
+                true,
+                Defer,
+            ),
+        ];
+        for (case, wanted, upgrading, more, changed, waited, expected) in cases {
+            assert_eq!(
+                marks_timing(wanted, upgrading, more, changed, waited),
+                expected,
+                "{case}"
+            );
+        }
     }
 }

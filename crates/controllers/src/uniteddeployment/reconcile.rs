@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
+use kruise_api::uniteddeployment::template_as_v1alpha1;
 use kruise_api::uniteddeployment::v1beta1::{
     SUBSET_CONDITION_SCHEDULABLE, UnitedDeployment, UnitedDeploymentStatus,
 };
@@ -471,7 +472,7 @@ async fn update_revision(
     revisions: &[ControllerRevision],
 ) -> Result<Option<ControllerRevision>, Error> {
     let collision_count = ud.status.as_ref().and_then(|s| s.collision_count);
-    let data = planner::revision_data(&ud.spec.template)
+    let data = planner::revision_data(&template_as_v1alpha1(&ud.metadata, &ud.spec.template))
         .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
     // Kubernetes' NewControllerRevision copies no annotations of the parent.
     let mut meta = ud.metadata.clone();

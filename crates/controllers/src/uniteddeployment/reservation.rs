@@ -123,9 +123,9 @@ pub(crate) fn max_unavailable_override(
     seen: &Observed,
 ) -> Option<(&'static str, i32)> {
     let reservation = reservation.filter(|r| r.unschedulable)?;
+    // The subset CloneSets are v1beta1 objects: their maxUnavailable is under `rollingUpdate`.
     let pointer = match kind {
-        TemplateKind::CloneSet => "/spec/updateStrategy/maxUnavailable",
-        TemplateKind::Deployment => "/spec/strategy/rollingUpdate/maxUnavailable",
+        TemplateKind::CloneSet | TemplateKind::Deployment => kind.max_unavailable_pointer(),
         TemplateKind::StatefulSet | TemplateKind::AdvancedStatefulSet => return None,
     };
     let value = seen.spec_replicas - seen.ready_replicas + reservation.update_timeout_pods;

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
 use kruise_api::uniteddeployment::parse_subset_replicas;
+use kruise_api::uniteddeployment::v1alpha1::SubsetTemplate as AlphaSubsetTemplate;
 use kruise_api::uniteddeployment::v1beta1::{
     Subset, SubsetTemplate, UPDATE_MANUAL, UnitedDeployment, UnitedDeploymentSpec,
     UnitedDeploymentSubsetCondition,
@@ -564,11 +565,23 @@ impl TemplateKind {
             Self::Deployment => None,
         }
     }
+
+    /// Where the workload keeps the maxUnavailable of its rolling update.
+    pub fn max_unavailable_pointer(self) -> &'static str {
+        match self {
+            Self::StatefulSet | Self::AdvancedStatefulSet | Self::CloneSet => {
+                "/spec/updateStrategy/rollingUpdate/maxUnavailable"
+            }
+            Self::Deployment => "/spec/strategy/rollingUpdate/maxUnavailable",
+        }
+    }
 }
 
 /// The revision data of a UnitedDeployment: a strategic-merge patch that replaces `spec.template` (the
-/// whole four-way template, not only the Pod template).
-pub fn revision_data(template: &SubsetTemplate) -> Result<Value, serde_json::Error> {
+/// whole four-way template, not only the Pod template). The template is in its v1alpha1 form
+/// ([`kruise_api::uniteddeployment::template_as_v1alpha1`]: a CloneSet template holds the v1alpha1 CloneSet
+/// spec), the only form OpenKruise v1.9.0 has, so that a UnitedDeployment it managed keeps its revision.
+pub fn revision_data(template: &AlphaSubsetTemplate) -> Result<Value, serde_json::Error> {
     let mut template = serde_json::to_value(template)?;
     if let Value::Object(map) = &mut template {
         // The empty fields Go writes, so that the revision hashes as OpenKruise's does.

@@ -1,5 +1,6 @@
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kruise_api::uniteddeployment::template_as_v1alpha1;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -448,7 +449,7 @@ fn revision_data_replaces_the_whole_template() {
         "cloneSetTemplate": {"metadata": {"labels": {"app": "ud"}}, "spec": {"template": {}}}
     }))
     .expect("template");
-    let data = revision_data(&template).expect("data");
+    let data = revision_data(&template_as_v1alpha1(&Default::default(), &template)).expect("data");
     assert_eq!(data["spec"]["template"]["$patch"], json!("replace"));
     assert_eq!(
         data["spec"]["template"]["cloneSetTemplate"]["metadata"]["labels"]["app"],
@@ -1004,4 +1005,124 @@ fn subset_reservation_marks_labels_and_condition() {
         .0;
     let got = subset_reservation(None, &[&labelled], "v2", None, pending, window, now());
     assert!(got.labels.is_empty() && !got.unschedulable);
+}
+
+/// A v1.9-style (v1alpha1) UnitedDeployment whose CloneSet template holds `strategies` (v1alpha1
+/// `updateStrategy` and `scaleStrategy`), read in v1beta1 as the controller reads it.
+fn v1alpha1_cloneset_ud(strategies: Value, partitions: Value) -> UnitedDeployment {
+    let mut spec = json!({"selector": {"matchLabels": {"app": "ud"}},
+                          "template": {"metadata": {"labels": {"app": "ud"}},
+                                       "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}});
+    if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, strategies) {
+        spec.extend(extra);
+    }
+    let object = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "UnitedDeployment",
+        "metadata": {"name": "ud", "namespace": "ns", "uid": "uid-1"},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "ud"}},
+            "template": {"cloneSetTemplate": {"metadata": {"labels": {"app": "ud"}}, "spec": spec}},
+            "topology": {"subsets": [{"name": "a"}]},
+            "updateStrategy": {"type": "Manual", "manualUpdate": {"partitions": partitions}},
+        }
+    });
+    let stored = kruise_api::Kind::UnitedDeployment
+        .convert(object, kruise_api::kinds::V1BETA1)
+        .expect("converts to v1beta1");
+    serde_json::from_value(stored).expect("a v1beta1 UnitedDeployment")
+}
+
+/// Every field of the v1alpha1 CloneSet spec a UnitedDeployment embeds reaches its subset CloneSets: a
+/// subset CloneSet read in v1alpha1 has the template's strategies, except the partition, which is the
+/// subset's (`manualUpdate.partitions`, 0 when unset) as OpenKruise v1.9.0's `ApplySubsetTemplate`
+/// writes it, whatever the template says.
+#[test]
+fn subset_clonesets_carry_every_v1alpha1_cloneset_field() {
+    let full_update = json!({
+        "type": "InPlaceIfPossible", "partition": 3, "maxUnavailable": 1, "maxSurge": "50%",
+        "paused": true,
+        "priorityStrategy": {"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"tier": "a"}}}]},
+        "scatterStrategy": [{"key": "zone", "value": "a"}],
+        "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10},
+    });
+    let cases = [
+        // (template strategies, manualUpdate.partitions, the subset's partition)
+        (
+            json!({"updateStrategy": full_update, "scaleStrategy": {"disablePVCReuse": true, "maxUnavailable": 2, "podsToDelete": ["p"]}}),
+            json!({"a": 1}),
+            1,
+        ),
+        (
+            json!({"updateStrategy": {"type": "ReCreate", "maxUnavailable": "30%", "partition": "50%"}}),
+            json!({}),
+            0,
+        ),
+        (
+            json!({"updateStrategy": {"type": "InPlaceOnly", "maxSurge": 1, "maxUnavailable": 0}}),
+            json!({"a": 9}),
+            4,
+        ),
+        (json!({"updateStrategy": {}}), json!({}), 0),
+        (
+            json!({"updateStrategy": {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {}}, "minReadySeconds": 5,
+                   "lifecycle": {"preDelete": {"markPodNotReady": true}}, "progressDeadlineSeconds": 60,
+                   "revisionHistoryLimit": 3}),
+            json!({"a": 2}),
+            2,
+        ),
+    ];
+    for (strategies, partitions, partition) in cases {
+        let ud = v1alpha1_cloneset_ud(strategies.clone(), partitions);
+        let next = next_partitions(&ud.spec, &BTreeMap::from([("a".to_string(), 4)]));
+        assert_eq!(next.get("a"), Some(&partition), "{strategies}");
+        let subset =
+            subset_workload(&ud, "a", "ud-rev1", 4, partition, &owner()).expect("generated");
+        assert_eq!(subset["apiVersion"], json!("apps.kruise.io/v1beta1"));
+        assert_eq!(
+            workload_partition(TemplateKind::CloneSet, &subset),
+            Some(partition),
+            "{strategies}"
+        );
+        // The subset CloneSet as a v1alpha1 client (or OpenKruise v1.9.0) reads it.
+        let read = kruise_api::Kind::CloneSet
+            .convert(subset, kruise_api::kinds::V1ALPHA1)
+            .expect("converts to v1alpha1");
+        let mut want_update = strategies["updateStrategy"].clone();
+        want_update["partition"] = json!(partition);
+        assert_eq!(read["spec"]["updateStrategy"], want_update, "{strategies}");
+        for (field, value) in strategies.as_object().into_iter().flatten() {
+            if field != "updateStrategy" {
+                assert_eq!(&read["spec"][field], value, "{field} of {strategies}");
+            }
+        }
+        assert_eq!(read["spec"]["replicas"], json!(4));
+    }
+}
+
+/// The maxUnavailable a reserving subset rolls with is written where the subset workload's own type keeps
+/// it (a v1beta1 CloneSet under `rollingUpdate`), so that the apiserver does not prune it.
+#[test]
+fn max_unavailable_pointer_is_in_the_workload_schema() {
+    let ud = v1alpha1_cloneset_ud(
+        json!({"updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": 1}}),
+        json!({}),
+    );
+    let mut subset = subset_workload(&ud, "a", "r", 4, 0, &owner()).expect("generated");
+    let pointer = TemplateKind::CloneSet.max_unavailable_pointer();
+    assert_eq!(subset.pointer(pointer), Some(&json!(1)));
+    if let Some(slot) = subset.pointer_mut(pointer) {
+        *slot = json!(3);
+    }
+    let typed: kruise_api::cloneset::v1beta1::CloneSet =
+        serde_json::from_value(subset).expect("a v1beta1 CloneSet");
+    assert_eq!(
+        typed
+            .spec
+            .update_strategy
+            .rolling_update
+            .and_then(|r| r.max_unavailable),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(3))
+    );
 }
