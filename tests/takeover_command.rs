@@ -16,7 +16,10 @@
 //!    `crds.managed: false`: everything as it was before the takeover.
 //! 3. From that `crds.managed: false` release: `takeover` again (kruise-rs's CRDs from its chart's
 //!    `crds/` this time).
-//! 4. From plain manifests (the chart rendered and applied with kubectl): `takeover` again.
+//! 4. From plain manifests (the chart rendered and applied with kubectl): `takeover` again, with a v1.9
+//!    UnitedDeployment added just before (v1alpha1, its CloneSet template with `partition`,
+//!    `maxUnavailable`, `paused`, `disablePVCReuse`): it reads back as written after the switch, and
+//!    kruise-manager creates its subsets with those settings.
 //!
 //! Each takeover is checked twice: by the command's own report, and by a snapshot of this test (every
 //! CRD and object of OpenKruise's groups by UID, every Pod and ControllerRevision of Kruise workloads by
@@ -292,6 +295,98 @@ async fn verify(bed: &TestBed, record: &str, stage: &str) -> anyhow::Result<()> 
     ensure!(run.ok, "takeover --verify {stage}: {run:?}");
     clean_result(&last_json(&run.stdout)?)?;
     Ok(())
+}
+
+/// A UnitedDeployment as OpenKruise v1.9 serves it: v1alpha1, its CloneSet template holding the
+/// v1alpha1 CloneSet spec (flat `updateStrategy` with `partition`, `maxUnavailable`, `paused`;
+/// `scaleStrategy.disablePVCReuse`), zone-a held by a manual partition of 1.
+const V1_9_UD: &str = r#"
+apiVersion: apps.kruise.io/v1alpha1
+kind: UnitedDeployment
+metadata:
+  name: v19-ud
+spec:
+  replicas: 4
+  selector:
+    matchLabels:
+      app: v19-ud
+  template:
+    cloneSetTemplate:
+      metadata:
+        labels:
+          app: v19-ud
+      spec:
+        selector:
+          matchLabels:
+            app: v19-ud
+        template:
+          metadata:
+            labels:
+              app: v19-ud
+          spec:
+            containers:
+              - name: main
+                image: nginx:1.25
+        updateStrategy:
+          type: InPlaceIfPossible
+          partition: 2
+          maxUnavailable: 1
+          maxSurge: 0
+          paused: true
+        scaleStrategy:
+          disablePVCReuse: true
+  topology:
+    subsets:
+      - name: zone-a
+        replicas: 2
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: topology.kubernetes.io/zone
+              operator: In
+              values: [zone-a]
+      - name: zone-b
+        nodeSelectorTerm:
+          matchExpressions:
+            - key: topology.kubernetes.io/zone
+              operator: In
+              values: [zone-b]
+  updateStrategy:
+    type: Manual
+    manualUpdate:
+      partitions:
+        zone-a: 1
+"#;
+
+/// The `resource` objects of `selector` in the test namespace, read in v1alpha1.
+async fn v1alpha1_items(
+    bed: &TestBed,
+    resource: &str,
+    selector: &str,
+) -> anyhow::Result<Vec<Value>> {
+    let resource = format!("{resource}.v1alpha1.apps.kruise.io");
+    let text = bed
+        .plane
+        .kubectl(&["get", &resource, "-n", NS, "-l", selector, "-o", "json"])
+        .await?;
+    let list: Value = serde_json::from_str(&text)?;
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
+/// The UnitedDeployment `name` read in v1alpha1.
+async fn v1alpha1_ud(bed: &TestBed, name: &str) -> anyhow::Result<Value> {
+    let text = bed
+        .plane
+        .kubectl(&[
+            "get",
+            "uniteddeployments.v1alpha1.apps.kruise.io",
+            name,
+            "-n",
+            NS,
+            "-o",
+            "json",
+        ])
+        .await?;
+    Ok(serde_json::from_str(&text)?)
 }
 
 /// OpenKruise's CRDs put back whole (`kubectl replace`: kruise-rs's extra version and its conversion
@@ -627,6 +722,17 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     bed.plane
         .kubectl(&["apply", "-f", &path.display().to_string()])
         .await?;
+    // A v1.9 UnitedDeployment written under OpenKruise's CRDs (no OpenKruise manager acts on it), kept
+    // from here on like the rest.
+    bed.plane.kubectl_apply(NS, V1_9_UD).await?;
+    let written = v1alpha1_ud(bed, "v19-ud").await?;
+    before.0.insert(
+        format!("UnitedDeployment {NS}/v19-ud"),
+        written["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    );
     let run = takeover(bed, &["--allow-unserved", ALLOW, "-o", "json"]).await?;
     completed(&run, "takeover from plain manifests")?;
     let report = serde_json::Deserializer::from_str(&run.stdout)
@@ -685,6 +791,52 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         "OpenKruise's manager Deployment is still there"
     );
     ensure_unchanged(&client, "takeover from plain manifests", &mut before).await?;
+
+    // The v1.9 UnitedDeployment survived the switch: its CloneSet template reads back through v1alpha1
+    // as written. Then kruise-manager creates its subsets with the template's settings, the partition
+    // being the subset's manual one (zone-a 1, zone-b 0), as OpenKruise v1.9.0 writes them.
+    let clone_spec = |ud: &Value| ud["spec"]["template"]["cloneSetTemplate"]["spec"].clone();
+    let read = &v1alpha1_ud(bed, "v19-ud").await?;
+    ensure!(
+        clone_spec(read)["updateStrategy"] == clone_spec(&written)["updateStrategy"]
+            && clone_spec(read)["scaleStrategy"] == clone_spec(&written)["scaleStrategy"],
+        "after the takeover: {} (written {})",
+        clone_spec(read),
+        clone_spec(&written)
+    );
+    let manager = Manager::spawn(
+        &bed.plane,
+        &ManagerOptions {
+            name: "kruise-manager-2".into(),
+            ..ManagerOptions::default()
+        },
+    )?;
+    manager_serving(bed, &manager).await?;
+    eventually("the v1.9 UnitedDeployment's subsets", TIMEOUT, || async {
+        let subsets = v1alpha1_items(bed, "clonesets", "app=v19-ud").await?;
+        ensure!(subsets.len() == 2, "{} subset CloneSets", subsets.len());
+        for subset in &subsets {
+            let name = subset["metadata"]["labels"]["apps.kruise.io/subset-name"]
+                .as_str()
+                .unwrap_or_default();
+            let mut want = clone_spec(&written)["updateStrategy"].clone();
+            want["partition"] = serde_json::json!(if name == "zone-a" { 1 } else { 0 });
+            // An empty `inPlaceUpdateStrategy: {}` the defaults add says nothing more.
+            let mut have = subset["spec"]["updateStrategy"].clone();
+            if let Some(map) = have.as_object_mut() {
+                map.retain(|_, v| v.as_object().is_none_or(|o| !o.is_empty()));
+            }
+            ensure!(
+                have == want
+                    && subset["spec"]["scaleStrategy"] == clone_spec(&written)["scaleStrategy"],
+                "{name}: {} {} (want {want})",
+                subset["spec"]["updateStrategy"],
+                subset["spec"]["scaleStrategy"]
+            );
+        }
+        Ok(Some(()))
+    })
+    .await?;
     eprintln!("{:?}: taken over from plain manifests", started.elapsed());
     Ok(())
 }
