@@ -200,6 +200,24 @@ pub fn controlled_by(pod: &Pod, uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
+/// Polls `done` every 500 ms until it says yes; an error from it ends the wait at once.
+pub async fn wait(
+    what: &str,
+    timeout: std::time::Duration,
+    mut done: impl AsyncFnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        if done().await? {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! Deployment shrinks — so availability never drops below the Deployment's `replicas −
 //! maxUnavailable` (it stays at `replicas`). The Deployment is left at 0 replicas, not deleted.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -12,7 +12,7 @@ use kruise_api::intstr::{IntOrPercent, Round};
 use kube::api::{Api, Patch, PostParams};
 use serde_json::{Value, json};
 
-use crate::cluster::{Ctx, params};
+use crate::cluster::{Ctx, params, wait};
 use crate::output::{Output, print_value};
 use crate::target::{Kind, Target};
 
@@ -116,23 +116,6 @@ pub struct Options {
     pub dry_run: bool,
     pub output: Option<Output>,
     pub timeout: Duration,
-}
-
-async fn wait(
-    what: &str,
-    timeout: Duration,
-    mut done: impl AsyncFnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let start = Instant::now();
-    loop {
-        if done().await? {
-            return Ok(());
-        }
-        if start.elapsed() >= timeout {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 fn int(v: &Value, ptr: &str) -> i64 {

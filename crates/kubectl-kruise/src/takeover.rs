@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail, ensure};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -912,27 +912,6 @@ fn problems(comparison: &Comparison) -> String {
     lines.join("\n")
 }
 
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = check().await;
-        if matches!(last, Ok(true)) {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(match last {
-                Err(e) => e.context(format!("{what}: timed out")),
-                _ => anyhow!("{what}: timed out after {timeout:?}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 fn dynamic(
     client: &Client,
     namespace: Option<&str>,
@@ -1077,7 +1056,7 @@ async fn replace_crds(client: &Client, crds: Vec<Value>, timeout: Duration) -> a
             .with_context(|| format!("applying CRD {name}"))?;
         names.push(name);
     }
-    wait_for("kruise-rs's CRDs Established", timeout, || async {
+    crate::cluster::wait("kruise-rs's CRDs Established", timeout, || async {
         for name in &names {
             let crd = api.get(name).await?;
             let established = crd
@@ -1143,7 +1122,7 @@ pub async fn run(client: &Client, flags: &Flags, opts: Options) -> anyhow::Resul
         InstallMethod::Plain => leave_plain(client, &opts.kruise_namespace).await?,
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &opts.kruise_namespace);
-    wait_for(
+    crate::cluster::wait(
         "OpenKruise's manager and daemon stopped",
         opts.timeout,
         || async {
