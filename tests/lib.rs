@@ -12,6 +12,11 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use tokio::task::JoinHandle;
 
+/// A UnitedDeployment as users of OpenKruise v1.9 write it (v1alpha1, the v1alpha1 CloneSet spec in its
+/// template, every rollout setting, paused, zone-a partitioned).
+pub const V1_9_UNITEDDEPLOYMENT: &str =
+    include_str!("fixtures/openkruise-v1.9/uniteddeployment-v1alpha1.yaml");
+
 pub mod cloneset_kit;
 pub mod sidecarset_kit;
 pub mod takeover_kit;

@@ -32,6 +32,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kruise_e2e::V1_9_UNITEDDEPLOYMENT;
 use kruise_e2e::takeover_kit::{
     FIXTURE_NS, Run, clean_result, kubectl_kruise, last_json, load_openkruise_objects,
     migrate_storage, wait_reconciled,
@@ -296,66 +297,6 @@ async fn verify(bed: &TestBed, record: &str, stage: &str) -> anyhow::Result<()> 
     clean_result(&last_json(&run.stdout)?)?;
     Ok(())
 }
-
-/// A UnitedDeployment as OpenKruise v1.9 serves it: v1alpha1, its CloneSet template holding the
-/// v1alpha1 CloneSet spec (flat `updateStrategy` with `partition`, `maxUnavailable`, `paused`;
-/// `scaleStrategy.disablePVCReuse`), zone-a held by a manual partition of 1.
-const V1_9_UD: &str = r#"
-apiVersion: apps.kruise.io/v1alpha1
-kind: UnitedDeployment
-metadata:
-  name: v19-ud
-spec:
-  replicas: 4
-  selector:
-    matchLabels:
-      app: v19-ud
-  template:
-    cloneSetTemplate:
-      metadata:
-        labels:
-          app: v19-ud
-      spec:
-        selector:
-          matchLabels:
-            app: v19-ud
-        template:
-          metadata:
-            labels:
-              app: v19-ud
-          spec:
-            containers:
-              - name: main
-                image: nginx:1.25
-        updateStrategy:
-          type: InPlaceIfPossible
-          partition: 2
-          maxUnavailable: 1
-          maxSurge: 0
-          paused: true
-        scaleStrategy:
-          disablePVCReuse: true
-  topology:
-    subsets:
-      - name: zone-a
-        replicas: 2
-        nodeSelectorTerm:
-          matchExpressions:
-            - key: topology.kubernetes.io/zone
-              operator: In
-              values: [zone-a]
-      - name: zone-b
-        nodeSelectorTerm:
-          matchExpressions:
-            - key: topology.kubernetes.io/zone
-              operator: In
-              values: [zone-b]
-  updateStrategy:
-    type: Manual
-    manualUpdate:
-      partitions:
-        zone-a: 1
-"#;
 
 /// The `resource` objects of `selector` in the test namespace, read in v1alpha1.
 async fn v1alpha1_items(
@@ -724,7 +665,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         .await?;
     // A v1.9 UnitedDeployment written under OpenKruise's CRDs (no OpenKruise manager acts on it), kept
     // from here on like the rest.
-    bed.plane.kubectl_apply(NS, V1_9_UD).await?;
+    bed.plane.kubectl_apply(NS, V1_9_UNITEDDEPLOYMENT).await?;
     let written = v1alpha1_ud(bed, "v19-ud").await?;
     before.0.insert(
         format!("UnitedDeployment {NS}/v19-ud"),

@@ -13,7 +13,7 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::rollout::uniteddeployment::{Existing, allocate};
 use kruise_e2e::cloneset_kit::{name, restarts, uid};
-use kruise_e2e::{container_status, is_ready, node_name};
+use kruise_e2e::{V1_9_UNITEDDEPLOYMENT, container_status, is_ready, node_name};
 use kruise_testkit::{TestNamespace, eventually, fleet, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kubelet_sim::NodeSpecSim;
@@ -998,79 +998,6 @@ async fn adaptive_reservation_substitutes_then_hands_back() -> anyhow::Result<()
     .await
 }
 
-/// A UnitedDeployment as users of OpenKruise v1.9 write it: v1alpha1, its CloneSet template holding the
-/// v1alpha1 CloneSet spec with every rollout setting (flat `updateStrategy`, `scaleStrategy.disablePVCReuse`),
-/// paused, and zone-a held by a manual partition of 1.
-const V1_9_CLONESET_UD: &str = r#"apiVersion: apps.kruise.io/v1alpha1
-kind: UnitedDeployment
-metadata:
-  name: v19-ud
-spec:
-  replicas: 6
-  selector:
-    matchLabels:
-      app: v19-ud
-  template:
-    cloneSetTemplate:
-      metadata:
-        labels:
-          app: v19-ud
-      spec:
-        selector:
-          matchLabels:
-            app: v19-ud
-        template:
-          metadata:
-            labels:
-              app: v19-ud
-          spec:
-            containers:
-              - name: main
-                image: nginx:1.25
-        updateStrategy:
-          type: ReCreate
-          partition: 2
-          maxUnavailable: 1
-          maxSurge: 0
-          paused: true
-          priorityStrategy:
-            weightPriority:
-              - weight: 50
-                matchSelector:
-                  matchLabels:
-                    tier: front
-          scatterStrategy:
-            - key: app
-              value: v19-ud
-          inPlaceUpdateStrategy:
-            gracePeriodSeconds: 2
-        scaleStrategy:
-          disablePVCReuse: true
-          maxUnavailable: 2
-  topology:
-    subsets:
-      - name: zone-a
-        replicas: 3
-        nodeSelectorTerm:
-          matchExpressions:
-            - key: topology.kubernetes.io/zone
-              operator: In
-              values:
-                - zone-a
-      - name: zone-b
-        nodeSelectorTerm:
-          matchExpressions:
-            - key: topology.kubernetes.io/zone
-              operator: In
-              values:
-                - zone-b
-  updateStrategy:
-    type: Manual
-    manualUpdate:
-      partitions:
-        zone-a: 1
-"#;
-
 /// Whether every field of `want` is in `have` with the same value (lists item by item).
 fn holds_fields(have: &serde_json::Value, want: &serde_json::Value) -> bool {
     use serde_json::Value;
@@ -1123,14 +1050,14 @@ async fn v1_9_cloneset_template_settings_reach_the_subsets_and_steer_the_rollout
     ns.run(Box::pin(async {
         let ud = "v19-ud";
         let selector = "app=v19-ud";
-        let applied: serde_json::Value = serde_yaml::from_str(V1_9_CLONESET_UD)?;
+        let applied: serde_json::Value = serde_yaml::from_str(V1_9_UNITEDDEPLOYMENT)?;
         // kubectl validates strictly: an unknown field is refused ...
-        let bogus = V1_9_CLONESET_UD.replace("maxSurge: 0", "maxSurge: 0\n          bogusField: 1");
+        let bogus = V1_9_UNITEDDEPLOYMENT.replace("maxSurge: 0", "maxSurge: 0\n          bogusField: 1");
         let dir = std::env::temp_dir().join(format!("ud-v19-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let (bogus_path, path) = (dir.join("bogus.yaml"), dir.join("ud.yaml"));
         std::fs::write(&bogus_path, &bogus)?;
-        std::fs::write(&path, V1_9_CLONESET_UD)?;
+        std::fs::write(&path, V1_9_UNITEDDEPLOYMENT)?;
         let file = |p: &std::path::Path| p.display().to_string();
         let refused = ns
             .kubectl(&["apply", "--validate=strict", "--dry-run=server", "-f", &file(&bogus_path)])
