@@ -438,14 +438,10 @@ impl Clients {
     }
 
     /// For the lease alone: never rate-limited (a renewal must not queue behind a backlog of
-    /// controller writes), with request deadlines.
+    /// controller writes), with request deadlines; it never watches.
     fn election(&self) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
-            .with_layer(&liveness::WatchLayer::new(
-                self.watch_timing,
-                liveness::WatchHealth::default(),
-            ))
             .with_layer(&self.timeout)
             .build())
     }
