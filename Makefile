@@ -4,15 +4,16 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 
-.PHONY: run test fuzz control-plane helm openkruise image build manifests lint fmt bench bench-openkruise clean-local
+.PHONY: run test fuzz control-plane helm real-node openkruise image build manifests lint fmt bench bench-openkruise clean-local
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
 run: control-plane
 	$(CARGO) build -p kruise-testkit -p kruise-manager --bins
 	./target/debug/kruise-local up
 
-## test: build what is missing, then run every test: unit and end-to-end (real control plane).
-test: control-plane helm
+## test: build what is missing, then run every test: unit and end-to-end (real control plane), the
+## real-node lane included (real kubelets with containerd: tests/real_node.rs).
+test: control-plane helm real-node
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 
@@ -26,6 +27,12 @@ fuzz:
 ## etcd (3.6.4) from their Go modules into $(KRUISE_RS_CACHE); skips binaries already built.
 control-plane:
 	tools/build-control-plane.sh
+
+## real-node: what real nodes need (`kruise-local up --real-nodes N`, tests/real_node.rs): installs the
+## Debian packages containerd, runc, containernetworking-plugins, busybox-static and docker-registry when
+## missing (root), and builds the kubelet (v1.34.10) from its Go module into $(KRUISE_RS_CACHE); cached.
+real-node:
+	tools/build-real-node.sh
 
 ## helm: build the Helm CLI (v3.22.0) from its Go module into $(KRUISE_RS_CACHE)/helm-v3.22.0/bin; cached.
 helm:

@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control-plane commands that the test bed builds.
+// Package tools pins the Kubernetes control-plane commands and the kubelet (of real nodes) that the test bed builds.
 package tools
 
 import (
@@ -8,4 +8,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

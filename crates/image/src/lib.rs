@@ -100,20 +100,106 @@ fn layer_tar(binary: &[u8]) -> anyhow::Result<Vec<u8>> {
     builder.into_inner().context("finishing the layer tar")
 }
 
+/// A root-filesystem layer under construction: entries in the order they are added, every header with
+/// mtime 0 and owner root, so the same entries always give the same digest.
+pub struct Layer {
+    builder: tar::Builder<Vec<u8>>,
+}
+
+impl Default for Layer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Layer {
+    pub fn new() -> Self {
+        Self {
+            builder: tar::Builder::new(Vec::new()),
+        }
+    }
+
+    /// A directory (`path` relative, ending in `/`).
+    pub fn dir(&mut self, path: &str, mode: u32) -> anyhow::Result<&mut Self> {
+        let mut head = header(path, mode, 0, tar::EntryType::Directory)?;
+        self.builder
+            .append_data(&mut head, path, std::io::empty())
+            .with_context(|| format!("writing {path} into a tar"))?;
+        Ok(self)
+    }
+
+    /// A regular file.
+    pub fn file(&mut self, path: &str, mode: u32, bytes: &[u8]) -> anyhow::Result<&mut Self> {
+        append_file(&mut self.builder, path, mode, bytes)?;
+        Ok(self)
+    }
+
+    /// A symbolic link at `path` pointing to `target`.
+    pub fn symlink(&mut self, path: &str, target: &str) -> anyhow::Result<&mut Self> {
+        let mut head = header(path, 0o777, 0, tar::EntryType::Symlink)?;
+        self.builder
+            .append_link(&mut head, path, target)
+            .with_context(|| format!("writing the link {path} into a tar"))?;
+        Ok(self)
+    }
+
+    /// The uncompressed layer tar.
+    pub fn finish(self) -> anyhow::Result<Vec<u8>> {
+        self.builder.into_inner().context("finishing the layer tar")
+    }
+}
+
+/// The blobs of a one-layer image, each with its digest: what an OCI layout or a registry stores.
+#[derive(Clone, Debug)]
+pub struct Blobs {
+    pub layer_gz: Vec<u8>,
+    pub layer_digest: String,
+    pub config: Vec<u8>,
+    pub config_digest: String,
+    pub manifest: Vec<u8>,
+    pub manifest_digest: String,
+}
+
+impl Blobs {
+    /// Compresses `layer` (an uncompressed tar) and completes `config` (an OCI image config without
+    /// `rootfs`) with the layer's diff_id, then writes the manifest naming both.
+    pub fn new(layer: &[u8], mut config: Value, compression: u32) -> anyhow::Result<Self> {
+        let diff_id = sha256(layer);
+        let mut gz =
+            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(compression.min(9)));
+        gz.write_all(layer).context("compressing the layer")?;
+        let layer_gz = gz.finish().context("compressing the layer")?;
+        let layer_digest = sha256(&layer_gz);
+        config["rootfs"] = json!({"type": "layers", "diff_ids": [diff_id]});
+        let config = serde_json::to_vec(&config).context("serializing the image config")?;
+        let config_digest = sha256(&config);
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_TYPE,
+            "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": config.len()},
+            "layers": [{"mediaType": LAYER_TYPE, "digest": layer_digest, "size": layer_gz.len()}],
+        });
+        let manifest = serde_json::to_vec(&manifest).context("serializing the manifest")?;
+        let manifest_digest = sha256(&manifest);
+        Ok(Self {
+            layer_gz,
+            layer_digest,
+            config,
+            config_digest,
+            manifest,
+            manifest_digest,
+        })
+    }
+
+    /// The manifest's media type (for a registry's `Content-Type`).
+    pub const MANIFEST_MEDIA_TYPE: &'static str = MANIFEST_TYPE;
+}
+
 /// Writes the image archive to `out`.
 pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
     let binary =
         std::fs::read(spec.binary).with_context(|| format!("reading {}", spec.binary.display()))?;
     let layer = layer_tar(&binary)?;
-    let diff_id = sha256(&layer);
-    let mut gz = flate2::write::GzEncoder::new(
-        Vec::new(),
-        flate2::Compression::new(spec.compression.min(9)),
-    );
-    gz.write_all(&layer).context("compressing the layer")?;
-    let layer_gz = gz.finish().context("compressing the layer")?;
-    let layer_digest = sha256(&layer_gz);
-
     let user = format!("{NONROOT}:{NONROOT}");
     let config = json!({
         "created": "1970-01-01T00:00:00Z",
@@ -131,20 +217,16 @@ pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
                 "org.opencontainers.image.licenses": "Apache-2.0",
             },
         },
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "oci-image build (kruise-rs make image)"}],
     });
-    let config = serde_json::to_vec(&config).context("serializing the image config")?;
-    let config_digest = sha256(&config);
-
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": MANIFEST_TYPE,
-        "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": config.len()},
-        "layers": [{"mediaType": LAYER_TYPE, "digest": layer_digest, "size": layer_gz.len()}],
-    });
-    let manifest = serde_json::to_vec(&manifest).context("serializing the manifest")?;
-    let manifest_digest = sha256(&manifest);
+    let Blobs {
+        layer_gz,
+        layer_digest,
+        config,
+        config_digest,
+        manifest,
+        manifest_digest,
+    } = Blobs::new(&layer, config, spec.compression)?;
 
     let index = json!({
         "schemaVersion": 2,

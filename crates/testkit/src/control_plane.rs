@@ -224,6 +224,11 @@ impl ControlPlane {
     }
 
     /// PEM of the cluster CA (it signed the apiserver's certificate).
+    /// The admin's bearer token (what kubelets of real nodes present).
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
@@ -612,6 +617,9 @@ impl ControlPlane {
                 format!("--service-account-signing-key-file={}", self.path("sa.key")),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--allow-privileged=true".into(),
+                // Real nodes' kubelets are reached at their InternalIP (exec, logs, port-forward);
+                // their hostnames resolve nowhere.
+                "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
                 // As envtest: a Pod created right after its namespace must not wait for the default
                 // ServiceAccount.
                 "--disable-admission-plugins=ServiceAccount".into(),

@@ -10,10 +10,11 @@ pub mod helm;
 pub mod manager;
 pub mod monitor;
 pub mod process;
+pub mod realnode;
 pub mod testbed;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, Options};
 pub use monitor::{Limits, RolloutMonitor};
-pub use testbed::{TestBed, TestNamespace, testbed, testbed_with};
+pub use testbed::{TestBed, TestNamespace, testbed, testbed_with, testbed_with_real_nodes};
 pub use wait::{eventually, settled, until};

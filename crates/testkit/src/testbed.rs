@@ -24,6 +24,9 @@ pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 pub struct TestBed {
     pub plane: ControlPlane,
     pub nodes: Vec<NodeSpecSim>,
+    /// Names of the real nodes (empty unless started by [`testbed_with_real_nodes`]).
+    pub real_nodes: Vec<String>,
+    real: std::sync::Mutex<Option<crate::realnode::RealNodes>>,
     manager: OnceLock<Result<crate::manager::Manager, String>>,
 }
 
@@ -44,8 +47,20 @@ pub fn testbed() -> &'static TestBed {
 /// rest default) when this call starts it; once the test bed runs, `configure` is ignored, so a test
 /// binary that needs other options calls this, the same way, from every test.
 pub fn testbed_with(configure: fn(&mut Options)) -> &'static TestBed {
-    let bed =
-        BED.get_or_init(|| start_in_background(configure).map_err(|error| format!("{error:#}")));
+    testbed_of(configure, 0)
+}
+
+/// The test bed with `count` real nodes beside the simulated ones (see [`crate::realnode`]): real
+/// kubelets with containerd, labelled `kruise-rs.io/real-node=true`, zones round-robin. Call it the same
+/// way from every test of a binary.
+pub fn testbed_with_real_nodes(count: usize) -> &'static TestBed {
+    testbed_of(|_| {}, count)
+}
+
+fn testbed_of(configure: fn(&mut Options), real_nodes: usize) -> &'static TestBed {
+    let bed = BED.get_or_init(|| {
+        start_in_background(configure, real_nodes).map_err(|error| format!("{error:#}"))
+    });
     match bed {
         Ok(bed) => bed,
         Err(error) => panic!("the local control plane could not start: {error}"),
@@ -54,11 +69,16 @@ pub fn testbed_with(configure: fn(&mut Options)) -> &'static TestBed {
 
 extern "C" fn stop_at_exit() {
     if let Some(Ok(bed)) = BED.get() {
+        if let Ok(mut real) = bed.real.lock()
+            && let Some(real) = real.as_mut()
+        {
+            real.stop();
+        }
         bed.plane.stop();
     }
 }
 
-fn start_in_background(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
+fn start_in_background(configure: fn(&mut Options), real_nodes: usize) -> anyhow::Result<TestBed> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("testbed".into())
@@ -78,7 +98,7 @@ fn start_in_background(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
                 }
             };
             runtime.block_on(async move {
-                match start(configure).await {
+                match start(configure, real_nodes).await {
                     Ok(bed) => {
                         let _ = tx.send(Ok(bed));
                         // Keep the runtime, and with it kubelet-sim, alive for the whole test binary.
@@ -96,7 +116,7 @@ fn start_in_background(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
     Ok(bed)
 }
 
-async fn start(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
+async fn start(configure: fn(&mut Options), real_count: usize) -> anyhow::Result<TestBed> {
     let mut options = Options {
         crd_dir: Some(crd_dir()),
         ..Options::default()
@@ -118,9 +138,23 @@ async fn start(configure: fn(&mut Options)) -> anyhow::Result<TestBed> {
     wait_nodes_ready(&plane.client().await?, &nodes)
         .await
         .map_err(|e| e.context(plane.log_tails(30)))?;
+    let real = if real_count > 0 {
+        let options = crate::realnode::RealNodeOptions::new(real_count, &ZONES, plane.bin_dir());
+        match crate::realnode::RealNodes::start(&plane, &options).await {
+            Ok(real) => Some(real),
+            Err(error) => {
+                plane.stop();
+                return Err(error.context("starting the real nodes"));
+            }
+        }
+    } else {
+        None
+    };
     Ok(TestBed {
         plane,
         nodes,
+        real_nodes: real.as_ref().map(|r| r.names()).unwrap_or_default(),
+        real: std::sync::Mutex::new(real),
         manager: OnceLock::new(),
     })
 }
@@ -174,6 +208,15 @@ pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow:
 }
 
 impl TestBed {
+    /// The last `lines` of every real node's kubelet and containerd logs (for a failing test).
+    pub fn real_node_logs(&self, lines: usize) -> String {
+        self.real
+            .lock()
+            .ok()
+            .and_then(|real| real.as_ref().map(|r| r.log_tails(lines)))
+            .unwrap_or_default()
+    }
+
     /// The test binary's kruise-manager (started on first call, webhook wired into the apiserver). Panics
     /// with its log if it cannot start.
     pub fn manager(&'static self) -> &'static crate::manager::ManagerPorts {

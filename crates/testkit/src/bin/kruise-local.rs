@@ -1,7 +1,9 @@
 //! `kruise-local`: a local Kubernetes cluster for kruise-rs on 127.0.0.1.
 //!
-//! `kruise-local up [--nodes N]` starts etcd, kube-apiserver (with the apps.kruise.io CRDs),
-//! kube-controller-manager, kube-scheduler, N simulated nodes (kubelet-sim) spread over zones and
+//! `kruise-local up [--nodes N] [--real-nodes M]` starts etcd, kube-apiserver (with the apps.kruise.io
+//! CRDs), kube-controller-manager, kube-scheduler, N simulated nodes (kubelet-sim) spread over zones, M
+//! real nodes (a kubelet with containerd each, labelled `kruise-rs.io/real-node=true`; needs root and
+//! `make real-node`) and
 //! kruise-manager (webhooks at https://127.0.0.1:<port>), writes an admin kubeconfig, prints
 //! `kruise-local: ready`, and runs until SIGINT/SIGTERM, then stops everything and removes its files.
 //! A kruise-manager that exits unexpectedly is logged and started again with the same arguments, after
@@ -19,6 +21,7 @@ use clap::{Parser, Subcommand};
 use kruise_testkit::control_plane::{ControlPlane, Options, default_bin_dir};
 use kruise_testkit::fleet;
 use kruise_testkit::manager::{self, Manager};
+use kruise_testkit::realnode::{RealNodeOptions, RealNodes};
 use kruise_testkit::testbed::wait_nodes_ready;
 use kubelet_sim::NodeSpecSim;
 
@@ -101,6 +104,11 @@ struct UpArgs {
     /// Number of simulated nodes.
     #[arg(long, default_value_t = 3)]
     nodes: u16,
+    /// Number of real nodes: a real kubelet (v1.34.10) with its own containerd and runc each, in its own
+    /// network namespace, pulling locally built images from a local registry (`make real-node` first;
+    /// needs root). They carry the label `kruise-rs.io/real-node=true`.
+    #[arg(long, default_value_t = 0)]
+    real_nodes: usize,
     /// Zones assigned round-robin to the nodes (label topology.kubernetes.io/zone).
     #[arg(long, value_delimiter = ',', default_value = "zone-a,zone-b,zone-c")]
     zones: Vec<String>,
@@ -218,6 +226,26 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     ));
     kubelet_sim::volumes::spawn(plane.client().await?, std::future::pending());
     wait_nodes_ready(&plane.client().await?, &nodes).await?;
+    let mut real_nodes = if args.real_nodes > 0 {
+        let zones: Vec<&str> = args.zones.iter().map(String::as_str).collect();
+        let options = RealNodeOptions::new(args.real_nodes, &zones, plane.bin_dir());
+        let real = match RealNodes::start(&plane, &options).await {
+            Ok(real) => real,
+            Err(error) => {
+                plane.stop();
+                return Err(error.context("starting the real nodes"));
+            }
+        };
+        eprintln!(
+            "kruise-local: real nodes {} Ready (images served by 127.0.0.1:{}, logs in {})",
+            real.names().join(", "),
+            real.registry.port,
+            real.dir().display()
+        );
+        Some(real)
+    } else {
+        None
+    };
 
     let manager = if args.no_manager {
         None
@@ -258,6 +286,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     );
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), sim).await;
+    if let Some(real) = real_nodes.as_mut() {
+        real.stop();
+    }
     plane.stop();
     let _ = std::fs::remove_file(&args.kubeconfig);
     eprintln!("kruise-local: stopped");

@@ -1,0 +1,351 @@
+//! Real nodes beside kubelet-sim: each a real kubelet (v1.34.10, built from the same Go module as the
+//! control plane) with its own containerd and runc, in a network namespace of its own, pulling locally
+//! built images from a local registry. They judge what only a real kubelet can: that an in-place update
+//! really restarts just the changed container, that probes, hooks and image pulls behave as kubelet-sim
+//! says they do.
+//!
+//! What this machine needs (Debian packages, installed by `make real-node`): containerd, runc,
+//! containernetworking-plugins, busybox-static, docker-registry; and root (network namespaces, mounts).
+
+#![allow(unsafe_code)]
+
+pub mod cleanup;
+pub mod config;
+pub mod images;
+pub mod net;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+
+use crate::control_plane::ControlPlane;
+use crate::process::Process;
+use config::NodeLayout;
+use images::Registry;
+use net::NodeNet;
+
+/// The label every real node carries (`kruise-rs.io/real-node: "true"`); select it to run a Pod on one.
+pub const REAL_NODE_LABEL: &str = "kruise-rs.io/real-node";
+
+/// Port of the apiserver forwarder on each node's loopback (the node has its own namespace, so a fixed
+/// port cannot collide).
+const NODE_APISERVER_PORT: u16 = 6443;
+/// Port of the registry forwarder on each node's loopback.
+const NODE_REGISTRY_PORT: u16 = 5000;
+
+/// How to start real nodes.
+#[derive(Clone, Debug)]
+pub struct RealNodeOptions {
+    pub count: usize,
+    /// Zones, given round-robin as `topology.kubernetes.io/zone`.
+    pub zones: Vec<String>,
+    /// Node names are `<prefix>-<index>`.
+    pub name_prefix: String,
+    /// The kubelet binary.
+    pub kubelet: PathBuf,
+}
+
+impl RealNodeOptions {
+    pub fn new(count: usize, zones: &[&str], bin_dir: &Path) -> Self {
+        Self {
+            count,
+            zones: zones.iter().map(|z| z.to_string()).collect(),
+            name_prefix: "real".into(),
+            kubelet: bin_dir.join("kubelet"),
+        }
+    }
+}
+
+/// One running node.
+pub struct RealNode {
+    pub layout: NodeLayout,
+    pub net: NodeNet,
+    containerd: Process,
+    kubelet: Process,
+}
+
+impl RealNode {
+    pub fn name(&self) -> &str {
+        &self.layout.name
+    }
+
+    /// The last lines of its kubelet's and containerd's logs.
+    pub fn log_tails(&self, lines: usize) -> String {
+        format!(
+            "----- kubelet {} -----\n{}\n----- containerd {} -----\n{}\n",
+            self.layout.name,
+            crate::process::tail(&self.kubelet.log, lines),
+            self.layout.name,
+            crate::process::tail(&self.containerd.log, lines),
+        )
+    }
+}
+
+/// Real nodes and the registry they pull from. [`RealNodes::stop`] (also run on drop) stops every
+/// kubelet, container, shim and containerd, unmounts what they mounted and removes the namespaces.
+pub struct RealNodes {
+    dir: PathBuf,
+    pub registry: Registry,
+    pub nodes: Vec<RealNode>,
+    stopped: bool,
+}
+
+impl RealNodes {
+    /// Starts the registry and pushes the test images, then `options.count` nodes, and waits until every
+    /// node is Ready. Call it on the tokio runtime that outlives the nodes: the forwarders run on it.
+    pub async fn start(plane: &ControlPlane, options: &RealNodeOptions) -> anyhow::Result<Self> {
+        preflight(options)?;
+        let dir = plane.dir().join("real-nodes");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let registry_port = crate::process::free_port()?;
+        let registry = tokio::task::block_in_place(|| -> anyhow::Result<Registry> {
+            let registry = Registry::start(&dir.join("registry"), registry_port)?;
+            registry.push_test_images()?;
+            Ok(registry)
+        })?;
+        let wrapper = dir.join("runc-wrapper");
+        config::write_runc_wrapper(&wrapper)?;
+        let mut this = Self {
+            dir: dir.clone(),
+            registry,
+            nodes: Vec::new(),
+            stopped: false,
+        };
+        // The tag keeps two clusters on one machine (a test run beside `kruise-local`) apart.
+        let tag = format!("{}", std::process::id() % 100_000);
+        let prefix = format!("10.{}", 200 + std::process::id() % 50);
+        for index in 0..options.count {
+            let name = format!("{}-{index}", options.name_prefix);
+            let net = NodeNet::plan(&tag, index, &prefix);
+            let zone = options
+                .zones
+                .get(index % options.zones.len().max(1))
+                .cloned()
+                .unwrap_or_else(|| "zone-a".into());
+            let layout = NodeLayout {
+                name: name.clone(),
+                dir: dir.join(&name),
+                ip: net.node_ip.clone(),
+                pod_cidr: format!("10.244.{}.0/24", index + 1),
+                apiserver_port: NODE_APISERVER_PORT,
+                registry_port: NODE_REGISTRY_PORT,
+                mirrored_registries: images::MIRRORED_REGISTRIES
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                pause_image: images::PAUSE_IMAGE.into(),
+                runc_wrapper: wrapper.clone(),
+                labels: vec![
+                    ("topology.kubernetes.io/zone".into(), zone),
+                    (REAL_NODE_LABEL.into(), "true".into()),
+                ],
+            };
+            let node = start_node(plane, options, layout, net, registry_port)
+                .with_context(|| format!("starting real node {name}"))?;
+            this.nodes.push(node);
+        }
+        let names: Vec<String> = this.nodes.iter().map(|n| n.name().to_string()).collect();
+        if let Err(error) = wait_ready(plane, &names).await {
+            let tails: String = this.nodes.iter().map(|n| n.log_tails(40)).collect();
+            return Err(error.context(tails));
+        }
+        Ok(this)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name().to_string()).collect()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn log_tails(&self, lines: usize) -> String {
+        self.nodes.iter().map(|n| n.log_tails(lines)).collect()
+    }
+
+    /// Stops everything the nodes started; idempotent.
+    pub fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        for node in &mut self.nodes {
+            node.kubelet.stop(Duration::from_secs(5));
+        }
+        for node in &mut self.nodes {
+            cleanup::stop_containers(&node.layout);
+            node.containerd.stop(Duration::from_secs(5));
+            cleanup::kill_shims(&node.layout);
+            cleanup::unmount_under(&node.layout.dir);
+            node.net.delete();
+        }
+        self.registry.process.stop(Duration::from_secs(2));
+        cleanup::unmount_under(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for RealNodes {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Fails with what is missing before anything is started.
+fn preflight(options: &RealNodeOptions) -> anyhow::Result<()> {
+    ensure!(
+        options.kubelet.is_file(),
+        "no kubelet at {} (run `make real-node`)",
+        options.kubelet.display()
+    );
+    for program in ["containerd", "runc", "docker-registry", "nsenter", "ip"] {
+        images::which(program)?;
+    }
+    ensure!(
+        Path::new("/usr/lib/cni/bridge").is_file(),
+        "the CNI plugins are not installed in /usr/lib/cni (run `make real-node`)"
+    );
+    ensure!(
+        Path::new(images::BUSYBOX).is_file(),
+        "{} is not installed (run `make real-node`)",
+        images::BUSYBOX
+    );
+    // SAFETY: geteuid has no preconditions.
+    ensure!(
+        unsafe { libc::geteuid() } == 0,
+        "real nodes need root (network namespaces, mounts)"
+    );
+    Ok(())
+}
+
+fn start_node(
+    plane: &ControlPlane,
+    options: &RealNodeOptions,
+    layout: NodeLayout,
+    net: NodeNet,
+    registry_port: u16,
+) -> anyhow::Result<RealNode> {
+    for sub in [
+        "containerd",
+        "cni/net.d",
+        "cni/ipam",
+        "kubelet/pki",
+        "pod-logs",
+    ] {
+        std::fs::create_dir_all(layout.path(sub))
+            .with_context(|| format!("creating {}", layout.path(sub).display()))?;
+    }
+    let write = |name: &str, text: String| {
+        let path = layout.path(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write("containerd.toml", config::containerd_toml(&layout))?;
+    write(
+        "cni/net.d/10-kruise-rs.conflist",
+        config::cni_conflist(&layout),
+    )?;
+    write("kubelet.yaml", config::kubelet_yaml(&layout))?;
+    write(
+        "kubelet.kubeconfig",
+        config::kubelet_kubeconfig(&layout, plane.ca_pem(), plane.admin_token()),
+    )?;
+    net.create()?;
+    let started = start_processes(plane, options, &layout, &net, registry_port);
+    match started {
+        Ok((containerd, kubelet)) => Ok(RealNode {
+            layout,
+            net,
+            containerd,
+            kubelet,
+        }),
+        Err(error) => {
+            cleanup::stop_containers(&layout);
+            cleanup::kill_shims(&layout);
+            net.delete();
+            Err(error)
+        }
+    }
+}
+
+fn start_processes(
+    plane: &ControlPlane,
+    options: &RealNodeOptions,
+    layout: &NodeLayout,
+    net: &NodeNet,
+    registry_port: u16,
+) -> anyhow::Result<(Process, Process)> {
+    for (inside, outside) in [
+        (NODE_APISERVER_PORT, plane.ports().apiserver),
+        (NODE_REGISTRY_PORT, registry_port),
+    ] {
+        let listener = net::listen_in(&net.netns_path(), inside)?;
+        net::forward(listener, outside)?;
+    }
+    let nsenter = images::which("nsenter")?;
+    let in_netns = |program: PathBuf, args: Vec<String>| {
+        let mut all = vec![format!("--net={}", net.netns_path()), "--".into()];
+        all.push(program.display().to_string());
+        all.extend(args);
+        all
+    };
+    let containerd = Process::spawn(
+        &format!("containerd-{}", layout.name),
+        &nsenter,
+        &in_netns(
+            images::which("containerd")?,
+            config::containerd_args(layout),
+        ),
+        &layout.path("containerd.log"),
+    )?;
+    wait_for_socket(&layout.containerd_socket(), &containerd.log)?;
+    let kubelet = Process::spawn(
+        &format!("kubelet-{}", layout.name),
+        &nsenter,
+        &in_netns(options.kubelet.clone(), config::kubelet_args(layout)),
+        &layout.path("kubelet.log"),
+    )?;
+    Ok((containerd, kubelet))
+}
+
+fn wait_for_socket(socket: &Path, log: &Path) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "containerd did not open {} within 30 s: {}",
+            socket.display(),
+            crate::process::tail(log, 20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Waits until every named node is registered, Ready and free of the not-ready taints.
+async fn wait_ready(plane: &ControlPlane, names: &[String]) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(plane.client().await?);
+    crate::wait::until("real nodes Ready", Duration::from_secs(180), || {
+        let api = api.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await?;
+            Ok(names.iter().all(|name| {
+                list.items.iter().any(|node| {
+                    node.metadata.name.as_deref() == Some(name.as_str())
+                        && crate::fleet::node_is_ready(node)
+                        && !node
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .is_some_and(|t| {
+                                t.iter().any(|t| t.key.starts_with("node.kubernetes.io/"))
+                            })
+                })
+            }))
+        }
+    })
+    .await
+}
