@@ -373,8 +373,9 @@ impl TestNamespace {
 
     /// `kubectl <args> -n <namespace>`.
     pub async fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["-n", self.name.as_str()]);
+        // The namespace goes first: after a `--` (kubectl exec) it would be the command's.
+        let mut all: Vec<&str> = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
         self.bed.plane.kubectl(&all).await
     }
 

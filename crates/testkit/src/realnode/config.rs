@@ -46,16 +46,10 @@ impl NodeLayout {
 }
 
 /// containerd 1.6's configuration (version 2) for one node: its own root, state, socket and runc root,
-/// the CRI plugin with our sandbox image, the runc wrapper, the node's CNI network, and mirrors sending
-/// every pull of a mirrored registry to the local one.
+/// the CRI plugin with our sandbox image, the runc wrapper, the node's CNI network, and a registry
+/// configuration directory ([`registry_hosts`]) sending every pull of a mirrored registry to the local
+/// one.
 pub fn containerd_toml(node: &NodeLayout) -> String {
-    let mut mirrors = String::new();
-    for host in &node.mirrored_registries {
-        mirrors.push_str(&format!(
-            "\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{host}\"]\n  endpoint = [\"http://127.0.0.1:{}\"]\n",
-            node.registry_port
-        ));
-    }
     format!(
         r#"version = 2
 root = "{root}"
@@ -91,7 +85,10 @@ state = "{state}"
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "{cni}"
-{mirrors}"#,
+
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "{hosts}"
+"#,
         root = node.path("containerd/root").display(),
         state = node.path("containerd/state").display(),
         socket = node.containerd_socket().display(),
@@ -100,7 +97,27 @@ state = "{state}"
         wrapper = node.runc_wrapper.display(),
         runc_root = node.runc_root().display(),
         cni = node.path("cni/net.d").display(),
+        hosts = node.path("registry.d").display(),
     )
+}
+
+/// The registry configuration of each mirrored registry host, as (path under the node, `hosts.toml`).
+/// `server` is the local registry itself, not only a mirror: a pull it cannot serve fails at once with
+/// "not found" instead of falling back to the real registry (which this machine cannot reach, and whose
+/// name it cannot even resolve inside a node's namespace).
+pub fn registry_hosts(node: &NodeLayout) -> Vec<(PathBuf, String)> {
+    let local = format!("http://127.0.0.1:{}", node.registry_port);
+    node.mirrored_registries
+        .iter()
+        .map(|host| {
+            (
+                PathBuf::from("registry.d").join(host).join("hosts.toml"),
+                format!(
+                    "server = \"{local}\"\n\n[host.\"{local}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n"
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The node's Pod network: a bridge inside the node's network namespace with host-local addresses from
@@ -294,13 +311,26 @@ mod tests {
             r#"address = "/run/krs/real-0/containerd/containerd.sock""#,
             r#"Root = "/run/krs/real-0/containerd/runc""#,
             r#"BinaryName = "/run/krs/runc-wrapper""#,
-            r#"registry.mirrors."docker.io"]"#,
-            r#"registry.mirrors."registry.k8s.io"]"#,
-            r#"endpoint = ["http://127.0.0.1:5000"]"#,
+            r#"config_path = "/run/krs/real-0/registry.d""#,
             r#"sandbox_image = "registry.k8s.io/pause:3.10""#,
         ] {
             assert!(toml.contains(want), "missing {want} in\n{toml}");
         }
+    }
+
+    #[test]
+    fn every_mirrored_registry_is_served_by_the_local_one_only() {
+        let hosts = registry_hosts(&layout());
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(hosts[0].0, PathBuf::from("registry.d/docker.io/hosts.toml"));
+        assert!(
+            hosts[0]
+                .1
+                .starts_with("server = \"http://127.0.0.1:5000\"\n"),
+            "{}",
+            hosts[0].1
+        );
+        assert!(hosts[1].1.contains("[host.\"http://127.0.0.1:5000\"]"));
     }
 
     #[test]

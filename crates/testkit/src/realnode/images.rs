@@ -104,6 +104,16 @@ pub const IMAGES: &[(&str, Role)] = &[
         "registry.k8s.io/e2e-test-images/nginx:1.15-4",
         Role::WebServer(NGINX_ROOT),
     ),
+    // SidecarSet hot upgrade: the idle twin's empty image and two sidecar versions.
+    ("docker.io/openkruise/hotupgrade-sample:empty", Role::Pause),
+    (
+        "docker.io/openkruise/hotupgrade-sample:sidecarv1",
+        Role::Pause,
+    ),
+    (
+        "docker.io/openkruise/hotupgrade-sample:sidecarv2",
+        Role::Pause,
+    ),
 ];
 
 /// A reference split into what a registry needs: `docker.io/library/nginx:alpine` →

@@ -248,6 +248,14 @@ fn start_node(
         "cni/net.d/10-kruise-rs.conflist",
         config::cni_conflist(&layout),
     )?;
+    for (path, text) in config::registry_hosts(&layout) {
+        let path = layout.dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     write("kubelet.yaml", config::kubelet_yaml(&layout))?;
     write(
         "kubelet.kubeconfig",
