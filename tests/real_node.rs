@@ -814,3 +814,97 @@ async fn sidecarset_hot_upgrade_hands_over_on_a_real_kubelet() -> anyhow::Result
     )
     .await
 }
+
+// ------------------------------------------------------------------------------------------------------
+// In-place resize.
+
+/// A CloneSet's resources change is applied in place by the real kubelet: the Pod's cgroup gets the new
+/// CPU quota, the container keeps running (restartCount 0), the Pod keeps its UID and IP.
+#[tokio::test]
+async fn cloneset_resources_change_is_resized_in_place_by_the_kubelet() -> anyhow::Result<()> {
+    let bed = bed();
+    let ns = bed.namespace("rn-resize").await?;
+    let ns = &ns;
+    with_node_logs(bed, ns.run(async move {
+        let template = json!({"containers": [{
+            "name": cloneset_kit::CONTAINER,
+            "image": OLD_IMAGE,
+            "readinessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1},
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {"cpu": "200m", "memory": "128Mi"},
+            },
+        }]});
+        let mut doc = seed_cloneset("resize", template);
+        doc["spec"]["replicas"] = json!(1);
+        cloneset_kit::apply(ns, &doc).await?;
+        let (_, before) = wait_converged(ns, "resize", 1, TIMEOUT).await?;
+        let pod = cloneset_kit::name(&before[0]);
+        let patch = json!([
+            {"op": "replace", "path": "/spec/template/spec/containers/0/resources/requests/cpu", "value": "150m"},
+            {"op": "replace", "path": "/spec/template/spec/containers/0/resources/limits/cpu", "value": "300m"},
+        ]);
+        ns.kubectl(&["patch", "cloneset", "resize", "--type=json", "-p", &patch.to_string()])
+            .await?;
+        let api: Api<Pod> = ns.api();
+        let after = eventually("the kubelet reports the resized limits", TIMEOUT, || async {
+            let p = api.get(&pod).await?;
+            let limit = container_status(&p, "nginx")
+                .and_then(|s| s.resources)
+                .and_then(|r| r.limits)
+                .and_then(|l| l.get("cpu").map(|q| q.0.clone()));
+            Ok((limit.as_deref() == Some("300m") && is_ready(&p)).then_some(p))
+        })
+        .await?;
+        ensure!(
+            identities(&before) == identities(std::slice::from_ref(&after)),
+            "the Pod was replaced"
+        );
+        let status = status_of(&after, "nginx")?;
+        ensure!(status.restart_count == 0, "the container restarted: {status:?}");
+        let allocated = status
+            .allocated_resources
+            .as_ref()
+            .and_then(|a| a.get("cpu"))
+            .map(|q| q.0.clone());
+        ensure!(allocated.as_deref() == Some("150m"), "allocatedResources cpu {allocated:?}");
+        // The runtime's truth: the container's CFS quota is 300m of a 100 ms period.
+        let container_id = status
+            .container_id
+            .as_deref()
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .context("no containerd container ID")?
+            .to_string();
+        let quota = find_cfs_quota(&container_id).context("no cgroup for the container")?;
+        ensure!(quota == 30_000, "cpu.cfs_quota_us {quota}, wanted 30000");
+        Ok(())
+    }))
+    .await
+}
+
+/// The CFS quota of the container whose cgroup directory is named `container_id`, searched under the
+/// real nodes' cgroup roots.
+fn find_cfs_quota(container_id: &str) -> Option<i64> {
+    fn search(dir: &std::path::Path, id: &str, depth: usize) -> Option<i64> {
+        if dir.file_name().and_then(|n| n.to_str()) == Some(id) {
+            return std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok();
+        }
+        if depth == 0 {
+            return None;
+        }
+        std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .find_map(|e| search(&e.path(), id, depth - 1))
+    }
+    search(
+        std::path::Path::new("/sys/fs/cgroup/cpu/kruise-rs"),
+        container_id,
+        6,
+    )
+}

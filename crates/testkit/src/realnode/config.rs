@@ -144,8 +144,8 @@ pub fn cni_conflist(node: &NodeLayout) -> String {
     .to_string()
 }
 
-/// The kubelet's configuration for this machine: cgroup v1 with the cgroupfs driver and no per-QoS
-/// cgroups (the machine's cgroup tree is not ours to reorganise), no node-allocatable enforcement, swap
+/// The kubelet's configuration for this machine: cgroup v1 with the cgroupfs driver, per-QoS and per-Pod
+/// cgroups under the node's own root (see [`super::cgroups`]), no node-allocatable enforcement, swap
 /// tolerated, authentication and authorization off (the apiserver calls it without a client
 /// certificate), no eviction or image garbage collection on a shared disk, its own Pod-log directory.
 pub fn kubelet_yaml(node: &NodeLayout) -> String {
@@ -165,7 +165,8 @@ authentication:
 authorization:
   mode: AlwaysAllow
 cgroupDriver: cgroupfs
-cgroupsPerQOS: false
+cgroupsPerQOS: true
+cgroupRoot: {cgroup_root}
 enforceNodeAllocatable: []
 failSwapOn: false
 failCgroupV1: false
@@ -189,6 +190,7 @@ maxPods: 60
 registerNode: true
 "#,
         ip = node.ip,
+        cgroup_root = super::cgroups::root_for(&node.name),
         socket = node.containerd_socket().display(),
         logs = node.path("pod-logs").display(),
     )

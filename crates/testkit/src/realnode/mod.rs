@@ -9,6 +9,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod cgroups;
 pub mod cleanup;
 pub mod config;
 pub mod images;
@@ -182,6 +183,7 @@ impl RealNodes {
             cleanup::kill_shims(&node.layout);
             cleanup::unmount_under(&node.layout.dir);
             node.net.delete();
+            cgroups::remove(&cgroups::root_for(&node.layout.name));
         }
         self.registry.process.stop(Duration::from_secs(2));
         cleanup::unmount_under(&self.dir);
@@ -261,6 +263,7 @@ fn start_node(
         "kubelet.kubeconfig",
         config::kubelet_kubeconfig(&layout, plane.ca_pem(), plane.admin_token()),
     )?;
+    cgroups::create(&cgroups::root_for(&layout.name))?;
     net.create()?;
     let started = start_processes(plane, options, &layout, &net, registry_port);
     match started {
@@ -274,6 +277,7 @@ fn start_node(
             cleanup::stop_containers(&layout);
             cleanup::kill_shims(&layout);
             net.delete();
+            cgroups::remove(&cgroups::root_for(&layout.name));
             Err(error)
         }
     }
