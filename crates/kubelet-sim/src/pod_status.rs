@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, Pod, PodCondition, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
@@ -218,6 +219,9 @@ struct KubeletStatus {
     init_containers: Vec<ContainerStatus>,
     containers: Vec<ContainerStatus>,
     conditions: Vec<PodCondition>,
+    /// The Pod's `metadata.generation` this status reflects: the v1.34 kubelet writes it to
+    /// `status.observedGeneration` and to each condition it owns.
+    observed_generation: Option<i64>,
     /// Why the node rejected the Pod (only then).
     reason: Option<String>,
     message: Option<String>,
@@ -240,6 +244,7 @@ impl KubeletStatus {
             init_containers: status.init_container_statuses.unwrap_or_default(),
             containers: status.container_statuses.unwrap_or_default(),
             conditions: sort_conditions(conditions),
+            observed_generation: status.observed_generation,
             reason: status.reason,
             message: status.message,
         }
@@ -262,6 +267,9 @@ impl KubeletStatus {
                 "conditions": self.conditions,
             }
         });
+        if let Some(generation) = self.observed_generation {
+            patch["status"]["observedGeneration"] = json!(generation);
+        }
         for (key, value) in [("reason", &self.reason), ("message", &self.message)] {
             if let Some(value) = value {
                 patch["status"][key] = json!(value);
@@ -463,6 +471,7 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
     }
 
     next.phase = phase(&next.containers);
+    next.observed_generation = pod.metadata.generation;
     next.conditions = conditions(pod, &current.conditions, &next, now);
 
     Plan {
@@ -504,15 +513,26 @@ fn completed_init(c: &Container, now: Timestamp, input: &mut PlanInput<'_>) -> C
         ready: false,
         restart_count: 0,
         resources: resources(c),
+        allocated_resources: allocated(c),
         ..Default::default()
     }
 }
 
+/// `status.containerStatuses[].resources`: what the runtime applied. The v1.34 kubelet reports it for
+/// every container, `{}` when the container asks for nothing.
 fn resources(c: &Container) -> Option<ResourceRequirements> {
+    let r = c.resources.clone().unwrap_or_default();
+    Some(ResourceRequirements { claims: None, ..r })
+}
+
+/// `status.containerStatuses[].allocatedResources`: the requests the node admitted the container with
+/// (after an in-place resize, the resized ones); absent when it requests nothing, as the kubelet
+/// reports it.
+fn allocated(c: &Container) -> Option<BTreeMap<String, Quantity>> {
     c.resources
-        .clone()
-        .filter(|r| r.limits.is_some() || r.requests.is_some())
-        .map(|r| ResourceRequirements { claims: None, ..r })
+        .as_ref()
+        .and_then(|r| r.requests.clone())
+        .filter(|requests| !requests.is_empty())
 }
 
 /// The next status of one long-running container (app container or native sidecar).
@@ -539,6 +559,7 @@ fn step_container(
         // Exited for good (Never, or OnFailure with exit 0): a kubelet does not start it again.
         return ContainerStatus {
             resources: resources(spec),
+        allocated_resources: allocated(spec),
             ..cur.clone()
         };
     }
@@ -586,6 +607,7 @@ fn step_container(
             wake.at(ends);
             return ContainerStatus {
                 resources: resources(spec),
+        allocated_resources: allocated(spec),
                 ..cur.clone()
             };
         }
@@ -693,6 +715,7 @@ fn step_container(
         ready,
         started: Some(!steer.startup_fails),
         resources: resources(spec),
+        allocated_resources: allocated(spec),
         ..cur.clone()
     }
 }
@@ -751,6 +774,7 @@ fn waiting(
         ready: false,
         restart_count,
         resources: resources(spec),
+        allocated_resources: allocated(spec),
         ..Default::default()
     }
 }
@@ -793,6 +817,7 @@ fn run(
         ready,
         restart_count,
         resources: resources(spec),
+        allocated_resources: allocated(spec),
         ..Default::default()
     }
 }
@@ -835,6 +860,7 @@ fn exit(
             started: Some(false),
             ready: false,
             resources: resources(spec),
+        allocated_resources: allocated(spec),
             ..cur.clone()
         };
     }
@@ -994,7 +1020,7 @@ fn conditions(
                 message,
                 last_transition_time,
                 last_probe_time: previous.and_then(|p| p.last_probe_time.clone()),
-                observed_generation: previous.and_then(|p| p.observed_generation),
+                observed_generation: pod.metadata.generation,
             }
         })
         .collect();

@@ -68,6 +68,14 @@ pub fn remove(root: &str) {
     }
 }
 
+/// Removes the parent of every node's root (`/kruise-rs`) where it is empty: another cluster's nodes
+/// may still use it.
+pub fn remove_parent() {
+    for hierarchy in hierarchies() {
+        let _ = std::fs::remove_dir(hierarchy.join("kruise-rs"));
+    }
+}
+
 fn remove_tree(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {

@@ -185,6 +185,7 @@ impl RealNodes {
             node.net.delete();
             cgroups::remove(&cgroups::root_for(&node.layout.name));
         }
+        cgroups::remove_parent();
         self.registry.process.stop(Duration::from_secs(2));
         cleanup::unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
