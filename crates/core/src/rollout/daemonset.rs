@@ -31,13 +31,13 @@ use kruise_api::intstr::{IntOrPercent, Round};
 use kruise_api::keys;
 use kruise_api::validation::selector_matches;
 
-use super::cloneset::InvalidSetting;
-use super::statefulset::{Revision, running_and_available};
+use super::statefulset::running_and_available;
+use super::{InvalidSetting, Revision};
 use crate::inplace::{self, Completion, InPlacePlan, PlanOptions};
 use crate::lifecycle;
 use crate::pods::{self, LifecycleState};
 
-pub use super::statefulset::slow_start_batches;
+pub use super::slow_start_batches;
 
 const FIELD_MAX_UNAVAILABLE: &str = "spec.updateStrategy.rollingUpdate.maxUnavailable";
 const FIELD_MAX_SURGE: &str = "spec.updateStrategy.rollingUpdate.maxSurge";

@@ -35,7 +35,8 @@ use super::{
 };
 use crate::inplace::with_default_tag;
 use crate::pods;
-use crate::rollout::cloneset::{InvalidSetting, partition_replicas};
+use crate::rollout::InvalidSetting;
+use crate::rollout::cloneset::partition_replicas;
 use crate::rollout::ordering;
 
 pub use super::hot_upgrade::{flip_patch, working_and_idle, working_containers};
