@@ -5,6 +5,7 @@ pub mod cloneset;
 pub mod common;
 pub mod daemonset;
 pub mod ordering;
+pub mod preview;
 pub mod statefulset;
 pub mod uniteddeployment;
 

@@ -23,7 +23,7 @@ pub mod upgrade;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-pub use annotations::{UpgradeSpec, parse_upgrade_specs};
+pub use annotations::{UpgradeSpec, hashes, parse_upgrade_specs};
 pub use hot_upgrade::{
     ANNOTATION_VERSION_ALT_PREFIX, ANNOTATION_VERSION_PREFIX, ENV_SIDECARSET_VERSION,
     ENV_SIDECARSET_VERSION_ALT, hot_upgrade_names,
