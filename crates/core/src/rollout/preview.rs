@@ -1186,6 +1186,35 @@ pub fn statefulset_revision_name(
     )
 }
 
+/// The name of the revision a UnitedDeployment's template gets (`<ud>-<hash>`), as its controller
+/// names it: the hash of the whole template in its v1alpha1 form.
+pub fn uniteddeployment_revision_name(
+    ud: &UnitedDeployment,
+    collision: Option<i32>,
+) -> Result<String, PreviewError> {
+    let template =
+        kruise_api::uniteddeployment::template_as_v1alpha1(&ud.metadata, &ud.spec.template);
+    let data = ud_core::revision_data(&template).map_err(|e| PreviewError(e.to_string()))?;
+    let mut meta = ud.metadata.clone();
+    meta.annotations = None;
+    let parent = revision::Parent {
+        kind: "UnitedDeployment",
+        meta: &meta,
+    };
+    Ok(revision::build_revision(
+        parent,
+        None,
+        ud_core::revision_labels(&ud.spec.template),
+        data,
+        0,
+        collision,
+    )
+    .map_err(|e| PreviewError(e.to_string()))?
+    .metadata
+    .name
+    .unwrap_or_default())
+}
+
 /// The name of the revision an Advanced DaemonSet's template gets (`<set>-<hash>`).
 pub fn daemonset_revision_name(
     ds: &DaemonSet,
