@@ -533,6 +533,21 @@ async fn rollout_status_follows_a_sidecar_upgrade() -> anyhow::Result<()> {
 
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
         let image = "log-service/logtail:v2";
+        // The plan names every matched Pod, one per batch (maxUnavailable 1), upgraded in place.
+        let (plan, planned) =
+            plan_json(&ns, &[&target, "--image", &format!("{LOGTAIL}={image}")]).await?;
+        let mut names: Vec<String> = before.iter().map(kruise_e2e::cloneset_kit::name).collect();
+        names.sort();
+        let mut sorted = planned.clone();
+        sorted.sort();
+        ensure!(sorted == names, "every matched Pod is planned: {plan}");
+        ensure!(
+            plan["steps"].as_array().is_some_and(|s| s
+                .iter()
+                .enumerate()
+                .all(|(k, s)| s["action"] == "InPlace" && s["batch"] == k + 1)),
+            "in place, one per batch: {plan}"
+        );
         sidecarset_kit::set_image(&sidecarsets, &name, image).await?;
         let out = kruise_ok(&ns, &["rollout", "status", &target, "--timeout", "90s"]).await?;
         ensure!(

@@ -53,25 +53,6 @@ fn views(templates: &[(String, PodTemplateSpec)]) -> Vec<Revision<'_>> {
         .collect()
 }
 
-/// `revisions` plus `update` when it is not among them (a template not applied yet).
-fn with_update<'a>(revisions: &[Revision<'a>], update: Revision<'a>) -> Vec<Revision<'a>> {
-    let mut out = revisions.to_vec();
-    if !out.iter().any(|r| r.name == update.name) {
-        out.push(update);
-    }
-    out
-}
-
-/// The revision named `name` among `revisions`, else `update` (a workload with no current revision
-/// yet).
-fn revision_or<'a>(revisions: &[Revision<'a>], name: &str, update: Revision<'a>) -> Revision<'a> {
-    revisions
-        .iter()
-        .find(|r| r.name == name)
-        .copied()
-        .unwrap_or(update)
-}
-
 /// The plan of rolling CloneSet `cs` (its spec the one to roll to) at `update_revision` over its
 /// `pods`; `revisions` give each Pod's old template, `status.currentRevision` the current one.
 pub fn plan_cloneset(
@@ -86,13 +67,13 @@ pub fn plan_cloneset(
         name: update_revision,
         template: &cs.spec.template,
     };
-    let revs = with_update(&views(&templates), update);
+    let revs = preview::with_revision(&views(&templates), update);
     let current_name = cs
         .status
         .as_ref()
         .map(|s| s.current_revision.as_str())
         .unwrap_or_default();
-    let current = revision_or(&revs, current_name, update);
+    let current = preview::current_or(&revs, current_name, update);
     Ok(preview::cloneset(
         cs,
         pods,
@@ -117,13 +98,13 @@ pub fn plan_statefulset(
         name: update_revision,
         template: &sts.spec.template,
     };
-    let revs = with_update(&views(&templates), update);
+    let revs = preview::with_revision(&views(&templates), update);
     let current_name = sts
         .status
         .as_ref()
         .map(|s| s.current_revision.as_str())
         .unwrap_or_default();
-    let current = revision_or(&revs, current_name, update);
+    let current = preview::current_or(&revs, current_name, update);
     Ok(preview::statefulset(
         sts,
         pods,
@@ -149,7 +130,7 @@ pub fn plan_daemonset(
         name: update_revision,
         template: &ads.spec.template,
     };
-    let revs = with_update(&views(&templates), update);
+    let revs = preview::with_revision(&views(&templates), update);
     Ok(preview::daemonset(
         ads,
         pods,

@@ -1,4 +1,4 @@
-//! BroadcastJob's decisions (inventory §5.2, upstream `broadcastjob_controller.go`): which nodes
+//! BroadcastJob's decisions (upstream `broadcastjob_controller.go`): which nodes
 //! want a Pod, which Pods sit on nodes that no longer fit, how many Pods to start under
 //! `parallelism`, how the Pods count (active, succeeded, failed with `restartLimit`), and the phase
 //! machine running → paused → completed | failed with `completionPolicy`, `failurePolicy`,

@@ -1,5 +1,6 @@
-//! CloneSet's scale and update arithmetic (inventory §1.4, upstream `calculateDiffsWithExpectation`)
-//! and the update and scale-in choices built on it (§1.5, §1.6).
+//! CloneSet's scale and update arithmetic (upstream `calculateDiffsWithExpectation` in
+//! `pkg/controller/cloneset/sync/cloneset_sync_utils.go`) and the update and scale-in choices built on
+//! it (`cloneset_update.go`, `cloneset_scale.go`). [`decide`] is the whole sync built on them.
 //!
 //! The arithmetic works on [`PodFacts`], four booleans per Pod, so it can be tested exhaustively
 //! without building Pods; [`pod_facts`] derives them from real Pods.

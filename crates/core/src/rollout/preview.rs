@@ -37,7 +37,7 @@ use crate::inplace::{self, InPlacePlan};
 use crate::pods::{self, LifecycleState};
 use crate::revision::{LABEL_POD_TEMPLATE_HASH, short_hash};
 use crate::sidecarset::upgrade;
-use crate::{nodefit, revision};
+use crate::{lifecycle, revision};
 
 /// How one Pod is updated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -138,18 +138,6 @@ fn name(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
 }
 
-fn lifecycle_value(state: LifecycleState) -> &'static str {
-    match state {
-        LifecycleState::PreparingNormal => keys::LIFECYCLE_PREPARING_NORMAL,
-        LifecycleState::Normal => keys::LIFECYCLE_NORMAL,
-        LifecycleState::PreparingUpdate => keys::LIFECYCLE_PREPARING_UPDATE,
-        LifecycleState::Updating => keys::LIFECYCLE_UPDATING,
-        LifecycleState::Updated => keys::LIFECYCLE_UPDATED,
-        LifecycleState::PreparingDelete => keys::LIFECYCLE_PREPARING_DELETE,
-        LifecycleState::Unset | LifecycleState::Unknown => "",
-    }
-}
-
 fn set_label(pod: &mut Pod, key: &str, value: &str) {
     pod.metadata
         .labels
@@ -158,7 +146,11 @@ fn set_label(pod: &mut Pod, key: &str, value: &str) {
 }
 
 fn set_lifecycle(pod: &mut Pod, state: LifecycleState) {
-    set_label(pod, keys::LABEL_LIFECYCLE_STATE, lifecycle_value(state));
+    set_label(
+        pod,
+        keys::LABEL_LIFECYCLE_STATE,
+        lifecycle::state_value(state).unwrap_or_default(),
+    );
 }
 
 fn set_condition(pod: &mut Pod, type_: &str, since: Timestamp) {
@@ -759,15 +751,7 @@ pub fn daemonset(
     let views: Vec<daemonset::NodeView<'_>> = nodes
         .iter()
         .zip(&labels)
-        .map(|(node, labels)| {
-            let fit = nodefit::daemon_fit(&template_spec, node);
-            daemonset::NodeView {
-                name: nodefit::node_name(node),
-                labels,
-                should_run: fit.should_run,
-                should_continue_running: fit.should_continue_running,
-            }
-        })
+        .map(|(node, labels)| daemonset::node_view(&template_spec, node, labels))
         .collect();
     let desired = i32::try_from(daemonset::pods_by_node(pods).len()).unwrap_or(i32::MAX);
     let (surge, unavailable) = daemonset::surge_and_unavailable(rolling.as_ref(), desired)?;
@@ -1149,7 +1133,7 @@ pub fn uniteddeployment(
 }
 
 /// `revisions` with `update` added when it is not among them (a template not applied yet).
-fn with_revision<'a>(revisions: &[Revision<'a>], update: Revision<'a>) -> Vec<Revision<'a>> {
+pub fn with_revision<'a>(revisions: &[Revision<'a>], update: Revision<'a>) -> Vec<Revision<'a>> {
     let mut out = revisions.to_vec();
     if !out.iter().any(|r| r.name == update.name) {
         out.push(update);
@@ -1157,8 +1141,13 @@ fn with_revision<'a>(revisions: &[Revision<'a>], update: Revision<'a>) -> Vec<Re
     out
 }
 
-/// The revision named `name` among `revisions`, else `update`.
-fn current_or<'a>(revisions: &[Revision<'a>], name: &str, update: Revision<'a>) -> Revision<'a> {
+/// The revision named `name` among `revisions`, else `update` (a workload with no current revision
+/// yet).
+pub fn current_or<'a>(
+    revisions: &[Revision<'a>],
+    name: &str,
+    update: Revision<'a>,
+) -> Revision<'a> {
     revisions
         .iter()
         .find(|r| r.name == name)
@@ -1166,17 +1155,16 @@ fn current_or<'a>(revisions: &[Revision<'a>], name: &str, update: Revision<'a>) 
         .unwrap_or(update)
 }
 
-/// The name of the revision an Advanced StatefulSet's template gets (`<set>-<hash>`).
-pub fn statefulset_revision_name(
-    sts: &StatefulSet,
+/// The name of the revision `template` gets as the template of a `kind` (StatefulSet, DaemonSet)
+/// described by `meta`: `<name>-<hash>`, as its controller names it.
+fn template_revision_name(
+    kind: &str,
+    meta: &ObjectMeta,
+    template: &PodTemplateSpec,
     collision: Option<i32>,
 ) -> Result<String, PreviewError> {
-    let data =
-        revision::revision_data(&sts.spec.template).map_err(|e| PreviewError(e.to_string()))?;
-    let parent = revision::Parent {
-        kind: "StatefulSet",
-        meta: &sts.metadata,
-    };
+    let data = revision::revision_data(template).map_err(|e| PreviewError(e.to_string()))?;
+    let parent = revision::Parent { kind, meta };
     Ok(
         revision::build_revision(parent, None, BTreeMap::new(), data, 0, collision)
             .map_err(|e| PreviewError(e.to_string()))?
@@ -1184,6 +1172,22 @@ pub fn statefulset_revision_name(
             .name
             .unwrap_or_default(),
     )
+}
+
+/// The name of the revision an Advanced StatefulSet's template gets.
+pub fn statefulset_revision_name(
+    sts: &StatefulSet,
+    collision: Option<i32>,
+) -> Result<String, PreviewError> {
+    template_revision_name("StatefulSet", &sts.metadata, &sts.spec.template, collision)
+}
+
+/// The name of the revision an Advanced DaemonSet's template gets.
+pub fn daemonset_revision_name(
+    ds: &DaemonSet,
+    collision: Option<i32>,
+) -> Result<String, PreviewError> {
+    template_revision_name("DaemonSet", &ds.metadata, &ds.spec.template, collision)
 }
 
 /// The name of the revision a UnitedDeployment's template gets (`<ud>-<hash>`), as its controller
@@ -1213,26 +1217,6 @@ pub fn uniteddeployment_revision_name(
     .metadata
     .name
     .unwrap_or_default())
-}
-
-/// The name of the revision an Advanced DaemonSet's template gets (`<set>-<hash>`).
-pub fn daemonset_revision_name(
-    ds: &DaemonSet,
-    collision: Option<i32>,
-) -> Result<String, PreviewError> {
-    let data =
-        revision::revision_data(&ds.spec.template).map_err(|e| PreviewError(e.to_string()))?;
-    let parent = revision::Parent {
-        kind: "DaemonSet",
-        meta: &ds.metadata,
-    };
-    Ok(
-        revision::build_revision(parent, None, BTreeMap::new(), data, 0, collision)
-            .map_err(|e| PreviewError(e.to_string()))?
-            .metadata
-            .name
-            .unwrap_or_default(),
-    )
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Advanced StatefulSet planning (inventory §2.3): one sync of an ASTS decided from a snapshot.
+//! Advanced StatefulSet planning (upstream `pkg/controller/statefulset/stateful_set_control.go`): one
+//! sync of an ASTS decided from a snapshot.
 //!
 //! [`plan`] partitions the Pods into ordinal slots and condemned Pods ([`Slots`]), walks the slots in
 //! ordinal order (create, replace failed Pods, wait in OrderedReady), deletes condemned Pods (highest
@@ -946,7 +947,8 @@ fn update_one(s: &Snapshot<'_>, i: usize) -> UpdateStep {
     )
 }
 
-/// The replica counts of §2.3.
+/// The replica counts of the status: replicas, ready, available, current and updated (and updated
+/// and ready), as upstream's `computeReplicaStatus`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaStatus {
     /// Created Pods (a phase is set).

@@ -339,7 +339,7 @@ fn matching_table() {
     }
 }
 
-// ---- seed 001 --------------------------------------------------------------------------------------------
+// ---- the SidecarSet examples (examples/sidecarset-*.yaml) ------------------------------------------------
 
 fn example(file: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

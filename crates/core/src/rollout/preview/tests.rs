@@ -485,15 +485,7 @@ fn daemonset_partitioned_rollout_agrees_with_the_controller_planner() {
     let views: Vec<daemonset::NodeView<'_>> = cluster
         .iter()
         .zip(&labels)
-        .map(|(node, labels)| {
-            let fit = nodefit::daemon_fit(&template_spec, node);
-            daemonset::NodeView {
-                name: nodefit::node_name(node),
-                labels,
-                should_run: fit.should_run,
-                should_continue_running: fit.should_continue_running,
-            }
-        })
+        .map(|(node, labels)| daemonset::node_view(&template_spec, node, labels))
         .collect();
     let plan = daemonset::plan(&daemonset::Snapshot {
         spec: &ds.spec,
