@@ -94,6 +94,29 @@ fn web_pods(extra: &[(&str, &str)]) -> Vec<Pod> {
     ]
 }
 
+/// The preview of `cs` rolling `pods` from `old` (revision OLD) to its template (revision NEW).
+fn cloneset_preview(cs: &CloneSet, old: &PodTemplateSpec, pods: &[Pod]) -> Preview {
+    let current = Revision {
+        name: OLD,
+        template: old,
+    };
+    let update = Revision {
+        name: NEW,
+        template: &cs.spec.template,
+    };
+    let settings = Settings::default();
+    cloneset(
+        cs,
+        pods,
+        current,
+        update,
+        &[current, update],
+        settings,
+        now(),
+    )
+    .expect("preview")
+}
+
 #[test]
 fn cloneset_partitioned_priority_rollout_agrees_with_the_controller_planner() {
     let old = template("app:v1");
@@ -169,25 +192,8 @@ fn cloneset_lifecycle_hook_holds_each_pod_before_its_update() {
             "priorityStrategy": weights()}),
         Some(json!({"inPlaceUpdate": {"labelsHandler": {"hold": "true"}}})),
     );
-    let current = Revision {
-        name: OLD,
-        template: &old,
-    };
-    let update = Revision {
-        name: NEW,
-        template: &cs.spec.template,
-    };
     let pods = web_pods(&[("hold", "true"), (keys::LABEL_LIFECYCLE_STATE, "Normal")]);
-    let preview = cloneset(
-        &cs,
-        &pods,
-        current,
-        update,
-        &[current, update],
-        Settings::default(),
-        now(),
-    )
-    .expect("preview");
+    let preview = cloneset_preview(&cs, &old, &pods);
     assert_eq!(
         names(&preview.steps),
         [("web-b", 1), ("web-d", 1), ("web-c", 2)],
@@ -261,24 +267,7 @@ fn cloneset_policies_say_how_and_why() {
     for case in cases {
         let mut cs = cloneset_of(case.rolling, None);
         cs.spec.template = case.new.clone();
-        let current = Revision {
-            name: OLD,
-            template: &old,
-        };
-        let update = Revision {
-            name: NEW,
-            template: &case.new,
-        };
-        let preview = cloneset(
-            &cs,
-            &web_pods(&[]),
-            current,
-            update,
-            &[current, update],
-            Settings::default(),
-            now(),
-        )
-        .expect(case.name);
+        let preview = cloneset_preview(&cs, &old, &web_pods(&[]));
         let got: Vec<(&str, usize, Action)> = preview
             .steps
             .iter()
@@ -298,24 +287,7 @@ fn cloneset_policies_say_how_and_why() {
 fn a_paused_cloneset_is_previewed_as_resumed_with_a_note() {
     let old = template("app:v1");
     let cs = cloneset_of(json!({"paused": true, "partition": 4}), None);
-    let current = Revision {
-        name: OLD,
-        template: &old,
-    };
-    let update = Revision {
-        name: NEW,
-        template: &cs.spec.template,
-    };
-    let preview = cloneset(
-        &cs,
-        &web_pods(&[]),
-        current,
-        update,
-        &[current, update],
-        Settings::default(),
-        now(),
-    )
-    .expect("preview");
+    let preview = cloneset_preview(&cs, &old, &web_pods(&[]));
     assert!(preview.steps.is_empty());
     assert_eq!(preview.stay.len(), 4);
     assert_eq!(preview.note.as_deref(), Some(PAUSED));
