@@ -53,6 +53,18 @@ fn views(templates: &[(String, PodTemplateSpec)]) -> Vec<Revision<'_>> {
         .collect()
 }
 
+/// The planners' revisions (`update` among them) from the owned `templates`, and the one named
+/// `current` (else `update`: a workload with no current revision yet).
+fn planner_revisions<'a>(
+    templates: &'a [(String, PodTemplateSpec)],
+    update: Revision<'a>,
+    current: &str,
+) -> (Vec<Revision<'a>>, Revision<'a>) {
+    let revs = preview::with_revision(&views(templates), update);
+    let current = preview::current_or(&revs, current, update);
+    (revs, current)
+}
+
 /// The plan of rolling CloneSet `cs` (its spec the one to roll to) at `update_revision` over its
 /// `pods`; `revisions` give each Pod's old template, `status.currentRevision` the current one.
 pub fn plan_cloneset(
@@ -67,22 +79,11 @@ pub fn plan_cloneset(
         name: update_revision,
         template: &cs.spec.template,
     };
-    let revs = preview::with_revision(&views(&templates), update);
-    let current_name = cs
-        .status
-        .as_ref()
-        .map(|s| s.current_revision.as_str())
-        .unwrap_or_default();
-    let current = preview::current_or(&revs, current_name, update);
-    Ok(preview::cloneset(
-        cs,
-        pods,
-        current,
-        update,
-        &revs,
-        settings(),
-        now,
-    )?)
+    let status = cs.status.as_ref();
+    let current = status.map_or("", |s| s.current_revision.as_str());
+    let (revs, current) = planner_revisions(&templates, update, current);
+    let plan = preview::cloneset(cs, pods, current, update, &revs, settings(), now)?;
+    Ok(plan)
 }
 
 /// The plan of rolling Advanced StatefulSet `sts` at `update_revision` over its `pods`.
@@ -98,22 +99,12 @@ pub fn plan_statefulset(
         name: update_revision,
         template: &sts.spec.template,
     };
-    let revs = preview::with_revision(&views(&templates), update);
-    let current_name = sts
-        .status
-        .as_ref()
-        .map(|s| s.current_revision.as_str())
-        .unwrap_or_default();
-    let current = preview::current_or(&revs, current_name, update);
-    Ok(preview::statefulset(
-        sts,
-        pods,
-        current,
-        update,
-        &revs,
-        settings().resize,
-        now,
-    )?)
+    let status = sts.status.as_ref();
+    let current = status.map_or("", |s| s.current_revision.as_str());
+    let (revs, current) = planner_revisions(&templates, update, current);
+    let resize = settings().resize;
+    let plan = preview::statefulset(sts, pods, current, update, &revs, resize, now)?;
+    Ok(plan)
 }
 
 /// The plan of rolling Advanced DaemonSet `ads` at `update_revision` over its `pods` on `nodes`.

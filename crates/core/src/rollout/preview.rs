@@ -273,6 +273,58 @@ fn new_pod(
     pod
 }
 
+/// The batches of a preview as its syncs are stepped: a Pod is recorded once, in the batch of the
+/// sync that starts its update; a sync that starts none makes no batch.
+#[derive(Default)]
+struct Recorder {
+    batch: usize,
+    /// This sync has opened its batch.
+    open: bool,
+    done: BTreeSet<String>,
+}
+
+impl Recorder {
+    fn next_sync(&mut self) {
+        self.open = false;
+    }
+
+    fn recorded(&self, pod: &Pod) -> bool {
+        self.done.contains(&name(pod))
+    }
+
+    /// Records `pod` in this sync's batch unless it was recorded before.
+    fn record(&mut self, out: &mut Preview, pod: &Pod, action: Action, why: String) {
+        if self.recorded(pod) {
+            return;
+        }
+        if !self.open {
+            self.batch += 1;
+            self.open = true;
+        }
+        out.push(self.batch, pod, action, why);
+        self.done.insert(name(pod));
+    }
+
+    /// The Pods of `pods` not at `update` and not recorded: those the rollout leaves alone.
+    fn stay(&self, pods: &[Pod], update: &str) -> Vec<String> {
+        split_by_revision(pods, update)
+            .1
+            .into_iter()
+            .filter(|n| !self.done.contains(n))
+            .collect()
+    }
+}
+
+/// `sim` without the Pods at `gone`, plus `news`: the Pods after one sync's deletions and creations.
+fn after_sync(sim: Vec<Pod>, gone: &BTreeSet<usize>, news: Vec<Pod>) -> Vec<Pod> {
+    sim.into_iter()
+        .enumerate()
+        .filter(|(i, _)| !gone.contains(i))
+        .map(|(_, p)| p)
+        .chain(news)
+        .collect()
+}
+
 /// What an in-place update changes, for the WHY column.
 pub fn describe_in_place(plan: &InPlacePlan) -> String {
     let mut parts: Vec<String> = plan
@@ -380,8 +432,8 @@ pub fn cloneset(
     };
     let node_labels = BTreeMap::new();
     let base = cs.metadata.name.clone().unwrap_or_default();
-    let (mut batch, mut created) = (0, 0);
-    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut created = 0;
+    let mut rec = Recorder::default();
     let mut hooked: BTreeSet<String> = BTreeSet::new();
     for _ in 0..SYNCS_PER_POD * (sim.len() + 2) {
         let snapshot = decide::Snapshot {
@@ -421,13 +473,7 @@ pub fn cloneset(
                 for &i in &prepare {
                     set_lifecycle(&mut sim[i], LifecycleState::PreparingDelete);
                 }
-                let gone: BTreeSet<usize> = delete.into_iter().collect();
-                sim = sim
-                    .into_iter()
-                    .enumerate()
-                    .filter(|(i, _)| !gone.contains(i))
-                    .map(|(_, p)| p)
-                    .collect();
+                sim = after_sync(sim, &delete.into_iter().collect(), Vec::new());
                 continue;
             }
             ScaleStep::Regret(list) => {
@@ -464,7 +510,7 @@ pub fn cloneset(
         } else {
             update
         };
-        let mut batch_open = false;
+        rec.next_sync();
         let mut gone = BTreeSet::new();
         for action in &step.actions {
             match action {
@@ -474,38 +520,20 @@ pub fn cloneset(
                     release_hook(&mut sim[*pod], hook.as_ref());
                 }
                 UpdateAction::InPlace { pod, plan } => {
-                    if !batch_open {
-                        batch += 1;
-                        batch_open = true;
-                    }
                     let why = with_hook_note(&hooked, &sim[*pod], describe_in_place(plan));
-                    out.push(batch, &sim[*pod], Action::InPlace, why);
-                    done.insert(name(&sim[*pod]));
+                    rec.record(&mut out, &sim[*pod], Action::InPlace, why);
                     update_in_place(&mut sim[*pod], plan, target.name);
                     if hooked.contains(&name(&sim[*pod])) {
                         restore_hook(&mut sim[*pod], hook.as_ref());
                     }
                 }
                 UpdateAction::Recreate { pod, not_in_place } => {
-                    if !batch_open {
-                        batch += 1;
-                        batch_open = true;
-                    }
                     let why = recreate_why(&policy, not_in_place.as_deref(), &sim[*pod]);
-                    out.push(batch, &sim[*pod], Action::Recreate, why);
-                    done.insert(name(&sim[*pod]));
+                    rec.record(&mut out, &sim[*pod], Action::Recreate, why);
                     gone.insert(*pod);
                 }
                 UpdateAction::Refuse { pod, message } => {
-                    if done.contains(&name(&sim[*pod])) {
-                        continue;
-                    }
-                    if !batch_open {
-                        batch += 1;
-                        batch_open = true;
-                    }
-                    out.push(batch, &sim[*pod], Action::Refused, message.clone());
-                    done.insert(name(&sim[*pod]));
+                    rec.record(&mut out, &sim[*pod], Action::Refused, message.clone());
                     // Counted as done so the preview goes on (see the module's note).
                     set_label(
                         &mut sim[*pod],
@@ -519,21 +547,14 @@ pub fn cloneset(
             break;
         }
         // A recreated Pod is deleted; the scale step of the next sync creates its replacement.
-        if !gone.is_empty() {
-            sim = sim
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| !gone.contains(i))
-                .map(|(_, p)| p)
-                .collect();
-        }
+        sim = after_sync(sim, &gone, Vec::new());
     }
-    out.stay = pods
+    let active: Vec<Pod> = pods
         .iter()
         .filter(|p| pods::is_active(p))
-        .map(name)
-        .filter(|n| !done.contains(n) && !out.updated.contains(n))
+        .cloned()
         .collect();
+    out.stay = rec.stay(&active, update.name);
     Ok(out)
 }
 
@@ -591,8 +612,7 @@ pub fn statefulset(
         ..Preview::default()
     };
     let status_current_replicas = sts.status.as_ref().map_or(0, |s| s.current_replicas);
-    let mut batch = 0;
-    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut rec = Recorder::default();
     let mut hooked: BTreeSet<String> = BTreeSet::new();
     for _ in 0..SYNCS_PER_POD * (sim.len() + 2) {
         let snapshot = statefulset::Snapshot {
@@ -610,17 +630,11 @@ pub fn statefulset(
         if plan.actions.is_empty() {
             break;
         }
-        let mut batch_open = false;
+        rec.next_sync();
         let mut gone = BTreeSet::new();
         let mut news = Vec::new();
         for action in &plan.actions {
             use statefulset::{Action as A, DeleteReason, Fix};
-            let mut open = |batch: &mut usize| {
-                if !batch_open {
-                    *batch += 1;
-                    batch_open = true;
-                }
-            };
             match action {
                 A::Create {
                     name: pod_name,
@@ -654,11 +668,9 @@ pub fn statefulset(
                 A::Fix(Fix::InPlaceNextBatch(i)) => make_ready(&mut sim[*i]),
                 A::Fix(Fix::Lifecycle(i, state)) => set_lifecycle(&mut sim[*i], *state),
                 A::Delete { pod, reason } | A::PrepareDelete { pod, reason, .. } => {
-                    if *reason == DeleteReason::Recreate && !done.contains(&name(&sim[*pod])) {
-                        open(&mut batch);
+                    if *reason == DeleteReason::Recreate {
                         let why = recreate_why(&policy, None, &sim[*pod]);
-                        out.push(batch, &sim[*pod], Action::Recreate, why);
-                        done.insert(name(&sim[*pod]));
+                        rec.record(&mut out, &sim[*pod], Action::Recreate, why);
                     }
                     gone.insert(*pod);
                 }
@@ -668,21 +680,15 @@ pub fn statefulset(
                     release_hook(&mut sim[*pod], hook.as_ref());
                 }
                 A::InPlace { pod, plan, .. } => {
-                    open(&mut batch);
                     let why = with_hook_note(&hooked, &sim[*pod], describe_in_place(plan));
-                    out.push(batch, &sim[*pod], Action::InPlace, why);
-                    done.insert(name(&sim[*pod]));
+                    rec.record(&mut out, &sim[*pod], Action::InPlace, why);
                     update_in_place(&mut sim[*pod], plan, update.name);
                     if hooked.contains(&name(&sim[*pod])) {
                         restore_hook(&mut sim[*pod], hook.as_ref());
                     }
                 }
                 A::Refuse { pod, message } => {
-                    if !done.contains(&name(&sim[*pod])) {
-                        open(&mut batch);
-                        out.push(batch, &sim[*pod], Action::Refused, message.clone());
-                        done.insert(name(&sim[*pod]));
-                    }
+                    rec.record(&mut out, &sim[*pod], Action::Refused, message.clone());
                     // Counted as done so the preview goes on (see the module's note).
                     set_label(
                         &mut sim[*pod],
@@ -692,19 +698,9 @@ pub fn statefulset(
                 }
             }
         }
-        sim = sim
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !gone.contains(i))
-            .map(|(_, p)| p)
-            .chain(news)
-            .collect();
+        sim = after_sync(sim, &gone, news);
     }
-    let (_, not_updated) = split_by_revision(pods, update.name);
-    out.stay = not_updated
-        .into_iter()
-        .filter(|n| !done.contains(n))
-        .collect();
+    out.stay = rec.stay(pods, update.name);
     Ok(out)
 }
 
@@ -768,8 +764,7 @@ pub fn daemonset(
         ..Preview::default()
     };
     let base = ds.metadata.name.clone().unwrap_or_default();
-    let mut batch = 0;
-    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut rec = Recorder::default();
     for _ in 0..SYNCS_PER_POD * (sim.len() + 2) {
         let snapshot = daemonset::Snapshot {
             spec: &spec,
@@ -791,26 +786,16 @@ pub fn daemonset(
             .filter(|(_, p)| !pods::is_at_revision(p, update.name) && !pods::is_terminating(p))
             .filter_map(|(i, p)| Some((daemonset::target_node(p)?.to_owned(), i)))
             .collect();
-        let mut batch_open = false;
+        rec.next_sync();
         let mut gone = BTreeSet::new();
         let mut news = Vec::new();
         for action in &plan.actions {
             use daemonset::{Action as A, DeleteReason, Fix};
-            let mut open = |batch: &mut usize| {
-                if !batch_open {
-                    *batch += 1;
-                    batch_open = true;
-                }
-            };
             match action {
                 A::Create { node } => {
-                    if let Some(&old) = old_on.get(node)
-                        && !done.contains(&name(&sim[old]))
-                    {
-                        open(&mut batch);
+                    if let Some(&old) = old_on.get(node) {
                         let why = "maxSurge: a new Pod starts before the old one is deleted";
-                        out.push(batch, &sim[old], Action::Recreate, why.to_owned());
-                        done.insert(name(&sim[old]));
+                        rec.record(&mut out, &sim[old], Action::Recreate, why.to_owned());
                     }
                     news.push(new_pod(
                         format!("{base}-{node}-new"),
@@ -822,35 +807,26 @@ pub fn daemonset(
                 }
                 A::Fix(Fix::InPlaceReady(i) | Fix::InPlaceNextBatch(i)) => make_ready(&mut sim[*i]),
                 A::Delete { pod, reason } | A::PrepareDelete { pod, reason, .. } => {
-                    if *reason == DeleteReason::Update && !done.contains(&name(&sim[*pod])) {
-                        open(&mut batch);
+                    if *reason == DeleteReason::Update {
                         let why = recreate_why(&policy, None, &sim[*pod]);
-                        out.push(batch, &sim[*pod], Action::Recreate, why);
-                        done.insert(name(&sim[*pod]));
+                        rec.record(&mut out, &sim[*pod], Action::Recreate, why);
                     }
                     gone.insert(*pod);
                 }
                 A::InPlace { pod, plan } => {
-                    open(&mut batch);
-                    out.push(batch, &sim[*pod], Action::InPlace, describe_in_place(plan));
-                    done.insert(name(&sim[*pod]));
+                    rec.record(
+                        &mut out,
+                        &sim[*pod],
+                        Action::InPlace,
+                        describe_in_place(plan),
+                    );
                     update_in_place(&mut sim[*pod], plan, update.name);
                 }
             }
         }
-        sim = sim
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !gone.contains(i))
-            .map(|(_, p)| p)
-            .chain(news)
-            .collect();
+        sim = after_sync(sim, &gone, news);
     }
-    let (_, not_updated) = split_by_revision(pods, update.name);
-    out.stay = not_updated
-        .into_iter()
-        .filter(|n| !done.contains(n))
-        .collect();
+    out.stay = rec.stay(pods, update.name);
     Ok(out)
 }
 
