@@ -55,6 +55,19 @@ fn names(steps: &[PodStep]) -> Vec<(&str, usize)> {
     steps.iter().map(|s| (s.pod.as_str(), s.batch)).collect()
 }
 
+/// The preview updates the Pods of `want` (Pod, batch) in place, each for `why`, and keeps `stay`.
+fn assert_in_place(preview: &Preview, want: &[(&str, usize)], why: &str, stay: &[&str]) {
+    assert_eq!(names(&preview.steps), want, "{preview:?}");
+    assert!(
+        preview
+            .steps
+            .iter()
+            .all(|s| s.action == Action::InPlace && s.why == why),
+        "{preview:?}"
+    );
+    assert_eq!(preview.stay, stay, "{preview:?}");
+}
+
 const WEIGHTS: &str = r#"{"weightPriority": [
     {"weight": 100, "matchSelector": {"matchLabels": {"prio": "high"}}},
     {"weight": 50, "matchSelector": {"matchLabels": {"prio": "mid"}}}]}"#;
@@ -145,18 +158,8 @@ fn cloneset_partitioned_priority_rollout_agrees_with_the_controller_planner() {
         now(),
     )
     .expect("preview");
-    assert_eq!(
-        names(&preview.steps),
-        [("web-b", 1), ("web-d", 2), ("web-c", 3)],
-        "{preview:?}"
-    );
-    assert!(
-        preview
-            .steps
-            .iter()
-            .all(|s| s.action == Action::InPlace && s.why == "image app → app:v2")
-    );
-    assert_eq!(preview.stay, ["web-a"]);
+    let want = [("web-b", 1), ("web-d", 2), ("web-c", 3)];
+    assert_in_place(&preview, &want, "image app → app:v2", &["web-a"]);
     assert_eq!((preview.partition, preview.max_unavailable), (1, 1));
 
     // The controller's first sync on the same snapshot updates exactly batch 1.
@@ -358,12 +361,7 @@ fn statefulset_partitioned_priority_rollout_agrees_with_the_controller_planner()
         let pods = db_pods();
         let preview =
             statefulset(&sts, &pods, current, update, &revisions, false, now()).expect(name);
-        assert_eq!(names(&preview.steps), want, "{name}: {preview:?}");
-        assert!(
-            preview.steps.iter().all(|s| s.action == Action::InPlace),
-            "{name}"
-        );
-        assert_eq!(preview.stay, stay, "{name}");
+        assert_in_place(&preview, &want, "image app → app:v2", &stay);
 
         let snapshot = statefulset::Snapshot {
             name: "db",
@@ -441,13 +439,8 @@ fn daemonset_partitioned_rollout_agrees_with_the_controller_planner() {
     let cluster = nodes(&["n-a", "n-b", "n-c"]);
     let preview =
         daemonset(&ds, &pods, &cluster, update, &revisions, false, now()).expect("preview");
-    assert_eq!(
-        names(&preview.steps),
-        [("agent-n-c", 1), ("agent-n-b", 2)],
-        "{preview:?}"
-    );
-    assert!(preview.steps.iter().all(|s| s.action == Action::InPlace));
-    assert_eq!(preview.stay, ["agent-n-a"]);
+    let want = [("agent-n-c", 1), ("agent-n-b", 2)];
+    assert_in_place(&preview, &want, "image app → app:v2", &["agent-n-a"]);
 
     let labels: Vec<BTreeMap<String, String>> = cluster
         .iter()
@@ -529,18 +522,8 @@ fn sidecarset_partitioned_priority_rollout_agrees_with_the_controller_planner() 
     let pods = injected(&sidecarset_of("log:v1", strategy.clone()), &web_pods(&[]));
     let ss = sidecarset_of("log:v2", strategy);
     let preview = sidecarset(&ss, &pods).expect("preview");
-    assert_eq!(
-        names(&preview.steps),
-        [("web-b", 1), ("web-d", 2), ("web-c", 3)],
-        "{preview:?}"
-    );
-    assert!(
-        preview
-            .steps
-            .iter()
-            .all(|s| s.action == Action::InPlace && s.why == "image log → log:v2")
-    );
-    assert_eq!(preview.stay, ["web-a"]);
+    let want = [("web-b", 1), ("web-d", 2), ("web-c", 3)];
+    assert_in_place(&preview, &want, "image log → log:v2", &["web-a"]);
 
     let managed: Vec<&Pod> = pods.iter().collect();
     let facts: Vec<upgrade::PodFacts> =
