@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The seed's logtail images: what the Pods are injected with, and the upgrade.
+/// The logtail images: the one of `examples/sidecarset-logtail.yaml`, which the Pods are injected
+/// with, and the upgrade.
 const OLD: &str = "log-service/logtail:0.16.16";
 const NEW: &str = "log-service/logtail:0.16.18";
 
