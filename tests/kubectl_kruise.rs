@@ -491,6 +491,92 @@ async fn rollout_plan_predicts_the_controllers_order() -> anyhow::Result<()> {
     .await
 }
 
+/// `rollout plan uniteddeployment/NAME` previews every CloneSet subset with the partition the
+/// UnitedDeployment gives it: it names the Pods the controllers then update and the one subset `a`'s
+/// manual partition keeps.
+#[tokio::test]
+async fn rollout_plan_previews_a_uniteddeployment_by_subset() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("kk-ud-plan").await?;
+    ns.run(async {
+        let labels = json!({"app": "kk-ud"});
+        let ud = json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "UnitedDeployment",
+            "metadata": {"name": "ud"},
+            "spec": {"replicas": 4, "selector": {"matchLabels": labels},
+                "template": {"cloneSetTemplate": {"metadata": {"labels": labels},
+                    "spec": {"selector": {"matchLabels": labels},
+                        "template": {"metadata": {"labels": labels},
+                            "spec": {"containers": [{"name": CONTAINER, "image": "nginx:alpine"}]}},
+                        "updateStrategy": {"rollingUpdate": {
+                            "podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1}}}}},
+                "topology": {"subsets": [{"name": "a"}, {"name": "b"}]},
+                "updateStrategy": {"manualUpdate": {"partitions": {"a": 1}}}}
+        });
+        ns.apply(&ud.to_string()).await?;
+        let pods: Api<Pod> = ns.api();
+        eventually("4 Pods Ready", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=kk-ud").await?;
+            Ok((list.len() == 4 && list.iter().all(kruise_e2e::is_ready)).then_some(()))
+        })
+        .await?;
+        let new_image = format!("{CONTAINER}=nginx:1.19.1");
+        let (plan, planned) = plan_json(&ns, &["uniteddeployment/ud", "--image", &new_image]).await?;
+        let stay: Vec<String> = serde_json::from_value(plan["stay"].clone())?;
+        let subsets: BTreeSet<&str> = plan["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["subset"].as_str())
+            .collect();
+        ensure!(
+            planned.len() == 3 && stay.len() == 1 && subsets == BTreeSet::from(["a", "b"]),
+            "3 Pods of both subsets updated, 1 kept: {plan}"
+        );
+        let subset_of = |list: &[Pod], pod: &str| {
+            list.iter()
+                .find(|p| name(p) == pod)
+                .and_then(|p| p.metadata.labels.as_ref()?.get("apps.kruise.io/subset-name").cloned())
+        };
+        let before = active_pods(&pods, "app=kk-ud").await?;
+        ensure!(
+            subset_of(&before, &stay[0]).as_deref() == Some("a"),
+            "subset a's partition keeps {stay:?}"
+        );
+
+        ns.kubectl(&[
+            "patch",
+            "uniteddeployment",
+            "ud",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op": "replace", "path": "/spec/template/cloneSetTemplate/spec/template/spec/containers/0/image", "value": "nginx:1.19.1"}]"#,
+        ])
+        .await?;
+        let updated = eventually("3 Pods updated and Ready", TIMEOUT, || async {
+            let list = active_pods(&pods, "app=kk-ud").await?;
+            let updated: BTreeSet<String> = list
+                .iter()
+                .filter(|p| {
+                    spec_image(p).as_deref() == Some("nginx:1.19.1") && kruise_e2e::is_ready(p)
+                })
+                .map(name)
+                .collect();
+            Ok((updated.len() == 3).then_some(updated))
+        })
+        .await?;
+        let planned: BTreeSet<String> = planned.into_iter().collect();
+        ensure!(
+            updated == planned,
+            "planned {planned:?}, the controllers updated {updated:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
 /// `rollout status sidecarset/NAME` follows an in-place sidecar upgrade until every matched Pod runs
 /// the new sidecar.
 #[tokio::test]
@@ -533,6 +619,21 @@ async fn rollout_status_follows_a_sidecar_upgrade() -> anyhow::Result<()> {
 
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
         let image = "log-service/logtail:v2";
+        // The plan names every matched Pod, one per batch (maxUnavailable 1), upgraded in place.
+        let (plan, planned) =
+            plan_json(&ns, &[&target, "--image", &format!("{LOGTAIL}={image}")]).await?;
+        let mut names: Vec<String> = before.iter().map(kruise_e2e::cloneset_kit::name).collect();
+        names.sort();
+        let mut sorted = planned.clone();
+        sorted.sort();
+        ensure!(sorted == names, "every matched Pod is planned: {plan}");
+        ensure!(
+            plan["steps"].as_array().is_some_and(|s| s
+                .iter()
+                .enumerate()
+                .all(|(k, s)| s["action"] == "InPlace" && s["batch"] == k + 1)),
+            "in place, one per batch: {plan}"
+        );
         sidecarset_kit::set_image(&sidecarsets, &name, image).await?;
         let out = kruise_ok(&ns, &["rollout", "status", &target, "--timeout", "90s"]).await?;
         ensure!(

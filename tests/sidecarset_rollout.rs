@@ -1,7 +1,7 @@
 //! SidecarSet rollouts and injection variants, end to end, as a user drives and reads them: the scatter
 //! strategy interleaving applications, `paused`, a change that cannot be made in place, shared volume
 //! mounts, native sidecars (init containers with `restartPolicy: Always`) and a namespaceSelector on a
-//! custom namespace label (inventory §3).
+//! custom namespace label, as OpenKruise's SidecarSet e2e tests (`test/e2e/apps/sidecarset.go`).
 //!
 //! SidecarSets are cluster-scoped and the test bed is shared by the tests of this binary, so every
 //! SidecarSet here has a unique name, is restricted to its test's namespace (or to a namespace label
@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The seed's logtail images: what the Pods are injected with, and the upgrade.
+/// The logtail images: the one of `examples/sidecarset-logtail.yaml`, which the Pods are injected
+/// with, and the upgrade.
 const OLD: &str = "log-service/logtail:0.16.16";
 const NEW: &str = "log-service/logtail:0.16.18";
 
@@ -116,7 +117,8 @@ fn env_value(container: &Container, name: &str) -> Option<String> {
         .and_then(|e| e.value.clone())
 }
 
-/// The three applications of seed 001's scatter example, in the order its scatterStrategy lists them.
+/// The three applications of the scatter example (`examples/sidecarset-rollout-variants.yaml`), in the
+/// order its scatterStrategy lists them.
 const APPS: [&str; 3] = ["nginx", "web-server", "api-gateway"];
 const PODS_PER_APP: usize = 3;
 
@@ -493,7 +495,7 @@ async fn a_non_image_change_upgrades_nothing_in_place_but_new_pods_get_it() -> a
 }
 
 /// OpenKruise marks a Pod it cannot upgrade in place with the condition `SidecarSetUpgradable=False`
-/// (reason `UpdateImmutableField`), which its own e2e tests check (inventory §3.4 step 7).
+/// (reason `UpdateImmutableField`), which its own e2e tests check (`test/e2e/apps/sidecarset.go`).
 #[tokio::test]
 async fn a_not_upgradable_pod_gets_the_sidecarset_upgradable_condition() -> anyhow::Result<()> {
     let bed = testbed();

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod kinds;
 pub mod podtemplate;
 pub mod pub_types;
+pub mod quantity;
 pub mod schema;
 pub mod sidecarset;
 pub mod statefulset;

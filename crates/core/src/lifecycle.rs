@@ -1,4 +1,4 @@
-//! Lifecycle hooks (inventory §1.5, §1.7): a workload moves its Pods through the
+//! Lifecycle hooks (upstream `pkg/util/lifecycle`): a workload moves its Pods through the
 //! `lifecycle.apps.kruise.io/state` states, and holds a Pod in `PreparingDelete` or `PreparingUpdate`
 //! while a hook (a label or finalizer some other controller owns) is still on it.
 //!
@@ -108,7 +108,8 @@ fn after_update(lifecycle: Option<&Lifecycle>, pod: &Pod) -> LifecycleState {
     }
 }
 
-/// What the refresh step (§1.7 step 1) does to the Pod's lifecycle state, if anything.
+/// What the refresh of a Pod (the first step of every update, before any Pod is chosen) does to its
+/// lifecycle state, if anything.
 ///
 /// - `PreparingNormal` → `Normal` once the Pod is scheduled and, with a `preNormal` hook, once the
 ///   hook is all on the Pod;
@@ -174,7 +175,7 @@ pub fn refresh_transition_with(
 }
 
 /// Whether a Pod whose update can be made in place may be updated now, by its lifecycle state and
-/// the `inPlaceUpdate` hook (§1.7 step 4, the same for every workload).
+/// the `inPlaceUpdate` hook (the same for every workload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InPlaceGate {
     /// Update it now (moving it to `Updating`).

@@ -1,7 +1,7 @@
 //! Pod predicates every workload shares: readiness, availability, lifecycle state, revision.
 //!
 //! They read only the Pod (and `now` where time matters), so controllers and tests can call them on a
-//! cached snapshot. The rules are OpenKruise's (inventory §1.2), which in turn follow Kubernetes'
+//! cached snapshot. The rules are OpenKruise's (`pkg/util/pods.go`), which in turn follow Kubernetes'
 //! `podutil.IsPodReady` / `IsPodAvailable`.
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};

@@ -108,7 +108,7 @@ fn cloneset_revisions_are_openkruises() {
 }
 
 #[test]
-fn seed_000_update_revision_is_the_one_the_seed_prints() {
+fn sample_cloneset_revision_is_the_one_openkruise_names() {
     let sets = fixture("fx-clonesets.apps.kruise.io.json");
     let template: PodTemplateSpec =
         serde_json::from_value(named(&sets, "sample")["spec"]["template"].clone())

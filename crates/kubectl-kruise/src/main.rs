@@ -156,8 +156,9 @@ enum Rollout {
         resource: String,
         name: Option<String>,
     },
-    /// Preview the next rollout of a CloneSet: which Pods, in which order and batches, in place or
-    /// recreated and why, which stay old — from kruise-rs's own planner, before anything is applied.
+    /// Preview the next rollout of a CloneSet, Advanced StatefulSet or DaemonSet, UnitedDeployment or
+    /// SidecarSet: which Pods, in which order and batches, in place or recreated and why, which stay
+    /// old — from the controllers' own planners, before anything is applied.
     #[command(
         after_help = "Examples:\n  kubectl kruise rollout plan cloneset/web --image nginx=nginx:1.26\n  kubectl kruise rollout plan cloneset/web -f web-v2.yaml\n  kubectl kruise rollout plan cloneset/web          # the rollout in progress"
     )]

@@ -1,7 +1,7 @@
 //! The kubelet's decisions for one Pod, as a pure function of the Pod, the time and what the simulator
 //! remembers about the Pod's containers.
 //!
-//! The planner only produces the status fields and conditions a kubelet owns (recipe §8): `phase`,
+//! The planner only produces the status fields and conditions a kubelet owns (as the kubelet's `generateAPIPodStatus` does): `phase`,
 //! `startTime`, host and Pod IPs, `initContainerStatuses`, `containerStatuses` and the conditions
 //! `PodReadyToStartContainers`, `Initialized`, `ContainersReady` and `Ready`. Readiness-gate conditions such as
 //! Kruise's `InPlaceUpdateReady` are read, never written.

@@ -14,8 +14,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::gotypes::SIDECAR_CONTAINER;
-use super::quantity::Quantity;
 use super::v1beta1::{SidecarContainer, SidecarSet};
+use crate::quantity::Quantity;
 
 /// Annotation: hash of the sidecar containers.
 pub const ANNOTATION_HASH: &str = "kruise.io/sidecarset-hash";

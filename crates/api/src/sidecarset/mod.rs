@@ -4,7 +4,8 @@
 mod conflicts;
 mod gotypes;
 pub mod hash;
-pub mod quantity;
+/// Kept at its old path for importers outside kruise-api; the type lives in [`crate::quantity`].
+pub use crate::quantity;
 pub mod resources_expr;
 pub mod v1alpha1;
 pub mod v1beta1;
@@ -345,7 +346,7 @@ fn set_defaults_container(container: &mut Container) {
             .flatten()
         {
             for value in list.values_mut() {
-                if let Ok(mut quantity) = quantity::Quantity::parse(&value.0) {
+                if let Ok(mut quantity) = crate::quantity::Quantity::parse(&value.0) {
                     quantity.round_up_to_milli();
                     *value = K8sQuantity(quantity.go_string());
                 }

@@ -27,7 +27,7 @@
 
 use std::cmp::Ordering;
 
-use super::quantity::{Format, Quantity};
+use crate::quantity::{Format, Quantity};
 
 /// Why an expression was rejected or could not be evaluated.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

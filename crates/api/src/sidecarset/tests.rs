@@ -334,7 +334,7 @@ fn hash_matches_go_reference_vectors() {
 
 #[test]
 fn defaulted_logtail_example_hash_matches_go() {
-    // The seed's logtail sidecar after upstream's defaulting is vector 1 of the Go reference vectors.
+    // The example's logtail sidecar after upstream's defaulting is vector 1 of the Go reference vectors.
     let docs = example_documents("sidecarset-logtail.yaml");
     let v1beta1 = Kind::SidecarSet
         .convert(docs[0].clone(), V1BETA1)
@@ -1382,7 +1382,7 @@ fn examples_are_valid() {
 }
 
 #[test]
-fn example_test_pod_has_the_seed_fixes() {
+fn example_test_pod_is_well_formed() {
     let docs = example_documents("sidecarset-test-pod.yaml");
     let pod: k8s_openapi::api::core::v1::Pod =
         serde_json::from_value(docs[0].clone()).expect("pod");

@@ -12,13 +12,13 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::quantity::Quantity;
 use super::resources_expr;
 use super::v1beta1::{self as api, SidecarContainer, SidecarSet};
 use super::{ANNOTATION_BASE, canary_base, is_native_sidecar};
 use crate::field::{FieldError, Path};
 use crate::intstr::{self, IntOrPercent};
 use crate::pub_types::validate_scatter;
+use crate::quantity::Quantity;
 use crate::validation::{
     check_dns1123_label, check_label_value, check_qualified_name, selector_is_empty,
     validate_label_selector, validate_non_negative,

@@ -21,7 +21,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::v1beta1::{StatefulSetSpec, VOLUME_CLAIM_UPDATE_ON_DELETE};
 use crate::field::{FieldError, Path};
-use crate::sidecarset::quantity::Quantity;
+use crate::quantity::Quantity;
 
 /// The annotation that makes a StorageClass the cluster's default.
 pub const ANNOTATION_DEFAULT_STORAGE_CLASS: &str = "storageclass.kubernetes.io/is-default-class";

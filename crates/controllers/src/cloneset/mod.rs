@@ -2,7 +2,7 @@
 //! ControllerRevisions; decide with [`decide`] and [`status`]; act with patches ([`act`]).
 
 mod act;
-pub mod decide;
+pub use kruise_core::rollout::cloneset::decide;
 pub mod newpod;
 mod reconcile;
 pub mod status;

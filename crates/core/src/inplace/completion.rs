@@ -1,4 +1,5 @@
-//! Whether an in-place update has taken effect, from the Pod alone (inventory §7.6).
+//! Whether an in-place update has taken effect, from the Pod alone (upstream
+//! `pkg/util/inplaceupdate/inplace_update.go`, `CheckInPlaceUpdateCompleted`).
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -1,4 +1,5 @@
-//! The update itself, one step per call (inventory §7.3–§7.5): drain, wait out the grace period,
+//! The update itself, one step per call (upstream `inplace_update.go`, `Update` and `Refresh`): drain,
+//! wait out the grace period,
 //! resize, patch.
 //!
 //! Every patch that drains a Pod or restarts a container is a JSON patch whose first op tests

@@ -1,4 +1,4 @@
-//! The in-place update engine's pure parts (inventory §7): what can change in place ([`plan`]), the
+//! The in-place update engine's pure parts (upstream `pkg/util/inplaceupdate`): what can change in place ([`plan`]), the
 //! state annotation ([`InPlaceUpdateState`]), the drain → grace → patch steps ([`next_step`]) and
 //! the completion check ([`check_completed`]). The caller sends the patches and re-reads the Pod.
 

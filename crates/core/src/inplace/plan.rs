@@ -1,5 +1,5 @@
 //! Deciding whether the change between two revisions' templates can be applied to a Pod in place
-//! (inventory §1.8, §7.2).
+//! (upstream `pkg/util/inplaceupdate/inplace_update_defaults.go`, `defaultCalculateInPlaceUpdateSpec`).
 //!
 //! In place: a replaced container image; Pod labels and annotations; with [`PlanOptions::resize`], a
 //! replaced cpu or memory limit or request that keeps the QoS class (sent to `pods/resize`).

@@ -10,7 +10,7 @@
 //!   an empty string `""` (a native StatefulSet's `serviceName`), a zero `resource.Quantity` `"0"`
 //!   (`resourceFieldRef.divisor`).
 //!
-//! Without them a template hashes to another name than OpenKruise's (seed 000's `sample-7b66b966b7`
+//! Without them a template hashes to another name than OpenKruise's (`examples/cloneset-sample.yaml`'s `sample-7b66b966b7`
 //! would be `sample-7d99fc468f`), and a cluster taken over from OpenKruise would get a second revision
 //! for every workload. The functions below add exactly those fields, where absent, at the places the
 //! Go types have them (k8s.io/api v0.32 as OpenKruise v1.9 builds with, OpenKruise's own API types);

@@ -1,4 +1,4 @@
-//! BroadcastJob's decisions (inventory §5.2, upstream `broadcastjob_controller.go`): which nodes
+//! BroadcastJob's decisions (upstream `broadcastjob_controller.go`): which nodes
 //! want a Pod, which Pods sit on nodes that no longer fit, how many Pods to start under
 //! `parallelism`, how the Pods count (active, succeeded, failed with `restartLimit`), and the phase
 //! machine running → paused → completed | failed with `completionPolicy`, `failurePolicy`,
@@ -24,7 +24,7 @@ use kruise_api::intstr::{IntOrPercent, Round};
 use crate::pods;
 
 /// Kubernetes' cap on one slow-start batch.
-pub use super::statefulset::slow_start_batches;
+pub use super::slow_start_batches;
 
 /// How one of the job's Pods counts (upstream `filterPods`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

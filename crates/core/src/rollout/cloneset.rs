@@ -1,10 +1,9 @@
-//! CloneSet's scale and update arithmetic (inventory §1.4, upstream `calculateDiffsWithExpectation`)
-//! and the update and scale-in choices built on it (§1.5, §1.6).
+//! CloneSet's scale and update arithmetic (upstream `calculateDiffsWithExpectation` in
+//! `pkg/controller/cloneset/sync/cloneset_sync_utils.go`) and the update and scale-in choices built on
+//! it (`cloneset_update.go`, `cloneset_scale.go`). [`decide`] is the whole sync built on them.
 //!
 //! The arithmetic works on [`PodFacts`], four booleans per Pod, so it can be tested exhaustively
 //! without building Pods; [`pod_facts`] derives them from real Pods.
-
-use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -14,26 +13,10 @@ use kruise_api::cloneset::v1beta1::{
 };
 use kruise_api::intstr::{IntOrPercent, Round};
 
+// The shared error type, also reachable here for the callers that import it with the arithmetic.
+pub use super::InvalidSetting;
 use super::ordering::{self, Ranker};
 use crate::pods::{self, LifecycleState};
-
-/// A rollout setting that cannot be turned into a number. Upstream logs it and carries on with 0,
-/// which for a partition means "update everything"; we refuse to plan instead, so a bad value can
-/// never roll a whole set.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidSetting {
-    /// The field path, e.g. `spec.updateStrategy.rollingUpdate.partition`.
-    pub field: &'static str,
-    pub message: String,
-}
-
-impl fmt::Display for InvalidSetting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for InvalidSetting {}
 
 const FIELD_PARTITION: &str = "spec.updateStrategy.rollingUpdate.partition";
 const FIELD_MAX_SURGE: &str = "spec.updateStrategy.rollingUpdate.maxSurge";
@@ -574,6 +557,8 @@ pub fn within_ready_budget(
     });
     chosen
 }
+
+pub mod decide;
 
 #[cfg(test)]
 mod tests;

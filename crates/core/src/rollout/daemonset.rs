@@ -1,4 +1,5 @@
-//! Advanced DaemonSet planning (inventory §6.2): one sync of an ADS decided from a snapshot.
+//! Advanced DaemonSet planning (upstream `pkg/controller/daemonset/daemonset_controller.go` and
+//! `daemonset_update.go`): one sync of an ADS decided from a snapshot.
 //!
 //! The caller gives every node of the cluster with its eligibility verdict (whether the daemon should
 //! run there and whether a Pod already there may continue to run, from `crate::nodefit`) and the
@@ -31,13 +32,13 @@ use kruise_api::intstr::{IntOrPercent, Round};
 use kruise_api::keys;
 use kruise_api::validation::selector_matches;
 
-use super::cloneset::InvalidSetting;
-use super::statefulset::{Revision, running_and_available};
+use super::statefulset::running_and_available;
+use super::{InvalidSetting, Revision};
 use crate::inplace::{self, Completion, InPlacePlan, PlanOptions};
 use crate::lifecycle;
 use crate::pods::{self, LifecycleState};
 
-pub use super::statefulset::slow_start_batches;
+pub use super::slow_start_batches;
 
 const FIELD_MAX_UNAVAILABLE: &str = "spec.updateStrategy.rollingUpdate.maxUnavailable";
 const FIELD_MAX_SURGE: &str = "spec.updateStrategy.rollingUpdate.maxSurge";
@@ -56,6 +57,21 @@ pub struct NodeView<'a> {
     pub should_run: bool,
     /// A daemon Pod already here may stay (it tolerates the node's NoExecute taints, …).
     pub should_continue_running: bool,
+}
+
+/// How the daemon of `template` sees `node` (whose labels are `labels`).
+pub fn node_view<'a>(
+    template: &k8s_openapi::api::core::v1::PodSpec,
+    node: &'a k8s_openapi::api::core::v1::Node,
+    labels: &'a BTreeMap<String, String>,
+) -> NodeView<'a> {
+    let fit = crate::nodefit::daemon_fit(template, node);
+    NodeView {
+        name: crate::nodefit::node_name(node),
+        labels,
+        should_run: fit.should_run,
+        should_continue_running: fit.should_continue_running,
+    }
 }
 
 /// Everything one sync decides on.
@@ -741,7 +757,8 @@ fn update_with_surge(
     }
 }
 
-/// The status counters of §6.2, per node that should run the daemon, from its oldest Pod.
+/// The status counters (desired, current, ready, available, updated, misscheduled), per node that
+/// should run the daemon, from its oldest Pod.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     pub desired: i32,

@@ -1,4 +1,5 @@
-//! Advanced StatefulSet planning (inventory §2.3): one sync of an ASTS decided from a snapshot.
+//! Advanced StatefulSet planning (upstream `pkg/controller/statefulset/stateful_set_control.go`): one
+//! sync of an ASTS decided from a snapshot.
 //!
 //! [`plan`] partitions the Pods into ordinal slots and condemned Pods ([`Slots`]), walks the slots in
 //! ordinal order (create, replace failed Pods, wait in OrderedReady), deletes condemned Pods (highest
@@ -25,15 +26,13 @@ use kruise_api::statefulset::v1beta1::{
     StatefulSetSpec, UPDATE_ON_DELETE,
 };
 
-use super::cloneset::InvalidSetting;
+// The shared types, also reachable here for the callers that import them with the planner.
 use super::ordering;
+pub use super::{InvalidSetting, MAX_BATCH_SIZE, Revision, slow_start_batches};
 use crate::inplace::{self, Completion, InPlacePlan, PlanOptions};
 use crate::lifecycle::{self, InPlaceGate, RefreshRules};
 use crate::pods::{self, LifecycleState};
 use crate::revision::pod_label_matches_revision;
-
-/// Kubernetes' cap on one slow-start batch.
-pub const MAX_BATCH_SIZE: usize = 500;
 
 const FIELD_MAX_UNAVAILABLE: &str = "spec.updateStrategy.rollingUpdate.maxUnavailable";
 const FIELD_SCALE_MAX_UNAVAILABLE: &str = "spec.scaleStrategy.maxUnavailable";
@@ -157,13 +156,6 @@ pub fn partition_pods(
         slots,
         condemned: condemned.into_iter().map(|(_, i)| i).collect(),
     }
-}
-
-/// A revision and the template it records.
-#[derive(Clone, Copy, Debug)]
-pub struct Revision<'a> {
-    pub name: &'a str,
-    pub template: &'a PodTemplateSpec,
 }
 
 /// Everything one sync decides on.
@@ -469,20 +461,6 @@ impl Plan {
             })
             .collect()
     }
-}
-
-/// Kubernetes' slow-start batch sizes for `n` independent calls: 1, 2, 4, … capped at
-/// [`MAX_BATCH_SIZE`]; the caller stops at the first batch with a failure.
-pub fn slow_start_batches(n: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    let (mut remaining, mut size) = (n, 1usize);
-    while remaining > 0 {
-        let batch = size.min(remaining);
-        out.push(batch);
-        remaining -= batch;
-        size = (size * 2).min(MAX_BATCH_SIZE);
-    }
-    out
 }
 
 /// The revision a new Pod at slot `k` gets (upstream `isCurrentRevisionNeeded`): always the update
@@ -969,7 +947,8 @@ fn update_one(s: &Snapshot<'_>, i: usize) -> UpdateStep {
     )
 }
 
-/// The replica counts of §2.3.
+/// The replica counts of the status: replicas, ready, available, current and updated (and updated
+/// and ready), as upstream's `computeReplicaStatus`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaStatus {
     /// Created Pods (a phase is set).

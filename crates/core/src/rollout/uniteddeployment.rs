@@ -1,4 +1,4 @@
-//! UnitedDeployment planning (inventory §4.2), pure: how many replicas each subset gets (the specific,
+//! UnitedDeployment planning (upstream `pkg/controller/uniteddeployment`), pure: how many replicas each subset gets (the specific,
 //! min/max and adaptive allocators), the partition of each subset, whether a subset of the Adaptive
 //! strategy counts as unschedulable, the ControllerRevision data of the template, and the workload
 //! generated for a subset.

@@ -1,4 +1,4 @@
-//! SidecarSet history (inventory §3.2): one ControllerRevision per distinct set of sidecars, kept in
+//! SidecarSet history (upstream `pkg/controller/sidecarset/sidecarset_history.go`): one ControllerRevision per distinct set of sidecars, kept in
 //! the manager's namespace (a SidecarSet is cluster-scoped), labelled `kruise.io/sidecarset-name`.
 //!
 //! A revision records only what injection restores from it — `volumes`, `containers`,

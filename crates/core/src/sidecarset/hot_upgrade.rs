@@ -2,7 +2,7 @@
 //! `<name>-2`, so that the upgrade controller can start the new version beside the old one and hand
 //! over before stopping it. At injection `-1` works and `-2` idles on `hotUpgradeEmptyImage`.
 //!
-//! One upgrade round of such a sidecar (inventory §3.4 steps 5 and 8):
+//! One upgrade round of such a sidecar (upstream `pkg/control/sidecarcontrol/hotupgrade_control.go`):
 //! 1. the upgrade writes the new image into one twin (the idle one as a rule, see [`twin_to_upgrade`])
 //!    and names it the working container in `kruise.io/sidecarset-working-hotupgrade-container`; the
 //!    sidecar's processes hand over between themselves, reading the version annotations;

@@ -1,7 +1,7 @@
 //! SidecarSet injection into a Pod being created, as pure functions: which SidecarSets apply to a Pod
 //! ([`matches`]) and what the Pod looks like once their sidecars are in ([`inject`]).
 //!
-//! The rules are OpenKruise's Pod mutating webhook (`mpod.kb.io`, inventory §3.3); the webhook fetches
+//! The rules are OpenKruise's Pod mutating webhook (`mpod.kb.io`, upstream `pkg/webhook/pod/mutating/sidecarset.go`); the webhook fetches
 //! the SidecarSets, the Pod's Namespace labels and any pinned ControllerRevision, calls these functions
 //! and diffs the returned Pod into a JSON patch. Only CREATE injects: upstream's UPDATE path is a no-op in
 //! the community edition, so there is nothing to model for it.
@@ -23,7 +23,7 @@ pub mod upgrade;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-pub use annotations::{UpgradeSpec, parse_upgrade_specs};
+pub use annotations::{UpgradeSpec, hashes, parse_upgrade_specs};
 pub use hot_upgrade::{
     ANNOTATION_VERSION_ALT_PREFIX, ANNOTATION_VERSION_PREFIX, ENV_SIDECARSET_VERSION,
     ENV_SIDECARSET_VERSION_ALT, hot_upgrade_names,

@@ -339,7 +339,7 @@ fn matching_table() {
     }
 }
 
-// ---- seed 001 --------------------------------------------------------------------------------------------
+// ---- the SidecarSet examples (examples/sidecarset-*.yaml) ------------------------------------------------
 
 fn example(file: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -351,7 +351,7 @@ fn example(file: &str) -> Value {
 }
 
 #[test]
-fn seed_001_logtail_is_injected_with_the_nginx_log_volume_and_tz() {
+fn example_logtail_is_injected_with_the_nginx_log_volume_and_tz() {
     let alpha: sidecarset::v1alpha1::SidecarSet =
         serde_json::from_value(example("sidecarset-logtail.yaml")).expect("v1alpha1");
     let mut logtail = <sidecarset::Api as KindApi>::to_v1beta1(alpha);

@@ -1,4 +1,5 @@
-//! The `SidecarSetUpgradable` Pod condition (inventory §3.4 steps 7 and 8): whether every SidecarSet
+//! The `SidecarSetUpgradable` Pod condition (set by upstream's SidecarSet processor when it finds a Pod
+//! it cannot upgrade, and cleared once the Pod is upgraded): whether every SidecarSet
 //! injected into the Pod can still upgrade it in place.
 //!
 //! One condition serves all SidecarSets of the Pod: its message is a JSON map from SidecarSet name to

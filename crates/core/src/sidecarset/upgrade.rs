@@ -1,4 +1,5 @@
-//! Upgrading injected sidecars in place (inventory §3.4, §3.5), as pure functions of a SidecarSet
+//! Upgrading injected sidecars in place (upstream `pkg/controller/sidecarset/sidecarset_processor.go`
+//! and `sidecarset_strategy.go`), as pure functions of a SidecarSet
 //! and its Pods: which Pods it manages, which are up to date and ready, which to flip or upgrade
 //! next, and the patch that upgrades one.
 //!
@@ -35,7 +36,8 @@ use super::{
 };
 use crate::inplace::with_default_tag;
 use crate::pods;
-use crate::rollout::cloneset::{InvalidSetting, partition_replicas};
+use crate::rollout::InvalidSetting;
+use crate::rollout::cloneset::partition_replicas;
 use crate::rollout::ordering;
 
 pub use super::hot_upgrade::{flip_patch, working_and_idle, working_containers};

@@ -1,4 +1,5 @@
-//! Adaptive scheduling with `reserveUnschedulablePods` (inventory §4.2, "Reservation mode").
+//! Adaptive scheduling with `reserveUnschedulablePods` (OpenKruise's reservation mode of the Adaptive
+//! subset strategy).
 //!
 //! Instead of deleting Pods a subset cannot start, the subset keeps them — labelled
 //! `apps.kruise.io/united-deployment-reserved-pod=true` — and the allocator gives the replicas they were

@@ -1,6 +1,8 @@
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::cloneset::v1beta1::{

@@ -1,6 +1,7 @@
 //! Kubernetes resource quantities (`100m`, `1.5Gi`, `1e3`) parsed and re-emitted exactly as Go's
-//! `resource.Quantity` does, because the SidecarSet hash is computed over Go's JSON encoding of the
-//! containers, and that encoding writes every quantity in Go's form:
+//! `resource.Quantity` does. Shared by the SidecarSet hash (computed over Go's JSON encoding of the
+//! containers, which writes every quantity in Go's form), StatefulSet volume expansion and the
+//! simulated kubelet. Go's form:
 //! - a string that Go parses on its fast path and finds already canonical is kept verbatim (`"+1"` and
 //!   `"007"` stay as written);
 //! - everything else is written in canonical form: no fraction, the largest suffix that loses nothing

@@ -1,31 +1,29 @@
-//! What one CloneSet sync does, decided from a snapshot (inventory §1.5, §1.7). Pure: the reconciler
-//! gathers the snapshot, calls [`scale_step`] and, when scaling has nothing to do, [`update_step`],
-//! and carries the result out.
+//! What one CloneSet sync does, decided from a snapshot: the scale step (regret, create, delete,
+//! scale in, as upstream's `Scale` in `pkg/controller/cloneset/sync/cloneset_scale.go`) and the update
+//! step (refresh fixes, then in-place or recreate updates, as upstream's `Update` in
+//! `cloneset_update.go`). Pure: the controller gathers the snapshot, calls [`scale_step`] and, when
+//! scaling has nothing to do, [`update_step`], and carries the result out; `rollout::preview` steps the
+//! same two functions to preview a whole rollout.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use crate::inplace::{self, Completion, InPlacePlan, PlanOptions};
+use crate::lifecycle;
+use crate::pods::{self, LifecycleState};
+use crate::revision::{LABEL_POD_TEMPLATE_HASH, pod_label_matches_revision, short_hash};
+use crate::rollout::InvalidSetting;
+pub use crate::rollout::Revision;
+use crate::rollout::cloneset::{
+    self as arith, DiffOptions, FactsContext, Gates, Limits, Purpose, RolloutKnobs,
+};
+use crate::rollout::ordering::Ranker;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_SCALING_EXCLUDE_PREPARING_DELETE;
 use kruise_api::cloneset::v1beta1::{
     CloneSet, POD_UPDATE_IN_PLACE_IF_POSSIBLE, POD_UPDATE_IN_PLACE_ONLY,
 };
 use kruise_api::keys;
-use kruise_core::inplace::{self, Completion, InPlacePlan, PlanOptions};
-use kruise_core::lifecycle;
-use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{LABEL_POD_TEMPLATE_HASH, pod_label_matches_revision, short_hash};
-use kruise_core::rollout::cloneset::{
-    self as arith, DiffOptions, FactsContext, Gates, InvalidSetting, Limits, Purpose, RolloutKnobs,
-};
-use kruise_core::rollout::ordering::Ranker;
-
-/// A revision and the template it records.
-#[derive(Clone, Copy, Debug)]
-pub struct Revision<'a> {
-    pub name: &'a str,
-    pub template: &'a PodTemplateSpec,
-}
 
 /// Process-wide switches.
 #[derive(Clone, Copy, Debug, Default)]
