@@ -3,7 +3,7 @@
 //! status, TTL deletion).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -22,13 +22,7 @@ use crate::parallel::in_parallel;
 use crate::podcontrol::{PodControl, Wording, expectations_met, pod_on_node};
 
 pub(crate) async fn reconcile(job: Arc<BroadcastJob>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&job, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&job, &ctx).await
 }
 
 /// The job's Pods: controlled by it and carrying both job labels (upstream lists by the labels and

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -24,7 +24,7 @@ use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot, slow_start_batches,
 };
 use kruise_core::rollout::statefulset::Revision;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -41,13 +41,7 @@ use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, p
 const RESYNC: Duration = Duration::from_secs(300);
 
 pub(crate) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&ds, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&ds, &ctx).await
 }
 
 async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
@@ -204,7 +198,7 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         deferred: plan.deferred_creates,
         now,
     });
-    write_status(ctx, ds, &namespace, &name, &computed.status).await?;
+    write_status(ctx, ds, &namespace, &computed.status).await?;
     truncate_history(ctx, ds, &namespace, &revisions, &update_name, &owned).await?;
 
     let mut after = RESYNC;
@@ -435,28 +429,12 @@ async fn write_status(
     ctx: &Context,
     ds: &DaemonSet,
     namespace: &str,
-    name: &str,
     new: &DaemonSetStatus,
 ) -> Result<(), Error> {
     let old = ds.status.as_ref();
-    if !status::changed(old, new) {
-        return Ok(());
-    }
     let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), namespace);
-    // Guarded by the resourceVersion: a status computed from an older set must not win.
-    let mut patch = crate::status_patch::whole_status(old, new);
-    patch["metadata"] = json!({"resourceVersion": ds.metadata.resource_version});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_race(&error) => Ok(()),
-        Err(error) => Err(Error::Kube {
-            context: format!("writing the status of DaemonSet {namespace}/{name}"),
-            source: error,
-        }),
-    }
+    crate::driver::write::write_status(&api, ds, old, new, status::changed(old, new)).await?;
+    Ok(())
 }
 
 async fn truncate_history(
@@ -476,18 +454,6 @@ async fn truncate_history(
         ds.spec.revision_history_limit,
     );
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    for rev in doomed {
-        let name = rev.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("deleting old revision {name}"),
-                    source: error,
-                });
-            }
-        }
-    }
+    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

@@ -14,7 +14,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -28,9 +27,9 @@ use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgradable::{upgradable_condition_patch, wanted_entry};
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -39,6 +38,7 @@ use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, Selected, WirePod};
 use crate::claim::{Recheck, claim_each};
+use crate::driver::caches::Caches;
 use crate::error::KubeContext;
 use crate::events::EventRecorder;
 use crate::history::{Registered, register};
@@ -65,8 +65,9 @@ pub struct Config {
 struct Context {
     client: Client,
     pods: Arc<PodCache>,
-    namespaces: Store<Namespace>,
-    /// ControllerRevisions labelled `kruise.io/sidecarset-name` in the manager's namespace.
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Every ControllerRevision (the shared cache); a SidecarSet's are those labelled
+    /// `kruise.io/sidecarset-name` in the manager's namespace.
     revisions: Store<ControllerRevision>,
     expectations: Mutex<Expectations>,
     recorder: EventRecorder,
@@ -85,17 +86,12 @@ struct Context {
 pub use crate::error::{Error, is_race};
 
 /// Runs the SidecarSet controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let pods = caches.pods;
     let events = pods.subscribe("sidecarset");
     pods.wait_synced().await;
-    let (namespaces, namespace_events) =
-        crate::cache::reflected(Api::<Namespace>::all(client.clone()), None);
-    tokio::spawn(namespace_events.for_each(|_| futures::future::ready(())));
-    let (revisions, revision_events) = crate::cache::reflected(
-        Api::<ControllerRevision>::namespaced(client.clone(), &config.namespace),
-        Some(LABEL_SIDECARSET_NAME),
-    );
-    tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
+    let namespaces = caches.namespaces.store().clone();
+    let revisions = caches.revisions.store().clone();
 
     let (sidecarsets, changes) =
         crate::cache::reflected(Api::<SidecarSet>::all(client.clone()), None);
@@ -118,13 +114,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         namespaces,
         revisions,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: EventRecorder::new(
-            client,
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: None,
-            },
-        ),
+        recorder: crate::driver::recorder(client, CONTROLLER),
         metrics,
         sidecarsets,
         verdicts: Mutex::new(HashMap::new()),
@@ -132,29 +122,22 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         marks_waiting: Mutex::new(HashMap::new()),
         config: config.clone(),
     });
-    tracing::info!(workers = config.workers, "sidecarset controller started");
-    controller
-        .reconcile_on(crate::cache::receiver_stream(rx))
-        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-        .run(crate::parallel::on_own_task(reconcile), error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = controller.reconcile_on(crate::cache::receiver_stream(rx));
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
-fn error_policy(ss: Arc<SidecarSet>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(sidecarset = %ss.name_any(), %error, "reconcile failed");
-    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
-    Action::requeue(Duration::from_secs(2))
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&ss, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&ss, &ctx).await
 }
 
 /// Drops what is kept per SidecarSet for those that no longer exist (the controller is not called
@@ -557,7 +540,10 @@ async fn claim_revisions(
                 == Some(&name),
         )
     };
-    let revisions = ctx.revisions.state();
+    let revisions = ctx.revisions.state().into_iter().filter(|r| {
+        r.metadata.namespace.as_deref() == Some(ctx.config.namespace.as_str())
+            && r.labels().contains_key(LABEL_SIDECARSET_NAME)
+    });
     let Some(claimed) =
         claim_each(&api, revisions, claimant, &owner, &mut recheck, names_us).await?
     else {

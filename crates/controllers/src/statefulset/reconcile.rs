@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
@@ -25,7 +25,7 @@ use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Revision, Snapshot, ordinal_of, partition_pods,
     slow_start_batches,
 };
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -42,13 +42,7 @@ use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
 const RESYNC: Duration = Duration::from_secs(300);
 
 pub(crate) async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&set, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&set, &ctx).await
 }
 
 async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Error> {
@@ -229,7 +223,7 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         failed_update: failed_update.clone(),
         now,
     });
-    write_status(ctx, set, &namespace, &name, &computed.status).await?;
+    write_status(ctx, set, &namespace, &computed.status).await?;
     truncate_history(
         ctx,
         set,
@@ -724,28 +718,12 @@ async fn write_status(
     ctx: &Context,
     set: &StatefulSet,
     namespace: &str,
-    name: &str,
     new: &StatefulSetStatus,
 ) -> Result<(), Error> {
     let old = set.status.as_ref();
-    if !status::changed(old, new) {
-        return Ok(());
-    }
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
-    // Guarded by the resourceVersion: a status computed from an older set must not win.
-    let mut patch = crate::status_patch::whole_status(old, new);
-    patch["metadata"] = json!({"resourceVersion": set.metadata.resource_version});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_race(&error) => Ok(()),
-        Err(error) => Err(Error::Kube {
-            context: format!("writing the status of StatefulSet {namespace}/{name}"),
-            source: error,
-        }),
-    }
+    crate::driver::write::write_status(&api, set, old, new, status::changed(old, new)).await?;
+    Ok(())
 }
 
 async fn truncate_history(
@@ -766,18 +744,6 @@ async fn truncate_history(
         set.spec.revision_history_limit,
     );
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    for rev in doomed {
-        let name = rev.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("deleting old revision {name}"),
-                    source: error,
-                });
-            }
-        }
-    }
+    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

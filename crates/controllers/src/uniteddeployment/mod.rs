@@ -18,13 +18,13 @@ use kruise_api::keys;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::rollout::uniteddeployment::TemplateKind;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::cache::PodCache;
+use crate::driver::caches::Caches;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -115,12 +115,11 @@ fn owners_of(object: &DynamicObject) -> Vec<ObjectRef<UnitedDeployment>> {
         .collect()
 }
 
-/// Runs the UnitedDeployment controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+/// Runs the UnitedDeployment controller on the shared `caches` until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let pods = caches.pods;
     pods.wait_synced().await;
-    let (revisions, revision_events) =
-        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
-    tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
+    let revisions = caches.revisions.store().clone();
 
     let mut workloads = Vec::new();
     let mut streams = Vec::new();
@@ -148,44 +147,31 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         revisions,
         workloads,
         pending: Mutex::new(HashMap::new()),
-        recorder: EventRecorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: None,
-            },
-        ),
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
         config: config.clone(),
     });
-    tracing::info!(
-        workers = config.workers,
-        "uniteddeployment controller started"
-    );
-    // Boxed so that the manager's join of every controller stays small on the stack.
-    Box::pin(
-        Controller::new(
-            Api::<UnitedDeployment>::all(client),
-            watcher::Config::default().any_semantic(),
-        )
-        .reconcile_on(triggers)
-        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-        .run(
-            crate::parallel::on_own_task(reconcile::reconcile),
-            error_policy,
-            ctx,
-        )
-        .for_each(|_| futures::future::ready(())),
+    let controller = Controller::new(
+        Api::<UnitedDeployment>::all(client),
+        watcher::Config::default().any_semantic(),
     )
+    .reconcile_on(triggers);
+    // Boxed so that the manager's join of every controller stays small on the stack.
+    Box::pin(crate::driver::run(
+        controller,
+        config.workers,
+        reconcile::reconcile,
+        ctx,
+    ))
     .await;
 }
 
-fn error_policy(ud: Arc<UnitedDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(
-        uniteddeployment = %format!("{}/{}", ud.metadata.namespace.as_deref().unwrap_or_default(), ud.metadata.name.as_deref().unwrap_or_default()),
-        %error,
-        "reconcile failed"
-    );
-    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
-    Action::requeue(Duration::from_secs(2))
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }

@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 
 use super::reservation;
 use super::status::{self, Outcome};
-use super::{CONTROLLER, Context, Error, Pending};
+use super::{Context, Error, Pending};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::Recheck;
 use crate::error::{KubeContext, is_race};
@@ -47,14 +47,8 @@ pub(crate) async fn reconcile(
     ud: Arc<UnitedDeployment>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let started = Instant::now();
     // Boxed, as every large step below: debug builds poll deep futures on 2 MiB worker stacks.
-    let result = Box::pin(reconcile_inner(&ud, &ctx)).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    Box::pin(reconcile_inner(&ud, &ctx)).await
 }
 
 /// A subset workload as observed this reconcile.
