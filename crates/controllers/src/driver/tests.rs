@@ -69,7 +69,7 @@ async fn status_write_is_guarded_by_the_resource_version_and_clears_omitted_fiel
     assert_eq!(
         wrote.ok(),
         Some(StatusWrite::Written {
-            from: Some("7".into())
+            resource_version: Some("8".into())
         })
     );
     let sent = log.sent();

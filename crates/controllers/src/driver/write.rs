@@ -17,9 +17,8 @@ use crate::error::{Error, is_race};
 pub enum StatusWrite {
     /// Nothing changed: nothing was sent.
     Unchanged,
-    /// Written; the object's resourceVersion moved on from the one it was computed from (`None`
-    /// when the object carried none).
-    Written { from: Option<String> },
+    /// Written; the object is now at this resourceVersion (what the caches should come to show).
+    Written { resource_version: Option<String> },
     /// The object changed or went away since it was read (409 on the resourceVersion precondition,
     /// or 404): the status was computed from a stale copy and is dropped; the next reconcile, on the
     /// newer copy, computes it again.
@@ -45,14 +44,15 @@ where
         return Ok(StatusWrite::Unchanged);
     }
     let name = object.name_any();
-    let from = object.meta().resource_version.clone();
     let mut patch = crate::status_patch::whole_status(old, new);
-    patch["metadata"] = json!({"resourceVersion": from});
+    patch["metadata"] = json!({"resourceVersion": object.meta().resource_version});
     match api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(StatusWrite::Written { from }),
+        Ok(written) => Ok(StatusWrite::Written {
+            resource_version: written.meta().resource_version.clone(),
+        }),
         Err(error) if is_race(&error) => Ok(StatusWrite::Stale),
         Err(source) => Err(Error::Kube {
             context: format!(

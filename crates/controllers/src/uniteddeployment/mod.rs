@@ -4,18 +4,19 @@
 //! subset workloads' own controllers (ours for CloneSet and Advanced StatefulSet, the
 //! kube-controller-manager's for the native kinds) run the Pods.
 
+mod observe;
 mod reconcile;
 mod reservation;
 mod status;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::keys;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
+use kruise_core::expectations::Expectations;
 use kruise_core::rollout::uniteddeployment::TemplateKind;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::Controller;
@@ -51,21 +52,20 @@ impl Default for Config {
     }
 }
 
-/// A write of ours the caches have not shown yet.
-#[derive(Clone, Debug)]
-pub(crate) enum Pending {
-    /// A subset workload was created: some workload of `kind` labelled with the subset name shows up.
-    Created { kind: TemplateKind, subset: String },
-    /// The workload `uid` was patched or deleted: its cached resourceVersion moves on from `from` (or
-    /// it disappears).
-    Changed {
-        kind: TemplateKind,
-        uid: String,
-        from: String,
-    },
-    /// The UnitedDeployment's status was written: its resourceVersion moves on from `from`.
-    Status { from: String },
+/// The expectation kind (`kruise_core::expectations::Expectation::kind`) of a subset workload of
+/// `kind`: the name of an expected workload is its subset's name when created, its own name when
+/// patched or deleted.
+pub(crate) fn expectation_kind(kind: TemplateKind) -> &'static str {
+    match kind {
+        TemplateKind::StatefulSet => "StatefulSet",
+        TemplateKind::AdvancedStatefulSet => "AdvancedStatefulSet",
+        TemplateKind::CloneSet => "CloneSet",
+        TemplateKind::Deployment => "Deployment",
+    }
 }
+
+/// The expectation kind of a created subset workload, named by its subset (its name is generated).
+pub(crate) const CREATED_SUBSET: &str = "CreatedSubset";
 
 /// What every reconcile shares.
 pub struct Context {
@@ -74,10 +74,11 @@ pub struct Context {
     pub(crate) revisions: Store<ControllerRevision>,
     /// The subset workloads of each kind (only objects labelled `apps.kruise.io/subset-name`).
     pub(crate) workloads: Vec<(TemplateKind, ApiResource, Store<DynamicObject>)>,
-    pub(crate) pending: Mutex<HashMap<String, (Instant, Vec<Pending>)>>,
+    /// The writes not yet shown by the caches, by UnitedDeployment key; each expires after
+    /// `config.expectation_timeout`, as every other kind's.
+    pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) config: Config,
 }
 
 impl Context {
@@ -146,10 +147,9 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         pods,
         revisions,
         workloads,
-        pending: Mutex::new(HashMap::new()),
+        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
-        config: config.clone(),
     });
     let controller = Controller::new(
         Api::<UnitedDeployment>::all(client),

@@ -16,7 +16,7 @@ use kruise_core::rollout::uniteddeployment::{
     self as planner, SUBSET_CONDITION_UPDATED, SubsetProgress, SubsetReservation,
 };
 
-use super::reconcile::Observed;
+use super::observe::Observed;
 
 /// Condition types beyond OpenKruise, so that `kubectl wait` and GitOps health checks work.
 pub(crate) const CONDITION_PROGRESSING: &str = "Progressing";
