@@ -1,6 +1,7 @@
-//! The BroadcastJob controller (inventory §5): one Pod to completion on every node the job fits.
-//! Observe the job, its Pods (shared cache) and the Nodes; decide with
-//! `kruise_core::rollout::broadcastjob`; act through the shared [`crate::podcontrol`].
+//! The BroadcastJob controller (upstream `pkg/controller/broadcastjob`), on the shared driver: one
+//! Pod to completion on every node the job fits. Observe the job, its Pods (shared cache) and the
+//! Nodes; decide with `kruise_core::rollout::broadcastjob`; act through the shared
+//! [`crate::podcontrol`].
 
 pub mod newpod;
 mod reconcile;

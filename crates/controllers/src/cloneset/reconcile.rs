@@ -1,4 +1,4 @@
-//! One reconcile of a CloneSet (inventory §1.3): wait for our own writes to show, gather the
+//! One reconcile of a CloneSet: wait for our own writes to show, gather the
 //! snapshot, scale or else update, then write the status, prune `podsToDelete` and the revision
 //! history.
 
@@ -33,7 +33,7 @@ use serde_json::json;
 use super::act::{Actor, Outcome, is_race};
 use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
 use super::status::{self, Inputs};
-use super::{CONTROLLER, Context, Error, KubeContext, newpod};
+use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
 use crate::podcontrol::Write;
@@ -427,37 +427,30 @@ async fn update_revision(
     revisions: &[ControllerRevision],
 ) -> Result<Option<ControllerRevision>, Error> {
     let cs = actor.cs;
-    let namespace = cs.namespace().unwrap_or_default();
     let collision_count = cs.status.as_ref().and_then(|s| s.collision_count);
     let candidate = new_revision(cs, next_revision_number(revisions), collision_count)
         .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let api: Api<ControllerRevision> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-    match crate::history::register(&api, revisions, candidate, cs.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, expectation) => {
-            if let Some(expectation) = expectation {
-                actor.expect(expectation);
-            }
-            Ok(Some(*revision))
+    // The whole status on a collision: a first status must carry its required fields.
+    let registered = crate::history::update_revision(
+        &actor.ctx.client,
+        cs,
+        revisions,
+        candidate,
+        collision_count,
+        |count| {
+            json!({"status": CloneSetStatus {
+                collision_count: Some(count),
+                ..cs.status.clone().unwrap_or_default()
+            }})
+        },
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            actor.expect(expectation);
         }
-        crate::history::Registered::Collision => {
-            // A different template hashed to the same name: count the collision so the next
-            // hash differs.
-            let cs_api: Api<CloneSet> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-            cs_api
-                .patch_status(
-                    &cs.name_any(),
-                    &PatchParams::default(),
-                    // The whole status: a first status must carry its required fields.
-                    &Patch::Merge(&json!({"status": CloneSetStatus {
-                        collision_count: Some(collision_count.unwrap_or(0) + 1),
-                        ..cs.status.clone().unwrap_or_default()
-                    }})),
-                )
-                .await
-                .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+        revision
+    }))
 }
 
 /// Node labels for the spread ranker, read from the shared Node cache only when the template has topology spread

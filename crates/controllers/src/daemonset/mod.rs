@@ -1,7 +1,7 @@
-//! The Advanced DaemonSet controller (inventory §6): observe the set, its Pods (shared cache), the
-//! cluster's Nodes and its ControllerRevisions; decide with `kruise_core::rollout::daemonset::plan`
-//! on each node's `kruise_core::nodefit::daemon_fit` verdict; act through the shared
-//! [`crate::podcontrol`]; write the status of [`status`].
+//! The Advanced DaemonSet controller, on the shared driver: observe the set, its Pods (shared
+//! cache), the cluster's Nodes and its ControllerRevisions; decide with
+//! `kruise_core::rollout::daemonset::plan` on each node's `kruise_core::nodefit::daemon_fit`
+//! verdict; act through the shared [`crate::podcontrol`]; write the status of [`status`].
 
 pub mod newpod;
 mod reconcile;

@@ -1,4 +1,4 @@
-//! One reconcile of an Advanced DaemonSet (inventory §6.2): wait for our own writes to show, claim
+//! One reconcile of an Advanced DaemonSet: wait for our own writes to show, claim
 //! Pods and revisions, register the update revision, judge every node, plan, carry out the plan,
 //! then write the status and prune the history.
 
@@ -24,7 +24,6 @@ use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot, slow_start_batches,
 };
 use kruise_core::rollout::statefulset::Revision;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -34,7 +33,7 @@ use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
-use crate::error::{KubeContext, is_race};
+use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
 
 /// The resync period when nothing else asks for a look sooner.
@@ -289,29 +288,26 @@ async fn update_revision(
     {
         labels.insert(keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(), hash);
     }
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
-    match crate::history::register(&api, revisions, candidate, ds.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, expectation) => {
-            if let Some(expectation) = expectation {
-                pc.expect(expectation);
-            }
-            Ok(Some(*revision))
+    let registered = crate::history::update_revision(
+        &ctx.client,
+        ds,
+        revisions,
+        candidate,
+        collision_count,
+        |count| {
+            json!({"status": DaemonSetStatus {
+                collision_count: Some(count),
+                ..ds.status.clone().unwrap_or_default()
+            }})
+        },
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            pc.expect(expectation);
         }
-        crate::history::Registered::Collision => {
-            let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), pc.namespace);
-            api.patch_status(
-                &ds.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": DaemonSetStatus {
-                    collision_count: Some(collision_count.unwrap_or(0) + 1),
-                    ..ds.status.clone().unwrap_or_default()
-                }})),
-            )
-            .await
-            .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+        revision
+    }))
 }
 
 /// Carries out the plan: readiness fixes, then creations in slow-start batches (stopping at the

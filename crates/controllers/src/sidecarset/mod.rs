@@ -1,8 +1,9 @@
-//! The SidecarSet controller (inventory §3.2, §3.4, §3.5): records the SidecarSet's history as
-//! ControllerRevisions in the manager's namespace, upgrades injected sidecars in place (cold: the
-//! image is replaced; hot: the new image starts in the idle twin, which takes over, then the old twin
-//! is reset to the empty image), keeps each Pod's `SidecarSetUpgradable` condition, and reports
-//! status. Decisions are `kruise_core::sidecarset::{history, upgrade, upgradable}`.
+//! The SidecarSet controller (upstream `pkg/controller/sidecarset`), on the shared driver: records
+//! the SidecarSet's history as ControllerRevisions in the manager's namespace, upgrades injected
+//! sidecars in place (cold: the image is replaced; hot: the new image starts in the idle twin,
+//! which takes over, then the old twin is reset to the empty image), keeps each Pod's
+//! `SidecarSetUpgradable` condition, and reports status. Decisions are
+//! `kruise_core::sidecarset::{history, upgrade, upgradable}`.
 //!
 //! It also watches for Pods the selector matches that were created without the sidecars (the Pod
 //! webhook was down and its failure policy lets Pods through): they are counted in

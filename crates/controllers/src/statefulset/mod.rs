@@ -1,6 +1,6 @@
-//! The Advanced StatefulSet controller (inventory §2): observe the set, its Pods (shared cache),
-//! claims and ControllerRevisions; decide with `kruise_core::rollout::statefulset::plan` and
-//! [`status`]; act through the shared [`crate::podcontrol`].
+//! The Advanced StatefulSet controller, on the shared driver: observe the set, its Pods (shared
+//! cache), claims and ControllerRevisions; decide with `kruise_core::rollout::statefulset::plan`
+//! and [`status`]; act through the shared [`crate::podcontrol`].
 
 pub mod newpod;
 mod reconcile;

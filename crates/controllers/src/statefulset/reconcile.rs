@@ -1,4 +1,4 @@
-//! One reconcile of an Advanced StatefulSet (inventory §2.3): wait for our own writes to show,
+//! One reconcile of an Advanced StatefulSet: wait for our own writes to show,
 //! claim Pods and revisions, choose the update revision, plan, keep the claims' owners as the
 //! retention policy says, carry out the plan, then write the status and prune the history.
 
@@ -35,7 +35,7 @@ use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
-use crate::error::{KubeContext, is_race};
+use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
 
 /// The resync period when nothing else asks for a look sooner.
@@ -343,29 +343,26 @@ async fn update_revision(
         collision_count,
     )
     .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
-    match crate::history::register(&api, revisions, candidate, set.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, expectation) => {
-            if let Some(expectation) = expectation {
-                pc.expect(expectation);
-            }
-            Ok(Some(*revision))
+    let registered = crate::history::update_revision(
+        &ctx.client,
+        set,
+        revisions,
+        candidate,
+        collision_count,
+        |count| {
+            json!({"status": StatefulSetStatus {
+                collision_count: Some(count),
+                ..set.status.clone().unwrap_or_default()
+            }})
+        },
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            pc.expect(expectation);
         }
-        crate::history::Registered::Collision => {
-            let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), pc.namespace);
-            api.patch_status(
-                &set.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": StatefulSetStatus {
-                    collision_count: Some(collision_count.unwrap_or(0) + 1),
-                    ..set.status.clone().unwrap_or_default()
-                }})),
-            )
-            .await
-            .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+        revision
+    }))
 }
 
 /// Keeps the owner references of each Pod's claims as the retention policy says (the set's when

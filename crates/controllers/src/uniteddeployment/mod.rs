@@ -1,8 +1,9 @@
-//! The UnitedDeployment controller (inventory §4): one workload per topology subset — a CloneSet, an
-//! Advanced StatefulSet, a native StatefulSet or a Deployment — created, adopted, updated and deleted
-//! from the template; the replicas split by `kruise_core::rollout::uniteddeployment::allocate`. The
-//! subset workloads' own controllers (ours for CloneSet and Advanced StatefulSet, the
-//! kube-controller-manager's for the native kinds) run the Pods.
+//! The UnitedDeployment controller, on the shared driver: one workload per topology subset — a
+//! CloneSet, an Advanced StatefulSet, a native StatefulSet or a Deployment — created, adopted,
+//! updated and deleted from the template; the replicas split by
+//! `kruise_core::rollout::uniteddeployment::allocate`. The subset workloads' own controllers (ours
+//! for CloneSet and Advanced StatefulSet, the kube-controller-manager's for the native kinds) run
+//! the Pods.
 
 mod observe;
 mod reconcile;

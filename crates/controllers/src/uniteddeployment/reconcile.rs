@@ -1,6 +1,6 @@
-//! One reconcile of a UnitedDeployment (inventory §4.2): wait for our own writes to show, choose the
-//! revisions, claim the subset workloads, allocate replicas and partitions, create / update / delete
-//! subsets, then write the status and prune the history.
+//! One reconcile of a UnitedDeployment: wait for our own writes to show, choose the revisions,
+//! claim the subset workloads, allocate replicas and partitions, create / update / delete subsets,
+//! then write the status and prune the history.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,7 +37,7 @@ use super::{CONTROLLER, CREATED_SUBSET, Context, Error, expectation_kind};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::Recheck;
 use crate::driver::write::StatusWrite;
-use crate::error::{KubeContext, is_race};
+use crate::error::is_race;
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -462,23 +462,16 @@ async fn update_revision(
     for owner in candidate.metadata.owner_references.iter_mut().flatten() {
         owner.api_version = OWNER_API_VERSION.into();
     }
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    match crate::history::register(&api, revisions, candidate, ud.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, _) => Ok(Some(*revision)),
-        crate::history::Registered::Collision => {
-            let api: Api<UnitedDeployment> = Api::namespaced(ctx.client.clone(), namespace);
-            api.patch_status(
-                &ud.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(
-                    &json!({"status": {"collisionCount": collision_count.unwrap_or(0) + 1}}),
-                ),
-            )
-            .await
-            .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+    let registered = crate::history::update_revision(
+        &ctx.client,
+        ud,
+        revisions,
+        candidate,
+        collision_count,
+        |count| json!({"status": {"collisionCount": count}}),
+    )
+    .await?;
+    Ok(registered.map(|(revision, _)| revision))
 }
 
 /// The subset workloads of the UD: those of the template's kind grouped by subset name (adopting

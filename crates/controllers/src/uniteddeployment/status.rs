@@ -1,4 +1,5 @@
-//! The UnitedDeployment status (inventory §4.3), computed from what the reconcile observed and did.
+//! The UnitedDeployment status (upstream `uniteddeployment_controller.go` `updateStatus`), computed
+//! from what the reconcile observed and did.
 
 use std::collections::BTreeMap;
 
