@@ -119,3 +119,36 @@ where
         }
     }
 }
+
+/// The current revision's name: the status's `currentRevision` while that revision still exists,
+/// else the update revision's.
+pub fn current_revision(recorded: &str, revisions: &[ControllerRevision], update: &str) -> String {
+    let exists = revisions
+        .iter()
+        .any(|r| r.metadata.name.as_deref() == Some(recorded));
+    if !recorded.is_empty() && exists {
+        recorded.to_owned()
+    } else {
+        update.to_owned()
+    }
+}
+
+/// Each revision's name and Pod template; a revision whose template cannot be read is logged and
+/// left out.
+pub fn templates(
+    revisions: &[ControllerRevision],
+) -> Vec<(String, k8s_openapi::api::core::v1::PodTemplateSpec)> {
+    revisions
+        .iter()
+        .filter_map(|r| {
+            let name = r.metadata.name.clone()?;
+            match kruise_core::revision::template_from_revision(r) {
+                Ok(t) => Some((name, t)),
+                Err(error) => {
+                    tracing::warn!(revision = %name, %error, "unreadable revision");
+                    None
+                }
+            }
+        })
+        .collect()
+}

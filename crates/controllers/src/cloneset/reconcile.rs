@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_INSTANCE_ID;
@@ -19,9 +19,7 @@ use kruise_core::inplace;
 use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{
-    new_revision, next_revision_number, revisions_to_delete, template_from_revision,
-};
+use kruise_core::revision::{new_revision, next_revision_number, revisions_to_delete};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -36,6 +34,7 @@ use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
+use crate::driver::Owner;
 use crate::podcontrol::Write;
 
 /// The resync period when nothing else asks for a look sooner.
@@ -67,21 +66,16 @@ fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Dur
 }
 
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> {
-    let namespace = cs.namespace().unwrap_or_default();
-    let name = cs.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = cs.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let unmet = |key: &str, namespace: &str| expectations_met(ctx, key, namespace).err();
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(cs, &ctx.expectations, unmet) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
     };
-    if cs.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Err(wait) = expectations_met(ctx, &key, &namespace) {
-        return Ok(Action::requeue(wait));
-    }
     let now = Timestamp::now();
     let actor = Actor::new(ctx, cs, key.clone(), now);
 
@@ -138,28 +132,9 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
     revisions.push(update_rev);
     let old_status = cs.status.clone().unwrap_or_default();
-    let current_name = if !old_status.current_revision.is_empty()
-        && revisions
-            .iter()
-            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
-    {
-        old_status.current_revision.clone()
-    } else {
-        update_name.clone()
-    };
-    let templates: Vec<(String, PodTemplateSpec)> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.clone()?;
-            match template_from_revision(r) {
-                Ok(t) => Some((name, t)),
-                Err(error) => {
-                    tracing::warn!(revision = %name, %error, "unreadable revision");
-                    None
-                }
-            }
-        })
-        .collect();
+    let current_name =
+        crate::history::current_revision(&old_status.current_revision, &revisions, &update_name);
+    let templates = crate::history::templates(&revisions);
     let revision_views: Vec<Revision<'_>> = templates
         .iter()
         .map(|(name, template)| Revision { name, template })

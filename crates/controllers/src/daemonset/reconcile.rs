@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
@@ -18,7 +18,7 @@ use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
-    revisions_to_delete, short_hash, template_from_revision,
+    revisions_to_delete, short_hash,
 };
 use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot, slow_start_batches,
@@ -26,13 +26,14 @@ use kruise_core::rollout::daemonset::{
 use kruise_core::rollout::statefulset::Revision;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 use serde_json::json;
 
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
+use crate::driver::Owner;
 use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
 
@@ -44,29 +45,28 @@ pub(crate) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<A
 }
 
 async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
-    let namespace = ds.namespace().unwrap_or_default();
-    let name = ds.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = ds.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let unmet = |key: &str, namespace: &str| {
+        let (pods, revisions) = (&ctx.pods, &ctx.revisions);
+        expectations_met(
+            &ctx.expectations,
+            key,
+            namespace,
+            pods,
+            revisions,
+            &ctx.metrics,
+            CONTROLLER,
+        )
+        .err()
     };
-    if ds.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Err(wait) = expectations_met(
-        &ctx.expectations,
-        &key,
-        &namespace,
-        &ctx.pods,
-        &ctx.revisions,
-        &ctx.metrics,
-        CONTROLLER,
-    ) {
-        return Ok(Action::requeue(wait));
-    }
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(ds, &ctx.expectations, unmet) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
+    };
     if !(listed(&ctx.revisions) && listed(&ctx.nodes)) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
@@ -121,19 +121,7 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     let hash = short_hash(&update_name).to_owned();
     revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
     revisions.push(update_rev);
-    let templates: Vec<(String, PodTemplateSpec)> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.clone()?;
-            match template_from_revision(r) {
-                Ok(t) => Some((name, t)),
-                Err(error) => {
-                    tracing::warn!(revision = %name, %error, "unreadable revision");
-                    None
-                }
-            }
-        })
-        .collect();
+    let templates = crate::history::templates(&revisions);
     let views: Vec<Revision<'_>> = templates
         .iter()
         .map(|(name, template)| Revision { name, template })

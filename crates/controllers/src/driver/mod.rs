@@ -19,13 +19,14 @@ pub(crate) mod scripted;
 mod tests;
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::Resource;
+use kruise_core::expectations::Expectations;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
+use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
@@ -99,4 +100,46 @@ pub fn error_policy<K: Resource, C: Driven>(object: Arc<K>, error: &Error, ctx: 
     );
     ctx.metrics().reconciled(ctx.controller(), false, 0.0);
     Action::requeue(ERROR_REQUEUE)
+}
+
+/// The owner one reconcile works for.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub namespace: String,
+    pub name: String,
+    /// `namespace/name`: the owner's key in the expectations.
+    pub key: String,
+    pub uid: String,
+}
+
+/// The start every namespaced kind's reconcile shares: `Err(action)` when there is nothing to do
+/// yet — the object has no uid, or is being deleted (its expectations are forgotten: what it owns
+/// goes with it), or a write of ours is not in the caches yet (`unmet(key, namespace)` says how
+/// long to wait; expectations expire, so that wait ends).
+pub fn begin<K: Resource>(
+    object: &K,
+    expectations: &Mutex<Expectations>,
+    unmet: impl FnOnce(&str, &str) -> Option<Duration>,
+) -> Result<Owner, Action> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = object.meta().uid.clone() else {
+        return Err(Action::await_change());
+    };
+    if object.meta().deletion_timestamp.is_some() {
+        if let Ok(mut ex) = expectations.lock() {
+            ex.forget(&key);
+        }
+        return Err(Action::await_change());
+    }
+    if let Some(wait) = unmet(&key, &namespace) {
+        return Err(Action::requeue(wait));
+    }
+    Ok(Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    })
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
@@ -19,7 +19,6 @@ use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
-    template_from_revision,
 };
 use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Revision, Snapshot, ordinal_of, partition_pods,
@@ -35,6 +34,7 @@ use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
+use crate::driver::Owner;
 use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
 
@@ -46,29 +46,28 @@ pub(crate) async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Resul
 }
 
 async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Error> {
-    let namespace = set.namespace().unwrap_or_default();
-    let name = set.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = set.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let unmet = |key: &str, namespace: &str| {
+        let (pods, revisions) = (&ctx.pods, &ctx.revisions);
+        expectations_met(
+            &ctx.expectations,
+            key,
+            namespace,
+            pods,
+            revisions,
+            &ctx.metrics,
+            CONTROLLER,
+        )
+        .err()
     };
-    if set.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Err(wait) = expectations_met(
-        &ctx.expectations,
-        &key,
-        &namespace,
-        &ctx.pods,
-        &ctx.revisions,
-        &ctx.metrics,
-        CONTROLLER,
-    ) {
-        return Ok(Action::requeue(wait));
-    }
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(set, &ctx.expectations, unmet) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
+    };
     if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
@@ -131,28 +130,9 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
     revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
     revisions.push(update_rev);
     let old_status = set.status.clone().unwrap_or_default();
-    let current_name = if !old_status.current_revision.is_empty()
-        && revisions
-            .iter()
-            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
-    {
-        old_status.current_revision.clone()
-    } else {
-        update_name.clone()
-    };
-    let templates: Vec<(String, PodTemplateSpec)> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.clone()?;
-            match template_from_revision(r) {
-                Ok(t) => Some((name, t)),
-                Err(error) => {
-                    tracing::warn!(revision = %name, %error, "unreadable revision");
-                    None
-                }
-            }
-        })
-        .collect();
+    let current_name =
+        crate::history::current_revision(&old_status.current_revision, &revisions, &update_name);
+    let templates = crate::history::templates(&revisions);
     let views: Vec<Revision<'_>> = templates
         .iter()
         .map(|(name, template)| Revision { name, template })

@@ -36,6 +36,7 @@ use super::status::{self, Outcome};
 use super::{CONTROLLER, CREATED_SUBSET, Context, Error, expectation_kind};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::Recheck;
+use crate::driver::Owner;
 use crate::driver::write::StatusWrite;
 use crate::error::is_race;
 
@@ -150,21 +151,15 @@ fn expect(ctx: &Context, key: &str, expectation: Expectation) {
 }
 
 async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action, Error> {
-    let namespace = ud.namespace().unwrap_or_default();
-    let name = ud.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = ud.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(ud, &ctx.expectations, |key, _| pending_unmet(ctx, key, ud)) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
     };
-    if ud.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut expectations) = ctx.expectations.lock() {
-            expectations.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Some(wait) = pending_unmet(ctx, &key, ud) {
-        return Ok(Action::requeue(wait));
-    }
     if !(listed(&ctx.revisions) && ctx.workloads.iter().all(|(_, _, store)| listed(store))) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
