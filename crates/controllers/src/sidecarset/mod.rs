@@ -28,7 +28,7 @@ use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgradable::{upgradable_condition_patch, wanted_entry};
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
-use kube::api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, Preconditions};
+use kube::api::{PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -647,42 +647,12 @@ async fn truncate_history(
     let name = ss.name_any();
     let live = history::live_revisions(ss, pods.iter().map(|p| p.pod().as_ref()), revisions);
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    for doomed in history::revisions_to_delete(ss, revisions, &live) {
-        if doomed.metadata.name == latest.metadata.name {
-            continue;
-        }
-        let revision_name = doomed.name_any();
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: doomed.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&revision_name, &params).await {
-            Ok(_) => {
-                if let Ok(mut ex) = ctx.expectations.lock() {
-                    ex.expect(
-                        &name,
-                        Expectation::gone(
-                            "ControllerRevision",
-                            revision_name,
-                            doomed.metadata.uid.clone(),
-                        ),
-                        Instant::now(),
-                    );
-                }
-            }
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!(
-                        "deleting ControllerRevision {}/{revision_name} of SidecarSet {name}",
-                        ctx.config.namespace
-                    ),
-                    source,
-                });
-            }
+    let mut doomed = history::revisions_to_delete(ss, revisions, &live);
+    doomed.retain(|doomed| doomed.metadata.name != latest.metadata.name);
+    let gone = crate::driver::write::prune_revisions(&api, doomed).await?;
+    if let Ok(mut ex) = ctx.expectations.lock() {
+        for expectation in gone {
+            ex.expect(&name, expectation, Instant::now());
         }
     }
     Ok(())
