@@ -14,7 +14,6 @@ use kruise_api::cloneset::LABEL_INSTANCE_ID;
 use kruise_api::cloneset::v1beta1::{
     CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, CloneSet, CloneSetStatus,
 };
-use kruise_core::expectations::Expectation;
 use kruise_core::inplace;
 use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::ownership::Claimant;
@@ -33,7 +32,7 @@ use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
+use crate::claim::{Recheck, claim_each, claim_pods, claim_revisions, selector_match};
 use crate::driver::Owner;
 use crate::podcontrol::Write;
 
@@ -91,7 +90,16 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         name.clone(),
         uid.clone(),
     );
-    let Some((mut owned, adopted)) = claim_pods(&actor, claimant, &owner, &mut recheck).await?
+    let Some((mut owned, adopted)) = claim_pods(
+        &actor,
+        &ctx.pods,
+        claimant,
+        &owner,
+        &mut recheck,
+        cs.spec.selector.as_ref(),
+        |_| true,
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -244,43 +252,6 @@ fn label_selector_string(cs: &CloneSet) -> String {
         .and_then(|s| kube::core::Selector::try_from(s).ok())
         .map(|s| s.to_string())
         .unwrap_or_default()
-}
-
-/// Whether an object's labels match the CloneSet's selector; `None` when the selector cannot be
-/// used to claim anything (see `kruise_core::ownership::usable_selector`).
-/// The CloneSet's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods whose labels no longer
-/// match the selector are released (the Pod keeps running, orphaned) and left out; active orphans
-/// that match are adopted, with a JSON patch testing their uid and resourceVersion so a Pod another
-/// controller adopted first is left alone. Returns the Pods owned and whether any adoption was
-/// tried (the caller looks again once the cache shows the result: counting without an adopted Pod
-/// would create one too many), or `None` when the CloneSet is gone or being deleted.
-async fn claim_pods(
-    actor: &Actor<'_>,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<CloneSet>,
-) -> Result<Option<(Vec<Pod>, bool)>, Error> {
-    let namespace = actor.cs.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-    let candidates = actor.ctx.pods.owned_by(claimant.uid).into_iter().chain(
-        actor
-            .ctx
-            .pods
-            .orphans_in(&namespace)
-            .into_iter()
-            .filter(|p| pods::is_active(p)),
-    );
-    let matches = selector_match(actor.cs.spec.selector.as_ref());
-    let Some(claimed) = claim_each(&api, candidates, claimant, owner, recheck, matches).await?
-    else {
-        return Ok(None);
-    };
-    for pod in claimed.written {
-        if let (Some(name), Some(rv)) = (pod.metadata.name, pod.metadata.resource_version) {
-            actor.expect(Expectation::observed("Pod", name, rv));
-        }
-    }
-    Ok(Some((claimed.owned, claimed.adopting)))
 }
 
 /// The CloneSet's PVCs, from the claim cache: those with an owner reference to it, plus orphans

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
 use kruise_api::keys;
@@ -32,7 +31,7 @@ use serde_json::json;
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
 use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
+use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
 use crate::driver::Owner;
 use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
@@ -94,7 +93,16 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         name.clone(),
         uid.clone(),
     );
-    let Some((owned, adopted)) = claim_pods(ctx, &pc, ds, claimant, &owner, &mut recheck).await?
+    let Some((owned, adopted)) = claim_pods(
+        &pc,
+        &ctx.pods,
+        claimant,
+        &owner,
+        &mut recheck,
+        ds.spec.selector.as_ref(),
+        |_| true,
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -203,41 +211,6 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         after = after.min(Duration::from_secs(1));
     }
     Ok(Action::requeue(after.max(Duration::from_millis(100))))
-}
-
-/// The set's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods plus matching active
-/// orphans, adopted; owned Pods relabelled out of the selector are released. `None` when the set is
-/// gone or being deleted.
-async fn claim_pods(
-    ctx: &Context,
-    pc: &PodControl<'_>,
-    ds: &DaemonSet,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<DaemonSet>,
-) -> Result<Option<(Vec<Pod>, bool)>, Error> {
-    let candidates = ctx.pods.owned_by(claimant.uid).into_iter().chain(
-        ctx.pods
-            .orphans_in(pc.namespace)
-            .into_iter()
-            .filter(|p| pods::is_active(p)),
-    );
-    let Some(claimed) = claim_each(
-        &pc.pods(),
-        candidates,
-        claimant,
-        owner,
-        recheck,
-        selector_match(ds.spec.selector.as_ref()),
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    for pod in &claimed.written {
-        pc.observe(pod);
-    }
-    Ok(Some((claimed.owned, claimed.adopting)))
 }
 
 /// The update revision (the newest if it records the template, an older equal one renumbered, or

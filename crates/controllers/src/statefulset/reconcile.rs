@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
 use kruise_api::statefulset::v1beta1::{
@@ -33,7 +32,7 @@ use serde_json::json;
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
+use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
 use crate::driver::Owner;
 use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
@@ -95,8 +94,23 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         name.clone(),
         uid.clone(),
     );
-    let Some((mut owned, adopted)) =
-        claim_pods(ctx, &pc, set, claimant, &owner, &mut recheck).await?
+    let Some((mut owned, adopted)) = claim_pods(
+        &pc,
+        &ctx.pods,
+        claimant,
+        &owner,
+        &mut recheck,
+        set.spec.selector.as_ref(),
+        // Only orphans named like the set's Pods (`<set>-<ordinal>`).
+        |p| {
+            p.metadata
+                .name
+                .as_deref()
+                .and_then(|n| ordinal_of(&name, n))
+                .is_some()
+        },
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -248,49 +262,6 @@ fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
             .and_then(|rest| ordinal_of(name, rest))
             .is_some()
     })
-}
-
-/// The set's Pods after claiming (Kubernetes' `ClaimPods` with the StatefulSet's member filter):
-/// owned Pods, plus orphans named `<set>-<ordinal>` whose labels match, adopted; owned Pods
-/// relabelled out of the selector are released. `None` when the set is gone or being deleted.
-async fn claim_pods(
-    ctx: &Context,
-    pc: &PodControl<'_>,
-    set: &StatefulSet,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<StatefulSet>,
-) -> Result<Option<(Vec<Pod>, bool)>, Error> {
-    let name = set.name_any();
-    let candidates = ctx.pods.owned_by(claimant.uid).into_iter().chain(
-        ctx.pods
-            .orphans_in(pc.namespace)
-            .into_iter()
-            .filter(|p| pods::is_active(p))
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .and_then(|n| ordinal_of(&name, n))
-                    .is_some()
-            }),
-    );
-    let Some(claimed) = claim_each(
-        &pc.pods(),
-        candidates,
-        claimant,
-        owner,
-        recheck,
-        selector_match(set.spec.selector.as_ref()),
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    for pod in &claimed.written {
-        pc.observe(pod);
-    }
-    Ok(Some((claimed.owned, claimed.adopting)))
 }
 
 /// The update revision (the newest if it records the template, an older equal one renumbered, or
