@@ -1,4 +1,4 @@
-//! The one Pod watch every controller shares (DESIGN: "one shared Pod watch").
+//! The one Pod watch every controller shares: the manager opens a single watch of Pods.
 //!
 //! It keeps every Pod of the cluster as a projection ([`project`]): only the fields some controller
 //! or planner reads, the rest (managed fields, volumes, probes, commands, most of the environment,

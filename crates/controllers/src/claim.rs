@@ -214,3 +214,38 @@ where
     }
     Ok(Some(claimed.owned))
 }
+
+/// The owner's Pods after claiming (Kubernetes' `ClaimPods`): those it controls, plus the active
+/// orphans of its namespace that `orphan` accepts, adopted when `selector` matches them; owned
+/// Pods the selector no longer matches are released. Returns the Pods owned and whether an adoption
+/// was tried (counting without an adopted Pod would create one too many: the caller looks again
+/// once the cache shows it), or `None` when the owner is gone or being deleted ([`Recheck`]). The
+/// Pods written are expected in the Pod cache.
+pub async fn claim_pods<O>(
+    pc: &crate::podcontrol::PodControl<'_>,
+    pods: &crate::cache::PodCache,
+    claimant: Claimant<'_>,
+    owner: &OwnerReference,
+    recheck: &mut Recheck<O>,
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    orphan: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
+) -> Result<Option<(Vec<k8s_openapi::api::core::v1::Pod>, bool)>, Error>
+where
+    O: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let candidates = pods.owned_by(claimant.uid).into_iter().chain(
+        pods.orphans_in(pc.namespace)
+            .into_iter()
+            .filter(|p| kruise_core::pods::is_active(p) && orphan(p)),
+    );
+    let matches = selector_match(selector);
+    let Some(claimed) =
+        claim_each(&pc.pods(), candidates, claimant, owner, recheck, matches).await?
+    else {
+        return Ok(None);
+    };
+    for pod in &claimed.written {
+        pc.observe(pod);
+    }
+    Ok(Some((claimed.owned, claimed.adopting)))
+}

@@ -1,12 +1,11 @@
 //! Registering a workload's update revision with the API server, shared by the controllers that
-//! keep ControllerRevisions (CloneSet, SidecarSet); the decision itself is
-//! `kruise_core::revision::choose_update_revision`.
+//! keep ControllerRevisions; the decision itself is `kruise_core::revision::choose_update_revision`.
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_core::expectations::Expectation;
 use kruise_core::revision::{UpdateRevision, choose_update_revision, equal_revision};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::error::{Error, KubeContext};
@@ -81,4 +80,75 @@ pub async fn register(
             }
         }
     }
+}
+
+/// The update revision of `owner` among `revisions` (its own), from `candidate` (built with the next
+/// revision number and the owner's current collision count) as [`register`] decides, with what the
+/// revision cache should come to show of it. On a hash collision, the owner's status is patched
+/// with `collided(collision_count + 1)` (a merge patch body) so that the next candidate is named
+/// differently, and `None` is returned: the caller looks again once the cache shows that status.
+pub async fn update_revision<K>(
+    client: &kube::Client,
+    owner: &K,
+    revisions: &[ControllerRevision],
+    candidate: ControllerRevision,
+    collision_count: Option<i32>,
+    collided: impl FnOnce(i32) -> serde_json::Value,
+) -> Result<Option<(ControllerRevision, Option<Expectation>)>, Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = owner.namespace().unwrap_or_default();
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
+    match register(&api, revisions, candidate, owner.meta().uid.as_deref()).await? {
+        Registered::Revision(revision, expectation) => Ok(Some((*revision, expectation))),
+        Registered::Collision => {
+            let owners: Api<K> = Api::namespaced(client.clone(), &namespace);
+            owners
+                .patch_status(
+                    &owner.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&collided(collision_count.unwrap_or(0) + 1)),
+                )
+                .await
+                .context(|| "recording a revision hash collision".to_owned())?;
+            Ok(None)
+        }
+    }
+}
+
+/// The current revision's name: the status's `currentRevision` while that revision still exists,
+/// else the update revision's.
+pub fn current_revision(recorded: &str, revisions: &[ControllerRevision], update: &str) -> String {
+    let exists = revisions
+        .iter()
+        .any(|r| r.metadata.name.as_deref() == Some(recorded));
+    if !recorded.is_empty() && exists {
+        recorded.to_owned()
+    } else {
+        update.to_owned()
+    }
+}
+
+/// Each revision's name and Pod template; a revision whose template cannot be read is logged and
+/// left out.
+pub fn templates(
+    revisions: &[ControllerRevision],
+) -> Vec<(String, k8s_openapi::api::core::v1::PodTemplateSpec)> {
+    revisions
+        .iter()
+        .filter_map(|r| {
+            let name = r.metadata.name.clone()?;
+            match kruise_core::revision::template_from_revision(r) {
+                Ok(t) => Some((name, t)),
+                Err(error) => {
+                    tracing::warn!(revision = %name, %error, "unreadable revision");
+                    None
+                }
+            }
+        })
+        .collect()
 }

@@ -8,6 +8,7 @@ pub mod claim;
 pub mod cloneset;
 pub mod conditions;
 pub mod daemonset;
+pub mod driver;
 pub mod error;
 pub mod events;
 pub mod history;

@@ -1,17 +1,16 @@
-//! The Node watch of the workloads that place one Pod per node (Advanced DaemonSet, BroadcastJob):
-//! a Node cache, and a trigger that wakes every object of the workload when a node joins, leaves,
+//! What the workloads that place one Pod per node (Advanced DaemonSet, BroadcastJob) make of the
+//! shared Node cache: a trigger that wakes every object of the workload when a node joins, leaves,
 //! or changes in a way that can change where its Pods run. Heartbeats wake nothing (Kubernetes'
 //! `shouldIgnoreNodeUpdate`: an update matters unless only the resourceVersion and conditions
 //! changed with the same set of True conditions).
 
 use std::collections::{BTreeSet, HashMap};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
+
+use crate::driver::caches::Shared;
 
 /// What of a Node decides whether a Pod fits it: labels, taints, cordon, allocatable, and which
 /// conditions are True.
@@ -38,29 +37,14 @@ pub fn placement_fingerprint(node: &Node) -> String {
     .to_string()
 }
 
-/// Starts the Node watch: returns its cache, and sends on `all_tx` when a node joins, leaves, or its
-/// [`placement_fingerprint`] changes (no relist: the watch's own events).
-pub fn watch(
-    client: Client,
-    all_tx: mpsc::UnboundedSender<()>,
-    workload: &'static str,
-) -> Store<Node> {
-    let (store, writer) = reflector::store();
-    let events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<Node>::all(client),
-            watcher::Config::default().any_semantic(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let reader = store.clone();
+/// Wakes every object of `workload` (a send on `all_tx`) when a node of the shared Node cache
+/// joins, leaves, or its [`placement_fingerprint`] changes (no relist: the watch's own events).
+pub fn trigger(nodes: &Shared<Node>, all_tx: mpsc::UnboundedSender<()>, workload: &'static str) {
+    let mut events = nodes.subscribe();
+    let reader = nodes.store().clone();
     tokio::spawn(async move {
         let mut seen: HashMap<String, String> = HashMap::new();
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            let Ok(node) = event else { continue };
+        while let Some(node) = events.recv().await {
             let Some(name) = node.metadata.name.clone() else {
                 continue;
             };
@@ -79,7 +63,6 @@ pub fn watch(
             }
         }
     });
-    store
 }
 
 #[cfg(test)]

@@ -586,8 +586,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         resource_timeout_seconds: args.webhook_timeout_seconds,
         external: gates.enabled("EnableExternalCerts"),
     };
+    // One Namespace watch for the whole process: the Pod webhook (every replica) and the SidecarSet
+    // controller (the leader) read it.
+    let (namespaces, namespaces_run) =
+        kruise_controllers::driver::caches::Caches::namespaces(client.clone());
+    tokio::spawn(namespaces_run);
     let pods = kruise_webhook::pod::PodInjector::start(
         client.clone(),
+        namespaces.store().clone(),
         kruise_webhook::pod::PodSettings {
             namespace: args.namespace.clone(),
             failure_policy,
@@ -662,6 +668,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 tls: tls.clone(),
                 webhook_metrics: webhook_metrics.clone(),
                 controller_metrics: controller_metrics.clone(),
+                namespaces: namespaces.clone(),
             })?;
             // A leader that cannot keep its watches current acts on a past it cannot see: it ends
             // its term (with leader election, it also gives the lease up for a replica that can see).
@@ -739,6 +746,10 @@ struct TermInputs {
     tls: RustlsConfig,
     webhook_metrics: kruise_webhook::metrics::Metrics,
     controller_metrics: Arc<kruise_controllers::metrics::Metrics>,
+    /// The process's Namespace cache, shared with the Pod webhook.
+    namespaces: kruise_controllers::driver::caches::Shared<
+        kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+    >,
 }
 
 /// The leader's work during one term, on a runtime of its own so that ending the term stops every
@@ -767,10 +778,11 @@ impl LeaderTerm {
                 tls,
                 webhook_metrics,
                 controller_metrics,
+                namespaces,
             } = inputs;
             let (ready_tx, _ready_rx) = watch::channel(false);
             let certs = certctl::run(client.clone(), settings, tls, ready_tx, webhook_metrics);
-            let controllers = run_controllers(&args, client, controller_metrics);
+            let controllers = run_controllers(&args, client, controller_metrics, namespaces);
             tokio::join!(certs, controllers);
             let _ = tx.send(());
         });
@@ -845,20 +857,23 @@ async fn ensure_first_certificate(
     }
 }
 
-/// The workload controllers, started on the leader, on one shared Pod cache. Each later issue adds
-/// its controller here.
+/// The workload controllers, started on the leader, on one set of shared caches (one watch per
+/// resource kind). Each later issue adds its controller here.
 async fn run_controllers(
     args: &Args,
     client: Client,
     metrics: Arc<kruise_controllers::metrics::Metrics>,
+    namespaces: kruise_controllers::driver::caches::Shared<
+        kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+    >,
 ) {
     // Validated at start-up.
     let gates = args.gates().unwrap_or_default();
-    let pods = kruise_controllers::cache::PodCache::new();
-    let cache = pods.clone().run(client.clone());
+    let (caches, cache) =
+        kruise_controllers::driver::caches::Caches::start(client.clone(), namespaces);
     let sidecarset = kruise_controllers::sidecarset::run(
         client.clone(),
-        pods.clone(),
+        caches.clone(),
         metrics.clone(),
         kruise_controllers::sidecarset::Config {
             workers: args.sidecarset_workers.max(1),
@@ -869,7 +884,7 @@ async fn run_controllers(
     );
     let statefulset = kruise_controllers::statefulset::run(
         client.clone(),
-        pods.clone(),
+        caches.clone(),
         metrics.clone(),
         kruise_controllers::statefulset::Config {
             workers: args.statefulset_workers.max(1),
@@ -879,7 +894,7 @@ async fn run_controllers(
     );
     let daemonset = kruise_controllers::daemonset::run(
         client.clone(),
-        pods.clone(),
+        caches.clone(),
         metrics.clone(),
         kruise_controllers::daemonset::Config {
             workers: args.daemonset_workers.max(1),
@@ -889,7 +904,7 @@ async fn run_controllers(
     );
     let broadcastjob = kruise_controllers::broadcastjob::run(
         client.clone(),
-        pods.clone(),
+        caches.clone(),
         metrics.clone(),
         kruise_controllers::broadcastjob::Config {
             workers: args.broadcastjob_workers.max(1),
@@ -899,7 +914,7 @@ async fn run_controllers(
     );
     let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
         client.clone(),
-        pods.clone(),
+        caches.clone(),
         metrics.clone(),
         kruise_controllers::uniteddeployment::Config {
             workers: args.uniteddeployment_workers.max(1),
@@ -908,7 +923,7 @@ async fn run_controllers(
     ));
     let cloneset = kruise_controllers::cloneset::run(
         client,
-        pods,
+        caches,
         metrics,
         kruise_controllers::cloneset::Config {
             workers: args.cloneset_workers.max(1),
@@ -937,7 +952,7 @@ async fn run_controllers(
     // controllers then run on every thread of the leader's runtime instead of taking turns on one
     // (a single joined future is polled by one thread at a time).
     let mut work = tokio::task::JoinSet::new();
-    work.spawn(named("pod cache", cache));
+    work.spawn(named("shared caches", cache));
     work.spawn(named("cloneset", cloneset));
     work.spawn(named("statefulset", statefulset));
     work.spawn(named("sidecarset", sidecarset));

@@ -86,21 +86,20 @@ enum Problem {
 }
 
 impl PodInjector {
-    /// Starts the SidecarSet and Namespace reflectors on the current runtime (they run until the
-    /// process ends) and returns the injector reading them.
-    pub fn start(client: Client, settings: PodSettings) -> Self {
+    /// Starts the SidecarSet reflector on the current runtime (it runs until the process ends) and
+    /// returns the injector reading it and `namespaces`, the Namespace cache of the process (the
+    /// SidecarSet controller reads the same one).
+    pub fn start(
+        client: Client,
+        namespaces: Store<PartialObjectMeta<Namespace>>,
+        settings: PodSettings,
+    ) -> Self {
         let (sidecarsets, writer) = reflector::store();
         let api: Api<SidecarSet> = Api::all(client.clone());
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(|s: &mut SidecarSet| s.metadata.managed_fields = None);
         tokio::spawn(reflect(reflector::reflector(writer, stream), "SidecarSets"));
-        let (namespaces, writer) = reflector::store();
-        let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(|n: &mut PartialObjectMeta<Namespace>| n.metadata.managed_fields = None);
-        tokio::spawn(reflect(reflector::reflector(writer, stream), "Namespaces"));
         Self::from_stores(sidecarsets, namespaces, Some(client), settings)
     }
 

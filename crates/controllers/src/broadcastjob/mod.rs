@@ -1,6 +1,7 @@
-//! The BroadcastJob controller (inventory §5): one Pod to completion on every node the job fits.
-//! Observe the job, its Pods (shared cache) and the Nodes; decide with
-//! `kruise_core::rollout::broadcastjob`; act through the shared [`crate::podcontrol`].
+//! The BroadcastJob controller (upstream `pkg/controller/broadcastjob`), on the shared driver: one
+//! Pod to completion on every node the job fits. Observe the job, its Pods (shared cache) and the
+//! Nodes; decide with `kruise_core::rollout::broadcastjob`; act through the shared
+//! [`crate::podcontrol`].
 
 pub mod newpod;
 mod reconcile;
@@ -8,19 +9,18 @@ mod reconcile;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_core::expectations::Expectations;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
+use crate::driver::caches::Caches;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -64,54 +64,40 @@ pub struct Context {
     pub(crate) config: Config,
 }
 
-/// Runs the BroadcastJob controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+/// Runs the BroadcastJob controller on the shared `caches` until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    let owner_rx = pods
+    let owner_rx = caches
+        .pods
         .subscribe("broadcastjob")
         .forward_owners::<BroadcastJob>(all_tx.clone());
-    let nodes = crate::nodes::watch(client.clone(), all_tx, "BroadcastJob");
-    pods.wait_synced().await;
-
+    crate::nodes::trigger(&caches.nodes, all_tx, "BroadcastJob");
+    caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods,
-        nodes,
+        pods: caches.pods,
+        nodes: caches.nodes.store().clone(),
         no_revisions: kube::runtime::reflector::store().0,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: EventRecorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: None,
-            },
-        ),
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
         config: config.clone(),
     });
-    tracing::info!(workers = config.workers, "broadcastjob controller started");
-    Controller::new(
+    let controller = Controller::new(
         Api::<BroadcastJob>::all(client),
         watcher::Config::default().any_semantic(),
     )
     .reconcile_on(crate::cache::receiver_stream(owner_rx))
-    .reconcile_all_on(crate::cache::receiver_stream(all_rx))
-    .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-    .run(
-        crate::parallel::on_own_task(reconcile::reconcile),
-        error_policy,
-        ctx,
-    )
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-fn error_policy(job: Arc<BroadcastJob>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(
-        broadcastjob = %format!("{}/{}", job.metadata.namespace.as_deref().unwrap_or_default(), job.metadata.name.as_deref().unwrap_or_default()),
-        %error,
-        "reconcile failed"
-    );
-    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
-    Action::requeue(Duration::from_secs(2))
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }

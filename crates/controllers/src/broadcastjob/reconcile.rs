@@ -3,32 +3,26 @@
 //! status, TTL deletion).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_core::rollout::broadcastjob::{self as planner, slow_start_batches};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 
 use super::{CONTROLLER, Context, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
+use crate::driver::write::{StatusWrite, write_status};
 use crate::error::{Error, is_race};
 use crate::parallel::in_parallel;
 use crate::podcontrol::{PodControl, Wording, expectations_met, pod_on_node};
 
 pub(crate) async fn reconcile(job: Arc<BroadcastJob>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&job, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&job, &ctx).await
 }
 
 /// The job's Pods: controlled by it and carrying both job labels (upstream lists by the labels and
@@ -176,24 +170,9 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
 
     if let Some(new) = status.as_ref() {
         let old = job.status.as_ref();
-        if old != Some(new) {
-            let mut patch = crate::status_patch::whole_status(old, new);
-            patch["metadata"] = json!({"resourceVersion": job.meta().resource_version});
-            match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {}
-                Err(error) if is_race(&error) => {
-                    return Ok(Action::requeue(Duration::from_millis(500)));
-                }
-                Err(error) => {
-                    return Err(Error::Kube {
-                        context: format!("writing the status of BroadcastJob {key}"),
-                        source: error,
-                    });
-                }
-            }
+        let wrote = write_status(&api, job, old, new, old != Some(new)).await?;
+        if wrote == StatusWrite::Stale {
+            return Ok(Action::requeue(Duration::from_millis(500)));
         }
     }
     // After the status: a reconcile of a stale copy of the job fails its status write (the

@@ -191,3 +191,157 @@ impl Actor<'_> {
         self.add_labels(pod, &labels).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The deletion of a Pod with its claims, against a scripted transport.
+
+    use std::sync::Mutex;
+
+    use http::Method;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kruise_api::cloneset::LABEL_INSTANCE_ID;
+    use kruise_core::expectations::Expectations;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::driver::scripted::{self, Step};
+
+    const PODS: &str = "/api/v1/namespaces/ns/pods";
+    const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
+
+    fn context(client: kube::Client) -> Context {
+        let mut registry = prometheus_client::registry::Registry::default();
+        Context {
+            client: client.clone(),
+            pods: crate::cache::PodCache::new(),
+            revisions: kube::runtime::reflector::store().0,
+            pvcs: kube::runtime::reflector::store().0,
+            nodes: kube::runtime::reflector::store().0,
+            expectations: Mutex::new(Expectations::new(std::time::Duration::from_secs(300))),
+            recorder: crate::driver::recorder(client, CONTROLLER),
+            metrics: crate::metrics::Metrics::register(&mut registry),
+            config: super::super::Config::default(),
+        }
+    }
+
+    fn cloneset() -> CloneSet {
+        CloneSet {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("cs-uid".into()),
+                ..ObjectMeta::default()
+            },
+            ..CloneSet::default()
+        }
+    }
+
+    fn labelled(name: &str, id: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("{name}-uid")),
+            labels: Some([(LABEL_INSTANCE_ID.to_string(), id.to_string())].into()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn claim(name: &str, id: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: labelled(name, id),
+            ..PersistentVolumeClaim::default()
+        }
+    }
+
+    fn ok() -> Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+    }
+
+    fn reasons(log: &scripted::Log) -> Vec<String> {
+        log.events()
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    async fn delete(script: Vec<Step>) -> (Result<(), Error>, scripted::Log, Vec<String>) {
+        let (client, log) = scripted::client(script);
+        let ctx = context(client);
+        let cs = cloneset();
+        let actor = Actor::new(&ctx, &cs, "ns/web".into(), Timestamp::now());
+        let pod = Pod {
+            metadata: labelled("web-a", "a"),
+            ..Pod::default()
+        };
+        let claims = [claim("data-web-a", "a"), claim("data-web-b", "b")];
+        let result = actor.delete_pod(&pod, &claims).await;
+        let expected: Vec<String> = ctx
+            .expectations
+            .lock()
+            .map(|ex| {
+                if ex.is_empty() {
+                    vec![]
+                } else {
+                    vec!["pending".into()]
+                }
+            })
+            .unwrap_or_default();
+        (result, log, expected)
+    }
+
+    #[tokio::test]
+    async fn deleting_a_pod_deletes_the_claims_of_its_instance_only() {
+        let (result, log, expected) = delete(vec![
+            Step::new(Method::DELETE, &format!("{PODS}/web-a"), 200, ok()),
+            Step::new(Method::DELETE, &format!("{CLAIMS}/data-web-a"), 200, ok()),
+        ])
+        .await;
+        assert!(result.is_ok());
+        // The Pod delete is preconditioned on the uid seen, and expected until the cache shows it.
+        assert_eq!(log.sent()[0].body["preconditions"]["uid"], "web-a-uid");
+        assert_eq!(expected, ["pending"]);
+        assert_eq!(reasons(&log), ["SuccessfulDelete"]);
+        log.assert_done();
+    }
+
+    #[tokio::test]
+    async fn a_pod_or_claim_already_gone_is_not_an_error() {
+        let (result, log, expected) = delete(vec![
+            Step::failing(Method::DELETE, &format!("{PODS}/web-a"), 404),
+            Step::failing(Method::DELETE, &format!("{CLAIMS}/data-web-a"), 404),
+        ])
+        .await;
+        assert!(result.is_ok());
+        // Nothing was deleted by us: nothing is waited for, nothing reported.
+        assert!(expected.is_empty());
+        assert!(reasons(&log).is_empty());
+        log.assert_done();
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_cannot_be_deleted_is_reported_not_failed() {
+        let (result, log, _) = delete(vec![
+            Step::new(Method::DELETE, &format!("{PODS}/web-a"), 200, ok()),
+            Step::failing(Method::DELETE, &format!("{CLAIMS}/data-web-a"), 500),
+        ])
+        .await;
+        assert!(result.is_ok());
+        assert_eq!(reasons(&log), ["SuccessfulDelete", "FailedDelete"]);
+        log.assert_done();
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_cannot_be_deleted_fails_the_reconcile_and_keeps_its_claims() {
+        let (result, log, expected) = delete(vec![Step::failing(
+            Method::DELETE,
+            &format!("{PODS}/web-a"),
+            500,
+        )])
+        .await;
+        assert!(matches!(result, Err(Error::Kube { .. })));
+        assert!(expected.is_empty());
+        assert_eq!(reasons(&log), ["FailedDelete"]);
+        log.assert_done();
+    }
+}

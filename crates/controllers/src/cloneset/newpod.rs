@@ -1,5 +1,6 @@
-//! The Pods and PVCs a CloneSet creates (inventory §1.5 step 2, §1.10), built from a revision's
-//! template. Pure: the random instance ids come from the caller.
+//! The Pods and PVCs a CloneSet creates when it scales out (upstream
+//! `pkg/controller/cloneset/sync`), built from a revision's template. Pure: the random instance ids
+//! come from the caller.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,31 +1,28 @@
-//! One reconcile of a CloneSet (inventory §1.3): wait for our own writes to show, gather the
+//! One reconcile of a CloneSet: wait for our own writes to show, gather the
 //! snapshot, scale or else update, then write the status, prune `podsToDelete` and the revision
 //! history.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_INSTANCE_ID;
 use kruise_api::cloneset::v1beta1::{
     CONDITION_FAILED_SCALE, CONDITION_FAILED_UPDATE, CloneSet, CloneSetStatus,
 };
-use kruise_api::validation::selector_matches;
-use kruise_core::expectations::Expectation;
 use kruise_core::inplace;
 use kruise_core::lifecycle::releases_pod_ready;
-use kruise_core::ownership::{Claimant, usable_selector};
+use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{
-    new_revision, next_revision_number, revisions_to_delete, template_from_revision,
-};
+use kruise_core::revision::{new_revision, next_revision_number, revisions_to_delete};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use rand::Rng;
 use serde_json::json;
@@ -33,9 +30,10 @@ use serde_json::json;
 use super::act::{Actor, Outcome, is_race};
 use super::decide::{self, Fix, Revision, ScaleStep, Snapshot, UpdateAction};
 use super::status::{self, Inputs};
-use super::{CONTROLLER, Context, Error, KubeContext, newpod};
+use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_each};
+use crate::claim::{Recheck, claim_each, claim_pods, claim_revisions, selector_match};
+use crate::driver::Owner;
 use crate::podcontrol::Write;
 
 /// The resync period when nothing else asks for a look sooner.
@@ -48,12 +46,7 @@ pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Ac
     if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
-    let started = Instant::now();
     let result = reconcile_inner(&cs, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
     ctx.metrics.cached_pods.set(ctx.pods.len() as i64);
     result
 }
@@ -72,21 +65,16 @@ fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Dur
 }
 
 async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> {
-    let namespace = cs.namespace().unwrap_or_default();
-    let name = cs.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = cs.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let unmet = |key: &str, namespace: &str| expectations_met(ctx, key, namespace).err();
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(cs, &ctx.expectations, unmet) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
     };
-    if cs.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Err(wait) = expectations_met(ctx, &key, &namespace) {
-        return Ok(Action::requeue(wait));
-    }
     let now = Timestamp::now();
     let actor = Actor::new(ctx, cs, key.clone(), now);
 
@@ -102,7 +90,16 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         name.clone(),
         uid.clone(),
     );
-    let Some((mut owned, adopted)) = claim_pods(&actor, claimant, &owner, &mut recheck).await?
+    let Some((mut owned, adopted)) = claim_pods(
+        &actor,
+        &ctx.pods,
+        claimant,
+        &owner,
+        &mut recheck,
+        cs.spec.selector.as_ref(),
+        |_| true,
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -122,7 +119,17 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     // Revisions: owned ones, plus orphans the selector claims (those a CloneSet deleted with
     // `--cascade=orphan` left behind), before the update revision is chosen, so that an unchanged
     // template finds its old revision.
-    let Some(mut revisions) = claim_revisions(&actor, claimant, &owner, &mut recheck).await? else {
+    let Some(mut revisions) = claim_revisions(
+        &actor,
+        &ctx.client,
+        &ctx.revisions,
+        claimant,
+        &owner,
+        &mut recheck,
+        selector_match(cs.spec.selector.as_ref()),
+    )
+    .await?
+    else {
         return Ok(Action::await_change());
     };
     let update_rev = match update_revision(&actor, &revisions).await? {
@@ -133,28 +140,9 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
     revisions.push(update_rev);
     let old_status = cs.status.clone().unwrap_or_default();
-    let current_name = if !old_status.current_revision.is_empty()
-        && revisions
-            .iter()
-            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
-    {
-        old_status.current_revision.clone()
-    } else {
-        update_name.clone()
-    };
-    let templates: Vec<(String, PodTemplateSpec)> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.clone()?;
-            match template_from_revision(r) {
-                Ok(t) => Some((name, t)),
-                Err(error) => {
-                    tracing::warn!(revision = %name, %error, "unreadable revision");
-                    None
-                }
-            }
-        })
-        .collect();
+    let current_name =
+        crate::history::current_revision(&old_status.current_revision, &revisions, &update_name);
+    let templates = crate::history::templates(&revisions);
     let revision_views: Vec<Revision<'_>> = templates
         .iter()
         .map(|(name, template)| Revision { name, template })
@@ -167,7 +155,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     };
     let current_view = find(&current_name).unwrap_or(update_view);
 
-    let node_labels = node_labels(ctx, cs, &active).await;
+    let node_labels = node_labels(ctx, cs, &active);
     let snapshot = Snapshot {
         cs,
         pods: &active,
@@ -234,7 +222,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
                 .await;
         }
     }
-    write_status(ctx, cs, &namespace, &name, cs.status.as_ref(), &new_status).await?;
+    write_status(ctx, cs, &namespace, cs.status.as_ref(), &new_status).await?;
     truncate_pods_to_delete(ctx, cs, &namespace, &name, &active).await?;
     truncate_history(
         ctx,
@@ -266,84 +254,6 @@ fn label_selector_string(cs: &CloneSet) -> String {
         .unwrap_or_default()
 }
 
-/// Whether an object's labels match the CloneSet's selector; `None` when the selector cannot be
-/// used to claim anything (see `kruise_core::ownership::usable_selector`).
-fn selector_match(cs: &CloneSet) -> impl Fn(&ObjectMeta) -> Option<bool> + '_ {
-    let selector = cs.spec.selector.as_ref().filter(|s| usable_selector(s));
-    move |meta: &ObjectMeta| {
-        selector.map(|s| match &meta.labels {
-            Some(labels) => selector_matches(s, labels),
-            None => selector_matches(s, &BTreeMap::new()),
-        })
-    }
-}
-
-/// The CloneSet's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods whose labels no longer
-/// match the selector are released (the Pod keeps running, orphaned) and left out; active orphans
-/// that match are adopted, with a JSON patch testing their uid and resourceVersion so a Pod another
-/// controller adopted first is left alone. Returns the Pods owned and whether any adoption was
-/// tried (the caller looks again once the cache shows the result: counting without an adopted Pod
-/// would create one too many), or `None` when the CloneSet is gone or being deleted.
-async fn claim_pods(
-    actor: &Actor<'_>,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<CloneSet>,
-) -> Result<Option<(Vec<Pod>, bool)>, Error> {
-    let namespace = actor.cs.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-    let candidates = actor.ctx.pods.owned_by(claimant.uid).into_iter().chain(
-        actor
-            .ctx
-            .pods
-            .orphans_in(&namespace)
-            .into_iter()
-            .filter(|p| pods::is_active(p)),
-    );
-    let matches = selector_match(actor.cs);
-    let Some(claimed) = claim_each(&api, candidates, claimant, owner, recheck, matches).await?
-    else {
-        return Ok(None);
-    };
-    for pod in claimed.written {
-        if let (Some(name), Some(rv)) = (pod.metadata.name, pod.metadata.resource_version) {
-            actor.expect(Expectation::observed("Pod", name, rv));
-        }
-    }
-    Ok(Some((claimed.owned, claimed.adopting)))
-}
-
-/// The CloneSet's ControllerRevisions after claiming (Kubernetes' `ClaimControllerRevisions`):
-/// owned ones whose labels match, and orphans that match, adopted; owned ones that no longer match
-/// are released. `None` when the CloneSet is gone or being deleted.
-async fn claim_revisions(
-    actor: &Actor<'_>,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<CloneSet>,
-) -> Result<Option<Vec<ControllerRevision>>, Error> {
-    let namespace = actor.cs.namespace().unwrap_or_default();
-    let api: Api<ControllerRevision> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-    let in_namespace = actor
-        .ctx
-        .revisions
-        .state()
-        .into_iter()
-        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()));
-    let matches = selector_match(actor.cs);
-    let Some(claimed) = claim_each(&api, in_namespace, claimant, owner, recheck, matches).await?
-    else {
-        return Ok(None);
-    };
-    for revision in claimed.written {
-        if let (Some(name), Some(rv)) = (revision.metadata.name, revision.metadata.resource_version)
-        {
-            actor.expect(Expectation::observed("ControllerRevision", name, rv));
-        }
-    }
-    Ok(Some(claimed.owned))
-}
-
 /// The CloneSet's PVCs, from the claim cache: those with an owner reference to it, plus orphans
 /// its selector matches when it has volumeClaimTemplates (a CloneSet deleted with
 /// `--cascade=orphan` left them behind), adopted. Only a PVC with no owner reference at all is an
@@ -364,6 +274,8 @@ async fn claim_pvcs(
         .state()
         .into_iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        // The shared cache holds every claim: only those of CloneSet instances concern a CloneSet.
+        .filter(|p| p.labels().contains_key(LABEL_INSTANCE_ID))
         .filter(|p| {
             let refs = p.metadata.owner_references.as_deref().unwrap_or_default();
             refs.is_empty() || refs.iter().any(|o| o.uid == claimant.uid)
@@ -378,7 +290,7 @@ async fn claim_pvcs(
     if cs.spec.volume_claim_templates.is_empty() {
         return Ok(Some(owned));
     }
-    let matches = selector_match(cs);
+    let matches = selector_match(cs.spec.selector.as_ref());
     let Some(claimed) = claim_each(&api, orphans, claimant, owner, recheck, matches).await? else {
         return Ok(None);
     };
@@ -461,42 +373,35 @@ async fn update_revision(
     revisions: &[ControllerRevision],
 ) -> Result<Option<ControllerRevision>, Error> {
     let cs = actor.cs;
-    let namespace = cs.namespace().unwrap_or_default();
     let collision_count = cs.status.as_ref().and_then(|s| s.collision_count);
     let candidate = new_revision(cs, next_revision_number(revisions), collision_count)
         .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let api: Api<ControllerRevision> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-    match crate::history::register(&api, revisions, candidate, cs.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, expectation) => {
-            if let Some(expectation) = expectation {
-                actor.expect(expectation);
-            }
-            Ok(Some(*revision))
+    // The whole status on a collision: a first status must carry its required fields.
+    let registered = crate::history::update_revision(
+        &actor.ctx.client,
+        cs,
+        revisions,
+        candidate,
+        collision_count,
+        |count| {
+            json!({"status": CloneSetStatus {
+                collision_count: Some(count),
+                ..cs.status.clone().unwrap_or_default()
+            }})
+        },
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            actor.expect(expectation);
         }
-        crate::history::Registered::Collision => {
-            // A different template hashed to the same name: count the collision so the next
-            // hash differs.
-            let cs_api: Api<CloneSet> = Api::namespaced(actor.ctx.client.clone(), &namespace);
-            cs_api
-                .patch_status(
-                    &cs.name_any(),
-                    &PatchParams::default(),
-                    // The whole status: a first status must carry its required fields.
-                    &Patch::Merge(&json!({"status": CloneSetStatus {
-                        collision_count: Some(collision_count.unwrap_or(0) + 1),
-                        ..cs.status.clone().unwrap_or_default()
-                    }})),
-                )
-                .await
-                .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+        revision
+    }))
 }
 
-/// Node labels for the spread ranker, fetched only when the template has topology spread
+/// Node labels for the spread ranker, read from the shared Node cache only when the template has topology spread
 /// constraints and Pods may be scaled in.
-async fn node_labels(
+fn node_labels(
     ctx: &Context,
     cs: &CloneSet,
     active: &[Pod],
@@ -513,14 +418,13 @@ async fn node_labels(
         return BTreeMap::new();
     }
     let nodes: BTreeSet<&str> = active.iter().filter_map(pods::node_name).collect();
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let mut labels = BTreeMap::new();
-    for node in nodes {
-        if let Ok(n) = api.get(node).await {
-            labels.insert(node.to_owned(), n.metadata.labels.unwrap_or_default());
-        }
-    }
-    labels
+    nodes
+        .into_iter()
+        .filter_map(|node| {
+            let cached = ctx.nodes.get(&ObjectRef::new(node))?;
+            Some((node.to_owned(), cached.labels().clone()))
+        })
+        .collect()
 }
 
 async fn scale(
@@ -818,28 +722,12 @@ async fn write_status(
     ctx: &Context,
     cs: &CloneSet,
     namespace: &str,
-    name: &str,
     old: Option<&CloneSetStatus>,
     new: &CloneSetStatus,
 ) -> Result<(), Error> {
-    if !status::changed(old, new) {
-        return Ok(());
-    }
     let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), namespace);
-    // Guarded by the resourceVersion: a status computed from an older CloneSet must not win.
-    let mut patch = crate::status_patch::whole_status(old, new);
-    patch["metadata"] = json!({"resourceVersion": cs.metadata.resource_version});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_race(&error) => Ok(()),
-        Err(error) => Err(Error::Kube {
-            context: format!("writing the status of CloneSet {namespace}/{name}"),
-            source: error,
-        }),
-    }
+    crate::driver::write::write_status(&api, cs, old, new, status::changed(old, new)).await?;
+    Ok(())
 }
 
 /// Removes names from `scaleStrategy.podsToDelete` that no longer name a Pod of the set.
@@ -901,18 +789,6 @@ async fn truncate_history(
         cs.spec.revision_history_limit,
     );
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    for rev in doomed {
-        let name = rev.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("deleting old revision {name}"),
-                    source: error,
-                });
-            }
-        }
-    }
+    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! CloneSet status from its Pods (inventory §1.2). Pure.
+//! CloneSet status from its Pods (upstream `cloneset_status.go`). Pure.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
-//! The Advanced DaemonSet controller (inventory §6): observe the set, its Pods (shared cache), the
-//! cluster's Nodes and its ControllerRevisions; decide with `kruise_core::rollout::daemonset::plan`
-//! on each node's `kruise_core::nodefit::daemon_fit` verdict; act through the shared
-//! [`crate::podcontrol`]; write the status of [`status`].
+//! The Advanced DaemonSet controller, on the shared driver: observe the set, its Pods (shared
+//! cache), the cluster's Nodes and its ControllerRevisions; decide with
+//! `kruise_core::rollout::daemonset::plan` on each node's `kruise_core::nodefit::daemon_fit`
+//! verdict; act through the shared [`crate::podcontrol`]; write the status of [`status`].
 
 pub mod newpod;
 mod reconcile;
@@ -11,19 +11,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_core::expectations::Expectations;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
+use crate::driver::caches::Caches;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -65,59 +64,44 @@ pub struct Context {
     pub(crate) config: Config,
 }
 
-/// Runs the Advanced DaemonSet controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+/// Runs the Advanced DaemonSet controller on the shared `caches` until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    let owner_rx = pods
+    let owner_rx = caches
+        .pods
         .subscribe("daemonset")
         .forward_owners::<DaemonSet>(all_tx.clone());
-    pods.wait_synced().await;
-    let nodes = crate::nodes::watch(client.clone(), all_tx, "DaemonSet");
-    let (revisions, revision_events) =
-        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
-
+    let revision_events = caches.revisions.owned_stream();
+    crate::nodes::trigger(&caches.nodes, all_tx, "DaemonSet");
+    caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods,
-        nodes,
-        revisions,
+        pods: caches.pods,
+        nodes: caches.nodes.store().clone(),
+        revisions: caches.revisions.store().clone(),
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: EventRecorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: None,
-            },
-        ),
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
         config: config.clone(),
     });
-    tracing::info!(workers = config.workers, "daemonset controller started");
-    Controller::new(
+    let controller = Controller::new(
         Api::<DaemonSet>::all(client),
         watcher::Config::default().any_semantic(),
     )
     .owns_stream(revision_events)
     .reconcile_on(crate::cache::receiver_stream(owner_rx))
-    .reconcile_all_on(crate::cache::receiver_stream(all_rx))
-    .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-    .run(
-        crate::parallel::on_own_task(reconcile::reconcile),
-        error_policy,
-        ctx,
-    )
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-fn error_policy(ds: Arc<DaemonSet>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(
-        daemonset = %format!("{}/{}", ds.metadata.namespace.as_deref().unwrap_or_default(), ds.metadata.name.as_deref().unwrap_or_default()),
-        %error,
-        "reconcile failed"
-    );
-    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
-    Action::requeue(Duration::from_secs(2))
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }
 
 /// Node labels by name, for the rollout selector.

@@ -1,4 +1,4 @@
-//! The Pods an Advanced DaemonSet creates (inventory §6.2 "Pod creation"), as Kubernetes'
+//! The Pods an Advanced DaemonSet creates (upstream `pkg/controller/daemonset`), as Kubernetes'
 //! DaemonSet controller builds them plus OpenKruise's readiness gate. Pure.
 
 use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, PodTemplateSpec};

@@ -1,14 +1,13 @@
-//! One reconcile of an Advanced DaemonSet (inventory §6.2): wait for our own writes to show, claim
+//! One reconcile of an Advanced DaemonSet: wait for our own writes to show, claim
 //! Pods and revisions, register the update revision, judge every node, plan, carry out the plan,
 //! then write the status and prune the history.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
 use kruise_api::keys;
@@ -18,62 +17,55 @@ use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
-    revisions_to_delete, short_hash, template_from_revision,
+    revisions_to_delete, short_hash,
 };
 use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot, slow_start_batches,
 };
 use kruise_core::rollout::statefulset::Revision;
-use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 use serde_json::json;
 
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod, node_labels};
 use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
-use crate::error::{KubeContext, is_race};
+use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
+use crate::driver::Owner;
+use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
 
 pub(crate) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&ds, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&ds, &ctx).await
 }
 
 async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
-    let namespace = ds.namespace().unwrap_or_default();
-    let name = ds.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = ds.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let unmet = |key: &str, namespace: &str| {
+        let (pods, revisions) = (&ctx.pods, &ctx.revisions);
+        expectations_met(
+            &ctx.expectations,
+            key,
+            namespace,
+            pods,
+            revisions,
+            &ctx.metrics,
+            CONTROLLER,
+        )
+        .err()
     };
-    if ds.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Err(wait) = expectations_met(
-        &ctx.expectations,
-        &key,
-        &namespace,
-        &ctx.pods,
-        &ctx.revisions,
-        &ctx.metrics,
-        CONTROLLER,
-    ) {
-        return Ok(Action::requeue(wait));
-    }
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(ds, &ctx.expectations, unmet) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
+    };
     if !(listed(&ctx.revisions) && listed(&ctx.nodes)) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
@@ -101,7 +93,16 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         name.clone(),
         uid.clone(),
     );
-    let Some((owned, adopted)) = claim_pods(ctx, &pc, ds, claimant, &owner, &mut recheck).await?
+    let Some((owned, adopted)) = claim_pods(
+        &pc,
+        &ctx.pods,
+        claimant,
+        &owner,
+        &mut recheck,
+        ds.spec.selector.as_ref(),
+        |_| true,
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -128,19 +129,7 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     let hash = short_hash(&update_name).to_owned();
     revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
     revisions.push(update_rev);
-    let templates: Vec<(String, PodTemplateSpec)> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.clone()?;
-            match template_from_revision(r) {
-                Ok(t) => Some((name, t)),
-                Err(error) => {
-                    tracing::warn!(revision = %name, %error, "unreadable revision");
-                    None
-                }
-            }
-        })
-        .collect();
+    let templates = crate::history::templates(&revisions);
     let views: Vec<Revision<'_>> = templates
         .iter()
         .map(|(name, template)| Revision { name, template })
@@ -204,7 +193,7 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         deferred: plan.deferred_creates,
         now,
     });
-    write_status(ctx, ds, &namespace, &name, &computed.status).await?;
+    write_status(ctx, ds, &namespace, &computed.status).await?;
     truncate_history(ctx, ds, &namespace, &revisions, &update_name, &owned).await?;
 
     let mut after = RESYNC;
@@ -222,41 +211,6 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         after = after.min(Duration::from_secs(1));
     }
     Ok(Action::requeue(after.max(Duration::from_millis(100))))
-}
-
-/// The set's Pods after claiming (Kubernetes' `ClaimPods`): owned Pods plus matching active
-/// orphans, adopted; owned Pods relabelled out of the selector are released. `None` when the set is
-/// gone or being deleted.
-async fn claim_pods(
-    ctx: &Context,
-    pc: &PodControl<'_>,
-    ds: &DaemonSet,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<DaemonSet>,
-) -> Result<Option<(Vec<Pod>, bool)>, Error> {
-    let candidates = ctx.pods.owned_by(claimant.uid).into_iter().chain(
-        ctx.pods
-            .orphans_in(pc.namespace)
-            .into_iter()
-            .filter(|p| pods::is_active(p)),
-    );
-    let Some(claimed) = claim_each(
-        &pc.pods(),
-        candidates,
-        claimant,
-        owner,
-        recheck,
-        selector_match(ds.spec.selector.as_ref()),
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    for pod in &claimed.written {
-        pc.observe(pod);
-    }
-    Ok(Some((claimed.owned, claimed.adopting)))
 }
 
 /// The update revision (the newest if it records the template, an older equal one renumbered, or
@@ -295,29 +249,26 @@ async fn update_revision(
     {
         labels.insert(keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(), hash);
     }
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
-    match crate::history::register(&api, revisions, candidate, ds.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, expectation) => {
-            if let Some(expectation) = expectation {
-                pc.expect(expectation);
-            }
-            Ok(Some(*revision))
+    let registered = crate::history::update_revision(
+        &ctx.client,
+        ds,
+        revisions,
+        candidate,
+        collision_count,
+        |count| {
+            json!({"status": DaemonSetStatus {
+                collision_count: Some(count),
+                ..ds.status.clone().unwrap_or_default()
+            }})
+        },
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            pc.expect(expectation);
         }
-        crate::history::Registered::Collision => {
-            let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), pc.namespace);
-            api.patch_status(
-                &ds.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": DaemonSetStatus {
-                    collision_count: Some(collision_count.unwrap_or(0) + 1),
-                    ..ds.status.clone().unwrap_or_default()
-                }})),
-            )
-            .await
-            .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+        revision
+    }))
 }
 
 /// Carries out the plan: readiness fixes, then creations in slow-start batches (stopping at the
@@ -435,28 +386,12 @@ async fn write_status(
     ctx: &Context,
     ds: &DaemonSet,
     namespace: &str,
-    name: &str,
     new: &DaemonSetStatus,
 ) -> Result<(), Error> {
     let old = ds.status.as_ref();
-    if !status::changed(old, new) {
-        return Ok(());
-    }
     let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), namespace);
-    // Guarded by the resourceVersion: a status computed from an older set must not win.
-    let mut patch = crate::status_patch::whole_status(old, new);
-    patch["metadata"] = json!({"resourceVersion": ds.metadata.resource_version});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_race(&error) => Ok(()),
-        Err(error) => Err(Error::Kube {
-            context: format!("writing the status of DaemonSet {namespace}/{name}"),
-            source: error,
-        }),
-    }
+    crate::driver::write::write_status(&api, ds, old, new, status::changed(old, new)).await?;
+    Ok(())
 }
 
 async fn truncate_history(
@@ -476,18 +411,6 @@ async fn truncate_history(
         ds.spec.revision_history_limit,
     );
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    for rev in doomed {
-        let name = rev.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("deleting old revision {name}"),
-                    source: error,
-                });
-            }
-        }
-    }
+    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

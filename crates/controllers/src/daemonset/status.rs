@@ -1,6 +1,6 @@
-//! Advanced DaemonSet status (inventory §6.2 "Status") from the planner's [`Counts`], plus
-//! kruise-rs's `Available` and `Progressing` conditions (upstream ADS writes none), so `kubectl wait
-//! --for=condition=Available` works on an ADS. Pure.
+//! Advanced DaemonSet status (upstream's `DaemonSetStatus` counters) from the planner's [`Counts`],
+//! plus kruise-rs's `Available` and `Progressing` conditions (upstream ADS writes none), so
+//! `kubectl wait --for=condition=Available` works on an ADS. Pure.
 
 use std::time::Duration;
 

@@ -1,8 +1,9 @@
-//! The SidecarSet controller (inventory §3.2, §3.4, §3.5): records the SidecarSet's history as
-//! ControllerRevisions in the manager's namespace, upgrades injected sidecars in place (cold: the
-//! image is replaced; hot: the new image starts in the idle twin, which takes over, then the old twin
-//! is reset to the empty image), keeps each Pod's `SidecarSetUpgradable` condition, and reports
-//! status. Decisions are `kruise_core::sidecarset::{history, upgrade, upgradable}`.
+//! The SidecarSet controller (upstream `pkg/controller/sidecarset`), on the shared driver: records
+//! the SidecarSet's history as ControllerRevisions in the manager's namespace, upgrades injected
+//! sidecars in place (cold: the image is replaced; hot: the new image starts in the idle twin,
+//! which takes over, then the old twin is reset to the empty image), keeps each Pod's
+//! `SidecarSetUpgradable` condition, and reports status. Decisions are
+//! `kruise_core::sidecarset::{history, upgrade, upgradable}`.
 //!
 //! It also watches for Pods the selector matches that were created without the sidecars (the Pod
 //! webhook was down and its failure policy lets Pods through): they are counted in
@@ -14,7 +15,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -28,9 +28,9 @@ use kruise_core::sidecarset::history;
 use kruise_core::sidecarset::upgradable::{upgradable_condition_patch, wanted_entry};
 use kruise_core::sidecarset::upgrade::{self, PodFacts};
 use kruise_core::sidecarset::{missing_injections, pod_namespace};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, Selected, WirePod};
 use crate::claim::{Recheck, claim_each};
+use crate::driver::caches::Caches;
 use crate::error::KubeContext;
 use crate::events::EventRecorder;
 use crate::history::{Registered, register};
@@ -65,8 +66,9 @@ pub struct Config {
 struct Context {
     client: Client,
     pods: Arc<PodCache>,
-    namespaces: Store<Namespace>,
-    /// ControllerRevisions labelled `kruise.io/sidecarset-name` in the manager's namespace.
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Every ControllerRevision (the shared cache); a SidecarSet's are those labelled
+    /// `kruise.io/sidecarset-name` in the manager's namespace.
     revisions: Store<ControllerRevision>,
     expectations: Mutex<Expectations>,
     recorder: EventRecorder,
@@ -85,17 +87,12 @@ struct Context {
 pub use crate::error::{Error, is_race};
 
 /// Runs the SidecarSet controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let pods = caches.pods;
     let events = pods.subscribe("sidecarset");
     pods.wait_synced().await;
-    let (namespaces, namespace_events) =
-        crate::cache::reflected(Api::<Namespace>::all(client.clone()), None);
-    tokio::spawn(namespace_events.for_each(|_| futures::future::ready(())));
-    let (revisions, revision_events) = crate::cache::reflected(
-        Api::<ControllerRevision>::namespaced(client.clone(), &config.namespace),
-        Some(LABEL_SIDECARSET_NAME),
-    );
-    tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
+    let namespaces = caches.namespaces.store().clone();
+    let revisions = caches.revisions.store().clone();
 
     let (sidecarsets, changes) =
         crate::cache::reflected(Api::<SidecarSet>::all(client.clone()), None);
@@ -118,13 +115,7 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         namespaces,
         revisions,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: EventRecorder::new(
-            client,
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: None,
-            },
-        ),
+        recorder: crate::driver::recorder(client, CONTROLLER),
         metrics,
         sidecarsets,
         verdicts: Mutex::new(HashMap::new()),
@@ -132,29 +123,22 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         marks_waiting: Mutex::new(HashMap::new()),
         config: config.clone(),
     });
-    tracing::info!(workers = config.workers, "sidecarset controller started");
-    controller
-        .reconcile_on(crate::cache::receiver_stream(rx))
-        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-        .run(crate::parallel::on_own_task(reconcile), error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = controller.reconcile_on(crate::cache::receiver_stream(rx));
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
-fn error_policy(ss: Arc<SidecarSet>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(sidecarset = %ss.name_any(), %error, "reconcile failed");
-    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
-    Action::requeue(Duration::from_secs(2))
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&ss, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&ss, &ctx).await
 }
 
 /// Drops what is kept per SidecarSet for those that no longer exist (the controller is not called
@@ -557,7 +541,10 @@ async fn claim_revisions(
                 == Some(&name),
         )
     };
-    let revisions = ctx.revisions.state();
+    let revisions = ctx.revisions.state().into_iter().filter(|r| {
+        r.metadata.namespace.as_deref() == Some(ctx.config.namespace.as_str())
+            && r.labels().contains_key(LABEL_SIDECARSET_NAME)
+    });
     let Some(claimed) =
         claim_each(&api, revisions, claimant, &owner, &mut recheck, names_us).await?
     else {
@@ -660,42 +647,12 @@ async fn truncate_history(
     let name = ss.name_any();
     let live = history::live_revisions(ss, pods.iter().map(|p| p.pod().as_ref()), revisions);
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    for doomed in history::revisions_to_delete(ss, revisions, &live) {
-        if doomed.metadata.name == latest.metadata.name {
-            continue;
-        }
-        let revision_name = doomed.name_any();
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: doomed.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&revision_name, &params).await {
-            Ok(_) => {
-                if let Ok(mut ex) = ctx.expectations.lock() {
-                    ex.expect(
-                        &name,
-                        Expectation::gone(
-                            "ControllerRevision",
-                            revision_name,
-                            doomed.metadata.uid.clone(),
-                        ),
-                        Instant::now(),
-                    );
-                }
-            }
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!(
-                        "deleting ControllerRevision {}/{revision_name} of SidecarSet {name}",
-                        ctx.config.namespace
-                    ),
-                    source,
-                });
-            }
+    let mut doomed = history::revisions_to_delete(ss, revisions, &live);
+    doomed.retain(|doomed| doomed.metadata.name != latest.metadata.name);
+    let gone = crate::driver::write::prune_revisions(&api, doomed).await?;
+    if let Ok(mut ex) = ctx.expectations.lock() {
+        for expectation in gone {
+            ex.expect(&name, expectation, Instant::now());
         }
     }
     Ok(())

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::CONDITION_SIDECARSET_UPGRADABLE;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_core::sidecarset::{namespace_or_default, selects_by};
+use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
 
@@ -156,7 +157,7 @@ pub(super) async fn run(
     mut events: CacheEvents,
     pods: Arc<PodCache>,
     sidecarsets: Store<SidecarSet>,
-    namespaces: Store<Namespace>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
     tx: mpsc::UnboundedSender<ObjectRef<SidecarSet>>,
 ) {
     // Keyed by the cache's own key, shared: no strings of its own per Pod.

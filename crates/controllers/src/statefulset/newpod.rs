@@ -1,5 +1,6 @@
-//! The Pods and claims an Advanced StatefulSet creates (inventory §2.2), and the owner references
-//! its claims carry under `persistentVolumeClaimRetentionPolicy` (Kubernetes 1.27+). Pure.
+//! The Pods and claims an Advanced StatefulSet creates (Kubernetes' `newVersionedStatefulSetPod`
+//! plus OpenKruise's readiness gate), and the owner references its claims carry under
+//! `persistentVolumeClaimRetentionPolicy` (Kubernetes 1.27+). Pure.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

@@ -1,14 +1,13 @@
-//! One reconcile of an Advanced StatefulSet (inventory §2.3): wait for our own writes to show,
+//! One reconcile of an Advanced StatefulSet: wait for our own writes to show,
 //! claim Pods and revisions, choose the update revision, plan, keep the claims' owners as the
 //! retention policy says, carry out the plan, then write the status and prune the history.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
 use kruise_api::statefulset::v1beta1::{
@@ -19,13 +18,12 @@ use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
-    template_from_revision,
 };
 use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Revision, Snapshot, ordinal_of, partition_pods,
     slow_start_batches,
 };
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -34,47 +32,41 @@ use serde_json::json;
 use super::status::{self, Inputs};
 use super::{CONTROLLER, Context, Error, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_each, claim_revisions, selector_match};
-use crate::error::{KubeContext, is_race};
+use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
+use crate::driver::Owner;
+use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
 
 pub(crate) async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&set, &ctx).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
+    reconcile_inner(&set, &ctx).await
 }
 
 async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Error> {
-    let namespace = set.namespace().unwrap_or_default();
-    let name = set.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = set.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let unmet = |key: &str, namespace: &str| {
+        let (pods, revisions) = (&ctx.pods, &ctx.revisions);
+        expectations_met(
+            &ctx.expectations,
+            key,
+            namespace,
+            pods,
+            revisions,
+            &ctx.metrics,
+            CONTROLLER,
+        )
+        .err()
     };
-    if set.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Err(wait) = expectations_met(
-        &ctx.expectations,
-        &key,
-        &namespace,
-        &ctx.pods,
-        &ctx.revisions,
-        &ctx.metrics,
-        CONTROLLER,
-    ) {
-        return Ok(Action::requeue(wait));
-    }
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(set, &ctx.expectations, unmet) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
+    };
     if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
@@ -102,8 +94,23 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         name.clone(),
         uid.clone(),
     );
-    let Some((mut owned, adopted)) =
-        claim_pods(ctx, &pc, set, claimant, &owner, &mut recheck).await?
+    let Some((mut owned, adopted)) = claim_pods(
+        &pc,
+        &ctx.pods,
+        claimant,
+        &owner,
+        &mut recheck,
+        set.spec.selector.as_ref(),
+        // Only orphans named like the set's Pods (`<set>-<ordinal>`).
+        |p| {
+            p.metadata
+                .name
+                .as_deref()
+                .and_then(|n| ordinal_of(&name, n))
+                .is_some()
+        },
+    )
+    .await?
     else {
         return Ok(Action::await_change());
     };
@@ -137,28 +144,9 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
     revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
     revisions.push(update_rev);
     let old_status = set.status.clone().unwrap_or_default();
-    let current_name = if !old_status.current_revision.is_empty()
-        && revisions
-            .iter()
-            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
-    {
-        old_status.current_revision.clone()
-    } else {
-        update_name.clone()
-    };
-    let templates: Vec<(String, PodTemplateSpec)> = revisions
-        .iter()
-        .filter_map(|r| {
-            let name = r.metadata.name.clone()?;
-            match template_from_revision(r) {
-                Ok(t) => Some((name, t)),
-                Err(error) => {
-                    tracing::warn!(revision = %name, %error, "unreadable revision");
-                    None
-                }
-            }
-        })
-        .collect();
+    let current_name =
+        crate::history::current_revision(&old_status.current_revision, &revisions, &update_name);
+    let templates = crate::history::templates(&revisions);
     let views: Vec<Revision<'_>> = templates
         .iter()
         .map(|(name, template)| Revision { name, template })
@@ -229,7 +217,7 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         failed_update: failed_update.clone(),
         now,
     });
-    write_status(ctx, set, &namespace, &name, &computed.status).await?;
+    write_status(ctx, set, &namespace, &computed.status).await?;
     truncate_history(
         ctx,
         set,
@@ -276,49 +264,6 @@ fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
     })
 }
 
-/// The set's Pods after claiming (Kubernetes' `ClaimPods` with the StatefulSet's member filter):
-/// owned Pods, plus orphans named `<set>-<ordinal>` whose labels match, adopted; owned Pods
-/// relabelled out of the selector are released. `None` when the set is gone or being deleted.
-async fn claim_pods(
-    ctx: &Context,
-    pc: &PodControl<'_>,
-    set: &StatefulSet,
-    claimant: Claimant<'_>,
-    owner: &OwnerReference,
-    recheck: &mut Recheck<StatefulSet>,
-) -> Result<Option<(Vec<Pod>, bool)>, Error> {
-    let name = set.name_any();
-    let candidates = ctx.pods.owned_by(claimant.uid).into_iter().chain(
-        ctx.pods
-            .orphans_in(pc.namespace)
-            .into_iter()
-            .filter(|p| pods::is_active(p))
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .and_then(|n| ordinal_of(&name, n))
-                    .is_some()
-            }),
-    );
-    let Some(claimed) = claim_each(
-        &pc.pods(),
-        candidates,
-        claimant,
-        owner,
-        recheck,
-        selector_match(set.spec.selector.as_ref()),
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    for pod in &claimed.written {
-        pc.observe(pod);
-    }
-    Ok(Some((claimed.owned, claimed.adopting)))
-}
-
 /// The update revision (the newest if it records the template, an older equal one renumbered, or
 /// a new one); `None` after recording a hash collision.
 async fn update_revision(
@@ -349,29 +294,26 @@ async fn update_revision(
         collision_count,
     )
     .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), pc.namespace);
-    match crate::history::register(&api, revisions, candidate, set.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, expectation) => {
-            if let Some(expectation) = expectation {
-                pc.expect(expectation);
-            }
-            Ok(Some(*revision))
+    let registered = crate::history::update_revision(
+        &ctx.client,
+        set,
+        revisions,
+        candidate,
+        collision_count,
+        |count| {
+            json!({"status": StatefulSetStatus {
+                collision_count: Some(count),
+                ..set.status.clone().unwrap_or_default()
+            }})
+        },
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            pc.expect(expectation);
         }
-        crate::history::Registered::Collision => {
-            let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), pc.namespace);
-            api.patch_status(
-                &set.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": StatefulSetStatus {
-                    collision_count: Some(collision_count.unwrap_or(0) + 1),
-                    ..set.status.clone().unwrap_or_default()
-                }})),
-            )
-            .await
-            .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
+        revision
+    }))
 }
 
 /// Keeps the owner references of each Pod's claims as the retention policy says (the set's when
@@ -724,28 +666,12 @@ async fn write_status(
     ctx: &Context,
     set: &StatefulSet,
     namespace: &str,
-    name: &str,
     new: &StatefulSetStatus,
 ) -> Result<(), Error> {
     let old = set.status.as_ref();
-    if !status::changed(old, new) {
-        return Ok(());
-    }
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
-    // Guarded by the resourceVersion: a status computed from an older set must not win.
-    let mut patch = crate::status_patch::whole_status(old, new);
-    patch["metadata"] = json!({"resourceVersion": set.metadata.resource_version});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(error) if is_race(&error) => Ok(()),
-        Err(error) => Err(Error::Kube {
-            context: format!("writing the status of StatefulSet {namespace}/{name}"),
-            source: error,
-        }),
-    }
+    crate::driver::write::write_status(&api, set, old, new, status::changed(old, new)).await?;
+    Ok(())
 }
 
 async fn truncate_history(
@@ -766,18 +692,6 @@ async fn truncate_history(
         set.spec.revision_history_limit,
     );
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    for rev in doomed {
-        let name = rev.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(error) => {
-                return Err(Error::Kube {
-                    context: format!("deleting old revision {name}"),
-                    source: error,
-                });
-            }
-        }
-    }
+    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! Advanced StatefulSet status from its Pods and claims (inventory §2.3), plus kruise-rs's
-//! `Progressing` and `Available` conditions (upstream ASTS has none), so `kubectl wait
-//! --for=condition=Available` and GitOps health checks work. Pure.
+//! Advanced StatefulSet status from its Pods and claims (upstream's `StatefulSetStatus` counters),
+//! plus kruise-rs's `Progressing` and `Available` conditions (upstream ASTS has none), so `kubectl
+//! wait --for=condition=Available` and GitOps health checks work. Pure.
 //!
 //! `Progressing` has no `lastUpdateTime` in the StatefulSet condition type, so its
 //! `lastTransitionTime` is stamped whenever the rollout makes progress (its message, which counts

@@ -1,30 +1,32 @@
-//! The UnitedDeployment controller (inventory §4): one workload per topology subset — a CloneSet, an
-//! Advanced StatefulSet, a native StatefulSet or a Deployment — created, adopted, updated and deleted
-//! from the template; the replicas split by `kruise_core::rollout::uniteddeployment::allocate`. The
-//! subset workloads' own controllers (ours for CloneSet and Advanced StatefulSet, the
-//! kube-controller-manager's for the native kinds) run the Pods.
+//! The UnitedDeployment controller, on the shared driver: one workload per topology subset — a
+//! CloneSet, an Advanced StatefulSet, a native StatefulSet or a Deployment — created, adopted,
+//! updated and deleted from the template; the replicas split by
+//! `kruise_core::rollout::uniteddeployment::allocate`. The subset workloads' own controllers (ours
+//! for CloneSet and Advanced StatefulSet, the kube-controller-manager's for the native kinds) run
+//! the Pods.
 
+mod observe;
 mod reconcile;
 mod reservation;
 mod status;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_api::keys;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
+use kruise_core::expectations::Expectations;
 use kruise_core::rollout::uniteddeployment::TemplateKind;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::cache::PodCache;
+use crate::driver::caches::Caches;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -51,21 +53,20 @@ impl Default for Config {
     }
 }
 
-/// A write of ours the caches have not shown yet.
-#[derive(Clone, Debug)]
-pub(crate) enum Pending {
-    /// A subset workload was created: some workload of `kind` labelled with the subset name shows up.
-    Created { kind: TemplateKind, subset: String },
-    /// The workload `uid` was patched or deleted: its cached resourceVersion moves on from `from` (or
-    /// it disappears).
-    Changed {
-        kind: TemplateKind,
-        uid: String,
-        from: String,
-    },
-    /// The UnitedDeployment's status was written: its resourceVersion moves on from `from`.
-    Status { from: String },
+/// The expectation kind (`kruise_core::expectations::Expectation::kind`) of a subset workload of
+/// `kind`: the name of an expected workload is its subset's name when created, its own name when
+/// patched or deleted.
+pub(crate) fn expectation_kind(kind: TemplateKind) -> &'static str {
+    match kind {
+        TemplateKind::StatefulSet => "StatefulSet",
+        TemplateKind::AdvancedStatefulSet => "AdvancedStatefulSet",
+        TemplateKind::CloneSet => "CloneSet",
+        TemplateKind::Deployment => "Deployment",
+    }
 }
+
+/// The expectation kind of a created subset workload, named by its subset (its name is generated).
+pub(crate) const CREATED_SUBSET: &str = "CreatedSubset";
 
 /// What every reconcile shares.
 pub struct Context {
@@ -74,10 +75,11 @@ pub struct Context {
     pub(crate) revisions: Store<ControllerRevision>,
     /// The subset workloads of each kind (only objects labelled `apps.kruise.io/subset-name`).
     pub(crate) workloads: Vec<(TemplateKind, ApiResource, Store<DynamicObject>)>,
-    pub(crate) pending: Mutex<HashMap<String, (Instant, Vec<Pending>)>>,
+    /// The writes not yet shown by the caches, by UnitedDeployment key; each expires after
+    /// `config.expectation_timeout`, as every other kind's.
+    pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) config: Config,
 }
 
 impl Context {
@@ -115,12 +117,11 @@ fn owners_of(object: &DynamicObject) -> Vec<ObjectRef<UnitedDeployment>> {
         .collect()
 }
 
-/// Runs the UnitedDeployment controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, config: Config) {
+/// Runs the UnitedDeployment controller on the shared `caches` until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let pods = caches.pods;
     pods.wait_synced().await;
-    let (revisions, revision_events) =
-        crate::cache::reflected(Api::<ControllerRevision>::all(client.clone()), None);
-    tokio::spawn(revision_events.for_each(|_| futures::future::ready(())));
+    let revisions = caches.revisions.store().clone();
 
     let mut workloads = Vec::new();
     let mut streams = Vec::new();
@@ -147,45 +148,31 @@ pub async fn run(client: Client, pods: Arc<PodCache>, metrics: Arc<Metrics>, con
         pods,
         revisions,
         workloads,
-        pending: Mutex::new(HashMap::new()),
-        recorder: EventRecorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER.into(),
-                instance: None,
-            },
-        ),
+        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
-        config: config.clone(),
     });
-    tracing::info!(
-        workers = config.workers,
-        "uniteddeployment controller started"
-    );
-    // Boxed so that the manager's join of every controller stays small on the stack.
-    Box::pin(
-        Controller::new(
-            Api::<UnitedDeployment>::all(client),
-            watcher::Config::default().any_semantic(),
-        )
-        .reconcile_on(triggers)
-        .with_config(kube::runtime::controller::Config::default().concurrency(config.workers))
-        .run(
-            crate::parallel::on_own_task(reconcile::reconcile),
-            error_policy,
-            ctx,
-        )
-        .for_each(|_| futures::future::ready(())),
+    let controller = Controller::new(
+        Api::<UnitedDeployment>::all(client),
+        watcher::Config::default().any_semantic(),
     )
+    .reconcile_on(triggers);
+    // Boxed so that the manager's join of every controller stays small on the stack.
+    Box::pin(crate::driver::run(
+        controller,
+        config.workers,
+        reconcile::reconcile,
+        ctx,
+    ))
     .await;
 }
 
-fn error_policy(ud: Arc<UnitedDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(
-        uniteddeployment = %format!("{}/{}", ud.metadata.namespace.as_deref().unwrap_or_default(), ud.metadata.name.as_deref().unwrap_or_default()),
-        %error,
-        "reconcile failed"
-    );
-    ctx.metrics.reconciled(CONTROLLER, false, 0.0);
-    Action::requeue(Duration::from_secs(2))
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }

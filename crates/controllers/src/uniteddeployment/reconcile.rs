@@ -1,6 +1,6 @@
-//! One reconcile of a UnitedDeployment (inventory §4.2): wait for our own writes to show, choose the
-//! revisions, claim the subset workloads, allocate replicas and partitions, create / update / delete
-//! subsets, then write the status and prune the history.
+//! One reconcile of a UnitedDeployment: wait for our own writes to show, choose the revisions,
+//! claim the subset workloads, allocate replicas and partitions, create / update / delete subsets,
+//! then write the status and prune the history.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
 use kruise_api::uniteddeployment::template_as_v1alpha1;
@@ -16,6 +16,7 @@ use kruise_api::uniteddeployment::v1beta1::{
     SUBSET_CONDITION_SCHEDULABLE, UnitedDeployment, UnitedDeploymentStatus,
 };
 use kruise_api::validation::selector_matches;
+use kruise_core::expectations::{CachedState, Expectation};
 use kruise_core::ownership::{Claim, Claimant, adopt_patch, claim, release_patch};
 use kruise_core::revision::{Parent, build_revision, next_revision_number, revisions_to_delete};
 use kruise_core::rollout::uniteddeployment::{
@@ -29,12 +30,15 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use super::observe::{Observed, observe};
 use super::reservation;
 use super::status::{self, Outcome};
-use super::{CONTROLLER, Context, Error, Pending};
+use super::{CONTROLLER, CREATED_SUBSET, Context, Error, expectation_kind};
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::Recheck;
-use crate::error::{KubeContext, is_race};
+use crate::driver::Owner;
+use crate::driver::write::StatusWrite;
+use crate::error::is_race;
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -47,26 +51,8 @@ pub(crate) async fn reconcile(
     ud: Arc<UnitedDeployment>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let started = Instant::now();
     // Boxed, as every large step below: debug builds poll deep futures on 2 MiB worker stacks.
-    let result = Box::pin(reconcile_inner(&ud, &ctx)).await;
-    if result.is_ok() {
-        ctx.metrics
-            .reconciled(CONTROLLER, true, started.elapsed().as_secs_f64());
-    }
-    result
-}
-
-/// A subset workload as observed this reconcile.
-pub(crate) struct Observed {
-    pub(crate) object: Arc<DynamicObject>,
-    pub(crate) spec_replicas: i32,
-    pub(crate) partition: Option<i32>,
-    pub(crate) status_replicas: i32,
-    pub(crate) ready_replicas: i32,
-    pub(crate) updated_replicas: i32,
-    pub(crate) updated_ready_replicas: i32,
-    pub(crate) pods: Vec<Arc<Pod>>,
+    Box::pin(reconcile_inner(&ud, &ctx)).await
 }
 
 /// Sets the value at a JSON pointer, creating the objects on the way.
@@ -82,14 +68,6 @@ fn set_at(target: &mut Value, pointer: &str, value: Value) {
         at = object.entry(part.to_string()).or_insert(Value::Null);
     }
     *at = value;
-}
-
-fn int_at(object: &DynamicObject, pointer: &str) -> Option<i32> {
-    object
-        .data
-        .pointer(pointer)
-        .and_then(Value::as_i64)
-        .map(|v| v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
 }
 
 fn owner_reference(ud: &UnitedDeployment) -> Option<OwnerReference> {
@@ -124,70 +102,64 @@ pub(crate) async fn publish(
 
 /// `Some(wait)` while a write of ours has not shown in the caches yet (and has not expired).
 fn pending_unmet(ctx: &Context, key: &str, ud: &UnitedDeployment) -> Option<Duration> {
-    let mut pending = ctx.pending.lock().ok()?;
-    let (since, writes) = pending.get(key)?;
-    if since.elapsed() > ctx.config.expectation_timeout.min(Duration::from_secs(30)) {
-        tracing::info!(uniteddeployment = key, "expectations expired");
-        pending.remove(key);
-        return None;
-    }
     let namespace = ud.metadata.namespace.as_deref().unwrap_or_default();
-    let uid = ud.metadata.uid.as_deref().unwrap_or_default();
-    let met = writes.iter().all(|write| match write {
-        Pending::Status { from } => ud.metadata.resource_version.as_deref() != Some(from.as_str()),
-        Pending::Created { kind, subset } => {
-            ctx.workloads_of(*kind).is_some_and(|(_, _, store)| {
-                store.state().iter().any(|o| {
-                    o.metadata.namespace.as_deref() == Some(namespace)
-                        && o.labels().get(keys::LABEL_SUBSET_NAME) == Some(subset)
-                        && o.owner_references().iter().any(|r| r.uid == uid)
-                })
-            })
-        }
-        Pending::Changed { kind, uid, from } => {
-            ctx.workloads_of(*kind).is_some_and(|(_, _, store)| {
-                store
+    let owner_uid = ud.metadata.uid.as_deref().unwrap_or_default();
+    let in_namespace = |o: &DynamicObject| o.metadata.namespace.as_deref() == Some(namespace);
+    let check = {
+        let mut expectations = ctx.expectations.lock().ok()?;
+        expectations.check(key, Instant::now(), |e| {
+            if e.kind == "UnitedDeployment" {
+                return e.satisfied_by(Some(CachedState::of(&ud.metadata)));
+            }
+            if e.kind == CREATED_SUBSET {
+                // Any workload of the subset owned by this UnitedDeployment, of any kind.
+                return ctx.workloads.iter().any(|(_, _, store)| {
+                    store.state().iter().any(|o| {
+                        in_namespace(o)
+                            && o.labels().get(keys::LABEL_SUBSET_NAME) == Some(&e.name)
+                            && o.owner_references().iter().any(|r| r.uid == owner_uid)
+                    })
+                });
+            }
+            let Some(kind) = TemplateKind::ALL
+                .into_iter()
+                .find(|k| expectation_kind(*k) == e.kind)
+            else {
+                return true;
+            };
+            ctx.workloads_of(kind).is_none_or(|(_, _, store)| {
+                let cached = store
                     .state()
-                    .iter()
-                    .find(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
-                    .is_none_or(|o| o.metadata.resource_version.as_deref() != Some(from.as_str()))
+                    .into_iter()
+                    .find(|o| in_namespace(o) && o.metadata.name.as_deref() == Some(&e.name));
+                e.satisfied_by(cached.as_deref().map(|o| CachedState::of(&o.metadata)))
             })
-        }
-    });
-    if met {
-        pending.remove(key);
-        None
-    } else {
-        Some(Duration::from_millis(300))
+        })
+    };
+    if !check.expired.is_empty() {
+        ctx.metrics.expired(CONTROLLER, check.expired.len());
+        tracing::info!(uniteddeployment = key, expired = ?check.expired, "expectations expired unobserved; carrying on");
     }
+    (!check.satisfied()).then_some(Duration::from_millis(300))
 }
 
-fn expect(ctx: &Context, key: &str, write: Pending) {
-    if let Ok(mut pending) = ctx.pending.lock() {
-        let entry = pending
-            .entry(key.to_string())
-            .or_insert_with(|| (Instant::now(), Vec::new()));
-        entry.0 = Instant::now();
-        entry.1.push(write);
+/// Remembers a write until the caches show it.
+fn expect(ctx: &Context, key: &str, expectation: Expectation) {
+    if let Ok(mut expectations) = ctx.expectations.lock() {
+        expectations.expect(key, expectation, Instant::now());
     }
 }
 
 async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action, Error> {
-    let namespace = ud.namespace().unwrap_or_default();
-    let name = ud.name_any();
-    let key = format!("{namespace}/{name}");
-    let Some(uid) = ud.metadata.uid.clone() else {
-        return Ok(Action::await_change());
+    let Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    } = match crate::driver::begin(ud, &ctx.expectations, |key, _| pending_unmet(ctx, key, ud)) {
+        Ok(owner) => owner,
+        Err(action) => return Ok(action),
     };
-    if ud.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut pending) = ctx.pending.lock() {
-            pending.remove(&key);
-        }
-        return Ok(Action::await_change());
-    }
-    if let Some(wait) = pending_unmet(ctx, &key, ud) {
-        return Ok(Action::requeue(wait));
-    }
     if !(listed(&ctx.revisions) && ctx.workloads.iter().all(|(_, _, store)| listed(store))) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
@@ -278,16 +250,9 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     let strategy = &ud.spec.topology.schedule_strategy;
     let mut reservations = BTreeMap::new();
     if strategy.should_reserve_unschedulable_pods() {
-        let (found, after) = Box::pin(reservation::reserve(
-            ctx,
-            &key,
-            &ud.spec,
-            &observed,
-            &mut new_status,
-            &update_name,
-            now,
-        ))
-        .await?;
+        let (found, after) =
+            reservation::reserve(&ud.spec, &observed, &mut new_status, &update_name, now);
+        Box::pin(reservation::label_reserved(ctx, &key, &observed, &found)).await?;
         if let Some(after) = after {
             requeue = requeue.min(after);
         }
@@ -492,27 +457,16 @@ async fn update_revision(
     for owner in candidate.metadata.owner_references.iter_mut().flatten() {
         owner.api_version = OWNER_API_VERSION.into();
     }
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    match crate::history::register(&api, revisions, candidate, ud.metadata.uid.as_deref()).await? {
-        crate::history::Registered::Revision(revision, _) => Ok(Some(*revision)),
-        crate::history::Registered::Collision => {
-            let api: Api<UnitedDeployment> = Api::namespaced(ctx.client.clone(), namespace);
-            api.patch_status(
-                &ud.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(
-                    &json!({"status": {"collisionCount": collision_count.unwrap_or(0) + 1}}),
-                ),
-            )
-            .await
-            .context(|| "recording a revision hash collision".to_owned())?;
-            Ok(None)
-        }
-    }
-}
-
-fn selector_of(object: &DynamicObject) -> Option<LabelSelector> {
-    serde_json::from_value(object.data.pointer("/spec/selector")?.clone()).ok()
+    let registered = crate::history::update_revision(
+        &ctx.client,
+        ud,
+        revisions,
+        candidate,
+        collision_count,
+        |count| json!({"status": {"collisionCount": count}}),
+    )
+    .await?;
+    Ok(registered.map(|(revision, _)| revision))
 }
 
 /// The subset workloads of the UD: those of the template's kind grouped by subset name (adopting
@@ -675,57 +629,16 @@ async fn delete_workload(
             });
         }
     }
-    if let (Some(uid), Some(rv)) = (
-        object.metadata.uid.clone(),
-        object.metadata.resource_version.clone(),
-    ) {
-        expect(
-            ctx,
-            key,
-            Pending::Changed {
-                kind,
-                uid,
-                from: rv,
-            },
-        );
-    }
+    expect(
+        ctx,
+        key,
+        Expectation::gone(
+            expectation_kind(kind),
+            object.name_any(),
+            object.metadata.uid.clone(),
+        ),
+    );
     Ok(())
-}
-
-fn observe(
-    ctx: &Context,
-    kind: TemplateKind,
-    object: Arc<DynamicObject>,
-    update_revision: &str,
-) -> Observed {
-    let namespace = object.namespace().unwrap_or_default();
-    let pods: Vec<Arc<Pod>> = match kind {
-        TemplateKind::Deployment => {
-            // Deployment Pods belong to ReplicaSets: select them by the subset's selector.
-            let selector = selector_of(&object);
-            ctx.pods.select(Some(&namespace), |labels| {
-                selector.as_ref().is_some_and(|s| labels.matches(s))
-            })
-        }
-        _ => object
-            .metadata
-            .uid
-            .as_deref()
-            .map(|uid| ctx.pods.owned_by(uid))
-            .unwrap_or_default(),
-    };
-    let (updated, updated_ready) =
-        planner::updated_replicas(pods.iter().map(|p| p.as_ref()), update_revision);
-    Observed {
-        spec_replicas: int_at(&object, "/spec/replicas").unwrap_or(1),
-        partition: planner::workload_partition(kind, &object.data),
-        status_replicas: int_at(&object, "/status/replicas").unwrap_or(0),
-        ready_replicas: int_at(&object, "/status/readyReplicas").unwrap_or(0),
-        updated_replicas: updated,
-        updated_ready_replicas: updated_ready,
-        pods,
-        object,
-    }
 }
 
 /// Whether every field of `want` is in `have` with the same value (lists element by element):
@@ -843,10 +756,7 @@ async fn manage(
                         expect(
                             ctx,
                             key,
-                            Pending::Created {
-                                kind,
-                                subset: subset.to_string(),
-                            },
+                            Expectation::exists(CREATED_SUBSET, subset.to_string()),
                         );
                     }
                     Err(message) => {
@@ -1051,12 +961,12 @@ async fn update_subset(
         {
             Ok(written) => {
                 tracing::info!(uniteddeployment = key, subset, workload = %name, revision, replicas, partition, "updated subset");
-                if let (Some(uid), Some(from)) = (
-                    object.metadata.uid.clone(),
-                    object.metadata.resource_version.clone(),
-                ) && written.metadata.resource_version.as_deref() != Some(from.as_str())
-                {
-                    expect(ctx, key, Pending::Changed { kind, uid, from });
+                if let Some(rv) = written.metadata.resource_version.clone() {
+                    expect(
+                        ctx,
+                        key,
+                        Expectation::observed(expectation_kind(kind), name.clone(), rv),
+                    );
                 }
             }
             Err(source) => {
@@ -1134,34 +1044,23 @@ async fn write_status(
     old: &UnitedDeploymentStatus,
     new: UnitedDeploymentStatus,
 ) -> Result<(), Error> {
-    if ud.status.is_some() && *old == new {
-        return Ok(());
-    }
+    let changed = ud.status.is_none() || *old != new;
     let api: Api<UnitedDeployment> =
         Api::namespaced(ctx.client.clone(), &ud.namespace().unwrap_or_default());
-    let body = crate::status_patch::whole_status(ud.status.as_ref(), &new);
-    match api
-        .patch_status(
-            &ud.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        )
-        .await
+    let wrote =
+        crate::driver::write::write_status(&api, ud, ud.status.as_ref(), &new, changed).await?;
+    if let StatusWrite::Written {
+        resource_version: Some(rv),
+    } = wrote
+        && ud.metadata.resource_version.as_deref() != Some(rv.as_str())
     {
-        Ok(written) => {
-            if let Some(from) = ud.metadata.resource_version.clone()
-                && written.metadata.resource_version.as_deref() != Some(from.as_str())
-            {
-                expect(ctx, key, Pending::Status { from });
-            }
-            Ok(())
-        }
-        Err(error) if is_race(&error) => Ok(()),
-        Err(source) => Err(Error::Kube {
-            context: format!("writing the status of UnitedDeployment {key}"),
-            source,
-        }),
+        expect(
+            ctx,
+            key,
+            Expectation::observed("UnitedDeployment", ud.name_any(), rv),
+        );
     }
+    Ok(())
 }
 
 async fn truncate_history(
@@ -1181,19 +1080,7 @@ async fn truncate_history(
         ud.spec.revision_history_limit,
     );
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    for rev in doomed {
-        let name = rev.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!("deleting old revision {name}"),
-                    source,
-                });
-            }
-        }
-    }
+    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }
 

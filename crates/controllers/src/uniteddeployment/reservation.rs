@@ -17,21 +17,20 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::reconcile::Observed;
+use super::observe::Observed;
 use super::{Context, Error};
 use crate::error::is_race;
 
-/// Each observed subset's reservation; its `Schedulable` condition is set in `status`, and Pods whose
-/// reserved label changed are labelled. Returns the reservations and when to look again.
-pub(crate) async fn reserve(
-    ctx: &Context,
-    key: &str,
+/// Each observed subset's reservation (pure: nothing is written); its `Schedulable` condition is
+/// set in `status`. Returns the reservations and when to look again; the Pods whose reserved label
+/// must change are written by [`label_reserved`].
+pub(crate) fn reserve(
     spec: &UnitedDeploymentSpec,
     observed: &BTreeMap<String, Observed>,
     status: &mut UnitedDeploymentStatus,
     update_revision: &str,
     now: Timestamp,
-) -> Result<(BTreeMap<String, SubsetReservation>, Option<Duration>), Error> {
+) -> (BTreeMap<String, SubsetReservation>, Option<Duration>) {
     let strategy = &spec.topology.schedule_strategy;
     let seconds = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(0));
     let pending = seconds(strategy.reschedule_critical_seconds());
@@ -67,7 +66,6 @@ pub(crate) async fn reserve(
             window,
             now,
         );
-        label_pods(ctx, key, subset, &seen.pods, &reservation.labels).await?;
         planner::set_subset_condition(
             &mut subset_status.conditions,
             SUBSET_CONDITION_SCHEDULABLE,
@@ -79,7 +77,22 @@ pub(crate) async fn reserve(
         }
         reservations.insert(subset.clone(), reservation);
     }
-    Ok((reservations, requeue))
+    (reservations, requeue)
+}
+
+/// Writes the reserved label each reservation decided on its subset's Pods.
+pub(crate) async fn label_reserved(
+    ctx: &Context,
+    key: &str,
+    observed: &BTreeMap<String, Observed>,
+    reservations: &BTreeMap<String, SubsetReservation>,
+) -> Result<(), Error> {
+    for (subset, reservation) in reservations {
+        if let Some(seen) = observed.get(subset) {
+            label_pods(ctx, key, subset, &seen.pods, &reservation.labels).await?;
+        }
+    }
+    Ok(())
 }
 
 /// After allocation: a subset that recovered and is given more replicas stays marked unschedulable.

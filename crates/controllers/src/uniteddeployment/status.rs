@@ -1,4 +1,5 @@
-//! The UnitedDeployment status (inventory §4.3), computed from what the reconcile observed and did.
+//! The UnitedDeployment status (upstream `uniteddeployment_controller.go` `updateStatus`), computed
+//! from what the reconcile observed and did.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ use kruise_core::rollout::uniteddeployment::{
     self as planner, SUBSET_CONDITION_UPDATED, SubsetProgress, SubsetReservation,
 };
 
-use super::reconcile::Observed;
+use super::observe::Observed;
 
 /// Condition types beyond OpenKruise, so that `kubectl wait` and GitOps health checks work.
 pub(crate) const CONDITION_PROGRESSING: &str = "Progressing";

@@ -1,0 +1,158 @@
+//! The caches every controller reads: one watch per resource kind for the whole manager.
+//!
+//! Before, each controller opened its own watches, so ControllerRevisions were watched by five
+//! controllers, Nodes and PVCs by two, and Namespaces by the SidecarSet controller beside the Pod
+//! webhook's. Here each kind is watched once ([`Caches::start`]); a controller reads the store and,
+//! to be woken by changes, subscribes ([`Shared::subscribe`]) to a fan-out of the watch's events.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+use crate::cache::PodCache;
+
+/// A store of every `K` of the cluster, filled by one watch, and the subscribers to its changes.
+pub struct Shared<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Shared<K> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            subscribers: self.subscribers.clone(),
+        }
+    }
+}
+
+impl<K> Shared<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// The store and the future that fills it from a watch of `api` (poll it on a task of its own).
+    pub fn watch(api: Api<K>) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (store, writer) = reflector::store();
+        let subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>> = Arc::default();
+        let events = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default().any_semantic()),
+        )
+        .default_backoff()
+        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+        .touched_objects();
+        let fan_out = subscribers.clone();
+        let driver = async move {
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                let object = match event {
+                    Ok(object) => object,
+                    Err(error) => {
+                        tracing::warn!(%error, kind = %K::kind(&()), "shared watch");
+                        continue;
+                    }
+                };
+                let object = Arc::new(object);
+                if let Ok(mut subscribers) = fan_out.lock() {
+                    subscribers.retain(|tx| tx.send(object.clone()).is_ok());
+                }
+            }
+        };
+        (Self { store, subscribers }, driver)
+    }
+
+    /// A store that no watch fills, for tests: fill it through the writer returned beside it.
+    pub fn from_store(store: Store<K>) -> Self {
+        Self {
+            store,
+            subscribers: Arc::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Every object the watch adds, changes or deletes from now on (the store already shows the
+    /// change when it arrives).
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Arc<K>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut subscribers) = self.subscribers.lock() {
+            subscribers.push(tx);
+        }
+        rx
+    }
+
+    /// [`Shared::subscribe`] as the stream of `Ok` items a `Controller`'s `owns_stream` takes.
+    pub fn owned_stream(
+        &self,
+    ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        crate::cache::receiver_stream(self.subscribe()).map(|k| Ok(Arc::unwrap_or_clone(k)))
+    }
+}
+
+/// The caches of the whole manager, handed to every controller.
+#[derive(Clone)]
+pub struct Caches {
+    /// Every Pod, projected and indexed by owner ([`PodCache`]).
+    pub pods: Arc<PodCache>,
+    pub revisions: Shared<ControllerRevision>,
+    pub nodes: Shared<Node>,
+    pub pvcs: Shared<PersistentVolumeClaim>,
+    /// Namespaces' metadata (SidecarSets select Pods by their namespace's labels).
+    pub namespaces: Shared<PartialObjectMeta<Namespace>>,
+}
+
+impl Caches {
+    /// Opens the one watch of each kind (the Pod cache's included) beside `namespaces`, the
+    /// Namespace cache of the whole process ([`Caches::namespaces`], shared with the Pod webhook).
+    /// The returned future drives the watches and never ends while they last; the caches are empty
+    /// until it runs.
+    pub fn start(
+        client: Client,
+        namespaces: Shared<PartialObjectMeta<Namespace>>,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let pods = PodCache::new();
+        let (revisions, revisions_run) = Shared::watch(Api::all(client.clone()));
+        let (nodes, nodes_run) = Shared::watch(Api::all(client.clone()));
+        let (pvcs, pvcs_run) = Shared::watch(Api::all(client.clone()));
+        let pods_run = pods.clone().run(client);
+        let caches = Self {
+            pods,
+            revisions,
+            nodes,
+            pvcs,
+            namespaces,
+        };
+        let run = async move {
+            // Each on a task of its own: decoding Pods must not hold up the other watches.
+            let mut tasks = tokio::task::JoinSet::new();
+            tasks.spawn(pods_run);
+            tasks.spawn(revisions_run);
+            tasks.spawn(nodes_run);
+            tasks.spawn(pvcs_run);
+            tasks.join_next().await;
+        };
+        (caches, run)
+    }
+
+    /// The Namespace metadata watch of the whole process: started before leadership, since the Pod
+    /// webhook (on every replica) reads it as well as the SidecarSet controller (on the leader).
+    pub fn namespaces(
+        client: Client,
+    ) -> (
+        Shared<PartialObjectMeta<Namespace>>,
+        impl Future<Output = ()> + Send + 'static,
+    ) {
+        Shared::watch(Api::all(client))
+    }
+}

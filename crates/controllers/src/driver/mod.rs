@@ -1,0 +1,145 @@
+//! The workload driver: what every workload controller does the same way, written once.
+//!
+//! A kind supplies its reconcile (observe its caches → plan with a pure function of `kruise-core` →
+//! act with patches → status) and a context implementing [`Driven`]; the driver supplies
+//! - the wiring ([`run`]): one reconcile per object at a time on a task of its own, the reconcile
+//!   metrics, and one error policy (log, count, requeue after [`ERROR_REQUEUE`]);
+//! - the shared caches ([`caches::Caches`]): one watch per resource kind for the whole manager;
+//! - the guarded writes ([`write`]): the status written only when it changed and only over the
+//!   resourceVersion it was computed from, and old revisions pruned with uid preconditions;
+//! - expectations (`kruise_core::expectations::Expectations`, every entry expiring) checked against
+//!   the shared caches ([`crate::podcontrol::expectations_met`]), and claiming ([`crate::claim`]).
+
+pub mod caches;
+pub mod write;
+
+#[cfg(test)]
+pub(crate) mod scripted;
+#[cfg(test)]
+mod tests;
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kruise_core::expectations::Expectations;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::Reporter;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
+
+/// How soon a failed reconcile is tried again.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(2);
+
+/// What the driver needs of a kind's context.
+pub trait Driven: Send + Sync + 'static {
+    /// The controller's name in metrics, logs and Events (upstream's, e.g. `cloneset-controller`).
+    fn controller(&self) -> &'static str;
+    fn metrics(&self) -> &Metrics;
+}
+
+/// The Event recorder of a controller named `controller`.
+pub fn recorder(client: kube::Client, controller: &'static str) -> EventRecorder {
+    EventRecorder::new(
+        client,
+        Reporter {
+            controller: controller.into(),
+            instance: None,
+        },
+    )
+}
+
+/// Runs `controller` with `workers` concurrent reconciles until the future is dropped. Each call of
+/// `reconcile` runs on a task of its own ([`crate::parallel::on_own_task`]) and is timed; a failed
+/// one is logged, counted and retried after [`ERROR_REQUEUE`].
+pub async fn run<K, C, Fut>(
+    controller: Controller<K>,
+    workers: u16,
+    reconcile: fn(Arc<K>, Arc<C>) -> Fut,
+    ctx: Arc<C>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    C: Driven,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let name = ctx.controller();
+    tracing::info!(workers, controller = name, "controller started");
+    let mut reconcile = crate::parallel::on_own_task(reconcile);
+    let timed = move |object: Arc<K>, ctx: Arc<C>| {
+        let started = Instant::now();
+        let run = reconcile(object, ctx.clone());
+        async move {
+            let result = run.await;
+            if result.is_ok() {
+                ctx.metrics()
+                    .reconciled(ctx.controller(), true, started.elapsed().as_secs_f64());
+            }
+            result
+        }
+    };
+    controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(workers))
+        .run(timed, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+/// The one error policy: log the object and the error, count a failed reconcile, retry soon.
+pub fn error_policy<K: Resource, C: Driven>(object: Arc<K>, error: &Error, ctx: Arc<C>) -> Action {
+    let meta = object.meta();
+    tracing::warn!(
+        controller = ctx.controller(),
+        object = %format!("{}/{}", meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default()),
+        %error,
+        "reconcile failed"
+    );
+    ctx.metrics().reconciled(ctx.controller(), false, 0.0);
+    Action::requeue(ERROR_REQUEUE)
+}
+
+/// The owner one reconcile works for.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub namespace: String,
+    pub name: String,
+    /// `namespace/name`: the owner's key in the expectations.
+    pub key: String,
+    pub uid: String,
+}
+
+/// The start every namespaced kind's reconcile shares: `Err(action)` when there is nothing to do
+/// yet — the object has no uid, or is being deleted (its expectations are forgotten: what it owns
+/// goes with it), or a write of ours is not in the caches yet (`unmet(key, namespace)` says how
+/// long to wait; expectations expire, so that wait ends).
+pub fn begin<K: Resource>(
+    object: &K,
+    expectations: &Mutex<Expectations>,
+    unmet: impl FnOnce(&str, &str) -> Option<Duration>,
+) -> Result<Owner, Action> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let key = format!("{namespace}/{name}");
+    let Some(uid) = object.meta().uid.clone() else {
+        return Err(Action::await_change());
+    };
+    if object.meta().deletion_timestamp.is_some() {
+        if let Ok(mut ex) = expectations.lock() {
+            ex.forget(&key);
+        }
+        return Err(Action::await_change());
+    }
+    if let Some(wait) = unmet(&key, &namespace) {
+        return Err(Action::requeue(wait));
+    }
+    Ok(Owner {
+        namespace,
+        name,
+        key,
+        uid,
+    })
+}

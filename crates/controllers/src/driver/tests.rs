@@ -1,0 +1,404 @@
+//! Unit tests of the act layer's shared writes (claiming, status, history) against a scripted
+//! transport ([`super::scripted`]): what is sent, and what a conflict or a not-found comes to.
+
+use std::sync::Arc;
+
+use http::Method;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kruise_api::cloneset::v1beta1::{CloneSet, CloneSetStatus};
+use kruise_core::ownership::Claimant;
+use kube::Api;
+use serde_json::{Value, json};
+
+use super::scripted::{self, Step};
+use super::write::{StatusWrite, prune_revisions, write_status};
+use crate::claim::{Recheck, claim_each, selector_match};
+use crate::error::Error;
+
+const OWNER_UID: &str = "owner-uid";
+const CLONESETS: &str = "/apis/apps.kruise.io/v1beta1/namespaces/ns/clonesets/web";
+
+fn cloneset(resource_version: &str, status: Option<CloneSetStatus>) -> CloneSet {
+    let mut cs: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "CloneSet",
+        "metadata": {"name": "web", "namespace": "ns", "uid": OWNER_UID,
+                     "resourceVersion": resource_version},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    }))
+    .unwrap_or_else(|e| panic!("cloneset fixture: {e}"));
+    cs.status = status;
+    cs
+}
+
+fn status(replicas: i32, updated_available: i32) -> CloneSetStatus {
+    CloneSetStatus {
+        replicas,
+        updated_available_replicas: updated_available,
+        ..CloneSetStatus::default()
+    }
+}
+
+fn api(client: kube::Client) -> Api<CloneSet> {
+    Api::namespaced(client, "ns")
+}
+
+#[tokio::test]
+async fn status_write_sends_nothing_when_nothing_changed() {
+    let (client, log) = scripted::client(vec![]);
+    let cs = cloneset("7", Some(status(2, 2)));
+    let wrote = write_status(&api(client), &cs, cs.status.as_ref(), &status(2, 2), false).await;
+    assert_eq!(wrote.ok(), Some(StatusWrite::Unchanged));
+    log.assert_done();
+}
+
+#[tokio::test]
+async fn status_write_is_guarded_by_the_resource_version_and_clears_omitted_fields() {
+    let (client, log) = scripted::client(vec![Step::new(
+        Method::PATCH,
+        &format!("{CLONESETS}/status"),
+        200,
+        serde_json::to_value(cloneset("8", Some(status(2, 0)))).unwrap_or_default(),
+    )]);
+    let cs = cloneset("7", Some(status(2, 2)));
+    let wrote = write_status(&api(client), &cs, cs.status.as_ref(), &status(2, 0), true).await;
+    assert_eq!(
+        wrote.ok(),
+        Some(StatusWrite::Written {
+            resource_version: Some("8".into())
+        })
+    );
+    let sent = log.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body["metadata"]["resourceVersion"], json!("7"));
+    assert_eq!(sent[0].body["status"]["replicas"], json!(2));
+    // Omitted (zero) in the new status: sent as null so that the merge patch removes it.
+    assert_eq!(
+        sent[0].body["status"]["updatedAvailableReplicas"],
+        Value::Null
+    );
+    assert!(
+        sent[0].body["status"]
+            .as_object()
+            .is_some_and(|s| s.contains_key("updatedAvailableReplicas"))
+    );
+    log.assert_done();
+}
+
+#[tokio::test]
+async fn status_write_on_a_stale_or_deleted_copy_is_dropped_and_other_errors_fail() {
+    // (answer, outcome: Some(write) or None for an error)
+    let cases = [
+        (409, Some(StatusWrite::Stale)),
+        (404, Some(StatusWrite::Stale)),
+        (500, None),
+    ];
+    for (code, want) in cases {
+        let (client, log) = scripted::client(vec![Step::failing(
+            Method::PATCH,
+            &format!("{CLONESETS}/status"),
+            code,
+        )]);
+        let cs = cloneset("7", Some(status(2, 2)));
+        let wrote = write_status(&api(client), &cs, cs.status.as_ref(), &status(3, 2), true).await;
+        match (&wrote, &want) {
+            (Ok(got), Some(want)) => assert_eq!(got, want, "answer {code}"),
+            (Err(Error::Kube { .. }), None) => {}
+            _ => panic!("answer {code}: got {wrote:?}, want {want:?}"),
+        }
+        log.assert_done();
+    }
+}
+
+fn revision(name: &str, uid: &str) -> ControllerRevision {
+    ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            ..ObjectMeta::default()
+        },
+        revision: 1,
+        ..ControllerRevision::default()
+    }
+}
+
+const REVISIONS: &str = "/apis/apps/v1/namespaces/ns/controllerrevisions";
+
+#[tokio::test]
+async fn pruning_deletes_each_revision_on_its_uid_and_skips_those_gone_or_replaced() {
+    let doomed = [
+        revision("web-1", "u1"),
+        revision("web-2", "u2"),
+        revision("web-3", "u3"),
+    ];
+    let deleted = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
+    let (client, log) = scripted::client(vec![
+        Step::new(Method::DELETE, &format!("{REVISIONS}/web-1"), 200, deleted),
+        // Already deleted by someone else.
+        Step::failing(Method::DELETE, &format!("{REVISIONS}/web-2"), 404),
+        // Deleted and re-created under the same name: the uid precondition fails.
+        Step::failing(Method::DELETE, &format!("{REVISIONS}/web-3"), 409),
+    ]);
+    let gone = prune_revisions(&Api::namespaced(client, "ns"), &doomed)
+        .await
+        .unwrap_or_else(|e| panic!("pruning: {e}"));
+    let names: Vec<&str> = gone.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["web-1"]);
+    let sent = log.sent();
+    let uids: Vec<&Value> = sent
+        .iter()
+        .map(|s| &s.body["preconditions"]["uid"])
+        .collect();
+    assert_eq!(uids, [&json!("u1"), &json!("u2"), &json!("u3")]);
+    log.assert_done();
+}
+
+#[tokio::test]
+async fn pruning_fails_on_a_server_error() {
+    let (client, log) = scripted::client(vec![Step::failing(
+        Method::DELETE,
+        &format!("{REVISIONS}/web-1"),
+        500,
+    )]);
+    let doomed = [revision("web-1", "u1")];
+    let result = prune_revisions(&Api::namespaced(client, "ns"), &doomed).await;
+    assert!(matches!(result, Err(Error::Kube { .. })));
+    log.assert_done();
+}
+
+fn owner_ref() -> OwnerReference {
+    OwnerReference {
+        api_version: "apps.kruise.io/v1alpha1".into(),
+        kind: "CloneSet".into(),
+        name: "web".into(),
+        uid: OWNER_UID.into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn pod(name: &str, app: &str, owned: bool) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("{name}-uid")),
+            resource_version: Some("5".into()),
+            labels: Some([("app".to_string(), app.to_string())].into()),
+            owner_references: owned.then(|| vec![owner_ref()]),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    }
+}
+
+const PODS: &str = "/api/v1/namespaces/ns/pods";
+
+fn selector() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some([("app".to_string(), "web".to_string())].into()),
+        ..LabelSelector::default()
+    }
+}
+
+async fn claim(
+    client: kube::Client,
+    pods: Vec<Pod>,
+) -> Result<Option<crate::claim::Claimed<Pod>>, Error> {
+    let mut recheck = Recheck::new(
+        Api::<CloneSet>::namespaced(client.clone(), "ns"),
+        "web".into(),
+        OWNER_UID.into(),
+    );
+    let selector = selector();
+    claim_each(
+        &Api::<Pod>::namespaced(client, "ns"),
+        pods.into_iter().map(Arc::new),
+        Claimant {
+            uid: OWNER_UID,
+            deleting: false,
+        },
+        &owner_ref(),
+        &mut recheck,
+        selector_match(Some(&selector)),
+    )
+    .await
+}
+
+fn names(pods: &[Pod]) -> Vec<&str> {
+    pods.iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect()
+}
+
+#[tokio::test]
+async fn claiming_adopts_matching_orphans_after_rechecking_the_owner_once() {
+    let mut adopted_a = pod("a", "web", true);
+    adopted_a.metadata.resource_version = Some("6".into());
+    let mut adopted_b = pod("b", "web", true);
+    adopted_b.metadata.resource_version = Some("6".into());
+    let (client, log) = scripted::client(vec![
+        // The owner, read afresh once before the first adoption.
+        Step::new(
+            Method::GET,
+            CLONESETS,
+            200,
+            serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
+        ),
+        Step::new(
+            Method::PATCH,
+            &format!("{PODS}/a"),
+            200,
+            serde_json::to_value(&adopted_a).unwrap_or_default(),
+        ),
+        Step::new(
+            Method::PATCH,
+            &format!("{PODS}/b"),
+            200,
+            serde_json::to_value(&adopted_b).unwrap_or_default(),
+        ),
+    ]);
+    let claimed = claim(
+        client,
+        vec![
+            pod("a", "web", false),
+            pod("b", "web", false),
+            pod("kept", "web", true),
+            // An orphan the selector does not match: left alone.
+            pod("other", "db", false),
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("claiming: {e}"))
+    .unwrap_or_else(|| panic!("the owner is live"));
+    assert!(claimed.adopting);
+    assert_eq!(names(&claimed.owned), ["a", "b", "kept"]);
+    assert_eq!(names(&claimed.written), ["a", "b"]);
+    // A JSON patch testing the uid and resourceVersion seen, then adding the owner reference.
+    let patch = &log.sent()[1].body;
+    assert_eq!(
+        patch[0],
+        json!({"op": "test", "path": "/metadata/uid", "value": "a-uid"})
+    );
+    assert_eq!(
+        patch[1],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "5"})
+    );
+    assert_eq!(patch[2]["op"], json!("add"));
+    assert_eq!(patch[2]["value"][0]["uid"], json!(OWNER_UID));
+    log.assert_done();
+}
+
+#[tokio::test]
+async fn claiming_releases_owned_objects_the_selector_no_longer_matches() {
+    let released = pod("moved", "db", false);
+    let (client, log) = scripted::client(vec![Step::new(
+        Method::PATCH,
+        &format!("{PODS}/moved"),
+        200,
+        serde_json::to_value(&released).unwrap_or_default(),
+    )]);
+    let claimed = claim(
+        client,
+        vec![pod("moved", "db", true), pod("kept", "web", true)],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("claiming: {e}"))
+    .unwrap_or_else(|| panic!("the owner is live"));
+    assert!(!claimed.adopting);
+    assert_eq!(names(&claimed.owned), ["kept"]);
+    assert_eq!(names(&claimed.written), ["moved"]);
+    let patch = &log.sent()[0].body;
+    assert_eq!(
+        patch
+            .as_array()
+            .and_then(|ops| ops.last())
+            .map(|op| &op["op"]),
+        Some(&json!("remove"))
+    );
+    log.assert_done();
+}
+
+#[tokio::test]
+async fn claiming_adopts_nothing_for_an_owner_gone_replaced_or_being_deleted() {
+    let mut deleting = cloneset("7", None);
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+    let mut replaced = cloneset("7", None);
+    replaced.metadata.uid = Some("another-uid".into());
+    let answers = [
+        Step::failing(Method::GET, CLONESETS, 404),
+        Step::new(
+            Method::GET,
+            CLONESETS,
+            200,
+            serde_json::to_value(&deleting).unwrap_or_default(),
+        ),
+        Step::new(
+            Method::GET,
+            CLONESETS,
+            200,
+            serde_json::to_value(&replaced).unwrap_or_default(),
+        ),
+    ];
+    for answer in answers {
+        let (client, log) = scripted::client(vec![answer]);
+        let claimed = claim(client, vec![pod("a", "web", false)])
+            .await
+            .unwrap_or_else(|e| panic!("claiming: {e}"));
+        assert!(claimed.is_none());
+        // No adoption patch was sent.
+        log.assert_done();
+    }
+}
+
+#[tokio::test]
+async fn an_adoption_or_release_lost_to_a_race_is_not_an_error() {
+    // The Pod changed since it was seen (failed test: 422), was deleted (404), or conflicted (409).
+    for code in [422, 404, 409] {
+        let (client, log) = scripted::client(vec![
+            Step::new(
+                Method::GET,
+                CLONESETS,
+                200,
+                serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
+            ),
+            Step::failing(Method::PATCH, &format!("{PODS}/a"), code),
+            Step::failing(Method::PATCH, &format!("{PODS}/moved"), code),
+        ]);
+        let claimed = claim(
+            client,
+            vec![pod("a", "web", false), pod("moved", "db", true)],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("answer {code}: {e}"))
+        .unwrap_or_else(|| panic!("the owner is live"));
+        assert!(claimed.adopting, "answer {code}");
+        assert!(claimed.owned.is_empty(), "answer {code}");
+        assert!(claimed.written.is_empty(), "answer {code}");
+        log.assert_done();
+    }
+}
+
+#[tokio::test]
+async fn a_failed_adoption_fails_the_reconcile() {
+    let (client, log) = scripted::client(vec![
+        Step::new(
+            Method::GET,
+            CLONESETS,
+            200,
+            serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
+        ),
+        Step::failing(Method::PATCH, &format!("{PODS}/a"), 500),
+    ]);
+    let result = claim(client, vec![pod("a", "web", false)]).await;
+    assert!(matches!(result, Err(Error::Kube { .. })));
+    log.assert_done();
+}
