@@ -27,10 +27,11 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::daemonset::v1beta1::DaemonSetSpec;
 use kruise_api::statefulset::v1beta1::StatefulSetSpec;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeploymentSpec;
-use kruise_controllers::cloneset::decide::{self, Settings};
+use kruise_core::rollout::Revision;
 use kruise_core::rollout::broadcastjob;
+use kruise_core::rollout::cloneset::decide::{self, Settings};
 use kruise_core::rollout::daemonset::{self, NodeView};
-use kruise_core::rollout::statefulset::{self, Revision};
+use kruise_core::rollout::statefulset;
 use kruise_core::rollout::uniteddeployment::{self, Existing};
 use serde_json::json;
 

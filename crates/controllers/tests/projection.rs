@@ -12,9 +12,9 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::statefulset::v1beta1::StatefulSetSpec;
 use kruise_controllers::cache::{PodCache, project};
-use kruise_controllers::cloneset::decide::{self, Settings, Snapshot};
 use kruise_controllers::cloneset::status::{self, Inputs};
 use kruise_core::inplace::{Plan, PlanOptions, Target, next_step, plan};
+use kruise_core::rollout::cloneset::decide::{self, Settings, Snapshot};
 use kruise_core::rollout::statefulset;
 use kruise_core::sidecarset::upgrade;
 use kube::runtime::watcher;
@@ -306,11 +306,11 @@ fn decisions(
     }));
     if let Ok(spec) = spec {
         let revisions = [
-            statefulset::Revision {
+            kruise_core::rollout::Revision {
                 name: CURRENT,
                 template: &current,
             },
-            statefulset::Revision {
+            kruise_core::rollout::Revision {
                 name: UPDATE,
                 template: &update,
             },

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, Node, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
 };
-use kruise_api::sidecarset::quantity::{Format, Quantity};
+use kruise_api::quantity::{Format, Quantity};
 
 /// Taint the node lifecycle controller puts on a node whose `spec.unschedulable` is true.
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";

@@ -559,7 +559,7 @@ fn step_container(
         // Exited for good (Never, or OnFailure with exit 0): a kubelet does not start it again.
         return ContainerStatus {
             resources: resources(spec),
-        allocated_resources: allocated(spec),
+            allocated_resources: allocated(spec),
             ..cur.clone()
         };
     }
@@ -607,7 +607,7 @@ fn step_container(
             wake.at(ends);
             return ContainerStatus {
                 resources: resources(spec),
-        allocated_resources: allocated(spec),
+                allocated_resources: allocated(spec),
                 ..cur.clone()
             };
         }
@@ -860,7 +860,7 @@ fn exit(
             started: Some(false),
             ready: false,
             resources: resources(spec),
-        allocated_resources: allocated(spec),
+            allocated_resources: allocated(spec),
             ..cur.clone()
         };
     }

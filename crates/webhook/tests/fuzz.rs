@@ -19,7 +19,7 @@ use kruise_api::keys::{
     ANNOTATION_CONVERSION_V1ALPHA1_FIELDS, ANNOTATION_CONVERSION_V1BETA1_FIELDS,
 };
 use kruise_api::kinds::Kind;
-use kruise_api::sidecarset::quantity::Quantity;
+use kruise_api::quantity::Quantity;
 use kruise_api::sidecarset::resources_expr::{self, Resource};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_webhook::configuration::FailurePolicy;

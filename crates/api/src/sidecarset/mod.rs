@@ -5,7 +5,6 @@ mod conflicts;
 mod gotypes;
 pub mod hash;
 /// Kept at its old path for importers outside kruise-api; the type lives in [`crate::quantity`].
-pub use crate::quantity;
 pub mod resources_expr;
 pub mod v1alpha1;
 pub mod v1beta1;

@@ -2,7 +2,7 @@
 //! and ControllerRevisions (shared caches); decide with [`decide`] and [`status`]; act with patches ([`act`]).
 
 mod act;
-pub use kruise_core::rollout::cloneset::decide;
+use kruise_core::rollout::cloneset::decide;
 pub mod newpod;
 mod reconcile;
 pub mod status;

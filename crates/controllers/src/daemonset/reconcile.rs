@@ -20,9 +20,9 @@ use kruise_core::revision::{
     revisions_to_delete, short_hash,
 };
 use kruise_core::rollout::daemonset::{
-    self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot, slow_start_batches,
+    self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot,
 };
-use kruise_core::rollout::statefulset::Revision;
+use kruise_core::rollout::{Revision, slow_start_batches};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};

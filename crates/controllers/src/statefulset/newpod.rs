@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
-use kruise_api::sidecarset::quantity::Quantity;
+use kruise_api::quantity::Quantity;
 use kruise_api::statefulset::v1beta1::{PVC_RETENTION_DELETE, StatefulSet};
 use kruise_core::pods::LifecycleState;
 

@@ -20,9 +20,9 @@ use kruise_core::revision::{
     Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
 };
 use kruise_core::rollout::statefulset::{
-    self as planner, Action as Step, Fix, Reserved, Revision, Snapshot, ordinal_of, partition_pods,
-    slow_start_batches,
+    self as planner, Action as Step, Fix, Reserved, Snapshot, ordinal_of, partition_pods,
 };
+use kruise_core::rollout::{Revision, slow_start_batches};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
+use kruise_api::quantity::Quantity as ParsedQuantity;
 use std::collections::BTreeMap;
 
 use super::state::{InPlaceUpdateState, has_grace_annotation, read_state};

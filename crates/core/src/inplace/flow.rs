@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
-use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
+use kruise_api::quantity::Quantity as ParsedQuantity;
 use serde_json::{Value, json};
 
 use super::batches::{container_priorities, first_batch};

@@ -17,7 +17,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kruise_api::sidecarset::quantity::Quantity as ParsedQuantity;
+use kruise_api::quantity::Quantity as ParsedQuantity;
 use serde_json::Value;
 
 /// The Pod template annotation `kubectl rollout restart` sets; a new value asks for a restart.

@@ -23,9 +23,6 @@ use kruise_api::intstr::{IntOrPercent, Round};
 
 use crate::pods;
 
-/// Kubernetes' cap on one slow-start batch.
-pub use super::slow_start_batches;
-
 /// How one of the job's Pods counts (upstream `filterPods`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodCount {

@@ -14,7 +14,7 @@ use kruise_api::cloneset::v1beta1::{
 use kruise_api::intstr::{IntOrPercent, Round};
 
 // The shared error type, also reachable here for the callers that import it with the arithmetic.
-pub use super::InvalidSetting;
+use super::InvalidSetting;
 use super::ordering::{self, Ranker};
 use crate::pods::{self, LifecycleState};
 

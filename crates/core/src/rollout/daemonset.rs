@@ -38,8 +38,6 @@ use crate::inplace::{self, Completion, InPlacePlan, PlanOptions};
 use crate::lifecycle;
 use crate::pods::{self, LifecycleState};
 
-pub use super::slow_start_batches;
-
 const FIELD_MAX_UNAVAILABLE: &str = "spec.updateStrategy.rollingUpdate.maxUnavailable";
 const FIELD_MAX_SURGE: &str = "spec.updateStrategy.rollingUpdate.maxSurge";
 const FIELD_PARTITION: &str = "spec.updateStrategy.rollingUpdate.partition";

@@ -28,7 +28,7 @@ use kruise_api::statefulset::v1beta1::{
 
 // The shared types, also reachable here for the callers that import them with the planner.
 use super::ordering;
-pub use super::{InvalidSetting, MAX_BATCH_SIZE, Revision, slow_start_batches};
+use super::{InvalidSetting, Revision};
 use crate::inplace::{self, Completion, InPlacePlan, PlanOptions};
 use crate::lifecycle::{self, InPlaceGate, RefreshRules};
 use crate::pods::{self, LifecycleState};

@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use kruise_api::quantity::{Format, Quantity};
 use kruise_api::sidecarset::is_native_sidecar;
-use kruise_api::sidecarset::quantity::{Format, Quantity};
 use kruise_api::sidecarset::resources_expr::{self, ExprError, Resource, TargetNamePattern};
 use kruise_api::sidecarset::v1beta1::{
     ResourceExprs, ResourcesPolicy, SidecarContainer, TARGET_CONTAINERS_MODE_MAX,

@@ -7,6 +7,7 @@ use kruise_api::broadcastjob::v1beta1::{
 
 use super::*;
 use crate::pods::testing::{ago, now, pod};
+use crate::rollout::slow_start_batches;
 
 fn node(name: &str, fit: bool) -> Node {
     Node {

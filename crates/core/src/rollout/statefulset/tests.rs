@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::pods::testing::{ago, now, pod};
+use crate::rollout::slow_start_batches;
 
 const OLD: &str = "web-old";
 const NEW: &str = "web-new";
