@@ -17,8 +17,10 @@ use tokio::task::JoinHandle;
 pub const V1_9_UNITEDDEPLOYMENT: &str =
     include_str!("fixtures/openkruise-v1.9/uniteddeployment-v1alpha1.yaml");
 
+pub mod broadcastjob_kit;
 pub mod cloneset_kit;
 pub mod sidecarset_kit;
+pub mod statefulset_kit;
 pub mod takeover_kit;
 
 /// What a manager's `/metrics` says it did: `kruise_controller_reconciles` summed per controller

@@ -78,12 +78,15 @@ async fn a_deeply_nested_resources_expr_is_refused_and_the_manager_lives() -> an
     let ns = bed.namespace("wh-deep").await?;
     ns.run(async {
         let api: Api<SidecarSet> = Api::all(ns.client.clone());
+        // Cluster-scoped: restricted to this test's namespace, so that no other test's SidecarSet
+        // with a container of the same name overlaps it (the webhook would refuse the sound one).
         let sidecarset = |name: &str, cpu: String| -> anyhow::Result<SidecarSet> {
             Ok(serde_json::from_value(json!({
                 "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
                 "metadata": {"name": name},
                 "spec": {
                     "selector": {"matchLabels": {"app": name}},
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
                     "containers": [{
                         "name": "sidecar", "image": "busybox:1",
                         "resourcesPolicy": {

@@ -189,6 +189,12 @@ async fn seed_walkthrough_driven_by_kubectl_kruise() -> anyhow::Result<()> {
         .await?;
         let out = kruise_ok(&ns, &["rollout", "pause", "cloneset/sample"]).await?;
         ensure!(out.contains("paused"), "{out}");
+        // The status counts the updated Pod once the controller has written it (on a busy test bed,
+        // a moment after the Pod changed); from then on the paused rollout must stay there.
+        eventually("the status counting 1 of 2 updated", TIMEOUT, || async {
+            Ok((cloneset_status(&ns, "sample").await? == (1, 2)).then_some(()))
+        })
+        .await?;
         holds(
             "the paused rollout stays at 1 of 2",
             Duration::from_secs(12),

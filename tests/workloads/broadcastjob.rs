@@ -11,13 +11,14 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::{Event, Pod, Taint};
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
+use kruise_e2e::broadcastjob_kit::*;
 use kruise_e2e::cloneset_kit::{describe, label, name};
 use kruise_e2e::{node_name, phase};
 use kruise_testkit::{TestNamespace, eventually, fleet, testbed};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::{Value, json};
 
@@ -78,79 +79,6 @@ fn private_taint(key: &str, value: &str) -> Taint {
         effect: "NoSchedule".into(),
         time_added: None,
     }
-}
-
-async fn get_job(ns: &TestNamespace, job: &str) -> anyhow::Result<Option<BroadcastJob>> {
-    let api: Api<BroadcastJob> = ns.api();
-    Ok(api.get_opt(job).await?)
-}
-
-async fn job_pods(ns: &TestNamespace, job: &str) -> anyhow::Result<Vec<Pod>> {
-    let pods: Api<Pod> = ns.api();
-    Ok(pods
-        .list(&ListParams::default().labels(&format!("broadcastjob-name={job}")))
-        .await?
-        .items)
-}
-
-fn job_status(job: &BroadcastJob) -> kruise_api::broadcastjob::v1beta1::BroadcastJobStatus {
-    job.status.clone().unwrap_or_default()
-}
-
-fn condition_true(job: &BroadcastJob, type_: &str) -> bool {
-    job_status(job)
-        .conditions
-        .iter()
-        .any(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// Waits until the job's status satisfies `done`.
-async fn wait_job(
-    ns: &TestNamespace,
-    job: &str,
-    what: &str,
-    done: impl Fn(&BroadcastJob) -> bool,
-) -> anyhow::Result<BroadcastJob> {
-    let result = eventually(format!("BroadcastJob {job}: {what}"), TIMEOUT, || async {
-        Ok(get_job(ns, job).await?.filter(|j| done(j)))
-    })
-    .await;
-    if result.is_err()
-        && let Ok(Some(j)) = get_job(ns, job).await
-    {
-        eprintln!("last status of {job}: {:?}", j.status);
-    }
-    result
-}
-
-async fn events(ns: &TestNamespace, job: &str) -> anyhow::Result<Vec<Event>> {
-    let api: Api<Event> = ns.api();
-    Ok(api
-        .list(&ListParams::default().fields(&format!("involvedObject.name={job}")))
-        .await?
-        .items)
-}
-
-async fn wait_event(ns: &TestNamespace, job: &str, reason: &str) -> anyhow::Result<Event> {
-    eventually(format!("Event {reason} on {job}"), TIMEOUT, || async {
-        Ok(events(ns, job)
-            .await?
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some(reason)))
-    })
-    .await
-}
-
-async fn annotate(ns: &TestNamespace, pod: &str, annotations: Value) -> anyhow::Result<()> {
-    let pods: Api<Pod> = ns.api();
-    pods.patch(
-        pod,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"metadata": {"annotations": annotations}})),
-    )
-    .await
-    .with_context(|| format!("annotating Pod {pod}"))?;
-    Ok(())
 }
 
 #[tokio::test]
