@@ -19,6 +19,7 @@ use kruise_e2e::cloneset_kit::{
     apply, cloneset, monitor_converged, set_image as set_cloneset_image, status,
     updated_once_in_place, wait_converged,
 };
+use kruise_e2e::same_image;
 use kruise_e2e::sidecarset_kit::{
     LOGTAIL, apply_logtail, counts, restarts, set_image, test_pod, wait_status,
 };
@@ -242,7 +243,7 @@ async fn sidecarset_upgrade_while_the_manager_is_killed() -> anyhow::Result<()> 
             ensure!(before.len() == REPLICAS as usize, "{} Pods", before.len());
             for pod in &before {
                 ensure!(
-                    container_status(pod, LOGTAIL).is_some_and(|s| s.image == SIDECAR_OLD),
+                    container_status(pod, LOGTAIL).is_some_and(|s| same_image(&s.image, SIDECAR_OLD)),
                     "{:?} runs no {SIDECAR_OLD}",
                     pod.metadata.name
                 );
@@ -279,7 +280,7 @@ async fn sidecarset_upgrade_while_the_manager_is_killed() -> anyhow::Result<()> 
                             && list.iter().all(|p| {
                                 kruise_e2e::is_ready(p)
                                     && container_status(p, LOGTAIL)
-                                        .is_some_and(|s| s.image == SIDECAR_NEW)
+                                        .is_some_and(|s| same_image(&s.image, SIDECAR_NEW))
                             });
                         let ss = sidecarsets.get(&name).await?;
                         let s = ss.status.clone().unwrap_or_default();

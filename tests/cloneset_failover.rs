@@ -137,7 +137,7 @@ async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()>
                 let done = pods.len() == 6
                     && pods
                         .iter()
-                        .all(|p| is_ready(p) && running_image(p).as_deref() == Some(image));
+                        .all(|p| is_ready(p) && runs_image(p, image));
                 Ok(done.then_some(pods))
             }
         };
@@ -172,7 +172,7 @@ async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()>
                     let pods = active_pods(&pod_api, "app=sts").await?;
                     let updated = pods
                         .iter()
-                        .filter(|p| running_image(p).as_deref() == Some("nginx:1.19.1") && is_ready(p))
+                        .filter(|p| runs_image(p, "nginx:1.19.1") && is_ready(p))
                         .count();
                     let in_flight = pods.iter().filter(|p| !is_ready(p)).count();
                     Ok(updated >= 1 && in_flight == 1)
@@ -361,7 +361,7 @@ async fn an_in_place_update_writes_each_pod_three_times() -> anyhow::Result<()> 
                 || async {
                     let pods = active_pods(&pod_api, &format!("app={set}")).await?;
                     let done = pods.iter().all(|p| {
-                        running_image(p).as_deref() == Some("nginx:1.19.1")
+                        runs_image(p, "nginx:1.19.1")
                             && is_ready(p)
                             && lifecycle_state(p) == Some("Normal")
                             && kruise_e2e::pod_condition(p, IN_PLACE_UPDATE_READY)

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::Pod;
+use kruise_e2e::cloneset_kit::runs_image;
 use kruise_e2e::cloneset_kit::{
-    active_pods, apply, cloneset, lifecycle_state, merge_patch, name, running_image, set_image,
-    spec_image, uid, wait_converged,
+    active_pods, apply, cloneset, lifecycle_state, merge_patch, name, set_image, spec_image, uid,
+    wait_converged,
 };
 use kruise_testkit::manager::ManagerOptions;
 use kruise_testkit::{eventually, testbed};
@@ -96,7 +97,7 @@ async fn preparing_update_counts_as_updated_when_scaling_in() -> anyhow::Result<
             after.iter().map(uid).collect::<Vec<_>>() == [uid(&held_pod)]
                 && after
                     .iter()
-                    .all(|p| running_image(p).as_deref() == Some(IMAGE_B)),
+                    .all(|p| runs_image(p, IMAGE_B)),
             "{:?}",
             after.iter().map(name).collect::<Vec<_>>()
         );

@@ -135,6 +135,11 @@ pub fn running_image(pod: &Pod) -> Option<String> {
     container_status(pod, CONTAINER).map(|s| s.image)
 }
 
+/// Whether container `nginx` runs the spec image `image` (the runtime reports it written out in full).
+pub fn runs_image(pod: &Pod, image: &str) -> bool {
+    running_image(pod).is_some_and(|running| crate::same_image(&running, image))
+}
+
 /// What must not change about a Pod: name → (uid, restarts of every container).
 pub fn identities(pods: &[Pod]) -> BTreeMap<String, (String, Vec<i32>)> {
     pods.iter()
@@ -287,7 +292,7 @@ pub fn updated_once_in_place(before: &[Pod], after: &[Pod], image: &str) -> anyh
         );
     }
     for pod in after {
-        if running_image(pod).as_deref() != Some(image) || restarts(pod) != 1 {
+        if !runs_image(pod, image) || restarts(pod) != 1 {
             bail!(
                 "each Pod is updated exactly once, to {image}: {}",
                 describe(std::slice::from_ref(pod))

@@ -400,3 +400,50 @@ pub fn audited_writes(user: &str, since: jiff::Timestamp) -> anyhow::Result<Vec<
     }
     Ok(found)
 }
+
+/// Whether `reported`, an image as a container runtime reports it in `status.containerStatuses[].image`,
+/// is the spec image `spec`. Runtimes (containerd, and kubelet-sim like it) write references out in full:
+/// `nginx:1.19.1` is reported as `docker.io/library/nginx:1.19.1`, `team/app` as
+/// `docker.io/team/app:latest`.
+pub fn same_image(reported: &str, spec: &str) -> bool {
+    reported == qualified_image(spec)
+}
+
+/// `spec` written out as a runtime reports it (Docker Hub's host and `library/` namespace, `:latest`).
+pub fn qualified_image(spec: &str) -> String {
+    let first = spec.split('/').next().unwrap_or(spec);
+    let has_host =
+        spec.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut full = if has_host {
+        spec.to_string()
+    } else if spec.contains('/') {
+        format!("docker.io/{spec}")
+    } else {
+        format!("docker.io/library/{spec}")
+    };
+    let last = full.rsplit('/').next().unwrap_or(&full);
+    if !full.contains('@') && !last.contains(':') {
+        full.push_str(":latest");
+    }
+    full
+}
+
+#[cfg(test)]
+mod image_tests {
+    #[test]
+    fn spec_images_are_qualified_as_runtimes_report_them() {
+        for (spec, reported) in [
+            ("nginx:1.19.1", "docker.io/library/nginx:1.19.1"),
+            ("nginx", "docker.io/library/nginx:latest"),
+            (
+                "log-service/logtail:0.16.18",
+                "docker.io/log-service/logtail:0.16.18",
+            ),
+            ("registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.10"),
+            ("localhost:5000/app", "localhost:5000/app:latest"),
+        ] {
+            assert_eq!(super::qualified_image(spec), reported, "{spec}");
+            assert!(super::same_image(reported, spec));
+        }
+    }
+}

@@ -13,6 +13,7 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::rollout::uniteddeployment::{Existing, allocate};
 use kruise_e2e::cloneset_kit::{name, restarts, uid};
+use kruise_e2e::same_image;
 use kruise_e2e::{V1_9_UNITEDDEPLOYMENT, container_status, is_ready, node_name};
 use kruise_testkit::{TestNamespace, eventually, fleet, testbed};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -219,7 +220,7 @@ async fn wait_subsets_inner(
                                             .map(|s| s.containers[0].name.clone())
                                             .unwrap_or_default(),
                                     )
-                                    .is_some_and(|c| c.image == image_of(subset))
+                                    .is_some_and(|c| same_image(&c.image, &image_of(subset)))
                             })
                     })
                 });

@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_e2e::cloneset_kit::{name, uid};
+use kruise_e2e::same_image;
 use kruise_e2e::{container_status, is_ready};
 use kruise_testkit::manager::{self, ManagerOptions};
 use kruise_testkit::{eventually, testbed};
@@ -86,7 +87,7 @@ async fn pods(api: &Api<Pod>) -> anyhow::Result<Vec<Pod>> {
 }
 
 fn running(pod: &Pod, image: &str) -> bool {
-    is_ready(pod) && container_status(pod, "c").is_some_and(|c| c.image == image)
+    is_ready(pod) && container_status(pod, "c").is_some_and(|c| same_image(&c.image, image))
 }
 
 #[tokio::test]

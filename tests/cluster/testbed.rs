@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kruise_e2e::same_image;
 use kruise_e2e::{
     container_status, is_ready, node_name, node_ready_status, phase, pod_condition, pod_ip,
 };
@@ -72,9 +73,15 @@ async fn deployment_is_scheduled_across_simulated_nodes_and_runs() -> anyhow::Re
             );
             ensure!(phase(pod) == "Running");
             let nginx = container_status(pod, "nginx").context("nginx status")?;
-            ensure!(nginx.image == "nginx:alpine", "image {}", nginx.image);
             ensure!(
-                nginx.image_id.starts_with("nginx@sha256:"),
+                same_image(&nginx.image, "nginx:alpine"),
+                "image {}",
+                nginx.image
+            );
+            ensure!(
+                nginx
+                    .image_id
+                    .starts_with("docker.io/library/nginx@sha256:"),
                 "imageID {}",
                 nginx.image_id
             );
@@ -147,7 +154,10 @@ async fn image_patch_restarts_only_that_container() -> anyhow::Result<()> {
             || async {
                 let pod = pods.get("two").await?;
                 let nginx = container_status(&pod, "nginx").context("nginx")?;
-                Ok((nginx.image == "nginx:1.19.1" && nginx.ready && is_ready(&pod)).then_some(pod))
+                Ok(
+                    (same_image(&nginx.image, "nginx:1.19.1") && nginx.ready && is_ready(&pod))
+                        .then_some(pod),
+                )
             },
         )
         .await?;
@@ -562,7 +572,7 @@ async fn updated_ready(
         .filter(|p| {
             is_ready(p)
                 && p.metadata.deletion_timestamp.is_none()
-                && container_status(p, "nginx").is_some_and(|c| c.image == image)
+                && container_status(p, "nginx").is_some_and(|c| same_image(&c.image, image))
         })
         .count();
     Ok((updated, list.len()))

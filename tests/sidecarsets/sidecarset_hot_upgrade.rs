@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::same_image;
 use kruise_e2e::sidecarset_kit::{restarts, spec_image, wait_upgradable};
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip, wait_injected_on_dry_run};
 use kruise_testkit::{eventually, testbed};
@@ -127,9 +128,9 @@ async fn hot_upgrade_hands_over_to_the_idle_container() -> anyhow::Result<()> {
             || async {
                 let p = pods.get("app").await?;
                 let done = spec_image(&p, "sidecar-2") == V2
-                    && running_image(&p, "sidecar-2") == V2
+                    && same_image(&running_image(&p, "sidecar-2"), V2)
                     && spec_image(&p, "sidecar-1") == EMPTY
-                    && running_image(&p, "sidecar-1") == EMPTY
+                    && same_image(&running_image(&p, "sidecar-1"), EMPTY)
                     && working(&p).as_deref() == Some("sidecar-2")
                     && is_ready(&p);
                 Ok(done.then_some(p))

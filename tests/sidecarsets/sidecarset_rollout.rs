@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, ensure};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::same_image;
 use kruise_e2e::sidecarset_kit::{
     LOGTAIL, apply_logtail, container, counts, events_about, restarts, set_image, spec_image,
     status, test_pod, wait_ready, wait_status,
@@ -211,7 +212,7 @@ async fn scatter_interleaves_the_applications() -> anyhow::Result<()> {
                     && counts(&s) == (total, total, total, total)
                     && all
                         .values()
-                        .all(|p| running_image(p, LOGTAIL) == NEW && is_ready(p));
+                        .all(|p| same_image(&running_image(p, LOGTAIL), NEW) && is_ready(p));
                 Ok(done.then_some(()))
             })
             .await?;
@@ -344,7 +345,7 @@ async fn paused_upgrades_nothing_until_resumed() -> anyhow::Result<()> {
             let all = pods_by_name(&pods, "app=paused").await?;
             let done = all
                 .values()
-                .all(|p| running_image(p, LOGTAIL) == NEW && is_ready(p));
+                .all(|p| same_image(&running_image(p, LOGTAIL), NEW) && is_ready(p));
             Ok(done.then_some(all))
         })
         .await?;

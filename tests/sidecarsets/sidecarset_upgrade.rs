@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
+use kruise_e2e::same_image;
 use kruise_e2e::sidecarset_kit::{
     LOGTAIL, apply_logtail, counts, logtail, restarts, set_image, spec_image, test_pod,
     upgradable_condition, wait_status, wait_upgradable,
@@ -70,7 +71,7 @@ async fn seed001_sidecar_upgrade_in_place() -> anyhow::Result<()> {
             let pod = pods.get("test-pod").await?;
             let done = restarts(&pod, "logtail") == 1
                 && container_status(&pod, "logtail")
-                    .is_some_and(|s| s.image == "log-service/logtail:0.16.18")
+                    .is_some_and(|s| same_image(&s.image, "log-service/logtail:0.16.18"))
                 && is_ready(&pod);
             Ok(done.then_some(pod))
         })

@@ -12,6 +12,7 @@ use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::*;
+use kruise_e2e::same_image;
 use kruise_e2e::{container_status, is_ready, node_name, pod_condition, pod_ip};
 use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, testbed, until};
 use kube::api::Api;
@@ -103,8 +104,7 @@ fn ensure_updated_in_place(
     );
     for pod in after {
         ensure!(
-            spec_image(pod).as_deref() == Some(image)
-                && running_image(pod).as_deref() == Some(image),
+            spec_image(pod).as_deref() == Some(image) && runs_image(pod, image),
             "{} runs {:?} (spec {:?}), expected {image}",
             name(pod),
             running_image(pod),
@@ -316,7 +316,7 @@ async fn seed000_walkthrough() -> anyhow::Result<()> {
                 new.image_id != old.image_id,
                 "{pod_name}: imageID unchanged"
             );
-            ensure!(new.image == IMAGE_B, "{pod_name}: image {}", new.image);
+            ensure!(same_image(&new.image, IMAGE_B), "{pod_name}: image {}", new.image);
             ensure!(revision(pod) == Some(rev2.as_str()));
             let state: Value = serde_json::from_str(
                 annotation(pod, IN_PLACE_UPDATE_STATE)
@@ -787,7 +787,7 @@ async fn recreate_rollout_respects_max_unavailable_and_max_surge() -> anyhow::Re
         );
         for pod in &after {
             ensure!(
-                running_image(pod).as_deref() == Some(IMAGE_B) && restarts(pod) == 0,
+                runs_image(pod, IMAGE_B) && restarts(pod) == 0,
                 "{}",
                 describe(std::slice::from_ref(pod))
             );
@@ -847,7 +847,7 @@ async fn in_place_rollout_respects_max_unavailable_and_max_surge() -> anyhow::Re
             );
         }
         for pod in &after {
-            ensure!(running_image(pod).as_deref() == Some(IMAGE_B));
+            ensure!(runs_image(pod, IMAGE_B));
         }
         Ok(())
     })
@@ -1024,7 +1024,7 @@ async fn on_delete_updates_only_deleted_pods() -> anyhow::Result<()> {
                     describe(std::slice::from_ref(pod))
                 ),
                 None => ensure!(
-                    running_image(pod).as_deref() == Some(IMAGE_B)
+                    runs_image(pod, IMAGE_B)
                         && revision(pod).is_some_and(|r| same_revision(r, &rev2)),
                     "the replacement is not at the new revision: {}",
                     describe(std::slice::from_ref(pod))
@@ -1188,8 +1188,7 @@ async fn paused_stops_updates_but_not_scaling() -> anyhow::Result<()> {
         );
         for pod in five.iter().filter(|p| !uids(&before).contains(&uid(p))) {
             ensure!(
-                revision(pod).is_some_and(|r| same_revision(r, &rev2))
-                    && running_image(pod).as_deref() == Some(IMAGE_B),
+                revision(pod).is_some_and(|r| same_revision(r, &rev2)) && runs_image(pod, IMAGE_B),
                 "a Pod created while paused is not at the update revision: {}",
                 describe(std::slice::from_ref(pod))
             );
@@ -1397,7 +1396,7 @@ async fn in_place_update_hook_holds_a_pod_in_preparing_update() -> anyhow::Resul
         monitor
             .until(format!("{first} updated in place"), TIMEOUT, || async {
                 let pod = get_pod(&ns, &first).await?;
-                Ok(running_image(&pod).as_deref() == Some(IMAGE_B)
+                Ok(runs_image(&pod, IMAGE_B)
                     && is_ready(&pod)
                     && lifecycle_state(&pod) == Some("Updated"))
             })
@@ -1419,8 +1418,7 @@ async fn in_place_update_hook_holds_a_pod_in_preparing_update() -> anyhow::Resul
         monitor
             .until(format!("{second} Updated"), TIMEOUT, || async {
                 let pod = get_pod(&ns, &second).await?;
-                Ok(running_image(&pod).as_deref() == Some(IMAGE_B)
-                    && lifecycle_state(&pod) == Some("Updated"))
+                Ok(runs_image(&pod, IMAGE_B) && lifecycle_state(&pod) == Some("Updated"))
             })
             .await?;
         ns.kubectl(&["label", "pod", &second, &format!("{HOOK}=true")])

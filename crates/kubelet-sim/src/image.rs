@@ -7,21 +7,35 @@
 
 use sha2::{Digest, Sha256};
 
-/// The image string a runtime reports for a spec image: `:latest` is appended when the reference has
-/// neither a tag nor a digest.
+/// The image string a runtime reports for a spec image, as containerd does: fully qualified (Docker
+/// Hub's host `docker.io` and, for a one-segment name, its `library/` namespace written out) and with
+/// `:latest` appended when the reference has neither a tag nor a digest. `nginx:1.19.1` is reported as
+/// `docker.io/library/nginx:1.19.1`.
 pub fn normalize(image: &str) -> String {
-    if has_tag_or_digest(image) {
-        image.to_string()
+    let qualified = qualify(image);
+    if has_tag_or_digest(&qualified) {
+        qualified
     } else {
-        format!("{image}:latest")
+        format!("{qualified}:latest")
     }
 }
 
-/// A stable image ID (`repo@sha256:...`). A digest reference keeps its own digest, as Kruise compares digest
-/// references with imageIDs directly.
+/// Writes out Docker Hub's implied host and `library/` namespace.
+fn qualify(image: &str) -> String {
+    if registry_host(image).is_some() {
+        image.to_string()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    }
+}
+
+/// A stable image ID (`docker.io/library/nginx@sha256:...`, qualified like [`normalize`]). A digest
+/// reference keeps its own digest, as Kruise compares digest references with imageIDs directly.
 pub fn image_id(image: &str) -> String {
     if let Some((repo, digest)) = image.split_once('@') {
-        return format!("{}@{digest}", repository(repo));
+        return format!("{}@{digest}", repository(&qualify(repo)));
     }
     let normalized = normalize(image);
     let digest = hex::encode(Sha256::digest(normalized.as_bytes()));
@@ -99,11 +113,16 @@ mod tests {
     #[test]
     fn normalize_cases() {
         let cases = [
-            ("nginx", "nginx:latest"),
-            ("nginx:alpine", "nginx:alpine"),
+            ("nginx", "docker.io/library/nginx:latest"),
+            ("nginx:alpine", "docker.io/library/nginx:alpine"),
+            ("team/app:v1", "docker.io/team/app:v1"),
+            (
+                "docker.io/library/nginx:alpine",
+                "docker.io/library/nginx:alpine",
+            ),
             ("registry:5000/team/app", "registry:5000/team/app:latest"),
             ("registry:5000/team/app:v2", "registry:5000/team/app:v2"),
-            ("nginx@sha256:abc", "nginx@sha256:abc"),
+            ("nginx@sha256:abc", "docker.io/library/nginx@sha256:abc"),
         ];
         for (input, want) in cases {
             assert_eq!(normalize(input), want, "normalize({input})");
@@ -115,7 +134,11 @@ mod tests {
         assert_eq!(image_id("nginx:alpine"), image_id("nginx:alpine"));
         assert_eq!(image_id("nginx"), image_id("nginx:latest"));
         assert_ne!(image_id("nginx:alpine"), image_id("nginx:1.19.1"));
-        assert!(image_id("nginx:alpine").starts_with("nginx@sha256:"));
+        assert!(image_id("nginx:alpine").starts_with("docker.io/library/nginx@sha256:"));
+        assert_eq!(
+            image_id("nginx:alpine"),
+            image_id("docker.io/library/nginx:alpine")
+        );
         assert_eq!(
             image_id("registry:5000/app:v1").split('@').next(),
             Some("registry:5000/app")
@@ -124,7 +147,10 @@ mod tests {
 
     #[test]
     fn digest_reference_keeps_its_digest() {
-        assert_eq!(image_id("nginx:1.2@sha256:abc"), "nginx@sha256:abc");
+        assert_eq!(
+            image_id("nginx:1.2@sha256:abc"),
+            "docker.io/library/nginx@sha256:abc"
+        );
     }
 
     #[test]

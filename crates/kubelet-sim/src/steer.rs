@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(digest("nginx:1.20"), None);
         assert_eq!(digest("bad"), None);
         let id = |image| image::image_id_at(image, digest(image).as_deref());
-        assert_eq!(id("nginx:1.19"), "nginx@sha256:abc");
+        assert_eq!(id("nginx:1.19"), "docker.io/library/nginx@sha256:abc");
         assert_eq!(id("nginx:1.19"), id("nginx:stable"));
         assert_ne!(id("nginx:1.19"), id("nginx:1.20"));
     }

@@ -197,7 +197,7 @@ fn new_pod_starts_then_becomes_ready() {
     assert_eq!(status.pod_ip.as_deref(), Some("10.1.0.2"));
     assert_eq!(status.host_ip.as_deref(), Some("172.18.0.2"));
     let app = world.container("app");
-    assert_eq!(app.image, "nginx:latest");
+    assert_eq!(app.image, "docker.io/library/nginx:latest");
     assert_eq!(app.image_id, image::image_id("nginx"));
     assert!(
         app.container_id
@@ -295,7 +295,7 @@ fn image_change_restarts_only_that_container() {
     let app = world.container("app");
     let side = world.container("side");
     assert_eq!(app.restart_count, 1);
-    assert_eq!(app.image, "nginx:1.19.1");
+    assert_eq!(app.image, "docker.io/library/nginx:1.19.1");
     assert_ne!(app.image_id, before_app.image_id);
     assert_ne!(app.container_id, before_app.container_id);
     let last = app
@@ -615,7 +615,7 @@ fn unpullable_image_err_image_pull_then_back_off() {
     world.settle();
     let app = world.container("app");
     assert!(app.ready);
-    assert_eq!(app.image, "nginx:1.19.1");
+    assert_eq!(app.image, "docker.io/library/nginx:1.19.1");
 }
 
 #[test]
@@ -674,18 +674,22 @@ fn post_start_sleep_delays_readiness_and_the_next_containers() {
     world.set_image("a", "nginx:2");
     world.set_image("b", "busybox:2");
     world.step();
-    assert_eq!(world.container("a").image, "nginx:2");
-    assert_eq!(world.container("b").image, "busybox:latest", "b waits");
+    assert_eq!(world.container("a").image, "docker.io/library/nginx:2");
+    assert_eq!(
+        world.container("b").image,
+        "docker.io/library/busybox:latest",
+        "b waits"
+    );
     world.advance(1_500);
     world.step();
     assert_eq!(
         world.container("b").image,
-        "busybox:latest",
+        "docker.io/library/busybox:latest",
         "b still waits"
     );
     world.advance(500);
     world.step();
-    assert_eq!(world.container("b").image, "busybox:2");
+    assert_eq!(world.container("b").image, "docker.io/library/busybox:2");
     assert_eq!(world.container("b").restart_count, 1);
 }
 
@@ -720,12 +724,12 @@ fn two_tags_of_one_digest_report_one_image_id() {
     ));
     world.settle();
     let before = world.container("app");
-    assert_eq!(before.image_id, "nginx@sha256:1111");
+    assert_eq!(before.image_id, "docker.io/library/nginx@sha256:1111");
     // The new tag is the same image: the container restarts onto it with the same imageID.
     world.set_image("app", "nginx:stable");
     world.settle();
     let after = world.container("app");
-    assert_eq!(after.image, "nginx:stable");
+    assert_eq!(after.image, "docker.io/library/nginx:stable");
     assert_eq!(after.image_id, before.image_id);
     assert_eq!(after.restart_count, 1);
     // A tag the mapping does not name keeps an imageID of its own.
