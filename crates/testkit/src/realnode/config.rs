@@ -341,7 +341,8 @@ mod tests {
         let yaml = kubelet_yaml(&node);
         assert!(yaml.contains("address: 10.201.0.2"));
         assert!(yaml.contains("failCgroupV1: false"));
-        assert!(yaml.contains("cgroupsPerQOS: false"));
+        assert!(yaml.contains("cgroupsPerQOS: true"));
+        assert!(yaml.contains("cgroupRoot: /kruise-rs/real-0"));
         let args = kubelet_args(&node);
         assert!(args.contains(&"--node-ip=10.201.0.2".to_string()));
         assert!(args.contains(&"--node-labels=topology.kubernetes.io/zone=zone-a".to_string()));

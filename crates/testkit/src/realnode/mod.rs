@@ -117,7 +117,7 @@ impl RealNodes {
         };
         // The tag keeps two clusters on one machine (a test run beside `kruise-local`) apart.
         let tag = format!("{}", std::process::id() % 100_000);
-        let prefix = format!("10.{}", 200 + std::process::id() % 50);
+        let prefix = net::free_prefix()?;
         for index in 0..options.count {
             let name = format!("{}-{index}", options.name_prefix);
             let net = NodeNet::plan(&tag, index, &prefix);

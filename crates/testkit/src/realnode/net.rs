@@ -28,6 +28,23 @@ pub fn ip(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A /16 (`10.<n>`, n in 200..250) that no address on this machine uses yet, for one cluster's nodes:
+/// two clusters on one machine (a test run beside `kruise-local`) must not route the same range.
+pub fn free_prefix() -> anyhow::Result<String> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .context("running ip -o -4 addr show")?;
+    let used = String::from_utf8_lossy(&out.stdout).into_owned();
+    pick_prefix(&used).context("every 10.200-249.0.0/16 range is in use on this machine")
+}
+
+fn pick_prefix(ip_addr_output: &str) -> Option<String> {
+    (200..250)
+        .map(|n| format!("10.{n}"))
+        .find(|prefix| !ip_addr_output.contains(&format!(" {prefix}.")))
+}
+
 /// One node's namespace and veth pair.
 #[derive(Clone, Debug)]
 pub struct NodeNet {
@@ -154,6 +171,14 @@ pub fn forward(listener: std::net::TcpListener, target: u16) -> anyhow::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_takes_a_range_no_interface_uses() {
+        let used = "2: eth0    inet 10.200.1.1/24 brd 10.200.1.255 scope global krs1h0\n\
+                    3: eth1    inet 10.201.1.1/24 scope global krs2h0\n";
+        assert_eq!(pick_prefix(used).as_deref(), Some("10.202"));
+        assert_eq!(pick_prefix("").as_deref(), Some("10.200"));
+    }
 
     #[test]
     fn names_fit_the_kernel_limit_and_addresses_are_per_node() {
