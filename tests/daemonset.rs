@@ -746,8 +746,7 @@ async fn in_place_update_never_restarts_a_pod_that_is_in_service() -> anyhow::Re
                 && pods.len() == 3
                 && pods.iter().all(|p| {
                     is_ready(p)
-                        && kruise_e2e::container_status(p, "agent").map(|c| c.image)
-                            == Some("agent:v2".to_owned())
+                        && kruise_e2e::container_status(p, "agent").is_some_and(|c| kruise_e2e::same_image(&c.image, "agent:v2"))
                 })
         })
         .await?;

@@ -306,7 +306,7 @@ async fn paused_upgrades_nothing_until_resumed() -> anyhow::Result<()> {
         .await?;
         for (pod_name, old) in pods_by_name(&pods, "app=paused").await? {
             ensure!(
-                spec_image(&old, LOGTAIL) == OLD && running_image(&old, LOGTAIL) == OLD,
+                spec_image(&old, LOGTAIL) == OLD && same_image(&running_image(&old, LOGTAIL), OLD),
                 "{pod_name} upgraded while paused: spec {}, running {}",
                 spec_image(&old, LOGTAIL),
                 running_image(&old, LOGTAIL)

@@ -1833,7 +1833,7 @@ async fn containers_update_in_place_in_launch_priority_order() -> anyhow::Result
                 .find(|(app, ..)| app == "app:v2")
                 .with_context(|| format!("{pod_name}: app:v2 never seen: {versions:?}"))?;
             ensure!(
-                first.1 == "envoy:v2" && first.2,
+                same_image(&first.1, "envoy:v2") && first.2,
                 "{pod_name}: the app was updated before the proxy was Ready again: {versions:?}"
             );
             // And the proxy's postStart delay shows between the two restarts.

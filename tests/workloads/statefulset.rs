@@ -104,8 +104,7 @@ async fn seed_000_statefulset_updates_twenty_pods_in_place() -> anyhow::Result<(
                     && pods.len() == 20
                     && pods.iter().all(|p| {
                         is_ready(p)
-                            && container_status(p, SEED_CONTAINER).map(|c| c.image)
-                                == Some("openkruise/guestbook:v2".to_owned())
+                            && container_status(p, SEED_CONTAINER).is_some_and(|c| kruise_e2e::same_image(&c.image, "openkruise/guestbook:v2"))
                     });
                 Ok(done.then_some((s, pods)))
             })
@@ -774,8 +773,7 @@ async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow:
                 let done = pods.len() == 2
                     && pods.iter().all(|p| {
                         is_ready(p)
-                            && container_status(p, "nginx").map(|c| c.image)
-                                == Some("nginx:1.26".to_owned())
+                            && container_status(p, "nginx").is_some_and(|c| kruise_e2e::same_image(&c.image, "nginx:1.26"))
                     });
                 Ok(done.then_some(pods))
             }

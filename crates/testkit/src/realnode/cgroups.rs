@@ -10,9 +10,11 @@ use anyhow::Context;
 
 const CGROUP_FS: &str = "/sys/fs/cgroup";
 
-/// The kubelet's `cgroupRoot` for node `name`.
-pub fn root_for(name: &str) -> String {
-    format!("/kruise-rs/{name}")
+/// The kubelet's `cgroupRoot` for node `name` of the cluster tagged `tag` (two clusters on one machine
+/// both have a `real-0`; a shared root would make each kubelet remove the other's Pod cgroups as
+/// orphans).
+pub fn root_for(tag: &str, name: &str) -> String {
+    format!("/kruise-rs/{tag}-{name}")
 }
 
 /// The hierarchies mounted under /sys/fs/cgroup (cgroup v1 controllers, and the unified one when the
@@ -93,7 +95,8 @@ mod tests {
 
     #[test]
     fn each_node_has_its_own_root() {
-        assert_eq!(root_for("real-0"), "/kruise-rs/real-0");
-        assert_ne!(root_for("real-0"), root_for("real-1"));
+        assert_eq!(root_for("123", "real-0"), "/kruise-rs/123-real-0");
+        assert_ne!(root_for("123", "real-0"), root_for("123", "real-1"));
+        assert_ne!(root_for("123", "real-0"), root_for("456", "real-0"));
     }
 }

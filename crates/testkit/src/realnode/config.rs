@@ -27,6 +27,8 @@ pub struct NodeLayout {
     pub runc_wrapper: PathBuf,
     /// Labels the kubelet registers the node with.
     pub labels: Vec<(String, String)>,
+    /// The kubelet's cgroup root (see [`super::cgroups::root_for`]).
+    pub cgroup_root: String,
 }
 
 impl NodeLayout {
@@ -190,7 +192,7 @@ maxPods: 60
 registerNode: true
 "#,
         ip = node.ip,
-        cgroup_root = super::cgroups::root_for(&node.name),
+        cgroup_root = node.cgroup_root,
         socket = node.containerd_socket().display(),
         logs = node.path("pod-logs").display(),
     )
@@ -302,6 +304,7 @@ mod tests {
             pause_image: "registry.k8s.io/pause:3.10".into(),
             runc_wrapper: "/run/krs/runc-wrapper".into(),
             labels: vec![("topology.kubernetes.io/zone".into(), "zone-a".into())],
+            cgroup_root: "/kruise-rs/1-real-0".into(),
         }
     }
 
@@ -342,7 +345,7 @@ mod tests {
         assert!(yaml.contains("address: 10.201.0.2"));
         assert!(yaml.contains("failCgroupV1: false"));
         assert!(yaml.contains("cgroupsPerQOS: true"));
-        assert!(yaml.contains("cgroupRoot: /kruise-rs/real-0"));
+        assert!(yaml.contains("cgroupRoot: /kruise-rs/1-real-0"));
         let args = kubelet_args(&node);
         assert!(args.contains(&"--node-ip=10.201.0.2".to_string()));
         assert!(args.contains(&"--node-labels=topology.kubernetes.io/zone=zone-a".to_string()));

@@ -167,8 +167,11 @@ pub fn build(reference: &str, role: Role, busybox: &Path) -> anyhow::Result<Blob
     }
     layer.dir("tmp/", 0o1777)?;
     layer.file("bin/busybox", 0o755, &binary)?;
+    // Upstream's e2e Pods run `/bin/bash -c …` in the httpd image (Debian-based upstream); busybox has
+    // no bash applet, so `bash` is a script handing over to busybox's sh.
+    layer.file("bin/bash", 0o755, b"#!/bin/sh\nexec /bin/sh \"$@\"\n")?;
     for applet in &applets {
-        if applet != "busybox" {
+        if applet != "busybox" && applet != "bash" {
             layer.symlink(&format!("bin/{applet}"), "busybox")?;
         }
     }

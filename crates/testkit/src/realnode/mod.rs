@@ -139,6 +139,7 @@ impl RealNodes {
                     .collect(),
                 pause_image: images::PAUSE_IMAGE.into(),
                 runc_wrapper: wrapper.clone(),
+                cgroup_root: cgroups::root_for(&tag, &name),
                 labels: vec![
                     ("topology.kubernetes.io/zone".into(), zone),
                     (REAL_NODE_LABEL.into(), "true".into()),
@@ -183,7 +184,7 @@ impl RealNodes {
             cleanup::kill_shims(&node.layout);
             cleanup::unmount_under(&node.layout.dir);
             node.net.delete();
-            cgroups::remove(&cgroups::root_for(&node.layout.name));
+            cgroups::remove(&node.layout.cgroup_root);
         }
         cgroups::remove_parent();
         self.registry.process.stop(Duration::from_secs(2));
@@ -264,7 +265,7 @@ fn start_node(
         "kubelet.kubeconfig",
         config::kubelet_kubeconfig(&layout, plane.ca_pem(), plane.admin_token()),
     )?;
-    cgroups::create(&cgroups::root_for(&layout.name))?;
+    cgroups::create(&layout.cgroup_root)?;
     net.create()?;
     let started = start_processes(plane, options, &layout, &net, registry_port);
     match started {
@@ -278,7 +279,7 @@ fn start_node(
             cleanup::stop_containers(&layout);
             cleanup::kill_shims(&layout);
             net.delete();
-            cgroups::remove(&cgroups::root_for(&layout.name));
+            cgroups::remove(&layout.cgroup_root);
             Err(error)
         }
     }
