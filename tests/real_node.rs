@@ -646,6 +646,27 @@ fn app_cloneset(app: &str) -> Value {
     doc
 }
 
+/// Applies `sidecarset` (selecting `sidecar-for: <app>`), waits until the Pod webhook injects it
+/// (a dry-run Pod gets `containers`, in that order), then starts the app's CloneSet.
+async fn start_sidecar_app(
+    ns: &TestNamespace,
+    sidecarset: &Value,
+    app: &str,
+    containers: &[&str],
+) -> anyhow::Result<()> {
+    ns.apply(&sidecarset.to_string()).await?;
+    kruise_e2e::wait_injected_on_dry_run(
+        &ns.client,
+        &ns.name,
+        &kruise_e2e::sidecarset_kit::test_pod("dry", json!({ "sidecar-for": app })),
+        TIMEOUT,
+        containers,
+    )
+    .await?;
+    cloneset_kit::apply(ns, &app_cloneset(app)).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn sidecarset_upgrades_its_sidecar_in_place_on_a_real_kubelet() -> anyhow::Result<()> {
     let bed = bed();
@@ -670,16 +691,7 @@ async fn sidecarset_upgrades_its_sidecar_in_place_on_a_real_kubelet() -> anyhow:
                     }],
                 },
             });
-            ns.apply(&sidecarset.to_string()).await?;
-            kruise_e2e::wait_injected_on_dry_run(
-                &ns.client,
-                &ns.name,
-                &kruise_e2e::sidecarset_kit::test_pod("dry", json!({"sidecar-for": "app"})),
-                TIMEOUT,
-                &["logger", "nginx"],
-            )
-            .await?;
-            cloneset_kit::apply(ns, &app_cloneset("app")).await?;
+            start_sidecar_app(ns, &sidecarset, "app", &["logger", "nginx"]).await?;
             let before = eventually("the app Pod Ready with its sidecar", TIMEOUT, || async {
                 let pods = pods_of(ns, "app=app").await?;
                 let ok = pods.len() == 1
@@ -742,16 +754,7 @@ async fn sidecarset_hot_upgrade_hands_over_on_a_real_kubelet() -> anyhow::Result
                     "containers": container(V1),
                 },
             });
-            ns.apply(&sidecarset.to_string()).await?;
-            kruise_e2e::wait_injected_on_dry_run(
-                &ns.client,
-                &ns.name,
-                &kruise_e2e::sidecarset_kit::test_pod("dry", json!({"sidecar-for": "hot"})),
-                TIMEOUT,
-                &["sidecar-1", "sidecar-2", "nginx"],
-            )
-            .await?;
-            cloneset_kit::apply(ns, &app_cloneset("hot")).await?;
+            start_sidecar_app(ns, &sidecarset, "hot", &["sidecar-1", "sidecar-2", "nginx"]).await?;
             let ready_on = |working_image: &'static str, idle_image: &'static str| {
                 let ns = &ns;
                 async move {

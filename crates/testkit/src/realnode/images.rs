@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use kruise_image::{Blobs, Layer};
 use serde_json::json;
 
@@ -243,8 +243,9 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts the registry and waits until it answers `/v2/`.
-    pub fn start(dir: &Path, port: u16) -> anyhow::Result<Self> {
+    /// Starts the registry and waits until it answers `/v2/` (on a multi-threaded runtime: the
+    /// probe is a blocking request).
+    pub async fn start(dir: &Path, port: u16) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir.join("storage"))
             .with_context(|| format!("creating {}", dir.display()))?;
         let config = dir.join("config.yml");
@@ -263,21 +264,18 @@ impl Registry {
             &["serve".into(), config.display().to_string()],
             &dir.join("registry.log"),
         )?;
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(response) = request(port, "GET", "/v2/", &[], &[])
-                && response.status == 200
-            {
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                bail!(
-                    "docker-registry did not answer on 127.0.0.1:{port} within 30 s: {}",
-                    crate::process::tail(&dir.join("registry.log"), 20)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let log = dir.join("registry.log");
+        crate::wait::until(
+            format!("docker-registry to answer on 127.0.0.1:{port}"),
+            Duration::from_secs(30),
+            || async {
+                // A refused connection fails at once: blocking here is brief.
+                let answer = tokio::task::block_in_place(|| request(port, "GET", "/v2/", &[], &[]));
+                Ok(answer.is_ok_and(|response| response.status == 200))
+            },
+        )
+        .await
+        .with_context(|| crate::process::tail(&log, 20))?;
         Ok(Self { port, process })
     }
 

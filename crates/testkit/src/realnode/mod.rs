@@ -102,11 +102,8 @@ impl RealNodes {
         let dir = plane.dir().join("real-nodes");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let registry_port = crate::process::free_port()?;
-        let registry = tokio::task::block_in_place(|| -> anyhow::Result<Registry> {
-            let registry = Registry::start(&dir.join("registry"), registry_port)?;
-            registry.push_test_images()?;
-            Ok(registry)
-        })?;
+        let registry = Registry::start(&dir.join("registry"), registry_port).await?;
+        tokio::task::block_in_place(|| registry.push_test_images())?;
         let wrapper = dir.join("runc-wrapper");
         config::write_runc_wrapper(&wrapper)?;
         let mut this = Self {
@@ -146,6 +143,7 @@ impl RealNodes {
                 ],
             };
             let node = start_node(plane, options, layout, net, registry_port)
+                .await
                 .with_context(|| format!("starting real node {name}"))?;
             this.nodes.push(node);
         }
@@ -226,7 +224,7 @@ fn preflight(options: &RealNodeOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start_node(
+async fn start_node(
     plane: &ControlPlane,
     options: &RealNodeOptions,
     layout: NodeLayout,
@@ -267,7 +265,7 @@ fn start_node(
     )?;
     cgroups::create(&layout.cgroup_root)?;
     net.create()?;
-    let started = start_processes(plane, options, &layout, &net, registry_port);
+    let started = start_processes(plane, options, &layout, &net, registry_port).await;
     match started {
         Ok((containerd, kubelet)) => Ok(RealNode {
             layout,
@@ -285,7 +283,7 @@ fn start_node(
     }
 }
 
-fn start_processes(
+async fn start_processes(
     plane: &ControlPlane,
     options: &RealNodeOptions,
     layout: &NodeLayout,
@@ -315,7 +313,7 @@ fn start_processes(
         ),
         &layout.path("containerd.log"),
     )?;
-    wait_for_socket(&layout.containerd_socket(), &containerd.log)?;
+    wait_for_socket(&layout.containerd_socket(), &containerd.log).await?;
     let kubelet = Process::spawn(
         &format!("kubelet-{}", layout.name),
         &nsenter,
@@ -325,18 +323,14 @@ fn start_processes(
     Ok((containerd, kubelet))
 }
 
-fn wait_for_socket(socket: &Path, log: &Path) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !socket.exists() {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "containerd did not open {} within 30 s: {}",
-            socket.display(),
-            crate::process::tail(log, 20)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+async fn wait_for_socket(socket: &Path, log: &Path) -> anyhow::Result<()> {
+    crate::wait::until(
+        format!("containerd to open {}", socket.display()),
+        Duration::from_secs(30),
+        || async { Ok(socket.exists()) },
+    )
+    .await
+    .with_context(|| crate::process::tail(log, 20))
 }
 
 /// Waits until every named node is registered, Ready and free of the not-ready taints.
