@@ -586,14 +586,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         resource_timeout_seconds: args.webhook_timeout_seconds,
         external: gates.enabled("EnableExternalCerts"),
     };
-    // One Namespace watch for the whole process: the Pod webhook (every replica) and the SidecarSet
-    // controller (the leader) read it.
-    let (namespaces, namespaces_run) =
-        kruise_controllers::driver::caches::Caches::namespaces(client.clone());
-    tokio::spawn(namespaces_run);
-    let pods = kruise_webhook::pod::PodInjector::start(
-        client.clone(),
-        namespaces.store().clone(),
+    // One Namespace watch and one SidecarSet watch for the whole process: the Pod webhook (every
+    // replica) and the SidecarSet controller (the leader) read them.
+    let (process_caches, process_caches_run) =
+        kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
+    tokio::spawn(process_caches_run);
+    let pods = kruise_webhook::pod::PodInjector::from_stores(
+        process_caches.sidecarsets.store().clone(),
+        process_caches.namespaces.store().clone(),
+        Some(client.clone()),
         kruise_webhook::pod::PodSettings {
             namespace: args.namespace.clone(),
             failure_policy,
@@ -668,7 +669,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 tls: tls.clone(),
                 webhook_metrics: webhook_metrics.clone(),
                 controller_metrics: controller_metrics.clone(),
-                namespaces: namespaces.clone(),
+                process_caches: process_caches.clone(),
             })?;
             // A leader that cannot keep its watches current acts on a past it cannot see: it ends
             // its term (with leader election, it also gives the lease up for a replica that can see).
@@ -746,10 +747,8 @@ struct TermInputs {
     tls: RustlsConfig,
     webhook_metrics: kruise_webhook::metrics::Metrics,
     controller_metrics: Arc<kruise_controllers::metrics::Metrics>,
-    /// The process's Namespace cache, shared with the Pod webhook.
-    namespaces: kruise_controllers::driver::caches::Shared<
-        kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
-    >,
+    /// The process's caches, shared with the Pod webhook.
+    process_caches: kruise_controllers::driver::caches::ProcessCaches,
 }
 
 /// The leader's work during one term, on a runtime of its own so that ending the term stops every
@@ -778,11 +777,11 @@ impl LeaderTerm {
                 tls,
                 webhook_metrics,
                 controller_metrics,
-                namespaces,
+                process_caches,
             } = inputs;
             let (ready_tx, _ready_rx) = watch::channel(false);
             let certs = certctl::run(client.clone(), settings, tls, ready_tx, webhook_metrics);
-            let controllers = run_controllers(&args, client, controller_metrics, namespaces);
+            let controllers = run_controllers(&args, client, controller_metrics, process_caches);
             tokio::join!(certs, controllers);
             let _ = tx.send(());
         });
@@ -863,14 +862,12 @@ async fn run_controllers(
     args: &Args,
     client: Client,
     metrics: Arc<kruise_controllers::metrics::Metrics>,
-    namespaces: kruise_controllers::driver::caches::Shared<
-        kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
-    >,
+    process_caches: kruise_controllers::driver::caches::ProcessCaches,
 ) {
     // Validated at start-up.
     let gates = args.gates().unwrap_or_default();
     let (caches, cache) =
-        kruise_controllers::driver::caches::Caches::start(client.clone(), namespaces);
+        kruise_controllers::driver::caches::Caches::start(client.clone(), process_caches);
     let sidecarset = kruise_controllers::sidecarset::run(
         client.clone(),
         caches.clone(),

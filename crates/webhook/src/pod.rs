@@ -1,10 +1,11 @@
 //! The Pod mutating webhook (`mpod.kb.io`, `/mutate-pod`): SidecarSet injection into Pods being
 //! created.
 //!
-//! SidecarSets and Namespaces are read from reflector stores kept by the webhook server, so answering a
-//! Pod costs no apiserver round trip in the common case. The apiserver is called only for a Namespace
-//! the store has not seen yet and for the ControllerRevision of a SidecarSet that pins one
-//! (`injectionStrategy.revision`). The decision itself is `kruise_core::sidecarset::{matches, inject}`.
+//! SidecarSets and Namespaces are read from reflector stores (the manager's one watch of each, which
+//! the SidecarSet controller reads too), so answering a Pod costs no apiserver round trip in the
+//! common case. The apiserver is called only for a Namespace the store has not seen yet and for the
+//! ControllerRevision of a SidecarSet that pins one (`injectionStrategy.revision`). The decision
+//! itself is `kruise_core::sidecarset::{matches, inject}`.
 //!
 //! The webhook must never stop the cluster: when it cannot decide (SidecarSets not loaded yet, the
 //! apiserver unreachable) it answers as its registration's failure policy would if it were down —
@@ -14,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -28,7 +29,6 @@ use kube::api::{Api, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::admission::{Answer, allow, deny, request_of};
 use crate::configuration::FailurePolicy;
@@ -86,23 +86,6 @@ enum Problem {
 }
 
 impl PodInjector {
-    /// Starts the SidecarSet reflector on the current runtime (it runs until the process ends) and
-    /// returns the injector reading it and `namespaces`, the Namespace cache of the process (the
-    /// SidecarSet controller reads the same one).
-    pub fn start(
-        client: Client,
-        namespaces: Store<PartialObjectMeta<Namespace>>,
-        settings: PodSettings,
-    ) -> Self {
-        let (sidecarsets, writer) = reflector::store();
-        let api: Api<SidecarSet> = Api::all(client.clone());
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(|s: &mut SidecarSet| s.metadata.managed_fields = None);
-        tokio::spawn(reflect(reflector::reflector(writer, stream), "SidecarSets"));
-        Self::from_stores(sidecarsets, namespaces, Some(client), settings)
-    }
-
     /// An injector over given stores (tests fill them through their writers). Without a client, a
     /// Namespace missing from its store has only its name label, and pinned revisions cannot be read.
     pub fn from_stores(
@@ -363,19 +346,6 @@ impl PodInjector {
                 ),
                 Outcome::Denied,
             ),
-        }
-    }
-}
-
-/// Runs a reflector stream until the process ends, logging (not failing on) watch errors.
-async fn reflect<S, K>(stream: S, what: &'static str)
-where
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        if let Err(error) = event {
-            tracing::warn!(%error, "Pod webhook: watching {what}");
         }
     }
 }

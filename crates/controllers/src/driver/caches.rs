@@ -1,9 +1,10 @@
 //! The caches every controller reads: one watch per resource kind for the whole manager.
 //!
 //! Before, each controller opened its own watches, so ControllerRevisions were watched by five
-//! controllers, Nodes and PVCs by two, and Namespaces by the SidecarSet controller beside the Pod
-//! webhook's. Here each kind is watched once ([`Caches::start`]); a controller reads the store and,
-//! to be woken by changes, subscribes ([`Shared::subscribe`]) to a fan-out of the watch's events.
+//! controllers, Nodes and PVCs by two, and Namespaces and SidecarSets by the SidecarSet controller
+//! beside the Pod webhook's. Here each kind is watched once ([`Caches::start`], and
+//! [`ProcessCaches::start`] for what the webhooks read too); a controller reads the store and, to be
+//! woken by changes, subscribes ([`Shared::subscribe`]) to a fan-out of the watch's events.
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -11,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::cache::PodCache;
 
@@ -24,6 +26,8 @@ use crate::cache::PodCache;
 pub struct Shared<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>,
+    /// Whether the watch's first list has filled the store.
+    listed: watch::Receiver<bool>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Shared<K> {
@@ -31,6 +35,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Shared<K> {
         Self {
             store: self.store.clone(),
             subscribers: self.subscribers.clone(),
+            listed: self.listed.clone(),
         }
     }
 }
@@ -40,22 +45,32 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// The store and the future that fills it from a watch of `api` (poll it on a task of its own).
+    /// Objects are stored without their managed fields.
     pub fn watch(api: Api<K>) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (store, writer) = reflector::store();
         let subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>> = Arc::default();
+        let (listed_tx, listed) = watch::channel(false);
         let events = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default().any_semantic()),
-        )
-        .default_backoff()
-        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
-        .touched_objects();
+            watcher(api, watcher::Config::default().any_semantic())
+                .default_backoff()
+                .modify(|object: &mut K| object.meta_mut().managed_fields = None),
+        );
         let fan_out = subscribers.clone();
         let driver = async move {
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 let object = match event {
-                    Ok(object) => object,
+                    Ok(watcher::Event::InitDone) => {
+                        listed_tx.send_replace(true);
+                        continue;
+                    }
+                    Ok(watcher::Event::Init) => continue,
+                    Ok(
+                        watcher::Event::InitApply(object)
+                        | watcher::Event::Apply(object)
+                        | watcher::Event::Delete(object),
+                    ) => object,
                     Err(error) => {
                         tracing::warn!(%error, kind = %K::kind(&()), "shared watch");
                         continue;
@@ -67,7 +82,14 @@ where
                 }
             }
         };
-        (Self { store, subscribers }, driver)
+        (
+            Self {
+                store,
+                subscribers,
+                listed,
+            },
+            driver,
+        )
     }
 
     /// A store that no watch fills, for tests: fill it through the writer returned beside it.
@@ -75,6 +97,7 @@ where
         Self {
             store,
             subscribers: Arc::default(),
+            listed: watch::channel(true).1,
         }
     }
 
@@ -90,6 +113,34 @@ where
             subscribers.push(tx);
         }
         rx
+    }
+
+    /// Waits until the watch's first list has filled the store (at once for a store of
+    /// [`Shared::from_store`]).
+    pub async fn wait_listed(&self) {
+        let mut listed = self.listed.clone();
+        let _ = listed.wait_for(|listed| *listed).await;
+    }
+
+    /// The triggers of a controller of `K` on this cache: every object the store holds once it is
+    /// listed — the watch may have run before the controller started (a later leadership term, a
+    /// process-wide cache) — then every change ([`Shared::owned_stream`]; subscribed at once, so
+    /// nothing between the two is missed; an object may come twice).
+    pub fn replayed_stream(
+        &self,
+    ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let changes = self.owned_stream();
+        let this = self.clone();
+        let listed = async move {
+            this.wait_listed().await;
+            futures::stream::iter(
+                this.store
+                    .state()
+                    .into_iter()
+                    .map(|object| Ok(Arc::unwrap_or_clone(object))),
+            )
+        };
+        futures::stream::once(listed).flatten().chain(changes)
     }
 
     /// [`Shared::subscribe`] as the stream of `Ok` items a `Controller`'s `owns_stream` takes.
@@ -110,16 +161,47 @@ pub struct Caches {
     pub pvcs: Shared<PersistentVolumeClaim>,
     /// Namespaces' metadata (SidecarSets select Pods by their namespace's labels).
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
+    /// Every SidecarSet: the Pod webhook injects from it, the SidecarSet controller reconciles it.
+    pub sidecarsets: Shared<SidecarSet>,
+}
+
+/// The caches of the whole process, on every replica (the webhooks read them), started before
+/// leadership; the leader's [`Caches`] include them.
+#[derive(Clone)]
+pub struct ProcessCaches {
+    pub namespaces: Shared<PartialObjectMeta<Namespace>>,
+    pub sidecarsets: Shared<SidecarSet>,
+}
+
+impl ProcessCaches {
+    /// Opens the Namespace metadata watch and the SidecarSet watch. The returned future drives them
+    /// and never ends while they last.
+    pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
+        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client));
+        let run = async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            tasks.spawn(namespaces_run);
+            tasks.spawn(sidecarsets_run);
+            tasks.join_next().await;
+        };
+        (
+            Self {
+                namespaces,
+                sidecarsets,
+            },
+            run,
+        )
+    }
 }
 
 impl Caches {
-    /// Opens the one watch of each kind (the Pod cache's included) beside `namespaces`, the
-    /// Namespace cache of the whole process ([`Caches::namespaces`], shared with the Pod webhook).
-    /// The returned future drives the watches and never ends while they last; the caches are empty
-    /// until it runs.
+    /// Opens the one watch of each kind (the Pod cache's included) beside `process`, the caches of
+    /// the whole process ([`ProcessCaches`], shared with the webhooks). The returned future drives
+    /// the watches and never ends while they last; the caches are empty until it runs.
     pub fn start(
         client: Client,
-        namespaces: Shared<PartialObjectMeta<Namespace>>,
+        process: ProcessCaches,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let pods = PodCache::new();
         let (revisions, revisions_run) = Shared::watch(Api::all(client.clone()));
@@ -131,7 +213,8 @@ impl Caches {
             revisions,
             nodes,
             pvcs,
-            namespaces,
+            namespaces: process.namespaces,
+            sidecarsets: process.sidecarsets,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.
@@ -143,16 +226,5 @@ impl Caches {
             tasks.join_next().await;
         };
         (caches, run)
-    }
-
-    /// The Namespace metadata watch of the whole process: started before leadership, since the Pod
-    /// webhook (on every replica) reads it as well as the SidecarSet controller (on the leader).
-    pub fn namespaces(
-        client: Client,
-    ) -> (
-        Shared<PartialObjectMeta<Namespace>>,
-        impl Future<Output = ()> + Send + 'static,
-    ) {
-        Shared::watch(Api::all(client))
     }
 }

@@ -34,12 +34,12 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, Selected, WirePod};
 use crate::claim::{Recheck, claim_each};
 use crate::driver::caches::Caches;
+use crate::driver::write::{StatusWrite, write_status};
 use crate::error::KubeContext;
 use crate::events::EventRecorder;
 use crate::history::{Registered, register};
@@ -88,17 +88,20 @@ pub use crate::error::{Error, is_race};
 
 /// Runs the SidecarSet controller until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
-    let pods = caches.pods;
+    let pods = caches.pods.clone();
     let events = pods.subscribe("sidecarset");
     pods.wait_synced().await;
     let namespaces = caches.namespaces.store().clone();
     let revisions = caches.revisions.store().clone();
 
-    let (sidecarsets, changes) =
-        crate::cache::reflected(Api::<SidecarSet>::all(client.clone()), None);
-    // Only spec changes: the status this controller writes on every reconcile must not cause
-    // another one (Pod events and requeues cover everything else).
-    let changes = changes.predicate_filter(predicates::generation, PredicateConfig::default());
+    // The process's SidecarSet cache (the Pod webhook reads it too): every SidecarSet once it is
+    // listed, then only spec changes — the status this controller writes on every reconcile must
+    // not cause another one (Pod events and requeues cover everything else).
+    let sidecarsets = caches.sidecarsets.store().clone();
+    let changes = caches
+        .sidecarsets
+        .replayed_stream()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
     let controller = Controller::for_stream(changes, sidecarsets.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(triggers::run(
@@ -188,6 +191,11 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
                     .revisions
                     .get(&ObjectRef::new(&e.name).within(&ctx.config.namespace));
                 e.satisfied_by(revision.as_deref().map(|r| CachedState::of(&r.metadata)))
+            }
+            // Our status write: the cache shows the SidecarSet at its resourceVersion or later.
+            "SidecarSet" => {
+                let cached = ctx.sidecarsets.get(&ObjectRef::new(&e.name));
+                e.satisfied_by(cached.as_deref().map(|s| CachedState::of(&s.metadata)))
             }
             _ => true,
         }),
@@ -401,24 +409,13 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     }
     // Entries still to write (beyond this round's share, or lost to a concurrent writer) hold the
     // status back until the next round, which follows at once.
-    if status_changed && !more_marks && !marks_lost {
+    if !more_marks && !marks_lost {
         let api: Api<SidecarSet> = Api::all(ctx.client.clone());
-        match api
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&crate::status_patch::whole_status(Some(&old), &status)),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!("writing the status of SidecarSet {name}"),
-                    source,
-                });
-            }
+        match write_status(&api, ss, Some(&old), &status, status_changed).await? {
+            StatusWrite::Unchanged => {}
+            StatusWrite::Written { resource_version } => expect_written(ctx, ss, resource_version),
+            // Computed from a copy older than the apiserver's: computed again on the newer one.
+            StatusWrite::Stale => raced = true,
         }
     }
     let marks_deferred = timing == MarksTiming::Defer;
@@ -598,19 +595,19 @@ async fn register_latest_revision(
             *revision
         }
         Registered::Collision => {
-            // The whole status: a first status must carry its required counters.
+            // The whole status: a first status must carry its required counters. Over the
+            // resourceVersion it was read at, so one collision is counted once.
+            let old = ss.status.clone().unwrap_or_default();
             let status = SidecarSetStatus {
                 collision_count: Some(collision_count + 1),
-                ..ss.status.clone().unwrap_or_default()
+                ..old.clone()
             };
-            Api::<SidecarSet>::all(ctx.client.clone())
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"status": status})),
-                )
-                .await
-                .context(|| format!("recording a revision hash collision of SidecarSet {name}"))?;
+            let api = Api::<SidecarSet>::all(ctx.client.clone());
+            if let StatusWrite::Written { resource_version } =
+                write_status(&api, ss, Some(&old), &status, true).await?
+            {
+                expect_written(ctx, ss, resource_version);
+            }
             return Ok(None);
         }
     };
@@ -629,6 +626,19 @@ async fn register_latest_revision(
         })?;
     }
     Ok(Some((latest, collision_count)))
+}
+
+/// Remembers that the cache should come to show the SidecarSet at `resource_version` (our status
+/// write), so that no reconcile acts on the copy before it.
+fn expect_written(ctx: &Context, ss: &SidecarSet, resource_version: Option<String>) {
+    if let (Some(rv), Ok(mut ex)) = (resource_version, ctx.expectations.lock()) {
+        let name = ss.name_any();
+        ex.expect(
+            &name,
+            Expectation::observed("SidecarSet", name.clone(), rv),
+            Instant::now(),
+        );
+    }
 }
 
 /// Deletes the oldest revisions beyond `revisionHistoryLimit` that no Pod records and no injection
