@@ -20,7 +20,7 @@ use kruise_core::expectations::{CachedState, Expectation};
 use kruise_core::ownership::{Claim, Claimant, adopt_patch, claim, release_patch};
 use kruise_core::revision::{Parent, build_revision, next_revision_number, revisions_to_delete};
 use kruise_core::rollout::uniteddeployment::{
-    self as planner, Existing, SubsetReservation, TemplateKind, patch_annotation, subset_workload,
+    self as planner, Existing, SubsetReservation, TemplateKind,
 };
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -28,7 +28,7 @@ use kube::api::{
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::observe::{Observed, observe};
 use super::reservation;
@@ -53,21 +53,6 @@ pub(crate) async fn reconcile(
 ) -> Result<Action, Error> {
     // Boxed, as every large step below: debug builds poll deep futures on 2 MiB worker stacks.
     Box::pin(reconcile_inner(&ud, &ctx)).await
-}
-
-/// Sets the value at a JSON pointer, creating the objects on the way.
-fn set_at(target: &mut Value, pointer: &str, value: Value) {
-    let mut at = target;
-    for part in pointer.split('/').skip(1) {
-        if !at.is_object() {
-            *at = json!({});
-        }
-        let Some(object) = at.as_object_mut() else {
-            return;
-        };
-        at = object.entry(part.to_string()).or_insert(Value::Null);
-    }
-    *at = value;
 }
 
 fn owner_reference(ud: &UnitedDeployment) -> Option<OwnerReference> {
@@ -641,48 +626,10 @@ async fn delete_workload(
     Ok(())
 }
 
-/// Whether every field of `want` is in `have` with the same value (lists element by element):
-/// fields the API server or a webhook defaulted on `have` do not count as a difference.
-fn contains(have: &Value, want: &Value) -> bool {
-    match (have, want) {
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, wv)| wv.is_null() || h.get(k).is_some_and(|hv| contains(hv, wv))),
-        (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| contains(hv, wv))
-        }
-        (h, w) => h == w,
-    }
-}
-
-/// The JSON merge patch that turns `have` into `want` (RFC 7386): removed keys become `null`, lists
-/// are replaced.
-fn merge_diff(have: &Value, want: &Value) -> Value {
-    match (have, want) {
-        (Value::Object(h), Value::Object(w)) => {
-            let mut out = Map::new();
-            for (k, hv) in h {
-                match w.get(k) {
-                    None => {
-                        out.insert(k.clone(), Value::Null);
-                    }
-                    Some(wv) if wv != hv => {
-                        out.insert(k.clone(), merge_diff(hv, wv));
-                    }
-                    Some(_) => {}
-                }
-            }
-            for (k, wv) in w {
-                if !h.contains_key(k) {
-                    out.insert(k.clone(), wv.clone());
-                }
-            }
-            Value::Object(out)
-        }
-        (_, w) => w.clone(),
-    }
-}
-
+/// Carries out [`planner::plan_subsets`]: creates the missing subset workloads (slow start:
+/// batches of 1, 2, 4, … stopping at the first batch with a failure), deletes those that left the
+/// topology and those of another kind; then, only when all of that went through, updates the
+/// others one at a time (slow start with batches of one: the first failure stops the updates).
 #[allow(clippy::too_many_arguments)]
 async fn manage(
     ctx: &Context,
@@ -697,66 +644,75 @@ async fn manage(
     revision: &str,
     reservations: &BTreeMap<String, SubsetReservation>,
 ) -> Outcome {
+    let seen: BTreeMap<String, planner::SeenSubset<'_>> = observed
+        .iter()
+        .map(|(subset, o)| {
+            let seen = planner::SeenSubset {
+                metadata: &o.object.metadata,
+                data: &o.object.data,
+                spec_replicas: o.spec_replicas,
+                partition: o.partition,
+                status_replicas: o.status_replicas,
+                updated_replicas: o.updated_replicas,
+                pods: o.pods.iter().map(|p| p.as_ref()).collect(),
+                max_unavailable: reservation::max_unavailable_override(
+                    kind,
+                    reservations.get(subset),
+                    o,
+                ),
+            };
+            (subset.clone(), seen)
+        })
+        .collect();
+    let plan = planner::plan_subsets(&planner::ManageInputs {
+        ud,
+        kind,
+        owner,
+        seen: &seen,
+        next_replicas,
+        next_partitions,
+        revision,
+    });
     let mut outcome = Outcome::default();
     let namespace = ud.namespace().unwrap_or_default();
     let subset_type = kind.subset_type();
-    let expected: BTreeSet<&str> = ud
-        .spec
-        .topology
-        .subsets
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
-    let creates: Vec<&str> = expected
-        .iter()
-        .copied()
-        .filter(|s| !observed.contains_key(*s))
-        .collect();
-    let deletes: Vec<&str> = observed
-        .keys()
-        .map(String::as_str)
-        .filter(|s| !expected.contains(s))
-        .collect();
     let Some((_, resource, _)) = ctx.workloads_of(kind) else {
         return outcome;
     };
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
 
     let mut provision_errors = Vec::new();
-    if !creates.is_empty() {
-        // Slow start: batches of 1, 2, 4, … stop at the first batch with a failure.
+    if !plan.creates.is_empty() {
         let mut index = 0;
         let mut batch = 1;
         let mut failed = false;
-        while index < creates.len() && !failed {
-            let end = (index + batch).min(creates.len());
-            let results = futures::future::join_all(creates[index..end].iter().map(|subset| {
-                let api = api.clone();
-                async move {
-                    let replicas = next_replicas.get(*subset).copied().unwrap_or(0);
-                    let partition = next_partitions.get(*subset).copied().unwrap_or(0);
-                    let body = subset_workload(ud, subset, revision, replicas, partition, owner)
-                        .map_err(|e| {
+        while index < plan.creates.len() && !failed {
+            let end = (index + batch).min(plan.creates.len());
+            let results =
+                futures::future::join_all(plan.creates[index..end].iter().map(|(subset, body)| {
+                    let api = api.clone();
+                    async move {
+                        let failure = |e: &dyn std::fmt::Display| {
                             format!("fail to create Subset ({subset_type}) {subset}: {e}")
-                        })?;
-                    let object: DynamicObject = serde_json::from_value(body).map_err(|e| {
-                        format!("fail to create Subset ({subset_type}) {subset}: {e}")
-                    })?;
-                    api.create(&PostParams::default(), &object)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| format!("fail to create Subset ({subset_type}) {subset}: {e}"))
-                }
-            }))
-            .await;
-            for (subset, result) in creates[index..end].iter().zip(results) {
+                        };
+                        let body = body.clone().map_err(|e| failure(&e))?;
+                        let object: DynamicObject =
+                            serde_json::from_value(body).map_err(|e| failure(&e))?;
+                        api.create(&PostParams::default(), &object)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| failure(&e))
+                    }
+                }))
+                .await;
+            for ((subset, _), result) in plan.creates[index..end].iter().zip(results) {
                 match result {
                     Ok(()) => {
                         outcome.created += 1;
                         expect(
                             ctx,
                             key,
-                            Expectation::exists(CREATED_SUBSET, subset.to_string()),
+                            Expectation::exists(CREATED_SUBSET, subset.clone()),
                         );
                     }
                     Err(message) => {
@@ -779,10 +735,10 @@ async fn manage(
             .await;
         }
     }
-    if !deletes.is_empty() {
+    if !plan.deletes.is_empty() {
         let mut failed = false;
-        for subset in &deletes {
-            if let Some(seen) = observed.get(*subset)
+        for subset in &plan.deletes {
+            if let Some(seen) = observed.get(subset)
                 && let Err(error) = delete_workload(ctx, key, kind, &seen.object).await
             {
                 failed = true;
@@ -798,7 +754,7 @@ async fn manage(
                 ud,
                 EventType::Normal,
                 "SuccessfulUpdateSubset",
-                format!("Delete {} Subset ({subset_type})", deletes.len()),
+                format!("Delete {} Subset ({subset_type})", plan.deletes.len()),
             )
             .await;
         }
@@ -812,7 +768,8 @@ async fn manage(
             ));
         }
     }
-    outcome.provisioned = !creates.is_empty() || !deletes.is_empty() || !others.is_empty();
+    outcome.provisioned =
+        !plan.creates.is_empty() || !plan.deletes.is_empty() || !others.is_empty();
     if !provision_errors.is_empty() {
         outcome.provision_error = Some(provision_errors.join("; "));
         outcome.errors.extend(provision_errors);
@@ -830,63 +787,23 @@ async fn manage(
         return outcome;
     }
 
-    // Update the subsets that differ from what they should be (or are still rolling).
     let mut update_errors = Vec::new();
-    for subset in &ud.spec.topology.subsets {
-        let Some(seen) = observed.get(&subset.name) else {
+    for update in &plan.updates {
+        let Some(seen) = observed.get(&update.subset) else {
             continue;
         };
-        let replicas = next_replicas.get(&subset.name).copied().unwrap_or(0);
-        let partition = next_partitions.get(&subset.name).copied().unwrap_or(0);
-        let max_unavailable =
-            reservation::max_unavailable_override(kind, reservations.get(&subset.name), seen);
-        let labels = seen.object.labels();
-        let needs_update = labels
-            .get(keys::LABEL_CONTROLLER_REVISION_HASH)
-            .map(String::as_str)
-            != Some(revision)
-            || seen.spec_replicas != replicas
-            || seen.partition.unwrap_or(0) != partition && kind != TemplateKind::Deployment
-            || seen
-                .object
-                .annotations()
-                .get(keys::ANNOTATION_SUBSET_PATCH)
-                .cloned()
-                .unwrap_or_default()
-                != patch_annotation(subset)
-            || seen.updated_replicas < seen.status_replicas
-            || max_unavailable.is_some_and(|(pointer, value)| {
-                seen.object.data.pointer(pointer) != Some(&json!(value))
-            });
-        if !needs_update {
-            continue;
-        }
-        match Box::pin(update_subset(
-            ctx,
-            ud,
-            key,
-            kind,
-            owner,
-            seen,
-            &subset.name,
-            revision,
-            replicas,
-            partition,
-            max_unavailable,
+        if let Err(error) = Box::pin(update_subset(
+            ctx, key, kind, resource, seen, update, revision,
         ))
         .await
         {
-            Ok(()) => {}
-            Err(error) => {
-                let message = format!(
-                    "Error updating PodSet ({subset_type}) {} when updating: {error}",
-                    seen.object.name_any()
-                );
-                publish(ctx, ud, EventType::Warning, "FailedUpdateSubset", message).await;
-                update_errors.push(error.to_string());
-                // Slow start with batches of one: the first failure stops the updates.
-                break;
-            }
+            let message = format!(
+                "Error updating PodSet ({subset_type}) {} when updating: {error}",
+                seen.object.name_any()
+            );
+            publish(ctx, ud, EventType::Warning, "FailedUpdateSubset", message).await;
+            update_errors.push(error.to_string());
+            break;
         }
     }
     if !update_errors.is_empty() {
@@ -896,70 +813,30 @@ async fn manage(
     outcome
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Sends one planned update of a subset workload (preconditioned on the resourceVersion it was
+/// planned from), then deletes the Pods it found stuck.
 async fn update_subset(
     ctx: &Context,
-    ud: &UnitedDeployment,
     key: &str,
     kind: TemplateKind,
-    owner: &OwnerReference,
+    resource: &ApiResource,
     seen: &Observed,
-    subset: &str,
+    update: &planner::SubsetUpdate,
     revision: &str,
-    replicas: i32,
-    partition: i32,
-    max_unavailable: Option<(&str, i32)>,
 ) -> Result<(), Error> {
-    let namespace = ud.namespace().unwrap_or_default();
-    let Some((_, resource, _)) = ctx.workloads_of(kind) else {
-        return Ok(());
-    };
-    let mut desired = subset_workload(ud, subset, revision, replicas, partition, owner)
-        .map_err(Error::Invalid)?;
-    if let Some((pointer, value)) = max_unavailable {
-        set_at(&mut desired, pointer, json!(value));
-    }
+    let patch = update.patch.clone().map_err(Error::Invalid)?;
     let object = &seen.object;
     let name = object.name_any();
-    // Labels and annotations are merged over what the workload has (others may add their own), the
-    // spec is replaced.
-    let mut patch = Map::new();
-    let mut metadata = Map::new();
-    for field in ["labels", "annotations"] {
-        let want = desired
-            .pointer(&format!("/metadata/{field}"))
-            .cloned()
-            .unwrap_or(json!({}));
-        let have = serde_json::to_value(if field == "labels" {
-            object.labels()
-        } else {
-            object.annotations()
-        })
-        .unwrap_or(json!({}));
-        if !contains(&have, &want) {
-            metadata.insert(field.into(), want);
-        }
-    }
-    let have_spec = object.data.get("spec").cloned().unwrap_or(json!({}));
-    let want_spec = desired.get("spec").cloned().unwrap_or(json!({}));
-    if !contains(&have_spec, &want_spec) {
-        patch.insert("spec".into(), merge_diff(&have_spec, &want_spec));
-    }
-    if !metadata.is_empty() || patch.contains_key("spec") {
-        if let Some(rv) = &object.metadata.resource_version {
-            metadata.insert("resourceVersion".into(), json!(rv));
-        }
-        patch.insert("metadata".into(), Value::Object(metadata));
+    let namespace = object.namespace().unwrap_or_default();
+    if let Some(patch) = patch {
         let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
         match api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&Value::Object(patch)),
-            )
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(written) => {
+                let (subset, replicas, partition) =
+                    (&update.subset, update.replicas, update.partition);
                 tracing::info!(uniteddeployment = key, subset, workload = %name, revision, replicas, partition, "updated subset");
                 if let Some(rv) = written.metadata.resource_version.clone() {
                     expect(
@@ -977,53 +854,29 @@ async fn update_subset(
             }
         }
     }
-    if kind == TemplateKind::StatefulSet {
-        delete_stuck_pods(ctx, key, object, &seen.pods, revision, partition).await?;
-    }
-    Ok(())
+    delete_stuck_pods(ctx, key, &namespace, &update.stuck_pods).await
 }
 
-/// The k8s#67250 workaround (native StatefulSet subsets with RollingUpdate): a Pod at or above the
-/// partition, at an old revision and not Ready would block the rolling update; delete it.
+/// The k8s#67250 workaround (native StatefulSet subsets with RollingUpdate): deletes the Pods
+/// the plan found stuck in the rolling update, each preconditioned on its uid.
 async fn delete_stuck_pods(
     ctx: &Context,
     key: &str,
-    object: &DynamicObject,
-    pods: &[Arc<Pod>],
-    revision: &str,
-    partition: i32,
+    namespace: &str,
+    stuck: &[(String, Option<String>)],
 ) -> Result<(), Error> {
-    if object
-        .data
-        .pointer("/spec/updateStrategy/type")
-        .and_then(Value::as_str)
-        == Some("OnDelete")
-    {
-        return Ok(());
-    }
-    let namespace = object.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    for pod in pods {
-        if kruise_core::pods::is_terminating(pod)
-            || !planner::is_stuck_for_rolling_update(pod, revision, partition)
-        {
-            continue;
-        }
-        let name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    for (name, uid) in stuck {
         tracing::info!(uniteddeployment = key, pod = %name, "deleting a Pod stuck in a StatefulSet rolling update");
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
-            preconditions: pod
-                .metadata
-                .uid
-                .clone()
-                .map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
+            preconditions: uid.clone().map(|uid| kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
-        match api.delete(&name, &params).await {
+        match api.delete(name, &params).await {
             Ok(_) => {}
             Err(error) if is_race(&error) => {}
             Err(source) => {
@@ -1082,40 +935,4 @@ async fn truncate_history(
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn contains_ignores_defaulted_fields() {
-        let have = json!({"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "a", "terminationMessagePath": "/dev/termination-log"}], "dnsPolicy": "ClusterFirst"}}});
-        assert!(contains(
-            &have,
-            &json!({"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "a"}]}}})
-        ));
-        assert!(!contains(&have, &json!({"replicas": 3})));
-        assert!(!contains(
-            &have,
-            &json!({"template": {"spec": {"containers": [{"name": "c", "image": "b"}]}}})
-        ));
-        assert!(!contains(
-            &have,
-            &json!({"template": {"spec": {"containers": []}}})
-        ));
-    }
-
-    #[test]
-    fn merge_diff_removes_and_replaces() {
-        let have = json!({"a": 1, "b": {"x": 1, "y": 2}, "c": [1, 2]});
-        let want = json!({"b": {"x": 1, "z": 3}, "c": [3]});
-        assert_eq!(
-            merge_diff(&have, &want),
-            json!({"a": null, "b": {"y": null, "z": 3}, "c": [3]})
-        );
-        let mut merged = have.clone();
-        json_patch::merge(&mut merged, &merge_diff(&have, &want));
-        assert_eq!(merged, want);
-    }
 }

@@ -1,8 +1,9 @@
 //! UnitedDeployment planning (upstream `pkg/controller/uniteddeployment`), pure: how many replicas each subset gets (the specific,
 //! min/max and adaptive allocators), the partition of each subset, whether a subset of the Adaptive
-//! strategy counts as unschedulable, the ControllerRevision data of the template, and the workload
-//! generated for a subset.
+//! strategy counts as unschedulable, the ControllerRevision data of the template, the workload
+//! generated for a subset, and which subset workloads to create, delete and update ([`plan_subsets`]).
 
+mod manage;
 mod reservation;
 mod strategic;
 
@@ -21,6 +22,9 @@ use kruise_api::uniteddeployment::v1beta1::{
 };
 use serde_json::{Map, Value, json};
 
+pub use manage::{
+    ManageInputs, SeenSubset, SubsetPlan, SubsetUpdate, contains, merge_diff, plan_subsets, set_at,
+};
 pub use reservation::{
     PodReservation, STATUS_SELECTOR_SUFFIX, SubsetReservation, pod_reservation,
     recovered_and_scaled_up, reserved_label, subset_reservation,
