@@ -13,7 +13,6 @@ use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
 use kruise_api::keys;
 use kruise_core::inplace;
 use kruise_core::nodefit;
-use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
@@ -23,18 +22,17 @@ use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot,
 };
 use kruise_core::rollout::{Revision, slow_start_batches};
+use kube::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource};
 use serde_json::json;
 
 use super::status::{self, Inputs};
-use super::{CONTROLLER, Context, Error, newpod, node_labels};
-use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
+use super::{Context, Error, newpod, node_labels};
+use crate::cache::listed;
 use crate::driver::Owner;
 use crate::error::is_race;
-use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met, pod_on_node};
+use crate::podcontrol::{Outcome, PodControl, Wording, Write, pod_on_node};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -44,84 +42,22 @@ pub(crate) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<A
 }
 
 async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
-    let unmet = |key: &str, namespace: &str| {
-        let (pods, revisions) = (&ctx.pods, &ctx.revisions);
-        expectations_met(
-            &ctx.expectations,
-            key,
-            namespace,
-            pods,
-            revisions,
-            &ctx.metrics,
-            CONTROLLER,
-        )
-        .err()
-    };
-    let Owner {
-        namespace,
-        name,
-        key,
-        uid,
-    } = match crate::driver::begin(ds, &ctx.expectations, unmet) {
+    let owner = match crate::driver::head::begin_owner(ds, ctx, listed(&ctx.nodes)) {
         Ok(owner) => owner,
         Err(action) => return Ok(action),
     };
-    if !(listed(&ctx.revisions) && listed(&ctx.nodes)) {
-        return Ok(Action::requeue(NOT_LISTED_RETRY));
-    }
     let now = Timestamp::now();
-    let pc = PodControl {
-        client: &ctx.client,
-        namespace: &namespace,
-        owner: ds.object_ref(&()),
-        key: key.clone(),
-        expectations: &ctx.expectations,
-        recorder: &ctx.recorder,
-        metrics: &ctx.metrics,
-        controller: CONTROLLER,
-        now,
-        wording: Wording::PodControl,
-    };
-
-    let owner = newpod::owner_reference(ds).map_err(|e| Error::Invalid(e.to_string()))?;
-    let claimant = Claimant {
-        uid: &uid,
-        deleting: false,
-    };
-    let mut recheck = Recheck::new(
-        Api::<DaemonSet>::namespaced(ctx.client.clone(), &namespace),
-        name.clone(),
-        uid.clone(),
-    );
-    let Some((owned, adopted)) = claim_pods(
-        &pc,
-        &ctx.pods,
-        claimant,
-        &owner,
-        &mut recheck,
-        ds.spec.selector.as_ref(),
-        |_| true,
-    )
-    .await?
-    else {
-        return Ok(Action::await_change());
-    };
-    if adopted {
-        return Ok(Action::requeue(Duration::from_millis(500)));
-    }
-    let Some(mut revisions) = claim_revisions(
-        &pc,
-        &ctx.client,
-        &ctx.revisions,
-        claimant,
-        &owner,
-        &mut recheck,
-        selector_match(ds.spec.selector.as_ref()),
-    )
-    .await?
-    else {
-        return Ok(Action::await_change());
-    };
+    let pc = crate::driver::head::pod_control(ctx, ds, &owner, now, Wording::PodControl);
+    let Owner { namespace, key, .. } = &owner;
+    let reference = newpod::owner_reference(ds).map_err(|e| Error::Invalid(e.to_string()))?;
+    let selector = ds.spec.selector.as_ref();
+    let (owned, mut revisions) =
+        match crate::driver::head::claim(ctx, &pc, ds, &owner, &reference, selector, |_| true)
+            .await?
+        {
+            Ok(claimed) => claimed,
+            Err(action) => return Ok(action),
+        };
     let Some(update_rev) = update_revision(ctx, &pc, ds, &revisions).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
@@ -193,8 +129,8 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         deferred: plan.deferred_creates,
         now,
     });
-    write_status(ctx, ds, &namespace, &computed.status).await?;
-    truncate_history(ctx, ds, &namespace, &revisions, &update_name, &owned).await?;
+    write_status(ctx, ds, namespace, &computed.status).await?;
+    truncate_history(ctx, ds, namespace, &revisions, &update_name, &owned).await?;
 
     let mut after = RESYNC;
     for wait in [plan.requeue_after, computed.requeue, outcome.after]

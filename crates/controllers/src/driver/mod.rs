@@ -8,9 +8,31 @@
 //! - the guarded writes ([`write`]): the status written only when it changed and only over the
 //!   resourceVersion it was computed from, and old revisions pruned with uid preconditions;
 //! - expectations (`kruise_core::expectations::Expectations`, every entry expiring) checked against
-//!   the shared caches ([`crate::podcontrol::expectations_met`]), and claiming ([`crate::claim`]).
+//!   the shared caches ([`crate::podcontrol::expectations_met`]), and claiming ([`crate::claim`]);
+//! - for kinds that own Pods directly, the start of the reconcile ([`head`]: wait for our writes to
+//!   show, claim Pods and revisions), their context implementing [`head::OwnsPods`].
+//!
+//! # The shape of a kind
+//!
+//! Every kind's reconcile runs the same four steps; only the middle two are the kind's own:
+//!
+//! | kind | observe (shared caches) | plan (pure, `kruise-core`) | act | status |
+//! |---|---|---|---|---|
+//! | CloneSet | Pods, revisions, PVCs, Nodes | `rollout::cloneset::decide::{scale_step, update_step}` | `cloneset::act::Actor` | `cloneset::status::compute` |
+//! | Advanced StatefulSet | [`head`]; PVCs | `rollout::statefulset::plan` | [`crate::podcontrol::PodControl`] | `statefulset::status::compute` |
+//! | Advanced DaemonSet | [`head`]; Nodes | `rollout::daemonset::plan` | [`crate::podcontrol::PodControl`] | `daemonset::status::compute` |
+//! | BroadcastJob | Pods, Nodes | `rollout::broadcastjob::{place, plan}` | [`crate::podcontrol::PodControl`] | the plan's status |
+//! | UnitedDeployment | revisions, subset workloads, Pods | `rollout::uniteddeployment::{allocate, next_partitions, plan_subsets}` | `uniteddeployment::reconcile::manage` | `uniteddeployment::status::compute` |
+//! | SidecarSet | Pods, Namespaces, revisions, SidecarSets | `sidecarset::upgrade::plan_upgrade` | guarded Pod patches | `sidecarset::upgrade::counts` |
+//!
+//! Each status goes through [`write::write_status`] (no write when unchanged, a resourceVersion
+//! precondition, [`write::StatusWrite::Stale`] when it lost) and each revision pruning through
+//! [`write::prune_revisions`]. A new kind adds its row: a `run` wiring a `Controller` on the shared
+//! caches to [`run`], a context implementing [`Driven`] (and [`head::OwnsPods`] when it owns Pods),
+//! and a reconcile in these four steps.
 
 pub mod caches;
+pub mod head;
 pub mod write;
 
 #[cfg(test)]

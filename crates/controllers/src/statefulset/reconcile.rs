@@ -14,7 +14,6 @@ use kruise_api::statefulset::v1beta1::{
     StatefulSet, StatefulSetStatus, VOLUME_CLAIM_UPDATE_ON_POD_ROLLING_UPDATE,
 };
 use kruise_core::lifecycle::releases_pod_ready;
-use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{
     Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
@@ -26,16 +25,15 @@ use kruise_core::rollout::{Revision, slow_start_batches};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::status::{self, Inputs};
-use super::{CONTROLLER, Context, Error, newpod};
-use crate::cache::{NOT_LISTED_RETRY, listed};
-use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
+use super::{Context, Error, newpod};
+use crate::cache::listed;
 use crate::driver::Owner;
 use crate::error::is_race;
-use crate::podcontrol::{Outcome, PodControl, Wording, Write, expectations_met};
+use crate::podcontrol::{Outcome, PodControl, Wording, Write};
 
 /// The resync period when nothing else asks for a look sooner.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -45,98 +43,33 @@ pub(crate) async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Resul
 }
 
 async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Error> {
-    let unmet = |key: &str, namespace: &str| {
-        let (pods, revisions) = (&ctx.pods, &ctx.revisions);
-        expectations_met(
-            &ctx.expectations,
-            key,
-            namespace,
-            pods,
-            revisions,
-            &ctx.metrics,
-            CONTROLLER,
-        )
-        .err()
-    };
-    let Owner {
-        namespace,
-        name,
-        key,
-        uid,
-    } = match crate::driver::begin(set, &ctx.expectations, unmet) {
+    let owner = match crate::driver::head::begin_owner(set, ctx, listed(&ctx.pvcs)) {
         Ok(owner) => owner,
         Err(action) => return Ok(action),
     };
-    if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
-        return Ok(Action::requeue(NOT_LISTED_RETRY));
-    }
     let now = Timestamp::now();
-    let pc = PodControl {
-        client: &ctx.client,
-        namespace: &namespace,
-        owner: set.object_ref(&()),
-        key: key.clone(),
-        expectations: &ctx.expectations,
-        recorder: &ctx.recorder,
-        metrics: &ctx.metrics,
-        controller: CONTROLLER,
-        now,
-        wording: Wording::StatefulSet,
-    };
-
-    let owner = newpod::owner_reference(set).map_err(|e| Error::Invalid(e.to_string()))?;
-    let claimant = Claimant {
-        uid: &uid,
-        deleting: false,
-    };
-    let mut recheck = Recheck::new(
-        Api::<StatefulSet>::namespaced(ctx.client.clone(), &namespace),
-        name.clone(),
-        uid.clone(),
-    );
-    let Some((mut owned, adopted)) = claim_pods(
-        &pc,
-        &ctx.pods,
-        claimant,
-        &owner,
-        &mut recheck,
-        set.spec.selector.as_ref(),
-        // Only orphans named like the set's Pods (`<set>-<ordinal>`).
-        |p| {
-            p.metadata
-                .name
-                .as_deref()
-                .and_then(|n| ordinal_of(&name, n))
-                .is_some()
-        },
-    )
-    .await?
-    else {
-        return Ok(Action::await_change());
-    };
-    if adopted {
-        return Ok(Action::requeue(Duration::from_millis(500)));
-    }
-    owned.sort_by_key(|p| {
+    let pc = crate::driver::head::pod_control(ctx, set, &owner, now, Wording::StatefulSet);
+    let Owner {
+        namespace, name, ..
+    } = &owner;
+    let reference = newpod::owner_reference(set).map_err(|e| Error::Invalid(e.to_string()))?;
+    let selector = set.spec.selector.as_ref();
+    // Only orphans named like the set's Pods (`<set>-<ordinal>`).
+    let orphan = |p: &Pod| {
         p.metadata
             .name
             .as_deref()
-            .and_then(|n| ordinal_of(&name, n))
-    });
-
-    let Some(mut revisions) = claim_revisions(
-        &pc,
-        &ctx.client,
-        &ctx.revisions,
-        claimant,
-        &owner,
-        &mut recheck,
-        selector_match(set.spec.selector.as_ref()),
-    )
-    .await?
-    else {
-        return Ok(Action::await_change());
+            .and_then(|n| ordinal_of(name, n))
+            .is_some()
     };
+    let (mut owned, mut revisions) =
+        match crate::driver::head::claim(ctx, &pc, set, &owner, &reference, selector, orphan)
+            .await?
+        {
+            Ok(claimed) => claimed,
+            Err(action) => return Ok(action),
+        };
+    owned.sort_by_key(|p| p.metadata.name.as_deref().and_then(|n| ordinal_of(name, n)));
     let Some(update_rev) = update_revision(ctx, &pc, set, &revisions).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
@@ -159,7 +92,7 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
     };
     let current_view = find(&current_name).unwrap_or(update_view);
     let snapshot = Snapshot {
-        name: &name,
+        name,
         spec: &set.spec,
         status_current_replicas: old_status.current_replicas,
         pods: &owned,
@@ -217,11 +150,11 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         failed_update: failed_update.clone(),
         now,
     });
-    write_status(ctx, set, &namespace, &computed.status).await?;
+    write_status(ctx, set, namespace, &computed.status).await?;
     truncate_history(
         ctx,
         set,
-        &namespace,
+        namespace,
         &revisions,
         &computed.status.current_revision,
         &update_name,

@@ -1,0 +1,157 @@
+//! The start every Pod-owning kind's reconcile shares (Advanced StatefulSet, Advanced DaemonSet):
+//! wait for our own writes to show in the caches, then claim the Pods and the ControllerRevisions
+//! (Kubernetes' `ClaimPods` and `ClaimControllerRevisions`). What follows — the update revision,
+//! the plan, the act, the status — is the kind's.
+
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kruise_core::expectations::Expectations;
+use kruise_core::ownership::Claimant;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::{Driven, Owner, begin};
+use crate::cache::{NOT_LISTED_RETRY, PodCache, listed};
+use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
+use crate::error::Error;
+use crate::events::EventRecorder;
+use crate::podcontrol::{PodControl, Wording, expectations_met};
+
+/// How soon a reconcile that adopted Pods looks again (on the adopted Pods as the cache shows them).
+pub const ADOPTED_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// What the shared head reads of a Pod-owning kind's context.
+pub trait OwnsPods: Driven {
+    fn client(&self) -> &Client;
+    /// The shared Pod cache.
+    fn pods(&self) -> &PodCache;
+    /// The shared ControllerRevision cache.
+    fn revisions(&self) -> &Store<ControllerRevision>;
+    /// The writes of this controller not yet shown by the caches.
+    fn expectations(&self) -> &Mutex<Expectations>;
+    fn recorder(&self) -> &EventRecorder;
+}
+
+/// The first step: `Err(action)` when there is nothing to do yet ([`begin`], with the expectations
+/// checked against the Pod and revision caches), or when the revision cache — or another the kind
+/// reads, `also_listed` false — has not been listed yet.
+pub fn begin_owner<K: Resource, C: OwnsPods>(
+    object: &K,
+    ctx: &C,
+    also_listed: bool,
+) -> Result<Owner, Action> {
+    let unmet = |key: &str, namespace: &str| {
+        expectations_met(
+            ctx.expectations(),
+            key,
+            namespace,
+            ctx.pods(),
+            ctx.revisions(),
+            ctx.metrics(),
+            ctx.controller(),
+        )
+        .err()
+    };
+    let owner = begin(object, ctx.expectations(), unmet)?;
+    if !(listed(ctx.revisions()) && also_listed) {
+        return Err(Action::requeue(NOT_LISTED_RETRY));
+    }
+    Ok(owner)
+}
+
+/// The Pod writer of one reconcile of `object`.
+pub fn pod_control<'a, K, C>(
+    ctx: &'a C,
+    object: &K,
+    owner: &'a Owner,
+    now: Timestamp,
+    wording: Wording,
+) -> PodControl<'a>
+where
+    K: Resource<DynamicType = ()>,
+    C: OwnsPods,
+{
+    PodControl {
+        client: ctx.client(),
+        namespace: &owner.namespace,
+        owner: object.object_ref(&()),
+        key: owner.key.clone(),
+        expectations: ctx.expectations(),
+        recorder: ctx.recorder(),
+        metrics: ctx.metrics(),
+        controller: ctx.controller(),
+        now,
+        wording,
+    }
+}
+
+/// The Pods and revisions `object` owns after claiming: those it controls that `selector` still
+/// selects, and orphans it selects (Pods only those `orphan` accepts) adopted; controlled ones it
+/// no longer selects released. `Err(action)` when the owner went away or is being deleted
+/// (nothing to do), or when Pods were adopted (the next reconcile works on them as the cache shows
+/// them). `object` is read for its type: the claim rechecks the owner through its API before
+/// adopting.
+pub async fn claim<K, C>(
+    ctx: &C,
+    pc: &PodControl<'_>,
+    _object: &K,
+    owner: &Owner,
+    reference: &OwnerReference,
+    selector: Option<&LabelSelector>,
+    orphan: impl Fn(&Pod) -> bool,
+) -> Result<Result<(Vec<Pod>, Vec<ControllerRevision>), Action>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    C: OwnsPods,
+{
+    let claimant = Claimant {
+        uid: &owner.uid,
+        deleting: false,
+    };
+    let mut recheck = Recheck::new(
+        Api::<K>::namespaced(ctx.client().clone(), &owner.namespace),
+        owner.name.clone(),
+        owner.uid.clone(),
+    );
+    let Some((pods, adopted)) = claim_pods(
+        pc,
+        ctx.pods(),
+        claimant,
+        reference,
+        &mut recheck,
+        selector,
+        orphan,
+    )
+    .await?
+    else {
+        return Ok(Err(Action::await_change()));
+    };
+    if adopted {
+        return Ok(Err(Action::requeue(ADOPTED_RETRY)));
+    }
+    let Some(revisions) = claim_revisions(
+        pc,
+        ctx.client(),
+        ctx.revisions(),
+        claimant,
+        reference,
+        &mut recheck,
+        selector_match(selector),
+    )
+    .await?
+    else {
+        return Ok(Err(Action::await_change()));
+    };
+    Ok(Ok((pods, revisions)))
+}
