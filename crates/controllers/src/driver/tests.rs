@@ -402,3 +402,381 @@ async fn a_failed_adoption_fails_the_reconcile() {
     assert!(matches!(result, Err(Error::Kube { .. })));
     log.assert_done();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The shared reconcile head (`driver::head`) and the Pod writes (`PodControl`).
+
+mod head_and_pods {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::jiff::Timestamp;
+    use kruise_core::expectations::{Expectation, Expectations};
+    use kube::runtime::controller::Action;
+    use kube::runtime::reflector::{self, Store};
+    use kube::runtime::watcher;
+
+    use super::*;
+    use crate::cache::{NOT_LISTED_RETRY, PodCache};
+    use crate::driver::head::{self, ADOPTED_RETRY, OwnsPods};
+    use crate::driver::{Driven, Owner};
+    use crate::events::EventRecorder;
+    use crate::metrics::Metrics;
+    use crate::podcontrol::{PodControl, Wording};
+
+    const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
+
+    struct Ctx {
+        client: kube::Client,
+        pods: Arc<PodCache>,
+        revisions: Store<ControllerRevision>,
+        expectations: Mutex<Expectations>,
+        recorder: EventRecorder,
+        metrics: Arc<Metrics>,
+        /// Kept: a store whose writer is dropped counts as listed.
+        _revisions_writer: reflector::store::Writer<ControllerRevision>,
+    }
+
+    impl Driven for Ctx {
+        fn controller(&self) -> &'static str {
+            "test-controller"
+        }
+
+        fn metrics(&self) -> &Metrics {
+            &self.metrics
+        }
+    }
+
+    impl OwnsPods for Ctx {
+        fn client(&self) -> &kube::Client {
+            &self.client
+        }
+
+        fn pods(&self) -> &PodCache {
+            &self.pods
+        }
+
+        fn revisions(&self) -> &Store<ControllerRevision> {
+            &self.revisions
+        }
+
+        fn expectations(&self) -> &Mutex<Expectations> {
+            &self.expectations
+        }
+
+        fn recorder(&self) -> &EventRecorder {
+            &self.recorder
+        }
+    }
+
+    /// A context whose caches hold `pods` and `revisions`, listed unless `listed` is false.
+    fn context(
+        client: kube::Client,
+        pods: Vec<Pod>,
+        revisions: Vec<ControllerRevision>,
+        listed: bool,
+    ) -> Ctx {
+        let cache = PodCache::new();
+        cache.apply(watcher::Event::Init);
+        for pod in pods {
+            cache.apply(watcher::Event::InitApply(pod));
+        }
+        cache.apply(watcher::Event::InitDone);
+        let (store, mut writer) = reflector::store();
+        if listed {
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for revision in revisions {
+                writer.apply_watcher_event(&watcher::Event::InitApply(revision));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        Ctx {
+            client: client.clone(),
+            pods: cache,
+            revisions: store,
+            expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
+            recorder: crate::driver::recorder(client, "test-controller"),
+            metrics: Metrics::register(&mut registry),
+            _revisions_writer: writer,
+        }
+    }
+
+    fn owned_revision(name: &str) -> ControllerRevision {
+        let mut revision = revision(name, &format!("{name}-uid"));
+        revision.metadata.namespace = Some("ns".into());
+        revision.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        revision.metadata.owner_references = Some(vec![owner_ref()]);
+        revision
+    }
+
+    fn pending(ctx: &Ctx) -> bool {
+        ctx.expectations
+            .lock()
+            .map(|ex| !ex.is_empty())
+            .unwrap_or(true)
+    }
+
+    #[tokio::test]
+    async fn the_head_waits_for_unlisted_caches_and_unmet_expectations() {
+        let (client, log) = scripted::client(vec![]);
+        let cs = cloneset("7", None);
+        // The revision cache not listed yet, or another cache of the kind.
+        let unlisted = context(client.clone(), vec![], vec![], false);
+        assert_eq!(
+            head::begin_owner(&cs, &unlisted, true).err(),
+            Some(Action::requeue(NOT_LISTED_RETRY))
+        );
+        let ctx = context(client, vec![], vec![], true);
+        assert_eq!(
+            head::begin_owner(&cs, &ctx, false).err(),
+            Some(Action::requeue(NOT_LISTED_RETRY))
+        );
+        let owner = head::begin_owner(&cs, &ctx, true).unwrap_or_else(|a| panic!("{a:?}"));
+        assert_eq!(
+            (owner.key.as_str(), owner.uid.as_str()),
+            ("ns/web", OWNER_UID)
+        );
+        // A Pod we created that the cache does not show yet: wait (at most until it expires).
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.expect(
+                "ns/web",
+                Expectation::exists("Pod", "web-new"),
+                std::time::Instant::now(),
+            );
+        }
+        assert!(
+            matches!(head::begin_owner(&cs, &ctx, true), Err(a) if a != Action::await_change())
+        );
+        // Being deleted: nothing to do, and what was expected is forgotten.
+        let mut deleting = cs.clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        assert_eq!(
+            head::begin_owner(&deleting, &ctx, true).err(),
+            Some(Action::await_change())
+        );
+        assert!(!pending(&ctx));
+        log.assert_done();
+    }
+
+    async fn run_claim(ctx: &Ctx) -> Result<(Vec<Pod>, Vec<ControllerRevision>), Action> {
+        let cs = cloneset("7", None);
+        let owner = head::begin_owner(&cs, ctx, true).unwrap_or_else(|a| panic!("{a:?}"));
+        let pc = head::pod_control(ctx, &cs, &owner, Timestamp::now(), Wording::PodControl);
+        let selector = selector();
+        head::claim(
+            ctx,
+            &pc,
+            &cs,
+            &owner,
+            &owner_ref(),
+            Some(&selector),
+            |p: &Pod| p.metadata.name.as_deref() != Some("refused"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("claiming: {e}"))
+    }
+
+    #[tokio::test]
+    async fn the_head_claims_pods_and_revisions_and_requeues_after_adopting() {
+        // Settled: everything owned, nothing sent.
+        let (client, log) = scripted::client(vec![]);
+        let ctx = context(
+            client,
+            vec![pod("web-0", "web", true), pod("refused", "web", false)],
+            vec![owned_revision("web-1")],
+            true,
+        );
+        let (pods, revisions) = run_claim(&ctx).await.unwrap_or_else(|a| panic!("{a:?}"));
+        assert_eq!(names(&pods), ["web-0"]);
+        assert_eq!(revisions.len(), 1);
+        log.assert_done();
+
+        // An orphan the selector matches: adopted (after reading the owner afresh), and the
+        // reconcile ends there, to go on with the Pod as the cache comes to show it.
+        let mut adopted = pod("orphan", "web", true);
+        adopted.metadata.resource_version = Some("6".into());
+        let (client, log) = scripted::client(vec![
+            Step::new(
+                Method::GET,
+                CLONESETS,
+                200,
+                serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
+            ),
+            Step::new(
+                Method::PATCH,
+                &format!("{PODS}/orphan"),
+                200,
+                serde_json::to_value(&adopted).unwrap_or_default(),
+            ),
+        ]);
+        let ctx = context(client, vec![pod("orphan", "web", false)], vec![], true);
+        assert_eq!(
+            run_claim(&ctx).await.err(),
+            Some(Action::requeue(ADOPTED_RETRY))
+        );
+        log.assert_done();
+    }
+
+    #[tokio::test]
+    async fn the_head_adopts_nothing_for_an_owner_replaced_since() {
+        let mut replaced = cloneset("9", None);
+        replaced.metadata.uid = Some("another-uid".into());
+        let (client, log) = scripted::client(vec![Step::new(
+            Method::GET,
+            CLONESETS,
+            200,
+            serde_json::to_value(&replaced).unwrap_or_default(),
+        )]);
+        let ctx = context(client, vec![pod("orphan", "web", false)], vec![], true);
+        assert_eq!(run_claim(&ctx).await.err(), Some(Action::await_change()));
+        log.assert_done();
+    }
+
+    async fn with_pod_control<T>(ctx: &Ctx, f: impl AsyncFnOnce(&PodControl<'_>) -> T) -> T {
+        let owner = Owner {
+            namespace: "ns".into(),
+            name: "web".into(),
+            key: "ns/web".into(),
+            uid: OWNER_UID.into(),
+        };
+        let cs = cloneset("7", None);
+        let pc = head::pod_control(ctx, &cs, &owner, Timestamp::now(), Wording::PodControl);
+        f(&pc).await
+    }
+
+    fn claim_named(name: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            ..PersistentVolumeClaim::default()
+        }
+    }
+
+    fn reasons(log: &scripted::Log) -> Vec<String> {
+        log.events()
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(String::from))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_pod_is_created_after_its_claims_and_a_claim_that_exists_is_no_failure() {
+        let (client, log) = scripted::client(vec![
+            Step::failing(Method::POST, CLAIMS, 409),
+            Step::new(Method::POST, CLAIMS, 201, json!({})),
+            Step::new(
+                Method::POST,
+                PODS,
+                201,
+                serde_json::to_value(pod("web-0", "web", true)).unwrap_or_default(),
+            ),
+        ]);
+        let ctx = context(client, vec![], vec![], true);
+        let claims = vec![claim_named("data-web-0"), claim_named("logs-web-0")];
+        let created = with_pod_control(&ctx, async |pc| {
+            pc.create_pod(pod("web-0", "web", true), claims).await
+        })
+        .await;
+        assert!(created);
+        // Expected until the cache shows it.
+        assert!(pending(&ctx));
+        assert_eq!(reasons(&log), ["SuccessfulCreate"]);
+        log.assert_done();
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_cannot_be_created_holds_its_pod_back() {
+        let (client, log) = scripted::client(vec![Step::failing(Method::POST, CLAIMS, 500)]);
+        let ctx = context(client, vec![], vec![], true);
+        let created = with_pod_control(&ctx, async |pc| {
+            pc.create_pod(pod("web-0", "web", true), vec![claim_named("data-web-0")])
+                .await
+        })
+        .await;
+        assert!(!created);
+        assert!(!pending(&ctx));
+        assert_eq!(reasons(&log), ["FailedCreate"]);
+        log.assert_done();
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_cannot_be_created_is_not_waited_for() {
+        for code in [409, 422, 500] {
+            let (client, log) = scripted::client(vec![Step::failing(Method::POST, PODS, code)]);
+            let ctx = context(client, vec![], vec![], true);
+            let created = with_pod_control(&ctx, async |pc| {
+                pc.create_pod(pod("web-0", "web", true), vec![]).await
+            })
+            .await;
+            assert!(!created, "{code}");
+            // The expectation is withdrawn: the next reconcile does not wait for it.
+            assert!(!pending(&ctx), "{code}");
+            assert_eq!(reasons(&log), ["FailedCreate"], "{code}");
+            log.assert_done();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pod_is_deleted_on_its_uid_and_one_gone_or_replaced_is_no_error() {
+        let (client, log) = scripted::client(vec![Step::new(
+            Method::DELETE,
+            &format!("{PODS}/web-0"),
+            200,
+            serde_json::to_value(pod("web-0", "web", true)).unwrap_or_default(),
+        )]);
+        let ctx = context(client, vec![], vec![], true);
+        let deleted = with_pod_control(&ctx, async |pc| {
+            pc.delete_pod(&pod("web-0", "web", true)).await
+        })
+        .await;
+        assert!(deleted.is_ok());
+        assert_eq!(
+            log.sent()[0].body["preconditions"]["uid"],
+            json!("web-0-uid")
+        );
+        assert!(pending(&ctx));
+        assert_eq!(reasons(&log), ["SuccessfulDelete"]);
+        log.assert_done();
+
+        // 404: already gone; 409: the name is another Pod's now. Neither is an error, and nothing
+        // is waited for.
+        for code in [404, 409] {
+            let (client, log) = scripted::client(vec![Step::failing(
+                Method::DELETE,
+                &format!("{PODS}/web-0"),
+                code,
+            )]);
+            let ctx = context(client, vec![], vec![], true);
+            let deleted = with_pod_control(&ctx, async |pc| {
+                pc.delete_pod(&pod("web-0", "web", true)).await
+            })
+            .await;
+            assert!(deleted.is_ok(), "{code}");
+            assert!(!pending(&ctx), "{code}");
+            assert!(reasons(&log).is_empty(), "{code}");
+            log.assert_done();
+        }
+
+        let (client, log) = scripted::client(vec![Step::failing(
+            Method::DELETE,
+            &format!("{PODS}/web-0"),
+            500,
+        )]);
+        let ctx = context(client, vec![], vec![], true);
+        let deleted = with_pod_control(&ctx, async |pc| {
+            pc.delete_pod(&pod("web-0", "web", true)).await
+        })
+        .await;
+        assert!(matches!(deleted, Err(Error::Kube { .. })));
+        assert!(!pending(&ctx));
+        assert_eq!(reasons(&log), ["FailedDelete"]);
+        log.assert_done();
+    }
+}
