@@ -628,3 +628,155 @@ async fn truncate_history(
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use http::Method;
+    use kruise_core::expectations::Expectations;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::driver::Owner;
+    use crate::driver::scripted::{self, Step};
+
+    const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
+
+    fn context(client: kube::Client) -> Context {
+        let mut registry = prometheus_client::registry::Registry::default();
+        Context {
+            client: client.clone(),
+            pods: crate::cache::PodCache::new(),
+            revisions: kube::runtime::reflector::store().0,
+            pvcs: kube::runtime::reflector::store().0,
+            expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
+            recorder: crate::driver::recorder(client, super::super::CONTROLLER),
+            metrics: crate::metrics::Metrics::register(&mut registry),
+            config: super::super::Config::default(),
+        }
+    }
+
+    /// Set `web` at one replica with a `data` claim template, its claims deleted with the set and
+    /// when scaled down.
+    fn set() -> StatefulSet {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "set-uid"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}}],
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Delete"}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("set fixture: {e}"))
+    }
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                         "labels": {"app": "web"}}
+        }))
+        .unwrap_or_else(|e| panic!("pod fixture: {e}"))
+    }
+
+    fn claim(name: &str, resource_version: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": resource_version}
+        }))
+        .unwrap_or_else(|e| panic!("claim fixture: {e}"))
+    }
+
+    /// Runs `keep_claim_owners` for Pods web-0 (kept) and web-1 (condemned by the scale-down to
+    /// one) and their claims; what was sent and the Events' reasons.
+    async fn keep(script: Vec<Step>) -> (Vec<Value>, Vec<String>) {
+        let (client, log) = scripted::client(script);
+        let ctx = context(client);
+        let set = set();
+        let owner = Owner {
+            namespace: "ns".into(),
+            name: "web".into(),
+            key: "ns/web".into(),
+            uid: "set-uid".into(),
+        };
+        let pc = crate::driver::head::pod_control(
+            &ctx,
+            &set,
+            &owner,
+            Timestamp::now(),
+            Wording::StatefulSet,
+        );
+        let claims = [claim("data-web-0", "3"), claim("data-web-1", "4")];
+        let by_name: BTreeMap<String, &PersistentVolumeClaim> = claims
+            .iter()
+            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+            .collect();
+        keep_claim_owners(&pc, &set, &[pod("web-0"), pod("web-1")], &by_name).await;
+        let reasons = log
+            .events()
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(String::from))
+            .collect();
+        let sent = log.sent().into_iter().map(|s| s.body).collect();
+        log.assert_done();
+        (sent, reasons)
+    }
+
+    fn owner_uids(patch: &Value) -> Vec<&str> {
+        patch["metadata"]["ownerReferences"]
+            .as_array()
+            .map(|refs| refs.iter().filter_map(|r| r["uid"].as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn claims_get_their_retention_owners_over_the_version_they_were_read_at() {
+        let (sent, reasons) = keep(vec![
+            Step::new(
+                Method::PATCH,
+                &format!("{CLAIMS}/data-web-0"),
+                200,
+                json!({}),
+            ),
+            Step::new(
+                Method::PATCH,
+                &format!("{CLAIMS}/data-web-1"),
+                200,
+                json!({}),
+            ),
+        ])
+        .await;
+        // The kept Pod's claim goes with the set; the condemned Pod's with the set and the Pod.
+        assert_eq!(owner_uids(&sent[0]), ["set-uid"]);
+        assert_eq!(sent[0]["metadata"]["resourceVersion"], json!("3"));
+        assert_eq!(owner_uids(&sent[1]), ["set-uid", "web-1-uid"]);
+        assert_eq!(sent[1]["metadata"]["resourceVersion"], json!("4"));
+        assert!(reasons.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_claim_changed_or_gone_is_skipped_and_a_failure_reported_not_fatal() {
+        let (sent, reasons) = keep(vec![
+            Step::failing(Method::PATCH, &format!("{CLAIMS}/data-web-0"), 409),
+            Step::failing(Method::PATCH, &format!("{CLAIMS}/data-web-1"), 404),
+        ])
+        .await;
+        assert_eq!(sent.len(), 2);
+        assert!(reasons.is_empty());
+        let (_, reasons) = keep(vec![
+            Step::failing(Method::PATCH, &format!("{CLAIMS}/data-web-0"), 500),
+            Step::new(
+                Method::PATCH,
+                &format!("{CLAIMS}/data-web-1"),
+                200,
+                json!({}),
+            ),
+        ])
+        .await;
+        assert_eq!(reasons, ["FailedUpdate"]);
+    }
+}
