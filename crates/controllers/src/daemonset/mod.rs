@@ -94,27 +94,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-impl crate::driver::head::OwnsPods for Context {
-    fn client(&self) -> &Client {
-        &self.client
-    }
-
-    fn pods(&self) -> &PodCache {
-        &self.pods
-    }
-
-    fn revisions(&self) -> &Store<ControllerRevision> {
-        &self.revisions
-    }
-
-    fn expectations(&self) -> &Mutex<Expectations> {
-        &self.expectations
-    }
-
-    fn recorder(&self) -> &EventRecorder {
-        &self.recorder
-    }
-}
+crate::driver::head::owns_pods!(Context);
 
 impl crate::driver::Driven for Context {
     fn controller(&self) -> &'static str {

@@ -40,6 +40,38 @@ pub trait OwnsPods: Driven {
     fn recorder(&self) -> &EventRecorder;
 }
 
+/// Implements [`OwnsPods`] for a context with the fields `client`, `pods`, `revisions`,
+/// `expectations` and `recorder`.
+macro_rules! owns_pods {
+    ($context:ty) => {
+        impl $crate::driver::head::OwnsPods for $context {
+            fn client(&self) -> &::kube::Client {
+                &self.client
+            }
+
+            fn pods(&self) -> &$crate::cache::PodCache {
+                &self.pods
+            }
+
+            fn revisions(
+                &self,
+            ) -> &::kube::runtime::reflector::Store<::k8s_openapi::api::apps::v1::ControllerRevision>
+            {
+                &self.revisions
+            }
+
+            fn expectations(&self) -> &::std::sync::Mutex<::kruise_core::expectations::Expectations> {
+                &self.expectations
+            }
+
+            fn recorder(&self) -> &$crate::events::EventRecorder {
+                &self.recorder
+            }
+        }
+    };
+}
+pub(crate) use owns_pods;
+
 /// The first step: `Err(action)` when there is nothing to do yet ([`begin`], with the expectations
 /// checked against the Pod and revision caches), or when the revision cache — or another the kind
 /// reads, `also_listed` false — has not been listed yet.

@@ -236,33 +236,31 @@ fn names(pods: &[Pod]) -> Vec<&str> {
         .collect()
 }
 
+/// The steps of adopting the orphans `names`: the owner read afresh once before the first
+/// adoption, then one patch per Pod, answered with the Pod owned.
+fn adoption(names: &[&str]) -> Vec<Step> {
+    let owner = Step::new(
+        Method::GET,
+        CLONESETS,
+        200,
+        serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
+    );
+    let patches = names.iter().map(|name| {
+        let mut adopted = pod(name, "web", true);
+        adopted.metadata.resource_version = Some("6".into());
+        Step::new(
+            Method::PATCH,
+            &format!("{PODS}/{name}"),
+            200,
+            serde_json::to_value(&adopted).unwrap_or_default(),
+        )
+    });
+    std::iter::once(owner).chain(patches).collect()
+}
+
 #[tokio::test]
 async fn claiming_adopts_matching_orphans_after_rechecking_the_owner_once() {
-    let mut adopted_a = pod("a", "web", true);
-    adopted_a.metadata.resource_version = Some("6".into());
-    let mut adopted_b = pod("b", "web", true);
-    adopted_b.metadata.resource_version = Some("6".into());
-    let (client, log) = scripted::client(vec![
-        // The owner, read afresh once before the first adoption.
-        Step::new(
-            Method::GET,
-            CLONESETS,
-            200,
-            serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
-        ),
-        Step::new(
-            Method::PATCH,
-            &format!("{PODS}/a"),
-            200,
-            serde_json::to_value(&adopted_a).unwrap_or_default(),
-        ),
-        Step::new(
-            Method::PATCH,
-            &format!("{PODS}/b"),
-            200,
-            serde_json::to_value(&adopted_b).unwrap_or_default(),
-        ),
-    ]);
+    let (client, log) = scripted::client(adoption(&["a", "b"]));
     let claimed = claim(
         client,
         vec![
@@ -419,7 +417,7 @@ mod head_and_pods {
 
     use super::*;
     use crate::cache::{NOT_LISTED_RETRY, PodCache};
-    use crate::driver::head::{self, ADOPTED_RETRY, OwnsPods};
+    use crate::driver::head::{self, ADOPTED_RETRY};
     use crate::driver::{Driven, Owner};
     use crate::events::EventRecorder;
     use crate::metrics::Metrics;
@@ -448,27 +446,7 @@ mod head_and_pods {
         }
     }
 
-    impl OwnsPods for Ctx {
-        fn client(&self) -> &kube::Client {
-            &self.client
-        }
-
-        fn pods(&self) -> &PodCache {
-            &self.pods
-        }
-
-        fn revisions(&self) -> &Store<ControllerRevision> {
-            &self.revisions
-        }
-
-        fn expectations(&self) -> &Mutex<Expectations> {
-            &self.expectations
-        }
-
-        fn recorder(&self) -> &EventRecorder {
-            &self.recorder
-        }
-    }
+    crate::driver::head::owns_pods!(Ctx);
 
     /// A context whose caches hold `pods` and `revisions`, listed unless `listed` is false.
     fn context(
@@ -597,22 +575,7 @@ mod head_and_pods {
 
         // An orphan the selector matches: adopted (after reading the owner afresh), and the
         // reconcile ends there, to go on with the Pod as the cache comes to show it.
-        let mut adopted = pod("orphan", "web", true);
-        adopted.metadata.resource_version = Some("6".into());
-        let (client, log) = scripted::client(vec![
-            Step::new(
-                Method::GET,
-                CLONESETS,
-                200,
-                serde_json::to_value(cloneset("7", None)).unwrap_or_default(),
-            ),
-            Step::new(
-                Method::PATCH,
-                &format!("{PODS}/orphan"),
-                200,
-                serde_json::to_value(&adopted).unwrap_or_default(),
-            ),
-        ]);
+        let (client, log) = scripted::client(adoption(&["orphan"]));
         let ctx = context(client, vec![pod("orphan", "web", false)], vec![], true);
         assert_eq!(
             run_claim(&ctx).await.err(),

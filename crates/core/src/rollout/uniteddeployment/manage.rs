@@ -287,17 +287,7 @@ pub fn merge_diff(have: &Value, want: &Value) -> Value {
 mod tests {
     use super::*;
     use crate::pods::testing::pod;
-
-    fn owner() -> OwnerReference {
-        OwnerReference {
-            api_version: "apps.kruise.io/v1alpha1".into(),
-            kind: "UnitedDeployment".into(),
-            name: "ud".into(),
-            uid: "uid-1".into(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }
-    }
+    use crate::rollout::uniteddeployment::tests::owner;
 
     /// A UnitedDeployment of `template` over subsets `a` and `b`.
     fn ud(template: Value) -> UnitedDeployment {

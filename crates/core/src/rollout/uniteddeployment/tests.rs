@@ -269,7 +269,7 @@ fn partitions_are_capped_by_replicas() {
     );
 }
 
-fn owner() -> OwnerReference {
+pub(super) fn owner() -> OwnerReference {
     OwnerReference {
         api_version: "apps.kruise.io/v1alpha1".into(),
         kind: "UnitedDeployment".into(),
