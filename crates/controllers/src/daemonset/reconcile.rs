@@ -14,10 +14,7 @@ use kruise_api::keys;
 use kruise_core::inplace;
 use kruise_core::nodefit;
 use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{
-    LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
-    revisions_to_delete, short_hash,
-};
+use kruise_core::revision::{revisions_to_delete, short_hash};
 use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot,
 };
@@ -58,7 +55,7 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
             Ok(claimed) => claimed,
             Err(action) => return Ok(action),
         };
-    let Some(update_rev) = update_revision(ctx, &pc, ds, &revisions).await? else {
+    let Some(update_rev) = update_revision(&pc, ds, &revisions).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
     let update_name = update_rev.metadata.name.clone().unwrap_or_default();
@@ -149,48 +146,21 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     Ok(Action::requeue(after.max(Duration::from_millis(100))))
 }
 
-/// The update revision (the newest if it records the template, an older equal one renumbered, or
-/// a new one, labelled `controller-revision-hash` as upstream's); `None` after recording a hash
+/// The update revision ([`crate::driver::head::template_revision`]); `None` after recording a hash
 /// collision.
 async fn update_revision(
-    ctx: &Context,
     pc: &PodControl<'_>,
     ds: &DaemonSet,
     revisions: &[ControllerRevision],
 ) -> Result<Option<ControllerRevision>, Error> {
     let collision_count = ds.status.as_ref().and_then(|s| s.collision_count);
-    let labels = ds
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    let data = revision_data(&ds.spec.template)
-        .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let mut candidate = build_revision(
-        Parent {
-            kind: "DaemonSet",
-            meta: &ds.metadata,
-        },
-        ds.metadata.namespace.clone(),
-        labels,
-        data,
-        next_revision_number(revisions),
-        collision_count,
-    )
-    .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    if let Some(labels) = candidate.metadata.labels.as_mut()
-        && let Some(hash) = labels.get(LABEL_REVISION_HASH).cloned()
-    {
-        labels.insert(keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(), hash);
-    }
-    let registered = crate::history::update_revision(
-        &ctx.client,
+    crate::driver::head::template_revision(
+        pc,
         ds,
+        &ds.spec.template,
         revisions,
-        candidate,
         collision_count,
+        true,
         |count| {
             json!({"status": DaemonSetStatus {
                 collision_count: Some(count),
@@ -198,16 +168,9 @@ async fn update_revision(
             }})
         },
     )
-    .await?;
-    Ok(registered.map(|(revision, expectation)| {
-        if let Some(expectation) = expectation {
-            pc.expect(expectation);
-        }
-        revision
-    }))
+    .await
 }
 
-/// Carries out the plan: readiness fixes, then creations in slow-start batches (stopping at the
 /// first failed batch), then deletions and in-place updates together.
 async fn carry_out(
     pc: &PodControl<'_>,

@@ -1,18 +1,23 @@
 //! The start every Pod-owning kind's reconcile shares (Advanced StatefulSet, Advanced DaemonSet):
 //! wait for our own writes to show in the caches, then claim the Pods and the ControllerRevisions
-//! (Kubernetes' `ClaimPods` and `ClaimControllerRevisions`). What follows — the update revision,
-//! the plan, the act, the status — is the kind's.
+//! (Kubernetes' `ClaimPods` and `ClaimControllerRevisions`), and register the update revision of
+//! the Pod template ([`template_revision`]). What follows — the plan, the act, the status — is
+//! the kind's.
 
 use std::fmt::Debug;
 use std::sync::Mutex;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
 use kruise_core::expectations::Expectations;
 use kruise_core::ownership::Claimant;
+use kruise_core::revision::{
+    LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
+};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource};
@@ -186,4 +191,67 @@ where
         return Ok(Err(Action::await_change()));
     };
     Ok(Ok((pods, revisions)))
+}
+
+/// The update revision of a kind whose revisions record its Pod template (Advanced StatefulSet and
+/// DaemonSet): the newest if it records `template`, an older equal one renumbered, or a new one
+/// ([`crate::history::update_revision`]), labelled with the template's labels — and, when
+/// `native_hash_label`, with `controller-revision-hash` too, as upstream's Advanced DaemonSet's
+/// are; the revision cache is expected to show it. `None` after recording a hash collision
+/// (`collided(count)`: the merge patch of the owner's status with that collision count).
+pub async fn template_revision<K>(
+    pc: &PodControl<'_>,
+    object: &K,
+    template: &PodTemplateSpec,
+    revisions: &[ControllerRevision],
+    collision_count: Option<i32>,
+    native_hash_label: bool,
+    collided: impl FnOnce(i32) -> serde_json::Value,
+) -> Result<Option<ControllerRevision>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let invalid = |e: &dyn std::fmt::Display| Error::Invalid(format!("building the revision: {e}"));
+    let labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let data = revision_data(template).map_err(|e| invalid(&e))?;
+    let mut candidate = build_revision(
+        Parent {
+            kind: &K::kind(&()),
+            meta: object.meta(),
+        },
+        object.meta().namespace.clone(),
+        labels,
+        data,
+        next_revision_number(revisions),
+        collision_count,
+    )
+    .map_err(|e| invalid(&e))?;
+    if native_hash_label
+        && let Some(labels) = candidate.metadata.labels.as_mut()
+        && let Some(hash) = labels.get(LABEL_REVISION_HASH).cloned()
+    {
+        labels.insert(keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(), hash);
+    }
+    let registered = crate::history::update_revision(
+        pc.client,
+        object,
+        revisions,
+        candidate,
+        collision_count,
+        collided,
+    )
+    .await?;
+    Ok(registered.map(|(revision, expectation)| {
+        if let Some(expectation) = expectation {
+            pc.expect(expectation);
+        }
+        revision
+    }))
 }

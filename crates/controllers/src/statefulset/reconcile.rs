@@ -15,9 +15,7 @@ use kruise_api::statefulset::v1beta1::{
 };
 use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{
-    Parent, build_revision, next_revision_number, revision_data, revisions_to_delete,
-};
+use kruise_core::revision::revisions_to_delete;
 use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Snapshot, ordinal_of, partition_pods,
 };
@@ -70,7 +68,7 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
             Err(action) => return Ok(action),
         };
     owned.sort_by_key(|p| p.metadata.name.as_deref().and_then(|n| ordinal_of(name, n)));
-    let Some(update_rev) = update_revision(ctx, &pc, set, &revisions).await? else {
+    let Some(update_rev) = update_revision(&pc, set, &revisions).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
     let update_name = update_rev.metadata.name.clone().unwrap_or_default();
@@ -197,42 +195,21 @@ fn is_claim_of(set: &StatefulSet, claim: &str) -> bool {
     })
 }
 
-/// The update revision (the newest if it records the template, an older equal one renumbered, or
-/// a new one); `None` after recording a hash collision.
+/// The update revision ([`crate::driver::head::template_revision`]); `None` after recording a hash
+/// collision.
 async fn update_revision(
-    ctx: &Context,
     pc: &PodControl<'_>,
     set: &StatefulSet,
     revisions: &[ControllerRevision],
 ) -> Result<Option<ControllerRevision>, Error> {
     let collision_count = set.status.as_ref().and_then(|s| s.collision_count);
-    let labels = set
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    let data = revision_data(&set.spec.template)
-        .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let candidate = build_revision(
-        Parent {
-            kind: "StatefulSet",
-            meta: &set.metadata,
-        },
-        set.metadata.namespace.clone(),
-        labels,
-        data,
-        next_revision_number(revisions),
-        collision_count,
-    )
-    .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
-    let registered = crate::history::update_revision(
-        &ctx.client,
+    crate::driver::head::template_revision(
+        pc,
         set,
+        &set.spec.template,
         revisions,
-        candidate,
         collision_count,
+        false,
         |count| {
             json!({"status": StatefulSetStatus {
                 collision_count: Some(count),
@@ -240,17 +217,9 @@ async fn update_revision(
             }})
         },
     )
-    .await?;
-    Ok(registered.map(|(revision, expectation)| {
-        if let Some(expectation) = expectation {
-            pc.expect(expectation);
-        }
-        revision
-    }))
+    .await
 }
 
-/// Keeps the owner references of each Pod's claims as the retention policy says (the set's when
-/// `whenDeleted: Delete`; the Pod's when `whenScaled: Delete` and a scale-down condemned it), before
 /// any condemned Pod is deleted, so the garbage collector removes exactly the claims it should.
 async fn keep_claim_owners(
     pc: &PodControl<'_>,
