@@ -171,6 +171,7 @@ async fn update_revision(
     .await
 }
 
+/// Carries out the plan: readiness fixes, then creations in slow-start batches (stopping at the
 /// first failed batch), then deletions and in-place updates together.
 async fn carry_out(
     pc: &PodControl<'_>,

@@ -220,6 +220,8 @@ async fn update_revision(
     .await
 }
 
+/// Keeps the owner references of each Pod's claims as the retention policy says (the set's when
+/// `whenDeleted: Delete`; the Pod's when `whenScaled: Delete` and a scale-down condemned it), before
 /// any condemned Pod is deleted, so the garbage collector removes exactly the claims it should.
 async fn keep_claim_owners(
     pc: &PodControl<'_>,
