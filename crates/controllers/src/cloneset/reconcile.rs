@@ -521,8 +521,15 @@ async fn scale(
                 } else {
                     s.update
                 };
-                let pod = newpod::build_pod(s.cs, revision.template, revision.name, id, s.now)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                let pod = newpod::build_pod(
+                    s.cs,
+                    revision.template,
+                    revision.name,
+                    id,
+                    s.now,
+                    s.settings.gates.short_hash,
+                )
+                .map_err(|e| Error::Invalid(e.to_string()))?;
                 let claims: Vec<PersistentVolumeClaim> = newpod::build_pvcs(s.cs, id)
                     .map_err(|e| Error::Invalid(e.to_string()))?
                     .into_iter()

@@ -433,6 +433,9 @@ pub fn limit_updates(
 pub struct Gates {
     pub preparing_update_as_update: bool,
     pub partition_rollback: bool,
+    /// `CloneSetShortHash`: Pods' `controller-revision-hash` label holds only the hash
+    /// (`5d8f7c`), not the revision name (`web-5d8f7c`). Either form is read as the same revision.
+    pub short_hash: bool,
 }
 
 /// The Pods to update in this pass and the revision they go to.
