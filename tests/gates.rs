@@ -21,7 +21,7 @@ use serde_json::json;
 /// The gates this binary's manager runs with.
 const GATES: &str = "--feature-gates=PreparingUpdateAsUpdate=true,CloneSetShortHash=true,\
 KruisePodReadinessGate=true,SidecarSetPatchPodMetadataDefaultsAllowed=true,\
-DefaultHostNetworkHostPortsInPodTemplates=true";
+DefaultHostNetworkHostPortsInPodTemplates=true,DaemonSetPruneIneligibleNodes=true";
 
 fn manager(bed: &'static TestBed) -> &'static Manager {
     bed.manager_with(&ManagerOptions {
@@ -297,6 +297,83 @@ async fn host_network_templates_get_host_ports() -> anyhow::Result<()> {
         ensure!(
             ports.len() == 1 && ports[0].host_port == Some(8080),
             "ports of the stored template: {ports:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+fn node_affinity(nodes: &[&str]) -> serde_json::Value {
+    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}})
+}
+
+/// `DaemonSetPruneIneligibleNodes`: when the set's node selection narrows during a rollout, a node
+/// it left (its Pod still terminating, held here by a finalizer) uses none of maxUnavailable, so the
+/// rolling update of the remaining node goes on (without the gate that node would use the whole
+/// budget of 1 and the rollout would wait for the Pod to be gone).
+#[tokio::test]
+async fn nodes_the_daemonset_left_use_no_rollout_budget() -> anyhow::Result<()> {
+    const HOLD: &str = "example.io/hold";
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-prune").await?;
+    ns.run(async {
+        let ds = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "DaemonSet",
+            "metadata": {"name": "prune"},
+            "spec": {"selector": {"matchLabels": {"app": "prune"}},
+                "updateStrategy": {"type": "RollingUpdate",
+                    "rollingUpdate": {"rollingUpdateType": "Standard", "maxUnavailable": 1}},
+                "template": {"metadata": {"labels": {"app": "prune"}},
+                    "spec": {"affinity": node_affinity(&["sim-0", "sim-1"]),
+                        "containers": [{"name": "nginx", "image": IMAGE_A}]}}}});
+        apply(&ns, &ds).await?;
+        let pod_api: Api<Pod> = ns.api();
+        let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let ready_on_both = eventually("a Ready Pod on sim-0 and sim-1", TIMEOUT, || async {
+            let pods = active_pods(&pod_api, "app=prune").await?;
+            let ready = pods
+                .iter()
+                .filter(|p| condition_status(p, "Ready").as_deref() == Some("True"))
+                .count();
+            Ok((pods.len() == 2 && ready == 2).then_some(pods))
+        })
+        .await?;
+        let leaving = ready_on_both
+            .iter()
+            .find(|p| node_of(p).as_deref() == Some("sim-1"))
+            .map(name)
+            .ok_or_else(|| anyhow::anyhow!("no Pod on sim-1"))?;
+        let finalizer = json!({"metadata": {"finalizers": [HOLD]}});
+        merge_patch(&ns, "pod", &leaving, &finalizer).await?;
+
+        // sim-1 leaves the selection and the image changes at once.
+        let change = json!({"spec": {"template": {"spec": {
+            "affinity": node_affinity(&["sim-0"]),
+            "containers": [{"name": "nginx", "image": IMAGE_B}]}}}});
+        merge_patch(&ns, "daemonset.apps.kruise.io", "prune", &change).await?;
+        let outcome = eventually(
+            "the Pod on sim-0 replaced by one of the new image while sim-1's still terminates",
+            TIMEOUT,
+            || async {
+                let pods = active_pods(&pod_api, "app=prune").await?;
+                Ok(pods
+                    .iter()
+                    .any(|p| {
+                        node_of(p).as_deref() == Some("sim-0")
+                            && spec_image(p).as_deref() == Some(IMAGE_B)
+                    })
+                    .then_some(()))
+            },
+        )
+        .await;
+        let held: Pod = pod_api.get(&leaving).await?;
+        let release = json!({"metadata": {"finalizers": null}});
+        merge_patch(&ns, "pod", &leaving, &release).await?;
+        outcome?;
+        ensure!(
+            held.metadata.deletion_timestamp.is_some(),
+            "{leaving} on sim-1 was not being deleted"
         );
         Ok(())
     })

@@ -171,12 +171,7 @@ pub const GATES: &[Gate] = &[
         AfterV1_9,
         Gated,
     ),
-    gate(
-        "DaemonSetPruneIneligibleNodes",
-        false,
-        AfterV1_9,
-        Missing("deletes Advanced DaemonSet Pods from nodes that no longer fit at once"),
-    ),
+    gate("DaemonSetPruneIneligibleNodes", false, AfterV1_9, Gated),
     gate(
         "DeletionProtectionForCRDCascadingGate",
         false,

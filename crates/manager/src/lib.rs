@@ -912,6 +912,7 @@ async fn run_controllers(
             workers: args.daemonset_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
             resize: true,
+            prune_ineligible_nodes: gates.enabled("DaemonSetPruneIneligibleNodes"),
         },
     );
     let broadcastjob = kruise_controllers::broadcastjob::run(

@@ -774,6 +774,8 @@ pub fn daemonset(
             revisions,
             now,
             resize,
+            // The preview's nodes are those that run the set's Pods: none is ineligible.
+            prune_ineligible_nodes: false,
         };
         let plan = daemonset::plan(&snapshot)?;
         if plan.actions.is_empty() {

@@ -460,6 +460,7 @@ fn daemonset_partitioned_rollout_agrees_with_the_controller_planner() {
         revisions: &revisions,
         now: now(),
         resize: false,
+        prune_ineligible_nodes: false,
     })
     .expect("plan");
     let first: Vec<&str> = plan
