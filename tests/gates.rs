@@ -21,7 +21,8 @@ use serde_json::json;
 /// The gates this binary's manager runs with.
 const GATES: &str = "--feature-gates=PreparingUpdateAsUpdate=true,CloneSetShortHash=true,\
 KruisePodReadinessGate=true,SidecarSetPatchPodMetadataDefaultsAllowed=true,\
-DefaultHostNetworkHostPortsInPodTemplates=true,DaemonSetPruneIneligibleNodes=true";
+DefaultHostNetworkHostPortsInPodTemplates=true,DaemonSetPruneIneligibleNodes=true,\
+RecreatePodWhenChangeVCTInCloneSetGate=true";
 
 fn manager(bed: &'static TestBed) -> &'static Manager {
     bed.manager_with(&ManagerOptions {
@@ -375,6 +376,57 @@ async fn nodes_the_daemonset_left_use_no_rollout_budget() -> anyhow::Result<()> 
             held.metadata.deletion_timestamp.is_some(),
             "{leaving} on sim-1 was not being deleted"
         );
+        Ok(())
+    })
+    .await
+}
+
+/// `RecreatePodWhenChangeVCTInCloneSetGate`: changing the image and the volumeClaimTemplates together
+/// recreates the Pods of an InPlaceIfPossible CloneSet (an image change alone would be made in place),
+/// and the new Pods get claims of the new size (v1beta1 does not reuse a deleted Pod's claims).
+#[tokio::test]
+async fn changed_claim_templates_recreate_pods() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-vct").await?;
+    ns.run(async {
+        let claims = |size: &str| {
+            json!([{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}])
+        };
+        let spec = json!({
+            "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 2}},
+            "volumeClaimTemplates": claims("1Gi"),
+        });
+        apply(&ns, &cloneset("vct", 2, IMAGE_A, spec)).await?;
+        let (_, before) = wait_converged(&ns, "vct", 2, TIMEOUT).await?;
+        let change = json!({"spec": {"volumeClaimTemplates": claims("2Gi"),
+            "template": {"spec": {"containers": [{"name": "nginx", "image": IMAGE_B}]}}}});
+        merge_patch(&ns, "cloneset.apps.kruise.io", "vct", &change).await?;
+        let pod_api: Api<Pod> = ns.api();
+        let was: Vec<String> = before.iter().map(uid).collect();
+        let after = eventually("two new Pods of the new image", TIMEOUT, || async {
+            let pods = active_pods(&pod_api, "app=vct").await?;
+            Ok((pods.len() == 2
+                && pods.iter().all(|p| runs_image(p, IMAGE_B) && !was.contains(&uid(p))))
+            .then_some(pods))
+        })
+        .await?;
+        let claims_api: Api<PersistentVolumeClaim> = ns.api();
+        for pod in &after {
+            let claim = format!(
+                "data-vct-{}",
+                label(pod, "apps.kruise.io/cloneset-instance-id").unwrap_or_default()
+            );
+            let size = eventually(&format!("claim {claim}"), TIMEOUT, || async {
+                Ok(claims_api.get_opt(&claim).await?.and_then(|c| {
+                    c.spec?.resources?.requests?.get("storage").map(|q| q.0.clone())
+                }))
+            })
+            .await?;
+            ensure!(size == "2Gi", "{claim} asks for {size}");
+        }
         Ok(())
     })
     .await

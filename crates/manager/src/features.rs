@@ -111,7 +111,7 @@ pub const GATES: &[Gate] = &[
         "RecreatePodWhenChangeVCTInCloneSetGate",
         false,
         Alpha,
-        Missing("recreates CloneSet Pods when volumeClaimTemplates change"),
+        Gated,
     ),
     gate("ForceDeleteTimeoutExpectationGate", false, Alpha, AlwaysOn),
     gate(

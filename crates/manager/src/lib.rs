@@ -953,6 +953,7 @@ async fn run_controllers(
                     preparing_update_as_update: gates.enabled("PreparingUpdateAsUpdate"),
                     partition_rollback: gates.enabled("CloneSetPartitionRollback"),
                     short_hash: gates.enabled("CloneSetShortHash"),
+                    recreate_on_vct_change: gates.enabled("RecreatePodWhenChangeVCTInCloneSetGate"),
                 },
             },
         },

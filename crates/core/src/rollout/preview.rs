@@ -442,6 +442,8 @@ pub fn cloneset(
             current,
             update,
             revisions,
+            // A preview plans the template change alone.
+            vct_hashes: &BTreeMap::new(),
             node_labels: &node_labels,
             now,
             settings,

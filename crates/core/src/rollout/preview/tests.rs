@@ -170,6 +170,7 @@ fn cloneset_partitioned_priority_rollout_agrees_with_the_controller_planner() {
         current,
         update,
         revisions: &revisions,
+        vct_hashes: &BTreeMap::new(),
         node_labels: &node_labels,
         now: now(),
         settings: Settings::default(),
