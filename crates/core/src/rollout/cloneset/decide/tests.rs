@@ -817,6 +817,7 @@ fn a_finished_update_moves_gate_and_lifecycle_together() {
 /// volumeClaimTemplates than the update revision is recreated instead of updated in place, only
 /// with the gate on, never under InPlaceOnly, and only when both hashes are known and comparable.
 #[test]
+#[allow(clippy::type_complexity)]
 fn changed_volume_claim_templates_recreate_with_the_gate() {
     let ours = |n: u32| {
         crate::revision::vct_hash(&[serde_json::from_value(serde_json::json!({
