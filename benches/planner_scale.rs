@@ -218,6 +218,7 @@ fn cloneset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
         current: revisions[0],
         update: revisions[1],
         revisions: &revisions,
+        vct_hashes: &BTreeMap::new(),
         node_labels: &node_labels,
         now,
         settings: Settings::default(),
@@ -341,6 +342,7 @@ fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<R
         revisions: &revisions,
         now,
         resize: false,
+        prune_ineligible_nodes: false,
     };
     let (took, allocations, bytes) = measure(runs, || daemonset::plan(&snapshot).is_ok());
     let plan = daemonset::plan(&snapshot)

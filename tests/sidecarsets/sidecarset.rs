@@ -359,3 +359,75 @@ async fn resources_policy_sizes_the_sidecar_after_the_app_containers() -> anyhow
     })
     .await
 }
+
+/// patchPodMetadata is refused unless the `kruise-configuration` whitelist allows the annotation
+/// (the gate `SidecarSetPatchPodMetadataDefaultsAllowed` is off here), with OpenKruise's messages;
+/// a rule selecting the SidecarSet by label admits the annotations it allows and no other.
+#[tokio::test]
+async fn patch_pod_metadata_needs_the_whitelist() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("sidecar-whitelist").await?;
+    let mut cleanup = Cleanup::new();
+    ns.run(async {
+        let name = format!("patchmeta-{}", ns.name);
+        cleanup.sidecarset(&name);
+        let sidecarset = |annotation: &str| {
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+                "metadata": {"name": name, "labels": {"whitelisted-by": ns.name}},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "patched"}},
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                    "containers": [{"name": "sidecar", "image": "busybox:1.36"}],
+                    "patchPodMetadata": [{"annotations": {annotation: "patched-v1"}}]}})
+        };
+        let refused = ns
+            .apply(&yaml(&sidecarset("example.io/patched"))?)
+            .await
+            .expect_err("no whitelist: refused");
+        ensure!(
+            refused.to_string().contains(
+                "spec.patchPodMetadata: Required value: SidecarSet patch metadata whitelist not found"
+            ),
+            "{refused:#}"
+        );
+
+        // A rule for SidecarSets labelled whitelisted-by=<this namespace> only.
+        let rules = json!({"rules": [{
+            "selector": {"matchLabels": {"whitelisted-by": ns.name}},
+            "allowedAnnotationKeyExprs": ["^example\\.io/"]}]});
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kruise-configuration", "namespace": kruise_testkit::manager::NAMESPACE},
+            "data": {"SidecarSet_PatchPodMetadata_WhiteList": rules.to_string()}});
+        bed.plane
+            .kubectl_apply(kruise_testkit::manager::NAMESPACE, &yaml(&config)?)
+            .await?;
+        let result = async {
+            let other = ns
+                .apply(&yaml(&sidecarset("other.io/patched"))?)
+                .await
+                .expect_err("an annotation no rule allows: refused");
+            ensure!(
+                other
+                    .to_string()
+                    .contains("sidecarSet patch metadata annotation(other.io/patched) is not allowed"),
+                "{other:#}"
+            );
+            let out = ns.apply(&yaml(&sidecarset("example.io/patched"))?).await?;
+            ensure!(out.contains("created"), "{out}");
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "patched", "labels": {"app": "patched"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
+            ns.apply(&yaml(&pod)?).await?;
+            let annotation = jsonpath(&ns, "patched", "{.metadata.annotations.example\\.io/patched}").await?;
+            ensure!(annotation == "patched-v1", "annotation example.io/patched: {annotation:?}");
+            Ok(())
+        }
+        .await;
+        bed.plane
+            .kubectl(&["-n", kruise_testkit::manager::NAMESPACE, "delete", "configmap", "kruise-configuration"])
+            .await?;
+        result
+    })
+    .await
+}

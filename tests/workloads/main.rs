@@ -9,7 +9,7 @@
 //! cloneset::` (the `::` keeps `cloneset_pvc::` out).
 //!
 //! Tests that need a cluster of their own stay in their own binaries: those that start the manager
-//! with other flags or restart it (`cloneset_failover`, `cloneset_gates`, `leader`, …), add
+//! with other flags or restart it (`cloneset_failover`, `gates`, `leader`, …), add
 //! untainted nodes or untaint them (`daemonset`, `uniteddeployment`), rotate the webhook certificate
 //! (`manager`), or install other CRDs (`takeover`, `install`).
 

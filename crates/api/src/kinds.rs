@@ -13,6 +13,25 @@ pub const GROUP: &str = "apps.kruise.io";
 pub const V1ALPHA1: &str = "apps.kruise.io/v1alpha1";
 pub const V1BETA1: &str = "apps.kruise.io/v1beta1";
 
+/// How defaulting treats the Pod templates a workload embeds. OpenKruise's workload webhooks give a
+/// template Kubernetes' Pod defaults on create and on an update that changes the template, never
+/// with the `TemplateNoDefaults` gate; `DefaultHostNetworkHostPortsInPodTemplates` also defaults
+/// `hostPort` to `containerPort` in hostNetwork templates, as Kubernetes did before v1.28.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Defaults {
+    pub pod_templates: bool,
+    pub host_network_host_ports: bool,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            pod_templates: true,
+            host_network_host_ports: false,
+        }
+    }
+}
+
 /// What one kind provides. Defaulting and validation work on v1beta1, the storage version; admission
 /// webhooks are registered for v1beta1 with `matchPolicy: Equivalent`, so the apiserver converts a v1alpha1
 /// request before it reaches them.
@@ -31,8 +50,13 @@ pub trait KindApi {
 
     fn to_v1beta1(object: Self::V1alpha1) -> Self::V1beta1;
     fn to_v1alpha1(object: Self::V1beta1) -> Self::V1alpha1;
-    /// OpenKruise's defaults (`apis/apps/defaults`), including Pod template defaults.
-    fn default(object: &mut Self::V1beta1);
+    /// OpenKruise's defaults (`apis/apps/defaults`); `defaults` says whether embedded Pod templates
+    /// get Kubernetes' Pod defaults, and which.
+    fn default_with(object: &mut Self::V1beta1, defaults: &Defaults);
+    /// OpenKruise's defaults, Pod template defaults included (a create with the default gates).
+    fn default(object: &mut Self::V1beta1) {
+        Self::default_with(object, &Defaults::default());
+    }
     /// Create (`old` = None) or update validation; every error names its field.
     fn validate(object: &Self::V1beta1, old: Option<&Self::V1beta1>) -> Vec<FieldError>;
     /// The CRD with both versions, v1beta1 stored, conversion by webhook.
@@ -115,9 +139,9 @@ fn convert_as<K: KindApi>(object: Value, to: &str) -> Result<Value, Error> {
     Ok(converted)
 }
 
-fn default_as<K: KindApi>(object: Value) -> Result<Value, Error> {
+fn default_as<K: KindApi>(object: Value, defaults: &Defaults) -> Result<Value, Error> {
     let mut typed: K::V1beta1 = decode(object)?;
-    K::default(&mut typed);
+    K::default_with(&mut typed, defaults);
     encode::<K, _>(&typed)
 }
 
@@ -159,7 +183,12 @@ macro_rules! kinds {
 
             /// The defaulted form of a v1beta1 object.
             pub fn default_object(self, object: Value) -> Result<Value, Error> {
-                match self { $(Kind::$variant => default_as::<$api>(object)),* }
+                self.default_object_with(object, &Defaults::default())
+            }
+
+            /// [`Self::default_object`] with the given treatment of Pod templates.
+            pub fn default_object_with(self, object: Value, defaults: &Defaults) -> Result<Value, Error> {
+                match self { $(Kind::$variant => default_as::<$api>(object, defaults)),* }
             }
 
             /// Validation errors of a v1beta1 object (and its previous version on update).
@@ -195,4 +224,89 @@ pub fn convert(object: Value, to: &str) -> Result<Value, Error> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     Kind::from_kind(kind)?.convert(object, to)
+}
+
+impl Kind {
+    /// Where the kind keeps the Pod template whose Kubernetes defaults OpenKruise's webhook applies
+    /// only on create and on an update that changes it (`None`: the kind has no such rule).
+    pub fn defaulted_template(self) -> Option<&'static str> {
+        match self {
+            Kind::CloneSet | Kind::StatefulSet | Kind::UnitedDeployment | Kind::BroadcastJob => {
+                Some("/spec/template")
+            }
+            Kind::SidecarSet | Kind::DaemonSet => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(host_network: bool) -> Value {
+        json!({"metadata": {"labels": {"app": "a"}}, "spec": {
+            "hostNetwork": host_network,
+            "containers": [{"name": "c", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}]}})
+    }
+
+    /// Which Pod template defaults each gate combination gives, for every kind with a template.
+    #[test]
+    fn template_defaults_follow_the_gates() {
+        let objects = [
+            (
+                Kind::CloneSet,
+                json!({"spec": {"selector": {"matchLabels": {"app": "a"}}, "template": template(true)}}),
+            ),
+            (
+                Kind::StatefulSet,
+                json!({"spec": {"selector": {"matchLabels": {"app": "a"}}, "template": template(true)}}),
+            ),
+            (
+                Kind::BroadcastJob,
+                json!({"spec": {"template": template(true)}}),
+            ),
+            (
+                Kind::UnitedDeployment,
+                json!({"spec": {"selector": {"matchLabels": {"app": "a"}},
+                "template": {"statefulSetTemplate": {"metadata": {"labels": {"app": "a"}},
+                    "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": template(true)}}},
+                "topology": {"subsets": [{"name": "s"}]}}}),
+            ),
+        ];
+        // (pod_templates, host_network_host_ports) → (restartPolicy defaulted, hostPort)
+        let cases = [
+            ((true, false), (true, None)),
+            ((true, true), (true, Some(80))),
+            ((false, false), (false, None)),
+            ((false, true), (false, None)),
+        ];
+        for (kind, spec) in objects {
+            let mut object = spec.clone();
+            object["apiVersion"] = json!(V1BETA1);
+            object["kind"] = json!(kind.name());
+            object["metadata"] = json!({"name": "x", "namespace": "ns"});
+            for ((pod_templates, host_ports), (defaulted, host_port)) in cases {
+                let defaults = Defaults {
+                    pod_templates,
+                    host_network_host_ports: host_ports,
+                };
+                let out = kind
+                    .default_object_with(object.clone(), &defaults)
+                    .expect("defaults");
+                let pod = if kind == Kind::UnitedDeployment {
+                    &out["spec"]["template"]["statefulSetTemplate"]["spec"]["template"]["spec"]
+                } else {
+                    &out["spec"]["template"]["spec"]
+                };
+                let case = format!("{kind:?} {defaults:?}");
+                assert_eq!(pod["restartPolicy"].is_string(), defaulted, "{case}");
+                assert_eq!(
+                    pod["containers"][0]["ports"][0]["hostPort"].as_i64(),
+                    host_port,
+                    "{case}"
+                );
+            }
+        }
+    }
 }

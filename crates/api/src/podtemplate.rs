@@ -7,6 +7,24 @@ use k8s_openapi::api::core::v1::{Container, HTTPGetAction, PodSpec, Probe, Volum
 const DEFAULT_FILE_MODE: i32 = 0o644;
 
 /// Applies the defaults to a Pod spec in place.
+/// The Pod defaults of a workload's Pod template: [`set_defaults_pod_spec`], and with
+/// `host_network_host_ports` each port of a hostNetwork template's containers and init containers
+/// without a `hostPort` gets its `containerPort` (Kubernetes did so in templates before v1.28).
+pub fn set_defaults_pod_template_spec(spec: &mut PodSpec, defaults: &crate::kinds::Defaults) {
+    if defaults.host_network_host_ports && spec.host_network == Some(true) {
+        let containers = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for port in containers.flat_map(|c| c.ports.iter_mut().flatten()) {
+            if port.host_port.is_none_or(|p| p == 0) {
+                port.host_port = Some(port.container_port);
+            }
+        }
+    }
+    set_defaults_pod_spec(spec);
+}
+
 pub fn set_defaults_pod_spec(spec: &mut PodSpec) {
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
     spec.restart_policy.get_or_insert_with(|| "Always".into());

@@ -3,7 +3,9 @@
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_core::expectations::Expectation;
-use kruise_core::revision::{UpdateRevision, choose_update_revision, equal_revision};
+use kruise_core::revision::{
+    ANNOTATION_VCT_HASH, UpdateRevision, choose_update_revision, equal_revision,
+};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -30,18 +32,23 @@ pub async fn register(
     candidate: ControllerRevision,
     owner_uid: Option<&str>,
 ) -> Result<Registered, Error> {
+    let vct_hash = candidate.annotations().get(ANNOTATION_VCT_HASH).cloned();
     match choose_update_revision(revisions, candidate) {
         UpdateRevision::Latest(revision) => {
             Ok(Registered::Revision(Box::new(revision.clone()), None))
         }
         UpdateRevision::Renumber { revision, number } => {
             let name = revision.name_any();
+            // A CloneSet rolled back to an older template records the volumeClaimTemplates it has
+            // now, as upstream does, so that Pods are compared with what their claims came from.
+            let mut patch = json!({"revision": number});
+            if let Some(hash) = vct_hash
+                .filter(|hash| revision.annotations().get(ANNOTATION_VCT_HASH) != Some(hash))
+            {
+                patch["metadata"] = json!({"annotations": {ANNOTATION_VCT_HASH: hash}});
+            }
             let patched = api
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"revision": number})),
-                )
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .context(|| format!("renumbering ControllerRevision {name}"))?;
             let expectation = patched

@@ -275,6 +275,7 @@ fn decisions(
         current: revisions[0],
         update: revisions[1],
         revisions: &revisions,
+        vct_hashes: &BTreeMap::new(),
         node_labels: &node_labels,
         now: now(),
         settings: Settings::default(),

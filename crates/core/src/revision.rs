@@ -267,7 +267,7 @@ pub fn new_revision(
         .as_ref()
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
-    build_revision(
+    let mut revision = build_revision(
         Parent {
             kind: "CloneSet",
             meta: &cs.metadata,
@@ -277,7 +277,64 @@ pub fn new_revision(
         revision_data(&cs.spec.template)?,
         number,
         collision_count,
-    )
+    )?;
+    revision
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            ANNOTATION_VCT_HASH.to_owned(),
+            vct_hash(&cs.spec.volume_claim_templates),
+        );
+    Ok(revision)
+}
+
+/// The annotation on CloneSet revisions recording the CloneSet's volumeClaimTemplates when the
+/// revision was last made the update revision (OpenKruise writes it on every CloneSet revision).
+pub const ANNOTATION_VCT_HASH: &str = "kruise.io/cloneset-volumeclaimtemplate-hash";
+
+/// The prefix of the [`ANNOTATION_VCT_HASH`] values kruise-rs writes. OpenKruise writes a bare
+/// decimal hash of a Go debug print of the templates, which cannot be reproduced here; the prefix
+/// tells the two apart, so that a revision OpenKruise wrote is never taken to record other templates
+/// than one kruise-rs wrote (see [`vct_hashes_allow_in_place`]).
+const VCT_HASH_PREFIX: &str = "fnv1-";
+
+/// The [`ANNOTATION_VCT_HASH`] value for `templates`: empty without templates, as OpenKruise's;
+/// else a hash of their names and specs in name order (their other fields do not make a claim).
+pub fn vct_hash(templates: &[k8s_openapi::api::core::v1::PersistentVolumeClaim]) -> String {
+    if templates.is_empty() {
+        return String::new();
+    }
+    let mut claims: Vec<Value> = templates
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "metadata": {"name": t.metadata.name},
+                "spec": t.spec,
+            })
+        })
+        .collect();
+    claims.sort_by(|a, b| {
+        a["metadata"]["name"]
+            .as_str()
+            .cmp(&b["metadata"]["name"].as_str())
+    });
+    let bytes = canonical_json(&Value::Array(claims));
+    format!("{VCT_HASH_PREFIX}{}", fnv1_32(&bytes))
+}
+
+/// Whether the volumeClaimTemplates hashes of a Pod's revision (`old`) and of the update revision
+/// (`new`) let the Pod be updated in place under `RecreatePodWhenChangeVCTInCloneSetGate`: only
+/// hashes that are both known and comparable (both empty, or both written by kruise-rs) and differ
+/// force a recreation. A missing hash allows it, as upstream's `CanVCTemplateInplaceUpdate` (the
+/// revision predates the annotation); so does a hash OpenKruise wrote compared with one of
+/// kruise-rs, whose values cannot be compared.
+pub fn vct_hashes_allow_in_place(old: Option<&str>, new: Option<&str>) -> bool {
+    let comparable = |h: &str| h.is_empty() || h.starts_with(VCT_HASH_PREFIX);
+    match (old, new) {
+        (Some(old), Some(new)) if comparable(old) && comparable(new) => old == new,
+        _ => true,
+    }
 }
 
 /// The Pod template a revision records.
@@ -542,6 +599,36 @@ mod tests {
         }
     }
 
+    /// The hash follows the claims' names and specs, not their order or other fields.
+    #[test]
+    fn vct_hash_table() {
+        let claim = |name: &str,
+                     size: &str,
+                     label: Option<&str>|
+         -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": label.map(|l| serde_json::json!({"l": l}))},
+                "spec": {"resources": {"requests": {"storage": size}}}}))
+            .expect("claim")
+        };
+        assert_eq!(vct_hash(&[]), "");
+        let base = vct_hash(&[claim("a", "1Gi", None), claim("b", "1Gi", None)]);
+        assert!(base.starts_with(VCT_HASH_PREFIX), "{base}");
+        assert_eq!(
+            base,
+            vct_hash(&[claim("b", "1Gi", None), claim("a", "1Gi", None)])
+        );
+        assert_eq!(
+            base,
+            vct_hash(&[claim("a", "1Gi", Some("x")), claim("b", "1Gi", None)])
+        );
+        assert_ne!(
+            base,
+            vct_hash(&[claim("a", "2Gi", None), claim("b", "1Gi", None)])
+        );
+        assert_ne!(base, vct_hash(&[claim("a", "1Gi", None)]));
+    }
+
     #[test]
     fn new_revision_fields() {
         let mut cs = cloneset("nginx:1");
@@ -557,7 +644,17 @@ mod tests {
         let labels = r.metadata.labels.as_ref().expect("labels");
         assert_eq!(labels.get(LABEL_REVISION_HASH), Some(&hash));
         assert_eq!(labels.get("app").map(String::as_str), Some("web"));
-        assert_eq!(r.metadata.annotations, cs.metadata.annotations);
+        // The CloneSet's annotations, and the volumeClaimTemplates hash (empty: it has none).
+        assert_eq!(
+            r.metadata.annotations,
+            Some(
+                [
+                    ("note".to_string(), "x".to_string()),
+                    (ANNOTATION_VCT_HASH.to_string(), String::new()),
+                ]
+                .into()
+            )
+        );
         let owner = &r.metadata.owner_references.as_ref().expect("owner")[0];
         assert_eq!(
             (owner.kind.as_str(), owner.uid.as_str()),

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 pub enum Stage {
     Alpha,
     Beta,
+    /// A gate OpenKruise added after v1.9.0 (Alpha there). v1.9.0 does not know it, so `AllAlpha` and
+    /// `AllBeta` leave it alone: only naming it turns it on, and a v1.9 command line means the same here.
+    AfterV1_9,
 }
 
 /// What kruise-rs does with a gate.
@@ -31,10 +34,11 @@ pub struct Gate {
     pub support: Support,
 }
 
-use Stage::{Alpha, Beta};
+use Stage::{AfterV1_9, Alpha, Beta};
 use Support::{AlwaysOn, Gated, Missing};
 
-/// Every gate of OpenKruise v1.9 (`pkg/features/kruise_features.go`).
+/// Every gate of OpenKruise v1.9.0 (`pkg/features/kruise_features.go` at tag v1.9.0: 34 gates), and the
+/// two its main branch added since (stage [`AfterV1_9`]).
 pub const GATES: &[Gate] = &[
     gate("PodWebhook", true, Beta, AlwaysOn),
     gate(
@@ -96,17 +100,10 @@ pub const GATES: &[Gate] = &[
     gate(
         "ResourceDistributionGate",
         false,
-        Beta,
+        Alpha,
         Missing("copies Secrets and ConfigMaps to namespaces with ResourceDistribution objects"),
     ),
-    gate(
-        "CloneSetShortHash",
-        false,
-        Alpha,
-        Missing(
-            "writes only the hash, not the revision name, in Pods' controller-revision-hash label (kruise-rs reads both forms)",
-        ),
-    ),
+    gate("CloneSetShortHash", false, Alpha, Gated),
     gate("CloneSetPartitionRollback", false, Alpha, Gated),
     gate("CloneSetEventHandlerOptimization", false, Alpha, AlwaysOn),
     gate("PreparingUpdateAsUpdate", false, Alpha, Gated),
@@ -114,7 +111,7 @@ pub const GATES: &[Gate] = &[
         "RecreatePodWhenChangeVCTInCloneSetGate",
         false,
         Alpha,
-        Missing("recreates CloneSet Pods when volumeClaimTemplates change"),
+        Gated,
     ),
     gate("ForceDeleteTimeoutExpectationGate", false, Alpha, AlwaysOn),
     gate(
@@ -139,18 +136,8 @@ pub const GATES: &[Gate] = &[
         Alpha,
         Missing("serves ImagePullJob and NodeImage objects through kruise-daemon"),
     ),
-    gate(
-        "KruisePodReadinessGate",
-        false,
-        Alpha,
-        Missing("adds the KruisePodReady readiness gate to every Pod created by a workload"),
-    ),
-    gate(
-        "TemplateNoDefaults",
-        false,
-        Alpha,
-        Missing("leaves Pod templates of workloads without Kubernetes defaults"),
-    ),
+    gate("KruisePodReadinessGate", false, Alpha, Gated),
+    gate("TemplateNoDefaults", false, Alpha, Gated),
     gate(
         "EnhancedLivenessProbe",
         false,
@@ -167,9 +154,7 @@ pub const GATES: &[Gate] = &[
         "SidecarSetPatchPodMetadataDefaultsAllowed",
         false,
         Alpha,
-        Missing(
-            "lets patchPodMetadata touch any annotation without the kruise-configuration whitelist",
-        ),
+        Gated,
     ),
     gate(
         "SidecarTerminator",
@@ -183,15 +168,10 @@ pub const GATES: &[Gate] = &[
     gate(
         "DefaultHostNetworkHostPortsInPodTemplates",
         false,
-        Alpha,
-        Missing("defaults hostPort to containerPort in hostNetwork Pod templates"),
+        AfterV1_9,
+        Gated,
     ),
-    gate(
-        "DaemonSetPruneIneligibleNodes",
-        false,
-        Alpha,
-        Missing("deletes Advanced DaemonSet Pods from nodes that no longer fit at once"),
-    ),
+    gate("DaemonSetPruneIneligibleNodes", false, AfterV1_9, Gated),
     gate(
         "DeletionProtectionForCRDCascadingGate",
         false,
@@ -305,6 +285,7 @@ fn resolve(explicit: &BTreeMap<&'static str, bool>) -> FeatureGates {
             let by_stage = match g.stage {
                 Alpha => all_alpha,
                 Beta => all_beta,
+                AfterV1_9 => None,
             };
             let value = explicit
                 .get(g.name)
@@ -423,6 +404,21 @@ mod tests {
                     ("ResourcesDeletionProtection", false),
                 ],
             ),
+            // Gates v1.9.0 does not have are not part of its AllAlpha; naming one still works.
+            (
+                "AllAlpha=true",
+                &[
+                    ("DaemonSetPruneIneligibleNodes", false),
+                    ("DefaultHostNetworkHostPortsInPodTemplates", false),
+                    ("ResourceDistributionGate", true),
+                ],
+            ),
+            (
+                "AllAlpha=true,DaemonSetPruneIneligibleNodes=true",
+                &[("DaemonSetPruneIneligibleNodes", true)],
+            ),
+            // ResourceDistributionGate is Alpha in v1.9.0 (Beta only on upstream's main branch).
+            ("AllBeta=true", &[("ResourceDistributionGate", false)]),
             (
                 "AllAlpha=true,EnableExternalCerts=false",
                 &[("EnableExternalCerts", false), ("TemplateNoDefaults", true)],

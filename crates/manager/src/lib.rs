@@ -599,6 +599,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             namespace: args.namespace.clone(),
             failure_policy,
             sort_sidecars_by_name: gates.enabled("EnableSortSidecarContainerByName"),
+            kruise_pod_readiness_gate: gates.enabled("KruisePodReadinessGate"),
         },
     );
     let _ = readiness.pods.set(pods.clone());
@@ -614,7 +615,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = tokio::spawn(kruise_webhook::server::serve(
         webhook_addr,
         tls.clone(),
-        kruise_webhook::server::router(webhook_metrics.clone(), Some(client.clone()), Some(pods)),
+        kruise_webhook::server::router_with(
+            webhook_metrics.clone(),
+            Some(client.clone()),
+            Some(pods),
+            &kruise_webhook::server::Limits::default(),
+            kruise_webhook::admission::Gates {
+                template_no_defaults: gates.enabled("TemplateNoDefaults"),
+                host_network_host_ports: gates.enabled("DefaultHostNetworkHostPortsInPodTemplates"),
+                patch_pod_metadata_defaults_allowed: gates
+                    .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
+            },
+        ),
         handle.clone(),
     ));
     if handle.listening().await.is_none() {
@@ -897,6 +909,7 @@ async fn run_controllers(
             workers: args.daemonset_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
             resize: true,
+            prune_ineligible_nodes: gates.enabled("DaemonSetPruneIneligibleNodes"),
         },
     );
     let broadcastjob = kruise_controllers::broadcastjob::run(
@@ -918,6 +931,10 @@ async fn run_controllers(
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
         },
     ));
+    // With KruisePodReadinessGate every new Pod waits on KruisePodReady: this controller sets it.
+    let pod_readiness = gates
+        .enabled("KruisePodReadinessGate")
+        .then(|| kruise_controllers::podreadiness::run(client.clone(), caches.pods.clone()));
     let cloneset = kruise_controllers::cloneset::run(
         client,
         caches,
@@ -932,6 +949,8 @@ async fn run_controllers(
                 gates: kruise_core::rollout::cloneset::Gates {
                     preparing_update_as_update: gates.enabled("PreparingUpdateAsUpdate"),
                     partition_rollback: gates.enabled("CloneSetPartitionRollback"),
+                    short_hash: gates.enabled("CloneSetShortHash"),
+                    recreate_on_vct_change: gates.enabled("RecreatePodWhenChangeVCTInCloneSetGate"),
                 },
             },
         },
@@ -956,6 +975,9 @@ async fn run_controllers(
     work.spawn(named("daemonset", daemonset));
     work.spawn(named("broadcastjob", broadcastjob));
     work.spawn(named("uniteddeployment", uniteddeployment));
+    if let Some(pod_readiness) = pod_readiness {
+        work.spawn(named("pod readiness", pod_readiness));
+    }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kruise_api::field;
-use kruise_api::kinds::{Kind, V1ALPHA1, V1BETA1};
+use kruise_api::kinds::{Defaults, Kind, V1ALPHA1, V1BETA1};
+use kruise_api::sidecarset::patch_metadata::{self, Whitelist};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
@@ -17,11 +18,32 @@ use kruise_api::statefulset::volume_expansion::{self, ClassLookup};
 
 /// What validation needs to know about the rest of the cluster: the other SidecarSets, whose containers
 /// and volumes a new SidecarSet must not clash with; the StorageClasses of the Advanced StatefulSet
-/// claim templates an update resizes (by class name, `None` for the default class).
+/// claim templates an update resizes (by class name, `None` for the default class); the Pod
+/// annotations a SidecarSet's patchPodMetadata may write.
 #[derive(Default)]
 pub struct Cluster {
     pub sidecarsets: Vec<SidecarSet>,
     pub storage_classes: BTreeMap<Option<String>, ClassLookup>,
+    pub patch_metadata: PatchMetadataRules,
+}
+
+/// The patchPodMetadata whitelist of `kruise-configuration` (`None`: no whitelist), and whether
+/// the `SidecarSetPatchPodMetadataDefaultsAllowed` gate lets a SidecarSet no rule covers through.
+#[derive(Clone, Debug, Default)]
+pub struct PatchMetadataRules {
+    pub whitelist: Option<Whitelist>,
+    pub defaults_allowed: bool,
+}
+
+/// The feature gates the workload webhooks read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gates {
+    /// `TemplateNoDefaults`: Pod templates never get Kubernetes' Pod defaults.
+    pub template_no_defaults: bool,
+    /// `DefaultHostNetworkHostPortsInPodTemplates`.
+    pub host_network_host_ports: bool,
+    /// `SidecarSetPatchPodMetadataDefaultsAllowed`.
+    pub patch_pod_metadata_defaults_allowed: bool,
 }
 
 /// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or
@@ -112,8 +134,38 @@ pub(crate) fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
     }
 }
 
-/// Defaulting: answers with the JSON patch from the received object to its defaulted form.
+/// Defaulting with the default gates (see [`mutate_with`]).
 pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
+    mutate_with(kind, review, &Gates::default())
+}
+
+/// How `request` defaults Pod templates: as OpenKruise's workload webhooks, on create and on an
+/// update that changes the template, never with `TemplateNoDefaults`; `new` is the object as v1beta1.
+fn template_defaults(
+    kind: Kind,
+    request: &AdmissionRequest<DynamicObject>,
+    new: &Value,
+    gates: &Gates,
+) -> Defaults {
+    let changed = || {
+        let Some(pointer) = kind.defaulted_template() else {
+            return true;
+        };
+        let old = request
+            .old_object
+            .as_ref()
+            .and_then(|old| as_v1beta1(kind, to_json(old).ok()?).ok());
+        old.is_none_or(|(old, _)| old.pointer(pointer) != new.pointer(pointer))
+    };
+    Defaults {
+        pod_templates: !gates.template_no_defaults
+            && (request.operation != Operation::Update || changed()),
+        host_network_host_ports: gates.host_network_host_ports,
+    }
+}
+
+/// Defaulting: answers with the JSON patch from the received object to its defaulted form.
+pub fn mutate_with(kind: Kind, review: AdmissionReview<DynamicObject>, gates: &Gates) -> Answer {
     let request = match request_of(review) {
         Ok(request) => request,
         Err(answer) => return *answer,
@@ -126,7 +178,10 @@ pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
     };
     let result = to_json(object).and_then(|original| {
         let (v1beta1, version) = as_v1beta1(kind, original.clone())?;
-        let defaulted = kind.default_object(v1beta1).map_err(|e| e.to_string())?;
+        let defaults = template_defaults(kind, &request, &v1beta1, gates);
+        let defaulted = kind
+            .default_object_with(v1beta1, &defaults)
+            .map_err(|e| e.to_string())?;
         let defaulted = if version == V1ALPHA1 {
             kind.convert(defaulted, V1ALPHA1)
                 .map_err(|e| e.to_string())?
@@ -194,6 +249,11 @@ pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>, cluster: &Cl
                 &typed,
                 &cluster.sidecarsets,
             ));
+            errors.extend(patch_metadata::check(
+                &typed,
+                cluster.patch_metadata.whitelist.as_ref(),
+                cluster.patch_metadata.defaults_allowed,
+            ));
         }
         // As OpenKruise, claim templates are checked against their StorageClasses once the update
         // is otherwise valid.
@@ -257,6 +317,63 @@ mod tests {
 
     fn response(answer: &Answer) -> &AdmissionResponse {
         answer.review.response.as_ref().expect("response")
+    }
+
+    /// Whether the defaulting patch gives the template a `dnsPolicy` (a Pod default).
+    fn template_defaulted(answer: &Answer) -> bool {
+        let Some(patch) = response(answer).patch.as_ref() else {
+            return false;
+        };
+        String::from_utf8_lossy(patch).contains("dnsPolicy")
+    }
+
+    /// OpenKruise's rule for Pod template defaults: on create and on an update that changes the
+    /// template, never with TemplateNoDefaults; an update of anything else leaves the template alone.
+    #[test]
+    fn template_defaults_on_create_and_template_changes_only() {
+        let no_defaults = Gates {
+            template_no_defaults: true,
+            ..Gates::default()
+        };
+        let mut scaled = job("Never");
+        scaled["spec"]["parallelism"] = json!(3);
+        let cases = [
+            (
+                "create",
+                review("CREATE", job("Never"), None),
+                Gates::default(),
+                true,
+            ),
+            (
+                "create, gate on",
+                review("CREATE", job("Never"), None),
+                no_defaults,
+                false,
+            ),
+            (
+                "template changed",
+                review("UPDATE", job("OnFailure"), Some(job("Never"))),
+                Gates::default(),
+                true,
+            ),
+            (
+                "template changed, gate on",
+                review("UPDATE", job("OnFailure"), Some(job("Never"))),
+                no_defaults,
+                false,
+            ),
+            (
+                "template unchanged",
+                review("UPDATE", scaled, Some(job("Never"))),
+                Gates::default(),
+                false,
+            ),
+        ];
+        for (case, review, gates, want) in cases {
+            let answer = mutate_with(Kind::BroadcastJob, review, &gates);
+            assert!(answer.allowed, "{case}");
+            assert_eq!(template_defaulted(&answer), want, "{case}");
+        }
     }
 
     #[test]

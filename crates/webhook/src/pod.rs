@@ -43,6 +43,9 @@ pub struct PodSettings {
     pub failure_policy: FailurePolicy,
     /// Feature gate `EnableSortSidecarContainerByName`.
     pub sort_sidecars_by_name: bool,
+    /// Feature gate `KruisePodReadinessGate`: every Pod created gets the `KruisePodReady` readiness
+    /// gate (the pod-readiness controller sets the condition).
+    pub kruise_pod_readiness_gate: bool,
 }
 
 /// The result label of a Pod admission in `kruise_webhook_requests_total`.
@@ -100,6 +103,11 @@ impl PodInjector {
             client,
             settings: Arc::new(settings),
         }
+    }
+
+    /// The manager's namespace (where `kruise-configuration` lives).
+    pub fn namespace(&self) -> &str {
+        &self.settings.namespace
     }
 
     /// An injector with no caches, which never decides (every Pod is answered by the failure policy).
@@ -184,12 +192,15 @@ impl PodInjector {
         if namespace == ALWAYS_EXCLUDED_NAMESPACE || namespace == self.settings.namespace {
             return unchanged;
         }
+        let received = pod.clone();
+        let gated = self.settings.kruise_pod_readiness_gate && add_kruise_pod_ready_gate(&mut pod);
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
         match self.decide(&pod, &namespace).await {
+            Ok(None) if gated => patch_answer(&request, &received, &pod),
             Ok(None) => unchanged,
-            Ok(Some(injected)) => patch_answer(&request, &pod, &injected),
+            Ok(Some(injected)) => patch_answer(&request, &received, &injected),
             Err(Problem::Invalid(message)) => (deny(&request, message), Outcome::Denied),
             Err(Problem::Unavailable(message)) => self.cannot_decide(&request, &message),
         }
@@ -406,6 +417,22 @@ fn patch_answer(
     }
 }
 
+/// Adds the `KruisePodReady` readiness gate to `pod` unless it has it; whether it was added.
+fn add_kruise_pod_ready_gate(pod: &mut Pod) -> bool {
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
+    if gates
+        .iter()
+        .any(|g| g.condition_type == kruise_api::keys::CONDITION_KRUISE_POD_READY)
+    {
+        return false;
+    }
+    gates.push(k8s_openapi::api::core::v1::PodReadinessGate {
+        condition_type: kruise_api::keys::CONDITION_KRUISE_POD_READY.to_owned(),
+    });
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,6 +529,7 @@ mod tests {
                 namespace: MANAGER_NS.into(),
                 failure_policy,
                 sort_sidecars_by_name: false,
+                kruise_pod_readiness_gate: false,
             },
         )
     }
@@ -630,6 +658,7 @@ mod tests {
             namespace: MANAGER_NS.into(),
             failure_policy,
             sort_sidecars_by_name: false,
+            kruise_pod_readiness_gate: false,
         };
         let ignore = PodInjector::without_caches(settings(FailurePolicy::Ignore));
         assert!(!ignore.synced());

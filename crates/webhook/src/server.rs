@@ -20,14 +20,17 @@ use axum::{Json, Router};
 use axum_server::Handle;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use hyper_util::rt::TokioTimer;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kruise_api::kinds::Kind;
+use kruise_api::sidecarset::patch_metadata::{self, Whitelist};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::statefulset::volume_expansion::{self, ClassLookup};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::core::conversion::ConversionReview;
 
+use crate::admission::{Gates, PatchMetadataRules};
 use crate::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use crate::metrics::Metrics;
 use crate::pod::PodInjector;
@@ -74,11 +77,23 @@ pub fn router_with_limits(
     pods: Option<PodInjector>,
     limits: &Limits,
 ) -> Router {
+    router_with(metrics, client, pods, limits, Gates::default())
+}
+
+/// [`router`] with given limits and the feature gates the workload webhooks read.
+pub fn router_with(
+    metrics: Metrics,
+    client: Option<kube::Client>,
+    pods: Option<PodInjector>,
+    limits: &Limits,
+    gates: Gates,
+) -> Router {
     let pods = pods.unwrap_or_else(|| {
         PodInjector::without_caches(crate::pod::PodSettings {
             namespace: String::new(),
             failure_policy: crate::configuration::FailurePolicy::Ignore,
             sort_sidecars_by_name: false,
+            kruise_pod_readiness_gate: false,
         })
     });
     let injector = pods.clone();
@@ -109,7 +124,7 @@ pub fn router_with_limits(
                 move |State(metrics): State<Metrics>,
                       Json(review): Json<AdmissionReview<DynamicObject>>| async move {
                     let began = Instant::now();
-                    let answer = crate::admission::mutate(kind, review);
+                    let answer = crate::admission::mutate_with(kind, review, &gates);
                     metrics.observe(
                         &label,
                         if answer.allowed { "allowed" } else { "denied" },
@@ -130,13 +145,29 @@ pub fn router_with_limits(
                       Json(review): Json<AdmissionReview<DynamicObject>>| async move {
                     let began = Instant::now();
                     let cluster = if kind == Kind::SidecarSet {
-                        match other_sidecarsets(&pods, client.as_ref()).await {
-                            Ok(sidecarsets) => crate::admission::Cluster {
+                        let read = async {
+                            let sidecarsets = other_sidecarsets(&pods, client.as_ref())
+                                .await
+                                .map_err(|e| format!("listing SidecarSets: {e}"))?;
+                            let whitelist = if patches_pod_metadata(&review) {
+                                read_patch_metadata_whitelist(client.as_ref(), pods.namespace())
+                                    .await?
+                            } else {
+                                None
+                            };
+                            Ok::<_, String>((sidecarsets, whitelist))
+                        };
+                        match read.await {
+                            Ok((sidecarsets, whitelist)) => crate::admission::Cluster {
                                 sidecarsets,
+                                patch_metadata: PatchMetadataRules {
+                                    whitelist,
+                                    defaults_allowed: gates.patch_pod_metadata_defaults_allowed,
+                                },
                                 ..Default::default()
                             },
                             Err(error) => {
-                                tracing::warn!(%error, "cannot list SidecarSets for the conflict check");
+                                tracing::warn!(%error, "cannot read what a SidecarSet is validated against");
                                 let answer = crate::admission::unavailable(review, &error);
                                 metrics.observe(&label, "denied", began.elapsed().as_secs_f64());
                                 return Json(answer.review);
@@ -214,6 +245,37 @@ async fn other_sidecarsets(
     };
     let api: kube::Api<SidecarSet> = kube::Api::all(client.clone());
     Ok(api.list(&Default::default()).await?.items)
+}
+
+/// Whether the reviewed SidecarSet has a `spec.patchPodMetadata` (only then is the whitelist read).
+fn patches_pod_metadata(review: &AdmissionReview<DynamicObject>) -> bool {
+    review
+        .request
+        .as_ref()
+        .and_then(|r| r.object.as_ref())
+        .and_then(|o| o.data.pointer("/spec/patchPodMetadata"))
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|patches| !patches.is_empty())
+}
+
+/// The patchPodMetadata whitelist from the ConfigMap `kruise-configuration` in the manager's
+/// namespace, read at each SidecarSet admission as upstream's webhook does (no ConfigMap or no key:
+/// `None`). Without a client (tests) there is none.
+async fn read_patch_metadata_whitelist(
+    client: Option<&kube::Client>,
+    namespace: &str,
+) -> Result<Option<Whitelist>, String> {
+    let Some(client) = client else {
+        return Ok(None);
+    };
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), namespace);
+    let config = api.get_opt(patch_metadata::CONFIGMAP).await.map_err(|e| {
+        format!(
+            "reading ConfigMap {namespace}/{}: {e}",
+            patch_metadata::CONFIGMAP
+        )
+    })?;
+    patch_metadata::parse_whitelist(config.as_ref().and_then(|c| c.data.as_ref()))
 }
 
 /// Reads the StorageClasses an Advanced StatefulSet update resizes claims of (`None`: the default
@@ -557,6 +619,7 @@ mod tests {
                 namespace: "kruise-system".into(),
                 failure_policy: crate::configuration::FailurePolicy::Ignore,
                 sort_sidecars_by_name: false,
+                kruise_pod_readiness_gate: false,
             },
         );
         let app = router(

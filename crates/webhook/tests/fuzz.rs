@@ -118,6 +118,7 @@ fn app(sidecarsets: Vec<SidecarSet>) -> Router {
             namespace: "kruise-system".into(),
             failure_policy: FailurePolicy::Fail,
             sort_sidecars_by_name: false,
+            kruise_pod_readiness_gate: false,
         },
     );
     let mut registry = prometheus_client::registry::Registry::default();

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResourceExt;
 
 use crate::field::{FieldError, Path};
-use crate::kinds::KindApi;
+use crate::kinds::{Defaults, KindApi};
 use crate::{intstr, podtemplate, validation};
 
 /// Labels the controller puts on its Pods; a template may not preset them.
@@ -43,10 +43,12 @@ impl KindApi for Api {
         }
     }
 
-    fn default(object: &mut v1beta1::BroadcastJob) {
+    fn default_with(object: &mut v1beta1::BroadcastJob, defaults: &Defaults) {
         let spec = &mut object.spec;
-        if let Some(pod) = spec.template.spec.as_mut() {
-            podtemplate::set_defaults_pod_spec(pod);
+        if let Some(pod) = spec.template.spec.as_mut()
+            && defaults.pod_templates
+        {
+            podtemplate::set_defaults_pod_template_spec(pod, defaults);
         }
         if spec.completion_policy.type_.is_empty() {
             spec.completion_policy.type_ = v1beta1::COMPLETION_ALWAYS.into();

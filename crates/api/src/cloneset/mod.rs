@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResourceExt;
 
 use crate::field::FieldError;
-use crate::kinds::KindApi;
+use crate::kinds::{Defaults, KindApi};
 use crate::podtemplate;
 
 /// Label on every Pod and PVC of a CloneSet: the instance id shared by a Pod and its PVCs.
@@ -39,16 +39,18 @@ impl KindApi for Api {
         convert::to_v1alpha1(object)
     }
 
-    fn default(object: &mut v1beta1::CloneSet) {
+    fn default_with(object: &mut v1beta1::CloneSet, defaults: &Defaults) {
         let spec = &mut object.spec;
         spec.replicas.get_or_insert(1);
         spec.revision_history_limit.get_or_insert(10);
-        if let Some(pod) = spec.template.spec.as_mut() {
-            podtemplate::set_defaults_pod_spec(pod);
+        if defaults.pod_templates {
+            if let Some(pod) = spec.template.spec.as_mut() {
+                podtemplate::set_defaults_pod_template_spec(pod, defaults);
+            }
+            spec.volume_claim_templates
+                .iter_mut()
+                .for_each(set_defaults_pvc);
         }
-        spec.volume_claim_templates
-            .iter_mut()
-            .for_each(set_defaults_pvc);
 
         let strategy = &mut spec.update_strategy;
         if strategy.type_.is_empty() {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::conversion::Stash;
 use crate::field::{FieldError, Path};
 use crate::intstr::{self, IntOrPercent};
-use crate::kinds::KindApi;
+use crate::kinds::{Defaults, KindApi};
 use crate::{keys, validation};
 
 use v1alpha1::{ANNOTATION_PROGRESSIVE_CREATE_POD, ROLLING_UPDATE_SURGING};
@@ -182,7 +182,9 @@ impl KindApi for Api {
     /// `SetDefaultsDaemonSetV1beta1`, plus the v1alpha1 rule for a DaemonSet written as `Surging`
     /// (carried here by conversion): maxSurge 1 and maxUnavailable 0 where unset, and the type stays
     /// Standard. As upstream, the Pod template is not defaulted.
-    fn default(object: &mut v1beta1::DaemonSet) {
+    /// OpenKruise defaults no field of an Advanced DaemonSet's Pod template: `_defaults` changes
+    /// nothing.
+    fn default_with(object: &mut v1beta1::DaemonSet, _defaults: &Defaults) {
         let was_surging = consume_surging_marker(&mut object.metadata);
         let spec = &mut object.spec;
         spec.burst_replicas.get_or_insert(IntOrString::Int(250));

@@ -4,6 +4,7 @@
 mod conflicts;
 mod gotypes;
 pub mod hash;
+pub mod patch_metadata;
 /// Kept at its old path for importers outside kruise-api; the type lives in [`crate::quantity`].
 pub mod resources_expr;
 pub mod v1alpha1;
@@ -25,7 +26,7 @@ pub use hash::{ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE};
 use crate::conversion::Stash;
 use crate::field::FieldError;
 use crate::keys::{ANNOTATION_CONVERSION_V1ALPHA1_FIELDS, ANNOTATION_CONVERSION_V1BETA1_FIELDS};
-use crate::kinds::KindApi;
+use crate::kinds::{Defaults, KindApi};
 
 /// v1alpha1 label carrying v1beta1's `spec.customVersion`; also put on the ControllerRevisions.
 pub const LABEL_CUSTOM_VERSION: &str = "apps.kruise.io/sidecarset-custom-version";
@@ -226,7 +227,8 @@ impl KindApi for Api {
         }
     }
 
-    fn default(object: &mut v1beta1::SidecarSet) {
+    /// A SidecarSet embeds no Pod template: `_defaults` changes nothing.
+    fn default_with(object: &mut v1beta1::SidecarSet, _defaults: &Defaults) {
         set_defaults(object);
         hash::set_hash_annotations(object);
     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::conversion::Stash;
 use crate::field::{FieldError, Path};
 use crate::intstr::{self, Round};
-use crate::kinds::KindApi;
+use crate::kinds::{Defaults, KindApi};
 use crate::{keys, podtemplate, validation};
 
 use v1beta1::{
@@ -139,7 +139,7 @@ impl KindApi for Api {
 
     /// `SetDefaultsStatefulSet` with the default feature gates (StatefulSetAutoDeletePVC on,
     /// StatefulSetAutoResizePVCGate off), template defaults included.
-    fn default(object: &mut v1beta1::StatefulSet) {
+    fn default_with(object: &mut v1beta1::StatefulSet, defaults: &Defaults) {
         let spec = &mut object.spec;
         if spec.pod_management_policy.is_empty() {
             spec.pod_management_policy = POD_MANAGEMENT_ORDERED_READY.into();
@@ -168,10 +168,16 @@ impl KindApi for Api {
         }
         spec.replicas.get_or_insert(1);
         spec.revision_history_limit.get_or_insert(10);
-        if let Some(pod) = spec.template.spec.as_mut() {
-            podtemplate::set_defaults_pod_spec(pod);
+        if let Some(pod) = spec.template.spec.as_mut()
+            && defaults.pod_templates
+        {
+            podtemplate::set_defaults_pod_template_spec(pod, defaults);
         }
-        for claim in &mut spec.volume_claim_templates {
+        for claim in spec
+            .volume_claim_templates
+            .iter_mut()
+            .filter(|_| defaults.pod_templates)
+        {
             // Upstream applies only the object-level PVC default here: an empty phase becomes Pending.
             let status = claim.status.get_or_insert_with(Default::default);
             status.phase.get_or_insert_with(|| "Pending".into());

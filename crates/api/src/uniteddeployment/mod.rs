@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResourceExt;
 
 use crate::field::FieldError;
-use crate::kinds::KindApi;
+use crate::kinds::{Defaults, KindApi};
 use crate::podtemplate;
 
 pub use convert::template_as_v1alpha1;
@@ -53,7 +53,7 @@ impl KindApi for Api {
     /// templates to the webhooks of the subset workloads), and minReplicas 0 when the subsets use only
     /// capacities. The Adaptive timings are read with their defaults
     /// ([`v1beta1::UnitedDeploymentScheduleStrategy::reschedule_critical_seconds`]) and never written.
-    fn default(object: &mut v1beta1::UnitedDeployment) {
+    fn default_with(object: &mut v1beta1::UnitedDeployment, defaults: &Defaults) {
         let spec = &mut object.spec;
         spec.replicas.get_or_insert(1);
         spec.revision_history_limit.get_or_insert(10);
@@ -64,9 +64,11 @@ impl KindApi for Api {
         if strategy.type_ == v1beta1::UPDATE_MANUAL {
             strategy.manual_update.get_or_insert_with(Default::default);
         }
-        if let Some(template) = spec.template.stateful_set_template.as_mut() {
+        if let Some(template) = spec.template.stateful_set_template.as_mut()
+            && defaults.pod_templates
+        {
             if let Some(pod) = template.spec.template.spec.as_mut() {
-                podtemplate::set_defaults_pod_spec(pod);
+                podtemplate::set_defaults_pod_template_spec(pod, defaults);
             }
             template
                 .spec

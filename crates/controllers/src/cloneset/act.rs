@@ -172,7 +172,8 @@ impl Actor<'_> {
             .as_ref()
             .and_then(|r| r.in_place_update_strategy.as_ref())
             .map_or(0, |s| s.grace_period_seconds);
-        let mut labels: BTreeMap<String, String> = newpod::revision_labels(revision);
+        let mut labels: BTreeMap<String, String> =
+            newpod::revision_labels(revision, self.ctx.config.settings.gates.short_hash);
         labels.insert(
             keys::LABEL_LIFECYCLE_STATE.to_owned(),
             keys::LIFECYCLE_UPDATING.to_owned(),

@@ -138,12 +138,19 @@ pub fn pvc_name(template_name: &str, cloneset: &str, id: &str) -> String {
     format!("{template_name}-{cloneset}-{id}")
 }
 
-/// The labels recording a revision on a CloneSet Pod: the full name and the short hash.
-pub fn revision_labels(revision: &str) -> BTreeMap<String, String> {
+/// The labels recording a revision on a CloneSet Pod: `controller-revision-hash` with the revision's
+/// name (only its hash with `short_hash`, the `CloneSetShortHash` gate) and `pod-template-hash` with
+/// the hash.
+pub fn revision_labels(revision: &str, short_hash_label: bool) -> BTreeMap<String, String> {
+    let revision_label = if short_hash_label {
+        short_hash(revision)
+    } else {
+        revision
+    };
     BTreeMap::from([
         (
             keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(),
-            revision.to_owned(),
+            revision_label.to_owned(),
         ),
         (
             LABEL_POD_TEMPLATE_HASH.to_owned(),
@@ -181,6 +188,7 @@ pub fn build_pod(
     revision: &str,
     id: &str,
     now: Timestamp,
+    short_hash_label: bool,
 ) -> Result<Pod, BuildError> {
     let cs_name = cs
         .metadata
@@ -190,7 +198,7 @@ pub fn build_pod(
     let meta = template.metadata.clone().unwrap_or_default();
     let mut labels = meta.labels.unwrap_or_default();
     labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
-    labels.extend(revision_labels(revision));
+    labels.extend(revision_labels(revision, short_hash_label));
     labels.insert(
         keys::LABEL_LIFECYCLE_STATE.to_owned(),
         keys::LIFECYCLE_PREPARING_NORMAL.to_owned(),
@@ -354,7 +362,7 @@ mod tests {
     fn pod_has_identity_revision_gate_and_claims() -> Result<(), BuildError> {
         let cs = cloneset();
         let now = Timestamp::UNIX_EPOCH;
-        let pod = build_pod(&cs, &cs.spec.template, "web-5d8f7c", "x7k2p", now)?;
+        let pod = build_pod(&cs, &cs.spec.template, "web-5d8f7c", "x7k2p", now, false)?;
         assert_eq!(pod.metadata.name.as_deref(), Some("web-x7k2p"));
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         for (k, v) in [

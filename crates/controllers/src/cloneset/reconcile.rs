@@ -156,12 +156,22 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     let current_view = find(&current_name).unwrap_or(update_view);
 
     let node_labels = node_labels(ctx, cs, &active);
+    let vct_hashes: BTreeMap<String, String> = revisions
+        .iter()
+        .filter_map(|r| {
+            let hash = r
+                .annotations()
+                .get(kruise_core::revision::ANNOTATION_VCT_HASH)?;
+            Some((r.name_any(), hash.clone()))
+        })
+        .collect();
     let snapshot = Snapshot {
         cs,
         pods: &active,
         current: current_view,
         update: update_view,
         revisions: &revision_views,
+        vct_hashes: &vct_hashes,
         node_labels: &node_labels,
         now,
         settings: ctx.config.settings,
@@ -521,8 +531,15 @@ async fn scale(
                 } else {
                     s.update
                 };
-                let pod = newpod::build_pod(s.cs, revision.template, revision.name, id, s.now)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                let pod = newpod::build_pod(
+                    s.cs,
+                    revision.template,
+                    revision.name,
+                    id,
+                    s.now,
+                    s.settings.gates.short_hash,
+                )
+                .map_err(|e| Error::Invalid(e.to_string()))?;
                 let claims: Vec<PersistentVolumeClaim> = newpod::build_pvcs(s.cs, id)
                     .map_err(|e| Error::Invalid(e.to_string()))?
                     .into_iter()

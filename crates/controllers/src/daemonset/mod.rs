@@ -40,6 +40,8 @@ pub struct Config {
     pub expectation_timeout: Duration,
     /// Resize cpu/memory in place through `pods/resize`.
     pub resize: bool,
+    /// Gate `DaemonSetPruneIneligibleNodes`.
+    pub prune_ineligible_nodes: bool,
 }
 
 impl Default for Config {
@@ -48,6 +50,7 @@ impl Default for Config {
             workers: 3,
             expectation_timeout: Duration::from_secs(300),
             resize: true,
+            prune_ineligible_nodes: false,
         }
     }
 }

@@ -84,6 +84,9 @@ pub enum NotInPlace {
     /// A restart was asked for, but the container has no running image digest to switch to (not
     /// started yet, or the template already pins that digest).
     RestartNeedsRecreate(String),
+    /// The CloneSet's volumeClaimTemplates differ from those the Pod's revision recorded, and
+    /// `RecreatePodWhenChangeVCTInCloneSetGate` recreates such Pods.
+    VolumeClaimTemplatesChanged,
 }
 
 impl fmt::Display for NotInPlace {
@@ -104,6 +107,10 @@ impl fmt::Display for NotInPlace {
             Self::RestartNeedsRecreate(name) => write!(
                 f,
                 "restart requested but container {name} has no other reference to its running image"
+            ),
+            Self::VolumeClaimTemplatesChanged => write!(
+                f,
+                "volumeClaimTemplates changed since the Pod's revision (RecreatePodWhenChangeVCTInCloneSetGate)"
             ),
         }
     }

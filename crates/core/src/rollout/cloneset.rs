@@ -433,6 +433,13 @@ pub fn limit_updates(
 pub struct Gates {
     pub preparing_update_as_update: bool,
     pub partition_rollback: bool,
+    /// `CloneSetShortHash`: Pods' `controller-revision-hash` label holds only the hash
+    /// (`5d8f7c`), not the revision name (`web-5d8f7c`). Either form is read as the same revision.
+    pub short_hash: bool,
+    /// `RecreatePodWhenChangeVCTInCloneSetGate`: a Pod whose revision recorded other
+    /// volumeClaimTemplates than the update revision is recreated, not updated in place (except with
+    /// the InPlaceOnly policy).
+    pub recreate_on_vct_change: bool,
 }
 
 /// The Pods to update in this pass and the revision they go to.

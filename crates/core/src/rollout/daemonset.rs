@@ -87,6 +87,11 @@ pub struct Snapshot<'a> {
     pub now: Timestamp,
     /// Resize cpu/memory in place through `pods/resize`.
     pub resize: bool,
+    /// `DaemonSetPruneIneligibleNodes`: nodes that should no longer run the daemon (their Pods are
+    /// being deleted by manage) are left out of the rolling update, so that their Pods use none of
+    /// its maxUnavailable or maxSurge. Off, as in OpenKruise, such a node still counts: a selector
+    /// narrowed while Pods are held by a preDelete hook can use the whole budget.
+    pub prune_ineligible_nodes: bool,
 }
 
 impl Snapshot<'_> {
@@ -508,13 +513,16 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
         create.truncate(burst);
     }
     doomed.truncate(burst);
-    let managed = !create.is_empty() || !doomed.is_empty();
+    let before_manage = plan.actions.len();
     for node in create {
         plan.actions.push(Action::Create { node });
     }
     for (i, reason) in doomed {
         delete(s, &mut plan.actions, i, reason);
     }
+    // Only writes hold the rolling update back: a Pod already held in PreparingDelete by its hook
+    // needs none (upstream's lifecycle update is then a no-op, and its expectations are met).
+    let managed = plan.actions.len() > before_manage;
 
     // 2. rolling update, once nothing was created or deleted (upstream returns after manage's writes
     // and rolls on the next sync, when the caches show them).
@@ -561,6 +569,7 @@ pub fn update_candidates<'a>(
         .nodes
         .iter()
         .filter(|n| by_node.contains_key(n.name))
+        .filter(|n| n.should_run || !s.prune_ineligible_nodes)
         .collect();
     names.sort_by(|a, b| b.name.cmp(a.name));
     let total = i32::try_from(names.len()).unwrap_or(i32::MAX);

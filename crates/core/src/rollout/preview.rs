@@ -442,6 +442,8 @@ pub fn cloneset(
             current,
             update,
             revisions,
+            // A preview plans the template change alone.
+            vct_hashes: &BTreeMap::new(),
             node_labels: &node_labels,
             now,
             settings,
@@ -774,6 +776,8 @@ pub fn daemonset(
             revisions,
             now,
             resize,
+            // The preview's nodes are those that run the set's Pods: none is ineligible.
+            prune_ineligible_nodes: false,
         };
         let plan = daemonset::plan(&snapshot)?;
         if plan.actions.is_empty() {

@@ -44,6 +44,9 @@ pub struct Snapshot<'a> {
     pub update: Revision<'a>,
     /// Every revision of the CloneSet, for the template a Pod was created from.
     pub revisions: &'a [Revision<'a>],
+    /// The volumeClaimTemplates hash each revision records, by revision name
+    /// (`kruise_core::revision::ANNOTATION_VCT_HASH`; revisions without one are absent).
+    pub vct_hashes: &'a BTreeMap<String, String>,
     /// Labels of the nodes the Pods run on; needed only with topologySpreadConstraints.
     pub node_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
     pub now: Timestamp,
@@ -276,6 +279,18 @@ fn metadata_only_in_place(s: &Snapshot<'_>) -> bool {
         })
 }
 
+/// Whether `RecreatePodWhenChangeVCTInCloneSetGate` recreates a Pod of revision `old` updated to
+/// `new`: the gate is on, the policy is not InPlaceOnly (upstream ignores the templates there), and
+/// the two revisions recorded different volumeClaimTemplates.
+fn vct_change_recreates(s: &Snapshot<'_>, policy: &str, old: &str, new: &str) -> bool {
+    s.settings.gates.recreate_on_vct_change
+        && policy != POD_UPDATE_IN_PLACE_ONLY
+        && !crate::revision::vct_hashes_allow_in_place(
+            s.vct_hashes.get(old).map(String::as_str),
+            s.vct_hashes.get(new).map(String::as_str),
+        )
+}
+
 /// A small correction to one Pod, made before any update (upstream's refresh).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fix {
@@ -373,8 +388,13 @@ pub fn update_step(s: &Snapshot<'_>) -> Result<UpdateStep, InvalidSetting> {
     for &i in &plan.pods {
         let pod = &s.pods[i];
         let in_place = if in_place_policy {
-            s.revision_of(pod)
-                .map(|old| inplace::plan(old.template, target.template, pod, &opts))
+            s.revision_of(pod).map(|old| {
+                if vct_change_recreates(s, policy, old.name, target.name) {
+                    inplace::Plan::NotInPlace(inplace::NotInPlace::VolumeClaimTemplatesChanged)
+                } else {
+                    inplace::plan(old.template, target.template, pod, &opts)
+                }
+            })
         } else {
             None
         };

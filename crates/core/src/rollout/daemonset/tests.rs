@@ -97,6 +97,7 @@ struct World {
     old: PodTemplateSpec,
     new: PodTemplateSpec,
     nodes: Vec<Node>,
+    prune: bool,
 }
 
 impl World {
@@ -106,6 +107,7 @@ impl World {
             old: template("app:v1"),
             new: template("app:v2"),
             nodes,
+            prune: false,
         }
     }
 
@@ -138,6 +140,7 @@ impl World {
             revisions: &revisions,
             now: now(),
             resize: false,
+            prune_ineligible_nodes: self.prune,
         };
         f(&s)
     }
@@ -784,5 +787,36 @@ proptest! {
             let count = sim.pods.get(&node.name).map_or(0, Vec::len);
             prop_assert_eq!(count, usize::from(eligible[i]), "{}", node.name);
         }
+    }
+}
+
+/// A node the set no longer selects, whose old Pod is still terminating, uses the rolling update's
+/// maxUnavailable unless `DaemonSetPruneIneligibleNodes` leaves such nodes out. A Pod there already
+/// held in PreparingDelete by its hook needs no write from manage, so it does not hold the rolling
+/// update back either.
+#[test]
+fn ineligible_nodes_use_no_budget_when_pruned() {
+    let mut fleet = nodes(2);
+    fleet[1].should_run = false;
+    fleet[1].should_continue_running = false;
+    let hooked = "lifecycle: {preDelete: {labelsHandler: {example.io/hold: 'true'}}}";
+    let terminating = daemon("n1", 2, OLD, true).deleting().build();
+    let held = daemon("n1", 2, OLD, true)
+        .label("example.io/hold", "true")
+        .label("lifecycle.apps.kruise.io/state", "PreparingDelete")
+        .build();
+    let update_n0 = vec!["delete ds-n0-1 Update"];
+    let cases = [
+        (&terminating, false, vec![]),
+        (&terminating, true, update_n0.clone()),
+        (&held, false, update_n0.clone()),
+        (&held, true, update_n0.clone()),
+    ];
+    for (on_n1, prune, want) in cases {
+        let pods = [daemon("n0", 1, OLD, true).build(), on_n1.clone()];
+        let mut w = World::new(spec(hooked), fleet.clone());
+        w.prune = prune;
+        let got = summary(&pods, &w.plan(&pods));
+        assert_eq!(got, want, "prune={prune}, n1: {:?}", on_n1.metadata.labels);
     }
 }

@@ -170,6 +170,7 @@ fn cloneset_partitioned_priority_rollout_agrees_with_the_controller_planner() {
         current,
         update,
         revisions: &revisions,
+        vct_hashes: &BTreeMap::new(),
         node_labels: &node_labels,
         now: now(),
         settings: Settings::default(),
@@ -460,6 +461,7 @@ fn daemonset_partitioned_rollout_agrees_with_the_controller_planner() {
         revisions: &revisions,
         now: now(),
         resize: false,
+        prune_ineligible_nodes: false,
     })
     .expect("plan");
     let first: Vec<&str> = plan

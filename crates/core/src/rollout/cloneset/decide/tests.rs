@@ -146,6 +146,8 @@ struct World {
     old: PodTemplateSpec,
     new: PodTemplateSpec,
     nodes: BTreeMap<String, BTreeMap<String, String>>,
+    vct_hashes: BTreeMap<String, String>,
+    settings: Settings,
 }
 
 impl World {
@@ -154,6 +156,8 @@ impl World {
             old: template("app:v1", None),
             new: template("app:v2", new_env),
             nodes: BTreeMap::new(),
+            vct_hashes: BTreeMap::new(),
+            settings: Settings::default(),
         }
     }
 
@@ -174,9 +178,10 @@ impl World {
             current: revisions[0],
             update: revisions[1],
             revisions: &revisions,
+            vct_hashes: &self.vct_hashes,
             node_labels: &self.nodes,
             now: now(),
-            settings: Settings::default(),
+            settings: self.settings,
         };
         f(&snapshot)
     }
@@ -805,5 +810,105 @@ fn a_finished_update_moves_gate_and_lifecycle_together() {
             .decide(&cs, &[finished(label)], update_step)
             .unwrap_or_default();
         assert_eq!(step.fixes, vec![Fix::InPlaceReady(0, want)], "{name}");
+    }
+}
+
+/// `RecreatePodWhenChangeVCTInCloneSetGate`: an old Pod whose revision recorded other
+/// volumeClaimTemplates than the update revision is recreated instead of updated in place, only
+/// with the gate on, never under InPlaceOnly, and only when both hashes are known and comparable.
+#[test]
+#[allow(clippy::type_complexity)]
+fn changed_volume_claim_templates_recreate_with_the_gate() {
+    let ours = |n: u32| {
+        crate::revision::vct_hash(&[serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "data"},
+        "spec": {"resources": {"requests": {"storage": format!("{n}Gi")}}}}))
+        .expect("claim")])
+    };
+    let inplace = vec![format!("inplace 0 {:?}", Some("app:v2"))];
+    let recreate = vec!["recreate 0".to_string()];
+    // (case, gate, policy, old hash, new hash, actions)
+    let cases: Vec<(
+        &str,
+        bool,
+        &str,
+        Option<String>,
+        Option<String>,
+        Vec<String>,
+    )> = vec![
+        (
+            "gate off",
+            false,
+            POD_UPDATE_IN_PLACE_IF_POSSIBLE,
+            Some(ours(1)),
+            Some(ours(2)),
+            inplace.clone(),
+        ),
+        (
+            "claims changed",
+            true,
+            POD_UPDATE_IN_PLACE_IF_POSSIBLE,
+            Some(ours(1)),
+            Some(ours(2)),
+            recreate.clone(),
+        ),
+        (
+            "claims unchanged",
+            true,
+            POD_UPDATE_IN_PLACE_IF_POSSIBLE,
+            Some(ours(1)),
+            Some(ours(1)),
+            inplace.clone(),
+        ),
+        (
+            "claims added",
+            true,
+            POD_UPDATE_IN_PLACE_IF_POSSIBLE,
+            Some(String::new()),
+            Some(ours(1)),
+            recreate.clone(),
+        ),
+        (
+            "InPlaceOnly ignores them",
+            true,
+            POD_UPDATE_IN_PLACE_ONLY,
+            Some(ours(1)),
+            Some(ours(2)),
+            inplace.clone(),
+        ),
+        (
+            "old revision without a hash",
+            true,
+            POD_UPDATE_IN_PLACE_IF_POSSIBLE,
+            None,
+            Some(ours(2)),
+            inplace.clone(),
+        ),
+        (
+            "a hash OpenKruise wrote",
+            true,
+            POD_UPDATE_IN_PLACE_IF_POSSIBLE,
+            Some("2893401921".into()),
+            Some(ours(2)),
+            inplace.clone(),
+        ),
+    ];
+    for (case, gate, policy, old, new, want) in cases {
+        let mut world = World::new(None);
+        world.settings.gates.recreate_on_vct_change = gate;
+        world.vct_hashes = [(OLD, old), (NEW, new)]
+            .into_iter()
+            .filter_map(|(name, hash)| Some((name.to_string(), hash?)))
+            .collect();
+        let cs = cloneset(Knobs {
+            replicas: 1,
+            policy,
+            ..Knobs::default()
+        });
+        let pods = old_pods(1);
+        let step = world
+            .decide(&cs, &pods, update_step)
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(actions(&step), want, "{case}");
     }
 }

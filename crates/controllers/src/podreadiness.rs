@@ -1,0 +1,196 @@
+//! `pod-readiness-controller`: with the `KruisePodReadinessGate` gate the Pod webhook gives every new
+//! Pod the `KruisePodReady` readiness gate, so that a lifecycle hook (`markPodNotReady`) can take
+//! any Pod out of Service endpoints. A readiness gate without its condition keeps a Pod unready
+//! forever, so this controller sets `KruisePodReady=True` on every Pod that has the gate and no such
+//! condition yet, as OpenKruise's `pkg/controller/podreadiness` does. It never changes a condition
+//! that exists: whoever set it (a hook marking the Pod not ready) owns it.
+//!
+//! It reads the shared Pod cache (no watch of its own) and writes each condition with the Pod's
+//! resourceVersion as a precondition, so that a condition set meanwhile by someone else is never
+//! overwritten: on a conflict the Pod's next change brings it back here.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::keys;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::cache::{CacheEvent, PodCache};
+
+pub const CONTROLLER: &str = "pod-readiness-controller";
+
+/// How soon a write that failed for another reason than a conflict is tried again.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Whether `pod` waits on a `KruisePodReady` condition nobody has set: it has the readiness gate,
+/// no such condition, and is not being deleted.
+pub fn needs_condition(pod: &Pod) -> bool {
+    let gated = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|gates| {
+            gates
+                .iter()
+                .any(|g| g.condition_type == keys::CONDITION_KRUISE_POD_READY)
+        });
+    let has_condition = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == keys::CONDITION_KRUISE_POD_READY)
+        });
+    gated && !has_condition && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// The status patch setting `KruisePodReady=True`, valid only over `resource_version`.
+fn condition_patch(resource_version: &str, now: Timestamp) -> serde_json::Value {
+    json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": [{
+            "type": keys::CONDITION_KRUISE_POD_READY,
+            "status": "True",
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }]},
+    })
+}
+
+/// What became of one write.
+enum Written {
+    Done,
+    /// The Pod changed or went away meanwhile: its next change (if any) decides again.
+    Stale,
+    Failed,
+}
+
+async fn set_condition(client: &Client, pod: &Pod) -> Written {
+    let (Some(namespace), Some(version)) = (pod.namespace(), pod.resource_version()) else {
+        return Written::Stale;
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let patch = condition_patch(&version, Timestamp::now());
+    match api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::debug!(namespace, pod = pod.name_any(), "set KruisePodReady=True");
+            Written::Done
+        }
+        Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Written::Stale,
+        Err(error) => {
+            tracing::warn!(namespace, pod = pod.name_any(), %error, "cannot set KruisePodReady=True; retrying");
+            Written::Failed
+        }
+    }
+}
+
+/// Runs until the Pod cache is gone.
+pub async fn run(client: Client, pods: Arc<PodCache>) {
+    let mut events = pods.subscribe(CONTROLLER);
+    pods.wait_synced().await;
+    tracing::info!(controller = CONTROLLER, "controller started");
+    // Pods whose write failed, by (namespace, name), tried again on the next tick.
+    let mut failed: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut retry = tokio::time::interval(RETRY);
+    let mut every_pod = true;
+    loop {
+        let candidates: Vec<Arc<Pod>> = if every_pod {
+            every_pod = false;
+            pods.select(None, |_| true)
+        } else {
+            tokio::select! {
+                event = events.recv() => match event {
+                    None => return,
+                    Some(CacheEvent::Resync) => {
+                        every_pod = true;
+                        continue;
+                    }
+                    Some(CacheEvent::Pod(change)) if !change.deleted => {
+                        let (namespace, name) = change.key.as_ref();
+                        pods.get(namespace, name).into_iter().collect()
+                    }
+                    Some(_) => continue,
+                },
+                _ = retry.tick(), if !failed.is_empty() => std::mem::take(&mut failed)
+                    .into_iter()
+                    .filter_map(|(namespace, name)| pods.get(&namespace, &name))
+                    .collect(),
+            }
+        };
+        for pod in candidates.iter().filter(|p| needs_condition(p)) {
+            if let Written::Failed = set_condition(&client, pod).await {
+                failed.insert((pod.namespace().unwrap_or_default(), pod.name_any()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(gates: &[&str], conditions: &[&str], deleting: bool) -> Pod {
+        let gates: Vec<_> = gates.iter().map(|g| json!({"conditionType": g})).collect();
+        let conditions: Vec<_> = conditions
+            .iter()
+            .map(|c| json!({"type": c, "status": "False"}))
+            .collect();
+        let mut meta = json!({"name": "p", "namespace": "ns"});
+        if deleting {
+            meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(json!({
+            "metadata": meta,
+            "spec": {"containers": [{"name": "c"}], "readinessGates": gates},
+            "status": {"conditions": conditions},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn which_pods_get_the_condition() {
+        let ready = keys::CONDITION_KRUISE_POD_READY;
+        let other = keys::CONDITION_IN_PLACE_UPDATE_READY;
+        // (readiness gates, conditions, being deleted, needs the condition)
+        let cases: &[(&[&str], &[&str], bool, bool)] = &[
+            (&[ready], &[], false, true),
+            (&[other, ready], &[other], false, true),
+            // A condition someone set (False by a hook) is theirs.
+            (&[ready], &[ready], false, false),
+            (&[other], &[], false, false),
+            (&[], &[], false, false),
+            (&[ready], &[], true, false),
+        ];
+        for (i, (gates, conditions, deleting, want)) in cases.iter().enumerate() {
+            assert_eq!(
+                needs_condition(&pod(gates, conditions, *deleting)),
+                *want,
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_write_is_guarded_by_the_resource_version() {
+        let now: Timestamp = "2026-01-02T03:04:05Z".parse().expect("time");
+        assert_eq!(
+            condition_patch("42", now),
+            json!({"metadata": {"resourceVersion": "42"},
+                   "status": {"conditions": [{"type": "KruisePodReady", "status": "True",
+                                              "lastTransitionTime": "2026-01-02T03:04:05Z"}]}})
+        );
+    }
+}
