@@ -418,6 +418,8 @@ async fn patch_pod_metadata_needs_the_whitelist() -> anyhow::Result<()> {
             let pod = json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "patched", "labels": {"app": "patched"}},
                 "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
+            // Once the webhook's cache holds the new SidecarSet.
+            wait_injected_on_dry_run(&ns.client, &ns.name, &pod, TIMEOUT, &["sidecar", "c"]).await?;
             ns.apply(&yaml(&pod)?).await?;
             let annotation = jsonpath(&ns, "patched", "{.metadata.annotations.example\\.io/patched}").await?;
             ensure!(annotation == "patched-v1", "annotation example.io/patched: {annotation:?}");
