@@ -186,6 +186,7 @@ kinds! {
     UnitedDeployment => crate::uniteddeployment::Api,
     BroadcastJob => crate::broadcastjob::Api,
     DaemonSet => crate::daemonset::Api,
+    AdvancedCronJob => crate::advancedcronjob::Api,
 }
 
 /// Converts any apps.kruise.io object, dispatching on its `kind`.
