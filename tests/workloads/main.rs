@@ -13,6 +13,7 @@
 //! untainted nodes or untaint them (`daemonset`, `uniteddeployment`), rotate the webhook certificate
 //! (`manager`), or install other CRDs (`takeover`, `install`).
 
+mod advancedcronjob;
 mod api;
 mod broadcastjob;
 mod cloneset;

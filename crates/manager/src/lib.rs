@@ -149,6 +149,8 @@ pub struct Args {
     pub uniteddeployment_workers: u16,
     #[arg(long, default_value_t = 3)]
     pub broadcastjob_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub advancedcronjob_workers: u16,
     /// Bind BroadcastJob Pods to their node through required node affinity and let the scheduler
     /// place them; false sets `spec.nodeName` directly (OpenKruise: --assign-bcj-pods-by-scheduler).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
@@ -912,6 +914,15 @@ async fn run_controllers(
             assign_by_scheduler: args.assign_bcj_pods_by_scheduler,
         },
     );
+    let advancedcronjob = kruise_controllers::advancedcronjob::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::advancedcronjob::Config {
+            workers: args.advancedcronjob_workers.max(1),
+            ..Default::default()
+        },
+    );
     let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
         client.clone(),
         caches.clone(),
@@ -946,6 +957,7 @@ async fn run_controllers(
         daemonset_workers = args.daemonset_workers,
         broadcastjob_workers = args.broadcastjob_workers,
         uniteddeployment_workers = args.uniteddeployment_workers,
+        advancedcronjob_workers = args.advancedcronjob_workers,
         "controllers started"
     );
     // Each on a task of its own: the watch decoding Pods and the reconciles of different
@@ -959,6 +971,7 @@ async fn run_controllers(
     work.spawn(named("daemonset", daemonset));
     work.spawn(named("broadcastjob", broadcastjob));
     work.spawn(named("uniteddeployment", uniteddeployment));
+    work.spawn(named("advancedcronjob", advancedcronjob));
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {

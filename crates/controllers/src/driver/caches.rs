@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
@@ -17,6 +18,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
+
+use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 
 use crate::cache::PodCache;
 
@@ -110,6 +113,10 @@ pub struct Caches {
     pub pvcs: Shared<PersistentVolumeClaim>,
     /// Namespaces' metadata (SidecarSets select Pods by their namespace's labels).
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
+    /// `batch/v1` Jobs (AdvancedCronJobs create them).
+    pub jobs: Shared<Job>,
+    /// BroadcastJobs, as the jobs of AdvancedCronJobs.
+    pub broadcastjobs: Shared<BroadcastJob>,
 }
 
 impl Caches {
@@ -125,6 +132,8 @@ impl Caches {
         let (revisions, revisions_run) = Shared::watch(Api::all(client.clone()));
         let (nodes, nodes_run) = Shared::watch(Api::all(client.clone()));
         let (pvcs, pvcs_run) = Shared::watch(Api::all(client.clone()));
+        let (jobs, jobs_run) = Shared::watch(Api::all(client.clone()));
+        let (broadcastjobs, broadcastjobs_run) = Shared::watch(Api::all(client.clone()));
         let pods_run = pods.clone().run(client);
         let caches = Self {
             pods,
@@ -132,6 +141,8 @@ impl Caches {
             nodes,
             pvcs,
             namespaces,
+            jobs,
+            broadcastjobs,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.
@@ -140,6 +151,8 @@ impl Caches {
             tasks.spawn(revisions_run);
             tasks.spawn(nodes_run);
             tasks.spawn(pvcs_run);
+            tasks.spawn(jobs_run);
+            tasks.spawn(broadcastjobs_run);
             tasks.join_next().await;
         };
         (caches, run)
