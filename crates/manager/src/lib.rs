@@ -1020,6 +1020,16 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
 
+    /// The container image has no zoneinfo: the time zone database is built into the binary (jiff's
+    /// bundled copy, used when no system copy is found) so AdvancedCronJob time zones work there.
+    #[test]
+    fn time_zone_database_is_bundled() {
+        let db = k8s_openapi::jiff::tz::TimeZoneDatabase::bundled();
+        for zone in ["Asia/Shanghai", "America/New_York", "Europe/Berlin"] {
+            assert!(db.get(zone).is_ok(), "{zone} not bundled");
+        }
+    }
+
     #[test]
     fn go_durations() {
         let cases = [
