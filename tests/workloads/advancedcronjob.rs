@@ -571,3 +571,77 @@ spec:
     })
     .await
 }
+
+#[tokio::test]
+async fn a_missed_run_within_the_starting_deadline_starts_at_once() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("acj-missed").await?;
+    ns.run(async {
+        // Hourly, created paused: nothing is due yet (the object is newer than the last full hour).
+        ns.apply(
+            r#"apiVersion: apps.kruise.io/v1beta1
+kind: AdvancedCronJob
+metadata:
+  name: hourly
+spec:
+  schedule: "0 * * * *"
+  timeZone: UTC
+  startingDeadlineSeconds: 3600
+  paused: true
+  template:
+    jobTemplate:
+      spec:
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+            - name: main
+              image: busybox:1.34
+"#,
+        )
+        .await?;
+        let owner = acj(&ns, "hourly").await?;
+        eventually("status type Job", WAIT, || async {
+            let current = acj(&ns, "hourly").await?;
+            Ok((current.status.unwrap_or_default().type_ == "Job").then_some(()))
+        })
+        .await?;
+        // The last run was three hours ago (as after a manager outage): the run of the current hour
+        // was missed, and it is within the hour-long starting deadline.
+        let now = Timestamp::now();
+        let this_hour = now.as_second() - now.as_second().rem_euclid(3600);
+        let long_ago = Timestamp::from_second(this_hour - 3 * 3600)?;
+        ns.api::<AdvancedCronJob>()
+            .patch_status(
+                "hourly",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"lastScheduleTime": long_ago.to_string()}})),
+            )
+            .await?;
+        ns.kubectl(&[
+            "patch",
+            "acj",
+            "hourly",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"paused":false}}"#,
+        ])
+        .await?;
+        let job = eventually("the missed run's Job", WAIT, || async {
+            Ok(jobs_of(&ns, &owner).await?.into_iter().next())
+        })
+        .await?;
+        // (An hour may turn while the test runs: then that hour's run is the one missed.)
+        let runs = [this_hour, this_hour + 3600].map(|h| format!("hourly-{h}"));
+        ensure!(
+            runs.contains(&job.name_any()),
+            "{} is not one of {runs:?}",
+            job.name_any()
+        );
+        check_name(&job, "hourly")?;
+        Ok(())
+    })
+    .await
+}
