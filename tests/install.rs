@@ -142,6 +142,30 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
         "BroadcastJob status",
     ),
     (
+        "apps.kruise.io",
+        "advancedcronjobs/status",
+        "patch",
+        "AdvancedCronJob status",
+    ),
+    (
+        "apps.kruise.io",
+        "broadcastjobs",
+        "create",
+        "AdvancedCronJob runs from a broadcastJobTemplate",
+    ),
+    (
+        "batch",
+        "jobs",
+        "create",
+        "AdvancedCronJob runs from a jobTemplate",
+    ),
+    (
+        "batch",
+        "jobs",
+        "delete",
+        "AdvancedCronJob history limits and the Replace concurrency policy",
+    ),
+    (
         "",
         "pods",
         "get",

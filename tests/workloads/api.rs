@@ -194,6 +194,8 @@ fn base(kind: &str, api_version: &str) -> Value {
     };
     let spec = match kind {
         "BroadcastJob" => json!({"template": template("Never")}),
+        "AdvancedCronJob" => json!({"schedule": "@hourly",
+                                    "template": {"jobTemplate": {"spec": {"template": template("Never")}}}}),
         "SidecarSet" => json!({"selector": {"matchLabels": {"app": "x"}},
                                "containers": [{"name": "sidecar", "image": "busybox:1.36"}]}),
         "DaemonSet" => {
@@ -218,6 +220,35 @@ fn base(kind: &str, api_version: &str) -> Value {
 
 /// (what is wrong, kind, apiVersion, merge patch on the valid base, text the rejection must contain).
 const INVALID: &[(&str, &str, &str, &str, &str)] = &[
+    // AdvancedCronJob
+    (
+        "AdvancedCronJob schedule out of range",
+        "AdvancedCronJob",
+        V1BETA1,
+        r#"{"spec":{"schedule":"0 25 * * *"}}"#,
+        "spec.schedule: Invalid value: \"0 25 * * *\"",
+    ),
+    (
+        "AdvancedCronJob unknown time zone",
+        "AdvancedCronJob",
+        V1ALPHA1,
+        r#"{"spec":{"timeZone":"Mars/Olympus"}}"#,
+        "spec.timeZone",
+    ),
+    (
+        "AdvancedCronJob negative startingDeadlineSeconds",
+        "AdvancedCronJob",
+        V1BETA1,
+        r#"{"spec":{"startingDeadlineSeconds":-5}}"#,
+        "spec.startingDeadlineSeconds",
+    ),
+    (
+        "AdvancedCronJob unknown concurrencyPolicy (schema)",
+        "AdvancedCronJob",
+        V1BETA1,
+        r#"{"spec":{"concurrencyPolicy":"Sometimes"}}"#,
+        "spec.concurrencyPolicy",
+    ),
     // BroadcastJob
     (
         "BroadcastJob restartPolicy Always",

@@ -1,6 +1,6 @@
 //! The workload kinds end to end, in one test binary that shares one control plane and one
-//! kruise-manager: CloneSet (and its claims), Advanced StatefulSet, BroadcastJob, the API and its
-//! webhooks, ownership, unpullable images, webhook size limits and `kubectl kruise`.
+//! kruise-manager: CloneSet (and its claims), Advanced StatefulSet, BroadcastJob, AdvancedCronJob, the
+//! API and its webhooks, ownership, unpullable images, webhook size limits and `kubectl kruise`.
 //!
 //! Every test here works in its own namespace and names anything cluster-scoped after it, adds only
 //! tainted nodes (so no other test's Pods land there, and the untainted fleet stays the three
@@ -13,6 +13,7 @@
 //! untainted nodes or untaint them (`daemonset`, `uniteddeployment`), rotate the webhook certificate
 //! (`manager`), or install other CRDs (`takeover`, `install`).
 
+mod advancedcronjob;
 mod api;
 mod broadcastjob;
 mod cloneset;

@@ -215,6 +215,7 @@ kinds! {
     UnitedDeployment => crate::uniteddeployment::Api,
     BroadcastJob => crate::broadcastjob::Api,
     DaemonSet => crate::daemonset::Api,
+    AdvancedCronJob => crate::advancedcronjob::Api,
 }
 
 /// Converts any apps.kruise.io object, dispatching on its `kind`.
@@ -231,9 +232,11 @@ impl Kind {
     /// only on create and on an update that changes it (`None`: the kind has no such rule).
     pub fn defaulted_template(self) -> Option<&'static str> {
         match self {
-            Kind::CloneSet | Kind::StatefulSet | Kind::UnitedDeployment | Kind::BroadcastJob => {
-                Some("/spec/template")
-            }
+            Kind::CloneSet
+            | Kind::StatefulSet
+            | Kind::UnitedDeployment
+            | Kind::BroadcastJob
+            | Kind::AdvancedCronJob => Some("/spec/template"),
             Kind::SidecarSet | Kind::DaemonSet => None,
         }
     }

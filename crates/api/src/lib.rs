@@ -6,6 +6,7 @@
 // repeated keys inside them as duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod advancedcronjob;
 pub mod broadcastjob;
 pub mod cloneset;
 pub mod conversion;

@@ -51,6 +51,13 @@ fn crds_serve_both_versions_store_v1beta1_and_convert_by_webhook() {
                 .and_then(|p| p.as_object());
             if let Some(workloads) = workload_templates {
                 for (workload, schema) in workloads {
+                    // AdvancedCronJob: its Job template is schemaless as a whole, and its
+                    // ImageListPullJob template holds no Pod.
+                    if schema["x-kubernetes-preserve-unknown-fields"] == true
+                        || workload == "imageListPullJobTemplate"
+                    {
+                        continue;
+                    }
                     let spec = &schema["properties"]["spec"];
                     let pod = spec.pointer("/properties/template").unwrap_or(spec);
                     assert_eq!(
@@ -126,7 +133,6 @@ fn serves(ours: &BTreeSet<String>, path: &str) -> bool {
 /// The kinds of OpenKruise v1.9.0 that kruise-rs does not serve yet: their paths are not checked (the test
 /// prints them so that nobody takes them for covered).
 const NOT_SERVED: &[&str] = &[
-    "apps.kruise.io/AdvancedCronJob",
     "apps.kruise.io/ContainerRecreateRequest",
     "apps.kruise.io/EphemeralJob",
     "apps.kruise.io/ImageListPullJob",

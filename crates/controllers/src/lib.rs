@@ -2,6 +2,7 @@
 //! Pod cache and its own watches), decides with pure functions (here and in kruise-core), and acts
 //! with patches.
 
+pub mod advancedcronjob;
 pub mod broadcastjob;
 pub mod cache;
 pub mod claim;

@@ -1216,7 +1216,7 @@ mod tests {
             ("apps.kruise.io", "UnitedDeployment", true),
             ("apps.kruise.io", "BroadcastJob", true),
             ("apps.kruise.io", "WorkloadSpread", false),
-            ("apps.kruise.io", "AdvancedCronJob", false),
+            ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", false),
             ("apps", "StatefulSet", false),
         ];

@@ -149,6 +149,8 @@ pub struct Args {
     pub uniteddeployment_workers: u16,
     #[arg(long, default_value_t = 3)]
     pub broadcastjob_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub advancedcronjob_workers: u16,
     /// Bind BroadcastJob Pods to their node through required node affinity and let the scheduler
     /// place them; false sets `spec.nodeName` directly (OpenKruise: --assign-bcj-pods-by-scheduler).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
@@ -922,6 +924,15 @@ async fn run_controllers(
             assign_by_scheduler: args.assign_bcj_pods_by_scheduler,
         },
     );
+    let advancedcronjob = kruise_controllers::advancedcronjob::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::advancedcronjob::Config {
+            workers: args.advancedcronjob_workers.max(1),
+            ..Default::default()
+        },
+    );
     let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
         client.clone(),
         caches.clone(),
@@ -962,6 +973,7 @@ async fn run_controllers(
         daemonset_workers = args.daemonset_workers,
         broadcastjob_workers = args.broadcastjob_workers,
         uniteddeployment_workers = args.uniteddeployment_workers,
+        advancedcronjob_workers = args.advancedcronjob_workers,
         "controllers started"
     );
     // Each on a task of its own: the watch decoding Pods and the reconciles of different
@@ -975,6 +987,7 @@ async fn run_controllers(
     work.spawn(named("daemonset", daemonset));
     work.spawn(named("broadcastjob", broadcastjob));
     work.spawn(named("uniteddeployment", uniteddeployment));
+    work.spawn(named("advancedcronjob", advancedcronjob));
     if let Some(pod_readiness) = pod_readiness {
         work.spawn(named("pod readiness", pod_readiness));
     }
@@ -1025,6 +1038,16 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The container image has no zoneinfo: the time zone database is built into the binary (jiff's
+    /// bundled copy, used when no system copy is found) so AdvancedCronJob time zones work there.
+    #[test]
+    fn time_zone_database_is_bundled() {
+        let db = k8s_openapi::jiff::tz::TimeZoneDatabase::bundled();
+        for zone in ["Asia/Shanghai", "America/New_York", "Europe/Berlin"] {
+            assert!(db.get(zone).is_ok(), "{zone} not bundled");
+        }
+    }
 
     #[test]
     fn go_durations() {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kube::api::PartialObjectMeta;
@@ -19,6 +20,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
+
+use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 
 use crate::cache::PodCache;
 
@@ -163,6 +166,10 @@ pub struct Caches {
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
     /// Every SidecarSet: the Pod webhook injects from it, the SidecarSet controller reconciles it.
     pub sidecarsets: Shared<SidecarSet>,
+    /// `batch/v1` Jobs (AdvancedCronJobs create them).
+    pub jobs: Shared<Job>,
+    /// BroadcastJobs, as the jobs of AdvancedCronJobs.
+    pub broadcastjobs: Shared<BroadcastJob>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -207,6 +214,8 @@ impl Caches {
         let (revisions, revisions_run) = Shared::watch(Api::all(client.clone()));
         let (nodes, nodes_run) = Shared::watch(Api::all(client.clone()));
         let (pvcs, pvcs_run) = Shared::watch(Api::all(client.clone()));
+        let (jobs, jobs_run) = Shared::watch(Api::all(client.clone()));
+        let (broadcastjobs, broadcastjobs_run) = Shared::watch(Api::all(client.clone()));
         let pods_run = pods.clone().run(client);
         let caches = Self {
             pods,
@@ -215,6 +224,8 @@ impl Caches {
             pvcs,
             namespaces: process.namespaces,
             sidecarsets: process.sidecarsets,
+            jobs,
+            broadcastjobs,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.
@@ -223,6 +234,8 @@ impl Caches {
             tasks.spawn(revisions_run);
             tasks.spawn(nodes_run);
             tasks.spawn(pvcs_run);
+            tasks.spawn(jobs_run);
+            tasks.spawn(broadcastjobs_run);
             tasks.join_next().await;
         };
         (caches, run)

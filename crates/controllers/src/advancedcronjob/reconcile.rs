@@ -1,0 +1,424 @@
+//! One reconcile of an AdvancedCronJob: dereference (the object, its jobs from the shared caches) →
+//! decide (`kruise_core::cron::plan`) → act (status, pruning, replacing, creating) → requeue at the
+//! next scheduled time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::advancedcronjob::ANNOTATION_SCHEDULED_AT;
+use kruise_api::advancedcronjob::v1beta1::{
+    AdvancedCronJob, AdvancedCronJobStatus, TEMPLATE_BROADCAST_JOB, TEMPLATE_JOB,
+};
+use kruise_api::broadcastjob::v1beta1::BroadcastJob;
+use kruise_core::cron::{self, Child, Finished, Policy, Problem};
+use kube::api::{DeleteParams, PostParams, Preconditions, PropagationPolicy};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::Store;
+use kube::{Api, Resource, ResourceExt};
+
+use super::Context;
+use crate::cache::{NOT_LISTED_RETRY, listed};
+use crate::driver::write::{StatusWrite, write_status};
+use crate::error::{Error, is_race};
+
+pub(crate) async fn reconcile(
+    acj: Arc<AdvancedCronJob>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    reconcile_inner(&acj, &ctx).await
+}
+
+/// A job of either kind, as the reconcile handles it.
+struct Owned {
+    name: String,
+    uid: Option<String>,
+    reference: ObjectReference,
+    child: Child,
+}
+
+fn finished(conditions: impl Iterator<Item = (String, String)>) -> Option<Finished> {
+    conditions
+        .filter(|(_, status)| status == "True")
+        .find_map(|(type_, _)| match type_.as_str() {
+            "Complete" => Some(Finished::Succeeded),
+            "Failed" => Some(Finished::Failed),
+            _ => None,
+        })
+}
+
+fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.kind == "AdvancedCronJob" && r.uid == uid)
+}
+
+fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
+    let meta = object.meta();
+    ObjectReference {
+        api_version: Some(K::api_version(&()).into_owned()),
+        kind: Some(K::kind(&()).into_owned()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+fn scheduled_of(meta: &ObjectMeta) -> Option<Timestamp> {
+    meta.annotations
+        .as_ref()?
+        .get(ANNOTATION_SCHEDULED_AT)
+        .and_then(|value| cron::parse_scheduled_at(value))
+}
+
+fn owned<K, F>(store: &Store<K>, namespace: &str, uid: &str, describe: F) -> Vec<Owned>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    F: Fn(&K) -> (Option<Finished>, Option<Timestamp>),
+{
+    let mut jobs: Vec<Owned> = store
+        .state()
+        .iter()
+        .filter(|job| job.meta().namespace.as_deref() == Some(namespace))
+        .filter(|job| controlled_by(job.meta(), uid))
+        .map(|job| {
+            let (finished, start_time) = describe(job);
+            Owned {
+                name: job.name_any(),
+                uid: job.meta().uid.clone(),
+                reference: reference(job.as_ref()),
+                child: Child {
+                    name: job.name_any(),
+                    finished,
+                    scheduled_at: scheduled_of(job.meta()),
+                    start_time,
+                },
+            }
+        })
+        .collect();
+    jobs.sort_by(|a, b| a.name.cmp(&b.name));
+    jobs
+}
+
+async fn event(ctx: &Context, acj: &AdvancedCronJob, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &acj.object_ref(&())).await {
+        tracing::warn!(%error, reason, "publishing an event");
+    }
+}
+
+async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action, Error> {
+    let namespace = acj.namespace().unwrap_or_default();
+    let name = acj.name_any();
+    let Some(uid) = acj.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if acj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let kind = acj.spec.template.kind();
+    let jobs = match kind {
+        TEMPLATE_JOB => {
+            if !listed(&ctx.jobs) {
+                return Ok(Action::requeue(NOT_LISTED_RETRY));
+            }
+            owned(&ctx.jobs, &namespace, &uid, |job: &Job| {
+                let status = job.status.as_ref();
+                let conditions = status
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| (c.type_, c.status));
+                (
+                    finished(conditions),
+                    status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+                )
+            })
+        }
+        TEMPLATE_BROADCAST_JOB => {
+            if !listed(&ctx.broadcastjobs) {
+                return Ok(Action::requeue(NOT_LISTED_RETRY));
+            }
+            owned(
+                &ctx.broadcastjobs,
+                &namespace,
+                &uid,
+                |job: &BroadcastJob| {
+                    let status = job.status.as_ref();
+                    let conditions = status
+                        .map(|s| s.conditions.clone())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|c| (c.type_, c.status));
+                    (
+                        finished(conditions),
+                        status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+                    )
+                },
+            )
+        }
+        other => {
+            // ImageListPullJobs need the node agent, which kruise-rs does not run yet.
+            event(
+                ctx,
+                acj,
+                EventType::Warning,
+                "UnsupportedTemplate",
+                format!("kruise-rs does not create {other}s yet: no run is scheduled"),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+    let spec = &acj.spec;
+    let policy = Policy {
+        paused: spec.paused == Some(true),
+        concurrency: spec.concurrency_policy.clone(),
+        starting_deadline_seconds: spec.starting_deadline_seconds,
+        successful_jobs_history_limit: spec.successful_jobs_history_limit,
+        failed_jobs_history_limit: spec.failed_jobs_history_limit,
+    };
+    let schedule = cron::for_cron_job(
+        &spec.schedule,
+        spec.time_zone.as_deref(),
+        &ctx.config.local_time_zone,
+    );
+    let children: Vec<Child> = jobs.iter().map(|j| j.child.clone()).collect();
+    let recorded = acj
+        .status
+        .as_ref()
+        .and_then(|s| s.last_schedule_time.as_ref())
+        .map(|t| t.0);
+    let created = acj
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(Timestamp::now, |t| t.0);
+    let now = Timestamp::now();
+    let plan = cron::plan(
+        &policy,
+        schedule.as_ref(),
+        &children,
+        recorded,
+        created,
+        now,
+    );
+
+    // Status first, as upstream.
+    let status = AdvancedCronJobStatus {
+        type_: kind.into(),
+        active: plan
+            .active
+            .iter()
+            .map(|&i| jobs[i].reference.clone())
+            .collect(),
+        last_schedule_time: plan.last_schedule_time.map(Time),
+    };
+    let api: Api<AdvancedCronJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let old = acj.status.as_ref();
+    if write_status(&api, acj, old, &status, old != Some(&status)).await? == StatusWrite::Stale {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+
+    // Best effort, as upstream: a failed delete is logged and tried again on a later reconcile.
+    for &i in &plan.prune {
+        if delete(ctx, kind, &namespace, &jobs[i]).await {
+            event(
+                ctx,
+                acj,
+                EventType::Normal,
+                "SuccessfulDelete",
+                format!("Deleted job {}", jobs[i].name),
+            )
+            .await;
+        }
+    }
+    if let Some(problem) = &plan.problem {
+        let (reason, note) = match problem {
+            Problem::InvalidSchedule(message) => (
+                "InvalidSchedule",
+                format!("unparsable schedule {:?}: {message}", spec.schedule),
+            ),
+            Problem::TooManyMissed => ("TooManyMissedTimes", cron::TooManyMissed.to_string()),
+        };
+        event(ctx, acj, EventType::Warning, reason, note).await;
+        return Ok(Action::await_change());
+    }
+    let requeue = plan
+        .requeue_after
+        .and_then(|d| Duration::try_from(d).ok())
+        .map_or_else(Action::await_change, |d| {
+            // The schedule's time, not a moment before it.
+            Action::requeue(d + Duration::from_millis(10))
+        });
+    let Some(run) = &plan.run else {
+        return Ok(requeue);
+    };
+    for &i in &run.replace {
+        if !delete(ctx, kind, &namespace, &jobs[i]).await {
+            return Err(Error::Invalid(format!(
+                "cannot delete the running job {} to replace it",
+                jobs[i].name
+            )));
+        }
+        event(
+            ctx,
+            acj,
+            EventType::Normal,
+            "SuccessfulDelete",
+            format!("Deleted job {}", jobs[i].name),
+        )
+        .await;
+    }
+    let tz = schedule
+        .as_ref()
+        .map(|s| s.time_zone().clone())
+        .unwrap_or_else(|_| ctx.config.local_time_zone.clone());
+    let job_name = cron::job_name(&name, run.scheduled);
+    let scheduled_at = cron::scheduled_at(run.scheduled, &tz);
+    match create(ctx, acj, &uid, &job_name, &scheduled_at).await {
+        Ok(true) => {
+            event(
+                ctx,
+                acj,
+                EventType::Normal,
+                "SuccessfulCreate",
+                format!("Created job {job_name}"),
+            )
+            .await;
+        }
+        // Created before (a reconcile on a cache that did not show it yet): nothing to do.
+        Ok(false) => {}
+        Err(error) => {
+            event(
+                ctx,
+                acj,
+                EventType::Warning,
+                "FailedCreate",
+                format!("Error creating job {job_name}: {error}"),
+            )
+            .await;
+            return Err(error);
+        }
+    }
+    Ok(requeue)
+}
+
+/// Deletes one job (background propagation, preconditioned on its uid); true when it is gone.
+async fn delete(ctx: &Context, kind: &str, namespace: &str, job: &Owned) -> bool {
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: job.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let result = if kind == TEMPLATE_JOB {
+        Api::<Job>::namespaced(ctx.client.clone(), namespace)
+            .delete(&job.name, &params)
+            .await
+            .map(|_| ())
+    } else {
+        Api::<BroadcastJob>::namespaced(ctx.client.clone(), namespace)
+            .delete(&job.name, &params)
+            .await
+            .map(|_| ())
+    };
+    match result {
+        Ok(()) => true,
+        Err(error) if is_race(&error) => true,
+        Err(error) => {
+            tracing::warn!(%error, job = job.name, "deleting a job of an AdvancedCronJob");
+            false
+        }
+    }
+}
+
+/// The job's metadata: the template's labels and annotations, the scheduled time, the owner.
+fn job_meta(
+    acj: &AdvancedCronJob,
+    uid: &str,
+    name: &str,
+    template: Option<&ObjectMeta>,
+    scheduled_at: &str,
+) -> ObjectMeta {
+    let labels: BTreeMap<String, String> =
+        template.and_then(|m| m.labels.clone()).unwrap_or_default();
+    let mut annotations: BTreeMap<String, String> = template
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    annotations.insert(ANNOTATION_SCHEDULED_AT.into(), scheduled_at.into());
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: acj.metadata.namespace.clone(),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        owner_references: Some(vec![OwnerReference {
+            api_version: AdvancedCronJob::api_version(&()).into_owned(),
+            kind: AdvancedCronJob::kind(&()).into_owned(),
+            name: acj.name_any(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Creates the run's job; false when it exists already.
+async fn create(
+    ctx: &Context,
+    acj: &AdvancedCronJob,
+    uid: &str,
+    name: &str,
+    scheduled_at: &str,
+) -> Result<bool, Error> {
+    let namespace = acj.namespace().unwrap_or_default();
+    let template = &acj.spec.template;
+    let result = if let Some(job) = &template.job_template {
+        let object = Job {
+            metadata: job_meta(acj, uid, name, job.metadata.as_ref(), scheduled_at),
+            spec: Some(job.spec.clone().unwrap_or_else(JobSpec::default)),
+            status: None,
+        };
+        Api::<Job>::namespaced(ctx.client.clone(), &namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .map(|_| ())
+    } else if let Some(broadcast) = &template.broadcast_job_template {
+        let object = BroadcastJob {
+            metadata: job_meta(acj, uid, name, Some(&broadcast.metadata), scheduled_at),
+            spec: broadcast.spec.clone(),
+            status: None,
+        };
+        Api::<BroadcastJob>::namespaced(ctx.client.clone(), &namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .map(|_| ())
+    } else {
+        return Ok(false);
+    };
+    match result {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(source) => Err(Error::Kube {
+            context: format!("creating job {namespace}/{name}"),
+            source,
+        }),
+    }
+}
