@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod parallel;
 pub mod podcontrol;
+pub mod podunavailablebudget;
 pub mod sidecarset;
 pub mod statefulset;
 pub mod status_patch;

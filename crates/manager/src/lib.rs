@@ -509,6 +509,10 @@ impl Readiness {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
     let gates = args.gates()?;
+    // The in-place update engine of every workload consults PodUnavailableBudgets with this gate.
+    kruise_controllers::podunavailablebudget::take::set_update_gate(
+        gates.enabled("PodUnavailableBudgetUpdateGate"),
+    );
     args.lease_timing()?;
     for line in args.ineffective()? {
         tracing::warn!("{line}");
@@ -613,7 +617,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = tokio::spawn(kruise_webhook::server::serve(
         webhook_addr,
         tls.clone(),
-        kruise_webhook::server::router(webhook_metrics.clone(), Some(client.clone()), Some(pods)),
+        kruise_webhook::server::router_with_policy(
+            webhook_metrics.clone(),
+            Some(client.clone()),
+            Some(pods),
+            kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
+        ),
         handle.clone(),
     ));
     if handle.listening().await.is_none() {
@@ -733,6 +742,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
+}
+
+/// The feature gates the policy.kruise.io webhooks honour.
+fn policy_gates(gates: &features::FeatureGates) -> kruise_webhook::policy::PolicyGates {
+    kruise_webhook::policy::PolicyGates {
+        budget_delete: gates.enabled("PodUnavailableBudgetDeleteGate"),
+        budget_update: gates.enabled("PodUnavailableBudgetUpdateGate"),
+        vertical_scaling: gates.enabled("InPlacePodVerticalScaling"),
+        deletion_protection: gates.enabled("ResourcesDeletionProtection"),
+        crd_cascading: gates.enabled("DeletionProtectionForCRDCascadingGate"),
+    }
 }
 
 /// How often the leader checks that its watches are current.
@@ -921,6 +941,12 @@ async fn run_controllers(
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
         },
     ));
+    let podunavailablebudget = kruise_controllers::podunavailablebudget::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::podunavailablebudget::Config::default(),
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         caches,
@@ -959,6 +985,7 @@ async fn run_controllers(
     work.spawn(named("daemonset", daemonset));
     work.spawn(named("broadcastjob", broadcastjob));
     work.spawn(named("uniteddeployment", uniteddeployment));
+    work.spawn(named("podunavailablebudget", podunavailablebudget));
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {

@@ -31,6 +31,7 @@ use kube::core::conversion::ConversionReview;
 use crate::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use crate::metrics::Metrics;
 use crate::pod::PodInjector;
+use crate::policy::{DELETION_PATHS, Policy, VALIDATE_POD_PATH};
 
 /// The bounds the server puts on every connection and request.
 #[derive(Clone, Debug)]
@@ -72,6 +73,27 @@ pub fn router_with_limits(
     metrics: Metrics,
     client: Option<kube::Client>,
     pods: Option<PodInjector>,
+    limits: &Limits,
+) -> Router {
+    build(metrics, client, pods, Policy::default(), limits)
+}
+
+/// [`router`] with the policy.kruise.io webhooks (PodUnavailableBudget and deletion protection)
+/// answering as `policy` decides; [`router`] serves their paths too, allowing everything.
+pub fn router_with_policy(
+    metrics: Metrics,
+    client: Option<kube::Client>,
+    pods: Option<PodInjector>,
+    policy: Policy,
+) -> Router {
+    build(metrics, client, pods, policy, &Limits::default())
+}
+
+fn build(
+    metrics: Metrics,
+    client: Option<kube::Client>,
+    pods: Option<PodInjector>,
+    policy: Policy,
     limits: &Limits,
 ) -> Router {
     let pods = pods.unwrap_or_else(|| {
@@ -152,6 +174,42 @@ pub fn router_with_limits(
                     let answer = crate::admission::validate(kind, review, &cluster);
                     metrics.observe(
                         &label,
+                        if answer.allowed { "allowed" } else { "denied" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
+    }
+    let pod_policy = policy.clone();
+    router = router.route(
+        VALIDATE_POD_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer = pod_policy.review_pod(review).await;
+                metrics.observe(
+                    VALIDATE_POD_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
+    for &path in DELETION_PATHS {
+        let policy = policy.clone();
+        router = router.route(
+            path,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let answer = policy.review_deletion(review).await;
+                    metrics.observe(
+                        path,
                         if answer.allowed { "allowed" } else { "denied" },
                         began.elapsed().as_secs_f64(),
                     );
