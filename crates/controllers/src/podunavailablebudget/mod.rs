@@ -7,7 +7,6 @@
 pub mod take;
 mod workloads;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::policy::{POD_RELATED_PUB_ANNOTATION, PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION};
+use kruise_api::validation::selector_is_empty;
 use kruise_core::budget;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -125,19 +125,6 @@ fn forward_pod_changes(
             }
         }
     });
-}
-
-fn selector_is_empty(
-    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-) -> bool {
-    selector
-        .match_labels
-        .as_ref()
-        .is_none_or(BTreeMap::is_empty)
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(Vec::is_empty)
 }
 
 async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Result<Action, Error> {
