@@ -59,12 +59,6 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "apps",
-        "replicasets",
-        "list",
-        "a PodUnavailableBudget finding a Deployment's ReplicaSets",
-    ),
-    (
-        "apps",
         "statefulsets",
         "get",
         "a PodUnavailableBudget counting a StatefulSet's replicas",

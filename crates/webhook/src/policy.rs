@@ -167,7 +167,7 @@ impl Policy {
             client,
             &pod,
             operation,
-            request.dry_run,
+            request.dry_run || eviction_dry_run(&request),
             self.gates.vertical_scaling,
         )
         .await
@@ -290,6 +290,18 @@ impl Policy {
     }
 }
 
+/// An Eviction's own `deleteOptions.dryRun` (`kubectl drain --dry-run=server` sets it there), which
+/// upstream honours beside the request's.
+fn eviction_dry_run(request: &AdmissionRequest<DynamicObject>) -> bool {
+    request.sub_resource.as_deref() == Some("eviction")
+        && request
+            .object
+            .as_ref()
+            .and_then(|o| o.data.pointer("/deleteOptions/dryRun"))
+            .and_then(Value::as_array)
+            .is_some_and(|modes| !modes.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +329,31 @@ mod tests {
                          "labels": {"policy.kruise.io/delete-protection": protection}},
             "spec": {"replicas": replicas}
         })
+    }
+
+    #[test]
+    fn an_evictions_own_dry_run_counts() {
+        let eviction = |options: Value| -> AdmissionRequest<DynamicObject> {
+            let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u1",
+                    "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "subResource": "eviction",
+                    "operation": "CREATE", "userInfo": {}, "name": "p", "namespace": "d",
+                    "object": {"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": "p"}, "deleteOptions": options},
+                    "dryRun": false
+                }
+            }))
+            .expect("review");
+            review.try_into().expect("request")
+        };
+        assert!(eviction_dry_run(&eviction(json!({"dryRun": ["All"]}))));
+        assert!(!eviction_dry_run(&eviction(json!({}))));
+        assert!(!eviction_dry_run(&eviction(json!({"dryRun": []}))));
     }
 
     #[tokio::test]

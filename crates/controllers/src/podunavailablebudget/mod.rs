@@ -16,11 +16,12 @@ use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::policy::{POD_RELATED_PUB_ANNOTATION, PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION};
 use kruise_api::validation::selector_is_empty;
 use kruise_core::budget;
+use kube::api::PartialObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -73,7 +74,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let budgets = controller.store();
     let (tx, rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    forward_pod_changes(&caches.pods, budgets, tx, all_tx);
+    forward_pod_changes(&caches.pods, budgets.clone(), tx.clone(), all_tx);
+    forward_workload_changes(&client, budgets, tx);
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -121,6 +123,87 @@ fn forward_pod_changes(
                         .is_some_and(|s| !selector_is_empty(s) && change.labels.matches(s));
                 if concerned && tx.send(ObjectRef::from_obj(&*budget)).is_err() {
                     return;
+                }
+            }
+        }
+    });
+}
+
+/// Wakes the budgets of the namespace a workload changed in (created, scaled, deleted): the
+/// expected replicas come from the workloads, and a deleted workload's Pods must become deletable
+/// before the garbage collector gives up on them. Metadata-only watches (a scale change bumps the
+/// generation), as upstream's controller watches the workloads.
+fn forward_workload_changes(
+    client: &Client,
+    budgets: Store<PodUnavailableBudget>,
+    tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
+) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+    let namespaces = |tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>| {
+        let budgets = budgets.clone();
+        move |namespace: Option<String>| {
+            for budget in budgets.state() {
+                if budget.namespace() == namespace
+                    && tx.send(ObjectRef::from_obj(&*budget)).is_err()
+                {
+                    return false;
+                }
+            }
+            true
+        }
+    };
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<kruise_api::cloneset::v1beta1::CloneSet>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<kruise_api::statefulset::v1beta1::StatefulSet>>::all(
+            client.clone(),
+        ),
+        namespaces(tx),
+    );
+}
+
+fn spawn_metadata_watch<K>(
+    api: Api<K>,
+    mut wake: impl FnMut(Option<String>) -> bool + Send + 'static,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    tokio::spawn(async move {
+        let events = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .touched_objects();
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(object) => {
+                    if !wake(object.namespace()) {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, kind = %K::kind(&()), "PodUnavailableBudget workload watch")
                 }
             }
         }
