@@ -318,6 +318,18 @@ fn policy_webhooks(
             false,
         ),
         hook(
+            "vservice.kb.io",
+            VALIDATE_SERVICE_PATH,
+            vec![rule("", &["v1"], &["DELETE"], "services")],
+            false,
+        ),
+        hook(
+            "vingress.kb.io",
+            VALIDATE_INGRESS_PATH,
+            vec![rule("networking.k8s.io", &["v1"], &["DELETE"], "ingresses")],
+            false,
+        ),
+        hook(
             "vkruiseworkloaddeletion.kb.io",
             VALIDATE_KRUISE_WORKLOAD_DELETION_PATH,
             ["clonesets", "statefulsets", "uniteddeployments"]

@@ -30,6 +30,8 @@ pub const VALIDATE_DEPLOYMENT_PATH: &str = "/validate-apps-deployment";
 pub const VALIDATE_REPLICASET_PATH: &str = "/validate-apps-replicaset";
 pub const VALIDATE_STATEFULSET_PATH: &str = "/validate-apps-statefulset";
 pub const VALIDATE_KRUISE_WORKLOAD_DELETION_PATH: &str = "/validate-apps-kruise-io-deletion";
+pub const VALIDATE_SERVICE_PATH: &str = "/validate-service";
+pub const VALIDATE_INGRESS_PATH: &str = "/validate-ingress";
 
 /// Every path [`Policy::review_deletion`] serves.
 pub const DELETION_PATHS: &[&str] = &[
@@ -39,6 +41,8 @@ pub const DELETION_PATHS: &[&str] = &[
     VALIDATE_REPLICASET_PATH,
     VALIDATE_STATEFULSET_PATH,
     VALIDATE_KRUISE_WORKLOAD_DELETION_PATH,
+    VALIDATE_SERVICE_PATH,
+    VALIDATE_INGRESS_PATH,
 ];
 
 /// The feature gates the policy webhooks honour.
@@ -204,6 +208,8 @@ impl Policy {
             (_, Protection::Always) => Some(budget::always_refusal(
                 kruise_api::policy::DELETE_PROTECTION_ALWAYS,
             )),
+            // Services and Ingresses know only Always (upstream's).
+            ("Service" | "Ingress", Protection::Cascading) => None,
             ("Namespace", Protection::Cascading) => self.namespace_cascading(&request.name).await,
             ("CustomResourceDefinition", Protection::Cascading) => self.crd_cascading(old).await,
             (_, Protection::Cascading) => {
