@@ -34,6 +34,36 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Granted by the chart, needed by code paths this scenario does not reach (each names the path).
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     (
+        "policy.kruise.io",
+        "podunavailablebudgets",
+        "get",
+        "the Pod webhook reading a PodUnavailableBudget before a guarded disruption",
+    ),
+    (
+        "policy.kruise.io",
+        "podunavailablebudgets/status",
+        "patch",
+        "PodUnavailableBudget status (controller) and admitted disruptions (webhook)",
+    ),
+    (
+        "apps",
+        "deployments",
+        "get",
+        "a PodUnavailableBudget counting a Deployment's replicas",
+    ),
+    (
+        "apps",
+        "replicasets",
+        "get",
+        "a PodUnavailableBudget counting a ReplicaSet's replicas",
+    ),
+    (
+        "apps",
+        "statefulsets",
+        "get",
+        "a PodUnavailableBudget counting a StatefulSet's replicas",
+    ),
+    (
         "apps.kruise.io",
         "clonesets",
         "get",

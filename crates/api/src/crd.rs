@@ -85,12 +85,16 @@ fn strip_defaults(schema: &mut serde_json::Value) {
     }
 }
 
-/// All CRDs, in a stable order.
+/// All CRDs, in a stable order: apps.kruise.io's, then policy.kruise.io's.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    Kind::ALL.iter().map(|kind| kind.crd()).collect()
+    Kind::ALL
+        .iter()
+        .map(|kind| kind.crd())
+        .chain(crate::policy::crds())
+        .collect()
 }
 
-/// File name of a CRD in `config/crd/` (as upstream: `apps.kruise.io_<plural>.yaml`).
+/// File name of a CRD in `config/crd/` (as upstream: `<group>_<plural>.yaml`).
 pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }

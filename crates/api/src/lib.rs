@@ -17,6 +17,7 @@ pub mod intstr;
 pub mod keys;
 pub mod kinds;
 pub mod podtemplate;
+pub mod policy;
 pub mod pub_types;
 pub mod quantity;
 pub mod schema;

@@ -26,7 +26,10 @@ fn checked_in_crds_are_up_to_date() {
 
 #[test]
 fn crds_serve_both_versions_store_v1beta1_and_convert_by_webhook() {
-    for crd in crd::all() {
+    for crd in crd::all()
+        .into_iter()
+        .filter(|crd| crd.spec.group == "apps.kruise.io")
+    {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let versions: Vec<(&str, bool, bool)> = crd
             .spec
@@ -82,6 +85,47 @@ fn crds_serve_both_versions_store_v1beta1_and_convert_by_webhook() {
             );
         }
     }
+}
+
+/// policy.kruise.io's PodUnavailableBudget is served and stored in v1alpha1 only, as in v1.9.0: no
+/// conversion, a status subresource, upstream's short name and printer columns.
+#[test]
+fn pod_unavailable_budget_crd_is_v1alpha1_only() {
+    let all = crd::all();
+    let pub_crd = all
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("podunavailablebudgets.policy.kruise.io"))
+        .expect("the PodUnavailableBudget CRD");
+    let versions: Vec<(&str, bool, bool)> = pub_crd
+        .spec
+        .versions
+        .iter()
+        .map(|v| (v.name.as_str(), v.served, v.storage))
+        .collect();
+    assert_eq!(versions, [("v1alpha1", true, true)]);
+    assert!(pub_crd.spec.conversion.is_none());
+    assert_eq!(
+        pub_crd.spec.names.short_names,
+        Some(vec!["pub".to_string()])
+    );
+    let version = &pub_crd.spec.versions[0];
+    assert!(
+        version
+            .subresources
+            .as_ref()
+            .is_some_and(|s| s.status.is_some())
+    );
+    let columns: Vec<&str> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(columns, ["Allowed", "Current", "Desired", "Total"]);
+    assert_eq!(
+        crd::file_name(pub_crd),
+        "policy.kruise.io_podunavailablebudgets.yaml"
+    );
 }
 
 /// The field paths of a schema node, in the notation of `tests/fixtures/openkruise-v1.9/README.md`:
@@ -143,7 +187,6 @@ const NOT_SERVED: &[&str] = &[
     "apps.kruise.io/PodProbeMarker",
     "apps.kruise.io/ResourceDistribution",
     "apps.kruise.io/WorkloadSpread",
-    "policy.kruise.io/PodUnavailableBudget",
 ];
 
 /// Every field path of OpenKruise v1.9.0's CRDs (`tests/fixtures/openkruise-v1.9/crd-field-paths.tsv`,

@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod parallel;
 pub mod podcontrol;
 pub mod podreadiness;
+pub mod podunavailablebudget;
 pub mod sidecarset;
 pub mod statefulset;
 pub mod status_patch;

@@ -55,6 +55,9 @@ pub type Write<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, Error>> + Send + 'a>>;
 
 /// The writes of one reconcile of one owner (a CloneSet, a StatefulSet, …) to its Pods.
+/// How soon an in-place update its PodUnavailableBudget refused is tried again.
+const BUDGET_RETRY: Duration = Duration::from_secs(2);
+
 pub struct PodControl<'a> {
     pub client: &'a Client,
     /// The owner's namespace: its Pods live there.
@@ -503,6 +506,24 @@ impl PodControl<'_> {
                     return Ok(outcome);
                 }
                 Step::MarkUnready(patch) => {
+                    // PodUnavailableBudgetUpdateGate: the Pod is still available; its update
+                    // starts only if its budget allows one more unavailable Pod (upstream checks
+                    // the budget before an in-place update the same way). Refused: retried later.
+                    if crate::podunavailablebudget::take::update_gate()
+                        && let Some(refusal) = crate::podunavailablebudget::take::take(
+                            self.client,
+                            &pod,
+                            kruise_api::policy::v1alpha1::PubOperation::Update,
+                            false,
+                            true,
+                        )
+                        .await
+                        .context(|| format!("checking the PodUnavailableBudget of Pod {name}"))?
+                    {
+                        tracing::debug!(pod = %name, %refusal, "in-place update waits for its PodUnavailableBudget");
+                        outcome.after = Some(BUDGET_RETRY);
+                        return Ok(outcome);
+                    }
                     let result = self.status_patch(&pod, patch).await;
                     if result.is_ok() {
                         outcome.modified = true;

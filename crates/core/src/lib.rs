@@ -3,6 +3,7 @@
 //! `kruise_api::intstr`.) Nothing here talks to the API server or awaits: every function takes a snapshot
 //! (Pods, spec, `now`) and returns a decision; the controllers are thin loops around them.
 
+pub mod budget;
 pub mod cron;
 pub mod expectations;
 pub mod inplace;

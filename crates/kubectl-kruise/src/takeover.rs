@@ -129,7 +129,8 @@ pub struct KindInventory {
 
 /// Whether kruise-rs serves objects of `group`/`kind`.
 pub fn served(group: &str, kind: &str) -> bool {
-    group == "apps.kruise.io" && kruise_api::kinds::Kind::from_kind(kind).is_ok()
+    (group == "apps.kruise.io" && kruise_api::kinds::Kind::from_kind(kind).is_ok())
+        || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
 }
 
 /// Whether an `--allow-unserved` entry names `kind`: its kind, plural, or `plural.group`, in any case.
@@ -1217,7 +1218,8 @@ mod tests {
             ("apps.kruise.io", "BroadcastJob", true),
             ("apps.kruise.io", "WorkloadSpread", false),
             ("apps.kruise.io", "AdvancedCronJob", true),
-            ("policy.kruise.io", "PodUnavailableBudget", false),
+            ("policy.kruise.io", "PodUnavailableBudget", true),
+            ("policy.kruise.io", "Other", false),
             ("apps", "StatefulSet", false),
         ];
         for (group, k, want) in cases {
@@ -1251,21 +1253,16 @@ mod tests {
         };
         type Case<'a> = (&'a [&'a str], Result<&'a [&'a str], &'a str>);
         let cases: &[Case] = &[
-            (
-                &[],
-                Ok(&["WorkloadSpread ns/ws", "PodUnavailableBudget ns/pub"]),
-            ),
-            (&["WorkloadSpread"], Ok(&["PodUnavailableBudget ns/pub"])),
+            // PodUnavailableBudget is served: never refused.
+            (&[], Ok(&["WorkloadSpread ns/ws"])),
+            (&["WorkloadSpread"], Ok(&[])),
             (&["workloadspread", "pub"], Err("[\"pub\"]")),
             (
                 &["workloadspreads", "podunavailablebudgets.policy.kruise.io"],
                 Ok(&[]),
             ),
             (&["WorkloadSpread", "PodUnavailableBudget"], Ok(&[])),
-            (
-                &["ImagePullJob"],
-                Ok(&["WorkloadSpread ns/ws", "PodUnavailableBudget ns/pub"]),
-            ),
+            (&["ImagePullJob"], Ok(&["WorkloadSpread ns/ws"])),
             (&["Workloadspred"], Err("Workloadspred")),
         ];
         for (allow, want) in cases {
@@ -1444,12 +1441,13 @@ mod tests {
     #[test]
     fn the_built_in_crds_are_kruise_rs_s() -> anyhow::Result<()> {
         let crds = kruise_rs_crds(None)?;
-        assert_eq!(crds.len(), kruise_api::kinds::Kind::ALL.len());
+        assert_eq!(crds.len(), kruise_api::crd::all().len());
         for crd in &crds {
             assert_eq!(crd["kind"], "CustomResourceDefinition");
             assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
             let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
-            assert!(served("apps.kruise.io", kind), "{kind}");
+            let group = crd["spec"]["group"].as_str().unwrap_or_default();
+            assert!(served(group, kind), "{group}/{kind}");
         }
         Ok(())
     }

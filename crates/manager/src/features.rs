@@ -61,18 +61,8 @@ pub const GATES: &[Gate] = &[
         Beta,
         Missing("spreads workload Pods over subsets with WorkloadSpread objects"),
     ),
-    gate(
-        "PodUnavailableBudgetDeleteGate",
-        true,
-        Beta,
-        Missing("guards Pod deletion with PodUnavailableBudget"),
-    ),
-    gate(
-        "PodUnavailableBudgetUpdateGate",
-        false,
-        Alpha,
-        Missing("guards in-place Pod updates with PodUnavailableBudget"),
-    ),
+    gate("PodUnavailableBudgetDeleteGate", true, Beta, Gated),
+    gate("PodUnavailableBudgetUpdateGate", false, Alpha, Gated),
     gate(
         "InPlaceUpdateEnvFromMetadata",
         true,
@@ -89,14 +79,7 @@ pub const GATES: &[Gate] = &[
         Missing("runs PodProbeMarker probes through kruise-daemon"),
     ),
     gate("PodIndexLabel", true, Beta, AlwaysOn),
-    gate(
-        "ResourcesDeletionProtection",
-        false,
-        Beta,
-        Missing(
-            "refuses deleting namespaces and workloads that still hold Pods when labelled policy.kruise.io/delete-protection",
-        ),
-    ),
+    gate("ResourcesDeletionProtection", false, Beta, Gated),
     gate(
         "ResourceDistributionGate",
         false,
@@ -172,12 +155,7 @@ pub const GATES: &[Gate] = &[
         Gated,
     ),
     gate("DaemonSetPruneIneligibleNodes", false, AfterV1_9, Gated),
-    gate(
-        "DeletionProtectionForCRDCascadingGate",
-        false,
-        Alpha,
-        Missing("refuses deleting CRDs that still have objects"),
-    ),
+    gate("DeletionProtectionForCRDCascadingGate", false, Alpha, Gated),
     // kruise-rs reads the externally managed certificates from the Secret --webhook-secret (as
     // cert-manager writes it: tls.crt, tls.key, ca.crt), not from a mounted WEBHOOK_CERT_DIR.
     gate("EnableExternalCerts", false, Alpha, Gated),

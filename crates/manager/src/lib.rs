@@ -511,6 +511,10 @@ impl Readiness {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
     let gates = args.gates()?;
+    // The in-place update engine of every workload consults PodUnavailableBudgets with this gate.
+    kruise_controllers::podunavailablebudget::take::set_update_gate(
+        gates.enabled("PodUnavailableBudgetUpdateGate"),
+    );
     args.lease_timing()?;
     for line in args.ineffective()? {
         tracing::warn!("{line}");
@@ -628,6 +632,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 patch_pod_metadata_defaults_allowed: gates
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
             },
+            kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
         handle.clone(),
     ));
@@ -748,6 +753,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
+}
+
+/// The feature gates the policy.kruise.io webhooks honour.
+fn policy_gates(gates: &features::FeatureGates) -> kruise_webhook::policy::PolicyGates {
+    kruise_webhook::policy::PolicyGates {
+        budget_delete: gates.enabled("PodUnavailableBudgetDeleteGate"),
+        budget_update: gates.enabled("PodUnavailableBudgetUpdateGate"),
+        vertical_scaling: gates.enabled("InPlacePodVerticalScaling"),
+        deletion_protection: gates.enabled("ResourcesDeletionProtection"),
+        crd_cascading: gates.enabled("DeletionProtectionForCRDCascadingGate"),
+    }
 }
 
 /// How often the leader checks that its watches are current.
@@ -946,6 +962,12 @@ async fn run_controllers(
     let pod_readiness = gates
         .enabled("KruisePodReadinessGate")
         .then(|| kruise_controllers::podreadiness::run(client.clone(), caches.pods.clone()));
+    let podunavailablebudget = kruise_controllers::podunavailablebudget::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::podunavailablebudget::Config::default(),
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         caches,
@@ -991,6 +1013,7 @@ async fn run_controllers(
     if let Some(pod_readiness) = pod_readiness {
         work.spawn(named("pod readiness", pod_readiness));
     }
+    work.spawn(named("podunavailablebudget", podunavailablebudget));
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {

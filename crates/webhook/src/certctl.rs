@@ -186,7 +186,8 @@ pub async fn patch_configurations(
             source,
         })?;
     let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let validating = configuration::validating(target, Some(ca), resource_timeout_seconds);
+    let validating =
+        configuration::validating(target, Some(ca), resource_timeout_seconds, pod_webhook);
     let value = with_type(&validating, "ValidatingWebhookConfiguration");
     validating_api
         .patch(

@@ -229,11 +229,125 @@ pub fn mutating(
     }
 }
 
-/// The validating configuration for every kind, with the deadline `timeout_seconds`.
+fn rule(group: &str, versions: &[&str], operations: &[&str], resource: &str) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(vec![group.into()]),
+        api_versions: Some(versions.iter().map(|v| v.to_string()).collect()),
+        operations: Some(operations.iter().map(|o| o.to_string()).collect()),
+        resources: Some(vec![resource.into()]),
+        scope: None,
+    }
+}
+
+/// The policy.kruise.io validating webhooks (upstream's names and paths): the PodUnavailableBudget
+/// checks of Pod update and deletion (`vpod.kb.io`) and eviction (`vpodeviction.kb.io`), scoped,
+/// timed and failing as the Pod webhook is (`pod`), so that a webhook outage never stops Pod
+/// deletion or eviction unless asked to; and deletion protection of Namespaces, CRDs and workloads,
+/// with the same failure policy. Their handlers honour the feature gates.
+fn policy_webhooks(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    timeout_seconds: i32,
+    pod: &PodWebhook,
+) -> Vec<ValidatingWebhook> {
+    use crate::policy::*;
+    let hook =
+        |name: &str, path: &str, rules: Vec<RuleWithOperations>, pods: bool| ValidatingWebhook {
+            name: name.into(),
+            client_config: target.client_config(path, ca_bundle),
+            rules: Some(rules),
+            namespace_selector: pods.then(|| pod.namespace_selector()),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            failure_policy: Some(pod.failure_policy.as_str().into()),
+            match_policy: Some("Equivalent".into()),
+            timeout_seconds: Some(if pods {
+                pod.timeout_seconds
+            } else {
+                timeout_seconds
+            }),
+            ..Default::default()
+        };
+    let kruise = kruise_api::kinds::GROUP;
+    vec![
+        hook(
+            "vpod.kb.io",
+            VALIDATE_POD_PATH,
+            vec![rule("", &["v1"], &["UPDATE", "DELETE"], "pods")],
+            true,
+        ),
+        hook(
+            "vpodeviction.kb.io",
+            VALIDATE_POD_PATH,
+            vec![rule("", &["v1"], &["CREATE"], "pods/eviction")],
+            true,
+        ),
+        hook(
+            "vnamespace.kb.io",
+            VALIDATE_NAMESPACE_PATH,
+            vec![rule("", &["v1"], &["DELETE"], "namespaces")],
+            false,
+        ),
+        hook(
+            "vcustomresourcedefinition.kb.io",
+            VALIDATE_CRD_PATH,
+            vec![rule(
+                "apiextensions.k8s.io",
+                &["v1"],
+                &["DELETE"],
+                "customresourcedefinitions",
+            )],
+            false,
+        ),
+        hook(
+            "vbuiltindeployment.kb.io",
+            VALIDATE_DEPLOYMENT_PATH,
+            vec![rule("apps", &["v1"], &["DELETE"], "deployments")],
+            false,
+        ),
+        hook(
+            "vbuiltinreplicaset.kb.io",
+            VALIDATE_REPLICASET_PATH,
+            vec![rule("apps", &["v1"], &["DELETE"], "replicasets")],
+            false,
+        ),
+        hook(
+            "vbuiltinstatefulset.kb.io",
+            VALIDATE_STATEFULSET_PATH,
+            vec![rule("apps", &["v1"], &["DELETE"], "statefulsets")],
+            false,
+        ),
+        hook(
+            "vservice.kb.io",
+            VALIDATE_SERVICE_PATH,
+            vec![rule("", &["v1"], &["DELETE"], "services")],
+            false,
+        ),
+        hook(
+            "vingress.kb.io",
+            VALIDATE_INGRESS_PATH,
+            vec![rule("networking.k8s.io", &["v1"], &["DELETE"], "ingresses")],
+            false,
+        ),
+        hook(
+            "vkruiseworkloaddeletion.kb.io",
+            VALIDATE_KRUISE_WORKLOAD_DELETION_PATH,
+            ["clonesets", "statefulsets", "uniteddeployments"]
+                .iter()
+                .map(|r| rule(kruise, &["v1beta1"], &["DELETE"], r))
+                .collect(),
+            false,
+        ),
+    ]
+}
+
+/// The validating configuration for every kind, with the deadline `timeout_seconds`, and the
+/// policy.kruise.io webhooks (see `policy_webhooks`).
 pub fn validating(
     target: &Target,
     ca_bundle: Option<&[u8]>,
     timeout_seconds: i32,
+    pod: &PodWebhook,
 ) -> ValidatingWebhookConfiguration {
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -254,6 +368,7 @@ pub fn validating(
                     timeout_seconds: Some(timeout_seconds),
                     ..Default::default()
                 })
+                .chain(policy_webhooks(target, ca_bundle, timeout_seconds, pod))
                 .collect(),
         ),
     }
@@ -292,7 +407,7 @@ pub fn manifests_yaml(namespace: &str) -> Result<String, serde_yaml::Error> {
         "MutatingWebhookConfiguration",
     );
     let validating = with_type(
-        &validating(&target, None, RESOURCE_WEBHOOK_TIMEOUT_SECONDS),
+        &validating(&target, None, RESOURCE_WEBHOOK_TIMEOUT_SECONDS, &pod),
         "ValidatingWebhookConfiguration",
     );
     Ok(format!(
@@ -351,8 +466,22 @@ mod tests {
             },
             None,
             RESOURCE_WEBHOOK_TIMEOUT_SECONDS,
+            &PodWebhook::new("kruise-system"),
         );
-        let hook = &validating.webhooks.unwrap_or_default()[0];
+        let hooks = validating.webhooks.unwrap_or_default();
+        let vpod = hooks
+            .iter()
+            .find(|h| h.name == "vpod.kb.io")
+            .expect("vpod.kb.io");
+        assert_eq!(
+            vpod.failure_policy.as_deref(),
+            Some("Ignore"),
+            "never blocks by default"
+        );
+        assert!(vpod.namespace_selector.is_some());
+        assert!(hooks.iter().any(|h| h.name == "vpodeviction.kb.io"));
+        assert!(hooks.iter().any(|h| h.name == "vnamespace.kb.io"));
+        let hook = &hooks[0];
         assert_eq!(hook.timeout_seconds, Some(RESOURCE_WEBHOOK_TIMEOUT_SECONDS));
         assert_eq!(
             hook.client_config

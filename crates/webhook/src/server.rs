@@ -34,6 +34,7 @@ use crate::admission::{Gates, PatchMetadataRules};
 use crate::configuration::{CONVERT_PATH, MUTATE_POD_PATH, mutate_path, validate_path};
 use crate::metrics::Metrics;
 use crate::pod::PodInjector;
+use crate::policy::{DELETION_PATHS, Policy, VALIDATE_POD_PATH};
 
 /// The bounds the server puts on every connection and request.
 #[derive(Clone, Debug)]
@@ -77,16 +78,26 @@ pub fn router_with_limits(
     pods: Option<PodInjector>,
     limits: &Limits,
 ) -> Router {
-    router_with(metrics, client, pods, limits, Gates::default())
+    router_with(
+        metrics,
+        client,
+        pods,
+        limits,
+        Gates::default(),
+        Policy::default(),
+    )
 }
 
-/// [`router`] with given limits and the feature gates the workload webhooks read.
+/// [`router`] with given limits, the feature gates the workload webhooks read, and the
+/// policy.kruise.io webhooks (PodUnavailableBudget and deletion protection) answering as `policy`
+/// decides ([`router`] serves their paths too, allowing everything).
 pub fn router_with(
     metrics: Metrics,
     client: Option<kube::Client>,
     pods: Option<PodInjector>,
     limits: &Limits,
     gates: Gates,
+    policy: Policy,
 ) -> Router {
     let pods = pods.unwrap_or_else(|| {
         PodInjector::without_caches(crate::pod::PodSettings {
@@ -183,6 +194,42 @@ pub fn router_with(
                     let answer = crate::admission::validate(kind, review, &cluster);
                     metrics.observe(
                         &label,
+                        if answer.allowed { "allowed" } else { "denied" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
+    }
+    let pod_policy = policy.clone();
+    router = router.route(
+        VALIDATE_POD_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer = pod_policy.review_pod(review).await;
+                metrics.observe(
+                    VALIDATE_POD_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
+    for &path in DELETION_PATHS {
+        let policy = policy.clone();
+        router = router.route(
+            path,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let answer = policy.review_deletion(review).await;
+                    metrics.observe(
+                        path,
                         if answer.allowed { "allowed" } else { "denied" },
                         began.elapsed().as_secs_f64(),
                     );

@@ -1,0 +1,424 @@
+//! The PodUnavailableBudget controller (upstream `pkg/controller/podunavailablebudget`): for each
+//! budget, find its Pods (a label selector, or the Pods of `targetRef`'s workload) in the shared Pod
+//! cache, the replicas they should number (the workloads' scale), mark the Pods with
+//! `kruise.io/related-pub` (what the Pod webhook looks for), and write the status
+//! (`kruise_core::budget::compute_status`) over the resourceVersion it was computed from.
+
+pub mod take;
+mod workloads;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kruise_api::policy::{POD_RELATED_PUB_ANNOTATION, PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION};
+use kruise_api::validation::selector_is_empty;
+use kruise_core::budget;
+use kube::api::PartialObjectMeta;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::driver::caches::Caches;
+use crate::error::{Error, is_race};
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
+
+pub const CONTROLLER: &str = "podunavailablebudget-controller";
+
+/// Computed again at least this often: a workload's scale changes without any Pod changing.
+const RESYNC: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub workers: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { workers: 3 }
+    }
+}
+
+pub struct Context {
+    client: Client,
+    pods: Arc<PodCache>,
+    recorder: EventRecorder,
+    metrics: Arc<Metrics>,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the controller until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let controller = Controller::new(
+        Api::<PodUnavailableBudget>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let budgets = controller.store();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    forward_pod_changes(&caches.pods, budgets.clone(), tx.clone(), all_tx);
+    forward_workload_changes(&client, budgets, tx);
+    caches.pods.wait_synced().await;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: caches.pods,
+        recorder: crate::driver::recorder(client, CONTROLLER),
+        metrics,
+    });
+    let controller = controller
+        .reconcile_on(crate::cache::receiver_stream(rx))
+        .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
+}
+
+/// Wakes the budgets of the namespace a Pod changed in: those whose selector matches its labels,
+/// and those with a targetRef (whose Pods are found by owner).
+fn forward_pod_changes(
+    pods: &PodCache,
+    budgets: Store<PodUnavailableBudget>,
+    tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
+    all: mpsc::UnboundedSender<()>,
+) {
+    let mut events = pods.subscribe("podunavailablebudget");
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let change = match event {
+                CacheEvent::Pod(change) => change,
+                CacheEvent::Resync => {
+                    if all.send(()).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                CacheEvent::Owner(_) => continue,
+            };
+            let namespace = &change.key.0;
+            for budget in budgets.state() {
+                if budget.namespace().as_deref() != Some(namespace.as_str()) {
+                    continue;
+                }
+                let concerned = budget.spec.target_reference.is_some()
+                    || budget
+                        .spec
+                        .selector
+                        .as_ref()
+                        .is_some_and(|s| !selector_is_empty(s) && change.labels.matches(s));
+                if concerned && tx.send(ObjectRef::from_obj(&*budget)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// Wakes the budgets of the namespace a workload changed in (created, scaled, deleted): the
+/// expected replicas come from the workloads, and a deleted workload's Pods must become deletable
+/// before the garbage collector gives up on them. Metadata-only watches (a scale change bumps the
+/// generation), as upstream's controller watches the workloads.
+fn forward_workload_changes(
+    client: &Client,
+    budgets: Store<PodUnavailableBudget>,
+    tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
+) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+    let namespaces = |tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>| {
+        let budgets = budgets.clone();
+        move |namespace: Option<String>| {
+            for budget in budgets.state() {
+                if budget.namespace() == namespace
+                    && tx.send(ObjectRef::from_obj(&*budget)).is_err()
+                {
+                    return false;
+                }
+            }
+            true
+        }
+    };
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<kruise_api::cloneset::v1beta1::CloneSet>>::all(client.clone()),
+        namespaces(tx.clone()),
+    );
+    spawn_metadata_watch(
+        Api::<PartialObjectMeta<kruise_api::statefulset::v1beta1::StatefulSet>>::all(
+            client.clone(),
+        ),
+        namespaces(tx),
+    );
+}
+
+fn spawn_metadata_watch<K>(
+    api: Api<K>,
+    mut wake: impl FnMut(Option<String>) -> bool + Send + 'static,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    tokio::spawn(async move {
+        let events = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .touched_objects();
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(object) => {
+                    if !wake(object.namespace()) {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, kind = %K::kind(&()), "PodUnavailableBudget workload watch")
+                }
+            }
+        }
+    });
+}
+
+async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if budget.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = budget.namespace().unwrap_or_default();
+    let name = budget.name_any();
+    let found = match &budget.spec.target_reference {
+        Some(target) => {
+            workloads::pods_of_target(&ctx.client, &ctx.pods, &namespace, target).await?
+        }
+        None => match budget
+            .spec
+            .selector
+            .as_ref()
+            .filter(|s| !selector_is_empty(s))
+        {
+            None => workloads::Found::default(),
+            Some(selector) => {
+                let pods: Vec<Arc<Pod>> = ctx
+                    .pods
+                    .select(Some(&namespace), |labels| labels.matches(selector))
+                    .into_iter()
+                    .filter(|p| kruise_core::pods::is_active(p))
+                    .collect();
+                let expected = workloads::expected_scale(&ctx.client, &namespace, &pods).await?;
+                workloads::Found { pods, expected }
+            }
+        },
+    };
+    let expected = budget
+        .annotations()
+        .get(PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION)
+        .and_then(|v| v.parse::<i32>().ok())
+        .unwrap_or(found.expected);
+    if found.pods.is_empty() {
+        publish(
+            &ctx,
+            &budget,
+            EventType::Normal,
+            "NoPods",
+            "No matching pods found".into(),
+        )
+        .await;
+    }
+    mark_related(&ctx.client, &namespace, &name, &found.pods).await?;
+    let desired = match budget::desired_available(&budget.spec, expected) {
+        Ok(desired) => desired,
+        Err(message) => {
+            publish(
+                &ctx,
+                &budget,
+                EventType::Warning,
+                "CalculateExpectedPodCountFailed",
+                format!("Failed to calculate the number of expected pods: {message}"),
+            )
+            .await;
+            return Err(Error::Invalid(message));
+        }
+    };
+    let previous = budget.status.clone().unwrap_or_default();
+    let pods: Vec<&Pod> = found.pods.iter().map(|p| &**p).collect();
+    let (status, recheck) = budget::compute_status(
+        &pods,
+        &previous,
+        budget.meta().generation.unwrap_or_default(),
+        expected,
+        desired,
+        Timestamp::now(),
+    );
+    let changed = budget.status.is_none() || !budget::same_status(&previous, &status);
+    let api: Api<PodUnavailableBudget> = Api::namespaced(ctx.client.clone(), &namespace);
+    if changed {
+        let mut patch = crate::status_patch::whole_status(budget.status.as_ref(), &status);
+        clear_dropped_records(&mut patch, &previous, &status);
+        patch["metadata"] = json!({"resourceVersion": budget.meta().resource_version});
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            // Written over since it was read (an admitted disruption, most often): compute again.
+            Err(error) if is_race(&error) => {
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!(
+                        "writing the status of PodUnavailableBudget {namespace}/{name}"
+                    ),
+                    source,
+                });
+            }
+        }
+    }
+    let wait = recheck
+        .and_then(|d| Duration::try_from(d).ok())
+        .map_or(RESYNC, |d| d.min(RESYNC) + Duration::from_millis(100));
+    Ok(Action::requeue(wait))
+}
+
+/// A merge patch keeps the keys of a map it does not mention: a record the new status drops from
+/// `disruptedPods` / `unavailablePods` (while the map stays) is sent as `null`.
+fn clear_dropped_records(
+    patch: &mut serde_json::Value,
+    old: &kruise_api::policy::v1alpha1::PodUnavailableBudgetStatus,
+    new: &kruise_api::policy::v1alpha1::PodUnavailableBudgetStatus,
+) {
+    for (field, old, new) in [
+        ("disruptedPods", &old.disrupted_pods, &new.disrupted_pods),
+        (
+            "unavailablePods",
+            &old.unavailable_pods,
+            &new.unavailable_pods,
+        ),
+    ] {
+        let (Some(old), Some(new)) = (old, new) else {
+            continue;
+        };
+        if let Some(map) = patch["status"][field].as_object_mut() {
+            for key in old.keys().filter(|k| !new.contains_key(*k)) {
+                map.insert(key.clone(), serde_json::Value::Null);
+            }
+        }
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    budget: &PodUnavailableBudget,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &budget.object_ref(&())).await {
+        tracing::warn!(%error, reason, "publishing an event");
+    }
+}
+
+/// Annotates the Pods that do not name the budget yet with `kruise.io/related-pub`.
+async fn mark_related(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pods: &[Arc<Pod>],
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for pod in pods {
+        if kruise_core::pods::annotation(pod, POD_RELATED_PUB_ANNOTATION) == Some(name) {
+            continue;
+        }
+        let pod_name = pod.name_any();
+        let patch = json!({"metadata": {"annotations": {POD_RELATED_PUB_ANNOTATION: name}}});
+        match api
+            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!(
+                        "annotating Pod {namespace}/{pod_name} with {POD_RELATED_PUB_ANNOTATION}"
+                    ),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kruise_api::policy::v1alpha1::PodUnavailableBudgetStatus;
+    use serde_json::json;
+
+    use super::clear_dropped_records;
+
+    #[test]
+    fn dropped_records_are_nulled_and_kept_ones_stay() {
+        let at = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let status = |names: &[&str]| PodUnavailableBudgetStatus {
+            disrupted_pods: (!names.is_empty()).then(|| {
+                names
+                    .iter()
+                    .map(|n| (n.to_string(), at.clone()))
+                    .collect::<BTreeMap<_, _>>()
+            }),
+            ..Default::default()
+        };
+        let (old, new) = (status(&["a", "b"]), status(&["b"]));
+        let mut patch = crate::status_patch::whole_status(Some(&old), &new);
+        clear_dropped_records(&mut patch, &old, &new);
+        assert_eq!(patch["status"]["disruptedPods"]["a"], json!(null));
+        assert!(patch["status"]["disruptedPods"]["b"].is_string());
+        // A map emptied altogether goes as a whole.
+        let (old, new) = (status(&["a"]), status(&[]));
+        let mut patch = crate::status_patch::whole_status(Some(&old), &new);
+        clear_dropped_records(&mut patch, &old, &new);
+        assert_eq!(patch["status"]["disruptedPods"], json!(null));
+    }
+}

@@ -1,0 +1,398 @@
+//! policy.kruise.io admission: the PodUnavailableBudget checks of Pod deletion, eviction and update
+//! (`/validate-pod`, upstream's `vpod.kb.io` and `vpodeviction.kb.io`), and deletion protection of
+//! Namespaces, CRDs and workloads labelled `policy.kruise.io/delete-protection`.
+//!
+//! The decisions are kruise-core's (`kruise_core::budget`); a disruption is taken from the budget by
+//! `kruise_controllers::podunavailablebudget::take` (shared with the in-place update engine), which
+//! records it with a resourceVersion precondition so that concurrent evictions never take more
+//! than allowed.
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kruise_api::policy::v1alpha1::PubOperation;
+use kruise_controllers::podunavailablebudget::take::{related_pub, take};
+use kruise_core::budget::{self, Protection};
+use kube::api::{ApiResource, ListParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::admission::{Answer, allow, request_of};
+
+/// Path of the Pod validating webhooks (upstream's).
+pub const VALIDATE_POD_PATH: &str = "/validate-pod";
+/// Paths of the deletion protection webhooks (upstream's, and one for the apps.kruise.io workloads,
+/// whose upstream webhooks also validate create and update).
+pub const VALIDATE_NAMESPACE_PATH: &str = "/validate-namespace";
+pub const VALIDATE_CRD_PATH: &str = "/validate-customresourcedefinition";
+pub const VALIDATE_DEPLOYMENT_PATH: &str = "/validate-apps-deployment";
+pub const VALIDATE_REPLICASET_PATH: &str = "/validate-apps-replicaset";
+pub const VALIDATE_STATEFULSET_PATH: &str = "/validate-apps-statefulset";
+pub const VALIDATE_KRUISE_WORKLOAD_DELETION_PATH: &str = "/validate-apps-kruise-io-deletion";
+pub const VALIDATE_SERVICE_PATH: &str = "/validate-service";
+pub const VALIDATE_INGRESS_PATH: &str = "/validate-ingress";
+
+/// Every path [`Policy::review_deletion`] serves.
+pub const DELETION_PATHS: &[&str] = &[
+    VALIDATE_NAMESPACE_PATH,
+    VALIDATE_CRD_PATH,
+    VALIDATE_DEPLOYMENT_PATH,
+    VALIDATE_REPLICASET_PATH,
+    VALIDATE_STATEFULSET_PATH,
+    VALIDATE_KRUISE_WORKLOAD_DELETION_PATH,
+    VALIDATE_SERVICE_PATH,
+    VALIDATE_INGRESS_PATH,
+];
+
+/// The feature gates the policy webhooks honour.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyGates {
+    /// `PodUnavailableBudgetDeleteGate`: guard deletion and eviction.
+    pub budget_delete: bool,
+    /// `PodUnavailableBudgetUpdateGate`: guard updates that change the spec.
+    pub budget_update: bool,
+    /// `InPlacePodVerticalScaling`.
+    pub vertical_scaling: bool,
+    /// `ResourcesDeletionProtection`.
+    pub deletion_protection: bool,
+    /// `DeletionProtectionForCRDCascadingGate`.
+    pub crd_cascading: bool,
+}
+
+/// The policy webhooks' handlers. Without a client every request is allowed.
+#[derive(Clone, Default)]
+pub struct Policy {
+    client: Option<Client>,
+    gates: PolicyGates,
+}
+
+fn forbidden(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
+    let mut response = AdmissionResponse::from(request).deny(message);
+    response.result.code = 403;
+    response.result.reason = "Forbidden".into();
+    Answer {
+        review: response.into_review(),
+        allowed: false,
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<T, String> {
+    serde_json::to_value(object)
+        .map_err(|e| e.to_string())
+        .and_then(|v| kruise_api::kinds::decode(v).map_err(|e| e.to_string()))
+}
+
+fn labels(object: &DynamicObject) -> Option<&std::collections::BTreeMap<String, String>> {
+    object.metadata.labels.as_ref()
+}
+
+impl Policy {
+    pub fn new(client: Client, gates: PolicyGates) -> Self {
+        Self {
+            client: Some(client),
+            gates,
+        }
+    }
+
+    /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
+    pub async fn review_pod(&self, review: AdmissionReview<DynamicObject>) -> Answer {
+        let request = match request_of(review) {
+            Ok(request) => request,
+            Err(answer) => return *answer,
+        };
+        let Some(client) = self.client.as_ref() else {
+            return allow(&request);
+        };
+        let sub_resource = request.sub_resource.as_deref().unwrap_or_default();
+        let (mut pod, operation) = match request.operation {
+            Operation::Update if self.gates.budget_update && sub_resource.is_empty() => {
+                let (Some(new), Some(old)) = (&request.object, &request.old_object) else {
+                    return allow(&request);
+                };
+                let (new, old): (Pod, Pod) = match (decode(new), decode(old)) {
+                    (Ok(new), Ok(old)) => (new, old),
+                    (Err(e), _) | (_, Err(e)) => {
+                        return crate::admission::deny(
+                            &request,
+                            format!("cannot read the Pod: {e}"),
+                        );
+                    }
+                };
+                if related_pub(&new).is_none() || !budget::update_may_disrupt(&old, &new) {
+                    return allow(&request);
+                }
+                (old, PubOperation::Update)
+            }
+            Operation::Delete if self.gates.budget_delete && sub_resource.is_empty() => {
+                let Some(old) = &request.old_object else {
+                    return allow(&request);
+                };
+                match decode::<Pod>(old) {
+                    Ok(pod) => (pod, PubOperation::Delete),
+                    Err(e) => {
+                        return crate::admission::deny(
+                            &request,
+                            format!("cannot read the Pod: {e}"),
+                        );
+                    }
+                }
+            }
+            Operation::Create if self.gates.budget_delete && sub_resource == "eviction" => {
+                let namespace = request.namespace.clone().unwrap_or_default();
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                match pods.get_opt(&request.name).await {
+                    Ok(Some(pod)) => (pod, PubOperation::Evict),
+                    // The apiserver answers the eviction of a missing Pod itself.
+                    Ok(None) => return allow(&request),
+                    Err(e) => {
+                        return crate::admission::deny(
+                            &request,
+                            format!("cannot read Pod {namespace}/{}: {e}", request.name),
+                        );
+                    }
+                }
+            }
+            _ => return allow(&request),
+        };
+        let Some(pub_name) = related_pub(&pod).map(str::to_string) else {
+            return allow(&request);
+        };
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .or_else(|| request.namespace.clone())
+            .unwrap_or_default();
+        if pod.metadata.namespace.is_none() {
+            pod.metadata.namespace = Some(namespace.clone());
+        }
+        match take(
+            client,
+            &pod,
+            operation,
+            request.dry_run || eviction_dry_run(&request),
+            self.gates.vertical_scaling,
+        )
+        .await
+        {
+            Ok(None) => allow(&request),
+            Ok(Some(refusal)) => {
+                tracing::info!(pod = %format!("{namespace}/{}", request.name), operation = operation.as_str(), budget = %pub_name, user = ?request.user_info.username, %refusal, "PodUnavailableBudget refused a disruption");
+                forbidden(&request, refusal)
+            }
+            Err(e) => crate::admission::deny(
+                &request,
+                format!("cannot check PodUnavailableBudget {namespace}/{pub_name}: {e}"),
+            ),
+        }
+    }
+
+    /// The deletion protection webhooks: refuses deleting a Namespace, CRD or workload labelled
+    /// `policy.kruise.io/delete-protection` as upstream does.
+    pub async fn review_deletion(&self, review: AdmissionReview<DynamicObject>) -> Answer {
+        let request = match request_of(review) {
+            Ok(request) => request,
+            Err(answer) => return *answer,
+        };
+        if !self.gates.deletion_protection || request.operation != Operation::Delete {
+            return allow(&request);
+        }
+        let Some(old) = request.old_object.as_ref() else {
+            return allow(&request);
+        };
+        let deleting = old.metadata.deletion_timestamp.is_some();
+        let protection = budget::protection(labels(old), deleting);
+        let refusal = match (request.kind.kind.as_str(), protection) {
+            (_, Protection::None) => None,
+            (_, Protection::Always) => Some(budget::always_refusal(
+                kruise_api::policy::DELETE_PROTECTION_ALWAYS,
+            )),
+            // Services and Ingresses know only Always (upstream's).
+            ("Service" | "Ingress", Protection::Cascading) => None,
+            ("Namespace", Protection::Cascading) => self.namespace_cascading(&request.name).await,
+            ("CustomResourceDefinition", Protection::Cascading) => self.crd_cascading(old).await,
+            (_, Protection::Cascading) => {
+                let replicas = old
+                    .data
+                    .pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .map(|r| i32::try_from(r).unwrap_or(i32::MAX));
+                budget::workload_deletion(labels(old), deleting, replicas)
+            }
+        };
+        match refusal {
+            Some(message) => forbidden(&request, message),
+            None => allow(&request),
+        }
+    }
+
+    async fn namespace_cascading(&self, namespace: &str) -> Option<String> {
+        let client = self.client.as_ref()?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let active = match pods.list(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|p| kruise_core::pods::is_active(p))
+                .count(),
+            Err(e) => {
+                return Some(format!(
+                    "forbidden by ResourcesProtectionDeletion for list pods error: {e}"
+                ));
+            }
+        };
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+        let bound = match claims.list(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|c| {
+                    c.metadata.deletion_timestamp.is_none()
+                        && c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                })
+                .count(),
+            Err(e) => {
+                return Some(format!(
+                    "forbidden by ResourcesProtectionDeletion for list pvc error: {e}"
+                ));
+            }
+        };
+        budget::namespace_cascading(active, bound)
+    }
+
+    async fn crd_cascading(&self, old: &DynamicObject) -> Option<String> {
+        if !self.gates.crd_cascading {
+            return Some(
+                "feature-gate DeletionProtectionForCRDCascadingGate is not enabled".to_string(),
+            );
+        }
+        let client = self.client.as_ref()?;
+        let crd: CustomResourceDefinition = match decode(old) {
+            Ok(crd) => crd,
+            Err(e) => return Some(format!("cannot read the CustomResourceDefinition: {e}")),
+        };
+        let version = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .or_else(|| crd.spec.versions.first())?;
+        let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => budget::crd_cascading(
+                list.items
+                    .iter()
+                    .filter(|o| o.metadata.deletion_timestamp.is_none())
+                    .count(),
+            ),
+            Err(e) => Some(format!(
+                "failed to list CRs of {}/{}, Kind={}: {e}",
+                gvk.group, gvk.version, gvk.kind
+            )),
+        }
+    }
+}
+
+/// An Eviction's own `deleteOptions.dryRun` (`kubectl drain --dry-run=server` sets it there), which
+/// upstream honours beside the request's.
+fn eviction_dry_run(request: &AdmissionRequest<DynamicObject>) -> bool {
+    request.sub_resource.as_deref() == Some("eviction")
+        && request
+            .object
+            .as_ref()
+            .and_then(|o| o.data.pointer("/deleteOptions/dryRun"))
+            .and_then(Value::as_array)
+            .is_some_and(|modes| !modes.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn review(kind: &str, operation: &str, old: Value) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": kind},
+                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": "clonesets"},
+                "operation": operation, "userInfo": {}, "name": "web", "namespace": "d",
+                "oldObject": old, "dryRun": false
+            }
+        }))
+        .expect("review")
+    }
+
+    fn cloneset(protection: &str, replicas: i64) -> Value {
+        json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet",
+            "metadata": {"name": "web", "namespace": "d",
+                         "labels": {"policy.kruise.io/delete-protection": protection}},
+            "spec": {"replicas": replicas}
+        })
+    }
+
+    #[test]
+    fn an_evictions_own_dry_run_counts() {
+        let eviction = |options: Value| -> AdmissionRequest<DynamicObject> {
+            let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u1",
+                    "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "subResource": "eviction",
+                    "operation": "CREATE", "userInfo": {}, "name": "p", "namespace": "d",
+                    "object": {"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": "p"}, "deleteOptions": options},
+                    "dryRun": false
+                }
+            }))
+            .expect("review");
+            review.try_into().expect("request")
+        };
+        assert!(eviction_dry_run(&eviction(json!({"dryRun": ["All"]}))));
+        assert!(!eviction_dry_run(&eviction(json!({}))));
+        assert!(!eviction_dry_run(&eviction(json!({"dryRun": []}))));
+    }
+
+    #[tokio::test]
+    async fn workload_deletion_protection_follows_the_gate_and_the_label() {
+        let on = Policy {
+            client: None,
+            gates: PolicyGates {
+                deletion_protection: true,
+                ..Default::default()
+            },
+        };
+        let answer = on
+            .review_deletion(review("CloneSet", "DELETE", cloneset("Always", 0)))
+            .await;
+        assert!(!answer.allowed);
+        let response = answer.review.response.expect("response");
+        assert_eq!(response.result.code, 403);
+        assert_eq!(
+            response.result.message,
+            "forbidden by ResourcesProtectionDeletion for policy.kruise.io/delete-protection=Always"
+        );
+        let answer = on
+            .review_deletion(review("CloneSet", "DELETE", cloneset("Cascading", 2)))
+            .await;
+        assert!(!answer.allowed);
+        let answer = on
+            .review_deletion(review("CloneSet", "DELETE", cloneset("Cascading", 0)))
+            .await;
+        assert!(answer.allowed);
+        let off = Policy::default();
+        let answer = off
+            .review_deletion(review("CloneSet", "DELETE", cloneset("Always", 1)))
+            .await;
+        assert!(answer.allowed, "gate off");
+    }
+}

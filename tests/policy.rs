@@ -1,0 +1,364 @@
+//! policy.kruise.io end to end: PodUnavailableBudget (eviction and deletion refused past the budget,
+//! allowed again as Pods recover, parallel evictions, dry-run, in-place updates gated) and deletion
+//! protection of a Namespace and a CloneSet. Own test binary: its manager runs with the gates that
+//! are off by default on (`ResourcesDeletionProtection`, `PodUnavailableBudgetUpdateGate`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kruise_e2e::cloneset_kit::{
+    active_pods, apply, cloneset, merge_patch, name, set_image, spec_image, wait_converged,
+};
+use kruise_testkit::manager::ManagerOptions;
+use kruise_testkit::{TestBed, TestNamespace};
+use kruise_testkit::{eventually, testbed};
+use kube::api::{Api, EvictParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const IMAGE_A: &str = "nginx:alpine";
+const IMAGE_B: &str = "nginx:1.19.1";
+const REFUSAL: &str = "is forbidden: pub unavailable allowed is negative";
+
+fn bed() -> &'static TestBed {
+    let bed = testbed();
+    bed.manager_with(&ManagerOptions {
+        extra_args: vec![
+            "--feature-gates=ResourcesDeletionProtection=true,PodUnavailableBudgetUpdateGate=true"
+                .into(),
+        ],
+        ..ManagerOptions::default()
+    });
+    bed
+}
+
+fn budget_yaml(name: &str, target: &str, max_unavailable: i32) -> String {
+    format!(
+        "apiVersion: policy.kruise.io/v1alpha1
+kind: PodUnavailableBudget
+metadata:
+  name: {name}
+spec:
+  targetRef:
+    apiVersion: apps.kruise.io/v1alpha1
+    kind: CloneSet
+    name: {target}
+  maxUnavailable: {max_unavailable}
+"
+    )
+}
+
+/// Waits until the budget counts `total` Pods, all available, and allows `allowed` more
+/// disruptions, with nothing recorded; every Pod of `app=<app>` names the budget.
+async fn wait_budget(
+    ns: &TestNamespace,
+    budget: &str,
+    app: &str,
+    total: i32,
+    allowed: i32,
+) -> anyhow::Result<PodUnavailableBudget> {
+    let api: Api<PodUnavailableBudget> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    eventually(
+        format!("PodUnavailableBudget {budget}: {total} available, {allowed} allowed"),
+        TIMEOUT,
+        || async {
+            let pub_ = api.get(budget).await?;
+            let Some(status) = pub_.status.clone() else {
+                return Ok(None);
+            };
+            let annotated = active_pods(&pods, &format!("app={app}"))
+                .await?
+                .iter()
+                .all(|p| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("kruise.io/related-pub"))
+                        .map(String::as_str)
+                        == Some(budget)
+                });
+            let recorded = status.disrupted_pods.as_ref().map_or(0, |m| m.len())
+                + status.unavailable_pods.as_ref().map_or(0, |m| m.len());
+            Ok((status.total_replicas == total
+                && status.current_available == total
+                && status.unavailable_allowed == allowed
+                && recorded == 0
+                && annotated)
+                .then_some(pub_))
+        },
+    )
+    .await
+}
+
+async fn evict(pods: &Api<Pod>, pod: &str) -> Result<(), String> {
+    pods.evict(pod, &EvictParams::default())
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Eviction and `kubectl delete pod` are refused once the budget is used up, with upstream's
+/// message; a server-side dry run takes nothing; both are allowed again once the Pods recover.
+#[tokio::test]
+async fn budget_refuses_eviction_and_deletion_until_pods_recover() -> anyhow::Result<()> {
+    let ns = bed().namespace("pub-evict").await?;
+    ns.run(async {
+        apply(&ns, &cloneset("web", 3, IMAGE_A, json!({}))).await?;
+        wait_converged(&ns, "web", 3, TIMEOUT).await?;
+        ns.apply(&budget_yaml("web-pub", "web", 1)).await?;
+        let first = wait_budget(&ns, "web-pub", "web", 3, 1).await?;
+        let status = first.status.clone().unwrap_or_default();
+        ensure!(status.desired_available == 2, "{status:?}");
+
+        let pods: Api<Pod> = ns.api();
+        let names: Vec<String> = active_pods(&pods, "app=web")
+            .await?
+            .iter()
+            .map(name)
+            .collect();
+        ensure!(names.len() == 3, "{names:?}");
+
+        // A dry run is admitted and records nothing.
+        ns.kubectl(&["delete", "pod", &names[0], "--dry-run=server"])
+            .await?;
+        let after_dry = ns.api::<PodUnavailableBudget>().get("web-pub").await?;
+        let dry_status = after_dry.status.clone().unwrap_or_default();
+        ensure!(
+            dry_status.unavailable_allowed == 1
+                && dry_status
+                    .disrupted_pods
+                    .as_ref()
+                    .is_none_or(|m| m.is_empty()),
+            "a dry run changed the budget: {dry_status:?}"
+        );
+
+        // One eviction takes the budget; the next one and a delete are refused.
+        evict(&pods, &names[0])
+            .await
+            .map_err(anyhow::Error::msg)
+            .context("the first eviction")?;
+        let refused = evict(&pods, &names[1])
+            .await
+            .err()
+            .context("a second eviction was admitted past the budget")?;
+        ensure!(refused.contains(REFUSAL), "{refused}");
+        ensure!(
+            refused.contains("podunavailablebudgets.policy.kruise.io \"web-pub\""),
+            "{refused}"
+        );
+        let deleted = ns
+            .kubectl(&["delete", "pod", &names[1], "--wait=false"])
+            .await;
+        let message = deleted
+            .err()
+            .context("kubectl delete pod was admitted past the budget")?
+            .to_string();
+        ensure!(message.contains(REFUSAL), "{message}");
+        ensure!(
+            pods.get(&names[1])
+                .await?
+                .metadata
+                .deletion_timestamp
+                .is_none(),
+            "the refused Pod is being deleted"
+        );
+
+        // The CloneSet replaces the evicted Pod; once it is available the budget allows one again.
+        wait_converged(&ns, "web", 3, TIMEOUT).await?;
+        wait_budget(&ns, "web-pub", "web", 3, 1).await?;
+        ns.kubectl(&["delete", "pod", &names[1], "--wait=false"])
+            .await
+            .context("deleting once the Pods recovered")?;
+        Ok(())
+    })
+    .await
+}
+
+/// Six evictions at once against a budget allowing two: never more than two admitted.
+#[tokio::test]
+async fn parallel_evictions_never_take_more_than_allowed() -> anyhow::Result<()> {
+    let ns = bed().namespace("pub-parallel").await?;
+    ns.run(async {
+        apply(&ns, &cloneset("par", 6, IMAGE_A, json!({}))).await?;
+        wait_converged(&ns, "par", 6, TIMEOUT).await?;
+        ns.apply(
+            "apiVersion: policy.kruise.io/v1alpha1
+kind: PodUnavailableBudget
+metadata:
+  name: par-pub
+spec:
+  selector:
+    matchLabels:
+      app: par
+  maxUnavailable: 2
+",
+        )
+        .await?;
+        wait_budget(&ns, "par-pub", "par", 6, 2).await?;
+        let pods: Api<Pod> = ns.api();
+        let names: Vec<String> = active_pods(&pods, "app=par")
+            .await?
+            .iter()
+            .map(name)
+            .collect();
+        let results = futures::future::join_all(names.iter().map(|n| {
+            let pods = pods.clone();
+            async move { evict(&pods, n).await }
+        }))
+        .await;
+        let admitted = results.iter().filter(|r| r.is_ok()).count();
+        for refusal in results.iter().filter_map(|r| r.as_ref().err()) {
+            ensure!(
+                refusal.contains(REFUSAL) || refusal.contains("due to conflicts"),
+                "an eviction failed otherwise: {refusal}"
+            );
+        }
+        ensure!(
+            (1..=2).contains(&admitted),
+            "{admitted} of 6 parallel evictions admitted with 2 allowed: {results:?}"
+        );
+        let terminating = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .count();
+        ensure!(terminating <= 2, "{terminating} Pods being deleted");
+        Ok(())
+    })
+    .await
+}
+
+/// With `PodUnavailableBudgetUpdateGate`, a CloneSet that may update both of its Pods at once
+/// (maxUnavailable 100%) updates them one at a time under a budget allowing one.
+#[tokio::test]
+async fn in_place_updates_wait_for_the_budget() -> anyhow::Result<()> {
+    let ns = bed().namespace("pub-inplace").await?;
+    ns.run(async {
+        let spec = json!({"updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible",
+            "maxUnavailable": "100%", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 0}}}});
+        apply(&ns, &cloneset("ip", 2, IMAGE_A, spec)).await?;
+        wait_converged(&ns, "ip", 2, TIMEOUT).await?;
+        ns.apply(&budget_yaml("ip-pub", "ip", 1)).await?;
+        wait_budget(&ns, "ip-pub", "ip", 2, 1).await?;
+        set_image(&ns, "ip", IMAGE_B).await?;
+        let pods: Api<Pod> = ns.api();
+        let deadline = Instant::now() + TIMEOUT;
+        // Until the first updated Pod is Ready again, the other keeps the old image.
+        let mut first: Option<String> = None;
+        loop {
+            ensure!(Instant::now() < deadline, "the rollout did not progress");
+            let list = active_pods(&pods, "app=ip").await?;
+            let updated: Vec<&Pod> = list
+                .iter()
+                .filter(|p| spec_image(p).as_deref() == Some(IMAGE_B))
+                .collect();
+            match (&first, updated.len()) {
+                (None, 0) => {}
+                (None, 1) => first = Some(name(updated[0])),
+                (None, _) => anyhow::bail!("both Pods were updated at once"),
+                (Some(pod), n) => {
+                    let ready = list
+                        .iter()
+                        .find(|p| &name(p) == pod)
+                        .is_some_and(kruise_e2e::is_ready);
+                    if ready {
+                        break;
+                    }
+                    ensure!(
+                        n == 1,
+                        "the second Pod was updated while {pod} was unavailable"
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        wait_converged(&ns, "ip", 2, TIMEOUT).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// `policy.kruise.io/delete-protection`: a Namespace labelled Always cannot be deleted until the
+/// label goes; Cascading refuses while it has active Pods. A CloneSet labelled Cascading cannot be
+/// deleted while it has replicas.
+#[tokio::test]
+async fn deletion_protection_of_a_namespace_and_a_cloneset() -> anyhow::Result<()> {
+    let ns = bed().namespace("del-protect").await?;
+    ns.run(async {
+        apply(
+            &ns,
+            &cloneset(
+                "kept",
+                2,
+                IMAGE_A,
+                json!({}),
+            ),
+        )
+        .await?;
+        ns.kubectl(&["label", "cloneset", "kept", "policy.kruise.io/delete-protection=Cascading"])
+            .await?;
+        wait_converged(&ns, "kept", 2, TIMEOUT).await?;
+        let refused = ns
+            .kubectl(&["delete", "cloneset", "kept", "--wait=false"])
+            .await
+            .err()
+            .context("a Cascading CloneSet with replicas was deleted")?
+            .to_string();
+        ensure!(
+            refused.contains("forbidden by ResourcesProtectionDeletion for policy.kruise.io/delete-protection=Cascading and replicas 2>0"),
+            "{refused}"
+        );
+        merge_patch(&ns, "cloneset", "kept", &json!({"spec": {"replicas": 0}})).await?;
+        ns.kubectl(&["delete", "cloneset", "kept", "--wait=false"])
+            .await
+            .context("deleting the CloneSet at 0 replicas")?;
+
+        // A Namespace of its own (the test's namespace must stay for the diagnostics).
+        let guarded = bed().namespace("del-ns").await?;
+        let nss: Api<Namespace> = Api::all(guarded.client.clone());
+        let name = guarded.name.clone();
+        ns.kubectl(&["label", "namespace", &name, "policy.kruise.io/delete-protection=Always"])
+            .await?;
+        let refused = ns
+            .kubectl(&["delete", "namespace", &name, "--wait=false"])
+            .await
+            .err()
+            .context("a namespace labelled Always was deleted")?
+            .to_string();
+        ensure!(
+            refused.contains("forbidden by ResourcesProtectionDeletion for policy.kruise.io/delete-protection=Always"),
+            "{refused}"
+        );
+        apply(&guarded, &cloneset("inside", 1, IMAGE_A, json!({}))).await?;
+        wait_converged(&guarded, "inside", 1, TIMEOUT).await?;
+        ns.kubectl(&["label", "--overwrite", "namespace", &name, "policy.kruise.io/delete-protection=Cascading"])
+            .await?;
+        let refused = ns
+            .kubectl(&["delete", "namespace", &name, "--wait=false"])
+            .await
+            .err()
+            .context("a Cascading namespace with an active Pod was deleted")?
+            .to_string();
+        ensure!(refused.contains("and active pods 1>0"), "{refused}");
+        ns.kubectl(&["label", "namespace", &name, "policy.kruise.io/delete-protection-"])
+            .await?;
+        ns.kubectl(&["delete", "namespace", &name, "--wait=false"])
+            .await
+            .context("deleting the namespace once unlabelled")?;
+        eventually("the namespace terminating", TIMEOUT, || async {
+            Ok(nss
+                .get_opt(&name)
+                .await?
+                .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+                .then_some(()))
+        })
+        .await?;
+        Ok(())
+    })
+    .await
+}
