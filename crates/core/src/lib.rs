@@ -3,6 +3,7 @@
 //! `kruise_api::intstr`.) Nothing here talks to the API server or awaits: every function takes a snapshot
 //! (Pods, spec, `now`) and returns a decision; the controllers are thin loops around them.
 
+pub mod ephemeraljob;
 pub mod expectations;
 pub mod inplace;
 pub mod lifecycle;
@@ -10,6 +11,7 @@ pub mod nodefit;
 pub mod ownership;
 pub mod pods;
 pub mod ratelimit;
+pub mod resourcedistribution;
 pub mod revision;
 pub mod rollout;
 pub mod sidecarset;

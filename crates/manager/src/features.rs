@@ -93,12 +93,7 @@ pub const GATES: &[Gate] = &[
             "refuses deleting namespaces and workloads that still hold Pods when labelled policy.kruise.io/delete-protection",
         ),
     ),
-    gate(
-        "ResourceDistributionGate",
-        false,
-        Beta,
-        Missing("copies Secrets and ConfigMaps to namespaces with ResourceDistribution objects"),
-    ),
+    gate("ResourceDistributionGate", false, Beta, Gated),
     gate(
         "CloneSetShortHash",
         false,

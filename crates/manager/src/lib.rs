@@ -613,7 +613,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = tokio::spawn(kruise_webhook::server::serve(
         webhook_addr,
         tls.clone(),
-        kruise_webhook::server::router(webhook_metrics.clone(), Some(client.clone()), Some(pods)),
+        kruise_webhook::server::router_with(
+            webhook_metrics.clone(),
+            Some(client.clone()),
+            Some(pods),
+            &kruise_webhook::server::Limits::default(),
+            kruise_webhook::server::Gates {
+                resource_distribution: gates.enabled("ResourceDistributionGate"),
+            },
+        ),
         handle.clone(),
     ));
     if handle.listening().await.is_none() {
@@ -921,6 +929,24 @@ async fn run_controllers(
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
         },
     ));
+    // ResourceDistribution runs only with its gate on (upstream does not start it otherwise).
+    let resourcedistribution = gates.enabled("ResourceDistributionGate").then(|| {
+        kruise_controllers::resourcedistribution::run(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+            kruise_controllers::resourcedistribution::Config::default(),
+        )
+    });
+    let ephemeraljob = kruise_controllers::ephemeraljob::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::ephemeraljob::Config {
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            ..Default::default()
+        },
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         caches,
@@ -959,6 +985,10 @@ async fn run_controllers(
     work.spawn(named("daemonset", daemonset));
     work.spawn(named("broadcastjob", broadcastjob));
     work.spawn(named("uniteddeployment", uniteddeployment));
+    work.spawn(named("ephemeraljob", ephemeraljob));
+    if let Some(resourcedistribution) = resourcedistribution {
+        work.spawn(named("resourcedistribution", resourcedistribution));
+    }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {

@@ -9,4 +9,5 @@ pub mod convert;
 pub mod metrics;
 pub mod patch;
 pub mod pod;
+pub mod resourcedistribution;
 pub mod server;

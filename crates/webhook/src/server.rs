@@ -67,12 +67,30 @@ pub fn router(metrics: Metrics, client: Option<kube::Client>, pods: Option<PodIn
     router_with_limits(metrics, client, pods, &Limits::default())
 }
 
+/// The feature gates admission honours (each off by default, as in OpenKruise v1.9.0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gates {
+    /// `ResourceDistributionGate`: while off, ResourceDistributions are refused.
+    pub resource_distribution: bool,
+}
+
 /// [`router`] with given limits (tests use short ones).
 pub fn router_with_limits(
     metrics: Metrics,
     client: Option<kube::Client>,
     pods: Option<PodInjector>,
     limits: &Limits,
+) -> Router {
+    router_with(metrics, client, pods, limits, Gates::default())
+}
+
+/// [`router`] with given limits and feature gates.
+pub fn router_with(
+    metrics: Metrics,
+    client: Option<kube::Client>,
+    pods: Option<PodInjector>,
+    limits: &Limits,
+    gates: Gates,
 ) -> Router {
     let pods = pods.unwrap_or_else(|| {
         PodInjector::without_caches(crate::pod::PodSettings {
@@ -160,6 +178,23 @@ pub fn router_with_limits(
             ),
         );
     }
+    router = router.route(
+        crate::resourcedistribution::VALIDATE_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer =
+                    crate::resourcedistribution::validate(review, gates.resource_distribution);
+                metrics.observe(
+                    crate::resourcedistribution::VALIDATE_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
     let request_timeout = limits.request_timeout;
     router
         .route(
