@@ -292,3 +292,26 @@ fn rbac_has_no_wildcards() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// ResourceDistribution's cluster-wide Secret and ConfigMap rights are granted only with its gate
+/// on (directly or through AllBeta), as the controller runs only then.
+#[test]
+fn resource_distribution_rbac_follows_its_gate() -> anyhow::Result<()> {
+    let has_rules = |rendered: &str| rendered.contains("resources: [resourcedistributions/status]");
+    ensure_eq(has_rules(&template(&[])?), false, "default values")?;
+    for gates in ["ResourceDistributionGate=true", "AllBeta=true"] {
+        let rendered = template(&["--set", &format!("featureGates={gates}")])?;
+        ensure_eq(has_rules(&rendered), true, gates)?;
+        ensure_eq(
+            rendered.contains("resources: [secrets, configmaps]"),
+            true,
+            gates,
+        )?;
+    }
+    Ok(())
+}
+
+fn ensure_eq(have: bool, want: bool, what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(have == want, "{what}: expected {want}, got {have}");
+    Ok(())
+}

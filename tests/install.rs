@@ -65,6 +65,30 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "apps.kruise.io",
+        "ephemeraljobs",
+        "patch",
+        "EphemeralJob: adding and removing its finalizer",
+    ),
+    (
+        "apps.kruise.io",
+        "ephemeraljobs",
+        "delete",
+        "EphemeralJob ttlSecondsAfterFinished",
+    ),
+    (
+        "apps.kruise.io",
+        "ephemeraljobs/status",
+        "patch",
+        "EphemeralJob status",
+    ),
+    (
+        "",
+        "pods/ephemeralcontainers",
+        "patch",
+        "EphemeralJob injecting its ephemeral containers",
+    ),
+    (
+        "apps.kruise.io",
         "clonesets",
         "get",
         "claim::Recheck: re-reading a CloneSet before adopting orphans",

@@ -23,7 +23,8 @@ pub use wire::WirePod;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerStatus, EnvVar, NodeAffinity, Pod, PodSpec, PodStatus,
+    Affinity, Container, ContainerStatus, EnvVar, EphemeralContainer, NodeAffinity, Pod, PodSpec,
+    PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -653,6 +654,9 @@ pub fn project(pod: Pod) -> Pod {
         init_containers: spec
             .init_containers
             .map(|c| c.into_iter().map(project_container).collect()),
+        ephemeral_containers: spec
+            .ephemeral_containers
+            .map(|c| c.into_iter().map(project_ephemeral_container).collect()),
         ..PodSpec::default()
     });
     let status = status.map(|status| PodStatus {
@@ -664,6 +668,16 @@ pub fn project(pod: Pod) -> Pod {
         init_container_statuses: status
             .init_container_statuses
             .map(|c| c.into_iter().map(project_container_status).collect()),
+        // EphemeralJob reads each ephemeral container's state.
+        ephemeral_container_statuses: status.ephemeral_container_statuses.map(|c| {
+            c.into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    state: c.state,
+                    ..ContainerStatus::default()
+                })
+                .collect()
+        }),
         ..PodStatus::default()
     });
     Pod {
@@ -688,6 +702,22 @@ fn project_container(c: Container) -> Container {
         restart_policy: c.restart_policy,
         env: (!env.is_empty()).then_some(env),
         ..Container::default()
+    }
+}
+
+/// An ephemeral container as EphemeralJob reads it: its name and the env entry naming the job that
+/// added it.
+fn project_ephemeral_container(c: EphemeralContainer) -> EphemeralContainer {
+    let env: Vec<EnvVar> = c
+        .env
+        .into_iter()
+        .flatten()
+        .filter(|e| e.name == kruise_api::ephemeraljob::ENV_JOB_ID)
+        .collect();
+    EphemeralContainer {
+        name: c.name,
+        env: (!env.is_empty()).then_some(env),
+        ..EphemeralContainer::default()
     }
 }
 

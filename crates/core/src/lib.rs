@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod cron;
+pub mod ephemeraljob;
 pub mod expectations;
 pub mod inplace;
 pub mod lifecycle;
@@ -12,6 +13,7 @@ pub mod nodefit;
 pub mod ownership;
 pub mod pods;
 pub mod ratelimit;
+pub mod resourcedistribution;
 pub mod revision;
 pub mod rollout;
 pub mod sidecarset;

@@ -129,7 +129,10 @@ pub struct KindInventory {
 
 /// Whether kruise-rs serves objects of `group`/`kind`.
 pub fn served(group: &str, kind: &str) -> bool {
-    (group == "apps.kruise.io" && kruise_api::kinds::Kind::from_kind(kind).is_ok())
+    (group == "apps.kruise.io"
+        && (kruise_api::kinds::Kind::from_kind(kind).is_ok()
+            || kind == kruise_api::resourcedistribution::KIND
+            || kind == kruise_api::ephemeraljob::KIND))
         || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
 }
 
@@ -1216,6 +1219,8 @@ mod tests {
             ("apps.kruise.io", "SidecarSet", true),
             ("apps.kruise.io", "UnitedDeployment", true),
             ("apps.kruise.io", "BroadcastJob", true),
+            ("apps.kruise.io", "ResourceDistribution", true),
+            ("apps.kruise.io", "EphemeralJob", true),
             ("apps.kruise.io", "WorkloadSpread", false),
             ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", true),

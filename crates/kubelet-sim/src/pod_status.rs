@@ -218,6 +218,9 @@ struct KubeletStatus {
     pod_ip: Option<String>,
     init_containers: Vec<ContainerStatus>,
     containers: Vec<ContainerStatus>,
+    /// Ephemeral containers (added through `pods/ephemeralcontainers`): started once, never
+    /// restarted, as the kubelet runs them.
+    ephemeral_containers: Vec<ContainerStatus>,
     conditions: Vec<PodCondition>,
     /// The Pod's `metadata.generation` this status reflects: the v1.34 kubelet writes it to
     /// `status.observedGeneration` and to each condition it owns.
@@ -243,6 +246,7 @@ impl KubeletStatus {
             pod_ip: status.pod_ip,
             init_containers: status.init_container_statuses.unwrap_or_default(),
             containers: status.container_statuses.unwrap_or_default(),
+            ephemeral_containers: status.ephemeral_container_statuses.unwrap_or_default(),
             conditions: sort_conditions(conditions),
             observed_generation: status.observed_generation,
             reason: status.reason,
@@ -269,6 +273,9 @@ impl KubeletStatus {
         });
         if let Some(generation) = self.observed_generation {
             patch["status"]["observedGeneration"] = json!(generation);
+        }
+        if !self.ephemeral_containers.is_empty() {
+            patch["status"]["ephemeralContainerStatuses"] = json!(self.ephemeral_containers);
         }
         for (key, value) in [("reason", &self.reason), ("message", &self.message)] {
             if let Some(value) = value {
@@ -469,6 +476,34 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         }
         next.containers.push(status);
     }
+
+    // Ephemeral containers: each started once (in the order they were added), never restarted
+    // whatever the Pod's restartPolicy; steered like the others (`SIM_RUN_MS`, `SIM_EXIT_CODE`), and
+    // like a Job's container they exit 0 after the default run time. They change no phase or condition.
+    next.ephemeral_containers = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .filter_map(|e| serde_json::from_value::<Container>(e).ok())
+        .map(|c| {
+            let cur = current
+                .ephemeral_containers
+                .iter()
+                .find(|s| s.name == c.name);
+            let steer = steer.container(&c, Some(input.timing.job_run));
+            step_container(
+                &c,
+                Kind::App,
+                cur,
+                &steer,
+                "Never",
+                memory,
+                input,
+                &mut wake,
+            )
+        })
+        .collect();
 
     next.phase = phase(&next.containers);
     next.observed_generation = pod.metadata.generation;

@@ -80,12 +80,7 @@ pub const GATES: &[Gate] = &[
     ),
     gate("PodIndexLabel", true, Beta, AlwaysOn),
     gate("ResourcesDeletionProtection", false, Beta, Gated),
-    gate(
-        "ResourceDistributionGate",
-        false,
-        Alpha,
-        Missing("copies Secrets and ConfigMaps to namespaces with ResourceDistribution objects"),
-    ),
+    gate("ResourceDistributionGate", false, Alpha, Gated),
     gate("CloneSetShortHash", false, Alpha, Gated),
     gate("CloneSetPartitionRollback", false, Alpha, Gated),
     gate("CloneSetEventHandlerOptimization", false, Alpha, AlwaysOn),

@@ -631,6 +631,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 host_network_host_ports: gates.enabled("DefaultHostNetworkHostPortsInPodTemplates"),
                 patch_pod_metadata_defaults_allowed: gates
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
+                resource_distribution: gates.enabled("ResourceDistributionGate"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -968,6 +969,24 @@ async fn run_controllers(
         metrics.clone(),
         kruise_controllers::podunavailablebudget::Config::default(),
     );
+    // ResourceDistribution runs only with its gate on (upstream does not start it otherwise).
+    let resourcedistribution = gates.enabled("ResourceDistributionGate").then(|| {
+        kruise_controllers::resourcedistribution::run(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+            kruise_controllers::resourcedistribution::Config::default(),
+        )
+    });
+    let ephemeraljob = kruise_controllers::ephemeraljob::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::ephemeraljob::Config {
+            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
+            ..Default::default()
+        },
+    );
     let cloneset = kruise_controllers::cloneset::run(
         client,
         caches,
@@ -1014,6 +1033,10 @@ async fn run_controllers(
         work.spawn(named("pod readiness", pod_readiness));
     }
     work.spawn(named("podunavailablebudget", podunavailablebudget));
+    work.spawn(named("ephemeraljob", ephemeraljob));
+    if let Some(resourcedistribution) = resourcedistribution {
+        work.spawn(named("resourcedistribution", resourcedistribution));
+    }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {

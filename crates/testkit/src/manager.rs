@@ -299,7 +299,9 @@ pub async fn wait_serving(
                     .await?
                     .items
                     .iter()
-                    .filter(|crd| crd.spec.group == "apps.kruise.io")
+                    // Kinds served in one version only (ResourceDistribution, EphemeralJob) convert
+                    // nothing.
+                    .filter(|crd| crd.spec.group == "apps.kruise.io" && crd.spec.versions.len() > 1)
                     .all(|crd| {
                         crd.spec
                             .conversion

@@ -35,7 +35,7 @@ pub struct PatchMetadataRules {
     pub defaults_allowed: bool,
 }
 
-/// The feature gates the workload webhooks read.
+/// The feature gates the admission webhooks read (each off by default, as in OpenKruise v1.9.0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Gates {
     /// `TemplateNoDefaults`: Pod templates never get Kubernetes' Pod defaults.
@@ -44,6 +44,8 @@ pub struct Gates {
     pub host_network_host_ports: bool,
     /// `SidecarSetPatchPodMetadataDefaultsAllowed`.
     pub patch_pod_metadata_defaults_allowed: bool,
+    /// `ResourceDistributionGate`: while off, ResourceDistributions are refused.
+    pub resource_distribution: bool,
 }
 
 /// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or

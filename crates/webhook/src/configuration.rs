@@ -369,8 +369,38 @@ pub fn validating(
                     ..Default::default()
                 })
                 .chain(policy_webhooks(target, ca_bundle, timeout_seconds, pod))
+                .chain(std::iter::once(resource_distribution(
+                    target,
+                    ca_bundle,
+                    timeout_seconds,
+                )))
                 .collect(),
         ),
+    }
+}
+
+/// ResourceDistribution's validating webhook (v1alpha1, its only version), upstream's name and path.
+fn resource_distribution(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    timeout_seconds: i32,
+) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: crate::resourcedistribution::WEBHOOK_NAME.into(),
+        client_config: target.client_config(crate::resourcedistribution::VALIDATE_PATH, ca_bundle),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![kruise_api::kinds::GROUP.into()]),
+            api_versions: Some(vec!["v1alpha1".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(vec![kruise_api::resourcedistribution::PLURAL.into()]),
+            scope: None,
+        }]),
+        admission_review_versions: vec!["v1".into()],
+        side_effects: "None".into(),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        timeout_seconds: Some(timeout_seconds),
+        ..Default::default()
     }
 }
 

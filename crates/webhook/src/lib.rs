@@ -10,4 +10,5 @@ pub mod metrics;
 pub mod patch;
 pub mod pod;
 pub mod policy;
+pub mod resourcedistribution;
 pub mod server;

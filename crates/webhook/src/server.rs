@@ -238,6 +238,23 @@ pub fn router_with(
             ),
         );
     }
+    router = router.route(
+        crate::resourcedistribution::VALIDATE_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer =
+                    crate::resourcedistribution::validate(review, gates.resource_distribution);
+                metrics.observe(
+                    crate::resourcedistribution::VALIDATE_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
     let request_timeout = limits.request_timeout;
     router
         .route(

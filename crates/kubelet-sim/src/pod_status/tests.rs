@@ -897,3 +897,67 @@ fn kubelet_crash_backoff_restarts_at_once_then_waits_10s_doubling() {
     assert_eq!(world.container("app").restart_count, 3);
     assert_eq!(plan.requeue, Some(Duration::from_secs(20)));
 }
+
+/// An ephemeral container added to a running Pod (`pods/ephemeralcontainers`) is started, runs its
+/// time, and ends for good with its exit code in `ephemeralContainerStatuses`; the Pod's phase,
+/// conditions and app containers are untouched, whatever its restartPolicy.
+#[test]
+fn ephemeral_containers_run_once_and_report_their_status() {
+    use k8s_openapi::api::core::v1::{EnvVar, EphemeralContainer};
+    let mut world = World::new(pod_with(vec![container("app", "nginx:alpine")], &[]));
+    world.settle();
+    assert_eq!(world.status().phase.as_deref(), Some("Running"));
+    let app_id = world.container("app").container_id;
+    let ephemeral = |name: &str, env: Vec<EnvVar>| EphemeralContainer {
+        name: name.into(),
+        image: Some("busybox:1.34".into()),
+        env: Some(env),
+        ..Default::default()
+    };
+    let env = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    };
+    world.pod.spec.as_mut().expect("spec").ephemeral_containers = Some(vec![
+        ephemeral("debug", vec![env("SIM_RUN_MS", "1000")]),
+        ephemeral("broken", vec![env("SIM_EXIT_CODE", "2")]),
+    ]);
+    world.step();
+    let statuses = |world: &World| {
+        world
+            .status()
+            .ephemeral_container_statuses
+            .unwrap_or_default()
+    };
+    let debug = statuses(&world)
+        .into_iter()
+        .find(|s| s.name == "debug")
+        .expect("debug status");
+    assert!(
+        debug
+            .state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .is_some(),
+        "{debug:?}"
+    );
+    world.settle();
+    let all = statuses(&world);
+    let exit = |name: &str| {
+        all.iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.state.as_ref()?.terminated.as_ref())
+            .map(|t| (t.exit_code, t.finished_at.is_some()))
+    };
+    assert_eq!(exit("debug"), Some((0, true)));
+    assert_eq!(exit("broken"), Some((2, true)));
+    assert!(all.iter().all(|s| s.restart_count == 0), "{all:?}");
+    assert_eq!(world.status().phase.as_deref(), Some("Running"));
+    assert_eq!(
+        world.container("app").container_id,
+        app_id,
+        "the app container kept running"
+    );
+    assert_eq!(world.condition("Ready").status, "True");
+}

@@ -1,0 +1,177 @@
+//! EphemeralJob, apps.kruise.io/v1alpha1 (the only version OpenKruise v1.9.0 serves, and stores):
+//! ephemeral containers injected into the Pods its selector matches. Namespaced, short name `ejob`.
+//! Upstream has no webhook for it: the CRD schema is the only check.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::schema::{is_default, preserve_unknown_fields_untyped};
+
+pub const KIND: &str = "EphemeralJob";
+pub const PLURAL: &str = "ephemeraljobs";
+
+/// The environment variable every injected container carries: the uid of its EphemeralJob (how a
+/// job recognises its own containers).
+pub const ENV_JOB_ID: &str = "KRUISE_EJOB_ID";
+/// The finalizer that keeps a job until its containers are accounted for.
+pub const FINALIZER: &str = "apps.kruise.io/ephemeralcontainers-cleanup";
+/// Pods injected at once when `parallelism` is not set.
+pub const DEFAULT_PARALLELISM: i32 = 1;
+/// How long a finished job stays when `ttlSecondsAfterFinished` is not set (upstream: 30 minutes).
+pub const DEFAULT_TTL_SECONDS: i64 = 1800;
+
+/// Condition types.
+pub const CONDITION_SUCCEEDED: &str = "JobSucceeded";
+pub const CONDITION_FAILED: &str = "JobFailed";
+pub const CONDITION_ERROR: &str = "JobError";
+pub const CONDITION_INITIALIZED: &str = "Initialized";
+pub const CONDITION_MATCHED_EMPTY: &str = "MatchedEmpty";
+
+/// Phases.
+pub const PHASE_SUCCEEDED: &str = "Succeeded";
+pub const PHASE_FAILED: &str = "Failed";
+pub const PHASE_WAITING: &str = "Waiting";
+pub const PHASE_RUNNING: &str = "Running";
+pub const PHASE_PAUSED: &str = "Paused";
+pub const PHASE_ERROR: &str = "Error";
+pub const PHASE_UNKNOWN: &str = "Unknown";
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "apps.kruise.io",
+    version = "v1alpha1",
+    kind = "EphemeralJob",
+    namespaced,
+    status = "EphemeralJobStatus",
+    shortname = "ejob",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "EphemeralJob is the Schema for the ephemeraljobs API",
+    printcolumn(
+        name = "STATUS",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "The status of ephemeral job"
+    ),
+    printcolumn(
+        name = "MATCH",
+        type_ = "integer",
+        json_path = ".status.match",
+        description = "Number of ephemeral container matched by this job"
+    ),
+    printcolumn(
+        name = "SUCCEED",
+        type_ = "integer",
+        json_path = ".status.succeeded",
+        description = "Number of succeed ephemeral containers"
+    ),
+    printcolumn(
+        name = "FAILED",
+        type_ = "integer",
+        json_path = ".status.failed",
+        description = "Number of failed ephemeral containers"
+    ),
+    printcolumn(
+        name = "RUNNING",
+        type_ = "integer",
+        json_path = ".status.running",
+        description = "Number of running ephemeral containers"
+    ),
+    printcolumn(
+        name = "WAITING",
+        type_ = "integer",
+        json_path = ".status.waiting",
+        description = "Number of waiting ephemeral containers"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp",
+        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralJobSpec {
+    /// The Pods (in the job's namespace) to inject into.
+    pub selector: Option<LabelSelector>,
+    /// How many of the matching Pods (oldest first) to inject into; all when unset or larger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// How many Pods may run the containers at once (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<i32>,
+    pub template: EphemeralContainerTemplateSpec,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub paused: bool,
+    /// Seconds after `status.startTime` at which an unfinished job fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    /// Seconds after `status.completionTime` at which the job is deleted (default 1800).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralContainerTemplateSpec {
+    /// Core `EphemeralContainer`s, kept verbatim (schemaless, as upstream's CRD).
+    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+    pub ephemeral_containers: Vec<Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralJobStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<EphemeralJobCondition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default)]
+    pub phase: String,
+    /// Matching Pods the job works on (upstream's JSON name `match`).
+    #[serde(default, rename = "match")]
+    pub matches: i32,
+    #[serde(default)]
+    pub running: i32,
+    #[serde(default)]
+    pub succeeded: i32,
+    #[serde(default)]
+    pub waiting: i32,
+    #[serde(default)]
+    pub failed: i32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralJobCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The CRD, served and stored in v1alpha1 only, as upstream's.
+pub fn crd() -> CustomResourceDefinition {
+    crate::crd::single_version(EphemeralJob::crd())
+}
+
+/// The name of an ephemeral container of the template (empty when it has none).
+pub fn container_name(container: &Value) -> &str {
+    container
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}

@@ -1,0 +1,288 @@
+//! The EphemeralJob controller (upstream `pkg/controller/ephemeraljob`), on the shared driver:
+//! ephemeral containers injected into the Pods a job's selector matches.
+//!
+//! Observe: the job and the Pods of its namespace (shared Pod cache, which keeps each Pod's
+//! ephemeral containers' names, job ids and states). Decide: targets, Pods to inject into now, status
+//! (`kruise_core::ephemeraljob`). Act: a strategic-merge patch of `pods/ephemeralcontainers` per Pod
+//! (ephemeral containers are added by name; an existing one is never changed), expected in the cache
+//! before the next decision; the job's finalizer; the status when it changed; the job deleted
+//! `ttlSecondsAfterFinished` after it finished. Nothing else is deleted: a Pod is never touched but
+//! to add the job's containers (the API cannot remove ephemeral containers; upstream's clean-up is a
+//! no-op on the Kubernetes versions kruise-rs serves).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::ephemeraljob::{self as ej, EphemeralJob};
+use kruise_core::ephemeraljob as decide;
+use kruise_core::expectations::{Expectation, Expectations};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::driver::caches::Caches;
+use crate::driver::write::write_status;
+use crate::error::{Error, KubeContext, is_race};
+use crate::metrics::Metrics;
+
+/// The controller's name in metrics, logs and Events (upstream's).
+pub const CONTROLLER: &str = "ephemeraljob-controller";
+
+/// How soon a job is looked at again after a write raced another.
+const RACE_RETRY: Duration = Duration::from_millis(500);
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Concurrent reconciles.
+    pub workers: u16,
+    /// How long an injection may stay unobserved in the Pod cache before the controller stops waiting.
+    pub expectation_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    pods: Arc<PodCache>,
+    /// EphemeralJob keeps no ControllerRevisions: an empty store for the shared expectation check.
+    no_revisions: Store<ControllerRevision>,
+    expectations: Mutex<Expectations>,
+    metrics: Arc<Metrics>,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the controller on the shared Pod cache until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let controller = Controller::new(
+        Api::<EphemeralJob>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let jobs = controller.store();
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    wake_on_pods(caches.pods.subscribe("ephemeraljob"), jobs, wake_tx, all_tx);
+    caches.pods.wait_synced().await;
+    let ctx = Arc::new(Context {
+        client,
+        pods: caches.pods,
+        no_revisions: kube::runtime::reflector::store().0,
+        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
+        metrics,
+    });
+    let controller = controller
+        .reconcile_on(crate::cache::receiver_stream(wake_rx))
+        .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
+}
+
+/// Wakes the jobs of a changed Pod's namespace whose selector matches its labels; every job when
+/// the cache relisted.
+fn wake_on_pods(
+    mut events: crate::cache::CacheEvents,
+    jobs: Store<EphemeralJob>,
+    wake: mpsc::UnboundedSender<ObjectRef<EphemeralJob>>,
+    all: mpsc::UnboundedSender<()>,
+) {
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let sent = match event {
+                CacheEvent::Pod(change) => jobs
+                    .state()
+                    .iter()
+                    .filter(|job| {
+                        job.metadata.namespace.as_deref() == Some(change.key.0.as_str())
+                            && job.spec.selector.as_ref().is_some_and(|s| {
+                                !kruise_api::validation::selector_is_empty(s)
+                                    && change.labels.matches(s)
+                            })
+                    })
+                    .all(|job| wake.send(ObjectRef::from_obj(job.as_ref())).is_ok()),
+                CacheEvent::Resync => all.send(()).is_ok(),
+                CacheEvent::Owner(_) => true,
+            };
+            if !sent {
+                return;
+            }
+        }
+    });
+}
+
+async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let job = job.as_ref();
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let key = format!("{namespace}/{name}");
+    let api: Api<EphemeralJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    if job.metadata.uid.is_none() {
+        return Ok(Action::await_change());
+    }
+    let finalizers = job.metadata.finalizers.clone().unwrap_or_default();
+    let has_finalizer = finalizers.iter().any(|f| f == ej::FINALIZER);
+    if job.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut ex) = ctx.expectations.lock() {
+            ex.forget(&key);
+        }
+        if has_finalizer {
+            let kept: Vec<&String> = finalizers.iter().filter(|f| *f != ej::FINALIZER).collect();
+            return set_finalizers(&api, job, &kept).await;
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        let mut all: Vec<&String> = finalizers.iter().collect();
+        let ours = ej::FINALIZER.to_string();
+        all.push(&ours);
+        return set_finalizers(&api, job, &all).await;
+    }
+
+    let now = Timestamp::now();
+    let previous = job.status.clone().unwrap_or_default();
+    // Finished: only the TTL is left.
+    if let Some(completed) = &previous.completion_time {
+        let left = decide::ttl_left(job, completed, now);
+        if !left.is_zero() {
+            return Ok(Action::requeue(left));
+        }
+        let params = DeleteParams {
+            preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        tracing::info!(job = %key, "deleting EphemeralJob for ttlSecondsAfterFinished");
+        return match api.delete(&name, &params).await {
+            Ok(_) => Ok(Action::await_change()),
+            Err(error) if is_race(&error) => Ok(Action::await_change()),
+            Err(source) => Err(Error::Kube {
+                context: format!("deleting EphemeralJob {key} after its TTL"),
+                source,
+            }),
+        };
+    }
+    if let Err(wait) = crate::podcontrol::expectations_met(
+        &ctx.expectations,
+        &key,
+        &namespace,
+        &ctx.pods,
+        &ctx.no_revisions,
+        &ctx.metrics,
+        CONTROLLER,
+    ) {
+        return Ok(Action::requeue(wait));
+    }
+
+    // Observe and decide.
+    let pods: Vec<Arc<Pod>> = match job.spec.selector.as_ref() {
+        Some(selector) if !kruise_api::validation::selector_is_empty(selector) => ctx
+            .pods
+            .select(Some(&namespace), |labels| labels.matches(selector)),
+        _ => Vec::new(),
+    };
+    let refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let targets = decide::targets(job, &refs);
+    let status = decide::status(job, &targets, &previous, now);
+
+    // Act: inject, unless paused or finished by this pass.
+    if status.phase != ej::PHASE_PAUSED && status.completion_time.is_none() {
+        let containers = decide::injected_containers(job);
+        for pod in decide::to_inject(job, &targets) {
+            let pod_name = pod.name_any();
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+            let patch = json!({"spec": {"ephemeralContainers": containers}});
+            match pods
+                .patch_subresource(
+                    "ephemeralcontainers",
+                    &pod_name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+            {
+                Ok(patched) => {
+                    tracing::info!(job = %key, pod = %pod_name, "created ephemeral containers");
+                    if let (Ok(mut ex), Some(version)) =
+                        (ctx.expectations.lock(), patched.metadata.resource_version)
+                    {
+                        ex.expect(
+                            &key,
+                            Expectation::observed("Pod", pod_name, version),
+                            Instant::now(),
+                        );
+                    }
+                }
+                Err(error) if is_race(&error) => {
+                    tracing::info!(job = %key, pod = %pod_name, %error, "the Pod changed or went away before its ephemeral containers were added");
+                }
+                Err(source) => {
+                    return Err(Error::Kube {
+                        context: format!(
+                            "creating ephemeral containers in pod {namespace}/{pod_name}"
+                        ),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    // Status.
+    write_status(&api, job, job.status.as_ref(), &status, status != previous).await?;
+    let wake = match (&status.completion_time, &status.start_time) {
+        (Some(completed), _) => Some(decide::ttl_left(job, completed, now)),
+        (None, Some(start)) => decide::deadline_left(job, start, now),
+        _ => None,
+    };
+    Ok(wake.map_or_else(Action::await_change, |left| {
+        Action::requeue(left.max(Duration::from_millis(100)))
+    }))
+}
+
+/// Sets the job's finalizers to `finalizers` (a merge patch over the resourceVersion read).
+async fn set_finalizers(
+    api: &Api<EphemeralJob>,
+    job: &EphemeralJob,
+    finalizers: &[&String],
+) -> Result<Action, Error> {
+    let name = job.name_any();
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": job.metadata.resource_version,
+    }});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(Action::await_change()),
+        Err(error) if is_race(&error) => Ok(Action::requeue(RACE_RETRY)),
+        Err(source) => {
+            Err(source).context(|| format!("setting the finalizers of EphemeralJob {name}"))
+        }
+    }
+}
