@@ -294,12 +294,12 @@ fn rbac_has_no_wildcards() -> anyhow::Result<()> {
 }
 
 /// ResourceDistribution's cluster-wide Secret and ConfigMap rights are granted only with its gate
-/// on (directly or through AllBeta), as the controller runs only then.
+/// on (directly or through AllAlpha: the gate is Alpha in v1.9.0), as the controller runs only then.
 #[test]
 fn resource_distribution_rbac_follows_its_gate() -> anyhow::Result<()> {
     let has_rules = |rendered: &str| rendered.contains("resources: [resourcedistributions/status]");
     ensure_eq(has_rules(&template(&[])?), false, "default values")?;
-    for gates in ["ResourceDistributionGate=true", "AllBeta=true"] {
+    for gates in ["ResourceDistributionGate=true", "AllAlpha=true"] {
         let rendered = template(&["--set", &format!("featureGates={gates}")])?;
         ensure_eq(has_rules(&rendered), true, gates)?;
         ensure_eq(
