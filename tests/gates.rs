@@ -255,6 +255,15 @@ async fn patch_pod_metadata_needs_no_whitelist() -> anyhow::Result<()> {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "patched", "labels": {"app": "patched"}},
             "spec": {"containers": [{"name": "c", "image": IMAGE_A}]}});
+        // Once the webhook's cache holds the new SidecarSet.
+        kruise_e2e::wait_injected_on_dry_run(
+            &ns.client,
+            &ns.name,
+            &pod,
+            TIMEOUT,
+            &["sidecar", "c"],
+        )
+        .await?;
         apply(&ns, &pod).await?;
         let pod: Pod = ns.api().get("patched").await?;
         ensure!(

@@ -34,6 +34,12 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Granted by the chart, needed by code paths this scenario does not reach (each names the path).
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     (
+        "",
+        "configmaps",
+        "get",
+        "the SidecarSet webhook reading the kruise-configuration patchPodMetadata whitelist",
+    ),
+    (
         "policy.kruise.io",
         "podunavailablebudgets",
         "get",

@@ -203,7 +203,7 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
     let report = last_json(&run.stdout)?;
     let (crds, _, pods_kept, revisions_kept) = clean_result(&report)?;
     ensure!(
-        crds as usize == kruise_api::kinds::Kind::ALL.len()
+        crds as usize == kruise_api::crd::all().len()
             && pods_kept as usize == pods_before.len()
             && revisions_kept as usize == fixture_revisions,
         "takeover kept {crds} CRDs, {pods_kept} Pods, {revisions_kept} revisions: {report}"

@@ -401,6 +401,32 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     crds_established(bed).await?;
     load_openkruise_objects(&client, NS, KRUISE_NS, true, TIMEOUT).await?;
     bed.plane.kubectl_apply(NS, UNSERVED).await?;
+    // As OpenKruise's PodUnavailableBudget controller leaves them: the budget's status computed and
+    // the Pods it guards annotated (kruise-rs's controller then has nothing to write).
+    bed.plane
+        .kubectl(&[
+            "-n",
+            NS,
+            "patch",
+            "podunavailablebudget",
+            "pub",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"observedGeneration":1,"totalReplicas":2,"desiredAvailable":1,"currentAvailable":2,"unavailableAllowed":1}}"#,
+        ])
+        .await?;
+    bed.plane
+        .kubectl(&[
+            "-n",
+            NS,
+            "annotate",
+            "pods",
+            "-l",
+            "app=sample",
+            "kruise.io/related-pub=pub",
+        ])
+        .await?;
 
     let dry = takeover(
         bed,
