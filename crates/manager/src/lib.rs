@@ -693,8 +693,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             })?;
             // A leader that cannot keep its watches current acts on a past it cannot see: it ends
             // its term (with leader election, it also gives the lease up for a replica that can see).
+            // Its watches are the term's own and the process-wide caches its controllers read too
+            // (SidecarSets, Namespaces), which the webhooks' client opens.
             let stale = async {
-                let stale = watches.until_stale(stale_after, STALE_CHECK_PERIOD).await;
+                let stale = liveness::WatchHealth::until_any_stale(
+                    &[&watches, &webhook_watches],
+                    stale_after,
+                    STALE_CHECK_PERIOD,
+                )
+                .await;
                 stale_watches.set(i64::try_from(stale.len()).unwrap_or(i64::MAX));
                 stale
             };

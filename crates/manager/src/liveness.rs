@@ -227,10 +227,23 @@ impl WatchHealth {
 
     /// Resolves with the stale watches once there are any, checking every `every`.
     pub async fn until_stale(&self, bound: Duration, every: Duration) -> Vec<(String, Duration)> {
+        Self::until_any_stale(&[self], bound, every).await
+    }
+
+    /// [`Self::until_stale`] over several sets of watches (a leader's own, and the process-wide
+    /// caches its controllers read too).
+    pub async fn until_any_stale(
+        healths: &[&WatchHealth],
+        bound: Duration,
+        every: Duration,
+    ) -> Vec<(String, Duration)> {
         loop {
             tokio::time::sleep(every).await;
-            let stale = self.stale(Instant::now(), bound);
+            let now = Instant::now();
+            let mut stale: Vec<(String, Duration)> =
+                healths.iter().flat_map(|h| h.stale(now, bound)).collect();
             if !stale.is_empty() {
+                stale.sort();
                 return stale;
             }
         }
