@@ -362,3 +362,133 @@ async fn deletion_protection_of_a_namespace_and_a_cloneset() -> anyhow::Result<(
     })
     .await
 }
+
+/// What a server-side dry run of a Pod with `labels` and `owner` (an ownerReference, controller)
+/// comes back with in `kruise.io/related-pub`: the Pod webhook's doing alone, since the budget
+/// controller never sees a dry-run Pod.
+async fn related_pub_at_creation(
+    ns: &TestNamespace,
+    labels: serde_json::Value,
+    owner: Option<serde_json::Value>,
+) -> anyhow::Result<Option<String>> {
+    let mut metadata = json!({"name": "dry-run", "labels": labels});
+    if let Some(owner) = owner {
+        metadata["ownerReferences"] = json!([owner]);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": metadata,
+        "spec": {"containers": [{"name": "app", "image": IMAGE_A}]},
+    }))?;
+    let params = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let created = ns.api::<Pod>().create(&params, &pod).await?;
+    Ok(created
+        .metadata
+        .annotations
+        .and_then(|a| a.get("kruise.io/related-pub").cloned()))
+}
+
+/// A Pod names its budget in `kruise.io/related-pub` as it is created (before the controller sees
+/// it): by selector, by the CloneSet that owns it, and by the Deployment of its ReplicaSet.
+#[tokio::test]
+async fn a_new_pod_names_its_budget_as_it_is_created() -> anyhow::Result<()> {
+    let ns = bed().namespace("pub-create").await?;
+    ns.run(async {
+        apply(&ns, &cloneset("web", 1, IMAGE_A, json!({}))).await?;
+        ns.apply(&budget_yaml("web-pub", "web", 1)).await?;
+        ns.apply(
+            "apiVersion: policy.kruise.io/v1alpha1
+kind: PodUnavailableBudget
+metadata:
+  name: batch-pub
+spec:
+  selector:
+    matchLabels:
+      tier: batch
+  maxUnavailable: 1
+---
+apiVersion: policy.kruise.io/v1alpha1
+kind: PodUnavailableBudget
+metadata:
+  name: api-pub
+spec:
+  targetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: api
+  minAvailable: 1
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: api
+  template:
+    metadata:
+      labels:
+        app: api
+    spec:
+      containers:
+      - name: app
+        image: nginx:alpine
+",
+        )
+        .await?;
+        let cloneset_uid = ns
+            .api::<kruise_api::cloneset::v1beta1::CloneSet>()
+            .get("web")
+            .await?
+            .metadata
+            .uid;
+        let replicaset = eventually("the Deployment's ReplicaSet", TIMEOUT, || async {
+            let sets = ns
+                .api::<k8s_openapi::api::apps::v1::ReplicaSet>()
+                .list(&kube::api::ListParams::default().labels("app=api"))
+                .await?;
+            Ok(sets.items.into_iter().next())
+        })
+        .await?;
+
+        // By selector: the webhook may lag the budget's creation by a watch event.
+        eventually("a batch Pod naming batch-pub", TIMEOUT, || async {
+            let named = related_pub_at_creation(&ns, json!({"tier": "batch"}), None).await?;
+            Ok((named.as_deref() == Some("batch-pub")).then_some(()))
+        })
+        .await?;
+        // By the CloneSet that owns it (its labels match no selector).
+        let owned = related_pub_at_creation(
+            &ns,
+            json!({"app": "other"}),
+            Some(
+                json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet", "name": "web",
+                        "uid": cloneset_uid, "controller": true}),
+            ),
+        )
+        .await?;
+        ensure!(owned.as_deref() == Some("web-pub"), "{owned:?}");
+        // By its ReplicaSet's Deployment.
+        let via_replicaset = related_pub_at_creation(
+            &ns,
+            json!({"app": "api"}),
+            Some(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                        "name": replicaset.metadata.name, "uid": replicaset.metadata.uid,
+                        "controller": true})),
+        )
+        .await?;
+        ensure!(
+            via_replicaset.as_deref() == Some("api-pub"),
+            "{via_replicaset:?}"
+        );
+        // Nothing guards a Pod no budget selects.
+        let unguarded = related_pub_at_creation(&ns, json!({"app": "lonely"}), None).await?;
+        ensure!(unguarded.is_none(), "{unguarded:?}");
+        Ok(())
+    })
+    .await
+}

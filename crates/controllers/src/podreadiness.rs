@@ -109,7 +109,13 @@ pub async fn run(client: Client, pods: Arc<PodCache>) {
     loop {
         let candidates: Vec<Arc<Pod>> = if every_pod {
             every_pod = false;
-            pods.select(None, |_| true)
+            // Each Pod decoded for its check alone and dropped unless it needs the condition: a
+            // resync of a large cache never holds every Pod decoded at once.
+            pods.select_lazily(None, |_| true)
+                .iter()
+                .map(|selected| selected.read_once())
+                .filter(|pod| needs_condition(pod))
+                .collect()
         } else {
             tokio::select! {
                 event = events.recv() => match event {

@@ -592,8 +592,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         resource_timeout_seconds: args.webhook_timeout_seconds,
         external: gates.enabled("EnableExternalCerts"),
     };
-    // One Namespace watch and one SidecarSet watch for the whole process: the Pod webhook (every
-    // replica) and the SidecarSet controller (the leader) read them.
+    // One Namespace, one SidecarSet and one PodUnavailableBudget watch for the whole process: the
+    // Pod webhook (every replica) and the SidecarSet and budget controllers (the leader) read them.
     let (process_caches, process_caches_run) =
         kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
     tokio::spawn(process_caches_run);
@@ -608,6 +608,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             kruise_pod_readiness_gate: gates.enabled("KruisePodReadinessGate"),
         },
     );
+    let budget_gates = policy_gates(&gates);
+    let pods = if budget_gates.budget_delete || budget_gates.budget_update {
+        pods.with_budgets(process_caches.budgets.store().clone())
+    } else {
+        pods
+    };
     let _ = readiness.pods.set(pods.clone());
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
     let tls = RustlsConfig::from_pem(

@@ -282,6 +282,7 @@ pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>, cluster: &Cl
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::{Review, response};
     use serde_json::json;
 
     fn review(
@@ -289,23 +290,13 @@ mod tests {
         object: Value,
         old: Option<Value>,
     ) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "uid-1",
-                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": "BroadcastJob"},
-                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": "broadcastjobs"},
-                "operation": operation,
-                "userInfo": {"username": "test"},
-                "name": "job",
-                "namespace": "default",
-                "object": object,
-                "oldObject": old,
-                "dryRun": false
-            }
-        }))
-        .expect("review decodes")
+        Review::of("apps.kruise.io", "v1beta1", "BroadcastJob", "broadcastjobs")
+            .operation(operation)
+            .name("job")
+            .namespace("default")
+            .object(object)
+            .old(old)
+            .build()
     }
 
     fn job(restart: &str) -> Value {
@@ -315,10 +306,6 @@ mod tests {
             "metadata": {"name": "job", "namespace": "default"},
             "spec": {"template": {"spec": {"restartPolicy": restart, "containers": [{"name": "a", "image": "b"}]}}}
         })
-    }
-
-    fn response(answer: &Answer) -> &AdmissionResponse {
-        answer.review.response.as_ref().expect("response")
     }
 
     /// Whether the defaulting patch gives the template a `dnsPolicy` (a Pod default).

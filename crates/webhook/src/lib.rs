@@ -10,5 +10,8 @@ pub mod metrics;
 pub mod patch;
 pub mod pod;
 pub mod policy;
+pub mod relatedpub;
 pub mod resourcedistribution;
 pub mod server;
+#[cfg(test)]
+mod testreview;

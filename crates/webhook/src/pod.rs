@@ -19,6 +19,7 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::sidecarset::{LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME};
 use kruise_core::sidecarset::{
@@ -32,6 +33,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use crate::admission::{Answer, allow, deny, request_of};
 use crate::configuration::FailurePolicy;
+use crate::relatedpub::RelatedPub;
 
 /// How the Pod webhook behaves.
 #[derive(Clone, Debug)]
@@ -78,6 +80,9 @@ pub struct PodInjector {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     client: Option<Client>,
     settings: Arc<PodSettings>,
+    /// PodUnavailableBudgets, to name a new Pod's in `kruise.io/related-pub` (with the budget
+    /// gates on).
+    related_pub: Option<RelatedPub>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -102,7 +107,14 @@ impl PodInjector {
             namespaces,
             client,
             settings: Arc::new(settings),
+            related_pub: None,
         }
+    }
+
+    /// Also names the PodUnavailableBudget that guards each new Pod (`kruise.io/related-pub`).
+    pub fn with_budgets(mut self, budgets: Store<PodUnavailableBudget>) -> Self {
+        self.related_pub = Some(RelatedPub::new(budgets, self.client.clone()));
+        self
     }
 
     /// The manager's namespace (where `kruise-configuration` lives).
@@ -193,12 +205,16 @@ impl PodInjector {
             return unchanged;
         }
         let received = pod.clone();
-        let gated = self.settings.kruise_pod_readiness_gate && add_kruise_pod_ready_gate(&mut pod);
+        let mut changed =
+            self.settings.kruise_pod_readiness_gate && add_kruise_pod_ready_gate(&mut pod);
+        if let Some(related_pub) = &self.related_pub {
+            changed |= related_pub.annotate(&mut pod, &namespace).await;
+        }
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
         match self.decide(&pod, &namespace).await {
-            Ok(None) if gated => patch_answer(&request, &received, &pod),
+            Ok(None) if changed => patch_answer(&request, &received, &pod),
             Ok(None) => unchanged,
             Ok(Some(injected)) => patch_answer(&request, &received, &injected),
             Err(Problem::Invalid(message)) => (deny(&request, message), Outcome::Denied),
@@ -436,6 +452,7 @@ fn add_kruise_pod_ready_gate(pod: &mut Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::{Review, response};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kruise_api::kinds::{Kind, V1BETA1};
     use kube::core::PartialObjectMetaExt;
@@ -535,26 +552,11 @@ mod tests {
     }
 
     fn review(operation: &str, namespace: &str, pod: Value) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "uid-1",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": operation,
-                "userInfo": {"username": "test"},
-                "name": pod["metadata"]["name"].clone(),
-                "namespace": namespace,
-                "object": pod,
-                "dryRun": false
-            }
-        }))
-        .expect("review decodes")
-    }
-
-    fn response(answer: &Answer) -> &AdmissionResponse {
-        answer.review.response.as_ref().expect("response")
+        Review::pod()
+            .operation(operation)
+            .namespace(namespace)
+            .object(pod)
+            .build()
     }
 
     /// The Pod as the apiserver stores it after applying the answer's patch.

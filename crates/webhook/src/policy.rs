@@ -311,21 +311,16 @@ fn eviction_dry_run(request: &AdmissionRequest<DynamicObject>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::Review;
     use serde_json::json;
 
     fn review(kind: &str, operation: &str, old: Value) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": kind},
-                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": "clonesets"},
-                "operation": operation, "userInfo": {}, "name": "web", "namespace": "d",
-                "oldObject": old, "dryRun": false
-            }
-        }))
-        .expect("review")
+        Review::of("apps.kruise.io", "v1beta1", kind, "clonesets")
+            .operation(operation)
+            .name("web")
+            .namespace("d")
+            .old(Some(old))
+            .build()
     }
 
     fn cloneset(protection: &str, replicas: i64) -> Value {
@@ -340,21 +335,12 @@ mod tests {
     #[test]
     fn an_evictions_own_dry_run_counts() {
         let eviction = |options: Value| -> AdmissionRequest<DynamicObject> {
-            let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "request": {
-                    "uid": "u1",
-                    "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"},
-                    "subResource": "eviction",
-                    "operation": "CREATE", "userInfo": {}, "name": "p", "namespace": "d",
-                    "object": {"apiVersion": "policy/v1", "kind": "Eviction",
-                               "metadata": {"name": "p"}, "deleteOptions": options},
-                    "dryRun": false
-                }
-            }))
-            .expect("review");
+            let review = Review::of("policy", "v1", "Eviction", "")
+                .sub_resource("", "v1", "pods", "eviction")
+                .namespace("d")
+                .object(json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": "p"}, "deleteOptions": options}))
+                .build();
             review.try_into().expect("request")
         };
         assert!(eviction_dry_run(&eviction(json!({"dryRun": ["All"]}))));

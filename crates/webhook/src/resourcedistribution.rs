@@ -66,6 +66,7 @@ pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::{Review, response};
     use serde_json::{Value, json};
 
     fn review(
@@ -73,18 +74,16 @@ mod tests {
         object: Value,
         old: Option<Value>,
     ) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "ResourceDistribution"},
-                "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "resourcedistributions"},
-                "operation": operation, "userInfo": {}, "name": "rd",
-                "object": object, "oldObject": old, "dryRun": false
-            }
-        }))
-        .expect("review")
+        Review::of(
+            "apps.kruise.io",
+            "v1alpha1",
+            "ResourceDistribution",
+            "resourcedistributions",
+        )
+        .operation(operation)
+        .object(object)
+        .old(old)
+        .build()
     }
 
     fn distribution(name: &str, kind: &str) -> Value {
@@ -99,7 +98,7 @@ mod tests {
     }
 
     fn outcome(answer: &Answer) -> (bool, String, u16) {
-        let response = answer.review.response.as_ref().expect("response");
+        let response = response(answer);
         (
             answer.allowed,
             response.result.message.clone(),

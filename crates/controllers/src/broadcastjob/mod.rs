@@ -1,6 +1,6 @@
 //! The BroadcastJob controller (upstream `pkg/controller/broadcastjob`), on the shared driver: one
-//! Pod to completion on every node the job fits. Observe the job, its Pods (shared cache) and the
-//! Nodes; decide with `kruise_core::rollout::broadcastjob`; act through the shared
+//! Pod to completion on every node the job fits. Observe the job, its Pods and the Nodes (all from the
+//! shared caches); decide with `kruise_core::rollout::broadcastjob`; act through the shared
 //! [`crate::podcontrol`].
 
 pub mod newpod;
@@ -13,10 +13,9 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_core::expectations::Expectations;
+use kube::Client;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
-use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
@@ -83,9 +82,11 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         metrics,
         config: config.clone(),
     });
-    let controller = Controller::new(
-        Api::<BroadcastJob>::all(client),
-        watcher::Config::default().any_semantic(),
+    // The manager's one BroadcastJob watch (AdvancedCronJobs read it too): every job once it is
+    // listed, then every change.
+    let controller = Controller::for_stream(
+        caches.broadcastjobs.replayed_stream(),
+        caches.broadcastjobs.store().clone(),
     )
     .reconcile_on(crate::cache::receiver_stream(owner_rx))
     .reconcile_all_on(crate::cache::receiver_stream(all_rx));

@@ -14,10 +14,9 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_core::expectations::Expectations;
+use kube::Client;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
-use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
@@ -87,9 +86,11 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         metrics,
         config: config.clone(),
     });
-    let controller = Controller::new(
-        Api::<CloneSet>::all(client),
-        watcher::Config::default().any_semantic(),
+    // The manager's one CloneSet watch (PodUnavailableBudgets read it too): every object once
+    // it is listed, then every change.
+    let controller = Controller::for_stream(
+        caches.clonesets.replayed_stream(),
+        caches.clonesets.store().clone(),
     )
     .owns_stream(revision_events)
     .reconcile_on(crate::cache::receiver_stream(owner_rx))

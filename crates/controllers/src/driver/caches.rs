@@ -22,6 +22,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
+use kruise_api::cloneset::v1beta1::CloneSet;
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kruise_api::statefulset::v1beta1::StatefulSet as AdvancedStatefulSet;
 
 use crate::cache::PodCache;
 
@@ -166,10 +169,17 @@ pub struct Caches {
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
     /// Every SidecarSet: the Pod webhook injects from it, the SidecarSet controller reconciles it.
     pub sidecarsets: Shared<SidecarSet>,
+    /// Every PodUnavailableBudget (the process's watch: the Pod webhook reads it too).
+    pub budgets: Shared<PodUnavailableBudget>,
     /// `batch/v1` Jobs (AdvancedCronJobs create them).
     pub jobs: Shared<Job>,
-    /// BroadcastJobs, as the jobs of AdvancedCronJobs.
+    /// BroadcastJobs: the BroadcastJob controller reconciles them, AdvancedCronJobs own them.
     pub broadcastjobs: Shared<BroadcastJob>,
+    /// CloneSets: their controller reconciles them, PodUnavailableBudgets read their scale.
+    pub clonesets: Shared<CloneSet>,
+    /// Advanced StatefulSets: their controller reconciles them, PodUnavailableBudgets read their
+    /// scale.
+    pub advanced_statefulsets: Shared<AdvancedStatefulSet>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -178,24 +188,29 @@ pub struct Caches {
 pub struct ProcessCaches {
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
     pub sidecarsets: Shared<SidecarSet>,
+    /// PodUnavailableBudgets: the Pod webhook names a new Pod's, the controller reconciles them.
+    pub budgets: Shared<PodUnavailableBudget>,
 }
 
 impl ProcessCaches {
-    /// Opens the Namespace metadata watch and the SidecarSet watch. The returned future drives them
-    /// and never ends while they last.
+    /// Opens the Namespace metadata watch, the SidecarSet watch and the PodUnavailableBudget watch.
+    /// The returned future drives them and never ends while they last.
     pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
-        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client));
+        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client.clone()));
+        let (budgets, budgets_run) = Shared::watch(Api::all(client));
         let run = async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(namespaces_run);
             tasks.spawn(sidecarsets_run);
+            tasks.spawn(budgets_run);
             tasks.join_next().await;
         };
         (
             Self {
                 namespaces,
                 sidecarsets,
+                budgets,
             },
             run,
         )
@@ -216,6 +231,9 @@ impl Caches {
         let (pvcs, pvcs_run) = Shared::watch(Api::all(client.clone()));
         let (jobs, jobs_run) = Shared::watch(Api::all(client.clone()));
         let (broadcastjobs, broadcastjobs_run) = Shared::watch(Api::all(client.clone()));
+        let (clonesets, clonesets_run) = Shared::watch(Api::all(client.clone()));
+        let (advanced_statefulsets, advanced_statefulsets_run) =
+            Shared::watch(Api::all(client.clone()));
         let pods_run = pods.clone().run(client);
         let caches = Self {
             pods,
@@ -224,8 +242,11 @@ impl Caches {
             pvcs,
             namespaces: process.namespaces,
             sidecarsets: process.sidecarsets,
+            budgets: process.budgets,
             jobs,
             broadcastjobs,
+            clonesets,
+            advanced_statefulsets,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.
@@ -236,6 +257,8 @@ impl Caches {
             tasks.spawn(pvcs_run);
             tasks.spawn(jobs_run);
             tasks.spawn(broadcastjobs_run);
+            tasks.spawn(clonesets_run);
+            tasks.spawn(advanced_statefulsets_run);
             tasks.join_next().await;
         };
         (caches, run)

@@ -67,15 +67,14 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
-    let controller = Controller::new(
-        Api::<PodUnavailableBudget>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
-    let budgets = controller.store();
+    // The process's budget cache (the Pod webhook reads it too): every budget once it is listed,
+    // then every change.
+    let budgets = caches.budgets.store().clone();
+    let controller = Controller::for_stream(caches.budgets.replayed_stream(), budgets.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
     forward_pod_changes(&caches.pods, budgets.clone(), tx.clone(), all_tx);
-    forward_workload_changes(&client, budgets, tx);
+    forward_workload_changes(&client, &caches, budgets, tx);
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -131,10 +130,13 @@ fn forward_pod_changes(
 
 /// Wakes the budgets of the namespace a workload changed in (created, scaled, deleted): the
 /// expected replicas come from the workloads, and a deleted workload's Pods must become deletable
-/// before the garbage collector gives up on them. Metadata-only watches (a scale change bumps the
-/// generation), as upstream's controller watches the workloads.
+/// before the garbage collector gives up on them. CloneSets and Advanced StatefulSets come from the
+/// manager's shared caches (their controllers watch them anyway); Deployments, ReplicaSets and
+/// StatefulSets, which no other controller watches, through metadata-only watches (a scale change
+/// bumps the generation), as upstream's controller watches the workloads.
 fn forward_workload_changes(
     client: &Client,
+    caches: &Caches,
     budgets: Store<PodUnavailableBudget>,
     tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
 ) {
@@ -164,16 +166,23 @@ fn forward_workload_changes(
         Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
         namespaces(tx.clone()),
     );
-    spawn_metadata_watch(
-        Api::<PartialObjectMeta<kruise_api::cloneset::v1beta1::CloneSet>>::all(client.clone()),
-        namespaces(tx.clone()),
-    );
-    spawn_metadata_watch(
-        Api::<PartialObjectMeta<kruise_api::statefulset::v1beta1::StatefulSet>>::all(
-            client.clone(),
-        ),
-        namespaces(tx),
-    );
+    spawn_wake_on(caches.clonesets.subscribe(), namespaces(tx.clone()));
+    spawn_wake_on(caches.advanced_statefulsets.subscribe(), namespaces(tx));
+}
+
+/// Calls `wake` with the namespace of every object a shared cache reports changed, until `wake`
+/// says the controller is gone.
+fn spawn_wake_on<K: Resource + Send + Sync + 'static>(
+    mut changes: mpsc::UnboundedReceiver<Arc<K>>,
+    mut wake: impl FnMut(Option<String>) -> bool + Send + 'static,
+) {
+    tokio::spawn(async move {
+        while let Some(object) = changes.recv().await {
+            if !wake(object.namespace()) {
+                return;
+            }
+        }
+    });
 }
 
 fn spawn_metadata_watch<K>(

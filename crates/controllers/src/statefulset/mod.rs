@@ -13,10 +13,9 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kruise_api::statefulset::v1beta1::StatefulSet;
 use kruise_core::expectations::Expectations;
+use kube::Client;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
-use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
@@ -84,9 +83,11 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         metrics,
         config: config.clone(),
     });
-    let controller = Controller::new(
-        Api::<StatefulSet>::all(client),
-        watcher::Config::default().any_semantic(),
+    // The manager's one Advanced StatefulSet watch (PodUnavailableBudgets read it too): every object once
+    // it is listed, then every change.
+    let controller = Controller::for_stream(
+        caches.advanced_statefulsets.replayed_stream(),
+        caches.advanced_statefulsets.store().clone(),
     )
     .owns_stream(revision_events)
     .owns_stream(pvc_events)

@@ -357,5 +357,6 @@ pub fn crd_cascading(active: usize) -> Option<String> {
     })
 }
 
+pub mod matching;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,156 @@
+//! `kruise.io/related-pub` on Pods being created (upstream's `pubMutatingPod`): the Pod webhook
+//! names the PodUnavailableBudget that guards a new Pod at once, so the Pod is guarded from its first
+//! moment rather than from when the budget controller next sees it.
+//!
+//! Budgets are read from the process's watch cache; a Pod in a namespace without budgets costs
+//! nothing. Only a Pod owned by a ReplicaSet, in a namespace with a budget that has a targetRef,
+//! costs one read (the ReplicaSet, for its Deployment). Whatever cannot be read leaves the Pod
+//! unannotated, never refused: the controller annotates it when it sees it.
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kruise_api::policy::POD_RELATED_PUB_ANNOTATION;
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kruise_core::budget::matching::{WorkloadRef, budget_for_pod};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+
+/// The budgets the Pod webhook reads, and a client for the ReplicaSets of Deployments.
+#[derive(Clone)]
+pub struct RelatedPub {
+    budgets: Store<PodUnavailableBudget>,
+    client: Option<Client>,
+}
+
+impl RelatedPub {
+    pub fn new(budgets: Store<PodUnavailableBudget>, client: Option<Client>) -> Self {
+        Self { budgets, client }
+    }
+
+    /// Names the budget that guards `pod` (in `namespace`) in its `kruise.io/related-pub`
+    /// annotation; whether the Pod changed.
+    pub async fn annotate(&self, pod: &mut Pod, namespace: &str) -> bool {
+        let budgets: Vec<_> = self
+            .budgets
+            .state()
+            .into_iter()
+            .filter(|b| b.metadata.namespace.as_deref() == Some(namespace))
+            .collect();
+        if budgets.is_empty() {
+            return false;
+        }
+        let workload = if budgets.iter().any(|b| b.spec.target_reference.is_some()) {
+            self.workload_of(pod, namespace).await
+        } else {
+            None
+        };
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let Some(name) = budget_for_pod(budgets.iter().map(|b| &**b), &labels, workload.as_ref())
+            .and_then(|b| b.metadata.name.clone())
+        else {
+            return false;
+        };
+        let annotations = pod
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.insert(POD_RELATED_PUB_ANNOTATION.to_string(), name.clone()) != Some(name)
+    }
+
+    /// The workload that controls `pod`: a ReplicaSet's controlling Deployment, else the owner.
+    async fn workload_of(&self, pod: &Pod, namespace: &str) -> Option<WorkloadRef> {
+        let owner = controller_of(pod.metadata.owner_references.as_deref())?;
+        let as_ref = |o: &OwnerReference| WorkloadRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        };
+        if owner.kind != "ReplicaSet" || !owner.api_version.starts_with("apps/") {
+            return Some(as_ref(owner));
+        }
+        let client = self.client.as_ref()?;
+        let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+        match sets.get_opt(&owner.name).await {
+            Ok(Some(set)) => Some(
+                controller_of(set.metadata.owner_references.as_deref())
+                    .map_or_else(|| as_ref(owner), as_ref),
+            ),
+            Ok(None) => Some(as_ref(owner)),
+            Err(error) => {
+                tracing::warn!(%error, namespace, replicaset = %owner.name, "cannot read a new Pod's ReplicaSet; kruise.io/related-pub is left to the controller");
+                None
+            }
+        }
+    }
+}
+
+fn controller_of(owners: Option<&[OwnerReference]>) -> Option<&OwnerReference> {
+    owners?.iter().find(|o| o.controller == Some(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    fn store(budgets: &[serde_json::Value]) -> Store<PodUnavailableBudget> {
+        let mut writer: Writer<PodUnavailableBudget> = Writer::default();
+        let store = writer.as_reader();
+        for budget in budgets {
+            let budget = serde_json::from_value(budget.clone()).expect("budget");
+            writer.apply_watcher_event(&watcher::Event::Apply(budget));
+        }
+        store
+    }
+
+    fn pod(owner: Option<serde_json::Value>) -> Pod {
+        let mut metadata = json!({"name": "p", "namespace": "ns", "labels": {"app": "web"}});
+        if let Some(owner) = owner {
+            metadata["ownerReferences"] = json!([owner]);
+        }
+        serde_json::from_value(json!({"metadata": metadata})).expect("pod")
+    }
+
+    fn related(pod: &Pod) -> Option<&str> {
+        pod.metadata
+            .annotations
+            .as_ref()?
+            .get(POD_RELATED_PUB_ANNOTATION)
+            .map(String::as_str)
+    }
+
+    #[tokio::test]
+    async fn a_new_pod_names_its_budget_and_other_namespaces_are_ignored() {
+        let budgets = store(&[
+            json!({"metadata": {"name": "elsewhere", "namespace": "other"},
+                   "spec": {"selector": {"matchLabels": {"app": "web"}}}}),
+            json!({"metadata": {"name": "by-target", "namespace": "ns"},
+                   "spec": {"targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web"}}}),
+            json!({"metadata": {"name": "by-selector", "namespace": "ns"},
+                   "spec": {"selector": {"matchLabels": {"app": "web"}}}}),
+        ]);
+        let related_pub = RelatedPub::new(budgets, None);
+
+        let mut owned = pod(Some(
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet",
+                                        "name": "web", "uid": "u", "controller": true}),
+        ));
+        assert!(related_pub.annotate(&mut owned, "ns").await);
+        assert_eq!(related(&owned), Some("by-target"));
+        // Annotating again changes nothing.
+        assert!(!related_pub.annotate(&mut owned, "ns").await);
+
+        // A ReplicaSet's Pod without a client to read the ReplicaSet: by selector only.
+        let mut bare = pod(Some(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                       "name": "web-1", "uid": "u", "controller": true})));
+        assert!(related_pub.annotate(&mut bare, "ns").await);
+        assert_eq!(related(&bare), Some("by-selector"));
+
+        let mut lonely = pod(None);
+        assert!(!related_pub.annotate(&mut lonely, "empty-ns").await);
+        assert_eq!(related(&lonely), None);
+    }
+}
