@@ -73,6 +73,14 @@ mod tests {
         }
     }
 
+    /// (budgets, Pod labels, the Pod's workload, the budget that guards the Pod)
+    type Case<'a> = (
+        Vec<&'a PodUnavailableBudget>,
+        &'a BTreeMap<String, String>,
+        Option<&'a WorkloadRef>,
+        Option<&'static str>,
+    );
+
     #[test]
     fn which_budget_guards_a_pod() {
         let by_target = budget(
@@ -89,13 +97,7 @@ mod tests {
         let other: BTreeMap<String, String> = [("app".to_string(), "db".to_string())].into();
         let cloneset = workload("apps.kruise.io/v1beta1", "CloneSet", "web");
         let deployment = workload("apps/v1", "Deployment", "web");
-        // (budgets, labels, workload, the budget that guards the Pod)
-        let cases: Vec<(
-            Vec<&PodUnavailableBudget>,
-            &BTreeMap<_, _>,
-            Option<&WorkloadRef>,
-            Option<&str>,
-        )> = vec![
+        let cases: Vec<Case<'_>> = vec![
             // The targetRef names the workload in another version of its group.
             (vec![&by_target], &other, Some(&cloneset), Some("by-target")),
             // Same name, another kind.
