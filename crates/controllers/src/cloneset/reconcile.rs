@@ -177,18 +177,19 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         settings: ctx.config.settings,
     };
 
-    // Scale first; update only when scaling changed nothing.
+    // Scale first; update only when scaling changed nothing (failed or not, as upstream: a
+    // deletion a PodUnavailableBudget refuses must not keep unready Pods from being updated).
     let mut outcome = Outcome::default();
-    let mut failed_scale: Option<String> = None;
     let mut failed_update: Option<String> = None;
-    match decide::scale_step(&snapshot) {
-        Ok(step) => match scale(&actor, &snapshot, step, &pvcs, &inactive).await {
-            Ok(o) => outcome.merge(o),
-            Err(error) => failed_scale = Some(error.to_string()),
-        },
-        Err(invalid) => failed_scale = Some(invalid.to_string()),
-    }
-    if !outcome.modified && failed_scale.is_none() {
+    let (failed_scale, scale_decided) = match decide::scale_step(&snapshot) {
+        Ok(step) => {
+            let (done, failure) = scale(&actor, &snapshot, step, &pvcs, &inactive).await;
+            outcome.merge(done);
+            (failure.map(|error| error.to_string()), true)
+        }
+        Err(invalid) => (Some(invalid.to_string()), false),
+    };
+    if !outcome.modified && scale_decided {
         match decide::update_step(&snapshot) {
             Ok(step) => match update(&actor, &snapshot, step).await {
                 Ok(o) => outcome.merge(o),
@@ -437,14 +438,32 @@ fn node_labels(
         .collect()
 }
 
+/// Carries out one scale step: what it changed, and the first failure. What was done before a
+/// failure counts: upstream goes on to update Pods when scaling changed nothing, even when it
+/// failed (a deletion a PodUnavailableBudget refuses must not keep the set from replacing its
+/// unready Pods), and only then.
 async fn scale(
     actor: &Actor<'_>,
     s: &Snapshot<'_>,
     step: ScaleStep,
     pvcs: &[PersistentVolumeClaim],
     inactive: &[Pod],
-) -> Result<Outcome, Error> {
+) -> (Outcome, Option<Error>) {
     let mut outcome = Outcome::default();
+    let failure = scale_into(actor, s, step, pvcs, inactive, &mut outcome)
+        .await
+        .err();
+    (outcome, failure)
+}
+
+async fn scale_into(
+    actor: &Actor<'_>,
+    s: &Snapshot<'_>,
+    step: ScaleStep,
+    pvcs: &[PersistentVolumeClaim],
+    inactive: &[Pod],
+    outcome: &mut Outcome,
+) -> Result<(), Error> {
     let mark_not_ready = |hook: Option<&kruise_api::pub_types::LifecycleHook>| {
         hook.is_some_and(|h| h.mark_pod_not_ready)
     };
@@ -476,7 +495,7 @@ async fn scale(
             }
             let total = from_current + from_update;
             if total == 0 {
-                return Ok(outcome);
+                return Ok(());
             }
             let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
             let (terminating, finished): (Vec<&Pod>, Vec<&Pod>) =
@@ -603,12 +622,21 @@ async fn scale(
                     })
                 }));
             }
+            let mut first_error = None;
             for result in crate::parallel::in_parallel(pending).await {
-                outcome.merge(result?);
+                match result {
+                    Ok(done) => outcome.merge(done),
+                    Err(error) => {
+                        first_error.get_or_insert(error);
+                    }
+                }
+            }
+            if let Some(error) = first_error {
+                return Err(error);
             }
         }
     }
-    Ok(outcome)
+    Ok(())
 }
 
 async fn update(

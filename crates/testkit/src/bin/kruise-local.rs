@@ -124,6 +124,10 @@ struct UpArgs {
     /// Do not start kruise-manager (a bare Kubernetes cluster).
     #[arg(long)]
     no_manager: bool,
+    /// Extra kruise-manager argument (repeatable), e.g.
+    /// `--manager-arg=--feature-gates=PodUnavailableBudgetUpdateGate=true`.
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    manager_args: Vec<String>,
 }
 
 #[tokio::main]
@@ -251,7 +255,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         None
     } else {
         manager::ensure_namespace(&plane).await?;
-        let manager = Manager::spawn(&plane, &manager::ManagerOptions::default())?;
+        let options = manager::ManagerOptions {
+            extra_args: args.manager_args.clone(),
+            ..manager::ManagerOptions::default()
+        };
+        let manager = Manager::spawn(&plane, &options)?;
         manager::wait_serving(&plane, &manager.ports, Duration::from_secs(90)).await?;
         eprintln!(
             "kruise-local: kruise-manager serving (webhook https://127.0.0.1:{}, metrics http://127.0.0.1:{}/metrics, \
