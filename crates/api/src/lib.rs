@@ -21,6 +21,7 @@ pub mod podtemplate;
 pub mod policy;
 pub mod pub_types;
 pub mod quantity;
+pub mod persistentpodstate;
 pub mod resourcedistribution;
 pub mod schema;
 pub mod sidecarset;

@@ -78,6 +78,8 @@ pub struct PodInjector {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     client: Option<Client>,
     settings: Arc<PodSettings>,
+    /// PersistentPodState: recorded topology injected into the Pods of the workloads it keeps.
+    persistent: Option<crate::persistentpodstate::PodHook>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -102,7 +104,14 @@ impl PodInjector {
             namespaces,
             client,
             settings: Arc::new(settings),
+            persistent: None,
         }
+    }
+
+    /// This injector, also injecting the topology PersistentPodStates recorded ([`crate::persistentpodstate`]).
+    pub fn with_persistent_pod_states(mut self, hook: crate::persistentpodstate::PodHook) -> Self {
+        self.persistent = Some(hook);
+        self
     }
 
     /// The manager's namespace (where `kruise-configuration` lives).
@@ -132,6 +141,7 @@ impl PodInjector {
     /// would be answered by the failure policy, admitted without its sidecars under `Ignore`).
     pub fn caches_loaded(&self) -> bool {
         self.synced()
+            && self.persistent.as_ref().is_none_or(|p| p.loaded())
             && matches!(
                 self.namespaces.wait_until_ready().now_or_never(),
                 Some(Ok(()))
@@ -197,12 +207,34 @@ impl PodInjector {
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
-        match self.decide(&pod, &namespace).await {
-            Ok(None) if gated => patch_answer(&request, &received, &pod),
-            Ok(None) => unchanged,
-            Ok(Some(injected)) => patch_answer(&request, &received, &injected),
-            Err(Problem::Invalid(message)) => (deny(&request, message), Outcome::Denied),
-            Err(Problem::Unavailable(message)) => self.cannot_decide(&request, &message),
+        let (mut pod, changed) = match self.decide(&pod, &namespace).await {
+            Ok(None) => (pod, gated),
+            Ok(Some(injected)) => (injected, true),
+            Err(Problem::Invalid(message)) => return (deny(&request, message), Outcome::Denied),
+            Err(Problem::Unavailable(message)) => return self.cannot_decide(&request, &message),
+        };
+        let persisted = match &self.persistent {
+            None => false,
+            Some(hook) => match hook.mutate(&mut pod).await {
+                Ok(persisted) => persisted,
+                // Like the webhook down: under Ignore the Pod goes on without its recorded
+                // topology (what else was decided stays), under Fail it is refused.
+                Err(reason) => match self.settings.failure_policy {
+                    FailurePolicy::Ignore => {
+                        tracing::warn!(%reason, pod = %request.name, namespace = %namespace, "PersistentPodState topology not injected");
+                        false
+                    }
+                    FailurePolicy::Fail => {
+                        let message = format!("PersistentPodState cannot be decided now: {reason}");
+                        return (deny(&request, message), Outcome::Denied);
+                    }
+                },
+            },
+        };
+        if changed || persisted {
+            patch_answer(&request, &received, &pod)
+        } else {
+            unchanged
         }
     }
 

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use kruise_api::persistentpodstate::PersistentPodState;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
@@ -170,6 +171,8 @@ pub struct Caches {
     pub jobs: Shared<Job>,
     /// BroadcastJobs, as the jobs of AdvancedCronJobs.
     pub broadcastjobs: Shared<BroadcastJob>,
+    /// PersistentPodStates (the process-wide watch, [`ProcessCaches`]).
+    pub persistentpodstates: Shared<PersistentPodState>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -178,24 +181,30 @@ pub struct Caches {
 pub struct ProcessCaches {
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
     pub sidecarsets: Shared<SidecarSet>,
+    /// Every PersistentPodState: the Pod webhook injects from their records, their controller
+    /// reconciles them.
+    pub persistentpodstates: Shared<PersistentPodState>,
 }
 
 impl ProcessCaches {
-    /// Opens the Namespace metadata watch and the SidecarSet watch. The returned future drives them
+    /// Opens the Namespace metadata watch, the SidecarSet watch and the PersistentPodState watch. The returned future drives them
     /// and never ends while they last.
     pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
-        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client));
+        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client.clone()));
+        let (persistentpodstates, persistentpodstates_run) = Shared::watch(Api::all(client));
         let run = async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(namespaces_run);
             tasks.spawn(sidecarsets_run);
+            tasks.spawn(persistentpodstates_run);
             tasks.join_next().await;
         };
         (
             Self {
                 namespaces,
                 sidecarsets,
+                persistentpodstates,
             },
             run,
         )
@@ -226,6 +235,7 @@ impl Caches {
             sidecarsets: process.sidecarsets,
             jobs,
             broadcastjobs,
+            persistentpodstates: process.persistentpodstates,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.
