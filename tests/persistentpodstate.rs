@@ -30,7 +30,9 @@ async fn namespace(prefix: &str) -> anyhow::Result<TestNamespace> {
 }
 
 /// The labels of every node, by name.
-async fn node_labels(ns: &TestNamespace) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
+async fn node_labels(
+    ns: &TestNamespace,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
     let nodes: Api<Node> = Api::all(ns.client.clone());
     Ok(nodes
         .list(&ListParams::default())
@@ -59,7 +61,9 @@ fn ready(pod: &Pod) -> bool {
 }
 
 fn node_of(pod: &Pod) -> String {
-    kruise_core::pods::node_name(pod).unwrap_or_default().to_string()
+    kruise_core::pods::node_name(pod)
+        .unwrap_or_default()
+        .to_string()
 }
 
 async fn pps(ns: &TestNamespace, name: &str) -> anyhow::Result<Option<PersistentPodState>> {
@@ -118,7 +122,10 @@ fn preferred_hosts(pod: &Pod) -> Vec<(i32, String, Vec<String>)> {
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.clone())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .clone()
+        })
         .unwrap_or_default()
         .into_iter()
         .flat_map(|term| {
@@ -199,33 +206,53 @@ spec:
             owner.kind == "StatefulSet" && owner.name == name && owner.controller == Some(true),
             "the StatefulSet controls its PersistentPodState: {owner:?}"
         );
-        let old_uids: Vec<String> = pods(&ns, name).await?.values().filter_map(|p| p.uid()).collect();
+        let old_uids: Vec<String> = pods(&ns, name)
+            .await?
+            .values()
+            .filter_map(|p| p.uid())
+            .collect();
 
         // Every Pod deleted: each comes back where it was recorded.
-        ns.kubectl(&["delete", "pods", "-l", &format!("app={name}"), "--wait=false"])
-            .await?;
+        ns.kubectl(&[
+            "delete",
+            "pods",
+            "-l",
+            &format!("app={name}"),
+            "--wait=false",
+        ])
+        .await?;
         let back = eventually("the three Pods recreated and ready", TIMEOUT, || async {
             let now = pods(&ns, name).await?;
             let fresh = now.len() == 3
-                && now.values().all(|p| ready(p) && !old_uids.contains(&p.uid().unwrap_or_default()));
+                && now
+                    .values()
+                    .all(|p| ready(p) && !old_uids.contains(&p.uid().unwrap_or_default()));
             Ok(fresh.then_some(now))
         })
         .await?;
         for (pod_name, pod) in &back {
             let state = &before[pod_name];
-            let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
+            let selector = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_selector.clone())
+                .unwrap_or_default();
             ensure!(
                 selector.get(ZONE) == state.node_topology_labels.get(ZONE),
                 "{pod_name}: nodeSelector {selector:?} keeps the recorded zone {:?}",
                 state.node_topology_labels
             );
             ensure!(
-                preferred_hosts(pod) == vec![(100, HOST.to_string(), vec![state.node_name.clone()])],
+                preferred_hosts(pod)
+                    == vec![(100, HOST.to_string(), vec![state.node_name.clone()])],
                 "{pod_name}: preferred affinity to its recorded node: {:?}",
                 preferred_hosts(pod)
             );
             ensure!(
-                pod.annotations().get(api::ANNOTATION_INJECTED).map(String::as_str) == Some(name),
+                pod.annotations()
+                    .get(api::ANNOTATION_INJECTED)
+                    .map(String::as_str)
+                    == Some(name),
                 "{pod_name}: annotated with its PersistentPodState"
             );
             ensure!(
@@ -241,15 +268,22 @@ spec:
         set_unschedulable(&ns, &target, true).await?;
         let waited = async {
             let uid = back["web-0"].uid();
-            ns.kubectl(&["delete", "pod", "web-0", "--wait=false"]).await?;
-            until("web-0 recreated and refused by the scheduler", TIMEOUT, || async {
-                let Some(pod) = pods(&ns, name).await?.remove("web-0") else {
-                    return Ok(false);
-                };
-                let unschedulable = kruise_core::pods::condition(&pod, "PodScheduled")
-                    .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-                Ok(pod.uid() != uid && node_of(&pod).is_empty() && unschedulable)
-            })
+            ns.kubectl(&["delete", "pod", "web-0", "--wait=false"])
+                .await?;
+            until(
+                "web-0 recreated and refused by the scheduler",
+                TIMEOUT,
+                || async {
+                    let Some(pod) = pods(&ns, name).await?.remove("web-0") else {
+                        return Ok(false);
+                    };
+                    let unschedulable = kruise_core::pods::condition(&pod, "PodScheduled")
+                        .is_some_and(|c| {
+                            c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+                        });
+                    Ok(pod.uid() != uid && node_of(&pod).is_empty() && unschedulable)
+                },
+            )
             .await
         }
         .await;
@@ -309,9 +343,11 @@ spec:
         recorded(&ns, name, name, 1, &[HOST]).await?;
 
         ns.apply(&sts(1, false)).await?;
-        until("the generated PersistentPodState deleted", TIMEOUT, || async {
-            Ok(pps(&ns, name).await?.is_none())
-        })
+        until(
+            "the generated PersistentPodState deleted",
+            TIMEOUT,
+            || async { Ok(pps(&ns, name).await?.is_none()) },
+        )
         .await?;
         ns.apply(&sts(1, true)).await?;
         recorded(&ns, name, name, 1, &[HOST]).await?;
@@ -328,9 +364,11 @@ spec:
         ns.apply(&sts(3, true)).await?;
         let three = recorded(&ns, name, name, 3, &[HOST]).await?;
         ns.apply(&sts(1, true)).await?;
-        until("the StatefulSet scaled down to one Pod", TIMEOUT, || async {
-            Ok(pods(&ns, name).await?.len() == 1)
-        })
+        until(
+            "the StatefulSet scaled down to one Pod",
+            TIMEOUT,
+            || async { Ok(pods(&ns, name).await?.len() == 1) },
+        )
         .await?;
         let kept = pps(&ns, name).await?.context("kept")?;
         ensure!(
@@ -358,16 +396,23 @@ spec:
 "#
         );
         let refused = ns.apply(&other).await;
-        let message = format!("{:#}", refused.err().context("a conflicting PersistentPodState is refused")?);
+        let message = format!(
+            "{:#}",
+            refused
+                .err()
+                .context("a conflicting PersistentPodState is refused")?
+        );
         ensure!(
             message.contains("in conflict with other PersistentPodState"),
             "{message}"
         );
 
         ns.kubectl(&["delete", "statefulset", name]).await?;
-        until("the PersistentPodState deleted with its StatefulSet", TIMEOUT, || async {
-            Ok(pps(&ns, name).await?.is_none())
-        })
+        until(
+            "the PersistentPodState deleted with its StatefulSet",
+            TIMEOUT,
+            || async { Ok(pps(&ns, name).await?.is_none()) },
+        )
         .await?;
         Ok(())
     })

@@ -58,7 +58,11 @@ pub struct PodHook {
 }
 
 impl PodHook {
-    pub fn new(states: Store<PersistentPodState>, client: Option<Client>, namespace: String) -> Self {
+    pub fn new(
+        states: Store<PersistentPodState>,
+        client: Option<Client>,
+        namespace: String,
+    ) -> Self {
         Self {
             states,
             client,
@@ -95,10 +99,17 @@ impl PodHook {
             let Some(client) = &self.client else {
                 return Ok(false);
             };
-            let whitelist =
-                tokio::time::timeout(CONFIGURATION_DEADLINE, read_whitelist(client, &self.namespace))
-                    .await
-                    .map_err(|_| format!("reading ConfigMap {}/{CONFIGMAP}: timed out", self.namespace))??;
+            let whitelist = tokio::time::timeout(
+                CONFIGURATION_DEADLINE,
+                read_whitelist(client, &self.namespace),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "reading ConfigMap {}/{CONFIGMAP}: timed out",
+                    self.namespace
+                )
+            })??;
             if !whitelist.allows(&owner.api_version, &owner.kind) {
                 return Ok(false);
             }
@@ -142,7 +153,13 @@ pub async fn validate(
         Ok(new) => new,
         Err(message) => return deny(&request, message),
     };
-    if new.metadata.namespace.as_deref().unwrap_or_default().is_empty() {
+    if new
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
         new.metadata.namespace = request.namespace.clone();
     }
     let old = match (&request.operation, &request.old_object) {
@@ -160,7 +177,9 @@ pub async fn validate(
                 Err(message) => {
                     return deny(
                         &request,
-                        format!("failed to get persistent pod state config white list, error: {message}"),
+                        format!(
+                            "failed to get persistent pod state config white list, error: {message}"
+                        ),
                     );
                 }
             };
@@ -192,7 +211,11 @@ mod tests {
     use kube::runtime::watcher::Event;
     use serde_json::{Value, json};
 
-    fn review(operation: &str, object: Value, old: Option<Value>) -> AdmissionReview<DynamicObject> {
+    fn review(
+        operation: &str,
+        object: Value,
+        old: Option<Value>,
+    ) -> AdmissionReview<DynamicObject> {
         serde_json::from_value(json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -229,19 +252,49 @@ mod tests {
 
     #[tokio::test]
     async fn validation_refuses_what_upstream_refuses() {
-        assert!(validate(review("CREATE", object("StatefulSet", "web"), None), None, "kruise-system").await.allowed);
-        let answer = validate(review("CREATE", object("Deployment", "web"), None), None, "kruise-system").await;
+        assert!(
+            validate(
+                review("CREATE", object("StatefulSet", "web"), None),
+                None,
+                "kruise-system"
+            )
+            .await
+            .allowed
+        );
+        let answer = validate(
+            review("CREATE", object("Deployment", "web"), None),
+            None,
+            "kruise-system",
+        )
+        .await;
         assert!(!answer.allowed);
-        assert!(message(&answer).contains("spec.targetRef"), "{}", message(&answer));
+        assert!(
+            message(&answer).contains("spec.targetRef"),
+            "{}",
+            message(&answer)
+        );
         let moved = validate(
-            review("UPDATE", object("StatefulSet", "other"), Some(object("StatefulSet", "web"))),
+            review(
+                "UPDATE",
+                object("StatefulSet", "other"),
+                Some(object("StatefulSet", "web")),
+            ),
             None,
             "kruise-system",
         )
         .await;
         assert!(!moved.allowed);
-        assert!(message(&moved).contains("targetRef cannot be modified"), "{}", message(&moved));
-        let delete = validate(review("DELETE", object("Deployment", "web"), None), None, "kruise-system").await;
+        assert!(
+            message(&moved).contains("targetRef cannot be modified"),
+            "{}",
+            message(&moved)
+        );
+        let delete = validate(
+            review("DELETE", object("Deployment", "web"), None),
+            None,
+            "kruise-system",
+        )
+        .await;
         assert!(delete.allowed);
     }
 
@@ -284,25 +337,50 @@ mod tests {
         let hook = hook(vec![recorded("apps.kruise.io/v1beta1", "StatefulSet")]);
         // (case, pod, injected)
         let cases = [
-            ("the target's Pod", pod("ns", "apps.kruise.io/v1alpha1", "StatefulSet"), true),
-            ("another namespace", pod("other", "apps.kruise.io/v1beta1", "StatefulSet"), false),
-            ("a Kubernetes StatefulSet of the same name", pod("ns", "apps/v1", "StatefulSet"), false),
+            (
+                "the target's Pod",
+                pod("ns", "apps.kruise.io/v1alpha1", "StatefulSet"),
+                true,
+            ),
+            (
+                "another namespace",
+                pod("other", "apps.kruise.io/v1beta1", "StatefulSet"),
+                false,
+            ),
+            (
+                "a Kubernetes StatefulSet of the same name",
+                pod("ns", "apps/v1", "StatefulSet"),
+                false,
+            ),
         ];
         for (case, mut pod, want) in cases {
             assert_eq!(hook.mutate(&mut pod).await, Ok(want), "{case}");
             let selector = pod.spec.and_then(|s| s.node_selector).unwrap_or_default();
-            assert_eq!(selector.contains_key("topology.kubernetes.io/zone"), want, "{case}");
+            assert_eq!(
+                selector.contains_key("topology.kubernetes.io/zone"),
+                want,
+                "{case}"
+            );
         }
         // A custom kind is never injected without the whitelist (no client to read it here).
         let custom = hook(vec![recorded("example.com/v1", "Thing")]);
-        assert_eq!(custom.mutate(&mut pod("ns", "example.com/v1", "Thing")).await, Ok(false));
+        assert_eq!(
+            custom
+                .mutate(&mut pod("ns", "example.com/v1", "Thing"))
+                .await,
+            Ok(false)
+        );
     }
 
     #[tokio::test]
     async fn the_hook_cannot_decide_before_its_cache_is_loaded() {
         let (store, _writer) = reflector::store::<PersistentPodState>();
         let hook = PodHook::new(store, None, "kruise-system".into());
-        assert!(hook.mutate(&mut pod("ns", "apps/v1", "StatefulSet")).await.is_err());
+        assert!(
+            hook.mutate(&mut pod("ns", "apps/v1", "StatefulSet"))
+                .await
+                .is_err()
+        );
         // A Pod without a controller needs no cache.
         let mut orphan = pod("ns", "apps/v1", "StatefulSet");
         orphan.metadata.owner_references = None;

@@ -49,7 +49,10 @@ fn json_names_are_upstreams() {
 #[test]
 fn crd_is_namespaced_v1alpha1_only_with_status() {
     let crd = crd();
-    assert_eq!(crd.metadata.name.as_deref(), Some("persistentpodstates.apps.kruise.io"));
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("persistentpodstates.apps.kruise.io")
+    );
     assert_eq!(crd.spec.scope, "Namespaced");
     assert_eq!(crd.spec.versions.len(), 1);
     assert!(crd.spec.versions[0].storage && crd.spec.versions[0].served);
@@ -74,7 +77,11 @@ fn whitelist_allows_statefulsets_and_listed_kinds() {
         ("", "StatefulSet", false),
     ];
     for (api_version, kind, allowed) in cases {
-        assert_eq!(list.allows(api_version, kind), allowed, "{api_version} {kind}");
+        assert_eq!(
+            list.allows(api_version, kind),
+            allowed,
+            "{api_version} {kind}"
+        );
     }
     assert!(!Whitelist::default().allows("apps.kruise.io/v1beta1", "StatefulSetLikeTest"));
     assert!(Whitelist::parse("not json").is_err());
@@ -95,18 +102,53 @@ fn validation_as_upstreams_webhook() {
     let empty_ref = pps("web", sts_spec("", "StatefulSet", ""));
     let deployment = pps("web", sts_spec("apps/v1", "Deployment", "web"));
     let moved = pps("web", sts_spec("apps/v1", "StatefulSet", "other"));
-    let conflicting = pps("pps-test", sts_spec("apps.kruise.io/v1beta1", "StatefulSet", "web"));
-    let cases: Vec<(&str, &PersistentPodState, Option<&PersistentPodState>, Vec<PersistentPodState>, &str)> = vec![
+    let conflicting = pps(
+        "pps-test",
+        sts_spec("apps.kruise.io/v1beta1", "StatefulSet", "web"),
+    );
+    let cases: Vec<(
+        &str,
+        &PersistentPodState,
+        Option<&PersistentPodState>,
+        Vec<PersistentPodState>,
+        &str,
+    )> = vec![
         ("no topology", &no_topology, None, vec![], "spec"),
-        ("empty targetRef", &empty_ref, None, vec![], "spec.targetRef"),
-        ("not a StatefulSet", &deployment, None, vec![], "spec.targetRef"),
-        ("targetRef changed", &moved, Some(&ok), vec![], "spec.targetRef"),
-        ("same workload, other group version", &conflicting, None, vec![ok.clone()], "spec.targetReference"),
+        (
+            "empty targetRef",
+            &empty_ref,
+            None,
+            vec![],
+            "spec.targetRef",
+        ),
+        (
+            "not a StatefulSet",
+            &deployment,
+            None,
+            vec![],
+            "spec.targetRef",
+        ),
+        (
+            "targetRef changed",
+            &moved,
+            Some(&ok),
+            vec![],
+            "spec.targetRef",
+        ),
+        (
+            "same workload, other group version",
+            &conflicting,
+            None,
+            vec![ok.clone()],
+            "spec.targetReference",
+        ),
     ];
     for (case, object, old, others, field) in cases {
         let errors = validate(object, old, &others, &list);
         assert!(
-            errors.iter().any(|e| e.to_string().starts_with(&format!("{field}:"))),
+            errors
+                .iter()
+                .any(|e| e.to_string().starts_with(&format!("{field}:"))),
             "{case}: {errors:?}"
         );
     }

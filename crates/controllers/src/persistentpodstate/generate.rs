@@ -103,7 +103,10 @@ async fn run_kind<K>(
     crate::driver::run(controller, workers, reconcile::<K>, ctx).await;
 }
 
-async fn reconcile<K>(workload: Arc<PartialObjectMeta<K>>, ctx: Arc<Context>) -> Result<Action, Error>
+async fn reconcile<K>(
+    workload: Arc<PartialObjectMeta<K>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>,
 {

@@ -71,7 +71,12 @@ pub async fn read(
         None => api
             .get_scale(&target.name)
             .await
-            .context(|| format!("reading the scale of {} {namespace}/{}", target.kind, target.name))?
+            .context(|| {
+                format!(
+                    "reading the scale of {} {namespace}/{}",
+                    target.kind, target.name
+                )
+            })?
             .spec
             .and_then(|s| s.replicas)
             .unwrap_or_default(),

@@ -15,8 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PreferredSchedulingTerm,
+    Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, Pod, PreferredSchedulingTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kruise_api::persistentpodstate::{
@@ -153,7 +152,10 @@ pub fn next_status<'a>(
         let Some(labels) = node_labels(&pod.node_name) else {
             continue;
         };
-        states.insert(pod.name.clone(), record(pod, labels, &topology, &annotations));
+        states.insert(
+            pod.name.clone(),
+            record(pod, labels, &topology, &annotations),
+        );
     }
     if pps.spec.persistent_pod_state_retention_policy != api::RETENTION_WHEN_DELETED {
         let slots: BTreeSet<i64> =
@@ -299,10 +301,13 @@ pub fn inject(pod: &mut Pod, pps: &PersistentPodState) -> bool {
     if required.is_empty() && preferred.is_empty() {
         return false;
     }
-    pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(
-        api::ANNOTATION_INJECTED.into(),
-        pps.metadata.name.clone().unwrap_or_default(),
-    );
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            api::ANNOTATION_INJECTED.into(),
+            pps.metadata.name.clone().unwrap_or_default(),
+        );
     let spec = pod.spec.get_or_insert_with(Default::default);
     if !required.is_empty() {
         spec.node_selector
@@ -346,7 +351,10 @@ pub enum Generation {
 /// Whether annotations ask for generation with at least one topology (upstream's create filter).
 pub fn wants_generation(annotations: &BTreeMap<String, String>) -> bool {
     let set = |k: &str| annotations.get(k).is_some_and(|v| !v.is_empty());
-    annotations.get(api::ANNOTATION_AUTO_GENERATE).map(String::as_str) == Some("true")
+    annotations
+        .get(api::ANNOTATION_AUTO_GENERATE)
+        .map(String::as_str)
+        == Some("true")
         && (set(api::ANNOTATION_REQUIRED_TOPOLOGY) || set(api::ANNOTATION_PREFERRED_TOPOLOGY))
 }
 
@@ -371,7 +379,11 @@ fn split(value: &str) -> Vec<String> {
 /// `kruise.io/persistent-pod-annotations` (each comma-separated).
 pub fn generation(workload: &Workload) -> Generation {
     let annotations = workload.annotations;
-    if annotations.get(api::ANNOTATION_AUTO_GENERATE).map(String::as_str) != Some("true") {
+    if annotations
+        .get(api::ANNOTATION_AUTO_GENERATE)
+        .map(String::as_str)
+        != Some("true")
+    {
         return Generation::Remove;
     }
     if !wants_generation(annotations) {

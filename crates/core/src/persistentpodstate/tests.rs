@@ -110,7 +110,11 @@ fn next_status_records_and_drops_as_upstream() {
             "ready bound Pods are recorded; unready and unbound ones are not",
             pps("", &[]),
             Some(workload(3)),
-            vec![pod("web-0", true, "n1"), pod("web-1", false, "n2"), pod("web-2", true, "")],
+            vec![
+                pod("web-0", true, "n1"),
+                pod("web-1", false, "n2"),
+                pod("web-2", true, ""),
+            ],
             &[("web-0", "n1")],
         ),
         (
@@ -136,14 +140,24 @@ fn next_status_records_and_drops_as_upstream() {
         ),
         (
             "scaled down: a record beyond the replicas goes once its Pod is gone",
-            pps("", &[("web-0", "n1", zone_a), ("web-1", "n2", zone_b), ("web-2", "n2", zone_b)]),
+            pps(
+                "",
+                &[
+                    ("web-0", "n1", zone_a),
+                    ("web-1", "n2", zone_b),
+                    ("web-2", "n2", zone_b),
+                ],
+            ),
             Some(workload(1)),
             vec![pod("web-0", true, "n1"), pod("web-2", true, "n2")],
             &[("web-0", "n1"), ("web-2", "n2")],
         ),
         (
             "WhenDeleted keeps the records of a scaled-down set",
-            pps(api::RETENTION_WHEN_DELETED, &[("web-0", "n1", zone_a), ("web-1", "n2", zone_b)]),
+            pps(
+                api::RETENTION_WHEN_DELETED,
+                &[("web-0", "n1", zone_a), ("web-1", "n2", zone_b)],
+            ),
             Some(workload(1)),
             vec![pod("web-0", true, "n1")],
             &[("web-0", "n1"), ("web-1", "n2")],
@@ -209,7 +223,10 @@ fn a_record_holds_the_asked_keys_the_node_has() {
     let recorded = states(&status);
     assert_eq!(
         recorded[0].2,
-        vec![(HOST.to_string(), "n1".to_string()), (ZONE.to_string(), "a".to_string())]
+        vec![
+            (HOST.to_string(), "n1".to_string()),
+            (ZONE.to_string(), "a".to_string())
+        ]
     );
     // n3 has no zone label: only its hostname is recorded.
     assert_eq!(recorded[1].2, vec![(HOST.to_string(), "n3".to_string())]);
@@ -221,9 +238,12 @@ fn keys_changed_means_recorded_again() {
     // The spec no longer asks for the zone (the required annotation was removed).
     let mut object = pps("", &[("web-0", "n1", &[(ZONE, "a"), (HOST, "n1")])]);
     object.spec.required_persistent_topology = None;
-    let status = next_status(&object, Some(&workload(1)), &[pod("web-0", true, "n1")], |n| {
-        nodes.get(n)
-    });
+    let status = next_status(
+        &object,
+        Some(&workload(1)),
+        &[pod("web-0", true, "n1")],
+        |n| nodes.get(n),
+    );
     assert_eq!(
         states(&status)[0].2,
         vec![(HOST.to_string(), "n1".to_string())]
@@ -265,7 +285,11 @@ fn merge_diff_nulls_what_went_at_every_depth() {
             json!({"g": 2, "podStates": {"p0": {"l": {"h": "n1"}}}}),
             Some(json!({"g": 2, "podStates": {"p0": {"l": {"z": null}}, "p1": null}})),
         ),
-        (json!({"podStates": {"p0": {}}}), json!({}), Some(json!({"podStates": null}))),
+        (
+            json!({"podStates": {"p0": {}}}),
+            json!({}),
+            Some(json!({"podStates": null})),
+        ),
     ];
     for (old, new, want) in cases {
         assert_eq!(merge_diff(&old, &new), want, "{old} -> {new}");
@@ -284,7 +308,11 @@ fn affinity_from_a_record() {
     assert_eq!(required, labels(&[(ZONE, "a")]));
     assert_eq!(preferred.len(), 1);
     assert_eq!(preferred[0].weight, 80);
-    let expression = &preferred[0].preference.match_expressions.as_ref().expect("terms")[0];
+    let expression = &preferred[0]
+        .preference
+        .match_expressions
+        .as_ref()
+        .expect("terms")[0];
     assert_eq!(
         (expression.key.as_str(), expression.operator.as_str()),
         (HOST, "In")
@@ -316,7 +344,10 @@ fn inject_a_recorded_pod() {
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
         .expect("preferred affinity");
     assert_eq!(preferred.len(), 1);
     assert_eq!(
@@ -329,7 +360,10 @@ fn inject_a_recorded_pod() {
     assert!(!inject(&mut unrecorded, &object), "no record");
     assert_eq!(unrecorded, new_pod("web-1"));
     let no_labels = pps("", &[("web-0", "n1", &[])]);
-    assert!(!inject(&mut new_pod("web-0"), &no_labels), "a record without labels");
+    assert!(
+        !inject(&mut new_pod("web-0"), &no_labels),
+        "a record without labels"
+    );
     let mut no_terms = pps("", &[("web-0", "n1", &[("other", "x")])]);
     no_terms.spec.preferred_persistent_topology.clear();
     let mut only_required = new_pod("web-0");
@@ -341,16 +375,20 @@ fn inject_a_recorded_pod() {
 fn select_by_group_kind_and_name() {
     let object = pps("", &[]);
     let mut deleting = pps("", &[]);
-    deleting.metadata.deletion_timestamp = Some(
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
     let owner = controller_ref(&new_pod("web-0")).expect("owner");
     assert!(select([&object], &owner).is_some());
     let other_version = TargetReference {
         api_version: "apps.kruise.io/v1alpha1".into(),
         ..owner.clone()
     };
-    assert!(select([&object], &other_version).is_some(), "versions differ");
+    assert!(
+        select([&object], &other_version).is_some(),
+        "versions differ"
+    );
     let native = TargetReference {
         api_version: "apps/v1".into(),
         ..owner.clone()
@@ -368,7 +406,10 @@ fn generation_from_annotations() {
     let on = annotated(&[
         (api::ANNOTATION_AUTO_GENERATE, "true"),
         (api::ANNOTATION_REQUIRED_TOPOLOGY, ZONE),
-        (api::ANNOTATION_PREFERRED_TOPOLOGY, "kubernetes.io/hostname,rack"),
+        (
+            api::ANNOTATION_PREFERRED_TOPOLOGY,
+            "kubernetes.io/hostname,rack",
+        ),
         (api::ANNOTATION_PERSISTENT_POD_ANNOTATIONS, "ip"),
     ]);
     let workload = |annotations| Workload {
@@ -394,7 +435,9 @@ fn generation_from_annotations() {
     );
     assert_eq!(spec.preferred_persistent_topology[0].weight, 100);
     assert_eq!(
-        spec.preferred_persistent_topology[0].preference.node_topology_keys,
+        spec.preferred_persistent_topology[0]
+            .preference
+            .node_topology_keys,
         vec![HOST.to_string(), "rack".to_string()]
     );
     assert_eq!(spec.persistent_pod_annotations[0].key, "ip");
@@ -403,7 +446,10 @@ fn generation_from_annotations() {
     let cases = [
         (annotated(&[]), Generation::Remove),
         (
-            annotated(&[(api::ANNOTATION_AUTO_GENERATE, "false"), (api::ANNOTATION_REQUIRED_TOPOLOGY, ZONE)]),
+            annotated(&[
+                (api::ANNOTATION_AUTO_GENERATE, "false"),
+                (api::ANNOTATION_REQUIRED_TOPOLOGY, ZONE),
+            ]),
             Generation::Remove,
         ),
         (
@@ -411,7 +457,10 @@ fn generation_from_annotations() {
             Generation::Incomplete,
         ),
         (
-            annotated(&[(api::ANNOTATION_AUTO_GENERATE, "true"), (api::ANNOTATION_REQUIRED_TOPOLOGY, "")]),
+            annotated(&[
+                (api::ANNOTATION_AUTO_GENERATE, "true"),
+                (api::ANNOTATION_REQUIRED_TOPOLOGY, ""),
+            ]),
             Generation::Incomplete,
         ),
     ];
