@@ -372,6 +372,56 @@ mod tests {
         );
     }
 
+    /// Through the Pod webhook: the one admission answer carries the recorded topology (and the
+    /// SidecarSet step, with no SidecarSet, changes nothing).
+    #[tokio::test]
+    async fn the_pod_webhook_answers_with_the_recorded_topology() {
+        let (sidecarsets, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        let (namespaces, mut ns_writer) = reflector::store();
+        ns_writer.apply_watcher_event(&Event::Init);
+        ns_writer.apply_watcher_event(&Event::InitDone);
+        std::mem::forget(writer);
+        std::mem::forget(ns_writer);
+        let injector = crate::pod::PodInjector::from_stores(
+            sidecarsets,
+            namespaces,
+            None,
+            crate::pod::PodSettings {
+                namespace: "kruise-system".into(),
+                failure_policy: crate::configuration::FailurePolicy::Ignore,
+                sort_sidecars_by_name: false,
+                kruise_pod_readiness_gate: false,
+            },
+        )
+        .with_persistent_pod_states(hook(vec![recorded("apps/v1", "StatefulSet")]));
+        assert!(injector.caches_loaded());
+        let pod = serde_json::to_value(pod("ns", "apps/v1", "StatefulSet")).expect("pod");
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "userInfo": {}, "name": "web-0", "namespace": "ns",
+                "object": pod, "dryRun": false
+            }
+        }))
+        .expect("review");
+        let (answer, outcome) = injector.review(review).await;
+        assert!(answer.allowed);
+        assert_eq!(outcome, crate::pod::Outcome::Injected);
+        let response = answer.review.response.expect("response");
+        let patch: Value = serde_json::from_slice(&response.patch.expect("a patch")).expect("JSON");
+        let text = patch.to_string();
+        assert!(
+            text.contains("topology.kubernetes.io/zone") && text.contains(api::ANNOTATION_INJECTED),
+            "{text}"
+        );
+    }
+
     #[tokio::test]
     async fn the_hook_cannot_decide_before_its_cache_is_loaded() {
         let (store, _writer) = reflector::store::<PersistentPodState>();

@@ -104,7 +104,7 @@ fn validation_as_upstreams_webhook() {
     let moved = pps("web", sts_spec("apps/v1", "StatefulSet", "other"));
     let conflicting = pps(
         "pps-test",
-        sts_spec("apps.kruise.io/v1beta1", "StatefulSet", "web"),
+        sts_spec("apps/v1beta1", "StatefulSet", "web"),
     );
     let cases: Vec<(
         &str,

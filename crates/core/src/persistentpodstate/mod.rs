@@ -327,7 +327,7 @@ pub fn inject(pod: &mut Pod, pps: &PersistentPodState) -> bool {
 }
 
 /// A workload as the auto-generation sees it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Workload<'a> {
     pub api_version: &'a str,
     pub kind: &'a str,

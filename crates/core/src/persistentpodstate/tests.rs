@@ -412,14 +412,16 @@ fn generation_from_annotations() {
         ),
         (api::ANNOTATION_PERSISTENT_POD_ANNOTATIONS, "ip"),
     ]);
-    let workload = |annotations| Workload {
-        api_version: "apps.kruise.io/v1beta1",
-        kind: "StatefulSet",
-        namespace: "ns",
-        name: "web",
-        uid: "u1",
-        annotations,
-    };
+    fn workload(annotations: &BTreeMap<String, String>) -> Workload<'_> {
+        Workload {
+            api_version: "apps.kruise.io/v1beta1",
+            kind: "StatefulSet",
+            namespace: "ns",
+            name: "web",
+            uid: "u1",
+            annotations,
+        }
+    }
     let Generation::Keep(generated) = generation(&workload(&on)) else {
         panic!("generated");
     };
