@@ -334,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_hook_injects_only_a_recorded_pod_of_the_target() {
-        let hook = hook(vec![recorded("apps.kruise.io/v1beta1", "StatefulSet")]);
+        let target = hook(vec![recorded("apps.kruise.io/v1beta1", "StatefulSet")]);
         // (case, pod, injected)
         let cases = [
             (
@@ -354,7 +354,7 @@ mod tests {
             ),
         ];
         for (case, mut pod, want) in cases {
-            assert_eq!(hook.mutate(&mut pod).await, Ok(want), "{case}");
+            assert_eq!(target.mutate(&mut pod).await, Ok(want), "{case}");
             let selector = pod.spec.and_then(|s| s.node_selector).unwrap_or_default();
             assert_eq!(
                 selector.contains_key("topology.kubernetes.io/zone"),
