@@ -87,6 +87,15 @@ fn whitelist_allows_statefulsets_and_listed_kinds() {
     assert!(Whitelist::parse("not json").is_err());
 }
 
+/// (case, object, old, others, error field)
+type Case<'a> = (
+    &'a str,
+    &'a PersistentPodState,
+    Option<&'a PersistentPodState>,
+    Vec<PersistentPodState>,
+    &'a str,
+);
+
 #[test]
 fn validation_as_upstreams_webhook() {
     let ok = pps("web", sts_spec("apps/v1", "StatefulSet", "web"));
@@ -102,17 +111,8 @@ fn validation_as_upstreams_webhook() {
     let empty_ref = pps("web", sts_spec("", "StatefulSet", ""));
     let deployment = pps("web", sts_spec("apps/v1", "Deployment", "web"));
     let moved = pps("web", sts_spec("apps/v1", "StatefulSet", "other"));
-    let conflicting = pps(
-        "pps-test",
-        sts_spec("apps/v1beta1", "StatefulSet", "web"),
-    );
-    let cases: Vec<(
-        &str,
-        &PersistentPodState,
-        Option<&PersistentPodState>,
-        Vec<PersistentPodState>,
-        &str,
-    )> = vec![
+    let conflicting = pps("pps-test", sts_spec("apps/v1beta1", "StatefulSet", "web"));
+    let cases: Vec<Case> = vec![
         ("no topology", &no_topology, None, vec![], "spec"),
         (
             "empty targetRef",

@@ -12,8 +12,13 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A recorded Pod: its name, node and node labels.
+type Record<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+/// A record as read back: Pod, node, labels.
+type ReadRecord = (String, String, Vec<(String, String)>);
+
 /// A PersistentPodState of StatefulSet `web`: required zone, preferred hostname.
-fn pps(retention: &str, states: &[(&str, &str, &[(&str, &str)])]) -> PersistentPodState {
+fn pps(retention: &str, states: &[Record]) -> PersistentPodState {
     let mut object: PersistentPodState = serde_json::from_value(json!({
         "apiVersion": api::API_VERSION, "kind": api::KIND,
         "metadata": {"name": "web", "namespace": "ns", "generation": 3},
@@ -73,7 +78,7 @@ fn nodes() -> BTreeMap<String, BTreeMap<String, String>> {
     .collect()
 }
 
-fn states(status: &PersistentPodStateStatus) -> Vec<(String, String, Vec<(String, String)>)> {
+fn states(status: &PersistentPodStateStatus) -> Vec<ReadRecord> {
     status
         .pod_states
         .iter()
