@@ -21,6 +21,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use crate::admission::{Answer, allow, deny, request_of};
+use crate::configuration::FailurePolicy;
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-persistentpodstate";
@@ -123,6 +124,40 @@ impl PodHook {
             );
         }
         Ok(changed)
+    }
+}
+
+/// The Pod webhook's PersistentPodState step on `pod` (being created), `hook` its cache: whether
+/// the Pod changed. When it cannot decide it does what the webhook being down would: under
+/// `Ignore` the Pod goes on without its recorded topology (what other steps decided stays), under
+/// `Fail` it is refused (`Err`, the message).
+pub async fn apply(
+    hook: Option<&PodHook>,
+    pod: &mut Pod,
+    failure_policy: FailurePolicy,
+) -> Result<bool, String> {
+    let Some(hook) = hook else {
+        return Ok(false);
+    };
+    match hook.mutate(pod).await {
+        Ok(changed) => Ok(changed),
+        Err(reason) => match failure_policy {
+            FailurePolicy::Ignore => {
+                tracing::warn!(
+                    %reason,
+                    pod = %format!(
+                        "{}/{}",
+                        pod.metadata.namespace.as_deref().unwrap_or_default(),
+                        pod.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    "PersistentPodState topology not injected"
+                );
+                Ok(false)
+            }
+            FailurePolicy::Fail => Err(format!(
+                "PersistentPodState cannot be decided now: {reason}"
+            )),
+        },
     }
 }
 
@@ -430,6 +465,21 @@ mod tests {
             hook.mutate(&mut pod("ns", "apps/v1", "StatefulSet"))
                 .await
                 .is_err()
+        );
+        // Through the failure policy: Ignore goes on unchanged, Fail refuses.
+        let mut waiting = pod("ns", "apps/v1", "StatefulSet");
+        assert_eq!(
+            apply(Some(&hook), &mut waiting, FailurePolicy::Ignore).await,
+            Ok(false)
+        );
+        assert!(
+            apply(Some(&hook), &mut waiting, FailurePolicy::Fail)
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            apply(None, &mut waiting, FailurePolicy::Fail).await,
+            Ok(false)
         );
         // A Pod without a controller needs no cache.
         let mut orphan = pod("ns", "apps/v1", "StatefulSet");

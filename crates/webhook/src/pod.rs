@@ -213,23 +213,15 @@ impl PodInjector {
             Err(Problem::Invalid(message)) => return (deny(&request, message), Outcome::Denied),
             Err(Problem::Unavailable(message)) => return self.cannot_decide(&request, &message),
         };
-        let persisted = match &self.persistent {
-            None => false,
-            Some(hook) => match hook.mutate(&mut pod).await {
-                Ok(persisted) => persisted,
-                // Like the webhook down: under Ignore the Pod goes on without its recorded
-                // topology (what else was decided stays), under Fail it is refused.
-                Err(reason) => match self.settings.failure_policy {
-                    FailurePolicy::Ignore => {
-                        tracing::warn!(%reason, pod = %request.name, namespace = %namespace, "PersistentPodState topology not injected");
-                        false
-                    }
-                    FailurePolicy::Fail => {
-                        let message = format!("PersistentPodState cannot be decided now: {reason}");
-                        return (deny(&request, message), Outcome::Denied);
-                    }
-                },
-            },
+        let persisted = match crate::persistentpodstate::apply(
+            self.persistent.as_ref(),
+            &mut pod,
+            self.settings.failure_policy,
+        )
+        .await
+        {
+            Ok(persisted) => persisted,
+            Err(message) => return (deny(&request, message), Outcome::Denied),
         };
         if changed || persisted {
             patch_answer(&request, &received, &pod)
