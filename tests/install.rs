@@ -88,6 +88,30 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
         "EphemeralJob status",
     ),
     (
+        "apps.kruise.io",
+        "persistentpodstates",
+        "create",
+        "PersistentPodState generated for an annotated StatefulSet",
+    ),
+    (
+        "apps.kruise.io",
+        "persistentpodstates",
+        "patch",
+        "PersistentPodState generated: spec following the StatefulSet's annotations",
+    ),
+    (
+        "apps.kruise.io",
+        "persistentpodstates",
+        "delete",
+        "PersistentPodState generated: auto-generation annotation removed",
+    ),
+    (
+        "apps.kruise.io",
+        "persistentpodstates/status",
+        "patch",
+        "PersistentPodState status (records of ready Pods)",
+    ),
+    (
         "",
         "pods/ephemeralcontainers",
         "patch",

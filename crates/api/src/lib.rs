@@ -17,6 +17,7 @@ pub mod field;
 pub mod intstr;
 pub mod keys;
 pub mod kinds;
+pub mod persistentpodstate;
 pub mod podtemplate;
 pub mod policy;
 pub mod pub_types;

@@ -211,7 +211,6 @@ const NOT_SERVED: &[&str] = &[
     "apps.kruise.io/ImagePullJob",
     "apps.kruise.io/NodeImage",
     "apps.kruise.io/NodePodProbe",
-    "apps.kruise.io/PersistentPodState",
     "apps.kruise.io/PodProbeMarker",
     "apps.kruise.io/WorkloadSpread",
 ];

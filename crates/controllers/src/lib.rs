@@ -17,6 +17,7 @@ pub mod history;
 pub mod metrics;
 pub mod nodes;
 pub mod parallel;
+pub mod persistentpodstate;
 pub mod podcontrol;
 pub mod podreadiness;
 pub mod podunavailablebudget;

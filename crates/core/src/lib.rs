@@ -11,6 +11,7 @@ pub mod inplace;
 pub mod lifecycle;
 pub mod nodefit;
 pub mod ownership;
+pub mod persistentpodstate;
 pub mod pods;
 pub mod ratelimit;
 pub mod resourcedistribution;

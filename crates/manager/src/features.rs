@@ -39,6 +39,9 @@ use Support::{AlwaysOn, Gated, Missing};
 
 /// Every gate of OpenKruise v1.9.0 (`pkg/features/kruise_features.go` at tag v1.9.0: 34 gates), and the
 /// two its main branch added since (stage [`AfterV1_9`]).
+///
+/// PersistentPodState has no gate of its own in v1.9.0: its controller runs whenever the manager
+/// does, and its Pod injection is part of the Pod webhook (`PodWebhook`, always on here).
 pub const GATES: &[Gate] = &[
     gate("PodWebhook", true, Beta, AlwaysOn),
     gate(

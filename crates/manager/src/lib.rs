@@ -151,6 +151,8 @@ pub struct Args {
     pub broadcastjob_workers: u16,
     #[arg(long, default_value_t = 3)]
     pub advancedcronjob_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub persistentpodstate_workers: u16,
     /// Bind BroadcastJob Pods to their node through required node affinity and let the scheduler
     /// place them; false sets `spec.nodeName` directly (OpenKruise: --assign-bcj-pods-by-scheduler).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
@@ -607,7 +609,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             sort_sidecars_by_name: gates.enabled("EnableSortSidecarContainerByName"),
             kruise_pod_readiness_gate: gates.enabled("KruisePodReadinessGate"),
         },
-    );
+    )
+    .with_persistent_pod_states(kruise_webhook::persistentpodstate::PodHook::new(
+        process_caches.persistentpodstates.store().clone(),
+        Some(client.clone()),
+        args.namespace.clone(),
+    ));
     let budget_gates = policy_gates(&gates);
     let pods = if budget_gates.budget_delete || budget_gates.budget_update {
         pods.with_budgets(process_caches.budgets.store().clone())
@@ -991,6 +998,15 @@ async fn run_controllers(
             kruise_controllers::resourcedistribution::Config::default(),
         )
     });
+    // PersistentPodState has no feature gate in v1.9.0: it runs whenever the manager does.
+    let persistentpodstate = kruise_controllers::persistentpodstate::run(
+        client.clone(),
+        caches.clone(),
+        metrics.clone(),
+        kruise_controllers::persistentpodstate::Config {
+            workers: args.persistentpodstate_workers.max(1),
+        },
+    );
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1047,6 +1063,7 @@ async fn run_controllers(
     }
     work.spawn(named("podunavailablebudget", podunavailablebudget));
     work.spawn(named("ephemeraljob", ephemeraljob));
+    work.spawn(named("persistentpodstate", persistentpodstate));
     if let Some(resourcedistribution) = resourcedistribution {
         work.spawn(named("resourcedistribution", resourcedistribution));
     }

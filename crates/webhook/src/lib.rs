@@ -8,6 +8,7 @@ pub mod configuration;
 pub mod convert;
 pub mod metrics;
 pub mod patch;
+pub mod persistentpodstate;
 pub mod pod;
 pub mod policy;
 pub mod relatedpub;

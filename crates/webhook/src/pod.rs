@@ -83,6 +83,8 @@ pub struct PodInjector {
     /// PodUnavailableBudgets, to name a new Pod's in `kruise.io/related-pub` (with the budget
     /// gates on).
     related_pub: Option<RelatedPub>,
+    /// PersistentPodState: recorded topology injected into the Pods of the workloads it keeps.
+    persistent: Option<crate::persistentpodstate::PodHook>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -108,12 +110,19 @@ impl PodInjector {
             client,
             settings: Arc::new(settings),
             related_pub: None,
+            persistent: None,
         }
     }
 
     /// Also names the PodUnavailableBudget that guards each new Pod (`kruise.io/related-pub`).
     pub fn with_budgets(mut self, budgets: Store<PodUnavailableBudget>) -> Self {
         self.related_pub = Some(RelatedPub::new(budgets, self.client.clone()));
+        self
+    }
+
+    /// This injector, also injecting the topology PersistentPodStates recorded ([`crate::persistentpodstate`]).
+    pub fn with_persistent_pod_states(mut self, hook: crate::persistentpodstate::PodHook) -> Self {
+        self.persistent = Some(hook);
         self
     }
 
@@ -144,6 +153,7 @@ impl PodInjector {
     /// would be answered by the failure policy, admitted without its sidecars under `Ignore`).
     pub fn caches_loaded(&self) -> bool {
         self.synced()
+            && self.persistent.as_ref().is_none_or(|p| p.loaded())
             && matches!(
                 self.namespaces.wait_until_ready().now_or_never(),
                 Some(Ok(()))
@@ -213,12 +223,26 @@ impl PodInjector {
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
-        match self.decide(&pod, &namespace).await {
-            Ok(None) if changed => patch_answer(&request, &received, &pod),
-            Ok(None) => unchanged,
-            Ok(Some(injected)) => patch_answer(&request, &received, &injected),
-            Err(Problem::Invalid(message)) => (deny(&request, message), Outcome::Denied),
-            Err(Problem::Unavailable(message)) => self.cannot_decide(&request, &message),
+        let (mut pod, changed) = match self.decide(&pod, &namespace).await {
+            Ok(None) => (pod, changed),
+            Ok(Some(injected)) => (injected, true),
+            Err(Problem::Invalid(message)) => return (deny(&request, message), Outcome::Denied),
+            Err(Problem::Unavailable(message)) => return self.cannot_decide(&request, &message),
+        };
+        let persisted = match crate::persistentpodstate::apply(
+            self.persistent.as_ref(),
+            &mut pod,
+            self.settings.failure_policy,
+        )
+        .await
+        {
+            Ok(persisted) => persisted,
+            Err(message) => return (deny(&request, message), Outcome::Denied),
+        };
+        if changed || persisted {
+            patch_answer(&request, &received, &pod)
+        } else {
+            unchanged
         }
     }
 

@@ -255,6 +255,29 @@ pub fn router_with(
             },
         ),
     );
+    let pps_client = client.clone();
+    let pps_namespace = pods.namespace().to_owned();
+    router = router.route(
+        crate::persistentpodstate::VALIDATE_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer = crate::persistentpodstate::validate(
+                    review,
+                    pps_client.as_ref(),
+                    &pps_namespace,
+                )
+                .await;
+                metrics.observe(
+                    crate::persistentpodstate::VALIDATE_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
     let request_timeout = limits.request_timeout;
     router
         .route(

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use kruise_api::persistentpodstate::PersistentPodState;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
@@ -180,6 +181,8 @@ pub struct Caches {
     /// Advanced StatefulSets: their controller reconciles them, PodUnavailableBudgets read their
     /// scale.
     pub advanced_statefulsets: Shared<AdvancedStatefulSet>,
+    /// PersistentPodStates (the process-wide watch, [`ProcessCaches`]).
+    pub persistentpodstates: Shared<PersistentPodState>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -190,20 +193,25 @@ pub struct ProcessCaches {
     pub sidecarsets: Shared<SidecarSet>,
     /// PodUnavailableBudgets: the Pod webhook names a new Pod's, the controller reconciles them.
     pub budgets: Shared<PodUnavailableBudget>,
+    /// Every PersistentPodState: the Pod webhook injects from their records, their controller
+    /// reconciles them.
+    pub persistentpodstates: Shared<PersistentPodState>,
 }
 
 impl ProcessCaches {
-    /// Opens the Namespace metadata watch, the SidecarSet watch and the PodUnavailableBudget watch.
-    /// The returned future drives them and never ends while they last.
+    /// Opens the Namespace metadata watch and the SidecarSet, PodUnavailableBudget and
+    /// PersistentPodState watches. The returned future drives them and never ends while they last.
     pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
         let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client.clone()));
-        let (budgets, budgets_run) = Shared::watch(Api::all(client));
+        let (budgets, budgets_run) = Shared::watch(Api::all(client.clone()));
+        let (persistentpodstates, persistentpodstates_run) = Shared::watch(Api::all(client));
         let run = async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(namespaces_run);
             tasks.spawn(sidecarsets_run);
             tasks.spawn(budgets_run);
+            tasks.spawn(persistentpodstates_run);
             tasks.join_next().await;
         };
         (
@@ -211,6 +219,7 @@ impl ProcessCaches {
                 namespaces,
                 sidecarsets,
                 budgets,
+                persistentpodstates,
             },
             run,
         )
@@ -247,6 +256,7 @@ impl Caches {
             broadcastjobs,
             clonesets,
             advanced_statefulsets,
+            persistentpodstates: process.persistentpodstates,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.

@@ -1,0 +1,214 @@
+//! PersistentPodStates generated from workload annotations (upstream's `generate#...` requests):
+//! a StatefulSet (Kubernetes' or kruise's) annotated `kruise.io/auto-generate-persistent-pod-state:
+//! "true"` with a required or preferred topology gets a PersistentPodState of its name, controlled
+//! by it, whose spec follows the annotations; removing the annotation deletes it.
+//!
+//! One metadata watch per StatefulSet kind drives it; each change of a StatefulSet also wakes the
+//! PersistentPodState targeting it (replicas or deletion changed what it keeps).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kruise_api::persistentpodstate::{PersistentPodState, TargetReference};
+use kruise_core::persistentpodstate::{self as decide, Generation, Workload};
+use kube::api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::driver::caches::Shared;
+use crate::error::{Error, KubeContext, is_race};
+use crate::metrics::Metrics;
+
+type KruiseStatefulSet = kruise_api::statefulset::v1beta1::StatefulSet;
+
+/// What the generation of one workload kind shares.
+pub struct Context {
+    client: Client,
+    states: Store<PersistentPodState>,
+    wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
+    metrics: Arc<Metrics>,
+    /// The apiVersion written in the generated targetRef and owner reference.
+    api_version: &'static str,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        super::CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the generation for both StatefulSet kinds until the future is dropped.
+pub async fn run(
+    client: Client,
+    states: Store<PersistentPodState>,
+    wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
+    metrics: Arc<Metrics>,
+    workers: u16,
+) {
+    let native = run_kind::<StatefulSet>(
+        client.clone(),
+        states.clone(),
+        wake.clone(),
+        metrics.clone(),
+        workers,
+        "apps/v1",
+    );
+    let kruise = run_kind::<KruiseStatefulSet>(
+        client,
+        states,
+        wake,
+        metrics,
+        workers,
+        kruise_api::kinds::V1BETA1,
+    );
+    tokio::join!(native, kruise);
+}
+
+async fn run_kind<K>(
+    client: Client,
+    states: Store<PersistentPodState>,
+    wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
+    metrics: Arc<Metrics>,
+    workers: u16,
+    api_version: &'static str,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (workloads, workloads_run) =
+        Shared::<PartialObjectMeta<K>>::watch(Api::all(client.clone()));
+    tokio::spawn(workloads_run);
+    let controller = Controller::for_stream(workloads.replayed_stream(), workloads.store().clone());
+    states.wait_until_ready().await.ok();
+    let ctx = Arc::new(Context {
+        client,
+        states,
+        wake,
+        metrics,
+        api_version,
+    });
+    crate::driver::run(controller, workers, reconcile::<K>, ctx).await;
+}
+
+async fn reconcile<K>(
+    workload: Arc<PartialObjectMeta<K>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let namespace = workload.namespace().unwrap_or_default();
+    let name = workload.name_any();
+    let kind = K::kind(&());
+    let Some(uid) = workload.uid() else {
+        return Ok(Action::await_change());
+    };
+    // The PersistentPodState keeping this workload's Pods recomputes (scale, deletion).
+    let owner = TargetReference {
+        api_version: ctx.api_version.into(),
+        kind: kind.to_string(),
+        name: name.clone(),
+    };
+    for pps in super::targeting(&ctx.states, &namespace, &owner) {
+        let _ = ctx.wake.send(pps);
+    }
+    if workload.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let annotations: BTreeMap<String, String> = workload.annotations().clone();
+    let generation = decide::generation(&Workload {
+        api_version: ctx.api_version,
+        kind: &kind,
+        namespace: &namespace,
+        name: &name,
+        uid: &uid,
+        annotations: &annotations,
+    });
+    let existing = ctx
+        .states
+        .get(&ObjectRef::<PersistentPodState>::new(&name).within(&namespace));
+    let api: Api<PersistentPodState> = Api::namespaced(ctx.client.clone(), &namespace);
+    let key = format!("{namespace}/{name}");
+    match (generation, existing) {
+        (Generation::Incomplete, _) => {
+            tracing::info!(workload = %key, kind = %kind, "auto-generate-persistent-pod-state without a required or preferred topology: nothing generated");
+        }
+        (Generation::Keep(wanted), None) => {
+            match api.create(&PostParams::default(), &wanted).await {
+                Ok(_) => {
+                    tracing::info!(workload = %key, kind = %kind, "generated its PersistentPodState")
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(source) => {
+                    return Err(Error::Kube {
+                        context: format!("creating the PersistentPodState of {kind} {key}"),
+                        source,
+                    });
+                }
+            }
+        }
+        (Generation::Keep(wanted), Some(existing)) => {
+            if let Some(spec) = decide::spec_update(&existing, &wanted) {
+                let before = serde_json::to_value(&existing.spec).unwrap_or_default();
+                let after = serde_json::to_value(&spec).unwrap_or_default();
+                let patch = json!({
+                    "metadata": {"resourceVersion": existing.resource_version()},
+                    "spec": decide::merge_diff(&before, &after).unwrap_or_default(),
+                });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(workload = %key, kind = %kind, "updated its generated PersistentPodState")
+                    }
+                    // Changed since read: the watch brings the newer copy; decide again.
+                    Err(error) if is_race(&error) => {
+                        return Ok(Action::requeue(crate::driver::ERROR_REQUEUE));
+                    }
+                    Err(source) => {
+                        return Err(Error::Kube {
+                            context: format!("updating the PersistentPodState of {kind} {key}"),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        (Generation::Remove, Some(existing)) if decide::controlled_by(&existing, &uid) => {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: existing.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => {
+                    tracing::info!(workload = %key, kind = %kind, "deleted its generated PersistentPodState")
+                }
+                Err(error) if is_race(&error) => {}
+                Err(source) => {
+                    return Err(source).context(|| {
+                        format!("deleting the generated PersistentPodState of {kind} {key}")
+                    });
+                }
+            }
+        }
+        (Generation::Remove, _) => {}
+    }
+    Ok(Action::await_change())
+}

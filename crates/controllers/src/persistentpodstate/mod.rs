@@ -1,0 +1,220 @@
+//! The PersistentPodState controller (upstream `pkg/controller/persistentpodstate`), on the shared
+//! driver: records the node topology of the ready Pods of a StatefulSet (Kubernetes' or kruise's)
+//! in the status of its PersistentPodState, and keeps the PersistentPodStates that workloads ask
+//! for through their `kruise.io/auto-generate-persistent-pod-state` annotations.
+//!
+//! Observe: the PersistentPodState (process-wide cache, shared with the Pod webhook), its target
+//! workload (read from the apiserver: replicas, reserved ordinals, deletion), the workload's Pods
+//! (shared Pod cache, by controlling owner) and their Nodes' labels (shared Node cache). Decide:
+//! `kruise_core::persistentpodstate::next_status`. Act: the status, as a merge patch that removes
+//! what went (`merge_diff`) over the resourceVersion it was computed from ([`write_status`]).
+//!
+//! Woken by: a change of a PersistentPodState's spec; a change of a Pod whose controller is a
+//! PersistentPodState's target; a change or deletion of a StatefulSet (metadata watches of both
+//! kinds, which also drive the auto-generation: [`generate`]).
+
+mod generate;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kruise_api::persistentpodstate::{PersistentPodState, TargetReference};
+use kruise_core::persistentpodstate::{self as decide, ObservedPod};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::driver::caches::Caches;
+use crate::driver::write::{StatusWrite, write_status};
+use crate::error::Error;
+use crate::metrics::Metrics;
+
+/// The controller's name in metrics, logs and Events (upstream's).
+pub const CONTROLLER: &str = "persistentpodstate-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Concurrent reconciles (upstream's `--persistentpodstate-workers`, 3).
+    pub workers: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { workers: 3 }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    pods: Arc<PodCache>,
+    nodes: Store<Node>,
+    metrics: Arc<Metrics>,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the controller (and the auto-generation beside it) until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let states = caches.persistentpodstates.clone();
+    let store = states.store().clone();
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    wake_on_pods(&caches.pods, store.clone(), wake_tx.clone(), all_tx);
+    let generation = generate::run(
+        client.clone(),
+        store.clone(),
+        wake_tx,
+        metrics.clone(),
+        config.workers,
+    );
+    let changes = states
+        .replayed_stream()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
+    let controller = Controller::for_stream(changes, store)
+        .reconcile_on(crate::cache::receiver_stream(wake_rx))
+        .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    caches.pods.wait_synced().await;
+    caches.nodes.wait_listed().await;
+    let ctx = Arc::new(Context {
+        client,
+        pods: caches.pods.clone(),
+        nodes: caches.nodes.store().clone(),
+        metrics,
+    });
+    tokio::join!(
+        crate::driver::run(controller, config.workers, reconcile, ctx),
+        generation
+    );
+}
+
+/// The PersistentPodStates of `namespace` whose target is the workload `owner`.
+fn targeting(
+    store: &Store<PersistentPodState>,
+    namespace: &str,
+    owner: &TargetReference,
+) -> Vec<ObjectRef<PersistentPodState>> {
+    store
+        .state()
+        .iter()
+        .filter(|pps| pps.namespace().as_deref() == Some(namespace))
+        .filter(|pps| {
+            kruise_api::persistentpodstate::same_workload(&pps.spec.target_reference, owner)
+        })
+        .map(|pps| ObjectRef::from_obj(pps.as_ref()))
+        .collect()
+}
+
+/// Wakes the PersistentPodState of the controller of a Pod that changed.
+fn wake_on_pods(
+    pods: &PodCache,
+    store: Store<PersistentPodState>,
+    wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
+    all: mpsc::UnboundedSender<()>,
+) {
+    let mut events = pods.subscribe("persistentpodstate");
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            match event {
+                CacheEvent::Owner(owner) => {
+                    let target = TargetReference {
+                        api_version: owner.api_version.clone(),
+                        kind: owner.kind.clone(),
+                        name: owner.name.clone(),
+                    };
+                    for pps in targeting(&store, &owner.namespace, &target) {
+                        if wake.send(pps).is_err() {
+                            return;
+                        }
+                    }
+                }
+                CacheEvent::Resync => {
+                    if all.send(()).is_err() {
+                        return;
+                    }
+                }
+                CacheEvent::Pod(_) => {}
+            }
+        }
+    });
+}
+
+async fn reconcile(pps: Arc<PersistentPodState>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let pps = pps.as_ref();
+    if pps.metadata.uid.is_none() || pps.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = pps.namespace().unwrap_or_default();
+    let name = pps.name_any();
+    let target = &pps.spec.target_reference;
+
+    // Observe.
+    let found = workload::read(&ctx.client, &namespace, target).await?;
+    let pods: Vec<ObservedPod> = found
+        .as_ref()
+        .map(|w| {
+            ctx.pods
+                .owned_by(&w.uid)
+                .iter()
+                .filter(|p| kruise_core::pods::is_active(p))
+                .map(|p| ObservedPod {
+                    name: p.name_any(),
+                    ready: kruise_core::pods::is_ready(p),
+                    node_name: kruise_core::pods::node_name(p).unwrap_or_default().into(),
+                    annotations: p.metadata.annotations.clone().unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let nodes: BTreeMap<String, Arc<Node>> = pods
+        .iter()
+        .filter(|p| p.ready && !p.node_name.is_empty())
+        .filter_map(|p| {
+            ctx.nodes
+                .get(&ObjectRef::new(&p.node_name))
+                .map(|n| (p.node_name.clone(), n))
+        })
+        .collect();
+    let status = decide::next_status(pps, found.as_ref().map(|w| &w.observed), &pods, |node| {
+        nodes.get(node).and_then(|n| n.metadata.labels.as_ref())
+    });
+
+    // Status.
+    let old = pps.status.clone().unwrap_or_default();
+    if status != old || pps.status.is_none() {
+        let before = serde_json::to_value(&old).unwrap_or_default();
+        let after = serde_json::to_value(&status).unwrap_or_default();
+        let patch = match pps.status {
+            Some(_) => decide::merge_diff(&before, &after).unwrap_or_default(),
+            None => after,
+        };
+        let api: Api<PersistentPodState> = Api::namespaced(ctx.client.clone(), &namespace);
+        let written = write_status::<_, serde_json::Value>(&api, pps, None, &patch, true).await?;
+        tracing::debug!(
+            persistentpodstate = %format!("{namespace}/{name}"),
+            records = status.pod_states.len(),
+            ?written,
+            "status"
+        );
+        // Computed from a copy older than the server's: decide again on the newer one (its
+        // event may carry no spec change, which alone would not wake this controller).
+        if written == StatusWrite::Stale {
+            return Ok(Action::requeue(crate::driver::ERROR_REQUEUE));
+        }
+    }
+    Ok(Action::await_change())
+}

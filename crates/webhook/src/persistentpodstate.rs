@@ -1,0 +1,489 @@
+//! PersistentPodState in the webhooks:
+//! - the Pod webhook's hook ([`PodHook`]): a Pod created by a workload that a PersistentPodState
+//!   keeps, and recorded there under its name, gets the recorded topology back as a
+//!   `nodeSelector` (required) and preferred node affinity (upstream
+//!   `pkg/webhook/pod/mutating/persistent_pod_state.go`); decided on the process-wide
+//!   PersistentPodState cache, so it costs no apiserver round trip (but for a custom workload kind,
+//!   whose whitelist is read from kruise-configuration, with a deadline);
+//! - the validating webhook of the object (`vpersistentpodstate.kb.io`, upstream
+//!   `pkg/webhook/persistentpodstate/validating`).
+
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kruise_api::field;
+use kruise_api::persistentpodstate::{self as api, PersistentPodState, Whitelist};
+use kruise_core::persistentpodstate as decide;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionReview, Operation};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+
+use crate::admission::{Answer, allow, deny, request_of};
+use crate::configuration::FailurePolicy;
+
+/// Path and webhook name, upstream's.
+pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-persistentpodstate";
+pub const WEBHOOK_NAME: &str = "vpersistentpodstate.kb.io";
+/// The ConfigMap (in the manager's namespace) holding [`api::WHITELIST_KEY`].
+pub const CONFIGMAP: &str = "kruise-configuration";
+/// How long the Pod hook waits for kruise-configuration (custom workload kinds only): well within
+/// the Pod webhook's own deadline.
+const CONFIGURATION_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Reads the custom workload whitelist of kruise-configuration in `namespace` (none: empty).
+pub async fn read_whitelist(client: &Client, namespace: &str) -> Result<Whitelist, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let config = api
+        .get_opt(CONFIGMAP)
+        .await
+        .map_err(|e| format!("reading ConfigMap {namespace}/{CONFIGMAP}: {e}"))?;
+    match config
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(api::WHITELIST_KEY))
+    {
+        Some(value) => Whitelist::parse(value),
+        None => Ok(Whitelist::default()),
+    }
+}
+
+/// The Pod webhook's PersistentPodState step.
+#[derive(Clone)]
+pub struct PodHook {
+    states: Store<PersistentPodState>,
+    client: Option<Client>,
+    /// The manager's namespace (kruise-configuration).
+    namespace: String,
+}
+
+impl PodHook {
+    pub fn new(
+        states: Store<PersistentPodState>,
+        client: Option<Client>,
+        namespace: String,
+    ) -> Self {
+        Self {
+            states,
+            client,
+            namespace,
+        }
+    }
+
+    /// Whether the PersistentPodState cache has been filled once (checked, never awaited).
+    pub fn loaded(&self) -> bool {
+        matches!(self.states.wait_until_ready().now_or_never(), Some(Ok(())))
+    }
+
+    /// Injects the recorded topology into `pod` (being created); whether it changed. `Err` when
+    /// it cannot be decided now (cache not loaded, kruise-configuration unreadable).
+    pub async fn mutate(&self, pod: &mut Pod) -> Result<bool, String> {
+        let Some(owner) = decide::controller_ref(pod) else {
+            return Ok(false);
+        };
+        if !self.loaded() {
+            return Err("the PersistentPodStates are not loaded yet".into());
+        }
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let candidates: Vec<_> = self
+            .states
+            .state()
+            .into_iter()
+            .filter(|pps| pps.namespace().as_deref() == Some(namespace.as_str()))
+            .collect();
+        let Some(pps) = decide::select(candidates.iter().map(|p| p.as_ref()), &owner) else {
+            return Ok(false);
+        };
+        let default_kind = Whitelist::default().allows(&owner.api_version, &owner.kind);
+        if !default_kind {
+            let Some(client) = &self.client else {
+                return Ok(false);
+            };
+            let whitelist = tokio::time::timeout(
+                CONFIGURATION_DEADLINE,
+                read_whitelist(client, &self.namespace),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "reading ConfigMap {}/{CONFIGMAP}: timed out",
+                    self.namespace
+                )
+            })??;
+            if !whitelist.allows(&owner.api_version, &owner.kind) {
+                return Ok(false);
+            }
+        }
+        let changed = decide::inject(pod, pps);
+        if changed {
+            tracing::debug!(
+                pod = %format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or_default()),
+                persistentpodstate = %pps.name_any(),
+                "injected the recorded topology"
+            );
+        }
+        Ok(changed)
+    }
+}
+
+/// The Pod webhook's PersistentPodState step on `pod` (being created), `hook` its cache: whether
+/// the Pod changed. When it cannot decide it does what the webhook being down would: under
+/// `Ignore` the Pod goes on without its recorded topology (what other steps decided stays), under
+/// `Fail` it is refused (`Err`, the message).
+pub async fn apply(
+    hook: Option<&PodHook>,
+    pod: &mut Pod,
+    failure_policy: FailurePolicy,
+) -> Result<bool, String> {
+    let Some(hook) = hook else {
+        return Ok(false);
+    };
+    match hook.mutate(pod).await {
+        Ok(changed) => Ok(changed),
+        Err(reason) => match failure_policy {
+            FailurePolicy::Ignore => {
+                tracing::warn!(
+                    %reason,
+                    pod = %format!(
+                        "{}/{}",
+                        pod.metadata.namespace.as_deref().unwrap_or_default(),
+                        pod.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    "PersistentPodState topology not injected"
+                );
+                Ok(false)
+            }
+            FailurePolicy::Fail => Err(format!(
+                "PersistentPodState cannot be decided now: {reason}"
+            )),
+        },
+    }
+}
+
+/// Answers a PersistentPodState review (CREATE, UPDATE): the object as upstream validates it,
+/// against the other PersistentPodStates of its namespace and the custom workload whitelist, both
+/// read from the apiserver (`client`; without one, neither: no conflicts, default kinds only).
+pub async fn validate(
+    review: AdmissionReview<DynamicObject>,
+    client: Option<&Client>,
+    manager_namespace: &str,
+) -> Answer {
+    let request = match request_of(review) {
+        Ok(request) => request,
+        Err(answer) => return *answer,
+    };
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return allow(&request);
+    }
+    let Some(object) = &request.object else {
+        return allow(&request);
+    };
+    let decode = |object: &DynamicObject| -> Result<PersistentPodState, String> {
+        let value =
+            serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+        kruise_api::kinds::decode(value).map_err(|e| e.to_string())
+    };
+    let mut new = match decode(object) {
+        Ok(new) => new,
+        Err(message) => return deny(&request, message),
+    };
+    if new
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        new.metadata.namespace = request.namespace.clone();
+    }
+    let old = match (&request.operation, &request.old_object) {
+        (Operation::Update, Some(old)) => match decode(old) {
+            Ok(old) => Some(old),
+            Err(message) => return deny(&request, message),
+        },
+        _ => None,
+    };
+    let (whitelist, others) = match client {
+        None => (Whitelist::default(), Vec::new()),
+        Some(client) => {
+            let whitelist = match read_whitelist(client, manager_namespace).await {
+                Ok(whitelist) => whitelist,
+                Err(message) => {
+                    return deny(
+                        &request,
+                        format!(
+                            "failed to get persistent pod state config white list, error: {message}"
+                        ),
+                    );
+                }
+            };
+            let namespace = new.metadata.namespace.clone().unwrap_or_default();
+            let api: Api<PersistentPodState> = Api::namespaced(client.clone(), &namespace);
+            match api.list(&Default::default()).await {
+                Ok(list) => (whitelist, list.items),
+                Err(error) => {
+                    return deny(
+                        &request,
+                        format!("query other PersistentPodState failed, err: {error}"),
+                    );
+                }
+            }
+        }
+    };
+    let errors = api::validate(&new, old.as_ref(), &others, &whitelist);
+    if errors.is_empty() {
+        allow(&request)
+    } else {
+        deny(&request, field::join(&errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use serde_json::{Value, json};
+
+    fn review(
+        operation: &str,
+        object: Value,
+        old: Option<Value>,
+    ) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "PersistentPodState"},
+                "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "persistentpodstates"},
+                "operation": operation, "userInfo": {}, "name": "web", "namespace": "ns",
+                "object": object, "oldObject": old, "dryRun": false
+            }
+        }))
+        .expect("review")
+    }
+
+    fn object(kind: &str, name: &str) -> Value {
+        json!({
+            "apiVersion": api::API_VERSION, "kind": api::KIND,
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {
+                "targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": name},
+                "preferredPersistentTopology": [{"weight": 100, "preference": {"nodeTopologyKeys": ["kubernetes.io/hostname"]}}],
+            }
+        })
+    }
+
+    fn message(answer: &Answer) -> String {
+        answer
+            .review
+            .response
+            .as_ref()
+            .map(|r| r.result.message.clone())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn validation_refuses_what_upstream_refuses() {
+        assert!(
+            validate(
+                review("CREATE", object("StatefulSet", "web"), None),
+                None,
+                "kruise-system"
+            )
+            .await
+            .allowed
+        );
+        let answer = validate(
+            review("CREATE", object("Deployment", "web"), None),
+            None,
+            "kruise-system",
+        )
+        .await;
+        assert!(!answer.allowed);
+        assert!(
+            message(&answer).contains("spec.targetRef"),
+            "{}",
+            message(&answer)
+        );
+        let moved = validate(
+            review(
+                "UPDATE",
+                object("StatefulSet", "other"),
+                Some(object("StatefulSet", "web")),
+            ),
+            None,
+            "kruise-system",
+        )
+        .await;
+        assert!(!moved.allowed);
+        assert!(
+            message(&moved).contains("targetRef cannot be modified"),
+            "{}",
+            message(&moved)
+        );
+        let delete = validate(
+            review("DELETE", object("Deployment", "web"), None),
+            None,
+            "kruise-system",
+        )
+        .await;
+        assert!(delete.allowed);
+    }
+
+    fn hook(states: Vec<PersistentPodState>) -> PodHook {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        for pps in states {
+            writer.apply_watcher_event(&Event::InitApply(pps));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        std::mem::forget(writer);
+        PodHook::new(store, None, "kruise-system".into())
+    }
+
+    fn recorded(kind_api: &str, kind: &str) -> PersistentPodState {
+        serde_json::from_value(json!({
+            "apiVersion": api::API_VERSION, "kind": api::KIND,
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {
+                "targetRef": {"apiVersion": kind_api, "kind": kind, "name": "web"},
+                "requiredPersistentTopology": {"nodeTopologyKeys": ["topology.kubernetes.io/zone"]},
+            },
+            "status": {"observedGeneration": 1, "podStates": {"web-0": {"nodeName": "n1", "nodeTopologyLabels": {"topology.kubernetes.io/zone": "a"}}}}
+        }))
+        .expect("pps")
+    }
+
+    fn pod(namespace: &str, owner_api: &str, owner_kind: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": namespace, "ownerReferences": [
+                {"apiVersion": owner_api, "kind": owner_kind, "name": "web", "uid": "u", "controller": true}
+            ]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod")
+    }
+
+    #[tokio::test]
+    async fn the_hook_injects_only_a_recorded_pod_of_the_target() {
+        let target = hook(vec![recorded("apps.kruise.io/v1beta1", "StatefulSet")]);
+        // (case, pod, injected)
+        let cases = [
+            (
+                "the target's Pod",
+                pod("ns", "apps.kruise.io/v1alpha1", "StatefulSet"),
+                true,
+            ),
+            (
+                "another namespace",
+                pod("other", "apps.kruise.io/v1beta1", "StatefulSet"),
+                false,
+            ),
+            (
+                "a Kubernetes StatefulSet of the same name",
+                pod("ns", "apps/v1", "StatefulSet"),
+                false,
+            ),
+        ];
+        for (case, mut pod, want) in cases {
+            assert_eq!(target.mutate(&mut pod).await, Ok(want), "{case}");
+            let selector = pod.spec.and_then(|s| s.node_selector).unwrap_or_default();
+            assert_eq!(
+                selector.contains_key("topology.kubernetes.io/zone"),
+                want,
+                "{case}"
+            );
+        }
+        // A custom kind is never injected without the whitelist (no client to read it here).
+        let custom = hook(vec![recorded("example.com/v1", "Thing")]);
+        assert_eq!(
+            custom
+                .mutate(&mut pod("ns", "example.com/v1", "Thing"))
+                .await,
+            Ok(false)
+        );
+    }
+
+    /// Through the Pod webhook: the one admission answer carries the recorded topology (and the
+    /// SidecarSet step, with no SidecarSet, changes nothing).
+    #[tokio::test]
+    async fn the_pod_webhook_answers_with_the_recorded_topology() {
+        let (sidecarsets, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        let (namespaces, mut ns_writer) = reflector::store();
+        ns_writer.apply_watcher_event(&Event::Init);
+        ns_writer.apply_watcher_event(&Event::InitDone);
+        std::mem::forget(writer);
+        std::mem::forget(ns_writer);
+        let injector = crate::pod::PodInjector::from_stores(
+            sidecarsets,
+            namespaces,
+            None,
+            crate::pod::PodSettings {
+                namespace: "kruise-system".into(),
+                failure_policy: crate::configuration::FailurePolicy::Ignore,
+                sort_sidecars_by_name: false,
+                kruise_pod_readiness_gate: false,
+            },
+        )
+        .with_persistent_pod_states(hook(vec![recorded("apps/v1", "StatefulSet")]));
+        assert!(injector.caches_loaded());
+        let pod = serde_json::to_value(pod("ns", "apps/v1", "StatefulSet")).expect("pod");
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "userInfo": {}, "name": "web-0", "namespace": "ns",
+                "object": pod, "dryRun": false
+            }
+        }))
+        .expect("review");
+        let (answer, outcome) = injector.review(review).await;
+        assert!(answer.allowed);
+        assert_eq!(outcome, crate::pod::Outcome::Injected);
+        let response = answer.review.response.expect("response");
+        let patch: Value = serde_json::from_slice(&response.patch.expect("a patch")).expect("JSON");
+        let text = patch.to_string();
+        assert!(
+            text.contains("topology.kubernetes.io/zone") && text.contains(api::ANNOTATION_INJECTED),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_hook_cannot_decide_before_its_cache_is_loaded() {
+        let (store, _writer) = reflector::store::<PersistentPodState>();
+        let hook = PodHook::new(store, None, "kruise-system".into());
+        assert!(
+            hook.mutate(&mut pod("ns", "apps/v1", "StatefulSet"))
+                .await
+                .is_err()
+        );
+        // Through the failure policy: Ignore goes on unchanged, Fail refuses.
+        let mut waiting = pod("ns", "apps/v1", "StatefulSet");
+        assert_eq!(
+            apply(Some(&hook), &mut waiting, FailurePolicy::Ignore).await,
+            Ok(false)
+        );
+        assert!(
+            apply(Some(&hook), &mut waiting, FailurePolicy::Fail)
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            apply(None, &mut waiting, FailurePolicy::Fail).await,
+            Ok(false)
+        );
+        // A Pod without a controller needs no cache.
+        let mut orphan = pod("ns", "apps/v1", "StatefulSet");
+        orphan.metadata.owner_references = None;
+        assert_eq!(hook.mutate(&mut orphan).await, Ok(false));
+    }
+}
