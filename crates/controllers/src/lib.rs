@@ -8,6 +8,7 @@ pub mod cache;
 pub mod claim;
 pub mod cloneset;
 pub mod conditions;
+pub mod containerrecreaterequest;
 pub mod daemonset;
 pub mod driver;
 pub mod ephemeraljob;

@@ -132,7 +132,8 @@ pub fn served(group: &str, kind: &str) -> bool {
     (group == "apps.kruise.io"
         && (kruise_api::kinds::Kind::from_kind(kind).is_ok()
             || kind == kruise_api::resourcedistribution::KIND
-            || kind == kruise_api::ephemeraljob::KIND))
+            || kind == kruise_api::ephemeraljob::KIND
+            || kind == kruise_api::containerrecreaterequest::KIND))
         || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
 }
 
@@ -1221,6 +1222,7 @@ mod tests {
             ("apps.kruise.io", "BroadcastJob", true),
             ("apps.kruise.io", "ResourceDistribution", true),
             ("apps.kruise.io", "EphemeralJob", true),
+            ("apps.kruise.io", "ContainerRecreateRequest", true),
             ("apps.kruise.io", "WorkloadSpread", false),
             ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", true),

@@ -41,14 +41,9 @@ use Support::{AlwaysOn, Gated, Missing};
 /// two its main branch added since (stage [`AfterV1_9`]).
 pub const GATES: &[Gate] = &[
     gate("PodWebhook", true, Beta, AlwaysOn),
-    gate(
-        "KruiseDaemon",
-        true,
-        Beta,
-        Missing(
-            "runs kruise-daemon on every node (image pre-download, container restarts, env-from-metadata updates)",
-        ),
-    ),
+    // kruise-daemon (crates/daemon) executes ContainerRecreateRequests; the gate switches the
+    // ContainerRecreateRequest controller and webhook. Its other node work has gates of its own below.
+    gate("KruiseDaemon", true, Beta, Gated),
     gate(
         "DaemonWatchingPod",
         true,
@@ -459,8 +454,9 @@ mod tests {
         assert!(
             defaults
                 .iter()
-                .any(|l| l.starts_with("feature gate KruiseDaemon=true is not implemented"))
+                .any(|l| l.starts_with("feature gate DaemonWatchingPod=true is not implemented"))
         );
+        assert!(!defaults.iter().any(|l| l.contains("KruiseDaemon")));
         assert!(
             !defaults
                 .iter()

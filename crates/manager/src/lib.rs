@@ -632,6 +632,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 patch_pod_metadata_defaults_allowed: gates
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
+                kruise_daemon: gates.enabled("KruiseDaemon"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -985,6 +986,13 @@ async fn run_controllers(
             kruise_controllers::resourcedistribution::Config::default(),
         )
     });
+    let containerrecreaterequest = gates.enabled("KruiseDaemon").then(|| {
+        kruise_controllers::containerrecreaterequest::run(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+        )
+    });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1043,6 +1051,9 @@ async fn run_controllers(
     work.spawn(named("ephemeraljob", ephemeraljob));
     if let Some(resourcedistribution) = resourcedistribution {
         work.spawn(named("resourcedistribution", resourcedistribution));
+    }
+    if let Some(containerrecreaterequest) = containerrecreaterequest {
+        work.spawn(named("containerrecreaterequest", containerrecreaterequest));
     }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.
