@@ -17,7 +17,7 @@ use kruise_daemon::metrics::{Metrics, RuntimeLabels};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "kruise-daemon", about = "OpenKruise's node agent: CRI client and ContainerRecreateRequest executor")]
+#[command(name = "kruise-daemon", version, about = "OpenKruise's node agent: CRI client and ContainerRecreateRequest executor")]
 struct Args {
     /// The node this daemon serves (the DaemonSet passes spec.nodeName).
     #[arg(long, env = "NODE_NAME")]
