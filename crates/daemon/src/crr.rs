@@ -27,6 +27,13 @@ use crate::queue::{Outcome, Queue};
 /// stops waiting for it.
 const MAX_EXPECTATION_WAIT: Duration = Duration::from_secs(30);
 
+/// Whether a status write holds only over the resourceVersion read.
+#[derive(Clone, Copy)]
+enum Guard {
+    ResourceVersion,
+    None,
+}
+
 pub struct Executor {
     client: Client,
     runtime: Runtime,
@@ -261,7 +268,14 @@ impl Executor {
                         states[index].message = format!("kill container error: {error:#}");
                     }
                 }
-                self.write_states(request, &states).await?;
+                // Written whatever changed meanwhile (the manager's annotations): the stop happened, and a
+                // lost write could make a forceRecreate request stop the new container again.
+                self.write_status_as(
+                    request,
+                    json!({"containerRecreateStates": states}),
+                    Guard::None,
+                )
+                .await?;
                 Ok(Outcome::Done)
             }
         }
@@ -379,12 +393,25 @@ impl Executor {
         request: &ContainerRecreateRequest,
         status: serde_json::Value,
     ) -> anyhow::Result<()> {
+        self.write_status_as(request, status, Guard::ResourceVersion)
+            .await
+    }
+
+    async fn write_status_as(
+        &self,
+        request: &ContainerRecreateRequest,
+        status: serde_json::Value,
+        guard: Guard,
+    ) -> anyhow::Result<()> {
         let namespace = request.namespace().unwrap_or_default();
         let api: Api<ContainerRecreateRequest> = Api::namespaced(self.client.clone(), &namespace);
-        let patch = json!({
-            "metadata": {"resourceVersion": request.resource_version()},
-            "status": status,
-        });
+        let patch = match guard {
+            Guard::ResourceVersion => json!({
+                "metadata": {"resourceVersion": request.resource_version()},
+                "status": status,
+            }),
+            Guard::None => json!({"status": status}),
+        };
         let written = api
             .patch_status(&request.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
             .await
