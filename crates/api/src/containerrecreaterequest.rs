@@ -200,7 +200,11 @@ pub struct SyncContainerStatus {
     pub name: String,
     pub ready: bool,
     pub restart_count: i32,
-    #[serde(default, rename = "containerID", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        rename = "containerID",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub container_id: String,
 }
 

@@ -100,7 +100,10 @@ fn wake_on_pods(
     });
 }
 
-fn raced<T>(result: Result<T, kube::Error>, what: impl FnOnce() -> String) -> Result<Action, Error> {
+fn raced<T>(
+    result: Result<T, kube::Error>,
+    what: impl FnOnce() -> String,
+) -> Result<Action, Error> {
     match result {
         Ok(_) => Ok(Action::await_change()),
         Err(error) if is_race(&error) => Ok(Action::requeue(RACE_RETRY)),
@@ -108,7 +111,10 @@ fn raced<T>(result: Result<T, kube::Error>, what: impl FnOnce() -> String) -> Re
     }
 }
 
-async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(
+    request: Arc<ContainerRecreateRequest>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let request = request.as_ref();
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();
@@ -123,7 +129,9 @@ async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) ->
     let message = NotReadyMessage::for_request(&namespace, &name);
     match step {
         ManagerStep::ReleaseNotReady => {
-            if let Some(pod) = pod.as_ref().filter(|p| p.metadata.deletion_timestamp.is_none())
+            if let Some(pod) = pod
+                .as_ref()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
                 && let Some((status, text)) = decide::remove_not_ready(pod, &message)
             {
                 write_readiness(&pods, pod, status, &text).await?;
@@ -139,15 +147,21 @@ async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) ->
                 "resourceVersion": request.resource_version(),
             }});
             raced(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
                 || format!("removing the finalizer of ContainerRecreateRequest {namespace}/{name}"),
             )
         }
         ManagerStep::Deactivate => {
             let patch = json!({"metadata": {"labels": {crr::LABEL_ACTIVE: null}}});
             raced(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
-                || format!("removing the active label of ContainerRecreateRequest {namespace}/{name}"),
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+                || {
+                    format!(
+                        "removing the active label of ContainerRecreateRequest {namespace}/{name}"
+                    )
+                },
             )
         }
         ManagerStep::Delete => {
@@ -174,21 +188,31 @@ async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) ->
                 },
             });
             raced(
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
                 || format!("completing ContainerRecreateRequest {namespace}/{name}"),
             )
         }
         ManagerStep::SyncStatuses(raw) => {
             let patch = json!({"metadata": {"annotations": {crr::ANNOTATION_SYNC_CONTAINER_STATUSES: raw}}});
             raced(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
-                || format!("syncing container statuses into ContainerRecreateRequest {namespace}/{name}"),
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+                || {
+                    format!(
+                        "syncing container statuses into ContainerRecreateRequest {namespace}/{name}"
+                    )
+                },
             )
         }
         ManagerStep::AcquireNotReady => {
             if let Some(pod) = pod.as_ref() {
                 if decide::has_readiness_gate(pod) {
-                    if !request.finalizers().iter().any(|f| f == crr::UNREADY_ACQUIRED) {
+                    if !request
+                        .finalizers()
+                        .iter()
+                        .any(|f| f == crr::UNREADY_ACQUIRED)
+                    {
                         let mut all = request.finalizers().to_vec();
                         all.push(crr::UNREADY_ACQUIRED.to_owned());
                         let patch = json!({"metadata": {
@@ -196,8 +220,13 @@ async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) ->
                             "resourceVersion": request.resource_version(),
                         }});
                         return raced(
-                            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
-                            || format!("adding the finalizer of ContainerRecreateRequest {namespace}/{name}"),
+                            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                                .await,
+                            || {
+                                format!(
+                                    "adding the finalizer of ContainerRecreateRequest {namespace}/{name}"
+                                )
+                            },
                         );
                     }
                     if let Some((status, text)) = decide::add_not_ready(pod, &message) {
@@ -214,8 +243,13 @@ async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) ->
             let stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
             let patch = json!({"metadata": {"annotations": {crr::UNREADY_ACQUIRED: stamp}}});
             raced(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
-                || format!("stamping unready-acquired on ContainerRecreateRequest {namespace}/{name}"),
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+                || {
+                    format!(
+                        "stamping unready-acquired on ContainerRecreateRequest {namespace}/{name}"
+                    )
+                },
             )
         }
         ManagerStep::Requeue(after) => {
@@ -233,7 +267,12 @@ async fn reconcile(request: Arc<ContainerRecreateRequest>, ctx: Arc<Context>) ->
 
 /// Sets the Pod's `KruisePodReady` condition (and `Ready` False with it when it goes False), over the
 /// Pod's resourceVersion.
-async fn write_readiness(pods: &Api<Pod>, pod: &Pod, status: &str, message: &str) -> Result<(), Error> {
+async fn write_readiness(
+    pods: &Api<Pod>,
+    pod: &Pod,
+    status: &str,
+    message: &str,
+) -> Result<(), Error> {
     let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut conditions = vec![json!({
         "type": keys::CONDITION_KRUISE_POD_READY,

@@ -23,6 +23,7 @@ pub mod podreadiness;
 pub mod podunavailablebudget;
 pub mod resourcedistribution;
 pub mod sidecarset;
+pub mod sidecarterminator;
 pub mod statefulset;
 pub mod status_patch;
 pub mod uniteddeployment;

@@ -173,7 +173,9 @@ pub fn daemon_step(
         return DaemonStep::Complete;
     }
     let min_started = strategy.min_started_seconds;
-    DaemonStep::Wait((min_started > 0).then(|| Duration::from_secs(min_started.unsigned_abs().into())))
+    DaemonStep::Wait(
+        (min_started > 0).then(|| Duration::from_secs(min_started.unsigned_abs().into())),
+    )
 }
 
 /// The order in which a daemon takes the requests of one Pod: Completed, then Recreating, then
@@ -289,9 +291,8 @@ pub fn manager_step(
         };
     }
     let pod_uid = request.labels().get(crr::LABEL_POD_UID);
-    let live = pod.filter(|p| {
-        p.metadata.deletion_timestamp.is_none() && p.metadata.uid.as_ref() == pod_uid
-    });
+    let live = pod
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.metadata.uid.as_ref() == pod_uid);
     let Some(pod) = live else {
         return ManagerStep::Complete("pod has gone");
     };
@@ -333,7 +334,11 @@ pub fn manager_step(
 
 /// How long the daemon still waits, after the Pod was made not-ready at `acquired` (RFC 3339), before
 /// it stops containers; `Err` when the annotation cannot be read.
-pub fn unready_wait(acquired: &str, grace_seconds: i64, now: Timestamp) -> Result<Duration, String> {
+pub fn unready_wait(
+    acquired: &str,
+    grace_seconds: i64,
+    now: Timestamp,
+) -> Result<Duration, String> {
     let at: Timestamp = acquired
         .parse()
         .map_err(|e| format!("failed to parse unready time {acquired}: {e}"))?;

@@ -81,8 +81,8 @@ impl Runtime {
                 endpoint: endpoint.to_owned(),
                 source,
             })?;
-        let mut client = RuntimeServiceClient::new(channel)
-            .max_decoding_message_size(16 * 1024 * 1024);
+        let mut client =
+            RuntimeServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
         let version = client
             .version(api::VersionRequest {
                 version: "v1".to_owned(),
@@ -242,7 +242,11 @@ impl Runtime {
     }
 
     /// Stops the container, giving it `grace` after SIGTERM before SIGKILL.
-    pub async fn stop_container(&self, container_id: &str, grace: Duration) -> Result<(), CriError> {
+    pub async fn stop_container(
+        &self,
+        container_id: &str,
+        grace: Duration,
+    ) -> Result<(), CriError> {
         self.client
             .clone()
             .stop_container(api::StopContainerRequest {
@@ -298,7 +302,15 @@ mod tests {
         let only = |present: &'static [&'static str]| {
             move |p: &Path| present.iter().any(|s| root.join(s) == p)
         };
-        let cases: &[(&str, Option<&str>, Option<&str>, &[&str], Option<&str>)] = &[
+        // (case, --runtime-endpoint, --socket-file, sockets present, endpoint chosen)
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a [&'a str],
+            Option<&'a str>,
+        );
+        let cases: &[Case] = &[
             ("nothing", None, None, &[], None),
             (
                 "containerd first",
@@ -307,7 +319,13 @@ mod tests {
                 &["crio.sock", "containerd/containerd.sock"],
                 Some("unix:///hostvarrun/containerd/containerd.sock"),
             ),
-            ("crio", None, None, &["crio/crio.sock"], Some("unix:///hostvarrun/crio/crio.sock")),
+            (
+                "crio",
+                None,
+                None,
+                &["crio/crio.sock"],
+                Some("unix:///hostvarrun/crio/crio.sock"),
+            ),
             (
                 "cri-dockerd",
                 None,
@@ -322,7 +340,13 @@ mod tests {
                 &["k3s/containerd.sock", "containerd.sock"],
                 Some("unix:///hostvarrun/k3s/containerd.sock"),
             ),
-            ("socket-file missing", None, Some("x.sock"), &["containerd.sock"], None),
+            (
+                "socket-file missing",
+                None,
+                Some("x.sock"),
+                &["containerd.sock"],
+                None,
+            ),
             (
                 "explicit endpoint wins",
                 Some("unix:///run/n1/containerd.sock"),

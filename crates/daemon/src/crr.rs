@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::containerrecreaterequest::{self as crr, ContainerRecreateRequest, ContainerRecreateState};
+use kruise_api::containerrecreaterequest::{
+    self as crr, ContainerRecreateRequest, ContainerRecreateState,
+};
 use kruise_core::containerrecreate::{self as decide, DaemonStep, ObservedContainer};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
@@ -80,11 +82,7 @@ impl Executor {
             let worker = worker.clone();
             async move { worker.sync(&key).await }
         });
-        let selector = format!(
-            "{}={node},{}=true",
-            crr::LABEL_NODE_NAME,
-            crr::LABEL_ACTIVE
-        );
+        let selector = format!("{}={node},{}=true", crr::LABEL_NODE_NAME, crr::LABEL_ACTIVE);
         let api: Api<ContainerRecreateRequest> = Api::all(client);
         let watched = executor.clone();
         let run = async move {
@@ -162,7 +160,11 @@ impl Executor {
             }
             Err(error) => {
                 self.metrics.sync("error", started.elapsed());
-                tracing::warn!(key, error = format!("{error:#}"), "ContainerRecreateRequest sync failed");
+                tracing::warn!(
+                    key,
+                    error = format!("{error:#}"),
+                    "ContainerRecreateRequest sync failed"
+                );
                 Outcome::Failed
             }
         }
@@ -208,9 +210,15 @@ impl Executor {
             return Ok(Outcome::Done);
         }
         if let Some(grace) = request.strategy().unready_grace_period_seconds {
-            let Some(acquired) = request.annotation(crr::UNREADY_ACQUIRED).filter(|a| !a.is_empty())
+            let Some(acquired) = request
+                .annotation(crr::UNREADY_ACQUIRED)
+                .filter(|a| !a.is_empty())
             else {
-                tracing::info!(key, name = request.name_any(), "waiting for the Pod to be made not-ready");
+                tracing::info!(
+                    key,
+                    name = request.name_any(),
+                    "waiting for the Pod to be made not-ready"
+                );
                 return Ok(Outcome::Done);
             };
             match decide::unready_wait(acquired, grace, Timestamp::now()) {
@@ -340,21 +348,20 @@ impl Executor {
             && !grace.is_zero()
         {
             let ports = spec.and_then(|c| c.ports.clone()).unwrap_or_default();
-            let outcome = hooks::run_pre_stop(
-                &self.runtime,
-                raw_id,
-                pod_uid,
-                pre_stop,
-                &ports,
-                grace,
-            )
-            .await;
+            let outcome =
+                hooks::run_pre_stop(&self.runtime, raw_id, pod_uid, pre_stop, &ports, grace).await;
             if let Err(error) = outcome {
                 // The kubelet stops a container whose preStop failed all the same.
-                tracing::warn!(container = name, error = format!("{error:#}"), "preStop hook failed");
+                tracing::warn!(
+                    container = name,
+                    error = format!("{error:#}"),
+                    "preStop hook failed"
+                );
             }
         }
-        let left = grace.saturating_sub(started.elapsed()).max(Duration::from_secs(2));
+        let left = grace
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(2));
         tracing::info!(
             container = name,
             request = request.name_any(),
@@ -375,7 +382,11 @@ impl Executor {
             .await
     }
 
-    async fn complete(&self, request: &ContainerRecreateRequest, message: &str) -> anyhow::Result<()> {
+    async fn complete(
+        &self,
+        request: &ContainerRecreateRequest,
+        message: &str,
+    ) -> anyhow::Result<()> {
         self.write_status(
             request,
             json!({
@@ -413,9 +424,15 @@ impl Executor {
             Guard::None => json!({"status": status}),
         };
         let written = api
-            .patch_status(&request.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                &request.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
-            .map_err(|e| anyhow::anyhow!("patch status of {namespace}/{}: {e}", request.name_any()))?;
+            .map_err(|e| {
+                anyhow::anyhow!("patch status of {namespace}/{}: {e}", request.name_any())
+            })?;
         self.expect(&written);
         Ok(())
     }

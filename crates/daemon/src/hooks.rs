@@ -68,11 +68,21 @@ pub fn resolve_port(get: &HTTPGetAction, ports: &[ContainerPort]) -> anyhow::Res
 }
 
 async fn http_get(host: &str, port: u16, get: &HTTPGetAction) -> anyhow::Result<()> {
-    if get.scheme.as_deref().is_some_and(|s| !s.eq_ignore_ascii_case("HTTP")) {
+    if get
+        .scheme
+        .as_deref()
+        .is_some_and(|s| !s.eq_ignore_ascii_case("HTTP"))
+    {
         bail!("httpGet preStop hook: only the HTTP scheme is supported");
     }
-    let path = get.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "/".to_owned());
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kruise-daemon\r\nConnection: close\r\n");
+    let path = get
+        .path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/".to_owned());
+    let mut request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kruise-daemon\r\nConnection: close\r\n"
+    );
     for header in get.http_headers.iter().flatten() {
         request.push_str(&format!("{}: {}\r\n", header.name, header.value));
     }
@@ -105,9 +115,18 @@ mod tests {
             port,
             ..Default::default()
         };
-        assert_eq!(resolve_port(&get(IntOrString::Int(80)), &ports).ok(), Some(80));
-        assert_eq!(resolve_port(&get(IntOrString::String("http".into())), &ports).ok(), Some(8080));
-        assert_eq!(resolve_port(&get(IntOrString::String("81".into())), &ports).ok(), Some(81));
+        assert_eq!(
+            resolve_port(&get(IntOrString::Int(80)), &ports).ok(),
+            Some(80)
+        );
+        assert_eq!(
+            resolve_port(&get(IntOrString::String("http".into())), &ports).ok(),
+            Some(8080)
+        );
+        assert_eq!(
+            resolve_port(&get(IntOrString::String("81".into())), &ports).ok(),
+            Some(81)
+        );
         assert!(resolve_port(&get(IntOrString::String("nope".into())), &ports).is_err());
     }
 }

@@ -17,7 +17,11 @@ use kruise_daemon::metrics::{Metrics, RuntimeLabels};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "kruise-daemon", version, about = "OpenKruise's node agent: CRI client and ContainerRecreateRequest executor")]
+#[command(
+    name = "kruise-daemon",
+    version,
+    about = "OpenKruise's node agent: CRI client and ContainerRecreateRequest executor"
+)]
 struct Args {
     /// The node this daemon serves (the DaemonSet passes spec.nodeName).
     #[arg(long, env = "NODE_NAME")]
@@ -56,7 +60,10 @@ async fn healthz(State(app): State<Arc<App>>) -> (StatusCode, String) {
         }
         Err(error) => {
             app.metrics.runtime_up.set(0);
-            (StatusCode::SERVICE_UNAVAILABLE, format!("container runtime: {error}"))
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("container runtime: {error}"),
+            )
         }
     }
 }
@@ -65,13 +72,19 @@ async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
     if app.executor.synced() {
         (StatusCode::OK, "ok")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "ContainerRecreateRequest informer not synced")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ContainerRecreateRequest informer not synced",
+        )
     }
 }
 
 async fn serve_metrics(State(app): State<Arc<App>>) -> ([(&'static str, &'static str); 1], String) {
     (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         app.metrics.encode(),
     )
 }

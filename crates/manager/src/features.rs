@@ -129,12 +129,8 @@ pub const GATES: &[Gate] = &[
         Alpha,
         Gated,
     ),
-    gate(
-        "SidecarTerminator",
-        false,
-        Alpha,
-        Missing("stops sidecars of completed Job Pods through kruise-daemon"),
-    ),
+    // Pods on virtual kubelets (sidecars stopped by an image change) are not handled.
+    gate("SidecarTerminator", false, Alpha, Gated),
     gate("EnableSortSidecarContainerByName", false, Alpha, Gated),
     gate("StatefulSetStartOrdinal", false, Alpha, AlwaysOn),
     gate("StatefulSetAutoResizePVCGate", false, Alpha, AlwaysOn),

@@ -986,6 +986,9 @@ async fn run_controllers(
             kruise_controllers::resourcedistribution::Config::default(),
         )
     });
+    let sidecarterminator = gates
+        .enabled("SidecarTerminator")
+        .then(|| kruise_controllers::sidecarterminator::run(client.clone(), caches.pods.clone()));
     let containerrecreaterequest = gates.enabled("KruiseDaemon").then(|| {
         kruise_controllers::containerrecreaterequest::run(
             client.clone(),
@@ -1054,6 +1057,9 @@ async fn run_controllers(
     }
     if let Some(containerrecreaterequest) = containerrecreaterequest {
         work.spawn(named("containerrecreaterequest", containerrecreaterequest));
+    }
+    if let Some(sidecarterminator) = sidecarterminator {
+        work.spawn(named("sidecarterminator", sidecarterminator));
     }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.

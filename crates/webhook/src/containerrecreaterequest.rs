@@ -57,14 +57,21 @@ pub fn check_update(
     }
     for key in [crr::LABEL_POD_UID, crr::LABEL_NODE_NAME] {
         if label(new, key) != label(old, key) {
-            return Err(refuse(403, format!("not allowed to update immutable label {key}")));
+            return Err(refuse(
+                403,
+                format!("not allowed to update immutable label {key}"),
+            ));
         }
     }
     let acquired = old.annotation(crr::UNREADY_ACQUIRED).unwrap_or_default();
-    if !acquired.is_empty() && new.annotation(crr::UNREADY_ACQUIRED).unwrap_or_default() != acquired {
+    if !acquired.is_empty() && new.annotation(crr::UNREADY_ACQUIRED).unwrap_or_default() != acquired
+    {
         return Err(refuse(
             403,
-            format!("not allowed to update immutable annotation {}", crr::UNREADY_ACQUIRED),
+            format!(
+                "not allowed to update immutable annotation {}",
+                crr::UNREADY_ACQUIRED
+            ),
         ));
     }
     Ok(())
@@ -91,14 +98,26 @@ pub fn default_new(request: &mut ContainerRecreateRequest) -> Result<(), Refusal
     {
         return Err(refuse(
             400,
-            format!("activeDeadlineSeconds can not be less than {}s", crr::MIN_DEADLINE_SECONDS),
+            format!(
+                "activeDeadlineSeconds can not be less than {}s",
+                crr::MIN_DEADLINE_SECONDS
+            ),
         ));
     }
-    if strategy.termination_grace_period_seconds.is_some_and(|s| s < 0) {
-        return Err(refuse(400, "terminationGracePeriodSeconds must be non-negative integer"));
+    if strategy
+        .termination_grace_period_seconds
+        .is_some_and(|s| s < 0)
+    {
+        return Err(refuse(
+            400,
+            "terminationGracePeriodSeconds must be non-negative integer",
+        ));
     }
     if strategy.unready_grace_period_seconds.is_some_and(|s| s < 0) {
-        return Err(refuse(400, "unreadyGracePeriodSeconds must be non-negative integer"));
+        return Err(refuse(
+            400,
+            "unreadyGracePeriodSeconds must be non-negative integer",
+        ));
     }
     match strategy.failure_policy.as_str() {
         "" => strategy.failure_policy = crr::FAILURE_POLICY_FAIL.to_owned(),
@@ -123,7 +142,10 @@ fn terminated_by_sidecar_terminator(pod: &Pod) -> bool {
 /// The Pod may have containers recreated: active (or stopped by SidecarTerminator) and scheduled.
 pub fn check_pod(pod: &Pod) -> Result<&str, Refusal> {
     if !pod_active(pod) && !terminated_by_sidecar_terminator(pod) {
-        return Err(refuse(400, "not allowed to recreate containers in an inactive Pod"));
+        return Err(refuse(
+            400,
+            "not allowed to recreate containers in an inactive Pod",
+        ));
     }
     pod.spec
         .as_ref()
@@ -133,7 +155,11 @@ pub fn check_pod(pod: &Pod) -> Result<&str, Refusal> {
 }
 
 /// Copies what the daemon needs from the Pod (and its Node) into a new request.
-pub fn inject(request: &mut ContainerRecreateRequest, pod: &Pod, node: Option<&Node>) -> Result<(), Refusal> {
+pub fn inject(
+    request: &mut ContainerRecreateRequest,
+    pod: &Pod,
+    node: Option<&Node>,
+) -> Result<(), Refusal> {
     let spec = pod.spec.clone().unwrap_or_default();
     let labels = request.metadata.labels.get_or_insert_default();
     labels.insert(
@@ -166,25 +192,44 @@ pub fn inject(request: &mut ContainerRecreateRequest, pod: &Pod, node: Option<&N
     let mut seen = std::collections::BTreeSet::new();
     for c in &mut request.spec.containers {
         if !seen.insert(c.name.clone()) {
-            return Err(refuse(400, format!("can not recreate {} multi times", c.name)));
+            return Err(refuse(
+                400,
+                format!("can not recreate {} multi times", c.name),
+            ));
         }
         if c.pre_stop.is_some() || c.ports.is_some() || c.status_context.is_some() {
-            return Err(refuse(400, "preStop, ports, statusContext in container are ready-only fields"));
+            return Err(refuse(
+                400,
+                "preStop, ports, statusContext in container are ready-only fields",
+            ));
         }
         let Some(container) = spec.containers.iter().find(|p| p.name == c.name) else {
-            return Err(refuse(400, format!("container {} not found in Pod", c.name)));
+            return Err(refuse(
+                400,
+                format!("container {} not found in Pod", c.name),
+            ));
         };
         let Some(status) = statuses.iter().find(|s| s.name == c.name) else {
-            return Err(refuse(400, format!("not found {} containerStatus in Pod Status", c.name)));
+            return Err(refuse(
+                400,
+                format!("not found {} containerStatus in Pod Status", c.name),
+            ));
         };
         let container_id = status.container_id.clone().unwrap_or_default();
         if container_id.is_empty() {
             return Err(refuse(
                 400,
-                format!("no containerID in {} containerStatus, maybe the container has not been initialized", c.name),
+                format!(
+                    "no containerID in {} containerStatus, maybe the container has not been initialized",
+                    c.name
+                ),
             ));
         }
-        if let Some(pre_stop) = container.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+        if let Some(pre_stop) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+        {
             c.pre_stop = Some(ProbeHandler {
                 exec: pre_stop.exec.clone(),
                 http_get: pre_stop.http_get.clone(),
@@ -219,13 +264,18 @@ fn answer(request: &AdmissionRequest<DynamicObject>, refusal: Refusal) -> Answer
 }
 
 fn decode(object: &DynamicObject) -> Result<(Value, ContainerRecreateRequest), Refusal> {
-    let value = serde_json::to_value(object).map_err(|e| refuse(400, format!("cannot read the object: {e}")))?;
+    let value = serde_json::to_value(object)
+        .map_err(|e| refuse(400, format!("cannot read the object: {e}")))?;
     let typed = serde_json::from_value(value.clone()).map_err(|e| refuse(400, e.to_string()))?;
     Ok((value, typed))
 }
 
 /// Reads the Pod and its Node for a new request.
-async fn read_pod(client: &Client, namespace: &str, pod_name: &str) -> Result<(Pod, Option<Node>), Refusal> {
+async fn read_pod(
+    client: &Client,
+    namespace: &str,
+    pod_name: &str,
+) -> Result<(Pod, Option<Node>), Refusal> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod = match pods.get_opt(pod_name).await {
         Ok(Some(pod)) => pod,
@@ -237,7 +287,10 @@ async fn read_pod(client: &Client, namespace: &str, pod_name: &str) -> Result<(P
     let node = match nodes.get_opt(&node_name).await {
         Ok(Some(node)) => node,
         Ok(None) => {
-            return Err(refuse(400, format!("failed to get Node {node_name}: nodes \"{node_name}\" not found")));
+            return Err(refuse(
+                400,
+                format!("failed to get Node {node_name}: nodes \"{node_name}\" not found"),
+            ));
         }
         Err(e) => return Err(refuse(500, format!("failed to get Node {node_name}: {e}"))),
     };
@@ -245,13 +298,20 @@ async fn read_pod(client: &Client, namespace: &str, pod_name: &str) -> Result<(P
 }
 
 /// Answers a ContainerRecreateRequest review; `enabled` is the `KruiseDaemon` gate.
-pub async fn review(review: AdmissionReview<DynamicObject>, enabled: bool, client: Option<&Client>) -> Answer {
+pub async fn review(
+    review: AdmissionReview<DynamicObject>,
+    enabled: bool,
+    client: Option<&Client>,
+) -> Answer {
     let request = match request_of(review) {
         Ok(request) => request,
         Err(answer) => return *answer,
     };
     if !enabled {
-        return answer(&request, refuse(403, format!("feature-gate {GATE} is not enabled")));
+        return answer(
+            &request,
+            refuse(403, format!("feature-gate {GATE} is not enabled")),
+        );
     }
     let Some(object) = &request.object else {
         return allow(&request);
@@ -302,7 +362,10 @@ pub async fn review(review: AdmissionReview<DynamicObject>, enabled: bool, clien
             review: response.into_review(),
             allowed: true,
         },
-        Err(e) => answer(&request, refuse(500, format!("cannot encode the patch: {e}"))),
+        Err(e) => answer(
+            &request,
+            refuse(500, format!("cannot encode the patch: {e}")),
+        ),
     }
 }
 

@@ -64,7 +64,10 @@ fn st(name: &str, phase: &str, killed: bool) -> ContainerRecreateState {
     }
 }
 
-fn with_states(mut r: ContainerRecreateRequest, states: Vec<ContainerRecreateState>) -> ContainerRecreateRequest {
+fn with_states(
+    mut r: ContainerRecreateRequest,
+    states: Vec<ContainerRecreateState>,
+) -> ContainerRecreateRequest {
     r.status = Some(ContainerRecreateRequestStatus {
         phase: crr::PHASE_RECREATING.into(),
         container_recreate_states: states,
@@ -81,7 +84,8 @@ fn synced(r: &mut ContainerRecreateRequest, name: &str, id: &str, ready: bool) {
         container_id: format!("containerd://{id}"),
     }])
     .expect("json");
-    r.metadata.annotations = Some([(crr::ANNOTATION_SYNC_CONTAINER_STATUSES.to_owned(), raw)].into());
+    r.metadata.annotations =
+        Some([(crr::ANNOTATION_SYNC_CONTAINER_STATUSES.to_owned(), raw)].into());
 }
 
 #[test]
@@ -95,20 +99,111 @@ fn current_states_follow_the_runtime() {
         min_started_seconds: 30,
         ..Default::default()
     };
-    type Case<'a> = (&'a str, ContainerRecreateRequestStrategy, Vec<ContainerRecreateState>, &'a [(&'a str, &'a str, bool, i32)], Option<(&'a str, bool)>, &'a str);
+    type Case<'a> = (
+        &'a str,
+        ContainerRecreateRequestStrategy,
+        Vec<ContainerRecreateState>,
+        &'a [(&'a str, &'a str, bool, i32)],
+        Option<(&'a str, bool)>,
+        &'a str,
+    );
     let cases: Vec<Case> = vec![
-        ("unchanged container is Pending", plain.clone(), vec![], &[("a", "a-0", false, 0)], None, crr::PHASE_PENDING),
-        ("absent container is Pending", plain.clone(), vec![], &[], None, crr::PHASE_PENDING),
-        ("exited container is Recreating", plain.clone(), vec![], &[("a", "a-0", true, 0)], None, crr::PHASE_RECREATING),
-        ("new container, not synced yet", plain.clone(), vec![], &[("a", "a-1", false, 1)], None, crr::PHASE_RECREATING),
-        ("new container synced ready", plain.clone(), vec![], &[("a", "a-1", false, 1)], Some(("a-1", true)), crr::PHASE_SUCCEEDED),
-        ("new container synced not ready", plain.clone(), vec![], &[("a", "a-1", false, 1)], Some(("a-1", false)), crr::PHASE_RECREATING),
-        ("synced status of another container", plain.clone(), vec![], &[("a", "a-2", false, 2)], Some(("a-1", true)), crr::PHASE_RECREATING),
-        ("ready but not started long enough", min_started, vec![], &[("a", "a-1", false, 1)], Some(("a-1", true)), crr::PHASE_RECREATING),
-        ("force: restarted by someone else is still Pending", force.clone(), vec![], &[("a", "a-1", false, 1)], Some(("a-1", true)), crr::PHASE_PENDING),
-        ("force: killed by the request counts", force, vec![st("a", crr::PHASE_RECREATING, true)], &[("a", "a-1", false, 1)], Some(("a-1", true)), crr::PHASE_SUCCEEDED),
-        ("Failed is kept", plain.clone(), vec![st("a", crr::PHASE_FAILED, false)], &[("a", "a-0", false, 0)], None, crr::PHASE_FAILED),
-        ("Succeeded is kept", plain, vec![st("a", crr::PHASE_SUCCEEDED, true)], &[("a", "a-0", false, 0)], None, crr::PHASE_SUCCEEDED),
+        (
+            "unchanged container is Pending",
+            plain.clone(),
+            vec![],
+            &[("a", "a-0", false, 0)],
+            None,
+            crr::PHASE_PENDING,
+        ),
+        (
+            "absent container is Pending",
+            plain.clone(),
+            vec![],
+            &[],
+            None,
+            crr::PHASE_PENDING,
+        ),
+        (
+            "exited container is Recreating",
+            plain.clone(),
+            vec![],
+            &[("a", "a-0", true, 0)],
+            None,
+            crr::PHASE_RECREATING,
+        ),
+        (
+            "new container, not synced yet",
+            plain.clone(),
+            vec![],
+            &[("a", "a-1", false, 1)],
+            None,
+            crr::PHASE_RECREATING,
+        ),
+        (
+            "new container synced ready",
+            plain.clone(),
+            vec![],
+            &[("a", "a-1", false, 1)],
+            Some(("a-1", true)),
+            crr::PHASE_SUCCEEDED,
+        ),
+        (
+            "new container synced not ready",
+            plain.clone(),
+            vec![],
+            &[("a", "a-1", false, 1)],
+            Some(("a-1", false)),
+            crr::PHASE_RECREATING,
+        ),
+        (
+            "synced status of another container",
+            plain.clone(),
+            vec![],
+            &[("a", "a-2", false, 2)],
+            Some(("a-1", true)),
+            crr::PHASE_RECREATING,
+        ),
+        (
+            "ready but not started long enough",
+            min_started,
+            vec![],
+            &[("a", "a-1", false, 1)],
+            Some(("a-1", true)),
+            crr::PHASE_RECREATING,
+        ),
+        (
+            "force: restarted by someone else is still Pending",
+            force.clone(),
+            vec![],
+            &[("a", "a-1", false, 1)],
+            Some(("a-1", true)),
+            crr::PHASE_PENDING,
+        ),
+        (
+            "force: killed by the request counts",
+            force,
+            vec![st("a", crr::PHASE_RECREATING, true)],
+            &[("a", "a-1", false, 1)],
+            Some(("a-1", true)),
+            crr::PHASE_SUCCEEDED,
+        ),
+        (
+            "Failed is kept",
+            plain.clone(),
+            vec![st("a", crr::PHASE_FAILED, false)],
+            &[("a", "a-0", false, 0)],
+            None,
+            crr::PHASE_FAILED,
+        ),
+        (
+            "Succeeded is kept",
+            plain,
+            vec![st("a", crr::PHASE_SUCCEEDED, true)],
+            &[("a", "a-0", false, 0)],
+            None,
+            crr::PHASE_SUCCEEDED,
+        ),
     ];
     for (name, strategy, previous, runtime, sync, want) in cases {
         let mut r = with_states(request(&["a"], strategy), previous);
@@ -128,19 +223,37 @@ fn daemon_kills_one_container_at_a_time_and_honours_order() {
     };
     let runtime = observed(&[("a", "a-1", false, 1), ("b", "b-0", false, 0)]);
     // Unordered: a is Recreating, b is killed next.
-    let states = vec![st("a", crr::PHASE_RECREATING, true), st("b", crr::PHASE_PENDING, false)];
+    let states = vec![
+        st("a", crr::PHASE_RECREATING, true),
+        st("b", crr::PHASE_PENDING, false),
+    ];
     let r = with_states(request(&["a", "b"], Default::default()), states.clone());
-    assert!(matches!(daemon_step(&r, states.clone(), &runtime), DaemonStep::Kill { index: 1, .. }));
+    assert!(matches!(
+        daemon_step(&r, states.clone(), &runtime),
+        DaemonStep::Kill { index: 1, .. }
+    ));
     // Ordered: b waits for a.
     let r = with_states(request(&["a", "b"], ordered), states.clone());
-    assert_eq!(daemon_step(&r, states.clone(), &runtime), DaemonStep::Wait(None));
+    assert_eq!(
+        daemon_step(&r, states.clone(), &runtime),
+        DaemonStep::Wait(None)
+    );
     // States that differ from the status are written first.
     let r = with_states(request(&["a", "b"], Default::default()), vec![]);
-    assert_eq!(daemon_step(&r, states, &runtime), DaemonStep::Patch(vec![st("a", crr::PHASE_RECREATING, true), st("b", crr::PHASE_PENDING, false)]));
+    assert_eq!(
+        daemon_step(&r, states, &runtime),
+        DaemonStep::Patch(vec![
+            st("a", crr::PHASE_RECREATING, true),
+            st("b", crr::PHASE_PENDING, false)
+        ])
+    );
     // A Pending container missing on the node is not killed.
     let states = vec![st("a", crr::PHASE_PENDING, false)];
     let r = with_states(request(&["a"], Default::default()), states.clone());
-    assert_eq!(daemon_step(&r, states, &BTreeMap::new()), DaemonStep::Wait(None));
+    assert_eq!(
+        daemon_step(&r, states, &BTreeMap::new()),
+        DaemonStep::Wait(None)
+    );
 }
 
 #[test]
@@ -150,18 +263,36 @@ fn daemon_completes_on_failure_or_when_all_done() {
         ..Default::default()
     };
     let runtime = observed(&[("a", "a-1", false, 1), ("b", "b-0", false, 0)]);
-    let failed = vec![st("a", crr::PHASE_FAILED, false), st("b", crr::PHASE_PENDING, false)];
+    let failed = vec![
+        st("a", crr::PHASE_FAILED, false),
+        st("b", crr::PHASE_PENDING, false),
+    ];
     let r = with_states(request(&["a", "b"], Default::default()), failed.clone());
-    assert_eq!(daemon_step(&r, failed.clone(), &runtime), DaemonStep::Complete);
+    assert_eq!(
+        daemon_step(&r, failed.clone(), &runtime),
+        DaemonStep::Complete
+    );
     let r = with_states(request(&["a", "b"], ignore), failed.clone());
-    assert!(matches!(daemon_step(&r, failed, &runtime), DaemonStep::Kill { index: 1, .. }));
-    let done = vec![st("a", crr::PHASE_SUCCEEDED, true), st("b", crr::PHASE_SUCCEEDED, true)];
+    assert!(matches!(
+        daemon_step(&r, failed, &runtime),
+        DaemonStep::Kill { index: 1, .. }
+    ));
+    let done = vec![
+        st("a", crr::PHASE_SUCCEEDED, true),
+        st("b", crr::PHASE_SUCCEEDED, true),
+    ];
     let r = with_states(request(&["a", "b"], Default::default()), done.clone());
     assert_eq!(daemon_step(&r, done, &runtime), DaemonStep::Complete);
-    let min = ContainerRecreateRequestStrategy { min_started_seconds: 5, ..Default::default() };
+    let min = ContainerRecreateRequestStrategy {
+        min_started_seconds: 5,
+        ..Default::default()
+    };
     let waiting = vec![st("a", crr::PHASE_RECREATING, true)];
     let r = with_states(request(&["a"], min), waiting.clone());
-    assert_eq!(daemon_step(&r, waiting, &runtime), DaemonStep::Wait(Some(Duration::from_secs(5))));
+    assert_eq!(
+        daemon_step(&r, waiting, &runtime),
+        DaemonStep::Wait(Some(Duration::from_secs(5)))
+    );
 }
 
 fn pod(uid: &str) -> Pod {
@@ -180,7 +311,9 @@ fn pod(uid: &str) -> Pod {
                 restart_count: 1,
                 container_id: Some("containerd://a-1".into()),
                 state: Some(ContainerState {
-                    running: Some(ContainerStateRunning { started_at: Some(Time(ts(5))) }),
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(ts(5))),
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -203,13 +336,28 @@ fn kube_meta(uid: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Objec
 fn manager_steps() {
     let base = request(&["a"], Default::default());
     let live = pod("uid");
-    assert_eq!(manager_step(&base, None, ts(1)), ManagerStep::Complete("pod has gone"));
-    assert_eq!(manager_step(&base, Some(&pod("other")), ts(1)), ManagerStep::Complete("pod has gone"));
-    assert_eq!(manager_step(&base, Some(&live), ts(61)), ManagerStep::Complete("daemon has not responded for a long time"));
-    assert_eq!(manager_step(&base, Some(&live), ts(1)), ManagerStep::Requeue(Some(Duration::from_secs(59))));
+    assert_eq!(
+        manager_step(&base, None, ts(1)),
+        ManagerStep::Complete("pod has gone")
+    );
+    assert_eq!(
+        manager_step(&base, Some(&pod("other")), ts(1)),
+        ManagerStep::Complete("pod has gone")
+    );
+    assert_eq!(
+        manager_step(&base, Some(&live), ts(61)),
+        ManagerStep::Complete("daemon has not responded for a long time")
+    );
+    assert_eq!(
+        manager_step(&base, Some(&live), ts(1)),
+        ManagerStep::Requeue(Some(Duration::from_secs(59)))
+    );
     let mut deadline = with_states(base.clone(), vec![]);
     deadline.spec.active_deadline_seconds = Some(10);
-    assert_eq!(manager_step(&deadline, Some(&live), ts(10)), ManagerStep::Complete("recreating has exceeded the activeDeadlineSeconds"));
+    assert_eq!(
+        manager_step(&deadline, Some(&live), ts(10)),
+        ManagerStep::Complete("recreating has exceeded the activeDeadlineSeconds")
+    );
     // Recreating: the statuses of containers started since the request are synchronised.
     let recreating = with_states(base.clone(), vec![]);
     let ManagerStep::SyncStatuses(raw) = manager_step(&recreating, Some(&live), ts(10)) else {
@@ -217,11 +365,21 @@ fn manager_steps() {
     };
     assert!(raw.contains("containerd://a-1"), "{raw}");
     let mut synced = recreating.clone();
-    synced.metadata.annotations = Some([(crr::ANNOTATION_SYNC_CONTAINER_STATUSES.to_owned(), raw)].into());
-    assert_eq!(manager_step(&synced, Some(&live), ts(10)), ManagerStep::Requeue(None));
+    synced.metadata.annotations =
+        Some([(crr::ANNOTATION_SYNC_CONTAINER_STATUSES.to_owned(), raw)].into());
+    assert_eq!(
+        manager_step(&synced, Some(&live), ts(10)),
+        ManagerStep::Requeue(None)
+    );
     let mut unready = synced.clone();
-    unready.spec.strategy = Some(ContainerRecreateRequestStrategy { unready_grace_period_seconds: Some(3), ..Default::default() });
-    assert_eq!(manager_step(&unready, Some(&live), ts(10)), ManagerStep::AcquireNotReady);
+    unready.spec.strategy = Some(ContainerRecreateRequestStrategy {
+        unready_grace_period_seconds: Some(3),
+        ..Default::default()
+    });
+    assert_eq!(
+        manager_step(&unready, Some(&live), ts(10)),
+        ManagerStep::AcquireNotReady
+    );
     // Finished: release, deactivate, TTL.
     let mut done = synced;
     if let Some(s) = done.status.as_mut() {
@@ -229,14 +387,32 @@ fn manager_steps() {
         s.completion_time = Some(Time(ts(20)));
     }
     done.metadata.finalizers = Some(vec![crr::UNREADY_ACQUIRED.into()]);
-    assert_eq!(manager_step(&done, Some(&live), ts(21)), ManagerStep::ReleaseNotReady);
+    assert_eq!(
+        manager_step(&done, Some(&live), ts(21)),
+        ManagerStep::ReleaseNotReady
+    );
     done.metadata.finalizers = None;
-    done.metadata.labels.get_or_insert_default().insert(crr::LABEL_ACTIVE.into(), "true".into());
-    assert_eq!(manager_step(&done, Some(&live), ts(21)), ManagerStep::Deactivate);
-    done.metadata.labels.get_or_insert_default().remove(crr::LABEL_ACTIVE);
-    assert_eq!(manager_step(&done, Some(&live), ts(21)), ManagerStep::Requeue(None));
+    done.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(crr::LABEL_ACTIVE.into(), "true".into());
+    assert_eq!(
+        manager_step(&done, Some(&live), ts(21)),
+        ManagerStep::Deactivate
+    );
+    done.metadata
+        .labels
+        .get_or_insert_default()
+        .remove(crr::LABEL_ACTIVE);
+    assert_eq!(
+        manager_step(&done, Some(&live), ts(21)),
+        ManagerStep::Requeue(None)
+    );
     done.spec.ttl_seconds_after_finished = Some(5);
-    assert_eq!(manager_step(&done, Some(&live), ts(21)), ManagerStep::Requeue(Some(Duration::from_secs(4))));
+    assert_eq!(
+        manager_step(&done, Some(&live), ts(21)),
+        ManagerStep::Requeue(Some(Duration::from_secs(4)))
+    );
     assert_eq!(manager_step(&done, None, ts(25)), ManagerStep::Delete);
 }
 
@@ -247,7 +423,10 @@ fn not_ready_messages_add_and_remove() {
     let other = NotReadyMessage::for_request("ns", "s");
     let (status, message) = add_not_ready(&p, &mine).expect("added");
     assert_eq!(status, "False");
-    assert_eq!(message, r#"[{"userAgent":"ContainerRecreateRequest","key":"ns/r"}]"#);
+    assert_eq!(
+        message,
+        r#"[{"userAgent":"ContainerRecreateRequest","key":"ns/r"}]"#
+    );
     let set = |p: &mut Pod, status: &str, message: String| {
         p.status.get_or_insert_default().conditions = Some(vec![PodCondition {
             type_: keys::CONDITION_KRUISE_POD_READY.into(),

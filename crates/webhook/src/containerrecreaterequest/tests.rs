@@ -1,11 +1,12 @@
 use super::*;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, ContainerStatus, ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler,
-    PodSpec, PodStatus,
+    Container, ContainerPort, ContainerStatus, ExecAction, HTTPGetAction, Lifecycle,
+    LifecycleHandler, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::containerrecreaterequest::{
-    ContainerRecreateRequestContainer, ContainerRecreateRequestSpec, ContainerRecreateRequestStrategy,
+    ContainerRecreateRequestContainer, ContainerRecreateRequestSpec,
+    ContainerRecreateRequestStrategy,
 };
 use serde_json::json;
 
@@ -108,31 +109,66 @@ fn new_requests_are_defaulted_and_checked() {
     let mut r = request(&["app"]);
     assert_eq!(default_new(&mut r), Ok(()));
     assert_eq!(r.strategy().failure_policy, "Fail");
-    assert_eq!(r.labels().get(crr::LABEL_ACTIVE).map(String::as_str), Some("true"));
-    let cases: Vec<(&str, Box<dyn Fn(&mut ContainerRecreateRequest)>, &str)> = vec![
-        ("no pod", Box::new(|r| r.spec.pod_name.clear()), "podName can not be empty"),
-        ("no containers", Box::new(|r| r.spec.containers.clear()), "containers list can not be null"),
-        ("short deadline", Box::new(|r| r.spec.active_deadline_seconds = Some(2)), "activeDeadlineSeconds can not be less than 3s"),
+    assert_eq!(
+        r.labels().get(crr::LABEL_ACTIVE).map(String::as_str),
+        Some("true")
+    );
+    type Change = Box<dyn Fn(&mut ContainerRecreateRequest)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
+        (
+            "no pod",
+            Box::new(|r| r.spec.pod_name.clear()),
+            "podName can not be empty",
+        ),
+        (
+            "no containers",
+            Box::new(|r| r.spec.containers.clear()),
+            "containers list can not be null",
+        ),
+        (
+            "short deadline",
+            Box::new(|r| r.spec.active_deadline_seconds = Some(2)),
+            "activeDeadlineSeconds can not be less than 3s",
+        ),
         (
             "negative grace",
-            Box::new(|r| r.spec.strategy = Some(ContainerRecreateRequestStrategy { termination_grace_period_seconds: Some(-1), ..Default::default() })),
+            Box::new(|r| {
+                r.spec.strategy = Some(ContainerRecreateRequestStrategy {
+                    termination_grace_period_seconds: Some(-1),
+                    ..Default::default()
+                })
+            }),
             "terminationGracePeriodSeconds must be non-negative integer",
         ),
         (
             "negative unready grace",
-            Box::new(|r| r.spec.strategy = Some(ContainerRecreateRequestStrategy { unready_grace_period_seconds: Some(-1), ..Default::default() })),
+            Box::new(|r| {
+                r.spec.strategy = Some(ContainerRecreateRequestStrategy {
+                    unready_grace_period_seconds: Some(-1),
+                    ..Default::default()
+                })
+            }),
             "unreadyGracePeriodSeconds must be non-negative integer",
         ),
         (
             "bad policy",
-            Box::new(|r| r.spec.strategy = Some(ContainerRecreateRequestStrategy { failure_policy: "Retry".into(), ..Default::default() })),
+            Box::new(|r| {
+                r.spec.strategy = Some(ContainerRecreateRequestStrategy {
+                    failure_policy: "Retry".into(),
+                    ..Default::default()
+                })
+            }),
             "unknown failurePolicy Retry",
         ),
     ];
     for (name, change, want) in cases {
         let mut r = request(&["app"]);
         change(&mut r);
-        assert_eq!(default_new(&mut r).map_err(|e| e.message), Err(want.to_owned()), "{name}");
+        assert_eq!(
+            default_new(&mut r).map_err(|e| e.message),
+            Err(want.to_owned()),
+            "{name}"
+        );
     }
 }
 
@@ -141,14 +177,22 @@ fn the_pod_is_copied_into_the_request() {
     let mut r = request(&["app", "web"]);
     assert_eq!(default_new(&mut r), Ok(()));
     assert_eq!(inject(&mut r, &pod(), None), Ok(()));
-    assert_eq!(r.labels().get(crr::LABEL_POD_UID).map(String::as_str), Some("uid-1"));
-    assert_eq!(r.labels().get(crr::LABEL_NODE_NAME).map(String::as_str), Some("n1"));
+    assert_eq!(
+        r.labels().get(crr::LABEL_POD_UID).map(String::as_str),
+        Some("uid-1")
+    );
+    assert_eq!(
+        r.labels().get(crr::LABEL_NODE_NAME).map(String::as_str),
+        Some("n1")
+    );
     assert_eq!(r.strategy().termination_grace_period_seconds, Some(20));
     let app = &r.spec.containers[0];
     assert!(app.pre_stop.as_ref().is_some_and(|p| p.exec.is_some()));
     assert_eq!(app.ports, None, "ports are copied only for an httpGet hook");
     assert_eq!(
-        app.status_context.as_ref().map(|s| (s.container_id.as_str(), s.restart_count)),
+        app.status_context
+            .as_ref()
+            .map(|s| (s.container_id.as_str(), s.restart_count)),
         Some(("containerd://a", 2))
     );
     assert!(r.spec.containers[1].ports.is_some());
@@ -158,8 +202,14 @@ fn the_pod_is_copied_into_the_request() {
         let _ = default_new(&mut r);
         inject(&mut r, &pod(), None).map_err(|e| e.message)
     };
-    assert_eq!(refused(&["app", "app"]), Err("can not recreate app multi times".into()));
-    assert_eq!(refused(&["nope"]), Err("container nope not found in Pod".into()));
+    assert_eq!(
+        refused(&["app", "app"]),
+        Err("can not recreate app multi times".into())
+    );
+    assert_eq!(
+        refused(&["nope"]),
+        Err("container nope not found in Pod".into())
+    );
     assert_eq!(
         refused(&["init-pending"]),
         Err("no containerID in init-pending containerStatus, maybe the container has not been initialized".into())
@@ -178,12 +228,18 @@ fn inactive_or_pending_pods_are_refused() {
     if let Some(s) = done.status.as_mut() {
         s.phase = Some("Succeeded".into());
     }
-    assert_eq!(check_pod(&done).map_err(|e| e.message), Err("not allowed to recreate containers in an inactive Pod".into()));
+    assert_eq!(
+        check_pod(&done).map_err(|e| e.message),
+        Err("not allowed to recreate containers in an inactive Pod".into())
+    );
     let mut pending = pod();
     if let Some(s) = pending.spec.as_mut() {
         s.node_name = None;
     }
-    assert_eq!(check_pod(&pending).map_err(|e| e.message), Err("not allowed to recreate containers in a pending Pod".into()));
+    assert_eq!(
+        check_pod(&pending).map_err(|e| e.message),
+        Err("not allowed to recreate containers in a pending Pod".into())
+    );
     assert_eq!(check_pod(&pod()).ok(), Some("n1"));
 }
 
@@ -193,18 +249,29 @@ fn updates_keep_what_is_immutable() {
     let _ = default_new(&mut old);
     let _ = inject(&mut old, &pod(), None);
     let mut new = old.clone();
-    new.metadata.annotations = Some([(crr::ANNOTATION_SYNC_CONTAINER_STATUSES.to_owned(), "[]".to_owned())].into());
+    new.metadata.annotations = Some(
+        [(
+            crr::ANNOTATION_SYNC_CONTAINER_STATUSES.to_owned(),
+            "[]".to_owned(),
+        )]
+        .into(),
+    );
     assert_eq!(check_update(&new, &old), Ok(()));
     let mut spec = old.clone();
     spec.spec.active_deadline_seconds = Some(10);
     assert_eq!(check_update(&spec, &old).map_err(|e| e.code), Err(403));
     let mut uid = old.clone();
-    uid.metadata.labels.get_or_insert_default().insert(crr::LABEL_POD_UID.into(), "x".into());
+    uid.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(crr::LABEL_POD_UID.into(), "x".into());
     assert!(check_update(&uid, &old).is_err());
     let mut stamped = old.clone();
-    stamped.metadata.annotations = Some([(crr::UNREADY_ACQUIRED.to_owned(), "t1".to_owned())].into());
+    stamped.metadata.annotations =
+        Some([(crr::UNREADY_ACQUIRED.to_owned(), "t1".to_owned())].into());
     let mut restamped = stamped.clone();
-    restamped.metadata.annotations = Some([(crr::UNREADY_ACQUIRED.to_owned(), "t2".to_owned())].into());
+    restamped.metadata.annotations =
+        Some([(crr::UNREADY_ACQUIRED.to_owned(), "t2".to_owned())].into());
     assert_eq!(check_update(&stamped, &old), Ok(()));
     assert!(check_update(&restamped, &stamped).is_err());
 }
@@ -229,7 +296,10 @@ async fn the_gate_off_refuses_with_403() {
     assert!(!answer.allowed);
     let response = answer.review.response.expect("response");
     assert_eq!(response.result.code, 403);
-    assert_eq!(response.result.message, "feature-gate KruiseDaemon is not enabled");
+    assert_eq!(
+        response.result.message,
+        "feature-gate KruiseDaemon is not enabled"
+    );
 }
 
 async fn review_request(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
