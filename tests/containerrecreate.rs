@@ -22,7 +22,10 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn bed() -> &'static TestBed {
     let bed = testbed_with_real_nodes(REAL_NODES);
-    bed.manager();
+    bed.manager_with(&kruise_testkit::manager::ManagerOptions {
+        extra_args: vec!["--feature-gates=SidecarTerminator=true".into()],
+        ..Default::default()
+    });
     bed.daemons();
     bed
 }
@@ -488,6 +491,61 @@ async fn webhook_checks_deadline_and_pod_gone() -> anyhow::Result<()> {
                 .map(|s| s.message.clone())
                 .unwrap_or_default();
             ensure!(message == "pod has gone", "message {message:?}");
+            Ok(())
+        }),
+    )
+    .await
+}
+
+/// SidecarTerminator: a Pod with restartPolicy Never whose main container exits finishes, because its
+/// sidecar (`KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true`) is stopped by a ContainerRecreateRequest the
+/// manager creates and the node's daemon executes.
+#[tokio::test]
+async fn sidecar_terminator_lets_a_job_pod_finish() -> anyhow::Result<()> {
+    let bed = bed();
+    let ns = bed.namespace("crr-sidecar").await?;
+    let ns = &ns;
+    with_logs(
+        bed,
+        ns.run(async move {
+            let doc = json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "job"},
+                "spec": {
+                    "nodeSelector": {REAL_NODE_LABEL: "true"},
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [
+                        {"name": "main", "image": "busybox:1.36", "command": ["/bin/sh", "-c", "sleep 2; exit 0"]},
+                        {
+                            "name": "sidecar",
+                            "image": "busybox:1.36",
+                            "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                            "env": [{"name": "KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT", "value": "true"}],
+                        },
+                    ],
+                }
+            });
+            let api: Api<Pod> = ns.api();
+            api.create(&PostParams::default(), &serde_json::from_value(doc)?)
+                .await?;
+            let pod = eventually("the job Pod Succeeded", TIMEOUT, || async {
+                let pod = api.get("job").await?;
+                let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+                Ok((phase.as_deref() == Some("Succeeded")).then_some(pod))
+            })
+            .await?;
+            let sidecar = status_of(&pod, "sidecar")?;
+            let exit = sidecar.state.and_then(|s| s.terminated).map(|t| t.exit_code);
+            ensure!(exit == Some(0), "sidecar exit {exit:?}");
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let requests: Api<ContainerRecreateRequest> = ns.api();
+            let request = requests
+                .get_opt(&format!("sidecar-termination-{uid}"))
+                .await?
+                .context("the SidecarTerminator's ContainerRecreateRequest")?;
+            ensure!(request.strategy().force_recreate && request.strategy().failure_policy == "Ignore");
             Ok(())
         }),
     )
