@@ -387,15 +387,14 @@ impl Executor {
         request: &ContainerRecreateRequest,
         message: &str,
     ) -> anyhow::Result<()> {
-        self.write_status(
-            request,
-            json!({
-                "phase": crr::PHASE_COMPLETED,
-                "completionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-                "message": message,
-            }),
-        )
-        .await
+        let mut status = json!({
+            "phase": crr::PHASE_COMPLETED,
+            "completionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        });
+        if !message.is_empty() {
+            status["message"] = json!(message);
+        }
+        self.write_status(request, status).await
     }
 
     /// A merge patch of the status, valid only over the resourceVersion the decision was made on.

@@ -90,10 +90,7 @@ pub const IMAGES: &[(&str, Role)] = &[
     ),
     // Upstream's e2e sidecar (agnhost with no arguments: its default command `pause`). Its other
     // subcommands (netexec, ...) are not built.
-    (
-        "registry.k8s.io/e2e-test-images/agnhost:2.53",
-        Role::Pause,
-    ),
+    ("registry.k8s.io/e2e-test-images/agnhost:2.53", Role::Pause),
     (
         "registry.k8s.io/e2e-test-images/httpd:2.4.38-4",
         Role::WebServer(HTTPD_ROOT),
