@@ -8,7 +8,7 @@ export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
 run: control-plane
-	$(CARGO) build -p kruise-testkit -p kruise-manager --bins
+	$(CARGO) build -p kruise-testkit -p kruise-manager -p kruise-daemon --bins
 	./target/debug/kruise-local up
 
 ## test: build what is missing, then run every test: unit and end-to-end (real control plane), the

@@ -119,6 +119,24 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "apps.kruise.io",
+        "containerrecreaterequests",
+        "patch",
+        "ContainerRecreateRequest: its active label, statuses annotation and unready-acquired finalizer",
+    ),
+    (
+        "apps.kruise.io",
+        "containerrecreaterequests",
+        "delete",
+        "ContainerRecreateRequest ttlSecondsAfterFinished",
+    ),
+    (
+        "apps.kruise.io",
+        "containerrecreaterequests/status",
+        "patch",
+        "ContainerRecreateRequest completed by the manager",
+    ),
+    (
+        "apps.kruise.io",
         "clonesets",
         "get",
         "claim::Recheck: re-reading a CloneSet before adopting orphans",

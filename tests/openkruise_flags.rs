@@ -67,7 +67,7 @@ async fn openkruise_chart_command_line_runs_the_seed_walkthrough() -> anyhow::Re
         for expected in [
             "feature gate ImagePullJobGate=true is not implemented",
             "feature gate NoSuchGate is unknown",
-            "feature gate KruiseDaemon=true is not implemented",
+            "feature gate DaemonWatchingPod=true is not implemented",
         ] {
             ensure!(
                 warnings.iter().filter(|l| l.contains(expected)).count() == 1,

@@ -136,5 +136,6 @@ pub fn v1alpha1_only() -> Vec<CustomResourceDefinition> {
         crate::resourcedistribution::crd(),
         crate::ephemeraljob::crd(),
         crate::persistentpodstate::crd(),
+        crate::containerrecreaterequest::crd(),
     ]
 }

@@ -9,6 +9,7 @@
 pub mod advancedcronjob;
 pub mod broadcastjob;
 pub mod cloneset;
+pub mod containerrecreaterequest;
 pub mod conversion;
 pub mod crd;
 pub mod daemonset;

@@ -4,6 +4,7 @@
 //! (Pods, spec, `now`) and returns a decision; the controllers are thin loops around them.
 
 pub mod budget;
+pub mod containerrecreate;
 pub mod cron;
 pub mod ephemeraljob;
 pub mod expectations;
@@ -18,3 +19,4 @@ pub mod resourcedistribution;
 pub mod revision;
 pub mod rollout;
 pub mod sidecarset;
+pub mod sidecarterminator;

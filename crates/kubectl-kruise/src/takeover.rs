@@ -133,7 +133,8 @@ pub fn served(group: &str, kind: &str) -> bool {
         && (kruise_api::kinds::Kind::from_kind(kind).is_ok()
             || kind == kruise_api::resourcedistribution::KIND
             || kind == kruise_api::ephemeraljob::KIND
-            || kind == kruise_api::persistentpodstate::KIND))
+            || kind == kruise_api::persistentpodstate::KIND
+            || kind == kruise_api::containerrecreaterequest::KIND))
         || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
 }
 
@@ -1223,6 +1224,7 @@ mod tests {
             ("apps.kruise.io", "ResourceDistribution", true),
             ("apps.kruise.io", "EphemeralJob", true),
             ("apps.kruise.io", "PersistentPodState", true),
+            ("apps.kruise.io", "ContainerRecreateRequest", true),
             ("apps.kruise.io", "WorkloadSpread", false),
             ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", true),

@@ -44,14 +44,9 @@ use Support::{AlwaysOn, Gated, Missing};
 /// does, and its Pod injection is part of the Pod webhook (`PodWebhook`, always on here).
 pub const GATES: &[Gate] = &[
     gate("PodWebhook", true, Beta, AlwaysOn),
-    gate(
-        "KruiseDaemon",
-        true,
-        Beta,
-        Missing(
-            "runs kruise-daemon on every node (image pre-download, container restarts, env-from-metadata updates)",
-        ),
-    ),
+    // kruise-daemon (crates/daemon) executes ContainerRecreateRequests; the gate switches the
+    // ContainerRecreateRequest controller and webhook. Its other node work has gates of its own below.
+    gate("KruiseDaemon", true, Beta, Gated),
     gate(
         "DaemonWatchingPod",
         true,
@@ -137,12 +132,8 @@ pub const GATES: &[Gate] = &[
         Alpha,
         Gated,
     ),
-    gate(
-        "SidecarTerminator",
-        false,
-        Alpha,
-        Missing("stops sidecars of completed Job Pods through kruise-daemon"),
-    ),
+    // Pods on virtual kubelets (sidecars stopped by an image change) are not handled.
+    gate("SidecarTerminator", false, Alpha, Gated),
     gate("EnableSortSidecarContainerByName", false, Alpha, Gated),
     gate("StatefulSetStartOrdinal", false, Alpha, AlwaysOn),
     gate("StatefulSetAutoResizePVCGate", false, Alpha, AlwaysOn),
@@ -462,8 +453,9 @@ mod tests {
         assert!(
             defaults
                 .iter()
-                .any(|l| l.starts_with("feature gate KruiseDaemon=true is not implemented"))
+                .any(|l| l.starts_with("feature gate DaemonWatchingPod=true is not implemented"))
         );
+        assert!(!defaults.iter().any(|l| l.contains("KruiseDaemon")));
         assert!(
             !defaults
                 .iter()

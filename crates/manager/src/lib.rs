@@ -645,6 +645,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 patch_pod_metadata_defaults_allowed: gates
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
+                kruise_daemon: gates.enabled("KruiseDaemon"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -1007,6 +1008,16 @@ async fn run_controllers(
             workers: args.persistentpodstate_workers.max(1),
         },
     );
+    let sidecarterminator = gates
+        .enabled("SidecarTerminator")
+        .then(|| kruise_controllers::sidecarterminator::run(client.clone(), caches.pods.clone()));
+    let containerrecreaterequest = gates.enabled("KruiseDaemon").then(|| {
+        kruise_controllers::containerrecreaterequest::run(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+        )
+    });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1066,6 +1077,12 @@ async fn run_controllers(
     work.spawn(named("persistentpodstate", persistentpodstate));
     if let Some(resourcedistribution) = resourcedistribution {
         work.spawn(named("resourcedistribution", resourcedistribution));
+    }
+    if let Some(containerrecreaterequest) = containerrecreaterequest {
+        work.spawn(named("containerrecreaterequest", containerrecreaterequest));
+    }
+    if let Some(sidecarterminator) = sidecarterminator {
+        work.spawn(named("sidecarterminator", sidecarterminator));
     }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.

@@ -5,6 +5,7 @@ pub mod blackhole;
 pub mod certs;
 pub mod chaos;
 pub mod control_plane;
+pub mod daemon;
 pub mod fleet;
 pub mod helm;
 pub mod manager;

@@ -28,6 +28,7 @@ pub struct TestBed {
     pub real_nodes: Vec<String>,
     real: std::sync::Mutex<Option<crate::realnode::RealNodes>>,
     manager: OnceLock<Result<crate::manager::Manager, String>>,
+    daemons: OnceLock<Result<Vec<crate::daemon::Daemon>, String>>,
 }
 
 /// The apps.kruise.io CRDs checked in at `config/crd`.
@@ -156,6 +157,7 @@ async fn start(configure: fn(&mut Options), real_count: usize) -> anyhow::Result
         real_nodes: real.as_ref().map(|r| r.names()).unwrap_or_default(),
         real: std::sync::Mutex::new(real),
         manager: OnceLock::new(),
+        daemons: OnceLock::new(),
     })
 }
 
@@ -215,6 +217,38 @@ impl TestBed {
             .ok()
             .and_then(|real| real.as_ref().map(|r| r.log_tails(lines)))
             .unwrap_or_default()
+    }
+
+    /// One kruise-daemon per real node (started on first call, each on its node's containerd socket),
+    /// ready when this returns. Panics with their logs if they cannot start.
+    pub fn daemons(&'static self) -> &'static [crate::daemon::Daemon] {
+        let started = self.daemons.get_or_init(|| {
+            let run = || -> anyhow::Result<Vec<crate::daemon::Daemon>> {
+                let sockets = self
+                    .real
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("the real nodes' lock is poisoned"))?
+                    .as_ref()
+                    .map(|r| r.containerd_sockets())
+                    .unwrap_or_default();
+                let daemons = sockets
+                    .iter()
+                    .map(|(node, socket)| crate::daemon::spawn(&self.plane, node, socket))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(crate::daemon::wait_ready(&daemons, Duration::from_secs(90)))?;
+                Ok(daemons)
+            };
+            std::thread::scope(|scope| scope.spawn(run).join())
+                .map_err(|_| "the daemons' start-up thread panicked".to_string())
+                .and_then(|result| result.map_err(|error| format!("{error:#}")))
+        });
+        match started {
+            Ok(daemons) => daemons,
+            Err(error) => panic!("kruise-daemon could not start: {error}"),
+        }
     }
 
     /// The test binary's kruise-manager (started on first call, webhook wired into the apiserver). Panics

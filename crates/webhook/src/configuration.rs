@@ -224,6 +224,11 @@ pub fn mutating(
                     reinvocation_policy: Some("Never".into()),
                     ..Default::default()
                 }))
+                .chain(std::iter::once(container_recreate_request(
+                    target,
+                    ca_bundle,
+                    timeout_seconds,
+                )))
                 .collect(),
         ),
     }
@@ -384,6 +389,33 @@ pub fn validating(
     }
 }
 
+/// ContainerRecreateRequest's mutating webhook (v1alpha1, its only version; it validates too), upstream's
+/// name and path.
+fn container_recreate_request(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    timeout_seconds: i32,
+) -> MutatingWebhook {
+    MutatingWebhook {
+        name: crate::containerrecreaterequest::WEBHOOK_NAME.into(),
+        client_config: target
+            .client_config(crate::containerrecreaterequest::MUTATE_PATH, ca_bundle),
+        rules: Some(vec![rule(
+            kruise_api::kinds::GROUP,
+            &["v1alpha1"],
+            &["CREATE", "UPDATE"],
+            kruise_api::containerrecreaterequest::PLURAL,
+        )]),
+        admission_review_versions: vec!["v1".into()],
+        side_effects: "None".into(),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        timeout_seconds: Some(timeout_seconds),
+        reinvocation_policy: Some("Never".into()),
+        ..Default::default()
+    }
+}
+
 /// ResourceDistribution's validating webhook (v1alpha1, its only version), upstream's name and path.
 fn resource_distribution(
     target: &Target,
@@ -504,7 +536,7 @@ mod tests {
         };
         let mutating = mutating(&target, Some(b"ca"), &PodWebhook::new("kruise-system"), 12);
         let hooks = mutating.webhooks.unwrap_or_default();
-        assert_eq!(hooks.len(), Kind::ALL.len() + 1);
+        assert_eq!(hooks.len(), Kind::ALL.len() + 2);
         let bcj = hooks
             .iter()
             .find(|h| h.name == "mbroadcastjob.kb.io")

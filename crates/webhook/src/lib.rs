@@ -5,6 +5,7 @@ pub mod admission;
 pub mod certctl;
 pub mod certs;
 pub mod configuration;
+pub mod containerrecreaterequest;
 pub mod convert;
 pub mod metrics;
 pub mod patch;

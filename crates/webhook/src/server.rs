@@ -278,6 +278,28 @@ pub fn router_with(
             },
         ),
     );
+    let crr_client = client.clone();
+    router = router.route(
+        crate::containerrecreaterequest::MUTATE_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer = crate::containerrecreaterequest::review(
+                    review,
+                    gates.kruise_daemon,
+                    crr_client.as_ref(),
+                )
+                .await;
+                metrics.observe(
+                    crate::containerrecreaterequest::MUTATE_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
     let request_timeout = limits.request_timeout;
     router
         .route(

@@ -128,6 +128,10 @@ struct UpArgs {
     /// `--manager-arg=--feature-gates=PodUnavailableBudgetUpdateGate=true`.
     #[arg(long = "manager-arg", allow_hyphen_values = true)]
     manager_args: Vec<String>,
+    /// Do not start a kruise-daemon per real node (by default each real node gets one, on its own
+    /// containerd socket, as the chart's DaemonSet gives every node one).
+    #[arg(long)]
+    no_daemon: bool,
 }
 
 #[tokio::main]
@@ -271,6 +275,22 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         );
         Some(manager)
     };
+    if let Some(real) = real_nodes.as_ref().filter(|_| !args.no_daemon) {
+        let daemons = real
+            .containerd_sockets()
+            .iter()
+            .map(|(node, socket)| kruise_testkit::daemon::spawn(&plane, node, socket))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        kruise_testkit::daemon::wait_ready(&daemons, Duration::from_secs(90)).await?;
+        for daemon in &daemons {
+            eprintln!(
+                "kruise-local: kruise-daemon of {} ready (http://127.0.0.1:{}/metrics, log {})",
+                daemon.node,
+                daemon.port,
+                daemon.log.display()
+            );
+        }
+    }
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig).unwrap_or(args.kubeconfig.clone());
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());

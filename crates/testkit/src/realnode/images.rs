@@ -88,6 +88,9 @@ pub const IMAGES: &[(&str, Role)] = &[
         "registry.k8s.io/e2e-test-images/busybox:1.36.1-1",
         Role::Shell,
     ),
+    // Upstream's e2e sidecar (agnhost with no arguments: its default command `pause`). Its other
+    // subcommands (netexec, ...) are not built.
+    ("registry.k8s.io/e2e-test-images/agnhost:2.53", Role::Pause),
     (
         "registry.k8s.io/e2e-test-images/httpd:2.4.38-4",
         Role::WebServer(HTTPD_ROOT),

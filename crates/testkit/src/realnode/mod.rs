@@ -163,6 +163,14 @@ impl RealNodes {
         &self.dir
     }
 
+    /// Each node's name and containerd socket (what a kruise-daemon of that node talks to).
+    pub fn containerd_sockets(&self) -> Vec<(String, PathBuf)> {
+        self.nodes
+            .iter()
+            .map(|n| (n.name().to_string(), n.layout.containerd_socket()))
+            .collect()
+    }
+
     pub fn log_tails(&self, lines: usize) -> String {
         self.nodes.iter().map(|n| n.log_tails(lines)).collect()
     }

@@ -1,0 +1,198 @@
+//! The `kruise-daemon` binary.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use clap::Parser;
+use kruise_daemon::cri::{self, Runtime};
+use kruise_daemon::crr::Executor;
+use kruise_daemon::metrics::{Metrics, RuntimeLabels};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kruise-daemon",
+    version,
+    about = "OpenKruise's node agent: CRI client and ContainerRecreateRequest executor"
+)]
+struct Args {
+    /// The node this daemon serves (the DaemonSet passes spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The CRI endpoint (`unix:///run/containerd/containerd.sock`); found under --var-run-dir when unset.
+    #[arg(long, env = "KRUISE_DAEMON_RUNTIME_ENDPOINT")]
+    runtime_endpoint: Option<String>,
+    /// The name of the CRI socket file under --var-run-dir (upstream's --socket-file).
+    #[arg(long)]
+    socket_file: Option<String>,
+    /// Where the host's /var/run is mounted.
+    #[arg(long, default_value = "/hostvarrun")]
+    var_run_dir: PathBuf,
+    /// The address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:10221")]
+    addr: SocketAddr,
+    /// A kubeconfig (in-cluster config or $KUBECONFIG otherwise).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    log_format: String,
+}
+
+struct App {
+    runtime: Runtime,
+    executor: Arc<Executor>,
+    metrics: Arc<Metrics>,
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> (StatusCode, String) {
+    match app.runtime.ping().await {
+        Ok(()) => {
+            app.metrics.runtime_up.set(1);
+            (StatusCode::OK, "ok".to_owned())
+        }
+        Err(error) => {
+            app.metrics.runtime_up.set(0);
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("container runtime: {error}"),
+            )
+        }
+    }
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+    if app.executor.synced() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ContainerRecreateRequest informer not synced",
+        )
+    }
+}
+
+async fn serve_metrics(State(app): State<Arc<App>>) -> ([(&'static str, &'static str); 1], String) {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+}
+
+async fn kube_client(args: &Args) -> anyhow::Result<kube::Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not in a cluster")?,
+    };
+    kube::Client::try_from(config).context("kube client")
+}
+
+async fn connect_runtime(args: &Args) -> anyhow::Result<Runtime> {
+    let endpoint = cri::detect_endpoint(
+        args.runtime_endpoint.as_deref(),
+        args.socket_file.as_deref(),
+        &args.var_run_dir,
+        |p| p.exists(),
+    )
+    .with_context(|| {
+        format!(
+            "not found container runtime sock under {} (set --runtime-endpoint or --socket-file)",
+            args.var_run_dir.display()
+        )
+    })?;
+    // The runtime may start after the daemon: keep trying for a while.
+    let mut last = None;
+    for _ in 0..30 {
+        match Runtime::connect(&endpoint).await {
+            Ok(runtime) => return Ok(runtime),
+            Err(error) => {
+                tracing::warn!(endpoint, %error, "container runtime not reachable yet");
+                last = Some(error);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+    Err(anyhow::anyhow!("container runtime at {endpoint}: {last:?}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = if args.log_format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    let client = kube_client(&args).await?;
+    let runtime = connect_runtime(&args).await?;
+    tracing::info!(
+        node = args.node_name,
+        endpoint = runtime.endpoint,
+        runtime = runtime.name,
+        version = runtime.version,
+        "connected to the container runtime"
+    );
+    let metrics = Arc::new(Metrics::new());
+    metrics.runtime_up.set(1);
+    metrics
+        .runtime_info
+        .get_or_create(&RuntimeLabels {
+            runtime: runtime.name.clone(),
+            version: runtime.version.clone(),
+            endpoint: runtime.endpoint.clone(),
+        })
+        .set(1);
+    let (executor, run_executor) =
+        Executor::start(client, runtime.clone(), &args.node_name, metrics.clone());
+    let app = Arc::new(App {
+        runtime,
+        executor,
+        metrics,
+    });
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(serve_metrics))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("bind {}", args.addr))?;
+    tracing::info!(addr = %args.addr, "serving /healthz, /readyz, /metrics");
+    let serve = async move { axum::serve(listener, router).await };
+    tokio::select! {
+        result = serve => result.context("health server")?,
+        () = run_executor => {}
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+        () = terminated() => tracing::info!("terminated"),
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
