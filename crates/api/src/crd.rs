@@ -135,5 +135,6 @@ pub fn v1alpha1_only() -> Vec<CustomResourceDefinition> {
     vec![
         crate::resourcedistribution::crd(),
         crate::ephemeraljob::crd(),
+        crate::workloadspread::crd(),
     ]
 }

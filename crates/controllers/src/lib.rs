@@ -25,3 +25,4 @@ pub mod sidecarset;
 pub mod statefulset;
 pub mod status_patch;
 pub mod uniteddeployment;
+pub mod workloadspread;

@@ -17,3 +17,4 @@ pub mod resourcedistribution;
 pub mod revision;
 pub mod rollout;
 pub mod sidecarset;
+pub mod workloadspread;

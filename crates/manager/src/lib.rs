@@ -608,6 +608,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             kruise_pod_readiness_gate: gates.enabled("KruisePodReadinessGate"),
         },
     );
+    // WorkloadSpread placement within 60% of the Pod webhook's deadline: the rest is left to the
+    // SidecarSet injection, so that a slow apiserver never makes the apiserver give up on the
+    // webhook (the Pod is then answered by the failure policy instead).
+    let pods = if gates.enabled("WorkloadSpread") {
+        pods.with_workloadspreads(kruise_webhook::workloadspread::WorkloadSpreads::new(
+            Some(client.clone()),
+            Some(process_caches.workloadspreads.store().clone()),
+            Duration::from_millis(u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600),
+        ))
+    } else {
+        pods
+    };
     let _ = readiness.pods.set(pods.clone());
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
     let tls = RustlsConfig::from_pem(
@@ -632,6 +644,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 patch_pod_metadata_defaults_allowed: gates
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
+                workload_spread: gates.enabled("WorkloadSpread"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -985,6 +998,15 @@ async fn run_controllers(
             kruise_controllers::resourcedistribution::Config::default(),
         )
     });
+    // WorkloadSpread runs only with its gate on (upstream does not start it otherwise).
+    let workloadspread = gates.enabled("WorkloadSpread").then(|| {
+        kruise_controllers::workloadspread::run(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+            kruise_controllers::workloadspread::Config::default(),
+        )
+    });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1043,6 +1065,9 @@ async fn run_controllers(
     work.spawn(named("ephemeraljob", ephemeraljob));
     if let Some(resourcedistribution) = resourcedistribution {
         work.spawn(named("resourcedistribution", resourcedistribution));
+    }
+    if let Some(workloadspread) = workloadspread {
+        work.spawn(named("workloadspread", workloadspread));
     }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.

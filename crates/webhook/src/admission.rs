@@ -46,6 +46,8 @@ pub struct Gates {
     pub patch_pod_metadata_defaults_allowed: bool,
     /// `ResourceDistributionGate`: while off, ResourceDistributions are refused.
     pub resource_distribution: bool,
+    /// `WorkloadSpread`: while off, WorkloadSpreads are refused.
+    pub workload_spread: bool,
 }
 
 /// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or

@@ -12,3 +12,4 @@ pub mod pod;
 pub mod policy;
 pub mod resourcedistribution;
 pub mod server;
+pub mod workloadspread;

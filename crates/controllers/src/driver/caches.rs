@@ -178,24 +178,29 @@ pub struct Caches {
 pub struct ProcessCaches {
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
     pub sidecarsets: Shared<SidecarSet>,
+    /// Every WorkloadSpread: the Pod webhook places Pods by them.
+    pub workloadspreads: Shared<kruise_api::workloadspread::WorkloadSpread>,
 }
 
 impl ProcessCaches {
-    /// Opens the Namespace metadata watch and the SidecarSet watch. The returned future drives them
+    /// Opens the Namespace metadata watch, the SidecarSet watch and the WorkloadSpread watch. The returned future drives them
     /// and never ends while they last.
     pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
-        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client));
+        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client.clone()));
+        let (workloadspreads, workloadspreads_run) = Shared::watch(Api::all(client));
         let run = async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(namespaces_run);
             tasks.spawn(sidecarsets_run);
+            tasks.spawn(workloadspreads_run);
             tasks.join_next().await;
         };
         (
             Self {
                 namespaces,
                 sidecarsets,
+                workloadspreads,
             },
             run,
         )
