@@ -95,12 +95,13 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(z, n)| (z.to_string(), *n)).collect()
 }
 
-/// Waits until the live Pods of `app` number `want` per zone, all ready, all of one version, each
-/// in the subset of its zone, and returns them.
+/// Waits until the live Pods of `app` number `want` per zone, all ready, all of one version (not
+/// `old`), each in the subset of its zone, and returns them.
 async fn spread_as(
     ns: &TestNamespace,
     app: &str,
     want: &BTreeMap<String, usize>,
+    old: Option<&str>,
     what: &str,
 ) -> anyhow::Result<Vec<Placed>> {
     eventually(format!("{what}: {want:?}"), TIMEOUT, || async {
@@ -108,7 +109,8 @@ async fn spread_as(
         let versions: std::collections::BTreeSet<&String> = placed.iter().map(|p| &p.version).collect();
         let ok = per_zone(&placed) == *want
             && placed.iter().all(|p| p.ready && p.subset == p.zone)
-            && versions.len() == 1;
+            && versions.len() == 1
+            && placed.iter().all(|p| Some(p.version.as_str()) != old);
         Ok(ok.then_some(placed))
     })
     .await
@@ -199,7 +201,7 @@ spec:
             )
         };
         ns.apply(&cloneset("nginx:1.25", 6)).await?;
-        let placed = spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]), "first rollout").await?;
+        let placed = spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]), None, "first rollout").await?;
         let costs: BTreeMap<&str, std::collections::BTreeSet<&str>> = placed.iter().fold(BTreeMap::new(), |mut m, p| {
             m.entry(p.zone.as_str()).or_default().insert(p.cost.as_str());
             m
@@ -230,15 +232,14 @@ spec:
         // Rolling update with maxSurge 2.
         let first_version = placed[0].version.clone();
         ns.apply(&cloneset("nginx:1.26", 6)).await?;
-        let placed = spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]), "after the rolling update").await?;
-        ensure!(placed[0].version != first_version, "the rollout did not happen: {placed:?}");
+        spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]), Some(&first_version), "after the rolling update").await?;
         let ws = spread_status(&ns, "spread").await?;
         let versions: Vec<&String> = ws.status.iter().flat_map(|s| s.versioned_subset_statuses.keys()).collect();
         ensure!(!versions.is_empty(), "no versioned subset statuses: {ws:?}");
 
         // Scale down: zone-c (lowest cost) goes first.
         ns.apply(&cloneset("nginx:1.26", 4)).await?;
-        spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2)]), "after scaling down to 4").await?;
+        spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2)]), None, "after scaling down to 4").await?;
         Ok(())
     })
     .await
@@ -295,7 +296,7 @@ spec:
             )
         };
         ns.apply(&deployment("nginx:1.25", 4)).await?;
-        let first = spread_as(&ns, "api", &counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]), "first rollout").await?;
+        let first = spread_as(&ns, "api", &counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]), None, "first rollout").await?;
         ns.apply(&deployment("nginx:1.26", 4)).await?;
         let placed = eventually("the new ReplicaSet spread 1 / 2 / 1", TIMEOUT, || async {
             let placed = placement(&ns, "api").await?;
@@ -319,7 +320,7 @@ spec:
         })
         .await?;
         ns.apply(&deployment("nginx:1.26", 2)).await?;
-        spread_as(&ns, "api", &counts(&[("zone-a", 1), ("zone-b", 1)]), "after scaling down to 2").await?;
+        spread_as(&ns, "api", &counts(&[("zone-a", 1), ("zone-b", 1)]), None, "after scaling down to 2").await?;
         Ok(())
     })
     .await
@@ -372,7 +373,7 @@ spec:
 "#,
         )
         .await?;
-        spread_as(&ns, "batch", &counts(&[("zone-a", 3)]), "all Pods rescheduled to zone-a").await?;
+        spread_as(&ns, "batch", &counts(&[("zone-a", 3)]), None, "all Pods rescheduled to zone-a").await?;
         let ws = spread_status(&ns, "spread").await?;
         let condition = ws
             .status
