@@ -81,7 +81,12 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
         "patch",
         "WorkloadSpread status (controller) and admitted Pods (webhook)",
     ),
-    ("batch", "jobs", "get", "a WorkloadSpread over a Job reading its parallelism"),
+    (
+        "batch",
+        "jobs",
+        "get",
+        "a WorkloadSpread over a Job reading its parallelism",
+    ),
     (
         "apps.kruise.io",
         "ephemeraljobs",

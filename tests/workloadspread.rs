@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kruise_api::workloadspread::{ANNOTATION_DELETION_COST, ANNOTATION_MATCHED, MatchedWorkloadSpread, WorkloadSpread};
+use kruise_api::workloadspread::{
+    ANNOTATION_DELETION_COST, ANNOTATION_MATCHED, MatchedWorkloadSpread, WorkloadSpread,
+};
 use kruise_testkit::wait::eventually;
 use kruise_testkit::{TestNamespace, testbed};
 use kube::api::{Api, ListParams};
@@ -48,7 +50,9 @@ async fn placement(ns: &TestNamespace, app: &str) -> anyhow::Result<Vec<Placed>>
         })
         .collect();
     let pods: Api<Pod> = ns.api();
-    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await?;
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
     let mut out: Vec<Placed> = list
         .items
         .iter()
@@ -56,15 +60,25 @@ async fn placement(ns: &TestNamespace, app: &str) -> anyhow::Result<Vec<Placed>>
         .map(|p| {
             let annotations = p.metadata.annotations.clone().unwrap_or_default();
             let labels = p.metadata.labels.clone().unwrap_or_default();
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
             Placed {
-                zone: zones.get(&node).cloned().unwrap_or_else(|| "unscheduled".into()),
+                zone: zones
+                    .get(&node)
+                    .cloned()
+                    .unwrap_or_else(|| "unscheduled".into()),
                 subset: annotations
                     .get(ANNOTATION_MATCHED)
                     .and_then(|v| MatchedWorkloadSpread::parse(v))
                     .map(|m| m.subset)
                     .unwrap_or_default(),
-                cost: annotations.get(ANNOTATION_DELETION_COST).cloned().unwrap_or_default(),
+                cost: annotations
+                    .get(ANNOTATION_DELETION_COST)
+                    .cloned()
+                    .unwrap_or_default(),
                 version: labels
                     .get("pod-template-hash")
                     .or_else(|| labels.get("controller-revision-hash"))
@@ -106,7 +120,8 @@ async fn spread_as(
 ) -> anyhow::Result<Vec<Placed>> {
     eventually(format!("{what}: {want:?}"), TIMEOUT, || async {
         let placed = placement(ns, app).await?;
-        let versions: std::collections::BTreeSet<&String> = placed.iter().map(|p| &p.version).collect();
+        let versions: std::collections::BTreeSet<&String> =
+            placed.iter().map(|p| &p.version).collect();
         let ok = per_zone(&placed) == *want
             && placed.iter().all(|p| p.ready && p.subset == p.zone)
             && versions.len() == 1
@@ -130,7 +145,9 @@ fn subset_counts(ws: &WorkloadSpread) -> Vec<(String, i32, i32)> {
 }
 
 fn zone_subset(name: &str, max: Option<&str>) -> String {
-    let max = max.map(|m| format!("\n    maxReplicas: {m}")).unwrap_or_default();
+    let max = max
+        .map(|m| format!("\n    maxReplicas: {m}"))
+        .unwrap_or_default();
     format!(
         r#"
   - name: {name}
@@ -151,7 +168,8 @@ fn zone_subset(name: &str, max: Option<&str>) -> String {
 /// from scratch) and scaled down to 4 (the deletion cost per subset makes the CloneSet remove
 /// zone-c's Pods first, as the WorkloadSpread's order says).
 #[tokio::test]
-async fn cloneset_spread_through_rolling_update_with_max_surge_and_scale_down() -> anyhow::Result<()> {
+async fn cloneset_spread_through_rolling_update_with_max_surge_and_scale_down() -> anyhow::Result<()>
+{
     let ns = namespace("ws-cloneset").await?;
     ns.run(async {
         let subsets = [
@@ -201,15 +219,30 @@ spec:
             )
         };
         ns.apply(&cloneset("nginx:1.25", 6)).await?;
-        let placed = spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]), None, "first rollout").await?;
-        let costs: BTreeMap<&str, std::collections::BTreeSet<&str>> = placed.iter().fold(BTreeMap::new(), |mut m, p| {
-            m.entry(p.zone.as_str()).or_default().insert(p.cost.as_str());
-            m
-        });
+        let placed = spread_as(
+            &ns,
+            "web",
+            &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]),
+            None,
+            "first rollout",
+        )
+        .await?;
+        let costs: BTreeMap<&str, std::collections::BTreeSet<&str>> =
+            placed.iter().fold(BTreeMap::new(), |mut m, p| {
+                m.entry(p.zone.as_str())
+                    .or_default()
+                    .insert(p.cost.as_str());
+                m
+            });
         eventually("deletion costs 300 / 200 / 100", TIMEOUT, || async {
             let placed = placement(&ns, "web").await?;
             let ok = placed.iter().all(|p| {
-                p.cost == match p.zone.as_str() { "zone-a" => "300", "zone-b" => "200", _ => "100" }
+                p.cost
+                    == match p.zone.as_str() {
+                        "zone-a" => "300",
+                        "zone-b" => "200",
+                        _ => "100",
+                    }
             });
             Ok(ok.then_some(()))
         })
@@ -218,28 +251,57 @@ spec:
         eventually("status counts 2 / 2 / 2", TIMEOUT, || async {
             let ws = spread_status(&ns, "spread").await?;
             let got = subset_counts(&ws);
-            let want = vec![("zone-a".to_string(), 2, 0), ("zone-b".to_string(), 2, 0), ("zone-c".to_string(), 2, -1)];
+            let want = vec![
+                ("zone-a".to_string(), 2, 0),
+                ("zone-b".to_string(), 2, 0),
+                ("zone-c".to_string(), 2, -1),
+            ];
             Ok((got == want).then_some(()))
         })
         .await?;
         // The patch of the subset is in every Pod.
         let pods: Api<Pod> = ns.api();
-        for pod in pods.list(&ListParams::default().labels("app=web")).await?.items {
+        for pod in pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+        {
             let labels = pod.metadata.labels.unwrap_or_default();
-            ensure!(labels.contains_key("spread-zone"), "a Pod lacks its subset's patch: {labels:?}");
+            ensure!(
+                labels.contains_key("spread-zone"),
+                "a Pod lacks its subset's patch: {labels:?}"
+            );
         }
 
         // Rolling update with maxSurge 2.
         let first_version = placed[0].version.clone();
         ns.apply(&cloneset("nginx:1.26", 6)).await?;
-        spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]), Some(&first_version), "after the rolling update").await?;
+        spread_as(
+            &ns,
+            "web",
+            &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]),
+            Some(&first_version),
+            "after the rolling update",
+        )
+        .await?;
         let ws = spread_status(&ns, "spread").await?;
-        let versions: Vec<&String> = ws.status.iter().flat_map(|s| s.versioned_subset_statuses.keys()).collect();
+        let versions: Vec<&String> = ws
+            .status
+            .iter()
+            .flat_map(|s| s.versioned_subset_statuses.keys())
+            .collect();
         ensure!(!versions.is_empty(), "no versioned subset statuses: {ws:?}");
 
         // Scale down: zone-c (lowest cost) goes first.
         ns.apply(&cloneset("nginx:1.26", 4)).await?;
-        spread_as(&ns, "web", &counts(&[("zone-a", 2), ("zone-b", 2)]), None, "after scaling down to 4").await?;
+        spread_as(
+            &ns,
+            "web",
+            &counts(&[("zone-a", 2), ("zone-b", 2)]),
+            None,
+            "after scaling down to 4",
+        )
+        .await?;
         Ok(())
     })
     .await
@@ -296,31 +358,56 @@ spec:
             )
         };
         ns.apply(&deployment("nginx:1.25", 4)).await?;
-        let first = spread_as(&ns, "api", &counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]), None, "first rollout").await?;
+        let first = spread_as(
+            &ns,
+            "api",
+            &counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]),
+            None,
+            "first rollout",
+        )
+        .await?;
         ns.apply(&deployment("nginx:1.26", 4)).await?;
         let placed = eventually("the new ReplicaSet spread 1 / 2 / 1", TIMEOUT, || async {
             let placed = placement(&ns, "api").await?;
-            let ok = placed.len() == 4 && placed.iter().all(|p| p.version != first[0].version && p.ready && p.subset == p.zone)
+            let ok = placed.len() == 4
+                && placed
+                    .iter()
+                    .all(|p| p.version != first[0].version && p.ready && p.subset == p.zone)
                 && per_zone(&placed) == counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]);
             Ok(ok.then_some(placed))
         })
         .await?;
         let version = placed[0].version.clone();
-        eventually("a versioned status for the new ReplicaSet", TIMEOUT, || async {
-            let ws = spread_status(&ns, "spread").await?;
-            let got: Vec<(String, i32)> = ws
-                .status
-                .iter()
-                .flat_map(|s| s.versioned_subset_statuses.get(&version))
-                .flatten()
-                .map(|s| (s.name.clone(), s.replicas))
-                .collect();
-            let want = vec![("zone-a".to_string(), 1), ("zone-b".to_string(), 2), ("zone-c".to_string(), 1)];
-            Ok((got == want).then_some(()))
-        })
+        eventually(
+            "a versioned status for the new ReplicaSet",
+            TIMEOUT,
+            || async {
+                let ws = spread_status(&ns, "spread").await?;
+                let got: Vec<(String, i32)> = ws
+                    .status
+                    .iter()
+                    .flat_map(|s| s.versioned_subset_statuses.get(&version))
+                    .flatten()
+                    .map(|s| (s.name.clone(), s.replicas))
+                    .collect();
+                let want = vec![
+                    ("zone-a".to_string(), 1),
+                    ("zone-b".to_string(), 2),
+                    ("zone-c".to_string(), 1),
+                ];
+                Ok((got == want).then_some(()))
+            },
+        )
         .await?;
         ns.apply(&deployment("nginx:1.26", 2)).await?;
-        spread_as(&ns, "api", &counts(&[("zone-a", 1), ("zone-b", 1)]), None, "after scaling down to 2").await?;
+        spread_as(
+            &ns,
+            "api",
+            &counts(&[("zone-a", 1), ("zone-b", 1)]),
+            None,
+            "after scaling down to 2",
+        )
+        .await?;
         Ok(())
     })
     .await
@@ -333,7 +420,11 @@ spec:
 async fn adaptive_reschedules_pods_that_cannot_be_placed() -> anyhow::Result<()> {
     let ns = namespace("ws-adaptive").await?;
     ns.run(async {
-        let subsets = [zone_subset("zone-x", Some("2")), zone_subset("zone-a", None)].concat();
+        let subsets = [
+            zone_subset("zone-x", Some("2")),
+            zone_subset("zone-a", None),
+        ]
+        .concat();
         ns.apply(&format!(
             r#"apiVersion: apps.kruise.io/v1alpha1
 kind: WorkloadSpread
@@ -373,7 +464,14 @@ spec:
 "#,
         )
         .await?;
-        spread_as(&ns, "batch", &counts(&[("zone-a", 3)]), None, "all Pods rescheduled to zone-a").await?;
+        spread_as(
+            &ns,
+            "batch",
+            &counts(&[("zone-a", 3)]),
+            None,
+            "all Pods rescheduled to zone-a",
+        )
+        .await?;
         let ws = spread_status(&ns, "spread").await?;
         let condition = ws
             .status
@@ -382,7 +480,10 @@ spec:
             .flat_map(|s| s.conditions.iter())
             .find(|c| c.type_ == "Schedulable")
             .map(|c| c.status.clone());
-        ensure!(condition.as_deref() == Some("False"), "zone-x not marked unschedulable: {ws:?}");
+        ensure!(
+            condition.as_deref() == Some("False"),
+            "zone-x not marked unschedulable: {ws:?}"
+        );
         Ok(())
     })
     .await
@@ -406,15 +507,38 @@ spec:
     name: api
   subsets:{}
 "#,
-            [zone_subset("zone-a", Some("2")), zone_subset("zone-b", Some("50%")), zone_subset("zone-c", None)].concat()
+            [
+                zone_subset("zone-a", Some("2")),
+                zone_subset("zone-b", Some("50%")),
+                zone_subset("zone-c", None)
+            ]
+            .concat()
         );
-        let refused = ns.apply(&mixed).await.err().map(|e| format!("{e:#}")).unwrap_or_default();
-        ensure!(refused.contains("spec.subsets[1].maxReplicas"), "not refused by field: {refused:?}");
-        let one = mixed.replace("name: mixed", "name: first").replace("maxReplicas: 50%", "maxReplicas: 3");
+        let refused = ns
+            .apply(&mixed)
+            .await
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        ensure!(
+            refused.contains("spec.subsets[1].maxReplicas"),
+            "not refused by field: {refused:?}"
+        );
+        let one = mixed
+            .replace("name: mixed", "name: first")
+            .replace("maxReplicas: 50%", "maxReplicas: 3");
         ns.apply(&one).await?;
         let second = one.replace("name: first", "name: second");
-        let refused = ns.apply(&second).await.err().map(|e| format!("{e:#}")).unwrap_or_default();
-        ensure!(refused.contains("in conflict with other WorkloadSpread first"), "conflict not refused: {refused:?}");
+        let refused = ns
+            .apply(&second)
+            .await
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        ensure!(
+            refused.contains("in conflict with other WorkloadSpread first"),
+            "conflict not refused: {refused:?}"
+        );
         Ok(())
     })
     .await

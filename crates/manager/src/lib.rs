@@ -615,7 +615,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pods.with_workloadspreads(kruise_webhook::workloadspread::WorkloadSpreads::new(
             Some(client.clone()),
             Some(process_caches.workloadspreads.store().clone()),
-            Duration::from_millis(u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600),
+            Duration::from_millis(
+                u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600,
+            ),
         ))
     } else {
         pods

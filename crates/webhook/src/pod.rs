@@ -211,7 +211,9 @@ impl PodInjector {
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
-        let (placed, warning) = self.place_in_workloadspread(&mut pod, &namespace, &request).await;
+        let (placed, warning) = self
+            .place_in_workloadspread(&mut pod, &namespace, &request)
+            .await;
         if let Some(refused) = placed {
             return refused;
         }

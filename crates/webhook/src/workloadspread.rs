@@ -67,7 +67,11 @@ pub enum Unplaced {
 }
 
 impl WorkloadSpreads {
-    pub fn new(client: Option<Client>, store: Option<Store<WorkloadSpread>>, budget: Duration) -> Self {
+    pub fn new(
+        client: Option<Client>,
+        store: Option<Store<WorkloadSpread>>,
+        budget: Duration,
+    ) -> Self {
         Self {
             client,
             store,
@@ -107,7 +111,11 @@ impl WorkloadSpreads {
     }
 
     /// The WorkloadSpread that spreads `pod`, if any.
-    async fn matching(&self, pod: &Pod, namespace: &str) -> Result<Option<Arc<WorkloadSpread>>, String> {
+    async fn matching(
+        &self,
+        pod: &Pod,
+        namespace: &str,
+    ) -> Result<Option<Arc<WorkloadSpread>>, String> {
         if !kruise_core::pods::is_active(pod) {
             return Ok(None);
         }
@@ -127,7 +135,9 @@ impl WorkloadSpreads {
             .in_namespace(namespace)
             .await?
             .into_iter()
-            .filter(|w| w.metadata.deletion_timestamp.is_none() && w.spec.target_reference.is_some())
+            .filter(|w| {
+                w.metadata.deletion_timestamp.is_none() && w.spec.target_reference.is_some()
+            })
             .collect();
         if candidates.is_empty() {
             return Ok(None);
@@ -161,7 +171,10 @@ impl WorkloadSpreads {
                 })
             })
             .collect();
-        if owner.kind != "ReplicaSet" || group_of(&owner.api_version) != "apps" || deployment_targets.is_empty() {
+        if owner.kind != "ReplicaSet"
+            || group_of(&owner.api_version) != "apps"
+            || deployment_targets.is_empty()
+        {
             return Ok(None);
         }
         let Some(client) = &self.client else {
@@ -185,18 +198,20 @@ impl WorkloadSpreads {
         Ok(deployment_targets
             .into_iter()
             .find(|w| {
-                w.spec
-                    .target_reference
-                    .as_ref()
-                    .is_some_and(|t| same_workload(t, &parent.api_version, &parent.kind, &parent.name))
-                    && selected(w)
+                w.spec.target_reference.as_ref().is_some_and(|t| {
+                    same_workload(t, &parent.api_version, &parent.kind, &parent.name)
+                }) && selected(w)
             })
             .cloned())
     }
 
     /// The newest copy of `ws` this process knows (the cache's or its own last write), or the
     /// apiserver's with `fresh`.
-    async fn latest(&self, ws: &WorkloadSpread, fresh: bool) -> Result<Option<Arc<WorkloadSpread>>, String> {
+    async fn latest(
+        &self,
+        ws: &WorkloadSpread,
+        fresh: bool,
+    ) -> Result<Option<Arc<WorkloadSpread>>, String> {
         let namespace = ws.namespace().unwrap_or_default();
         let key = format!("{namespace}/{}", ws.name_any());
         if fresh {
@@ -266,7 +281,14 @@ impl WorkloadSpreads {
             if replicas.is_none() && core::needs_replicas(&ws, &version) {
                 replicas = Some(self.workload_replicas(&ws).await?);
             }
-            let decision = core::admit_create(&ws, pod_name, &version, replicas.unwrap_or_default(), Timestamp::now(), &uid);
+            let decision = core::admit_create(
+                &ws,
+                pod_name,
+                &version,
+                replicas.unwrap_or_default(),
+                Timestamp::now(),
+                &uid,
+            );
             let Some(subset_name) = decision.subset.clone() else {
                 tracing::info!(workloadspread = %key, pod = pod_name.unwrap_or("(generated)"), "no subset has room for the Pod");
                 return Ok(None);
@@ -288,7 +310,9 @@ impl WorkloadSpreads {
             tracing::debug!(workloadspread = %key, subset = %subset_name, pod = pod_name.unwrap_or("(generated)"), "placed a Pod");
             return Ok(Some(placed));
         }
-        Err(format!("WorkloadSpread {key} kept changing while a slot was recorded"))
+        Err(format!(
+            "WorkloadSpread {key} kept changing while a slot was recorded"
+        ))
     }
 
     /// The replicas of the WorkloadSpread's workload (0 when it does not exist).
@@ -332,7 +356,9 @@ impl WorkloadSpreads {
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Recorded::Conflict),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(Recorded::Gone),
-            Err(error) => Err(format!("recording a Pod in WorkloadSpread {namespace}/{name}: {error}")),
+            Err(error) => Err(format!(
+                "recording a Pod in WorkloadSpread {namespace}/{name}: {error}"
+            )),
         }
     }
 
@@ -346,7 +372,12 @@ impl WorkloadSpreads {
                 return Ok(());
             };
             if !kruise_core::pods::is_active(pod)
-                || !pod.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true))
+                || !pod
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true))
             {
                 return Ok(());
             }
@@ -380,7 +411,14 @@ impl WorkloadSpreads {
                 } else {
                     0
                 };
-                let Some(status) = core::admit_delete(&ws, &pod_name, &matched, &version, replicas, Timestamp::now()) else {
+                let Some(status) = core::admit_delete(
+                    &ws,
+                    &pod_name,
+                    &matched,
+                    &version,
+                    replicas,
+                    Timestamp::now(),
+                ) else {
                     return Ok(());
                 };
                 match self.record(&ws, &version, &status).await? {
@@ -388,12 +426,18 @@ impl WorkloadSpreads {
                     Recorded::Gone | Recorded::Written => return Ok(()),
                 }
             }
-            Err(format!("WorkloadSpread {key} kept changing while a deletion was recorded"))
+            Err(format!(
+                "WorkloadSpread {key} kept changing while a deletion was recorded"
+            ))
         };
         match tokio::time::timeout(self.budget, work).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, pod = ?pod.metadata.name, "WorkloadSpread: the slot of a deleted Pod is freed by the controller instead"),
-            Err(_) => tracing::warn!(pod = ?pod.metadata.name, "WorkloadSpread: recording a deletion took too long; the controller frees the slot instead"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, pod = ?pod.metadata.name, "WorkloadSpread: the slot of a deleted Pod is freed by the controller instead")
+            }
+            Err(_) => {
+                tracing::warn!(pod = ?pod.metadata.name, "WorkloadSpread: recording a deletion took too long; the controller frees the slot instead")
+            }
         }
     }
 
@@ -452,8 +496,8 @@ impl WorkloadSpreads {
             return allow(&request);
         }
         if !enabled {
-            let mut response =
-                AdmissionResponse::from(&request).deny(format!("feature-gate {GATE} is not enabled"));
+            let mut response = AdmissionResponse::from(&request)
+                .deny(format!("feature-gate {GATE} is not enabled"));
             response.result.code = 403;
             response.result.reason = "Forbidden".into();
             response.result.status = Some(StatusSummary::Failure);
@@ -466,7 +510,8 @@ impl WorkloadSpreads {
             return allow(&request);
         };
         let decode = |object: &DynamicObject| -> Result<WorkloadSpread, String> {
-            let value = serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+            let value =
+                serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
             kruise_api::kinds::decode(value).map_err(|e| e.to_string())
         };
         let mut new = match decode(object) {
@@ -485,8 +530,16 @@ impl WorkloadSpreads {
         };
         let namespace = new.namespace().unwrap_or_default();
         let others = match self.in_namespace(&namespace).await {
-            Ok(others) => others.iter().map(|w| WorkloadSpread::clone(w)).collect::<Vec<_>>(),
-            Err(error) => return deny(&request, format!("query other WorkloadSpread failed, err: {error}")),
+            Ok(others) => others
+                .iter()
+                .map(|w| WorkloadSpread::clone(w))
+                .collect::<Vec<_>>(),
+            Err(error) => {
+                return deny(
+                    &request,
+                    format!("query other WorkloadSpread failed, err: {error}"),
+                );
+            }
         };
         let mut errors = api::validate(&new, &others, old.as_ref());
         if let Some(client) = &self.client
@@ -501,7 +554,9 @@ impl WorkloadSpreads {
         {
             for (i, subset) in new.spec.subsets.iter().enumerate() {
                 if let Some(patch) = &subset.patch {
-                    let merged = kruise_core::rollout::uniteddeployment::strategic::strategic_merge(&template, patch);
+                    let merged = kruise_core::rollout::uniteddeployment::strategic::strategic_merge(
+                        &template, patch,
+                    );
                     errors.extend(api::validate_patched_template(i, merged));
                 }
             }
@@ -524,7 +579,14 @@ enum Recorded {
 fn generated_uid() -> String {
     let n: u128 = rand::random();
     let hex = format!("{n:032x}");
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -561,16 +623,31 @@ mod tests {
     async fn validation_answers() {
         let hooks = WorkloadSpreads::new(None, None, Duration::from_secs(3));
         let ok = hooks
-            .validate(review("CREATE", spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]))), true)
+            .validate(
+                review(
+                    "CREATE",
+                    spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}])),
+                ),
+                true,
+            )
             .await;
         assert!(ok.allowed);
         let bad = hooks
             .validate(review("CREATE", spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b", "maxReplicas": "50%"}]))), true)
             .await;
         assert!(!bad.allowed);
-        let message = serde_json::to_value(&bad.review).expect("json")["response"]["status"]["message"].clone();
-        assert!(message.as_str().is_some_and(|m| m.contains("spec.subsets[1].maxReplicas")), "{message}");
-        let off = hooks.validate(review("CREATE", spread(json!([{"name": "a"}]))), false).await;
+        let message =
+            serde_json::to_value(&bad.review).expect("json")["response"]["status"]["message"]
+                .clone();
+        assert!(
+            message
+                .as_str()
+                .is_some_and(|m| m.contains("spec.subsets[1].maxReplicas")),
+            "{message}"
+        );
+        let off = hooks
+            .validate(review("CREATE", spread(json!([{"name": "a"}]))), false)
+            .await;
         assert!(!off.allowed);
     }
 

@@ -281,7 +281,9 @@ pub fn validate(
             "no targetRef defined in WorkloadSpread",
         )),
         Some(target)
-            if target.api_version.is_empty() || target.kind.is_empty() || target.name.is_empty() =>
+            if target.api_version.is_empty()
+                || target.kind.is_empty()
+                || target.name.is_empty() =>
         {
             errors.push(FieldError::invalid(
                 &target_path,
@@ -310,7 +312,10 @@ pub fn validate(
     validate_subsets(ws, &spec.child("subsets"), &mut errors);
     let strategy = &ws.spec.schedule_strategy;
     let strategy_path = spec.child("scheduleStrategy");
-    if !matches!(strategy.type_.as_str(), "" | STRATEGY_FIXED | STRATEGY_ADAPTIVE) {
+    if !matches!(
+        strategy.type_.as_str(),
+        "" | STRATEGY_FIXED | STRATEGY_ADAPTIVE
+    ) {
         errors.push(FieldError::invalid(
             &strategy_path.child("type"),
             &strategy.type_,
@@ -357,7 +362,11 @@ pub fn validate(
     if let Some(filter) = &ws.spec.target_filter
         && let Some(selector) = &filter.selector
     {
-        validate_label_selector(selector, &spec.child("targetFilter").child("selector"), &mut errors);
+        validate_label_selector(
+            selector,
+            &spec.child("targetFilter").child("selector"),
+            &mut errors,
+        );
     }
     if let Some(target) = &ws.spec.target_reference {
         let name = ws.metadata.name.as_deref().unwrap_or_default();
@@ -396,11 +405,7 @@ fn display_ref(target: &TargetReference) -> String {
     format!("{}/{} {}", target.api_version, target.kind, target.name)
 }
 
-fn validate_subsets(
-    ws: &WorkloadSpread,
-    path: &Path,
-    errors: &mut Vec<FieldError>,
-) {
+fn validate_subsets(ws: &WorkloadSpread, path: &Path, errors: &mut Vec<FieldError>) {
     let subsets = &ws.spec.subsets;
     if subsets.is_empty() {
         errors.push(FieldError::required(
@@ -420,7 +425,11 @@ fn validate_subsets(
     for (i, subset) in subsets.iter().enumerate() {
         let at = path.index(i);
         if subset.name.is_empty() {
-            errors.push(FieldError::invalid(&at.child("name"), "", "subset name must not be empty"));
+            errors.push(FieldError::invalid(
+                &at.child("name"),
+                "",
+                "subset name must not be empty",
+            ));
         } else if !names.insert(subset.name.as_str()) {
             errors.push(FieldError::invalid(
                 &at.child("name"),
@@ -541,20 +550,30 @@ fn validate_term(term: &NodeSelectorTerm, path: &Path, errors: &mut Vec<FieldErr
                     "must be specified single value when `operator` is 'Lt' or 'Gt'",
                 ))
             }
-            op if !NODE_SELECTOR_OPERATORS.contains(&op) => errors.push(
-                FieldError::not_supported(&at.child("operator"), op, NODE_SELECTOR_OPERATORS),
-            ),
+            op if !NODE_SELECTOR_OPERATORS.contains(&op) => errors.push(FieldError::not_supported(
+                &at.child("operator"),
+                op,
+                NODE_SELECTOR_OPERATORS,
+            )),
             _ => {}
         }
     }
     for (i, req) in term.match_fields.iter().flatten().enumerate() {
         let at = path.child("matchFields").index(i);
         if req.key != "metadata.name" {
-            errors.push(FieldError::invalid(&at.child("key"), &req.key, "not a valid field selector key"));
+            errors.push(FieldError::invalid(
+                &at.child("key"),
+                &req.key,
+                "not a valid field selector key",
+            ));
         }
         let values = req.values.as_deref().unwrap_or_default();
         if !matches!(req.operator.as_str(), "In" | "NotIn") {
-            errors.push(FieldError::not_supported(&at.child("operator"), &req.operator, &["In", "NotIn"]));
+            errors.push(FieldError::not_supported(
+                &at.child("operator"),
+                &req.operator,
+                &["In", "NotIn"],
+            ));
         } else if values.len() != 1 {
             errors.push(FieldError::required(
                 &at.child("values"),
@@ -640,17 +659,28 @@ pub fn validate_patched_template(
     index: usize,
     merged: Result<serde_json::Value, String>,
 ) -> Vec<FieldError> {
-    let path = Path::new("spec").child("subsets").index(index).child("patch");
+    let path = Path::new("spec")
+        .child("subsets")
+        .index(index)
+        .child("patch");
     let mut errors = Vec::new();
     let merged = match merged {
         Ok(merged) => merged,
         Err(error) => {
-            errors.push(FieldError::invalid(&path, "patch", format!("failed to merge patch: {error}")));
+            errors.push(FieldError::invalid(
+                &path,
+                "patch",
+                format!("failed to merge patch: {error}"),
+            ));
             return errors;
         }
     };
     if let Err(error) = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(merged.clone()) {
-        errors.push(FieldError::invalid(&path, "patch", format!("failed to unmarshal: {error}")));
+        errors.push(FieldError::invalid(
+            &path,
+            "patch",
+            format!("failed to unmarshal: {error}"),
+        ));
         return errors;
     }
     for (i, container) in merged
@@ -661,11 +691,25 @@ pub fn validate_patched_template(
         .enumerate()
     {
         let at = path.child("spec").child("containers").index(i);
-        if container.get("name").and_then(serde_json::Value::as_str).is_none_or(str::is_empty) {
-            errors.push(FieldError::required(&at.child("name"), "a container needs a name"));
+        if container
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            errors.push(FieldError::required(
+                &at.child("name"),
+                "a container needs a name",
+            ));
         }
-        if container.get("image").and_then(serde_json::Value::as_str).is_none_or(str::is_empty) {
-            errors.push(FieldError::required(&at.child("image"), "a container needs an image"));
+        if container
+            .get("image")
+            .and_then(serde_json::Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            errors.push(FieldError::required(
+                &at.child("image"),
+                "a container needs an image",
+            ));
         }
     }
     errors

@@ -27,27 +27,42 @@ fn validation_table() {
     let cases: Vec<(&str, WorkloadSpread, Option<&str>)> = vec![
         (
             "three subsets: 2, 50%, rest is refused (types differ)",
-            spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]), json!({})),
+            spread(
+                json!([{"name": "a", "maxReplicas": 2}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]),
+                json!({}),
+            ),
             Some("the maxReplicas type of all subsets must be the same"),
         ),
         (
             "ints and an unlimited last subset",
-            spread(json!([{"name": "a", "requiredNodeSelectorTerm": zone("zone-a"), "maxReplicas": 2}, {"name": "b", "maxReplicas": 3}, {"name": "c"}]), json!({})),
+            spread(
+                json!([{"name": "a", "requiredNodeSelectorTerm": zone("zone-a"), "maxReplicas": 2}, {"name": "b", "maxReplicas": 3}, {"name": "c"}]),
+                json!({}),
+            ),
             None,
         ),
         (
             "percentages summing to 100",
-            spread(json!([{"name": "a", "maxReplicas": "40%"}, {"name": "b", "maxReplicas": "60%"}]), json!({})),
+            spread(
+                json!([{"name": "a", "maxReplicas": "40%"}, {"name": "b", "maxReplicas": "60%"}]),
+                json!({}),
+            ),
             None,
         ),
         (
             "percentages under 100 with a bounded last subset",
-            spread(json!([{"name": "a", "maxReplicas": "40%"}, {"name": "b", "maxReplicas": "50%"}]), json!({})),
+            spread(
+                json!([{"name": "a", "maxReplicas": "40%"}, {"name": "b", "maxReplicas": "50%"}]),
+                json!({}),
+            ),
             Some("must equal 100%"),
         ),
         (
             "percentages over 100",
-            spread(json!([{"name": "a", "maxReplicas": "60%"}, {"name": "b", "maxReplicas": "50%"}]), json!({})),
+            spread(
+                json!([{"name": "a", "maxReplicas": "60%"}, {"name": "b", "maxReplicas": "50%"}]),
+                json!({}),
+            ),
             Some("exceeds 100%"),
         ),
         (
@@ -55,30 +70,49 @@ fn validation_table() {
             spread(json!([{"name": "a"}, {"name": "a"}]), json!({})),
             Some("duplicated subset name a"),
         ),
-        ("no subsets", spread(json!([]), json!({})), Some("subsets number must >= 1")),
+        (
+            "no subsets",
+            spread(json!([]), json!({})),
+            Some("subsets number must >= 1"),
+        ),
         (
             "bad operator",
-            spread(json!([{"name": "a", "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "k", "operator": "Is", "values": ["v"]}]}}]), json!({})),
+            spread(
+                json!([{"name": "a", "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "k", "operator": "Is", "values": ["v"]}]}}]),
+                json!({}),
+            ),
             Some("spec.subsets[0].requiredNodeSelectorTerm.matchExpressions[0].operator"),
         ),
         (
             "adaptive needs type Adaptive",
-            spread(json!([{"name": "a", "maxReplicas": 1}, {"name": "b"}]), json!({"type": "Fixed", "adaptive": {"rescheduleCriticalSeconds": 10}})),
+            spread(
+                json!([{"name": "a", "maxReplicas": 1}, {"name": "b"}]),
+                json!({"type": "Fixed", "adaptive": {"rescheduleCriticalSeconds": 10}}),
+            ),
             Some("must be adaptive"),
         ),
         (
             "adaptive with a bounded last subset",
-            spread(json!([{"name": "a", "maxReplicas": 1}, {"name": "b", "maxReplicas": 1}]), json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}})),
+            spread(
+                json!([{"name": "a", "maxReplicas": 1}, {"name": "b", "maxReplicas": 1}]),
+                json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}}),
+            ),
             Some("the last subset's maxReplicas must be not specified"),
         ),
         (
             "rescheduleCriticalSeconds over (300-5)/(n-1)",
-            spread(json!([{"name": "a", "maxReplicas": 1}, {"name": "b", "maxReplicas": 1}, {"name": "c"}]), json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 148}})),
+            spread(
+                json!([{"name": "a", "maxReplicas": 1}, {"name": "b", "maxReplicas": 1}, {"name": "c"}]),
+                json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 148}}),
+            ),
             Some("rescheduleCriticalSeconds > 147"),
         ),
         (
             "adaptive within bounds",
-            spread(json!([{"name": "a", "maxReplicas": 1}, {"name": "b"}]), json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}})),
+            spread(
+                json!([{"name": "a", "maxReplicas": 1}, {"name": "b"}]),
+                json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}}),
+            ),
             None,
         ),
         (
@@ -88,7 +122,10 @@ fn validation_table() {
         ),
         (
             "toleration with an empty key needs Exists",
-            spread(json!([{"name": "a", "tolerations": [{"operator": "Equal", "value": "x"}]}]), json!({})),
+            spread(
+                json!([{"name": "a", "tolerations": [{"operator": "Equal", "value": "x"}]}]),
+                json!({}),
+            ),
             Some("operator must be Exists"),
         ),
         (
@@ -101,7 +138,10 @@ fn validation_table() {
         let got = messages(&validate(&object, &[], None));
         match want {
             None => assert!(got.is_empty(), "{name}: {got:?}"),
-            Some(want) => assert!(got.iter().any(|m| m.contains(want)), "{name}: {got:?} lacks {want:?}"),
+            Some(want) => assert!(
+                got.iter().any(|m| m.contains(want)),
+                "{name}: {got:?} lacks {want:?}"
+            ),
         }
     }
 }
@@ -134,23 +174,54 @@ fn targets_conflicts_and_immutability() {
     let mine = with_target("w1", "apps/v1", "Deployment", "web");
     let other = with_target("w2", "apps/v2", "Deployment", "web");
     let errors = messages(&validate(&mine, std::slice::from_ref(&other), None));
-    assert!(errors.iter().any(|m| m.contains("in conflict with other WorkloadSpread w2")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|m| m.contains("in conflict with other WorkloadSpread w2")),
+        "{errors:?}"
+    );
     // Itself (same name) is no conflict.
     assert!(validate(&mine, std::slice::from_ref(&mine), None).is_empty());
     let moved = with_target("w1", "apps/v1", "Deployment", "api");
     let errors = messages(&validate(&moved, &[], Some(&mine)));
-    assert!(errors.iter().any(|m| m.contains("change TargetReference is not permitted")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|m| m.contains("change TargetReference is not permitted")),
+        "{errors:?}"
+    );
     // A StatefulSet takes integers only.
     let mut sts = with_target("s", "apps/v1", "StatefulSet", "db");
-    sts.spec.subsets = serde_json::from_value(json!([{"name": "a", "maxReplicas": "50%"}, {"name": "b", "maxReplicas": "50%"}])).expect("subsets");
-    assert!(messages(&validate(&sts, &[], None)).iter().any(|m| m.contains("must be Int for StatefulSet")));
+    sts.spec.subsets = serde_json::from_value(
+        json!([{"name": "a", "maxReplicas": "50%"}, {"name": "b", "maxReplicas": "50%"}]),
+    )
+    .expect("subsets");
+    assert!(
+        messages(&validate(&sts, &[], None))
+            .iter()
+            .any(|m| m.contains("must be Int for StatefulSet"))
+    );
 }
 
 #[test]
 fn patched_template_must_stay_a_pod() {
-    assert!(validate_patched_template(0, Ok(json!({"spec": {"containers": [{"name": "c", "image": "i"}]}}))).is_empty());
-    let errors = validate_patched_template(1, Ok(json!({"spec": {"containers": [{"name": "c", "image": ""}]}})));
-    assert!(messages(&errors).iter().any(|m| m.contains("spec.subsets[1].patch.spec.containers[0].image")), "{errors:?}");
+    assert!(
+        validate_patched_template(
+            0,
+            Ok(json!({"spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        )
+        .is_empty()
+    );
+    let errors = validate_patched_template(
+        1,
+        Ok(json!({"spec": {"containers": [{"name": "c", "image": ""}]}})),
+    );
+    assert!(
+        messages(&errors)
+            .iter()
+            .any(|m| m.contains("spec.subsets[1].patch.spec.containers[0].image")),
+        "{errors:?}"
+    );
     assert!(!validate_patched_template(0, Err("bad".into())).is_empty());
 }
 
@@ -160,8 +231,18 @@ fn status_serializes_replicas_and_missing_replicas_even_when_zero() {
         name: "a".into(),
         ..Default::default()
     };
-    assert_eq!(serde_json::to_value(&status).expect("json"), json!({"name": "a", "replicas": 0, "missingReplicas": 0}));
-    let matched = MatchedWorkloadSpread { name: "ws".into(), subset: "a".into(), uid: String::new() };
+    assert_eq!(
+        serde_json::to_value(&status).expect("json"),
+        json!({"name": "a", "replicas": 0, "missingReplicas": 0})
+    );
+    let matched = MatchedWorkloadSpread {
+        name: "ws".into(),
+        subset: "a".into(),
+        uid: String::new(),
+    };
     assert_eq!(matched.to_annotation(), r#"{"name":"ws","subset":"a"}"#);
-    assert_eq!(MatchedWorkloadSpread::parse(r#"{"name":"ws","subset":"a","uid":"u"}"#).map(|m| m.uid), Some("u".into()));
+    assert_eq!(
+        MatchedWorkloadSpread::parse(r#"{"name":"ws","subset":"a","uid":"u"}"#).map(|m| m.uid),
+        Some("u".into())
+    );
 }

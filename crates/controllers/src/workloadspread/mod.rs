@@ -147,7 +147,11 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
         None => (Vec::new(), 0),
         Some(object) => {
             let owners = workload::pod_owners(&ctx.client, &namespace, &target, object).await?;
-            let selector = ws.spec.target_filter.as_ref().and_then(|f| f.selector.as_ref());
+            let selector = ws
+                .spec
+                .target_filter
+                .as_ref()
+                .and_then(|f| f.selector.as_ref());
             let pods: Vec<Arc<Pod>> = owners
                 .iter()
                 .flat_map(|uid| ctx.pods.owned_by(uid))
@@ -181,16 +185,20 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
         match workload::latest_version(&ctx.client, &namespace, &target, object).await? {
             Some(latest) => {
                 for (version, groups) in &grouping.by_version {
-                    let costs = core::deletion_costs(&ws, groups, &refs, replicas, *version != latest);
+                    let costs =
+                        core::deletion_costs(&ws, groups, &refs, replicas, *version != latest);
                     write_costs(&pod_api, &refs, &costs).await?;
                 }
             }
             // The workload's controller has not caught up with its spec yet: costs wait.
-            None => tracing::debug!(workloadspread = %format!("{namespace}/{name}"), "latest version of the workload not known yet"),
+            None => {
+                tracing::debug!(workloadspread = %format!("{namespace}/{name}"), "latest version of the workload not known yet")
+            }
         }
     }
     let now = Timestamp::now();
-    let plan = core::compute_status(&ws, &refs, &grouping, replicas, now).map_err(Error::Invalid)?;
+    let plan =
+        core::compute_status(&ws, &refs, &grouping, replicas, now).map_err(Error::Invalid)?;
     for finding in &plan.findings {
         let (type_, reason, note) = match finding {
             Finding::CreateExpired(pod) => (
@@ -230,7 +238,9 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
             ..DeleteParams::default()
         };
         match pod_api.delete(&pod_name, &params).await {
-            Ok(_) => tracing::info!(workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, "deleted a Pod that stayed unschedulable in its subset"),
+            Ok(_) => {
+                tracing::info!(workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, "deleted a Pod that stayed unschedulable in its subset")
+            }
             Err(error) if is_race(&error) => {}
             Err(source) => {
                 publish(
@@ -285,7 +295,11 @@ async fn write(
     }
     patch["metadata"] = json!({"resourceVersion": ws.meta().resource_version});
     match api
-        .patch_status(&ws.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &ws.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(written) => Ok(StatusWrite::Written {
@@ -338,11 +352,16 @@ async fn adopt(
         metadata["annotations"][ANNOTATION_MATCHED] = json!(matched.to_annotation());
         let patch = json!({"metadata": metadata});
         let pod_name = pod.name_any();
-        match api.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {}
             Err(error) if is_race(&error) => {}
             Err(source) => {
-                return Err(kube_error(format!("annotating Pod {pod_name} with its subset"))(source));
+                return Err(kube_error(format!(
+                    "annotating Pod {pod_name} with its subset"
+                ))(source));
             }
         }
     }
@@ -350,7 +369,11 @@ async fn adopt(
 }
 
 /// Patches the deletion cost of the Pods whose annotation differs.
-async fn write_costs(api: &Api<Pod>, pods: &[&Pod], costs: &BTreeMap<usize, i32>) -> Result<(), Error> {
+async fn write_costs(
+    api: &Api<Pod>,
+    pods: &[&Pod],
+    costs: &BTreeMap<usize, i32>,
+) -> Result<(), Error> {
     for (&index, cost) in costs {
         let pod = pods[index];
         let value = cost.to_string();
@@ -360,11 +383,16 @@ async fn write_costs(api: &Api<Pod>, pods: &[&Pod], costs: &BTreeMap<usize, i32>
         }
         let pod_name = pod.name_any();
         let patch = json!({"metadata": {"annotations": {ANNOTATION_DELETION_COST: value}}});
-        match api.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {}
             Err(error) if is_race(&error) => {}
             Err(source) => {
-                return Err(kube_error(format!("writing the deletion cost of Pod {pod_name}"))(source));
+                return Err(kube_error(format!(
+                    "writing the deletion cost of Pod {pod_name}"
+                ))(source));
             }
         }
     }

@@ -28,11 +28,15 @@ pub async fn get(client: &Client, ws: &WorkloadSpread) -> Result<Option<DynamicO
         return Ok(None);
     };
     let namespace = ws.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource(target));
-    let object = api.get_opt(&target.name).await.map_err(|source| Error::Kube {
-        context: format!("reading {} {namespace}/{}", target.kind, target.name),
-        source,
-    })?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &resource(target));
+    let object = api
+        .get_opt(&target.name)
+        .await
+        .map_err(|source| Error::Kube {
+            context: format!("reading {} {namespace}/{}", target.kind, target.name),
+            source,
+        })?;
     Ok(object.filter(|o| o.metadata.deletion_timestamp.is_none()))
 }
 
@@ -64,7 +68,11 @@ pub fn replicas(ws: &WorkloadSpread, object: &DynamicObject) -> i32 {
         .as_ref()
         .map(|t| t.kind.as_str())
         .unwrap_or_default();
-    let field = if kind == "Job" { "/spec/parallelism" } else { "/spec/replicas" };
+    let field = if kind == "Job" {
+        "/spec/parallelism"
+    } else {
+        "/spec/replicas"
+    };
     object.data.pointer(field).and_then(as_i32).unwrap_or(1)
 }
 
@@ -78,15 +86,23 @@ pub fn pod_template(object: &DynamicObject) -> Option<Value> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string))
+        .filter_map(|c| {
+            c.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
         .collect();
     if !claims.is_empty()
         && let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut)
     {
-        let volumes = spec.entry("volumes").or_insert_with(|| Value::Array(Vec::new()));
+        let volumes = spec
+            .entry("volumes")
+            .or_insert_with(|| Value::Array(Vec::new()));
         if let Some(list) = volumes.as_array_mut() {
             for name in claims {
-                list.push(serde_json::json!({"name": name, "persistentVolumeClaim": {"claimName": name}}));
+                list.push(
+                    serde_json::json!({"name": name, "persistentVolumeClaim": {"claimName": name}}),
+                );
             }
         }
     }
@@ -113,7 +129,11 @@ pub async fn pod_owners(
     Ok(owners)
 }
 
-async fn replica_sets_of(client: &Client, namespace: &str, uid: &str) -> Result<Vec<ReplicaSet>, Error> {
+async fn replica_sets_of(
+    client: &Client,
+    namespace: &str,
+    uid: &str,
+) -> Result<Vec<ReplicaSet>, Error> {
     let api: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
     let list = api
         .list(&ListParams::default())
@@ -170,7 +190,9 @@ pub async fn latest_version(
                 .data
                 .pointer("/spec/template")
                 .cloned()
-                .and_then(|t| serde_json::from_value::<k8s_openapi::api::core::v1::PodTemplateSpec>(t).ok())
+                .and_then(|t| {
+                    serde_json::from_value::<k8s_openapi::api::core::v1::PodTemplateSpec>(t).ok()
+                })
                 .and_then(|t| serde_json::to_value(t).ok())
             else {
                 return Ok(None);
@@ -193,7 +215,9 @@ pub async fn latest_version(
                 {
                     labels.remove(LABEL_POD_TEMPLATE_HASH);
                     if labels.is_empty()
-                        && let Some(meta) = rs_template.pointer_mut("/metadata").and_then(Value::as_object_mut)
+                        && let Some(meta) = rs_template
+                            .pointer_mut("/metadata")
+                            .and_then(Value::as_object_mut)
                     {
                         meta.remove("labels");
                     }

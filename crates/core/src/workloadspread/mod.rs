@@ -91,7 +91,10 @@ pub fn max_replicas(subset: &WorkloadSpreadSubset, replicas: i32) -> Result<Opti
     };
     let n = IntOrPercent::parse(value)?.scaled(replicas, Round::Up);
     if n < 0 {
-        return Err(format!("subset {}: maxReplicas {n} is negative", subset.name));
+        return Err(format!(
+            "subset {}: maxReplicas {n} is negative",
+            subset.name
+        ));
     }
     Ok(Some(n))
 }
@@ -105,7 +108,10 @@ pub fn has_percent_subset(ws: &WorkloadSpread) -> bool {
 }
 
 /// Fresh subset statuses: every slot free (`missingReplicas` = maxReplicas, -1 for no limit).
-pub fn initial_subset_statuses(ws: &WorkloadSpread, replicas: i32) -> Vec<WorkloadSpreadSubsetStatus> {
+pub fn initial_subset_statuses(
+    ws: &WorkloadSpread,
+    replicas: i32,
+) -> Vec<WorkloadSpreadSubsetStatus> {
     ws.spec
         .subsets
         .iter()
@@ -183,7 +189,10 @@ pub fn admit_create(
         let ordinal = pod_name.map_or(-1, ordinal);
         let mut threshold = 0i64;
         for subset in subsets {
-            let subset_status = status.subset_statuses.iter().find(|s| s.name == subset.name);
+            let subset_status = status
+                .subset_statuses
+                .iter()
+                .find(|s| s.name == subset.name);
             if subset_status.is_some_and(|s| !schedulable(s)) {
                 continue;
             }
@@ -315,7 +324,9 @@ pub fn inject(
             .extend(subset.tolerations.iter().cloned());
     }
     let affinity = spec.affinity.get_or_insert_with(Affinity::default);
-    let node_affinity = affinity.node_affinity.get_or_insert_with(NodeAffinity::default);
+    let node_affinity = affinity
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
     if !subset.preferred_node_selector_terms.is_empty() {
         node_affinity
             .preferred_during_scheduling_ignored_during_execution
@@ -388,7 +399,12 @@ pub fn matched(pod: &Pod, ws_name: &str) -> Option<MatchedWorkloadSpread> {
 /// required term selecting the node. With it, a score: 100 × the preferred terms' weights the
 /// node matches, + 10 when the subset's patch would not change the Pod, + 1 when the subset has
 /// room. `None` when it may not.
-pub fn subset_score(pod: &Pod, node: &Node, subset: &WorkloadSpreadSubset, missing: i64) -> Option<i64> {
+pub fn subset_score(
+    pod: &Pod,
+    node: &Node,
+    subset: &WorkloadSpreadSubset,
+    missing: i64,
+) -> Option<i64> {
     let mut spec = pod.spec.clone().unwrap_or_default();
     spec.tolerations
         .get_or_insert_with(Vec::new)
@@ -406,7 +422,10 @@ pub fn subset_score(pod: &Pod, node: &Node, subset: &WorkloadSpreadSubset, missi
             .affinity
             .as_ref()
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .map(|r| r.node_selector_terms.clone())
             .unwrap_or_default();
         and_term(&mut terms, term);
@@ -582,8 +601,15 @@ fn soonest(slot: &mut Option<Duration>, wait: Duration) {
 
 /// Pending, unbound and marked `Unschedulable` by the scheduler: whether it has been so for longer
 /// than `critical` since its creation, and otherwise how long until then.
-pub fn unschedulable_timeout(pod: &Pod, critical: Duration, now: Timestamp) -> (bool, Option<Duration>) {
-    if pods::is_terminating(pod) || pods::phase(pod) != pods::PHASE_PENDING || pods::is_assigned(pod) {
+pub fn unschedulable_timeout(
+    pod: &Pod,
+    critical: Duration,
+    now: Timestamp,
+) -> (bool, Option<Duration>) {
+    if pods::is_terminating(pod)
+        || pods::phase(pod) != pods::PHASE_PENDING
+        || pods::is_assigned(pod)
+    {
         return (false, None);
     }
     let unschedulable = pods::condition(pod, "PodScheduled")
@@ -604,8 +630,13 @@ pub fn unschedulable_timeout(pod: &Pod, critical: Duration, now: Timestamp) -> (
     }
 }
 
-fn condition<'a>(status: &'a WorkloadSpreadSubsetStatus) -> Option<&'a WorkloadSpreadSubsetCondition> {
-    status.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULABLE)
+fn condition<'a>(
+    status: &'a WorkloadSpreadSubsetStatus,
+) -> Option<&'a WorkloadSpreadSubsetCondition> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SCHEDULABLE)
 }
 
 /// Sets the Schedulable condition, keeping its transition time when the status stays.
@@ -614,7 +645,9 @@ fn set_schedulable(status: &mut WorkloadSpreadSubsetStatus, value: bool, now: Ti
     if condition(status).is_some_and(|c| c.status == value) {
         return;
     }
-    status.conditions.retain(|c| c.type_ != CONDITION_SCHEDULABLE);
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_SCHEDULABLE);
     status.conditions.push(WorkloadSpreadSubsetCondition {
         type_: CONDITION_SCHEDULABLE.into(),
         status: value.into(),
@@ -714,7 +747,9 @@ fn subset_statuses(
         let members = groups.get(i).map(Vec::as_slice).unwrap_or_default();
         let mut status = subset_status(pass, subset, members, previous, plan)?;
         match critical {
-            None => status.conditions.retain(|c| c.type_ != CONDITION_SCHEDULABLE),
+            None => status
+                .conditions
+                .retain(|c| c.type_ != CONDITION_SCHEDULABLE),
             Some(_) if i + 1 == subsets.len() => set_schedulable(&mut status, true, now),
             Some(critical) => {
                 let mut failed = Vec::new();
@@ -791,7 +826,11 @@ pub fn compute_status(
     let statuses = subset_statuses(&pass, &all, &old.subset_statuses, &mut plan, true)?;
     let mut versioned = BTreeMap::new();
     for (version, groups) in &grouping.by_version {
-        let previous = old.versioned_subset_statuses.get(version).map(Vec::as_slice).unwrap_or_default();
+        let previous = old
+            .versioned_subset_statuses
+            .get(version)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         let mut scratch = StatusPlan::default();
         let statuses = subset_statuses(&pass, groups, previous, &mut scratch, false)?;
         merge_timing(&mut plan, scratch);
@@ -866,7 +905,8 @@ pub fn deletion_costs(
         };
         match limit {
             Some(limit) if active.len() > usize::try_from(limit).unwrap_or(0) => {
-                active.sort_by(|&a, &b| crate::rollout::ordering::active_pods_cmp(pods[a], pods[b]));
+                active
+                    .sort_by(|&a, &b| crate::rollout::ordering::active_pods_cmp(pods[a], pods[b]));
                 let surplus = active.len() - usize::try_from(limit).unwrap_or(0);
                 for (k, &p) in active.iter().enumerate() {
                     costs.insert(p, if k < surplus { negative } else { positive });

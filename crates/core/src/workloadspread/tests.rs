@@ -33,7 +33,11 @@ fn spread(kind: &str, subsets: &[(&str, Option<serde_json::Value>)]) -> Workload
 fn three() -> WorkloadSpread {
     spread(
         "CloneSet",
-        &[("zone-a", Some(json!(2))), ("zone-b", Some(json!(3))), ("zone-c", None)],
+        &[
+            ("zone-a", Some(json!(2))),
+            ("zone-b", Some(json!(3))),
+            ("zone-c", None),
+        ],
     )
 }
 
@@ -63,7 +67,9 @@ fn create_fills_subsets_in_order_and_records_the_pod() {
     }
     assert_eq!(
         placed,
-        ["zone-a", "zone-a", "zone-b", "zone-b", "zone-b", "zone-c", "zone-c"]
+        [
+            "zone-a", "zone-a", "zone-b", "zone-b", "zone-b", "zone-c", "zone-c"
+        ]
     );
     let status = ws.status.clone().unwrap_or_default();
     assert_eq!(missing(&status, "v1"), [0, 0, -1]);
@@ -86,7 +92,9 @@ fn create_table() {
             s.missing_replicas = m;
         }
         let mut status = WorkloadSpreadStatus::default();
-        status.versioned_subset_statuses.insert(version.into(), statuses);
+        status
+            .versioned_subset_statuses
+            .insert(version.into(), statuses);
         with_status(ws, status)
     };
     let unschedulable_a = {
@@ -102,24 +110,66 @@ fn create_table() {
         }
         ws
     };
-    let bounded = spread("CloneSet", &[("zone-a", Some(json!(1))), ("zone-b", Some(json!(1)))]);
+    let bounded = spread(
+        "CloneSet",
+        &[("zone-a", Some(json!(1))), ("zone-b", Some(json!(1)))],
+    );
     let cases: Vec<(&str, WorkloadSpread, &str, Option<&str>)> = vec![
         ("fresh status", three(), "v1", Some("zone-a")),
-        ("first full", full(three(), "v1", [0, 3, -1]), "v1", Some("zone-b")),
-        ("all bounded full", full(three(), "v1", [0, 0, -1]), "v1", Some("zone-c")),
-        ("a new version starts from scratch", full(three(), "v1", [0, 0, -1]), "v2", Some("zone-a")),
-        ("unschedulable subset skipped", unschedulable_a, "v1", Some("zone-b")),
-        ("no room anywhere", {
-            let mut ws = bounded.clone();
-            let mut status = WorkloadSpreadStatus::default();
-            status.versioned_subset_statuses.insert("v1".into(), vec![
-                WorkloadSpreadSubsetStatus { name: "zone-a".into(), ..Default::default() },
-                WorkloadSpreadSubsetStatus { name: "zone-b".into(), ..Default::default() },
-            ]);
-            ws.status = Some(status);
-            ws
-        }, "v1", None),
-        ("one unlimited subset: no status", spread("CloneSet", &[("zone-a", None)]), "v1", Some("zone-a")),
+        (
+            "first full",
+            full(three(), "v1", [0, 3, -1]),
+            "v1",
+            Some("zone-b"),
+        ),
+        (
+            "all bounded full",
+            full(three(), "v1", [0, 0, -1]),
+            "v1",
+            Some("zone-c"),
+        ),
+        (
+            "a new version starts from scratch",
+            full(three(), "v1", [0, 0, -1]),
+            "v2",
+            Some("zone-a"),
+        ),
+        (
+            "unschedulable subset skipped",
+            unschedulable_a,
+            "v1",
+            Some("zone-b"),
+        ),
+        (
+            "no room anywhere",
+            {
+                let mut ws = bounded.clone();
+                let mut status = WorkloadSpreadStatus::default();
+                status.versioned_subset_statuses.insert(
+                    "v1".into(),
+                    vec![
+                        WorkloadSpreadSubsetStatus {
+                            name: "zone-a".into(),
+                            ..Default::default()
+                        },
+                        WorkloadSpreadSubsetStatus {
+                            name: "zone-b".into(),
+                            ..Default::default()
+                        },
+                    ],
+                );
+                ws.status = Some(status);
+                ws
+            },
+            "v1",
+            None,
+        ),
+        (
+            "one unlimited subset: no status",
+            spread("CloneSet", &[("zone-a", None)]),
+            "v1",
+            Some("zone-a"),
+        ),
     ];
     for (name, ws, version, want) in cases {
         let d = admit_create(&ws, Some("p"), version, 10, now(), "uid");
@@ -131,7 +181,11 @@ fn create_table() {
 fn percentages_round_up_and_need_the_replicas() {
     let ws = spread(
         "Deployment",
-        &[("zone-a", Some(json!("25%"))), ("zone-b", Some(json!("50%"))), ("zone-c", None)],
+        &[
+            ("zone-a", Some(json!("25%"))),
+            ("zone-b", Some(json!("50%"))),
+            ("zone-c", None),
+        ],
     );
     assert!(needs_replicas(&ws, "v1"));
     let statuses = initial_subset_statuses(&ws, 6);
@@ -140,7 +194,11 @@ fn percentages_round_up_and_need_the_replicas() {
     let d = admit_create(&ws, None, "v1", 6, now(), "gen-1");
     assert_eq!(d.uid, "gen-1");
     let status = d.status.expect("recorded");
-    assert!(status.versioned_subset_statuses["v1"][0].creating_pods.contains_key("gen-1"));
+    assert!(
+        status.versioned_subset_statuses["v1"][0]
+            .creating_pods
+            .contains_key("gen-1")
+    );
     assert!(!needs_replicas(&with_status(ws, status), "v1"));
 }
 
@@ -148,7 +206,11 @@ fn percentages_round_up_and_need_the_replicas() {
 fn statefulset_pods_go_by_ordinal() {
     let ws = spread(
         "StatefulSet",
-        &[("zone-a", Some(json!(2))), ("zone-b", Some(json!(1))), ("zone-c", None)],
+        &[
+            ("zone-a", Some(json!(2))),
+            ("zone-b", Some(json!(1))),
+            ("zone-c", None),
+        ],
     );
     let got: Vec<Option<String>> = (0..5)
         .map(|i| admit_create(&ws, Some(&format!("db-{i}")), "v", 0, now(), "").subset)
@@ -163,7 +225,10 @@ fn statefulset_pods_go_by_ordinal() {
             Some("zone-c".into())
         ]
     );
-    assert_eq!(admit_create(&ws, Some("db-0"), "v", 0, now(), "").status, None);
+    assert_eq!(
+        admit_create(&ws, Some("db-0"), "v", 0, now(), "").status,
+        None
+    );
 }
 
 #[test]
@@ -180,15 +245,35 @@ fn deletion_frees_the_slot_once() {
             list[0].creating_pods.clear();
         }
     }
-    let matched = MatchedWorkloadSpread { name: "ws".into(), subset: "zone-a".into(), uid: String::new() };
+    let matched = MatchedWorkloadSpread {
+        name: "ws".into(),
+        subset: "zone-a".into(),
+        uid: String::new(),
+    };
     let status = admit_delete(&ws, "p0", &matched, "v1", 7, now()).expect("recorded");
     assert_eq!(missing(&status, "v1")[0], 1);
-    assert!(status.versioned_subset_statuses["v1"][0].deleting_pods.contains_key("p0"));
+    assert!(
+        status.versioned_subset_statuses["v1"][0]
+            .deleting_pods
+            .contains_key("p0")
+    );
     let ws = with_status(ws, status);
-    assert_eq!(admit_delete(&ws, "p0", &matched, "v1", 7, now()), None, "recorded once");
+    assert_eq!(
+        admit_delete(&ws, "p0", &matched, "v1", 7, now()),
+        None,
+        "recorded once"
+    );
     // Its replacement takes the freed slot in zone-a.
-    assert_eq!(admit_create(&ws, Some("p9"), "v1", 7, now(), "").subset.as_deref(), Some("zone-a"));
-    let unlimited = MatchedWorkloadSpread { subset: "zone-c".into(), ..matched };
+    assert_eq!(
+        admit_create(&ws, Some("p9"), "v1", 7, now(), "")
+            .subset
+            .as_deref(),
+        Some("zone-a")
+    );
+    let unlimited = MatchedWorkloadSpread {
+        subset: "zone-c".into(),
+        ..matched
+    };
     assert_eq!(admit_delete(&ws, "q", &unlimited, "v1", 7, now()), None);
 }
 
@@ -213,16 +298,30 @@ fn inject_writes_affinity_tolerations_patch_and_annotation() {
     })).expect("spec"));
     let out = inject("ws", &subset, &p, "").expect("injected");
     let v = serde_json::to_value(&out).expect("json");
-    let terms = &v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    let terms = &v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
     assert_eq!(terms.as_array().map(Vec::len), Some(2));
     for term in terms.as_array().into_iter().flatten() {
-        assert_eq!(term["matchExpressions"][1]["key"], "topology.kubernetes.io/zone");
+        assert_eq!(
+            term["matchExpressions"][1]["key"],
+            "topology.kubernetes.io/zone"
+        );
     }
-    assert_eq!(v["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"], 10);
+    assert_eq!(
+        v["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+            ["weight"],
+        10
+    );
     assert_eq!(v["spec"]["tolerations"][0]["key"], "spot");
     assert_eq!(v["metadata"]["labels"]["subset"], "a");
-    assert!(v["spec"].get("priority").is_none(), "priority cleared with a new class");
-    assert_eq!(v["metadata"]["annotations"][ANNOTATION_MATCHED], r#"{"name":"ws","subset":"zone-a"}"#);
+    assert!(
+        v["spec"].get("priority").is_none(),
+        "priority cleared with a new class"
+    );
+    assert_eq!(
+        v["metadata"]["annotations"][ANNOTATION_MATCHED],
+        r#"{"name":"ws","subset":"zone-a"}"#
+    );
     // A Pod without required terms gets the subset's as its only term.
     let plain = inject("ws", &subset, &pod("q").build(), "u1").expect("injected");
     let v = serde_json::to_value(&plain).expect("json");
@@ -230,7 +329,10 @@ fn inject_writes_affinity_tolerations_patch_and_annotation() {
         v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
         json!([zone_term("zone-a")])
     );
-    assert_eq!(v["metadata"]["annotations"][ANNOTATION_MATCHED], r#"{"name":"ws","subset":"zone-a","uid":"u1"}"#);
+    assert_eq!(
+        v["metadata"]["annotations"][ANNOTATION_MATCHED],
+        r#"{"name":"ws","subset":"zone-a","uid":"u1"}"#
+    );
 }
 
 fn node(name: &str, zone: &str) -> Node {
@@ -242,7 +344,10 @@ fn node(name: &str, zone: &str) -> Node {
 
 fn annotated(name: &str, subset: &str) -> Pod {
     pod(name)
-        .annotation(ANNOTATION_MATCHED, &format!(r#"{{"name":"ws","subset":"{subset}"}}"#))
+        .annotation(
+            ANNOTATION_MATCHED,
+            &format!(r#"{{"name":"ws","subset":"{subset}"}}"#),
+        )
         .running_ready(60)
         .node("n")
         .build()
@@ -251,8 +356,16 @@ fn annotated(name: &str, subset: &str) -> Pod {
 #[test]
 fn grouping_adopts_pods_by_their_node() {
     let ws = three();
-    let nodes = [node("na", "zone-a"), node("nb", "zone-b"), node("nx", "zone-x")];
-    let lookup = |name: &str| nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name));
+    let nodes = [
+        node("na", "zone-a"),
+        node("nb", "zone-b"),
+        node("nx", "zone-x"),
+    ];
+    let lookup = |name: &str| {
+        nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+    };
     let pods = [
         annotated("a1", "zone-a"),
         annotated("a2", "zone-a"),
@@ -265,7 +378,11 @@ fn grouping_adopts_pods_by_their_node() {
     let refs: Vec<&Pod> = pods.iter().collect();
     let g = group_pods(&ws, &refs, 7, lookup);
     let groups = &g.by_version[VERSION_IGNORED];
-    assert_eq!(groups[0], [0, 1, 2], "zone-a is full but still matches (no room: lower score only)");
+    assert_eq!(
+        groups[0],
+        [0, 1, 2],
+        "zone-a is full but still matches (no room: lower score only)"
+    );
     assert_eq!(groups[1], [3]);
     assert_eq!(groups[3], [4, 5, 6], "no subset");
     assert_eq!(g.adopted, [(2, 0), (3, 1)]);
@@ -277,12 +394,19 @@ fn status_counts_pods_and_keeps_fresh_records() {
     let mut old = WorkloadSpreadStatus::default();
     let mut statuses = initial_subset_statuses(&ws, 7);
     statuses[0].creating_pods.insert("a1".into(), Time(now()));
-    statuses[0].creating_pods.insert("late".into(), Time(ago(10)));
-    statuses[0].creating_pods.insert("lost".into(), Time(ago(31)));
+    statuses[0]
+        .creating_pods
+        .insert("late".into(), Time(ago(10)));
+    statuses[0]
+        .creating_pods
+        .insert("lost".into(), Time(ago(31)));
     statuses[1].deleting_pods.insert("b1".into(), Time(ago(5)));
-    statuses[1].deleting_pods.insert("stuck".into(), Time(ago(16)));
+    statuses[1]
+        .deleting_pods
+        .insert("stuck".into(), Time(ago(16)));
     old.subset_statuses = statuses.clone();
-    old.versioned_subset_statuses.insert(VERSION_IGNORED.into(), statuses);
+    old.versioned_subset_statuses
+        .insert(VERSION_IGNORED.into(), statuses);
     let ws = with_status(ws, old);
     let pods = [
         annotated("a1", "zone-a"),
@@ -295,22 +419,45 @@ fn status_counts_pods_and_keeps_fresh_records() {
     let plan = compute_status(&ws, &refs, &g, 7, now()).expect("status");
     let s = &plan.status.subset_statuses;
     assert_eq!(plan.status.observed_generation, 3);
-    assert_eq!((s[0].replicas, s[0].missing_replicas), (1, 0), "a1 counted, late still creating");
+    assert_eq!(
+        (s[0].replicas, s[0].missing_replicas),
+        (1, 0),
+        "a1 counted, late still creating"
+    );
     assert_eq!(s[0].creating_pods.keys().collect::<Vec<_>>(), ["late"]);
-    assert_eq!((s[1].replicas, s[1].missing_replicas), (2, 2), "b1 deleting gives its slot back");
+    assert_eq!(
+        (s[1].replicas, s[1].missing_replicas),
+        (2, 2),
+        "b1 deleting gives its slot back"
+    );
     assert_eq!(s[1].deleting_pods.keys().collect::<Vec<_>>(), ["b1"]);
     assert_eq!((s[2].replicas, s[2].missing_replicas), (1, -1));
-    assert!(plan.findings.contains(&Finding::CreateExpired("lost".into())));
-    assert!(plan.findings.contains(&Finding::DeleteExpired("stuck".into())));
-    assert_eq!(plan.status.versioned_subset_statuses[VERSION_IGNORED], plan.status.subset_statuses);
+    assert!(
+        plan.findings
+            .contains(&Finding::CreateExpired("lost".into()))
+    );
+    assert!(
+        plan.findings
+            .contains(&Finding::DeleteExpired("stuck".into()))
+    );
+    assert_eq!(
+        plan.status.versioned_subset_statuses[VERSION_IGNORED],
+        plan.status.subset_statuses
+    );
     let wait = plan.requeue_after.expect("requeue");
-    assert!(wait <= Duration::from_secs(20) && wait >= Duration::from_secs(9), "{wait:?}");
+    assert!(
+        wait <= Duration::from_secs(20) && wait >= Duration::from_secs(9),
+        "{wait:?}"
+    );
 }
 
 #[test]
 fn adaptive_reschedules_pods_that_stay_pending() {
     let mut ws = spread("CloneSet", &[("zone-a", Some(json!(2))), ("zone-b", None)]);
-    ws.spec.schedule_strategy = serde_json::from_value(json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}})).expect("strategy");
+    ws.spec.schedule_strategy = serde_json::from_value(
+        json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}}),
+    )
+    .expect("strategy");
     let stuck = |name: &str, age: i64| {
         pod(name)
             .annotation(ANNOTATION_MATCHED, r#"{"name":"ws","subset":"zone-a"}"#)
@@ -331,22 +478,30 @@ fn adaptive_reschedules_pods_that_stay_pending() {
     assert_eq!(plan.reschedule, [0]);
     let cond = |i: usize| plan.status.subset_statuses[i].conditions[0].status.clone();
     assert_eq!((cond(0), cond(1)), ("False".into(), "True".into()));
-    assert!(plan.requeue_after.is_some_and(|w| w <= Duration::from_secs(6)));
+    assert!(
+        plan.requeue_after
+            .is_some_and(|w| w <= Duration::from_secs(6))
+    );
     // Once nothing is stuck, the subset stays unschedulable for 300 s, then recovers.
     let mut later = with_status(ws, plan.status.clone());
-    let plan = compute_status(&later, &[], &group_pods(&later, &[], 2, |_| None), 2, now()).expect("status");
+    let plan = compute_status(&later, &[], &group_pods(&later, &[], 2, |_| None), 2, now())
+        .expect("status");
     assert_eq!(plan.status.subset_statuses[0].conditions[0].status, "False");
     if let Some(s) = later.status.as_mut() {
         s.subset_statuses[0].conditions[0].last_transition_time = Some(Time(ago(301)));
     }
-    let plan = compute_status(&later, &[], &group_pods(&later, &[], 2, |_| None), 2, now()).expect("status");
+    let plan = compute_status(&later, &[], &group_pods(&later, &[], 2, |_| None), 2, now())
+        .expect("status");
     assert_eq!(plan.status.subset_statuses[0].conditions[0].status, "True");
     assert!(plan.findings.contains(&Finding::Recovered("zone-a".into())));
 }
 
 #[test]
 fn deletion_costs_per_subset_and_reversed_for_old_versions() {
-    let ws = spread("CloneSet", &[("zone-a", Some(json!(2))), ("zone-b", Some(json!(3)))]);
+    let ws = spread(
+        "CloneSet",
+        &[("zone-a", Some(json!(2))), ("zone-b", Some(json!(3)))],
+    );
     let pods: Vec<Pod> = (0..7i64)
         .map(|i| pod(&format!("p{i}")).running_ready(100 - i).build())
         .collect();
@@ -354,7 +509,10 @@ fn deletion_costs_per_subset_and_reversed_for_old_versions() {
     // zone-a holds 3 (one too many), zone-b 2, and 2 are in no subset.
     let groups = vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]];
     let costs = deletion_costs(&ws, &groups, &refs, 5, false);
-    assert_eq!(costs[&2], -100, "the newest surplus Pod of zone-a goes first");
+    assert_eq!(
+        costs[&2], -100,
+        "the newest surplus Pod of zone-a goes first"
+    );
     assert_eq!((costs[&0], costs[&1]), (200, 200));
     assert_eq!((costs[&3], costs[&4]), (100, 100));
     assert_eq!((costs[&5], costs[&6]), (-300, -300));
@@ -369,7 +527,8 @@ fn pod_versions() {
             .label(LABEL_POD_TEMPLATE_HASH, "abc")
             .label(LABEL_CONTROLLER_REVISION_HASH, "app-7d9f")
             .build();
-        p.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        p.metadata.owner_references =
+            Some(vec![serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": kind, "name": "x", "uid": "u", "controller": true
         })).expect("owner")]);
         p
