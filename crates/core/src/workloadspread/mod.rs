@@ -630,9 +630,7 @@ pub fn unschedulable_timeout(
     }
 }
 
-fn condition<'a>(
-    status: &'a WorkloadSpreadSubsetStatus,
-) -> Option<&'a WorkloadSpreadSubsetCondition> {
+fn condition(status: &WorkloadSpreadSubsetStatus) -> Option<&WorkloadSpreadSubsetCondition> {
     status
         .conditions
         .iter()
