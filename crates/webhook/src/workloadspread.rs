@@ -659,6 +659,75 @@ mod tests {
         assert_ne!(uid, generated_uid());
     }
 
+    /// A Pod of the target CloneSet is placed in the first subset with room (from the watch cache,
+    /// no apiserver): affinity, patch and annotation; a Pod the target filter leaves out is not.
+    #[tokio::test]
+    async fn pods_of_the_target_are_placed_from_the_cache() {
+        let (store, mut writer) = kube::runtime::reflector::store::<WorkloadSpread>();
+        let mut ws: WorkloadSpread = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+            "metadata": {"name": "ws", "namespace": "ns", "resourceVersion": "7", "uid": "w1"},
+            "spec": {
+                "targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web"},
+                "targetFilter": {"selector": {"matchLabels": {"role": "worker"}}},
+                "subsets": [
+                    {"name": "a", "maxReplicas": 1, "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
+                    {"name": "b", "patch": {"metadata": {"labels": {"zone": "b"}}}}
+                ]
+            }
+        }))
+        .expect("ws");
+        let mut status = api::WorkloadSpreadStatus::default();
+        status.versioned_subset_statuses.insert(
+            api::VERSION_IGNORED.into(),
+            vec![
+                api::WorkloadSpreadSubsetStatus {
+                    name: "a".into(),
+                    missing_replicas: 0,
+                    ..Default::default()
+                },
+                api::WorkloadSpreadSubsetStatus {
+                    name: "b".into(),
+                    missing_replicas: -1,
+                    ..Default::default()
+                },
+            ],
+        );
+        ws.status = Some(status);
+        use kube::runtime::watcher::Event;
+        for event in [Event::Init, Event::InitApply(ws), Event::InitDone] {
+            writer.apply_watcher_event(&event);
+        }
+        let hooks = WorkloadSpreads::new(None, Some(store), Duration::from_secs(3));
+        let pod = |role: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web-1", "namespace": "ns", "labels": {"role": role}, "ownerReferences": [
+                    {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web", "uid": "u", "controller": true}
+                ]},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}
+            }))
+            .expect("pod")
+        };
+        let placed = hooks
+            .place(&pod("worker"), "ns")
+            .await
+            .expect("decided")
+            .expect("placed");
+        let v = serde_json::to_value(&placed).expect("json");
+        assert_eq!(
+            v["metadata"]["labels"]["zone"], "b",
+            "subset a is full: b's patch"
+        );
+        assert_eq!(
+            v["metadata"]["annotations"][api::ANNOTATION_MATCHED],
+            r#"{"name":"ws","subset":"b"}"#
+        );
+        assert!(
+            matches!(hooks.place(&pod("ps"), "ns").await, Ok(None)),
+            "filtered out"
+        );
+    }
+
     #[tokio::test]
     async fn pods_of_other_workloads_are_left_alone() {
         let hooks = WorkloadSpreads::new(None, None, Duration::from_secs(3));
