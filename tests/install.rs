@@ -71,6 +71,24 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "apps.kruise.io",
+        "workloadspreads",
+        "get",
+        "the Pod webhook reading a WorkloadSpread afresh after a conflict",
+    ),
+    (
+        "apps.kruise.io",
+        "workloadspreads/status",
+        "patch",
+        "WorkloadSpread status (controller) and admitted Pods (webhook)",
+    ),
+    (
+        "batch",
+        "jobs",
+        "get",
+        "a WorkloadSpread over a Job reading its parallelism",
+    ),
+    (
+        "apps.kruise.io",
         "ephemeraljobs",
         "patch",
         "EphemeralJob: adding and removing its finalizer",

@@ -137,5 +137,6 @@ pub fn v1alpha1_only() -> Vec<CustomResourceDefinition> {
         crate::ephemeraljob::crd(),
         crate::persistentpodstate::crd(),
         crate::containerrecreaterequest::crd(),
+        crate::workloadspread::crd(),
     ]
 }

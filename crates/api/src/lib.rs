@@ -29,6 +29,7 @@ pub mod sidecarset;
 pub mod statefulset;
 pub mod uniteddeployment;
 pub mod validation;
+pub mod workloadspread;
 
 pub use field::{FieldError, Path};
 pub use kinds::{Kind, KindApi};

@@ -28,3 +28,4 @@ pub mod sidecarterminator;
 pub mod statefulset;
 pub mod status_patch;
 pub mod uniteddeployment;
+pub mod workloadspread;

@@ -20,3 +20,4 @@ pub mod revision;
 pub mod rollout;
 pub mod sidecarset;
 pub mod sidecarterminator;
+pub mod workloadspread;

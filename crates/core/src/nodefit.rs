@@ -96,6 +96,14 @@ pub fn selects_node(spec: &PodSpec, node: &Node) -> bool {
     selector_ok && affinity_ok
 }
 
+/// Whether one node selector term (its expressions and fields ANDed) selects `node`; an empty term
+/// selects nothing.
+pub fn term_selects(term: &NodeSelectorTerm, node: &Node) -> bool {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    term_matches(term, labels, node_name(node))
+}
+
 fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>, name: &str) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();

@@ -98,7 +98,7 @@ enum Command {
     /// takes the CRDs out of OpenKruise's Helm release before removing it (or deletes a plain install's
     /// manager), replaces the CRDs kruise-rs serves, and verifies that nothing moved.
     #[command(
-        after_help = "Examples:\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --dry-run\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --record before.json\n  kubectl kruise takeover --allow-unserved WorkloadSpread,PodUnavailableBudget   # plain-manifest install\n  kubectl kruise takeover --verify before.json   # again, once kruise-rs's manager runs"
+        after_help = "Examples:\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --dry-run\n  kubectl kruise takeover --helm-release kruise --helm-namespace default --record before.json\n  kubectl kruise takeover --allow-unserved PodProbeMarker,NodeImage   # plain-manifest install\n  kubectl kruise takeover --verify before.json   # again, once kruise-rs's manager runs"
     )]
     Takeover(takeover::Options),
     /// Print a shell completion script.

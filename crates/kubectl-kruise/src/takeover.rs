@@ -134,7 +134,8 @@ pub fn served(group: &str, kind: &str) -> bool {
             || kind == kruise_api::resourcedistribution::KIND
             || kind == kruise_api::ephemeraljob::KIND
             || kind == kruise_api::persistentpodstate::KIND
-            || kind == kruise_api::containerrecreaterequest::KIND))
+            || kind == kruise_api::containerrecreaterequest::KIND
+            || kind == kruise_api::workloadspread::KIND))
         || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
 }
 
@@ -1225,7 +1226,7 @@ mod tests {
             ("apps.kruise.io", "EphemeralJob", true),
             ("apps.kruise.io", "PersistentPodState", true),
             ("apps.kruise.io", "ContainerRecreateRequest", true),
-            ("apps.kruise.io", "WorkloadSpread", false),
+            ("apps.kruise.io", "WorkloadSpread", true),
             ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", true),
             ("policy.kruise.io", "Other", false),
@@ -1241,10 +1242,10 @@ mod tests {
         let inventory = vec![
             kind("CloneSet", "apps.kruise.io", "clonesets", &["web"]),
             kind(
-                "WorkloadSpread",
+                "PodProbeMarker",
                 "apps.kruise.io",
-                "workloadspreads",
-                &["ws"],
+                "podprobemarkers",
+                &["ppm"],
             ),
             kind(
                 "PodUnavailableBudget",
@@ -1263,16 +1264,16 @@ mod tests {
         type Case<'a> = (&'a [&'a str], Result<&'a [&'a str], &'a str>);
         let cases: &[Case] = &[
             // PodUnavailableBudget is served: never refused.
-            (&[], Ok(&["WorkloadSpread ns/ws"])),
-            (&["WorkloadSpread"], Ok(&[])),
-            (&["workloadspread", "pub"], Err("[\"pub\"]")),
+            (&[], Ok(&["PodProbeMarker ns/ppm"])),
+            (&["PodProbeMarker"], Ok(&[])),
+            (&["podprobemarker", "pub"], Err("[\"pub\"]")),
             (
-                &["workloadspreads", "podunavailablebudgets.policy.kruise.io"],
+                &["podprobemarkers", "podunavailablebudgets.policy.kruise.io"],
                 Ok(&[]),
             ),
-            (&["WorkloadSpread", "PodUnavailableBudget"], Ok(&[])),
-            (&["ImagePullJob"], Ok(&["WorkloadSpread ns/ws"])),
-            (&["Workloadspred"], Err("Workloadspred")),
+            (&["PodProbeMarker", "PodUnavailableBudget"], Ok(&[])),
+            (&["ImagePullJob"], Ok(&["PodProbeMarker ns/ppm"])),
+            (&["PodProbeMarkr"], Err("PodProbeMarkr")),
         ];
         for (allow, want) in cases {
             match (names(allow), want) {

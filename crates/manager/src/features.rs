@@ -53,12 +53,7 @@ pub const GATES: &[Gate] = &[
         Beta,
         Missing("lets kruise-daemon watch the Pods of its node"),
     ),
-    gate(
-        "WorkloadSpread",
-        true,
-        Beta,
-        Missing("spreads workload Pods over subsets with WorkloadSpread objects"),
-    ),
+    gate("WorkloadSpread", true, Beta, Gated),
     gate("PodUnavailableBudgetDeleteGate", true, Beta, Gated),
     gate("PodUnavailableBudgetUpdateGate", false, Alpha, Gated),
     gate(

@@ -621,6 +621,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         pods
     };
+    // WorkloadSpread placement within 60% of the Pod webhook's deadline: the rest is left to the
+    // SidecarSet injection, so that a slow apiserver never makes the apiserver give up on the
+    // webhook (the Pod is then answered by the failure policy instead).
+    let pods = if gates.enabled("WorkloadSpread") {
+        pods.with_workloadspreads(kruise_webhook::workloadspread::WorkloadSpreads::new(
+            Some(client.clone()),
+            Some(process_caches.workloadspreads.store().clone()),
+            Duration::from_millis(
+                u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600,
+            ),
+        ))
+    } else {
+        pods
+    };
     let _ = readiness.pods.set(pods.clone());
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
     let tls = RustlsConfig::from_pem(
@@ -646,6 +660,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
                 kruise_daemon: gates.enabled("KruiseDaemon"),
+                workload_spread: gates.enabled("WorkloadSpread"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -1018,6 +1033,15 @@ async fn run_controllers(
             metrics.clone(),
         )
     });
+    // WorkloadSpread runs only with its gate on (upstream does not start it otherwise).
+    let workloadspread = gates.enabled("WorkloadSpread").then(|| {
+        kruise_controllers::workloadspread::run(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+            kruise_controllers::workloadspread::Config::default(),
+        )
+    });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1083,6 +1107,9 @@ async fn run_controllers(
     }
     if let Some(sidecarterminator) = sidecarterminator {
         work.spawn(named("sidecarterminator", sidecarterminator));
+    }
+    if let Some(workloadspread) = workloadspread {
+        work.spawn(named("workloadspread", workloadspread));
     }
     // None of them returns while the term lasts: one that does (or panics) ends the term, so the
     // leader steps down and runs again instead of leading with a controller missing.

@@ -48,6 +48,8 @@ pub struct Gates {
     pub resource_distribution: bool,
     /// `KruiseDaemon`: while off, ContainerRecreateRequests are refused.
     pub kruise_daemon: bool,
+    /// `WorkloadSpread`: while off, WorkloadSpreads are refused.
+    pub workload_spread: bool,
 }
 
 /// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or

@@ -384,6 +384,11 @@ pub fn validating(
                     ca_bundle,
                     timeout_seconds,
                 )))
+                .chain(std::iter::once(workload_spread(
+                    target,
+                    ca_bundle,
+                    timeout_seconds,
+                )))
                 .collect(),
         ),
     }
@@ -468,6 +473,30 @@ fn persistent_pod_state(
 
 /// A merge patch pointing a CRD's conversion at the webhook with `ca_bundle`. The other form of client
 /// config (service or url) is nulled so switching between them works.
+fn workload_spread(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    timeout_seconds: i32,
+) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: crate::workloadspread::WEBHOOK_NAME.into(),
+        client_config: target.client_config(crate::workloadspread::VALIDATE_PATH, ca_bundle),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![kruise_api::kinds::GROUP.into()]),
+            api_versions: Some(vec!["v1alpha1".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(vec![kruise_api::workloadspread::PLURAL.into()]),
+            scope: None,
+        }]),
+        admission_review_versions: vec!["v1".into()],
+        side_effects: "None".into(),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        timeout_seconds: Some(timeout_seconds),
+        ..Default::default()
+    }
+}
+
 pub fn crd_conversion_patch(target: &Target, ca_bundle: &[u8]) -> Value {
     let config = serde_json::to_value(target.client_config(CONVERT_PATH, Some(ca_bundle)))
         .unwrap_or(Value::Null);

@@ -17,3 +17,4 @@ pub mod resourcedistribution;
 pub mod server;
 #[cfg(test)]
 mod testreview;
+pub mod workloadspread;

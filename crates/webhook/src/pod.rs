@@ -85,6 +85,8 @@ pub struct PodInjector {
     related_pub: Option<RelatedPub>,
     /// PersistentPodState: recorded topology injected into the Pods of the workloads it keeps.
     persistent: Option<crate::persistentpodstate::PodHook>,
+    /// WorkloadSpread placement (gate `WorkloadSpread`), before SidecarSet injection as upstream.
+    workloadspreads: Option<crate::workloadspread::WorkloadSpreads>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -111,6 +113,7 @@ impl PodInjector {
             settings: Arc::new(settings),
             related_pub: None,
             persistent: None,
+            workloadspreads: None,
         }
     }
 
@@ -124,6 +127,17 @@ impl PodInjector {
     pub fn with_persistent_pod_states(mut self, hook: crate::persistentpodstate::PodHook) -> Self {
         self.persistent = Some(hook);
         self
+    }
+
+    /// The injector that also places Pods of WorkloadSpread targets into their subsets.
+    pub fn with_workloadspreads(mut self, hooks: crate::workloadspread::WorkloadSpreads) -> Self {
+        self.workloadspreads = Some(hooks);
+        self
+    }
+
+    /// The WorkloadSpread hooks, when the gate is on.
+    pub fn workloadspreads(&self) -> Option<&crate::workloadspread::WorkloadSpreads> {
+        self.workloadspreads.as_ref()
     }
 
     /// The manager's namespace (where `kruise-configuration` lives).
@@ -223,6 +237,13 @@ impl PodInjector {
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
+        let (placed, warning) = self
+            .place_in_workloadspread(&mut pod, &namespace, &request)
+            .await;
+        if let Some(refused) = placed {
+            return refused;
+        }
+        changed |= warning.as_ref().is_some_and(|(moved, _)| *moved);
         let (mut pod, changed) = match self.decide(&pod, &namespace).await {
             Ok(None) => (pod, changed),
             Ok(Some(injected)) => (injected, true),
@@ -239,10 +260,61 @@ impl PodInjector {
             Ok(persisted) => persisted,
             Err(message) => return (deny(&request, message), Outcome::Denied),
         };
-        if changed || persisted {
+        let answer = if changed || persisted {
             patch_answer(&request, &received, &pod)
         } else {
             unchanged
+        };
+        match warning {
+            Some((_, Some(text))) => with_warning(answer, text),
+            _ => answer,
+        }
+    }
+
+    /// WorkloadSpread placement of a Pod being created (not for dry runs). Returns the answer
+    /// when the Pod must be refused (placement undecidable under failure policy `Fail`), and
+    /// whether the Pod was placed with a warning for the response (placement undecidable under
+    /// `Ignore`: the Pod is admitted where the scheduler puts it; the controller records it in
+    /// the subset its node belongs to).
+    async fn place_in_workloadspread(
+        &self,
+        pod: &mut Pod,
+        namespace: &str,
+        request: &AdmissionRequest<DynamicObject>,
+    ) -> (Option<(Answer, Outcome)>, Option<(bool, Option<String>)>) {
+        let Some(hooks) = self.workloadspreads.as_ref().filter(|_| !request.dry_run) else {
+            return (None, None);
+        };
+        match hooks.place(pod, namespace).await {
+            Ok(Some(placed)) => {
+                *pod = placed;
+                (None, Some((true, None)))
+            }
+            Ok(None) => (None, None),
+            Err(crate::workloadspread::Unplaced::Unavailable(reason)) => {
+                tracing::warn!(namespace, name = %request.name, %reason, policy = %self.settings.failure_policy, "Pod webhook cannot decide on WorkloadSpread placement");
+                match self.settings.failure_policy {
+                    FailurePolicy::Ignore => (
+                        None,
+                        Some((
+                            false,
+                            Some(format!(
+                                "kruise: WorkloadSpread placement skipped ({reason}); the Pod is admitted without a subset"
+                            )),
+                        )),
+                    ),
+                    FailurePolicy::Fail => (
+                        Some((
+                            deny(
+                                request,
+                                format!("WorkloadSpread placement cannot be decided now: {reason}"),
+                            ),
+                            Outcome::Denied,
+                        )),
+                        None,
+                    ),
+                }
+            }
         }
     }
 
@@ -455,6 +527,14 @@ fn patch_answer(
             Outcome::Denied,
         ),
     }
+}
+
+/// `answer` with a warning for the client.
+fn with_warning((mut answer, outcome): (Answer, Outcome), warning: String) -> (Answer, Outcome) {
+    if let Some(response) = answer.review.response.as_mut() {
+        response.warnings.get_or_insert_with(Vec::new).push(warning);
+    }
+    (answer, outcome)
 }
 
 /// Adds the `KruisePodReady` readiness gate to `pod` unless it has it; whether it was added.

@@ -203,13 +203,22 @@ pub fn router_with(
         );
     }
     let pod_policy = policy.clone();
+    let spreads = pods.workloadspreads().cloned();
     router = router.route(
         VALIDATE_POD_PATH,
         post(
             move |State(metrics): State<Metrics>,
                   Json(review): Json<AdmissionReview<DynamicObject>>| async move {
                 let began = Instant::now();
+                // PodUnavailableBudget first: a WorkloadSpread slot is freed only for a deletion
+                // that is allowed.
+                let copy = spreads.as_ref().map(|_| review.clone());
                 let answer = pod_policy.review_pod(review).await;
+                if answer.allowed
+                    && let (Some(spreads), Some(copy)) = (&spreads, copy)
+                {
+                    spreads.review_pod_deletion(&copy).await;
+                }
                 metrics.observe(
                     VALIDATE_POD_PATH,
                     if answer.allowed { "allowed" } else { "denied" },
@@ -293,6 +302,25 @@ pub fn router_with(
                 .await;
                 metrics.observe(
                     crate::containerrecreaterequest::MUTATE_PATH,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
+    let spreads = pods.workloadspreads().cloned().unwrap_or_else(|| {
+        crate::workloadspread::WorkloadSpreads::new(client.clone(), None, Duration::from_secs(5))
+    });
+    router = router.route(
+        crate::workloadspread::VALIDATE_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let answer = spreads.validate(review, gates.workload_spread).await;
+                metrics.observe(
+                    crate::workloadspread::VALIDATE_PATH,
                     if answer.allowed { "allowed" } else { "denied" },
                     began.elapsed().as_secs_f64(),
                 );

@@ -196,22 +196,28 @@ pub struct ProcessCaches {
     /// Every PersistentPodState: the Pod webhook injects from their records, their controller
     /// reconciles them.
     pub persistentpodstates: Shared<PersistentPodState>,
+    /// Every WorkloadSpread: the Pod webhook places Pods by them.
+    pub workloadspreads: Shared<kruise_api::workloadspread::WorkloadSpread>,
 }
 
 impl ProcessCaches {
-    /// Opens the Namespace metadata watch and the SidecarSet, PodUnavailableBudget and
-    /// PersistentPodState watches. The returned future drives them and never ends while they last.
+    /// Opens the Namespace metadata watch and the SidecarSet, PodUnavailableBudget,
+    /// PersistentPodState and WorkloadSpread watches. The returned future drives them and never
+    /// ends while they last.
     pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
         let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client.clone()));
         let (budgets, budgets_run) = Shared::watch(Api::all(client.clone()));
-        let (persistentpodstates, persistentpodstates_run) = Shared::watch(Api::all(client));
+        let (persistentpodstates, persistentpodstates_run) =
+            Shared::watch(Api::all(client.clone()));
+        let (workloadspreads, workloadspreads_run) = Shared::watch(Api::all(client));
         let run = async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(namespaces_run);
             tasks.spawn(sidecarsets_run);
             tasks.spawn(budgets_run);
             tasks.spawn(persistentpodstates_run);
+            tasks.spawn(workloadspreads_run);
             tasks.join_next().await;
         };
         (
@@ -220,6 +226,7 @@ impl ProcessCaches {
                 sidecarsets,
                 budgets,
                 persistentpodstates,
+                workloadspreads,
             },
             run,
         )

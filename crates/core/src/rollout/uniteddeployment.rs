@@ -5,7 +5,7 @@
 
 mod manage;
 mod reservation;
-mod strategic;
+pub mod strategic;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,0 +1,413 @@
+//! The WorkloadSpread controller (upstream `pkg/controller/workloadspread`): for each
+//! WorkloadSpread, find its workload's Pods in the shared Pod cache, adopt the Pods that run in a
+//! subset without saying so (the `matched-workloadspread` annotation, and the subset patch's
+//! metadata), write `controller.kubernetes.io/pod-deletion-cost` per subset and version, write the
+//! status (`kruise_core::workloadspread::compute_status`) over the resourceVersion it was computed
+//! from, and, with the Adaptive strategy, delete the Pods that stayed unschedulable in a subset so
+//! that their replacements go to the next one.
+//!
+//! The Pod webhook (`kruise_webhook::workloadspread`) places new Pods and records them in the
+//! status; the controller is what keeps the records honest (expiring them) and the counts right.
+
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::validation::selector_matches;
+use kruise_api::workloadspread::{
+    ANNOTATION_DELETION_COST, ANNOTATION_IGNORE_PATCH_EXISTING, ANNOTATION_MATCHED,
+    MatchedWorkloadSpread, WorkloadSpread, WorkloadSpreadStatus,
+};
+use kruise_core::workloadspread::{self as core, Finding};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::driver::caches::{Caches, Shared};
+use crate::driver::write::{StatusWrite, write_status};
+use crate::error::{Error, is_race};
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
+
+pub const CONTROLLER: &str = "workloadspread-controller";
+
+/// Computed again at least this often: the workload's scale can change without a Pod changing.
+const RESYNC: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub workers: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { workers: 3 }
+    }
+}
+
+pub struct Context {
+    client: Client,
+    pods: Arc<PodCache>,
+    nodes: Shared<Node>,
+    recorder: EventRecorder,
+    metrics: Arc<Metrics>,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the controller until the future is dropped.
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let controller = Controller::new(
+        Api::<WorkloadSpread>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let spreads = controller.store();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    forward_pod_changes(&caches.pods, spreads, tx, all_tx);
+    caches.pods.wait_synced().await;
+    caches.nodes.wait_listed().await;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: caches.pods,
+        nodes: caches.nodes,
+        recorder: crate::driver::recorder(client, CONTROLLER),
+        metrics,
+    });
+    let controller = controller
+        .reconcile_on(crate::cache::receiver_stream(rx))
+        .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
+}
+
+/// Wakes the WorkloadSpreads of the namespace a Pod changed in.
+fn forward_pod_changes(
+    pods: &PodCache,
+    spreads: Store<WorkloadSpread>,
+    tx: mpsc::UnboundedSender<ObjectRef<WorkloadSpread>>,
+    all: mpsc::UnboundedSender<()>,
+) {
+    let mut events = pods.subscribe("workloadspread");
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let change = match event {
+                CacheEvent::Pod(change) => change,
+                CacheEvent::Resync => {
+                    if all.send(()).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                CacheEvent::Owner(_) => continue,
+            };
+            for ws in spreads.state() {
+                if ws.namespace().as_deref() == Some(change.key.0.as_str())
+                    && tx.send(ObjectRef::from_obj(&*ws)).is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+fn kube_error(context: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { context, source }
+}
+
+async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if ws.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let Some(target) = ws.spec.target_reference.clone() else {
+        return Ok(Action::await_change());
+    };
+    let namespace = ws.namespace().unwrap_or_default();
+    let name = ws.name_any();
+    let object = workload::get(&ctx.client, &ws).await?;
+    let (pods, replicas) = match &object {
+        None => (Vec::new(), 0),
+        Some(object) => {
+            let owners = workload::pod_owners(&ctx.client, &namespace, &target, object).await?;
+            let selector = ws
+                .spec
+                .target_filter
+                .as_ref()
+                .and_then(|f| f.selector.as_ref());
+            let pods: Vec<Arc<Pod>> = owners
+                .iter()
+                .flat_map(|uid| ctx.pods.owned_by(uid))
+                .filter(|p| {
+                    selector.is_none_or(|s| {
+                        selector_matches(s, p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                    })
+                })
+                .collect();
+            (pods, workload::replicas(&ws, object))
+        }
+    };
+    let refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+    let node_store = ctx.nodes.store().clone();
+    let nodes: Vec<Arc<Node>> = refs
+        .iter()
+        .filter_map(|p| kruise_core::pods::node_name(p))
+        .filter_map(|n| node_store.get(&ObjectRef::new(n)))
+        .collect();
+    let grouping = core::group_pods(&ws, &refs, replicas, |name| {
+        nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .map(|n| &**n)
+    });
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    adopt(&pod_api, &ws, &refs, &grouping.adopted).await?;
+    if core::deletion_cost_kind(&target.kind)
+        && let Some(object) = &object
+    {
+        match workload::latest_version(&ctx.client, &namespace, &target, object).await? {
+            Some(latest) => {
+                for (version, groups) in &grouping.by_version {
+                    let costs =
+                        core::deletion_costs(&ws, groups, &refs, replicas, *version != latest);
+                    write_costs(&pod_api, &refs, &costs).await?;
+                }
+            }
+            // The workload's controller has not caught up with its spec yet: costs wait.
+            None => {
+                tracing::debug!(workloadspread = %format!("{namespace}/{name}"), "latest version of the workload not known yet")
+            }
+        }
+    }
+    let now = Timestamp::now();
+    let plan =
+        core::compute_status(&ws, &refs, &grouping, replicas, now).map_err(Error::Invalid)?;
+    for finding in &plan.findings {
+        let (type_, reason, note) = match finding {
+            Finding::CreateExpired(pod) => (
+                EventType::Warning,
+                "CreatePodFailed",
+                format!("Pod {namespace}/{pod} was expected to be created but it wasn't"),
+            ),
+            Finding::DeleteExpired(pod) => (
+                EventType::Warning,
+                "DeletePodFailed",
+                format!("Pod {namespace}/{pod} was expected to be deleted but it wasn't"),
+            ),
+            Finding::Recovered(subset) => (
+                EventType::Normal,
+                "RecoverSchedulable",
+                format!(
+                    "Subset {subset} of WorkloadSpread {namespace}/{name} is recovered from unschedulable to schedulable"
+                ),
+            ),
+        };
+        publish(&ctx, &ws, type_, reason, note).await;
+    }
+    let api: Api<WorkloadSpread> = Api::namespaced(ctx.client.clone(), &namespace);
+    let changed = core::status_changed(ws.status.as_ref(), &plan.status);
+    match write(&api, &ws, &plan.status, changed).await? {
+        StatusWrite::Stale => return Ok(Action::requeue(Duration::from_millis(200))),
+        StatusWrite::Unchanged | StatusWrite::Written { .. } => {}
+    }
+    for &index in &plan.reschedule {
+        let pod = refs[index];
+        let pod_name = pod.name_any();
+        let params = DeleteParams {
+            preconditions: pod.metadata.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pod_api.delete(&pod_name, &params).await {
+            Ok(_) => {
+                tracing::info!(workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, "deleted a Pod that stayed unschedulable in its subset")
+            }
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                publish(
+                    &ctx,
+                    &ws,
+                    EventType::Warning,
+                    "DeletePodFailed",
+                    format!("Failed to delete unschedulabe Pod {namespace}/{pod_name} of WorkloadSpread {namespace}/{name}"),
+                )
+                .await;
+                return Err(Error::Kube {
+                    context: format!("deleting unschedulable Pod {namespace}/{pod_name}"),
+                    source,
+                });
+            }
+        }
+    }
+    let wait = plan
+        .requeue_after
+        .map_or(RESYNC, |d| d.min(RESYNC) + Duration::from_millis(100));
+    Ok(Action::requeue(wait))
+}
+
+/// Writes the status over the resourceVersion it was computed from; versions the new status drops
+/// are removed from the map (a merge patch keeps the keys it does not mention).
+async fn write(
+    api: &Api<WorkloadSpread>,
+    ws: &WorkloadSpread,
+    status: &WorkloadSpreadStatus,
+    changed: bool,
+) -> Result<StatusWrite, Error> {
+    if !changed {
+        return Ok(StatusWrite::Unchanged);
+    }
+    let old = ws.status.as_ref();
+    let dropped: Vec<&String> = old
+        .map(|o| {
+            o.versioned_subset_statuses
+                .keys()
+                .filter(|k| !status.versioned_subset_statuses.contains_key(*k))
+                .collect()
+        })
+        .unwrap_or_default();
+    if dropped.is_empty() {
+        return write_status(api, ws, old, status, true).await;
+    }
+    let mut patch = crate::status_patch::whole_status(old, status);
+    if let Some(map) = patch["status"]["versionedSubsetStatuses"].as_object_mut() {
+        for key in dropped {
+            map.insert(key.clone(), Value::Null);
+        }
+    }
+    patch["metadata"] = json!({"resourceVersion": ws.meta().resource_version});
+    match api
+        .patch_status(
+            &ws.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(written) => Ok(StatusWrite::Written {
+            resource_version: written.meta().resource_version.clone(),
+        }),
+        Err(error) if is_race(&error) => Ok(StatusWrite::Stale),
+        Err(source) => Err(Error::Kube {
+            context: format!("writing the status of WorkloadSpread {}", ws.name_any()),
+            source,
+        }),
+    }
+}
+
+/// Writes the annotation (and, unless the WorkloadSpread says not to, the metadata of the subset's
+/// patch) on the Pods the controller placed by their node.
+async fn adopt(
+    api: &Api<Pod>,
+    ws: &WorkloadSpread,
+    pods: &[&Pod],
+    adopted: &[(usize, usize)],
+) -> Result<(), Error> {
+    let ignore_patch = ws
+        .annotations()
+        .get(ANNOTATION_IGNORE_PATCH_EXISTING)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    for &(index, subset) in adopted {
+        let Some(subset) = ws.spec.subsets.get(subset) else {
+            continue;
+        };
+        let pod = pods[index];
+        let mut metadata = if ignore_patch {
+            json!({})
+        } else {
+            subset
+                .patch
+                .as_ref()
+                .and_then(|p| p.get("metadata"))
+                .filter(|m| m.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({}))
+        };
+        let matched = MatchedWorkloadSpread {
+            name: ws.name_any(),
+            subset: subset.name.clone(),
+            uid: String::new(),
+        };
+        if !metadata["annotations"].is_object() {
+            metadata["annotations"] = json!({});
+        }
+        metadata["annotations"][ANNOTATION_MATCHED] = json!(matched.to_annotation());
+        let patch = json!({"metadata": metadata});
+        let pod_name = pod.name_any();
+        match api
+            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(kube_error(format!(
+                    "annotating Pod {pod_name} with its subset"
+                ))(source));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Patches the deletion cost of the Pods whose annotation differs.
+async fn write_costs(
+    api: &Api<Pod>,
+    pods: &[&Pod],
+    costs: &BTreeMap<usize, i32>,
+) -> Result<(), Error> {
+    for (&index, cost) in costs {
+        let pod = pods[index];
+        let value = cost.to_string();
+        let current = kruise_core::pods::annotation(pod, ANNOTATION_DELETION_COST);
+        if current == Some(value.as_str()) || (current.is_none() && *cost == 0) {
+            continue;
+        }
+        let pod_name = pod.name_any();
+        let patch = json!({"metadata": {"annotations": {ANNOTATION_DELETION_COST: value}}});
+        match api
+            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(kube_error(format!(
+                    "writing the deletion cost of Pod {pod_name}"
+                ))(source));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn publish(ctx: &Context, ws: &WorkloadSpread, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &ws.object_ref(&())).await {
+        tracing::warn!(%error, reason, "publishing an event");
+    }
+}

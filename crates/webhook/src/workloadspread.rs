@@ -1,0 +1,743 @@
+//! WorkloadSpread admission: the Pod hooks (placement of a Pod being created, the slot of a Pod
+//! being deleted or evicted) and the validating webhook of WorkloadSpread objects
+//! (`vworkloadspread.kb.io`, upstream's path).
+//!
+//! A Pod being created whose controller is a WorkloadSpread's target (directly, or a Deployment
+//! through its ReplicaSet) and which its `targetFilter` selects is given the first subset with
+//! room ([`kruise_core::workloadspread::admit_create`]); the slot is recorded in the
+//! WorkloadSpread's status over the resourceVersion it was read at, again on a conflict, as
+//! upstream does, so that two replicas of the webhook never give the same slot twice. The newest
+//! WorkloadSpread known is the newer of the watch cache's and this process's last write.
+//!
+//! The whole placement has a deadline below the Pod webhook's timeout: with a slow apiserver the
+//! Pod is answered by the failure policy (Ignore: admitted without placement, with a warning)
+//! instead of the apiserver giving up on the webhook.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::field;
+use kruise_api::validation::selector_matches;
+use kruise_api::workloadspread::{
+    self as api, MatchedWorkloadSpread, WorkloadSpread, group_of, is_target_kind, same_workload,
+};
+use kruise_controllers::workloadspread::workload;
+use kruise_core::workloadspread as core;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use kube::core::response::StatusSummary;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::admission::{Answer, allow, deny, request_of};
+
+/// Path and webhook name of the WorkloadSpread validating webhook, upstream's.
+pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-workloadspread";
+pub const WEBHOOK_NAME: &str = "vworkloadspread.kb.io";
+pub const GATE: &str = "WorkloadSpread";
+/// Attempts at recording a slot when the status changed under us.
+const CONFLICT_ATTEMPTS: usize = 5;
+
+/// The WorkloadSpread part of the Pod webhooks.
+#[derive(Clone)]
+pub struct WorkloadSpreads {
+    client: Option<Client>,
+    /// The process's watch cache of WorkloadSpreads, when there is one.
+    store: Option<Store<WorkloadSpread>>,
+    /// The last WorkloadSpread this process wrote, by `namespace/name` (the cache may not show it
+    /// yet).
+    written: Arc<Mutex<HashMap<String, Arc<WorkloadSpread>>>>,
+    /// One admission at a time per WorkloadSpread in this process.
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// The deadline of one placement.
+    pub budget: Duration,
+}
+
+/// Why a Pod was not placed.
+#[derive(Debug)]
+pub enum Unplaced {
+    /// What is needed could not be read or written in time: answered by the failure policy.
+    Unavailable(String),
+}
+
+impl WorkloadSpreads {
+    pub fn new(
+        client: Option<Client>,
+        store: Option<Store<WorkloadSpread>>,
+        budget: Duration,
+    ) -> Self {
+        Self {
+            client,
+            store,
+            written: Arc::default(),
+            locks: Arc::default(),
+            budget,
+        }
+    }
+
+    fn lock_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(key.to_string()).or_default().clone()
+    }
+
+    /// The WorkloadSpreads of `namespace`: from the cache once it is loaded, else listed.
+    async fn in_namespace(&self, namespace: &str) -> Result<Vec<Arc<WorkloadSpread>>, String> {
+        if let Some(store) = &self.store
+            && matches!(
+                futures::FutureExt::now_or_never(store.wait_until_ready()),
+                Some(Ok(()))
+            )
+        {
+            return Ok(store
+                .state()
+                .into_iter()
+                .filter(|w| w.namespace().as_deref() == Some(namespace))
+                .collect());
+        }
+        let Some(client) = &self.client else {
+            return Ok(Vec::new());
+        };
+        let api: Api<WorkloadSpread> = Api::namespaced(client.clone(), namespace);
+        api.list(&ListParams::default())
+            .await
+            .map(|l| l.items.into_iter().map(Arc::new).collect())
+            .map_err(|e| format!("listing WorkloadSpreads of namespace {namespace}: {e}"))
+    }
+
+    /// The WorkloadSpread that spreads `pod`, if any.
+    async fn matching(
+        &self,
+        pod: &Pod,
+        namespace: &str,
+    ) -> Result<Option<Arc<WorkloadSpread>>, String> {
+        if !kruise_core::pods::is_active(pod) {
+            return Ok(None);
+        }
+        let Some(owner) = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+        else {
+            return Ok(None);
+        };
+        if !is_target_kind(&owner.api_version, &owner.kind) {
+            return Ok(None);
+        }
+        let candidates: Vec<Arc<WorkloadSpread>> = self
+            .in_namespace(namespace)
+            .await?
+            .into_iter()
+            .filter(|w| {
+                w.metadata.deletion_timestamp.is_none() && w.spec.target_reference.is_some()
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let selected = |ws: &WorkloadSpread| {
+            ws.spec
+                .target_filter
+                .as_ref()
+                .and_then(|f| f.selector.as_ref())
+                .is_none_or(|s| selector_matches(s, &labels))
+        };
+        for ws in &candidates {
+            if let Some(target) = &ws.spec.target_reference
+                && same_workload(target, &owner.api_version, &owner.kind, &owner.name)
+                && selected(ws)
+            {
+                return Ok(Some(ws.clone()));
+            }
+        }
+        // A ReplicaSet's Pods belong to its Deployment: read the ReplicaSet only when some
+        // WorkloadSpread targets a Deployment it may belong to (its name starts with the
+        // Deployment's).
+        let deployment_targets: Vec<&Arc<WorkloadSpread>> = candidates
+            .iter()
+            .filter(|w| {
+                w.spec.target_reference.as_ref().is_some_and(|t| {
+                    t.kind == "Deployment"
+                        && t.group() == "apps"
+                        && owner.name.starts_with(&format!("{}-", t.name))
+                })
+            })
+            .collect();
+        if owner.kind != "ReplicaSet"
+            || group_of(&owner.api_version) != "apps"
+            || deployment_targets.is_empty()
+        {
+            return Ok(None);
+        }
+        let Some(client) = &self.client else {
+            return Ok(None);
+        };
+        let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+        let rs = sets
+            .get_metadata_opt(&owner.name)
+            .await
+            .map_err(|e| format!("reading ReplicaSet {namespace}/{}: {e}", owner.name))?;
+        let Some(parent) = rs.as_ref().and_then(|rs| {
+            rs.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .cloned()
+        }) else {
+            return Ok(None);
+        };
+        Ok(deployment_targets
+            .into_iter()
+            .find(|w| {
+                w.spec.target_reference.as_ref().is_some_and(|t| {
+                    same_workload(t, &parent.api_version, &parent.kind, &parent.name)
+                }) && selected(w)
+            })
+            .cloned())
+    }
+
+    /// The newest copy of `ws` this process knows (the cache's or its own last write), or the
+    /// apiserver's with `fresh`.
+    async fn latest(
+        &self,
+        ws: &WorkloadSpread,
+        fresh: bool,
+    ) -> Result<Option<Arc<WorkloadSpread>>, String> {
+        let namespace = ws.namespace().unwrap_or_default();
+        let key = format!("{namespace}/{}", ws.name_any());
+        if fresh {
+            let Some(client) = &self.client else {
+                return Ok(None);
+            };
+            let api: Api<WorkloadSpread> = Api::namespaced(client.clone(), &namespace);
+            return api
+                .get_opt(&ws.name_any())
+                .await
+                .map(|w| w.map(Arc::new))
+                .map_err(|e| format!("reading WorkloadSpread {key}: {e}"));
+        }
+        let rv = |w: &WorkloadSpread| {
+            w.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_default()
+        };
+        let cached = self
+            .store
+            .as_ref()
+            .and_then(|s| s.get(&kube::runtime::reflector::ObjectRef::from_obj(ws)))
+            .unwrap_or_else(|| Arc::new(ws.clone()));
+        let written = self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        Ok(Some(match written {
+            Some(w) if w.metadata.uid == cached.metadata.uid && rv(&w) > rv(&cached) => w,
+            _ => cached,
+        }))
+    }
+
+    /// Places a Pod being created: `Ok(Some(pod))` with its subset injected, `Ok(None)` when no
+    /// WorkloadSpread spreads it (or no subset has room).
+    pub async fn place(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, Unplaced> {
+        match tokio::time::timeout(self.budget, self.place_within(pod, namespace)).await {
+            Ok(result) => result.map_err(Unplaced::Unavailable),
+            Err(_) => Err(Unplaced::Unavailable(format!(
+                "WorkloadSpread placement took longer than {:?}",
+                self.budget
+            ))),
+        }
+    }
+
+    async fn place_within(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, String> {
+        let Some(matched) = self.matching(pod, namespace).await? else {
+            return Ok(None);
+        };
+        let ws_name = matched.name_any();
+        let key = format!("{namespace}/{ws_name}");
+        let version = core::pod_version(pod);
+        let pod_name = pod.metadata.name.as_deref().filter(|n| !n.is_empty());
+        let uid = generated_uid();
+        let lock = self.lock_of(&key);
+        let _held = lock.lock().await;
+        let mut fresh = false;
+        let mut replicas: Option<i32> = None;
+        for _ in 0..CONFLICT_ATTEMPTS {
+            let Some(ws) = self.latest(&matched, fresh).await? else {
+                return Ok(None);
+            };
+            if replicas.is_none() && core::needs_replicas(&ws, &version) {
+                replicas = Some(self.workload_replicas(&ws).await?);
+            }
+            let decision = core::admit_create(
+                &ws,
+                pod_name,
+                &version,
+                replicas.unwrap_or_default(),
+                Timestamp::now(),
+                &uid,
+            );
+            let Some(subset_name) = decision.subset.clone() else {
+                tracing::info!(workloadspread = %key, pod = pod_name.unwrap_or("(generated)"), "no subset has room for the Pod");
+                return Ok(None);
+            };
+            if let Some(status) = &decision.status {
+                match self.record(&ws, &version, status).await? {
+                    Recorded::Conflict => {
+                        fresh = true;
+                        continue;
+                    }
+                    Recorded::Gone => return Ok(None),
+                    Recorded::Written => {}
+                }
+            }
+            let Some(subset) = ws.spec.subsets.iter().find(|s| s.name == subset_name) else {
+                return Ok(None);
+            };
+            let placed = core::inject(&ws_name, subset, pod, &decision.uid)?;
+            tracing::debug!(workloadspread = %key, subset = %subset_name, pod = pod_name.unwrap_or("(generated)"), "placed a Pod");
+            return Ok(Some(placed));
+        }
+        Err(format!(
+            "WorkloadSpread {key} kept changing while a slot was recorded"
+        ))
+    }
+
+    /// The replicas of the WorkloadSpread's workload (0 when it does not exist).
+    async fn workload_replicas(&self, ws: &WorkloadSpread) -> Result<i32, String> {
+        let Some(client) = &self.client else {
+            return Ok(0);
+        };
+        Ok(workload::get(client, ws)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_or(0, |object| workload::replicas(ws, &object)))
+    }
+
+    /// Writes `status`'s subset statuses of `version` over the resourceVersion `ws` was read at.
+    async fn record(
+        &self,
+        ws: &WorkloadSpread,
+        version: &str,
+        status: &api::WorkloadSpreadStatus,
+    ) -> Result<Recorded, String> {
+        let Some(client) = &self.client else {
+            return Ok(Recorded::Written);
+        };
+        let namespace = ws.namespace().unwrap_or_default();
+        let name = ws.name_any();
+        let api: Api<WorkloadSpread> = Api::namespaced(client.clone(), &namespace);
+        let patch = json!({
+            "metadata": {"resourceVersion": ws.metadata.resource_version},
+            "status": {"versionedSubsetStatuses": {version: status.versioned_subset_statuses.get(version)}},
+        });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(written) => {
+                self.written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(format!("{namespace}/{name}"), Arc::new(written));
+                Ok(Recorded::Written)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Recorded::Conflict),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Recorded::Gone),
+            Err(error) => Err(format!(
+                "recording a Pod in WorkloadSpread {namespace}/{name}: {error}"
+            )),
+        }
+    }
+
+    /// Records a Pod whose deletion or eviction was admitted: its slot is free at once. Failures
+    /// are logged, never refused: the controller frees the slot when the Pod is gone anyway.
+    pub async fn record_deletion(&self, pod: &Pod, namespace: &str) {
+        let work = async {
+            let Some(matched) = kruise_core::pods::annotation(pod, api::ANNOTATION_MATCHED)
+                .and_then(MatchedWorkloadSpread::parse)
+            else {
+                return Ok(());
+            };
+            if !kruise_core::pods::is_active(pod)
+                || !pod
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true))
+            {
+                return Ok(());
+            }
+            let Some(client) = &self.client else {
+                return Ok(());
+            };
+            let pod_name = pod.metadata.name.clone().unwrap_or_default();
+            let key = format!("{namespace}/{}", matched.name);
+            let lock = self.lock_of(&key);
+            let _held = lock.lock().await;
+            let api_ws: Api<WorkloadSpread> = Api::namespaced(client.clone(), namespace);
+            let Some(first) = api_ws
+                .get_opt(&matched.name)
+                .await
+                .map_err(|e| format!("reading WorkloadSpread {key}: {e}"))?
+            else {
+                return Ok(());
+            };
+            let version = core::pod_version(pod);
+            let mut ws = Arc::new(first);
+            let mut fresh = false;
+            for _ in 0..CONFLICT_ATTEMPTS {
+                if fresh {
+                    match self.latest(&ws, true).await? {
+                        Some(newer) => ws = newer,
+                        None => return Ok(()),
+                    }
+                }
+                let replicas = if core::needs_replicas(&ws, &version) {
+                    self.workload_replicas(&ws).await?
+                } else {
+                    0
+                };
+                let Some(status) = core::admit_delete(
+                    &ws,
+                    &pod_name,
+                    &matched,
+                    &version,
+                    replicas,
+                    Timestamp::now(),
+                ) else {
+                    return Ok(());
+                };
+                match self.record(&ws, &version, &status).await? {
+                    Recorded::Conflict => fresh = true,
+                    Recorded::Gone | Recorded::Written => return Ok(()),
+                }
+            }
+            Err(format!(
+                "WorkloadSpread {key} kept changing while a deletion was recorded"
+            ))
+        };
+        match tokio::time::timeout(self.budget, work).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, pod = ?pod.metadata.name, "WorkloadSpread: the slot of a deleted Pod is freed by the controller instead")
+            }
+            Err(_) => {
+                tracing::warn!(pod = ?pod.metadata.name, "WorkloadSpread: recording a deletion took too long; the controller frees the slot instead")
+            }
+        }
+    }
+
+    /// The WorkloadSpread part of `/validate-pod`, once the deletion or eviction is allowed:
+    /// frees the Pod's slot. Dry runs change nothing.
+    pub async fn review_pod_deletion(&self, review: &AdmissionReview<DynamicObject>) {
+        let Some(request) = review.request.as_ref() else {
+            return;
+        };
+        if request.dry_run {
+            return;
+        }
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let sub_resource = request.sub_resource.as_deref().unwrap_or_default();
+        let pod: Pod = match request.operation {
+            Operation::Delete if sub_resource.is_empty() => {
+                let Some(old) = &request.old_object else {
+                    return;
+                };
+                match serde_json::to_value(old).and_then(serde_json::from_value) {
+                    Ok(pod) => pod,
+                    Err(_) => return,
+                }
+            }
+            Operation::Create if sub_resource == "eviction" => {
+                let dry_run = request
+                    .object
+                    .as_ref()
+                    .and_then(|o| o.data.pointer("/deleteOptions/dryRun"))
+                    .and_then(serde_json::Value::as_array)
+                    .is_some_and(|d| !d.is_empty());
+                let Some(client) = self.client.as_ref().filter(|_| !dry_run) else {
+                    return;
+                };
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                match tokio::time::timeout(self.budget, pods.get_opt(&request.name)).await {
+                    Ok(Ok(Some(pod))) => pod,
+                    _ => return,
+                }
+            }
+            _ => return,
+        };
+        if kruise_core::pods::annotation(&pod, api::ANNOTATION_MATCHED).is_none() {
+            return;
+        }
+        self.record_deletion(&pod, &namespace).await;
+    }
+
+    /// The validating webhook of WorkloadSpread objects; `enabled` is the `WorkloadSpread` gate.
+    pub async fn validate(&self, review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
+        let request = match request_of(review) {
+            Ok(request) => request,
+            Err(answer) => return *answer,
+        };
+        if !matches!(request.operation, Operation::Create | Operation::Update) {
+            return allow(&request);
+        }
+        if !enabled {
+            let mut response = AdmissionResponse::from(&request)
+                .deny(format!("feature-gate {GATE} is not enabled"));
+            response.result.code = 403;
+            response.result.reason = "Forbidden".into();
+            response.result.status = Some(StatusSummary::Failure);
+            return Answer {
+                review: response.into_review(),
+                allowed: false,
+            };
+        }
+        let Some(object) = &request.object else {
+            return allow(&request);
+        };
+        let decode = |object: &DynamicObject| -> Result<WorkloadSpread, String> {
+            let value =
+                serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+            kruise_api::kinds::decode(value).map_err(|e| e.to_string())
+        };
+        let mut new = match decode(object) {
+            Ok(new) => new,
+            Err(message) => return deny(&request, message),
+        };
+        if new.metadata.namespace.is_none() {
+            new.metadata.namespace = request.namespace.clone();
+        }
+        let old = match (&request.operation, &request.old_object) {
+            (Operation::Update, Some(old)) => match decode(old) {
+                Ok(old) => Some(old),
+                Err(message) => return deny(&request, message),
+            },
+            _ => None,
+        };
+        let namespace = new.namespace().unwrap_or_default();
+        let others = match self.in_namespace(&namespace).await {
+            Ok(others) => others
+                .iter()
+                .map(|w| WorkloadSpread::clone(w))
+                .collect::<Vec<_>>(),
+            Err(error) => {
+                return deny(
+                    &request,
+                    format!("query other WorkloadSpread failed, err: {error}"),
+                );
+            }
+        };
+        let mut errors = api::validate(&new, &others, old.as_ref());
+        if let Some(client) = &self.client
+            && new.spec.subsets.iter().any(|s| s.patch.is_some())
+            && new
+                .spec
+                .target_reference
+                .as_ref()
+                .is_some_and(|t| is_target_kind(&t.api_version, &t.kind))
+            && let Ok(Some(object)) = workload::get(client, &new).await
+            && let Some(template) = workload::pod_template(&object)
+        {
+            for (i, subset) in new.spec.subsets.iter().enumerate() {
+                if let Some(patch) = &subset.patch {
+                    let merged = kruise_core::rollout::uniteddeployment::strategic::strategic_merge(
+                        &template, patch,
+                    );
+                    errors.extend(api::validate_patched_template(i, merged));
+                }
+            }
+        }
+        if errors.is_empty() {
+            allow(&request)
+        } else {
+            deny(&request, field::join(&errors))
+        }
+    }
+}
+
+enum Recorded {
+    Written,
+    Conflict,
+    Gone,
+}
+
+/// A random id in the UUID text form, for a Pod that has no name yet.
+fn generated_uid() -> String {
+    let n: u128 = rand::random();
+    let hex = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn review(operation: &str, object: Value) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "WorkloadSpread"},
+                "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "workloadspreads"},
+                "name": "ws", "namespace": "ns",
+                "operation": operation,
+                "userInfo": {"username": "u"},
+                "object": object,
+            }
+        }))
+        .expect("review")
+    }
+
+    fn spread(subsets: Value) -> Value {
+        json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+            "metadata": {"name": "ws", "namespace": "ns"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "subsets": subsets}
+        })
+    }
+
+    #[tokio::test]
+    async fn validation_answers() {
+        let hooks = WorkloadSpreads::new(None, None, Duration::from_secs(3));
+        let ok = hooks
+            .validate(
+                review(
+                    "CREATE",
+                    spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}])),
+                ),
+                true,
+            )
+            .await;
+        assert!(ok.allowed);
+        let bad = hooks
+            .validate(review("CREATE", spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b", "maxReplicas": "50%"}]))), true)
+            .await;
+        assert!(!bad.allowed);
+        let message =
+            serde_json::to_value(&bad.review).expect("json")["response"]["status"]["message"]
+                .clone();
+        assert!(
+            message
+                .as_str()
+                .is_some_and(|m| m.contains("spec.subsets[1].maxReplicas")),
+            "{message}"
+        );
+        let off = hooks
+            .validate(review("CREATE", spread(json!([{"name": "a"}]))), false)
+            .await;
+        assert!(!off.allowed);
+    }
+
+    #[test]
+    fn generated_uids_look_like_uuids() {
+        let uid = generated_uid();
+        assert_eq!(uid.len(), 36);
+        assert_eq!(uid.matches('-').count(), 4);
+        assert_ne!(uid, generated_uid());
+    }
+
+    /// A Pod of the target CloneSet is placed in the first subset with room (from the watch cache,
+    /// no apiserver): affinity, patch and annotation; a Pod the target filter leaves out is not.
+    #[tokio::test]
+    async fn pods_of_the_target_are_placed_from_the_cache() {
+        let (store, mut writer) = kube::runtime::reflector::store::<WorkloadSpread>();
+        let mut ws: WorkloadSpread = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+            "metadata": {"name": "ws", "namespace": "ns", "resourceVersion": "7", "uid": "w1"},
+            "spec": {
+                "targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web"},
+                "targetFilter": {"selector": {"matchLabels": {"role": "worker"}}},
+                "subsets": [
+                    {"name": "a", "maxReplicas": 1, "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
+                    {"name": "b", "patch": {"metadata": {"labels": {"zone": "b"}}}}
+                ]
+            }
+        }))
+        .expect("ws");
+        let mut status = api::WorkloadSpreadStatus::default();
+        status.versioned_subset_statuses.insert(
+            api::VERSION_IGNORED.into(),
+            vec![
+                api::WorkloadSpreadSubsetStatus {
+                    name: "a".into(),
+                    missing_replicas: 0,
+                    ..Default::default()
+                },
+                api::WorkloadSpreadSubsetStatus {
+                    name: "b".into(),
+                    missing_replicas: -1,
+                    ..Default::default()
+                },
+            ],
+        );
+        ws.status = Some(status);
+        use kube::runtime::watcher::Event;
+        for event in [Event::Init, Event::InitApply(ws), Event::InitDone] {
+            writer.apply_watcher_event(&event);
+        }
+        let hooks = WorkloadSpreads::new(None, Some(store), Duration::from_secs(3));
+        let pod = |role: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web-1", "namespace": "ns", "labels": {"role": role}, "ownerReferences": [
+                    {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web", "uid": "u", "controller": true}
+                ]},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}
+            }))
+            .expect("pod")
+        };
+        let placed = hooks
+            .place(&pod("worker"), "ns")
+            .await
+            .expect("decided")
+            .expect("placed");
+        let v = serde_json::to_value(&placed).expect("json");
+        assert_eq!(
+            v["metadata"]["labels"]["zone"], "b",
+            "subset a is full: b's patch"
+        );
+        assert_eq!(
+            v["metadata"]["annotations"][api::ANNOTATION_MATCHED],
+            r#"{"name":"ws","subset":"b"}"#
+        );
+        assert!(
+            matches!(hooks.place(&pod("ps"), "ns").await, Ok(None)),
+            "filtered out"
+        );
+    }
+
+    #[tokio::test]
+    async fn pods_of_other_workloads_are_left_alone() {
+        let hooks = WorkloadSpreads::new(None, None, Duration::from_secs(3));
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": true}
+            ]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        assert!(matches!(hooks.place(&pod, "ns").await, Ok(None)));
+    }
+}

@@ -1,0 +1,545 @@
+//! WorkloadSpread end to end, on a real control plane with three simulated nodes, one per zone
+//! (`topology.kubernetes.io/zone` = zone-a, zone-b, zone-c), and this binary's kruise-manager with
+//! its default gates (WorkloadSpread is on by default, as in OpenKruise v1.9.0). A user applies a
+//! WorkloadSpread and a workload with kubectl, rolls the workload out, scales it, and looks at where
+//! the Pods run, their annotations and the WorkloadSpread's status. Every test has its own
+//! namespace; the nodes are shared.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kruise_api::workloadspread::{
+    ANNOTATION_DELETION_COST, ANNOTATION_MATCHED, MatchedWorkloadSpread, WorkloadSpread,
+};
+use kruise_testkit::wait::eventually;
+use kruise_testkit::{TestNamespace, testbed};
+use kube::api::{Api, ListParams};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+async fn namespace(prefix: &str) -> anyhow::Result<TestNamespace> {
+    let bed = testbed();
+    bed.manager();
+    bed.namespace(prefix).await
+}
+
+/// Where the live Pods labelled `app=<app>` run: `(zone, subset of the annotation, deletion cost,
+/// pod-template-hash or revision)` per Pod.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Placed {
+    zone: String,
+    subset: String,
+    cost: String,
+    version: String,
+    ready: bool,
+}
+
+async fn placement(ns: &TestNamespace, app: &str) -> anyhow::Result<Vec<Placed>> {
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    let zones: BTreeMap<String, String> = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let zone = n.metadata.labels.as_ref()?.get(ZONE)?.clone();
+            Some((n.metadata.name?, zone))
+        })
+        .collect();
+    let pods: Api<Pod> = ns.api();
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
+    let mut out: Vec<Placed> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let annotations = p.metadata.annotations.clone().unwrap_or_default();
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            Placed {
+                zone: zones
+                    .get(&node)
+                    .cloned()
+                    .unwrap_or_else(|| "unscheduled".into()),
+                subset: annotations
+                    .get(ANNOTATION_MATCHED)
+                    .and_then(|v| MatchedWorkloadSpread::parse(v))
+                    .map(|m| m.subset)
+                    .unwrap_or_default(),
+                cost: annotations
+                    .get(ANNOTATION_DELETION_COST)
+                    .cloned()
+                    .unwrap_or_default(),
+                version: labels
+                    .get("pod-template-hash")
+                    .or_else(|| labels.get("controller-revision-hash"))
+                    .cloned()
+                    .unwrap_or_default(),
+                ready: p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            }
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Pods per zone.
+fn per_zone(placed: &[Placed]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for p in placed {
+        *counts.entry(p.zone.clone()).or_default() += 1;
+    }
+    counts
+}
+
+fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(z, n)| (z.to_string(), *n)).collect()
+}
+
+/// Waits until the live Pods of `app` number `want` per zone, all ready, all of one version (not
+/// `old`), each in the subset of its zone, and returns them.
+async fn spread_as(
+    ns: &TestNamespace,
+    app: &str,
+    want: &BTreeMap<String, usize>,
+    old: Option<&str>,
+    what: &str,
+) -> anyhow::Result<Vec<Placed>> {
+    eventually(format!("{what}: {want:?}"), TIMEOUT, || async {
+        let placed = placement(ns, app).await?;
+        let versions: std::collections::BTreeSet<&String> =
+            placed.iter().map(|p| &p.version).collect();
+        let ok = per_zone(&placed) == *want
+            && placed.iter().all(|p| p.ready && p.subset == p.zone)
+            && versions.len() == 1
+            && placed.iter().all(|p| Some(p.version.as_str()) != old);
+        Ok(ok.then_some(placed))
+    })
+    .await
+}
+
+async fn spread_status(ns: &TestNamespace, name: &str) -> anyhow::Result<WorkloadSpread> {
+    let api: Api<WorkloadSpread> = ns.api();
+    api.get(name).await.context("reading the WorkloadSpread")
+}
+
+fn subset_counts(ws: &WorkloadSpread) -> Vec<(String, i32, i32)> {
+    ws.status
+        .iter()
+        .flat_map(|s| s.subset_statuses.iter())
+        .map(|s| (s.name.clone(), s.replicas, s.missing_replicas))
+        .collect()
+}
+
+fn zone_subset(name: &str, max: Option<&str>) -> String {
+    let max = max
+        .map(|m| format!("\n    maxReplicas: {m}"))
+        .unwrap_or_default();
+    format!(
+        r#"
+  - name: {name}
+    requiredNodeSelectorTerm:
+      matchExpressions:
+      - key: {ZONE}
+        operator: In
+        values: [{name}]{max}
+    patch:
+      metadata:
+        labels:
+          spread-zone: {name}"#
+    )
+}
+
+/// A CloneSet of 6 spread 2 / 2 / rest over zone-a, zone-b, zone-c; rolled out with maxSurge 2
+/// (its surge Pods must not pile up in the last subset: the new revision is spread over the subsets
+/// from scratch) and scaled down to 4 (the deletion cost per subset makes the CloneSet remove
+/// zone-c's Pods first, as the WorkloadSpread's order says).
+#[tokio::test]
+async fn cloneset_spread_through_rolling_update_with_max_surge_and_scale_down() -> anyhow::Result<()>
+{
+    let ns = namespace("ws-cloneset").await?;
+    ns.run(async {
+        let subsets = [
+            zone_subset("zone-a", Some("2")),
+            zone_subset("zone-b", Some("2")),
+            zone_subset("zone-c", None),
+        ]
+        .concat();
+        ns.apply(&format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: WorkloadSpread
+metadata:
+  name: spread
+spec:
+  targetRef:
+    apiVersion: apps.kruise.io/v1alpha1
+    kind: CloneSet
+    name: web
+  subsets:{subsets}
+"#
+        ))
+        .await?;
+        let cloneset = |image: &str, replicas: i32| {
+            format!(
+                r#"apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: web
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: main
+        image: {image}
+  updateStrategy:
+    type: ReCreate
+    maxSurge: 2
+    maxUnavailable: 0
+"#
+            )
+        };
+        ns.apply(&cloneset("nginx:1.25", 6)).await?;
+        let placed = spread_as(
+            &ns,
+            "web",
+            &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]),
+            None,
+            "first rollout",
+        )
+        .await?;
+        let costs: BTreeMap<&str, std::collections::BTreeSet<&str>> =
+            placed.iter().fold(BTreeMap::new(), |mut m, p| {
+                m.entry(p.zone.as_str())
+                    .or_default()
+                    .insert(p.cost.as_str());
+                m
+            });
+        eventually("deletion costs 300 / 200 / 100", TIMEOUT, || async {
+            let placed = placement(&ns, "web").await?;
+            let ok = placed.iter().all(|p| {
+                p.cost
+                    == match p.zone.as_str() {
+                        "zone-a" => "300",
+                        "zone-b" => "200",
+                        _ => "100",
+                    }
+            });
+            Ok(ok.then_some(()))
+        })
+        .await
+        .with_context(|| format!("costs were {costs:?}"))?;
+        eventually("status counts 2 / 2 / 2", TIMEOUT, || async {
+            let ws = spread_status(&ns, "spread").await?;
+            let got = subset_counts(&ws);
+            let want = vec![
+                ("zone-a".to_string(), 2, 0),
+                ("zone-b".to_string(), 2, 0),
+                ("zone-c".to_string(), 2, -1),
+            ];
+            Ok((got == want).then_some(()))
+        })
+        .await?;
+        // The patch of the subset is in every Pod.
+        let pods: Api<Pod> = ns.api();
+        for pod in pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+        {
+            let labels = pod.metadata.labels.unwrap_or_default();
+            ensure!(
+                labels.contains_key("spread-zone"),
+                "a Pod lacks its subset's patch: {labels:?}"
+            );
+        }
+
+        // Rolling update with maxSurge 2.
+        let first_version = placed[0].version.clone();
+        ns.apply(&cloneset("nginx:1.26", 6)).await?;
+        spread_as(
+            &ns,
+            "web",
+            &counts(&[("zone-a", 2), ("zone-b", 2), ("zone-c", 2)]),
+            Some(&first_version),
+            "after the rolling update",
+        )
+        .await?;
+        let ws = spread_status(&ns, "spread").await?;
+        let versions: Vec<&String> = ws
+            .status
+            .iter()
+            .flat_map(|s| s.versioned_subset_statuses.keys())
+            .collect();
+        ensure!(!versions.is_empty(), "no versioned subset statuses: {ws:?}");
+
+        // Scale down: zone-c (lowest cost) goes first.
+        ns.apply(&cloneset("nginx:1.26", 4)).await?;
+        spread_as(
+            &ns,
+            "web",
+            &counts(&[("zone-a", 2), ("zone-b", 2)]),
+            None,
+            "after scaling down to 4",
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// A Deployment of 4 spread 25% / 50% / rest (1 / 2 / 1), rolled out with the default RollingUpdate
+/// (maxSurge 25%): each ReplicaSet's Pods are counted under their own version, so the new one ends
+/// spread 1 / 2 / 1 too; then scaled down to 2 (the ReplicaSet controller honours the deletion
+/// cost: zone-c's Pod goes first, then zone-b's surplus).
+#[tokio::test]
+async fn deployment_percent_spread_through_rolling_update_and_scale_down() -> anyhow::Result<()> {
+    let ns = namespace("ws-deploy").await?;
+    ns.run(async {
+        let subsets = [
+            zone_subset("zone-a", Some("25%")),
+            zone_subset("zone-b", Some("50%")),
+            zone_subset("zone-c", None),
+        ]
+        .concat();
+        ns.apply(&format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: WorkloadSpread
+metadata:
+  name: spread
+spec:
+  targetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: api
+  subsets:{subsets}
+"#
+        ))
+        .await?;
+        let deployment = |image: &str, replicas: i32| {
+            format!(
+                r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels:
+      app: api
+  template:
+    metadata:
+      labels:
+        app: api
+    spec:
+      containers:
+      - name: main
+        image: {image}
+"#
+            )
+        };
+        ns.apply(&deployment("nginx:1.25", 4)).await?;
+        let first = spread_as(
+            &ns,
+            "api",
+            &counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]),
+            None,
+            "first rollout",
+        )
+        .await?;
+        ns.apply(&deployment("nginx:1.26", 4)).await?;
+        let placed = eventually("the new ReplicaSet spread 1 / 2 / 1", TIMEOUT, || async {
+            let placed = placement(&ns, "api").await?;
+            let ok = placed.len() == 4
+                && placed
+                    .iter()
+                    .all(|p| p.version != first[0].version && p.ready && p.subset == p.zone)
+                && per_zone(&placed) == counts(&[("zone-a", 1), ("zone-b", 2), ("zone-c", 1)]);
+            Ok(ok.then_some(placed))
+        })
+        .await?;
+        let version = placed[0].version.clone();
+        eventually(
+            "a versioned status for the new ReplicaSet",
+            TIMEOUT,
+            || async {
+                let ws = spread_status(&ns, "spread").await?;
+                let got: Vec<(String, i32)> = ws
+                    .status
+                    .iter()
+                    .flat_map(|s| s.versioned_subset_statuses.get(&version))
+                    .flatten()
+                    .map(|s| (s.name.clone(), s.replicas))
+                    .collect();
+                let want = vec![
+                    ("zone-a".to_string(), 1),
+                    ("zone-b".to_string(), 2),
+                    ("zone-c".to_string(), 1),
+                ];
+                Ok((got == want).then_some(()))
+            },
+        )
+        .await?;
+        ns.apply(&deployment("nginx:1.26", 2)).await?;
+        spread_as(
+            &ns,
+            "api",
+            &counts(&[("zone-a", 1), ("zone-b", 1)]),
+            None,
+            "after scaling down to 2",
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Adaptive: the first subset's zone has no node, so its Pods stay Pending; after
+/// rescheduleCriticalSeconds the controller deletes them and marks the subset unschedulable, and
+/// their replacements go to the next subset.
+#[tokio::test]
+async fn adaptive_reschedules_pods_that_cannot_be_placed() -> anyhow::Result<()> {
+    let ns = namespace("ws-adaptive").await?;
+    ns.run(async {
+        let subsets = [
+            zone_subset("zone-x", Some("2")),
+            zone_subset("zone-a", None),
+        ]
+        .concat();
+        ns.apply(&format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: WorkloadSpread
+metadata:
+  name: spread
+spec:
+  targetRef:
+    apiVersion: apps.kruise.io/v1alpha1
+    kind: CloneSet
+    name: batch
+  scheduleStrategy:
+    type: Adaptive
+    adaptive:
+      rescheduleCriticalSeconds: 5
+  subsets:{subsets}
+"#
+        ))
+        .await?;
+        ns.apply(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: batch
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: batch
+  template:
+    metadata:
+      labels:
+        app: batch
+    spec:
+      containers:
+      - name: main
+        image: nginx:1.25
+"#,
+        )
+        .await?;
+        spread_as(
+            &ns,
+            "batch",
+            &counts(&[("zone-a", 3)]),
+            None,
+            "all Pods rescheduled to zone-a",
+        )
+        .await?;
+        let ws = spread_status(&ns, "spread").await?;
+        let condition = ws
+            .status
+            .iter()
+            .flat_map(|s| s.subset_statuses.first())
+            .flat_map(|s| s.conditions.iter())
+            .find(|c| c.type_ == "Schedulable")
+            .map(|c| c.status.clone());
+        ensure!(
+            condition.as_deref() == Some("False"),
+            "zone-x not marked unschedulable: {ws:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// A WorkloadSpread that mixes an integer and a percentage, or targets a workload another one
+/// targets, is refused with a message naming the field.
+#[tokio::test]
+async fn invalid_workloadspreads_are_refused() -> anyhow::Result<()> {
+    let ns = namespace("ws-invalid").await?;
+    ns.run(async {
+        let mixed = format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: WorkloadSpread
+metadata:
+  name: mixed
+spec:
+  targetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: api
+  subsets:{}
+"#,
+            [
+                zone_subset("zone-a", Some("2")),
+                zone_subset("zone-b", Some("50%")),
+                zone_subset("zone-c", None)
+            ]
+            .concat()
+        );
+        let refused = ns
+            .apply(&mixed)
+            .await
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        ensure!(
+            refused.contains("spec.subsets[1].maxReplicas"),
+            "not refused by field: {refused:?}"
+        );
+        let one = mixed
+            .replace("name: mixed", "name: first")
+            .replace("maxReplicas: 50%", "maxReplicas: 3");
+        ns.apply(&one).await?;
+        let second = one.replace("name: first", "name: second");
+        let refused = ns
+            .apply(&second)
+            .await
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        ensure!(
+            refused.contains("in conflict with other WorkloadSpread first"),
+            "conflict not refused: {refused:?}"
+        );
+        Ok(())
+    })
+    .await
+}
