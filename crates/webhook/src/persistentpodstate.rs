@@ -242,6 +242,7 @@ pub async fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::Review;
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
     use serde_json::{Value, json};
@@ -251,18 +252,18 @@ mod tests {
         object: Value,
         old: Option<Value>,
     ) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "PersistentPodState"},
-                "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "persistentpodstates"},
-                "operation": operation, "userInfo": {}, "name": "web", "namespace": "ns",
-                "object": object, "oldObject": old, "dryRun": false
-            }
-        }))
-        .expect("review")
+        Review::of(
+            "apps.kruise.io",
+            "v1alpha1",
+            "PersistentPodState",
+            "persistentpodstates",
+        )
+        .operation(operation)
+        .namespace("ns")
+        .object(object)
+        .old(old)
+        .name("web")
+        .build()
     }
 
     fn object(kind: &str, name: &str) -> Value {
@@ -433,18 +434,7 @@ mod tests {
         .with_persistent_pod_states(hook(vec![recorded("apps/v1", "StatefulSet")]));
         assert!(injector.caches_loaded());
         let pod = serde_json::to_value(pod("ns", "apps/v1", "StatefulSet")).expect("pod");
-        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE", "userInfo": {}, "name": "web-0", "namespace": "ns",
-                "object": pod, "dryRun": false
-            }
-        }))
-        .expect("review");
+        let review = Review::pod().namespace("ns").object(pod).build();
         let (answer, outcome) = injector.review(review).await;
         assert!(answer.allowed);
         assert_eq!(outcome, crate::pod::Outcome::Injected);

@@ -496,6 +496,7 @@ pub async fn serve_with_limits(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::Review;
     use axum::body::Body;
     use futures::StreamExt;
     use http_body_util::BodyExt;
@@ -532,18 +533,14 @@ mod tests {
     }
 
     fn admission_review(operation: &str, kind: &str, object: &Value, old: Option<&Value>) -> Value {
-        json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u-big",
-                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": kind},
-                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": format!("{}s", kind.to_lowercase())},
-                "operation": operation, "userInfo": {}, "name": object["metadata"]["name"], "namespace": "d",
-                "object": object, "oldObject": old,
-                "dryRun": false
-            }
-        })
+        let resource = format!("{}s", kind.to_lowercase());
+        Review::of("apps.kruise.io", "v1beta1", kind, &resource)
+            .uid("u-big")
+            .operation(operation)
+            .namespace("d")
+            .object(object.clone())
+            .old(old.cloned())
+            .json()
     }
 
     /// A CloneSet of about `pad` bytes (an environment variable's value fills it).
@@ -784,19 +781,12 @@ mod tests {
     async fn validate_endpoint_answers_a_review() {
         let mut registry = Registry::default();
         let app = router(Metrics::register(&mut registry), None, None);
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": "BroadcastJob"},
-                "resource": {"group": "apps.kruise.io", "version": "v1beta1", "resource": "broadcastjobs"},
-                "operation": "CREATE", "userInfo": {}, "name": "j", "namespace": "d",
-                "object": {"apiVersion": "apps.kruise.io/v1beta1", "kind": "BroadcastJob", "metadata": {"name": "j"},
-                    "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "b"}]}}}},
-                "dryRun": false
-            }
-        });
+        let review = Review::of("apps.kruise.io", "v1beta1", "BroadcastJob", "broadcastjobs")
+            .uid("u1")
+            .namespace("d")
+            .object(json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "BroadcastJob", "metadata": {"name": "j"},
+                "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "b"}]}}}}))
+            .json();
         let answer = post_review(app, "/validate-apps-kruise-io-broadcastjob", &review).await;
         assert_eq!(answer["response"]["uid"], "u1");
         assert_eq!(
@@ -812,19 +802,12 @@ mod tests {
     async fn pod_endpoint_without_caches_admits_unchanged_with_a_warning() {
         let mut registry = Registry::default();
         let app = router(Metrics::register(&mut registry), None, None);
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u2",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE", "userInfo": {}, "name": "p", "namespace": "d",
-                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "nginx"}},
-                    "spec": {"containers": [{"name": "a", "image": "b"}]}},
-                "dryRun": false
-            }
-        });
+        let review = Review::pod()
+            .uid("u2")
+            .namespace("d")
+            .object(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "nginx"}},
+                "spec": {"containers": [{"name": "a", "image": "b"}]}}))
+            .json();
         let answer = post_review(app, MUTATE_POD_PATH, &review).await;
         assert_eq!(answer["response"]["uid"], "u2");
         assert_eq!(answer["response"]["allowed"], true);

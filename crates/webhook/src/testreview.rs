@@ -38,6 +38,10 @@ impl Review {
         self
     }
 
+    pub fn uid(self, uid: &str) -> Self {
+        self.set("uid", json!(uid))
+    }
+
     pub fn operation(self, operation: &str) -> Self {
         self.set("operation", json!(operation))
     }
@@ -75,13 +79,17 @@ impl Review {
         }
     }
 
-    pub fn build(self) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
+    /// The review as the apiserver posts it (JSON).
+    pub fn json(self) -> Value {
+        json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": self.request,
-        }))
-        .expect("the test review decodes")
+        })
+    }
+
+    pub fn build(self) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(self.json()).expect("the test review decodes")
     }
 }
 

@@ -592,23 +592,21 @@ fn generated_uid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testreview::Review;
     use serde_json::{Value, json};
 
     fn review(operation: &str, object: Value) -> AdmissionReview<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "WorkloadSpread"},
-                "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "workloadspreads"},
-                "name": "ws", "namespace": "ns",
-                "operation": operation,
-                "userInfo": {"username": "u"},
-                "object": object,
-            }
-        }))
-        .expect("review")
+        Review::of(
+            "apps.kruise.io",
+            "v1alpha1",
+            "WorkloadSpread",
+            "workloadspreads",
+        )
+        .operation(operation)
+        .namespace("ns")
+        .object(object)
+        .name("ws")
+        .build()
     }
 
     fn spread(subsets: Value) -> Value {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::testreview::Review;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ContainerStatus, ExecAction, HTTPGetAction, Lifecycle,
     LifecycleHandler, PodSpec, PodStatus,
@@ -8,7 +9,6 @@ use kruise_api::containerrecreaterequest::{
     ContainerRecreateRequestContainer, ContainerRecreateRequestSpec,
     ContainerRecreateRequestStrategy,
 };
-use serde_json::json;
 
 fn request(containers: &[&str]) -> ContainerRecreateRequest {
     let mut r = ContainerRecreateRequest::new(
@@ -278,20 +278,15 @@ fn updates_keep_what_is_immutable() {
 
 #[tokio::test]
 async fn the_gate_off_refuses_with_403() {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u1",
-            "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "ContainerRecreateRequest"},
-            "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "containerrecreaterequests"},
-            "operation": "CREATE",
-            "namespace": "ns",
-            "userInfo": {},
-            "object": serde_json::to_value(request(&["app"])).expect("json"),
-        }
-    }))
-    .expect("review");
+    let review = Review::of(
+        "apps.kruise.io",
+        "v1alpha1",
+        "ContainerRecreateRequest",
+        "containerrecreaterequests",
+    )
+    .namespace("ns")
+    .object(serde_json::to_value(request(&["app"])).expect("json"))
+    .build();
     let answer = review_request(review, false).await;
     assert!(!answer.allowed);
     let response = answer.review.response.expect("response");
