@@ -31,12 +31,14 @@ impl RelatedPub {
     /// Names the budget that guards `pod` (in `namespace`) in its `kruise.io/related-pub`
     /// annotation; whether the Pod changed.
     pub async fn annotate(&self, pod: &mut Pod, namespace: &str) -> bool {
-        let budgets: Vec<_> = self
+        let mut budgets: Vec<_> = self
             .budgets
             .state()
             .into_iter()
             .filter(|b| b.metadata.namespace.as_deref() == Some(namespace))
             .collect();
+        // By name, as the apiserver lists them: the same Pod always names the same budget.
+        budgets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         if budgets.is_empty() {
             return false;
         }

@@ -15,7 +15,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use axum_server::Handle;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
@@ -206,10 +206,9 @@ pub fn router_with(
     let spreads = pods.workloadspreads().cloned();
     router = router.route(
         VALIDATE_POD_PATH,
-        post(
-            move |State(metrics): State<Metrics>,
-                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                let began = Instant::now();
+        admission_route(VALIDATE_POD_PATH, move |review| {
+            let (pod_policy, spreads) = (pod_policy.clone(), spreads.clone());
+            async move {
                 // PodUnavailableBudget first: a WorkloadSpread slot is freed only for a deletion
                 // that is allowed.
                 let copy = spreads.as_ref().map(|_| review.clone());
@@ -219,93 +218,56 @@ pub fn router_with(
                 {
                     spreads.review_pod_deletion(&copy).await;
                 }
-                metrics.observe(
-                    VALIDATE_POD_PATH,
-                    if answer.allowed { "allowed" } else { "denied" },
-                    began.elapsed().as_secs_f64(),
-                );
-                Json(answer.review)
-            },
-        ),
+                answer
+            }
+        }),
     );
     for &path in DELETION_PATHS {
         let policy = policy.clone();
         router = router.route(
             path,
-            post(
-                move |State(metrics): State<Metrics>,
-                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                    let began = Instant::now();
-                    let answer = policy.review_deletion(review).await;
-                    metrics.observe(
-                        path,
-                        if answer.allowed { "allowed" } else { "denied" },
-                        began.elapsed().as_secs_f64(),
-                    );
-                    Json(answer.review)
-                },
-            ),
+            admission_route(path, move |review| {
+                let policy = policy.clone();
+                async move { policy.review_deletion(review).await }
+            }),
         );
     }
     router = router.route(
         crate::resourcedistribution::VALIDATE_PATH,
-        post(
-            move |State(metrics): State<Metrics>,
-                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                let began = Instant::now();
-                let answer =
-                    crate::resourcedistribution::validate(review, gates.resource_distribution);
-                metrics.observe(
-                    crate::resourcedistribution::VALIDATE_PATH,
-                    if answer.allowed { "allowed" } else { "denied" },
-                    began.elapsed().as_secs_f64(),
-                );
-                Json(answer.review)
-            },
-        ),
+        admission_route(crate::resourcedistribution::VALIDATE_PATH, move |review| {
+            std::future::ready(crate::resourcedistribution::validate(
+                review,
+                gates.resource_distribution,
+            ))
+        }),
     );
     let pps_client = client.clone();
     let pps_namespace = pods.namespace().to_owned();
-    router = router.route(
-        crate::persistentpodstate::VALIDATE_PATH,
-        post(
-            move |State(metrics): State<Metrics>,
-                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                let began = Instant::now();
-                let answer = crate::persistentpodstate::validate(
-                    review,
-                    pps_client.as_ref(),
-                    &pps_namespace,
-                )
-                .await;
-                metrics.observe(
-                    crate::persistentpodstate::VALIDATE_PATH,
-                    if answer.allowed { "allowed" } else { "denied" },
-                    began.elapsed().as_secs_f64(),
-                );
-                Json(answer.review)
-            },
-        ),
-    );
+    router =
+        router.route(
+            crate::persistentpodstate::VALIDATE_PATH,
+            admission_route(crate::persistentpodstate::VALIDATE_PATH, move |review| {
+                let (client, namespace) = (pps_client.clone(), pps_namespace.clone());
+                async move {
+                    crate::persistentpodstate::validate(review, client.as_ref(), &namespace).await
+                }
+            }),
+        );
     let crr_client = client.clone();
     router = router.route(
         crate::containerrecreaterequest::MUTATE_PATH,
-        post(
-            move |State(metrics): State<Metrics>,
-                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                let began = Instant::now();
-                let answer = crate::containerrecreaterequest::review(
-                    review,
-                    gates.kruise_daemon,
-                    crr_client.as_ref(),
-                )
-                .await;
-                metrics.observe(
-                    crate::containerrecreaterequest::MUTATE_PATH,
-                    if answer.allowed { "allowed" } else { "denied" },
-                    began.elapsed().as_secs_f64(),
-                );
-                Json(answer.review)
+        admission_route(
+            crate::containerrecreaterequest::MUTATE_PATH,
+            move |review| {
+                let client = crr_client.clone();
+                async move {
+                    crate::containerrecreaterequest::review(
+                        review,
+                        gates.kruise_daemon,
+                        client.as_ref(),
+                    )
+                    .await
+                }
             },
         ),
     );
@@ -314,19 +276,10 @@ pub fn router_with(
     });
     router = router.route(
         crate::workloadspread::VALIDATE_PATH,
-        post(
-            move |State(metrics): State<Metrics>,
-                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                let began = Instant::now();
-                let answer = spreads.validate(review, gates.workload_spread).await;
-                metrics.observe(
-                    crate::workloadspread::VALIDATE_PATH,
-                    if answer.allowed { "allowed" } else { "denied" },
-                    began.elapsed().as_secs_f64(),
-                );
-                Json(answer.review)
-            },
-        ),
+        admission_route(crate::workloadspread::VALIDATE_PATH, move |review| {
+            let spreads = spreads.clone();
+            async move { spreads.validate(review, gates.workload_spread).await }
+        }),
     );
     let request_timeout = limits.request_timeout;
     router
@@ -491,6 +444,31 @@ pub async fn serve_with_limits(
         .keep_alive_interval(limits.header_read_timeout)
         .keep_alive_timeout(limits.header_read_timeout);
     server.serve(router.into_make_service()).await
+}
+
+/// A POST route answering AdmissionReviews with `answer`, each timed and counted in the webhook's
+/// metrics under `path` by its outcome.
+fn admission_route<F, Fut>(path: &'static str, answer: F) -> MethodRouter<Metrics>
+where
+    F: Fn(AdmissionReview<DynamicObject>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = crate::admission::Answer> + Send + 'static,
+{
+    post(
+        move |State(metrics): State<Metrics>,
+              Json(review): Json<AdmissionReview<DynamicObject>>| {
+            let answer = answer.clone();
+            async move {
+                let began = Instant::now();
+                let answer = answer(review).await;
+                metrics.observe(
+                    path,
+                    if answer.allowed { "allowed" } else { "denied" },
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            }
+        },
+    )
 }
 
 #[cfg(test)]

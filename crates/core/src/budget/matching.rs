@@ -32,24 +32,31 @@ pub fn names_workload(target: &TargetReference, workload: &WorkloadRef) -> bool 
         && target.name == workload.name
 }
 
-/// The first budget (in the order given) that guards a Pod with `labels` belonging to `workload`.
-/// A budget with a targetRef is checked against the workload when it is known, and by its selector
-/// otherwise, as upstream does.
+/// The budget that guards a Pod with `labels` belonging to `workload`: one whose targetRef names the
+/// workload, else the first (in the order given) whose selector matches. A budget with a targetRef
+/// is judged by its selector when the workload is not known, as upstream does.
 pub fn budget_for_pod<'a>(
     budgets: impl IntoIterator<Item = &'a PodUnavailableBudget>,
     labels: &BTreeMap<String, String>,
     workload: Option<&WorkloadRef>,
 ) -> Option<&'a PodUnavailableBudget> {
-    budgets
-        .into_iter()
-        .find(|budget| match (&budget.spec.target_reference, workload) {
-            (Some(target), Some(workload)) => names_workload(target, workload),
-            _ => budget
-                .spec
-                .selector
-                .as_ref()
-                .is_some_and(|s| !selector_is_empty(s) && selector_matches(s, labels)),
+    let budgets: Vec<&PodUnavailableBudget> = budgets.into_iter().collect();
+    let by_target = budgets.iter().find(|budget| {
+        matches!((&budget.spec.target_reference, workload),
+            (Some(target), Some(workload)) if names_workload(target, workload))
+    });
+    by_target
+        .or_else(|| {
+            budgets.iter().find(|budget| {
+                (budget.spec.target_reference.is_none() || workload.is_none())
+                    && budget
+                        .spec
+                        .selector
+                        .as_ref()
+                        .is_some_and(|s| !selector_is_empty(s) && selector_matches(s, labels))
+            })
         })
+        .copied()
 }
 
 #[cfg(test)]
