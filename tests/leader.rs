@@ -369,8 +369,13 @@ async fn a_leader_that_cannot_watch_steps_down_and_is_not_ready() -> anyhow::Res
                         "statefulsets", "statefulsets/status", "statefulsets/scale", "daemonsets",
                         "daemonsets/status", "broadcastjobs", "broadcastjobs/status",
                         "uniteddeployments", "uniteddeployments/status", "uniteddeployments/scale",
-                        "sidecarsets/status"],
+                        "sidecarsets/status", "advancedcronjobs", "advancedcronjobs/status",
+                        "ephemeraljobs", "ephemeraljobs/status", "resourcedistributions",
+                        "resourcedistributions/status", "workloadspreads", "workloadspreads/status",
+                        "persistentpodstates", "persistentpodstates/status",
+                        "containerrecreaterequests", "containerrecreaterequests/status"],
                      "verbs": ["*"]},
+                    {"apiGroups": ["policy.kruise.io"], "resources": ["*"], "verbs": ["*"]},
                     sidecarset_verbs(watch),
                 ]
             })
