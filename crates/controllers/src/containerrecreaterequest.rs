@@ -20,13 +20,12 @@ use kruise_api::keys;
 use kruise_core::containerrecreate::{self as decide, ManagerStep, NotReadyMessage};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::PodChange;
 use crate::driver::caches::Caches;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
@@ -63,41 +62,25 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>) {
     );
     let requests = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
-    wake_on_pods(caches.pods.clone(), requests, wake_tx);
+    crate::driver::wake::wake_on_pod_changes(
+        caches.pods.subscribe("containerrecreaterequest"),
+        requests,
+        wake_tx,
+        None,
+        concerns,
+    );
     let ctx = Arc::new(Context { client, metrics });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
     crate::driver::run(controller, 3, reconcile, ctx).await;
 }
 
-/// Wakes the unfinished requests of a changed Pod (by the Pod's uid label).
-fn wake_on_pods(
-    pods: Arc<PodCache>,
-    requests: Store<ContainerRecreateRequest>,
-    wake: mpsc::UnboundedSender<ObjectRef<ContainerRecreateRequest>>,
-) {
-    let mut events = pods.subscribe("containerrecreaterequest");
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            let CacheEvent::Pod(change) = event else {
-                continue;
-            };
-            let Some(uid) = change.uid.as_deref() else {
-                continue;
-            };
-            let sent = requests
-                .state()
-                .iter()
-                .filter(|r| {
-                    !r.is_finished()
-                        && r.namespace().as_deref() == Some(change.key.0.as_str())
-                        && r.labels().get(crr::LABEL_POD_UID).map(String::as_str) == Some(uid)
-                })
-                .all(|r| wake.send(ObjectRef::from_obj(r.as_ref())).is_ok());
-            if !sent {
-                return;
-            }
-        }
-    });
+/// Whether a Pod change concerns a request of its namespace: an unfinished one for that Pod (by
+/// the Pod's uid label).
+fn concerns(request: &ContainerRecreateRequest, change: &PodChange) -> bool {
+    !request.is_finished()
+        && change.uid.as_deref().is_some_and(|uid| {
+            request.labels().get(crr::LABEL_POD_UID).map(String::as_str) == Some(uid)
+        })
 }
 
 fn raced<T>(

@@ -21,13 +21,13 @@ use kruise_core::ephemeraljob as decide;
 use kruise_core::expectations::{Expectation, Expectations};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
 use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
@@ -86,7 +86,13 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let jobs = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    wake_on_pods(caches.pods.subscribe("ephemeraljob"), jobs, wake_tx, all_tx);
+    crate::driver::wake::wake_on_pod_changes(
+        caches.pods.subscribe("ephemeraljob"),
+        jobs,
+        wake_tx,
+        Some(all_tx),
+        concerns,
+    );
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
         client,
@@ -101,36 +107,12 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
-/// Wakes the jobs of a changed Pod's namespace whose selector matches its labels; every job when
-/// the cache relisted.
-fn wake_on_pods(
-    mut events: crate::cache::CacheEvents,
-    jobs: Store<EphemeralJob>,
-    wake: mpsc::UnboundedSender<ObjectRef<EphemeralJob>>,
-    all: mpsc::UnboundedSender<()>,
-) {
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            let sent = match event {
-                CacheEvent::Pod(change) => jobs
-                    .state()
-                    .iter()
-                    .filter(|job| {
-                        job.metadata.namespace.as_deref() == Some(change.key.0.as_str())
-                            && job.spec.selector.as_ref().is_some_and(|s| {
-                                !kruise_api::validation::selector_is_empty(s)
-                                    && change.labels.matches(s)
-                            })
-                    })
-                    .all(|job| wake.send(ObjectRef::from_obj(job.as_ref())).is_ok()),
-                CacheEvent::Resync => all.send(()).is_ok(),
-                CacheEvent::Owner(_) => true,
-            };
-            if !sent {
-                return;
-            }
-        }
-    });
+/// Whether a Pod change concerns a job of its namespace: its selector matches the Pod's labels.
+fn concerns(job: &EphemeralJob, change: &PodChange) -> bool {
+    job.spec
+        .selector
+        .as_ref()
+        .is_some_and(|s| !kruise_api::validation::selector_is_empty(s) && change.labels.matches(s))
 }
 
 async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, Error> {

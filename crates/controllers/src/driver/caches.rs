@@ -183,6 +183,8 @@ pub struct Caches {
     pub advanced_statefulsets: Shared<AdvancedStatefulSet>,
     /// PersistentPodStates (the process-wide watch, [`ProcessCaches`]).
     pub persistentpodstates: Shared<PersistentPodState>,
+    /// WorkloadSpreads (the process-wide watch, [`ProcessCaches`]).
+    pub workloadspreads: Shared<kruise_api::workloadspread::WorkloadSpread>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -264,6 +266,7 @@ impl Caches {
             clonesets,
             advanced_statefulsets,
             persistentpodstates: process.persistentpodstates,
+            workloadspreads: process.workloadspreads,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.

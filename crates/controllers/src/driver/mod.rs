@@ -33,6 +33,7 @@
 
 pub mod caches;
 pub mod head;
+pub mod wake;
 pub mod write;
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
 use crate::error::{Error, is_race};
 use crate::events::EventRecorder;
@@ -73,7 +73,13 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let controller = Controller::for_stream(caches.budgets.replayed_stream(), budgets.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    forward_pod_changes(&caches.pods, budgets.clone(), tx.clone(), all_tx);
+    crate::driver::wake::wake_on_pod_changes(
+        caches.pods.subscribe("podunavailablebudget"),
+        budgets.clone(),
+        tx.clone(),
+        Some(all_tx),
+        concerns,
+    );
     forward_workload_changes(&client, &caches, budgets, tx);
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
@@ -88,44 +94,15 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
-/// Wakes the budgets of the namespace a Pod changed in: those whose selector matches its labels,
-/// and those with a targetRef (whose Pods are found by owner).
-fn forward_pod_changes(
-    pods: &PodCache,
-    budgets: Store<PodUnavailableBudget>,
-    tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
-    all: mpsc::UnboundedSender<()>,
-) {
-    let mut events = pods.subscribe("podunavailablebudget");
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            let change = match event {
-                CacheEvent::Pod(change) => change,
-                CacheEvent::Resync => {
-                    if all.send(()).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                CacheEvent::Owner(_) => continue,
-            };
-            let namespace = &change.key.0;
-            for budget in budgets.state() {
-                if budget.namespace().as_deref() != Some(namespace.as_str()) {
-                    continue;
-                }
-                let concerned = budget.spec.target_reference.is_some()
-                    || budget
-                        .spec
-                        .selector
-                        .as_ref()
-                        .is_some_and(|s| !selector_is_empty(s) && change.labels.matches(s));
-                if concerned && tx.send(ObjectRef::from_obj(&*budget)).is_err() {
-                    return;
-                }
-            }
-        }
-    });
+/// Whether a Pod change concerns a budget of its namespace: one whose selector matches its labels,
+/// or one with a targetRef (whose Pods are found by owner).
+fn concerns(budget: &PodUnavailableBudget, change: &PodChange) -> bool {
+    budget.spec.target_reference.is_some()
+        || budget
+            .spec
+            .selector
+            .as_ref()
+            .is_some_and(|s| !selector_is_empty(s) && change.labels.matches(s))
 }
 
 /// Wakes the budgets of the namespace a workload changed in (created, scaled, deleted): the

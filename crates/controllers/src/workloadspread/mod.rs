@@ -26,13 +26,12 @@ use kruise_core::workloadspread::{self as core, Finding};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::PodCache;
 use crate::driver::caches::{Caches, Shared};
 use crate::driver::write::{StatusWrite, write_status};
 use crate::error::{Error, is_race};
@@ -75,14 +74,21 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
-    let controller = Controller::new(
-        Api::<WorkloadSpread>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
-    let spreads = controller.store();
+    // The process's WorkloadSpread cache (the Pod webhook places Pods by it): every spread once it
+    // is listed, then every change, status included (the webhook records its placements there).
+    let spreads = caches.workloadspreads.store().clone();
+    let controller =
+        Controller::for_stream(caches.workloadspreads.replayed_stream(), spreads.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    forward_pod_changes(&caches.pods, spreads, tx, all_tx);
+    // Any Pod of the namespace may be one of the target's (found by owner when reconciled).
+    crate::driver::wake::wake_on_pod_changes(
+        caches.pods.subscribe("workloadspread"),
+        spreads,
+        tx,
+        Some(all_tx),
+        |_, _| true,
+    );
     caches.pods.wait_synced().await;
     caches.nodes.wait_listed().await;
     let ctx = Arc::new(Context {
@@ -96,37 +102,6 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         .reconcile_on(crate::cache::receiver_stream(rx))
         .reconcile_all_on(crate::cache::receiver_stream(all_rx));
     crate::driver::run(controller, config.workers, reconcile, ctx).await;
-}
-
-/// Wakes the WorkloadSpreads of the namespace a Pod changed in.
-fn forward_pod_changes(
-    pods: &PodCache,
-    spreads: Store<WorkloadSpread>,
-    tx: mpsc::UnboundedSender<ObjectRef<WorkloadSpread>>,
-    all: mpsc::UnboundedSender<()>,
-) {
-    let mut events = pods.subscribe("workloadspread");
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            let change = match event {
-                CacheEvent::Pod(change) => change,
-                CacheEvent::Resync => {
-                    if all.send(()).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                CacheEvent::Owner(_) => continue,
-            };
-            for ws in spreads.state() {
-                if ws.namespace().as_deref() == Some(change.key.0.as_str())
-                    && tx.send(ObjectRef::from_obj(&*ws)).is_err()
-                {
-                    return;
-                }
-            }
-        }
-    });
 }
 
 fn kube_error(context: String) -> impl FnOnce(kube::Error) -> Error {
