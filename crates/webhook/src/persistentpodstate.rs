@@ -71,6 +71,11 @@ impl PodHook {
         }
     }
 
+    /// The PersistentPodStates the hook injects from (the process's cache).
+    pub fn states(&self) -> &Store<PersistentPodState> {
+        &self.states
+    }
+
     /// Whether the PersistentPodState cache has been filled once (checked, never awaited).
     pub fn loaded(&self) -> bool {
         matches!(self.states.wait_until_ready().now_or_never(), Some(Ok(())))
@@ -162,10 +167,12 @@ pub async fn apply(
 }
 
 /// Answers a PersistentPodState review (CREATE, UPDATE): the object as upstream validates it,
-/// against the other PersistentPodStates of its namespace and the custom workload whitelist, both
-/// read from the apiserver (`client`; without one, neither: no conflicts, default kinds only).
+/// against the other PersistentPodStates of its namespace (from `states`, the process's cache;
+/// without it, no conflicts) and the custom workload whitelist read from the apiserver (`client`;
+/// without one, default kinds only).
 pub async fn validate(
     review: AdmissionReview<DynamicObject>,
+    states: Option<&Store<PersistentPodState>>,
     client: Option<&Client>,
     manager_namespace: &str,
 ) -> Answer {
@@ -204,33 +211,31 @@ pub async fn validate(
         },
         _ => None,
     };
-    let (whitelist, others) = match client {
-        None => (Whitelist::default(), Vec::new()),
-        Some(client) => {
-            let whitelist = match read_whitelist(client, manager_namespace).await {
-                Ok(whitelist) => whitelist,
-                Err(message) => {
-                    return deny(
-                        &request,
-                        format!(
-                            "failed to get persistent pod state config white list, error: {message}"
-                        ),
-                    );
-                }
-            };
-            let namespace = new.metadata.namespace.clone().unwrap_or_default();
-            let api: Api<PersistentPodState> = Api::namespaced(client.clone(), &namespace);
-            match api.list(&Default::default()).await {
-                Ok(list) => (whitelist, list.items),
-                Err(error) => {
-                    return deny(
-                        &request,
-                        format!("query other PersistentPodState failed, err: {error}"),
-                    );
-                }
+    let whitelist = match client {
+        None => Whitelist::default(),
+        Some(client) => match read_whitelist(client, manager_namespace).await {
+            Ok(whitelist) => whitelist,
+            Err(message) => {
+                return deny(
+                    &request,
+                    format!(
+                        "failed to get persistent pod state config white list, error: {message}"
+                    ),
+                );
             }
-        }
+        },
     };
+    let namespace = new.metadata.namespace.as_deref();
+    let others: Vec<PersistentPodState> = states
+        .map(|states| {
+            states
+                .state()
+                .iter()
+                .filter(|other| other.metadata.namespace.as_deref() == namespace)
+                .map(|other| PersistentPodState::clone(other))
+                .collect()
+        })
+        .unwrap_or_default();
     let errors = api::validate(&new, old.as_ref(), &others, &whitelist);
     if errors.is_empty() {
         allow(&request)
@@ -292,6 +297,7 @@ mod tests {
             validate(
                 review("CREATE", object("StatefulSet", "web"), None),
                 None,
+                None,
                 "kruise-system"
             )
             .await
@@ -299,6 +305,7 @@ mod tests {
         );
         let answer = validate(
             review("CREATE", object("Deployment", "web"), None),
+            None,
             None,
             "kruise-system",
         )
@@ -316,6 +323,7 @@ mod tests {
                 Some(object("StatefulSet", "web")),
             ),
             None,
+            None,
             "kruise-system",
         )
         .await;
@@ -328,10 +336,43 @@ mod tests {
         let delete = validate(
             review("DELETE", object("Deployment", "web"), None),
             None,
+            None,
             "kruise-system",
         )
         .await;
         assert!(delete.allowed);
+    }
+
+    #[tokio::test]
+    async fn a_second_state_on_the_same_workload_is_refused_from_the_cache() {
+        let mut other = recorded("apps/v1", "StatefulSet");
+        other.metadata.name = Some("first".into());
+        let mut elsewhere = other.clone();
+        elsewhere.metadata.namespace = Some("other-ns".into());
+        let states = hook(vec![other]);
+        let answer = validate(
+            review("CREATE", object("StatefulSet", "web"), None),
+            Some(states.states()),
+            None,
+            "kruise-system",
+        )
+        .await;
+        assert!(!answer.allowed);
+        assert!(
+            message(&answer).contains("in conflict with other PersistentPodState first"),
+            "{}",
+            message(&answer)
+        );
+        // The same workload name in another namespace is another workload.
+        let states = hook(vec![elsewhere]);
+        let answer = validate(
+            review("CREATE", object("StatefulSet", "web"), None),
+            Some(states.states()),
+            None,
+            "kruise-system",
+        )
+        .await;
+        assert!(answer.allowed, "{}", message(&answer));
     }
 
     fn hook(states: Vec<PersistentPodState>) -> PodHook {

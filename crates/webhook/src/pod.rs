@@ -129,6 +129,11 @@ impl PodInjector {
         self
     }
 
+    /// The PersistentPodState step, when the injector has one.
+    pub fn persistent_pod_states(&self) -> Option<&crate::persistentpodstate::PodHook> {
+        self.persistent.as_ref()
+    }
+
     /// The injector that also places Pods of WorkloadSpread targets into their subsets.
     pub fn with_workloadspreads(mut self, hooks: crate::workloadspread::WorkloadSpreads) -> Self {
         self.workloadspreads = Some(hooks);

@@ -243,16 +243,28 @@ pub fn router_with(
     );
     let pps_client = client.clone();
     let pps_namespace = pods.namespace().to_owned();
-    router =
-        router.route(
-            crate::persistentpodstate::VALIDATE_PATH,
-            admission_route(crate::persistentpodstate::VALIDATE_PATH, move |review| {
-                let (client, namespace) = (pps_client.clone(), pps_namespace.clone());
-                async move {
-                    crate::persistentpodstate::validate(review, client.as_ref(), &namespace).await
-                }
-            }),
-        );
+    let pps_states = pods
+        .persistent_pod_states()
+        .map(|hook| hook.states().clone());
+    router = router.route(
+        crate::persistentpodstate::VALIDATE_PATH,
+        admission_route(crate::persistentpodstate::VALIDATE_PATH, move |review| {
+            let (states, client, namespace) = (
+                pps_states.clone(),
+                pps_client.clone(),
+                pps_namespace.clone(),
+            );
+            async move {
+                crate::persistentpodstate::validate(
+                    review,
+                    states.as_ref(),
+                    client.as_ref(),
+                    &namespace,
+                )
+                .await
+            }
+        }),
+    );
     let crr_client = client.clone();
     router = router.route(
         crate::containerrecreaterequest::MUTATE_PATH,
