@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use kruise_api::persistentpodstate::PersistentPodState;
@@ -181,6 +181,9 @@ pub struct Caches {
     /// Advanced StatefulSets: their controller reconciles them, PodUnavailableBudgets read their
     /// scale.
     pub advanced_statefulsets: Shared<AdvancedStatefulSet>,
+    /// Kubernetes' StatefulSets, metadata only: PodUnavailableBudgets and PersistentPodStates are
+    /// woken by their changes, PersistentPodStates generated from their annotations.
+    pub statefulsets: Shared<PartialObjectMeta<StatefulSet>>,
     /// PersistentPodStates (the process-wide watch, [`ProcessCaches`]).
     pub persistentpodstates: Shared<PersistentPodState>,
     /// WorkloadSpreads (the process-wide watch, [`ProcessCaches`]).
@@ -252,6 +255,7 @@ impl Caches {
         let (clonesets, clonesets_run) = Shared::watch(Api::all(client.clone()));
         let (advanced_statefulsets, advanced_statefulsets_run) =
             Shared::watch(Api::all(client.clone()));
+        let (statefulsets, statefulsets_run) = Shared::watch(Api::all(client.clone()));
         let pods_run = pods.clone().run(client);
         let caches = Self {
             pods,
@@ -265,6 +269,7 @@ impl Caches {
             broadcastjobs,
             clonesets,
             advanced_statefulsets,
+            statefulsets,
             persistentpodstates: process.persistentpodstates,
             workloadspreads: process.workloadspreads,
         };
@@ -279,6 +284,7 @@ impl Caches {
             tasks.spawn(broadcastjobs_run);
             tasks.spawn(clonesets_run);
             tasks.spawn(advanced_statefulsets_run);
+            tasks.spawn(statefulsets_run);
             tasks.join_next().await;
         };
         (caches, run)

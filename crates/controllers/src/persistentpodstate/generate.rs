@@ -3,27 +3,24 @@
 //! "true"` with a required or preferred topology gets a PersistentPodState of its name, controlled
 //! by it, whose spec follows the annotations; removing the annotation deletes it.
 //!
-//! One metadata watch per StatefulSet kind drives it; each change of a StatefulSet also wakes the
+//! The shared caches of both StatefulSet kinds drive it; each change of a StatefulSet also wakes the
 //! PersistentPodState targeting it (replicas or deletion changed what it keeps).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use kruise_api::persistentpodstate::{PersistentPodState, TargetReference};
 use kruise_core::persistentpodstate::{self as decide, Generation, Workload};
-use kube::api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::driver::caches::Shared;
+use crate::driver::caches::{Caches, Shared};
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
-
-type KruiseStatefulSet = kruise_api::statefulset::v1beta1::StatefulSet;
 
 /// What the generation of one workload kind shares.
 pub struct Context {
@@ -45,41 +42,43 @@ impl crate::driver::Driven for Context {
     }
 }
 
-/// Runs the generation for both StatefulSet kinds until the future is dropped.
+/// Runs the generation for both StatefulSet kinds, from the shared caches (the metadata of
+/// Kubernetes' StatefulSets, kruise's Advanced StatefulSets), until the future is dropped.
 pub async fn run(
     client: Client,
-    states: Store<PersistentPodState>,
+    caches: &Caches,
     wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
     metrics: Arc<Metrics>,
     workers: u16,
 ) {
-    let native = run_kind::<StatefulSet>(
-        client.clone(),
-        states.clone(),
-        wake.clone(),
-        metrics.clone(),
+    let states = caches.persistentpodstates.store().clone();
+    let native = run_kind(
+        &caches.statefulsets,
+        Context {
+            client: client.clone(),
+            states: states.clone(),
+            wake: wake.clone(),
+            metrics: metrics.clone(),
+            api_version: "apps/v1",
+        },
         workers,
-        "apps/v1",
     );
-    let kruise = run_kind::<KruiseStatefulSet>(
-        client,
-        states,
-        wake,
-        metrics,
+    let kruise = run_kind(
+        &caches.advanced_statefulsets,
+        Context {
+            client,
+            states,
+            wake,
+            metrics,
+            api_version: kruise_api::kinds::V1BETA1,
+        },
         workers,
-        kruise_api::kinds::V1BETA1,
     );
     tokio::join!(native, kruise);
 }
 
-async fn run_kind<K>(
-    client: Client,
-    states: Store<PersistentPodState>,
-    wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
-    metrics: Arc<Metrics>,
-    workers: u16,
-    api_version: &'static str,
-) where
+async fn run_kind<K>(workloads: &Shared<K>, ctx: Context, workers: u16)
+where
     K: Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
@@ -88,25 +87,13 @@ async fn run_kind<K>(
         + Sync
         + 'static,
 {
-    let (workloads, workloads_run) =
-        Shared::<PartialObjectMeta<K>>::watch(Api::all(client.clone()));
-    tokio::spawn(workloads_run);
     let controller = Controller::for_stream(workloads.replayed_stream(), workloads.store().clone());
-    states.wait_until_ready().await.ok();
-    let ctx = Arc::new(Context {
-        client,
-        states,
-        wake,
-        metrics,
-        api_version,
-    });
-    crate::driver::run(controller, workers, reconcile::<K>, ctx).await;
+    ctx.states.wait_until_ready().await.ok();
+    crate::driver::run(controller, workers, reconcile::<K>, Arc::new(ctx)).await;
 }
 
-async fn reconcile<K>(
-    workload: Arc<PartialObjectMeta<K>>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error>
+/// `K` is the workload or its metadata: only its metadata is read.
+async fn reconcile<K>(workload: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>,
 {
@@ -125,7 +112,7 @@ where
     for pps in super::targeting(&ctx.states, &namespace, &owner) {
         let _ = ctx.wake.send(pps);
     }
-    if workload.metadata.deletion_timestamp.is_some() {
+    if workload.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let annotations: BTreeMap<String, String> = workload.annotations().clone();

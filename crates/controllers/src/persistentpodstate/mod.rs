@@ -77,7 +77,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     wake_on_pods(&caches.pods, store.clone(), wake_tx.clone(), all_tx);
     let generation = generate::run(
         client.clone(),
-        store.clone(),
+        &caches,
         wake_tx,
         metrics.clone(),
         config.workers,

@@ -117,7 +117,7 @@ fn forward_workload_changes(
     budgets: Store<PodUnavailableBudget>,
     tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
 ) {
-    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     let namespaces = |tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>| {
         let budgets = budgets.clone();
         move |namespace: Option<String>| {
@@ -139,10 +139,7 @@ fn forward_workload_changes(
         Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
         namespaces(tx.clone()),
     );
-    spawn_metadata_watch(
-        Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
-        namespaces(tx.clone()),
-    );
+    spawn_wake_on(caches.statefulsets.subscribe(), namespaces(tx.clone()));
     spawn_wake_on(caches.clonesets.subscribe(), namespaces(tx.clone()));
     spawn_wake_on(caches.advanced_statefulsets.subscribe(), namespaces(tx));
 }
