@@ -374,21 +374,9 @@ pub fn validating(
                     ..Default::default()
                 })
                 .chain(policy_webhooks(target, ca_bundle, timeout_seconds, pod))
-                .chain(std::iter::once(resource_distribution(
-                    target,
-                    ca_bundle,
-                    timeout_seconds,
-                )))
-                .chain(std::iter::once(persistent_pod_state(
-                    target,
-                    ca_bundle,
-                    timeout_seconds,
-                )))
-                .chain(std::iter::once(workload_spread(
-                    target,
-                    ca_bundle,
-                    timeout_seconds,
-                )))
+                .chain(V1ALPHA1_VALIDATED.iter().map(|&webhook| {
+                    v1alpha1_validating(webhook, target, ca_bundle, timeout_seconds)
+                }))
                 .collect(),
         ),
     }
@@ -421,47 +409,42 @@ fn container_recreate_request(
     }
 }
 
-/// ResourceDistribution's validating webhook (v1alpha1, its only version), upstream's name and path.
-fn resource_distribution(
-    target: &Target,
-    ca_bundle: Option<&[u8]>,
-    timeout_seconds: i32,
-) -> ValidatingWebhook {
-    ValidatingWebhook {
-        name: crate::resourcedistribution::WEBHOOK_NAME.into(),
-        client_config: target.client_config(crate::resourcedistribution::VALIDATE_PATH, ca_bundle),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![kruise_api::kinds::GROUP.into()]),
-            api_versions: Some(vec!["v1alpha1".into()]),
-            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-            resources: Some(vec![kruise_api::resourcedistribution::PLURAL.into()]),
-            scope: None,
-        }]),
-        admission_review_versions: vec!["v1".into()],
-        side_effects: "None".into(),
-        failure_policy: Some("Fail".into()),
-        match_policy: Some("Equivalent".into()),
-        timeout_seconds: Some(timeout_seconds),
-        ..Default::default()
-    }
-}
+/// The v1alpha1-only kinds with a validating webhook of their own (upstream's name, path, and
+/// resource), checked on CREATE and UPDATE.
+const V1ALPHA1_VALIDATED: &[(&str, &str, &str)] = &[
+    (
+        crate::resourcedistribution::WEBHOOK_NAME,
+        crate::resourcedistribution::VALIDATE_PATH,
+        kruise_api::resourcedistribution::PLURAL,
+    ),
+    (
+        crate::persistentpodstate::WEBHOOK_NAME,
+        crate::persistentpodstate::VALIDATE_PATH,
+        kruise_api::persistentpodstate::PLURAL,
+    ),
+    (
+        crate::workloadspread::WEBHOOK_NAME,
+        crate::workloadspread::VALIDATE_PATH,
+        kruise_api::workloadspread::PLURAL,
+    ),
+];
 
-/// PersistentPodState's validating webhook (v1alpha1, its only version), upstream's name and path.
-fn persistent_pod_state(
+/// The validating webhook of a v1alpha1-only kind ([`V1ALPHA1_VALIDATED`]).
+fn v1alpha1_validating(
+    (name, path, plural): (&str, &str, &str),
     target: &Target,
     ca_bundle: Option<&[u8]>,
     timeout_seconds: i32,
 ) -> ValidatingWebhook {
     ValidatingWebhook {
-        name: crate::persistentpodstate::WEBHOOK_NAME.into(),
-        client_config: target.client_config(crate::persistentpodstate::VALIDATE_PATH, ca_bundle),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![kruise_api::kinds::GROUP.into()]),
-            api_versions: Some(vec!["v1alpha1".into()]),
-            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-            resources: Some(vec![kruise_api::persistentpodstate::PLURAL.into()]),
-            scope: None,
-        }]),
+        name: name.into(),
+        client_config: target.client_config(path, ca_bundle),
+        rules: Some(vec![rule(
+            kruise_api::kinds::GROUP,
+            &["v1alpha1"],
+            &["CREATE", "UPDATE"],
+            plural,
+        )]),
         admission_review_versions: vec!["v1".into()],
         side_effects: "None".into(),
         failure_policy: Some("Fail".into()),
@@ -473,30 +456,6 @@ fn persistent_pod_state(
 
 /// A merge patch pointing a CRD's conversion at the webhook with `ca_bundle`. The other form of client
 /// config (service or url) is nulled so switching between them works.
-fn workload_spread(
-    target: &Target,
-    ca_bundle: Option<&[u8]>,
-    timeout_seconds: i32,
-) -> ValidatingWebhook {
-    ValidatingWebhook {
-        name: crate::workloadspread::WEBHOOK_NAME.into(),
-        client_config: target.client_config(crate::workloadspread::VALIDATE_PATH, ca_bundle),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![kruise_api::kinds::GROUP.into()]),
-            api_versions: Some(vec!["v1alpha1".into()]),
-            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-            resources: Some(vec![kruise_api::workloadspread::PLURAL.into()]),
-            scope: None,
-        }]),
-        admission_review_versions: vec!["v1".into()],
-        side_effects: "None".into(),
-        failure_policy: Some("Fail".into()),
-        match_policy: Some("Equivalent".into()),
-        timeout_seconds: Some(timeout_seconds),
-        ..Default::default()
-    }
-}
-
 pub fn crd_conversion_patch(target: &Target, ca_bundle: &[u8]) -> Value {
     let config = serde_json::to_value(target.client_config(CONVERT_PATH, Some(ca_bundle)))
         .unwrap_or(Value::Null);
