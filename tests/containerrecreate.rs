@@ -8,11 +8,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::containerrecreaterequest::{self as crr, ContainerRecreateRequest};
-use kruise_e2e::{container_status, is_ready, pod_ip};
-use kruise_testkit::realnode::REAL_NODE_LABEL;
+use kruise_e2e::real_node_kit::{on_real_nodes, started_at, status_of, with_node_logs};
+use kruise_e2e::{is_ready, pod_ip};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -30,26 +29,6 @@ fn bed() -> &'static TestBed {
     bed
 }
 
-async fn with_logs(
-    bed: &'static TestBed,
-    test: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    test.await.map_err(|error| {
-        let daemons: String = bed
-            .daemons()
-            .iter()
-            .map(|d| {
-                format!(
-                    "----- kruise-daemon {} -----\n{}\n",
-                    d.node,
-                    kruise_testkit::process::tail(&d.log, 30)
-                )
-            })
-            .collect();
-        error.context(format!("{daemons}{}", bed.real_node_logs(20)))
-    })
-}
-
 /// A bare Pod on a real node: `app` (nginx, ready on port 80, a preStop hook writing to a shared
 /// emptyDir) and `sidecar` (a shell sleeping).
 fn two_container_pod(name: &str) -> Value {
@@ -58,7 +37,7 @@ fn two_container_pod(name: &str) -> Value {
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
+            "nodeSelector": on_real_nodes()["nodeSelector"],
             "terminationGracePeriodSeconds": 5,
             "containers": [
                 {
@@ -132,21 +111,6 @@ async fn wait_completed(
     .await
 }
 
-fn status_of(pod: &Pod, container: &str) -> anyhow::Result<ContainerStatus> {
-    container_status(pod, container).with_context(|| format!("no status for container {container}"))
-}
-
-fn started_at(status: &ContainerStatus) -> Option<Timestamp> {
-    status
-        .state
-        .as_ref()?
-        .running
-        .as_ref()?
-        .started_at
-        .as_ref()
-        .map(|t| t.0)
-}
-
 fn states(request: &ContainerRecreateRequest) -> Vec<(String, String, bool)> {
     request
         .status
@@ -164,8 +128,9 @@ async fn recreates_only_the_named_container() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("crr-one").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let before = create_pod(ns, &two_container_pod("web")).await?;
             let app = status_of(&before, "app")?;
@@ -320,8 +285,9 @@ async fn ordered_recreate_waits_for_the_previous_container() -> anyhow::Result<(
     let bed = bed();
     let ns = bed.namespace("crr-order").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let before = create_pod(ns, &two_container_pod("web")).await?;
             create_crr(
@@ -382,8 +348,9 @@ async fn webhook_checks_deadline_and_pod_gone() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("crr-deadline").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let before = create_pod(ns, &two_container_pod("web")).await?;
             let refused = |doc: Value, want: &'static str| async move {
@@ -505,15 +472,16 @@ async fn sidecar_terminator_lets_a_job_pod_finish() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("crr-sidecar").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let doc = json!({
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": "job"},
                 "spec": {
-                    "nodeSelector": {REAL_NODE_LABEL: "true"},
+                    "nodeSelector": on_real_nodes()["nodeSelector"],
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 5,
                     "containers": [

@@ -19,6 +19,7 @@ pub const V1_9_UNITEDDEPLOYMENT: &str =
 
 pub mod broadcastjob_kit;
 pub mod cloneset_kit;
+pub mod real_node_kit;
 pub mod sidecarset_kit;
 pub mod statefulset_kit;
 pub mod takeover_kit;

@@ -15,8 +15,9 @@ use anyhow::{Context, bail, ensure};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kruise_e2e::cloneset_kit::{self, wait_converged};
+use kruise_e2e::real_node_kit::with_node_logs;
+use kruise_e2e::real_node_kit::{on_real_nodes, started_at, status_of};
 use kruise_e2e::{container_status, is_ready, node_name, pod_condition, pod_ip};
-use kruise_testkit::realnode::REAL_NODE_LABEL;
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -30,41 +31,6 @@ fn bed() -> &'static TestBed {
     let bed = testbed_with_real_nodes(REAL_NODES);
     bed.manager();
     bed
-}
-
-/// `test`, with the real nodes' logs added to its error.
-async fn with_node_logs(
-    bed: &'static TestBed,
-    test: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    test.await
-        .map_err(|error| error.context(bed.real_node_logs(30)))
-}
-
-/// The Pod template bits every test uses: the real nodes only.
-fn on_real_nodes() -> Value {
-    json!({"nodeSelector": {REAL_NODE_LABEL: "true"}})
-}
-
-fn status_of(pod: &Pod, container: &str) -> anyhow::Result<ContainerStatus> {
-    container_status(pod, container).with_context(|| {
-        format!(
-            "Pod {} has no status for container {container}",
-            cloneset_kit::name(pod)
-        )
-    })
-}
-
-/// When the runtime started the container's current run (`state.running.startedAt`).
-fn started_at(status: &ContainerStatus) -> Option<Timestamp> {
-    status
-        .state
-        .as_ref()?
-        .running
-        .as_ref()?
-        .started_at
-        .as_ref()
-        .map(|t| t.0)
 }
 
 /// What a user compares before and after an in-place update, per Pod name.
@@ -269,7 +235,7 @@ async fn seed000_cloneset_updates_in_place_on_a_real_kubelet() -> anyhow::Result
     let bed = bed();
     let ns = bed.namespace("rn-seed").await?;
     let ns = &ns;
-    with_node_logs(bed, ns.run(async move {
+    with_node_logs(bed, 30, ns.run(async move {
         cloneset_kit::apply(ns, &seed_cloneset("sample", probed_container())).await?;
         let (_, before) = wait_converged(ns, "sample", 2, TIMEOUT).await?;
         for pod in &before {
@@ -371,7 +337,7 @@ async fn breaking_the_http_probe_by_exec_makes_the_pod_unready() -> anyhow::Resu
     let bed = bed();
     let ns = bed.namespace("rn-probe").await?;
     let ns = &ns;
-    with_node_logs(bed, ns.run(async move {
+    with_node_logs(bed, 30, ns.run(async move {
         let template = json!({"containers": [{
             "name": cloneset_kit::CONTAINER,
             "image": OLD_IMAGE,
@@ -414,7 +380,7 @@ async fn lifecycle_hooks_run_around_an_in_place_restart() -> anyhow::Result<()> 
     let bed = bed();
     let ns = bed.namespace("rn-hooks").await?;
     let ns = &ns;
-    with_node_logs(bed, ns.run(async move {
+    with_node_logs(bed, 30, ns.run(async move {
         let hook = |what: &str| {
             json!({"exec": {"command": ["/bin/sh", "-c", format!("echo {what} >> /data/hooks")]}})
         };
@@ -457,6 +423,7 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout() -> anyhow::Result<()
     let ns = &ns;
     with_node_logs(
         bed,
+        30,
         ns.run(async move {
             cloneset_kit::apply(ns, &seed_cloneset("pull", probed_container())).await?;
             let (_, before) = wait_converged(ns, "pull", 2, TIMEOUT).await?;
@@ -515,6 +482,7 @@ async fn advanced_statefulset_updates_in_place_on_a_real_kubelet() -> anyhow::Re
     let ns = &ns;
     with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let mut template = on_real_nodes();
             json_patch::merge(&mut template, &probed_container());
@@ -567,6 +535,7 @@ async fn advanced_daemonset_updates_in_place_on_every_real_node() -> anyhow::Res
     let ns = &ns;
     with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let mut template = on_real_nodes();
             json_patch::merge(&mut template, &probed_container());
@@ -674,6 +643,7 @@ async fn sidecarset_upgrades_its_sidecar_in_place_on_a_real_kubelet() -> anyhow:
     let ns = &ns;
     with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let name = format!("logger-{}", ns.name);
             let sidecarset = json!({
@@ -734,6 +704,7 @@ async fn sidecarset_hot_upgrade_hands_over_on_a_real_kubelet() -> anyhow::Result
     let ns = &ns;
     with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let name = format!("hot-{}", ns.name);
             let container = |image: &str| {
@@ -828,7 +799,7 @@ async fn cloneset_resources_change_is_resized_in_place_by_the_kubelet() -> anyho
     let bed = bed();
     let ns = bed.namespace("rn-resize").await?;
     let ns = &ns;
-    with_node_logs(bed, ns.run(async move {
+    with_node_logs(bed, 30, ns.run(async move {
         let template = json!({"containers": [{
             "name": cloneset_kit::CONTAINER,
             "image": OLD_IMAGE,

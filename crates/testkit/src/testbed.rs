@@ -251,6 +251,14 @@ impl TestBed {
         }
     }
 
+    /// The kruise-daemons started so far by [`TestBed::daemons`] (none before, or if they failed).
+    pub fn running_daemons(&self) -> &[crate::daemon::Daemon] {
+        match self.daemons.get() {
+            Some(Ok(daemons)) => daemons,
+            _ => &[],
+        }
+    }
+
     /// The test binary's kruise-manager (started on first call, webhook wired into the apiserver). Panics
     /// with its log if it cannot start.
     pub fn manager(&'static self) -> &'static crate::manager::ManagerPorts {

@@ -1,0 +1,59 @@
+//! What the real-node tests share: reading a container's run off a Pod, the template bit that keeps
+//! a workload on the real nodes, and the node agents' logs attached to a failure.
+
+use anyhow::Context;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kruise_testkit::TestBed;
+use kruise_testkit::realnode::REAL_NODE_LABEL;
+use serde_json::{Value, json};
+
+/// The Pod spec bit that keeps a Pod on the real nodes (merged into templates).
+pub fn on_real_nodes() -> Value {
+    json!({"nodeSelector": {REAL_NODE_LABEL: "true"}})
+}
+
+/// The status of `container` in `pod`, or an error naming both.
+pub fn status_of(pod: &Pod, container: &str) -> anyhow::Result<ContainerStatus> {
+    crate::container_status(pod, container).with_context(|| {
+        format!(
+            "Pod {} has no status for container {container}",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
+}
+
+/// When the runtime started the container's current run (`state.running.startedAt`).
+pub fn started_at(status: &ContainerStatus) -> Option<Timestamp> {
+    status
+        .state
+        .as_ref()?
+        .running
+        .as_ref()?
+        .started_at
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// `test`, with the last `lines` of each real node's logs (kubelet, containerd) added to its error,
+/// and of each kruise-daemon's when the bed runs them.
+pub async fn with_node_logs(
+    bed: &'static TestBed,
+    lines: usize,
+    test: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    test.await.map_err(|error| {
+        let daemons: String = bed
+            .running_daemons()
+            .iter()
+            .map(|d| {
+                format!(
+                    "----- kruise-daemon {} -----\n{}\n",
+                    d.node,
+                    kruise_testkit::process::tail(&d.log, lines)
+                )
+            })
+            .collect();
+        error.context(format!("{daemons}{}", bed.real_node_logs(lines)))
+    })
+}
