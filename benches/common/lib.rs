@@ -2,6 +2,7 @@
 //! kubelet-sim child process, kruise-manager, Prometheus text from the apiserver and the manager,
 //! quantiles, CPU and memory figures. The benches print figures; nothing here asserts about time.
 
+pub mod admission;
 pub mod apiserver;
 pub mod floor;
 pub mod manager;

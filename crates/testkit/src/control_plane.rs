@@ -84,6 +84,10 @@ pub struct Options {
     /// in v1.34, for a benchmark that compares Kubernetes' StatefulSet with maxUnavailable); empty:
     /// the release's defaults.
     pub controller_manager_feature_gates: Vec<String>,
+    /// kube-controller-manager `--controllers` beyond `*`, e.g. `-replicaset-controller` for a
+    /// benchmark whose Pods name a ReplicaSet as their owner without that ReplicaSet's controller
+    /// deleting or adding Pods; empty: every controller.
+    pub controller_manager_controllers: Vec<String>,
 }
 
 impl Default for Options {
@@ -100,6 +104,7 @@ impl Default for Options {
             },
             ready_timeout: Duration::from_secs(90),
             controller_manager_feature_gates: Vec::new(),
+            controller_manager_controllers: Vec::new(),
         }
     }
 }
@@ -176,10 +181,7 @@ impl ControlPlane {
         if let Some(crds) = &options.crd_dir {
             plane.install_crds(crds).await?;
         }
-        plane.start_controller_manager(
-            options.node_monitor_grace,
-            &options.controller_manager_feature_gates,
-        )?;
+        plane.start_controller_manager(&options)?;
         plane.start_scheduler()?;
         let kcm = insecure_client(plane.ports.controller_manager)?;
         plane
@@ -639,11 +641,15 @@ impl ControlPlane {
         )
     }
 
-    fn start_controller_manager(
-        &self,
-        node_monitor_grace: Duration,
-        feature_gates: &[String],
-    ) -> anyhow::Result<()> {
+    fn start_controller_manager(&self, options: &Options) -> anyhow::Result<()> {
+        let (node_monitor_grace, feature_gates) = (
+            options.node_monitor_grace,
+            &options.controller_manager_feature_gates,
+        );
+        let controllers = std::iter::once("*".to_owned())
+            .chain(options.controller_manager_controllers.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(",");
         let kubeconfig = self.path("kcm.kubeconfig");
         let mut args = vec![
             format!("--kubeconfig={kubeconfig}"),
@@ -653,7 +659,7 @@ impl ControlPlane {
             format!("--secure-port={}", self.ports.controller_manager),
             format!("--cert-dir={}", self.path("kcm-certs")),
             "--leader-elect=false".into(),
-            "--controllers=*".into(),
+            format!("--controllers={controllers}"),
             format!("--service-account-private-key-file={}", self.path("sa.key")),
             format!("--root-ca-file={}", self.path("ca.crt")),
             format!(
