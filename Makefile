@@ -82,8 +82,10 @@ fmt:
 ## bench: scale figures of the test bed, of a 1,000-Pod CloneSet rollout, of a 1,000-Pod Advanced
 ## StatefulSet (and Kubernetes' StatefulSet beside it), of SidecarSet injection and upgrade and of a
 ## BroadcastJob and an Advanced DaemonSet (with Kubernetes' DaemonSet beside it) on 300 nodes, and of a
-## 1,000-replica UnitedDeployment over 3 CloneSet subsets, of one manager over 10,000 Pods, and of the
-## pure planners on 10k/100k-Pod snapshots (prints numbers, asserts nothing about time).
+## 1,000-replica UnitedDeployment over 3 CloneSet subsets, of the policy webhooks (Pod creates with
+## SidecarSets, WorkloadSpreads and budgets matching; a 100-Pod eviction drain), of one manager over
+## 10,000 Pods, and of the pure planners on 10k/100k-Pod snapshots (prints numbers, asserts nothing
+## about time).
 ## The benches run the kruise-manager that ships: the `dist` profile (Cargo.toml), which `make image` builds.
 bench: export KRUISE_MANAGER_BIN = $(abspath $(or $(CARGO_TARGET_DIR),target))/dist/kruise-manager
 bench: control-plane
@@ -93,17 +95,20 @@ bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin cloneset-scale
 	$(CARGO) run --release -p kruise-benches --bin statefulset-scale
 	$(CARGO) run --release -p kruise-benches --bin sidecarset-scale
+	$(CARGO) run --release -p kruise-benches --bin policy-scale
 	$(CARGO) run --release -p kruise-benches --bin broadcastjob-scale
 	$(CARGO) run --release -p kruise-benches --bin uniteddeployment-scale
 	$(CARGO) run --release -p kruise-benches --bin daemonset-scale
 	$(CARGO) run --release -p kruise-benches --bin fleet-scale
 
-## bench-openkruise: fleet-scale's 10,000 Pods with OpenKruise v1.9.0's manager instead of kruise-rs's,
-## the same fleet and figures, for the side-by-side figures of docs/sizing.md (FLEET_ARGS: more
-## fleet-scale arguments, e.g. `--no-floor --restarts 1`).
+## bench-openkruise: fleet-scale's 10,000 Pods and policy-scale's webhook figures with OpenKruise
+## v1.9.0's manager instead of kruise-rs's, the same fleet, load and figures, for the side-by-side
+## figures of docs/sizing.md (FLEET_ARGS: more fleet-scale arguments, e.g. `--no-floor --restarts 1`).
 bench-openkruise: control-plane openkruise
 	$(CARGO) run --release -p kruise-benches --bin fleet-scale -- \
 		--openkruise $(KRUISE_RS_CACHE)/openkruise-v1.9.0 $(FLEET_ARGS)
+	$(CARGO) run --release -p kruise-benches --bin policy-scale -- \
+		--openkruise $(KRUISE_RS_CACHE)/openkruise-v1.9.0
 
 clean-local:
 	rm -rf .local
