@@ -14,7 +14,7 @@ use kruise_e2e::cloneset_kit::{
 use kruise_testkit::manager::ManagerOptions;
 use kruise_testkit::{TestBed, TestNamespace};
 use kruise_testkit::{eventually, testbed};
-use kube::api::{Api, EvictParams};
+use kube::api::{Api, EvictParams, ListParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -165,6 +165,25 @@ async fn budget_refuses_eviction_and_deletion_until_pods_recover() -> anyhow::Re
                 .is_none(),
             "the refused Pod is being deleted"
         );
+        // `kubectl describe pod` shows why, as upstream words it.
+        let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+        let selector = format!("involvedObject.name={}", names[1]);
+        eventually("the PubPreventPodDeletion Warning", TIMEOUT, || async {
+            let list = events
+                .list(&ListParams::default().fields(&selector))
+                .await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("PubPreventPodDeletion")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.message.as_deref() == Some("openkruise pub prevents pod deletion")
+                        && e.reporting_component.as_deref() == Some("pub-controller")
+                })
+                .then_some(()))
+        })
+        .await?;
 
         // The CloneSet replaces the evicted Pod; once it is available the budget allows one again.
         wait_converged(&ns, "web", 3, TIMEOUT).await?;

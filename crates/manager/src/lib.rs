@@ -625,13 +625,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // SidecarSet injection, so that a slow apiserver never makes the apiserver give up on the
     // webhook (the Pod is then answered by the failure policy instead).
     let pods = if gates.enabled("WorkloadSpread") {
-        pods.with_workloadspreads(kruise_webhook::workloadspread::WorkloadSpreads::new(
-            Some(client.clone()),
-            Some(process_caches.workloadspreads.store().clone()),
-            Duration::from_millis(
-                u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600,
-            ),
-        ))
+        pods.with_workloadspreads(
+            kruise_webhook::workloadspread::WorkloadSpreads::new(
+                Some(client.clone()),
+                Some(process_caches.workloadspreads.store().clone()),
+                Duration::from_millis(
+                    u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600,
+                ),
+            )
+            .with_configuration_namespace(&args.namespace),
+        )
     } else {
         pods
     };
@@ -1039,7 +1042,10 @@ async fn run_controllers(
             client.clone(),
             caches.clone(),
             metrics.clone(),
-            kruise_controllers::workloadspread::Config::default(),
+            kruise_controllers::workloadspread::Config {
+                configuration_namespace: args.namespace.clone(),
+                ..Default::default()
+            },
         )
     });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(

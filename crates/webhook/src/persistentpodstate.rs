@@ -11,14 +11,14 @@
 use std::time::Duration;
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::field;
 use kruise_api::persistentpodstate::{self as api, PersistentPodState, Whitelist};
 use kruise_core::persistentpodstate as decide;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionReview, Operation};
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use crate::admission::{Answer, allow, deny, request_of};
 use crate::configuration::FailurePolicy;
@@ -27,24 +27,17 @@ use crate::configuration::FailurePolicy;
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-persistentpodstate";
 pub const WEBHOOK_NAME: &str = "vpersistentpodstate.kb.io";
 /// The ConfigMap (in the manager's namespace) holding [`api::WHITELIST_KEY`].
-pub const CONFIGMAP: &str = "kruise-configuration";
+pub use kruise_controllers::kruise_configuration::CONFIGMAP;
 /// How long the Pod hook waits for kruise-configuration (custom workload kinds only): well within
 /// the Pod webhook's own deadline.
 const CONFIGURATION_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Reads the custom workload whitelist of kruise-configuration in `namespace` (none: empty).
 pub async fn read_whitelist(client: &Client, namespace: &str) -> Result<Whitelist, String> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let config = api
-        .get_opt(CONFIGMAP)
-        .await
-        .map_err(|e| format!("reading ConfigMap {namespace}/{CONFIGMAP}: {e}"))?;
-    match config
-        .as_ref()
-        .and_then(|c| c.data.as_ref())
-        .and_then(|d| d.get(api::WHITELIST_KEY))
+    match kruise_controllers::kruise_configuration::read(client, namespace, api::WHITELIST_KEY)
+        .await?
     {
-        Some(value) => Whitelist::parse(value),
+        Some(value) => Whitelist::parse(&value),
         None => Ok(Whitelist::default()),
     }
 }

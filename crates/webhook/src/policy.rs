@@ -60,11 +60,18 @@ pub struct PolicyGates {
     pub crd_cascading: bool,
 }
 
+/// The reporter of the Events the budget check publishes (upstream's).
+pub const EVENT_REPORTER: &str = "pub-controller";
+/// The Warning a refused disruption leaves on its Pod (upstream's reason and note).
+pub const REASON_PREVENTED: &str = "PubPreventPodDeletion";
+
 /// The policy webhooks' handlers. Without a client every request is allowed.
 #[derive(Clone, Default)]
 pub struct Policy {
     client: Option<Client>,
     gates: PolicyGates,
+    /// Publishes [`REASON_PREVENTED`] on a Pod whose disruption a budget refused.
+    recorder: Option<std::sync::Arc<kruise_controllers::events::EventRecorder>>,
 }
 
 fn forbidden(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
@@ -90,9 +97,34 @@ fn labels(object: &DynamicObject) -> Option<&std::collections::BTreeMap<String, 
 impl Policy {
     pub fn new(client: Client, gates: PolicyGates) -> Self {
         Self {
+            recorder: Some(std::sync::Arc::new(kruise_controllers::driver::recorder(
+                client.clone(),
+                EVENT_REPORTER,
+            ))),
             client: Some(client),
             gates,
         }
+    }
+
+    /// Leaves the [`REASON_PREVENTED`] Warning on `pod`, as upstream does whenever a budget
+    /// refuses (dry runs included), without holding up the answer.
+    fn record_prevented(&self, pod: &Pod) {
+        let Some(recorder) = self.recorder.clone() else {
+            return;
+        };
+        let regarding = kube::Resource::object_ref(pod, &());
+        tokio::spawn(async move {
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: REASON_PREVENTED.into(),
+                note: Some("openkruise pub prevents pod deletion".into()),
+                action: "Validate".into(),
+                secondary: None,
+            };
+            if let Err(error) = recorder.publish(&event, &regarding).await {
+                tracing::debug!(%error, pod = regarding.name.as_deref().unwrap_or_default(), "could not publish {REASON_PREVENTED}");
+            }
+        });
     }
 
     /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
@@ -179,6 +211,7 @@ impl Policy {
             Ok(None) => allow(&request),
             Ok(Some(refusal)) => {
                 tracing::info!(pod = %format!("{namespace}/{}", request.name), operation = operation.as_str(), budget = %pub_name, user = ?request.user_info.username, %refusal, "PodUnavailableBudget refused a disruption");
+                self.record_prevented(&pod);
                 forbidden(&request, refusal)
             }
             Err(e) => crate::admission::deny(
@@ -351,11 +384,11 @@ mod tests {
     #[tokio::test]
     async fn workload_deletion_protection_follows_the_gate_and_the_label() {
         let on = Policy {
-            client: None,
             gates: PolicyGates {
                 deletion_protection: true,
                 ..Default::default()
             },
+            ..Default::default()
         };
         let answer = on
             .review_deletion(review("CloneSet", "DELETE", cloneset("Always", 0)))

@@ -57,7 +57,14 @@ pub struct WorkloadSpreads {
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// The deadline of one placement.
     pub budget: Duration,
+    /// The namespace of kruise-configuration (its custom workload whitelist).
+    configuration_namespace: String,
 }
+
+/// How long kruise-configuration may take to read (only where a custom workload kind is met).
+const CONFIGURATION_DEADLINE: Duration = Duration::from_secs(2);
+/// How many owners up from a Pod a whitelisted workload is looked for (its sub-resources).
+const OWNER_DEPTH: usize = 3;
 
 /// Why a Pod was not placed.
 #[derive(Debug)]
@@ -78,7 +85,36 @@ impl WorkloadSpreads {
             written: Arc::default(),
             locks: Arc::default(),
             budget,
+            configuration_namespace: "kruise-system".into(),
         }
+    }
+
+    /// These hooks, reading the custom workload whitelist from the kruise-configuration of
+    /// `namespace` (the manager's; `kruise-system` by default).
+    pub fn with_configuration_namespace(mut self, namespace: &str) -> Self {
+        self.configuration_namespace = namespace.to_owned();
+        self
+    }
+
+    /// The custom workload whitelist (empty without a client), read within
+    /// [`CONFIGURATION_DEADLINE`].
+    async fn whitelist(&self) -> Result<api::CustomWorkloadWhitelist, String> {
+        let Some(client) = &self.client else {
+            return Ok(api::CustomWorkloadWhitelist::default());
+        };
+        let read = kruise_controllers::kruise_configuration::workloadspread_whitelist(
+            client,
+            &self.configuration_namespace,
+        );
+        tokio::time::timeout(CONFIGURATION_DEADLINE, read)
+            .await
+            .map_err(|_| {
+                format!(
+                    "reading ConfigMap {}/{}: timed out",
+                    self.configuration_namespace,
+                    kruise_controllers::kruise_configuration::CONFIGMAP
+                )
+            })?
     }
 
     fn lock_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -128,9 +164,6 @@ impl WorkloadSpreads {
         else {
             return Ok(None);
         };
-        if !is_target_kind(&owner.api_version, &owner.kind) {
-            return Ok(None);
-        }
         let candidates: Vec<Arc<WorkloadSpread>> = self
             .in_namespace(namespace)
             .await?
@@ -142,6 +175,26 @@ impl WorkloadSpreads {
         if candidates.is_empty() {
             return Ok(None);
         }
+        // A Pod of a kind no WorkloadSpread targets out of the box belongs to a custom workload
+        // only if kruise-configuration whitelists its owner's kind, and some WorkloadSpread here
+        // targets a custom kind (only then is the whitelist read).
+        let custom_targets = candidates.iter().any(|w| {
+            w.spec
+                .target_reference
+                .as_ref()
+                .is_some_and(|t| !is_target_kind(&t.api_version, &t.kind))
+        });
+        let whitelist = if is_target_kind(&owner.api_version, &owner.kind) {
+            api::CustomWorkloadWhitelist::default()
+        } else if custom_targets {
+            let whitelist = self.whitelist().await?;
+            if !whitelist.allows_owner(&owner.api_version, &owner.kind) {
+                return Ok(None);
+            }
+            whitelist
+        } else {
+            return Ok(None);
+        };
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let selected = |ws: &WorkloadSpread| {
             ws.spec
@@ -157,6 +210,11 @@ impl WorkloadSpreads {
             {
                 return Ok(Some(ws.clone()));
             }
+        }
+        if !whitelist.workloads.is_empty() {
+            return self
+                .matching_through_owners(owner, namespace, &whitelist, &candidates, &selected)
+                .await;
         }
         // A ReplicaSet's Pods belong to its Deployment: read the ReplicaSet only when some
         // WorkloadSpread targets a Deployment it may belong to (its name starts with the
@@ -203,6 +261,56 @@ impl WorkloadSpreads {
                 }) && selected(w)
             })
             .cloned())
+    }
+
+    /// The WorkloadSpread whose custom workload owns `owner` through its sub-resources (each
+    /// whitelisted, at most [`OWNER_DEPTH`] levels up): each owner's metadata is read for its own
+    /// controller, as upstream walks up the chain.
+    async fn matching_through_owners(
+        &self,
+        owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+        namespace: &str,
+        whitelist: &api::CustomWorkloadWhitelist,
+        candidates: &[Arc<WorkloadSpread>],
+        selected: &(dyn Fn(&WorkloadSpread) -> bool + Sync),
+    ) -> Result<Option<Arc<WorkloadSpread>>, String> {
+        let Some(client) = &self.client else {
+            return Ok(None);
+        };
+        let mut current = owner.clone();
+        for _ in 0..OWNER_DEPTH {
+            if !whitelist.allows_owner(&current.api_version, &current.kind) {
+                return Ok(None);
+            }
+            let resource = workload::resource(&api::TargetReference {
+                api_version: current.api_version.clone(),
+                kind: current.kind.clone(),
+                name: current.name.clone(),
+            });
+            let objects: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            let object = objects.get_metadata_opt(&current.name).await.map_err(|e| {
+                format!("reading {} {namespace}/{}: {e}", current.kind, current.name)
+            })?;
+            let Some(parent) = object.and_then(|o| {
+                o.metadata
+                    .owner_references
+                    .into_iter()
+                    .flatten()
+                    .find(|o| o.controller == Some(true))
+            }) else {
+                return Ok(None);
+            };
+            if let Some(ws) = candidates.iter().find(|w| {
+                w.spec.target_reference.as_ref().is_some_and(|t| {
+                    same_workload(t, &parent.api_version, &parent.kind, &parent.name)
+                }) && selected(w)
+            }) {
+                return Ok(Some(ws.clone()));
+            }
+            current = parent;
+        }
+        Ok(None)
     }
 
     /// The newest copy of `ws` this process knows (the cache's or its own last write), or the
@@ -320,10 +428,18 @@ impl WorkloadSpreads {
         let Some(client) = &self.client else {
             return Ok(0);
         };
-        Ok(workload::get(client, ws)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_or(0, |object| workload::replicas(ws, &object)))
+        let Some(object) = workload::get(client, ws).await.map_err(|e| e.to_string())? else {
+            return Ok(0);
+        };
+        let custom_path = match &ws.spec.target_reference {
+            Some(t) if !is_target_kind(&t.api_version, &t.kind) => self
+                .whitelist()
+                .await?
+                .replicas_path(&t.api_version, &t.kind)
+                .map(str::to_owned),
+            _ => None,
+        };
+        Ok(workload::replicas(ws, &object, custom_path.as_deref()))
     }
 
     /// Writes `status`'s subset statuses of `version` over the resourceVersion `ws` was read at.
@@ -541,7 +657,22 @@ impl WorkloadSpreads {
                 );
             }
         };
-        let mut errors = api::validate(&new, &others, old.as_ref());
+        let custom_target = new
+            .spec
+            .target_reference
+            .as_ref()
+            .is_some_and(|t| !is_target_kind(&t.api_version, &t.kind));
+        let whitelist = if custom_target {
+            match self.whitelist().await {
+                Ok(whitelist) => whitelist,
+                Err(error) => {
+                    return deny(&request, format!("spec.targetRef: Internal error: {error}"));
+                }
+            }
+        } else {
+            api::CustomWorkloadWhitelist::default()
+        };
+        let mut errors = api::validate(&new, &others, old.as_ref(), &whitelist);
         if let Some(client) = &self.client
             && new.spec.subsets.iter().any(|s| s.patch.is_some())
             && new

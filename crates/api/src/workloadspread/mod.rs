@@ -258,6 +258,77 @@ pub fn is_target_kind(api_version: &str, kind: &str) -> bool {
         .any(|(k, groups)| *k == kind && groups.contains(&group))
 }
 
+/// The key of kruise-configuration listing the custom workload kinds a WorkloadSpread may target.
+pub const WHITELIST_KEY: &str = "WorkloadSpread_Watch_Custom_Workload_WhiteList";
+
+/// A group/version/kind as the whitelist writes it (Go's field names; Go's JSON decoding ignores
+/// the case of keys, so the lower-case forms are read too).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhitelistedKind {
+    #[serde(rename = "Group", alias = "group", default)]
+    pub group: String,
+    #[serde(rename = "Version", alias = "version", default)]
+    pub version: String,
+    #[serde(rename = "Kind", alias = "kind", default)]
+    pub kind: String,
+}
+
+/// One custom workload kind: the kinds between it and its Pods (`subResources`, e.g. a job's
+/// replica groups owning the Pods) and where its replicas are (`replicasPath`, dotted).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomWorkload {
+    #[serde(flatten)]
+    pub kind: WhitelistedKind,
+    #[serde(rename = "subResources", alias = "SubResources", default)]
+    pub sub_resources: Vec<WhitelistedKind>,
+    #[serde(rename = "replicasPath", alias = "ReplicasPath", default)]
+    pub replicas_path: String,
+}
+
+/// The custom workload kinds of kruise-configuration ([`WHITELIST_KEY`]), beside [`TARGET_KINDS`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomWorkloadWhitelist {
+    #[serde(default, alias = "Workloads")]
+    pub workloads: Vec<CustomWorkload>,
+}
+
+impl CustomWorkloadWhitelist {
+    /// Parses the whitelist value of kruise-configuration.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        serde_json::from_str(value).map_err(|e| format!("{WHITELIST_KEY}: {e}"))
+    }
+
+    /// Whether a WorkloadSpread may target a workload of `api_version`/`kind` (by group and kind).
+    pub fn allows_target(&self, api_version: &str, kind: &str) -> bool {
+        let group = group_of(api_version);
+        self.workloads
+            .iter()
+            .any(|w| w.kind.group == group && w.kind.kind == kind)
+    }
+
+    /// Whether a Pod's owner of `api_version`/`kind` may belong to a whitelisted workload: the
+    /// workload kind itself or one of its sub-resources.
+    pub fn allows_owner(&self, api_version: &str, kind: &str) -> bool {
+        let group = group_of(api_version);
+        self.workloads.iter().any(|w| {
+            std::iter::once(&w.kind)
+                .chain(&w.sub_resources)
+                .any(|k| k.group == group && k.kind == kind)
+        })
+    }
+
+    /// The replicas path of a whitelisted workload of exactly `api_version` and `kind`.
+    pub fn replicas_path(&self, api_version: &str, kind: &str) -> Option<&str> {
+        let group = group_of(api_version);
+        let version = api_version.rsplit('/').next().unwrap_or_default();
+        self.workloads
+            .iter()
+            .find(|w| w.kind.group == group && w.kind.version == version && w.kind.kind == kind)
+            .map(|w| w.replicas_path.as_str())
+            .filter(|p| !p.is_empty())
+    }
+}
+
 /// Whether two references name the same workload (group, kind and name; the version may differ).
 pub fn same_workload(a: &TargetReference, b_api_version: &str, b_kind: &str, b_name: &str) -> bool {
     a.group() == group_of(b_api_version) && a.kind == b_kind && a.name == b_name
@@ -271,6 +342,7 @@ pub fn validate(
     ws: &WorkloadSpread,
     others: &[WorkloadSpread],
     old: Option<&WorkloadSpread>,
+    whitelist: &CustomWorkloadWhitelist,
 ) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let spec = Path::new("spec");
@@ -300,7 +372,7 @@ pub fn validate(
                         format!("TargetReference is not valid for {}.", target.kind),
                     ));
                 }
-            } else {
+            } else if !whitelist.allows_target(&target.api_version, &target.kind) {
                 errors.push(FieldError::invalid(
                     &target_path,
                     display_ref(target),

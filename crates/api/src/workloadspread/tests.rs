@@ -135,7 +135,12 @@ fn validation_table() {
         ),
     ];
     for (name, object, want) in cases {
-        let got = messages(&validate(&object, &[], None));
+        let got = messages(&validate(
+            &object,
+            &[],
+            None,
+            &CustomWorkloadWhitelist::default(),
+        ));
         match want {
             None => assert!(got.is_empty(), "{name}: {got:?}"),
             Some(want) => assert!(
@@ -168,12 +173,22 @@ fn targets_conflicts_and_immutability() {
         ("apps/v1", "CloneSet", false),
         ("apps/v1", "DaemonSet", false),
     ] {
-        let errors = validate(&with_target("w", api_version, kind, "x"), &[], None);
+        let errors = validate(
+            &with_target("w", api_version, kind, "x"),
+            &[],
+            None,
+            &CustomWorkloadWhitelist::default(),
+        );
         assert_eq!(errors.is_empty(), ok, "{api_version} {kind}: {errors:?}");
     }
     let mine = with_target("w1", "apps/v1", "Deployment", "web");
     let other = with_target("w2", "apps/v2", "Deployment", "web");
-    let errors = messages(&validate(&mine, std::slice::from_ref(&other), None));
+    let errors = messages(&validate(
+        &mine,
+        std::slice::from_ref(&other),
+        None,
+        &CustomWorkloadWhitelist::default(),
+    ));
     assert!(
         errors
             .iter()
@@ -181,9 +196,22 @@ fn targets_conflicts_and_immutability() {
         "{errors:?}"
     );
     // Itself (same name) is no conflict.
-    assert!(validate(&mine, std::slice::from_ref(&mine), None).is_empty());
+    assert!(
+        validate(
+            &mine,
+            std::slice::from_ref(&mine),
+            None,
+            &CustomWorkloadWhitelist::default()
+        )
+        .is_empty()
+    );
     let moved = with_target("w1", "apps/v1", "Deployment", "api");
-    let errors = messages(&validate(&moved, &[], Some(&mine)));
+    let errors = messages(&validate(
+        &moved,
+        &[],
+        Some(&mine),
+        &CustomWorkloadWhitelist::default(),
+    ));
     assert!(
         errors
             .iter()
@@ -197,9 +225,14 @@ fn targets_conflicts_and_immutability() {
     )
     .expect("subsets");
     assert!(
-        messages(&validate(&sts, &[], None))
-            .iter()
-            .any(|m| m.contains("must be Int for StatefulSet"))
+        messages(&validate(
+            &sts,
+            &[],
+            None,
+            &CustomWorkloadWhitelist::default()
+        ))
+        .iter()
+        .any(|m| m.contains("must be Int for StatefulSet"))
     );
 }
 
@@ -245,4 +278,73 @@ fn status_serializes_replicas_and_missing_replicas_even_when_zero() {
         MatchedWorkloadSpread::parse(r#"{"name":"ws","subset":"a","uid":"u"}"#).map(|m| m.uid),
         Some("u".into())
     );
+}
+
+/// The whitelist as upstream's e2e configuration writes it (Go's field names, `ReplicasPath`
+/// capitalised: Go reads keys case-insensitively).
+const E2E_WHITELIST: &str = r#"{
+  "workloads": [
+    {"Group": "kubeflow.org", "Version": "v1", "Kind": "TFJob",
+     "ReplicasPath": "spec.tfReplicaSpecs.MASTER.replicas"},
+    {"Group": "apps.kruise.io", "Version": "v1alpha1", "Kind": "DaemonSet",
+     "subResources": [{"Group": "apps.kruise.io", "Version": "v1alpha1", "Kind": "Shard"}]}
+  ]
+}"#;
+
+#[test]
+fn a_whitelisted_custom_kind_may_be_targeted_and_owns_pods() {
+    let whitelist = CustomWorkloadWhitelist::parse(E2E_WHITELIST).expect("whitelist");
+    let cases = [
+        // (apiVersion, kind, target allowed, owner allowed, replicas path)
+        (
+            "kubeflow.org/v1",
+            "TFJob",
+            true,
+            true,
+            Some("spec.tfReplicaSpecs.MASTER.replicas"),
+        ),
+        // Another version of the same group and kind: targetable, but the path is per version.
+        ("kubeflow.org/v2", "TFJob", true, true, None),
+        ("apps.kruise.io/v1alpha1", "DaemonSet", true, true, None),
+        ("apps.kruise.io/v1alpha1", "Shard", false, true, None),
+        ("apps/v1", "DaemonSet", false, false, None),
+        ("kubeflow.org/v1", "PyTorchJob", false, false, None),
+    ];
+    for (api_version, kind, target, owner, path) in cases {
+        assert_eq!(
+            whitelist.allows_target(api_version, kind),
+            target,
+            "{api_version} {kind}"
+        );
+        assert_eq!(
+            whitelist.allows_owner(api_version, kind),
+            owner,
+            "{api_version} {kind}"
+        );
+        assert_eq!(
+            whitelist.replicas_path(api_version, kind),
+            path,
+            "{api_version} {kind}"
+        );
+    }
+    let mut tfjob = spread(json!([{"name": "a"}]), json!({}));
+    tfjob.spec.target_reference = Some(TargetReference {
+        api_version: "kubeflow.org/v1".into(),
+        kind: "TFJob".into(),
+        name: "x".into(),
+    });
+    assert!(validate(&tfjob, &[], None, &whitelist).is_empty());
+    let refused = messages(&validate(
+        &tfjob,
+        &[],
+        None,
+        &CustomWorkloadWhitelist::default(),
+    ));
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("GroupKind is not permitted")),
+        "{refused:?}"
+    );
+    assert!(CustomWorkloadWhitelist::parse("{").is_err());
 }

@@ -46,11 +46,16 @@ const RESYNC: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug)]
 pub struct Config {
     pub workers: u16,
+    /// The manager's namespace, where kruise-configuration lists custom workload kinds.
+    pub configuration_namespace: String,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { workers: 3 }
+        Self {
+            workers: 3,
+            configuration_namespace: "kruise-system".into(),
+        }
     }
 }
 
@@ -60,6 +65,7 @@ pub struct Context {
     nodes: Shared<Node>,
     recorder: EventRecorder,
     metrics: Arc<Metrics>,
+    configuration_namespace: String,
 }
 
 impl crate::driver::Driven for Context {
@@ -97,6 +103,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         nodes: caches.nodes,
         recorder: crate::driver::recorder(client, CONTROLLER),
         metrics,
+        configuration_namespace: config.configuration_namespace.clone(),
     });
     let controller = controller
         .reconcile_on(crate::cache::receiver_stream(rx))
@@ -136,7 +143,13 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
                     })
                 })
                 .collect();
-            (pods, workload::replicas(&ws, object))
+            let custom_path =
+                workload::custom_replicas_path(&ctx.client, &ctx.configuration_namespace, &ws)
+                    .await?;
+            (
+                pods,
+                workload::replicas(&ws, object, custom_path.as_deref()),
+            )
         }
     };
     let refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();

@@ -44,9 +44,17 @@ fn as_i32(value: &Value) -> Option<i32> {
     value.as_i64().map(|v| i32::try_from(v).unwrap_or(i32::MAX))
 }
 
+/// The value at a dotted path (list indexes as numbers) of the object, as an i32.
+fn at_path(object: &DynamicObject, path: &str) -> Option<i32> {
+    let pointer: String = path.split('.').map(|part| format!("/{part}")).collect();
+    object.data.pointer(&pointer).and_then(as_i32)
+}
+
 /// The replicas spread: the sum of the `replicasPathList` paths (dotted, list indexes as
-/// numbers) when the filter has them; a Job's `parallelism`; else `spec.replicas` (1 when unset).
-pub fn replicas(ws: &WorkloadSpread, object: &DynamicObject) -> i32 {
+/// numbers) when the filter has them; for a custom workload, the whitelist's `replicasPath`
+/// (`custom_path`); a Job's `parallelism`; else `spec.replicas` (1 when unset for the kinds
+/// targeted out of the box, 0 for a custom kind).
+pub fn replicas(ws: &WorkloadSpread, object: &DynamicObject, custom_path: Option<&str>) -> i32 {
     if let Some(paths) = ws
         .spec
         .target_filter
@@ -54,26 +62,48 @@ pub fn replicas(ws: &WorkloadSpread, object: &DynamicObject) -> i32 {
         .map(|f| &f.replicas_path_list)
         .filter(|p| !p.is_empty())
     {
-        return paths
-            .iter()
-            .filter_map(|path| {
-                let pointer: String = path.split('.').map(|part| format!("/{part}")).collect();
-                object.data.pointer(&pointer).and_then(as_i32)
-            })
-            .sum();
+        return paths.iter().filter_map(|path| at_path(object, path)).sum();
     }
-    let kind = ws
-        .spec
-        .target_reference
-        .as_ref()
-        .map(|t| t.kind.as_str())
-        .unwrap_or_default();
-    let field = if kind == "Job" {
+    if let Some(path) = custom_path {
+        return at_path(object, path).unwrap_or(0);
+    }
+    let Some(target) = ws.spec.target_reference.as_ref() else {
+        return 0;
+    };
+    if !kruise_api::workloadspread::is_target_kind(&target.api_version, &target.kind) {
+        return object
+            .data
+            .pointer("/spec/replicas")
+            .and_then(as_i32)
+            .unwrap_or(0);
+    }
+    let field = if target.kind == "Job" {
         "/spec/parallelism"
     } else {
         "/spec/replicas"
     };
     object.data.pointer(field).and_then(as_i32).unwrap_or(1)
+}
+
+/// The whitelist's replicas path of `ws`'s target when it is a custom kind (kruise-configuration
+/// in `namespace` is read only then).
+pub async fn custom_replicas_path(
+    client: &Client,
+    namespace: &str,
+    ws: &WorkloadSpread,
+) -> Result<Option<String>, Error> {
+    let Some(target) = ws.spec.target_reference.as_ref() else {
+        return Ok(None);
+    };
+    if kruise_api::workloadspread::is_target_kind(&target.api_version, &target.kind) {
+        return Ok(None);
+    }
+    let whitelist = crate::kruise_configuration::workloadspread_whitelist(client, namespace)
+        .await
+        .map_err(Error::Invalid)?;
+    Ok(whitelist
+        .replicas_path(&target.api_version, &target.kind)
+        .map(str::to_owned))
 }
 
 /// The workload's Pod template as a Pod (metadata and spec), with its volumeClaimTemplates as
