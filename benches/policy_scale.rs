@@ -317,14 +317,18 @@ impl Bench {
         for (latency, answer) in results {
             match answer {
                 Ok(_) => allowed.push(latency),
-                Err(kube::Error::Api(status)) if status.code == 429 => refused.push(latency),
+                // A budget's refusal: the webhook's 403 (both managers), or the apiserver's own
+                // 429 where a Kubernetes PodDisruptionBudget would have refused.
+                Err(kube::Error::Api(status)) if matches!(status.code, 403 | 429) => {
+                    refused.push(latency)
+                }
                 Err(error) => failed.push(error.to_string()),
             }
         }
         let all: Vec<Duration> = allowed.iter().chain(&refused).copied().collect();
         let pct = |d: &[Duration], q| percentile(d, q).map_or("-".into(), ms);
         println!(
-            "  {} evictions answered in {:.2} s: allowed {} (budgets allow {}), refused {} (429), \
+            "  {} evictions answered in {:.2} s: allowed {} (budgets allow {}), refused {}, \
              failed {}; client-observed latency p50 {} p99 {} max {} (allowed p99 {}, refused p99 {})",
             all.len(),
             took.as_secs_f64(),
