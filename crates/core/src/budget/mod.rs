@@ -67,7 +67,8 @@ pub fn is_ready(pod: &Pod) -> bool {
 }
 
 /// The Pod runs what its spec says: every container whose image is pinned by digest runs that
-/// digest, and no in-place update is in flight (upstream's `IsPodStateConsistent`).
+/// digest; otherwise no sidecar a SidecarSet changed in place is still on its old image and no
+/// in-place update of its workload is in flight (upstream's `IsPodStateConsistent`).
 pub fn is_state_consistent(pod: &Pod) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return true;
@@ -89,7 +90,9 @@ pub fn is_state_consistent(pod: &Pod) -> bool {
             return false;
         }
     }
-    all_digests || check_completed(pod) == Completion::Done
+    all_digests
+        || (crate::sidecarset::upgrade::sidecar_updates_completed(pod)
+            && check_completed(pod) == Completion::Done)
 }
 
 fn image_digest(reference: &str) -> Option<&str> {

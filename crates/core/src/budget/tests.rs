@@ -220,6 +220,63 @@ fn digest_pinned_images_must_run_their_digest() {
     assert!(is_state_consistent(&p));
 }
 
+/// A sidecar a SidecarSet just changed in place is not available until it runs the new image,
+/// although the kubelet still reports the Pod ready (upstream's IsSidecarContainerUpdateCompleted).
+#[test]
+fn a_sidecar_changed_in_place_counts_only_once_it_restarted() {
+    let state = |image_id: &str| {
+        serde_json::json!({"sidecars": {"revision": "r2",
+            "lastContainerStatuses": {"sidecar": {"imageID": image_id}}}})
+        .to_string()
+    };
+    let with =
+        |annotation: Option<String>, spec_image: &str, status_image: &str, status_id: &str| {
+            let mut p = pod("p", true);
+            if let Some(spec) = p.spec.as_mut() {
+                spec.containers.push(k8s_openapi::api::core::v1::Container {
+                    name: "sidecar".into(),
+                    image: Some(spec_image.into()),
+                    ..Default::default()
+                });
+            }
+            if let Some(status) = p.status.as_mut() {
+                status.container_statuses =
+                    Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+                        name: "sidecar".into(),
+                        image: status_image.into(),
+                        image_id: status_id.into(),
+                        ready: true,
+                        ..Default::default()
+                    }]);
+            }
+            if let Some(annotation) = annotation {
+                p.metadata.annotations = Some(BTreeMap::from([(
+                    "kruise.io/sidecarset-inplace-update-state".to_string(),
+                    annotation,
+                )]));
+            }
+            p
+        };
+    // (annotation, spec image, status image, status imageID, consistent)
+    let cases = [
+        (None, "nginx:2", "nginx:1", "id-1", true),
+        (Some(state("id-1")), "nginx:2", "nginx:1", "id-1", false),
+        (Some(state("id-1")), "nginx:2", "nginx:2", "id-2", true),
+        // The new image has the old one's imageID: the status image tells it restarted.
+        (Some(state("id-1")), "nginx:2", "nginx:2", "id-1", true),
+        (Some("{".to_string()), "nginx:2", "nginx:2", "id-2", false),
+    ];
+    for (annotation, spec_image, status_image, status_id, consistent) in cases {
+        let p = with(annotation.clone(), spec_image, status_image, status_id);
+        assert_eq!(
+            is_state_consistent(&p),
+            consistent,
+            "{annotation:?} {spec_image} {status_image} {status_id}"
+        );
+        assert_eq!(is_available(&p), consistent);
+    }
+}
+
 #[test]
 fn status_counts_available_pods_and_expires_records() {
     let a = pod("a", true);

@@ -141,6 +141,42 @@ pub struct PodFacts {
     pub upgraded_in_place: bool,
 }
 
+/// Whether every sidecar a SidecarSet changed in place runs its new image (upstream's
+/// `IsSidecarContainerUpdateCompleted`, read by the budget): a container whose imageID is still
+/// the one recorded in `kruise.io/sidecarset-inplace-update-state` before the change, while its
+/// status image differs from its spec, has not restarted yet. A Pod never changed in place (no
+/// annotation) is complete; an unreadable annotation is not.
+pub fn sidecar_updates_completed(pod: &Pod) -> bool {
+    let Some(value) = annotations(pod).get(ANNOTATION_INPLACE_UPDATE_STATE) else {
+        return true;
+    };
+    let Ok(states) = serde_json::from_str::<BTreeMap<String, SidecarUpdateState>>(value) else {
+        return false;
+    };
+    let recorded: BTreeMap<&str, &str> = states
+        .values()
+        .flat_map(|state| state.last_container_statuses.iter())
+        .map(|(name, last)| (name.as_str(), last.image_id.as_str()))
+        .collect();
+    let spec_image = |name: &str| {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .find(|c| c.name == name)
+            .and_then(|c| c.image.as_deref())
+    };
+    pod.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .all(|status| match recorded.get(status.name.as_str()) {
+            Some(before) => {
+                !(*before == status.image_id
+                    && spec_image(&status.name) != Some(status.image.as_str()))
+            }
+            None => true,
+        })
+}
+
 /// One Pod's sidecar containers as the consistency checks read them: the spec, the status, and the
 /// imageIDs recorded before this SidecarSet's in-place changes (parsed once per Pod).
 pub(super) struct Observed<'p> {
