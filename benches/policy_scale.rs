@@ -31,10 +31,11 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_paced, injecting_names, quantile_ms, sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, create_namespace, create_paced, injecting_names, quantile_ms, sidecarsets,
+    wait_dry_run,
 };
 use kruise_benches::apiserver;
 use kruise_benches::manager::{Manager, print_all_rss};
@@ -366,13 +367,7 @@ impl Bench {
     }
 
     async fn namespace(&self, name: &str, labels: Value) -> anyhow::Result<()> {
-        let namespace: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
-        Api::<Namespace>::all(self.client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {name}"))?;
-        Ok(())
+        create_namespace(&self.client, name, labels).await
     }
 
     /// `WORKLOADS` Deployments `{prefix}-{w}` of `replicas`, each with the ReplicaSet its Pods will

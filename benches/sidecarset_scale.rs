@@ -26,8 +26,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_concurrently, create_paced, injecting_names, quantile_ms,
-    sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, create_concurrently, create_namespace, create_paced, injecting_names,
+    quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::manager::{Manager, print_all_rss};
@@ -375,13 +375,7 @@ impl Bench<'_> {
     }
 
     async fn namespace(&self, name: &str, labels: Value) -> anyhow::Result<()> {
-        let namespace: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
-        Api::<Namespace>::all(self.client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {name}"))?;
-        Ok(())
+        create_namespace(&self.client, name, labels).await
     }
 
     /// Deletes a namespace and waits until it is gone, so that its Pods' deletion does not load the
