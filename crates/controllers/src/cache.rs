@@ -599,7 +599,9 @@ fn owner_change(pod: &Pod) -> Option<OwnerChange> {
 }
 
 /// The environment variables a planner reads from a Pod's containers (container launch priority,
-/// `kruise_core::inplace::batches`); every other entry is dropped.
+/// `kruise_core::inplace::batches`); besides these, the entries that read a Pod label or annotation
+/// (the env-from-metadata completion check, `kruise_core::inplace::envmeta`) are kept; every other
+/// entry is dropped.
 const ENV_READ: [&str; 2] = [
     kruise_core::inplace::ENV_CONTAINER_PRIORITY,
     kruise_core::inplace::ENV_CONTAINER_BARRIER,
@@ -692,7 +694,9 @@ fn project_container(c: Container) -> Container {
         .env
         .into_iter()
         .flatten()
-        .filter(|e| ENV_READ.contains(&e.name.as_str()))
+        .filter(|e| {
+            ENV_READ.contains(&e.name.as_str()) || kruise_core::inplace::envmeta::is_metadata_env(e)
+        })
         .collect();
     Container {
         name: c.name,

@@ -118,8 +118,14 @@ fn apply(pod: &Pod, patch: &json_patch::Patch) -> Result<Pod, String> {
     serde_json::from_value(doc).map_err(|e| e.to_string())
 }
 
-const ON: PlanOptions = PlanOptions { resize: true };
-const OFF: PlanOptions = PlanOptions { resize: false };
+const ON: PlanOptions = PlanOptions {
+    resize: true,
+    env_from_metadata: false,
+};
+const OFF: PlanOptions = PlanOptions {
+    resize: false,
+    env_from_metadata: false,
+};
 
 // ---------------------------------------------------------------- plan
 
@@ -1118,7 +1124,9 @@ fn completion_table() {
                 r#"{"revision":"r","updateTimestamp":"2024-01-02T03:04:05Z","lastContainerStatuses":{},"updateEnvFromMetadata":true}"#.into());
                 p
             },
-            Waiting(WaitReason::EnvFromMetadata),
+            Waiting(WaitReason::EnvFromMetadata(
+                "runtime-containers-meta not reported yet".into(),
+            )),
         ),
     ];
     for (name, pod, want) in cases {
