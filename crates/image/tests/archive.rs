@@ -17,6 +17,8 @@ fn archive_has_entrypoint_nonroot_user_and_a_binary_that_runs() -> anyhow::Resul
     let started = Instant::now();
     let spec = kruise_image::Spec {
         binary: &binary,
+        name: kruise_image::MANAGER,
+        ports: kruise_image::MANAGER_PORTS,
         reference: "kruise-rs/kruise-manager:test".into(),
         architecture: "amd64".into(),
         version: env!("CARGO_PKG_VERSION").into(),
