@@ -56,7 +56,7 @@ fn cloneset(name: &str) -> Value {
         1,
         "busybox:1.36",
         json!({
-            "updateStrategy": {"type": "InPlaceIfPossible"},
+            "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}},
             "template": {
                 "metadata": {"labels": {"test-env": "foo"}},
                 "spec": {
@@ -90,7 +90,9 @@ fn status_of(pod: &Pod, container: &str) -> anyhow::Result<ContainerStatus> {
 
 async fn only_pod(ns: &TestNamespace, name: &str) -> anyhow::Result<Pod> {
     let api: Api<Pod> = ns.api();
-    let pods = api.list(&ListParams::default().labels(&format!("app={name}"))).await?;
+    let pods = api
+        .list(&ListParams::default().labels(&format!("app={name}")))
+        .await?;
     let mut pods = pods.items;
     ensure!(pods.len() == 1, "{} Pods", pods.len());
     Ok(pods.remove(0))
@@ -126,7 +128,9 @@ async fn a_changed_label_restarts_only_the_container_that_reads_it() -> anyhow::
             .await?;
             let app = status_of(&before, "app")?;
             let sidecar = status_of(&before, "sidecar")?;
-            let log = ns.kubectl(&["logs", &cloneset_kit::name(&before), "-c", "app"]).await?;
+            let log = ns
+                .kubectl(&["logs", &cloneset_kit::name(&before), "-c", "app"])
+                .await?;
             ensure!(log.contains("TEST_ENV=foo"), "app's log: {log}");
 
             cloneset_kit::merge_patch(
@@ -147,19 +151,37 @@ async fn a_changed_label_restarts_only_the_container_that_reads_it() -> anyhow::
 
             let new_app = status_of(&after, "app")?;
             let new_sidecar = status_of(&after, "sidecar")?;
-            ensure!(cloneset_kit::uid(&after) == cloneset_kit::uid(&before), "same Pod");
+            ensure!(
+                cloneset_kit::uid(&after) == cloneset_kit::uid(&before),
+                "same Pod"
+            );
             ensure!(pod_ip(&after) == pod_ip(&before), "same IP");
             ensure!(node_name(&after) == node_name(&before), "same node");
-            ensure!(new_app.container_id != app.container_id, "app is a new container");
+            ensure!(
+                new_app.container_id != app.container_id,
+                "app is a new container"
+            );
             ensure!(new_sidecar.restart_count == 0, "sidecar not restarted");
             ensure!(
                 new_sidecar.container_id == sidecar.container_id,
                 "sidecar is the same container"
             );
-            let log = ns.kubectl(&["logs", &cloneset_kit::name(&after), "-c", "app"]).await?;
-            ensure!(log.contains("TEST_ENV=bar"), "app's log after the update: {log}");
+            let log = ns
+                .kubectl(&["logs", &cloneset_kit::name(&after), "-c", "app"])
+                .await?;
+            ensure!(
+                log.contains("TEST_ENV=bar"),
+                "app's log after the update: {log}"
+            );
             let env = ns
-                .kubectl(&["exec", &cloneset_kit::name(&after), "-c", "app", "--", "env"])
+                .kubectl(&[
+                    "exec",
+                    &cloneset_kit::name(&after),
+                    "-c",
+                    "app",
+                    "--",
+                    "env",
+                ])
                 .await?;
             ensure!(env.contains("TEST_ENV=bar"), "env: {env}");
             // The update is complete: the state says env from metadata, the report shows the new app.
@@ -170,7 +192,10 @@ async fn a_changed_label_restarts_only_the_container_that_reads_it() -> anyhow::
             .await?;
             let state = cloneset_kit::annotation(&pod, cloneset_kit::IN_PLACE_UPDATE_STATE)
                 .context("in-place update state")?;
-            ensure!(state.contains("\"updateEnvFromMetadata\":true"), "state: {state}");
+            ensure!(
+                state.contains("\"updateEnvFromMetadata\":true"),
+                "state: {state}"
+            );
             Ok(())
         }),
     )

@@ -621,6 +621,10 @@ pub fn project(pod: Pod) -> Pod {
         spec,
         status,
     } = pod;
+    let reported = metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(kruise_api::keys::ANNOTATION_RUNTIME_CONTAINERS_META));
     let metadata = ObjectMeta {
         name: metadata.name,
         namespace: metadata.namespace,
@@ -664,12 +668,16 @@ pub fn project(pod: Pod) -> Pod {
     let status = status.map(|status| PodStatus {
         phase: status.phase,
         conditions: status.conditions,
-        container_statuses: status
-            .container_statuses
-            .map(|c| c.into_iter().map(project_container_status).collect()),
-        init_container_statuses: status
-            .init_container_statuses
-            .map(|c| c.into_iter().map(project_container_status).collect()),
+        container_statuses: status.container_statuses.map(|c| {
+            c.into_iter()
+                .map(|c| project_container_status(c, reported))
+                .collect()
+        }),
+        init_container_statuses: status.init_container_statuses.map(|c| {
+            c.into_iter()
+                .map(|c| project_container_status(c, reported))
+                .collect()
+        }),
         // EphemeralJob reads each ephemeral container's state.
         ephemeral_container_statuses: status.ephemeral_container_statuses.map(|c| {
             c.into_iter()
@@ -725,9 +733,13 @@ fn project_ephemeral_container(c: EphemeralContainer) -> EphemeralContainer {
     }
 }
 
-fn project_container_status(c: ContainerStatus) -> ContainerStatus {
+/// A container status as the planners read it; the container ID only for a Pod whose containers are
+/// reported by kruise-daemon (`apps.kruise.io/runtime-containers-meta`): the env-from-metadata
+/// completion check compares the two.
+fn project_container_status(c: ContainerStatus, reported: bool) -> ContainerStatus {
     ContainerStatus {
         name: c.name,
+        container_id: c.container_id.filter(|_| reported),
         image: c.image,
         image_id: c.image_id,
         ready: c.ready,

@@ -20,9 +20,9 @@ use kruise_api::containerrecreaterequest::ProbeHandler;
 use kruise_api::keys;
 use kruise_core::inplace::envmeta::{self, RuntimeContainer, RuntimeContainerMetaSet};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -64,11 +64,7 @@ pub struct ContainerMeta {
 }
 
 fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.namespace().unwrap_or_default(),
-        pod.name_any()
-    )
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
 fn resource_version(pod: &Pod) -> u64 {
@@ -196,7 +192,9 @@ impl Shared {
             return true;
         };
         match map.get(key) {
-            Some((rv, at)) if resource_version(pod) < *rv && at.elapsed() < MAX_EXPECTATION_WAIT => {
+            Some((rv, at))
+                if resource_version(pod) < *rv && at.elapsed() < MAX_EXPECTATION_WAIT =>
+            {
                 false
             }
             Some(_) => {
@@ -215,7 +213,11 @@ impl Shared {
             }
             Err(error) => {
                 self.metrics.containermeta_sync("error");
-                tracing::warn!(key, error = format!("{error:#}"), "container meta sync failed");
+                tracing::warn!(
+                    key,
+                    error = format!("{error:#}"),
+                    "container meta sync failed"
+                );
                 Outcome::Failed
             }
         }
@@ -247,7 +249,12 @@ impl Shared {
         match existing.split_once("://") {
             Some((kind, _)) if kind == self.runtime.name => {}
             _ => {
-                tracing::info!(key, container = existing, runtime = self.runtime.name, "not a container of this runtime");
+                tracing::info!(
+                    key,
+                    container = existing,
+                    runtime = self.runtime.name,
+                    "not a container of this runtime"
+                );
                 return Ok(Outcome::Done);
             }
         }
@@ -261,7 +268,8 @@ impl Shared {
             }
             None => None,
         };
-        let (mut set, to_hash) = envmeta::next_meta_set(&pod, &runtime, old.as_ref(), self.env_gate);
+        let (mut set, to_hash) =
+            envmeta::next_meta_set(&pod, &runtime, old.as_ref(), self.env_gate);
         let mut outcome = Outcome::Done;
         for name in to_hash {
             match self.env_hash(&pod, &runtime, &name).await {
@@ -271,14 +279,23 @@ impl Shared {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(key, container = name, error = format!("{error:#}"), "failed to hash the container's env");
+                    tracing::warn!(
+                        key,
+                        container = name,
+                        error = format!("{error:#}"),
+                        "failed to hash the container's env"
+                    );
                     outcome = Outcome::After(Duration::from_secs(3));
                 }
             }
         }
         if self.env_gate {
             for id in envmeta::containers_to_restart(&pod, &set) {
-                tracing::info!(key, container = id, "restarting the container: its env from metadata changed");
+                tracing::info!(
+                    key,
+                    container = id,
+                    "restarting the container: its env from metadata changed"
+                );
                 restarts.add(format!("{key}/{id}"));
             }
         }
@@ -366,14 +383,24 @@ impl Shared {
 
     /// Writes the report into the Pod's annotations through `pods/status` (upstream's channel: the
     /// daemon needs no write access to Pods themselves).
-    async fn report(&self, key: &str, pod: &Pod, set: &RuntimeContainerMetaSet) -> anyhow::Result<()> {
+    async fn report(
+        &self,
+        key: &str,
+        pod: &Pod,
+        set: &RuntimeContainerMetaSet,
+    ) -> anyhow::Result<()> {
         let value = set.to_annotation()?;
         tracing::info!(key, meta = value, "reporting container meta");
         let namespace = pod.namespace().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUNTIME_CONTAINERS_META: value}}});
+        let patch =
+            json!({"metadata": {"annotations": {keys::ANNOTATION_RUNTIME_CONTAINERS_META: value}}});
         let written = api
-            .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch))
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
             .await
             .map_err(|e| anyhow::anyhow!("patch status of Pod {key}: {e}"))?;
         if let Ok(mut map) = self.expectations.lock() {
@@ -388,7 +415,11 @@ impl Shared {
         match self.restart_container(key).await {
             Ok(()) => Outcome::Done,
             Err(error) => {
-                tracing::warn!(key, error = format!("{error:#}"), "failed to restart container");
+                tracing::warn!(
+                    key,
+                    error = format!("{error:#}"),
+                    "failed to restart container"
+                );
                 Outcome::Failed
             }
         }
@@ -396,7 +427,8 @@ impl Shared {
 
     async fn restart_container(&self, key: &str) -> anyhow::Result<()> {
         let mut parts = key.splitn(3, '/');
-        let (Some(namespace), Some(name), Some(typed)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(namespace), Some(name), Some(typed)) = (parts.next(), parts.next(), parts.next())
+        else {
             return Ok(());
         };
         let id = raw_id(typed);
@@ -429,7 +461,8 @@ impl Shared {
                 .max(0)
                 .unsigned_abs(),
         );
-        let container_spec = spec.and_then(|s| s.containers.iter().find(|c| c.name == container_name));
+        let container_spec =
+            spec.and_then(|s| s.containers.iter().find(|c| c.name == container_name));
         let message = format!("Stopping containerID {typed} by container meta restarter");
         if let Some(pod) = pod.as_deref() {
             let event = Event {
@@ -450,9 +483,13 @@ impl Shared {
             .and_then(|h| serde_json::to_value(h).ok())
             .and_then(|v| serde_json::from_value::<ProbeHandler>(v).ok());
         if let Some(hook) = pre_stop.filter(|_| !grace.is_zero()) {
-            let ports = container_spec.and_then(|c| c.ports.clone()).unwrap_or_default();
+            let ports = container_spec
+                .and_then(|c| c.ports.clone())
+                .unwrap_or_default();
             let uid = pod.as_deref().and_then(|p| p.uid()).unwrap_or_default();
-            if let Err(error) = hooks::run_pre_stop(&self.runtime, id, &uid, &hook, &ports, grace).await {
+            if let Err(error) =
+                hooks::run_pre_stop(&self.runtime, id, &uid, &hook, &ports, grace).await
+            {
                 tracing::warn!(key, error = format!("{error:#}"), "preStop hook failed");
             }
         }

@@ -36,7 +36,11 @@ pub fn enabled(flag: &str, gate: Gate) -> Result<bool, String> {
             .split_once('=')
             .ok_or_else(|| format!("--feature-gates: {pair:?} is not NAME=true|false"))?;
         let value: bool = value.trim().parse().map_err(|_| {
-            format!("--feature-gates: invalid value of {}: {:?}", name.trim(), value.trim())
+            format!(
+                "--feature-gates: invalid value of {}: {:?}",
+                name.trim(),
+                value.trim()
+            )
         })?;
         explicit.insert(name.trim().to_owned(), value);
     }
@@ -68,7 +72,11 @@ mod tests {
                 true,
             ),
             ("KruiseDaemon=false", DAEMON_WATCHING_POD, false),
-            ("ImagePullJobGate=true, Other=false", DAEMON_WATCHING_POD, true),
+            (
+                "ImagePullJobGate=true, Other=false",
+                DAEMON_WATCHING_POD,
+                true,
+            ),
         ];
         for (flag, gate, want) in cases {
             assert_eq!(enabled(flag, gate), Ok(want), "{flag} {}", gate.name);

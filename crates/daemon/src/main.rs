@@ -11,8 +11,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
-use kruise_daemon::cri::{self, Runtime};
 use kruise_daemon::containermeta::ContainerMeta;
+use kruise_daemon::cri::{self, Runtime};
 use kruise_daemon::crr::Executor;
 use kruise_daemon::gates;
 use kruise_daemon::metrics::{Metrics, RuntimeLabels};
@@ -155,9 +155,11 @@ async fn main() -> anyhow::Result<()> {
     };
     let watch_pods = gates::enabled(&args.feature_gates, gates::DAEMON_WATCHING_POD)
         .map_err(anyhow::Error::msg)?;
-    let env_from_metadata =
-        gates::enabled(&args.feature_gates, gates::IN_PLACE_UPDATE_ENV_FROM_METADATA)
-            .map_err(anyhow::Error::msg)?;
+    let env_from_metadata = gates::enabled(
+        &args.feature_gates,
+        gates::IN_PLACE_UPDATE_ENV_FROM_METADATA,
+    )
+    .map_err(anyhow::Error::msg)?;
     let client = kube_client(&args).await?;
     let runtime = connect_runtime(&args).await?;
     tracing::info!(
@@ -177,8 +179,12 @@ async fn main() -> anyhow::Result<()> {
             endpoint: runtime.endpoint.clone(),
         })
         .set(1);
-    let (executor, run_executor) =
-        Executor::start(client.clone(), runtime.clone(), &args.node_name, metrics.clone());
+    let (executor, run_executor) = Executor::start(
+        client.clone(),
+        runtime.clone(),
+        &args.node_name,
+        metrics.clone(),
+    );
     let (containermeta, run_containermeta) = if watch_pods {
         let (reporter, run) = ContainerMeta::start(
             client,

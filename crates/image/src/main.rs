@@ -113,7 +113,10 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("{expected} is not a file of the image"))?
                 .bytes;
             let is_static = kruise_image::is_static_elf(binary)?;
-            ensure!(is_static || !require_static, "{expected} is dynamically linked");
+            ensure!(
+                is_static || !require_static,
+                "{expected} is dynamically linked"
+            );
             let dir = tempfile::tempdir().context("creating a temporary directory")?;
             let version = kruise_image::run_entrypoint(&image, dir.path(), &["--version"])?;
             let mib = image.compressed_size as f64 / 1048576.0;
