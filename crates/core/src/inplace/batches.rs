@@ -38,9 +38,8 @@ pub fn container_priorities(pod: &Pod) -> BTreeMap<String, i64> {
         .iter()
         .map(|c| declared_priority(c).unwrap_or(0))
         .collect();
-    let webhook_default = !ordered
-        && declared.iter().any(|p| *p != 0)
-        && declared.windows(2).any(|w| w[0] != w[1]);
+    let webhook_default =
+        !ordered && declared.iter().any(|p| *p != 0) && declared.windows(2).any(|w| w[0] != w[1]);
     containers
         .iter()
         .enumerate()
@@ -48,7 +47,10 @@ pub fn container_priorities(pod: &Pod) -> BTreeMap<String, i64> {
             let from_env = env_priority(c);
             let from_order = ordered.then(|| -i64::try_from(index).unwrap_or(i64::MAX));
             let default = webhook_default.then_some(0);
-            from_env.or(from_order).or(default).map(|p| (c.name.clone(), p))
+            from_env
+                .or(from_order)
+                .or(default)
+                .map(|p| (c.name.clone(), p))
         })
         .collect()
 }
