@@ -66,8 +66,14 @@ mod tests {
             ("", IN_PLACE_UPDATE_ENV_FROM_METADATA, true),
             ("DaemonWatchingPod=false", DAEMON_WATCHING_POD, false),
             ("AllBeta=false", IN_PLACE_UPDATE_ENV_FROM_METADATA, false),
+            // AllBeta=false turns KruiseDaemon (Beta) off, and with it every daemon gate.
             (
                 "AllBeta=false,InPlaceUpdateEnvFromMetadata=true",
+                IN_PLACE_UPDATE_ENV_FROM_METADATA,
+                false,
+            ),
+            (
+                "AllBeta=false,KruiseDaemon=true,InPlaceUpdateEnvFromMetadata=true",
                 IN_PLACE_UPDATE_ENV_FROM_METADATA,
                 true,
             ),
