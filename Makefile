@@ -43,21 +43,30 @@ helm:
 openkruise:
 	tools/build-openkruise.sh
 
-## image: a static (musl) release kruise-manager in a scratch image, written as an OCI image layout
-## archive without a container daemon (target/kruise-manager-image.tar; `docker load`, `podman load`,
-## `skopeo copy oci-archive:...` read it), then checked: digests, entrypoint, non-root user, static,
-## `--version`, size < 30 MiB. The Dockerfile builds the same image where a Docker daemon exists.
+## image: static (musl) release kruise-manager and kruise-daemon, each in its own scratch image, written
+## as OCI image layout archives without a container daemon (target/kruise-manager-image.tar and
+## target/kruise-daemon-image.tar; `docker load`, `podman load`, `skopeo copy oci-archive:...` read
+## them), then checked: digests, entrypoint, non-root user, static, `--version`, size < 30 MiB. The
+## daemon has its own image because the chart's DaemonSet pulls it onto every node: it carries only the
+## daemon. The Dockerfile builds the same images where a Docker daemon exists (`--target daemon`).
 IMAGE_TARGET ?= x86_64-unknown-linux-musl
 IMAGE_ARCH ?= amd64
-IMAGE_REF ?= kruise-rs/kruise-manager:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE_REF ?= kruise-rs/kruise-manager:$(IMAGE_VERSION)
 IMAGE_OUT ?= $(or $(CARGO_TARGET_DIR),target)/kruise-manager-image.tar
+DAEMON_IMAGE_REF ?= kruise-rs/kruise-daemon:$(IMAGE_VERSION)
+DAEMON_IMAGE_OUT ?= $(or $(CARGO_TARGET_DIR),target)/kruise-daemon-image.tar
+IMAGE_BIN = $(or $(CARGO_TARGET_DIR),target)/$(IMAGE_TARGET)/dist
 image:
 	rustup target list --installed | grep -qx $(IMAGE_TARGET) || rustup target add $(IMAGE_TARGET)
 	CC_$(subst -,_,$(IMAGE_TARGET))=$${CC_$(subst -,_,$(IMAGE_TARGET)):-cc} CARGO_PROFILE_DIST_STRIP=symbols \
-	  $(CARGO) build --profile dist --locked --target $(IMAGE_TARGET) -p kruise-manager
-	$(CARGO) run -q --release -p kruise-image -- build --binary $(or $(CARGO_TARGET_DIR),target)/$(IMAGE_TARGET)/dist/kruise-manager \
+	  $(CARGO) build --profile dist --locked --target $(IMAGE_TARGET) -p kruise-manager -p kruise-daemon
+	$(CARGO) run -q --release -p kruise-image -- build --binary $(IMAGE_BIN)/kruise-manager \
 	  --out $(IMAGE_OUT) --reference $(IMAGE_REF) --architecture $(IMAGE_ARCH)
 	$(CARGO) run -q --release -p kruise-image -- check $(IMAGE_OUT) --require-static --max-mib 30
+	$(CARGO) run -q --release -p kruise-image -- build --name kruise-daemon --binary $(IMAGE_BIN)/kruise-daemon \
+	  --out $(DAEMON_IMAGE_OUT) --reference $(DAEMON_IMAGE_REF) --architecture $(IMAGE_ARCH)
+	$(CARGO) run -q --release -p kruise-image -- check $(DAEMON_IMAGE_OUT) --name kruise-daemon --require-static --max-mib 30
 
 build:
 	$(CARGO) build --workspace --all-targets

@@ -288,6 +288,7 @@ fn advanced_statefulset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result
         revisions: &revisions,
         now,
         resize: false,
+        env_from_metadata: true,
     };
     let (took, allocations, bytes) = measure(runs, || statefulset::plan(&snapshot).is_ok());
     let plan = statefulset::plan(&snapshot)
@@ -342,6 +343,7 @@ fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<R
         revisions: &revisions,
         now,
         resize: false,
+        env_from_metadata: true,
         prune_ineligible_nodes: false,
     };
     let (took, allocations, bytes) = measure(runs, || daemonset::plan(&snapshot).is_ok());

@@ -1615,8 +1615,9 @@ async fn resources_change_resizes_pods_in_place() -> anyhow::Result<()> {
     .await
 }
 
-/// The same change under InPlaceOnly: kruise-rs cannot restart the container in place (no node agent)
-/// and InPlaceOnly forbids recreating, so the Pods are left as they are, each with a
+/// A label read by a downward-API env var is removed under InPlaceOnly: no new value can be restarted
+/// into the container in place (as with `InPlaceUpdateEnvFromMetadata` off) and InPlaceOnly forbids
+/// recreating, so the Pods are left as they are, each with a
 /// `RefusePodNotInPlace` Warning Event saying why, and the CloneSet's FailedUpdate condition carries
 /// the reason.
 #[tokio::test]
@@ -1642,10 +1643,10 @@ async fn env_from_metadata_change_under_in_place_only_is_refused_and_says_why() 
             &ns,
             "cloneset",
             "envonly",
-            &json!({"spec": {"template": {"metadata": {"labels": {"tier": "silver"}}}}}),
+            &json!({"spec": {"template": {"metadata": {"labels": {"tier": null}}}}}),
         )
         .await?;
-        let why = "env from metadata changed (container nginx reads metadata.labels['tier']); kruise-rs has no node agent";
+        let why = "env from metadata changed (container nginx reads metadata.labels['tier']): a removed key, or InPlaceUpdateEnvFromMetadata is off";
         let names: Vec<String> = before.iter().map(name).collect();
         wait_events(
             &ns,
@@ -1686,9 +1687,10 @@ async fn env_from_metadata_change_under_in_place_only_is_refused_and_says_why() 
     .await
 }
 
-/// A label read by a downward-API env var changes: OpenKruise restarts the container in place through
-/// its node daemon; kruise-rs has none, so InPlaceIfPossible recreates the Pod and says why in the
-/// `RecreatePodNotInPlace` Event (OpenKruise's `SuccessfulUpdatePodReCreate` keeps its text).
+/// A label read by a downward-API env var is removed: kruise-daemon restarts containers for a changed
+/// value (tests/containermeta.rs, real nodes), but a removed key is not updated in place, so
+/// InPlaceIfPossible recreates the Pod and says why in the `RecreatePodNotInPlace` Event (OpenKruise's
+/// `SuccessfulUpdatePodReCreate` keeps its text).
 #[tokio::test]
 async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()> {
     let bed = testbed();
@@ -1708,7 +1710,7 @@ async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()>
             &ns,
             "cloneset",
             "envmeta",
-            &json!({"spec": {"template": {"metadata": {"labels": {"tier": "silver"}}}}}),
+            &json!({"spec": {"template": {"metadata": {"labels": {"tier": null}}}}}),
         )
         .await?;
         let (_, after) = monitor_converged(&monitor, &ns, "envmeta", 2, TIMEOUT).await?;
@@ -1718,7 +1720,7 @@ async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()>
             "the Pods must be recreated"
         );
         ensure!(
-            after.iter().all(|p| label(p, "tier") == Some("silver")),
+            after.iter().all(|p| label(p, "tier").is_none()),
             "{}",
             describe(&after)
         );
@@ -1731,7 +1733,7 @@ async fn env_from_metadata_change_recreates_and_says_why() -> anyhow::Result<()>
             &recreated
                 .iter()
                 .cloned()
-                .chain(["env from metadata changed (container nginx reads metadata.labels['tier']); kruise-rs has no node agent".to_string()])
+                .chain(["env from metadata changed (container nginx reads metadata.labels['tier']): a removed key, or InPlaceUpdateEnvFromMetadata is off".to_string()])
                 .collect::<Vec<_>>(),
         )
         .await?;

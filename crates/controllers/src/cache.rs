@@ -599,7 +599,9 @@ fn owner_change(pod: &Pod) -> Option<OwnerChange> {
 }
 
 /// The environment variables a planner reads from a Pod's containers (container launch priority,
-/// `kruise_core::inplace::batches`); every other entry is dropped.
+/// `kruise_core::inplace::batches`); besides these, the entries that read a Pod label or annotation
+/// (the env-from-metadata completion check, `kruise_core::inplace::envmeta`) are kept; every other
+/// entry is dropped.
 const ENV_READ: [&str; 2] = [
     kruise_core::inplace::ENV_CONTAINER_PRIORITY,
     kruise_core::inplace::ENV_CONTAINER_BARRIER,
@@ -619,6 +621,10 @@ pub fn project(pod: Pod) -> Pod {
         spec,
         status,
     } = pod;
+    let reported = metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(kruise_api::keys::ANNOTATION_RUNTIME_CONTAINERS_META));
     let metadata = ObjectMeta {
         name: metadata.name,
         namespace: metadata.namespace,
@@ -662,12 +668,16 @@ pub fn project(pod: Pod) -> Pod {
     let status = status.map(|status| PodStatus {
         phase: status.phase,
         conditions: status.conditions,
-        container_statuses: status
-            .container_statuses
-            .map(|c| c.into_iter().map(project_container_status).collect()),
-        init_container_statuses: status
-            .init_container_statuses
-            .map(|c| c.into_iter().map(project_container_status).collect()),
+        container_statuses: status.container_statuses.map(|c| {
+            c.into_iter()
+                .map(|c| project_container_status(c, reported))
+                .collect()
+        }),
+        init_container_statuses: status.init_container_statuses.map(|c| {
+            c.into_iter()
+                .map(|c| project_container_status(c, reported))
+                .collect()
+        }),
         // EphemeralJob reads each ephemeral container's state.
         ephemeral_container_statuses: status.ephemeral_container_statuses.map(|c| {
             c.into_iter()
@@ -692,7 +702,9 @@ fn project_container(c: Container) -> Container {
         .env
         .into_iter()
         .flatten()
-        .filter(|e| ENV_READ.contains(&e.name.as_str()))
+        .filter(|e| {
+            ENV_READ.contains(&e.name.as_str()) || kruise_core::inplace::envmeta::is_metadata_env(e)
+        })
         .collect();
     Container {
         name: c.name,
@@ -721,9 +733,13 @@ fn project_ephemeral_container(c: EphemeralContainer) -> EphemeralContainer {
     }
 }
 
-fn project_container_status(c: ContainerStatus) -> ContainerStatus {
+/// A container status as the planners read it; the container ID only for a Pod whose containers are
+/// reported by kruise-daemon (`apps.kruise.io/runtime-containers-meta`): the env-from-metadata
+/// completion check compares the two.
+fn project_container_status(c: ContainerStatus, reported: bool) -> ContainerStatus {
     ContainerStatus {
         name: c.name,
+        container_id: c.container_id.filter(|_| reported),
         image: c.image,
         image_id: c.image_id,
         ready: c.ready,

@@ -326,6 +326,7 @@ fn decisions(
             revisions: &revisions,
             now: now(),
             resize: false,
+            env_from_metadata: true,
         };
         out.push(format!("{:?}", statefulset::plan(&snapshot)));
     }

@@ -110,6 +110,11 @@ impl Runtime {
         Ok(())
     }
 
+    /// A handle on the runtime service, for calls this type does not wrap.
+    pub fn service(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
     /// The ID of a runtime container as a Pod status writes it.
     pub fn typed_id(&self, id: &str) -> String {
         format!("{}://{id}", self.name)

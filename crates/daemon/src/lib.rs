@@ -3,8 +3,10 @@
 //! ContainerRecreateRequests of the Pods on its node. It serves `/healthz`, `/readyz` and Prometheus
 //! `/metrics`.
 
+pub mod containermeta;
 pub mod cri;
 pub mod crr;
+pub mod gates;
 pub mod hooks;
 pub mod metrics;
 pub mod queue;

@@ -11,8 +11,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
+use kruise_daemon::containermeta::ContainerMeta;
 use kruise_daemon::cri::{self, Runtime};
 use kruise_daemon::crr::Executor;
+use kruise_daemon::gates;
 use kruise_daemon::metrics::{Metrics, RuntimeLabels};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -41,6 +43,11 @@ struct Args {
     /// A kubeconfig (in-cluster config or $KUBECONFIG otherwise).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// OpenKruise feature gates (`Name=true,Other=false`), as the manager's flag. The daemon reads
+    /// DaemonWatchingPod (watch the node's Pods, report their containers' meta) and
+    /// InPlaceUpdateEnvFromMetadata (restart a container whose env from Pod metadata changed).
+    #[arg(long, env = "KRUISE_FEATURE_GATES", default_value = "")]
+    feature_gates: String,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -49,6 +56,7 @@ struct Args {
 struct App {
     runtime: Runtime,
     executor: Arc<Executor>,
+    containermeta: Option<Arc<ContainerMeta>>,
     metrics: Arc<Metrics>,
 }
 
@@ -69,6 +77,9 @@ async fn healthz(State(app): State<Arc<App>>) -> (StatusCode, String) {
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+    if app.containermeta.as_ref().is_some_and(|c| !c.synced()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "Pod informer not synced");
+    }
     if app.executor.synced() {
         (StatusCode::OK, "ok")
     } else {
@@ -142,6 +153,13 @@ async fn main() -> anyhow::Result<()> {
     } else {
         builder.try_init()
     };
+    let watch_pods = gates::enabled(&args.feature_gates, gates::DAEMON_WATCHING_POD)
+        .map_err(anyhow::Error::msg)?;
+    let env_from_metadata = gates::enabled(
+        &args.feature_gates,
+        gates::IN_PLACE_UPDATE_ENV_FROM_METADATA,
+    )
+    .map_err(anyhow::Error::msg)?;
     let client = kube_client(&args).await?;
     let runtime = connect_runtime(&args).await?;
     tracing::info!(
@@ -161,11 +179,28 @@ async fn main() -> anyhow::Result<()> {
             endpoint: runtime.endpoint.clone(),
         })
         .set(1);
-    let (executor, run_executor) =
-        Executor::start(client, runtime.clone(), &args.node_name, metrics.clone());
+    let (executor, run_executor) = Executor::start(
+        client.clone(),
+        runtime.clone(),
+        &args.node_name,
+        metrics.clone(),
+    );
+    let (containermeta, run_containermeta) = if watch_pods {
+        let (reporter, run) = ContainerMeta::start(
+            client,
+            runtime.clone(),
+            &args.node_name,
+            env_from_metadata,
+            metrics.clone(),
+        );
+        (Some(reporter), futures::future::Either::Left(run))
+    } else {
+        (None, futures::future::Either::Right(std::future::pending()))
+    };
     let app = Arc::new(App {
         runtime,
         executor,
+        containermeta,
         metrics,
     });
     let router = Router::new()
@@ -181,6 +216,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::select! {
         result = serve => result.context("health server")?,
         () = run_executor => {}
+        () = run_containermeta => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         () = terminated() => tracing::info!("terminated"),
     }

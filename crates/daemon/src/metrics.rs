@@ -26,6 +26,8 @@ pub struct Metrics {
     syncs: Family<ResultLabel, Counter>,
     sync_seconds: Histogram,
     recreated: Counter,
+    containermeta_syncs: Family<ResultLabel, Counter>,
+    containermeta_restarted: Counter,
     pub runtime_up: Gauge,
     pub runtime_info: Family<RuntimeLabels, Gauge>,
 }
@@ -51,6 +53,18 @@ impl Metrics {
             "Containers stopped for a ContainerRecreateRequest",
             recreated.clone(),
         );
+        let containermeta_syncs = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "containermeta_syncs",
+            "Container meta reports of a Pod (runtime-containers-meta), by result",
+            containermeta_syncs.clone(),
+        );
+        let containermeta_restarted = Counter::default();
+        registry.register(
+            "containermeta_containers_restarted",
+            "Containers stopped because their env from Pod metadata changed",
+            containermeta_restarted.clone(),
+        );
         let runtime_up = Gauge::default();
         registry.register(
             "runtime_up",
@@ -68,6 +82,8 @@ impl Metrics {
             syncs,
             sync_seconds,
             recreated,
+            containermeta_syncs,
+            containermeta_restarted,
             runtime_up,
             runtime_info,
         }
@@ -84,6 +100,18 @@ impl Metrics {
 
     pub fn recreated(&self) {
         self.recreated.inc();
+    }
+
+    pub fn containermeta_sync(&self, result: &str) {
+        self.containermeta_syncs
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn containermeta_restarted(&self) {
+        self.containermeta_restarted.inc();
     }
 
     pub fn encode(&self) -> String {

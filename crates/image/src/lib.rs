@@ -1,5 +1,6 @@
-//! The kruise-manager container image as an OCI image layout archive, written without a container
-//! daemon: one gzip layer holding the static binary at `/kruise-manager` and a `nonroot` user (UID/GID
+//! kruise-rs's container images (kruise-manager's, and kruise-daemon's, the DaemonSet's own) as OCI image
+//! layout archives, written without a container
+//! daemon: one gzip layer holding the static binary at `/<name>` and a `nonroot` user (UID/GID
 //! 65532, as distroless), a config whose entrypoint is the binary and whose user is that UID, a manifest
 //! and an index, every blob named by its sha256. The archive also carries Docker's `manifest.json`, so
 //! `docker load`, `podman load` and `skopeo copy oci-archive:…` all read it.
@@ -15,8 +16,14 @@ use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// Path of the binary inside the image (and the entrypoint).
+/// Path of the manager's binary inside its image (and the entrypoint).
 pub const ENTRYPOINT: &str = "/kruise-manager";
+/// The manager image's binary name and exposed ports (metrics/health, webhook, leader health).
+pub const MANAGER: &str = "kruise-manager";
+pub const MANAGER_PORTS: &[u16] = &[8000, 8080, 9876];
+/// The daemon image's binary name and exposed port (health and metrics).
+pub const DAEMON: &str = "kruise-daemon";
+pub const DAEMON_PORTS: &[u16] = &[10221];
 /// The non-root user and group the image runs as (distroless's `nonroot`).
 pub const NONROOT: u32 = 65532;
 
@@ -27,8 +34,12 @@ const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 /// What goes into the image.
 #[derive(Clone, Debug)]
 pub struct Spec<'a> {
-    /// The kruise-manager executable (static, for a scratch image).
+    /// The executable (static, for a scratch image).
     pub binary: &'a Path,
+    /// Its name: the image holds it at `/<name>`, its entrypoint (e.g. [`MANAGER`], [`DAEMON`]).
+    pub name: &'a str,
+    /// The TCP ports the image exposes.
+    pub ports: &'a [u16],
     /// Image reference recorded in the index and in `manifest.json`, e.g. `kruise-rs/kruise-manager:0.1.0`.
     pub reference: String,
     /// OCI architecture name: `amd64`, `arm64`.
@@ -87,7 +98,7 @@ fn append_dir<W: Write>(builder: &mut tar::Builder<W>, path: &str) -> anyhow::Re
 }
 
 /// The root filesystem layer, uncompressed.
-fn layer_tar(binary: &[u8]) -> anyhow::Result<Vec<u8>> {
+fn layer_tar(binary: &[u8], name: &str) -> anyhow::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     append_dir(&mut builder, "etc/")?;
     let passwd = format!(
@@ -96,7 +107,7 @@ fn layer_tar(binary: &[u8]) -> anyhow::Result<Vec<u8>> {
     append_file(&mut builder, "etc/passwd", 0o644, passwd.as_bytes())?;
     let group = format!("root:x:0:\nnonroot:x:{NONROOT}:\n");
     append_file(&mut builder, "etc/group", 0o644, group.as_bytes())?;
-    append_file(&mut builder, &ENTRYPOINT[1..], 0o755, binary)?;
+    append_file(&mut builder, name, 0o755, binary)?;
     builder.into_inner().context("finishing the layer tar")
 }
 
@@ -199,7 +210,18 @@ impl Blobs {
 pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
     let binary =
         std::fs::read(spec.binary).with_context(|| format!("reading {}", spec.binary.display()))?;
-    let layer = layer_tar(&binary)?;
+    anyhow::ensure!(
+        !spec.name.is_empty() && !spec.name.contains('/'),
+        "binary name {:?} must be a plain file name",
+        spec.name
+    );
+    let layer = layer_tar(&binary, spec.name)?;
+    let entrypoint = format!("/{}", spec.name);
+    let ports: serde_json::Map<String, Value> = spec
+        .ports
+        .iter()
+        .map(|p| (format!("{p}/tcp"), json!({})))
+        .collect();
     let user = format!("{NONROOT}:{NONROOT}");
     let config = json!({
         "created": "1970-01-01T00:00:00Z",
@@ -207,12 +229,12 @@ pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
         "os": "linux",
         "config": {
             "User": user,
-            "Entrypoint": [ENTRYPOINT],
+            "Entrypoint": [entrypoint],
             "Env": ["PATH=/"],
             "WorkingDir": "/",
-            "ExposedPorts": {"8000/tcp": {}, "8080/tcp": {}, "9876/tcp": {}},
+            "ExposedPorts": ports,
             "Labels": {
-                "org.opencontainers.image.title": "kruise-manager",
+                "org.opencontainers.image.title": spec.name,
                 "org.opencontainers.image.version": spec.version,
                 "org.opencontainers.image.licenses": "Apache-2.0",
             },

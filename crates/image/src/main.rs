@@ -1,5 +1,6 @@
-//! `oci-image`: writes the kruise-manager image as an OCI image layout archive without a container
-//! daemon (`oci-image build`), and opens one to check it (`oci-image check`). `make image` runs both.
+//! `oci-image`: writes kruise-rs's images (kruise-manager's, kruise-daemon's) as OCI image layout
+//! archives without a container daemon (`oci-image build`), and opens one to check it
+//! (`oci-image check`). `make image` runs both for each image.
 
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "oci-image",
     version,
-    about = "kruise-manager OCI image archive: build and check"
+    about = "kruise-rs OCI image archives (kruise-manager, kruise-daemon): build and check"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -19,11 +20,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Writes the archive: the binary at /kruise-manager, user 65532, entrypoint the binary.
+    /// Writes the archive: the binary at /<name>, user 65532, entrypoint the binary.
     Build {
-        /// The (static) kruise-manager executable.
+        /// The (static) executable.
         #[arg(long)]
         binary: PathBuf,
+        /// Which binary: kruise-manager or kruise-daemon (its path in the image and exposed ports).
+        #[arg(long, default_value = kruise_image::MANAGER)]
+        name: String,
         /// Output archive (`.tar`).
         #[arg(long)]
         out: PathBuf,
@@ -41,6 +45,9 @@ enum Command {
     /// binary inside with `--version` and prints the image's size.
     Check {
         archive: PathBuf,
+        /// The binary the entrypoint must be: kruise-manager or kruise-daemon.
+        #[arg(long, default_value = kruise_image::MANAGER)]
+        name: String,
         /// Fail unless the entrypoint is a static executable (no ELF interpreter).
         #[arg(long)]
         require_static: bool,
@@ -54,6 +61,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Build {
             binary,
+            name,
             out,
             reference,
             architecture,
@@ -62,6 +70,12 @@ fn main() -> anyhow::Result<()> {
             let written = kruise_image::build(
                 &kruise_image::Spec {
                     binary: &binary,
+                    name: &name,
+                    ports: if name == kruise_image::DAEMON {
+                        kruise_image::DAEMON_PORTS
+                    } else {
+                        kruise_image::MANAGER_PORTS
+                    },
                     reference: reference.clone(),
                     architecture,
                     version: env!("CARGO_PKG_VERSION").into(),
@@ -78,26 +92,30 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Check {
             archive,
+            name,
             require_static,
             max_mib,
         } => {
             let image = kruise_image::open(&archive)?;
             let entrypoint = image.entrypoint();
+            let expected = format!("/{name}");
             ensure!(
-                entrypoint == [kruise_image::ENTRYPOINT],
-                "entrypoint is {entrypoint:?}, expected [{}]",
-                kruise_image::ENTRYPOINT
+                entrypoint == [expected.as_str()],
+                "entrypoint is {entrypoint:?}, expected [{expected}]"
             );
             let uid = image
                 .uid()
                 .with_context(|| format!("user {:?} does not resolve to a UID", image.user()))?;
             ensure!(uid != 0, "the image runs as root");
-            let binary = &image.files[kruise_image::ENTRYPOINT].bytes;
+            let binary = &image
+                .files
+                .get(&expected)
+                .with_context(|| format!("{expected} is not a file of the image"))?
+                .bytes;
             let is_static = kruise_image::is_static_elf(binary)?;
             ensure!(
                 is_static || !require_static,
-                "{} is dynamically linked",
-                kruise_image::ENTRYPOINT
+                "{expected} is dynamically linked"
             );
             let dir = tempfile::tempdir().context("creating a temporary directory")?;
             let version = kruise_image::run_entrypoint(&image, dir.path(), &["--version"])?;

@@ -17,6 +17,8 @@ fn archive_has_entrypoint_nonroot_user_and_a_binary_that_runs() -> anyhow::Resul
     let started = Instant::now();
     let spec = kruise_image::Spec {
         binary: &binary,
+        name: kruise_image::MANAGER,
+        ports: kruise_image::MANAGER_PORTS,
         reference: "kruise-rs/kruise-manager:test".into(),
         architecture: "amd64".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -80,6 +82,48 @@ fn archive_has_entrypoint_nonroot_user_and_a_binary_that_runs() -> anyhow::Resul
     Ok(())
 }
 
+/// kruise-daemon's own image (the chart's `daemon.image`): the daemon at `/kruise-daemon`, its entrypoint,
+/// its health/metrics port, the same non-root user, and it runs.
+#[test]
+fn the_daemon_image_holds_the_daemon() -> anyhow::Result<()> {
+    let binary = kruise_testkit::daemon::binary()?;
+    let dir = tempfile::tempdir()?;
+    let archive = dir.path().join("daemon.tar");
+    kruise_image::build(
+        &kruise_image::Spec {
+            binary: &binary,
+            name: kruise_image::DAEMON,
+            ports: kruise_image::DAEMON_PORTS,
+            reference: "kruise-rs/kruise-daemon:test".into(),
+            architecture: "amd64".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            compression: 1,
+        },
+        &archive,
+    )?;
+    let image = kruise_image::open(&archive)?;
+    assert_eq!(image.entrypoint(), ["/kruise-daemon"]);
+    assert_eq!(image.uid(), Some(65532));
+    assert!(
+        !image.files.contains_key(kruise_image::ENTRYPOINT),
+        "no manager inside"
+    );
+    assert_eq!(
+        image.config["config"]["ExposedPorts"],
+        serde_json::json!({"10221/tcp": {}})
+    );
+    assert_eq!(
+        image.config["config"]["Labels"]["org.opencontainers.image.title"],
+        "kruise-daemon"
+    );
+    let version = kruise_image::run_entrypoint(&image, dir.path(), &["--version"])?;
+    assert_eq!(
+        version.trim(),
+        concat!("kruise-daemon ", env!("CARGO_PKG_VERSION"))
+    );
+    Ok(())
+}
+
 #[test]
 fn a_tampered_blob_is_refused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -89,6 +133,8 @@ fn a_tampered_blob_is_refused() -> anyhow::Result<()> {
     kruise_image::build(
         &kruise_image::Spec {
             binary: &fake,
+            name: kruise_image::MANAGER,
+            ports: kruise_image::MANAGER_PORTS,
             reference: "kruise-rs/kruise-manager:test".into(),
             architecture: "amd64".into(),
             version: "0".into(),

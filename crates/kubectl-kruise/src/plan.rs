@@ -31,6 +31,7 @@ use crate::target::{Kind, Target};
 fn settings() -> Settings {
     Settings {
         resize: true,
+        env_from_metadata: true,
         ..Settings::default()
     }
 }

@@ -47,23 +47,15 @@ pub const GATES: &[Gate] = &[
     // kruise-daemon (crates/daemon) executes ContainerRecreateRequests; the gate switches the
     // ContainerRecreateRequest controller and webhook. Its other node work has gates of its own below.
     gate("KruiseDaemon", true, Beta, Gated),
-    gate(
-        "DaemonWatchingPod",
-        true,
-        Beta,
-        Missing("lets kruise-daemon watch the Pods of its node"),
-    ),
+    // Read by kruise-daemon (its --feature-gates): it watches the Pods of its node and reports their
+    // containers' meta (`apps.kruise.io/runtime-containers-meta`).
+    gate("DaemonWatchingPod", true, Beta, Gated),
     gate("WorkloadSpread", true, Beta, Gated),
     gate("PodUnavailableBudgetDeleteGate", true, Beta, Gated),
     gate("PodUnavailableBudgetUpdateGate", false, Alpha, Gated),
-    gate(
-        "InPlaceUpdateEnvFromMetadata",
-        true,
-        Beta,
-        Missing(
-            "restarts a container in place, through kruise-daemon, when a label or annotation its env reads from changes (kruise-rs recreates the Pod)",
-        ),
-    ),
+    // The in-place engine restarts, through kruise-daemon, the containers whose env reads a changed
+    // label/annotation; off, such a change recreates the Pod.
+    gate("InPlaceUpdateEnvFromMetadata", true, Beta, Gated),
     gate("StatefulSetAutoDeletePVC", true, Beta, AlwaysOn),
     gate(
         "PodProbeMarkerGate",
@@ -444,13 +436,14 @@ mod tests {
     #[test]
     fn unsupported_gates_are_reported() {
         let defaults = FeatureGates::default().unsupported();
-        // On by default in OpenKruise, and node-agent work kruise-rs does not do.
-        assert!(
-            defaults
-                .iter()
-                .any(|l| l.starts_with("feature gate DaemonWatchingPod=true is not implemented"))
-        );
-        assert!(!defaults.iter().any(|l| l.contains("KruiseDaemon")));
+        // kruise-daemon's gates are implemented.
+        for gate in [
+            "KruiseDaemon",
+            "DaemonWatchingPod",
+            "InPlaceUpdateEnvFromMetadata",
+        ] {
+            assert!(!defaults.iter().any(|l| l.contains(gate)), "{gate}");
+        }
         assert!(
             !defaults
                 .iter()

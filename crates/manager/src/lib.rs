@@ -957,6 +957,7 @@ async fn run_controllers(
             workers: args.statefulset_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
             resize: true,
+            env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
         },
     );
     let daemonset = kruise_controllers::daemonset::run(
@@ -967,6 +968,7 @@ async fn run_controllers(
             workers: args.daemonset_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
             resize: true,
+            env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
             prune_ineligible_nodes: gates.enabled("DaemonSetPruneIneligibleNodes"),
         },
     );
@@ -1068,6 +1070,7 @@ async fn run_controllers(
                 exclude_preparing_delete: args.cloneset_scaling_exclude_preparing_delete,
                 // Pods/resize is GA-track on our v1.34 control plane: offered without a gate.
                 resize: true,
+                env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
                 gates: kruise_core::rollout::cloneset::Gates {
                     preparing_update_as_update: gates.enabled("PreparingUpdateAsUpdate"),
                     partition_rollback: gates.enabled("CloneSetPartitionRollback"),

@@ -40,6 +40,9 @@ pub struct Config {
     pub expectation_timeout: Duration,
     /// Resize cpu/memory in place through `pods/resize`.
     pub resize: bool,
+    /// Gate `InPlaceUpdateEnvFromMetadata`: restart the containers whose env reads a changed
+    /// label/annotation through kruise-daemon instead of recreating the Pod.
+    pub env_from_metadata: bool,
     /// Gate `DaemonSetPruneIneligibleNodes`.
     pub prune_ineligible_nodes: bool,
 }
@@ -50,6 +53,7 @@ impl Default for Config {
             workers: 3,
             expectation_timeout: Duration::from_secs(300),
             resize: true,
+            env_from_metadata: true,
             prune_ineligible_nodes: false,
         }
     }

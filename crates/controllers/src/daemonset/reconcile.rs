@@ -98,6 +98,7 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         revisions: &views,
         now,
         resize: ctx.config.resize,
+        env_from_metadata: ctx.config.env_from_metadata,
         prune_ineligible_nodes: ctx.config.prune_ineligible_nodes,
     };
 

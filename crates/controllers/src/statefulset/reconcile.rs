@@ -99,6 +99,7 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         revisions: &views,
         now,
         resize: ctx.config.resize,
+        env_from_metadata: ctx.config.env_from_metadata,
     };
 
     // The set's claims, by name.

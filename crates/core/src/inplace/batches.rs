@@ -31,15 +31,35 @@ pub fn container_priorities(pod: &Pod) -> BTreeMap<String, i64> {
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_CONTAINER_LAUNCH_PRIORITY))
         .is_some_and(|v| v == "Ordered");
+    // OpenKruise's Pod webhook gives every container a priority (a barrier) once the declared
+    // `KRUISE_CONTAINER_PRIORITY` values differ, 0 where none is declared: a container without one
+    // then waits for those above 0.
+    let declared: Vec<i64> = containers
+        .iter()
+        .map(|c| declared_priority(c).unwrap_or(0))
+        .collect();
+    let webhook_default =
+        !ordered && declared.iter().any(|p| *p != 0) && declared.windows(2).any(|w| w[0] != w[1]);
     containers
         .iter()
         .enumerate()
         .filter_map(|(index, c)| {
             let from_env = env_priority(c);
             let from_order = ordered.then(|| -i64::try_from(index).unwrap_or(i64::MAX));
-            from_env.or(from_order).map(|p| (c.name.clone(), p))
+            let default = webhook_default.then_some(0);
+            from_env
+                .or(from_order)
+                .or(default)
+                .map(|p| (c.name.clone(), p))
         })
         .collect()
+}
+
+fn declared_priority(c: &Container) -> Option<i64> {
+    let env = c.env.as_deref().unwrap_or(&[]);
+    env.iter()
+        .find(|e| e.name == ENV_CONTAINER_PRIORITY)
+        .and_then(|e| e.value.as_deref()?.trim().parse().ok())
 }
 
 fn env_priority(c: &Container) -> Option<i64> {

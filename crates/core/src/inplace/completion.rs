@@ -23,8 +23,9 @@ pub enum WaitReason {
     UnreadableState(String),
     /// OpenKruise's container launch priority left containers for later batches.
     NextBatches,
-    /// The update changed env from metadata; only kruise-daemon can confirm that, and there is none.
-    EnvFromMetadata,
+    /// The update changed env from metadata and kruise-daemon's `runtime-containers-meta` does not
+    /// show every container started with the Pod's metadata yet (why, in words).
+    EnvFromMetadata(String),
     /// The container has no status yet.
     StatusMissing(String),
     /// The container's `status.resources` do not show the resized cpu/memory yet.
@@ -61,7 +62,9 @@ pub fn next_batch_due(pod: &Pod) -> bool {
     let Some(Ok(state)) = read_state(pod) else {
         return false;
     };
-    if state.next_container_images.is_empty() || current_batch(pod, &state) != Completion::Done {
+    let none_left =
+        state.next_container_images.is_empty() && state.next_container_ref_metadata.is_empty();
+    if none_left || current_batch(pod, &state) != Completion::Done {
         return false;
     }
     let statuses = pod
@@ -79,8 +82,10 @@ pub fn next_batch_due(pod: &Pod) -> bool {
 /// Whether the containers updated so far run what the update asked for.
 fn current_batch(pod: &Pod, state: &InPlaceUpdateState) -> Completion {
     use Completion::{Done, Waiting};
-    if state.update_env_from_metadata {
-        return Waiting(WaitReason::EnvFromMetadata);
+    if state.update_env_from_metadata
+        && let Some(why) = super::envmeta::env_hashes_pending(pod)
+    {
+        return Waiting(WaitReason::EnvFromMetadata(why));
     }
     let containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
     let statuses = pod

@@ -17,7 +17,7 @@ use json_patch::{
     AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation,
 };
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
 use kruise_api::quantity::Quantity as ParsedQuantity;
@@ -466,14 +466,27 @@ fn apply_patch(
     now: Timestamp,
 ) -> Result<Patch, FlowError> {
     let mut ops = vec![test_rv(rv)];
-    // Container launch priority: the lower-priority images wait for a later batch.
-    let changing: BTreeSet<String> = plan.images.keys().cloned().collect();
-    let (_, later) = first_batch(&changing, &container_priorities(pod));
+    // Container launch priority: the lower-priority containers (new image or env from metadata) wait
+    // for a later batch; one that reads a key a container of this batch changes goes now.
+    let changing: BTreeSet<String> = plan
+        .images
+        .keys()
+        .chain(plan.env_from_metadata.keys())
+        .cloned()
+        .collect();
+    let (_, mut later) = first_batch(&changing, &container_priorities(pod));
+    pull_shared_metadata(&plan.env_from_metadata, &mut later);
     let later_images: BTreeMap<String, String> = plan
         .images
         .iter()
         .filter(|(name, _)| later.contains(*name))
         .map(|(n, i)| (n.clone(), i.clone()))
+        .collect();
+    let later_metadata: BTreeMap<String, ObjectMeta> = plan
+        .env_from_metadata
+        .iter()
+        .filter(|(name, _)| later.contains(*name))
+        .map(|(n, m)| (n.clone(), m.clone()))
         .collect();
     for (name, image) in plan.images.iter().filter(|(n, _)| !later.contains(*n)) {
         let index = container_index(pod, name)?.to_string();
@@ -482,9 +495,15 @@ fn apply_patch(
             value: json!(image),
         }));
     }
+    let (now_labels, now_annotations) = batch_metadata(
+        plan.env_from_metadata
+            .iter()
+            .filter(|(name, _)| !later.contains(*name)),
+    );
 
     // Template labels first, then the revision labels, so the revision record always wins.
     let mut labels = plan.labels.clone();
+    labels.extend(now_labels);
     labels.extend(
         target
             .revision_labels
@@ -495,10 +514,12 @@ fn apply_patch(
 
     let mut state = InPlaceUpdateState::new(target.revision, plan, pod, now);
     state.defer_images(&later_images);
+    state.defer_ref_metadata(&later_metadata);
     let state = state
         .to_annotation()
         .map_err(|e| FlowError::Encode(e.to_string()))?;
     let mut annotations = plan.annotations.clone();
+    annotations.extend(now_annotations);
     annotations.insert(keys::ANNOTATION_IN_PLACE_UPDATE_STATE.into(), Some(state));
     // An unapplied OpenKruise grace spec and the legacy state key are superseded by this update.
     for key in [
@@ -530,24 +551,42 @@ pub fn next_batch_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, Flow
         return Ok(None);
     };
     let rv = resource_version(pod)?;
-    let waiting: BTreeSet<String> = state.next_container_images.keys().cloned().collect();
+    let waiting: BTreeSet<String> = state
+        .next_container_images
+        .keys()
+        .chain(state.next_container_ref_metadata.keys())
+        .cloned()
+        .collect();
     let (batch, _) = first_batch(&waiting, &container_priorities(pod));
+    let mut later: BTreeSet<String> = waiting.difference(&batch).cloned().collect();
+    pull_shared_metadata(&state.next_container_ref_metadata, &mut later);
+    let batch: BTreeSet<String> = waiting.difference(&later).cloned().collect();
     let mut ops = vec![test_rv(rv)];
-    for name in &batch {
+    for name in batch
+        .iter()
+        .filter(|n| state.next_container_images.contains_key(*n))
+    {
         let index = container_index(pod, name)?.to_string();
         ops.push(PatchOperation::Replace(ReplaceOperation {
             path: ptr(["spec", "containers", &index, "image"]),
             value: json!(state.next_container_images[name]),
         }));
     }
+    let (labels, mut annotations) = batch_metadata(
+        state
+            .next_container_ref_metadata
+            .iter()
+            .filter(|(name, _)| batch.contains(*name)),
+    );
+    metadata_ops(&mut ops, "labels", pod.metadata.labels.as_ref(), &labels);
     state.start_next_batch(&batch, pod, now);
     let encoded = state
         .to_annotation()
         .map_err(|e| FlowError::Encode(e.to_string()))?;
-    let annotations = BTreeMap::from([(
+    annotations.insert(
         keys::ANNOTATION_IN_PLACE_UPDATE_STATE.to_string(),
         Some(encoded),
-    )]);
+    );
     metadata_ops(
         &mut ops,
         "annotations",
@@ -555,4 +594,56 @@ pub fn next_batch_patch(pod: &Pod, now: Timestamp) -> Result<Option<Patch>, Flow
         &annotations,
     );
     Ok(Some(Patch(ops)))
+}
+
+/// Moves out of `later` every container whose env reads a key that a container updated now changes
+/// (upstream `addMetadataSharedContainersToUpdate`): a Pod label has one value, so all its readers
+/// restart together.
+fn pull_shared_metadata(refs: &BTreeMap<String, ObjectMeta>, later: &mut BTreeSet<String>) {
+    loop {
+        let now_keys: BTreeSet<(bool, &String)> = refs
+            .iter()
+            .filter(|(name, _)| !later.contains(*name))
+            .flat_map(|(_, m)| meta_keys(m))
+            .collect();
+        let shared: Vec<String> = later
+            .iter()
+            .filter(|name| {
+                refs.get(*name)
+                    .is_some_and(|m| meta_keys(m).any(|k| now_keys.contains(&k)))
+            })
+            .cloned()
+            .collect();
+        if shared.is_empty() {
+            return;
+        }
+        for name in shared {
+            later.remove(&name);
+        }
+    }
+}
+
+/// The (is-label, key) pairs of a container's env-from-metadata change.
+fn meta_keys(m: &ObjectMeta) -> impl Iterator<Item = (bool, &String)> {
+    let labels = m.labels.iter().flatten().map(|(k, _)| (true, k));
+    let annotations = m.annotations.iter().flatten().map(|(k, _)| (false, k));
+    labels.chain(annotations)
+}
+
+type MetadataChanges = BTreeMap<String, Option<String>>;
+
+/// The labels and annotations the given containers' env-from-metadata changes set.
+fn batch_metadata<'a>(
+    refs: impl Iterator<Item = (&'a String, &'a ObjectMeta)>,
+) -> (MetadataChanges, MetadataChanges) {
+    let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
+    for (_, m) in refs {
+        for (k, v) in m.labels.iter().flatten() {
+            labels.insert(k.clone(), Some(v.clone()));
+        }
+        for (k, v) in m.annotations.iter().flatten() {
+            annotations.insert(k.clone(), Some(v.clone()));
+        }
+    }
+    (labels, annotations)
 }

@@ -4,6 +4,7 @@
 
 mod batches;
 mod completion;
+pub mod envmeta;
 mod flow;
 mod plan;
 mod state;

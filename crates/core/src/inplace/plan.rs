@@ -2,7 +2,9 @@
 //! (upstream `pkg/util/inplaceupdate/inplace_update_defaults.go`, `defaultCalculateInPlaceUpdateSpec`).
 //!
 //! In place: a replaced container image; Pod labels and annotations; with [`PlanOptions::resize`], a
-//! replaced cpu or memory limit or request that keeps the QoS class (sent to `pods/resize`).
+//! replaced cpu or memory limit or request that keeps the QoS class (sent to `pods/resize`); with
+//! [`PlanOptions::env_from_metadata`], a label or annotation a container's env reads (kruise-daemon
+//! restarts that container, see [`super::envmeta`]).
 //! Everything else — env, command, ports, volumes, an added or removed resource key, any other
 //! metadata — needs a new Pod.
 //!
@@ -17,8 +19,11 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruise_api::quantity::Quantity as ParsedQuantity;
 use serde_json::Value;
+
+use super::envmeta;
 
 /// The Pod template annotation `kubectl rollout restart` sets; a new value asks for a restart.
 pub const ANNOTATION_RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
@@ -28,6 +33,10 @@ pub const ANNOTATION_RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 pub struct PlanOptions {
     /// Resize cpu/memory through `pods/resize` (upstream gate `InPlaceWorkloadVerticalScaling`).
     pub resize: bool,
+    /// Restart, through kruise-daemon, the containers whose env reads a changed Pod label or
+    /// annotation (upstream gate `InPlaceUpdateEnvFromMetadata`); without it such a change needs a
+    /// new Pod.
+    pub env_from_metadata: bool,
 }
 
 /// The cpu/memory values a container gets; only the keys that change.
@@ -49,6 +58,10 @@ pub struct InPlacePlan {
     pub labels: BTreeMap<String, Option<String>>,
     /// Annotation key → new value, or `None` to remove it.
     pub annotations: BTreeMap<String, Option<String>>,
+    /// Container name → the changed labels/annotations its env reads (upstream
+    /// `containerRefMetadata`). These keys are not in `labels`/`annotations`: they are applied with
+    /// the container's batch, and kruise-daemon restarts the container for them.
+    pub env_from_metadata: BTreeMap<String, ObjectMeta>,
     /// Whether the update restarts a container of this Pod, so traffic must be drained first: an image
     /// change always does; a resize only where the container's `resizePolicy` says `RestartContainer`.
     /// Label/annotation changes never do, so they skip the drain and its grace period.
@@ -62,6 +75,7 @@ impl InPlacePlan {
             && self.resources.is_empty()
             && self.labels.is_empty()
             && self.annotations.is_empty()
+            && self.env_from_metadata.is_empty()
     }
 }
 
@@ -74,8 +88,9 @@ pub enum NotInPlace {
     Resource(String),
     /// The resource change would move the Pod to another QoS class, which the API server rejects.
     QosClassChanged { from: QosClass, to: QosClass },
-    /// A container reads a changed label or annotation through a downward-API env var; only a new
-    /// container process sees the new value, and nothing here restarts a container for that.
+    /// A container reads a changed label or annotation through a downward-API env var, and either
+    /// `InPlaceUpdateEnvFromMetadata` is off or the key is removed; only a new container process
+    /// sees the change.
     EnvFromMetadata { container: String, key: String },
     /// The template names a container the Pod does not have.
     ContainerNotInPod(String),
@@ -99,8 +114,8 @@ impl fmt::Display for NotInPlace {
             }
             Self::EnvFromMetadata { container, key } => write!(
                 f,
-                "env from metadata changed (container {container} reads {key}); kruise-rs has no node \
-                 agent to restart a container in place for it"
+                "env from metadata changed (container {container} reads {key}): a removed key, or \
+                 InPlaceUpdateEnvFromMetadata is off"
             ),
             Self::ContainerNotInPod(name) => write!(f, "container {name} is not in the Pod"),
             Self::Encode(e) => write!(f, "cannot encode template: {e}"),
@@ -180,28 +195,7 @@ fn try_plan(
         }
     }
 
-    // Both templates are checked: a container that stops reading the key still needs a restart to
-    // drop the old value, and one that starts reading it needs one to pick it up.
-    let changed_keys = out
-        .labels
-        .keys()
-        .map(|k| ("metadata.labels", k))
-        .chain(out.annotations.keys().map(|k| ("metadata.annotations", k)));
-    let templates = [old.spec.as_ref(), new.spec.as_ref()];
-    for (field, key) in changed_keys {
-        for spec in templates.iter().flatten() {
-            if let Some(c) = spec
-                .containers
-                .iter()
-                .find(|c| reads_metadata(c, field, key))
-            {
-                return Err(NotInPlace::EnvFromMetadata {
-                    container: c.name.clone(),
-                    key: format!("{field}['{key}']"),
-                });
-            }
-        }
-    }
+    env_from_metadata(old, new, opts, &mut out)?;
 
     let pod_containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
     if matches!(out.annotations.get(ANNOTATION_RESTARTED_AT), Some(Some(_))) {
@@ -214,12 +208,18 @@ fn try_plan(
             out.images.insert(c.name.clone(), image);
         }
     }
-    for name in out.images.keys().chain(out.resources.keys()) {
+    for name in out
+        .images
+        .keys()
+        .chain(out.resources.keys())
+        .chain(out.env_from_metadata.keys())
+    {
         if !pod_containers.iter().any(|c| &c.name == name) {
             return Err(NotInPlace::ContainerNotInPod(name.clone()));
         }
     }
     out.restarts_containers = !out.images.is_empty()
+        || !out.env_from_metadata.is_empty()
         || out.resources.iter().any(|(name, change)| {
             pod_containers
                 .iter()
@@ -378,18 +378,61 @@ fn classify(
     Ok(())
 }
 
-/// Whether a downward-API env var of the container reads `field['key']` (e.g. `metadata.labels['app']`).
-fn reads_metadata(c: &Container, field: &str, key: &str) -> bool {
-    let want = format!("{field}['{key}']");
-    c.env.iter().flatten().any(|e| {
-        e.value.as_deref().unwrap_or_default().is_empty()
-            && e.value_from
-                .as_ref()
-                .and_then(|v| v.field_ref.as_ref())
-                .is_some_and(|r| {
-                    r.field_path == want || r.field_path == format!("{field}[\"{key}\"]")
-                })
-    })
+/// Handles the changed labels/annotations that a container's env reads. With
+/// `opts.env_from_metadata`, a key set to a value moves from the plan's metadata to
+/// `env_from_metadata` under every container of the new template that reads it (upstream reads the
+/// new template's containers). A removed key that is read, and any read key without the option,
+/// needs a new Pod: only a new container process sees the new value. Both templates are checked
+/// there: a container that stops reading the key still needs a restart to drop the old value.
+fn env_from_metadata(
+    old: &PodTemplateSpec,
+    new: &PodTemplateSpec,
+    opts: &PlanOptions,
+    out: &mut InPlacePlan,
+) -> Result<(), NotInPlace> {
+    let templates = [old.spec.as_ref(), new.spec.as_ref()];
+    let new_containers = new.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
+    for field in [envmeta::FIELD_LABELS, envmeta::FIELD_ANNOTATIONS] {
+        let changes = if field == envmeta::FIELD_LABELS {
+            &mut out.labels
+        } else {
+            &mut out.annotations
+        };
+        let mut moved = Vec::new();
+        for (key, value) in changes.iter() {
+            let reader = templates.iter().flatten().find_map(|spec| {
+                spec.containers
+                    .iter()
+                    .find(|c| envmeta::reads_metadata(c, field, key))
+            });
+            let Some(reader) = reader else { continue };
+            let (true, Some(value)) = (opts.env_from_metadata, value) else {
+                return Err(NotInPlace::EnvFromMetadata {
+                    container: reader.name.clone(),
+                    key: format!("{field}['{key}']"),
+                });
+            };
+            for c in new_containers
+                .iter()
+                .filter(|c| envmeta::reads_metadata(c, field, key))
+            {
+                let meta = out.env_from_metadata.entry(c.name.clone()).or_default();
+                let target = if field == envmeta::FIELD_LABELS {
+                    &mut meta.labels
+                } else {
+                    &mut meta.annotations
+                };
+                target
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key.clone(), value.clone());
+            }
+            moved.push(key.clone());
+        }
+        for key in moved {
+            changes.remove(&key);
+        }
+    }
+    Ok(())
 }
 
 fn resize_restarts(c: &Container, change: &ResourceChange) -> bool {

@@ -128,6 +128,7 @@ impl InPlaceUpdateState {
             .images
             .keys()
             .chain(plan.resources.keys())
+            .chain(plan.env_from_metadata.keys())
             .cloned()
             .collect();
         containers.sort();
@@ -136,7 +137,7 @@ impl InPlaceUpdateState {
             revision: revision.to_owned(),
             update_timestamp: now.clone(),
             last_container_statuses,
-            update_env_from_metadata: false,
+            update_env_from_metadata: !plan.env_from_metadata.is_empty(),
             update_resources: !plan.resources.is_empty(),
             update_images: !plan.images.is_empty(),
             next_container_images: BTreeMap::new(),
@@ -176,7 +177,25 @@ impl InPlaceUpdateState {
         });
     }
 
-    /// Moves the containers of `batch` (taken from `nextContainerImages`) into the update at `now`:
+    /// Leaves the env-from-metadata changes of `later` (container → the labels/annotations it reads)
+    /// for a later batch, as [`Self::defer_images`] does for images.
+    pub fn defer_ref_metadata(&mut self, later: &BTreeMap<String, ObjectMeta>) {
+        if later.is_empty() {
+            return;
+        }
+        self.next_container_ref_metadata = later.clone();
+        let mut now_batch = Vec::new();
+        if let Some(batch) = self.container_batches_record.last_mut() {
+            batch.containers.retain(|c| !later.contains_key(c));
+            now_batch = batch.containers.clone();
+        }
+        self.pre_check_before_next = Some(InPlaceUpdatePreCheckBeforeNext {
+            containers_required_ready: now_batch,
+        });
+    }
+
+    /// Moves the containers of `batch` (taken from `nextContainerImages` and
+    /// `nextContainerRefMetadata`) into the update at `now`:
     /// their current image IDs join the check, the batch is recorded, and what is left waits for
     /// `batch` to be Ready.
     pub fn start_next_batch(&mut self, batch: &BTreeSet<String>, pod: &Pod, now: Timestamp) {
@@ -185,7 +204,12 @@ impl InPlaceUpdateState {
             .as_ref()
             .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or(&[]);
-        for status in statuses.iter().filter(|s| batch.contains(&s.name)) {
+        let images = &self.next_container_images;
+        let changing: Vec<&k8s_openapi::api::core::v1::ContainerStatus> = statuses
+            .iter()
+            .filter(|s| batch.contains(&s.name) && images.contains_key(&s.name))
+            .collect();
+        for status in changing {
             self.last_container_statuses.insert(
                 status.name.clone(),
                 InPlaceUpdateContainerStatus {
@@ -193,14 +217,22 @@ impl InPlaceUpdateState {
                 },
             );
         }
+        if batch
+            .iter()
+            .any(|n| self.next_container_images.contains_key(n))
+        {
+            self.update_images = true;
+        }
         self.next_container_images
+            .retain(|name, _| !batch.contains(name));
+        self.next_container_ref_metadata
             .retain(|name, _| !batch.contains(name));
         let containers: Vec<String> = batch.iter().cloned().collect();
         self.pre_check_before_next =
-            (!self.next_container_images.is_empty()).then(|| InPlaceUpdatePreCheckBeforeNext {
-                containers_required_ready: containers.clone(),
-            });
-        self.update_images = true;
+            self.has_next_batches()
+                .then(|| InPlaceUpdatePreCheckBeforeNext {
+                    containers_required_ready: containers.clone(),
+                });
         self.container_batches_record
             .push(InPlaceUpdateContainerBatch {
                 timestamp: whole_seconds(now),

@@ -118,8 +118,14 @@ fn apply(pod: &Pod, patch: &json_patch::Patch) -> Result<Pod, String> {
     serde_json::from_value(doc).map_err(|e| e.to_string())
 }
 
-const ON: PlanOptions = PlanOptions { resize: true };
-const OFF: PlanOptions = PlanOptions { resize: false };
+const ON: PlanOptions = PlanOptions {
+    resize: true,
+    env_from_metadata: false,
+};
+const OFF: PlanOptions = PlanOptions {
+    resize: false,
+    env_from_metadata: false,
+};
 
 // ---------------------------------------------------------------- plan
 
@@ -1118,7 +1124,9 @@ fn completion_table() {
                 r#"{"revision":"r","updateTimestamp":"2024-01-02T03:04:05Z","lastContainerStatuses":{},"updateEnvFromMetadata":true}"#.into());
                 p
             },
-            Waiting(WaitReason::EnvFromMetadata),
+            Waiting(WaitReason::EnvFromMetadata(
+                "runtime-containers-meta not reported yet".into(),
+            )),
         ),
     ];
     for (name, pod, want) in cases {
@@ -1309,10 +1317,14 @@ fn container_priorities_from_annotation_env_and_barrier() {
     let t = template(vec![with_env, with_barrier, container("log", "l:1")], &[]);
     let mut pod = pod_from(&t);
     let got = container_priorities(&pod);
+    // `log` declares none: 0, as OpenKruise's webhook gives it once the declared values differ.
     assert_eq!(
         got,
-        BTreeMap::from([("proxy".into(), 10), ("app".into(), -5)])
+        BTreeMap::from([("proxy".into(), 10), ("app".into(), -5), ("log".into(), 0)])
     );
+    // One container, or equal values: no priorities (the webhook injects nothing).
+    let t = template(vec![container("a", "a:1"), container("b", "b:1")], &[]);
+    assert!(container_priorities(&pod_from(&t)).is_empty());
     // Ordered: earlier containers first; an env priority still wins.
     pod.metadata.annotations = Some(BTreeMap::from([(
         ANNOTATION_CONTAINER_LAUNCH_PRIORITY.to_string(),

@@ -87,6 +87,9 @@ pub struct Snapshot<'a> {
     pub now: Timestamp,
     /// Resize cpu/memory in place through `pods/resize`.
     pub resize: bool,
+    /// Restart the containers whose env reads a changed label/annotation, in place through
+    /// kruise-daemon (gate `InPlaceUpdateEnvFromMetadata`).
+    pub env_from_metadata: bool,
     /// `DaemonSetPruneIneligibleNodes`: nodes that should no longer run the daemon (their Pods are
     /// being deleted by manage) are left out of the rolling update, so that their Pods use none of
     /// its maxUnavailable or maxSurge. Off, as in OpenKruise, such a node still counts: a selector
@@ -697,7 +700,10 @@ fn in_place_plan(s: &Snapshot<'_>, i: usize) -> Option<InPlacePlan> {
         return None;
     }
     let old = s.revision_of(pod)?;
-    let opts = PlanOptions { resize: s.resize };
+    let opts = PlanOptions {
+        resize: s.resize,
+        env_from_metadata: s.env_from_metadata,
+    };
     match inplace::plan(old.template, s.update.template, pod, &opts) {
         inplace::Plan::InPlace(in_place) => Some(in_place),
         _ => None,

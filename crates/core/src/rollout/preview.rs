@@ -217,6 +217,16 @@ fn update_in_place(pod: &mut Pod, plan: &InPlacePlan, revision: &str) {
             }
         }
     }
+    for meta in plan.env_from_metadata.values() {
+        for (key, value) in meta.labels.iter().flatten() {
+            let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+            labels.insert(key.clone(), value.clone());
+        }
+        for (key, value) in meta.annotations.iter().flatten() {
+            let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            annotations.insert(key.clone(), value.clone());
+        }
+    }
     for (key, value) in &plan.labels {
         let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
         match value {
@@ -335,6 +345,10 @@ pub fn describe_in_place(plan: &InPlacePlan) -> String {
     if !plan.resources.is_empty() {
         let names: Vec<&str> = plan.resources.keys().map(String::as_str).collect();
         parts.push(format!("resize {}", names.join(",")));
+    }
+    if !plan.env_from_metadata.is_empty() {
+        let names: Vec<&str> = plan.env_from_metadata.keys().map(String::as_str).collect();
+        parts.push(format!("restart {} (env from metadata)", names.join(",")));
     }
     if !plan.labels.is_empty() || !plan.annotations.is_empty() {
         parts.push("metadata".into());
@@ -627,6 +641,8 @@ pub fn statefulset(
             revisions,
             now,
             resize,
+            // OpenKruise's default (`InPlaceUpdateEnvFromMetadata` on).
+            env_from_metadata: true,
         };
         let plan = statefulset::plan(&snapshot)?;
         if plan.actions.is_empty() {
@@ -776,6 +792,7 @@ pub fn daemonset(
             revisions,
             now,
             resize,
+            env_from_metadata: true,
             // The preview's nodes are those that run the set's Pods: none is ineligible.
             prune_ineligible_nodes: false,
         };

@@ -175,6 +175,9 @@ pub struct Snapshot<'a> {
     pub now: Timestamp,
     /// Resize cpu/memory in place through `pods/resize`.
     pub resize: bool,
+    /// Restart the containers whose env reads a changed label/annotation, in place through
+    /// kruise-daemon (gate `InPlaceUpdateEnvFromMetadata`).
+    pub env_from_metadata: bool,
 }
 
 impl Snapshot<'_> {
@@ -902,7 +905,10 @@ fn update_one(s: &Snapshot<'_>, i: usize) -> UpdateStep {
     if policy != POD_UPDATE_IN_PLACE_IF_POSSIBLE && policy != POD_UPDATE_IN_PLACE_ONLY {
         return UpdateStep::Recreate;
     }
-    let opts = PlanOptions { resize: s.resize };
+    let opts = PlanOptions {
+        resize: s.resize,
+        env_from_metadata: s.env_from_metadata,
+    };
     let planned = s
         .revision_of(pod)
         .map(|old| inplace::plan(old.template, s.update.template, pod, &opts));

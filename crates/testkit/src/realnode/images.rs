@@ -45,6 +45,9 @@ const HTTPD_ROOT: &str = "/usr/local/apache2/htdocs";
 pub const IMAGES: &[(&str, Role)] = &[
     (PAUSE_IMAGE, Role::Pause),
     ("registry.k8s.io/pause:3.9", Role::Pause),
+    // Upstream's `common.RedisImage`: its e2e Pods run it without a command, as a container that just
+    // keeps running (the in-place update specs with container priorities).
+    ("registry.k8s.io/e2e-test-images/redis:5.0.5-3", Role::Pause),
     (
         "docker.io/library/nginx:alpine",
         Role::WebServer(NGINX_ROOT),

@@ -32,6 +32,9 @@ pub struct Settings {
     pub exclude_preparing_delete: bool,
     /// Resize cpu/memory in place through `pods/resize`.
     pub resize: bool,
+    /// Restart the containers whose env reads a changed label/annotation, in place through
+    /// kruise-daemon (gate `InPlaceUpdateEnvFromMetadata`).
+    pub env_from_metadata: bool,
     pub gates: Gates,
 }
 
@@ -260,6 +263,7 @@ fn metadata_only_in_place(s: &Snapshot<'_>) -> bool {
     }
     let opts = PlanOptions {
         resize: s.settings.resize,
+        env_from_metadata: s.settings.env_from_metadata,
     };
     let old_pods: Vec<&Pod> = s
         .pods
@@ -377,6 +381,7 @@ pub fn update_step(s: &Snapshot<'_>) -> Result<UpdateStep, InvalidSetting> {
     let in_place_policy = updates_in_place(cs);
     let opts = PlanOptions {
         resize: s.settings.resize,
+        env_from_metadata: s.settings.env_from_metadata,
     };
     let hook = cs
         .spec

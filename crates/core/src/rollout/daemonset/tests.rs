@@ -140,6 +140,7 @@ impl World {
             revisions: &revisions,
             now: now(),
             resize: false,
+            env_from_metadata: true,
             prune_ineligible_nodes: self.prune,
         };
         f(&s)

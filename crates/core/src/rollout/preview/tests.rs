@@ -374,6 +374,7 @@ fn statefulset_partitioned_priority_rollout_agrees_with_the_controller_planner()
             revisions: &revisions,
             now: now(),
             resize: false,
+            env_from_metadata: true,
         };
         let plan = statefulset::plan(&snapshot).expect("plan");
         let first: Vec<&str> = plan
@@ -461,6 +462,7 @@ fn daemonset_partitioned_rollout_agrees_with_the_controller_planner() {
         revisions: &revisions,
         now: now(),
         resize: false,
+        env_from_metadata: true,
         prune_ineligible_nodes: false,
     })
     .expect("plan");

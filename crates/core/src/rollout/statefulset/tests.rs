@@ -98,6 +98,7 @@ impl World {
             revisions: &revisions,
             now: now(),
             resize: false,
+            env_from_metadata: true,
         };
         plan(&s).expect("plan")
     }
