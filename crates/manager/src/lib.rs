@@ -660,6 +660,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
                 kruise_daemon: gates.enabled("KruiseDaemon"),
+                pod_probe_marker: gates.enabled("PodProbeMarkerGate"),
                 workload_spread: gates.enabled("WorkloadSpread"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),

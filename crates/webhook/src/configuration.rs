@@ -389,6 +389,11 @@ pub fn validating(
                     ca_bundle,
                     timeout_seconds,
                 )))
+                .chain(std::iter::once(pod_probe_marker(
+                    target,
+                    ca_bundle,
+                    timeout_seconds,
+                )))
                 .collect(),
         ),
     }
@@ -435,6 +440,31 @@ fn resource_distribution(
             api_versions: Some(vec!["v1alpha1".into()]),
             operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
             resources: Some(vec![kruise_api::resourcedistribution::PLURAL.into()]),
+            scope: None,
+        }]),
+        admission_review_versions: vec!["v1".into()],
+        side_effects: "None".into(),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        timeout_seconds: Some(timeout_seconds),
+        ..Default::default()
+    }
+}
+
+/// PodProbeMarker's validating webhook (v1alpha1, its only version), upstream's name and path.
+fn pod_probe_marker(
+    target: &Target,
+    ca_bundle: Option<&[u8]>,
+    timeout_seconds: i32,
+) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: crate::podprobemarker::WEBHOOK_NAME.into(),
+        client_config: target.client_config(crate::podprobemarker::VALIDATE_PATH, ca_bundle),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![kruise_api::kinds::GROUP.into()]),
+            api_versions: Some(vec!["v1alpha1".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(vec![kruise_api::podprobemarker::PLURAL.into()]),
             scope: None,
         }]),
         admission_review_versions: vec!["v1".into()],

@@ -10,6 +10,7 @@ pub mod convert;
 pub mod metrics;
 pub mod patch;
 pub mod persistentpodstate;
+pub mod podprobemarker;
 pub mod pod;
 pub mod policy;
 pub mod relatedpub;
