@@ -7,4 +7,5 @@ pub mod cri;
 pub mod crr;
 pub mod hooks;
 pub mod metrics;
+pub mod podprobe;
 pub mod queue;

@@ -1043,6 +1043,14 @@ async fn run_controllers(
             kruise_controllers::workloadspread::Config::default(),
         )
     });
+    let podprobemarker = gates.enabled("PodProbeMarkerGate").then(|| {
+        kruise_controllers::podprobemarker::run_all(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+            gates.enabled("KruiseDaemon"),
+        )
+    });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1105,6 +1113,9 @@ async fn run_controllers(
     }
     if let Some(containerrecreaterequest) = containerrecreaterequest {
         work.spawn(named("containerrecreaterequest", containerrecreaterequest));
+    }
+    if let Some(podprobemarker) = podprobemarker {
+        work.spawn(named("podprobemarker", podprobemarker));
     }
     if let Some(sidecarterminator) = sidecarterminator {
         work.spawn(named("sidecarterminator", sidecarterminator));

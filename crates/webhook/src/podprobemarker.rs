@@ -37,7 +37,11 @@ const NATIVE_POD_CONDITIONS: &[&str] = &[
 
 /// Answers a PodProbeMarker review. `probe_gate` is `PodProbeMarkerGate`, `daemon_gate`
 /// `KruiseDaemon`.
-pub fn validate(review: AdmissionReview<DynamicObject>, probe_gate: bool, daemon_gate: bool) -> Answer {
+pub fn validate(
+    review: AdmissionReview<DynamicObject>,
+    probe_gate: bool,
+    daemon_gate: bool,
+) -> Answer {
     let request = match request_of(review) {
         Ok(request) => request,
         Err(answer) => return *answer,
@@ -57,7 +61,10 @@ pub fn validate(review: AdmissionReview<DynamicObject>, probe_gate: bool, daemon
         Ok(new) => new,
         Err(message) => return deny(&request, message),
     };
-    for (on, gate) in [(probe_gate, "PodProbeMarkerGate"), (daemon_gate, "KruiseDaemon")] {
+    for (on, gate) in [
+        (probe_gate, "PodProbeMarkerGate"),
+        (daemon_gate, "KruiseDaemon"),
+    ] {
         if !on {
             let mut response = AdmissionResponse::from(&request)
                 .deny(format!("feature-gate {gate} is not enabled"));
@@ -129,16 +136,25 @@ fn check_spec(marker: &PodProbeMarker, path: &Path) -> Vec<FieldError> {
     let mut condition_types = BTreeSet::new();
     for probe in &spec.probes {
         let stop = if probe.name.contains('#') {
-            Some((probe.name.clone(), "probe name can't contains '#'.".to_owned()))
+            Some((
+                probe.name.clone(),
+                "probe name can't contains '#'.".to_owned(),
+            ))
         } else if probe.name.is_empty() {
-            Some((String::new(), "probe name can't be empty in PodProbeMarker.".to_owned()))
+            Some((
+                String::new(),
+                "probe name can't be empty in PodProbeMarker.".to_owned(),
+            ))
         } else if probe.container_name.is_empty() {
             Some((
                 String::new(),
                 "probe containerName can't be empty in PodProbeMarker.".to_owned(),
             ))
         } else if NATIVE_POD_CONDITIONS.contains(&probe.name.as_str()) {
-            Some((probe.name.clone(), format!("probe name can't be {}", probe.name)))
+            Some((
+                probe.name.clone(),
+                format!("probe name can't be {}", probe.name),
+            ))
         } else if !names.insert(probe.name.clone()) {
             Some((
                 probe.name.clone(),
@@ -173,7 +189,11 @@ fn check_spec(marker: &PodProbeMarker, path: &Path) -> Vec<FieldError> {
                 return errors;
             }
             if let Err(message) = check_qualified_name(&probe.pod_condition_type) {
-                errors.push(FieldError::invalid(path, &probe.pod_condition_type, message));
+                errors.push(FieldError::invalid(
+                    path,
+                    &probe.pod_condition_type,
+                    message,
+                ));
             }
         }
         let policy_path = path.child("markerPolicy");
@@ -198,7 +218,10 @@ fn check_probe(probe: &Probe, path: &Path, errors: &mut Vec<FieldError>) {
     if let Some(exec) = &probe.exec {
         handlers += 1;
         if exec.command.as_ref().is_none_or(Vec::is_empty) {
-            errors.push(FieldError::required(&path.child("exec").child("command"), ""));
+            errors.push(FieldError::required(
+                &path.child("exec").child("command"),
+                "",
+            ));
         }
     }
     if let Some(get) = &probe.http_get {

@@ -3,11 +3,16 @@ use crate::testreview::{Review, response};
 use serde_json::{Value, json};
 
 fn review(operation: &str, object: Value, old: Option<Value>) -> AdmissionReview<DynamicObject> {
-    Review::of("apps.kruise.io", "v1alpha1", "PodProbeMarker", "podprobemarkers")
-        .operation(operation)
-        .object(object)
-        .old(old)
-        .build()
+    Review::of(
+        "apps.kruise.io",
+        "v1alpha1",
+        "PodProbeMarker",
+        "podprobemarkers",
+    )
+    .operation(operation)
+    .object(object)
+    .old(old)
+    .build()
 }
 
 fn marker(probes: Value) -> Value {
@@ -37,7 +42,11 @@ fn with(mut probe: Value, key: &str, value: Value) -> Value {
 
 fn outcome(answer: &Answer) -> (bool, String, u16) {
     let response = response(answer);
-    (answer.allowed, response.result.message.clone(), response.result.code)
+    (
+        answer.allowed,
+        response.result.message.clone(),
+        response.result.code,
+    )
 }
 
 #[test]
@@ -70,10 +79,16 @@ fn upstream_rules_and_messages() {
     let cases: Vec<(&str, Value, Option<&str>)> = vec![
         ("valid exec", marker(json!([healthy()])), None),
         ("valid tcp by number", marker(json!([tcp(json!(80))])), None),
-        ("valid tcp by name", marker(json!([tcp(json!("http"))])), None),
+        (
+            "valid tcp by name",
+            marker(json!([tcp(json!("http"))])),
+            None,
+        ),
         (
             "valid http",
-            marker(json!([http(json!({"path": "/", "port": 80, "scheme": "HTTP"}))])),
+            marker(json!([http(
+                json!({"path": "/", "port": 80, "scheme": "HTTP"})
+            )])),
             None,
         ),
         (
@@ -83,12 +98,16 @@ fn upstream_rules_and_messages() {
                 m["spec"]["selector"] = json!({});
                 m
             },
-            Some("spec.selector: Invalid value: \"{}\": empty selector is not valid for podProbeMarker."),
+            Some(
+                "spec.selector: Invalid value: \"{}\": empty selector is not valid for podProbeMarker.",
+            ),
         ),
         (
             "no probes",
             marker(json!([])),
-            Some("spec.probes: Invalid value: \"null\": empty probes is not valid for PodProbeMarker."),
+            Some(
+                "spec.probes: Invalid value: \"null\": empty probes is not valid for PodProbeMarker.",
+            ),
         ),
         (
             "name with #",
@@ -103,7 +122,9 @@ fn upstream_rules_and_messages() {
         (
             "empty container",
             marker(json!([with(healthy(), "containerName", json!(""))])),
-            Some("spec.probes: Invalid value: \"\": probe containerName can't be empty in PodProbeMarker."),
+            Some(
+                "spec.probes: Invalid value: \"\": probe containerName can't be empty in PodProbeMarker.",
+            ),
         ),
         (
             "native condition name",
@@ -112,8 +133,13 @@ fn upstream_rules_and_messages() {
         ),
         (
             "duplicate name",
-            marker(json!([healthy(), with(healthy(), "podConditionType", json!("other"))])),
-            Some("spec.probes: Invalid value: \"healthy\": probe name must be unique in PodProbeMarker."),
+            marker(json!([
+                healthy(),
+                with(healthy(), "podConditionType", json!("other"))
+            ])),
+            Some(
+                "spec.probes: Invalid value: \"healthy\": probe name must be unique in PodProbeMarker.",
+            ),
         ),
         (
             "no handler",
@@ -122,7 +148,11 @@ fn upstream_rules_and_messages() {
         ),
         (
             "two handlers",
-            marker(json!([with(healthy(), "probe", json!({"exec": {"command": ["true"]}, "tcpSocket": {"port": 80}}))])),
+            marker(json!([with(
+                healthy(),
+                "probe",
+                json!({"exec": {"command": ["true"]}, "tcpSocket": {"port": 80}})
+            )])),
             Some("spec.probe.tcpSocket: Forbidden: may not specify more than 1 handler type"),
         ),
         (
@@ -132,23 +162,39 @@ fn upstream_rules_and_messages() {
         ),
         (
             "negative period",
-            marker(json!([with(healthy(), "probe", json!({"exec": {"command": ["true"]}, "periodSeconds": -1}))])),
-            Some("spec.probe.periodSeconds: Invalid value: \"-1\": must be greater than or equal to 0"),
+            marker(json!([with(
+                healthy(),
+                "probe",
+                json!({"exec": {"command": ["true"]}, "periodSeconds": -1})
+            )])),
+            Some(
+                "spec.probe.periodSeconds: Invalid value: \"-1\": must be greater than or equal to 0",
+            ),
         ),
         (
             "tcp host",
-            marker(json!([with(tcp(json!(80)), "probe", json!({"tcpSocket": {"port": 80, "host": "1.2.3.4"}}))])),
-            Some("spec.probe.tcpSocket.host: Invalid value: \"1.2.3.4\": host field in probes is not allowed"),
+            marker(json!([with(
+                tcp(json!(80)),
+                "probe",
+                json!({"tcpSocket": {"port": 80, "host": "1.2.3.4"}})
+            )])),
+            Some(
+                "spec.probe.tcpSocket.host: Invalid value: \"1.2.3.4\": host field in probes is not allowed",
+            ),
         ),
         (
             "tcp port out of range",
             marker(json!([tcp(json!(0))])),
-            Some("spec.probe.tcpSocket.port: Invalid value: \"0\": must be between 1 and 65535, inclusive"),
+            Some(
+                "spec.probe.tcpSocket.port: Invalid value: \"0\": must be between 1 and 65535, inclusive",
+            ),
         ),
         (
             "http without scheme",
             marker(json!([http(json!({"path": "/", "port": 80}))])),
-            Some("spec.probe.httpGet.scheme: Unsupported value: \"\": supported values: \"HTTP\", \"HTTPS\""),
+            Some(
+                "spec.probe.httpGet.scheme: Unsupported value: \"\": supported values: \"HTTP\", \"HTTPS\"",
+            ),
         ),
         (
             "http without path",
@@ -157,34 +203,62 @@ fn upstream_rules_and_messages() {
         ),
         (
             "neither condition nor policy",
-            marker(json!([{"name": "p", "containerName": "main", "probe": {"exec": {"command": ["true"]}}}])),
-            Some("spec.probes: Invalid value: \"p\": podConditionType and markerPolicy cannot be empty at the same time"),
+            marker(
+                json!([{"name": "p", "containerName": "main", "probe": {"exec": {"command": ["true"]}}}]),
+            ),
+            Some(
+                "spec.probes: Invalid value: \"p\": podConditionType and markerPolicy cannot be empty at the same time",
+            ),
         ),
         (
             "duplicate condition type",
             marker(json!([healthy(), with(healthy(), "name", json!("other"))])),
-            Some("spec.probes: Invalid value: \"game.kruise.io/healthy\": podConditionType game.kruise.io/healthy must be unique in podProbeMarker"),
+            Some(
+                "spec.probes: Invalid value: \"game.kruise.io/healthy\": podConditionType game.kruise.io/healthy must be unique in podProbeMarker",
+            ),
         ),
         (
             "duplicate policy state",
-            marker(json!([with(healthy(), "markerPolicy", json!([
-                {"state": "Succeeded", "labels": {"a": "b"}}, {"state": "Succeeded", "labels": {"a": "c"}}
-            ]))])),
-            Some("spec.markerPolicy: Invalid value: \"Succeeded\": marker policy state must be unique."),
+            marker(json!([with(
+                healthy(),
+                "markerPolicy",
+                json!([
+                    {"state": "Succeeded", "labels": {"a": "b"}}, {"state": "Succeeded", "labels": {"a": "c"}}
+                ])
+            )])),
+            Some(
+                "spec.markerPolicy: Invalid value: \"Succeeded\": marker policy state must be unique.",
+            ),
         ),
         (
             "policy state Unknown",
-            marker(json!([with(healthy(), "markerPolicy", json!([{"state": "Unknown", "labels": {"a": "b"}}]))])),
-            Some("spec.markerPolicy.state: Required value: marker policy state must be 'True' or 'False'"),
+            marker(json!([with(
+                healthy(),
+                "markerPolicy",
+                json!([{"state": "Unknown", "labels": {"a": "b"}}])
+            )])),
+            Some(
+                "spec.markerPolicy.state: Required value: marker policy state must be 'True' or 'False'",
+            ),
         ),
         (
             "empty policy",
-            marker(json!([with(healthy(), "markerPolicy", json!([{"state": "Failed"}]))])),
-            Some("spec.markerPolicy: Required value: marker policy annotations or labels can't be both empty"),
+            marker(json!([with(
+                healthy(),
+                "markerPolicy",
+                json!([{"state": "Failed"}])
+            )])),
+            Some(
+                "spec.markerPolicy: Required value: marker policy annotations or labels can't be both empty",
+            ),
         ),
         (
             "bad label value",
-            marker(json!([with(healthy(), "markerPolicy", json!([{"state": "Failed", "labels": {"a": "b c"}}]))])),
+            marker(json!([with(
+                healthy(),
+                "markerPolicy",
+                json!([{"state": "Failed", "labels": {"a": "b c"}}])
+            )])),
             Some("spec.markerPolicy.labels[a]: Invalid value: \"b c\""),
         ),
     ];
@@ -205,11 +279,26 @@ fn the_selector_is_immutable_and_deletes_pass() {
     let old = marker(json!([healthy()]));
     let mut new = old.clone();
     new["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
-    let (allowed, message, _) = outcome(&validate(review("UPDATE", new, Some(old.clone())), true, true));
+    let (allowed, message, _) = outcome(&validate(
+        review("UPDATE", new, Some(old.clone())),
+        true,
+        true,
+    ));
     assert!(!allowed);
-    assert!(message.contains("selector: Invalid value") && message.contains("selector must be immutable"), "{message}");
+    assert!(
+        message.contains("selector: Invalid value")
+            && message.contains("selector must be immutable"),
+        "{message}"
+    );
     let mut probes_changed = old.clone();
     probes_changed["spec"]["probes"][0]["probe"]["exec"]["command"] = json!(["ps", "-ef"]);
-    assert!(validate(review("UPDATE", probes_changed, Some(old.clone())), true, true).allowed);
+    assert!(
+        validate(
+            review("UPDATE", probes_changed, Some(old.clone())),
+            true,
+            true
+        )
+        .allowed
+    );
     assert!(validate(review("DELETE", old, None), false, false).allowed);
 }
