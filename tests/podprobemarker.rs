@@ -12,6 +12,7 @@ use kruise_api::podprobemarker::{self as ppm, NodePodProbe, PodProbeMarker};
 use kruise_e2e::{is_ready, node_name, pod_condition};
 use kruise_testkit::realnode::REAL_NODE_LABEL;
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
