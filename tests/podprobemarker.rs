@@ -297,3 +297,149 @@ async fn one_node_pod_probe_per_node_and_invalid_markers_refused() -> anyhow::Re
     )
     .await
 }
+
+/// tcpSocket (by the container port's name, resolved by the manager) and httpGet probes, run by the
+/// node's daemon against the Pod's IP: both succeed against a web server; moving its `index.html` away
+/// fails the HTTP probe only, and putting it back makes it succeed again.
+#[tokio::test]
+async fn tcp_and_http_probes_reach_the_pod() -> anyhow::Result<()> {
+    let bed = bed();
+    let ns = bed.namespace("ppm-net").await?;
+    let ns = &ns;
+    with_logs(
+        bed,
+        ns.run(async move {
+            let web = json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "web", "labels": {"app": "web"}},
+                "spec": {
+                    "nodeSelector": {REAL_NODE_LABEL: "true"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "main",
+                        "image": "nginx:1.15.1",
+                        "ports": [{"name": "http", "containerPort": 80}],
+                    }],
+                }
+            });
+            let pod = create_pod(ns, &web).await?;
+            let node = node_name(&pod).context("Pod not bound")?;
+            let marker = json!({
+                "apiVersion": "apps.kruise.io/v1alpha1",
+                "kind": "PodProbeMarker",
+                "metadata": {"name": "net"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "probes": [
+                        {
+                            "name": "tcp",
+                            "containerName": "main",
+                            "probe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1},
+                            "podConditionType": "game.kruise.io/tcp",
+                        },
+                        {
+                            "name": "http",
+                            "containerName": "main",
+                            "probe": {
+                                "httpGet": {"path": "/index.html", "port": 80, "scheme": "HTTP"},
+                                "periodSeconds": 1,
+                            },
+                            "podConditionType": "game.kruise.io/http",
+                            "markerPolicy": [{"state": "Succeeded", "labels": {"web": "serving"}}],
+                        },
+                    ],
+                }
+            });
+            let markers: Api<PodProbeMarker> = ns.api();
+            markers
+                .create(&PostParams::default(), &serde_json::from_value(marker)?)
+                .await?;
+            let npps: Api<NodePodProbe> = Api::all(ns.client.clone());
+            let npp = eventually("both probes in the NodePodProbe", TIMEOUT, || async {
+                let npp = npps.get(&node).await?;
+                Ok((npp
+                    .spec
+                    .pod_probes
+                    .iter()
+                    .filter(|p| p.namespace == ns.name)
+                    .flat_map(|p| &p.probes)
+                    .count()
+                    == 2)
+                    .then_some(npp))
+            })
+            .await?;
+            let tcp = npp
+                .spec
+                .pod_probes
+                .iter()
+                .flat_map(|p| &p.probes)
+                .find(|p| p.name == "net#tcp")
+                .and_then(|p| p.probe.tcp_socket.clone())
+                .context("tcp probe")?;
+            ensure!(
+                tcp.port == k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80),
+                "the named port is resolved: {tcp:?}"
+            );
+
+            let api: Api<Pod> = ns.api();
+            let both = |tcp: &'static str, http: &'static str| {
+                let api = api.clone();
+                move || {
+                    let api = api.clone();
+                    async move {
+                        let pod = api.get("web").await?;
+                        let status = |t: &str| pod_condition(&pod, t).map(|c| c.status.clone());
+                        Ok((status("game.kruise.io/tcp").as_deref() == Some(tcp)
+                            && status("game.kruise.io/http").as_deref() == Some(http))
+                        .then_some(pod))
+                    }
+                }
+            };
+            let pod =
+                eventually("tcp and http probes succeed", TIMEOUT, both("True", "True")).await?;
+            ensure!(
+                label(&pod, "web") == Some("serving"),
+                "label {:?}",
+                pod.metadata.labels
+            );
+
+            exec(
+                ns,
+                "web",
+                &["mv", "/usr/share/nginx/html/index.html", "/tmp/"],
+            )
+            .await?;
+            let pod = eventually("the http probe fails", TIMEOUT, both("True", "False")).await?;
+            ensure!(
+                label(&pod, "web").is_none(),
+                "label {:?}",
+                pod.metadata.labels
+            );
+            let message = pod_condition(&pod, "game.kruise.io/http")
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default();
+            ensure!(message.contains("statuscode: 404"), "message {message:?}");
+
+            exec(
+                ns,
+                "web",
+                &["mv", "/tmp/index.html", "/usr/share/nginx/html/"],
+            )
+            .await?;
+            let pod = eventually(
+                "the http probe succeeds again",
+                TIMEOUT,
+                both("True", "True"),
+            )
+            .await?;
+            ensure!(
+                label(&pod, "web") == Some("serving"),
+                "label {:?}",
+                pod.metadata.labels
+            );
+            Ok(())
+        }),
+    )
+    .await
+}
