@@ -269,13 +269,13 @@ pub fn pod_update<'a>(
         let matched = probe
             .marker_policy
             .iter()
-            .filter(|p| p.state == state.state)
-            .last();
+            .rev()
+            .find(|p| p.state == state.state);
         let opposite = probe
             .marker_policy
             .iter()
-            .filter(|p| p.state != state.state)
-            .last();
+            .rev()
+            .find(|p| p.state != state.state);
         if let Some(opposite) = opposite {
             labels.extend(opposite.labels.keys().map(|k| (k.clone(), None)));
             annotations.extend(opposite.annotations.keys().map(|k| (k.clone(), None)));
