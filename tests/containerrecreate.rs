@@ -246,8 +246,7 @@ async fn recreates_only_the_named_container() -> anyhow::Result<()> {
                 .iter()
                 .find(|d| d.node == node)
                 .context("the node's daemon")?;
-            let (code, metrics) =
-                kruise_testkit::manager::http_get(daemon.port, "/metrics").await?;
+            let (code, metrics) = kruise_testkit::daemon::http_get(daemon, "/metrics").await?;
             let recreated = metrics
                 .lines()
                 .find_map(|l| l.strip_prefix("kruise_daemon_containers_recreated_total "))

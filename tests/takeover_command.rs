@@ -6,7 +6,7 @@
 //!    release, a pre-delete hook that fails, a manager Pod whose container does nothing) holds the
 //!    objects an OpenKruise v1.9 manager wrote (`tests/fixtures/openkruise-v1.9`: CloneSets, an Advanced
 //!    StatefulSet, an Advanced DaemonSet, a UnitedDeployment, a SidecarSet, a BroadcastJob, their
-//!    ControllerRevisions and Pods) plus a PodProbeMarker and a PodUnavailableBudget. `takeover`
+//!    ControllerRevisions and Pods) plus an ImageListPullJob and a PodUnavailableBudget. `takeover`
 //!    refuses and lists those two; named in `--allow-unserved`, it completes: the release is gone, every
 //!    CRD and object is kept, no Pod written, no ControllerRevision added, OpenKruise's manager Pod gone.
 //!    kruise-rs's chart installs next to the kept Namespace, kruise-manager runs, and `takeover --verify`
@@ -53,7 +53,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// After every controller reconciled once: long enough for a controller that was going to write to
 /// have written.
 const HOLD: Duration = Duration::from_secs(10);
-const ALLOW: &str = "PodProbeMarker,PodUnavailableBudget";
+const ALLOW: &str = "ImageListPullJob,PodUnavailableBudget";
 
 /// helm against the test bed.
 fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
@@ -215,27 +215,17 @@ async fn ensure_unchanged(
     Ok(())
 }
 
-/// The unserved kinds' objects: a PodProbeMarker over CloneSet `sample`'s Pods and a PodUnavailableBudget
+/// The unserved kinds' objects: an ImageListPullJob and a PodUnavailableBudget
 /// (served since).
 const UNSERVED: &str = r#"
 apiVersion: apps.kruise.io/v1alpha1
-kind: PodProbeMarker
+kind: ImageListPullJob
 metadata:
-  name: ppm
+  name: ilpj
 spec:
-  selector:
-    matchLabels:
-      app: sample
-  probes:
-    - name: healthy
-      containerName: main
-      probe:
-        exec:
-          command: [cat, /tmp/healthy]
-      markerPolicy:
-        - state: Succeeded
-          labels:
-            healthy: "true"
+  images: [nginx:1.15.1]
+  completionPolicy:
+    type: Always
 ---
 apiVersion: policy.kruise.io/v1alpha1
 kind: PodUnavailableBudget
@@ -443,11 +433,11 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     )
     .await?;
     ensure!(!dry.ok, "takeover did not refuse: {dry:?}");
-    // PodUnavailableBudget is served by kruise-rs: only the PodProbeMarker is refused.
+    // PodUnavailableBudget is served by kruise-rs: only the ImageListPullJob is refused.
     ensure!(
-        dry.stderr.contains("PodProbeMarker fx/ppm")
+        dry.stderr.contains("ImageListPullJob fx/ilpj")
             && !dry.stderr.contains("PodUnavailableBudget fx/pub"),
-        "refusal does not list PodProbeMarker fx/ppm alone: {dry:?}"
+        "refusal does not list ImageListPullJob fx/ilpj alone: {dry:?}"
     );
     let report = last_json(&dry.stdout)?;
     ensure!(

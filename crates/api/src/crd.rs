@@ -138,5 +138,7 @@ pub fn v1alpha1_only() -> Vec<CustomResourceDefinition> {
         crate::persistentpodstate::crd(),
         crate::containerrecreaterequest::crd(),
         crate::workloadspread::crd(),
+        crate::podprobemarker::crd(),
+        crate::podprobemarker::node_crd(),
     ]
 }

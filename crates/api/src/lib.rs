@@ -19,6 +19,7 @@ pub mod intstr;
 pub mod keys;
 pub mod kinds;
 pub mod persistentpodstate;
+pub mod podprobemarker;
 pub mod podtemplate;
 pub mod policy;
 pub mod pub_types;

@@ -209,8 +209,6 @@ const NOT_SERVED: &[&str] = &[
     "apps.kruise.io/ImageListPullJob",
     "apps.kruise.io/ImagePullJob",
     "apps.kruise.io/NodeImage",
-    "apps.kruise.io/NodePodProbe",
-    "apps.kruise.io/PodProbeMarker",
 ];
 
 /// Every field path of OpenKruise v1.9.0's CRDs (`tests/fixtures/openkruise-v1.9/crd-field-paths.tsv`,

@@ -21,6 +21,7 @@ pub mod nodes;
 pub mod parallel;
 pub mod persistentpodstate;
 pub mod podcontrol;
+pub mod podprobemarker;
 pub mod podreadiness;
 pub mod podunavailablebudget;
 pub mod resourcedistribution;

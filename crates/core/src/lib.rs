@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod nodefit;
 pub mod ownership;
 pub mod persistentpodstate;
+pub mod podprobe;
 pub mod pods;
 pub mod ratelimit;
 pub mod resourcedistribution;

@@ -9,4 +9,5 @@ pub mod crr;
 pub mod gates;
 pub mod hooks;
 pub mod metrics;
+pub mod podprobe;
 pub mod queue;

@@ -169,7 +169,10 @@ async fn main() -> anyhow::Result<()> {
         version = runtime.version,
         "connected to the container runtime"
     );
-    let metrics = Arc::new(Metrics::new());
+    let mut registry_owner = Metrics::new();
+    let probe_metrics =
+        kruise_daemon::podprobe::ProbeMetrics::register(&mut registry_owner.registry);
+    let metrics = Arc::new(registry_owner);
     metrics.runtime_up.set(1);
     metrics
         .runtime_info
@@ -179,6 +182,14 @@ async fn main() -> anyhow::Result<()> {
             endpoint: runtime.endpoint.clone(),
         })
         .set(1);
+    // PodProbeMarker probes of the node's NodePodProbe (empty unless the manager's
+    // PodProbeMarkerGate is on).
+    let (_prober, run_prober) = kruise_daemon::podprobe::Prober::start(
+        client.clone(),
+        runtime.clone(),
+        &args.node_name,
+        probe_metrics,
+    );
     let (executor, run_executor) = Executor::start(
         client.clone(),
         runtime.clone(),
@@ -217,6 +228,7 @@ async fn main() -> anyhow::Result<()> {
         result = serve => result.context("health server")?,
         () = run_executor => {}
         () = run_containermeta => {}
+        () = run_prober => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         () = terminated() => tracing::info!("terminated"),
     }

@@ -135,7 +135,9 @@ pub fn served(group: &str, kind: &str) -> bool {
             || kind == kruise_api::ephemeraljob::KIND
             || kind == kruise_api::persistentpodstate::KIND
             || kind == kruise_api::containerrecreaterequest::KIND
-            || kind == kruise_api::workloadspread::KIND))
+            || kind == kruise_api::workloadspread::KIND
+            || kind == kruise_api::podprobemarker::KIND
+            || kind == kruise_api::podprobemarker::NODE_KIND))
         || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
 }
 
@@ -1227,6 +1229,8 @@ mod tests {
             ("apps.kruise.io", "PersistentPodState", true),
             ("apps.kruise.io", "ContainerRecreateRequest", true),
             ("apps.kruise.io", "WorkloadSpread", true),
+            ("apps.kruise.io", "PodProbeMarker", true),
+            ("apps.kruise.io", "NodePodProbe", true),
             ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", true),
             ("policy.kruise.io", "Other", false),

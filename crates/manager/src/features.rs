@@ -57,12 +57,8 @@ pub const GATES: &[Gate] = &[
     // label/annotation; off, such a change recreates the Pod.
     gate("InPlaceUpdateEnvFromMetadata", true, Beta, Gated),
     gate("StatefulSetAutoDeletePVC", true, Beta, AlwaysOn),
-    gate(
-        "PodProbeMarkerGate",
-        true,
-        Beta,
-        Missing("runs PodProbeMarker probes through kruise-daemon"),
-    ),
+    // PodProbeMarker controller and webhook; the NodePodProbe controller also needs KruiseDaemon.
+    gate("PodProbeMarkerGate", true, Beta, Gated),
     gate("PodIndexLabel", true, Beta, AlwaysOn),
     gate("ResourcesDeletionProtection", false, Beta, Gated),
     gate("ResourceDistributionGate", false, Alpha, Gated),

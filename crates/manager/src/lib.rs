@@ -663,6 +663,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
                 kruise_daemon: gates.enabled("KruiseDaemon"),
+                pod_probe_marker: gates.enabled("PodProbeMarkerGate"),
                 workload_spread: gates.enabled("WorkloadSpread"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
@@ -1050,6 +1051,14 @@ async fn run_controllers(
             },
         )
     });
+    let podprobemarker = gates.enabled("PodProbeMarkerGate").then(|| {
+        kruise_controllers::podprobemarker::run_all(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+            gates.enabled("KruiseDaemon"),
+        )
+    });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
         client.clone(),
         caches.clone(),
@@ -1113,6 +1122,9 @@ async fn run_controllers(
     }
     if let Some(containerrecreaterequest) = containerrecreaterequest {
         work.spawn(named("containerrecreaterequest", containerrecreaterequest));
+    }
+    if let Some(podprobemarker) = podprobemarker {
+        work.spawn(named("podprobemarker", podprobemarker));
     }
     if let Some(sidecarterminator) = sidecarterminator {
         work.spawn(named("sidecarterminator", sidecarterminator));

@@ -1,6 +1,6 @@
-//! kruise-daemon processes for real nodes: one per node, on the host, talking to that node's own
-//! containerd socket, watching the ContainerRecreateRequests of that node (as the chart's DaemonSet
-//! runs one per node in a cluster).
+//! kruise-daemon processes for real nodes: one per node, in that node's network namespace (as the
+//! chart's host-network DaemonSet runs one per node in a cluster), talking to that node's own
+//! containerd socket, watching what concerns that node (ContainerRecreateRequests, its NodePodProbe).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,9 +20,70 @@ pub fn binary() -> anyhow::Result<PathBuf> {
 #[derive(Clone, Debug)]
 pub struct Daemon {
     pub node: String,
-    /// Port of /healthz, /readyz, /metrics on 127.0.0.1.
+    /// Port of /healthz, /readyz, /metrics on [`Daemon::host`].
     pub port: u16,
+    /// The address the daemon serves on: `127.0.0.1`, or the node's address when it runs in the
+    /// node's network namespace (reachable from the host over the node's veth).
+    pub host: String,
     pub log: PathBuf,
+}
+
+/// Where a daemon runs: its node, the node's containerd socket, network namespace, address, and a
+/// kubeconfig that reaches the apiserver from inside that namespace.
+#[derive(Clone, Debug)]
+pub struct DaemonHost {
+    pub node: String,
+    pub socket: PathBuf,
+    pub netns: String,
+    pub ip: String,
+    pub kubeconfig: PathBuf,
+}
+
+/// Starts the daemon of a node inside the node's network namespace (`ip netns exec`), owned by
+/// `plane`. Does not wait.
+pub fn spawn_on(plane: &ControlPlane, host: &DaemonHost) -> anyhow::Result<Daemon> {
+    let port = free_port()?;
+    let name = format!("kruise-daemon-{}", host.node);
+    let log = plane.dir().join(format!("{name}.log"));
+    let binary = binary()?;
+    let args = vec![
+        "netns".to_owned(),
+        "exec".to_owned(),
+        host.netns.clone(),
+        binary.display().to_string(),
+        format!("--node-name={}", host.node),
+        format!("--runtime-endpoint=unix://{}", host.socket.display()),
+        format!("--kubeconfig={}", host.kubeconfig.display()),
+        format!("--addr={}:{port}", host.ip),
+    ];
+    let process = Process::spawn(&name, Path::new("ip"), &args, &log)?;
+    plane.adopt(process);
+    Ok(Daemon {
+        node: host.node.clone(),
+        port,
+        host: host.ip.clone(),
+        log,
+    })
+}
+
+/// `GET path` on the daemon's health server: (status code, body).
+pub async fn http_get(daemon: &Daemon, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect((daemon.host.as_str(), daemon.port)).await?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        daemon.host
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no HTTP status in {head:?}"))?;
+    Ok((code, body.to_owned()))
 }
 
 /// Starts the daemon of `node` (its containerd at `socket`), owned by `plane`. Does not wait.
@@ -41,6 +102,7 @@ pub fn spawn(plane: &ControlPlane, node: &str, socket: &Path) -> anyhow::Result<
     Ok(Daemon {
         node: node.to_owned(),
         port,
+        host: "127.0.0.1".to_owned(),
         log,
     })
 }
@@ -52,7 +114,7 @@ pub async fn wait_ready(daemons: &[Daemon], timeout: Duration) -> anyhow::Result
             &format!("kruise-daemon of {} ready", daemon.node),
             timeout,
             || async {
-                Ok(crate::manager::http_get(daemon.port, "/readyz")
+                Ok(http_get(daemon, "/readyz")
                     .await
                     .is_ok_and(|(code, _)| code == 200))
             },

@@ -224,16 +224,16 @@ impl TestBed {
     pub fn daemons(&'static self) -> &'static [crate::daemon::Daemon] {
         let started = self.daemons.get_or_init(|| {
             let run = || -> anyhow::Result<Vec<crate::daemon::Daemon>> {
-                let sockets = self
+                let hosts = self
                     .real
                     .lock()
                     .map_err(|_| anyhow::anyhow!("the real nodes' lock is poisoned"))?
                     .as_ref()
-                    .map(|r| r.containerd_sockets())
+                    .map(|r| r.daemon_hosts())
                     .unwrap_or_default();
-                let daemons = sockets
+                let daemons = hosts
                     .iter()
-                    .map(|(node, socket)| crate::daemon::spawn(&self.plane, node, socket))
+                    .map(|host| crate::daemon::spawn_on(&self.plane, host))
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()

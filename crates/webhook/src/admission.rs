@@ -50,6 +50,8 @@ pub struct Gates {
     pub kruise_daemon: bool,
     /// `WorkloadSpread`: while off, WorkloadSpreads are refused.
     pub workload_spread: bool,
+    /// `PodProbeMarkerGate`: while off (or `KruiseDaemon` off), PodProbeMarkers are refused.
+    pub pod_probe_marker: bool,
 }
 
 /// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or

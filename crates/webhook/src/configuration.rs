@@ -410,7 +410,8 @@ fn container_recreate_request(
 }
 
 /// The v1alpha1-only kinds with a validating webhook of their own (upstream's name, path, and
-/// resource), checked on CREATE and UPDATE.
+/// resource), checked on CREATE and UPDATE: ResourceDistribution, PersistentPodState,
+/// WorkloadSpread, PodProbeMarker.
 const V1ALPHA1_VALIDATED: &[(&str, &str, &str)] = &[
     (
         crate::resourcedistribution::WEBHOOK_NAME,
@@ -426,6 +427,11 @@ const V1ALPHA1_VALIDATED: &[(&str, &str, &str)] = &[
         crate::workloadspread::WEBHOOK_NAME,
         crate::workloadspread::VALIDATE_PATH,
         kruise_api::workloadspread::PLURAL,
+    ),
+    (
+        crate::podprobemarker::WEBHOOK_NAME,
+        crate::podprobemarker::VALIDATE_PATH,
+        kruise_api::podprobemarker::PLURAL,
     ),
 ];
 

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod patch;
 pub mod persistentpodstate;
 pub mod pod;
+pub mod podprobemarker;
 pub mod policy;
 pub mod relatedpub;
 pub mod resourcedistribution;

@@ -203,6 +203,16 @@ pub fn router_with(
         );
     }
     let pod_policy = policy.clone();
+    router = router.route(
+        crate::podprobemarker::VALIDATE_PATH,
+        admission_route(crate::podprobemarker::VALIDATE_PATH, move |review| {
+            std::future::ready(crate::podprobemarker::validate(
+                review,
+                gates.pod_probe_marker,
+                gates.kruise_daemon,
+            ))
+        }),
+    );
     let spreads = pods.workloadspreads().cloned();
     router = router.route(
         VALIDATE_POD_PATH,

@@ -277,15 +277,16 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     };
     if let Some(real) = real_nodes.as_ref().filter(|_| !args.no_daemon) {
         let daemons = real
-            .containerd_sockets()
+            .daemon_hosts()
             .iter()
-            .map(|(node, socket)| kruise_testkit::daemon::spawn(&plane, node, socket))
+            .map(|host| kruise_testkit::daemon::spawn_on(&plane, host))
             .collect::<anyhow::Result<Vec<_>>>()?;
         kruise_testkit::daemon::wait_ready(&daemons, Duration::from_secs(90)).await?;
         for daemon in &daemons {
             eprintln!(
-                "kruise-local: kruise-daemon of {} ready (http://127.0.0.1:{}/metrics, log {})",
+                "kruise-local: kruise-daemon of {} ready (http://{}:{}/metrics, log {})",
                 daemon.node,
+                daemon.host,
                 daemon.port,
                 daemon.log.display()
             );

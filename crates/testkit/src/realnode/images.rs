@@ -87,6 +87,8 @@ pub const IMAGES: &[(&str, Role)] = &[
     ("docker.io/library/busybox:1.34", Role::Shell),
     ("docker.io/library/busybox:1.35", Role::Shell),
     ("docker.io/library/busybox:1.36", Role::Shell),
+    // Upstream's PodProbeMarker e2e runs `sleep 999d` in it and probes it with `ps -ef`.
+    ("docker.io/library/centos:7", Role::Shell),
     (
         "registry.k8s.io/e2e-test-images/busybox:1.36.1-1",
         Role::Shell,

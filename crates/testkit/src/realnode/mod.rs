@@ -171,6 +171,22 @@ impl RealNodes {
             .collect()
     }
 
+    /// Where each node's kruise-daemon runs, as the chart's host-network DaemonSet Pod would: in the
+    /// node's network namespace (it reaches the node's Pods by their IPs, for PodProbeMarker's tcpSocket
+    /// and httpGet probes, and the apiserver through the node's forwarder), on the node's containerd.
+    pub fn daemon_hosts(&self) -> Vec<crate::daemon::DaemonHost> {
+        self.nodes
+            .iter()
+            .map(|n| crate::daemon::DaemonHost {
+                node: n.name().to_string(),
+                socket: n.layout.containerd_socket(),
+                netns: n.net.netns.clone(),
+                ip: n.net.node_ip.clone(),
+                kubeconfig: n.layout.path("kubelet.kubeconfig"),
+            })
+            .collect()
+    }
+
     pub fn log_tails(&self, lines: usize) -> String {
         self.nodes.iter().map(|n| n.log_tails(lines)).collect()
     }

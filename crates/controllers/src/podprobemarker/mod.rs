@@ -1,0 +1,334 @@
+//! The PodProbeMarker controller (upstream `pkg/controller/podprobemarker`, `PodProbeMarkerGate`) and,
+//! in [`nodepodprobe`], the NodePodProbe controller.
+//!
+//! Observe: the marker, the Pods its selector matches (shared Pod cache; a Pod is read from the
+//! apiserver only when its IP or its container ports are needed), their Nodes, the NodePodProbes.
+//! Decide: `kruise_core::podprobe`. Act: put the `kruise.io/node-pod-probe-cleanup` finalizer on the
+//! marker; write the marker's probes (named ports resolved) into the NodePodProbe of each matched
+//! Pod's node (Pods on virtual-kubelet nodes run no daemon and are left out; a node without a
+//! NodePodProbe yet is skipped until the NodePodProbe controller creates it); report `matchedPods` and
+//! `observedGeneration`. When the marker is deleted, its probes leave every NodePodProbe and the
+//! finalizer goes.
+
+pub mod nodepodprobe;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kruise_api::podprobemarker::{self as ppm, NodePodProbe, NodePodProbeSpec, PodProbeMarker};
+use kruise_core::podprobe::{self as decide, PodProbes};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::cache::{CacheEvent, PodCache};
+use crate::driver::caches::{Caches, Shared};
+use crate::error::{Error, KubeContext, is_race};
+use crate::metrics::Metrics;
+
+/// The controller's name in metrics, logs and Events (upstream's).
+pub const CONTROLLER: &str = "podprobemarker-controller";
+
+const RACE_RETRY: Duration = Duration::from_millis(500);
+
+pub struct Context {
+    client: Client,
+    metrics: Arc<Metrics>,
+    pods: Arc<PodCache>,
+    nodes: Shared<Node>,
+    probes: Shared<NodePodProbe>,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the PodProbeMarker controller and, with `node_probes` (`KruiseDaemon`), the NodePodProbe
+/// controller, on one NodePodProbe watch, until the future is dropped.
+pub async fn run_all(client: Client, caches: Caches, metrics: Arc<Metrics>, node_probes: bool) {
+    let (probes, probes_run) = nodepodprobe::watch(client.clone());
+    let markers = run(
+        client.clone(),
+        caches.clone(),
+        probes.clone(),
+        metrics.clone(),
+    );
+    let nodes = async {
+        if node_probes {
+            nodepodprobe::run(client, caches, probes, metrics).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = probes_run => {}
+        () = markers => {}
+        () = nodes => {}
+    }
+}
+
+/// Runs the controller until the future is dropped. `probes` is the NodePodProbe watch (shared with
+/// the NodePodProbe controller).
+pub async fn run(
+    client: Client,
+    caches: Caches,
+    probes: Shared<NodePodProbe>,
+    metrics: Arc<Metrics>,
+) {
+    let controller = Controller::new(
+        Api::<PodProbeMarker>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let markers = controller.store();
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+    wake_on_pods(caches.pods.clone(), markers, wake_tx);
+    let ctx = Arc::new(Context {
+        client,
+        metrics,
+        pods: caches.pods.clone(),
+        nodes: caches.nodes.clone(),
+        probes,
+    });
+    let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
+    crate::driver::run(controller, 3, reconcile, ctx).await;
+}
+
+/// Wakes the markers whose selector matches a changed (not deleted) Pod.
+fn wake_on_pods(
+    pods: Arc<PodCache>,
+    markers: Store<PodProbeMarker>,
+    wake: mpsc::UnboundedSender<ObjectRef<PodProbeMarker>>,
+) {
+    let mut events = pods.subscribe("podprobemarker");
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let all = match event {
+                CacheEvent::Pod(change) if !change.deleted => markers
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace().as_deref() == Some(change.key.0.as_str())
+                            && !kruise_api::validation::selector_is_empty(&m.spec.selector)
+                            && change.labels.matches(&m.spec.selector)
+                    })
+                    .collect::<Vec<_>>(),
+                CacheEvent::Resync => markers.state(),
+                _ => continue,
+            };
+            if !all
+                .iter()
+                .all(|m| wake.send(ObjectRef::from_obj(m.as_ref())).is_ok())
+            {
+                return;
+            }
+        }
+    });
+}
+
+fn raced(result: Result<(), Error>) -> Result<Action, Error> {
+    match result {
+        Ok(()) => Ok(Action::await_change()),
+        Err(Error::Kube { source, .. }) if is_race(&source) => Ok(Action::requeue(RACE_RETRY)),
+        Err(error) => Err(error),
+    }
+}
+
+async fn reconcile(marker: Arc<PodProbeMarker>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !crate::cache::listed(ctx.probes.store()) || !crate::cache::listed(ctx.nodes.store()) {
+        return Ok(Action::requeue(crate::cache::NOT_LISTED_RETRY));
+    }
+    raced(sync(&marker, &ctx).await)
+}
+
+async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
+    let namespace = marker.namespace().unwrap_or_default();
+    let name = marker.name_any();
+    let api: Api<PodProbeMarker> = Api::namespaced(ctx.client.clone(), &namespace);
+    let has_finalizer = marker.finalizers().iter().any(|f| f == ppm::FINALIZER);
+    if marker.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(());
+        }
+        for npp in ctx.probes.store().state() {
+            let spec = decide::remove_marker(&npp.spec, &namespace, &name);
+            write_spec(ctx, &npp, &spec).await?;
+        }
+        let kept: Vec<&String> = marker
+            .finalizers()
+            .iter()
+            .filter(|f| *f != ppm::FINALIZER)
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": kept, "resourceVersion": marker.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .context(|| format!("removing the finalizer of PodProbeMarker {namespace}/{name}"))?;
+        tracing::info!(marker = %format!("{namespace}/{name}"), "removed the PodProbeMarker's probes from the NodePodProbes");
+        return Ok(());
+    }
+    if !has_finalizer {
+        let mut all = marker.finalizers().to_vec();
+        all.push(ppm::FINALIZER.to_owned());
+        let patch =
+            json!({"metadata": {"finalizers": all, "resourceVersion": marker.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .context(|| format!("adding the finalizer of PodProbeMarker {namespace}/{name}"))?;
+        // The patch wakes the marker again.
+        return Ok(());
+    }
+
+    // The matched Pods, by node; Pods on virtual-kubelet nodes (and on unknown nodes) are counted
+    // but get no probes.
+    let matched: Vec<Arc<Pod>> = if kruise_api::validation::selector_is_empty(&marker.spec.selector)
+    {
+        Vec::new()
+    } else {
+        ctx.pods
+            .select(Some(&namespace), |labels| {
+                labels.matches(&marker.spec.selector)
+            })
+            .into_iter()
+            .filter(|p| decide::is_probe_candidate(p))
+            .collect()
+    };
+    let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+    let mut counted = 0_i64;
+    for pod in matched {
+        let Some(node_name) = kruise_core::pods::node_name(&pod).map(str::to_owned) else {
+            continue;
+        };
+        let Some(node) = ctx.nodes.store().get(&ObjectRef::new(&node_name)) else {
+            continue;
+        };
+        counted += 1;
+        if decide::is_virtual_kubelet(node.metadata.labels.as_ref()) {
+            continue;
+        }
+        by_node.entry(node_name).or_default().push(pod);
+    }
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let needs_ports = marker.spec.probes.iter().any(|p| {
+        let named = |port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString| {
+            matches!(
+                port,
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_)
+            )
+        };
+        p.probe.tcp_socket.as_ref().is_some_and(|t| named(&t.port))
+            || p.probe.http_get.as_ref().is_some_and(|h| named(&h.port))
+    });
+    for (node_name, pods) in by_node {
+        let Some(npp) = ctx.probes.store().get(&ObjectRef::new(&node_name)) else {
+            tracing::info!(marker = %format!("{namespace}/{name}"), node = node_name, "no NodePodProbe for the node yet");
+            continue;
+        };
+        let mut wanted = Vec::with_capacity(pods.len());
+        for cached in pods {
+            let uid = cached.metadata.uid.clone().unwrap_or_default();
+            let pod_name = cached.name_any();
+            let entry_ip = npp
+                .spec
+                .pod_probes
+                .iter()
+                .find(|p| p.namespace == namespace && p.name == pod_name && p.uid == uid)
+                .map(|p| p.ip.clone())
+                .filter(|ip| !ip.is_empty());
+            // The cache keeps neither the Pod's IP nor its container ports: read the Pod when
+            // either is needed.
+            let (pod, ip) = match entry_ip {
+                Some(ip) if !needs_ports => (cached, ip),
+                _ => {
+                    let Some(full) = pods_api
+                        .get_opt(&pod_name)
+                        .await
+                        .context(|| format!("reading Pod {namespace}/{pod_name}"))?
+                    else {
+                        continue;
+                    };
+                    if full.metadata.uid.as_deref() != Some(uid.as_str()) {
+                        continue;
+                    }
+                    let ip = full
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.pod_ip.clone())
+                        .unwrap_or_default();
+                    (Arc::new(full), ip)
+                }
+            };
+            let (probes, errors) = decide::node_probes_for(marker, &pod);
+            for error in errors {
+                tracing::warn!(marker = %format!("{namespace}/{name}"), pod = pod_name, error, "probe left out");
+            }
+            wanted.push(PodProbes {
+                name: pod_name,
+                namespace: namespace.clone(),
+                uid,
+                ip,
+                probes,
+            });
+        }
+        let spec = decide::apply_marker(&npp.spec, &name, &wanted);
+        write_spec(ctx, &npp, &spec).await?;
+    }
+
+    let status = marker.status.clone().unwrap_or_default();
+    let generation = marker.metadata.generation.unwrap_or_default();
+    if status.observed_generation != generation || status.matched_pods != counted {
+        let patch = json!({"status": {"observedGeneration": generation, "matchedPods": counted}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .context(|| format!("writing the status of PodProbeMarker {namespace}/{name}"))?;
+    }
+    Ok(())
+}
+
+/// Writes a NodePodProbe's spec when it changed, over its resourceVersion.
+pub(crate) async fn write_spec(
+    ctx_client: &impl HasClient,
+    npp: &NodePodProbe,
+    spec: &NodePodProbeSpec,
+) -> Result<(), Error> {
+    if &npp.spec == spec {
+        return Ok(());
+    }
+    let name = npp.name_any();
+    let api: Api<NodePodProbe> = Api::all(ctx_client.client().clone());
+    let patch = json!({
+        "metadata": {"resourceVersion": npp.resource_version()},
+        "spec": {"podProbes": spec.pod_probes},
+    });
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context(|| format!("writing the spec of NodePodProbe {name}"))?;
+    tracing::debug!(
+        node = name,
+        pods = spec.pod_probes.len(),
+        "NodePodProbe spec written"
+    );
+    Ok(())
+}
+
+/// What [`write_spec`] needs of a context.
+pub(crate) trait HasClient {
+    fn client(&self) -> &Client;
+}
+
+impl HasClient for Context {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+}
