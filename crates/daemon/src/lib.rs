@@ -6,5 +6,6 @@
 pub mod cri;
 pub mod crr;
 pub mod hooks;
+pub mod imagepuller;
 pub mod metrics;
 pub mod queue;

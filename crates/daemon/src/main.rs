@@ -41,6 +41,9 @@ struct Args {
     /// A kubeconfig (in-cluster config or $KUBECONFIG otherwise).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Pull the images this node's NodeImage lists (ImagePullJobs).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    image_puller: bool,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -151,7 +154,9 @@ async fn main() -> anyhow::Result<()> {
         version = runtime.version,
         "connected to the container runtime"
     );
-    let metrics = Arc::new(Metrics::new());
+    let mut metrics = Metrics::new();
+    let pull_metrics = kruise_daemon::imagepuller::PullMetrics::register(&mut metrics.registry);
+    let metrics = Arc::new(metrics);
     metrics.runtime_up.set(1);
     metrics
         .runtime_info
@@ -161,6 +166,18 @@ async fn main() -> anyhow::Result<()> {
             endpoint: runtime.endpoint.clone(),
         })
         .set(1);
+    let puller = if args.image_puller {
+        let images = kruise_daemon::imagepuller::Images::connect(&runtime.endpoint).await?;
+        let puller = kruise_daemon::imagepuller::Puller::new(
+            client.clone(),
+            &args.node_name,
+            images,
+            pull_metrics,
+        );
+        Some(tokio::spawn(puller.run()))
+    } else {
+        None
+    };
     let (executor, run_executor) =
         Executor::start(client, runtime.clone(), &args.node_name, metrics.clone());
     let app = Arc::new(App {
@@ -183,6 +200,9 @@ async fn main() -> anyhow::Result<()> {
         () = run_executor => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         () = terminated() => tracing::info!("terminated"),
+    }
+    if let Some(puller) = puller {
+        puller.abort();
     }
     Ok(())
 }

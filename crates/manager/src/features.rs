@@ -101,12 +101,9 @@ pub const GATES: &[Gate] = &[
             "pre-pulls an Advanced DaemonSet's new images through ImagePullJobs and kruise-daemon",
         ),
     ),
-    gate(
-        "ImagePullJobGate",
-        false,
-        Alpha,
-        Missing("serves ImagePullJob and NodeImage objects through kruise-daemon"),
-    ),
+    // NodeImage, ImagePullJob and ImageListPullJob controllers (crates/controllers/src/imagepulljob),
+    // kruise-daemon's puller (crates/daemon/src/imagepuller.rs).
+    gate("ImagePullJobGate", false, Alpha, Gated),
     gate("KruisePodReadinessGate", false, Alpha, Gated),
     gate("TemplateNoDefaults", false, Alpha, Gated),
     gate(

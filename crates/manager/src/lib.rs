@@ -661,6 +661,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 resource_distribution: gates.enabled("ResourceDistributionGate"),
                 kruise_daemon: gates.enabled("KruiseDaemon"),
                 workload_spread: gates.enabled("WorkloadSpread"),
+                image_pull_job: gates.enabled("ImagePullJobGate"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -1033,6 +1034,13 @@ async fn run_controllers(
             metrics.clone(),
         )
     });
+    let imagepulljob = gates.enabled("ImagePullJobGate").then(|| {
+        kruise_controllers::imagepulljob::run(
+            client.clone(),
+            metrics.clone(),
+            kruise_controllers::imagepulljob::Config::default(),
+        )
+    });
     // WorkloadSpread runs only with its gate on (upstream does not start it otherwise).
     let workloadspread = gates.enabled("WorkloadSpread").then(|| {
         kruise_controllers::workloadspread::run(
@@ -1104,6 +1112,9 @@ async fn run_controllers(
     }
     if let Some(containerrecreaterequest) = containerrecreaterequest {
         work.spawn(named("containerrecreaterequest", containerrecreaterequest));
+    }
+    if let Some(imagepulljob) = imagepulljob {
+        work.spawn(named("imagepulljob", imagepulljob));
     }
     if let Some(sidecarterminator) = sidecarterminator {
         work.spawn(named("sidecarterminator", sidecarterminator));
