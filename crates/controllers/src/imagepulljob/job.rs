@@ -31,7 +31,7 @@ pub const PROTECTION_FINALIZER: &str = "apps.kruise.io/deletion-protection";
 /// Annotations on a copied pull secret: the jobs using it, and the Secret it was copied from.
 pub const SECRET_REFERENCE_JOBS: &str = "imagepulljobs.kruise.io/references";
 pub const SECRET_SOURCE: &str = "imagepulljobs.kruise.io/source-key";
-pub const SECRET_MODE: &str = "imagepulljobs.kruise.io/secret-mode";
+pub const SECRET_MODE: &str = "imagepulljobs.kruise.io/mode";
 
 const RACE_RETRY: Duration = Duration::from_millis(500);
 /// How often a running job looks again at its nodes (new nodes, Pods moving) when nothing wakes it.

@@ -13,7 +13,7 @@ use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob, ImagePul
 use kruise_core::imagepull::{self, ChildJob};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 
@@ -27,7 +27,13 @@ pub struct Context {
     client: Client,
     metrics: Arc<Metrics>,
     jobs: Store<ImagePullJob>,
+    /// Jobs created and not yet seen in the cache: (list uid, image) → when (an expectation that
+    /// expires, so a lost watch event never stalls the list).
+    expected: std::sync::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>,
 }
+
+/// How long a created job is waited for in the cache before the list may create it again.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl crate::driver::Driven for Context {
     fn controller(&self) -> &'static str {
@@ -59,6 +65,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
         client,
         metrics,
         jobs,
+        expected: std::sync::Mutex::default(),
     });
     crate::driver::run(controller, 2, reconcile, ctx).await;
 }
@@ -129,7 +136,23 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             }
         }
     }
-    // Missing images get a job.
+    // Missing images get a job (unless one was just created and is not in the cache yet).
+    let waiting = {
+        let mut expected = ctx
+            .expected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        expected.retain(|(list_uid, image), at| {
+            at.elapsed() < EXPECTATION_TIMEOUT
+                && !(list_uid == &uid && owned.iter().any(|j| &j.spec.image == image))
+        });
+        spec.images
+            .iter()
+            .any(|image| expected.contains_key(&(uid.clone(), image.clone())))
+    };
+    if waiting {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     for image in &spec.images {
         if owned.iter().any(|j| &j.spec.image == image) {
             continue;
@@ -166,6 +189,10 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             .await
             .context(|| format!("creating the ImagePullJob of {image} for ImageListPullJob {key}"))?;
         tracing::info!(list = key, job = created.name_any(), image, "created ImagePullJob");
+        ctx.expected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((uid.clone(), image.clone()), std::time::Instant::now());
         // The new job reaches the cache through the watch; wait for it rather than create twice.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
@@ -192,6 +219,5 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             || format!("writing the status of ImageListPullJob {key}"),
         );
     }
-    let _ = ObjectRef::<ImageListPullJob>::new(&name);
     Ok(Action::await_change())
 }

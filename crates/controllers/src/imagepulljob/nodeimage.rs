@@ -26,6 +26,8 @@ pub const CONTROLLER: &str = "nodeimage-controller";
 const RACE_RETRY: Duration = Duration::from_millis(500);
 /// How often a NodeImage is looked at when nothing else wakes it.
 const RESYNC: Duration = Duration::from_secs(300);
+/// A NodeImage with this label has no Node and is kept (upstream's e2e suite makes one).
+pub const FAKE_LABEL: &str = "apps.kruise.io/fake-nodeimage";
 
 pub struct Context {
     client: Client,
@@ -116,7 +118,10 @@ async fn sync_nodes(client: Client, nodes: Store<Node>, images: Store<NodeImage>
         }
         for image in images.state() {
             let name = image.name_any();
-            if all_nodes.contains(&name) || image.metadata.deletion_timestamp.is_some() {
+            if all_nodes.contains(&name)
+                || image.metadata.deletion_timestamp.is_some()
+                || image.labels().contains_key(FAKE_LABEL)
+            {
                 continue;
             }
             let params = DeleteParams {
