@@ -293,3 +293,63 @@ spec:
     )
     .await
 }
+
+/// The examples (examples/imagepulljob.yaml, imagelistpulljob.yaml) are accepted, defaulted by the
+/// webhook as upstream, and read back the same in v1alpha1 and v1beta1 (conversion loses nothing);
+/// invalid jobs are refused with upstream's message.
+#[tokio::test]
+async fn examples_convert_and_invalid_jobs_are_refused() -> anyhow::Result<()> {
+    let bed = bed();
+    let ns = bed.namespace("ipj-api").await?;
+    let ns = &ns;
+    with_logs(
+        bed,
+        ns.run(async move {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+            for (file, kind, name) in [
+                ("imagepulljob.yaml", "imagepulljobs", "pull-nginx"),
+                ("imagelistpulljob.yaml", "imagelistpulljobs", "release-images"),
+            ] {
+                let yaml = std::fs::read_to_string(root.join(file))?;
+                ns.apply(&yaml).await?;
+                let beta = ns
+                    .kubectl(&["get", &format!("{kind}.v1beta1.apps.kruise.io"), name, "-o", "json"])
+                    .await?;
+                let alpha = ns
+                    .kubectl(&["get", &format!("{kind}.v1alpha1.apps.kruise.io"), name, "-o", "json"])
+                    .await?;
+                let beta: serde_json::Value = serde_json::from_str(&beta)?;
+                let alpha: serde_json::Value = serde_json::from_str(&alpha)?;
+                ensure!(alpha["apiVersion"] == "apps.kruise.io/v1alpha1", "{alpha}");
+                ensure!(alpha["spec"] == beta["spec"], "{file}: {} vs {}", alpha["spec"], beta["spec"]);
+                ensure!(
+                    beta["spec"]["pullPolicy"]["timeoutSeconds"].is_number()
+                        && beta["spec"]["completionPolicy"]["type"] == "Always",
+                    "{file}: defaults {}",
+                    beta["spec"]
+                );
+            }
+            for (doc, message) in [
+                (
+                    "apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\nmetadata: {name: bad-1}\nspec: {image: nginx:1, parallelism: 50%}\n",
+                    "parallelism does not support percentage value",
+                ),
+                (
+                    "apiVersion: apps.kruise.io/v1beta1\nkind: ImagePullJob\nmetadata: {name: bad-2}\nspec: {image: nginx:1, completionPolicy: {type: Never, ttlSecondsAfterFinished: 5}}\n",
+                    "can only work with Always CompletionPolicyType",
+                ),
+                (
+                    "apiVersion: apps.kruise.io/v1beta1\nkind: ImageListPullJob\nmetadata: {name: bad-3}\nspec: {images: [a:1, a:1]}\n",
+                    "images cannot have duplicate values",
+                ),
+            ] {
+                match ns.apply(doc).await {
+                    Ok(out) => anyhow::bail!("accepted: {out}"),
+                    Err(error) => ensure!(format!("{error:#}").contains(message), "{error:#}"),
+                }
+            }
+            Ok(())
+        }),
+    )
+    .await
+}
