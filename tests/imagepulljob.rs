@@ -72,14 +72,18 @@ async fn real_nodes(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
 
 async fn finished_job(ns: &TestNamespace, name: &str) -> anyhow::Result<ImagePullJob> {
     let api: Api<ImagePullJob> = ns.api();
-    eventually(&format!("ImagePullJob {name} completed"), TIMEOUT, || async {
-        let job = api.get(name).await?;
-        let done = job
-            .status
-            .as_ref()
-            .is_some_and(|s| s.completion_time.is_some());
-        Ok(done.then_some(job))
-    })
+    eventually(
+        &format!("ImagePullJob {name} completed"),
+        TIMEOUT,
+        || async {
+            let job = api.get(name).await?;
+            let done = job
+                .status
+                .as_ref()
+                .is_some_and(|s| s.completion_time.is_some());
+            Ok(done.then_some(job))
+        },
+    )
     .await
 }
 
@@ -136,10 +140,19 @@ spec:
             let job = finished_job(ns, "pull-httpd").await?;
             let status = job.status.unwrap_or_default();
             ensure!(
-                (status.desired, status.succeeded, status.failed, status.active) == (1, 1, 0, 0),
+                (
+                    status.desired,
+                    status.succeeded,
+                    status.failed,
+                    status.active
+                ) == (1, 1, 0, 0),
                 "status: {status:?}"
             );
-            ensure!(status.message == "job has completed", "message: {}", status.message);
+            ensure!(
+                status.message == "job has completed",
+                "message: {}",
+                status.message
+            );
             // The defaults the webhook wrote.
             ensure!(
                 job.spec.image_pull_policy == "IfNotPresent"
@@ -147,9 +160,14 @@ spec:
                 "spec: {:?}",
                 job.spec
             );
-            let (phase, image_id, _) = tag_status(ns, chosen, "registry.k8s.io/e2e-test-images/httpd", "2.4.39-4")
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("no status for the tag on {chosen}"))?;
+            let (phase, image_id, _) = tag_status(
+                ns,
+                chosen,
+                "registry.k8s.io/e2e-test-images/httpd",
+                "2.4.39-4",
+            )
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no status for the tag on {chosen}"))?;
             ensure!(phase == "Succeeded", "phase {phase}");
             ensure!(
                 image_id.starts_with("registry.k8s.io/e2e-test-images/httpd@sha256:"),
@@ -175,7 +193,9 @@ spec:
                 .cloned()
                 .unwrap_or_default();
             ensure!(
-                tag.owner_references.iter().any(|o| o.uid == job.metadata.uid),
+                tag.owner_references
+                    .iter()
+                    .any(|o| o.uid == job.metadata.uid),
                 "owners {:?}",
                 tag.owner_references
             );
@@ -223,13 +243,20 @@ spec:
                 (status.desired, status.succeeded, status.failed) == (2, 0, 2),
                 "status: {status:?}"
             );
-            ensure!(status.failed_nodes == nodes, "failedNodes {:?}", status.failed_nodes);
+            ensure!(
+                status.failed_nodes == nodes,
+                "failedNodes {:?}",
+                status.failed_nodes
+            );
             for node in &nodes {
                 let (phase, _, message) = tag_status(ns, node, "nginx", "no-such-tag")
                     .await?
                     .ok_or_else(|| anyhow::anyhow!("no status on {node}"))?;
                 ensure!(phase == "Failed", "{node}: {phase}");
-                ensure!(message.contains("not found") || message.contains("pulling image"), "{node}: {message}");
+                ensure!(
+                    message.contains("not found") || message.contains("pulling image"),
+                    "{node}: {message}"
+                );
             }
             Ok(())
         }),
@@ -276,16 +303,28 @@ spec:
             .await?;
             let status = list.status.unwrap_or_default();
             ensure!(
-                (status.desired, status.completed, status.succeeded, status.active) == (2, 2, 2, 0),
+                (
+                    status.desired,
+                    status.completed,
+                    status.succeeded,
+                    status.active
+                ) == (2, 2, 2, 0),
                 "status: {status:?}"
             );
             let jobs: Api<ImagePullJob> = ns.api();
             let children = jobs.list(&ListParams::default()).await?.items;
             let mut images: Vec<String> = children.iter().map(|j| j.spec.image.clone()).collect();
             images.sort();
-            ensure!(images == ["busybox:1.35", "nginx:1.23.1"], "children {images:?}");
             ensure!(
-                children.iter().all(|j| j.metadata.name.as_deref().is_some_and(|n| n.starts_with("two-images-"))),
+                images == ["busybox:1.35", "nginx:1.23.1"],
+                "children {images:?}"
+            );
+            ensure!(
+                children.iter().all(|j| j
+                    .metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("two-images-"))),
                 "child names"
             );
             Ok(())

@@ -308,7 +308,10 @@ impl Puller {
         let mut wanted: HashMap<TagKey, (ImageTagSpec, NodeImageSpecEntry)> = HashMap::new();
         for (name, entry) in &image.spec.images {
             for tag in &entry.tags {
-                wanted.insert((name.clone(), tag.tag.clone()), (tag.clone(), entry.clone()));
+                wanted.insert(
+                    (name.clone(), tag.tag.clone()),
+                    (tag.clone(), entry.clone()),
+                );
             }
         }
         // Stop the pulls no longer wanted, or of an older version.
@@ -342,7 +345,11 @@ impl Puller {
                     }
                 }
                 DaemonWork::Pull { version } => {
-                    if state.workers.get(&key).is_some_and(|w| w.version == version) {
+                    if state
+                        .workers
+                        .get(&key)
+                        .is_some_and(|w| w.version == version)
+                    {
                         continue;
                     }
                     state.statuses.insert(
@@ -388,8 +395,12 @@ impl Puller {
             let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret.namespace);
             match api.get_opt(&secret.name).await {
                 Ok(Some(found)) => auths.extend(auths_for(&found, registry)),
-                Ok(None) => tracing::warn!(secret = %format!("{}/{}", secret.namespace, secret.name), "pull secret not found"),
-                Err(error) => tracing::warn!(secret = %format!("{}/{}", secret.namespace, secret.name), %error, "reading pull secret"),
+                Ok(None) => {
+                    tracing::warn!(secret = %format!("{}/{}", secret.namespace, secret.name), "pull secret not found")
+                }
+                Err(error) => {
+                    tracing::warn!(secret = %format!("{}/{}", secret.namespace, secret.name), %error, "reading pull secret")
+                }
             }
         }
         auths
@@ -444,7 +455,12 @@ impl Puller {
                 pulled = Some(id);
                 break;
             }
-            match tokio::time::timeout(budget, self.images.pull(&reference, &auths, sandbox.as_ref())).await {
+            match tokio::time::timeout(
+                budget,
+                self.images.pull(&reference, &auths, sandbox.as_ref()),
+            )
+            .await
+            {
                 Ok(Ok(_)) => {
                     pulled = Some(
                         self.images
@@ -461,7 +477,12 @@ impl Puller {
                 }
                 Err(_) => last_error = format!("pulling image {reference} is canceled"),
             }
-            tracing::warn!(image = reference, attempt, error = last_error, "image pull failed");
+            tracing::warn!(
+                image = reference,
+                attempt,
+                error = last_error,
+                "image pull failed"
+            );
             if attempt < retries {
                 tokio::time::sleep(imagepull::retry_delay(attempt)).await;
             }
@@ -612,7 +633,10 @@ mod tests {
         };
         let local = auths_for(&secret, "127.0.0.1:5000");
         assert_eq!(local.len(), 1);
-        assert_eq!((local[0].username.as_str(), local[0].password.as_str()), ("u", "p"));
+        assert_eq!(
+            (local[0].username.as_str(), local[0].password.as_str()),
+            ("u", "p")
+        );
         let hub = auths_for(&secret, "docker.io");
         assert_eq!(hub[0].auth, "aHViOng=");
         assert!(auths_for(&secret, "quay.io").is_empty());

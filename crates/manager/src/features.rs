@@ -455,10 +455,19 @@ mod tests {
         );
         let chart = FeatureGates::parse("ImagePullJobGate=true").expect("valid");
         assert!(
-            chart
+            !chart
                 .unsupported()
                 .iter()
-                .any(|l| l.contains("ImagePullJobGate=true"))
+                .any(|l| l.contains("ImagePullJobGate")),
+            "ImagePullJobGate is implemented"
+        );
+        let predownload =
+            FeatureGates::parse("PreDownloadImageForInPlaceUpdate=true").expect("valid");
+        assert!(
+            predownload
+                .unsupported()
+                .iter()
+                .any(|l| l.contains("PreDownloadImageForInPlaceUpdate=true"))
         );
         let unknown = FeatureGates::parse("NoSuchGate=true").expect("reported, not refused");
         assert!(

@@ -34,7 +34,9 @@ pub struct NodeImageApi;
 
 fn default_pull_policy(policy: &mut Option<v1beta1::PullPolicy>) {
     let policy = policy.get_or_insert_with(Default::default);
-    policy.timeout_seconds.get_or_insert(DEFAULT_TIMEOUT_SECONDS);
+    policy
+        .timeout_seconds
+        .get_or_insert(DEFAULT_TIMEOUT_SECONDS);
     policy.backoff_limit.get_or_insert(DEFAULT_BACKOFF_LIMIT);
 }
 
@@ -357,7 +359,9 @@ pub fn default_node_image(object: &mut v1beta1::NodeImage, now: &Time) {
         for tag in &mut image.tags {
             tag.created_at.get_or_insert_with(|| now.clone());
             let policy = tag.pull_policy.get_or_insert_with(Default::default);
-            policy.timeout_seconds.get_or_insert(DEFAULT_TIMEOUT_SECONDS);
+            policy
+                .timeout_seconds
+                .get_or_insert(DEFAULT_TIMEOUT_SECONDS);
             policy.backoff_limit.get_or_insert(DEFAULT_BACKOFF_LIMIT);
         }
         image.tags.sort_by(|a, b| a.tag.cmp(&b.tag));
@@ -410,7 +414,11 @@ impl KindApi for NodeImageApi {
         for (name, image) in images {
             let image_path = path.key(name);
             if name.is_empty() {
-                return vec![FieldError::invalid(&path, "", "image name can not be empty")];
+                return vec![FieldError::invalid(
+                    &path,
+                    "",
+                    "image name can not be empty",
+                )];
             }
             let mut seen = BTreeSet::new();
             for (i, tag) in image.tags.iter().enumerate() {

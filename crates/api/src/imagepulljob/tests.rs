@@ -28,7 +28,9 @@ fn image_pull_job_defaults_as_upstream() {
     );
     let list = json!({"apiVersion": V1BETA1, "kind": "ImageListPullJob",
         "metadata": {"name": "l", "namespace": "ns"}, "spec": {"images": ["a:1"]}});
-    let out = Kind::ImageListPullJob.default_object(list).expect("defaults");
+    let out = Kind::ImageListPullJob
+        .default_object(list)
+        .expect("defaults");
     assert_eq!(
         out["spec"],
         json!({"images": ["a:1"], "completionPolicy": {"type": "Always"},
@@ -40,26 +42,74 @@ fn image_pull_job_defaults_as_upstream() {
 #[test]
 fn image_pull_job_validation_table() {
     let cases: &[(&str, Value, &str)] = &[
-        ("minimal", json!({"image": "nginx:1.25", "completionPolicy": {"type": "Always"}}), ""),
-        ("no image", json!({"image": "", "completionPolicy": {"type": "Always"}}), "image can not be empty"),
-        ("bad image", json!({"image": "Nginx:1", "completionPolicy": {"type": "Always"}}), "invalid image"),
-        ("names and labels", json!({"image": "a:1", "completionPolicy": {"type": "Always"},
-            "selector": {"names": ["n"], "matchLabels": {"a": "b"}}}), "can not set both names and labelSelector"),
-        ("duplicate names", json!({"image": "a:1", "completionPolicy": {"type": "Always"},
-            "selector": {"names": ["n", "n"]}}), "duplicated name in selector names"),
-        ("both selectors", json!({"image": "a:1", "completionPolicy": {"type": "Always"},
-            "selector": {"names": ["n"]}, "podSelector": {"matchLabels": {"a": "b"}}}), "can not set both selector and podSelector"),
-        ("percent parallelism", json!({"image": "a:1", "completionPolicy": {"type": "Always"},
-            "parallelism": "50%"}), "does not support percentage"),
-        ("negative parallelism", json!({"image": "a:1", "completionPolicy": {"type": "Always"},
-            "parallelism": -1}), "must be non-negative"),
-        ("deadline below timeout", json!({"image": "a:1",
-            "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 100}}), "must be greater than pullPolicy.timeoutSeconds"),
-        ("deadline above timeout", json!({"image": "a:1", "pullPolicy": {"timeoutSeconds": 50},
-            "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 100}}), ""),
-        ("never with ttl", json!({"image": "a:1",
-            "completionPolicy": {"type": "Never", "ttlSecondsAfterFinished": 10}}), "can only work with Always"),
-        ("unknown completion", json!({"image": "a:1", "completionPolicy": {"type": "Sometimes"}}), "unknown type of completionPolicy"),
+        (
+            "minimal",
+            json!({"image": "nginx:1.25", "completionPolicy": {"type": "Always"}}),
+            "",
+        ),
+        (
+            "no image",
+            json!({"image": "", "completionPolicy": {"type": "Always"}}),
+            "image can not be empty",
+        ),
+        (
+            "bad image",
+            json!({"image": "Nginx:1", "completionPolicy": {"type": "Always"}}),
+            "invalid image",
+        ),
+        (
+            "names and labels",
+            json!({"image": "a:1", "completionPolicy": {"type": "Always"},
+            "selector": {"names": ["n"], "matchLabels": {"a": "b"}}}),
+            "can not set both names and labelSelector",
+        ),
+        (
+            "duplicate names",
+            json!({"image": "a:1", "completionPolicy": {"type": "Always"},
+            "selector": {"names": ["n", "n"]}}),
+            "duplicated name in selector names",
+        ),
+        (
+            "both selectors",
+            json!({"image": "a:1", "completionPolicy": {"type": "Always"},
+            "selector": {"names": ["n"]}, "podSelector": {"matchLabels": {"a": "b"}}}),
+            "can not set both selector and podSelector",
+        ),
+        (
+            "percent parallelism",
+            json!({"image": "a:1", "completionPolicy": {"type": "Always"},
+            "parallelism": "50%"}),
+            "does not support percentage",
+        ),
+        (
+            "negative parallelism",
+            json!({"image": "a:1", "completionPolicy": {"type": "Always"},
+            "parallelism": -1}),
+            "must be non-negative",
+        ),
+        (
+            "deadline below timeout",
+            json!({"image": "a:1",
+            "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 100}}),
+            "must be greater than pullPolicy.timeoutSeconds",
+        ),
+        (
+            "deadline above timeout",
+            json!({"image": "a:1", "pullPolicy": {"timeoutSeconds": 50},
+            "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 100}}),
+            "",
+        ),
+        (
+            "never with ttl",
+            json!({"image": "a:1",
+            "completionPolicy": {"type": "Never", "ttlSecondsAfterFinished": 10}}),
+            "can only work with Always",
+        ),
+        (
+            "unknown completion",
+            json!({"image": "a:1", "completionPolicy": {"type": "Sometimes"}}),
+            "unknown type of completionPolicy",
+        ),
     ];
     for (case, spec, want) in cases {
         let got = errors(Kind::ImagePullJob, job(spec.clone()), None);
@@ -70,8 +120,10 @@ fn image_pull_job_validation_table() {
             assert!(got[0].contains(want), "{case}: {got:?}");
         }
     }
-    let old = job(json!({"image": "a:1", "completionPolicy": {"type": "Always"}, "pullSecrets": ["s"]}));
-    let new = job(json!({"image": "a:1", "completionPolicy": {"type": "Always"}, "pullSecrets": ["t"]}));
+    let old =
+        job(json!({"image": "a:1", "completionPolicy": {"type": "Always"}, "pullSecrets": ["s"]}));
+    let new =
+        job(json!({"image": "a:1", "completionPolicy": {"type": "Always"}, "pullSecrets": ["t"]}));
     let got = errors(Kind::ImagePullJob, new, Some(old));
     assert!(got[0].contains("spec.pullSecrets is immutable"), "{got:?}");
 }
@@ -83,17 +135,32 @@ fn image_list_pull_job_and_node_image_validation() {
             "metadata": {"name": "l", "namespace": "ns"}, "spec": spec})
     };
     let cases: &[(Value, &str)] = &[
-        (json!({"images": ["a:1", "b:2"], "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 1}}), ""),
-        (json!({"images": [], "completionPolicy": {"type": "Always"}}), "image can not be empty"),
-        (json!({"images": ["a:1", "a:1"], "completionPolicy": {"type": "Always"}}), "duplicate values"),
-        (json!({"images": ["a:1"], "completionPolicy": {"type": "Never", "activeDeadlineSeconds": 5}}), "can only work with Always"),
+        (
+            json!({"images": ["a:1", "b:2"], "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 1}}),
+            "",
+        ),
+        (
+            json!({"images": [], "completionPolicy": {"type": "Always"}}),
+            "image can not be empty",
+        ),
+        (
+            json!({"images": ["a:1", "a:1"], "completionPolicy": {"type": "Always"}}),
+            "duplicate values",
+        ),
+        (
+            json!({"images": ["a:1"], "completionPolicy": {"type": "Never", "activeDeadlineSeconds": 5}}),
+            "can only work with Always",
+        ),
     ];
     for (spec, want) in cases {
         let got = errors(Kind::ImageListPullJob, list(spec.clone()), None);
         if want.is_empty() {
             assert!(got.is_empty(), "{spec}: {got:?}");
         } else {
-            assert!(got.first().is_some_and(|e| e.contains(want)), "{spec}: {got:?}");
+            assert!(
+                got.first().is_some_and(|e| e.contains(want)),
+                "{spec}: {got:?}"
+            );
         }
     }
     let node_image = |tags: Value| {
@@ -105,11 +172,17 @@ fn image_list_pull_job_and_node_image_validation() {
     assert!(errors(Kind::NodeImage, node_image(ok), None).is_empty());
     let no_ttl = json!([{"tag": "1", "createdAt": "2026-01-01T00:00:00Z", "pullPolicy": {}}]);
     let got = errors(Kind::NodeImage, node_image(no_ttl), None);
-    assert!(got[0].contains("ttlSecondsAfterFinished for nginx/1 must set"), "{got:?}");
+    assert!(
+        got[0].contains("ttlSecondsAfterFinished for nginx/1 must set"),
+        "{got:?}"
+    );
     let twice = json!([{"tag": "1", "createdAt": "2026-01-01T00:00:00Z", "pullPolicy": {"ttlSecondsAfterFinished": 1}},
         {"tag": "1", "createdAt": "2026-01-01T00:00:00Z", "pullPolicy": {"ttlSecondsAfterFinished": 1}}]);
     let got = errors(Kind::NodeImage, node_image(twice), None);
-    assert!(got[0].contains("duplicated tag 1 for image nginx"), "{got:?}");
+    assert!(
+        got[0].contains("duplicated tag 1 for image nginx"),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -122,7 +195,10 @@ fn node_image_defaults_sort_tags_and_fill_policies() {
     assert_eq!(tags[0]["createdAt"], "2026-01-01T00:00:00Z");
     assert_eq!(tags[1]["tag"], "b");
     assert!(tags[1]["createdAt"].is_string());
-    assert_eq!(tags[1]["pullPolicy"], json!({"timeoutSeconds": 600, "backoffLimit": 3}));
+    assert_eq!(
+        tags[1]["pullPolicy"],
+        json!({"timeoutSeconds": 600, "backoffLimit": 3})
+    );
 }
 
 #[test]
@@ -155,7 +231,11 @@ fn conversion_round_trips_every_field() {
         assert_eq!(down["apiVersion"], V1ALPHA1);
         let mut same = down.clone();
         same["apiVersion"] = object["apiVersion"].clone();
-        assert_eq!(same, object, "v1alpha1 carries every field of {}", object["kind"]);
+        assert_eq!(
+            same, object,
+            "v1alpha1 carries every field of {}",
+            object["kind"]
+        );
         let back = kind.convert(down, V1BETA1).expect("up");
         assert_eq!(back, object);
     }

@@ -263,7 +263,9 @@ pub struct ImageSpec {
     pub sandbox_config: Option<SandboxConfig>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 pub struct ReferenceObject {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,

@@ -11,7 +11,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::imagepulljob::v1beta1::{ImagePullJob, NodeImage, REFERENCE_MODE_BATCH, ReferenceObject};
+use kruise_api::imagepulljob::v1beta1::{
+    ImagePullJob, NodeImage, REFERENCE_MODE_BATCH, ReferenceObject,
+};
 use kruise_core::imagepull::{self, NodePull, TagRequest};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -58,32 +60,35 @@ impl crate::driver::Driven for Context {
 pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
     let (images, writer) = reflector::store();
     // A NodeImage change wakes the jobs that own one of its tags.
-    let wakes = watcher(Api::<NodeImage>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects()
-        .filter_map(|image| async move { image.ok() })
-        .flat_map(|image: NodeImage| {
-            let owners: BTreeSet<(String, String)> = image
-                .spec
-                .images
-                .values()
-                .flat_map(|i| &i.tags)
-                .flat_map(|t| &t.owner_references)
-                .filter(|o| o.kind.as_deref() == Some("ImagePullJob"))
-                .map(|o| {
-                    (
-                        o.namespace.clone().unwrap_or_default(),
-                        o.name.clone().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            futures::stream::iter(
-                owners
-                    .into_iter()
-                    .map(|(ns, name)| ObjectRef::<ImagePullJob>::new(&name).within(&ns)),
-            )
-        });
+    let wakes = watcher(
+        Api::<NodeImage>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects()
+    .filter_map(|image| async move { image.ok() })
+    .flat_map(|image: NodeImage| {
+        let owners: BTreeSet<(String, String)> = image
+            .spec
+            .images
+            .values()
+            .flat_map(|i| &i.tags)
+            .flat_map(|t| &t.owner_references)
+            .filter(|o| o.kind.as_deref() == Some("ImagePullJob"))
+            .map(|o| {
+                (
+                    o.namespace.clone().unwrap_or_default(),
+                    o.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        futures::stream::iter(
+            owners
+                .into_iter()
+                .map(|(ns, name)| ObjectRef::<ImagePullJob>::new(&name).within(&ns)),
+        )
+    });
     let controller = Controller::new(
         Api::<ImagePullJob>::all(client.clone()),
         watcher::Config::default().any_semantic(),
@@ -122,10 +127,7 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
     let name = job.name_any();
     let key = format!("{namespace}/{name}");
     let api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &namespace);
-    let finished = job
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.as_ref());
+    let finished = job.status.as_ref().and_then(|s| s.completion_time.as_ref());
     if job.metadata.deletion_timestamp.is_some() || finished.is_some() {
         if job.finalizers().iter().any(|f| f == PROTECTION_FINALIZER) {
             release_secrets(&ctx, &job).await?;
@@ -156,7 +158,10 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
                 Duration::try_from(left).unwrap_or(Duration::from_secs(1)),
             )),
             Some(_) => {
-                tracing::info!(job = key, "deleting ImagePullJob for ttlSecondsAfterFinished");
+                tracing::info!(
+                    job = key,
+                    "deleting ImagePullJob for ttlSecondsAfterFinished"
+                );
                 let params = DeleteParams {
                     preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
                         uid: Some(uid),
@@ -170,7 +175,9 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
             }
         };
     }
-    if !job.spec.pull_secrets.is_empty() && !job.finalizers().iter().any(|f| f == PROTECTION_FINALIZER) {
+    if !job.spec.pull_secrets.is_empty()
+        && !job.finalizers().iter().any(|f| f == PROTECTION_FINALIZER)
+    {
         let mut finalizers = job.finalizers().to_vec();
         finalizers.push(PROTECTION_FINALIZER.into());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": job.resource_version()}});
@@ -214,7 +221,11 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
     );
     let images_api: Api<NodeImage> = Api::all(ctx.client.clone());
     for node in imagepull::nodes_to_sync(&not_synced, status.active, parallelism) {
-        let Some(mut image) = ctx.images.get(&ObjectRef::new(node)).map(|i| i.as_ref().clone()) else {
+        let Some(mut image) = ctx
+            .images
+            .get(&ObjectRef::new(node))
+            .map(|i| i.as_ref().clone())
+        else {
             continue;
         };
         let request = TagRequest {
@@ -238,10 +249,16 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
             .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => tracing::info!(job = key, node, image = job.spec.image, "asked NodeImage to pull"),
+            Ok(_) => tracing::info!(
+                job = key,
+                node,
+                image = job.spec.image,
+                "asked NodeImage to pull"
+            ),
             Err(error) if is_race(&error) => return Ok(Action::requeue(RACE_RETRY)),
             Err(source) => {
-                return Err(source).context(|| format!("adding {} to NodeImage {node}", job.spec.image));
+                return Err(source)
+                    .context(|| format!("adding {} to NodeImage {node}", job.spec.image));
             }
         }
     }
@@ -261,7 +278,8 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
             status.start_time.as_ref(),
         )
     {
-        let left = k8s_openapi::jiff::SignedDuration::from_secs(deadline) - now.duration_since(start.0);
+        let left =
+            k8s_openapi::jiff::SignedDuration::from_secs(deadline) - now.duration_since(start.0);
         if let Ok(left) = Duration::try_from(left) {
             next = next.min(left.max(Duration::from_secs(1)));
         }
@@ -284,7 +302,12 @@ async fn target_nodes(
         let list = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
             .list(&ListParams::default().labels(&selector))
             .await
-            .context(|| format!("listing the Pods of ImagePullJob {namespace}/{}", job.name_any()))?;
+            .context(|| {
+                format!(
+                    "listing the Pods of ImagePullJob {namespace}/{}",
+                    job.name_any()
+                )
+            })?;
         let mut seen = BTreeSet::new();
         return Ok(list
             .items
@@ -319,7 +342,9 @@ async fn target_nodes(
 }
 
 /// A label selector as a list query (`a=b,c in (d)`); `None` when it cannot be written.
-fn selector_string(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Option<String> {
+fn selector_string(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> Option<String> {
     let mut parts: Vec<String> = selector
         .match_labels
         .iter()
@@ -347,7 +372,12 @@ fn referencing_jobs(secret: &Secret) -> BTreeSet<String> {
     secret
         .annotations()
         .get(SECRET_REFERENCE_JOBS)
-        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .map(|v| {
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -425,20 +455,30 @@ async fn claim_secrets(ctx: &Context, job: &ImagePullJob) -> Result<Vec<Referenc
                 let mut jobs = referencing_jobs(copy);
                 jobs.insert(me.clone());
                 let joined = jobs.into_iter().collect::<Vec<_>>().join(",");
-                if copy.data != source.data || copy.annotations().get(SECRET_REFERENCE_JOBS) != Some(&joined) {
+                if copy.data != source.data
+                    || copy.annotations().get(SECRET_REFERENCE_JOBS) != Some(&joined)
+                {
                     let patch = json!({
                         "metadata": {"annotations": {SECRET_REFERENCE_JOBS: joined}, "resourceVersion": copy.resource_version()},
                         "data": source.data.clone().unwrap_or_default(),
                     });
                     copies
-                        .patch(&copy.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .patch(
+                            &copy.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
                         .await
                         .context(|| format!("updating the copy of Secret {source_key}"))?;
                 }
                 refs.push(ReferenceObject {
                     namespace: target.clone(),
                     name: copy.name_any(),
-                    mode: copy.annotations().get(SECRET_MODE).cloned().unwrap_or_default(),
+                    mode: copy
+                        .annotations()
+                        .get(SECRET_MODE)
+                        .cloned()
+                        .unwrap_or_default(),
                 });
             }
             None => {
@@ -485,23 +525,36 @@ async fn release_secrets(ctx: &Context, job: &ImagePullJob) -> Result<(), Error>
         Err(source) => return Err(source).context(|| format!("listing the Secrets of {target}")),
     };
     let me = job_key(job);
-    for copy in existing.items.iter().filter(|s| referencing_jobs(s).contains(&me)) {
+    for copy in existing
+        .items
+        .iter()
+        .filter(|s| referencing_jobs(s).contains(&me))
+    {
         let mut jobs = referencing_jobs(copy);
         jobs.remove(&me);
         let result = if jobs.is_empty() {
-            copies.delete(&copy.name_any(), &DeleteParams::default()).await.map(drop)
+            copies
+                .delete(&copy.name_any(), &DeleteParams::default())
+                .await
+                .map(drop)
         } else {
             let joined = jobs.into_iter().collect::<Vec<_>>().join(",");
             let patch = json!({"metadata": {"annotations": {SECRET_REFERENCE_JOBS: joined}, "resourceVersion": copy.resource_version()}});
             copies
-                .patch(&copy.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &copy.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await
                 .map(drop)
         };
         match result {
             Ok(()) => {}
             Err(error) if is_race(&error) => {}
-            Err(source) => return Err(source).context(|| format!("releasing Secret {}", copy.name_any())),
+            Err(source) => {
+                return Err(source).context(|| format!("releasing Secret {}", copy.name_any()));
+            }
         }
     }
     Ok(())

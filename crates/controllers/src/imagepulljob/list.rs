@@ -70,7 +70,10 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
     crate::driver::run(controller, 2, reconcile, ctx).await;
 }
 
-fn raced<T>(result: Result<T, kube::Error>, what: impl FnOnce() -> String) -> Result<Action, Error> {
+fn raced<T>(
+    result: Result<T, kube::Error>,
+    what: impl FnOnce() -> String,
+) -> Result<Action, Error> {
     match result {
         Ok(_) => Ok(Action::requeue(RACE_RETRY)),
         Err(error) if is_race(&error) => Ok(Action::requeue(RACE_RETRY)),
@@ -107,7 +110,10 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
                     }),
                     ..DeleteParams::default()
                 };
-                tracing::info!(list = key, "deleting ImageListPullJob for ttlSecondsAfterFinished");
+                tracing::info!(
+                    list = key,
+                    "deleting ImageListPullJob for ttlSecondsAfterFinished"
+                );
                 raced(api.delete(&name, &params).await, || {
                     format!("deleting ImageListPullJob {key} after its TTL")
                 })
@@ -123,12 +129,21 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         .state()
         .into_iter()
         .filter(|j| j.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|j| j.owner_references().iter().any(|o| o.uid == uid && o.controller == Some(true)))
+        .filter(|j| {
+            j.owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true))
+        })
         .collect();
     // Jobs of images no longer listed go.
-    for job in owned.iter().filter(|j| !spec.images.contains(&j.spec.image)) {
+    for job in owned
+        .iter()
+        .filter(|j| !spec.images.contains(&j.spec.image))
+    {
         if job.metadata.deletion_timestamp.is_none() {
-            let result = jobs_api.delete(&job.name_any(), &DeleteParams::background()).await;
+            let result = jobs_api
+                .delete(&job.name_any(), &DeleteParams::background())
+                .await;
             if let Err(error) = result
                 && !is_race(&error)
             {
@@ -187,8 +202,15 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         let created = jobs_api
             .create(&PostParams::default(), &job)
             .await
-            .context(|| format!("creating the ImagePullJob of {image} for ImageListPullJob {key}"))?;
-        tracing::info!(list = key, job = created.name_any(), image, "created ImagePullJob");
+            .context(|| {
+                format!("creating the ImagePullJob of {image} for ImageListPullJob {key}")
+            })?;
+        tracing::info!(
+            list = key,
+            job = created.name_any(),
+            image,
+            "created ImagePullJob"
+        );
         ctx.expected
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

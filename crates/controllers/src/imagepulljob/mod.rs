@@ -44,10 +44,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
 }
 
 /// `status` as a merge patch that also clears the optional fields the new status leaves out.
-pub(crate) fn status_patch(
-    status: &impl serde::Serialize,
-    optional: &[&str],
-) -> serde_json::Value {
+pub(crate) fn status_patch(status: &impl serde::Serialize, optional: &[&str]) -> serde_json::Value {
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Some(map) = value.as_object_mut() {
         for key in optional {

@@ -63,11 +63,14 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
         .filter_map(|n| async move { n.ok() })
         .map(|n: Node| ObjectRef::<NodeImage>::new(&n.name_any()));
     let (jobs, job_writer) = reflector::store();
-    let job_events = watcher(Api::<ImagePullJob>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(job_writer)
-        .touched_objects()
-        .filter_map(|_: Result<ImagePullJob, _>| async { None::<ObjectRef<NodeImage>> });
+    let job_events = watcher(
+        Api::<ImagePullJob>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(job_writer)
+    .touched_objects()
+    .filter_map(|_: Result<ImagePullJob, _>| async { None::<ObjectRef<NodeImage>> });
     let controller = Controller::new(
         Api::<NodeImage>::all(client.clone()),
         watcher::Config::default().any_semantic(),
@@ -133,7 +136,8 @@ async fn sync_nodes(client: Client, nodes: Store<Node>, images: Store<NodeImage>
             };
             match api.delete(&name, &params).await {
                 Ok(_) => tracing::info!(node = name, "deleted the NodeImage of a deleted Node"),
-                Err(error) if matches!(&error, kube::Error::Api(s) if s.code == 404 || s.code == 409) => {}
+                Err(error) if matches!(&error, kube::Error::Api(s) if s.code == 404 || s.code == 409) =>
+                    {}
                 Err(error) => tracing::warn!(node = name, %error, "deleting NodeImage"),
             }
         }
@@ -204,7 +208,13 @@ async fn reconcile(image: Arc<NodeImage>, ctx: Arc<Context>) -> Result<Action, E
     // Status: time-outs of unanswered or overdue pulls, counters.
     let (status, failed, status_wait) = imagepull::status_timeouts(&image, now);
     for timed_out in &failed {
-        tracing::warn!(node = name, image = timed_out.image, tag = timed_out.tag, message = timed_out.message, "failed a pull");
+        tracing::warn!(
+            node = name,
+            image = timed_out.image,
+            tag = timed_out.tag,
+            message = timed_out.message,
+            "failed a pull"
+        );
     }
     if image.status.as_ref() != Some(&status) {
         let patch = json!({

@@ -11,8 +11,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER;
 use kruise_api::imagepulljob::v1beta1::{
     FailedImageStatus, ImageListPullJobStatus, ImagePullJobSpec, ImagePullJobStatus, ImageSpec,
-    ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageStatus,
-    PHASE_FAILED, PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, ReferenceObject,
+    ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageStatus, PHASE_FAILED,
+    PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, ReferenceObject,
 };
 use kruise_api::imagepulljob::{DEFAULT_BACKOFF_LIMIT, DEFAULT_TIMEOUT_SECONDS};
 
@@ -84,11 +84,11 @@ pub fn node_pull(
     let Some(spec) = node_image.spec.images.get(name) else {
         return NodePull::NotSynced;
     };
-    let owned = spec
-        .tags
-        .iter()
-        .find(|t| t.tag == tag)
-        .filter(|t| t.owner_references.iter().any(|o| o.uid.as_deref() == Some(uid)));
+    let owned = spec.tags.iter().find(|t| t.tag == tag).filter(|t| {
+        t.owner_references
+            .iter()
+            .any(|o| o.uid.as_deref() == Some(uid))
+    });
     let Some(tag_spec) = owned else {
         return NodePull::NotSynced;
     };
@@ -120,9 +120,7 @@ pub fn job_status(
     nodes: &[(String, NodePull)],
     now: Timestamp,
 ) -> (ImagePullJobStatus, Vec<String>) {
-    let start = old
-        .and_then(|s| s.start_time.clone())
-        .unwrap_or(Time(now));
+    let start = old.and_then(|s| s.start_time.clone()).unwrap_or(Time(now));
     let mut status = ImagePullJobStatus {
         start_time: Some(start.clone()),
         desired: i32::try_from(nodes.len()).unwrap_or(i32::MAX),
@@ -309,8 +307,12 @@ pub fn prune_spec(
                 changed = true;
                 continue;
             }
-            let owners: Vec<ObjectReference> =
-                tag.owner_references.iter().filter(|o| alive(o)).cloned().collect();
+            let owners: Vec<ObjectReference> = tag
+                .owner_references
+                .iter()
+                .filter(|o| alive(o))
+                .cloned()
+                .collect();
             if owners.len() != tag.owner_references.len() {
                 changed = true;
                 if owners.is_empty() {
@@ -469,8 +471,12 @@ pub fn count_phases(status: &mut NodeImageStatus, node_image: &NodeImage) {
             _ => {}
         }
     }
-    (status.succeeded, status.failed, status.pulling, status.waiting) =
-        (succeeded, failed, pulling, waiting);
+    (
+        status.succeeded,
+        status.failed,
+        status.pulling,
+        status.waiting,
+    ) = (succeeded, failed, pulling, waiting);
 }
 
 /// What the daemon does for one tag of its NodeImage.
@@ -536,9 +542,7 @@ pub fn list_status(
     now: Timestamp,
 ) -> ImageListPullJobStatus {
     let mut status = ImageListPullJobStatus {
-        start_time: old
-            .and_then(|s| s.start_time.clone())
-            .or(Some(Time(now))),
+        start_time: old.and_then(|s| s.start_time.clone()).or(Some(Time(now))),
         desired: i32::try_from(images.len()).unwrap_or(i32::MAX),
         ..Default::default()
     };

@@ -13,7 +13,10 @@ fn name_tag_table() {
         ("docker.io/library/nginx:1.25", Some(("nginx", "1.25"))),
         ("docker.io/team/app:v1", Some(("team/app", "v1"))),
         ("library/busybox:1", Some(("busybox", "1"))),
-        ("registry.k8s.io/pause:3.10", Some(("registry.k8s.io/pause", "3.10"))),
+        (
+            "registry.k8s.io/pause:3.10",
+            Some(("registry.k8s.io/pause", "3.10")),
+        ),
         ("127.0.0.1:5000/app:v2", Some(("127.0.0.1:5000/app", "v2"))),
         ("127.0.0.1:5000/app", Some(("127.0.0.1:5000/app", "latest"))),
         (
@@ -95,7 +98,11 @@ fn tag_status(tag: &str, version: i64, phase: &str, done: Option<i64>) -> ImageT
 #[test]
 fn node_pull_table() {
     let cases = [
-        ("tag absent", node_image(vec![], vec![]), NodePull::NotSynced),
+        (
+            "tag absent",
+            node_image(vec![], vec![]),
+            NodePull::NotSynced,
+        ),
         (
             "other owner only",
             node_image(vec![tag_spec("1", 0, &["other"])], vec![]),
@@ -165,7 +172,8 @@ fn job_status_table() {
     };
     // (case, spec, nodes, now) → (active, succeeded, failed, failed nodes, completed, message, not synced)
     type Want<'a> = (i32, i32, i32, &'a [&'a str], bool, &'a str, &'a [&'a str]);
-    let cases: Vec<(&str, ImagePullJobSpec, Vec<(String, NodePull)>, i64, Want)> = vec![
+    type Case<'a> = (&'a str, ImagePullJobSpec, Vec<(String, NodePull)>, i64, Want<'a>);
+    let cases: Vec<Case> = vec![
         (
             "no nodes: Always completes at once",
             spec("Always", None),
@@ -183,9 +191,22 @@ fn job_status_table() {
         (
             "progress",
             spec("Always", None),
-            nodes(&[("a", Succeeded), ("b", Pulling), ("c", NotSynced), ("d", Failed)]),
+            nodes(&[
+                ("a", Succeeded),
+                ("b", Pulling),
+                ("c", NotSynced),
+                ("d", Failed),
+            ]),
             5,
-            (1, 1, 1, &["d"], false, "job is running, progress 50.0%", &["c"]),
+            (
+                1,
+                1,
+                1,
+                &["d"],
+                false,
+                "job is running, progress 50.0%",
+                &["c"],
+            ),
         ),
         (
             "all finished",
@@ -206,7 +227,15 @@ fn job_status_table() {
             spec("Always", Some(10)),
             nodes(&[("a", Succeeded), ("b", Pulling), ("c", NotSynced)]),
             10,
-            (0, 1, 2, &["b", "c"], true, "job exceeds activeDeadlineSeconds", &[]),
+            (
+                0,
+                1,
+                2,
+                &["b", "c"],
+                true,
+                "job exceeds activeDeadlineSeconds",
+                &[],
+            ),
         ),
         (
             "deadline not yet",
@@ -265,17 +294,50 @@ fn tag_pull_policy_table() {
     };
     // (case, spec, jitter) → (ttl, deadline)
     let cases = [
-        ("Always with ttl", with("Always", Some(30), None, None), 7, (Some(37), None)),
-        ("Always with deadline", with("Always", None, Some(900), None), 0, (Some(900), Some(900))),
-        ("Always: timeout × backoff", with("Always", None, None, Some(100)), 0, (Some(200), None)),
-        ("Always: default timeout", with("Always", None, None, None), 400, (Some(1500), None)),
-        ("Never", with("Never", None, None, Some(60)), -50, (Some(86350), Some(1800))),
-        ("Never, long timeout", with("Never", None, None, Some(4000)), 0, (Some(86400), Some(4000))),
+        (
+            "Always with ttl",
+            with("Always", Some(30), None, None),
+            7,
+            (Some(37), None),
+        ),
+        (
+            "Always with deadline",
+            with("Always", None, Some(900), None),
+            0,
+            (Some(900), Some(900)),
+        ),
+        (
+            "Always: timeout × backoff",
+            with("Always", None, None, Some(100)),
+            0,
+            (Some(200), None),
+        ),
+        (
+            "Always: default timeout",
+            with("Always", None, None, None),
+            400,
+            (Some(1500), None),
+        ),
+        (
+            "Never",
+            with("Never", None, None, Some(60)),
+            -50,
+            (Some(86350), Some(1800)),
+        ),
+        (
+            "Never, long timeout",
+            with("Never", None, None, Some(4000)),
+            0,
+            (Some(86400), Some(4000)),
+        ),
     ];
     for (case, spec, jitter, want) in cases {
         let policy = tag_pull_policy(&spec, 0, jitter);
         assert_eq!(
-            (policy.ttl_seconds_after_finished, policy.active_deadline_seconds),
+            (
+                policy.ttl_seconds_after_finished,
+                policy.active_deadline_seconds
+            ),
             want,
             "{case}"
         );
@@ -307,7 +369,10 @@ fn add_tag_table() {
     // Added again: nothing changes.
     assert!(!add_tag(&mut object, &request));
     // A tag another job asked for: one more owner, a new round.
-    let mut object = node_image(vec![tag_spec("0", 0, &["x"]), tag_spec("1", 1, &["x"])], vec![]);
+    let mut object = node_image(
+        vec![tag_spec("0", 0, &["x"]), tag_spec("1", 1, &["x"])],
+        vec![],
+    );
     assert!(add_tag(&mut object, &request));
     let tag = &object.spec.images["nginx"].tags[1];
     assert_eq!(tag.version, 2);
@@ -330,7 +395,13 @@ fn add_tag_table() {
 #[test]
 fn prune_spec_table() {
     // A tag whose owners are all gone goes; a tag with one live owner keeps only it.
-    let mut object = node_image(vec![tag_spec("1", 0, &["dead"]), tag_spec("2", 0, &["dead", "live"])], vec![]);
+    let mut object = node_image(
+        vec![
+            tag_spec("1", 0, &["dead"]),
+            tag_spec("2", 0, &["dead", "live"]),
+        ],
+        vec![],
+    );
     let (changed, next) = prune_spec(&mut object, |o| o.uid.as_deref() == Some("live"), at(10));
     assert!(changed);
     assert_eq!(next, None);
@@ -380,10 +451,19 @@ fn status_timeouts_table() {
     assert_eq!(next, Some(SignedDuration::from_secs(60)));
     assert_eq!(status.pulling, 1);
     let (status, failed, _) = status_timeouts(&object, at(660));
-    assert_eq!(failed[0].message, "pulling exceeds the activeDeadlineSeconds");
+    assert_eq!(
+        failed[0].message,
+        "pulling exceeds the activeDeadlineSeconds"
+    );
     assert_eq!((status.pulling, status.failed), (0, 1));
     // Statuses of tags gone from the spec are dropped.
-    let object = node_image(vec![tag_spec("2", 0, &["u"])], vec![tag_status("1", 0, PHASE_SUCCEEDED, Some(0)), tag_status("2", 0, PHASE_SUCCEEDED, Some(0))]);
+    let object = node_image(
+        vec![tag_spec("2", 0, &["u"])],
+        vec![
+            tag_status("1", 0, PHASE_SUCCEEDED, Some(0)),
+            tag_status("2", 0, PHASE_SUCCEEDED, Some(0)),
+        ],
+    );
     let (status, _, _) = status_timeouts(&object, at(1));
     assert_eq!(status.image_statuses["nginx"].tags.len(), 1);
     assert_eq!((status.desired, status.succeeded), (1, 1));
@@ -394,9 +474,15 @@ fn daemon_work_and_attempts() {
     let spec = tag_spec("1", 2, &["u"]);
     assert_eq!(daemon_work(&spec, None), DaemonWork::Pull { version: 2 });
     let old = tag_status("1", 1, PHASE_SUCCEEDED, Some(0));
-    assert_eq!(daemon_work(&spec, Some(&old)), DaemonWork::Pull { version: 2 });
+    assert_eq!(
+        daemon_work(&spec, Some(&old)),
+        DaemonWork::Pull { version: 2 }
+    );
     let pulling = tag_status("1", 2, PHASE_PULLING, None);
-    assert_eq!(daemon_work(&spec, Some(&pulling)), DaemonWork::Pull { version: 2 });
+    assert_eq!(
+        daemon_work(&spec, Some(&pulling)),
+        DaemonWork::Pull { version: 2 }
+    );
     let done = tag_status("1", 2, PHASE_FAILED, Some(0));
     assert_eq!(daemon_work(&spec, Some(&done)), DaemonWork::Done);
     assert_eq!(attempts(None), (600, 3));
@@ -412,18 +498,43 @@ fn daemon_work_and_attempts() {
 
 #[test]
 fn list_status_table() {
-    let images: Vec<String> = ["a:1", "b:1", "c:1"].iter().map(|s| (*s).to_owned()).collect();
+    let images: Vec<String> = ["a:1", "b:1", "c:1"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let child = |image: &str, completed: bool, failed: i32| ChildJob {
         name: format!("list-{}", &image[..1]),
         image: image.into(),
         completed,
         failed_nodes: failed,
-        message: if failed > 0 { "job has completed".into() } else { String::new() },
+        message: if failed > 0 {
+            "job has completed".into()
+        } else {
+            String::new()
+        },
     };
-    let status = list_status(&images, &[child("a:1", true, 0), child("b:1", false, 0)], false, None, at(0));
-    assert_eq!((status.desired, status.active, status.completed, status.succeeded), (3, 1, 1, 1));
+    let status = list_status(
+        &images,
+        &[child("a:1", true, 0), child("b:1", false, 0)],
+        false,
+        None,
+        at(0),
+    );
+    assert_eq!(
+        (
+            status.desired,
+            status.active,
+            status.completed,
+            status.succeeded
+        ),
+        (3, 1, 1, 1)
+    );
     assert!(status.completion_time.is_none());
-    let all = [child("a:1", true, 0), child("b:1", true, 1), child("c:1", true, 0)];
+    let all = [
+        child("a:1", true, 0),
+        child("b:1", true, 1),
+        child("c:1", true, 0),
+    ];
     let status = list_status(&images, &all, false, None, at(5));
     assert_eq!((status.completed, status.succeeded), (3, 2));
     assert_eq!(status.completion_time, Some(Time(at(5))));
@@ -438,6 +549,9 @@ fn ttl_left_table() {
     let done = Time(at(0));
     assert_eq!(ttl_left(None, Some(5), at(1)), None);
     assert_eq!(ttl_left(Some(&done), None, at(1)), None);
-    assert_eq!(ttl_left(Some(&done), Some(5), at(1)), Some(SignedDuration::from_secs(4)));
+    assert_eq!(
+        ttl_left(Some(&done), Some(5), at(1)),
+        Some(SignedDuration::from_secs(4))
+    );
     assert!(ttl_left(Some(&done), Some(5), at(6)).is_some_and(|d| d.is_negative()));
 }
