@@ -225,9 +225,11 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             ChildJob {
                 name: j.name_any(),
                 image: j.spec.image.clone(),
-                completed: s.completion_time.is_some(),
-                failed_nodes: s.failed,
-                message: s.message,
+                started: s.start_time.is_some(),
+                desired: s.desired,
+                active: s.active,
+                succeeded: s.succeeded,
+                failed: s.failed,
             }
         })
         .collect();

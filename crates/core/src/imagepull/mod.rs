@@ -522,18 +522,23 @@ pub fn retry_delay(n: u32) -> std::time::Duration {
     std::time::Duration::from_secs(1u64.checked_shl(n).unwrap_or(u64::MAX).min(30))
 }
 
-/// One child ImagePullJob as its ImageListPullJob sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One child ImagePullJob as its ImageListPullJob sees it (its status counts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChildJob {
     pub name: String,
     pub image: String,
-    pub completed: bool,
-    pub failed_nodes: i32,
-    pub message: String,
+    /// Whether the job has a start time (a job not started yet is not counted).
+    pub started: bool,
+    pub desired: i32,
+    pub active: i32,
+    pub succeeded: i32,
+    pub failed: i32,
 }
 
-/// An ImageListPullJob's status from its ImagePullJobs (one per image): a job counts as succeeded when
-/// it completed with no failed node; the list completes (Always) when every image's job completed.
+/// An ImageListPullJob's status from its ImagePullJobs, as upstream counts: a job with an active node
+/// is active, one whose every node succeeded or failed is completed, one whose every node succeeded
+/// succeeded, one with a failed node is listed in `failedImageStatuses`; the list completes (Always)
+/// when every image's job completed.
 pub fn list_status(
     images: &[String],
     children: &[ChildJob],
@@ -546,25 +551,33 @@ pub fn list_status(
         desired: i32::try_from(images.len()).unwrap_or(i32::MAX),
         ..Default::default()
     };
-    for image in images {
-        let Some(child) = children.iter().find(|c| &c.image == image) else {
-            continue;
-        };
-        if !child.completed {
+    for child in children
+        .iter()
+        .filter(|c| c.started && images.contains(&c.image))
+    {
+        if child.active > 0 {
             status.active += 1;
-            continue;
         }
-        status.completed += 1;
-        if child.failed_nodes == 0 {
-            status.succeeded += 1;
-        } else {
+        if child.failed > 0 {
             status.failed_image_statuses.push(FailedImageStatus {
                 image_pull_job: child.name.clone(),
-                name: image.clone(),
-                message: child.message.clone(),
+                name: child.image.clone(),
+                message: format!(
+                    "Please check for details which nodes failed by 'kubectl get ImagePullJob {}'.",
+                    child.name
+                ),
             });
         }
+        if child.desired == child.failed + child.succeeded {
+            status.completed += 1;
+        }
+        if child.desired == child.succeeded {
+            status.succeeded += 1;
+        }
     }
+    status
+        .failed_image_statuses
+        .sort_by(|a, b| a.name.cmp(&b.name));
     if !never && status.completed == status.desired {
         status.completion_time = old
             .and_then(|s| s.completion_time.clone())

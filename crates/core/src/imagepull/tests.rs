@@ -172,7 +172,13 @@ fn job_status_table() {
     };
     // (case, spec, nodes, now) → (active, succeeded, failed, failed nodes, completed, message, not synced)
     type Want<'a> = (i32, i32, i32, &'a [&'a str], bool, &'a str, &'a [&'a str]);
-    type Case<'a> = (&'a str, ImagePullJobSpec, Vec<(String, NodePull)>, i64, Want<'a>);
+    type Case<'a> = (
+        &'a str,
+        ImagePullJobSpec,
+        Vec<(String, NodePull)>,
+        i64,
+        Want<'a>,
+    );
     let cases: Vec<Case> = vec![
         (
             "no nodes: Always completes at once",
@@ -502,20 +508,18 @@ fn list_status_table() {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    let child = |image: &str, completed: bool, failed: i32| ChildJob {
+    let child = |image: &str, desired: i32, active: i32, succeeded: i32, failed: i32| ChildJob {
         name: format!("list-{}", &image[..1]),
         image: image.into(),
-        completed,
-        failed_nodes: failed,
-        message: if failed > 0 {
-            "job has completed".into()
-        } else {
-            String::new()
-        },
+        started: true,
+        desired,
+        active,
+        succeeded,
+        failed,
     };
     let status = list_status(
         &images,
-        &[child("a:1", true, 0), child("b:1", false, 0)],
+        &[child("a:1", 2, 0, 2, 0), child("b:1", 2, 1, 1, 0)],
         false,
         None,
         at(0),
@@ -531,17 +535,31 @@ fn list_status_table() {
     );
     assert!(status.completion_time.is_none());
     let all = [
-        child("a:1", true, 0),
-        child("b:1", true, 1),
-        child("c:1", true, 0),
+        child("a:1", 2, 0, 2, 0),
+        child("b:1", 2, 0, 1, 1),
+        child("c:1", 0, 0, 0, 0),
     ];
     let status = list_status(&images, &all, false, None, at(5));
-    assert_eq!((status.completed, status.succeeded), (3, 2));
+    assert_eq!(
+        (status.completed, status.succeeded),
+        (3, 2),
+        "no node: completed and succeeded"
+    );
     assert_eq!(status.completion_time, Some(Time(at(5))));
+    assert_eq!(status.failed_image_statuses.len(), 1);
     assert_eq!(status.failed_image_statuses[0].name, "b:1");
     assert_eq!(status.failed_image_statuses[0].image_pull_job, "list-b");
+    // Never: a job whose every node finished counts as completed, the list itself never completes.
     let status = list_status(&images, &all, true, None, at(5));
+    assert_eq!(status.completed, 3);
     assert!(status.completion_time.is_none(), "Never never completes");
+    // A job not started yet is not counted.
+    let unstarted = ChildJob {
+        started: false,
+        ..child("a:1", 0, 0, 0, 0)
+    };
+    let status = list_status(&images, &[unstarted], false, None, at(5));
+    assert_eq!(status.completed, 0);
 }
 
 #[test]
