@@ -51,21 +51,20 @@ async fn real_nodes(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(ns.client.clone());
     let images: Api<NodeImage> = Api::all(ns.client.clone());
     eventually("a NodeImage for every real node", TIMEOUT, || async {
-        let names: Vec<String> = nodes
+        let real = nodes
             .list(&ListParams::default().labels(&format!("{REAL_NODE_LABEL}=true")))
             .await?
-            .items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect();
-        let have: Vec<String> = images
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect();
-        Ok((names.len() == REAL_NODES && names.iter().all(|n| have.contains(n))).then_some(names))
+            .items;
+        let have = images.list(&ListParams::default()).await?.items;
+        // Each real node has its NodeImage, named after it and carrying its labels.
+        let all_there = real.iter().all(|node| {
+            have.iter().any(|image| {
+                image.metadata.name == node.metadata.name
+                    && image.metadata.labels == node.metadata.labels
+            })
+        });
+        let names: Vec<String> = real.into_iter().filter_map(|n| n.metadata.name).collect();
+        Ok((names.len() == REAL_NODES && all_there).then_some(names))
     })
     .await
 }
@@ -182,6 +181,19 @@ spec:
                     .contains_key("registry.k8s.io/e2e-test-images/httpd"),
                 "the other node was asked too: {:?}",
                 untouched.spec
+            );
+            // The chosen node's daemon counts the pull.
+            let daemon = bed
+                .daemons()
+                .iter()
+                .find(|d| &d.node == chosen)
+                .ok_or_else(|| anyhow::anyhow!("no daemon for {chosen}"))?;
+            let (code, metrics) =
+                kruise_testkit::manager::http_get(daemon.port, "/metrics").await?;
+            ensure!(
+                code == 200
+                    && metrics.contains("kruise_daemon_image_pulls_total{result=\"succeeded\"}"),
+                "daemon metrics: {metrics}"
             );
             // The tag carries the job as owner.
             let asked = images.get(chosen).await?;

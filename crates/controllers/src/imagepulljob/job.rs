@@ -92,8 +92,31 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
     let controller = Controller::new(
         Api::<ImagePullJob>::all(client.clone()),
         watcher::Config::default().any_semantic(),
+    );
+    // A changed pull secret wakes the jobs of its namespace that name it (their copies follow it).
+    let jobs = controller.store();
+    let secret_wakes = watcher(
+        Api::<kube::core::PartialObjectMeta<Secret>>::all(client.clone()),
+        watcher::Config::default(),
     )
-    .reconcile_on(wakes);
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|secret| async move { secret.ok() })
+    .flat_map(move |secret| {
+        let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let woken: Vec<ObjectRef<ImagePullJob>> = jobs
+            .state()
+            .iter()
+            .filter(|job| {
+                job.namespace().as_deref() == Some(namespace.as_str())
+                    && job.spec.pull_secrets.contains(&name)
+            })
+            .map(|job| ObjectRef::from_obj(job.as_ref()))
+            .collect();
+        futures::stream::iter(woken)
+    });
+    let controller = controller.reconcile_on(wakes).reconcile_on(secret_wakes);
     let ctx = Arc::new(Context {
         client,
         metrics,
