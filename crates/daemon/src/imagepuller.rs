@@ -227,6 +227,9 @@ pub fn auths_for(secret: &Secret, registry: &str) -> Vec<AuthConfig> {
 
 type TagKey = (String, String);
 
+/// The shortest time between two status writes of the puller.
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(3);
+
 /// One running pull.
 struct Worker {
     version: i64,
@@ -562,7 +565,8 @@ impl Puller {
         })
     }
 
-    /// Writes the status whenever it changes (at most every 500 ms); a failed write is retried.
+    /// Writes the status whenever it changes (at most every [`STATUS_INTERVAL`]); a failed write is
+    /// retried.
     async fn write_statuses(self: Arc<Self>) {
         let api: Api<NodeImage> = Api::all(self.client.clone());
         let mut written: Option<serde_json::Value> = None;
@@ -605,7 +609,9 @@ impl Puller {
                     self.changed.notify_one();
                 }
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // As upstream's puller, which re-reads its workers' statuses every 3 s while pulling:
+            // status writes are at most that frequent.
+            tokio::time::sleep(STATUS_INTERVAL).await;
         }
     }
 }
