@@ -168,6 +168,7 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
     if waiting {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    let mut created_any = false;
     for image in &spec.images {
         if owned.iter().any(|j| &j.spec.image == image) {
             continue;
@@ -215,7 +216,10 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert((uid.clone(), image.clone()), std::time::Instant::now());
-        // The new job reaches the cache through the watch; wait for it rather than create twice.
+        created_any = true;
+    }
+    if created_any {
+        // The new jobs reach the cache through the watch; wait for them rather than create twice.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let children: Vec<ChildJob> = owned
