@@ -216,6 +216,9 @@ kinds! {
     BroadcastJob => crate::broadcastjob::Api,
     DaemonSet => crate::daemonset::Api,
     AdvancedCronJob => crate::advancedcronjob::Api,
+    ImagePullJob => crate::imagepulljob::ImagePullJobApi,
+    ImageListPullJob => crate::imagepulljob::ImageListPullJobApi,
+    NodeImage => crate::imagepulljob::NodeImageApi,
 }
 
 /// Converts any apps.kruise.io object, dispatching on its `kind`.
@@ -237,7 +240,11 @@ impl Kind {
             | Kind::UnitedDeployment
             | Kind::BroadcastJob
             | Kind::AdvancedCronJob => Some("/spec/template"),
-            Kind::SidecarSet | Kind::DaemonSet => None,
+            Kind::SidecarSet
+            | Kind::DaemonSet
+            | Kind::ImagePullJob
+            | Kind::ImageListPullJob
+            | Kind::NodeImage => None,
         }
     }
 }

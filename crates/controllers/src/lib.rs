@@ -15,6 +15,7 @@ pub mod ephemeraljob;
 pub mod error;
 pub mod events;
 pub mod history;
+pub mod imagepulljob;
 pub mod kruise_configuration;
 pub mod metrics;
 pub mod nodes;

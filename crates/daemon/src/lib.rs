@@ -8,6 +8,7 @@ pub mod cri;
 pub mod crr;
 pub mod gates;
 pub mod hooks;
+pub mod imagepuller;
 pub mod metrics;
 pub mod podprobe;
 pub mod queue;

@@ -48,6 +48,9 @@ struct Args {
     /// InPlaceUpdateEnvFromMetadata (restart a container whose env from Pod metadata changed).
     #[arg(long, env = "KRUISE_FEATURE_GATES", default_value = "")]
     feature_gates: String,
+    /// Pull the images this node's NodeImage lists (ImagePullJobs).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    image_puller: bool,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -172,6 +175,8 @@ async fn main() -> anyhow::Result<()> {
     let mut registry_owner = Metrics::new();
     let probe_metrics =
         kruise_daemon::podprobe::ProbeMetrics::register(&mut registry_owner.registry);
+    let pull_metrics =
+        kruise_daemon::imagepuller::PullMetrics::register(&mut registry_owner.registry);
     let metrics = Arc::new(registry_owner);
     metrics.runtime_up.set(1);
     metrics
@@ -182,6 +187,18 @@ async fn main() -> anyhow::Result<()> {
             endpoint: runtime.endpoint.clone(),
         })
         .set(1);
+    let puller = if args.image_puller {
+        let images = kruise_daemon::imagepuller::Images::connect(&runtime.endpoint).await?;
+        let puller = kruise_daemon::imagepuller::Puller::new(
+            client.clone(),
+            &args.node_name,
+            images,
+            pull_metrics,
+        );
+        Some(tokio::spawn(puller.run()))
+    } else {
+        None
+    };
     // PodProbeMarker probes of the node's NodePodProbe (empty unless the manager's
     // PodProbeMarkerGate is on).
     let (_prober, run_prober) = kruise_daemon::podprobe::Prober::start(
@@ -231,6 +248,9 @@ async fn main() -> anyhow::Result<()> {
         () = run_prober => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         () = terminated() => tracing::info!("terminated"),
+    }
+    if let Some(puller) = puller {
+        puller.abort();
     }
     Ok(())
 }

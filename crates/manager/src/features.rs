@@ -89,12 +89,9 @@ pub const GATES: &[Gate] = &[
             "pre-pulls an Advanced DaemonSet's new images through ImagePullJobs and kruise-daemon",
         ),
     ),
-    gate(
-        "ImagePullJobGate",
-        false,
-        Alpha,
-        Missing("serves ImagePullJob and NodeImage objects through kruise-daemon"),
-    ),
+    // NodeImage, ImagePullJob and ImageListPullJob controllers (crates/controllers/src/imagepulljob),
+    // kruise-daemon's puller (crates/daemon/src/imagepuller.rs).
+    gate("ImagePullJobGate", false, Alpha, Gated),
     gate("KruisePodReadinessGate", false, Alpha, Gated),
     gate("TemplateNoDefaults", false, Alpha, Gated),
     gate(
@@ -447,10 +444,19 @@ mod tests {
         );
         let chart = FeatureGates::parse("ImagePullJobGate=true").expect("valid");
         assert!(
-            chart
+            !chart
                 .unsupported()
                 .iter()
-                .any(|l| l.contains("ImagePullJobGate=true"))
+                .any(|l| l.contains("ImagePullJobGate")),
+            "ImagePullJobGate is implemented"
+        );
+        let predownload =
+            FeatureGates::parse("PreDownloadImageForInPlaceUpdate=true").expect("valid");
+        assert!(
+            predownload
+                .unsupported()
+                .iter()
+                .any(|l| l.contains("PreDownloadImageForInPlaceUpdate=true"))
         );
         let unknown = FeatureGates::parse("NoSuchGate=true").expect("reported, not refused");
         assert!(

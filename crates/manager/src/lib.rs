@@ -665,6 +665,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 kruise_daemon: gates.enabled("KruiseDaemon"),
                 pod_probe_marker: gates.enabled("PodProbeMarkerGate"),
                 workload_spread: gates.enabled("WorkloadSpread"),
+                image_pull_job: gates.enabled("ImagePullJobGate"),
             },
             kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
         ),
@@ -1039,6 +1040,13 @@ async fn run_controllers(
             metrics.clone(),
         )
     });
+    let imagepulljob = gates.enabled("ImagePullJobGate").then(|| {
+        kruise_controllers::imagepulljob::run(
+            client.clone(),
+            metrics.clone(),
+            kruise_controllers::imagepulljob::Config::default(),
+        )
+    });
     // WorkloadSpread runs only with its gate on (upstream does not start it otherwise).
     let workloadspread = gates.enabled("WorkloadSpread").then(|| {
         kruise_controllers::workloadspread::run(
@@ -1125,6 +1133,9 @@ async fn run_controllers(
     }
     if let Some(podprobemarker) = podprobemarker {
         work.spawn(named("podprobemarker", podprobemarker));
+    }
+    if let Some(imagepulljob) = imagepulljob {
+        work.spawn(named("imagepulljob", imagepulljob));
     }
     if let Some(sidecarterminator) = sidecarterminator {
         work.spawn(named("sidecarterminator", sidecarterminator));
@@ -1228,11 +1239,11 @@ mod tests {
         assert_eq!((args.log_format.as_str(), args.verbosity), ("json", 4));
         let gates = args.gates().expect("valid gates");
         assert!(gates.enabled("PreparingUpdateAsUpdate"));
+        assert!(gates.enabled("ImagePullJobGate"));
         let ineffective = args.ineffective().expect("valid");
         assert!(
-            ineffective
-                .iter()
-                .any(|l| l.contains("ImagePullJobGate=true"))
+            !ineffective.iter().any(|l| l.contains("ImagePullJobGate")),
+            "ImagePullJobGate is implemented: {ineffective:?}"
         );
         assert!(!ineffective.iter().any(|l| l.contains("sync-period")));
 

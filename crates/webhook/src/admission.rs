@@ -52,6 +52,33 @@ pub struct Gates {
     pub workload_spread: bool,
     /// `PodProbeMarkerGate`: while off (or `KruiseDaemon` off), PodProbeMarkers are refused.
     pub pod_probe_marker: bool,
+    /// `ImagePullJobGate`: while off (or `KruiseDaemon` is), ImagePullJobs and ImageListPullJobs are
+    /// refused.
+    pub image_pull_job: bool,
+}
+
+/// The gate a kind's validation needs and that is off, if any (upstream refuses such a request).
+pub fn gate_refusal(kind: Kind, gates: &Gates) -> Option<&'static str> {
+    match kind {
+        Kind::ImagePullJob | Kind::ImageListPullJob | Kind::NodeImage if !gates.kruise_daemon => {
+            Some("KruiseDaemon")
+        }
+        Kind::ImagePullJob | Kind::ImageListPullJob if !gates.image_pull_job => {
+            Some("ImagePullJobGate")
+        }
+        _ => None,
+    }
+}
+
+/// Refuses a request of a kind whose feature gate is off, as upstream: `feature-gate X is not enabled`.
+pub fn refuse_gate(review: AdmissionReview<DynamicObject>, gate: &str) -> Answer {
+    match request_of(review) {
+        Ok(request) if matches!(request.operation, Operation::Create | Operation::Update) => {
+            deny(&request, format!("feature-gate {gate} is not enabled"))
+        }
+        Ok(request) => allow(&request),
+        Err(answer) => *answer,
+    }
 }
 
 /// The Advanced StatefulSet update of `review` as v1beta1 (new, old); `None` for anything else or

@@ -191,7 +191,10 @@ pub fn router_with(
                             ..Default::default()
                         }
                     };
-                    let answer = crate::admission::validate(kind, review, &cluster);
+                    let answer = match crate::admission::gate_refusal(kind, &gates) {
+                        Some(gate) => crate::admission::refuse_gate(review, gate),
+                        None => crate::admission::validate(kind, review, &cluster),
+                    };
                     metrics.observe(
                         &label,
                         if answer.allowed { "allowed" } else { "denied" },

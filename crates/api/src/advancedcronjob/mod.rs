@@ -446,7 +446,7 @@ fn validate_image_list_pull_job(
 
 /// A container image reference's shape: lowercase repository path components, an optional registry
 /// host (with port), an optional tag, an optional digest.
-fn image_reference_ok(image: &str) -> bool {
+pub(crate) fn image_reference_ok(image: &str) -> bool {
     let (rest, digest) = match image.split_once('@') {
         Some((rest, digest)) => (rest, Some(digest)),
         None => (image, None),

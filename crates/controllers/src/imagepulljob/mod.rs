@@ -1,0 +1,56 @@
+//! Image pre-pulling in the manager (upstream `pkg/controller/{nodeimage,imagepulljob,imagelistpulljob}`):
+//! one NodeImage per Node kept by [`nodeimage`]; ImagePullJobs asking NodeImages for their image
+//! ([`job`]); ImageListPullJobs creating one ImagePullJob per image ([`list`]). kruise-daemon pulls what
+//! its NodeImage lists and reports per tag.
+
+pub mod job;
+pub mod list;
+pub mod nodeimage;
+
+use std::sync::Arc;
+
+use kube::Client;
+
+use crate::metrics::Metrics;
+
+/// The namespace kruise-daemon reads pull secrets from (upstream's `kruise-daemon-config`).
+pub const DAEMON_CONFIG_NAMESPACE: &str = "kruise-daemon-config";
+
+/// Settings of the image controllers.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where pull secrets are copied for the daemons.
+    pub daemon_config_namespace: String,
+    /// `--default-ttlseconds-for-always-nodeimage`: added to the TTL of tags of Always jobs.
+    pub default_ttl_always: i32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            daemon_config_namespace: DAEMON_CONFIG_NAMESPACE.into(),
+            default_ttl_always: 0,
+        }
+    }
+}
+
+/// Runs the three controllers until the future is dropped.
+pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
+    tokio::join!(
+        nodeimage::run(client.clone(), metrics.clone()),
+        job::run(client.clone(), metrics.clone(), config),
+        list::run(client, metrics),
+    );
+}
+
+/// `status` as a merge patch that also clears the optional fields the new status leaves out.
+pub(crate) fn status_patch(status: &impl serde::Serialize, optional: &[&str]) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        for key in optional {
+            map.entry((*key).to_owned())
+                .or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": value })
+}

@@ -1,0 +1,251 @@
+//! The NodeImage controller: one NodeImage per Node, named after it and carrying its labels, created
+//! once the Node is Ready and deleted with it. It removes tags whose ImagePullJobs are gone or whose TTL
+//! after completion passed, and fails the pulls kruise-daemon did not answer in time
+//! (`kruise_core::imagepull::{prune_spec, status_timeouts}`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kruise_api::imagepulljob::v1beta1::{ImagePullJob, NodeImage, NodeImageSpec};
+use kruise_core::imagepull;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::error::{Error, KubeContext, is_race};
+use crate::metrics::Metrics;
+
+pub const CONTROLLER: &str = "nodeimage-controller";
+const RACE_RETRY: Duration = Duration::from_millis(500);
+/// How often a NodeImage is looked at when nothing else wakes it.
+const RESYNC: Duration = Duration::from_secs(300);
+/// A NodeImage with this label has no Node and is kept (upstream's e2e suite makes one).
+pub const FAKE_LABEL: &str = "apps.kruise.io/fake-nodeimage";
+
+pub struct Context {
+    client: Client,
+    metrics: Arc<Metrics>,
+    nodes: Store<Node>,
+    jobs: Store<ImagePullJob>,
+}
+
+impl crate::driver::Driven for Context {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Runs the controller until the future is dropped.
+pub async fn run(client: Client, metrics: Arc<Metrics>) {
+    let (nodes, node_writer) = reflector::store();
+    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(node_writer)
+        .touched_objects()
+        .filter_map(|n| async move { n.ok() })
+        .map(|n: Node| ObjectRef::<NodeImage>::new(&n.name_any()));
+    let (jobs, job_writer) = reflector::store();
+    let job_events = watcher(
+        Api::<ImagePullJob>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(job_writer)
+    .touched_objects()
+    .filter_map(|_: Result<ImagePullJob, _>| async { None::<ObjectRef<NodeImage>> });
+    let controller = Controller::new(
+        Api::<NodeImage>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let images = controller.store();
+    // Nodes without a NodeImage (new ones) and NodeImages without a Node (deleted ones) are handled by
+    // this loop, which the controller's own queue cannot carry (their key is not in its store).
+    let creator = sync_nodes(client.clone(), nodes.clone(), images);
+    let ctx = Arc::new(Context {
+        client,
+        metrics,
+        nodes,
+        jobs,
+    });
+    let controller = controller
+        .reconcile_on(node_events)
+        .reconcile_on(job_events);
+    tokio::join!(crate::driver::run(controller, 2, reconcile, ctx), creator);
+}
+
+/// Creates the NodeImage of every Ready Node that has none, and deletes NodeImages whose Node is gone,
+/// every few seconds from the two caches.
+async fn sync_nodes(client: Client, nodes: Store<Node>, images: Store<NodeImage>) {
+    let api: Api<NodeImage> = Api::all(client);
+    if nodes.wait_until_ready().await.is_err() || images.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        let have: BTreeSet<String> = images.state().iter().map(|i| i.name_any()).collect();
+        let want: BTreeSet<String> = nodes
+            .state()
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none() && node_ready(n))
+            .map(|n| n.name_any())
+            .collect();
+        let all_nodes: BTreeSet<String> = nodes.state().iter().map(|n| n.name_any()).collect();
+        for name in want.difference(&have) {
+            let Some(node) = nodes.get(&ObjectRef::new(name)) else {
+                continue;
+            };
+            let mut image = NodeImage::new(name, NodeImageSpec::default());
+            image.metadata.labels = node.metadata.labels.clone();
+            match api.create(&PostParams::default(), &image).await {
+                Ok(_) => tracing::info!(node = name, "created NodeImage"),
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => tracing::warn!(node = name, %error, "creating NodeImage"),
+            }
+        }
+        for image in images.state() {
+            let name = image.name_any();
+            if all_nodes.contains(&name)
+                || image.metadata.deletion_timestamp.is_some()
+                || image.labels().contains_key(FAKE_LABEL)
+            {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: image.metadata.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => tracing::info!(node = name, "deleted the NodeImage of a deleted Node"),
+                Err(error) if matches!(&error, kube::Error::Api(s) if s.code == 404 || s.code == 409) =>
+                    {}
+                Err(error) => tracing::warn!(node = name, %error, "deleting NodeImage"),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+async fn reconcile(image: Arc<NodeImage>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = image.name_any();
+    if image.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let api: Api<NodeImage> = Api::all(ctx.client.clone());
+    let now = Timestamp::now();
+    let node = ctx.nodes.get(&ObjectRef::new(&name));
+    // Spec: the Node's labels, live owners, TTLs.
+    let mut pruned = image.as_ref().clone();
+    let jobs_ready = ctx.jobs.wait_until_ready().await.is_ok();
+    let (mut changed, ttl_wait) = imagepull::prune_spec(
+        &mut pruned,
+        |owner| {
+            // Until the job cache is listed, every owner counts as alive.
+            if !jobs_ready || owner.kind.as_deref() != Some("ImagePullJob") {
+                return true;
+            }
+            let key = ObjectRef::<ImagePullJob>::new(owner.name.as_deref().unwrap_or_default())
+                .within(owner.namespace.as_deref().unwrap_or_default());
+            ctx.jobs
+                .get(&key)
+                .is_some_and(|job| job.metadata.uid == owner.uid)
+        },
+        now,
+    );
+    let labels = node.as_ref().and_then(|n| n.metadata.labels.clone());
+    if node.is_some() && labels != image.metadata.labels {
+        changed = true;
+    }
+    if changed {
+        let mut metadata = json!({"resourceVersion": image.resource_version()});
+        if node.is_some() {
+            // A merge patch of labels: the Node's, and null for the ones it dropped.
+            let mut patch_labels = serde_json::Map::new();
+            for key in image.labels().keys() {
+                patch_labels.insert(key.clone(), serde_json::Value::Null);
+            }
+            for (key, value) in labels.unwrap_or_default() {
+                patch_labels.insert(key, value.into());
+            }
+            metadata["labels"] = patch_labels.into();
+        }
+        let mut images = serde_json::Map::new();
+        for old in image.spec.images.keys() {
+            images.insert(old.clone(), serde_json::Value::Null);
+        }
+        for (key, spec) in &pruned.spec.images {
+            images.insert(key.clone(), serde_json::to_value(spec).unwrap_or_default());
+        }
+        let patch = json!({"metadata": metadata, "spec": {"images": images}});
+        return match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(Action::requeue(RACE_RETRY)),
+            Err(error) if is_race(&error) => Ok(Action::requeue(RACE_RETRY)),
+            Err(source) => Err(source).context(|| format!("updating the spec of NodeImage {name}")),
+        };
+    }
+    // Status: time-outs of unanswered or overdue pulls, counters.
+    let (status, failed, status_wait) = imagepull::status_timeouts(&image, now);
+    for timed_out in &failed {
+        tracing::warn!(
+            node = name,
+            image = timed_out.image,
+            tag = timed_out.tag,
+            message = timed_out.message,
+            "failed a pull"
+        );
+    }
+    if image.status.as_ref() != Some(&status) {
+        let patch = json!({
+            "metadata": {"resourceVersion": image.resource_version()},
+            "status": status,
+        });
+        // Replace the image statuses map entirely (a merge would keep dropped tags).
+        let mut patch = patch;
+        if let Some(old) = image.status.as_ref() {
+            for key in old.image_statuses.keys() {
+                if !status.image_statuses.contains_key(key) {
+                    patch["status"]["imageStatuses"][key] = serde_json::Value::Null;
+                }
+            }
+        }
+        return match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(Action::requeue(RACE_RETRY)),
+            Err(error) if is_race(&error) => Ok(Action::requeue(RACE_RETRY)),
+            Err(source) => {
+                Err(source).context(|| format!("updating the status of NodeImage {name}"))
+            }
+        };
+    }
+    let next = [ttl_wait, status_wait]
+        .into_iter()
+        .flatten()
+        .filter_map(|d| Duration::try_from(d).ok())
+        .min()
+        .map_or(RESYNC, |d| d.max(Duration::from_secs(1)).min(RESYNC));
+    Ok(Action::requeue(next))
+}
