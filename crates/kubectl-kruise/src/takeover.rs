@@ -1231,6 +1231,9 @@ mod tests {
             ("apps.kruise.io", "WorkloadSpread", true),
             ("apps.kruise.io", "PodProbeMarker", true),
             ("apps.kruise.io", "NodePodProbe", true),
+            ("apps.kruise.io", "ImagePullJob", true),
+            ("apps.kruise.io", "ImageListPullJob", true),
+            ("apps.kruise.io", "NodeImage", true),
             ("apps.kruise.io", "AdvancedCronJob", true),
             ("policy.kruise.io", "PodUnavailableBudget", true),
             ("policy.kruise.io", "Other", false),
@@ -1245,12 +1248,8 @@ mod tests {
     fn refusals() {
         let inventory = vec![
             kind("CloneSet", "apps.kruise.io", "clonesets", &["web"]),
-            kind(
-                "PodProbeMarker",
-                "apps.kruise.io",
-                "podprobemarkers",
-                &["ppm"],
-            ),
+            // Every kind of v1.9.0 is served: a kind of a newer OpenKruise stands for the unserved.
+            kind("NewerKind", "apps.kruise.io", "newerkinds", &["nk"]),
             kind(
                 "PodUnavailableBudget",
                 "policy.kruise.io",
@@ -1268,16 +1267,16 @@ mod tests {
         type Case<'a> = (&'a [&'a str], Result<&'a [&'a str], &'a str>);
         let cases: &[Case] = &[
             // PodUnavailableBudget is served: never refused.
-            (&[], Ok(&["PodProbeMarker ns/ppm"])),
-            (&["PodProbeMarker"], Ok(&[])),
-            (&["podprobemarker", "pub"], Err("[\"pub\"]")),
+            (&[], Ok(&["NewerKind ns/nk"])),
+            (&["NewerKind"], Ok(&[])),
+            (&["newerkind", "pub"], Err("[\"pub\"]")),
             (
-                &["podprobemarkers", "podunavailablebudgets.policy.kruise.io"],
+                &["newerkinds", "podunavailablebudgets.policy.kruise.io"],
                 Ok(&[]),
             ),
-            (&["PodProbeMarker", "PodUnavailableBudget"], Ok(&[])),
-            (&["ImagePullJob"], Ok(&["PodProbeMarker ns/ppm"])),
-            (&["PodProbeMarkr"], Err("PodProbeMarkr")),
+            (&["NewerKind", "PodUnavailableBudget"], Ok(&[])),
+            (&["ImagePullJob"], Ok(&["NewerKind ns/nk"])),
+            (&["NewerKnd"], Err("NewerKnd")),
         ];
         for (allow, want) in cases {
             match (names(allow), want) {
