@@ -358,6 +358,15 @@ fn without_object_versions(mut state: State) -> State {
     state
 }
 
+/// The kinds whose objects the manager keeps one per Node (OpenKruise's manager as well): they come
+/// and go with the Nodes, so a new one is not a change made to what was there.
+const PER_NODE_KINDS: &[&str] = &["NodePodProbe", "NodeImage"];
+
+fn per_node(key: &str) -> bool {
+    key.split_once(' ')
+        .is_some_and(|(kind, _)| PER_NODE_KINDS.contains(&kind))
+}
+
 pub fn compare(before: &State, after: &State) -> Comparison {
     let crds = |s: &State| -> BTreeMap<String, Tracked> {
         s.crds
@@ -368,7 +377,8 @@ pub fn compare(before: &State, after: &State) -> Comparison {
     let mut crd_tally = tally(&crds(before), &crds(after));
     // A CRD installed by the switch (none of OpenKruise's) is not a change of what was there.
     crd_tally.added.clear();
-    let objects = tally(&before.objects, &after.objects);
+    let mut objects = tally(&before.objects, &after.objects);
+    objects.added.retain(|key| !per_node(key));
     let status_changes = objects
         .written
         .iter()
@@ -1418,6 +1428,13 @@ mod tests {
         after
             .revisions
             .insert("ns/web-2".into(), tracked("r2", Some("16"), None));
+        // The manager's per-node objects are not changes; another new object is.
+        after
+            .objects
+            .insert("NodePodProbe node-1".into(), tracked("n1", None, None));
+        after
+            .objects
+            .insert("PodProbeMarker ns/ppm".into(), tracked("m1", None, None));
         let changed = compare(&before, &after);
         assert!(!changed.clean());
         assert_eq!(changed.crds.deleted, ["b"]);
@@ -1426,6 +1443,7 @@ mod tests {
         assert_eq!(changed.pods.deleted, ["ns/p2", "ns/p3"]);
         assert_eq!(changed.pods.added, ["ns/p4"]);
         assert_eq!(changed.objects.written, ["CloneSet ns/web"]);
+        assert_eq!(changed.objects.added, ["PodProbeMarker ns/ppm"]);
         assert_eq!(changed.objects.kept, 1);
         assert_eq!(changed.controller_revisions.added, ["ns/web-2"]);
         assert_eq!(changed.controller_revisions.kept, 1);
