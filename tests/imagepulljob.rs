@@ -188,8 +188,7 @@ spec:
                 .iter()
                 .find(|d| &d.node == chosen)
                 .ok_or_else(|| anyhow::anyhow!("no daemon for {chosen}"))?;
-            let (code, metrics) =
-                kruise_testkit::manager::http_get(daemon.port, "/metrics").await?;
+            let (code, metrics) = kruise_testkit::daemon::http_get(daemon, "/metrics").await?;
             ensure!(
                 code == 200
                     && metrics.contains("kruise_daemon_image_pulls_total{result=\"succeeded\"}"),
