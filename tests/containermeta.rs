@@ -5,6 +5,7 @@
 //! IP and node stay as they were. The daemon's `apps.kruise.io/runtime-containers-meta` report shows the
 //! new container.
 
+use kruise_e2e::real_node_kit::with_node_logs;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -25,26 +26,6 @@ fn bed() -> &'static TestBed {
     bed.manager();
     bed.daemons();
     bed
-}
-
-async fn with_logs(
-    bed: &'static TestBed,
-    test: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    test.await.map_err(|error| {
-        let daemons: String = bed
-            .daemons()
-            .iter()
-            .map(|d| {
-                format!(
-                    "----- kruise-daemon {} -----\n{}\n",
-                    d.node,
-                    kruise_testkit::process::tail(&d.log, 40)
-                )
-            })
-            .collect();
-        error.context(format!("{daemons}{}", bed.real_node_logs(20)))
-    })
 }
 
 /// A CloneSet on the real nodes: `app` prints the label `test-env` it reads through the downward API
@@ -114,8 +95,9 @@ async fn a_changed_label_restarts_only_the_container_that_reads_it() -> anyhow::
     let bed = bed();
     let ns = bed.namespace("envmeta").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             cloneset_kit::apply(ns, &cloneset("web")).await?;
             wait_converged(ns, "web", 1, TIMEOUT).await?;

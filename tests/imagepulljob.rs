@@ -5,6 +5,7 @@
 //! selected nodes (the node's containerd has it), the job's per-node counts and completion; a tag the
 //! registry lacks fails on every selected node with the job's `failedNodes` listing them.
 
+use kruise_e2e::real_node_kit::with_node_logs;
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -24,26 +25,6 @@ fn bed() -> &'static TestBed {
     });
     bed.daemons();
     bed
-}
-
-async fn with_logs(
-    bed: &'static TestBed,
-    test: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    test.await.map_err(|error| {
-        let daemons: String = bed
-            .daemons()
-            .iter()
-            .map(|d| {
-                format!(
-                    "----- kruise-daemon {} -----\n{}\n",
-                    d.node,
-                    kruise_testkit::process::tail(&d.log, 30)
-                )
-            })
-            .collect();
-        error.context(daemons)
-    })
 }
 
 /// The real nodes, by name, once each has its NodeImage.
@@ -111,8 +92,9 @@ async fn pulls_an_image_onto_the_selected_node() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("ipj-pull").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let nodes = real_nodes(ns).await?;
             let (chosen, other) = (&nodes[0], &nodes[1]);
@@ -223,8 +205,9 @@ async fn a_missing_tag_fails_on_every_node() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("ipj-missing").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let mut nodes = real_nodes(ns).await?;
             nodes.sort();
@@ -281,8 +264,9 @@ async fn an_image_list_pulls_every_image() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("ilpj").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             real_nodes(ns).await?;
             ns.apply(&format!(
@@ -352,8 +336,9 @@ async fn examples_convert_and_invalid_jobs_are_refused() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("ipj-api").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
             for (file, kind, name) in [

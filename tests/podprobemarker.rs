@@ -4,6 +4,7 @@
 //! the container, and sees the Pod's condition and the marker's labels/annotations follow the probe as
 //! the file comes and goes; deleting the marker removes its probes from the node's NodePodProbe.
 
+use kruise_e2e::real_node_kit::with_node_logs;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -26,26 +27,6 @@ fn bed() -> &'static TestBed {
     bed.manager();
     bed.daemons();
     bed
-}
-
-async fn with_logs(
-    bed: &'static TestBed,
-    test: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    test.await.map_err(|error| {
-        let daemons: String = bed
-            .daemons()
-            .iter()
-            .map(|d| {
-                format!(
-                    "----- kruise-daemon {} -----\n{}\n",
-                    d.node,
-                    kruise_testkit::process::tail(&d.log, 30)
-                )
-            })
-            .collect();
-        error.context(format!("{daemons}{}", bed.real_node_logs(20)))
-    })
 }
 
 /// A bare Pod on a real node whose container `main` is a shell that sleeps.
@@ -144,8 +125,9 @@ async fn exec_probe_flips_the_condition_and_the_markers_follow() -> anyhow::Resu
     let bed = bed();
     let ns = bed.namespace("ppm-exec").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let pod = create_pod(ns, &pod_doc("probed")).await?;
             let node = node_name(&pod).context("Pod not bound")?;
@@ -252,8 +234,9 @@ async fn one_node_pod_probe_per_node_and_invalid_markers_refused() -> anyhow::Re
     let bed = bed();
     let ns = bed.namespace("ppm-nodes").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(ns.client.clone());
             let npps: Api<NodePodProbe> = Api::all(ns.client.clone());
@@ -306,8 +289,9 @@ async fn tcp_and_http_probes_reach_the_pod() -> anyhow::Result<()> {
     let bed = bed();
     let ns = bed.namespace("ppm-net").await?;
     let ns = &ns;
-    with_logs(
+    with_node_logs(
         bed,
+        30,
         ns.run(async move {
             let web = json!({
                 "apiVersion": "v1",
