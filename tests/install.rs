@@ -34,6 +34,60 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Granted by the chart, needed by code paths this scenario does not reach (each names the path).
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     (
+        "apps.kruise.io",
+        "nodeimages",
+        "get",
+        "kruise-daemon's image puller reading its node's NodeImage (no daemon runs here)",
+    ),
+    (
+        "apps.kruise.io",
+        "nodeimages",
+        "list",
+        "kruise-daemon's image puller watching its node's NodeImage",
+    ),
+    (
+        "apps.kruise.io",
+        "nodeimages",
+        "watch",
+        "kruise-daemon's image puller watching its node's NodeImage",
+    ),
+    (
+        "apps.kruise.io",
+        "nodeimages/status",
+        "patch",
+        "kruise-daemon's image puller reporting its pulls",
+    ),
+    (
+        "apps.kruise.io",
+        "nodepodprobes/status",
+        "patch",
+        "kruise-daemon's prober reporting probe results",
+    ),
+    (
+        "apps.kruise.io",
+        "nodepodprobes",
+        "patch",
+        "the NodePodProbe controller writing a PodProbeMarker's probes into a node's NodePodProbe",
+    ),
+    (
+        "apps.kruise.io",
+        "nodepodprobes",
+        "delete",
+        "the NodePodProbe controller deleting the NodePodProbe of a Node that is gone",
+    ),
+    (
+        "apps.kruise.io",
+        "podprobemarkers",
+        "patch",
+        "PodProbeMarker: its finalizer",
+    ),
+    (
+        "apps.kruise.io",
+        "podprobemarkers/status",
+        "patch",
+        "PodProbeMarker status (matchedPods)",
+    ),
+    (
         "",
         "configmaps",
         "get",
