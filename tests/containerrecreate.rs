@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::containerrecreaterequest::{self as crr, ContainerRecreateRequest};
-use kruise_e2e::real_node_kit::{on_real_nodes, started_at, status_of, with_node_logs};
+use kruise_e2e::real_node_kit::{
+    create_ready_pod, on_real_nodes, started_at, status_of, with_node_logs,
+};
 use kruise_e2e::{is_ready, pod_ip};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -57,18 +59,6 @@ fn two_container_pod(name: &str) -> Value {
             "volumes": [{"name": "data", "emptyDir": {}}],
         }
     })
-}
-
-async fn create_pod(ns: &TestNamespace, doc: &Value) -> anyhow::Result<Pod> {
-    let api: Api<Pod> = ns.api();
-    let pod: Pod = serde_json::from_value(doc.clone())?;
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    api.create(&PostParams::default(), &pod).await?;
-    eventually(&format!("Pod {name} ready"), TIMEOUT, || async {
-        let pod = api.get(&name).await?;
-        Ok(is_ready(&pod).then_some(pod))
-    })
-    .await
 }
 
 async fn create_crr(ns: &TestNamespace, doc: Value) -> anyhow::Result<ContainerRecreateRequest> {
@@ -132,7 +122,7 @@ async fn recreates_only_the_named_container() -> anyhow::Result<()> {
         bed,
         30,
         ns.run(async move {
-            let before = create_pod(ns, &two_container_pod("web")).await?;
+            let before = create_ready_pod(ns, &two_container_pod("web"), TIMEOUT).await?;
             let app = status_of(&before, "app")?;
             let sidecar = status_of(&before, "sidecar")?;
             let created = create_crr(
@@ -288,7 +278,7 @@ async fn ordered_recreate_waits_for_the_previous_container() -> anyhow::Result<(
         bed,
         30,
         ns.run(async move {
-            let before = create_pod(ns, &two_container_pod("web")).await?;
+            let before = create_ready_pod(ns, &two_container_pod("web"), TIMEOUT).await?;
             create_crr(
                 ns,
                 crr_doc(
@@ -351,7 +341,7 @@ async fn webhook_checks_deadline_and_pod_gone() -> anyhow::Result<()> {
         bed,
         30,
         ns.run(async move {
-            let before = create_pod(ns, &two_container_pod("web")).await?;
+            let before = create_ready_pod(ns, &two_container_pod("web"), TIMEOUT).await?;
             let refused = |doc: Value, want: &'static str| async move {
                 match create_crr(ns, doc).await {
                     Ok(_) => anyhow::bail!("admitted; expected {want:?}"),

@@ -22,7 +22,8 @@ use serde_json::json;
 const GATES: &str = "--feature-gates=PreparingUpdateAsUpdate=true,CloneSetShortHash=true,\
 KruisePodReadinessGate=true,SidecarSetPatchPodMetadataDefaultsAllowed=true,\
 DefaultHostNetworkHostPortsInPodTemplates=true,DaemonSetPruneIneligibleNodes=true,\
-RecreatePodWhenChangeVCTInCloneSetGate=true";
+RecreatePodWhenChangeVCTInCloneSetGate=true,EnhancedLivenessProbe=true,\
+EnablePodProbeMarkerOnServerless=true";
 
 fn manager(bed: &'static TestBed) -> &'static Manager {
     bed.manager_with(&ManagerOptions {
@@ -439,4 +440,206 @@ async fn changed_claim_templates_recreate_pods() -> anyhow::Result<()> {
         Ok(())
     })
     .await
+}
+
+/// `EnhancedLivenessProbe`: the Pod of a CloneSet whose template asks for it
+/// (`apps.kruise.io/using-enhanced-liveness: "true"`) is created without its liveness probe, which
+/// is kept in `apps.kruise.io/container-probe-context`; a Pod no OpenKruise workload owns keeps its
+/// probe even when annotated.
+#[tokio::test]
+async fn enhanced_liveness_moves_the_probe_into_the_pod_annotation() -> anyhow::Result<()> {
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-liveness").await?;
+    ns.run(async {
+        let asked = json!({"apps.kruise.io/using-enhanced-liveness": "true"});
+        let probe = json!({"tcpSocket": {"port": 80}, "periodSeconds": 7});
+        let container = json!([{"name": "nginx", "image": IMAGE_A, "livenessProbe": probe}]);
+        apply(
+            &ns,
+            &cloneset(
+                "liveness",
+                1,
+                IMAGE_A,
+                json!({"template": {"metadata": {"annotations": asked}, "spec": {"containers": container}}}),
+            ),
+        )
+        .await?;
+        let plain = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "plain", "annotations": asked},
+            "spec": {"containers": container}});
+        apply(&ns, &plain).await?;
+        let pod_api: Api<Pod> = ns.api();
+        let pod = eventually("the CloneSet's Pod", TIMEOUT, || async {
+            Ok(active_pods(&pod_api, "app=liveness").await?.into_iter().next())
+        })
+        .await?;
+        let containers = &pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
+        ensure!(
+            containers.iter().all(|c| c.liveness_probe.is_none()),
+            "{}: the kubelet still has a liveness probe",
+            name(&pod)
+        );
+        let context = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("apps.kruise.io/container-probe-context"))
+            .map(|v| serde_json::from_str::<serde_json::Value>(v))
+            .transpose()?;
+        // The probe as the apiserver defaulted it in the template.
+        let moved = context.as_ref().and_then(|c| c.as_array()).map(|list| {
+            list.iter()
+                .map(|c| {
+                    (
+                        c["name"].clone(),
+                        c["livenessProbe"]["tcpSocket"]["port"].clone(),
+                        c["livenessProbe"]["periodSeconds"].clone(),
+                        c["livenessProbe"]["failureThreshold"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+        ensure!(
+            moved == Some(vec![(json!("nginx"), json!(80), json!(7), json!(3))]),
+            "probe context {context:?}"
+        );
+        let plain: Pod = pod_api.get("plain").await?;
+        ensure!(
+            plain.spec.as_ref().is_some_and(|s| s.containers[0].liveness_probe.is_some()),
+            "a Pod no OpenKruise workload owns lost its liveness probe"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// `EnablePodProbeMarkerOnServerless`: a Pod bound to a virtual-kubelet node (`type:
+/// virtual-kubelet`, which runs no kruise-daemon) is created carrying the matching PodProbeMarker's
+/// probes for its kubelet to run; when that kubelet reports the probe's condition, the controller puts
+/// the marker policy's labels and annotations on the Pod. The test plays the virtual kubelet: a Node
+/// object with its label (tainted, so that nothing else is scheduled there) and the Pod's status.
+#[tokio::test]
+async fn serverless_pods_carry_their_probes_and_are_marked_from_their_conditions()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-serverless").await?;
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    let node = format!("vk-{}", ns.name);
+    let result = ns
+        .run(async {
+            nodes
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({
+                        "apiVersion": "v1", "kind": "Node",
+                        "metadata": {"name": node, "labels": {"type": "virtual-kubelet"}},
+                        "spec": {"taints": [{"key": "virtual-kubelet.io/provider", "value": "test", "effect": "NoSchedule"}]},
+                    }))?,
+                )
+                .await?;
+            let marker = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "PodProbeMarker",
+                "metadata": {"name": "game"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "vk"}},
+                    "probes": [{
+                        "name": "healthy", "containerName": "main",
+                        "probe": {"exec": {"command": ["cat", "/tmp/healthy"]}, "periodSeconds": 3},
+                        "podConditionType": "game.kruise.io/healthy",
+                        "markerPolicy": [
+                            {"state": "Succeeded", "labels": {"healthy": "true"},
+                             "annotations": {"controller.kubernetes.io/pod-deletion-cost": "10"}},
+                            {"state": "Failed", "labels": {"healthy": "false"}},
+                        ],
+                    }],
+                }});
+            apply(&ns, &marker).await?;
+            let pod_doc = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "vk", "labels": {"app": "vk"}},
+                "spec": {"nodeName": node, "containers": [{"name": "main", "image": IMAGE_A}]}});
+            let pod: Pod = serde_json::from_value(pod_doc)?;
+            let pod_api: Api<Pod> = ns.api();
+            // Once the webhook's cache holds the marker (a dry run shows it).
+            let dry = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            eventually("a dry-run Pod carries the marker's probes", TIMEOUT, || async {
+                let created = pod_api.create(&dry, &pod).await?;
+                Ok(created
+                    .metadata
+                    .annotations
+                    .is_some_and(|a| a.contains_key("kruise.io/podprobe"))
+                    .then_some(()))
+            })
+            .await?;
+            let created = pod_api.create(&PostParams::default(), &pod).await?;
+            let annotations = created.metadata.annotations.unwrap_or_default();
+            ensure!(
+                annotations.get("kruise.io/podprobemarker-list").map(String::as_str) == Some("game"),
+                "podprobemarker-list: {annotations:?}"
+            );
+            let probes: serde_json::Value = serde_json::from_str(
+                annotations.get("kruise.io/podprobe").map(String::as_str).unwrap_or("null"),
+            )?;
+            ensure!(
+                probes
+                    == json!([{"name": "healthy", "containerName": "main",
+                        "probe": {"exec": {"command": ["cat", "/tmp/healthy"]}, "periodSeconds": 3},
+                        "podConditionType": "game.kruise.io/healthy"}]),
+                "kruise.io/podprobe: {probes}"
+            );
+            // The virtual kubelet reports the Pod running and the probe's condition.
+            let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            let status = |healthy: &str| {
+                json!({"status": {"phase": "Running", "conditions": [
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "game.kruise.io/healthy", "status": healthy, "lastTransitionTime": now},
+                ]}})
+            };
+            pod_api
+                .patch_status("vk", &PatchParams::default(), &Patch::Strategic(status("True")))
+                .await?;
+            let marked = |label: &'static str, cost: Option<&'static str>| {
+                let pod_api = pod_api.clone();
+                async move {
+                    eventually(&format!("the Pod marked healthy={label}"), TIMEOUT, || async {
+                        let pod = pod_api.get("vk").await?;
+                        let labels = pod.metadata.labels.unwrap_or_default();
+                        let annotations = pod.metadata.annotations.unwrap_or_default();
+                        let done = labels.get("healthy").map(String::as_str) == Some(label)
+                            && (cost.is_none()
+                                || annotations
+                                    .get("controller.kubernetes.io/pod-deletion-cost")
+                                    .map(String::as_str)
+                                    == cost);
+                        Ok(done.then_some(()))
+                    })
+                    .await
+                }
+            };
+            marked("true", Some("10")).await?;
+            pod_api
+                .patch_status("vk", &PatchParams::default(), &Patch::Strategic(status("False")))
+                .await?;
+            marked("false", None).await?;
+            let markers: Api<kruise_api::podprobemarker::PodProbeMarker> = ns.api();
+            eventually("the marker counts the Pod", TIMEOUT, || async {
+                let marker = markers.get("game").await?;
+                Ok((marker.status.unwrap_or_default().matched_pods == 1).then_some(()))
+            })
+            .await?;
+            Ok(())
+        })
+        .await;
+    // No kubelet will confirm the Pod's deletion: it goes at once, then its Node.
+    let pods: Api<Pod> = ns.api();
+    let _ = pods
+        .delete("vk", &DeleteParams::default().grace_period(0))
+        .await;
+    let _ = nodes.delete(&node, &DeleteParams::default()).await;
+    result
 }

@@ -4,7 +4,7 @@
 //! the container, and sees the Pod's condition and the marker's labels/annotations follow the probe as
 //! the file comes and goes; deleting the marker removes its probes from the node's NodePodProbe.
 
-use kruise_e2e::real_node_kit::with_node_logs;
+use kruise_e2e::real_node_kit::{create_ready_pod, with_node_logs};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -70,18 +70,6 @@ fn marker_doc(name: &str) -> Value {
     })
 }
 
-async fn create_pod(ns: &TestNamespace, doc: &Value) -> anyhow::Result<Pod> {
-    let api: Api<Pod> = ns.api();
-    let pod: Pod = serde_json::from_value(doc.clone())?;
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    api.create(&PostParams::default(), &pod).await?;
-    eventually(&format!("Pod {name} ready"), TIMEOUT, || async {
-        let pod = api.get(&name).await?;
-        Ok(is_ready(&pod).then_some(pod))
-    })
-    .await
-}
-
 async fn exec(ns: &TestNamespace, pod: &str, command: &[&str]) -> anyhow::Result<String> {
     let mut args = vec!["exec", pod, "-c", "main", "--"];
     args.extend_from_slice(command);
@@ -129,7 +117,7 @@ async fn exec_probe_flips_the_condition_and_the_markers_follow() -> anyhow::Resu
         bed,
         30,
         ns.run(async move {
-            let pod = create_pod(ns, &pod_doc("probed")).await?;
+            let pod = create_ready_pod(ns, &pod_doc("probed"), TIMEOUT).await?;
             let node = node_name(&pod).context("Pod not bound")?;
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let markers: Api<PodProbeMarker> = ns.api();
@@ -307,7 +295,7 @@ async fn tcp_and_http_probes_reach_the_pod() -> anyhow::Result<()> {
                     }],
                 }
             });
-            let pod = create_pod(ns, &web).await?;
+            let pod = create_ready_pod(ns, &web, TIMEOUT).await?;
             let node = node_name(&pod).context("Pod not bound")?;
             let marker = json!({
                 "apiVersion": "apps.kruise.io/v1alpha1",

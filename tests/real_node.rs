@@ -882,3 +882,77 @@ fn find_cfs_quota(container_id: &str) -> Option<i64> {
         6,
     )
 }
+
+// ------------------------------------------------------------------------------------------------------
+// Container launch priority: the kubelet holds a container whose barrier key is missing.
+
+/// A CloneSet Pod whose second container declares `KRUISE_CONTAINER_PRIORITY=10` starts it first;
+/// the app container (priority 0) is held by the kubelet until the first is Ready, 3 s after its
+/// start by its readiness probe. The barrier ConfigMap is the Pod's, and the Pod is marked completed.
+#[tokio::test]
+async fn container_launch_priority_starts_the_higher_priority_container_first() -> anyhow::Result<()>
+{
+    let bed = bed();
+    let ns = bed.namespace("rn-launch").await?;
+    let ns = &ns;
+    with_node_logs(bed, 30, ns.run(async move {
+        let mut template = on_real_nodes();
+        json_patch::merge(
+            &mut template,
+            &json!({"containers": [
+                {"name": "nginx", "image": OLD_IMAGE,
+                 "readinessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1}},
+                {"name": "proxy", "image": "busybox:1.36",
+                 "command": ["sh", "-c", SIDECAR_COMMAND],
+                 "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "10"}],
+                 "readinessProbe": {"exec": {"command": ["true"]}, "initialDelaySeconds": 3, "periodSeconds": 1}},
+            ]}),
+        );
+        let doc = cloneset_kit::cloneset("launch", 1, OLD_IMAGE, json!({"template": {"spec": template}}));
+        cloneset_kit::apply(ns, &doc).await?;
+        let (_, pods) = wait_converged(ns, "launch", 1, TIMEOUT).await?;
+        let pod = &pods[0];
+        let name = cloneset_kit::name(pod);
+        let barrier = format!("{name}-barrier");
+        let keys: Vec<(String, String)> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .flat_map(|c| {
+                c.env.iter().flatten().filter(|e| e.name == "KRUISE_CONTAINER_BARRIER").filter_map(|e| {
+                    let r = e.value_from.as_ref()?.config_map_key_ref.as_ref()?;
+                    Some((c.name.clone(), format!("{}/{}", r.name, r.key)))
+                })
+            })
+            .collect();
+        ensure!(
+            keys == [("nginx".to_string(), format!("{barrier}/p_0")), ("proxy".to_string(), format!("{barrier}/p_10"))],
+            "barrier env of {name}: {keys:?}"
+        );
+        let proxy = started_at(&status_of(pod, "proxy")?).context("proxy running")?;
+        let nginx = started_at(&status_of(pod, "nginx")?).context("nginx running")?;
+        ensure!(
+            nginx.duration_since(proxy) >= jiff::SignedDuration::from_secs(3),
+            "nginx started at {nginx}, only {} after proxy ({proxy}), before proxy was Ready",
+            nginx.duration_since(proxy)
+        );
+        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = ns.api();
+        let held = configmaps.get(&barrier).await?;
+        let data: Vec<String> = held.data.unwrap_or_default().into_keys().collect();
+        ensure!(data == ["p_0", "p_10"], "barrier keys {data:?}");
+        let owner = held.metadata.owner_references.unwrap_or_default();
+        ensure!(
+            owner.len() == 1 && owner[0].kind == "Pod" && owner[0].uid == cloneset_kit::uid(pod),
+            "barrier owners {owner:?}"
+        );
+        let api: Api<Pod> = ns.api();
+        eventually("the Pod marked launch-priority completed", TIMEOUT, || async {
+            let pod = api.get(&name).await?;
+            let done = pod.metadata.annotations.as_ref().and_then(|a| a.get("apps.kruise.io/container-launch-priority-completed")).is_some_and(|v| v == "true");
+            Ok(done.then_some(()))
+        })
+        .await?;
+        Ok(())
+    }))
+    .await
+}

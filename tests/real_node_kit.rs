@@ -1,11 +1,14 @@
 //! What the real-node tests share: reading a container's run off a Pod, the template bit that keeps
 //! a workload on the real nodes, and the node agents' logs attached to a failure.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use kruise_testkit::TestBed;
 use kruise_testkit::realnode::REAL_NODE_LABEL;
+use kruise_testkit::{TestBed, TestNamespace, eventually};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 /// The Pod spec bit that keeps a Pod on the real nodes (merged into templates).
@@ -56,4 +59,22 @@ pub async fn with_node_logs(
             .collect();
         error.context(format!("{daemons}{}", bed.real_node_logs(lines)))
     })
+}
+
+/// Creates the Pod `doc` and waits until it is Ready (real containers start in about a second; the
+/// wait allows for a loaded machine).
+pub async fn create_ready_pod(
+    ns: &TestNamespace,
+    doc: &Value,
+    timeout: Duration,
+) -> anyhow::Result<Pod> {
+    let api: Api<Pod> = ns.api();
+    let pod: Pod = serde_json::from_value(doc.clone())?;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    api.create(&PostParams::default(), &pod).await?;
+    eventually(&format!("Pod {name} ready"), timeout, || async {
+        let pod = api.get(&name).await?;
+        Ok(crate::is_ready(&pod).then_some(pod))
+    })
+    .await
 }

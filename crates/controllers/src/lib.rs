@@ -17,6 +17,8 @@ pub mod events;
 pub mod history;
 pub mod imagepulljob;
 pub mod kruise_configuration;
+pub mod launchpriority;
+pub mod ledger;
 pub mod metrics;
 pub mod nodes;
 pub mod parallel;

@@ -10,6 +10,7 @@ pub mod ephemeraljob;
 pub mod expectations;
 pub mod imagepull;
 pub mod inplace;
+pub mod launchpriority;
 pub mod lifecycle;
 pub mod nodefit;
 pub mod ownership;

@@ -325,6 +325,169 @@ pub fn is_virtual_kubelet(labels: Option<&BTreeMap<String, String>>) -> bool {
         .is_some_and(|v| v == VIRTUAL_KUBELET_VALUE)
 }
 
+/// Serverless mode (`EnablePodProbeMarkerOnServerless`), at Pod creation: the probes the Pod's
+/// virtual kubelet is to run, for the `kruise.io/podprobe` annotation (JSON, marker policies left
+/// out), and the names of the markers they come from, for `kruise.io/podprobemarker-list` (sorted,
+/// comma-separated). `markers` are those of the Pod's namespace; a marker with an empty selector
+/// matches nothing. A probe is taken once per `container/name` and once per condition type, only for
+/// a container the Pod has (a restartable init container counts), and only with a condition type.
+/// `None` when no probe applies.
+pub fn serverless_probes(markers: &[&PodProbeMarker], pod: &Pod) -> Option<(String, String)> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref()?;
+    let containers: BTreeSet<&str> = spec
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+                .map(|c| c.name.as_str()),
+        )
+        .collect();
+    let mut markers: Vec<&&PodProbeMarker> = markers
+        .iter()
+        .filter(|m| {
+            !kruise_api::validation::selector_is_empty(&m.spec.selector)
+                && kruise_api::validation::selector_matches(&m.spec.selector, &labels)
+        })
+        .collect();
+    markers.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut keys = BTreeSet::new();
+    let mut condition_types = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    let mut probes = Vec::new();
+    for marker in markers {
+        for probe in &marker.spec.probes {
+            let key = format!("{}/{}", probe.container_name, probe.name);
+            if probe.pod_condition_type.is_empty()
+                || condition_types.contains(&probe.pod_condition_type)
+                || keys.contains(&key)
+                || !containers.contains(probe.container_name.as_str())
+            {
+                continue;
+            }
+            keys.insert(key);
+            condition_types.insert(probe.pod_condition_type.clone());
+            names.insert(marker.metadata.name.clone().unwrap_or_default());
+            probes.push(PodContainerProbe {
+                marker_policy: Vec::new(),
+                ..probe.clone()
+            });
+        }
+    }
+    if probes.is_empty() {
+        return None;
+    }
+    let body = serde_json::to_string(&probes).ok()?;
+    Some((body, names.into_iter().collect::<Vec<_>>().join(",")))
+}
+
+/// Serverless mode: the labels and annotations `marker`'s policies put on a Pod whose virtual
+/// kubelet reports the probes' conditions itself. A policy applies when its state matches its
+/// probe's condition (`Succeeded` True, `Failed` False, `Unknown` otherwise); a probe whose
+/// condition the Pod does not have yet applies nothing. Only the entries that change the Pod are
+/// returned; nothing is removed, as upstream.
+pub fn serverless_marks(marker: &PodProbeMarker, pod: &Pod) -> PodUpdate {
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[]);
+    let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    for probe in &marker.spec.probes {
+        if probe.pod_condition_type.is_empty() || probe.marker_policy.is_empty() {
+            continue;
+        }
+        let Some(condition) = conditions
+            .iter()
+            .find(|c| c.type_ == probe.pod_condition_type)
+        else {
+            continue;
+        };
+        let state = match condition.status.as_str() {
+            "True" => ppm::PROBE_SUCCEEDED,
+            "False" => ppm::PROBE_FAILED,
+            _ => ppm::PROBE_UNKNOWN,
+        };
+        for policy in probe.marker_policy.iter().filter(|p| p.state == state) {
+            labels.extend(
+                policy
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Some(v.clone()))),
+            );
+            annotations.extend(
+                policy
+                    .annotations
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Some(v.clone()))),
+            );
+        }
+    }
+    let changes = |wanted: BTreeMap<String, Option<String>>,
+                   have: Option<&BTreeMap<String, String>>| {
+        wanted
+            .into_iter()
+            .filter(|(k, v)| have.and_then(|h| h.get(k)) != v.as_ref())
+            .collect::<BTreeMap<_, _>>()
+    };
+    PodUpdate {
+        conditions: Vec::new(),
+        labels: changes(labels, pod.metadata.labels.as_ref()),
+        annotations: changes(annotations, pod.metadata.annotations.as_ref()),
+    }
+}
+
+/// A Pod asks for OpenKruise's enhanced liveness probe with this annotation set to `"true"`.
+pub const ANNOTATION_USING_ENHANCED_LIVENESS: &str = "apps.kruise.io/using-enhanced-liveness";
+/// Where the Pod webhook keeps the liveness probes it took off the containers (JSON list of
+/// `{"name", "livenessProbe"}`), for the component that runs them instead of the kubelet.
+pub const ANNOTATION_CONTAINER_PROBE_CONTEXT: &str = "apps.kruise.io/container-probe-context";
+
+/// `EnhancedLivenessProbe`, at Pod creation: a Pod of an OpenKruise workload (its controller is of
+/// the `apps.kruise.io` group) that asks for it has its containers' liveness probes moved from the
+/// kubelet into [`ANNOTATION_CONTAINER_PROBE_CONTEXT`]. Whether the Pod changed.
+pub fn move_liveness_probes(pod: &mut Pod) -> bool {
+    let owned_by_kruise = crate::ownership::controller_of(&pod.metadata).is_some_and(|owner| {
+        owner.api_version.split_once('/').map(|(group, _)| group) == Some("apps.kruise.io")
+    });
+    let asked = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_USING_ENHANCED_LIVENESS))
+        .is_some_and(|v| v == "true");
+    if !owned_by_kruise || !asked {
+        return false;
+    }
+    let Some(spec) = pod.spec.as_mut() else {
+        return false;
+    };
+    let moved: Vec<serde_json::Value> = spec
+        .containers
+        .iter_mut()
+        .filter_map(|c| {
+            let probe = c.liveness_probe.take()?;
+            Some(serde_json::json!({"name": c.name, "livenessProbe": probe}))
+        })
+        .collect();
+    if moved.is_empty() {
+        return false;
+    }
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            ANNOTATION_CONTAINER_PROBE_CONTEXT.to_owned(),
+            serde_json::Value::Array(moved).to_string(),
+        );
+    true
+}
+
 /// The result of one probe attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {

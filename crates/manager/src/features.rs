@@ -94,18 +94,14 @@ pub const GATES: &[Gate] = &[
     gate("ImagePullJobGate", false, Alpha, Gated),
     gate("KruisePodReadinessGate", false, Alpha, Gated),
     gate("TemplateNoDefaults", false, Alpha, Gated),
-    gate(
-        "EnhancedLivenessProbe",
-        false,
-        Alpha,
-        Missing("replaces liveness probes by kruise-daemon's probe with restart throttling"),
-    ),
-    gate(
-        "EnablePodProbeMarkerOnServerless",
-        false,
-        Alpha,
-        Missing("runs PodProbeMarker probes on virtual kubelets"),
-    ),
+    // The Pod webhook moves the liveness probes of a Pod that asks for it into
+    // `apps.kruise.io/container-probe-context`, as v1.9.0's does (what runs them is not part of
+    // OpenKruise v1.9.0).
+    gate("EnhancedLivenessProbe", false, Alpha, Gated),
+    // The Pod webhook writes the matching markers' probes into new Pods (`kruise.io/podprobe`) for
+    // their virtual kubelet to run; the PodProbeMarker controller marks such Pods from the
+    // conditions their kubelet reports.
+    gate("EnablePodProbeMarkerOnServerless", false, Alpha, Gated),
     gate(
         "SidecarSetPatchPodMetadataDefaultsAllowed",
         false,

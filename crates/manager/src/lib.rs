@@ -599,6 +599,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (process_caches, process_caches_run) =
         kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
     tokio::spawn(process_caches_run);
+    // Disruptions are decided on the process's budget cache (and its own last writes).
+    kruise_controllers::podunavailablebudget::take::use_cache(
+        process_caches.budgets.store().clone(),
+    );
     let pods = kruise_webhook::pod::PodInjector::from_stores(
         process_caches.sidecarsets.store().clone(),
         process_caches.namespaces.store().clone(),
@@ -608,6 +612,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             failure_policy,
             sort_sidecars_by_name: gates.enabled("EnableSortSidecarContainerByName"),
             kruise_pod_readiness_gate: gates.enabled("KruisePodReadinessGate"),
+            enhanced_liveness_probe: gates.enabled("EnhancedLivenessProbe"),
         },
     )
     .with_persistent_pod_states(kruise_webhook::persistentpodstate::PodHook::new(
@@ -618,6 +623,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let budget_gates = policy_gates(&gates);
     let pods = if budget_gates.budget_delete || budget_gates.budget_update {
         pods.with_budgets(process_caches.budgets.store().clone())
+    } else {
+        pods
+    };
+    let pods = if gates.enabled("EnablePodProbeMarkerOnServerless") {
+        pods.with_probe_markers(process_caches.podprobemarkers.store().clone())
     } else {
         pods
     };
@@ -1002,6 +1012,10 @@ async fn run_controllers(
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
         },
     ));
+    // Container launch priority has no gate in OpenKruise: the Pod webhook holds the containers
+    // of a Pod that asks for an order; this controller releases them.
+    let launch_priority =
+        kruise_controllers::launchpriority::run(client.clone(), caches.pods.clone());
     // With KruisePodReadinessGate every new Pod waits on KruisePodReady: this controller sets it.
     let pod_readiness = gates
         .enabled("KruisePodReadinessGate")
@@ -1065,6 +1079,7 @@ async fn run_controllers(
             caches.clone(),
             metrics.clone(),
             gates.enabled("KruiseDaemon"),
+            gates.enabled("EnablePodProbeMarkerOnServerless"),
         )
     });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
@@ -1119,6 +1134,7 @@ async fn run_controllers(
     work.spawn(named("broadcastjob", broadcastjob));
     work.spawn(named("uniteddeployment", uniteddeployment));
     work.spawn(named("advancedcronjob", advancedcronjob));
+    work.spawn(named("container launch priority", launch_priority));
     if let Some(pod_readiness) = pod_readiness {
         work.spawn(named("pod readiness", pod_readiness));
     }

@@ -463,6 +463,7 @@ mod tests {
                 failure_policy: crate::configuration::FailurePolicy::Ignore,
                 sort_sidecars_by_name: false,
                 kruise_pod_readiness_gate: false,
+                enhanced_liveness_probe: false,
             },
         )
         .with_persistent_pod_states(hook(vec![recorded("apps/v1", "StatefulSet")]));

@@ -19,6 +19,7 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kruise_api::podprobemarker::PodProbeMarker;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_api::sidecarset::{LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME};
@@ -48,6 +49,10 @@ pub struct PodSettings {
     /// Feature gate `KruisePodReadinessGate`: every Pod created gets the `KruisePodReady` readiness
     /// gate (the pod-readiness controller sets the condition).
     pub kruise_pod_readiness_gate: bool,
+    /// Feature gate `EnhancedLivenessProbe`: a Pod of an OpenKruise workload annotated
+    /// `apps.kruise.io/using-enhanced-liveness: "true"` has its liveness probes moved into
+    /// `apps.kruise.io/container-probe-context`.
+    pub enhanced_liveness_probe: bool,
 }
 
 /// The result label of a Pod admission in `kruise_webhook_requests_total`.
@@ -87,6 +92,9 @@ pub struct PodInjector {
     persistent: Option<crate::persistentpodstate::PodHook>,
     /// WorkloadSpread placement (gate `WorkloadSpread`), before SidecarSet injection as upstream.
     workloadspreads: Option<crate::workloadspread::WorkloadSpreads>,
+    /// PodProbeMarkers whose probes a Pod on a virtual kubelet runs itself (gate
+    /// `EnablePodProbeMarkerOnServerless`).
+    probe_markers: Option<Store<PodProbeMarker>>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -114,7 +122,15 @@ impl PodInjector {
             related_pub: None,
             persistent: None,
             workloadspreads: None,
+            probe_markers: None,
         }
+    }
+
+    /// Also writes the probes of the PodProbeMarkers that match a new Pod into it
+    /// (`kruise.io/podprobe`, `kruise.io/podprobemarker-list`), for a virtual kubelet to run.
+    pub fn with_probe_markers(mut self, markers: Store<PodProbeMarker>) -> Self {
+        self.probe_markers = Some(markers);
+        self
     }
 
     /// Also names the PodUnavailableBudget that guards each new Pod (`kruise.io/related-pub`).
@@ -173,6 +189,10 @@ impl PodInjector {
     pub fn caches_loaded(&self) -> bool {
         self.synced()
             && self.persistent.as_ref().is_none_or(|p| p.loaded())
+            && self
+                .probe_markers
+                .as_ref()
+                .is_none_or(|m| matches!(m.wait_until_ready().now_or_never(), Some(Ok(()))))
             && matches!(
                 self.namespaces.wait_until_ready().now_or_never(),
                 Some(Ok(()))
@@ -249,12 +269,17 @@ impl PodInjector {
             return refused;
         }
         changed |= warning.as_ref().is_some_and(|(moved, _)| *moved);
-        let (mut pod, changed) = match self.decide(&pod, &namespace).await {
+        let (mut pod, mut changed) = match self.decide(&pod, &namespace).await {
             Ok(None) => (pod, changed),
             Ok(Some(injected)) => (injected, true),
             Err(Problem::Invalid(message)) => return (deny(&request, message), Outcome::Denied),
             Err(Problem::Unavailable(message)) => return self.cannot_decide(&request, &message),
         };
+        // After injection, as upstream: injected sidecars take part in the launch order.
+        match hold_for_launch_priority(&mut pod) {
+            Ok(held) => changed |= held,
+            Err(invalid) => return (deny(&request, invalid.to_string()), Outcome::Denied),
+        }
         let persisted = match crate::persistentpodstate::apply(
             self.persistent.as_ref(),
             &mut pod,
@@ -265,6 +290,12 @@ impl PodInjector {
             Ok(persisted) => persisted,
             Err(message) => return (deny(&request, message), Outcome::Denied),
         };
+        if self.settings.enhanced_liveness_probe {
+            changed |= kruise_core::podprobe::move_liveness_probes(&mut pod);
+        }
+        if let Some(markers) = &self.probe_markers {
+            changed |= annotate_serverless_probes(&mut pod, &namespace, markers);
+        }
         let answer = if changed || persisted {
             patch_answer(&request, &received, &pod)
         } else {
@@ -543,6 +574,62 @@ fn with_warning((mut answer, outcome): (Answer, Outcome), warning: String) -> (A
 }
 
 /// Adds the `KruisePodReady` readiness gate to `pod` unless it has it; whether it was added.
+/// `EnablePodProbeMarkerOnServerless`: the probes of the namespace's PodProbeMarkers that match the
+/// Pod, written into it for its virtual kubelet. Whether the Pod changed.
+fn annotate_serverless_probes(
+    pod: &mut Pod,
+    namespace: &str,
+    markers: &Store<PodProbeMarker>,
+) -> bool {
+    let cached = markers.state();
+    let in_namespace: Vec<&PodProbeMarker> = cached
+        .iter()
+        .filter(|m| m.metadata.namespace.as_deref() == Some(namespace))
+        .map(|m| m.as_ref())
+        .collect();
+    let Some((probes, names)) = kruise_core::podprobe::serverless_probes(&in_namespace, pod) else {
+        return false;
+    };
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        kruise_api::podprobemarker::ANNOTATION_POD_PROBE.to_owned(),
+        probes,
+    );
+    annotations.insert(
+        kruise_api::podprobemarker::ANNOTATION_POD_PROBE_MARKER_LIST.to_owned(),
+        names,
+    );
+    true
+}
+
+/// Container launch priority (`kruise_core::launchpriority`): a Pod that asks for its containers to
+/// start in order gets each container's barrier env, and a name if it came with only `generateName`
+/// (the barrier ConfigMap is named after the Pod). Whether anything changed; a
+/// `KRUISE_CONTAINER_PRIORITY` that is not an integer refuses the Pod.
+fn hold_for_launch_priority(
+    pod: &mut Pod,
+) -> Result<bool, kruise_core::launchpriority::InvalidPriority> {
+    use kruise_core::launchpriority::{add_barriers, creation_priorities, generated_name};
+    let Some(priorities) = creation_priorities(pod)? else {
+        return Ok(false);
+    };
+    let name = match pod.metadata.name.as_deref().filter(|n| !n.is_empty()) {
+        Some(name) => name.to_string(),
+        None => {
+            let prefix = pod.metadata.generate_name.clone().unwrap_or_default();
+            let mut rng = rand::rng();
+            let suffix = kruise_controllers::cloneset::newpod::random_id(|n| {
+                rand::Rng::random_range(&mut rng, 0..n)
+            });
+            let name = generated_name(&prefix, &suffix);
+            pod.metadata.name = Some(name.clone());
+            name
+        }
+    };
+    add_barriers(pod, &name, &priorities);
+    Ok(true)
+}
+
 fn add_kruise_pod_ready_gate(pod: &mut Pod) -> bool {
     let spec = pod.spec.get_or_insert_with(Default::default);
     let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
@@ -656,6 +743,7 @@ mod tests {
                 failure_policy,
                 sort_sidecars_by_name: false,
                 kruise_pod_readiness_gate: false,
+                enhanced_liveness_probe: false,
             },
         )
     }
@@ -730,6 +818,76 @@ mod tests {
         );
     }
 
+    fn barrier_keys(pod: &Value) -> Vec<(String, String)> {
+        pod["spec"]["containers"]
+            .as_array()
+            .expect("containers")
+            .iter()
+            .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["name"] == "KRUISE_CONTAINER_BARRIER")
+            .map(|e| {
+                let r = &e["valueFrom"]["configMapKeyRef"];
+                (
+                    r["name"].as_str().unwrap_or_default().to_string(),
+                    r["key"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn ordered_launch_holds_injected_and_app_containers_in_order() {
+        let pods = injector(vec![logtail("logtail")], &[]);
+        let mut original = test_pod();
+        if let Some(meta) = original["metadata"].as_object_mut() {
+            meta.remove("name");
+        }
+        original["metadata"]["generateName"] = json!("web-");
+        original["metadata"]["annotations"] =
+            json!({"apps.kruise.io/container-launch-priority": "Ordered"});
+        let (answer, outcome) = pods.review(review("CREATE", "web", original.clone())).await;
+        assert_eq!(outcome, Outcome::Injected);
+        let pod = patched(&original, &answer);
+        let name = pod["metadata"]["name"].as_str().expect("a generated name");
+        assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+        let barrier = format!("{name}-barrier");
+        // The injected sidecar (before the app) starts first.
+        assert_eq!(container_names(&pod), ["logtail", "nginx"]);
+        assert_eq!(
+            barrier_keys(&pod),
+            [
+                (barrier.clone(), "p_0".to_string()),
+                (barrier, "p_-1".to_string())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_priority_that_is_not_an_integer_refuses_the_pod() {
+        let pods = injector(vec![], &[]);
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "web"},
+            "spec": {"containers": [
+                {"name": "a", "image": "a"},
+                {"name": "b", "image": "b", "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "high"}]},
+            ]},
+        });
+        let (answer, outcome) = pods.review(review("CREATE", "web", pod.clone())).await;
+        assert_eq!(outcome, Outcome::Denied);
+        let message = response(&answer).result.message.clone();
+        assert!(
+            message.contains("spec.containers[1].env[KRUISE_CONTAINER_PRIORITY]"),
+            "{message}"
+        );
+        // Equal priorities ask for no order: no patch.
+        let mut equal = pod;
+        equal["spec"]["containers"][1]["env"][0]["value"] = json!("0");
+        let (answer, outcome) = pods.review(review("CREATE", "web", equal)).await;
+        assert_eq!(outcome, Outcome::Unchanged);
+        assert!(response(&answer).patch.is_none());
+    }
+
     #[tokio::test]
     async fn kube_system_and_the_manager_namespace_are_never_injected() {
         let pods = injector(vec![logtail("logtail")], &[]);
@@ -770,6 +928,7 @@ mod tests {
             failure_policy,
             sort_sidecars_by_name: false,
             kruise_pod_readiness_gate: false,
+            enhanced_liveness_probe: false,
         };
         let ignore = PodInjector::without_caches(settings(FailurePolicy::Ignore));
         assert!(!ignore.synced());

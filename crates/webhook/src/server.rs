@@ -105,6 +105,7 @@ pub fn router_with(
             failure_policy: crate::configuration::FailurePolicy::Ignore,
             sort_sidecars_by_name: false,
             kruise_pod_readiness_gate: false,
+            enhanced_liveness_probe: false,
         })
     });
     let injector = pods.clone();
@@ -757,6 +758,7 @@ mod tests {
                 failure_policy: crate::configuration::FailurePolicy::Ignore,
                 sort_sidecars_by_name: false,
                 kruise_pod_readiness_gate: false,
+                enhanced_liveness_probe: false,
             },
         );
         let app = router(

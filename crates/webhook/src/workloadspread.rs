@@ -13,8 +13,7 @@
 //! Pod is answered by the failure policy (Ignore: admitted without placement, with a warning)
 //! instead of the apiserver giving up on the webhook.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -25,6 +24,7 @@ use kruise_api::validation::selector_matches;
 use kruise_api::workloadspread::{
     self as api, MatchedWorkloadSpread, WorkloadSpread, group_of, is_target_kind, same_workload,
 };
+use kruise_controllers::ledger::Ledger;
 use kruise_controllers::workloadspread::workload;
 use kruise_core::workloadspread as core;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -50,11 +50,9 @@ pub struct WorkloadSpreads {
     client: Option<Client>,
     /// The process's watch cache of WorkloadSpreads, when there is one.
     store: Option<Store<WorkloadSpread>>,
-    /// The last WorkloadSpread this process wrote, by `namespace/name` (the cache may not show it
-    /// yet).
-    written: Arc<Mutex<HashMap<String, Arc<WorkloadSpread>>>>,
-    /// One admission at a time per WorkloadSpread in this process.
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// The last WorkloadSpread this process wrote (the cache may not show it yet), and one
+    /// admission at a time per WorkloadSpread in this process.
+    ledger: Arc<Ledger<WorkloadSpread>>,
     /// The deadline of one placement.
     pub budget: Duration,
     /// The namespace of kruise-configuration (its custom workload whitelist).
@@ -82,8 +80,7 @@ impl WorkloadSpreads {
         Self {
             client,
             store,
-            written: Arc::default(),
-            locks: Arc::default(),
+            ledger: Arc::default(),
             budget,
             configuration_namespace: "kruise-system".into(),
         }
@@ -115,11 +112,6 @@ impl WorkloadSpreads {
                     kruise_controllers::kruise_configuration::CONFIGMAP
                 )
             })?
-    }
-
-    fn lock_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        locks.entry(key.to_string()).or_default().clone()
     }
 
     /// The WorkloadSpreads of `namespace`: from the cache once it is loaded, else listed.
@@ -333,28 +325,14 @@ impl WorkloadSpreads {
                 .map(|w| w.map(Arc::new))
                 .map_err(|e| format!("reading WorkloadSpread {key}: {e}"));
         }
-        let rv = |w: &WorkloadSpread| {
-            w.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_default()
-        };
         let cached = self
             .store
             .as_ref()
             .and_then(|s| s.get(&kube::runtime::reflector::ObjectRef::from_obj(ws)))
             .unwrap_or_else(|| Arc::new(ws.clone()));
-        let written = self
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        Ok(Some(match written {
-            Some(w) if w.metadata.uid == cached.metadata.uid && rv(&w) > rv(&cached) => w,
-            _ => cached,
-        }))
+        Ok(self
+            .ledger
+            .newest(&(namespace, ws.name_any()), Some(cached)))
     }
 
     /// Places a Pod being created: `Ok(Some(pod))` with its subset injected, `Ok(None)` when no
@@ -378,8 +356,10 @@ impl WorkloadSpreads {
         let version = core::pod_version(pod);
         let pod_name = pod.metadata.name.as_deref().filter(|n| !n.is_empty());
         let uid = generated_uid();
-        let lock = self.lock_of(&key);
-        let _held = lock.lock().await;
+        let _turn = self
+            .ledger
+            .turn(&(namespace.to_owned(), ws_name.clone()), self.budget)
+            .await;
         let mut fresh = false;
         let mut replicas: Option<i32> = None;
         for _ in 0..CONFLICT_ATTEMPTS {
@@ -464,10 +444,7 @@ impl WorkloadSpreads {
             .await
         {
             Ok(written) => {
-                self.written
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(format!("{namespace}/{name}"), Arc::new(written));
+                self.ledger.remember((namespace, name), written);
                 Ok(Recorded::Written)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Recorded::Conflict),
@@ -502,8 +479,10 @@ impl WorkloadSpreads {
             };
             let pod_name = pod.metadata.name.clone().unwrap_or_default();
             let key = format!("{namespace}/{}", matched.name);
-            let lock = self.lock_of(&key);
-            let _held = lock.lock().await;
+            let _turn = self
+                .ledger
+                .turn(&(namespace.to_owned(), matched.name.clone()), self.budget)
+                .await;
             let api_ws: Api<WorkloadSpread> = Api::namespaced(client.clone(), namespace);
             let Some(first) = api_ws
                 .get_opt(&matched.name)

@@ -119,6 +119,7 @@ fn app(sidecarsets: Vec<SidecarSet>) -> Router {
             failure_policy: FailurePolicy::Fail,
             sort_sidecars_by_name: false,
             kruise_pod_readiness_gate: false,
+            enhanced_liveness_probe: false,
         },
     );
     let mut registry = prometheus_client::registry::Registry::default();

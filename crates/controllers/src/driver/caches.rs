@@ -188,6 +188,8 @@ pub struct Caches {
     pub persistentpodstates: Shared<PersistentPodState>,
     /// WorkloadSpreads (the process-wide watch, [`ProcessCaches`]).
     pub workloadspreads: Shared<kruise_api::workloadspread::WorkloadSpread>,
+    /// PodProbeMarkers (the process-wide watch, [`ProcessCaches`]).
+    pub podprobemarkers: Shared<kruise_api::podprobemarker::PodProbeMarker>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -203,11 +205,14 @@ pub struct ProcessCaches {
     pub persistentpodstates: Shared<PersistentPodState>,
     /// Every WorkloadSpread: the Pod webhook places Pods by them.
     pub workloadspreads: Shared<kruise_api::workloadspread::WorkloadSpread>,
+    /// Every PodProbeMarker: their controller reconciles them; on serverless nodes
+    /// (`EnablePodProbeMarkerOnServerless`) the Pod webhook writes their probes into new Pods.
+    pub podprobemarkers: Shared<kruise_api::podprobemarker::PodProbeMarker>,
 }
 
 impl ProcessCaches {
     /// Opens the Namespace metadata watch and the SidecarSet, PodUnavailableBudget,
-    /// PersistentPodState and WorkloadSpread watches. The returned future drives them and never
+    /// PersistentPodState, WorkloadSpread and PodProbeMarker watches. The returned future drives them and never
     /// ends while they last.
     pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
@@ -215,7 +220,8 @@ impl ProcessCaches {
         let (budgets, budgets_run) = Shared::watch(Api::all(client.clone()));
         let (persistentpodstates, persistentpodstates_run) =
             Shared::watch(Api::all(client.clone()));
-        let (workloadspreads, workloadspreads_run) = Shared::watch(Api::all(client));
+        let (workloadspreads, workloadspreads_run) = Shared::watch(Api::all(client.clone()));
+        let (podprobemarkers, podprobemarkers_run) = Shared::watch(Api::all(client));
         let run = async move {
             let mut tasks = tokio::task::JoinSet::new();
             tasks.spawn(namespaces_run);
@@ -223,6 +229,7 @@ impl ProcessCaches {
             tasks.spawn(budgets_run);
             tasks.spawn(persistentpodstates_run);
             tasks.spawn(workloadspreads_run);
+            tasks.spawn(podprobemarkers_run);
             tasks.join_next().await;
         };
         (
@@ -232,6 +239,7 @@ impl ProcessCaches {
                 budgets,
                 persistentpodstates,
                 workloadspreads,
+                podprobemarkers,
             },
             run,
         )
@@ -272,6 +280,7 @@ impl Caches {
             statefulsets,
             persistentpodstates: process.persistentpodstates,
             workloadspreads: process.workloadspreads,
+            podprobemarkers: process.podprobemarkers,
         };
         let run = async move {
             // Each on a task of its own: decoding Pods must not hold up the other watches.

@@ -22,7 +22,6 @@ use kruise_core::podprobe::{self as decide, PodProbes};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -43,6 +42,9 @@ pub struct Context {
     pods: Arc<PodCache>,
     nodes: Shared<Node>,
     probes: Shared<NodePodProbe>,
+    /// `EnablePodProbeMarkerOnServerless`: Pods on virtual-kubelet nodes report the probes'
+    /// conditions themselves; the controller puts the marker policies' labels and annotations on them.
+    serverless: bool,
 }
 
 impl crate::driver::Driven for Context {
@@ -57,13 +59,20 @@ impl crate::driver::Driven for Context {
 
 /// Runs the PodProbeMarker controller and, with `node_probes` (`KruiseDaemon`), the NodePodProbe
 /// controller, on one NodePodProbe watch, until the future is dropped.
-pub async fn run_all(client: Client, caches: Caches, metrics: Arc<Metrics>, node_probes: bool) {
+pub async fn run_all(
+    client: Client,
+    caches: Caches,
+    metrics: Arc<Metrics>,
+    node_probes: bool,
+    serverless: bool,
+) {
     let (probes, probes_run) = nodepodprobe::watch(client.clone());
     let markers = run(
         client.clone(),
         caches.clone(),
         probes.clone(),
         metrics.clone(),
+        serverless,
     );
     let nodes = async {
         if node_probes {
@@ -80,18 +89,17 @@ pub async fn run_all(client: Client, caches: Caches, metrics: Arc<Metrics>, node
 }
 
 /// Runs the controller until the future is dropped. `probes` is the NodePodProbe watch (shared with
-/// the NodePodProbe controller).
+/// the NodePodProbe controller); the markers are the process's cache (the Pod webhook reads it too).
 pub async fn run(
     client: Client,
     caches: Caches,
     probes: Shared<NodePodProbe>,
     metrics: Arc<Metrics>,
+    serverless: bool,
 ) {
-    let controller = Controller::new(
-        Api::<PodProbeMarker>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
-    let markers = controller.store();
+    let markers = caches.podprobemarkers.store().clone();
+    let controller =
+        Controller::for_stream(caches.podprobemarkers.replayed_stream(), markers.clone());
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     wake_on_pods(caches.pods.clone(), markers, wake_tx);
     let ctx = Arc::new(Context {
@@ -100,6 +108,7 @@ pub async fn run(
         pods: caches.pods.clone(),
         nodes: caches.nodes.clone(),
         probes,
+        serverless,
     });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
     crate::driver::run(controller, 3, reconcile, ctx).await;
@@ -215,6 +224,9 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
         };
         counted += 1;
         if decide::is_virtual_kubelet(node.metadata.labels.as_ref()) {
+            if ctx.serverless {
+                mark_serverless(ctx, marker, &pod).await?;
+            }
             continue;
         }
         by_node.entry(node_name).or_default().push(pod);
@@ -294,6 +306,30 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
             .context(|| format!("writing the status of PodProbeMarker {namespace}/{name}"))?;
     }
     Ok(())
+}
+
+/// Puts on a Pod of a virtual-kubelet node the labels and annotations `marker`'s policies give the
+/// conditions its kubelet reported (`EnablePodProbeMarkerOnServerless`).
+async fn mark_serverless(ctx: &Context, marker: &PodProbeMarker, pod: &Pod) -> Result<(), Error> {
+    let update = decide::serverless_marks(marker, pod);
+    if update.labels.is_empty() && update.annotations.is_empty() {
+        return Ok(());
+    }
+    let namespace = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let patch = json!({"metadata": {"labels": update.labels, "annotations": update.annotations}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(marker = marker.name_any(), pod = %format!("{namespace}/{name}"), "marked a serverless Pod from its probe conditions");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error).context(|| format!("marking Pod {namespace}/{name}")),
+    }
 }
 
 /// Writes a NodePodProbe's spec when it changed, over its resourceVersion.

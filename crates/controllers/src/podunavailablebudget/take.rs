@@ -5,8 +5,15 @@
 //! patch carrying the resourceVersion the decision was made on. When another admission landed in
 //! between, the patch fails with 409, the budget is read again and the decision made again (4 tries,
 //! as upstream), so concurrent disruptions never take more than the budget allows.
+//!
+//! The hot path costs one write and no read: the budget is taken from the process's watch cache or
+//! from this process's own last write of it, whichever is newer ([`Ledger`]), and the disruptions
+//! of one budget are decided one after the other within the process, so that they do not race each
+//! other into conflicts. Only after a conflict (another replica, or a cache behind) is the budget
+//! read from the apiserver.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -15,11 +22,45 @@ use kruise_api::policy::POD_RELATED_PUB_ANNOTATION;
 use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
 use kruise_core::budget::{self, Admission};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::ledger::{Key, Ledger};
+
 const TRIES: usize = 4;
 const RETRY_WAIT: Duration = Duration::from_millis(100);
+/// How long a disruption waits for the ones before it on the same budget; past it, it goes ahead
+/// and relies on the resourceVersion guard alone.
+const TURN_WAIT: Duration = Duration::from_secs(3);
+
+/// The process's budget cache and its own last writes ([`crate::ledger`]).
+#[derive(Default)]
+struct Budgets {
+    cache: OnceLock<Store<PodUnavailableBudget>>,
+    ledger: Ledger<PodUnavailableBudget>,
+}
+
+static BUDGETS: OnceLock<Budgets> = OnceLock::new();
+
+fn process_budgets() -> &'static Budgets {
+    BUDGETS.get_or_init(Budgets::default)
+}
+
+/// Lets [`take`] read budgets from the process's watch cache (the manager's `ProcessCaches`).
+pub fn use_cache(store: Store<PodUnavailableBudget>) {
+    let _ = process_budgets().cache.set(store);
+}
+
+impl Budgets {
+    fn known(&self, key: &Key) -> Option<Arc<PodUnavailableBudget>> {
+        let cached = self
+            .cache
+            .get()
+            .and_then(|store| store.get(&ObjectRef::new(&key.1).within(&key.0)));
+        self.ledger.newest(key, cached)
+    }
+}
 
 static UPDATE_GATE: AtomicBool = AtomicBool::new(false);
 
@@ -52,12 +93,33 @@ pub async fn take(
     };
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let budgets: Api<PodUnavailableBudget> = Api::namespaced(client.clone(), namespace);
+    let process = process_budgets();
+    let ledger = &process.ledger;
+    let key: Key = (namespace.to_owned(), name.to_owned());
+    let _turn = if dry_run {
+        None
+    } else {
+        ledger.turn(&key, TURN_WAIT).await
+    };
     for attempt in 0..TRIES {
         if attempt > 0 {
             tokio::time::sleep(RETRY_WAIT).await;
         }
-        let Some(budget) = budgets.get_opt(name).await? else {
-            return Ok(None);
+        // The first try on what the process knows; after a conflict, on the apiserver's copy.
+        let known = if attempt == 0 {
+            process.known(&key)
+        } else {
+            None
+        };
+        let budget = match known {
+            Some(budget) => budget,
+            None => match budgets.get_opt(name).await? {
+                Some(budget) => Arc::new(budget),
+                None => {
+                    ledger.forget(&key);
+                    return Ok(None);
+                }
+            },
         };
         let status = budget.status.clone().unwrap_or_default();
         let request = budget::Request {
@@ -85,9 +147,18 @@ pub async fn take(
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => return Ok(None),
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Ok(written) => {
+                ledger.remember(key, written);
+                return Ok(None);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                ledger.forget(&key);
+                continue;
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                ledger.forget(&key);
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         }
     }

@@ -703,3 +703,171 @@ fn virtual_kubelet_nodes() {
     assert!(!is_virtual_kubelet(None));
     assert!(!is_virtual_kubelet(Some(&BTreeMap::new())));
 }
+
+fn labelled(mut pod: Pod, labels: &[(&str, &str)]) -> Pod {
+    pod.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect(),
+    );
+    pod
+}
+
+#[test]
+fn serverless_probes_at_creation() {
+    let web = labelled(pod("Pending", None, None), &[("app", "web")]);
+    let a = marker("b-second", vec![healthy_probe("alive", "game.io/healthy")]);
+    let mut b = marker(
+        "a-first",
+        vec![
+            healthy_probe("ready", "game.io/ready"),
+            // Same condition type as the first probe: left to it.
+            healthy_probe("again", "game.io/ready"),
+            // No condition type: not for serverless.
+            healthy_probe("nocond", ""),
+        ],
+    );
+    let mut other_container = healthy_probe("side", "game.io/side");
+    other_container.container_name = "sidecar".into();
+    b.spec.probes.push(other_container);
+    let mut empty_selector = marker("c-empty", vec![healthy_probe("x", "game.io/x")]);
+    empty_selector.spec.selector = LabelSelector::default();
+    let (body, names) = serverless_probes(&[&a, &b, &empty_selector], &web).expect("probes apply");
+    assert_eq!(names, "a-first,b-second");
+    let probes: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json list");
+    let listed: Vec<(&str, &str)> = probes
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or_default(),
+                p["podConditionType"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("ready", "game.io/ready"), ("alive", "game.io/healthy")]
+    );
+    assert!(
+        probes.iter().all(|p| p.get("markerPolicy").is_none()),
+        "{body}"
+    );
+    assert_eq!(probes[0]["containerName"], "main");
+    assert_eq!(probes[0]["probe"]["exec"]["command"][2], "true");
+    // A Pod the selectors miss gets nothing.
+    let other = labelled(pod("Pending", None, None), &[("app", "db")]);
+    assert_eq!(serverless_probes(&[&a, &b], &other), None);
+}
+
+#[test]
+fn serverless_marks_follow_the_conditions() {
+    let m = marker("m", vec![healthy_probe("alive", "game.io/healthy")]);
+    let with = |status: Option<&str>, labels: &[(&str, &str)]| {
+        let mut p = labelled(pod("Running", Some("True"), Some("vk")), labels);
+        if let (Some(status), Some(s)) = (status, p.status.as_mut()) {
+            s.conditions
+                .get_or_insert_with(Vec::new)
+                .push(PodCondition {
+                    type_: "game.io/healthy".into(),
+                    status: status.into(),
+                    ..PodCondition::default()
+                });
+        }
+        p
+    };
+    let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), Some((*v).into())))
+            .collect()
+    };
+    // (condition status, labels the Pod has, labels wanted, annotations wanted)
+    let cases: Vec<(
+        Option<&str>,
+        Vec<(&str, &str)>,
+        Vec<(&str, &str)>,
+        Vec<(&str, &str)>,
+    )> = vec![
+        (None, vec![], vec![], vec![]),
+        (
+            Some("True"),
+            vec![],
+            vec![("healthy", "yes")],
+            vec![("cost", "10")],
+        ),
+        (
+            Some("False"),
+            vec![],
+            vec![("unhealthy", "yes")],
+            vec![("cost2", "-10")],
+        ),
+        (Some("Unknown"), vec![], vec![], vec![]),
+        // Already marked: nothing to write; and nothing is removed.
+        (
+            Some("True"),
+            vec![("healthy", "yes"), ("unhealthy", "yes")],
+            vec![],
+            vec![("cost", "10")],
+        ),
+    ];
+    for (status, have, labels, annotations) in cases {
+        let update = serverless_marks(&m, &with(status, &have));
+        assert_eq!(update.labels, set(&labels), "{status:?} {have:?}");
+        assert_eq!(update.annotations, set(&annotations), "{status:?} {have:?}");
+        assert!(update.conditions.is_empty());
+    }
+}
+
+#[test]
+fn enhanced_liveness_moves_the_probes_of_kruise_pods_that_ask() {
+    let make = |owner: Option<&str>, asked: Option<&str>| -> Pod {
+        let mut value = serde_json::json!({
+            "metadata": {"name": "p", "annotations": {}},
+            "spec": {"containers": [
+                {"name": "app", "livenessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 5}},
+                {"name": "side"},
+            ]},
+        });
+        if let Some(api_version) = owner {
+            value["metadata"]["ownerReferences"] = serde_json::json!([{
+                "apiVersion": api_version, "kind": "CloneSet", "name": "web", "uid": "u", "controller": true
+            }]);
+        }
+        if let Some(asked) = asked {
+            value["metadata"]["annotations"][ANNOTATION_USING_ENHANCED_LIVENESS] =
+                serde_json::json!(asked);
+        }
+        serde_json::from_value(value).expect("pod")
+    };
+    // (owner apiVersion, annotation, moved)
+    let cases = [
+        (Some("apps.kruise.io/v1alpha1"), Some("true"), true),
+        (Some("apps.kruise.io/v1beta1"), Some("true"), true),
+        (Some("apps/v1"), Some("true"), false),
+        (None, Some("true"), false),
+        (Some("apps.kruise.io/v1alpha1"), Some("false"), false),
+        (Some("apps.kruise.io/v1alpha1"), None, false),
+    ];
+    for (owner, asked, want) in cases {
+        let mut pod = make(owner, asked);
+        assert_eq!(move_liveness_probes(&mut pod), want, "{owner:?} {asked:?}");
+        let containers = &pod.spec.as_ref().expect("spec").containers;
+        assert_eq!(containers[0].liveness_probe.is_none(), want);
+        let context = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_CONTAINER_PROBE_CONTEXT));
+        if want {
+            let context: serde_json::Value =
+                serde_json::from_str(context.expect("context")).expect("json");
+            assert_eq!(
+                context,
+                serde_json::json!([{"name": "app", "livenessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 5}}])
+            );
+        } else {
+            assert!(context.is_none());
+        }
+    }
+}
