@@ -23,7 +23,7 @@ const GATES: &str = "--feature-gates=PreparingUpdateAsUpdate=true,CloneSetShortH
 KruisePodReadinessGate=true,SidecarSetPatchPodMetadataDefaultsAllowed=true,\
 DefaultHostNetworkHostPortsInPodTemplates=true,DaemonSetPruneIneligibleNodes=true,\
 RecreatePodWhenChangeVCTInCloneSetGate=true,EnhancedLivenessProbe=true,\
-EnablePodProbeMarkerOnServerless=true";
+EnablePodProbeMarkerOnServerless=true,InPlaceUpdateEnvFromMetadata=false";
 
 fn manager(bed: &'static TestBed) -> &'static Manager {
     bed.manager_with(&ManagerOptions {
@@ -642,4 +642,140 @@ async fn serverless_pods_carry_their_probes_and_are_marked_from_their_conditions
         .await;
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
     result
+}
+
+/// A CloneSet whose container reads label `tier` through the downward API; `policy` is its
+/// podUpdatePolicy.
+fn tier_reader(name: &str, policy: &str) -> serde_json::Value {
+    let spec = json!({"updateStrategy": {"rollingUpdate": {
+        "podUpdatePolicy": policy, "maxUnavailable": 2,
+        "inPlaceUpdateStrategy": {"gracePeriodSeconds": 0}
+    }}});
+    let mut doc = cloneset(name, 2, IMAGE_A, spec);
+    doc["spec"]["template"]["metadata"]["labels"]["tier"] = json!("gold");
+    doc["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{
+        "name": "TIER",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['tier']"}}
+    }]);
+    doc
+}
+
+const TIER_WHY: &str = "env from metadata changed (container nginx reads metadata.labels['tier']) \
+and InPlaceUpdateEnvFromMetadata is off";
+
+fn uid_set(pods: &[Pod]) -> std::collections::BTreeSet<String> {
+    pods.iter().map(uid).collect()
+}
+
+/// `InPlaceUpdateEnvFromMetadata` off, InPlaceOnly: a label a container reads changes; only a new
+/// container process sees it and nothing restarts it, and InPlaceOnly forbids recreating, so the
+/// Pods are left as they are, each with a `RefusePodNotInPlace` Warning Event saying why, and the
+/// CloneSet's FailedUpdate condition carries the reason.
+#[tokio::test]
+async fn env_label_change_under_in_place_only_is_refused_and_says_why() -> anyhow::Result<()> {
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-envonly").await?;
+    ns.run(async {
+        apply(&ns, &tier_reader("envonly", "InPlaceOnly")).await?;
+        let (_, before) = wait_converged(&ns, "envonly", 2, TIMEOUT).await?;
+        merge_patch(
+            &ns,
+            "cloneset",
+            "envonly",
+            &json!({"spec": {"template": {"metadata": {"labels": {"tier": "silver"}}}}}),
+        )
+        .await?;
+        let names: Vec<String> = before.iter().map(name).collect();
+        kruise_e2e::cloneset_kit::wait_events(
+            &ns,
+            "envonly",
+            "RefusePodNotInPlace",
+            &names
+                .iter()
+                .cloned()
+                .chain([
+                    TIER_WHY.to_string(),
+                    "InPlaceOnly does not recreate it".to_string(),
+                ])
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        eventually("FailedUpdate=True saying why", TIMEOUT, || async {
+            let cs: CloneSet = ns.api().get("envonly").await?;
+            let found = cs
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == "FailedUpdate")
+                .cloned();
+            match found {
+                Some(c) if c.status == "True" && c.message.contains(TIER_WHY) => Ok(Some(())),
+                other => Err(anyhow::anyhow!("FailedUpdate: {other:?}")),
+            }
+        })
+        .await?;
+        let pod_api: Api<Pod> = ns.api();
+        kruise_e2e::cloneset_kit::holds("no Pod touched", Duration::from_secs(3), || async {
+            let pods = active_pods(&pod_api, "app=envonly").await?;
+            Ok(uid_set(&pods) == uid_set(&before)
+                && pods.iter().all(|p| {
+                    kruise_e2e::cloneset_kit::restarts(p) == 0 && label(p, "tier") == Some("gold")
+                }))
+        })
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// `InPlaceUpdateEnvFromMetadata` off, InPlaceIfPossible: the label change recreates the Pods
+/// (OpenKruise's `SuccessfulUpdatePodReCreate` Event) and a `RecreatePodNotInPlace` Event says why.
+#[tokio::test]
+async fn env_label_change_recreates_and_says_why() -> anyhow::Result<()> {
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-envmeta").await?;
+    ns.run(async {
+        apply(&ns, &tier_reader("envmeta", "InPlaceIfPossible")).await?;
+        let (_, before) = wait_converged(&ns, "envmeta", 2, TIMEOUT).await?;
+        merge_patch(
+            &ns,
+            "cloneset",
+            "envmeta",
+            &json!({"spec": {"template": {"metadata": {"labels": {"tier": "silver"}}}}}),
+        )
+        .await?;
+        let pod_api: Api<Pod> = ns.api();
+        let after = eventually("both Pods recreated with tier=silver", TIMEOUT, || async {
+            let pods = active_pods(&pod_api, "app=envmeta").await?;
+            Ok((pods.len() == 2
+                && uid_set(&pods).is_disjoint(&uid_set(&before))
+                && pods.iter().all(|p| label(p, "tier") == Some("silver")))
+            .then_some(pods))
+        })
+        .await?;
+        ensure!(after.len() == 2);
+        let recreated: Vec<String> = before.iter().map(name).collect();
+        kruise_e2e::cloneset_kit::wait_events(
+            &ns,
+            "envmeta",
+            "SuccessfulUpdatePodReCreate",
+            &recreated,
+        )
+        .await?;
+        kruise_e2e::cloneset_kit::wait_events(
+            &ns,
+            "envmeta",
+            "RecreatePodNotInPlace",
+            &recreated
+                .iter()
+                .cloned()
+                .chain([TIER_WHY.to_string()])
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        Ok(())
+    })
+    .await
 }

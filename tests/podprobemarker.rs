@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::podprobemarker::{self as ppm, NodePodProbe, PodProbeMarker};
-use kruise_e2e::{is_ready, node_name, pod_condition};
+use kruise_e2e::{node_name, pod_condition};
 use kruise_testkit::realnode::REAL_NODE_LABEL;
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::ResourceExt;

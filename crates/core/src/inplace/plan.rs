@@ -88,9 +88,8 @@ pub enum NotInPlace {
     Resource(String),
     /// The resource change would move the Pod to another QoS class, which the API server rejects.
     QosClassChanged { from: QosClass, to: QosClass },
-    /// A container reads a changed label or annotation through a downward-API env var, and either
-    /// `InPlaceUpdateEnvFromMetadata` is off or the key is removed; only a new container process
-    /// sees the change.
+    /// A container reads a changed label or annotation through a downward-API env var, and
+    /// `InPlaceUpdateEnvFromMetadata` is off; only a new container process sees the change.
     EnvFromMetadata { container: String, key: String },
     /// The template names a container the Pod does not have.
     ContainerNotInPod(String),
@@ -114,7 +113,7 @@ impl fmt::Display for NotInPlace {
             }
             Self::EnvFromMetadata { container, key } => write!(
                 f,
-                "env from metadata changed (container {container} reads {key}): a removed key, or \
+                "env from metadata changed (container {container} reads {key}) and \
                  InPlaceUpdateEnvFromMetadata is off"
             ),
             Self::ContainerNotInPod(name) => write!(f, "container {name} is not in the Pod"),
@@ -381,9 +380,10 @@ fn classify(
 /// Handles the changed labels/annotations that a container's env reads. With
 /// `opts.env_from_metadata`, a key set to a value moves from the plan's metadata to
 /// `env_from_metadata` under every container of the new template that reads it (upstream reads the
-/// new template's containers). A removed key that is read, and any read key without the option,
-/// needs a new Pod: only a new container process sees the new value. Both templates are checked
-/// there: a container that stops reading the key still needs a restart to drop the old value.
+/// new template's containers); a removed key is removed from the Pod like any label, with no
+/// restart, as upstream. Without the option any read key needs a new Pod: only a new container
+/// process sees the new value. Both templates are checked there: a container that stops reading
+/// the key still needs a restart to drop the old value.
 fn env_from_metadata(
     old: &PodTemplateSpec,
     new: &PodTemplateSpec,
@@ -406,12 +406,15 @@ fn env_from_metadata(
                     .find(|c| envmeta::reads_metadata(c, field, key))
             });
             let Some(reader) = reader else { continue };
-            let (true, Some(value)) = (opts.env_from_metadata, value) else {
+            if !opts.env_from_metadata {
                 return Err(NotInPlace::EnvFromMetadata {
                     container: reader.name.clone(),
                     key: format!("{field}['{key}']"),
                 });
-            };
+            }
+            // A removed key stays a plain metadata change: the Pod keeps its containers, as
+            // upstream (which restarts only for keys added or replaced).
+            let Some(value) = value else { continue };
             for c in new_containers
                 .iter()
                 .filter(|c| envmeta::reads_metadata(c, field, key))

@@ -18,15 +18,18 @@ fn containers(envs: &[Option<&str>]) -> serde_json::Value {
     )
 }
 
+/// (name, annotations, containers, wanted priorities)
+type CreationCase = (
+    &'static str,
+    serde_json::Value,
+    serde_json::Value,
+    Result<Option<Vec<i64>>, InvalidPriority>,
+);
+
 #[test]
 fn creation_priorities_table() {
     let ordered = json!({ANNOTATION_CONTAINER_LAUNCH_PRIORITY: ORDERED});
-    let cases: Vec<(
-        &str,
-        serde_json::Value,
-        serde_json::Value,
-        Result<Option<Vec<i64>>, InvalidPriority>,
-    )> = vec![
+    let cases: Vec<CreationCase> = vec![
         (
             "one container, even Ordered",
             ordered.clone(),

@@ -760,6 +760,14 @@ fn serverless_probes_at_creation() {
     assert_eq!(serverless_probes(&[&a, &b], &other), None);
 }
 
+/// (condition status, labels the Pod has, labels wanted, annotations wanted)
+type MarksCase = (
+    Option<&'static str>,
+    Vec<(&'static str, &'static str)>,
+    Vec<(&'static str, &'static str)>,
+    Vec<(&'static str, &'static str)>,
+);
+
 #[test]
 fn serverless_marks_follow_the_conditions() {
     let m = marker("m", vec![healthy_probe("alive", "game.io/healthy")]);
@@ -782,13 +790,7 @@ fn serverless_marks_follow_the_conditions() {
             .map(|(k, v)| ((*k).into(), Some((*v).into())))
             .collect()
     };
-    // (condition status, labels the Pod has, labels wanted, annotations wanted)
-    let cases: Vec<(
-        Option<&str>,
-        Vec<(&str, &str)>,
-        Vec<(&str, &str)>,
-        Vec<(&str, &str)>,
-    )> = vec![
+    let cases: Vec<MarksCase> = vec![
         (None, vec![], vec![], vec![]),
         (
             Some("True"),

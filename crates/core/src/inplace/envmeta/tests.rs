@@ -303,12 +303,17 @@ fn plan_moves_read_keys_to_their_containers() {
     assert!(p.env_from_metadata.is_empty());
     assert!(!p.restarts_containers);
 
-    for (name, new, opts) in [
-        ("gate off", &changed, GATE_OFF),
-        ("removed key", &removed, GATE_ON),
-    ] {
+    // A removed key is removed from the Pod in place; nothing restarts (as upstream).
+    let Plan::InPlace(p) = plan(&old, &removed, &pod, &GATE_ON) else {
+        panic!("a removed key stays in place with the gate");
+    };
+    assert!(p.env_from_metadata.is_empty());
+    assert_eq!(p.labels, [("test-env".to_string(), None)].into());
+    assert!(!p.restarts_containers);
+
+    for (name, new) in [("gate off", &changed), ("gate off, removed key", &removed)] {
         assert_eq!(
-            plan(&old, new, &pod, &opts),
+            plan(&old, new, &pod, &GATE_OFF),
             Plan::NotInPlace(crate::inplace::NotInPlace::EnvFromMetadata {
                 container: "app".into(),
                 key: "metadata.labels['test-env']".into(),
