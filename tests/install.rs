@@ -34,6 +34,18 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Granted by the chart, needed by code paths this scenario does not reach (each names the path).
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     (
+        "",
+        "configmaps",
+        "create",
+        "container-launch-priority-controller creating an ordered Pod's barrier ConfigMap (no such Pod here; tests/real_node.rs)",
+    ),
+    (
+        "",
+        "configmaps",
+        "patch",
+        "container-launch-priority-controller releasing a priority in a barrier ConfigMap",
+    ),
+    (
         "apps.kruise.io",
         "nodeimages",
         "get",

@@ -199,6 +199,12 @@ pub struct Args {
     /// OpenKruise's Go profiler switch; kruise-rs has no pprof endpoint (reported when true).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_pprof: Option<bool>,
+    /// OpenKruise's list of workload kinds whose WorkloadSpread status is kept per version. v1.9.0
+    /// reads only the flag's default (`deployment,replicaset`); kruise-rs keeps Deployments' and
+    /// ReplicaSets' per version, and CloneSets' per revision too. Accepted; a value other than the
+    /// default is reported as having no effect.
+    #[arg(long)]
+    pub ws_enabled_versioned_status: Option<String>,
     /// OpenKruise's pprof address (accepted; see --enable-pprof).
     #[arg(long)]
     pub pprof_addr: Option<String>,
@@ -279,6 +285,20 @@ impl Args {
         if self.enable_pprof == Some(true) {
             lines
                 .push("--enable-pprof has no effect: kruise-rs has no Go profiler endpoint".into());
+        }
+        if let Some(kinds) = &self.ws_enabled_versioned_status {
+            let mut named: Vec<String> = kinds
+                .split(',')
+                .map(|k| k.trim().to_lowercase())
+                .filter(|k| !k.is_empty())
+                .collect();
+            named.sort();
+            named.dedup();
+            if named != ["deployment", "replicaset"] && named != ["deployment"] {
+                lines.push(format!(
+                    "--ws-enabled-versioned-status={kinds} has no effect: kruise-rs keeps WorkloadSpread status per version for Deployments and ReplicaSets, and per revision for CloneSets (OpenKruise v1.9.0 reads only the flag's default)"
+                ));
+            }
         }
         if let Some(dir) = &self.webhook_cert_dir {
             lines.push(format!(
@@ -1262,6 +1282,26 @@ mod tests {
             "ImagePullJobGate is implemented: {ineffective:?}"
         );
         assert!(!ineffective.iter().any(|l| l.contains("sync-period")));
+
+        for (value, reported) in [
+            ("deployment,replicaset", false),
+            ("Deployment", false),
+            ("deployment,cloneset", true),
+        ] {
+            let args = Args::try_parse_from([
+                "kruise-manager".to_string(),
+                format!("--ws-enabled-versioned-status={value}"),
+            ])
+            .expect("accepted");
+            let lines = args.ineffective().expect("valid");
+            assert_eq!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("--ws-enabled-versioned-status")),
+                reported,
+                "{value}: {lines:?}"
+            );
+        }
 
         let off = Args::try_parse_from(["kruise-manager", "--enable-leader-election=false"])
             .expect("accepted");
