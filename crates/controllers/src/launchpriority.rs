@@ -20,7 +20,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::PodCache;
 
 pub const CONTROLLER: &str = "container-launch-priority-controller";
 
@@ -137,7 +137,7 @@ impl Controller {
     }
 
     /// Takes `pod` one step further.
-    async fn turn(&mut self, pod: &Pod) -> Outcome {
+    async fn advance(&mut self, pod: &Pod) -> Outcome {
         let Some(uid) = pod.uid() else {
             return Outcome::Forget;
         };
@@ -184,57 +184,31 @@ impl Controller {
     }
 }
 
+impl crate::podworker::PodWorker for Controller {
+    fn name(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn wanted(&self, pod: &Pod) -> bool {
+        waiting(pod)
+    }
+
+    async fn turn(&mut self, pod: &Pod) -> bool {
+        !matches!(self.advance(pod).await, Outcome::Failed)
+    }
+
+    fn gone(&mut self, change: &crate::cache::PodChange) {
+        if let Some(uid) = &change.uid {
+            self.released.0.remove(uid.as_ref());
+        }
+    }
+}
+
 /// Runs until the Pod cache is gone.
 pub async fn run(client: Client, pods: Arc<PodCache>) {
-    let mut events = pods.subscribe(CONTROLLER);
-    pods.wait_synced().await;
-    tracing::info!(controller = CONTROLLER, "controller started");
-    let mut controller = Controller {
+    let controller = Controller {
         client,
         released: Released::default(),
     };
-    let mut failed: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut retry = tokio::time::interval(RETRY);
-    let mut every_pod = true;
-    loop {
-        let candidates: Vec<Arc<Pod>> = if every_pod {
-            every_pod = false;
-            pods.select_lazily(None, |_| true)
-                .iter()
-                .map(|selected| selected.read_once())
-                .filter(|pod| waiting(pod))
-                .collect()
-        } else {
-            tokio::select! {
-                event = events.recv() => match event {
-                    None => return,
-                    Some(CacheEvent::Resync) => {
-                        every_pod = true;
-                        continue;
-                    }
-                    Some(CacheEvent::Pod(change)) => {
-                        if change.deleted {
-                            // Gone: forget what was remembered of it.
-                            if let Some(uid) = &change.uid {
-                                controller.released.0.remove(uid.as_ref());
-                            }
-                            continue;
-                        }
-                        let (namespace, name) = change.key.as_ref();
-                        pods.get(namespace, name).into_iter().collect()
-                    }
-                    Some(_) => continue,
-                },
-                _ = retry.tick(), if !failed.is_empty() => std::mem::take(&mut failed)
-                    .into_iter()
-                    .filter_map(|(namespace, name)| pods.get(&namespace, &name))
-                    .collect(),
-            }
-        };
-        for pod in &candidates {
-            if let Outcome::Failed = controller.turn(pod).await {
-                failed.insert((pod.namespace().unwrap_or_default(), pod.name_any()));
-            }
-        }
-    }
+    crate::podworker::drive(pods, RETRY, controller).await;
 }

@@ -27,6 +27,7 @@ pub mod podcontrol;
 pub mod podprobemarker;
 pub mod podreadiness;
 pub mod podunavailablebudget;
+pub mod podworker;
 pub mod resourcedistribution;
 pub mod sidecarset;
 pub mod sidecarterminator;

@@ -9,7 +9,6 @@
 //! resourceVersion as a precondition, so that a condition set meanwhile by someone else is never
 //! overwritten: on a conflict the Pod's next change brings it back here.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::cache::{CacheEvent, PodCache};
+use crate::cache::PodCache;
 
 pub const CONTROLLER: &str = "pod-readiness-controller";
 
@@ -97,51 +96,27 @@ async fn set_condition(client: &Client, pod: &Pod) -> Written {
     }
 }
 
+struct Readiness {
+    client: Client,
+}
+
+impl crate::podworker::PodWorker for Readiness {
+    fn name(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn wanted(&self, pod: &Pod) -> bool {
+        needs_condition(pod)
+    }
+
+    async fn turn(&mut self, pod: &Pod) -> bool {
+        !matches!(set_condition(&self.client, pod).await, Written::Failed)
+    }
+}
+
 /// Runs until the Pod cache is gone.
 pub async fn run(client: Client, pods: Arc<PodCache>) {
-    let mut events = pods.subscribe(CONTROLLER);
-    pods.wait_synced().await;
-    tracing::info!(controller = CONTROLLER, "controller started");
-    // Pods whose write failed, by (namespace, name), tried again on the next tick.
-    let mut failed: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut retry = tokio::time::interval(RETRY);
-    let mut every_pod = true;
-    loop {
-        let candidates: Vec<Arc<Pod>> = if every_pod {
-            every_pod = false;
-            // Each Pod decoded for its check alone and dropped unless it needs the condition: a
-            // resync of a large cache never holds every Pod decoded at once.
-            pods.select_lazily(None, |_| true)
-                .iter()
-                .map(|selected| selected.read_once())
-                .filter(|pod| needs_condition(pod))
-                .collect()
-        } else {
-            tokio::select! {
-                event = events.recv() => match event {
-                    None => return,
-                    Some(CacheEvent::Resync) => {
-                        every_pod = true;
-                        continue;
-                    }
-                    Some(CacheEvent::Pod(change)) if !change.deleted => {
-                        let (namespace, name) = change.key.as_ref();
-                        pods.get(namespace, name).into_iter().collect()
-                    }
-                    Some(_) => continue,
-                },
-                _ = retry.tick(), if !failed.is_empty() => std::mem::take(&mut failed)
-                    .into_iter()
-                    .filter_map(|(namespace, name)| pods.get(&namespace, &name))
-                    .collect(),
-            }
-        };
-        for pod in candidates.iter().filter(|p| needs_condition(p)) {
-            if let Written::Failed = set_condition(&client, pod).await {
-                failed.insert((pod.namespace().unwrap_or_default(), pod.name_any()));
-            }
-        }
-    }
+    crate::podworker::drive(pods, RETRY, Readiness { client }).await;
 }
 
 #[cfg(test)]

@@ -304,18 +304,22 @@ pub fn pod_update<'a>(
                 .is_none_or(|have| have.status != c.status || have.message != c.message)
         })
         .collect();
-    let changes = |wanted: BTreeMap<String, Option<String>>,
-                   have: Option<&BTreeMap<String, String>>| {
-        wanted
-            .into_iter()
-            .filter(|(k, v)| have.and_then(|h| h.get(k)) != v.as_ref())
-            .collect::<BTreeMap<_, _>>()
-    };
     PodUpdate {
         conditions,
-        labels: changes(labels, pod.metadata.labels.as_ref()),
-        annotations: changes(annotations, pod.metadata.annotations.as_ref()),
+        labels: changed_entries(labels, pod.metadata.labels.as_ref()),
+        annotations: changed_entries(annotations, pod.metadata.annotations.as_ref()),
     }
+}
+
+/// The entries of `wanted` (set, or removed with `None`) that change `have`.
+fn changed_entries(
+    wanted: BTreeMap<String, Option<String>>,
+    have: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, Option<String>> {
+    wanted
+        .into_iter()
+        .filter(|(k, v)| have.and_then(|h| h.get(k)) != v.as_ref())
+        .collect()
 }
 
 /// Whether a Node runs no kruise-daemon (virtual kubelet): its Pods get no NodePodProbe entry.
@@ -428,17 +432,10 @@ pub fn serverless_marks(marker: &PodProbeMarker, pod: &Pod) -> PodUpdate {
             );
         }
     }
-    let changes = |wanted: BTreeMap<String, Option<String>>,
-                   have: Option<&BTreeMap<String, String>>| {
-        wanted
-            .into_iter()
-            .filter(|(k, v)| have.and_then(|h| h.get(k)) != v.as_ref())
-            .collect::<BTreeMap<_, _>>()
-    };
     PodUpdate {
         conditions: Vec::new(),
-        labels: changes(labels, pod.metadata.labels.as_ref()),
-        annotations: changes(annotations, pod.metadata.annotations.as_ref()),
+        labels: changed_entries(labels, pod.metadata.labels.as_ref()),
+        annotations: changed_entries(annotations, pod.metadata.annotations.as_ref()),
     }
 }
 
