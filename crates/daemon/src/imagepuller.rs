@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -29,16 +28,15 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use tokio::net::UnixStream;
 use tokio::sync::Notify;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::cri::api::image_service_client::ImageServiceClient;
 use crate::cri::api::{
     AuthConfig, ImageSpec, ImageStatusRequest, PodSandboxConfig, PodSandboxMetadata,
     PullImageRequest,
 };
-use crate::cri::{CriError, socket_path};
+use crate::cri::{CriError, unix_channel};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PullResult {
@@ -91,18 +89,7 @@ impl Images {
     /// Connects to `endpoint` (`unix:///run/containerd/containerd.sock`). Pulls may take long: the
     /// channel has no request deadline of its own (each pull is bounded by its `timeoutSeconds`).
     pub async fn connect(endpoint: &str) -> Result<Self, CriError> {
-        let path = socket_path(endpoint)?;
-        let channel = Endpoint::from_static("http://cri.sock")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { UnixStream::connect(path).await.map(TokioIo::new) }
-            }))
-            .await
-            .map_err(|source| CriError::Connect {
-                endpoint: endpoint.to_owned(),
-                source,
-            })?;
+        let channel = unix_channel(endpoint, None).await?;
         Ok(Self {
             client: ImageServiceClient::new(channel),
         })
