@@ -355,11 +355,13 @@ pub fn prune_spec(
 }
 
 /// A tag the manager failed for want of an answer (for its owners' Events).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TimedOut {
     pub image: String,
     pub tag: String,
     pub message: String,
+    /// The tag's owners (its ImagePullJobs), which upstream tells of the failure too.
+    pub owners: Vec<ObjectReference>,
 }
 
 /// The NodeImage controller's status pass: a tag the daemon has not answered within
@@ -416,6 +418,7 @@ pub fn status_timeouts(
                     image: name.clone(),
                     tag: spec.tag.clone(),
                     message: message.into(),
+                    owners: spec.owner_references.clone(),
                 });
                 continue;
             }
@@ -437,6 +440,7 @@ pub fn status_timeouts(
                     image: name.clone(),
                     tag: spec.tag.clone(),
                     message: message.into(),
+                    owners: spec.owner_references.clone(),
                 });
             }
         }

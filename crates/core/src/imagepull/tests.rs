@@ -445,6 +445,11 @@ fn status_timeouts_table() {
     // Unanswered for longer: failed.
     let (status, failed, _) = status_timeouts(&object, at(RESPONSE_TIMEOUT_SECONDS));
     assert_eq!(failed[0].message, "node has not responded for a long time");
+    assert_eq!(
+        failed[0].owners,
+        object.spec.images["nginx"].tags[0].owner_references
+    );
+    assert!(!failed[0].owners.is_empty());
     assert_eq!(status.failed, 1);
     assert_eq!(status.image_statuses["nginx"].tags[0].phase, PHASE_FAILED);
     // Answered, unfinished past its deadline (+ the response timeout): failed.
