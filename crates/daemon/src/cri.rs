@@ -73,7 +73,8 @@ pub async fn unix_channel(
 ) -> Result<Channel, CriError> {
     let path = socket_path(endpoint)?;
     // The URI is required by tonic but unused: every connection goes to the socket.
-    let mut builder = Endpoint::from_static("http://cri.sock").connect_timeout(Duration::from_secs(5));
+    let mut builder =
+        Endpoint::from_static("http://cri.sock").connect_timeout(Duration::from_secs(5));
     if let Some(timeout) = request_timeout {
         builder = builder.timeout(timeout);
     }

@@ -316,11 +316,7 @@ impl Puller {
         let reported = image.status.clone().unwrap_or_default().image_statuses;
         let mut state = self.state();
         state.spec = image.spec.images.clone();
-        state.node_image = image
-            .metadata
-            .uid
-            .is_some()
-            .then(|| image.object_ref(&()));
+        state.node_image = image.metadata.uid.is_some().then(|| image.object_ref(&()));
         let mut wanted: HashMap<TagKey, (ImageTagSpec, NodeImageSpecEntry)> = HashMap::new();
         for (name, entry) in &image.spec.images {
             for tag in &entry.tags {

@@ -16,8 +16,8 @@ use kruise_daemon::cri::{self, Runtime};
 use kruise_daemon::crr::Executor;
 use kruise_daemon::gates;
 use kruise_daemon::imagepuller::Puller;
-use kruise_daemon::podprobe::Prober;
 use kruise_daemon::metrics::{Metrics, RuntimeLabels};
+use kruise_daemon::podprobe::Prober;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[derive(Parser, Debug)]
@@ -206,12 +206,7 @@ async fn main() -> anyhow::Result<()> {
         .set(1);
     let puller = if args.image_puller {
         let images = kruise_daemon::imagepuller::Images::connect(&runtime.endpoint).await?;
-        let puller = Puller::new(
-            client.clone(),
-            &args.node_name,
-            images,
-            pull_metrics,
-        );
+        let puller = Puller::new(client.clone(), &args.node_name, images, pull_metrics);
         Some((puller.clone(), tokio::spawn(puller.run())))
     } else {
         None

@@ -1056,9 +1056,9 @@ async fn run_controllers(
             client.clone(),
             metrics.clone(),
             kruise_controllers::imagepulljob::Config {
-                default_ttl_always: args
-                    .default_ttl_for_always_nodeimage()
-                    .unwrap_or(kruise_controllers::imagepulljob::Config::default().default_ttl_always),
+                default_ttl_always: args.default_ttl_for_always_nodeimage().unwrap_or(
+                    kruise_controllers::imagepulljob::Config::default().default_ttl_always,
+                ),
                 ..Default::default()
             },
         )

@@ -90,7 +90,10 @@ impl Context {
         self.expected
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((list_uid.to_owned(), job), (what, std::time::Instant::now()));
+            .insert(
+                (list_uid.to_owned(), job),
+                (what, std::time::Instant::now()),
+            );
     }
 }
 

@@ -262,7 +262,12 @@ async fn reconcile(image: Arc<NodeImage>, ctx: Arc<Context>) -> Result<Action, E
 
 /// Upstream's `PullImageFailed` Warning about a pull the manager failed, on each of the tag's owners and
 /// on the NodeImage.
-async fn pull_failed(ctx: &Context, image: &NodeImage, node: &str, timed_out: &imagepull::TimedOut) {
+async fn pull_failed(
+    ctx: &Context,
+    image: &NodeImage,
+    node: &str,
+    timed_out: &imagepull::TimedOut,
+) {
     let event = Event {
         type_: EventType::Warning,
         reason: "PullImageFailed".into(),

@@ -10,9 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER;
 use kruise_api::imagepulljob::v1beta1::{
-    FailedImageStatus, ImageListPullJobSpec, ImageListPullJobStatus, ImagePullJobSpec, ImagePullJobStatus, ImageSpec,
-    ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageStatus, PHASE_FAILED,
-    PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, ReferenceObject,
+    FailedImageStatus, ImageListPullJobSpec, ImageListPullJobStatus, ImagePullJobSpec,
+    ImagePullJobStatus, ImageSpec, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage,
+    NodeImageStatus, PHASE_FAILED, PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, ReferenceObject,
 };
 use kruise_api::imagepulljob::{DEFAULT_BACKOFF_LIMIT, DEFAULT_TIMEOUT_SECONDS};
 

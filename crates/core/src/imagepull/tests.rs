@@ -588,15 +588,23 @@ fn default_ttl_for_always_table() {
         (2_678_400, Ok(2_678_400)),
         (
             -1,
-            Err("default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is -1"),
+            Err(
+                "default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is -1",
+            ),
         ),
         (
             2_678_401,
-            Err("default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is 2678401"),
+            Err(
+                "default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is 2678401",
+            ),
         ),
     ];
     for (input, want) in cases {
-        assert_eq!(default_ttl_for_always(input), want.map_err(str::to_owned), "{input}");
+        assert_eq!(
+            default_ttl_for_always(input),
+            want.map_err(str::to_owned),
+            "{input}"
+        );
     }
 }
 
@@ -659,7 +667,11 @@ fn list_actions_table() {
         same("d:1"),
     );
     // (jobs as (name, hash label, spec), want create, want delete)
-    let cases: Vec<(Vec<(&str, Option<&str>, &ImagePullJobSpec)>, Vec<&str>, Vec<&str>)> = vec![
+    let cases: Vec<(
+        Vec<(&str, Option<&str>, &ImagePullJobSpec)>,
+        Vec<&str>,
+        Vec<&str>,
+    )> = vec![
         // Nothing yet: a job per image.
         (vec![], vec!["a:1", "b:1", "c:1"], vec![]),
         // All current by label.
@@ -686,19 +698,33 @@ fn list_actions_table() {
         ),
         // Another hash but the same spec (another implementation's label): kept.
         (
-            vec![("l-1", Some("upstream"), &a), ("l-2", Some(&hash), &b), ("l-3", Some(&hash), &c)],
+            vec![
+                ("l-1", Some("upstream"), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+            ],
             vec![],
             vec![],
         ),
         // An image no longer listed: its job goes.
         (
-            vec![("l-1", Some(&hash), &a), ("l-2", Some(&hash), &b), ("l-3", Some(&hash), &c), ("l-4", Some(&hash), &d)],
+            vec![
+                ("l-1", Some(&hash), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+                ("l-4", Some(&hash), &d),
+            ],
             vec![],
             vec!["l-4"],
         ),
         // Two jobs of one image: the first by name counts.
         (
-            vec![("l-9", Some("old"), &b_old), ("l-1", Some(&hash), &a), ("l-2", Some(&hash), &b), ("l-3", Some(&hash), &c)],
+            vec![
+                ("l-9", Some("old"), &b_old),
+                ("l-1", Some(&hash), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+            ],
             vec![],
             vec![],
         ),
