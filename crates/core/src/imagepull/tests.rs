@@ -644,6 +644,13 @@ fn template_hash_ignores_images_only() {
     assert!(!hash.is_empty() && hash.chars().all(|c| c.is_ascii_alphanumeric()));
 }
 
+/// (jobs as (name, hash label, spec), images to create, jobs to delete)
+type ListCase<'a> = (
+    Vec<(&'a str, Option<&'a str>, &'a ImagePullJobSpec)>,
+    Vec<&'a str>,
+    Vec<&'a str>,
+);
+
 #[test]
 fn list_actions_table() {
     let list = list_spec(&["a:1", "b:1", "c:1"]);
@@ -666,12 +673,7 @@ fn list_actions_table() {
         older("c:1"),
         same("d:1"),
     );
-    // (jobs as (name, hash label, spec), want create, want delete)
-    let cases: Vec<(
-        Vec<(&str, Option<&str>, &ImagePullJobSpec)>,
-        Vec<&str>,
-        Vec<&str>,
-    )> = vec![
+    let cases: Vec<ListCase<'_>> = vec![
         // Nothing yet: a job per image.
         (vec![], vec!["a:1", "b:1", "c:1"], vec![]),
         // All current by label.
