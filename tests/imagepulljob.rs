@@ -12,6 +12,7 @@ use anyhow::ensure;
 use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob, NodeImage};
 use kruise_testkit::realnode::REAL_NODE_LABEL;
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 const REAL_NODES: usize = 2;
@@ -252,6 +253,35 @@ spec:
                     "{node}: {message}"
                 );
             }
+            // As upstream's puller, each node's daemon tells the job of its failure: a PullImageFailed
+            // Warning about the ImagePullJob from kruise-daemon-imagepuller, naming the image.
+            let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+            let reporters = eventually("PullImageFailed Events on the job", TIMEOUT, || async {
+                let mut reporters: Vec<String> = events
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|e| {
+                        e.regarding.as_ref().is_some_and(|r| {
+                            r.kind.as_deref() == Some("ImagePullJob")
+                                && r.name.as_deref() == Some("pull-missing")
+                        }) && e.reason.as_deref() == Some("PullImageFailed")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.reporting_controller.as_deref()
+                                == Some("kruise-daemon-imagepuller")
+                            && e.note
+                                .as_deref()
+                                .is_some_and(|n| n.starts_with("Image nginx:no-such-tag "))
+                    })
+                    .filter_map(|e| e.reporting_instance)
+                    .collect();
+                reporters.sort();
+                reporters.dedup();
+                Ok((reporters.len() == nodes.len()).then_some(reporters))
+            })
+            .await?;
+            ensure!(reporters == nodes, "reported by {reporters:?}");
             Ok(())
         }),
     )
@@ -321,6 +351,254 @@ spec:
                     .as_deref()
                     .is_some_and(|n| n.starts_with("two-images-"))),
                 "child names"
+            );
+            Ok(())
+        }),
+    )
+    .await
+}
+
+/// Changing an unfinished ImageListPullJob's template replaces its ImagePullJobs: the list and its jobs
+/// carry the template's hash in `controller-revision-hash`; after a change of `parallelism`, the old job
+/// is deleted and a new one with the new template and hash pulls the image; the list tells it in
+/// upstream's Events.
+#[tokio::test]
+async fn an_image_list_replaces_its_jobs_when_its_template_changes() -> anyhow::Result<()> {
+    let bed = bed();
+    let ns = bed.namespace("ilpj-tpl").await?;
+    let ns = &ns;
+    with_node_logs(
+        bed,
+        30,
+        ns.run(async move {
+            real_nodes(ns).await?;
+            ns.apply(&format!(
+                r#"
+apiVersion: apps.kruise.io/v1beta1
+kind: ImageListPullJob
+metadata:
+  name: tpl
+spec:
+  images: ["busybox:1.35"]
+  parallelism: 1
+  selector:
+    matchLabels:
+      {REAL_NODE_LABEL}: "true"
+  completionPolicy:
+    type: Never
+"#
+            ))
+            .await?;
+            let lists: Api<ImageListPullJob> = ns.api();
+            let jobs: Api<ImagePullJob> = ns.api();
+            const HASH: &str = "controller-revision-hash";
+            // The list's hash, and its one job carrying it.
+            let (first_hash, first) = eventually("the first job, labelled", TIMEOUT, || async {
+                let list = lists.get("tpl").await?;
+                let Some(hash) = list.labels().get(HASH).cloned() else {
+                    return Ok(None);
+                };
+                let children = jobs.list(&ListParams::default()).await?.items;
+                Ok(match children.as_slice() {
+                    [job] if job.labels().get(HASH) == Some(&hash) => Some((hash, job.clone())),
+                    _ => None,
+                })
+            })
+            .await?;
+            ensure!(
+                first.spec.parallelism
+                    == Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)),
+                "{:?}",
+                first.spec
+            );
+            ns.kubectl(&[
+                "patch",
+                "imagelistpulljob",
+                "tpl",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"parallelism":2}}"#,
+            ])
+            .await?;
+            let second = eventually("the job replaced", TIMEOUT, || async {
+                let list = lists.get("tpl").await?;
+                let hash = list.labels().get(HASH).cloned().unwrap_or_default();
+                let children = jobs.list(&ListParams::default()).await?.items;
+                let live: Vec<&ImagePullJob> = children
+                    .iter()
+                    .filter(|j| j.metadata.deletion_timestamp.is_none())
+                    .collect();
+                Ok(match live.as_slice() {
+                    [job]
+                        if hash != first_hash
+                            && job.labels().get(HASH) == Some(&hash)
+                            && job.metadata.uid != first.metadata.uid =>
+                    {
+                        Some((*job).clone())
+                    }
+                    _ => None,
+                })
+            })
+            .await?;
+            ensure!(
+                second.spec.parallelism
+                    == Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+                    && second.spec.image == "busybox:1.35",
+                "{:?}",
+                second.spec
+            );
+            eventually("the old job gone", TIMEOUT, || async {
+                Ok(jobs
+                    .get_opt(&first.name_any())
+                    .await?
+                    .is_none()
+                    .then_some(()))
+            })
+            .await?;
+            // The list told of both.
+            let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+            eventually("the list's create and delete Events", TIMEOUT, || async {
+                let reasons: Vec<String> = events
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|e| {
+                        e.regarding
+                            .as_ref()
+                            .is_some_and(|r| r.name.as_deref() == Some("tpl"))
+                    })
+                    .filter_map(|e| e.reason)
+                    .collect();
+                Ok((reasons
+                    .iter()
+                    .any(|r| r == "Successful create ImagePullJob")
+                    && reasons
+                        .iter()
+                        .any(|r| r == "Successful delete ImagePullJob"))
+                .then_some(()))
+            })
+            .await?;
+            Ok(())
+        }),
+    )
+    .await
+}
+
+/// An AdvancedCronJob with an ImageListPullJob template creates a list on its schedule (upstream's
+/// name, the template's labels, the scheduled-at annotation, controlled by it); Forbid waits for the
+/// running list; finished lists beyond `successfulJobsHistoryLimit` are deleted; the status says
+/// ImageListPullJob and when it last ran.
+#[tokio::test]
+async fn an_advanced_cron_job_pulls_image_lists_on_schedule() -> anyhow::Result<()> {
+    let bed = bed();
+    let ns = bed.namespace("acj-ilpj").await?;
+    let ns = &ns;
+    with_node_logs(
+        bed,
+        30,
+        ns.run(async move {
+            real_nodes(ns).await?;
+            ns.apply(&format!(
+                r#"
+apiVersion: apps.kruise.io/v1beta1
+kind: AdvancedCronJob
+metadata:
+  name: prepull
+spec:
+  schedule: "@every 5s"
+  concurrencyPolicy: Forbid
+  successfulJobsHistoryLimit: 1
+  template:
+    imageListPullJobTemplate:
+      metadata:
+        labels: {{app: prepull}}
+      spec:
+        images: ["busybox:1.35"]
+        parallelism: 2
+        selector:
+          matchLabels:
+            {REAL_NODE_LABEL}: "true"
+        completionPolicy:
+          type: Always
+"#
+            ))
+            .await?;
+            let owner: kruise_api::advancedcronjob::v1beta1::AdvancedCronJob =
+                ns.api().get("prepull").await?;
+            let lists: Api<ImageListPullJob> = ns.api();
+            let owned = || async {
+                let items = lists.list(&ListParams::default()).await?.items;
+                anyhow::Ok(
+                    items
+                        .into_iter()
+                        .filter(|l| {
+                            l.owner_references().iter().any(|r| {
+                                r.controller == Some(true)
+                                    && r.kind == "AdvancedCronJob"
+                                    && Some(&r.uid) == owner.metadata.uid.as_ref()
+                            })
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let first = eventually("a first ImageListPullJob", TIMEOUT, || async {
+                Ok(owned().await?.into_iter().next())
+            })
+            .await?;
+            let scheduled = first
+                .annotations()
+                .get(kruise_api::advancedcronjob::ANNOTATION_SCHEDULED_AT)
+                .cloned()
+                .unwrap_or_default();
+            let at: k8s_openapi::jiff::Timestamp = scheduled.parse()?;
+            ensure!(
+                first.name_any() == format!("prepull-{}", at.as_second()),
+                "{} scheduled at {scheduled}",
+                first.name_any()
+            );
+            ensure!(
+                first.labels().get("app").map(String::as_str) == Some("prepull"),
+                "{:?}",
+                first.labels()
+            );
+            // Runs go on once each list completes; with a history of 1 the first completed one goes.
+            eventually("later runs, the first list pruned", TIMEOUT, || async {
+                let current = owned().await?;
+                let later = current.iter().any(|l| l.name_any() > first.name_any());
+                let gone = lists.get_opt(&first.name_any()).await?.is_none();
+                Ok((later && gone).then_some(()))
+            })
+            .await?;
+            // Forbid: never two lists running at once; finished ones kept to the limit.
+            let current = owned().await?;
+            let running = current
+                .iter()
+                .filter(|l| {
+                    l.status
+                        .as_ref()
+                        .is_none_or(|s| s.completion_time.is_none())
+                })
+                .count();
+            let finished = current.len() - running;
+            ensure!(
+                running <= 1 && finished <= 1,
+                "{running} running, {finished} finished"
+            );
+            let acj: kruise_api::advancedcronjob::v1beta1::AdvancedCronJob =
+                ns.api().get("prepull").await?;
+            let status = acj.status.unwrap_or_default();
+            ensure!(
+                status.type_ == "ImageListPullJob" && status.last_schedule_time.is_some(),
+                "{status:?}"
+            );
+            ensure!(
+                status
+                    .active
+                    .iter()
+                    .all(|a| a.kind.as_deref() == Some("ImageListPullJob")),
+                "{:?}",
+                status.active
             );
             Ok(())
         }),

@@ -91,7 +91,17 @@ pub enum Finished {
     Failed,
 }
 
-/// One job (Job or BroadcastJob) of an AdvancedCronJob, as the planner sees it.
+/// How an ImageListPullJob of an AdvancedCronJob ended, as upstream reads it: finished once it has a
+/// `completionTime`, succeeded when every image's job succeeded (`succeeded == desired`), else failed.
+pub fn image_list_finished(completed: bool, desired: i32, succeeded: i32) -> Option<Finished> {
+    completed.then_some(if succeeded == desired {
+        Finished::Succeeded
+    } else {
+        Finished::Failed
+    })
+}
+
+/// One job (Job, BroadcastJob or ImageListPullJob) of an AdvancedCronJob, as the planner sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Child {
     pub name: String,

@@ -64,23 +64,36 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
     Err(CriError::Endpoint(endpoint.to_owned()))
 }
 
+/// A gRPC channel to the runtime's unix socket at `endpoint` (`unix:///run/containerd/containerd.sock`
+/// or a bare path), connected within 5 s. `request_timeout` bounds every call on it; `None` leaves
+/// calls unbounded (image pulls, which their own `timeoutSeconds` bounds).
+pub async fn unix_channel(
+    endpoint: &str,
+    request_timeout: Option<Duration>,
+) -> Result<Channel, CriError> {
+    let path = socket_path(endpoint)?;
+    // The URI is required by tonic but unused: every connection goes to the socket.
+    let mut builder =
+        Endpoint::from_static("http://cri.sock").connect_timeout(Duration::from_secs(5));
+    if let Some(timeout) = request_timeout {
+        builder = builder.timeout(timeout);
+    }
+    builder
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|source| CriError::Connect {
+            endpoint: endpoint.to_owned(),
+            source,
+        })
+}
+
 impl Runtime {
     /// Connects to `endpoint` (`unix:///run/containerd/containerd.sock`) and asks its version.
     pub async fn connect(endpoint: &str) -> Result<Self, CriError> {
-        let path = socket_path(endpoint)?;
-        // The URI is required by tonic but unused: every connection goes to the socket.
-        let channel = Endpoint::from_static("http://cri.sock")
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(120))
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { UnixStream::connect(path).await.map(TokioIo::new) }
-            }))
-            .await
-            .map_err(|source| CriError::Connect {
-                endpoint: endpoint.to_owned(),
-                source,
-            })?;
+        let channel = unix_channel(endpoint, Some(Duration::from_secs(120))).await?;
         let mut client =
             RuntimeServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
         let version = client

@@ -2,15 +2,16 @@
 //! tag its spec lists through the CRI ImageService (with the credentials of the pull secrets it names,
 //! the sandbox config it gives), one attempt at most `timeoutSeconds` long, `backoffLimit` retries with
 //! a doubling back-off, stopped at `activeDeadlineSeconds`; and reports every tag's phase, progress,
-//! times, version and imageID in the NodeImage's status, as upstream does.
+//! times, version and imageID in the NodeImage's status, as upstream does; each finished pull is told in
+//! upstream's Events (`PullImageSucceed` on the NodeImage; `PullImageFailed` on the tag's ImagePullJobs
+//! and the NodeImage).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::imagepulljob::v1beta1::{
@@ -20,8 +21,9 @@ use kruise_api::imagepulljob::v1beta1::{
 };
 use kruise_core::imagepull::{self, DaemonWork};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,16 +31,15 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use tokio::net::UnixStream;
 use tokio::sync::Notify;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::cri::api::image_service_client::ImageServiceClient;
 use crate::cri::api::{
     AuthConfig, ImageSpec, ImageStatusRequest, PodSandboxConfig, PodSandboxMetadata,
     PullImageRequest,
 };
-use crate::cri::{CriError, socket_path};
+use crate::cri::{CriError, unix_channel};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PullResult {
@@ -91,18 +92,7 @@ impl Images {
     /// Connects to `endpoint` (`unix:///run/containerd/containerd.sock`). Pulls may take long: the
     /// channel has no request deadline of its own (each pull is bounded by its `timeoutSeconds`).
     pub async fn connect(endpoint: &str) -> Result<Self, CriError> {
-        let path = socket_path(endpoint)?;
-        let channel = Endpoint::from_static("http://cri.sock")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { UnixStream::connect(path).await.map(TokioIo::new) }
-            }))
-            .await
-            .map_err(|source| CriError::Connect {
-                endpoint: endpoint.to_owned(),
-                source,
-            })?;
+        let channel = unix_channel(endpoint, None).await?;
         Ok(Self {
             client: ImageServiceClient::new(channel),
         })
@@ -241,7 +231,15 @@ struct State {
     statuses: BTreeMap<TagKey, ImageTagStatus>,
     workers: HashMap<TagKey, Worker>,
     spec: BTreeMap<String, NodeImageSpecEntry>,
+    /// The node's NodeImage, which the pull Events are about.
+    node_image: Option<ObjectReference>,
 }
+
+/// The Events' source, as upstream's puller reports them.
+pub const COMPONENT: &str = "kruise-daemon-imagepuller";
+/// Upstream's Event reasons of a finished pull.
+pub const REASON_SUCCEEDED: &str = "PullImageSucceed";
+pub const REASON_FAILED: &str = "PullImageFailed";
 
 /// The puller of one node.
 pub struct Puller {
@@ -249,6 +247,7 @@ pub struct Puller {
     node: String,
     images: Images,
     metrics: PullMetrics,
+    recorder: Recorder,
     state: Mutex<State>,
     changed: Notify,
     synced: std::sync::atomic::AtomicBool,
@@ -256,15 +255,24 @@ pub struct Puller {
 
 impl Puller {
     pub fn new(client: Client, node: &str, images: Images, metrics: PullMetrics) -> Arc<Self> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: COMPONENT.into(),
+                instance: Some(node.to_owned()),
+            },
+        );
         Arc::new(Self {
             client,
             node: node.to_owned(),
             images,
             metrics,
+            recorder,
             state: Mutex::new(State {
                 statuses: BTreeMap::new(),
                 workers: HashMap::new(),
                 spec: BTreeMap::new(),
+                node_image: None,
             }),
             changed: Notify::new(),
             synced: std::sync::atomic::AtomicBool::new(false),
@@ -308,6 +316,7 @@ impl Puller {
         let reported = image.status.clone().unwrap_or_default().image_statuses;
         let mut state = self.state();
         state.spec = image.spec.images.clone();
+        state.node_image = image.metadata.uid.is_some().then(|| image.object_ref(&()));
         let mut wanted: HashMap<TagKey, (ImageTagSpec, NodeImageSpecEntry)> = HashMap::new();
         for (name, entry) in &image.spec.images {
             for tag in &entry.tags {
@@ -509,7 +518,7 @@ impl Puller {
             }
             None => {
                 status.phase = PHASE_FAILED.into();
-                status.message = last_error;
+                status.message = last_error.clone();
                 self.metrics
                     .pulls
                     .get_or_create(&PullResult {
@@ -521,7 +530,10 @@ impl Puller {
         self.metrics
             .pull_seconds
             .observe(began.elapsed().as_secs_f64());
+        let succeeded = status.phase == PHASE_SUCCEEDED;
         self.update(&key, status);
+        self.report(&key, &tag, succeeded, &last_error, began.elapsed())
+            .await;
         let mut state = self.state();
         if state
             .workers
@@ -530,6 +542,51 @@ impl Puller {
         {
             state.workers.remove(&key);
             self.metrics.pulling.dec();
+        }
+    }
+
+    /// Upstream's Events of a finished pull: `PullImageSucceed` on the NodeImage, or `PullImageFailed`
+    /// on each of the tag's owners (its ImagePullJobs) and on the NodeImage.
+    async fn report(
+        &self,
+        key: &TagKey,
+        tag: &ImageTagSpec,
+        succeeded: bool,
+        error: &str,
+        took: Duration,
+    ) {
+        let node_image = self.state().node_image.clone();
+        let (event, regarding): (Event, Vec<ObjectReference>) = if succeeded {
+            (
+                Event {
+                    type_: EventType::Normal,
+                    reason: REASON_SUCCEEDED.into(),
+                    note: Some(format!("Image {}:{}, ecalpsedTime {took:?}", key.0, key.1)),
+                    action: "PullImage".into(),
+                    secondary: None,
+                },
+                node_image.into_iter().collect(),
+            )
+        } else {
+            (
+                Event {
+                    type_: EventType::Warning,
+                    reason: REASON_FAILED.into(),
+                    note: Some(format!("Image {}:{} {error}", key.0, key.1)),
+                    action: "PullImage".into(),
+                    secondary: None,
+                },
+                tag.owner_references
+                    .iter()
+                    .cloned()
+                    .chain(node_image)
+                    .collect(),
+            )
+        };
+        for object in regarding {
+            if let Err(error) = self.recorder.publish(&event, &object).await {
+                tracing::debug!(%error, "publishing an image pull Event");
+            }
         }
     }
 

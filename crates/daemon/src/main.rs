@@ -15,7 +15,9 @@ use kruise_daemon::containermeta::ContainerMeta;
 use kruise_daemon::cri::{self, Runtime};
 use kruise_daemon::crr::Executor;
 use kruise_daemon::gates;
+use kruise_daemon::imagepuller::Puller;
 use kruise_daemon::metrics::{Metrics, RuntimeLabels};
+use kruise_daemon::podprobe::Prober;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[derive(Parser, Debug)]
@@ -60,6 +62,8 @@ struct App {
     runtime: Runtime,
     executor: Arc<Executor>,
     containermeta: Option<Arc<ContainerMeta>>,
+    prober: Arc<Prober>,
+    puller: Option<Arc<Puller>>,
     metrics: Arc<Metrics>,
 }
 
@@ -79,18 +83,31 @@ async fn healthz(State(app): State<Arc<App>>) -> (StatusCode, String) {
     }
 }
 
+/// Ready once every watch the daemon acts on has listed its objects: the ContainerRecreateRequests,
+/// the node's NodePodProbe and NodeImage, and the node's Pods when DaemonWatchingPod is on (upstream
+/// registers the same informers' sync as health checks).
 async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+    match not_ready(&app) {
+        None => (StatusCode::OK, "ok"),
+        Some(what) => (StatusCode::SERVICE_UNAVAILABLE, what),
+    }
+}
+
+/// The first watch that has not synced yet.
+fn not_ready(app: &App) -> Option<&'static str> {
+    if !app.executor.synced() {
+        return Some("ContainerRecreateRequest informer not synced");
+    }
     if app.containermeta.as_ref().is_some_and(|c| !c.synced()) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "Pod informer not synced");
+        return Some("Pod informer not synced");
     }
-    if app.executor.synced() {
-        (StatusCode::OK, "ok")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ContainerRecreateRequest informer not synced",
-        )
+    if !app.prober.synced() {
+        return Some("NodePodProbe informer not synced");
     }
+    if app.puller.as_ref().is_some_and(|p| !p.synced()) {
+        return Some("NodeImage informer not synced");
+    }
+    None
 }
 
 async fn serve_metrics(State(app): State<Arc<App>>) -> ([(&'static str, &'static str); 1], String) {
@@ -189,19 +206,14 @@ async fn main() -> anyhow::Result<()> {
         .set(1);
     let puller = if args.image_puller {
         let images = kruise_daemon::imagepuller::Images::connect(&runtime.endpoint).await?;
-        let puller = kruise_daemon::imagepuller::Puller::new(
-            client.clone(),
-            &args.node_name,
-            images,
-            pull_metrics,
-        );
-        Some(tokio::spawn(puller.run()))
+        let puller = Puller::new(client.clone(), &args.node_name, images, pull_metrics);
+        Some((puller.clone(), tokio::spawn(puller.run())))
     } else {
         None
     };
     // PodProbeMarker probes of the node's NodePodProbe (empty unless the manager's
     // PodProbeMarkerGate is on).
-    let (_prober, run_prober) = kruise_daemon::podprobe::Prober::start(
+    let (prober, run_prober) = Prober::start(
         client.clone(),
         runtime.clone(),
         &args.node_name,
@@ -229,6 +241,8 @@ async fn main() -> anyhow::Result<()> {
         runtime,
         executor,
         containermeta,
+        prober,
+        puller: puller.as_ref().map(|(p, _)| p.clone()),
         metrics,
     });
     let router = Router::new()
@@ -249,8 +263,8 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         () = terminated() => tracing::info!("terminated"),
     }
-    if let Some(puller) = puller {
-        puller.abort();
+    if let Some((_, task)) = puller {
+        task.abort();
     }
     Ok(())
 }

@@ -159,6 +159,10 @@ pub struct Args {
     pub assign_bcj_pods_by_scheduler: bool,
     #[arg(long, default_value_t = 3)]
     pub daemonset_workers: u16,
+    /// Seconds added to the TTL of the NodeImage tags an Always ImagePullJob asks for, so that a tag
+    /// outlives its job a while (OpenKruise's flag: 0 to 31 days, 300 by default).
+    #[arg(long, default_value_t = kruise_core::imagepull::DEFAULT_TTL_SECONDS_FOR_ALWAYS, allow_hyphen_values = true)]
+    pub default_ttlseconds_for_always_nodeimage: i64,
     /// Seconds a controller waits for its own write to show in its cache before it stops waiting
     /// (upstream waits 5 minutes, then, without a feature gate, forever).
     #[arg(long, default_value_t = 300)]
@@ -266,6 +270,12 @@ impl Args {
             timing.idle
         );
         Ok((timing, stale))
+    }
+
+    /// `--default-ttlseconds-for-always-nodeimage`, refused out of its range as OpenKruise refuses it.
+    pub fn default_ttl_for_always_nodeimage(&self) -> anyhow::Result<i32> {
+        kruise_core::imagepull::default_ttl_for_always(self.default_ttlseconds_for_always_nodeimage)
+            .map_err(anyhow::Error::msg)
     }
 
     /// The feature gates, or an error naming the bad one.
@@ -538,6 +548,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         gates.enabled("PodUnavailableBudgetUpdateGate"),
     );
     args.lease_timing()?;
+    args.default_ttl_for_always_nodeimage()?;
     for line in args.ineffective()? {
         tracing::warn!("{line}");
     }
@@ -1078,7 +1089,12 @@ async fn run_controllers(
         kruise_controllers::imagepulljob::run(
             client.clone(),
             metrics.clone(),
-            kruise_controllers::imagepulljob::Config::default(),
+            kruise_controllers::imagepulljob::Config {
+                default_ttl_always: args.default_ttl_for_always_nodeimage().unwrap_or(
+                    kruise_controllers::imagepulljob::Config::default().default_ttl_always,
+                ),
+                ..Default::default()
+            },
         )
     });
     // WorkloadSpread runs only with its gate on (upstream does not start it otherwise).
@@ -1313,6 +1329,25 @@ mod tests {
         ])
         .expect("accepted");
         assert_eq!((qps.kube_api_qps, qps.kube_api_burst), (30.0, 50));
+    }
+
+    #[test]
+    fn default_ttl_for_always_nodeimage_is_checked_as_openkruise() {
+        let ttl = |extra: &[&str]| {
+            let mut argv = vec!["kruise-manager"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv)
+                .expect("accepted")
+                .default_ttl_for_always_nodeimage()
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(ttl(&[]), Ok(300));
+        assert_eq!(ttl(&["--default-ttlseconds-for-always-nodeimage=0"]), Ok(0));
+        assert_eq!(
+            ttl(&["--default-ttlseconds-for-always-nodeimage", "-5"]),
+            Err("default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is -5".into())
+        );
+        assert!(ttl(&["--default-ttlseconds-for-always-nodeimage=2678401"]).is_err());
     }
 
     #[test]

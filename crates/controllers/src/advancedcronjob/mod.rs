@@ -1,6 +1,6 @@
 //! The AdvancedCronJob controller (upstream `pkg/controller/advancedcronjob`), on the shared driver:
-//! Jobs or BroadcastJobs created on a cron schedule. Observe the AdvancedCronJob and its jobs (the
-//! shared Job and BroadcastJob caches); decide with `kruise_core::cron::plan`; act (delete jobs past
+//! Jobs, BroadcastJobs or ImageListPullJobs created on a cron schedule. Observe the AdvancedCronJob and
+//! its jobs (the shared Job and BroadcastJob caches, this controller's ImageListPullJob watch); decide with `kruise_core::cron::plan`; act (delete jobs past
 //! the history limits or replaced, create the due run's job), write the status, and look again at
 //! the next scheduled time.
 
@@ -13,9 +13,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::tz::TimeZone;
 use kruise_api::advancedcronjob::v1beta1::AdvancedCronJob;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
+use kruise_api::imagepulljob::v1beta1::ImageListPullJob;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 
 use crate::driver::caches::{Caches, Shared};
@@ -50,6 +51,7 @@ pub struct Context {
     pub(crate) client: Client,
     pub(crate) jobs: Store<Job>,
     pub(crate) broadcastjobs: Store<BroadcastJob>,
+    pub(crate) imagelistpulljobs: Store<ImageListPullJob>,
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
@@ -91,10 +93,21 @@ where
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
     let job_owners = owners_of(&caches.jobs);
     let broadcastjob_owners = owners_of(&caches.broadcastjobs);
+    // ImageListPullJobs are no shared cache's: this controller watches them itself.
+    let (imagelistpulljobs, writer) = kube::runtime::reflector::store();
+    let imagelistpulljob_owners = watcher(
+        Api::<ImageListPullJob>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects()
+    .filter_map(|list| futures::future::ready(list.ok().and_then(|l| cron_owner(&l))));
     let ctx = Arc::new(Context {
         client: client.clone(),
         jobs: caches.jobs.store().clone(),
         broadcastjobs: caches.broadcastjobs.store().clone(),
+        imagelistpulljobs,
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
         config: config.clone(),
@@ -104,7 +117,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         watcher::Config::default().any_semantic(),
     )
     .reconcile_on(job_owners)
-    .reconcile_on(broadcastjob_owners);
+    .reconcile_on(broadcastjob_owners)
+    .reconcile_on(imagelistpulljob_owners);
     crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 

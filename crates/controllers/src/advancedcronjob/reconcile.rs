@@ -15,6 +15,7 @@ use kruise_api::advancedcronjob::v1beta1::{
     AdvancedCronJob, AdvancedCronJobStatus, TEMPLATE_BROADCAST_JOB, TEMPLATE_JOB,
 };
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
+use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImageListPullJobObjectSpec};
 use kruise_core::cron::{self, Child, Finished, Policy, Problem};
 use kube::api::{DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::Action;
@@ -34,7 +35,7 @@ pub(crate) async fn reconcile(
     reconcile_inner(&acj, &ctx).await
 }
 
-/// A job of either kind, as the reconcile handles it.
+/// A job of any kind, as the reconcile handles it.
 struct Owned {
     name: String,
     uid: Option<String>,
@@ -171,17 +172,26 @@ async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action,
                 },
             )
         }
-        other => {
-            // ImageListPullJobs need the node agent, which kruise-rs does not run yet.
-            event(
-                ctx,
-                acj,
-                EventType::Warning,
-                "UnsupportedTemplate",
-                format!("kruise-rs does not create {other}s yet: no run is scheduled"),
+        _ => {
+            if !listed(&ctx.imagelistpulljobs) {
+                return Ok(Action::requeue(NOT_LISTED_RETRY));
+            }
+            owned(
+                &ctx.imagelistpulljobs,
+                &namespace,
+                &uid,
+                |list: &ImageListPullJob| {
+                    let status = list.status.clone().unwrap_or_default();
+                    (
+                        cron::image_list_finished(
+                            status.completion_time.is_some(),
+                            status.desired,
+                            status.succeeded,
+                        ),
+                        status.start_time.map(|t| t.0),
+                    )
+                },
             )
-            .await;
-            return Ok(Action::await_change());
         }
     };
     let spec = &acj.spec;
@@ -328,16 +338,19 @@ async fn delete(ctx: &Context, kind: &str, namespace: &str, job: &Owned) -> bool
         }),
         ..DeleteParams::default()
     };
-    let result = if kind == TEMPLATE_JOB {
-        Api::<Job>::namespaced(ctx.client.clone(), namespace)
+    let result = match kind {
+        TEMPLATE_JOB => Api::<Job>::namespaced(ctx.client.clone(), namespace)
             .delete(&job.name, &params)
             .await
-            .map(|_| ())
-    } else {
-        Api::<BroadcastJob>::namespaced(ctx.client.clone(), namespace)
+            .map(|_| ()),
+        TEMPLATE_BROADCAST_JOB => Api::<BroadcastJob>::namespaced(ctx.client.clone(), namespace)
             .delete(&job.name, &params)
             .await
-            .map(|_| ())
+            .map(|_| ()),
+        _ => Api::<ImageListPullJob>::namespaced(ctx.client.clone(), namespace)
+            .delete(&job.name, &params)
+            .await
+            .map(|_| ()),
     };
     match result {
         Ok(()) => true,
@@ -407,6 +420,18 @@ async fn create(
             status: None,
         };
         Api::<BroadcastJob>::namespaced(ctx.client.clone(), &namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .map(|_| ())
+    } else if let Some(list) = &template.image_list_pull_job_template {
+        let object = ImageListPullJob {
+            metadata: job_meta(acj, uid, name, Some(&list.metadata), scheduled_at),
+            spec: ImageListPullJobObjectSpec {
+                fields: list.spec.clone(),
+            },
+            status: None,
+        };
+        Api::<ImageListPullJob>::namespaced(ctx.client.clone(), &namespace)
             .create(&PostParams::default(), &object)
             .await
             .map(|_| ())

@@ -1,23 +1,28 @@
 //! The ImageListPullJob controller: one ImagePullJob per image of the list (named `<list>-<random>`,
-//! controlled by the list, with the list's template), jobs of images removed from the list deleted, and
-//! the list's status from its jobs (`kruise_core::imagepull::list_status`). A finished list is deleted
-//! `ttlSecondsAfterFinished` after its completion.
+//! controlled by the list, with the list's template and its hash in `controller-revision-hash`), jobs
+//! of images removed from the list deleted, a job made from an older template replaced by a new one
+//! (`kruise_core::imagepull::list_actions`), and the list's status from its jobs
+//! (`kruise_core::imagepull::list_status`). A finished list is deleted `ttlSecondsAfterFinished` after
+//! its completion.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER;
-use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob, ImagePullJobSpec};
-use kruise_core::imagepull::{self, ChildJob};
+use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob};
+use kruise_core::imagepull::{self, ChildJob, ListJob};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::error::{Error, KubeContext, is_race};
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub const CONTROLLER: &str = "imagelistpulljob-controller";
@@ -27,9 +32,18 @@ pub struct Context {
     client: Client,
     metrics: Arc<Metrics>,
     jobs: Store<ImagePullJob>,
-    /// Jobs created and not yet seen in the cache: (list uid, image) → when (an expectation that
-    /// expires, so a lost watch event never stalls the list).
-    expected: std::sync::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>,
+    recorder: EventRecorder,
+    /// Jobs created and not yet seen in the cache, or deleted and still seen there: (list uid, job
+    /// name) → what and when (an expectation that expires, so a lost watch event never stalls the
+    /// list).
+    expected: std::sync::Mutex<HashMap<(String, String), (Expect, std::time::Instant)>>,
+}
+
+/// What a list waits to see of a job it wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    Created,
+    Deleted,
 }
 
 /// How long a created job is waited for in the cache before the list may create it again.
@@ -62,12 +76,39 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
     );
     let controller = controller.owns_stream(kube::runtime::WatchStreamExt::touched_objects(stream));
     let ctx = Arc::new(Context {
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         client,
         metrics,
         jobs,
         expected: std::sync::Mutex::default(),
     });
     crate::driver::run(controller, 2, reconcile, ctx).await;
+}
+
+impl Context {
+    fn expect(&self, list_uid: &str, job: String, what: Expect) {
+        self.expected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                (list_uid.to_owned(), job),
+                (what, std::time::Instant::now()),
+            );
+    }
+}
+
+/// A Normal Event on the list, with upstream's reason.
+async fn publish(ctx: &Context, list: &ImageListPullJob, reason: &str, note: String) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &list.object_ref(&())).await {
+        tracing::warn!(%error, reason, "publishing an ImageListPullJob Event");
+    }
 }
 
 fn raced<T>(
@@ -91,6 +132,17 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     let spec = list.spec();
+    // The template's hash on the list, as upstream labels it (before anything else).
+    let hash = imagepull::list_template_hash(spec);
+    if list.labels().get(imagepull::LABEL_TEMPLATE_HASH) != Some(&hash) {
+        let labels = BTreeMap::from([(imagepull::LABEL_TEMPLATE_HASH, &hash)]);
+        let patch = serde_json::json!({ "metadata": { "labels": labels } });
+        return raced(
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+            || format!("labelling ImageListPullJob {key} with its template hash"),
+        );
+    }
     let status = list.status.as_ref();
     if let Some(done) = status.and_then(|s| s.completion_time.as_ref()) {
         return match imagepull::ttl_left(
@@ -124,7 +176,7 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(RACE_RETRY));
     }
     let uid = list.metadata.uid.clone().unwrap_or_default();
-    let owned: Vec<Arc<ImagePullJob>> = ctx
+    let controlled: Vec<Arc<ImagePullJob>> = ctx
         .jobs
         .state()
         .into_iter()
@@ -135,48 +187,55 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
                 .any(|o| o.uid == uid && o.controller == Some(true))
         })
         .collect();
-    // Jobs of images no longer listed go.
-    for job in owned
-        .iter()
-        .filter(|j| !spec.images.contains(&j.spec.image))
-    {
-        if job.metadata.deletion_timestamp.is_none() {
-            let result = jobs_api
-                .delete(&job.name_any(), &DeleteParams::background())
-                .await;
-            if let Err(error) = result
-                && !is_race(&error)
-            {
-                return Err(error).context(|| format!("deleting ImagePullJob {}", job.name_any()));
-            }
-        }
-    }
-    // Missing images get a job (unless one was just created and is not in the cache yet).
+    // Wait until the cache shows the jobs this list created, and no longer the ones it deleted.
     let waiting = {
         let mut expected = ctx
             .expected
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        expected.retain(|(list_uid, image), at| {
-            at.elapsed() < EXPECTATION_TIMEOUT
-                && !(list_uid == &uid && owned.iter().any(|j| &j.spec.image == image))
+        expected.retain(|(list_uid, job), (what, at)| {
+            let seen = controlled
+                .iter()
+                .find(|j| j.metadata.name.as_deref() == Some(job.as_str()));
+            let satisfied = match what {
+                Expect::Created => seen.is_some(),
+                Expect::Deleted => seen.is_none_or(|j| j.metadata.deletion_timestamp.is_some()),
+            };
+            at.elapsed() < EXPECTATION_TIMEOUT && !(list_uid == &uid && satisfied)
         });
-        spec.images
-            .iter()
-            .any(|image| expected.contains_key(&(uid.clone(), image.clone())))
+        expected.keys().any(|(list_uid, _)| list_uid == &uid)
     };
     if waiting {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let mut created_any = false;
-    for image in &spec.images {
-        if owned.iter().any(|j| &j.spec.image == image) {
-            continue;
-        }
+    let owned: Vec<Arc<ImagePullJob>> = controlled
+        .into_iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .collect();
+    let names: Vec<String> = owned.iter().map(|j| j.name_any()).collect();
+    let current: Vec<ListJob<'_>> = owned
+        .iter()
+        .zip(&names)
+        .map(|(j, name)| ListJob {
+            name,
+            hash: j
+                .labels()
+                .get(imagepull::LABEL_TEMPLATE_HASH)
+                .map(String::as_str),
+            spec: &j.spec,
+        })
+        .collect();
+    let actions = imagepull::list_actions(spec, &hash, &current);
+    let mut created = 0;
+    for image in &actions.create {
         let job = ImagePullJob {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{name}-")),
                 namespace: Some(namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    imagepull::LABEL_TEMPLATE_HASH.to_owned(),
+                    hash.clone(),
+                )])),
                 owner_references: Some(vec![OwnerReference {
                     api_version: ImageListPullJob::api_version(&()).into_owned(),
                     kind: ImageListPullJob::kind(&()).into_owned(),
@@ -187,20 +246,10 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
                 }]),
                 ..Default::default()
             },
-            spec: ImagePullJobSpec {
-                image: image.clone(),
-                pull_secrets: spec.pull_secrets.clone(),
-                selector: spec.selector.clone(),
-                pod_selector: spec.pod_selector.clone(),
-                parallelism: spec.parallelism.clone(),
-                pull_policy: spec.pull_policy.clone(),
-                completion_policy: spec.completion_policy.clone(),
-                sandbox_config: spec.sandbox_config.clone(),
-                image_pull_policy: spec.image_pull_policy.clone(),
-            },
+            spec: imagepull::job_spec_for(spec, image),
             status: None,
         };
-        let created = jobs_api
+        let made = jobs_api
             .create(&PostParams::default(), &job)
             .await
             .context(|| {
@@ -208,18 +257,44 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             })?;
         tracing::info!(
             list = key,
-            job = created.name_any(),
+            job = made.name_any(),
             image,
             "created ImagePullJob"
         );
-        ctx.expected
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((uid.clone(), image.clone()), std::time::Instant::now());
-        created_any = true;
+        ctx.expect(&uid, made.name_any(), Expect::Created);
+        created += 1;
     }
-    if created_any {
-        // The new jobs reach the cache through the watch; wait for them rather than create twice.
+    if created > 0 {
+        publish(
+            &ctx,
+            &list,
+            "Successful create ImagePullJob",
+            format!("Create {created} ImagePullJob"),
+        )
+        .await;
+    }
+    for job in &actions.delete {
+        match jobs_api.delete(job, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(error) if is_race(&error) => {}
+            Err(error) => {
+                return Err(error).context(|| format!("deleting ImagePullJob {namespace}/{job}"));
+            }
+        }
+        tracing::info!(list = key, job, "deleted ImagePullJob");
+        ctx.expect(&uid, job.clone(), Expect::Deleted);
+    }
+    if !actions.delete.is_empty() {
+        publish(
+            &ctx,
+            &list,
+            "Successful delete ImagePullJob",
+            format!("Delete {} ImagePullJob", actions.delete.len()),
+        )
+        .await;
+    }
+    if created > 0 || !actions.delete.is_empty() {
+        // The cache shows the new and deleted jobs through the watch; wait for it rather than act twice.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let children: Vec<ChildJob> = owned

@@ -21,7 +21,8 @@ pub const DAEMON_CONFIG_NAMESPACE: &str = "kruise-daemon-config";
 pub struct Config {
     /// Where pull secrets are copied for the daemons.
     pub daemon_config_namespace: String,
-    /// `--default-ttlseconds-for-always-nodeimage`: added to the TTL of tags of Always jobs.
+    /// `--default-ttlseconds-for-always-nodeimage`: added to the TTL of tags of Always jobs (300 s
+    /// by default, as OpenKruise's manager).
     pub default_ttl_always: i32,
 }
 
@@ -29,7 +30,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             daemon_config_namespace: DAEMON_CONFIG_NAMESPACE.into(),
-            default_ttl_always: 0,
+            default_ttl_always: 300,
         }
     }
 }

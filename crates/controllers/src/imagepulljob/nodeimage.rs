@@ -14,12 +14,14 @@ use kruise_api::imagepulljob::v1beta1::{ImagePullJob, NodeImage, NodeImageSpec};
 use kruise_core::imagepull;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::error::{Error, KubeContext, is_race};
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub const CONTROLLER: &str = "nodeimage-controller";
@@ -34,6 +36,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
     nodes: Store<Node>,
     jobs: Store<ImagePullJob>,
+    recorder: EventRecorder,
 }
 
 impl crate::driver::Driven for Context {
@@ -80,6 +83,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
     // this loop, which the controller's own queue cannot carry (their key is not in its store).
     let creator = sync_nodes(client.clone(), nodes.clone(), images);
     let ctx = Arc::new(Context {
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         client,
         metrics,
         nodes,
@@ -234,7 +238,13 @@ async fn reconcile(image: Arc<NodeImage>, ctx: Arc<Context>) -> Result<Action, E
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(Action::requeue(RACE_RETRY)),
+            Ok(_) => {
+                // Upstream tells the tag's ImagePullJobs and the NodeImage of each failure.
+                for timed_out in &failed {
+                    pull_failed(&ctx, &image, &name, timed_out).await;
+                }
+                Ok(Action::requeue(RACE_RETRY))
+            }
             Err(error) if is_race(&error) => Ok(Action::requeue(RACE_RETRY)),
             Err(source) => {
                 Err(source).context(|| format!("updating the status of NodeImage {name}"))
@@ -248,4 +258,34 @@ async fn reconcile(image: Arc<NodeImage>, ctx: Arc<Context>) -> Result<Action, E
         .min()
         .map_or(RESYNC, |d| d.max(Duration::from_secs(1)).min(RESYNC));
     Ok(Action::requeue(next))
+}
+
+/// Upstream's `PullImageFailed` Warning about a pull the manager failed, on each of the tag's owners and
+/// on the NodeImage.
+async fn pull_failed(
+    ctx: &Context,
+    image: &NodeImage,
+    node: &str,
+    timed_out: &imagepull::TimedOut,
+) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "PullImageFailed".into(),
+        note: Some(format!(
+            "Failed to pull image {}:{} on node {node} for {}",
+            timed_out.image, timed_out.tag, timed_out.message
+        )),
+        action: "PullImage".into(),
+        secondary: None,
+    };
+    let regarding = timed_out
+        .owners
+        .iter()
+        .cloned()
+        .chain(std::iter::once(image.object_ref(&())));
+    for object in regarding {
+        if let Err(error) = ctx.recorder.publish(&event, &object).await {
+            tracing::warn!(%error, node, "publishing a PullImageFailed Event");
+        }
+    }
 }

@@ -444,3 +444,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn image_list_finished_table() {
+    // (has completionTime, desired, succeeded) → finished
+    let cases = [
+        (false, 2, 2, None),
+        (false, 2, 0, None),
+        (true, 2, 2, Some(Finished::Succeeded)),
+        (true, 2, 1, Some(Finished::Failed)),
+        (true, 0, 0, Some(Finished::Succeeded)),
+    ];
+    for (completed, desired, succeeded, want) in cases {
+        assert_eq!(
+            image_list_finished(completed, desired, succeeded),
+            want,
+            "{completed} {desired} {succeeded}"
+        );
+    }
+}

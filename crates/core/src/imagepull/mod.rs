@@ -10,9 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER;
 use kruise_api::imagepulljob::v1beta1::{
-    FailedImageStatus, ImageListPullJobStatus, ImagePullJobSpec, ImagePullJobStatus, ImageSpec,
-    ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageStatus, PHASE_FAILED,
-    PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, ReferenceObject,
+    FailedImageStatus, ImageListPullJobSpec, ImageListPullJobStatus, ImagePullJobSpec,
+    ImagePullJobStatus, ImageSpec, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage,
+    NodeImageStatus, PHASE_FAILED, PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, ReferenceObject,
 };
 use kruise_api::imagepulljob::{DEFAULT_BACKOFF_LIMIT, DEFAULT_TIMEOUT_SECONDS};
 
@@ -184,7 +184,7 @@ pub fn nodes_to_sync(not_synced: &[String], active: i32, parallelism: usize) -> 
 
 /// The pull policy a job writes into a NodeImage tag (`jitter_seconds` spreads the TTLs, as upstream's
 /// random part: up to 300 s for Always, ±600 s for Never). `default_ttl_always` is the manager's
-/// `--default-ttlseconds-for-always-nodeimage` (0 upstream by default).
+/// `--default-ttlseconds-for-always-nodeimage` (300 by default, [`DEFAULT_TTL_SECONDS_FOR_ALWAYS`]).
 pub fn tag_pull_policy(
     spec: &ImagePullJobSpec,
     default_ttl_always: i32,
@@ -355,11 +355,13 @@ pub fn prune_spec(
 }
 
 /// A tag the manager failed for want of an answer (for its owners' Events).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TimedOut {
     pub image: String,
     pub tag: String,
     pub message: String,
+    /// The tag's owners (its ImagePullJobs), which upstream tells of the failure too.
+    pub owners: Vec<ObjectReference>,
 }
 
 /// The NodeImage controller's status pass: a tag the daemon has not answered within
@@ -416,6 +418,7 @@ pub fn status_timeouts(
                     image: name.clone(),
                     tag: spec.tag.clone(),
                     message: message.into(),
+                    owners: spec.owner_references.clone(),
                 });
                 continue;
             }
@@ -437,6 +440,7 @@ pub fn status_timeouts(
                     image: name.clone(),
                     tag: spec.tag.clone(),
                     message: message.into(),
+                    owners: spec.owner_references.clone(),
                 });
             }
         }
@@ -584,6 +588,131 @@ pub fn list_status(
             .or(Some(Time(now)));
     }
     status
+}
+
+/// `--default-ttlseconds-for-always-nodeimage`'s default (upstream's main.go).
+pub const DEFAULT_TTL_SECONDS_FOR_ALWAYS: i64 = 300;
+/// The largest `--default-ttlseconds-for-always-nodeimage` accepted: 31 days.
+pub const MAX_DEFAULT_TTL_SECONDS_FOR_ALWAYS: i64 = 3600 * 24 * 31;
+
+/// Checks `--default-ttlseconds-for-always-nodeimage` as upstream's manager does before it starts:
+/// 0 to 31 days, else refused with upstream's message.
+pub fn default_ttl_for_always(seconds: i64) -> Result<i32, String> {
+    if !(0..=MAX_DEFAULT_TTL_SECONDS_FOR_ALWAYS).contains(&seconds) {
+        return Err(format!(
+            "default-ttlseconds-for-always-nodeimage must be positive and less than {MAX_DEFAULT_TTL_SECONDS_FOR_ALWAYS}, current value is {seconds}"
+        ));
+    }
+    i32::try_from(seconds).map_err(|e| e.to_string())
+}
+
+/// The label an ImageListPullJob and the ImagePullJobs it creates carry: the hash of the list's
+/// template (its spec without `images`).
+pub const LABEL_TEMPLATE_HASH: &str = "controller-revision-hash";
+
+/// The ImagePullJob an ImageListPullJob creates for `image`: the list's template with that image.
+pub fn job_spec_for(list: &ImageListPullJobSpec, image: &str) -> ImagePullJobSpec {
+    ImagePullJobSpec {
+        image: image.to_owned(),
+        pull_secrets: list.pull_secrets.clone(),
+        selector: list.selector.clone(),
+        pod_selector: list.pod_selector.clone(),
+        parallelism: list.parallelism.clone(),
+        pull_policy: list.pull_policy.clone(),
+        completion_policy: list.completion_policy.clone(),
+        sandbox_config: list.sandbox_config.clone(),
+        image_pull_policy: list.image_pull_policy.clone(),
+    }
+}
+
+/// The template part of a spec (no images), with the webhook's `imagePullPolicy` default written out
+/// so that a job's defaulted copy compares equal to the list's.
+fn template_of(list: &ImageListPullJobSpec) -> ImageListPullJobSpec {
+    let mut template = ImageListPullJobSpec {
+        images: Vec::new(),
+        ..list.clone()
+    };
+    if template.image_pull_policy.is_empty() {
+        template.image_pull_policy = kruise_api::imagepulljob::v1beta1::PULL_IF_NOT_PRESENT.into();
+    }
+    template
+}
+
+fn template_of_job(job: &ImagePullJobSpec) -> ImageListPullJobSpec {
+    template_of(&ImageListPullJobSpec {
+        images: Vec::new(),
+        pull_secrets: job.pull_secrets.clone(),
+        selector: job.selector.clone(),
+        pod_selector: job.pod_selector.clone(),
+        parallelism: job.parallelism.clone(),
+        pull_policy: job.pull_policy.clone(),
+        completion_policy: job.completion_policy.clone(),
+        sandbox_config: job.sandbox_config.clone(),
+        image_pull_policy: job.image_pull_policy.clone(),
+    })
+}
+
+/// The hash of an ImageListPullJob's template ([`LABEL_TEMPLATE_HASH`]): FNV-1 of its canonical JSON,
+/// encoded as revision hashes are. Any change of a field besides `images` changes it.
+pub fn list_template_hash(list: &ImageListPullJobSpec) -> String {
+    let value = serde_json::to_value(template_of(list)).unwrap_or_default();
+    crate::revision::safe_encode(
+        &crate::revision::fnv1_32(&crate::revision::canonical_json(&value)).to_string(),
+    )
+}
+
+/// One ImagePullJob an ImageListPullJob controls (not being deleted), as [`list_actions`] sees it.
+#[derive(Clone, Debug)]
+pub struct ListJob<'a> {
+    pub name: &'a str,
+    /// Its [`LABEL_TEMPLATE_HASH`] label.
+    pub hash: Option<&'a str>,
+    pub spec: &'a ImagePullJobSpec,
+}
+
+/// What an ImageListPullJob does with its ImagePullJobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListActions {
+    /// Images to create a job for, in the list's order.
+    pub create: Vec<String>,
+    /// Jobs to delete, by name: of images no longer listed, or made from an older template.
+    pub delete: Vec<String>,
+}
+
+/// Whether a job was made from the list's current template: its hash label is the template's, or
+/// its spec is the template (a job created before the label, or by another implementation's hash).
+pub fn job_matches_template(job: &ListJob<'_>, list: &ImageListPullJobSpec, hash: &str) -> bool {
+    job.hash == Some(hash) || template_of_job(job.spec) == template_of(list)
+}
+
+/// Upstream's ImageListPullJob rule: a listed image without a job gets one; a listed image whose job
+/// was made from an older template gets a new job and the old one is deleted (the new job pulls with
+/// the new template from the start); jobs of images no longer listed are deleted. One job per image
+/// counts (the first by name); `jobs` holds no job being deleted.
+pub fn list_actions(list: &ImageListPullJobSpec, hash: &str, jobs: &[ListJob<'_>]) -> ListActions {
+    let mut by_image: BTreeMap<&str, &ListJob<'_>> = BTreeMap::new();
+    let mut sorted: Vec<&ListJob<'_>> = jobs.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(b.name));
+    for job in sorted {
+        by_image.entry(job.spec.image.as_str()).or_insert(job);
+    }
+    let mut actions = ListActions::default();
+    for image in &list.images {
+        match by_image.get(image.as_str()) {
+            None => actions.create.push(image.clone()),
+            Some(job) if !job_matches_template(job, list, hash) => {
+                actions.create.push(image.clone());
+                actions.delete.push(job.name.to_owned());
+            }
+            Some(_) => {}
+        }
+    }
+    for (image, job) in &by_image {
+        if !list.images.iter().any(|i| i == image) {
+            actions.delete.push(job.name.to_owned());
+        }
+    }
+    actions
 }
 
 /// Time left before a finished object's TTL deletes it (`None`: no TTL or not finished).

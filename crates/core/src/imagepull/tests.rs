@@ -1,4 +1,5 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::imagepulljob::v1beta1::{ImageStatus, NodeImageSpec, PullPolicy};
 
 fn at(seconds: i64) -> Timestamp {
@@ -444,6 +445,11 @@ fn status_timeouts_table() {
     // Unanswered for longer: failed.
     let (status, failed, _) = status_timeouts(&object, at(RESPONSE_TIMEOUT_SECONDS));
     assert_eq!(failed[0].message, "node has not responded for a long time");
+    assert_eq!(
+        failed[0].owners,
+        object.spec.images["nginx"].tags[0].owner_references
+    );
+    assert!(!failed[0].owners.is_empty());
     assert_eq!(status.failed, 1);
     assert_eq!(status.image_statuses["nginx"].tags[0].phase, PHASE_FAILED);
     // Answered, unfinished past its deadline (+ the response timeout): failed.
@@ -572,4 +578,166 @@ fn ttl_left_table() {
         Some(SignedDuration::from_secs(4))
     );
     assert!(ttl_left(Some(&done), Some(5), at(6)).is_some_and(|d| d.is_negative()));
+}
+
+#[test]
+fn default_ttl_for_always_table() {
+    let cases: [(i64, Result<i32, &str>); 5] = [
+        (300, Ok(300)),
+        (0, Ok(0)),
+        (2_678_400, Ok(2_678_400)),
+        (
+            -1,
+            Err(
+                "default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is -1",
+            ),
+        ),
+        (
+            2_678_401,
+            Err(
+                "default-ttlseconds-for-always-nodeimage must be positive and less than 2678400, current value is 2678401",
+            ),
+        ),
+    ];
+    for (input, want) in cases {
+        assert_eq!(
+            default_ttl_for_always(input),
+            want.map_err(str::to_owned),
+            "{input}"
+        );
+    }
+}
+
+fn list_spec(images: &[&str]) -> ImageListPullJobSpec {
+    ImageListPullJobSpec {
+        images: images.iter().map(|i| (*i).to_owned()).collect(),
+        completion_policy: kruise_api::imagepulljob::v1beta1::CompletionPolicy {
+            type_: "Always".into(),
+            ..Default::default()
+        },
+        pull_policy: Some(PullPolicy {
+            timeout_seconds: Some(600),
+            backoff_limit: Some(3),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn template_hash_ignores_images_only() {
+    let base = list_spec(&["a:1"]);
+    let hash = list_template_hash(&base);
+    assert_eq!(hash, list_template_hash(&list_spec(&["a:1", "b:2"])));
+    let mut parallel = base.clone();
+    parallel.parallelism = Some(IntOrString::Int(3));
+    let mut secrets = base.clone();
+    secrets.pull_secrets = vec!["reg".into()];
+    let mut policy = base.clone();
+    policy.image_pull_policy = "Always".into();
+    for changed in [parallel, secrets, policy] {
+        assert_ne!(list_template_hash(&changed), hash, "{changed:?}");
+    }
+    // The webhook's imagePullPolicy default does not change it.
+    let mut defaulted = base.clone();
+    defaulted.image_pull_policy = "IfNotPresent".into();
+    assert_eq!(list_template_hash(&defaulted), hash);
+    assert!(!hash.is_empty() && hash.chars().all(|c| c.is_ascii_alphanumeric()));
+}
+
+/// (jobs as (name, hash label, spec), images to create, jobs to delete)
+type ListCase<'a> = (
+    Vec<(&'a str, Option<&'a str>, &'a ImagePullJobSpec)>,
+    Vec<&'a str>,
+    Vec<&'a str>,
+);
+
+#[test]
+fn list_actions_table() {
+    let list = list_spec(&["a:1", "b:1", "c:1"]);
+    let hash = list_template_hash(&list);
+    let same = |image: &str| {
+        let mut spec = job_spec_for(&list, image);
+        spec.image_pull_policy = "IfNotPresent".into();
+        spec
+    };
+    let older = |image: &str| {
+        let mut spec = same(image);
+        spec.parallelism = Some(IntOrString::Int(9));
+        spec
+    };
+    let (a, b, c, b_old, c_old, d) = (
+        same("a:1"),
+        same("b:1"),
+        same("c:1"),
+        older("b:1"),
+        older("c:1"),
+        same("d:1"),
+    );
+    let cases: Vec<ListCase<'_>> = vec![
+        // Nothing yet: a job per image.
+        (vec![], vec!["a:1", "b:1", "c:1"], vec![]),
+        // All current by label.
+        (
+            vec![
+                ("l-1", Some(&hash), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+            ],
+            vec![],
+            vec![],
+        ),
+        // Older label, spec changed: replaced. Missing c created.
+        (
+            vec![("l-1", Some(&hash), &a), ("l-2", Some("old"), &b_old)],
+            vec!["b:1", "c:1"],
+            vec!["l-2"],
+        ),
+        // No label but the same spec (created before the label): kept; with an older spec: replaced.
+        (
+            vec![("l-1", None, &a), ("l-2", None, &b), ("l-3", None, &c_old)],
+            vec!["c:1"],
+            vec!["l-3"],
+        ),
+        // Another hash but the same spec (another implementation's label): kept.
+        (
+            vec![
+                ("l-1", Some("upstream"), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+            ],
+            vec![],
+            vec![],
+        ),
+        // An image no longer listed: its job goes.
+        (
+            vec![
+                ("l-1", Some(&hash), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+                ("l-4", Some(&hash), &d),
+            ],
+            vec![],
+            vec!["l-4"],
+        ),
+        // Two jobs of one image: the first by name counts.
+        (
+            vec![
+                ("l-9", Some("old"), &b_old),
+                ("l-1", Some(&hash), &a),
+                ("l-2", Some(&hash), &b),
+                ("l-3", Some(&hash), &c),
+            ],
+            vec![],
+            vec![],
+        ),
+    ];
+    for (i, (jobs, create, delete)) in cases.into_iter().enumerate() {
+        let jobs: Vec<ListJob<'_>> = jobs
+            .into_iter()
+            .map(|(name, hash, spec)| ListJob { name, hash, spec })
+            .collect();
+        let got = list_actions(&list, &hash, &jobs);
+        assert_eq!(got.create, create, "case {i}");
+        assert_eq!(got.delete, delete, "case {i}");
+    }
 }
