@@ -25,6 +25,7 @@ pub mod podcontrol;
 pub mod podprobemarker;
 pub mod podreadiness;
 pub mod podunavailablebudget;
+pub mod predownload;
 pub mod resourcedistribution;
 pub mod sidecarset;
 pub mod sidecarterminator;
