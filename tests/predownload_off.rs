@@ -39,13 +39,17 @@ async fn no_image_pull_job_without_the_gate() -> anyhow::Result<()> {
         let api: Api<CloneSet> = ns.api();
         let update_revision = eventually("two Pods updated in place", TIMEOUT, || async {
             let status = api.get("web").await?.status.unwrap_or_default();
-            Ok((status.updated_ready_replicas == 2 && status.current_revision != status.update_revision)
+            Ok((status.updated_ready_replicas == 2
+                && status.current_revision != status.update_revision)
                 .then_some(status.update_revision))
         })
         .await?;
         let jobs: Api<ImagePullJob> = ns.api();
         let listed = jobs.list(&ListParams::default()).await?.items;
-        ensure!(listed.is_empty(), "ImagePullJobs without the gate: {listed:#?}");
+        ensure!(
+            listed.is_empty(),
+            "ImagePullJobs without the gate: {listed:#?}"
+        );
         let revisions: Api<ControllerRevision> = ns.api();
         let labels = revisions
             .get(&update_revision)

@@ -136,7 +136,9 @@ pub(crate) async fn clean_up(
         }
         let name = job.name_any();
         match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => tracing::info!(owner = %pc.key, job = %name, "deleted ImagePullJob after the rollout"),
+            Ok(_) => {
+                tracing::info!(owner = %pc.key, job = %name, "deleted ImagePullJob after the rollout")
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(error) => {
                 return Err(Error::Kube {

@@ -25,8 +25,8 @@ use kruise_api::cloneset::v1beta1::{
 use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_api::imagepulljob::v1beta1::{
     ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS, ANNOTATION_PREDOWNLOAD_PARALLELISM,
-    ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS, CompletionPolicy, ImagePullJob, ImagePullJobPodSelector,
-    ImagePullJobSpec, PullPolicy, SandboxConfig,
+    ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS, CompletionPolicy, ImagePullJob,
+    ImagePullJobPodSelector, ImagePullJobSpec, PullPolicy, SandboxConfig,
 };
 use kruise_api::intstr::{IntOrPercent, Round};
 pub use kruise_api::keys::{LABEL_IMAGE_PREDOWNLOAD_CREATED, LABEL_IMAGE_PREDOWNLOAD_IGNORED};
@@ -90,9 +90,15 @@ pub fn decided(revision_labels: &BTreeMap<String, String>) -> bool {
 
 /// Container name → new image, for every container of `new` whose image differs from the
 /// same-named container of any of `olds`, or that none of them has.
-pub fn changed_images(olds: &[&PodTemplateSpec], new: &PodTemplateSpec) -> BTreeMap<String, String> {
+pub fn changed_images(
+    olds: &[&PodTemplateSpec],
+    new: &PodTemplateSpec,
+) -> BTreeMap<String, String> {
     let containers = |t: &PodTemplateSpec| t.spec.as_ref().map(|s| s.containers.clone());
-    let olds: Vec<_> = olds.iter().map(|t| containers(t).unwrap_or_default()).collect();
+    let olds: Vec<_> = olds
+        .iter()
+        .map(|t| containers(t).unwrap_or_default())
+        .collect();
     let mut changed = BTreeMap::new();
     for container in containers(new).unwrap_or_default() {
         let image = container.image.clone().unwrap_or_default();
@@ -220,7 +226,9 @@ pub fn daemonset_skip(ds: &DaemonSet) -> Result<Option<Skip>, String> {
     let max_unavailable = rolling
         .max_unavailable
         .as_ref()
-        .map_or(Ok(1), |v| IntOrPercent::parse(v).map(|v| v.scaled(nodes, Round::Up)))
+        .map_or(Ok(1), |v| {
+            IntOrPercent::parse(v).map(|v| v.scaled(nodes, Round::Up))
+        })
         .unwrap_or(0);
     if partition == 0 && max_unavailable >= nodes {
         return Ok(Some(Skip::OneBatch {
@@ -302,7 +310,10 @@ pub fn jobs(source: &JobSource<'_>) -> Vec<ImagePullJob> {
             .and_then(|v| v.parse::<i32>().ok())
             .unwrap_or(default)
     };
-    let timeout = number(ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS, DEFAULT_TIMEOUT_SECONDS);
+    let timeout = number(
+        ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS,
+        DEFAULT_TIMEOUT_SECONDS,
+    );
     let parallelism = number(ANNOTATION_PREDOWNLOAD_PARALLELISM, DEFAULT_PARALLELISM);
     source
         .images

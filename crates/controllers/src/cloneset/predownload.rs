@@ -62,17 +62,13 @@ async fn try_sync(actor: &Actor<'_>, rollout: &Rollout<'_>) -> Result<(), super:
         resize: settings.resize,
         env_from_metadata: settings.env_from_metadata,
     };
-    let skip = cloneset_skip(
-        cs,
-        rollout.current_template,
-        rollout.update_template,
-        &opts,
-    )
-    .map_err(super::Error::Invalid)?;
+    let skip = cloneset_skip(cs, rollout.current_template, rollout.update_template, &opts)
+        .map_err(super::Error::Invalid)?;
     let built = if skip.is_some() {
         Vec::new()
     } else {
-        let owner = newpod::owner_reference(cs).map_err(|e| super::Error::Invalid(e.to_string()))?;
+        let owner =
+            newpod::owner_reference(cs).map_err(|e| super::Error::Invalid(e.to_string()))?;
         let images = changed_images(&[rollout.current_template], rollout.update_template);
         let annotations = cs.annotations().clone();
         let selector = cs.spec.selector.clone().unwrap_or_default();

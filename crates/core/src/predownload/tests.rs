@@ -8,7 +8,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::cloneset::v1beta1::{
     CloneSet, CloneSetSpec, CloneSetStatus, RollingUpdateCloneSetStrategy,
 };
-use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetSpec, DaemonSetStatus, RollingUpdateDaemonSet};
+use kruise_api::daemonset::v1beta1::{
+    DaemonSet, DaemonSetSpec, DaemonSetStatus, RollingUpdateDaemonSet,
+};
 
 use super::*;
 
@@ -43,23 +45,48 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[test]
 fn changed_images_by_container_name() {
     let cases: &[(&str, &[&[(&str, &str)]], &[(&str, &str)], &[(&str, &str)])] = &[
-        ("nothing changed", &[&[("a", "nginx:1")]], &[("a", "nginx:1")], &[]),
-        ("image replaced", &[&[("a", "nginx:1")]], &[("a", "nginx:2")], &[("a", "nginx:2")]),
+        (
+            "nothing changed",
+            &[&[("a", "nginx:1")]],
+            &[("a", "nginx:1")],
+            &[],
+        ),
+        (
+            "image replaced",
+            &[&[("a", "nginx:1")]],
+            &[("a", "nginx:2")],
+            &[("a", "nginx:2")],
+        ),
         (
             "one of two replaced",
             &[&[("a", "nginx:1"), ("b", "redis:1")]],
             &[("a", "nginx:1"), ("b", "redis:2")],
             &[("b", "redis:2")],
         ),
-        ("new container", &[&[("a", "nginx:1")]], &[("a", "nginx:1"), ("c", "busybox")], &[("c", "busybox")]),
-        ("removed container is not pulled", &[&[("a", "nginx:1"), ("b", "r")]], &[("a", "nginx:1")], &[]),
+        (
+            "new container",
+            &[&[("a", "nginx:1")]],
+            &[("a", "nginx:1"), ("c", "busybox")],
+            &[("c", "busybox")],
+        ),
+        (
+            "removed container is not pulled",
+            &[&[("a", "nginx:1"), ("b", "r")]],
+            &[("a", "nginx:1")],
+            &[],
+        ),
         (
             "any old revision that differs counts",
             &[&[("a", "nginx:2")], &[("a", "nginx:1")]],
             &[("a", "nginx:2")],
             &[("a", "nginx:2")],
         ),
-        ("no old revision: everything", &[], &[("a", "nginx:2")], &[("a", "nginx:2")]),
+        (
+            "no old revision: everything",
+            &[],
+            &[("a", "nginx:2")],
+            &[("a", "nginx:2")],
+        ),
     ];
     for (what, olds, new, want) in cases {
         let olds: Vec<PodTemplateSpec> = olds.iter().map(|c| template(c)).collect();
@@ -81,11 +108,20 @@ fn min_updated_ready_pods_annotation() {
         let annotations = value
             .map(|v| map(&[(ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS, v)]))
             .unwrap_or_default();
-        assert_eq!(min_updated_ready(&annotations, *total), *want, "{value:?} of {total}");
+        assert_eq!(
+            min_updated_ready(&annotations, *total),
+            *want,
+            "{value:?} of {total}"
+        );
     }
 }
 
-fn cloneset(replicas: i32, policy: &str, partition: Option<IntOrString>, max_unavailable: Option<IntOrString>) -> CloneSet {
+fn cloneset(
+    replicas: i32,
+    policy: &str,
+    partition: Option<IntOrString>,
+    max_unavailable: Option<IntOrString>,
+) -> CloneSet {
     let mut cs = CloneSet::new(
         "web",
         CloneSetSpec {
@@ -118,16 +154,61 @@ fn cloneset_skips_as_upstream() {
     let int = |n| Some(IntOrString::Int(n));
     let pct = |s: &str| Some(IntOrString::String(s.into()));
     let cases: Vec<(&str, CloneSet, &PodTemplateSpec, Option<&str>)> = vec![
-        ("in place, 5 replicas, default 20%", cloneset(5, ip, None, None), &new, None),
-        ("InPlaceOnly", cloneset(5, POD_UPDATE_IN_PLACE_ONLY, None, None), &new, None),
-        ("ReCreate", cloneset(5, "ReCreate", None, None), &new, Some("recreates")),
-        ("default policy recreates", cloneset(5, "", None, None), &new, Some("recreates")),
-        ("3 replicas", cloneset(3, ip, None, None), &new, Some("3 replicas")),
+        (
+            "in place, 5 replicas, default 20%",
+            cloneset(5, ip, None, None),
+            &new,
+            None,
+        ),
+        (
+            "InPlaceOnly",
+            cloneset(5, POD_UPDATE_IN_PLACE_ONLY, None, None),
+            &new,
+            None,
+        ),
+        (
+            "ReCreate",
+            cloneset(5, "ReCreate", None, None),
+            &new,
+            Some("recreates"),
+        ),
+        (
+            "default policy recreates",
+            cloneset(5, "", None, None),
+            &new,
+            Some("recreates"),
+        ),
+        (
+            "3 replicas",
+            cloneset(3, ip, None, None),
+            &new,
+            Some("3 replicas"),
+        ),
         ("4 replicas", cloneset(4, ip, None, None), &new, None),
-        ("one batch", cloneset(5, ip, None, int(5)), &new, Some("one batch")),
-        ("one batch by percent", cloneset(5, ip, None, pct("100%")), &new, Some("one batch")),
-        ("partition keeps it in batches", cloneset(5, ip, int(1), int(5)), &new, None),
-        ("env change needs new Pods", cloneset(5, ip, None, None), &env_changed, Some("in place")),
+        (
+            "one batch",
+            cloneset(5, ip, None, int(5)),
+            &new,
+            Some("one batch"),
+        ),
+        (
+            "one batch by percent",
+            cloneset(5, ip, None, pct("100%")),
+            &new,
+            Some("one batch"),
+        ),
+        (
+            "partition keeps it in batches",
+            cloneset(5, ip, int(1), int(5)),
+            &new,
+            None,
+        ),
+        (
+            "env change needs new Pods",
+            cloneset(5, ip, None, None),
+            &env_changed,
+            Some("in place"),
+        ),
     ];
     for (what, cs, update, want) in cases {
         let got = cloneset_skip(&cs, &old, update, &PlanOptions::default()).expect(what);
@@ -160,7 +241,11 @@ fn cloneset_waits_for_min_updated_ready_pods() {
         ("no annotation", with(None, "web-1", 0), true),
         ("reached", with(Some("2"), "web-2", 2), true),
         ("not reached", with(Some("2"), "web-2", 1), false),
-        ("status of another revision counts 0", with(Some("2"), "web-1", 5), false),
+        (
+            "status of another revision counts 0",
+            with(Some("2"), "web-1", 5),
+            false,
+        ),
         ("percent of replicas", with(Some("20%"), "web-2", 2), true),
     ];
     for (what, cs, want) in cases {
@@ -168,7 +253,11 @@ fn cloneset_waits_for_min_updated_ready_pods() {
     }
 }
 
-fn daemonset(desired: i32, partition: Option<IntOrString>, max_unavailable: Option<IntOrString>) -> DaemonSet {
+fn daemonset(
+    desired: i32,
+    partition: Option<IntOrString>,
+    max_unavailable: Option<IntOrString>,
+) -> DaemonSet {
     let mut ds = DaemonSet::new("agent", DaemonSetSpec::default());
     ds.spec.update_strategy.rolling_update = Some(RollingUpdateDaemonSet {
         partition,
@@ -187,12 +276,24 @@ fn daemonset_skips_only_one_batch() {
     let int = |n| Some(IntOrString::Int(n));
     let pct = |s: &str| Some(IntOrString::String(s.into()));
     let cases = [
-        ("default maxUnavailable 1 of 3", daemonset(3, None, None), false),
+        (
+            "default maxUnavailable 1 of 3",
+            daemonset(3, None, None),
+            false,
+        ),
         ("one node", daemonset(1, None, None), true),
-        ("maxUnavailable covers all", daemonset(3, None, int(3)), true),
+        (
+            "maxUnavailable covers all",
+            daemonset(3, None, int(3)),
+            true,
+        ),
         ("percent rounds up", daemonset(3, None, pct("67%")), true),
         ("partition", daemonset(3, int(1), int(3)), false),
-        ("partition percent rounds down", daemonset(3, pct("20%"), int(3)), true),
+        (
+            "partition percent rounds down",
+            daemonset(3, pct("20%"), int(3)),
+            true,
+        ),
     ];
     for (what, ds, skip) in cases {
         assert_eq!(daemonset_skip(&ds).expect(what).is_some(), skip, "{what}");
@@ -247,7 +348,11 @@ fn jobs_as_upstream_builds_them() {
             4,
             60,
         ),
-        (&[(ANNOTATION_PREDOWNLOAD_PARALLELISM, "many")], DEFAULT_PARALLELISM, DEFAULT_TIMEOUT_SECONDS),
+        (
+            &[(ANNOTATION_PREDOWNLOAD_PARALLELISM, "many")],
+            DEFAULT_PARALLELISM,
+            DEFAULT_TIMEOUT_SECONDS,
+        ),
     ];
     for (annotations, parallelism, timeout) in cases {
         let owner_annotations = map(annotations);
@@ -275,11 +380,19 @@ fn jobs_as_upstream_builds_them() {
         assert_eq!(policy.timeout_seconds, Some(*timeout));
         assert_eq!(policy.backoff_limit, Some(BACKOFF_LIMIT));
         assert_eq!(job.spec.completion_policy.type_, "Always");
-        assert_eq!(job.spec.completion_policy.ttl_seconds_after_finished, Some(600));
+        assert_eq!(
+            job.spec.completion_policy.ttl_seconds_after_finished,
+            Some(600)
+        );
         let sandbox = job.spec.sandbox_config.clone().unwrap_or_default();
         assert_eq!(sandbox.labels, labels);
         assert_eq!(sandbox.annotations, map(&[("note", "x")]));
-        let pods = job.spec.pod_selector.clone().unwrap_or_default().label_selector;
+        let pods = job
+            .spec
+            .pod_selector
+            .clone()
+            .unwrap_or_default()
+            .label_selector;
         assert_eq!(pods.match_labels, Some(map(&[("app", "web")])));
         let expressions = pods.match_expressions.unwrap_or_default();
         assert_eq!(expressions.len(), 1);
