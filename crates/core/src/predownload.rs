@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
@@ -198,7 +198,7 @@ fn not_in_place(
 ) -> Option<String> {
     let pod = Pod {
         metadata: current.metadata.clone().unwrap_or_default(),
-        spec: Some(current.spec.clone().unwrap_or_else(PodSpec::default)),
+        spec: Some(current.spec.clone().unwrap_or_default()),
         status: None,
     };
     match inplace::plan(current, update, &pod, opts) {

@@ -14,6 +14,9 @@ use kruise_api::daemonset::v1beta1::{
 
 use super::*;
 
+/// Containers as (name, image).
+type Containers<'a> = &'a [(&'a str, &'a str)];
+
 fn template(containers: &[(&str, &str)]) -> PodTemplateSpec {
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -44,7 +47,7 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[test]
 fn changed_images_by_container_name() {
-    let cases: &[(&str, &[&[(&str, &str)]], &[(&str, &str)], &[(&str, &str)])] = &[
+    let cases: &[(&str, &[Containers], Containers, Containers)] = &[
         (
             "nothing changed",
             &[&[("a", "nginx:1")]],
@@ -338,7 +341,7 @@ fn jobs_as_upstream_builds_them() {
     };
     let images = map(&[("b", "redis:2")]);
     let revision_labels = map(&[(LABEL_REVISION_HASH, "7f9c")]);
-    let cases: &[(&[(&str, &str)], i32, i32)] = &[
+    let cases: &[(Containers, i32, i32)] = &[
         (&[], DEFAULT_PARALLELISM, DEFAULT_TIMEOUT_SECONDS),
         (
             &[
