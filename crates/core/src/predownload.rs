@@ -133,6 +133,40 @@ pub fn min_updated_ready(annotations: &BTreeMap<String, String>, total: i32) -> 
         .unwrap_or(0)
 }
 
+/// A CloneSet's pre-download settings as OpenKruise v1.9.0's annotations: its annotations, overlaid
+/// with `spec.updateStrategy.rollingUpdate.inPlaceUpdateStrategy.imagePreDownload*`, where the
+/// v1beta1 form keeps the annotations a v1alpha1 client wrote (see `kruise_api::cloneset::convert`).
+pub fn cloneset_settings(cs: &CloneSet) -> BTreeMap<String, String> {
+    let mut settings = cs.metadata.annotations.clone().unwrap_or_default();
+    let in_place = cs
+        .spec
+        .update_strategy
+        .rolling_update
+        .as_ref()
+        .and_then(|r| r.in_place_update_strategy.as_ref());
+    if let Some(in_place) = in_place {
+        if let Some(parallelism) = &in_place.image_pre_download_parallelism {
+            settings.insert(
+                ANNOTATION_PREDOWNLOAD_PARALLELISM.into(),
+                kruise_api::intstr::display(parallelism),
+            );
+        }
+        if let Some(timeout) = in_place.image_pre_download_timeout_seconds {
+            settings.insert(
+                ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS.into(),
+                timeout.to_string(),
+            );
+        }
+        if let Some(min_ready) = in_place.image_pre_download_min_updated_ready_pods {
+            settings.insert(
+                ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS.into(),
+                min_ready.to_string(),
+            );
+        }
+    }
+    settings
+}
+
 /// Whether a CloneSet rolling to `update_revision` may start pre-downloading: the update revision's
 /// ready Pods (from the last status, and only if it was about the same revision) reach the
 /// min-updated-ready-pods annotation.
@@ -144,8 +178,7 @@ pub fn cloneset_ready_to_start(cs: &CloneSet, update_revision: &str) -> bool {
     } else {
         0
     };
-    let annotations = cs.metadata.annotations.clone().unwrap_or_default();
-    min_updated_ready(&annotations, replicas) <= updated_ready
+    min_updated_ready(&cloneset_settings(cs), replicas) <= updated_ready
 }
 
 /// Whether a CloneSet's rollout from `current` to `update` gets no jobs, and why; an unreadable

@@ -7,7 +7,8 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kruise_core::inplace::PlanOptions;
 use kruise_core::predownload::{
-    JobSource, changed_images, cloneset_ready_to_start, cloneset_skip, decided, jobs,
+    JobSource, changed_images, cloneset_ready_to_start, cloneset_settings, cloneset_skip, decided,
+    jobs,
 };
 use kube::ResourceExt;
 
@@ -70,7 +71,7 @@ async fn try_sync(actor: &Actor<'_>, rollout: &Rollout<'_>) -> Result<(), super:
         let owner =
             newpod::owner_reference(cs).map_err(|e| super::Error::Invalid(e.to_string()))?;
         let images = changed_images(&[rollout.current_template], rollout.update_template);
-        let annotations = cs.annotations().clone();
+        let annotations = cloneset_settings(cs);
         let selector = cs.spec.selector.clone().unwrap_or_default();
         jobs(&JobSource {
             namespace: actor.pc.namespace,

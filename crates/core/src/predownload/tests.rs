@@ -414,3 +414,49 @@ fn decided_revisions_are_left_alone() {
     assert!(decided(&map(&[(LABEL_IMAGE_PREDOWNLOAD_CREATED, "true")])));
     assert!(decided(&map(&[(LABEL_IMAGE_PREDOWNLOAD_IGNORED, "true")])));
 }
+
+#[test]
+fn cloneset_settings_read_the_v1beta1_fields_over_the_annotations() {
+    let mut cs = cloneset(10, POD_UPDATE_IN_PLACE_IF_POSSIBLE, None, None);
+    cs.metadata.annotations = Some(map(&[
+        (ANNOTATION_PREDOWNLOAD_PARALLELISM, "5"),
+        (ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS, "20%"),
+    ]));
+    assert_eq!(
+        cloneset_settings(&cs)
+            .get(ANNOTATION_PREDOWNLOAD_PARALLELISM)
+            .map(String::as_str),
+        Some("5")
+    );
+    if let Some(rolling) = cs.spec.update_strategy.rolling_update.as_mut() {
+        rolling.in_place_update_strategy = Some(kruise_api::pub_types::InPlaceUpdateStrategy {
+            image_pre_download_parallelism: Some(IntOrString::Int(2)),
+            image_pre_download_timeout_seconds: Some(60),
+            ..Default::default()
+        });
+    }
+    let settings = cloneset_settings(&cs);
+    let get = |key: &str| settings.get(key).map(String::as_str);
+    assert_eq!(get(ANNOTATION_PREDOWNLOAD_PARALLELISM), Some("2"));
+    assert_eq!(get(ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS), Some("60"));
+    assert_eq!(
+        get(ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS),
+        Some("20%")
+    );
+    // The folded min-updated-ready-pods gates the start like the annotation.
+    if let Some(in_place) = cs
+        .spec
+        .update_strategy
+        .rolling_update
+        .as_mut()
+        .and_then(|r| r.in_place_update_strategy.as_mut())
+    {
+        in_place.image_pre_download_min_updated_ready_pods = Some(3);
+    }
+    cs.status = Some(CloneSetStatus {
+        update_revision: "web-2".into(),
+        updated_ready_replicas: 2,
+        ..CloneSetStatus::default()
+    });
+    assert!(!cloneset_ready_to_start(&cs, "web-2"));
+}
