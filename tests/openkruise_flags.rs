@@ -31,7 +31,7 @@ async fn openkruise_chart_command_line_runs_the_seed_walkthrough() -> anyhow::Re
             format!("--metrics-addr=127.0.0.1:{}", ports.metrics),
             format!("--health-probe-addr=127.0.0.1:{}", ports.health),
             "--v=4".into(),
-            "--feature-gates=ImagePullJobGate=true,PreparingUpdateAsUpdate=true,PreDownloadImageForInPlaceUpdate=true,NoSuchGate=true".into(),
+            "--feature-gates=ImagePullJobGate=true,PreparingUpdateAsUpdate=true,PreDownloadImageForInPlaceUpdate=true,EnablePodProbeMarkerOnServerless=true,NoSuchGate=true".into(),
             "--sync-period=0".into(),
             "--logging-format=json".into(),
             // What the chart passes through the environment and the in-cluster config.
@@ -64,14 +64,16 @@ async fn openkruise_chart_command_line_runs_the_seed_walkthrough() -> anyhow::Re
         // The gate report, once, in JSON lines.
         let text = std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
         let warnings: Vec<&str> = text.lines().filter(|l| l.contains("\"WARN\"")).collect();
-        ensure!(
-            !warnings.iter().any(|l| l.contains("ImagePullJobGate")),
-            "ImagePullJobGate is implemented: {warnings:#?}"
-        );
+        for implemented in ["ImagePullJobGate", "PreDownloadImageForInPlaceUpdate"] {
+            ensure!(
+                !warnings.iter().any(|l| l.contains(implemented)),
+                "{implemented} is implemented: {warnings:#?}"
+            );
+        }
         for expected in [
             "feature gate NoSuchGate is unknown",
             // Every gate of v1.9.0 on by default is implemented; this one is Alpha and is not.
-            "feature gate PreDownloadImageForInPlaceUpdate=true is not implemented",
+            "feature gate EnablePodProbeMarkerOnServerless=true is not implemented",
         ] {
             ensure!(
                 warnings.iter().filter(|l| l.contains(expected)).count() == 1,

@@ -28,6 +28,7 @@ pub mod podprobemarker;
 pub mod podreadiness;
 pub mod podunavailablebudget;
 pub mod podworker;
+pub mod predownload;
 pub mod resourcedistribution;
 pub mod sidecarset;
 pub mod sidecarterminator;

@@ -17,6 +17,7 @@ pub mod ownership;
 pub mod persistentpodstate;
 pub mod podprobe;
 pub mod pods;
+pub mod predownload;
 pub mod ratelimit;
 pub mod resourcedistribution;
 pub mod revision;

@@ -73,22 +73,10 @@ pub const GATES: &[Gate] = &[
         Gated,
     ),
     gate("ForceDeleteTimeoutExpectationGate", false, Alpha, AlwaysOn),
-    gate(
-        "PreDownloadImageForInPlaceUpdate",
-        false,
-        Alpha,
-        Missing(
-            "pre-pulls a rollout's new images on the nodes through ImagePullJobs and kruise-daemon",
-        ),
-    ),
-    gate(
-        "PreDownloadImageForDaemonSetUpdate",
-        false,
-        Alpha,
-        Missing(
-            "pre-pulls an Advanced DaemonSet's new images through ImagePullJobs and kruise-daemon",
-        ),
-    ),
+    // The CloneSet and Advanced DaemonSet controllers create a rollout's ImagePullJobs
+    // (crates/controllers/src/predownload.rs); either gate turns ImagePullJobGate on (`resolve`).
+    gate("PreDownloadImageForInPlaceUpdate", false, Alpha, Gated),
+    gate("PreDownloadImageForDaemonSetUpdate", false, Alpha, Gated),
     // NodeImage, ImagePullJob and ImageListPullJob controllers (crates/controllers/src/imagepulljob),
     // kruise-daemon's puller (crates/daemon/src/imagepuller.rs).
     gate("ImagePullJobGate", false, Alpha, Gated),
@@ -391,7 +379,33 @@ mod tests {
             ),
             (
                 "KruiseDaemon=false,PreDownloadImageForInPlaceUpdate=true",
-                &[("ImagePullJobGate", false)],
+                &[
+                    ("ImagePullJobGate", false),
+                    ("PreDownloadImageForInPlaceUpdate", false),
+                ],
+            ),
+            (
+                "PreDownloadImageForDaemonSetUpdate=true,ImagePullJobGate=false",
+                &[
+                    ("ImagePullJobGate", true),
+                    ("PreDownloadImageForDaemonSetUpdate", true),
+                    ("PreDownloadImageForInPlaceUpdate", false),
+                ],
+            ),
+            (
+                "KruiseDaemon=false,PreDownloadImageForDaemonSetUpdate=true",
+                &[
+                    ("ImagePullJobGate", false),
+                    ("PreDownloadImageForDaemonSetUpdate", false),
+                ],
+            ),
+            (
+                "AllAlpha=true",
+                &[
+                    ("PreDownloadImageForInPlaceUpdate", true),
+                    ("PreDownloadImageForDaemonSetUpdate", true),
+                    ("ImagePullJobGate", true),
+                ],
             ),
             (
                 "DeletionProtectionForCRDCascadingGate=true",
@@ -446,13 +460,23 @@ mod tests {
                 .any(|l| l.contains("ImagePullJobGate")),
             "ImagePullJobGate is implemented"
         );
-        let predownload =
-            FeatureGates::parse("PreDownloadImageForInPlaceUpdate=true").expect("valid");
+        let predownload = FeatureGates::parse(
+            "PreDownloadImageForInPlaceUpdate=true,PreDownloadImageForDaemonSetUpdate=true",
+        )
+        .expect("valid");
         assert!(
-            predownload
+            !predownload
                 .unsupported()
                 .iter()
-                .any(|l| l.contains("PreDownloadImageForInPlaceUpdate=true"))
+                .any(|l| l.contains("PreDownloadImage")),
+            "the pre-download gates are implemented"
+        );
+        let missing = FeatureGates::parse("EnablePodProbeMarkerOnServerless=true").expect("valid");
+        assert!(
+            missing
+                .unsupported()
+                .iter()
+                .any(|l| l.contains("EnablePodProbeMarkerOnServerless=true"))
         );
         let unknown = FeatureGates::parse("NoSuchGate=true").expect("reported, not refused");
         assert!(

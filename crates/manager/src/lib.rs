@@ -1013,6 +1013,7 @@ async fn run_controllers(
             resize: true,
             env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
             prune_ineligible_nodes: gates.enabled("DaemonSetPruneIneligibleNodes"),
+            pre_download: gates.enabled("PreDownloadImageForDaemonSetUpdate"),
         },
     );
     let broadcastjob = kruise_controllers::broadcastjob::run(
@@ -1146,6 +1147,7 @@ async fn run_controllers(
                     recreate_on_vct_change: gates.enabled("RecreatePodWhenChangeVCTInCloneSetGate"),
                 },
             },
+            pre_download: gates.enabled("PreDownloadImageForInPlaceUpdate"),
         },
     );
     tracing::info!(

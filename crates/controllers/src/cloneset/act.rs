@@ -223,6 +223,7 @@ mod tests {
             recorder: crate::driver::recorder(client, CONTROLLER),
             metrics: crate::metrics::Metrics::register(&mut registry),
             config: super::super::Config::default(),
+            predownload: crate::predownload::Tracker::default(),
         }
     }
 

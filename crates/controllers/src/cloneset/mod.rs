@@ -4,6 +4,7 @@
 mod act;
 use kruise_core::rollout::cloneset::decide;
 pub mod newpod;
+mod predownload;
 mod reconcile;
 pub mod status;
 
@@ -37,6 +38,9 @@ pub struct Config {
     /// How long a write may stay unobserved before the controller stops waiting for it.
     pub expectation_timeout: Duration,
     pub settings: Settings,
+    /// Gate `PreDownloadImageForInPlaceUpdate`: pull an in-place rollout's new images ahead through
+    /// ImagePullJobs.
+    pub pre_download: bool,
 }
 
 impl Default for Config {
@@ -45,6 +49,7 @@ impl Default for Config {
             workers: 3,
             expectation_timeout: Duration::from_secs(300),
             settings: Settings::default(),
+            pre_download: false,
         }
     }
 }
@@ -62,6 +67,8 @@ pub struct Context {
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
+    /// CloneSets known to own no ImagePullJob.
+    pub(crate) predownload: crate::predownload::Tracker,
 }
 
 pub use crate::error::{Error, KubeContext};
@@ -85,6 +92,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
         config: config.clone(),
+        predownload: crate::predownload::Tracker::default(),
     });
     // The manager's one CloneSet watch (PodUnavailableBudgets read it too): every object once
     // it is listed, then every change.

@@ -154,6 +154,19 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         )));
     };
     let current_view = find(&current_name).unwrap_or(update_view);
+    if ctx.config.pre_download {
+        super::predownload::sync(
+            &actor,
+            &super::predownload::Rollout {
+                revisions: &revisions,
+                current: current_view.name,
+                update: &update_name,
+                current_template: current_view.template,
+                update_template: update_view.template,
+            },
+        )
+        .await;
+    }
 
     let node_labels = node_labels(ctx, cs, &active);
     let vct_hashes: BTreeMap<String, String> = revisions

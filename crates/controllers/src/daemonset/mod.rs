@@ -4,6 +4,7 @@
 //! verdict; act through the shared [`crate::podcontrol`]; write the status of [`status`].
 
 pub mod newpod;
+mod predownload;
 mod reconcile;
 pub mod status;
 
@@ -45,6 +46,9 @@ pub struct Config {
     pub env_from_metadata: bool,
     /// Gate `DaemonSetPruneIneligibleNodes`.
     pub prune_ineligible_nodes: bool,
+    /// Gate `PreDownloadImageForDaemonSetUpdate`: pull a rollout's new images ahead through
+    /// ImagePullJobs.
+    pub pre_download: bool,
 }
 
 impl Default for Config {
@@ -55,6 +59,7 @@ impl Default for Config {
             resize: true,
             env_from_metadata: true,
             prune_ineligible_nodes: false,
+            pre_download: false,
         }
     }
 }
@@ -69,6 +74,8 @@ pub struct Context {
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
+    /// Sets known to own no ImagePullJob.
+    pub(crate) predownload: crate::predownload::Tracker,
 }
 
 /// Runs the Advanced DaemonSet controller on the shared `caches` until the future is dropped.
@@ -90,6 +97,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
         config: config.clone(),
+        predownload: crate::predownload::Tracker::default(),
     });
     let controller = Controller::new(
         Api::<DaemonSet>::all(client),

@@ -73,6 +73,10 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         )));
     };
 
+    if ctx.config.pre_download {
+        super::predownload::sync(&pc, ctx, ds, &revisions, &templates, &update_name, &hash).await;
+    }
+
     // Every node's verdict for the current template.
     let nodes = ctx.nodes.state();
     let template_spec = ds.spec.template.spec.clone().unwrap_or_default();
