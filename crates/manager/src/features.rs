@@ -1,7 +1,7 @@
 //! OpenKruise's feature gates (`--feature-gates`), with OpenKruise v1.9's names, defaults, stages and
 //! coupling rules, so that an OpenKruise deployment's command line means the same here. Each gate says
-//! what kruise-rs does with it: a gate kruise-rs does not implement is reported at start-up when it is
-//! on, never silently ignored. Pure: parsing and resolution are tested without a process.
+//! what kruise-rs does with it (every v1.9.0 gate is implemented); a gate kruise-rs always honours is
+//! reported at start-up when it is turned off, and an unknown one when named, never silently ignored. Pure: parsing and resolution are tested without a process.
 
 use std::collections::BTreeMap;
 
@@ -23,8 +23,6 @@ pub enum Support {
     /// kruise-rs always behaves as the gate's `true` (the behaviour is GA in Kubernetes v1.34 or costs
     /// nothing); setting it false is reported.
     AlwaysOn,
-    /// Not implemented: turning it on is reported with what it would do.
-    Missing(&'static str),
 }
 
 pub struct Gate {
@@ -35,7 +33,7 @@ pub struct Gate {
 }
 
 use Stage::{AfterV1_9, Alpha, Beta};
-use Support::{AlwaysOn, Gated, Missing};
+use Support::{AlwaysOn, Gated};
 
 /// Every gate of OpenKruise v1.9.0 (`pkg/features/kruise_features.go` at tag v1.9.0: 34 gates), and the
 /// two its main branch added since (stage [`AfterV1_9`]).
@@ -179,8 +177,8 @@ impl FeatureGates {
         self.values.get(name).copied().unwrap_or(false)
     }
 
-    /// One line per gate whose value kruise-rs cannot honour: on but not implemented, or off but
-    /// always on here.
+    /// One line per gate whose value kruise-rs cannot honour (off, but always on here), and per
+    /// gate name no OpenKruise v1.9 gate has.
     pub fn unsupported(&self) -> Vec<String> {
         let unknown = self.unknown.iter().map(|name| {
             format!(
@@ -190,10 +188,6 @@ impl FeatureGates {
         GATES
             .iter()
             .filter_map(|g| match (g.support, self.enabled(g.name)) {
-                (Missing(what), true) => Some(format!(
-                    "feature gate {}=true is not implemented by kruise-rs and has no effect (in OpenKruise it {what})",
-                    g.name
-                )),
                 (AlwaysOn, false) if g.default || self.explicit.contains(g.name) => Some(format!(
                     "feature gate {}=false has no effect: kruise-rs always behaves as {}=true",
                     g.name, g.name
@@ -471,13 +465,9 @@ mod tests {
                 .any(|l| l.contains("PreDownloadImage")),
             "the pre-download gates are implemented"
         );
-        let missing = FeatureGates::parse("EnablePodProbeMarkerOnServerless=true").expect("valid");
-        assert!(
-            missing
-                .unsupported()
-                .iter()
-                .any(|l| l.contains("EnablePodProbeMarkerOnServerless=true"))
-        );
+        // Every v1.9.0 gate is implemented: all of them on, nothing is reported.
+        let every = FeatureGates::parse("AllAlpha=true,AllBeta=true").expect("valid");
+        assert_eq!(every.unsupported(), Vec::<String>::new());
         let unknown = FeatureGates::parse("NoSuchGate=true").expect("reported, not refused");
         assert!(
             unknown
