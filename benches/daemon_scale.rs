@@ -363,7 +363,7 @@ fn marker_yaml() -> String {
     };
     let exec = "      exec:\n        command: [cat, /etc/hostname]\n";
     let tcp = "      tcpSocket:\n        port: 80\n";
-    let http = "      httpGet:\n        path: /\n        port: 80\n";
+    let http = "      httpGet:\n        path: /\n        port: 80\n        scheme: HTTP\n";
     let probes = [
         probe("exec", exec),
         probe("tcp-a", tcp),
