@@ -169,7 +169,10 @@ spec:
     }
     let images_api: Api<NodeImage> = Api::all(client.clone());
     until(
-        &format!("{node}'s NodeImage reports the {} images pulled", pushed.len()),
+        &format!(
+            "{node}'s NodeImage reports the {} images pulled",
+            pushed.len()
+        ),
         TIMEOUT,
         || async {
             let object = images_api.get(&node).await?;
@@ -216,20 +219,19 @@ spec:
     tokio::time::sleep(Duration::from_secs(cli.probe_seconds)).await;
     let probing = meter.stop().await;
     print_cost(&format!("probing ({probes} probes)"), &probing);
-    println!("  marker created → every probe Succeeded in the NodePodProbe: {}", ms(ramp));
+    println!(
+        "  marker created → every probe Succeeded in the NodePodProbe: {}",
+        ms(ramp)
+    );
 
     // 4. ContainerRecreateRequests.
     plane
         .kubectl(&["delete", "-n", NAMESPACE, "podprobemarker", "bench"])
         .await?;
-    until(
-        &format!("{node}'s NodePodProbe empty"),
-        TIMEOUT,
-        || async {
-            let object = probes_api.get(&node).await?;
-            Ok(object.spec.pod_probes.is_empty())
-        },
-    )
+    until(&format!("{node}'s NodePodProbe empty"), TIMEOUT, || async {
+        let object = probes_api.get(&node).await?;
+        Ok(object.spec.pod_probes.is_empty())
+    })
     .await?;
     let meter = agent.meter();
     let mut latencies = Vec::new();
