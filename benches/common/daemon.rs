@@ -218,7 +218,7 @@ impl Meter {
         Cost {
             seconds,
             cpu,
-            rss_mean_kib: if count > 0 { sum / count } else { end },
+            rss_mean_kib: sum.checked_div(count).unwrap_or(end),
             rss_peak_kib: sampled_peak.max(hwm),
             rss_end_kib: end,
         }
