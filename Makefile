@@ -38,8 +38,10 @@ real-node:
 helm:
 	tools/build-helm.sh
 
-## openkruise: build OpenKruise v1.9.0's kruise-manager, CRDs and webhook configurations from its Go
-## module into $(KRUISE_RS_CACHE)/openkruise-v1.9.0, for `make bench-openkruise` only; cached.
+## openkruise: build OpenKruise v1.9.0's kruise-manager and kruise-daemon, CRDs and webhook
+## configurations from the v1.9.0 tag's source (checked by digest; the module proxy's "v1.9.0" is not
+## the tag: OPENKRUISE_SRC=<unpacked tag> then) into $(KRUISE_RS_CACHE)/openkruise-v1.9.0, for
+## `make bench-openkruise` only; cached.
 openkruise:
 	tools/build-openkruise.sh
 
@@ -93,11 +95,12 @@ fmt:
 ## BroadcastJob and an Advanced DaemonSet (with Kubernetes' DaemonSet beside it) on 300 nodes, and of a
 ## 1,000-replica UnitedDeployment over 3 CloneSet subsets, of the policy webhooks (Pod creates with
 ## SidecarSets, WorkloadSpreads and budgets matching; a 100-Pod eviction drain), of one manager over
-## 10,000 Pods, and of the pure planners on 10k/100k-Pod snapshots (prints numbers, asserts nothing
-## about time).
+## 10,000 Pods, of the node agent (kruise-daemon idle, pulling 10 images, running 100 probes, CRR
+## latency, on one real node: root and `make real-node`), and of the pure planners on 10k/100k-Pod
+## snapshots (prints numbers, asserts nothing about time).
 ## The benches run the kruise-manager that ships: the `dist` profile (Cargo.toml), which `make image` builds.
 bench: export KRUISE_MANAGER_BIN = $(abspath $(or $(CARGO_TARGET_DIR),target))/dist/kruise-manager
-bench: control-plane
+bench: control-plane real-node
 	$(CARGO) build --profile dist -p kruise-manager
 	$(CARGO) run --release -p kruise-benches --bin planner-scale
 	$(CARGO) run --release -p kruise-benches --bin testbed-scale
@@ -109,14 +112,21 @@ bench: control-plane
 	$(CARGO) run --release -p kruise-benches --bin uniteddeployment-scale
 	$(CARGO) run --release -p kruise-benches --bin daemonset-scale
 	$(CARGO) run --release -p kruise-benches --bin fleet-scale
+	$(CARGO) build --profile dist -p kruise-daemon
+	KRUISE_DAEMON_BIN=$(abspath $(or $(CARGO_TARGET_DIR),target))/dist/kruise-daemon \
+		$(CARGO) run --release -p kruise-benches --bin daemon-scale
 
 ## bench-openkruise: fleet-scale's 10,000 Pods and policy-scale's webhook figures with OpenKruise
-## v1.9.0's manager instead of kruise-rs's, the same fleet, load and figures, for the side-by-side
+## v1.9.0's manager instead of kruise-rs's, and daemon-scale's node-agent figures with OpenKruise
+## v1.9.0's kruise-daemon, the same fleet, load and figures, for the side-by-side
 ## figures of docs/sizing.md (FLEET_ARGS: more fleet-scale arguments, e.g. `--no-floor --restarts 1`).
-bench-openkruise: control-plane openkruise
+bench-openkruise: control-plane real-node openkruise
 	$(CARGO) run --release -p kruise-benches --bin fleet-scale -- \
 		--openkruise $(KRUISE_RS_CACHE)/openkruise-v1.9.0 $(FLEET_ARGS)
 	$(CARGO) run --release -p kruise-benches --bin policy-scale -- \
+		--openkruise $(KRUISE_RS_CACHE)/openkruise-v1.9.0
+	$(CARGO) build --release -p kruise-manager
+	$(CARGO) run --release -p kruise-benches --bin daemon-scale -- \
 		--openkruise $(KRUISE_RS_CACHE)/openkruise-v1.9.0
 
 clean-local:

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod apiserver;
+pub mod daemon;
 pub mod floor;
 pub mod manager;
 pub mod process;
