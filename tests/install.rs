@@ -34,6 +34,18 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Granted by the chart, needed by code paths this scenario does not reach (each names the path).
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     (
+        "apps.kruise.io",
+        "imagelistpulljobs",
+        "create",
+        "an AdvancedCronJob with an imageListPullJobTemplate starting a run (tests/imagepulljob.rs)",
+    ),
+    (
+        "apps.kruise.io",
+        "imagelistpulljobs",
+        "delete",
+        "an AdvancedCronJob pruning its ImageListPullJob runs past the history limits",
+    ),
+    (
         "",
         "configmaps",
         "create",
