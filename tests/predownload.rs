@@ -17,8 +17,10 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::imagepulljob::v1beta1::{ImagePullJob, ImageTagStatus, NodeImage};
 use kruise_e2e::cloneset_kit::{self, merge_patch};
-use kruise_e2e::real_node_kit::{on_real_nodes, started_at, status_of, with_node_logs};
-use kruise_e2e::{container_status, is_ready, node_name};
+use kruise_e2e::real_node_kit::{
+    on_real_nodes, pods_of, started_at, status_of, wait_all_ready, with_node_logs,
+};
+use kruise_e2e::{container_status, node_name};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -38,45 +40,6 @@ fn bed() -> &'static TestBed {
     });
     bed.daemons();
     bed
-}
-
-async fn pods_of(ns: &TestNamespace, app: &str) -> anyhow::Result<Vec<Pod>> {
-    let api: Api<Pod> = ns.api();
-    let mut pods = api
-        .list(&ListParams::default().labels(&format!("app={app}")))
-        .await?
-        .items;
-    pods.sort_by_key(cloneset_kit::name);
-    Ok(pods)
-}
-
-/// Waits until `count` Pods of `app` are Ready, each running `image` (as the runtime reports it).
-async fn wait_ready(
-    ns: &TestNamespace,
-    app: &str,
-    count: usize,
-    image: &str,
-) -> anyhow::Result<Vec<Pod>> {
-    eventually(
-        format!("{count} Pods of {app} Ready on {image}"),
-        TIMEOUT,
-        || async {
-            let pods = pods_of(ns, app).await?;
-            let done = pods.len() == count
-                && pods.iter().all(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && is_ready(p)
-                        && container_status(p, CONTAINER)
-                            .is_some_and(|s| s.ready && s.image.ends_with(image))
-                });
-            if done {
-                Ok(Some(pods))
-            } else {
-                Err(anyhow::anyhow!("{}", cloneset_kit::describe(&pods)))
-            }
-        },
-    )
-    .await
 }
 
 /// The ImagePullJobs whose controller is the `kind` named `owner` (what upstream's e2e lists).
@@ -329,7 +292,7 @@ async fn cloneset_in_place_rollout_pulls_the_new_image_first() -> anyhow::Result
                 doc
             };
             ns.apply(&doc.to_string()).await?;
-            let before = wait_ready(ns, "web", 4, CS_OLD).await?;
+            let before = wait_all_ready(ns, "app=web", 4, CS_OLD, TIMEOUT).await?;
             let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();
 
             cloneset_kit::set_image(ns, "web", CS_NEW).await?;
@@ -350,7 +313,7 @@ async fn cloneset_in_place_rollout_pulls_the_new_image_first() -> anyhow::Result
                 "no CreatedImagePullJob Event on the CloneSet"
             );
             // The partition still holds every Pod on the old image.
-            let held = pods_of(ns, "web").await?;
+            let held = pods_of(ns, "app=web").await?;
             ensure!(
                 held.iter()
                     .all(|p| container_status(p, CONTAINER)
@@ -366,7 +329,7 @@ async fn cloneset_in_place_rollout_pulls_the_new_image_first() -> anyhow::Result
                 &json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}),
             )
             .await?;
-            let after = wait_ready(ns, "web", 4, CS_NEW).await?;
+            let after = wait_all_ready(ns, "app=web", 4, CS_NEW, TIMEOUT).await?;
             restarted_in_place_after_the_pull(ns, &before, &after, CS_NEW, &pulled).await?;
             wait_no_jobs(ns, "CloneSet", "web").await
         }),
@@ -408,7 +371,7 @@ async fn advanced_daemonset_rollout_pulls_the_new_image_first() -> anyhow::Resul
                 },
             });
             ns.apply(&doc.to_string()).await?;
-            let before = wait_ready(ns, "agent", REAL_NODES, DS_OLD).await?;
+            let before = wait_all_ready(ns, "app=agent", REAL_NODES, DS_OLD, TIMEOUT).await?;
             let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();
             ensure!(nodes.len() == REAL_NODES, "one Pod per node: {nodes:?}");
 
@@ -444,7 +407,7 @@ async fn advanced_daemonset_rollout_pulls_the_new_image_first() -> anyhow::Resul
                 &json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}),
             )
             .await?;
-            let after = wait_ready(ns, "agent", REAL_NODES, DS_NEW).await?;
+            let after = wait_all_ready(ns, "app=agent", REAL_NODES, DS_NEW, TIMEOUT).await?;
             restarted_in_place_after_the_pull(ns, &before, &after, DS_NEW, &pulled).await?;
             wait_no_jobs(ns, "DaemonSet", "agent").await
         }),

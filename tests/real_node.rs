@@ -16,7 +16,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kruise_e2e::cloneset_kit::{self, wait_converged};
 use kruise_e2e::real_node_kit::with_node_logs;
-use kruise_e2e::real_node_kit::{on_real_nodes, started_at, status_of};
+use kruise_e2e::real_node_kit::{on_real_nodes, pods_of, started_at, status_of, wait_all_ready};
 use kruise_e2e::{container_status, is_ready, node_name, pod_condition, pod_ip};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, ListParams};
@@ -54,16 +54,6 @@ fn identities(pods: &[Pod]) -> BTreeMap<String, Identity> {
             )
         })
         .collect()
-}
-
-async fn pods_of(ns: &TestNamespace, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    let api: Api<Pod> = ns.api();
-    let mut pods = api
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items;
-    pods.sort_by_key(cloneset_kit::name);
-    Ok(pods)
 }
 
 /// Events the kubelet (source component `kubelet`) recorded about Pod `pod`.
@@ -506,9 +496,9 @@ async fn advanced_statefulset_updates_in_place_on_a_real_kubelet() -> anyhow::Re
                 },
             });
             ns.apply(&doc.to_string()).await?;
-            let before = wait_all_ready(ns, "app=web", 2, OLD_IMAGE).await?;
+            let before = wait_all_ready(ns, "app=web", 2, OLD_IMAGE, TIMEOUT).await?;
             set_template_image(ns, "statefulsets.apps.kruise.io", "web", NEW_IMAGE).await?;
-            let after = wait_all_ready(ns, "app=web", 2, NEW_IMAGE).await?;
+            let after = wait_all_ready(ns, "app=web", 2, NEW_IMAGE, TIMEOUT).await?;
             updated_in_place_by_the_kubelet(ns, &before, &after, "nginx", NEW_IMAGE).await?;
             // Highest ordinal first.
             let start = |name: &str| -> anyhow::Result<Timestamp> {
@@ -553,7 +543,7 @@ async fn advanced_daemonset_updates_in_place_on_every_real_node() -> anyhow::Res
                 },
             });
             ns.apply(&doc.to_string()).await?;
-            let before = wait_all_ready(ns, "app=agent", REAL_NODES, OLD_IMAGE).await?;
+            let before = wait_all_ready(ns, "app=agent", REAL_NODES, OLD_IMAGE, TIMEOUT).await?;
             let nodes: std::collections::BTreeSet<Option<String>> =
                 before.iter().map(node_name).collect();
             ensure!(
@@ -561,41 +551,10 @@ async fn advanced_daemonset_updates_in_place_on_every_real_node() -> anyhow::Res
                 "one Pod per real node: {nodes:?}"
             );
             set_template_image(ns, "daemonsets.apps.kruise.io", "agent", NEW_IMAGE).await?;
-            let after = wait_all_ready(ns, "app=agent", REAL_NODES, NEW_IMAGE).await?;
+            let after = wait_all_ready(ns, "app=agent", REAL_NODES, NEW_IMAGE, TIMEOUT).await?;
             updated_in_place_by_the_kubelet(ns, &before, &after, "nginx", NEW_IMAGE).await?;
             Ok(())
         }),
-    )
-    .await
-}
-
-/// Waits until `count` Pods of `selector` exist, all Ready, each running `image` in container `nginx`
-/// (as the runtime reports it).
-async fn wait_all_ready(
-    ns: &TestNamespace,
-    selector: &str,
-    count: usize,
-    image: &str,
-) -> anyhow::Result<Vec<Pod>> {
-    let suffix = image.rsplit('/').next().unwrap_or(image).to_string();
-    eventually(
-        format!("{count} Pods of {selector} Ready on {image}"),
-        TIMEOUT,
-        || async {
-            let pods = pods_of(ns, selector).await?;
-            let done = pods.len() == count
-                && pods.iter().all(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && is_ready(p)
-                        && container_status(p, "nginx")
-                            .is_some_and(|s| s.ready && s.image.ends_with(suffix.as_str()))
-                });
-            if done {
-                Ok(Some(pods))
-            } else {
-                Err(anyhow::anyhow!("{}", cloneset_kit::describe(&pods)))
-            }
-        },
     )
     .await
 }

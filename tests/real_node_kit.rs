@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kruise_testkit::realnode::REAL_NODE_LABEL;
 use kruise_testkit::{TestBed, TestNamespace, eventually};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 /// The Pod spec bit that keeps a Pod on the real nodes (merged into templates).
@@ -76,5 +76,48 @@ pub async fn create_ready_pod(
         let pod = api.get(&name).await?;
         Ok(crate::is_ready(&pod).then_some(pod))
     })
+    .await
+}
+
+/// The Pods `selector` selects, by name.
+pub async fn pods_of(ns: &TestNamespace, selector: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = ns.api();
+    let mut pods = api
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items;
+    pods.sort_by_key(crate::cloneset_kit::name);
+    Ok(pods)
+}
+
+/// Waits until `count` Pods of `selector` are Ready, not terminating, each with container `nginx`
+/// Ready on `image` (as the runtime reports it; compared by its last path segment).
+pub async fn wait_all_ready(
+    ns: &TestNamespace,
+    selector: &str,
+    count: usize,
+    image: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Pod>> {
+    let suffix = image.rsplit('/').next().unwrap_or(image).to_string();
+    eventually(
+        format!("{count} Pods of {selector} Ready on {image}"),
+        timeout,
+        || async {
+            let pods = pods_of(ns, selector).await?;
+            let done = pods.len() == count
+                && pods.iter().all(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && crate::is_ready(p)
+                        && crate::container_status(p, crate::cloneset_kit::CONTAINER)
+                            .is_some_and(|s| s.ready && s.image.ends_with(suffix.as_str()))
+                });
+            if done {
+                Ok(Some(pods))
+            } else {
+                Err(anyhow::anyhow!("{}", crate::cloneset_kit::describe(&pods)))
+            }
+        },
+    )
     .await
 }
