@@ -19,14 +19,14 @@ use kruise_api::containerrecreaterequest::{self as crr, ContainerRecreateRequest
 use kruise_api::keys;
 use kruise_core::containerrecreate::{self as decide, ManagerStep, NotReadyMessage};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::PodChange;
 use crate::driver::caches::Caches;
+use crate::driver::caches::Shared;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -56,10 +56,9 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>) {
-    let controller = Controller::new(
-        Api::<ContainerRecreateRequest>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    let (watched, watched_run) =
+        Shared::<ContainerRecreateRequest>::watch(Api::all(client.clone()));
+    let controller = watched.controller();
     let requests = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     crate::driver::wake::wake_on_pod_changes(
@@ -71,7 +70,10 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>) {
     );
     let ctx = Arc::new(Context { client, metrics });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
-    crate::driver::run(controller, 3, reconcile, ctx).await;
+    tokio::select! {
+        () = crate::driver::run(controller, 3, reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 /// Whether a Pod change concerns a request of its namespace: an unfinished one for that Pod (by

@@ -20,15 +20,15 @@ use kruise_api::ephemeraljob::{self as ej, EphemeralJob};
 use kruise_core::ephemeraljob as decide;
 use kruise_core::expectations::{Expectation, Expectations};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
+use crate::driver::caches::Shared;
 use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
@@ -79,10 +79,8 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller on the shared Pod cache until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
-    let controller = Controller::new(
-        Api::<EphemeralJob>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    let (watched, watched_run) = Shared::<EphemeralJob>::watch(Api::all(client.clone()));
+    let controller = watched.controller();
     let jobs = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
@@ -104,7 +102,10 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let controller = controller
         .reconcile_on(crate::cache::receiver_stream(wake_rx))
         .reconcile_all_on(crate::cache::receiver_stream(all_rx));
-    crate::driver::run(controller, config.workers, reconcile, ctx).await;
+    tokio::select! {
+        () = crate::driver::run(controller, config.workers, reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 /// Whether a Pod change concerns a job of its namespace: its selector matches the Pod's labels.

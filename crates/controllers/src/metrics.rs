@@ -1,7 +1,7 @@
 //! Prometheus metrics of the workload controllers.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -45,6 +45,10 @@ pub struct Metrics {
     pub pod_operations: Family<OperationLabels, Counter>,
     pub cached_pods: Gauge<i64, AtomicI64>,
     pub missed_injections: Family<SidecarSetLabels, Gauge>,
+    /// The stall watchdog's ([`crate::driver::watchdog`]).
+    pub oldest_unreconciled: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
+    pub unreconciled_wait: Family<ControllerLabels, Histogram>,
+    pub stall_requeues: Family<ControllerLabels, Counter>,
 }
 
 impl Metrics {
@@ -58,6 +62,11 @@ impl Metrics {
             pod_operations: Family::default(),
             cached_pods: Gauge::default(),
             missed_injections: Family::default(),
+            oldest_unreconciled: Family::default(),
+            unreconciled_wait: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1.0, 2.0, 10))
+            }),
+            stall_requeues: Family::default(),
         };
         registry.register(
             "kruise_controller_reconciles",
@@ -94,6 +103,21 @@ impl Metrics {
             "Pods a SidecarSet matches that were created without its sidecars",
             metrics.missed_injections.clone(),
         );
+        registry.register(
+            "kruise_controller_oldest_unreconciled_change_seconds",
+            "How long the controller's oldest change not reconciled yet has waited (0: none)",
+            metrics.oldest_unreconciled.clone(),
+        );
+        registry.register(
+            "kruise_controller_unreconciled_change_wait_seconds",
+            "How long a change the stall watchdog saw waiting waited for its reconcile",
+            metrics.unreconciled_wait.clone(),
+        );
+        registry.register(
+            "kruise_controller_stall_requeues",
+            "Objects queued again by the stall watchdog after a change waited 30 s unreconciled",
+            metrics.stall_requeues.clone(),
+        );
         Arc::new(metrics)
     }
 
@@ -127,5 +151,29 @@ impl Metrics {
                 controller: controller.into(),
             })
             .inc_by(n as u64);
+    }
+
+    fn controller_labels(controller: &str) -> ControllerLabels {
+        ControllerLabels {
+            controller: controller.into(),
+        }
+    }
+
+    /// What a watchdog scan found ([`crate::driver::watchdog`]).
+    pub fn watchdog_scanned(&self, controller: &str, oldest: f64, requeued: usize) {
+        let labels = Self::controller_labels(controller);
+        self.oldest_unreconciled.get_or_create(&labels).set(oldest);
+        if requeued > 0 {
+            self.stall_requeues
+                .get_or_create(&labels)
+                .inc_by(requeued as u64);
+        }
+    }
+
+    /// A change the watchdog saw waiting got its reconcile after `seconds`.
+    pub fn change_waited(&self, controller: &str, seconds: f64) {
+        self.unreconciled_wait
+            .get_or_create(&Self::controller_labels(controller))
+            .observe(seconds);
     }
 }

@@ -27,9 +27,8 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams,
     PostParams, Preconditions,
 };
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -83,10 +82,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         matched: Mutex::default(),
         metrics,
     });
-    let controller = Controller::new(
-        Api::<ResourceDistribution>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    let (watched, watched_run) = Shared::<ResourceDistribution>::watch(Api::all(client.clone()));
+    let controller = watched.controller();
     let distributions = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     wake_on_namespaces(
@@ -105,7 +102,10 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     tokio::spawn(secrets_run);
     tokio::spawn(configmaps_run);
     caches.namespaces.store().wait_until_ready().await.ok();
-    crate::driver::run(controller, config.workers, reconcile, ctx).await;
+    tokio::select! {
+        () = crate::driver::run(controller, config.workers, reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 /// Wakes the distributions a namespace event concerns: those selecting the namespace as it is now

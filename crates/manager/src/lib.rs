@@ -1201,6 +1201,14 @@ async fn run_controllers(
     // leader steps down and runs again instead of leading with a controller missing.
     match work.join_next().await {
         Some(Ok(name)) => tracing::error!(task = name, "a controller's task returned"),
+        // Ending a term shuts its runtime down, which cancels every task: that is a step-down, not
+        // a failure.
+        Some(Err(error)) if error.is_cancelled() => {
+            tracing::info!(
+                tasks = work.len() + 1,
+                "leader term ended; its controllers were cancelled"
+            )
+        }
         Some(Err(error)) => tracing::error!(%error, "a controller's task panicked"),
         None => {}
     }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_api::kinds::Kind;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::watch;
@@ -161,55 +161,68 @@ pub async fn ensure_secret(
 
 /// Points the webhook configurations and the CRDs' conversion at `target` with `ca`. Missing webhook
 /// configurations are created; CRDs that are not installed are skipped with a warning.
+///
+/// Each object is read first and written only when it does not hold what this would write
+/// ([`covers`]): a resync, a Secret relist or a resumed leader writes nothing when nothing changed
+/// (every CRD write makes the apiserver rebuild that CRD's handlers). With `always`, the webhook
+/// configurations are applied regardless, once per process, so that fields an earlier version of
+/// the manager applied and this one no longer wants are dropped.
 pub async fn patch_configurations(
     client: &Client,
     target: &Target,
     ca: &[u8],
     pod_webhook: &configuration::PodWebhook,
     resource_timeout_seconds: i32,
-) -> Result<(), Error> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    always: bool,
+) -> Result<Written, Error> {
+    let mut written = Written::default();
     let mut mutating =
         configuration::mutating(target, Some(ca), pod_webhook, resource_timeout_seconds);
     mutating.meta_mut().managed_fields = None;
     let value = with_type(&mutating, "MutatingWebhookConfiguration");
-    mutating_api
-        .patch(
-            configuration::MUTATING_CONFIGURATION,
-            &params,
-            &Patch::Apply(value),
-        )
-        .await
-        .map_err(|source| Error::Patch {
-            what: configuration::MUTATING_CONFIGURATION.into(),
-            source,
-        })?;
-    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    written.configurations += apply_unless_held::<MutatingWebhookConfiguration>(
+        client,
+        configuration::MUTATING_CONFIGURATION,
+        value,
+        always,
+    )
+    .await? as usize;
     let validating =
         configuration::validating(target, Some(ca), resource_timeout_seconds, pod_webhook);
     let value = with_type(&validating, "ValidatingWebhookConfiguration");
-    validating_api
-        .patch(
-            configuration::VALIDATING_CONFIGURATION,
-            &params,
-            &Patch::Apply(value),
-        )
-        .await
-        .map_err(|source| Error::Patch {
-            what: configuration::VALIDATING_CONFIGURATION.into(),
-            source,
-        })?;
+    written.configurations += apply_unless_held::<ValidatingWebhookConfiguration>(
+        client,
+        configuration::VALIDATING_CONFIGURATION,
+        value,
+        always,
+    )
+    .await? as usize;
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let patch = configuration::crd_conversion_patch(target, ca);
     for kind in Kind::ALL {
         let name = format!("{}.{}", kind.plural(), kruise_api::kinds::GROUP);
+        let current = match crds.get_opt(&name).await {
+            Ok(Some(crd)) => crd,
+            Ok(None) => {
+                tracing::warn!(crd = %name, "CRD not installed; its conversion webhook is not configured");
+                continue;
+            }
+            Err(source) => {
+                return Err(Error::Patch {
+                    what: format!("CRD {name}"),
+                    source,
+                });
+            }
+        };
+        if covers(&serde_json::to_value(&current).unwrap_or_default(), &patch) {
+            continue;
+        }
         match crds
             .patch(&name, &PatchParams::default(), &Patch::Merge(patch.clone()))
             .await
         {
-            Ok(_) => {}
+            Ok(_) => written.crds += 1,
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 tracing::warn!(crd = %name, "CRD not installed; its conversion webhook is not configured");
             }
@@ -221,7 +234,80 @@ pub async fn patch_configurations(
             }
         }
     }
-    Ok(())
+    if written != Written::default() {
+        tracing::info!(
+            configurations = written.configurations,
+            crds = written.crds,
+            "webhook configurations and CRD conversion pointed at this webhook"
+        );
+    }
+    Ok(written)
+}
+
+/// What [`patch_configurations`] wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub configurations: usize,
+    pub crds: usize,
+}
+
+/// Server-side applies `value` to the cluster-scoped object `name` unless it already holds it (or
+/// `always`); returns whether it wrote.
+async fn apply_unless_held<K>(
+    client: &Client,
+    name: &str,
+    value: serde_json::Value,
+    always: bool,
+) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let wrap = |source| Error::Patch {
+        what: name.into(),
+        source,
+    };
+    if !always {
+        let current = api.get_opt(name).await.map_err(wrap)?;
+        if let Some(current) = current
+            && covers(&serde_json::to_value(&current).unwrap_or_default(), &value)
+        {
+            return Ok(false);
+        }
+    }
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(value),
+    )
+    .await
+    .map_err(wrap)?;
+    Ok(true)
+}
+
+/// Whether `current` already holds everything `wanted` says, read as a merge patch: each field of
+/// an object `wanted` names has the value `wanted` gives it (a `null` one is absent), arrays are the
+/// same length and hold the same items in order; fields `wanted` does not name (the apiserver's
+/// defaults, other managers' fields) do not matter.
+pub fn covers(current: &serde_json::Value, wanted: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (current, wanted) {
+        (_, Value::Object(wanted)) => wanted.iter().all(|(key, wanted)| {
+            let current = current.get(key).unwrap_or(&Value::Null);
+            match wanted {
+                Value::Null => current.is_null(),
+                wanted => covers(current, wanted),
+            }
+        }),
+        (Value::Array(current), Value::Array(wanted)) => {
+            current.len() == wanted.len() && current.iter().zip(wanted).all(|(c, w)| covers(c, w))
+        }
+        (current, wanted) => current == wanted,
+    }
 }
 
 /// One pass: ensure the certificate, serve it, patch the configurations. Returns the bundle in use.
@@ -249,6 +335,7 @@ pub async fn sync(
         ca_bundle.as_bytes(),
         &settings.pod_webhook,
         settings.resource_timeout_seconds,
+        current.is_none(),
     )
     .await?;
     if current.as_ref() != Some(&bundle) {
@@ -276,30 +363,110 @@ pub async fn run(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let config =
         watcher::Config::default().fields(&format!("metadata.name={}", settings.secret_name));
-    let mut changes = watcher(secrets, config).boxed();
+    // With backoff: a watch failing over and over (a paused or partitioned replica resuming) must
+    // not turn into a sync per failure.
+    let mut changes = watcher(secrets, config).default_backoff().boxed();
     let mut current = None;
     let mut resync = tokio::time::interval(settings.resync);
+    // A sync is due at start, on a change of the Secret (or a relist, which may hide one) and on
+    // the resync; watch errors and the relist's own markers are no reason to write.
+    let mut due = true;
     loop {
-        match sync(&client, &settings, &tls, &mut current, &metrics).await {
-            Ok(()) => {
-                ready.send_replace(true);
-            }
-            Err(error) => {
+        if due {
+            if let Err(error) = sync(&client, &settings, &tls, &mut current, &metrics).await {
                 tracing::error!(%error, "webhook certificate sync failed; retrying");
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 continue;
             }
+            due = false;
+            ready.send_replace(true);
         }
         tokio::select! {
-            _ = resync.tick() => {}
+            _ = resync.tick() => due = true,
             event = changes.next() => match event {
                 Some(Ok(watcher::Event::Delete(_) | watcher::Event::Apply(_))) => {
                     tracing::info!(secret = %settings.secret_name, "webhook certificate Secret changed");
+                    due = true;
                 }
+                Some(Ok(watcher::Event::InitDone)) => due = true,
                 Some(Ok(_)) => {}
                 Some(Err(error)) => tracing::warn!(%error, "watching the webhook certificate Secret"),
                 None => return,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::covers;
+
+    #[test]
+    fn covers_table() {
+        let crd = json!({
+            "metadata": {"name": "clonesets.apps.kruise.io", "resourceVersion": "9"},
+            "spec": {"conversion": {"strategy": "Webhook", "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": "https://127.0.0.1:1/convert", "caBundle": "Y2E="}}}}
+        });
+        let hooks = json!({"webhooks": [
+            {"name": "a", "sideEffects": "None", "timeoutSeconds": 10,
+             "clientConfig": {"url": "https://x/a", "caBundle": "Y2E="}},
+            {"name": "b", "clientConfig": {"url": "https://x/b"}}
+        ]});
+        let cases = [
+            (
+                "the same conversion",
+                &crd,
+                json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": "https://127.0.0.1:1/convert", "caBundle": "Y2E=", "service": null}}}}}),
+                true,
+            ),
+            (
+                "another CA",
+                &crd,
+                json!({"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": "bmV3"}}}}}),
+                false,
+            ),
+            (
+                "a field the patch removes is still there",
+                &crd,
+                json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": null}}}}}),
+                false,
+            ),
+            (
+                "the apiserver's defaults do not matter",
+                &hooks,
+                json!({"webhooks": [
+                {"name": "a", "clientConfig": {"url": "https://x/a", "caBundle": "Y2E="}},
+                {"name": "b", "clientConfig": {"url": "https://x/b"}}]}),
+                true,
+            ),
+            (
+                "a webhook fewer",
+                &hooks,
+                json!({"webhooks": [
+                {"name": "a", "clientConfig": {"url": "https://x/a", "caBundle": "Y2E="}}]}),
+                false,
+            ),
+            (
+                "a value changed",
+                &hooks,
+                json!({"webhooks": [
+                {"name": "a", "timeoutSeconds": 3},
+                {"name": "b"}]}),
+                false,
+            ),
+            (
+                "another order",
+                &hooks,
+                json!({"webhooks": [{"name": "b"}, {"name": "a"}]}),
+                false,
+            ),
+        ];
+        for (name, current, wanted, want) in cases {
+            assert_eq!(covers(current, &wanted), want, "{name}");
         }
     }
 }

@@ -14,7 +14,6 @@ use k8s_openapi::jiff::tz::TimeZone;
 use kruise_api::advancedcronjob::v1beta1::AdvancedCronJob;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_api::imagepulljob::v1beta1::ImageListPullJob;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -112,14 +111,16 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         metrics,
         config: config.clone(),
     });
-    let controller = Controller::new(
-        Api::<AdvancedCronJob>::all(client),
-        watcher::Config::default().any_semantic(),
-    )
-    .reconcile_on(job_owners)
-    .reconcile_on(broadcastjob_owners)
-    .reconcile_on(imagelistpulljob_owners);
-    crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
+    let (watched, watched_run) = Shared::<AdvancedCronJob>::watch(Api::all(client));
+    let controller = watched
+        .controller()
+        .reconcile_on(job_owners)
+        .reconcile_on(broadcastjob_owners)
+        .reconcile_on(imagelistpulljob_owners);
+    tokio::select! {
+        () = crate::driver::run(controller, config.workers, reconcile::reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 impl crate::driver::Driven for Context {

@@ -16,14 +16,13 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_core::expectations::Expectations;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
 use crate::driver::caches::Caches;
+use crate::driver::caches::Shared;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -99,14 +98,16 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         config: config.clone(),
         predownload: crate::predownload::Tracker::default(),
     });
-    let controller = Controller::new(
-        Api::<DaemonSet>::all(client),
-        watcher::Config::default().any_semantic(),
-    )
-    .owns_stream(revision_events)
-    .reconcile_on(crate::cache::receiver_stream(owner_rx))
-    .reconcile_all_on(crate::cache::receiver_stream(all_rx));
-    crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
+    let (watched, watched_run) = Shared::<DaemonSet>::watch(Api::all(client));
+    let controller = watched
+        .controller()
+        .owns_stream(revision_events)
+        .reconcile_on(crate::cache::receiver_stream(owner_rx))
+        .reconcile_all_on(crate::cache::receiver_stream(all_rx));
+    tokio::select! {
+        () = crate::driver::run(controller, config.workers, reconcile::reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 crate::driver::head::owns_pods!(Context);

@@ -54,38 +54,45 @@ where
     /// The store and the future that fills it from a watch of `api` (poll it on a task of its own).
     /// Objects are stored without their managed fields.
     pub fn watch(api: Api<K>) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (store, writer) = reflector::store();
-        let subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>> = Arc::default();
-        let (listed_tx, listed) = watch::channel(false);
-        let events = reflector::reflector(
-            writer,
+        Self::from_events(
             watcher(api, watcher::Config::default().any_semantic())
                 .default_backoff()
                 .modify(|object: &mut K| object.meta_mut().managed_fields = None),
-        );
+        )
+    }
+
+    /// The store and the future that fills it from `events`, a watcher's stream (a real watch, or a
+    /// scripted one in tests): each event is applied to the store, then handed to the subscribers
+    /// ([`FanOut`]).
+    pub fn from_events(
+        events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (store, writer) = reflector::store();
+        let subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>> = Arc::default();
+        let (listed_tx, listed) = watch::channel(false);
+        let events = reflector::reflector(writer, events);
         let fan_out = subscribers.clone();
+        let reader = store.clone();
         let driver = async move {
             let mut events = std::pin::pin!(events);
+            let mut relist = FanOut::default();
             while let Some(event) = events.next().await {
-                let object = match event {
-                    Ok(watcher::Event::InitDone) => {
-                        listed_tx.send_replace(true);
-                        continue;
-                    }
-                    Ok(watcher::Event::Init) => continue,
-                    Ok(
-                        watcher::Event::InitApply(object)
-                        | watcher::Event::Apply(object)
-                        | watcher::Event::Delete(object),
-                    ) => object,
+                let event = match event {
+                    Ok(event) => event,
                     Err(error) => {
                         tracing::warn!(%error, kind = %K::kind(&()), "shared watch");
                         continue;
                     }
                 };
-                let object = Arc::new(object);
+                let changed = relist.changed(&event, &reader);
+                if matches!(event, watcher::Event::InitDone) {
+                    listed_tx.send_replace(true);
+                }
+                if changed.is_empty() {
+                    continue;
+                }
                 if let Ok(mut subscribers) = fan_out.lock() {
-                    subscribers.retain(|tx| tx.send(object.clone()).is_ok());
+                    subscribers.retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
                 }
             }
         };
@@ -150,12 +157,138 @@ where
         futures::stream::once(listed).flatten().chain(changes)
     }
 
+    /// A `Controller` of `K` reconciling the objects of this cache: every object once listed, then
+    /// every change, each told only once the store shows it ([`FanOut`]). kube's `Controller::new`
+    /// opens a watch of its own and hands the objects of a relist on before its store shows them (an
+    /// object created while it relists is never reconciled); every controller is built here instead.
+    pub fn controller(&self) -> kube::runtime::Controller<K> {
+        kube::runtime::Controller::for_stream(self.replayed_stream(), self.store.clone())
+    }
+
     /// [`Shared::subscribe`] as the stream of `Ok` items a `Controller`'s `owns_stream` takes.
     pub fn owned_stream(
         &self,
     ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static {
         crate::cache::receiver_stream(self.subscribe()).map(|k| Ok(Arc::unwrap_or_clone(k)))
     }
+}
+
+/// What a [`Shared`] tells its subscribers of each watch event, the store having applied it.
+///
+/// A relist (the first list, and every list after the watch lost its place: a 410 Gone, a failed
+/// start) is not applied object by object: the reflector gathers the listed objects and swaps them
+/// into the store at once, at `InitDone`. Handing each listed object on as it arrived told a
+/// controller of an object its store did not show yet: kube's `Controller` looks the object up when
+/// the reconcile is due, finds nothing (or the version before the gap) and drops the request, and
+/// nothing told it again. A CloneSet created while its watch relisted was never reconciled (the
+/// stall of issue 54). So listed objects are held back, and at `InitDone`, with the store swapped,
+/// the subscribers are told of every object the gap changed: each one new or at another version, and
+/// each one that vanished (its last copy; looked up, it is gone), and nothing else, so a relist after
+/// a quiet gap wakes nobody.
+pub struct FanOut<K> {
+    /// The store as it was when the relist began (it does not change until `InitDone`).
+    before: Option<Vec<Arc<K>>>,
+}
+
+impl<K> Default for FanOut<K> {
+    fn default() -> Self {
+        Self { before: None }
+    }
+}
+
+impl<K> FanOut<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    /// The objects to tell the subscribers of, for `event`, which `store` has applied.
+    pub fn changed(&mut self, event: &watcher::Event<K>, store: &Store<K>) -> Vec<Arc<K>> {
+        match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                vec![Arc::new(object.clone())]
+            }
+            watcher::Event::Init => {
+                // A relist that failed part way starts again from the same store.
+                if self.before.is_none() {
+                    self.before = Some(store.state());
+                }
+                Vec::new()
+            }
+            watcher::Event::InitApply(_) => Vec::new(),
+            watcher::Event::InitDone => {
+                let before = self.before.take().unwrap_or_default();
+                relisted(&before, &store.state())
+            }
+        }
+    }
+}
+
+/// What a relist changed, from the objects `before` it to those `after`: every object of `after`
+/// that is new or at another resourceVersion, and the last copy of every object of `before` that
+/// is gone or was replaced by another of the same name (another uid).
+pub fn relisted<K: Resource>(before: &[Arc<K>], after: &[Arc<K>]) -> Vec<Arc<K>> {
+    use std::collections::HashMap;
+    type Key = (Option<String>, Option<String>);
+    let key = |o: &K| (o.meta().namespace.clone(), o.meta().name.clone());
+    let version = |o: &K| (o.meta().uid.clone(), o.meta().resource_version.clone());
+    let old: HashMap<Key, &Arc<K>> = before.iter().map(|o| (key(o), o)).collect();
+    let mut changed = Vec::new();
+    let mut kept = std::collections::HashSet::new();
+    for object in after {
+        let k = key(object);
+        match old.get(&k) {
+            Some(previous) if version(previous) == version(object) => {}
+            Some(previous) => {
+                if previous.meta().uid != object.meta().uid {
+                    changed.push(Arc::clone(previous));
+                }
+                changed.push(Arc::clone(object));
+            }
+            None => changed.push(Arc::clone(object)),
+        }
+        kept.insert(k);
+    }
+    changed.extend(
+        before
+            .iter()
+            .filter(|o| !kept.contains(&key(o)))
+            .map(Arc::clone),
+    );
+    changed
+}
+
+/// Fills `writer`'s store from `events` (a watcher's stream) and yields each object the watch
+/// changed once the store shows it ([`FanOut`]): the triggers of a controller that reads that store.
+/// (`touched_objects` of a reflector hands a relist's objects on before the store swaps them in.)
+pub fn reflect_changes<K>(
+    what: &'static str,
+    writer: reflector::store::Writer<K>,
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> impl futures::Stream<Item = K> + Send + 'static
+where
+    K: Resource + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    let store = writer.as_reader();
+    let mut fan_out = FanOut::default();
+    reflector::reflector(writer, events)
+        .filter_map(move |event| {
+            futures::future::ready(match event {
+                Ok(event) => Some(event),
+                Err(error) => {
+                    tracing::warn!(%error, watch = what, "watch failed; retrying");
+                    None
+                }
+            })
+        })
+        .flat_map(move |event| {
+            futures::stream::iter(
+                fan_out
+                    .changed(&event, &store)
+                    .into_iter()
+                    .map(Arc::unwrap_or_clone),
+            )
+        })
 }
 
 /// The caches of the whole manager, handed to every controller.

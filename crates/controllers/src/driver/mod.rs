@@ -34,8 +34,11 @@
 pub mod caches;
 pub mod head;
 pub mod wake;
+pub mod watchdog;
 pub mod write;
 
+#[cfg(test)]
+mod relist_tests;
 #[cfg(test)]
 pub(crate) mod scripted;
 #[cfg(test)]
@@ -92,9 +95,22 @@ pub async fn run<K, C, Fut>(
 {
     let name = ctx.controller();
     tracing::info!(workers, controller = name, "controller started");
+    let store = controller.store();
+    let dog = Arc::new(watchdog::Watchdog::default());
+    let (stalled_tx, stalled_rx) = tokio::sync::mpsc::unbounded_channel();
+    let controller = controller.reconcile_on(crate::cache::receiver_stream(stalled_rx));
     let mut reconcile = crate::parallel::on_own_task(reconcile);
+    let seen = dog.clone();
     let timed = move |object: Arc<K>, ctx: Arc<C>| {
         let started = Instant::now();
+        if let Some(waited) = seen.started(
+            watch_key(object.as_ref()),
+            version(object.as_ref()),
+            started,
+        ) {
+            ctx.metrics()
+                .change_waited(ctx.controller(), waited.as_secs_f64());
+        }
         let run = reconcile(object, ctx.clone());
         async move {
             let result = run.await;
@@ -105,11 +121,76 @@ pub async fn run<K, C, Fut>(
             result
         }
     };
-    controller
+    let watch = watch_for_stalls(store, dog, stalled_tx, ctx.clone());
+    let run = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(workers))
         .run(timed, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .for_each(|_| futures::future::ready(()));
+    tokio::select! {
+        () = run => {}
+        () = watch => {}
+    }
+}
+
+fn watch_key<K: Resource>(object: &K) -> watchdog::Key {
+    let meta = object.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+fn version<K: Resource>(object: &K) -> watchdog::Version {
+    let meta = object.meta();
+    (meta.uid.clone(), meta.resource_version.clone())
+}
+
+/// Scans the controller's objects every [`watchdog::SCAN_EVERY`] ([`watchdog::Watchdog::scan`]):
+/// publishes the oldest unreconciled change's age and queues again, with a warning, every object
+/// whose change waited [`watchdog::STALL_AFTER`]. Never ends.
+async fn watch_for_stalls<K, C>(
+    store: kube::runtime::reflector::Store<K>,
+    dog: Arc<watchdog::Watchdog>,
+    stalled: tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<K>>,
+    ctx: Arc<C>,
+) where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    C: Driven,
+{
+    let mut tick = tokio::time::interval(watchdog::SCAN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let objects = store
+            .state()
+            .into_iter()
+            .filter(|o| o.meta().deletion_timestamp.is_none())
+            .map(|o| (watch_key(o.as_ref()), version(o.as_ref())))
+            .collect::<Vec<_>>();
+        let scan = dog.scan(objects, Instant::now());
+        ctx.metrics().watchdog_scanned(
+            ctx.controller(),
+            scan.oldest.as_secs_f64(),
+            scan.stalled.len(),
+        );
+        for ((namespace, name), waited) in scan.stalled {
+            tracing::warn!(
+                controller = ctx.controller(),
+                object = %format!("{namespace}/{name}"),
+                waited = ?waited,
+                "a change waited unreconciled; queued again (a missed event or a stalled queue)"
+            );
+            let object = kube::runtime::reflector::ObjectRef::new(&name);
+            let object = if namespace.is_empty() {
+                object
+            } else {
+                object.within(&namespace)
+            };
+            if stalled.send(object).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// The one error policy: log the object and the error, count a failed reconcile, retry soon.

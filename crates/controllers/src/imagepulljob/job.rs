@@ -16,7 +16,7 @@ use kruise_api::imagepulljob::v1beta1::{
 };
 use kruise_core::imagepull::{self, NodePull, TagRequest};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -24,6 +24,7 @@ use rand::Rng;
 use serde_json::json;
 
 use super::Config;
+use crate::driver::caches::Shared;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -89,10 +90,8 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
                 .map(|(ns, name)| ObjectRef::<ImagePullJob>::new(&name).within(&ns)),
         )
     });
-    let controller = Controller::new(
-        Api::<ImagePullJob>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    let (watched, watched_run) = Shared::<ImagePullJob>::watch(Api::all(client.clone()));
+    let controller = watched.controller();
     // A changed pull secret wakes the jobs of its namespace that name it (their copies follow it).
     let jobs = controller.store();
     let secret_wakes = watcher(
@@ -123,7 +122,10 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
         images,
         config,
     });
-    crate::driver::run(controller, 3, reconcile, ctx).await;
+    tokio::select! {
+        () = crate::driver::run(controller, 3, reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 fn raced(result: Result<(), kube::Error>, what: impl FnOnce() -> String) -> Result<Action, Error> {

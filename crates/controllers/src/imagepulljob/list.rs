@@ -15,12 +15,13 @@ use kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER;
 use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob};
 use kruise_core::imagepull::{self, ChildJob, ListJob};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 
+use crate::driver::caches::Shared;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -62,19 +63,18 @@ impl crate::driver::Driven for Context {
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, metrics: Arc<Metrics>) {
     let jobs_api = Api::<ImagePullJob>::all(client.clone());
-    let controller = Controller::new(
-        Api::<ImageListPullJob>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    let (watched, watched_run) = Shared::<ImageListPullJob>::watch(Api::all(client.clone()));
+    let controller = watched.controller();
     let (jobs, writer) = kube::runtime::reflector::store();
-    let stream = kube::runtime::reflector(
+    let stream = crate::driver::caches::reflect_changes(
+        "image pull jobs",
         writer,
         kube::runtime::WatchStreamExt::default_backoff(watcher(
             jobs_api,
             watcher::Config::default(),
         )),
     );
-    let controller = controller.owns_stream(kube::runtime::WatchStreamExt::touched_objects(stream));
+    let controller = controller.owns_stream(futures::StreamExt::map(stream, Ok));
     let ctx = Arc::new(Context {
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         client,
@@ -82,7 +82,10 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
         jobs,
         expected: std::sync::Mutex::default(),
     });
-    crate::driver::run(controller, 2, reconcile, ctx).await;
+    tokio::select! {
+        () = crate::driver::run(controller, 2, reconcile, ctx) => {}
+        () = watched_run => {}
+    }
 }
 
 impl Context {

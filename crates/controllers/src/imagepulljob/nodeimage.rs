@@ -13,13 +13,14 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::imagepulljob::v1beta1::{ImagePullJob, NodeImage, NodeImageSpec};
 use kruise_core::imagepull;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::driver::caches::Shared;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -59,25 +60,25 @@ fn node_ready(node: &Node) -> bool {
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, metrics: Arc<Metrics>) {
     let (nodes, node_writer) = reflector::store();
-    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer)
-        .touched_objects()
-        .filter_map(|n| async move { n.ok() })
-        .map(|n: Node| ObjectRef::<NodeImage>::new(&n.name_any()));
-    let (jobs, job_writer) = reflector::store();
-    let job_events = watcher(
-        Api::<ImagePullJob>::all(client.clone()),
-        watcher::Config::default(),
+    let node_events = crate::driver::caches::reflect_changes(
+        "nodes",
+        node_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
     )
-    .default_backoff()
-    .reflect(job_writer)
-    .touched_objects()
-    .filter_map(|_: Result<ImagePullJob, _>| async { None::<ObjectRef<NodeImage>> });
-    let controller = Controller::new(
-        Api::<NodeImage>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    .map(|n: Node| ObjectRef::<NodeImage>::new(&n.name_any()));
+    let (jobs, job_writer) = reflector::store();
+    let job_events = crate::driver::caches::reflect_changes(
+        "image pull jobs",
+        job_writer,
+        watcher(
+            Api::<ImagePullJob>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .filter_map(|_: ImagePullJob| async { None::<ObjectRef<NodeImage>> });
+    let (watched, watched_run) = Shared::<NodeImage>::watch(Api::all(client.clone()));
+    let controller = watched.controller();
     let images = controller.store();
     // Nodes without a NodeImage (new ones) and NodeImages without a Node (deleted ones) are handled by
     // this loop, which the controller's own queue cannot carry (their key is not in its store).
@@ -92,7 +93,10 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
     let controller = controller
         .reconcile_on(node_events)
         .reconcile_on(job_events);
-    tokio::join!(crate::driver::run(controller, 2, reconcile, ctx), creator);
+    tokio::select! {
+        _ = async { tokio::join!(crate::driver::run(controller, 2, reconcile, ctx), creator) } => {}
+        () = watched_run => {}
+    }
 }
 
 /// Creates the NodeImage of every Ready Node that has none, and deletes NodeImages whose Node is gone,

@@ -20,13 +20,12 @@ use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::expectations::Expectations;
 use kruise_core::rollout::uniteddeployment::TemplateKind;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::cache::PodCache;
-use crate::driver::caches::Caches;
+use crate::driver::caches::{Caches, Shared};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -133,11 +132,12 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         let config = watcher::Config::default()
             .any_semantic()
             .labels(keys::LABEL_SUBSET_NAME);
-        let stream = reflector::reflector(writer, watcher(api, config))
-            .default_backoff()
-            .applied_objects()
-            .filter_map(|object| futures::future::ready(object.ok()))
-            .flat_map(|object| futures::stream::iter(owners_of(&object)));
+        let stream = crate::driver::caches::reflect_changes(
+            "united deployment subsets",
+            writer,
+            watcher(api, config).default_backoff(),
+        )
+        .flat_map(|object| futures::stream::iter(owners_of(&object)));
         streams.push(stream.boxed());
         workloads.push((kind, resource, store));
     }
@@ -152,19 +152,19 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
     });
-    let controller = Controller::new(
-        Api::<UnitedDeployment>::all(client),
-        watcher::Config::default().any_semantic(),
-    )
-    .reconcile_on(triggers);
+    let (united, united_run) = Shared::<UnitedDeployment>::watch(Api::all(client));
+    let controller = united.controller().reconcile_on(triggers);
     // Boxed so that the manager's join of every controller stays small on the stack.
-    Box::pin(crate::driver::run(
+    let run = Box::pin(crate::driver::run(
         controller,
         config.workers,
         reconcile::reconcile,
         ctx,
-    ))
-    .await;
+    ));
+    tokio::select! {
+        () = run => {}
+        () = united_run => {}
+    }
 }
 
 impl crate::driver::Driven for Context {
