@@ -88,6 +88,9 @@ pub struct Options {
     /// benchmark whose Pods name a ReplicaSet as their owner without that ReplicaSet's controller
     /// deleting or adding Pods; empty: every controller.
     pub controller_manager_controllers: Vec<String>,
+    /// More kube-apiserver arguments, e.g. `--watch-cache=false` for a test whose watches must
+    /// reach etcd (and meet its compactions) directly.
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -105,6 +108,7 @@ impl Default for Options {
             ready_timeout: Duration::from_secs(90),
             controller_manager_feature_gates: Vec::new(),
             controller_manager_controllers: Vec::new(),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -167,7 +171,7 @@ impl ControlPlane {
 
         plane.start_etcd()?;
         plane.wait_etcd(options.ready_timeout).await?;
-        plane.start_apiserver()?;
+        plane.start_apiserver(&options.apiserver_args)?;
         let client = plane.client().await?;
         plane
             .wait_healthy(
@@ -600,45 +604,44 @@ impl ControlPlane {
         .await
     }
 
-    fn start_apiserver(&self) -> anyhow::Result<()> {
-        self.spawn(
-            "kube-apiserver",
-            vec![
-                format!("--etcd-servers=http://127.0.0.1:{}", self.ports.etcd),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", self.ports.apiserver),
-                // Mandatory here: without a default route the apiserver cannot pick an address itself.
-                "--advertise-address=127.0.0.1".into(),
-                // Endpoints may not hold loopback addresses; nothing needs default/kubernetes Endpoints.
-                "--endpoint-reconciler-type=none".into(),
-                format!("--tls-cert-file={}", self.path("apiserver.crt")),
-                format!("--tls-private-key-file={}", self.path("apiserver.key")),
-                format!("--cert-dir={}", self.path("apiserver-certs")),
-                format!("--token-auth-file={}", self.path("tokens.csv")),
-                format!("--client-ca-file={}", self.path("ca.crt")),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", self.path("sa.pub")),
-                format!("--service-account-signing-key-file={}", self.path("sa.key")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--allow-privileged=true".into(),
-                // Real nodes' kubelets are reached at their InternalIP (exec, logs, port-forward);
-                // their hostnames resolve nowhere.
-                "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
-                // As envtest: a Pod created right after its namespace must not wait for the default
-                // ServiceAccount.
-                "--disable-admission-plugins=ServiceAccount".into(),
-                "--profiling=false".into(),
-                "--max-requests-inflight=800".into(),
-                "--max-mutating-requests-inflight=400".into(),
-                // Writes by the `manager-N` identities only (see `kubeconfig_as`), for tests that
-                // tell which replica wrote what.
-                format!("--audit-policy-file={}", self.path("audit-policy.yaml")),
-                format!("--audit-log-path={}", self.audit_log_path().display()),
-                "--audit-log-format=json".into(),
-                "--v=1".into(),
-            ],
-        )
+    fn start_apiserver(&self, extra: &[String]) -> anyhow::Result<()> {
+        let mut args: Vec<String> = vec![
+            format!("--etcd-servers=http://127.0.0.1:{}", self.ports.etcd),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", self.ports.apiserver),
+            // Mandatory here: without a default route the apiserver cannot pick an address itself.
+            "--advertise-address=127.0.0.1".into(),
+            // Endpoints may not hold loopback addresses; nothing needs default/kubernetes Endpoints.
+            "--endpoint-reconciler-type=none".into(),
+            format!("--tls-cert-file={}", self.path("apiserver.crt")),
+            format!("--tls-private-key-file={}", self.path("apiserver.key")),
+            format!("--cert-dir={}", self.path("apiserver-certs")),
+            format!("--token-auth-file={}", self.path("tokens.csv")),
+            format!("--client-ca-file={}", self.path("ca.crt")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", self.path("sa.pub")),
+            format!("--service-account-signing-key-file={}", self.path("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            // Real nodes' kubelets are reached at their InternalIP (exec, logs, port-forward);
+            // their hostnames resolve nowhere.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+            // As envtest: a Pod created right after its namespace must not wait for the default
+            // ServiceAccount.
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--profiling=false".into(),
+            "--max-requests-inflight=800".into(),
+            "--max-mutating-requests-inflight=400".into(),
+            // Writes by the `manager-N` identities only (see `kubeconfig_as`), for tests that
+            // tell which replica wrote what.
+            format!("--audit-policy-file={}", self.path("audit-policy.yaml")),
+            format!("--audit-log-path={}", self.audit_log_path().display()),
+            "--audit-log-format=json".into(),
+            "--v=1".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        self.spawn("kube-apiserver", args)
     }
 
     fn start_controller_manager(&self, options: &Options) -> anyhow::Result<()> {
