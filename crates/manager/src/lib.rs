@@ -554,9 +554,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (_, stale_after) = args.watch_timing()?;
     let clients = Clients::new(kube_config(&args).await?, &args)?;
-    let webhook_watches = liveness::WatchHealth::default();
+    let watch_idle_restarts = Counter::<u64, std::sync::atomic::AtomicU64>::default();
+    let webhook_watches = liveness::WatchHealth::counting(watch_idle_restarts.clone());
     let client = clients.shared(&webhook_watches)?;
     let mut registry = Registry::default();
+    registry.register(
+        "kruise_manager_watch_idle_restarts",
+        "Watches abandoned and restarted because nothing (not even a bookmark) came within their idle deadline",
+        watch_idle_restarts.clone(),
+    );
     let webhook_metrics = kruise_webhook::metrics::Metrics::register(&mut registry);
     let leader_gauge = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     registry.register(
@@ -756,7 +762,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
             leader_gauge.set(1);
-            let watches = liveness::WatchHealth::default();
+            let watches = liveness::WatchHealth::counting(watch_idle_restarts.clone());
             let mut term = LeaderTerm::start(TermInputs {
                 args: args.clone(),
                 client: clients.leader(&fence, &watches)?,

@@ -161,9 +161,26 @@ pub fn verdict(progress: &Progress, now: Instant, bound: Duration) -> Verdict {
 #[derive(Clone, Default, Debug)]
 pub struct WatchHealth {
     watches: Arc<Mutex<HashMap<String, Progress>>>,
+    /// Watches abandoned because nothing came within their idle deadline (restarted by their
+    /// watcher): `kruise_manager_watch_idle_restarts`.
+    idle_restarts: prometheus_client::metrics::counter::Counter,
 }
 
 impl WatchHealth {
+    /// Progress records that count their idle restarts on `idle_restarts` (one counter shared by
+    /// every client of the process).
+    pub fn counting(idle_restarts: prometheus_client::metrics::counter::Counter) -> Self {
+        Self {
+            watches: Arc::default(),
+            idle_restarts,
+        }
+    }
+
+    /// How many watches were abandoned for silence.
+    pub fn idle_restarts(&self) -> u64 {
+        self.idle_restarts.get()
+    }
+
     fn update(&self, key: &str, change: impl FnOnce(&mut Progress)) {
         let mut watches = self
             .watches
@@ -263,6 +280,12 @@ impl OpenWatch {
 
     fn failed(&self) {
         self.health.failed(&self.key);
+    }
+
+    /// Abandoned: nothing came within the idle deadline.
+    fn idle(&self) {
+        self.health.idle_restarts.inc();
+        self.failed();
     }
 }
 
@@ -368,7 +391,7 @@ where
                     Err(error.into())
                 }
                 Err(_) => {
-                    open.failed();
+                    open.idle();
                     Err(Box::new(WatchIdle {
                         key: open.key.clone(),
                         idle,
@@ -474,7 +497,7 @@ where
                     deadline.expired = true;
                     let key = match deadline.open.take() {
                         Some(open) => {
-                            open.failed();
+                            open.idle();
                             open.key.clone()
                         }
                         None => String::new(),
@@ -664,6 +687,7 @@ mod tests {
             .expect_err("idle deadline");
         assert!(error.is::<WatchIdle>(), "{error}");
         assert_eq!(started.elapsed(), timing.idle);
+        assert_eq!(health.idle_restarts(), 1, "counted");
         // It fails once, then ends: the watcher starts a new watch.
         assert!(body.frame().await.is_none());
         let stale = health.stale(Instant::now(), Duration::from_secs(1));
