@@ -176,6 +176,51 @@ pub fn selector_matches_by<'a>(
     labels_ok && expressions_ok
 }
 
+/// Upstream's "loose" overlap of two selectors (`util.IsSelectorLooseOverlap`, how
+/// PodUnavailableBudgets are told apart): both constrain the same label keys (a `matchLabels` entry
+/// counts as `In [value]` and replaces an expression of its key), and for every key the two
+/// requirements can hold at once. Selectors over different keys never overlap in this sense.
+pub fn selectors_loosely_overlap(a: &LabelSelector, b: &LabelSelector) -> bool {
+    let (a, b) = (requirements_by_key(a), requirements_by_key(b));
+    a.len() == b.len()
+        && a.iter().all(|(key, x)| {
+            b.get(key)
+                .is_some_and(|y| requirements_overlap(x, y) && requirements_overlap(y, x))
+        })
+}
+
+/// `(operator, values)` per key, `matchLabels` last.
+fn requirements_by_key(selector: &LabelSelector) -> BTreeMap<&str, (&str, Vec<&str>)> {
+    let mut by_key: BTreeMap<&str, (&str, Vec<&str>)> = BTreeMap::new();
+    for requirement in selector.match_expressions.iter().flatten() {
+        let values = requirement.values.iter().flatten().map(String::as_str);
+        by_key.insert(
+            requirement.key.as_str(),
+            (requirement.operator.as_str(), values.collect()),
+        );
+    }
+    for (key, value) in selector.match_labels.iter().flatten() {
+        by_key.insert(key.as_str(), ("In", vec![value.as_str()]));
+    }
+    by_key
+}
+
+/// Whether requirement `x` can hold together with `y`, as upstream judges it (`isMatchExpOverlap`).
+fn requirements_overlap(x: &(&str, Vec<&str>), y: &(&str, Vec<&str>)) -> bool {
+    let ((x_op, x_values), (y_op, y_values)) = (x, y);
+    let contains = |all: &[&str], some: &[&str]| some.iter().all(|v| all.contains(v));
+    match (*x_op, *y_op) {
+        ("In", "Exists") => true,
+        ("In", "In") => x_values.iter().any(|v| y_values.contains(v)),
+        ("In", "NotIn") => !contains(y_values, x_values),
+        ("Exists", "In" | "NotIn" | "Exists") => true,
+        ("NotIn", "Exists" | "DoesNotExist" | "NotIn") => true,
+        ("NotIn", "In") => !contains(x_values, y_values),
+        ("DoesNotExist", "DoesNotExist" | "NotIn") => true,
+        _ => false,
+    }
+}
+
 /// A workload selector: required, non-empty, valid, and matching the template's labels.
 pub fn validate_workload_selector(
     selector: &LabelSelector,
@@ -446,5 +491,89 @@ mod tests {
                 "spec.template.spec.containers[2].image: Required value",
             ]
         );
+    }
+
+    #[test]
+    fn loose_overlap_table() {
+        let expr = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|v| v.to_string()).collect()),
+        };
+        let exprs = |requirements: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_expressions: Some(requirements),
+            ..Default::default()
+        };
+        // (a, b, overlap)
+        let cases = [
+            (
+                selector(&[("app", "web")]),
+                selector(&[("app", "web")]),
+                true,
+            ),
+            (
+                selector(&[("app", "web")]),
+                selector(&[("app", "db")]),
+                false,
+            ),
+            // Different keys: not loosely overlapping, though a Pod could match both.
+            (
+                selector(&[("app", "web")]),
+                selector(&[("tier", "fe")]),
+                false,
+            ),
+            (
+                selector(&[("app", "web")]),
+                selector(&[("app", "web"), ("tier", "fe")]),
+                false,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "In", &["db", "web"])]),
+                true,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "Exists", &[])]),
+                true,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "NotIn", &["web"])]),
+                false,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "NotIn", &["db"])]),
+                true,
+            ),
+            (
+                exprs(vec![expr("app", "DoesNotExist", &[])]),
+                exprs(vec![expr("app", "NotIn", &["db"])]),
+                true,
+            ),
+            (
+                exprs(vec![expr("app", "DoesNotExist", &[])]),
+                exprs(vec![expr("app", "Exists", &[])]),
+                false,
+            ),
+            // matchLabels replaces the expression of its key.
+            (
+                LabelSelector {
+                    match_labels: Some([("app".to_string(), "web".to_string())].into()),
+                    match_expressions: Some(vec![expr("app", "In", &["db"])]),
+                },
+                selector(&[("app", "web")]),
+                true,
+            ),
+        ];
+        for (i, (a, b, overlap)) in cases.iter().enumerate() {
+            assert_eq!(selectors_loosely_overlap(a, b), *overlap, "case {i}");
+            assert_eq!(
+                selectors_loosely_overlap(b, a),
+                *overlap,
+                "case {i} reversed"
+            );
+        }
     }
 }

@@ -108,7 +108,10 @@ impl<K: Resource> Ledger<K> {
         let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
         // Only the map holds it: nobody has the turn or waits for it (a new waiter would have to
         // take the map's lock first).
-        if turns.get(key).is_some_and(|turn| Arc::strong_count(turn) == 1) {
+        if turns
+            .get(key)
+            .is_some_and(|turn| Arc::strong_count(turn) == 1)
+        {
             turns.remove(key);
         }
     }
