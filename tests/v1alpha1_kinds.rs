@@ -426,6 +426,8 @@ spec:
     ephemeralContainers:
     - name: debugger
       image: busybox:1.34
+      imagePullPolicy: IfNotPresent
+      terminationMessagePolicy: File
       command: ["sh", "-c", "echo hello"]
       targetContainerName: main
       env:
@@ -573,6 +575,8 @@ spec:
     ephemeralContainers:
     - name: {name}
       image: busybox:1.34
+      imagePullPolicy: IfNotPresent
+      terminationMessagePolicy: File
       env:
       - name: SIM_EXIT_CODE
         value: "{exit}"

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::field::{FieldError, Path};
 
+pub mod containers;
+
 /// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, at most 63.
 pub fn check_dns1123_label(value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
@@ -21,6 +23,21 @@ pub fn check_dns1123_label(value: &str) -> Result<(), String> {
     } else {
         Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
              start and end with an alphanumeric character (at most 63 characters)"
+            .into())
+    }
+}
+
+/// A DNS-1123 subdomain (an object name): at most 253 characters, dot-separated DNS-1123 labels.
+pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
+    if value.len() <= 253
+        && value
+            .split('.')
+            .all(|part| check_dns1123_label(part).is_ok())
+    {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
+             and must start and end with an alphanumeric character (at most 253 characters)"
             .into())
     }
 }

@@ -1,0 +1,201 @@
+//! The PodUnavailableBudget validating webhook (upstream `vpodunavailablebudget.kb.io`,
+//! `pkg/webhook/podunavailablebudget/validating`): the checks are `kruise_api::policy::validate`,
+//! against the other budgets of the namespace, read from the apiserver. While neither
+//! `PodUnavailableBudgetDeleteGate` nor `PodUnavailableBudgetUpdateGate` is on, every create and
+//! update is refused, as upstream's.
+
+use kruise_api::field;
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kube::api::ListParams;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::{Api, Client};
+
+use crate::admission::{Answer, allow, deny, request_of};
+use crate::policy::PolicyGates;
+
+/// Path and webhook name, upstream's.
+pub const VALIDATE_PATH: &str = "/validate-policy-kruise-io-podunavailablebudget";
+pub const WEBHOOK_NAME: &str = "vpodunavailablebudget.kb.io";
+pub const PLURAL: &str = "podunavailablebudgets";
+
+fn decode(object: &DynamicObject) -> Result<PodUnavailableBudget, String> {
+    let value = serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+    kruise_api::kinds::decode(value).map_err(|e| e.to_string())
+}
+
+/// 400, as upstream's `admission.Errored(http.StatusBadRequest, …)`.
+fn bad_request(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
+    let mut answer = deny(request, message);
+    if let Some(response) = answer.review.response.as_mut() {
+        response.result.code = 400;
+    }
+    answer
+}
+
+/// Answers a PodUnavailableBudget review; `client` reads the other budgets of the namespace
+/// (without one, none are known).
+pub async fn validate(
+    review: AdmissionReview<DynamicObject>,
+    gates: PolicyGates,
+    client: Option<&Client>,
+) -> Answer {
+    let request = match request_of(review) {
+        Ok(request) => request,
+        Err(answer) => return *answer,
+    };
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return allow(&request);
+    }
+    if !gates.budget_delete && !gates.budget_update {
+        return bad_request(
+            &request,
+            "feature PodUnavailableBudget is invalid, please open via \
+             feature-gate(PodUnavailableBudgetDeleteGate, PodUnavailableBudgetUpdateGate)"
+                .into(),
+        );
+    }
+    let Some(object) = &request.object else {
+        return allow(&request);
+    };
+    let new = match decode(object) {
+        Ok(new) => new,
+        Err(message) => return bad_request(&request, message),
+    };
+    let old = match (&request.operation, &request.old_object) {
+        (Operation::Update, Some(old)) => match decode(old) {
+            Ok(old) => Some(old),
+            Err(message) => return bad_request(&request, message),
+        },
+        _ => None,
+    };
+    let others = match client {
+        Some(client) => {
+            let namespace = new
+                .metadata
+                .namespace
+                .clone()
+                .or_else(|| request.namespace.clone())
+                .unwrap_or_default();
+            let budgets: Api<PodUnavailableBudget> = Api::namespaced(client.clone(), &namespace);
+            match budgets.list(&ListParams::default()).await {
+                Ok(list) => list.items,
+                Err(error) => {
+                    return bad_request(
+                        &request,
+                        format!("query other podUnavailableBudget failed, err: {error}"),
+                    );
+                }
+            }
+        }
+        None => Vec::new(),
+    };
+    let errors = kruise_api::policy::validate(&new, old.as_ref(), &others);
+    if errors.is_empty() {
+        allow(&request)
+    } else {
+        bad_request(&request, field::join(&errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testreview::{Review, response};
+    use serde_json::{Value, json};
+
+    fn review(operation: &str, spec: Value, old: Option<Value>) -> AdmissionReview<DynamicObject> {
+        let object = |spec: Value| {
+            json!({
+                "apiVersion": "policy.kruise.io/v1alpha1", "kind": "PodUnavailableBudget",
+                "metadata": {"name": "pub", "namespace": "ns"},
+                "spec": spec,
+            })
+        };
+        Review::of(
+            "policy.kruise.io",
+            "v1alpha1",
+            "PodUnavailableBudget",
+            PLURAL,
+        )
+        .operation(operation)
+        .namespace("ns")
+        .object(object(spec))
+        .old(old.map(object))
+        .build()
+    }
+
+    const ON: PolicyGates = PolicyGates {
+        budget_delete: true,
+        budget_update: false,
+        vertical_scaling: false,
+        deletion_protection: false,
+        crd_cascading: false,
+    };
+
+    /// (operation, spec, old spec, gates, allowed, the message names)
+    #[tokio::test]
+    async fn answers() {
+        let web = json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1});
+        let update_only = PolicyGates {
+            budget_delete: false,
+            budget_update: true,
+            ..ON
+        };
+        let cases: Vec<(&str, Value, Option<Value>, PolicyGates, bool, &str)> = vec![
+            ("CREATE", web.clone(), None, ON, true, ""),
+            ("CREATE", web.clone(), None, update_only, true, ""),
+            (
+                "CREATE",
+                web.clone(),
+                None,
+                PolicyGates::default(),
+                false,
+                "feature-gate(PodUnavailableBudgetDeleteGate",
+            ),
+            (
+                "CREATE",
+                json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": "150%"}),
+                None,
+                ON,
+                false,
+                "spec.maxUnavailable",
+            ),
+            (
+                "CREATE",
+                json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Bogus"}]}, "maxUnavailable": 1}),
+                None,
+                ON,
+                false,
+                "spec.selector.matchExpressions[0].operator",
+            ),
+            (
+                "UPDATE",
+                json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 2}),
+                Some(web.clone()),
+                ON,
+                true,
+                "",
+            ),
+            (
+                "UPDATE",
+                json!({"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 1}),
+                Some(web.clone()),
+                ON,
+                false,
+                "cannot be modified",
+            ),
+            // Deletes are not validated, whatever the gates.
+            ("DELETE", json!({}), None, PolicyGates::default(), true, ""),
+        ];
+        for (i, (operation, spec, old, gates, allowed, names)) in cases.into_iter().enumerate() {
+            let answer = validate(review(operation, spec, old), gates, None).await;
+            let message = response(&answer).result.message.clone();
+            assert_eq!(answer.allowed, allowed, "case {i}: {message}");
+            assert!(message.contains(names), "case {i}: {message}");
+            if !allowed {
+                assert_eq!(response(&answer).result.code, 400, "case {i}");
+            }
+        }
+    }
+}
