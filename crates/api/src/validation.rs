@@ -42,6 +42,21 @@ pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
     }
 }
 
+/// The group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// `group/version` or `version` (Kubernetes' `schema.ParseGroupVersion`): at most one `/`, with
+/// something on both sides of it.
+pub fn check_group_version(value: &str) -> Result<(), String> {
+    match value.split('/').collect::<Vec<_>>().as_slice() {
+        [_] => Ok(()),
+        [group, version] if !group.is_empty() && !version.is_empty() => Ok(()),
+        _ => Err(format!("unexpected GroupVersion string: {value}")),
+    }
+}
+
 fn is_name_part(part: &str) -> bool {
     !part.is_empty()
         && part.len() <= 63
@@ -275,7 +290,8 @@ pub fn validate_workload_selector(
 
 /// The Pod template of a workload: restartPolicy among `allowed_restart_policies` (unset counts as
 /// Always), no activeDeadlineSeconds when `forbid_active_deadline`, at least one container, unique valid
-/// container names, images present.
+/// container names, images present, and each container's ports, env, envFrom and securityContext as
+/// Kubernetes checks them ([`containers`]).
 pub fn validate_pod_template(
     template: &PodTemplateSpec,
     path: &Path,
@@ -338,6 +354,28 @@ pub fn validate_pod_template(
         }
         if container.image.as_deref().is_none_or(str::is_empty) {
             errors.push(FieldError::required(&container_path.child("image"), ""));
+        }
+        containers::validate_ports(
+            container.ports.as_deref().unwrap_or_default(),
+            &container_path.child("ports"),
+            errors,
+        );
+        containers::validate_env(
+            container.env.as_deref().unwrap_or_default(),
+            &container_path.child("env"),
+            errors,
+        );
+        containers::validate_env_from(
+            container.env_from.as_deref().unwrap_or_default(),
+            &container_path.child("envFrom"),
+            errors,
+        );
+        if let Some(context) = &container.security_context {
+            containers::validate_security_context(
+                context,
+                &container_path.child("securityContext"),
+                errors,
+            );
         }
     }
 }
@@ -590,6 +628,42 @@ mod tests {
                 selectors_loosely_overlap(b, a),
                 *overlap,
                 "case {i} reversed"
+            );
+        }
+    }
+
+    #[test]
+    fn pod_template_container_checks() {
+        let path = Path::new("spec").child("template");
+        let tpl: PodTemplateSpec = match serde_json::from_value(serde_json::json!({
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{
+                "name": "app", "image": "nginx",
+                "ports": [{"containerPort": 0}, {"containerPort": 80, "name": "Web"}],
+                "env": [{"name": "1A", "value": "x"}, {"name": "B", "valueFrom": {}}],
+                "envFrom": [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}],
+                "securityContext": {"runAsUser": -5, "procMount": "Bogus"},
+            }]},
+        })) {
+            Ok(tpl) => tpl,
+            Err(e) => panic!("template: {e}"),
+        };
+        let errors = errors_of(|e| validate_pod_template(&tpl, &path, &["Always"], false, e));
+        let container = "spec.template.spec.containers[0]";
+        let want = [
+            format!("{container}.ports[0].containerPort: Invalid value"),
+            format!(r#"{container}.ports[1].name: Invalid value: "Web""#),
+            format!(r#"{container}.env[0].name: Invalid value: "1A""#),
+            format!("{container}.env[1].valueFrom: Invalid value"),
+            format!("{container}.envFrom[0]: Invalid value"),
+            format!(r#"{container}.securityContext.runAsUser: Invalid value: "-5""#),
+            format!(r#"{container}.securityContext.procMount: Unsupported value: "Bogus""#),
+        ];
+        assert_eq!(errors.len(), want.len(), "{errors:#?}");
+        for (error, want) in errors.iter().zip(&want) {
+            assert!(
+                error.starts_with(want.as_str()),
+                "{error} does not start with {want}"
             );
         }
     }

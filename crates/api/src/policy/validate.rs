@@ -5,7 +5,10 @@
 
 use crate::field::{FieldError, Path};
 use crate::intstr;
-use crate::validation::{selector_is_empty, selectors_loosely_overlap, validate_label_selector};
+use crate::validation::{
+    check_group_version, group_of, selector_is_empty, selectors_loosely_overlap,
+    validate_label_selector,
+};
 
 use super::v1alpha1::{PodUnavailableBudget, PubOperation};
 use super::{PUB_PROTECT_OPERATIONS_ANNOTATION, PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION};
@@ -123,21 +126,6 @@ fn validate_spec(budget: &PodUnavailableBudget, spec: &Path, errors: &mut Vec<Fi
             intstr::validate(value, &spec.child("minAvailable"), Some(100), errors);
         }
     }
-}
-
-/// `group/version` or `version` (Kubernetes' `schema.ParseGroupVersion`): at most one `/`, with
-/// something on both sides of it.
-fn check_group_version(value: &str) -> Result<(), String> {
-    match value.split('/').collect::<Vec<_>>().as_slice() {
-        [_] => Ok(()),
-        [group, version] if !group.is_empty() && !version.is_empty() => Ok(()),
-        _ => Err(format!("unexpected GroupVersion string: {value}")),
-    }
-}
-
-/// The group of an apiVersion (`""` for the core group).
-fn group_of(api_version: &str) -> &str {
-    api_version.split_once('/').map_or("", |(group, _)| group)
 }
 
 /// The first other budget of the namespace that guards the same Pods: the same workload (group,
