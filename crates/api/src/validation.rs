@@ -344,39 +344,8 @@ pub fn validate_pod_template(
                 .map(|(i, c)| (spec_path.child("containers").index(i), c)),
         );
     for (container_path, container) in all {
-        let name_path = container_path.child("name");
-        if container.name.is_empty() {
-            errors.push(FieldError::required(&name_path, ""));
-        } else if let Err(message) = check_dns1123_label(&container.name) {
-            errors.push(FieldError::invalid(&name_path, &container.name, message));
-        } else if !names.insert(container.name.as_str()) {
-            errors.push(FieldError::duplicate(&name_path, &container.name));
-        }
-        if container.image.as_deref().is_none_or(str::is_empty) {
-            errors.push(FieldError::required(&container_path.child("image"), ""));
-        }
-        containers::validate_ports(
-            container.ports.as_deref().unwrap_or_default(),
-            &container_path.child("ports"),
-            errors,
-        );
-        containers::validate_env(
-            container.env.as_deref().unwrap_or_default(),
-            &container_path.child("env"),
-            errors,
-        );
-        containers::validate_env_from(
-            container.env_from.as_deref().unwrap_or_default(),
-            &container_path.child("envFrom"),
-            errors,
-        );
-        if let Some(context) = &container.security_context {
-            containers::validate_security_context(
-                context,
-                &container_path.child("securityContext"),
-                errors,
-            );
-        }
+        containers::validate_name_and_image(container, &container_path, &mut names, false, errors);
+        containers::validate_container(container, &container_path, errors);
     }
 }
 

@@ -4,9 +4,9 @@
 use kruise_api::ephemeraljob::{self as api, EphemeralJob};
 use kruise_api::field;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionReview, Operation};
+use kube::core::admission::AdmissionReview;
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, allow, change_of, deny_with_code};
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-ephemeraljob";
@@ -14,36 +14,16 @@ pub const WEBHOOK_NAME: &str = "vephemeraljobs.kb.io";
 
 /// Answers an EphemeralJob review (400 on a refusal, as upstream's).
 pub fn validate(review: AdmissionReview<DynamicObject>) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
-        Err(answer) => return *answer,
+    let change = match change_of::<EphemeralJob>(review) {
+        Ok(change) => change,
+        Err(answer) => return answer,
     };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
+    let errors = api::validate(&change.new);
+    if errors.is_empty() {
+        allow(&change.request)
+    } else {
+        deny_with_code(&change.request, 400, field::join(&errors))
     }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let decoded = serde_json::to_value(object)
-        .map_err(|e| format!("cannot read the object: {e}"))
-        .and_then(|value| {
-            kruise_api::kinds::decode::<EphemeralJob>(value).map_err(|e| e.to_string())
-        });
-    let message = match decoded {
-        Err(message) => message,
-        Ok(job) => {
-            let errors = api::validate(&job);
-            if errors.is_empty() {
-                return allow(&request);
-            }
-            field::join(&errors)
-        }
-    };
-    let mut answer = deny(&request, message);
-    if let Some(response) = answer.review.response.as_mut() {
-        response.result.code = 400;
-    }
-    answer
 }
 
 #[cfg(test)]

@@ -8,10 +8,10 @@ use kruise_api::field;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kube::api::ListParams;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::admission::AdmissionReview;
 use kube::{Api, Client};
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, Change, allow, change_of, deny_with_code};
 use crate::policy::PolicyGates;
 
 /// Path and webhook name, upstream's.
@@ -19,56 +19,26 @@ pub const VALIDATE_PATH: &str = "/validate-policy-kruise-io-podunavailablebudget
 pub const WEBHOOK_NAME: &str = "vpodunavailablebudget.kb.io";
 pub const PLURAL: &str = "podunavailablebudgets";
 
-fn decode(object: &DynamicObject) -> Result<PodUnavailableBudget, String> {
-    let value = serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
-    kruise_api::kinds::decode(value).map_err(|e| e.to_string())
-}
-
-/// 400, as upstream's `admission.Errored(http.StatusBadRequest, …)`.
-fn bad_request(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
-    let mut answer = deny(request, message);
-    if let Some(response) = answer.review.response.as_mut() {
-        response.result.code = 400;
-    }
-    answer
-}
-
-/// Answers a PodUnavailableBudget review; `client` reads the other budgets of the namespace
-/// (without one, none are known).
+/// Answers a PodUnavailableBudget review (400 on a refusal, as upstream's); `client` reads the
+/// other budgets of the namespace (without one, none are known).
 pub async fn validate(
     review: AdmissionReview<DynamicObject>,
     gates: PolicyGates,
     client: Option<&Client>,
 ) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
-        Err(answer) => return *answer,
+    let Change { request, new, old } = match change_of::<PodUnavailableBudget>(review) {
+        Ok(change) => change,
+        Err(answer) => return answer,
     };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
-    }
     if !gates.budget_delete && !gates.budget_update {
-        return bad_request(
+        return deny_with_code(
             &request,
+            400,
             "feature PodUnavailableBudget is invalid, please open via \
              feature-gate(PodUnavailableBudgetDeleteGate, PodUnavailableBudgetUpdateGate)"
                 .into(),
         );
     }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let new = match decode(object) {
-        Ok(new) => new,
-        Err(message) => return bad_request(&request, message),
-    };
-    let old = match (&request.operation, &request.old_object) {
-        (Operation::Update, Some(old)) => match decode(old) {
-            Ok(old) => Some(old),
-            Err(message) => return bad_request(&request, message),
-        },
-        _ => None,
-    };
     let others = match client {
         Some(client) => {
             let namespace = new
@@ -81,8 +51,9 @@ pub async fn validate(
             match budgets.list(&ListParams::default()).await {
                 Ok(list) => list.items,
                 Err(error) => {
-                    return bad_request(
+                    return deny_with_code(
                         &request,
+                        400,
                         format!("query other podUnavailableBudget failed, err: {error}"),
                     );
                 }
@@ -94,7 +65,7 @@ pub async fn validate(
     if errors.is_empty() {
         allow(&request)
     } else {
-        bad_request(&request, field::join(&errors))
+        deny_with_code(&request, 400, field::join(&errors))
     }
 }
 

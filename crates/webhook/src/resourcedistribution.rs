@@ -8,13 +8,13 @@
 use kruise_api::field;
 use kruise_api::resourcedistribution::{self as rd, ResourceDistribution};
 use kube::api::{ApiResource, PostParams};
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use kube::core::response::StatusSummary;
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, Change, allow, change_of, deny_with_code};
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-resourcedistribution";
@@ -29,30 +29,46 @@ pub async fn validate_with(
     client: Option<&Client>,
     namespace: &str,
 ) -> Answer {
-    let answer = validate(review.clone(), enabled);
-    let Some(client) = client else {
-        return answer;
+    let change = match change_of::<ResourceDistribution>(review) {
+        Ok(change) => change,
+        Err(answer) => return answer,
     };
-    if !answer.allowed {
-        return answer;
+    if let Some(refusal) = refusal(&change, enabled) {
+        return refusal;
     }
-    let Ok(request) = request_of(review) else {
-        return answer;
-    };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return answer;
+    if let Some(client) = client
+        && let Err(message) = dry_run(client, &change.new.spec.resource, namespace).await
+    {
+        return deny_with_code(&change.request, 422, message);
     }
-    let Some(object) = &request.object else {
-        return answer;
-    };
-    let resource = object.data.pointer("/spec/resource").cloned();
-    match resource {
-        Some(resource) => match dry_run(client, &resource, namespace).await {
-            Ok(()) => answer,
-            Err(message) => unprocessable(&request, message),
-        },
-        None => answer,
+    allow(&change.request)
+}
+
+/// Answers a ResourceDistribution review without the dry run; `enabled` is the
+/// `ResourceDistributionGate`.
+pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
+    match change_of::<ResourceDistribution>(review) {
+        Ok(change) => refusal(&change, enabled).unwrap_or_else(|| allow(&change.request)),
+        Err(answer) => answer,
     }
+}
+
+/// The refusal of a create or update without the apiserver: 403 while the gate is off, 422 with
+/// the fields at fault, as upstream's.
+fn refusal(change: &Change<ResourceDistribution>, enabled: bool) -> Option<Answer> {
+    if !enabled {
+        let mut response = AdmissionResponse::from(&change.request)
+            .deny(format!("feature-gate {GATE} is not enabled"));
+        response.result.code = 403;
+        response.result.reason = "Forbidden".into();
+        response.result.status = Some(StatusSummary::Failure);
+        return Some(Answer {
+            review: response.into_review(),
+            allowed: false,
+        });
+    }
+    let errors = rd::validate(&change.new, change.old.as_ref());
+    (!errors.is_empty()).then(|| deny_with_code(&change.request, 422, field::join(&errors)))
 }
 
 /// Creates `resource` in `namespace` with `dryRun=All`: `Err` with upstream's message when the
@@ -83,66 +99,6 @@ async fn dry_run(client: &Client, resource: &Value, namespace: &str) -> Result<(
                 "spec.resource: Internal error: failed to dry-run to validate spec.resource, error: {detail}"
             ))
         }
-    }
-}
-
-/// 422, as upstream answers a ResourceDistribution that fails validation.
-fn unprocessable(
-    request: &kube::core::admission::AdmissionRequest<DynamicObject>,
-    message: String,
-) -> Answer {
-    let mut answer = deny(request, message);
-    if let Some(response) = answer.review.response.as_mut() {
-        response.result.code = 422;
-    }
-    answer
-}
-
-/// Answers a ResourceDistribution review without the dry run; `enabled` is the
-/// `ResourceDistributionGate`.
-pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
-        Err(answer) => return *answer,
-    };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
-    }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let decode = |object: &DynamicObject| -> Result<ResourceDistribution, String> {
-        let value =
-            serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
-        kruise_api::kinds::decode(value).map_err(|e| e.to_string())
-    };
-    let new = match decode(object) {
-        Ok(new) => new,
-        Err(message) => return deny(&request, message),
-    };
-    let old = match (&request.operation, &request.old_object) {
-        (Operation::Update, Some(old)) => match decode(old) {
-            Ok(old) => Some(old),
-            Err(message) => return deny(&request, message),
-        },
-        _ => None,
-    };
-    if !enabled {
-        let mut response =
-            AdmissionResponse::from(&request).deny(format!("feature-gate {GATE} is not enabled"));
-        response.result.code = 403;
-        response.result.reason = "Forbidden".into();
-        response.result.status = Some(StatusSummary::Failure);
-        return Answer {
-            review: response.into_review(),
-            allowed: false,
-        };
-    }
-    let errors = rd::validate(&new, old.as_ref());
-    if errors.is_empty() {
-        allow(&request)
-    } else {
-        unprocessable(&request, field::join(&errors))
     }
 }
 

@@ -2,7 +2,7 @@
 //! ephemeral containers injected into the Pods its selector matches. Namespaced, short name `ejob`.
 //! Validated as upstream's `vephemeraljobs.kb.io` does ([`validate`]).
 
-use k8s_openapi::api::core::v1::EphemeralContainer;
+use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, CustomResourceExt};
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::field::{FieldError, Path};
 use crate::schema::{is_default, preserve_unknown_fields_untyped};
-use crate::validation::{check_dns1123_label, containers, validate_label_selector};
+use crate::validation::{containers, validate_label_selector};
 
 pub const KIND: &str = "EphemeralJob";
 pub const PLURAL: &str = "ephemeraljobs";
@@ -192,81 +192,57 @@ pub fn validate(job: &EphemeralJob) -> Vec<FieldError> {
         validate_label_selector(selector, &spec.child("selector"), &mut errors);
     }
     let path = spec.child("template").child("ephemeralContainers");
-    let mut names = std::collections::HashSet::new();
-    for (i, raw) in job.spec.template.ephemeral_containers.iter().enumerate() {
-        let container_path = path.index(i);
-        let container: EphemeralContainer = match serde_json::from_value(raw.clone()) {
-            Ok(container) => container,
-            Err(error) => {
-                errors.push(FieldError::invalid(
-                    &container_path,
-                    "",
-                    format!("not an ephemeral container: {error}"),
-                ));
-                continue;
+    // Decoded as Containers: the same fields, less `targetContainerName`, which is not checked.
+    let decoded: Vec<(Path, Option<Container>)> = job
+        .spec
+        .template
+        .ephemeral_containers
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            let container_path = path.index(i);
+            match serde_json::from_value(raw.clone()) {
+                Ok(container) => (container_path, Some(container)),
+                Err(error) => {
+                    errors.push(FieldError::invalid(
+                        &container_path,
+                        "",
+                        format!("not an ephemeral container: {error}"),
+                    ));
+                    (container_path, None)
+                }
             }
-        };
-        validate_container(&container, &container_path, &mut names, &mut errors);
+        })
+        .collect();
+    let mut names = std::collections::HashSet::new();
+    for (container_path, container) in &decoded {
+        if let Some(container) = container {
+            validate_container(container, container_path, &mut names, &mut errors);
+        }
     }
     errors
 }
 
-fn validate_container(
-    container: &EphemeralContainer,
+fn validate_container<'a>(
+    container: &'a Container,
     path: &Path,
-    names: &mut std::collections::HashSet<String>,
+    names: &mut std::collections::HashSet<&'a str>,
     errors: &mut Vec<FieldError>,
 ) {
-    let name_path = path.child("name");
-    if container.name.is_empty() {
-        errors.push(FieldError::required(&name_path, ""));
-    } else if let Err(message) = check_dns1123_label(&container.name) {
-        errors.push(FieldError::invalid(&name_path, &container.name, message));
-    }
-    let image = container.image.as_deref().unwrap_or_default();
-    if image.is_empty() {
-        errors.push(FieldError::required(&path.child("image"), ""));
-    }
+    containers::validate_name_and_image(container, path, names, true, errors);
     required_one_of(
         container.termination_message_policy.as_deref(),
         &["File", "FallbackToLogsOnError"],
         &path.child("terminationMessagePolicy"),
         errors,
     );
-    containers::validate_ports(
-        container.ports.as_deref().unwrap_or_default(),
-        &path.child("ports"),
-        errors,
-    );
-    containers::validate_env(
-        container.env.as_deref().unwrap_or_default(),
-        &path.child("env"),
-        errors,
-    );
-    containers::validate_env_from(
-        container.env_from.as_deref().unwrap_or_default(),
-        &path.child("envFrom"),
-        errors,
-    );
+    containers::validate_container(container, path, errors);
     required_one_of(
         container.image_pull_policy.as_deref(),
         &["Always", "IfNotPresent", "Never"],
         &path.child("imagePullPolicy"),
         errors,
     );
-    if let Some(context) = &container.security_context {
-        containers::validate_security_context(context, &path.child("securityContext"), errors);
-    }
-    if image.trim() != image {
-        errors.push(FieldError::invalid(
-            &path.child("image"),
-            image,
-            "must not have leading or trailing whitespace",
-        ));
-    }
-    if !container.name.is_empty() && !names.insert(container.name.clone()) {
-        errors.push(FieldError::duplicate(&name_path, &container.name));
-    }
     let set = [
         ("ports", container.ports.is_some()),
         (

@@ -446,11 +446,9 @@ fn validate_source_field_ref(
     path: &Path,
     errors: &mut Vec<FieldError>,
 ) {
-    let version = field_ref.api_version.as_deref().unwrap_or_default();
-    if version.is_empty() {
-        errors.push(FieldError::required(&path.child("apiVersion"), ""));
+    let Some((version, field_path)) = containers::field_ref_parts(field_ref, path, errors) else {
         return;
-    }
+    };
     if version != "v1" {
         errors.push(FieldError::not_supported(
             &path.child("apiVersion"),
@@ -459,31 +457,15 @@ fn validate_source_field_ref(
         ));
         return;
     }
-    let field_path = field_ref.field_path.as_str();
-    if field_path.is_empty() {
-        errors.push(FieldError::required(&path.child("fieldPath"), ""));
-        return;
-    }
-    let subscripted = field_path
-        .strip_suffix("']")
-        .and_then(|rest| rest.split_once("['"))
-        .filter(|(_, key)| !key.is_empty());
-    match subscripted {
-        Some((prefix @ ("metadata.labels" | "metadata.annotations"), key)) => {
-            let checked = if prefix == "metadata.annotations" {
-                key.to_lowercase()
-            } else {
-                key.to_string()
-            };
-            if let Err(message) = check_qualified_name(&checked) {
-                errors.push(FieldError::invalid(&path.child("fieldPath"), key, message));
-            }
-        }
-        _ => errors.push(FieldError::not_supported(
-            &path.child("fieldPath"),
+    let field_path_at = path.child("fieldPath");
+    if containers::validate_label_or_annotation_ref(field_path, &field_path_at, errors)
+        != Some(true)
+    {
+        errors.push(FieldError::not_supported(
+            &field_path_at,
             field_path,
             &["metadata.labels['<key>']", "metadata.annotations['<key>']"],
-        )),
+        ));
     }
 }
 
@@ -617,24 +599,7 @@ fn validate_container<'a>(
     names: &mut HashSet<&'a str>,
     errors: &mut Vec<FieldError>,
 ) {
-    let name_path = path.child("name");
-    if container.name.is_empty() {
-        errors.push(FieldError::required(&name_path, ""));
-    } else if let Err(message) = check_dns1123_label(&container.name) {
-        errors.push(FieldError::invalid(&name_path, &container.name, message));
-    } else if !names.insert(container.name.as_str()) {
-        errors.push(FieldError::duplicate(&name_path, &container.name));
-    }
-    let image = container.image.as_deref().unwrap_or_default();
-    if image.is_empty() {
-        errors.push(FieldError::required(&path.child("image"), ""));
-    } else if image.trim() != image {
-        errors.push(FieldError::invalid(
-            &path.child("image"),
-            image,
-            "must not have leading or trailing whitespace",
-        ));
-    }
+    containers::validate_name_and_image(container, path, names, true, errors);
     not_supported_unless(
         container.image_pull_policy.as_deref().unwrap_or_default(),
         &["Always", "IfNotPresent", "Never"],
@@ -666,24 +631,7 @@ fn validate_container<'a>(
         }
     }
 
-    containers::validate_ports(
-        container.ports.as_deref().unwrap_or_default(),
-        &path.child("ports"),
-        errors,
-    );
-    containers::validate_env_from(
-        container.env_from.as_deref().unwrap_or_default(),
-        &path.child("envFrom"),
-        errors,
-    );
-    containers::validate_env(
-        container.env.as_deref().unwrap_or_default(),
-        &path.child("env"),
-        errors,
-    );
-    if let Some(context) = &container.security_context {
-        containers::validate_security_context(context, &path.child("securityContext"), errors);
-    }
+    containers::validate_container(container, path, errors);
 
     validate_resources(container, &path.child("resources"), errors);
 

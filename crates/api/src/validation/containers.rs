@@ -6,11 +6,62 @@
 use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::{
-    ContainerPort, EnvFromSource, EnvVar, ObjectFieldSelector, SecurityContext,
+    Container, ContainerPort, EnvFromSource, EnvVar, ObjectFieldSelector, SecurityContext,
 };
 
-use super::{check_dns1123_subdomain, check_qualified_name};
+use super::{check_dns1123_label, check_dns1123_subdomain, check_qualified_name};
 use crate::field::{FieldError, Path};
+
+/// A container's name (required, a DNS-1123 label, not among `names`, where it is added) and image
+/// (required; in a Pod, not a template, also without leading or trailing white space).
+pub fn validate_name_and_image<'a>(
+    container: &'a Container,
+    path: &Path,
+    names: &mut HashSet<&'a str>,
+    in_pod: bool,
+    errors: &mut Vec<FieldError>,
+) {
+    let name_path = path.child("name");
+    if container.name.is_empty() {
+        errors.push(FieldError::required(&name_path, ""));
+    } else if let Err(message) = check_dns1123_label(&container.name) {
+        errors.push(FieldError::invalid(&name_path, &container.name, message));
+    } else if !names.insert(container.name.as_str()) {
+        errors.push(FieldError::duplicate(&name_path, &container.name));
+    }
+    let image = container.image.as_deref().unwrap_or_default();
+    if image.is_empty() {
+        errors.push(FieldError::required(&path.child("image"), ""));
+    } else if in_pod && image.trim() != image {
+        errors.push(FieldError::invalid(
+            &path.child("image"),
+            image,
+            "must not have leading or trailing whitespace",
+        ));
+    }
+}
+
+/// The ports, env, envFrom and securityContext of `container` (at `path`).
+pub fn validate_container(container: &Container, path: &Path, errors: &mut Vec<FieldError>) {
+    validate_ports(
+        container.ports.as_deref().unwrap_or_default(),
+        &path.child("ports"),
+        errors,
+    );
+    validate_env(
+        container.env.as_deref().unwrap_or_default(),
+        &path.child("env"),
+        errors,
+    );
+    validate_env_from(
+        container.env_from.as_deref().unwrap_or_default(),
+        &path.child("envFrom"),
+        errors,
+    );
+    if let Some(context) = &container.security_context {
+        validate_security_context(context, &path.child("securityContext"), errors);
+    }
+}
 
 /// An environment variable name (or envFrom prefix): `[-._a-zA-Z][-._a-zA-Z0-9]*`, not `.`, `..`
 /// or starting with `..` (Kubernetes' `IsEnvVarName`).
@@ -233,16 +284,9 @@ fn validate_env_field_ref(
     path: &Path,
     errors: &mut Vec<FieldError>,
 ) {
-    let version = field_ref.api_version.as_deref().unwrap_or_default();
-    if version.is_empty() {
-        errors.push(FieldError::required(&path.child("apiVersion"), ""));
+    let Some((version, field_path)) = field_ref_parts(field_ref, path, errors) else {
         return;
-    }
-    let field_path = field_ref.field_path.as_str();
-    if field_path.is_empty() {
-        errors.push(FieldError::required(&path.child("fieldPath"), ""));
-        return;
-    }
+    };
     if version != "v1" {
         errors.push(FieldError::invalid(
             &path.child("fieldPath"),
@@ -251,25 +295,16 @@ fn validate_env_field_ref(
         ));
         return;
     }
-    let subscripted = field_path
-        .strip_suffix("']")
-        .and_then(|rest| rest.split_once("['"));
-    match subscripted {
-        Some(("metadata.labels", key)) => {
-            if let Err(message) = check_qualified_name(key) {
-                errors.push(FieldError::invalid(path, key, message));
-            }
+    match validate_label_or_annotation_ref(field_path, path, errors) {
+        Some(true) => {}
+        Some(false) => {
+            let prefix = field_path.split_once("['").map_or(field_path, |(p, _)| p);
+            errors.push(FieldError::invalid(
+                path,
+                prefix,
+                "does not support subscript",
+            ))
         }
-        Some(("metadata.annotations", key)) => {
-            if let Err(message) = check_qualified_name(&key.to_lowercase()) {
-                errors.push(FieldError::invalid(path, key, message));
-            }
-        }
-        Some((prefix, _)) => errors.push(FieldError::invalid(
-            path,
-            prefix,
-            "does not support subscript",
-        )),
         None if !ENV_FIELD_PATHS.contains(&field_path) => errors.push(FieldError::not_supported(
             &path.child("fieldPath"),
             field_path,
@@ -277,6 +312,46 @@ fn validate_env_field_ref(
         )),
         None => {}
     }
+}
+
+/// A fieldRef's `apiVersion` and `fieldPath`, each required (the first one missing is reported).
+pub fn field_ref_parts<'a>(
+    field_ref: &'a ObjectFieldSelector,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) -> Option<(&'a str, &'a str)> {
+    let version = field_ref.api_version.as_deref().unwrap_or_default();
+    if version.is_empty() {
+        errors.push(FieldError::required(&path.child("apiVersion"), ""));
+        return None;
+    }
+    if field_ref.field_path.is_empty() {
+        errors.push(FieldError::required(&path.child("fieldPath"), ""));
+        return None;
+    }
+    Some((version, field_ref.field_path.as_str()))
+}
+
+/// A subscripted field path (`metadata.labels['<key>']`): `None` when it is not one, `Some(false)`
+/// when it subscripts something other than the labels or annotations, `Some(true)` when it is one
+/// of those, its key checked (an annotation's in lower case, as Kubernetes does).
+pub fn validate_label_or_annotation_ref(
+    field_path: &str,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) -> Option<bool> {
+    let (prefix, key) = field_path
+        .strip_suffix("']")
+        .and_then(|rest| rest.split_once("['"))?;
+    let checked = match prefix {
+        "metadata.labels" => key.to_owned(),
+        "metadata.annotations" => key.to_lowercase(),
+        _ => return Some(false),
+    };
+    if let Err(message) = check_qualified_name(&checked) {
+        errors.push(FieldError::invalid(path, key, message));
+    }
+    Some(true)
 }
 
 /// Kubernetes' `ValidateEnvFrom`: prefixes, and exactly one named source each.
@@ -366,25 +441,28 @@ pub fn validate_security_context(
             )),
         }
     }
-    if let Some(profile) = &context.seccomp_profile {
-        let profile_path = path.child("seccompProfile");
-        validate_profile(
-            &profile.type_,
-            profile.localhost_profile.as_deref(),
-            &profile_path,
+    let profiles = [
+        (
+            "seccompProfile",
             "seccomp",
-            errors,
-        );
-    }
-    if let Some(profile) = &context.app_armor_profile {
-        let profile_path = path.child("appArmorProfile");
-        validate_profile(
-            &profile.type_,
-            profile.localhost_profile.as_deref(),
-            &profile_path,
+            context
+                .seccomp_profile
+                .as_ref()
+                .map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())),
+        ),
+        (
+            "appArmorProfile",
             "AppArmor",
-            errors,
-        );
+            context
+                .app_armor_profile
+                .as_ref()
+                .map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())),
+        ),
+    ];
+    for (field, what, profile) in profiles {
+        if let Some((type_, localhost)) = profile {
+            validate_profile(type_, localhost, &path.child(field), what, errors);
+        }
     }
     if context.allow_privilege_escalation == Some(false) {
         if context.privileged == Some(true) {
