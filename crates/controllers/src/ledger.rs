@@ -226,7 +226,10 @@ mod tests {
         let ledger: Ledger<ConfigMap> = Ledger::default();
         let key: Key = ("ns".into(), "b".into());
         let held = ledger.turn(&key, Duration::from_secs(1)).await;
-        ledger.remember(key.clone(), (*at("a", "10").unwrap()).clone());
+        let mut written = ConfigMap::default();
+        written.metadata.uid = Some("a".into());
+        written.metadata.resource_version = Some("10".into());
+        ledger.remember(key.clone(), written);
         ledger.gone(&key);
         // The write is gone; the held turn stays until it is let go.
         assert_eq!(ledger.len(), 1);

@@ -187,26 +187,26 @@ pub(crate) struct Change<T> {
 /// refused with 400, the field named.
 pub(crate) fn change_of<T: serde::de::DeserializeOwned>(
     review: AdmissionReview<DynamicObject>,
-) -> Result<Change<T>, Answer> {
-    let request = request_of(review).map_err(|answer| *answer)?;
+) -> Result<Change<T>, Box<Answer>> {
+    let request = request_of(review)?;
     if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return Err(allow(&request));
+        return Err(Box::new(allow(&request)));
     }
     let decode = |object: &DynamicObject| -> Result<T, String> {
         let value = to_json(object)?;
         kruise_api::kinds::decode(value).map_err(|e| e.to_string())
     };
     let Some(object) = &request.object else {
-        return Err(allow(&request));
+        return Err(Box::new(allow(&request)));
     };
     let new = match decode(object) {
         Ok(new) => new,
-        Err(message) => return Err(deny_with_code(&request, 400, message)),
+        Err(message) => return Err(Box::new(deny_with_code(&request, 400, message))),
     };
     let old = match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => match decode(old) {
             Ok(old) => Some(old),
-            Err(message) => return Err(deny_with_code(&request, 400, message)),
+            Err(message) => return Err(Box::new(deny_with_code(&request, 400, message))),
         },
         _ => None,
     };

@@ -16,7 +16,7 @@ pub const WEBHOOK_NAME: &str = "vephemeraljobs.kb.io";
 pub fn validate(review: AdmissionReview<DynamicObject>) -> Answer {
     let change = match change_of::<EphemeralJob>(review) {
         Ok(change) => change,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let errors = api::validate(&change.new);
     if errors.is_empty() {

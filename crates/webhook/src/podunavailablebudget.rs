@@ -28,7 +28,7 @@ pub async fn validate(
 ) -> Answer {
     let Change { request, new, old } = match change_of::<PodUnavailableBudget>(review) {
         Ok(change) => change,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     if !gates.budget_delete && !gates.budget_update {
         return deny_with_code(
@@ -105,6 +105,15 @@ mod tests {
     };
 
     /// (operation, spec, old spec, gates, allowed, the message names)
+    type Case = (
+        &'static str,
+        Value,
+        Option<Value>,
+        PolicyGates,
+        bool,
+        &'static str,
+    );
+
     #[tokio::test]
     async fn answers() {
         let web = json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1});
@@ -113,7 +122,7 @@ mod tests {
             budget_update: true,
             ..ON
         };
-        let cases: Vec<(&str, Value, Option<Value>, PolicyGates, bool, &str)> = vec![
+        let cases: Vec<Case> = vec![
             ("CREATE", web.clone(), None, ON, true, ""),
             ("CREATE", web.clone(), None, update_only, true, ""),
             (

@@ -31,7 +31,7 @@ pub async fn validate_with(
 ) -> Answer {
     let change = match change_of::<ResourceDistribution>(review) {
         Ok(change) => change,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     if let Some(refusal) = refusal(&change, enabled) {
         return refusal;
@@ -49,7 +49,7 @@ pub async fn validate_with(
 pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
     match change_of::<ResourceDistribution>(review) {
         Ok(change) => refusal(&change, enabled).unwrap_or_else(|| allow(&change.request)),
-        Err(answer) => answer,
+        Err(answer) => *answer,
     }
 }
 
