@@ -3,7 +3,8 @@
 //! watch cache may not show yet, and one turn per object, so that the admissions of one object in
 //! this process are decided one after the other instead of racing each other into conflicts. The
 //! writes stay guarded by the resourceVersion they were decided on: the ledger saves reads, it does
-//! not replace the guard.
+//! not replace the guard. A write counts only while the cache holds the same object (UID): once the
+//! object is deleted (or created again) its write is forgotten, so a deleted object decides nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
