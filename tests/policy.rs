@@ -511,3 +511,162 @@ spec:
     })
     .await
 }
+
+/// A deleted budget decides nothing (issue 55): after `zero-pub` (maxUnavailable 0, never written
+/// by an admission) and `one-pub` (maxUnavailable 1, used up by an eviction, so that this
+/// process's last write of it is what it decides on) are deleted, every Pod they guarded is
+/// deleted at once, as OpenKruise (which reads NotFound) admits.
+#[tokio::test]
+async fn a_deleted_budget_refuses_nothing() -> anyhow::Result<()> {
+    let ns = bed().namespace("pub-deleted").await?;
+    ns.run(async {
+        apply(&ns, &cloneset("zero", 3, IMAGE_A, json!({}))).await?;
+        apply(&ns, &cloneset("one", 3, IMAGE_A, json!({}))).await?;
+        wait_converged(&ns, "zero", 3, TIMEOUT).await?;
+        wait_converged(&ns, "one", 3, TIMEOUT).await?;
+        ns.apply(&budget_yaml("zero-pub", "zero", 0)).await?;
+        ns.apply(&budget_yaml("one-pub", "one", 1)).await?;
+        wait_budget(&ns, "zero-pub", "zero", 3, 0).await?;
+        wait_budget(&ns, "one-pub", "one", 3, 1).await?;
+
+        let pods: Api<Pod> = ns.api();
+        let zero: Vec<String> = active_pods(&pods, "app=zero")
+            .await?
+            .iter()
+            .map(name)
+            .collect();
+        let one: Vec<String> = active_pods(&pods, "app=one")
+            .await?
+            .iter()
+            .map(name)
+            .collect();
+        let refused = evict(&pods, &zero[0])
+            .await
+            .err()
+            .context("zero-pub admitted an eviction")?;
+        ensure!(refused.contains(REFUSAL), "{refused}");
+        evict(&pods, &one[0])
+            .await
+            .map_err(anyhow::Error::msg)
+            .context("one-pub's first eviction")?;
+        let refused = evict(&pods, &one[1])
+            .await
+            .err()
+            .context("one-pub admitted a second eviction")?;
+        ensure!(refused.contains(REFUSAL), "{refused}");
+
+        let budgets: Api<PodUnavailableBudget> = ns.api();
+        for budget in ["zero-pub", "one-pub"] {
+            budgets
+                .delete(budget, &Default::default())
+                .await
+                .with_context(|| format!("deleting {budget}"))?;
+        }
+        // Every guarded Pod (the one-pub Pod already evicted aside), at once and each on its first
+        // try: none may be refused.
+        let guarded: Vec<&String> = zero.iter().chain(&one[1..]).collect();
+        let results = futures::future::join_all(guarded.iter().map(|pod| {
+            let pods = pods.clone();
+            async move {
+                pods.delete(pod, &Default::default())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("{pod}: {e}"))
+            }
+        }))
+        .await;
+        let refusals: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        ensure!(
+            refusals.is_empty(),
+            "deletes refused after the budgets were deleted: {refusals:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// Budgets OpenKruise's `vpodunavailablebudget.kb.io` refuses are refused, the field named.
+#[tokio::test]
+async fn invalid_budgets_are_refused_with_the_field_named() -> anyhow::Result<()> {
+    let ns = bed().namespace("pub-invalid").await?;
+    ns.run(async {
+        let budgets: Api<PodUnavailableBudget> = ns.api();
+        let create = |name: &'static str, spec: serde_json::Value| {
+            let budgets = budgets.clone();
+            async move {
+                let budget: PodUnavailableBudget = serde_json::from_value(json!({
+                    "apiVersion": "policy.kruise.io/v1alpha1", "kind": "PodUnavailableBudget",
+                    "metadata": {"name": name}, "spec": spec,
+                }))?;
+                anyhow::Ok(
+                    budgets
+                        .create(&Default::default(), &budget)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                )
+            }
+        };
+        let web = json!({"matchLabels": {"app": "web"}});
+        // (name, spec, the field the refusal names)
+        let cases = [
+            ("pct", json!({"selector": web, "maxUnavailable": "150%"}), "spec.maxUnavailable"),
+            ("neg", json!({"selector": web, "maxUnavailable": -1}), "spec.maxUnavailable"),
+            ("negstr", json!({"selector": web, "maxUnavailable": "-1"}), "spec.maxUnavailable"),
+            (
+                "bogus",
+                json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Bogus", "values": ["a"]}]},
+                       "maxUnavailable": 1}),
+                "spec.selector.matchExpressions[0].operator",
+            ),
+            (
+                "space",
+                json!({"selector": {"matchLabels": {"app": "has space!"}}, "maxUnavailable": 1}),
+                "spec.selector.matchLabels[app]",
+            ),
+            ("neither", json!({"maxUnavailable": 1}), "spec.selector, targetRef"),
+            (
+                "both",
+                json!({"selector": web, "maxUnavailable": 1, "minAvailable": 1}),
+                "spec.maxUnavailable, minAvailable",
+            ),
+        ];
+        for (name, spec, field) in cases {
+            let refusal = create(name, spec)
+                .await?
+                .err()
+                .with_context(|| format!("budget {name} was stored"))?;
+            ensure!(
+                refusal.contains("vpodunavailablebudget.kb.io") && refusal.contains(field),
+                "budget {name}: {refusal}"
+            );
+        }
+        // A valid budget is stored; a second over the same Pods is refused, and the first may
+        // change its limit but not what it selects.
+        create("web", json!({"selector": web, "maxUnavailable": 1}))
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        let conflict = create("web-again", json!({"selector": web, "maxUnavailable": 2}))
+            .await?
+            .err()
+            .context("a second budget over the same Pods was stored")?;
+        ensure!(
+            conflict.contains("in conflict with other PodUnavailableBudget web"),
+            "{conflict}"
+        );
+        let resource = "podunavailablebudgets.policy.kruise.io";
+        merge_patch(&ns, resource, "web", &json!({"spec": {"maxUnavailable": 2}})).await?;
+        let moved = merge_patch(
+            &ns,
+            resource,
+            "web",
+            &json!({"spec": {"selector": {"matchLabels": {"app": "db"}}}}),
+        )
+        .await
+        .err()
+        .context("a budget's selector changed")?;
+        ensure!(moved.to_string().contains("cannot be modified"), "{moved}");
+        Ok(())
+    })
+    .await
+}

@@ -326,6 +326,25 @@ async fn resource_distribution_all_namespaces_and_validation() -> anyhow::Result
         ambiguous["spec"]["targets"] = json!({"includedNamespaces": {"list": [{"name": "x"}]}, "excludedNamespaces": {"list": [{"name": "x"}]}});
         let message = format!("{:#}", ns.apply(&ambiguous.to_string()).await.err().context("ambiguous targets were accepted")?);
         ensure!(message.contains("ambiguous targets"), "{message}");
+        // A resource the apiserver can never store (a ConfigMap over 1 MiB) is refused by the
+        // webhook's dry-run create, as upstream's, instead of failing in every namespace later.
+        let mut oversized = doc.clone();
+        oversized["metadata"]["name"] = json!(format!("{id}-oversized"));
+        oversized["spec"]["resource"] = json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{id}-big")},
+            "data": {"big": "x".repeat(1_100_000)},
+        });
+        let oversized: ResourceDistribution = serde_json::from_value(oversized)?;
+        let refusal = distributions
+            .create(&Default::default(), &oversized)
+            .await
+            .err()
+            .context("a ConfigMap over 1 MiB was accepted")?
+            .to_string();
+        ensure!(
+            refusal.contains("spec.resource") && refusal.contains("dry-run"),
+            "{refusal}"
+        );
 
         distributions.delete(&id, &DeleteParams::default()).await?;
         eventually("the copies gone", TIMEOUT, || async {
@@ -426,6 +445,8 @@ spec:
     ephemeralContainers:
     - name: debugger
       image: busybox:1.34
+      imagePullPolicy: IfNotPresent
+      terminationMessagePolicy: File
       command: ["sh", "-c", "echo hello"]
       targetContainerName: main
       env:
@@ -573,6 +594,8 @@ spec:
     ephemeralContainers:
     - name: {name}
       image: busybox:1.34
+      imagePullPolicy: IfNotPresent
+      terminationMessagePolicy: File
       env:
       - name: SIM_EXIT_CODE
         value: "{exit}"
@@ -638,6 +661,67 @@ spec:
             !names.contains(&"held".to_string()),
             "the paused job injected: {names:?}"
         );
+        Ok(())
+    })
+    .await
+}
+
+/// EphemeralJobs OpenKruise's `vephemeraljobs.kb.io` refuses are refused, the field named; and
+/// an invalid selector (which upstream leaves to fail in the controller).
+#[tokio::test]
+async fn ephemeral_job_validation() -> anyhow::Result<()> {
+    let ns = namespace("ejob-invalid").await?;
+    ns.run(async {
+        let jobs: Api<kruise_api::ephemeraljob::EphemeralJob> = ns.api();
+        let container = json!({
+            "name": "debugger", "image": "busybox:1.34", "imagePullPolicy": "IfNotPresent",
+            "terminationMessagePolicy": "File",
+        });
+        // (name, selector, containers, the field the refusal names)
+        let cases = [
+            (
+                "bogus",
+                json!({"matchExpressions": [{"key": "app", "operator": "Bogus"}]}),
+                json!([container]),
+                "spec.selector.matchExpressions[0].operator",
+            ),
+            (
+                "space",
+                json!({"matchLabels": {"app": "has space!"}}),
+                json!([container]),
+                "spec.selector.matchLabels[app]",
+            ),
+            (
+                "policy",
+                json!({"matchLabels": {"app": "web"}}),
+                json!([{"name": "debugger", "image": "busybox:1.34"}]),
+                "spec.template.ephemeralContainers[0].imagePullPolicy",
+            ),
+            (
+                "ports",
+                json!({"matchLabels": {"app": "web"}}),
+                json!([{"name": "debugger", "image": "busybox:1.34", "imagePullPolicy": "IfNotPresent",
+                        "terminationMessagePolicy": "File", "ports": [{"containerPort": 80, "protocol": "TCP"}]}]),
+                "spec.template.ephemeralContainers[0].ports",
+            ),
+        ];
+        for (name, selector, containers, field) in cases {
+            let job: kruise_api::ephemeraljob::EphemeralJob = serde_json::from_value(json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "EphemeralJob",
+                "metadata": {"name": name},
+                "spec": {"selector": selector, "template": {"ephemeralContainers": containers}},
+            }))?;
+            let refusal = jobs
+                .create(&Default::default(), &job)
+                .await
+                .err()
+                .with_context(|| format!("EphemeralJob {name} was stored"))?
+                .to_string();
+            ensure!(
+                refusal.contains("vephemeraljobs.kb.io") && refusal.contains(field),
+                "EphemeralJob {name}: {refusal}"
+            );
+        }
         Ok(())
     })
     .await

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::field::{FieldError, Path};
 
+pub mod containers;
+
 /// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, at most 63.
 pub fn check_dns1123_label(value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
@@ -22,6 +24,36 @@ pub fn check_dns1123_label(value: &str) -> Result<(), String> {
         Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
              start and end with an alphanumeric character (at most 63 characters)"
             .into())
+    }
+}
+
+/// A DNS-1123 subdomain (an object name): at most 253 characters, dot-separated DNS-1123 labels.
+pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
+    if value.len() <= 253
+        && value
+            .split('.')
+            .all(|part| check_dns1123_label(part).is_ok())
+    {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
+             and must start and end with an alphanumeric character (at most 253 characters)"
+            .into())
+    }
+}
+
+/// The group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// `group/version` or `version` (Kubernetes' `schema.ParseGroupVersion`): at most one `/`, with
+/// something on both sides of it.
+pub fn check_group_version(value: &str) -> Result<(), String> {
+    match value.split('/').collect::<Vec<_>>().as_slice() {
+        [_] => Ok(()),
+        [group, version] if !group.is_empty() && !version.is_empty() => Ok(()),
+        _ => Err(format!("unexpected GroupVersion string: {value}")),
     }
 }
 
@@ -176,6 +208,51 @@ pub fn selector_matches_by<'a>(
     labels_ok && expressions_ok
 }
 
+/// Upstream's "loose" overlap of two selectors (`util.IsSelectorLooseOverlap`, how
+/// PodUnavailableBudgets are told apart): both constrain the same label keys (a `matchLabels` entry
+/// counts as `In [value]` and replaces an expression of its key), and for every key the two
+/// requirements can hold at once. Selectors over different keys never overlap in this sense.
+pub fn selectors_loosely_overlap(a: &LabelSelector, b: &LabelSelector) -> bool {
+    let (a, b) = (requirements_by_key(a), requirements_by_key(b));
+    a.len() == b.len()
+        && a.iter().all(|(key, x)| {
+            b.get(key)
+                .is_some_and(|y| requirements_overlap(x, y) && requirements_overlap(y, x))
+        })
+}
+
+/// `(operator, values)` per key, `matchLabels` last.
+fn requirements_by_key(selector: &LabelSelector) -> BTreeMap<&str, (&str, Vec<&str>)> {
+    let mut by_key: BTreeMap<&str, (&str, Vec<&str>)> = BTreeMap::new();
+    for requirement in selector.match_expressions.iter().flatten() {
+        let values = requirement.values.iter().flatten().map(String::as_str);
+        by_key.insert(
+            requirement.key.as_str(),
+            (requirement.operator.as_str(), values.collect()),
+        );
+    }
+    for (key, value) in selector.match_labels.iter().flatten() {
+        by_key.insert(key.as_str(), ("In", vec![value.as_str()]));
+    }
+    by_key
+}
+
+/// Whether requirement `x` can hold together with `y`, as upstream judges it (`isMatchExpOverlap`).
+fn requirements_overlap(x: &(&str, Vec<&str>), y: &(&str, Vec<&str>)) -> bool {
+    let ((x_op, x_values), (y_op, y_values)) = (x, y);
+    let contains = |all: &[&str], some: &[&str]| some.iter().all(|v| all.contains(v));
+    match (*x_op, *y_op) {
+        ("In", "Exists") => true,
+        ("In", "In") => x_values.iter().any(|v| y_values.contains(v)),
+        ("In", "NotIn") => !contains(y_values, x_values),
+        ("Exists", "In" | "NotIn" | "Exists") => true,
+        ("NotIn", "Exists" | "DoesNotExist" | "NotIn") => true,
+        ("NotIn", "In") => !contains(x_values, y_values),
+        ("DoesNotExist", "DoesNotExist" | "NotIn") => true,
+        _ => false,
+    }
+}
+
 /// A workload selector: required, non-empty, valid, and matching the template's labels.
 pub fn validate_workload_selector(
     selector: &LabelSelector,
@@ -213,7 +290,8 @@ pub fn validate_workload_selector(
 
 /// The Pod template of a workload: restartPolicy among `allowed_restart_policies` (unset counts as
 /// Always), no activeDeadlineSeconds when `forbid_active_deadline`, at least one container, unique valid
-/// container names, images present.
+/// container names, images present, and each container's ports, env, envFrom and securityContext as
+/// Kubernetes checks them ([`containers`]).
 pub fn validate_pod_template(
     template: &PodTemplateSpec,
     path: &Path,
@@ -266,17 +344,8 @@ pub fn validate_pod_template(
                 .map(|(i, c)| (spec_path.child("containers").index(i), c)),
         );
     for (container_path, container) in all {
-        let name_path = container_path.child("name");
-        if container.name.is_empty() {
-            errors.push(FieldError::required(&name_path, ""));
-        } else if let Err(message) = check_dns1123_label(&container.name) {
-            errors.push(FieldError::invalid(&name_path, &container.name, message));
-        } else if !names.insert(container.name.as_str()) {
-            errors.push(FieldError::duplicate(&name_path, &container.name));
-        }
-        if container.image.as_deref().is_none_or(str::is_empty) {
-            errors.push(FieldError::required(&container_path.child("image"), ""));
-        }
+        containers::validate_name_and_image(container, &container_path, &mut names, false, errors);
+        containers::validate_container(container, &container_path, errors);
     }
 }
 
@@ -446,5 +515,125 @@ mod tests {
                 "spec.template.spec.containers[2].image: Required value",
             ]
         );
+    }
+
+    #[test]
+    fn loose_overlap_table() {
+        let expr = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|v| v.to_string()).collect()),
+        };
+        let exprs = |requirements: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_expressions: Some(requirements),
+            ..Default::default()
+        };
+        // (a, b, overlap)
+        let cases = [
+            (
+                selector(&[("app", "web")]),
+                selector(&[("app", "web")]),
+                true,
+            ),
+            (
+                selector(&[("app", "web")]),
+                selector(&[("app", "db")]),
+                false,
+            ),
+            // Different keys: not loosely overlapping, though a Pod could match both.
+            (
+                selector(&[("app", "web")]),
+                selector(&[("tier", "fe")]),
+                false,
+            ),
+            (
+                selector(&[("app", "web")]),
+                selector(&[("app", "web"), ("tier", "fe")]),
+                false,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "In", &["db", "web"])]),
+                true,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "Exists", &[])]),
+                true,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "NotIn", &["web"])]),
+                false,
+            ),
+            (
+                selector(&[("app", "web")]),
+                exprs(vec![expr("app", "NotIn", &["db"])]),
+                true,
+            ),
+            (
+                exprs(vec![expr("app", "DoesNotExist", &[])]),
+                exprs(vec![expr("app", "NotIn", &["db"])]),
+                true,
+            ),
+            (
+                exprs(vec![expr("app", "DoesNotExist", &[])]),
+                exprs(vec![expr("app", "Exists", &[])]),
+                false,
+            ),
+            // matchLabels replaces the expression of its key.
+            (
+                LabelSelector {
+                    match_labels: Some([("app".to_string(), "web".to_string())].into()),
+                    match_expressions: Some(vec![expr("app", "In", &["db"])]),
+                },
+                selector(&[("app", "web")]),
+                true,
+            ),
+        ];
+        for (i, (a, b, overlap)) in cases.iter().enumerate() {
+            assert_eq!(selectors_loosely_overlap(a, b), *overlap, "case {i}");
+            assert_eq!(
+                selectors_loosely_overlap(b, a),
+                *overlap,
+                "case {i} reversed"
+            );
+        }
+    }
+
+    #[test]
+    fn pod_template_container_checks() {
+        let path = Path::new("spec").child("template");
+        let tpl: PodTemplateSpec = match serde_json::from_value(serde_json::json!({
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{
+                "name": "app", "image": "nginx",
+                "ports": [{"containerPort": 0}, {"containerPort": 80, "name": "Web"}],
+                "env": [{"name": "1A", "value": "x"}, {"name": "B", "valueFrom": {}}],
+                "envFrom": [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}],
+                "securityContext": {"runAsUser": -5, "procMount": "Bogus"},
+            }]},
+        })) {
+            Ok(tpl) => tpl,
+            Err(e) => panic!("template: {e}"),
+        };
+        let errors = errors_of(|e| validate_pod_template(&tpl, &path, &["Always"], false, e));
+        let container = "spec.template.spec.containers[0]";
+        let want = [
+            format!("{container}.ports[0].containerPort: Invalid value"),
+            format!(r#"{container}.ports[1].name: Invalid value: "Web""#),
+            format!(r#"{container}.env[0].name: Invalid value: "1A""#),
+            format!("{container}.env[1].valueFrom: Invalid value"),
+            format!("{container}.envFrom[0]: Invalid value"),
+            format!(r#"{container}.securityContext.runAsUser: Invalid value: "-5""#),
+            format!(r#"{container}.securityContext.procMount: Unsupported value: "Bogus""#),
+        ];
+        assert_eq!(errors.len(), want.len(), "{errors:#?}");
+        for (error, want) in errors.iter().zip(&want) {
+            assert!(
+                error.starts_with(want.as_str()),
+                "{error} does not start with {want}"
+            );
+        }
     }
 }

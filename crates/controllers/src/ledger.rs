@@ -3,7 +3,8 @@
 //! watch cache may not show yet, and one turn per object, so that the admissions of one object in
 //! this process are decided one after the other instead of racing each other into conflicts. The
 //! writes stay guarded by the resourceVersion they were decided on: the ledger saves reads, it does
-//! not replace the guard.
+//! not replace the guard. A write counts only while the cache holds the same object (UID): once the
+//! object is deleted (or created again) its write is forgotten, so a deleted object decides nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,34 +35,51 @@ fn version<K: Resource>(object: &K) -> Option<u64> {
     object.meta().resource_version.as_deref()?.parse().ok()
 }
 
-/// The newer of the cache's copy and this process's last write: the write only when it is of the
-/// same object (UID) and its resourceVersion is larger; the cache's when they cannot be compared
-/// (a stale choice costs a conflict and a fresh read, never a wrong write).
+/// Whether two copies are of the same object: their UIDs match, or one of them has none.
+fn same_object<K: Resource>(a: &K, b: &K) -> bool {
+    a.meta().uid.is_none() || b.meta().uid.is_none() || a.meta().uid == b.meta().uid
+}
+
+/// The newer of the cache's copy and this process's last write. The cache is the judge of which
+/// objects exist: when it holds nothing of the name, or another object of the name (deleted and
+/// created again), the write is of an object that is gone (or one the cache has not seen yet) and
+/// decides nothing. Of two copies of the same object (UID), the write when its resourceVersion is
+/// larger; the cache's when they cannot be compared (a stale choice costs a conflict and a fresh
+/// read, never a wrong write).
 pub fn newer<K: Resource>(cached: Option<Arc<K>>, written: Option<Arc<K>>) -> Option<Arc<K>> {
-    match (cached, written) {
-        (Some(cached), Some(written)) => {
-            let same = cached.meta().uid.is_none()
-                || written.meta().uid.is_none()
-                || cached.meta().uid == written.meta().uid;
+    let cached = cached?;
+    match written {
+        Some(written) if same_object(cached.as_ref(), written.as_ref()) => {
             match (version(cached.as_ref()), version(written.as_ref())) {
-                (Some(c), Some(w)) if same && w > c => Some(written),
+                (Some(c), Some(w)) if w > c => Some(written),
                 _ => Some(cached),
             }
         }
-        (cached, written) => cached.or(written),
+        _ => Some(cached),
     }
 }
 
 impl<K: Resource> Ledger<K> {
-    /// The newest copy known of `key`, given the cache's.
+    /// The newest copy known of `key`, given the cache's (`None`: the cache holds nothing of that
+    /// name). A write the cache does not vouch for (the object is gone, or was created again) is
+    /// forgotten here: a deleted object decides nothing, and the ledger does not outgrow the
+    /// objects that exist.
     pub fn newest(&self, key: &Key, cached: Option<Arc<K>>) -> Option<Arc<K>> {
-        let written = self
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned();
-        newer(cached, written)
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = match (&cached, written.get(key)) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(cached), Some(mine)) => !same_object(cached.as_ref(), mine.as_ref()),
+        };
+        if stale {
+            written.remove(key);
+            drop(written);
+            self.drop_idle_turn(key);
+            return cached;
+        }
+        let mine = written.get(key).cloned();
+        drop(written);
+        newer(cached, mine)
     }
 
     /// Records what the apiserver answered to this process's write.
@@ -78,6 +96,38 @@ impl<K: Resource> Ledger<K> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
+    }
+
+    /// Forgets `key` altogether (the object is gone): its last write, and its turn unless someone
+    /// holds or awaits it.
+    pub fn gone(&self, key: &Key) {
+        self.forget(key);
+        self.drop_idle_turn(key);
+    }
+
+    fn drop_idle_turn(&self, key: &Key) {
+        let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the map holds it: nobody has the turn or waits for it (a new waiter would have to
+        // take the map's lock first).
+        if turns
+            .get(key)
+            .is_some_and(|turn| Arc::strong_count(turn) == 1)
+        {
+            turns.remove(key);
+        }
+    }
+
+    /// How many objects the ledger holds a write or a turn of (for tests and metrics).
+    pub fn len(&self) -> usize {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys: std::collections::HashSet<&Key> = written.keys().collect();
+        keys.extend(turns.keys());
+        keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Waits for `key`'s turn, at most `wait` (then `None`: go ahead on the resourceVersion guard
@@ -120,7 +170,8 @@ mod tests {
         let cases = [
             (None, None, None),
             (at("a", "5"), None, Some("5")),
-            (None, at("a", "5"), Some("5")),
+            // The cache holds nothing of the name: the object is gone, the write decides nothing.
+            (None, at("a", "5"), None),
             (at("a", "9"), at("a", "10"), Some("10")),
             (at("a", "11"), at("a", "10"), Some("11")),
             (at("a", "10"), at("a", "10"), Some("10")),
@@ -138,6 +189,55 @@ mod tests {
                 "case {i}"
             );
         }
+    }
+
+    #[test]
+    fn a_write_lives_only_as_long_as_the_cache_holds_its_object() {
+        let key: Key = ("ns".into(), "b".into());
+        // (cache before, write, cache after, taken, ledger entries left)
+        let cases = [
+            // The cache is behind the write: the write.
+            (at("a", "9"), at("a", "10"), at("a", "9"), Some("10"), 1),
+            // The cache caught up: the cache's; the write is kept until the object goes.
+            (at("a", "9"), at("a", "10"), at("a", "12"), Some("12"), 1),
+            // Deleted: nothing, and the write is forgotten.
+            (at("a", "9"), at("a", "10"), None, None, 0),
+            // Deleted and created again (another UID): the new object, the write forgotten.
+            (at("a", "9"), at("a", "10"), at("b", "3"), Some("3"), 0),
+            // Created since the cache last saw the name: read afresh, nothing remembered.
+            (None, at("a", "10"), None, None, 0),
+        ];
+        for (i, (before, write, after, taken, left)) in cases.into_iter().enumerate() {
+            let ledger: Ledger<ConfigMap> = Ledger::default();
+            let _ = ledger.newest(&key, before);
+            if let Some(write) = write {
+                ledger.remember(key.clone(), (*write).clone());
+            }
+            assert_eq!(
+                version_of(ledger.newest(&key, after)).as_deref(),
+                taken,
+                "case {i}"
+            );
+            assert_eq!(ledger.len(), left, "case {i}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_gone_object_leaves_no_turn_unless_it_is_held() {
+        let ledger: Ledger<ConfigMap> = Ledger::default();
+        let key: Key = ("ns".into(), "b".into());
+        let held = ledger.turn(&key, Duration::from_secs(1)).await;
+        let mut written = ConfigMap::default();
+        written.metadata.uid = Some("a".into());
+        written.metadata.resource_version = Some("10".into());
+        ledger.remember(key.clone(), written);
+        ledger.gone(&key);
+        // The write is gone; the held turn stays until it is let go.
+        assert_eq!(ledger.len(), 1);
+        assert!(ledger.turn(&key, Duration::from_millis(20)).await.is_none());
+        drop(held);
+        ledger.gone(&key);
+        assert!(ledger.is_empty());
     }
 
     #[tokio::test]

@@ -162,6 +162,57 @@ pub(crate) fn deny(request: &AdmissionRequest<DynamicObject>, message: String) -
     }
 }
 
+/// [`deny`] with an HTTP status code (upstream answers 400, 403 or 422 by handler).
+pub(crate) fn deny_with_code(
+    request: &AdmissionRequest<DynamicObject>,
+    code: u16,
+    message: String,
+) -> Answer {
+    let mut answer = deny(request, message);
+    if let Some(response) = answer.review.response.as_mut() {
+        response.result.code = code;
+    }
+    answer
+}
+
+/// A CREATE or UPDATE of an object of type `T`, decoded (`old` on UPDATE).
+pub(crate) struct Change<T> {
+    pub request: AdmissionRequest<DynamicObject>,
+    pub new: T,
+    pub old: Option<T>,
+}
+
+/// The CREATE or UPDATE in `review`, decoded; `Err` answers the review at once: any other
+/// operation (or a request without an object) is allowed, an object that does not decode is
+/// refused with 400, the field named.
+pub(crate) fn change_of<T: serde::de::DeserializeOwned>(
+    review: AdmissionReview<DynamicObject>,
+) -> Result<Change<T>, Box<Answer>> {
+    let request = request_of(review)?;
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return Err(Box::new(allow(&request)));
+    }
+    let decode = |object: &DynamicObject| -> Result<T, String> {
+        let value = to_json(object)?;
+        kruise_api::kinds::decode(value).map_err(|e| e.to_string())
+    };
+    let Some(object) = &request.object else {
+        return Err(Box::new(allow(&request)));
+    };
+    let new = match decode(object) {
+        Ok(new) => new,
+        Err(message) => return Err(Box::new(deny_with_code(&request, 400, message))),
+    };
+    let old = match (&request.operation, &request.old_object) {
+        (Operation::Update, Some(old)) => match decode(old) {
+            Ok(old) => Some(old),
+            Err(message) => return Err(Box::new(deny_with_code(&request, 400, message))),
+        },
+        _ => None,
+    };
+    Ok(Change { request, new, old })
+}
+
 pub(crate) fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
     Answer {
         review: AdmissionResponse::from(request).into_review(),

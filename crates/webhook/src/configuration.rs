@@ -409,35 +409,51 @@ fn container_recreate_request(
     }
 }
 
-/// The v1alpha1-only kinds with a validating webhook of their own (upstream's name, path, and
+/// The v1alpha1-only kinds with a validating webhook of their own (upstream's name, path, group and
 /// resource), checked on CREATE and UPDATE: ResourceDistribution, PersistentPodState,
-/// WorkloadSpread, PodProbeMarker.
-const V1ALPHA1_VALIDATED: &[(&str, &str, &str)] = &[
+/// WorkloadSpread, PodProbeMarker, EphemeralJob and policy.kruise.io's PodUnavailableBudget.
+const V1ALPHA1_VALIDATED: &[(&str, &str, &str, &str)] = &[
     (
         crate::resourcedistribution::WEBHOOK_NAME,
         crate::resourcedistribution::VALIDATE_PATH,
+        kruise_api::kinds::GROUP,
         kruise_api::resourcedistribution::PLURAL,
     ),
     (
         crate::persistentpodstate::WEBHOOK_NAME,
         crate::persistentpodstate::VALIDATE_PATH,
+        kruise_api::kinds::GROUP,
         kruise_api::persistentpodstate::PLURAL,
     ),
     (
         crate::workloadspread::WEBHOOK_NAME,
         crate::workloadspread::VALIDATE_PATH,
+        kruise_api::kinds::GROUP,
         kruise_api::workloadspread::PLURAL,
     ),
     (
         crate::podprobemarker::WEBHOOK_NAME,
         crate::podprobemarker::VALIDATE_PATH,
+        kruise_api::kinds::GROUP,
         kruise_api::podprobemarker::PLURAL,
+    ),
+    (
+        crate::ephemeraljob::WEBHOOK_NAME,
+        crate::ephemeraljob::VALIDATE_PATH,
+        kruise_api::kinds::GROUP,
+        kruise_api::ephemeraljob::PLURAL,
+    ),
+    (
+        crate::podunavailablebudget::WEBHOOK_NAME,
+        crate::podunavailablebudget::VALIDATE_PATH,
+        kruise_api::policy::GROUP,
+        crate::podunavailablebudget::PLURAL,
     ),
 ];
 
 /// The validating webhook of a v1alpha1-only kind ([`V1ALPHA1_VALIDATED`]).
 fn v1alpha1_validating(
-    (name, path, plural): (&str, &str, &str),
+    (name, path, group, plural): (&str, &str, &str, &str),
     target: &Target,
     ca_bundle: Option<&[u8]>,
     timeout_seconds: i32,
@@ -446,7 +462,7 @@ fn v1alpha1_validating(
         name: name.into(),
         client_config: target.client_config(path, ca_bundle),
         rules: Some(vec![rule(
-            kruise_api::kinds::GROUP,
+            group,
             &["v1alpha1"],
             &["CREATE", "UPDATE"],
             plural,

@@ -106,6 +106,16 @@ impl Policy {
         }
     }
 
+    /// The feature gates these webhooks honour.
+    pub fn gates(&self) -> PolicyGates {
+        self.gates
+    }
+
+    /// The client the webhooks read the cluster with (none: every request is allowed).
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
+    }
+
     /// Leaves the [`REASON_PREVENTED`] Warning on `pod`, as upstream does whenever a budget
     /// refuses (dry runs included), without holding up the answer.
     fn record_prevented(&self, pod: &Pod) {

@@ -1,65 +1,104 @@
 //! The ResourceDistribution validating webhook (upstream `pkg/webhook/resourcedistribution`): the
 //! resource must be a Secret or ConfigMap whose apiVersion, kind and name never change, the targets
-//! valid and unambiguous. While the `ResourceDistributionGate` is off every create and update is
-//! refused (403), as upstream's.
+//! valid and unambiguous; and, as upstream, the apiserver must accept the resource itself: a server
+//! dry-run create of it in the webhook's namespace answers that (a ConfigMap over 1 MiB, say, is
+//! refused there and so here, instead of failing in every target namespace later). While the
+//! `ResourceDistributionGate` is off every create and update is refused (403), as upstream's.
 
 use kruise_api::field;
 use kruise_api::resourcedistribution::{self as rd, ResourceDistribution};
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use kube::api::{ApiResource, PostParams};
+use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use kube::core::response::StatusSummary;
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::Value;
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, Change, allow, change_of, deny_with_code};
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-resourcedistribution";
 pub const WEBHOOK_NAME: &str = "vresourcedistribution.kb.io";
 pub const GATE: &str = "ResourceDistributionGate";
 
-/// Answers a ResourceDistribution review; `enabled` is the `ResourceDistributionGate`.
-pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
+/// Answers a ResourceDistribution review; `enabled` is the `ResourceDistributionGate`. Without a
+/// client the resource is not dry-run.
+pub async fn validate_with(
+    review: AdmissionReview<DynamicObject>,
+    enabled: bool,
+    client: Option<&Client>,
+    namespace: &str,
+) -> Answer {
+    let change = match change_of::<ResourceDistribution>(review) {
+        Ok(change) => change,
         Err(answer) => return *answer,
     };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
+    if let Some(refusal) = refusal(&change, enabled) {
+        return refusal;
     }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let decode = |object: &DynamicObject| -> Result<ResourceDistribution, String> {
-        let value =
-            serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
-        kruise_api::kinds::decode(value).map_err(|e| e.to_string())
-    };
-    let new = match decode(object) {
-        Ok(new) => new,
-        Err(message) => return deny(&request, message),
-    };
-    let old = match (&request.operation, &request.old_object) {
-        (Operation::Update, Some(old)) => match decode(old) {
-            Ok(old) => Some(old),
-            Err(message) => return deny(&request, message),
-        },
-        _ => None,
-    };
+    if let Some(client) = client
+        && let Err(message) = dry_run(client, &change.new.spec.resource, namespace).await
+    {
+        return deny_with_code(&change.request, 422, message);
+    }
+    allow(&change.request)
+}
+
+/// Answers a ResourceDistribution review without the dry run; `enabled` is the
+/// `ResourceDistributionGate`.
+pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
+    match change_of::<ResourceDistribution>(review) {
+        Ok(change) => refusal(&change, enabled).unwrap_or_else(|| allow(&change.request)),
+        Err(answer) => *answer,
+    }
+}
+
+/// The refusal of a create or update without the apiserver: 403 while the gate is off, 422 with
+/// the fields at fault, as upstream's.
+fn refusal(change: &Change<ResourceDistribution>, enabled: bool) -> Option<Answer> {
     if !enabled {
-        let mut response =
-            AdmissionResponse::from(&request).deny(format!("feature-gate {GATE} is not enabled"));
+        let mut response = AdmissionResponse::from(&change.request)
+            .deny(format!("feature-gate {GATE} is not enabled"));
         response.result.code = 403;
         response.result.reason = "Forbidden".into();
         response.result.status = Some(StatusSummary::Failure);
-        return Answer {
+        return Some(Answer {
             review: response.into_review(),
             allowed: false,
-        };
+        });
     }
-    let errors = rd::validate(&new, old.as_ref());
-    if errors.is_empty() {
-        allow(&request)
-    } else {
-        deny(&request, field::join(&errors))
+    let errors = rd::validate(&change.new, change.old.as_ref());
+    (!errors.is_empty()).then(|| deny_with_code(&change.request, 422, field::join(&errors)))
+}
+
+/// Creates `resource` in `namespace` with `dryRun=All`: `Err` with upstream's message when the
+/// apiserver refuses it (its existing already is no refusal).
+async fn dry_run(client: &Client, resource: &Value, namespace: &str) -> Result<(), String> {
+    let (api_version, kind, _) = rd::identity(resource);
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let plural = format!("{}s", kind.to_lowercase());
+    let api_resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+    let mut object: DynamicObject = serde_json::from_value(resource.clone())
+        .map_err(|e| format!("spec.resource: Invalid value: failed to read the resource: {e}"))?;
+    object.metadata.namespace = Some(namespace.to_owned());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource);
+    let params = PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    match api.create(&params, &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => Ok(()),
+        Err(error) => {
+            let detail = match &error {
+                kube::Error::Api(status) => status.message.clone(),
+                other => other.to_string(),
+            };
+            Err(format!(
+                "spec.resource: Internal error: failed to dry-run to validate spec.resource, error: {detail}"
+            ))
+        }
     }
 }
 

@@ -247,12 +247,35 @@ pub fn router_with(
         );
     }
     router = router.route(
+        crate::ephemeraljob::VALIDATE_PATH,
+        admission_route(crate::ephemeraljob::VALIDATE_PATH, |review| {
+            std::future::ready(crate::ephemeraljob::validate(review))
+        }),
+    );
+    let budget_policy = policy.clone();
+    router = router.route(
+        crate::podunavailablebudget::VALIDATE_PATH,
+        admission_route(crate::podunavailablebudget::VALIDATE_PATH, move |review| {
+            let policy = budget_policy.clone();
+            async move {
+                crate::podunavailablebudget::validate(review, policy.gates(), policy.client()).await
+            }
+        }),
+    );
+    let (rd_client, rd_namespace) = (client.clone(), pods.namespace().to_owned());
+    router = router.route(
         crate::resourcedistribution::VALIDATE_PATH,
         admission_route(crate::resourcedistribution::VALIDATE_PATH, move |review| {
-            std::future::ready(crate::resourcedistribution::validate(
-                review,
-                gates.resource_distribution,
-            ))
+            let (client, namespace) = (rd_client.clone(), rd_namespace.clone());
+            async move {
+                crate::resourcedistribution::validate_with(
+                    review,
+                    gates.resource_distribution,
+                    client.as_ref(),
+                    &namespace,
+                )
+                .await
+            }
         }),
     );
     let pps_client = client.clone();

@@ -114,14 +114,19 @@ impl WorkloadSpreads {
             })?
     }
 
-    /// The WorkloadSpreads of `namespace`: from the cache once it is loaded, else listed.
-    async fn in_namespace(&self, namespace: &str) -> Result<Vec<Arc<WorkloadSpread>>, String> {
-        if let Some(store) = &self.store
-            && matches!(
+    /// The watch cache, once it is loaded.
+    fn loaded(&self) -> Option<&Store<WorkloadSpread>> {
+        self.store.as_ref().filter(|store| {
+            matches!(
                 futures::FutureExt::now_or_never(store.wait_until_ready()),
                 Some(Ok(()))
             )
-        {
+        })
+    }
+
+    /// The WorkloadSpreads of `namespace`: from the cache once it is loaded, else listed.
+    async fn in_namespace(&self, namespace: &str) -> Result<Vec<Arc<WorkloadSpread>>, String> {
+        if let Some(store) = self.loaded() {
             return Ok(store
                 .state()
                 .into_iter()
@@ -319,20 +324,22 @@ impl WorkloadSpreads {
                 return Ok(None);
             };
             let api: Api<WorkloadSpread> = Api::namespaced(client.clone(), &namespace);
-            return api
+            let read = api
                 .get_opt(&ws.name_any())
                 .await
-                .map(|w| w.map(Arc::new))
-                .map_err(|e| format!("reading WorkloadSpread {key}: {e}"));
+                .map_err(|e| format!("reading WorkloadSpread {key}: {e}"))?;
+            if read.is_none() {
+                self.ledger.gone(&(namespace, ws.name_any()));
+            }
+            return Ok(read.map(Arc::new));
         }
-        let cached = self
-            .store
-            .as_ref()
-            .and_then(|s| s.get(&kube::runtime::reflector::ObjectRef::from_obj(ws)))
-            .unwrap_or_else(|| Arc::new(ws.clone()));
-        Ok(self
-            .ledger
-            .newest(&(namespace, ws.name_any()), Some(cached)))
+        // The loaded cache says which WorkloadSpreads exist (one deleted since it was matched
+        // places nothing); before it is loaded, the copy just listed does.
+        let cached = match self.loaded() {
+            Some(store) => store.get(&kube::runtime::reflector::ObjectRef::from_obj(ws)),
+            None => Some(Arc::new(ws.clone())),
+        };
+        Ok(self.ledger.newest(&(namespace, ws.name_any()), cached))
     }
 
     /// Places a Pod being created: `Ok(Some(pod))` with its subset injected, `Ok(None)` when no
@@ -448,7 +455,10 @@ impl WorkloadSpreads {
                 Ok(Recorded::Written)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Recorded::Conflict),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Recorded::Gone),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                self.ledger.gone(&(namespace, name));
+                Ok(Recorded::Gone)
+            }
             Err(error) => Err(format!(
                 "recording a Pod in WorkloadSpread {namespace}/{name}: {error}"
             )),
@@ -489,6 +499,8 @@ impl WorkloadSpreads {
                 .await
                 .map_err(|e| format!("reading WorkloadSpread {key}: {e}"))?
             else {
+                self.ledger
+                    .gone(&(namespace.to_owned(), matched.name.clone()));
                 return Ok(());
             };
             let version = core::pod_version(pod);

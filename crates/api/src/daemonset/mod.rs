@@ -213,7 +213,7 @@ impl KindApi for Api {
         let mut errors = Vec::new();
         let name = object.metadata.name.as_deref().unwrap_or_default();
         if object.metadata.generate_name.is_none()
-            && let Err(message) = check_dns1123_subdomain(name)
+            && let Err(message) = validation::check_dns1123_subdomain(name)
         {
             errors.push(FieldError::invalid(
                 &Path::new("metadata").child("name"),
@@ -267,22 +267,6 @@ fn consume_surging_marker(meta: &mut ObjectMeta) -> bool {
     alpha_only.remove(STASH_ROLLING_UPDATE_TYPE);
     alpha_only.put(meta, key);
     surging
-}
-
-/// A DNS-1123 subdomain: dot-separated DNS labels, at most 253 characters.
-fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
-    if !value.is_empty()
-        && value.len() <= 253
-        && value
-            .split('.')
-            .all(|l| validation::check_dns1123_label(l).is_ok())
-    {
-        Ok(())
-    } else {
-        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and \
-             must start and end with an alphanumeric character (at most 253 characters)"
-            .into())
-    }
 }
 
 fn validate_spec(spec: &v1beta1::DaemonSetSpec, errors: &mut Vec<FieldError>) {

@@ -131,10 +131,7 @@ pub fn crd() -> CustomResourceDefinition {
     crate::crd::single_version(PersistentPodState::crd())
 }
 
-/// The group of an apiVersion (`apps/v1` → `apps`, `v1` → ``).
-pub fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(group, _)| group)
-}
+pub use crate::validation::group_of;
 
 /// Whether two references name the same workload: same group, kind and name (the version may
 /// differ), as upstream's `IsReferenceEqual`.
@@ -172,7 +169,7 @@ impl Whitelist {
     /// Whether a workload of `api_version`/`kind` may be the target of a PersistentPodState:
     /// StatefulSets of apps and apps.kruise.io always, other kinds when whitelisted (by group).
     pub fn allows(&self, api_version: &str, kind: &str) -> bool {
-        if api_version.is_empty() {
+        if api_version.is_empty() || crate::validation::check_group_version(api_version).is_err() {
             return false;
         }
         let group = group_of(api_version);

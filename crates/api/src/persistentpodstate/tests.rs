@@ -75,6 +75,8 @@ fn whitelist_allows_statefulsets_and_listed_kinds() {
         ("apps/v1", "Deployment", false),
         ("example.com/v1", "StatefulSet", false),
         ("", "StatefulSet", false),
+        // Not a group/version (upstream's ParseGroupVersion fails).
+        ("apps/v1/x", "StatefulSet", false),
     ];
     for (api_version, kind, allowed) in cases {
         assert_eq!(

@@ -2,6 +2,9 @@
 //! well-known keys of the budget and of deletion protection.
 
 pub mod v1alpha1;
+mod validate;
+
+pub use validate::validate;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::field::{FieldError, Path};
 use crate::schema::is_default;
-use crate::validation::{check_dns1123_label, validate_label_selector};
+use crate::validation::containers::check_config_key;
+use crate::validation::{check_dns1123_label, check_dns1123_subdomain, validate_label_selector};
 
 pub const KIND: &str = "ResourceDistribution";
 pub const PLURAL: &str = "resourcedistributions";
@@ -260,25 +261,6 @@ fn validate_resource(resource: &Value, path: &Path, errors: &mut Vec<FieldError>
     }
 }
 
-/// A Secret or ConfigMap key: `[-._a-zA-Z0-9]+`, at most 253 characters, not `.` or `..`.
-pub fn check_config_key(key: &str) -> Result<(), String> {
-    if key.is_empty() || key.len() > 253 {
-        return Err("must be between 1 and 253 characters".into());
-    }
-    if !key
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
-    {
-        return Err(
-            "a valid config key must consist of alphanumeric characters, '-', '_' or '.'".into(),
-        );
-    }
-    if key == "." || key == ".." {
-        return Err(format!("must not be '{key}'"));
-    }
-    Ok(())
-}
-
 fn validate_targets(
     targets: &ResourceDistributionTargets,
     path: &Path,
@@ -322,21 +304,6 @@ fn validate_targets(
         &path.child("namespaceLabelSelector"),
         errors,
     );
-}
-
-/// A DNS-1123 subdomain (an object name): at most 253 characters, dot-separated DNS-1123 labels.
-pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
-    if value.len() <= 253
-        && value
-            .split('.')
-            .all(|part| check_dns1123_label(part).is_ok())
-    {
-        Ok(())
-    } else {
-        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
-             and must start and end with an alphanumeric character (at most 253 characters)"
-            .into())
-    }
 }
 
 #[cfg(test)]

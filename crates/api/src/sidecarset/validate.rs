@@ -5,9 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, LifecycleHandler, ObjectFieldSelector, Probe, Volume,
-};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, ObjectFieldSelector, Probe, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -19,6 +17,7 @@ use crate::field::{FieldError, Path};
 use crate::intstr::{self, IntOrPercent};
 use crate::pub_types::validate_scatter;
 use crate::quantity::Quantity;
+use crate::validation::containers;
 use crate::validation::{
     check_dns1123_label, check_label_value, check_qualified_name, selector_is_empty,
     validate_label_selector, validate_non_negative,
@@ -447,11 +446,9 @@ fn validate_source_field_ref(
     path: &Path,
     errors: &mut Vec<FieldError>,
 ) {
-    let version = field_ref.api_version.as_deref().unwrap_or_default();
-    if version.is_empty() {
-        errors.push(FieldError::required(&path.child("apiVersion"), ""));
+    let Some((version, field_path)) = containers::field_ref_parts(field_ref, path, errors) else {
         return;
-    }
+    };
     if version != "v1" {
         errors.push(FieldError::not_supported(
             &path.child("apiVersion"),
@@ -460,31 +457,15 @@ fn validate_source_field_ref(
         ));
         return;
     }
-    let field_path = field_ref.field_path.as_str();
-    if field_path.is_empty() {
-        errors.push(FieldError::required(&path.child("fieldPath"), ""));
-        return;
-    }
-    let subscripted = field_path
-        .strip_suffix("']")
-        .and_then(|rest| rest.split_once("['"))
-        .filter(|(_, key)| !key.is_empty());
-    match subscripted {
-        Some((prefix @ ("metadata.labels" | "metadata.annotations"), key)) => {
-            let checked = if prefix == "metadata.annotations" {
-                key.to_lowercase()
-            } else {
-                key.to_string()
-            };
-            if let Err(message) = check_qualified_name(&checked) {
-                errors.push(FieldError::invalid(&path.child("fieldPath"), key, message));
-            }
-        }
-        _ => errors.push(FieldError::not_supported(
-            &path.child("fieldPath"),
+    let field_path_at = path.child("fieldPath");
+    if containers::validate_label_or_annotation_ref(field_path, &field_path_at, errors)
+        != Some(true)
+    {
+        errors.push(FieldError::not_supported(
+            &field_path_at,
             field_path,
             &["metadata.labels['<key>']", "metadata.annotations['<key>']"],
-        )),
+        ));
     }
 }
 
@@ -618,24 +599,7 @@ fn validate_container<'a>(
     names: &mut HashSet<&'a str>,
     errors: &mut Vec<FieldError>,
 ) {
-    let name_path = path.child("name");
-    if container.name.is_empty() {
-        errors.push(FieldError::required(&name_path, ""));
-    } else if let Err(message) = check_dns1123_label(&container.name) {
-        errors.push(FieldError::invalid(&name_path, &container.name, message));
-    } else if !names.insert(container.name.as_str()) {
-        errors.push(FieldError::duplicate(&name_path, &container.name));
-    }
-    let image = container.image.as_deref().unwrap_or_default();
-    if image.is_empty() {
-        errors.push(FieldError::required(&path.child("image"), ""));
-    } else if image.trim() != image {
-        errors.push(FieldError::invalid(
-            &path.child("image"),
-            image,
-            "must not have leading or trailing whitespace",
-        ));
-    }
+    containers::validate_name_and_image(container, path, names, true, errors);
     not_supported_unless(
         container.image_pull_policy.as_deref().unwrap_or_default(),
         &["Always", "IfNotPresent", "Never"],
@@ -667,54 +631,7 @@ fn validate_container<'a>(
         }
     }
 
-    let mut port_names = HashSet::new();
-    for (j, port) in container.ports.iter().flatten().enumerate() {
-        let port_path = path.child("ports").index(j);
-        if !(1..=65535).contains(&port.container_port) {
-            errors.push(FieldError::invalid(
-                &port_path.child("containerPort"),
-                port.container_port,
-                "must be between 1 and 65535, inclusive",
-            ));
-        }
-        if let Some(host_port) = port.host_port
-            && !(0..=65535).contains(&host_port)
-        {
-            errors.push(FieldError::invalid(
-                &port_path.child("hostPort"),
-                host_port,
-                "must be between 1 and 65535, inclusive",
-            ));
-        }
-        not_supported_unless(
-            port.protocol.as_deref().unwrap_or_default(),
-            &["TCP", "UDP", "SCTP"],
-            &port_path.child("protocol"),
-            errors,
-        );
-        if let Some(name) = port.name.as_deref().filter(|n| !n.is_empty()) {
-            if let Err(message) = check_port_name(name) {
-                errors.push(FieldError::invalid(&port_path.child("name"), name, message));
-            } else if !port_names.insert(name) {
-                errors.push(FieldError::duplicate(&port_path.child("name"), name));
-            }
-        }
-    }
-
-    for (j, source) in container.env_from.iter().flatten().enumerate() {
-        let count =
-            usize::from(source.config_map_ref.is_some()) + usize::from(source.secret_ref.is_some());
-        if count != 1 {
-            errors.push(FieldError::invalid(
-                &path.child("envFrom").index(j),
-                "",
-                "must specify exactly one of: `configMapRef` or `secretRef`",
-            ));
-        }
-    }
-    for (j, env) in container.env.iter().flatten().enumerate() {
-        validate_env(env, &path.child("env").index(j), errors);
-    }
+    containers::validate_container(container, path, errors);
 
     validate_resources(container, &path.child("resources"), errors);
 
@@ -826,52 +743,6 @@ fn validate_container<'a>(
     }
 }
 
-fn validate_env(env: &EnvVar, path: &Path, errors: &mut Vec<FieldError>) {
-    if env.name.is_empty() {
-        errors.push(FieldError::required(&path.child("name"), ""));
-    } else if !env
-        .name
-        .bytes()
-        .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
-    {
-        errors.push(FieldError::invalid(
-            &path.child("name"),
-            &env.name,
-            "a valid environment variable name must consist only of printable ASCII characters other than '='",
-        ));
-    }
-    let Some(source) = &env.value_from else {
-        return;
-    };
-    let count = [
-        source.field_ref.is_some(),
-        source.resource_field_ref.is_some(),
-        source.config_map_key_ref.is_some(),
-        source.secret_key_ref.is_some(),
-        source.file_key_ref.is_some(),
-    ]
-    .into_iter()
-    .filter(|set| *set)
-    .count();
-    let from_path = path.child("valueFrom");
-    match count {
-        0 => errors.push(FieldError::invalid(
-            &from_path,
-            "",
-            "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef`, `secretKeyRef` or `fileKeyRef`",
-        )),
-        1 => {}
-        _ => errors.push(FieldError::invalid(&from_path, "", "may not have more than one field specified at a time")),
-    }
-    if env.value.as_deref().is_some_and(|v| !v.is_empty()) {
-        errors.push(FieldError::invalid(
-            &from_path,
-            "",
-            "may not be specified when `value` is not empty",
-        ));
-    }
-}
-
 fn validate_resources(container: &Container, path: &Path, errors: &mut Vec<FieldError>) {
     let Some(resources) = &container.resources else {
         return;
@@ -971,24 +842,5 @@ fn validate_handler(handler: &LifecycleHandler, path: &Path, errors: &mut Vec<Fi
             path,
             "may not specify more than 1 handler type",
         )),
-    }
-}
-
-/// An IANA service name: at most 15 lowercase alphanumerics or '-', with a letter, no '--', no '-' at an end.
-fn check_port_name(name: &str) -> Result<(), String> {
-    let ok = name.len() <= 15
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && name.bytes().any(|b| b.is_ascii_lowercase())
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-        && !name.contains("--");
-    if ok {
-        Ok(())
-    } else {
-        Err("must be no more than 15 characters of lowercase alphanumerics or '-', contain a letter, and not start, \
-             end or repeat '-'"
-            .into())
     }
 }

@@ -41,20 +41,6 @@ pub(super) fn validate(
     errors
 }
 
-fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
-    if value.len() <= 253
-        && value
-            .split('.')
-            .all(|part| validation::check_dns1123_label(part).is_ok())
-    {
-        Ok(())
-    } else {
-        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or \
-             '.', and must start and end with an alphanumeric character"
-            .into())
-    }
-}
-
 /// A DNS-1123 subdomain (or a generateName).
 fn validate_name(metadata: &ObjectMeta, errors: &mut Vec<FieldError>) {
     let path = Path::new("metadata").child("name");
@@ -69,7 +55,7 @@ fn validate_name(metadata: &ObjectMeta, errors: &mut Vec<FieldError>) {
             "name or generateName is required",
         )),
         Some(name) => {
-            if let Err(message) = check_dns1123_subdomain(name) {
+            if let Err(message) = validation::check_dns1123_subdomain(name) {
                 errors.push(FieldError::invalid(&path, name, message));
             }
         }
@@ -643,7 +629,7 @@ fn validate_node_selector_term(term: &NodeSelectorTerm, path: &Path, errors: &mu
             ));
         } else {
             for (k, value) in values.iter().enumerate() {
-                if let Err(message) = check_dns1123_subdomain(value) {
+                if let Err(message) = validation::check_dns1123_subdomain(value) {
                     errors.push(FieldError::invalid(
                         &req_path.child("values").index(k),
                         value,

@@ -9,8 +9,11 @@
 //! The hot path costs one write and no read: the budget is taken from the process's watch cache or
 //! from this process's own last write of it, whichever is newer ([`Ledger`]), and the disruptions
 //! of one budget are decided one after the other within the process, so that they do not race each
-//! other into conflicts. Only after a conflict (another replica, or a cache behind) is the budget
-//! read from the apiserver.
+//! other into conflicts. Only after a conflict (another replica, or a cache behind), or before a
+//! refusal, is the budget read from the apiserver: a refusal is always made on the apiserver's copy,
+//! so that a budget deleted (or raised) a moment ago never refuses. A budget the cache no longer
+//! holds is not taken from the ledger either: a deleted budget decides nothing, and a budget that
+//! does not exist (NotFound, on the read or on the patch) admits, as upstream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -53,11 +56,12 @@ pub fn use_cache(store: Store<PodUnavailableBudget>) {
 }
 
 impl Budgets {
+    /// What the process knows of the budget: nothing without a cache (then the apiserver is
+    /// read), else the newer of the cache's copy and the ledger's, and nothing when the cache holds
+    /// no such budget (deleted, or not seen yet: the apiserver says which).
     fn known(&self, key: &Key) -> Option<Arc<PodUnavailableBudget>> {
-        let cached = self
-            .cache
-            .get()
-            .and_then(|store| store.get(&ObjectRef::new(&key.1).within(&key.0)));
+        let store = self.cache.get()?;
+        let cached = store.get(&ObjectRef::new(&key.1).within(&key.0));
         self.ledger.newest(key, cached)
     }
 }
@@ -101,22 +105,21 @@ pub async fn take(
     } else {
         ledger.turn(&key, TURN_WAIT).await
     };
-    for attempt in 0..TRIES {
-        if attempt > 0 {
+    // The first try on what the process knows; a refusal on it, or a conflict, is decided again
+    // on the apiserver's copy (a cache behind, or a budget deleted since, must not refuse).
+    let mut fresh = false;
+    let mut conflicted = false;
+    for _ in 0..TRIES {
+        if std::mem::take(&mut conflicted) {
             tokio::time::sleep(RETRY_WAIT).await;
         }
-        // The first try on what the process knows; after a conflict, on the apiserver's copy.
-        let known = if attempt == 0 {
-            process.known(&key)
-        } else {
-            None
-        };
-        let budget = match known {
-            Some(budget) => budget,
+        let known = if fresh { None } else { process.known(&key) };
+        let (budget, read) = match known {
+            Some(budget) => (budget, false),
             None => match budgets.get_opt(name).await? {
-                Some(budget) => Arc::new(budget),
+                Some(budget) => (Arc::new(budget), true),
                 None => {
-                    ledger.forget(&key);
+                    ledger.gone(&key);
                     return Ok(None);
                 }
             },
@@ -132,6 +135,10 @@ pub async fn take(
         };
         let next = match budget::admit(&request, &status) {
             Admission::Pass(_) => return Ok(None),
+            Admission::Refuse(_) if !read => {
+                fresh = true;
+                continue;
+            }
             Admission::Refuse(message) => return Ok(Some(message)),
             Admission::Take(next) => next,
         };
@@ -153,10 +160,13 @@ pub async fn take(
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 ledger.forget(&key);
+                fresh = true;
+                conflicted = true;
                 continue;
             }
+            // Deleted since it was read: a budget that does not exist admits.
             Err(kube::Error::Api(status)) if status.code == 404 => {
-                ledger.forget(&key);
+                ledger.gone(&key);
                 return Ok(None);
             }
             Err(e) => return Err(e),

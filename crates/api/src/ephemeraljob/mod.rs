@@ -1,7 +1,8 @@
 //! EphemeralJob, apps.kruise.io/v1alpha1 (the only version OpenKruise v1.9.0 serves, and stores):
 //! ephemeral containers injected into the Pods its selector matches. Namespaced, short name `ejob`.
-//! Upstream has no webhook for it: the CRD schema is the only check.
+//! Validated as upstream's `vephemeraljobs.kb.io` does ([`validate`]).
 
+use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, CustomResourceExt};
@@ -9,7 +10,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::field::{FieldError, Path};
 use crate::schema::{is_default, preserve_unknown_fields_untyped};
+use crate::validation::{containers, validate_label_selector};
 
 pub const KIND: &str = "EphemeralJob";
 pub const PLURAL: &str = "ephemeraljobs";
@@ -175,3 +178,129 @@ pub fn container_name(container: &Value) -> &str {
         .and_then(Value::as_str)
         .unwrap_or_default()
 }
+
+/// Create and update validation, as upstream's webhook (`pkg/webhook/ephemeraljob/validating`):
+/// every ephemeral container passes Kubernetes' checks of an ephemeral container (a name, an image,
+/// an explicit imagePullPolicy and terminationMessagePolicy, valid env, envFrom and
+/// securityContext, unique names, no ports, resources, probes, lifecycle, resizePolicy or
+/// restartPolicy, no volume subPath); and, beyond upstream (which leaves it to fail in the
+/// controller), the selector is a valid label selector.
+pub fn validate(job: &EphemeralJob) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let spec = Path::new("spec");
+    if let Some(selector) = &job.spec.selector {
+        validate_label_selector(selector, &spec.child("selector"), &mut errors);
+    }
+    let path = spec.child("template").child("ephemeralContainers");
+    // Decoded as Containers: the same fields, less `targetContainerName`, which is not checked.
+    let decoded: Vec<(Path, Option<Container>)> = job
+        .spec
+        .template
+        .ephemeral_containers
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            let container_path = path.index(i);
+            match serde_json::from_value(raw.clone()) {
+                Ok(container) => (container_path, Some(container)),
+                Err(error) => {
+                    errors.push(FieldError::invalid(
+                        &container_path,
+                        "",
+                        format!("not an ephemeral container: {error}"),
+                    ));
+                    (container_path, None)
+                }
+            }
+        })
+        .collect();
+    let mut names = std::collections::HashSet::new();
+    for (container_path, container) in &decoded {
+        if let Some(container) = container {
+            validate_container(container, container_path, &mut names, &mut errors);
+        }
+    }
+    errors
+}
+
+fn validate_container<'a>(
+    container: &'a Container,
+    path: &Path,
+    names: &mut std::collections::HashSet<&'a str>,
+    errors: &mut Vec<FieldError>,
+) {
+    containers::validate_name_and_image(container, path, names, true, errors);
+    required_one_of(
+        container.termination_message_policy.as_deref(),
+        &["File", "FallbackToLogsOnError"],
+        &path.child("terminationMessagePolicy"),
+        errors,
+    );
+    containers::validate_container(container, path, errors);
+    required_one_of(
+        container.image_pull_policy.as_deref(),
+        &["Always", "IfNotPresent", "Never"],
+        &path.child("imagePullPolicy"),
+        errors,
+    );
+    let set = [
+        ("ports", container.ports.is_some()),
+        (
+            "resources",
+            container
+                .resources
+                .as_ref()
+                .is_some_and(|r| *r != Default::default()),
+        ),
+        ("resizePolicy", container.resize_policy.is_some()),
+        ("restartPolicy", container.restart_policy.is_some()),
+        ("livenessProbe", container.liveness_probe.is_some()),
+        ("readinessProbe", container.readiness_probe.is_some()),
+        ("startupProbe", container.startup_probe.is_some()),
+        ("lifecycle", container.lifecycle.is_some()),
+    ];
+    for (field, _) in set.iter().filter(|(_, set)| *set) {
+        errors.push(FieldError::forbidden(
+            &path.child(field),
+            "cannot be set for an Ephemeral Container",
+        ));
+    }
+    for (j, mount) in container.volume_mounts.iter().flatten().enumerate() {
+        let mount_path = path.child("volumeMounts").index(j);
+        if mount.sub_path.as_deref().is_some_and(|p| !p.is_empty()) {
+            errors.push(FieldError::forbidden(
+                &mount_path.child("subPath"),
+                "cannot be set for an Ephemeral Container",
+            ));
+        }
+        if mount
+            .sub_path_expr
+            .as_deref()
+            .is_some_and(|p| !p.is_empty())
+        {
+            errors.push(FieldError::forbidden(
+                &mount_path.child("subPathExpr"),
+                "cannot be set for an Ephemeral Container",
+            ));
+        }
+    }
+}
+
+/// A value that must be given (nothing defaults it here) and be one of `allowed`.
+fn required_one_of(
+    value: Option<&str>,
+    allowed: &[&str],
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    match value.unwrap_or_default() {
+        "" => errors.push(FieldError::required(path, "")),
+        value if !allowed.contains(&value) => {
+            errors.push(FieldError::not_supported(path, value, allowed))
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;
