@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use kruise_e2e::cloneset_kit::{apply, cloneset, wait_converged};
 use kruise_testkit::blackhole::BlackHoleProxy;
-use kruise_testkit::manager::ManagerOptions;
+use kruise_testkit::manager::{ManagerOptions, http_get};
 use kruise_testkit::{TestBed, testbed_with};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -114,7 +114,6 @@ async fn workloads_changed_while_the_watches_were_cut_and_etcd_compacted_are_rec
             kubeconfig: Some(kubeconfig),
         })
     });
-    let _ = manager;
     let ns = bed.namespace("watch-faults").await?;
     ns.run(async {
         apply(&ns, &cloneset("steady", 1, "nginx:alpine", json!({}))).await?;
@@ -173,6 +172,26 @@ async fn workloads_changed_while_the_watches_were_cut_and_etcd_compacted_are_rec
         ensure!(
             !gone.is_empty(),
             "no watch met 410 Gone: the test did not exercise a relist"
+        );
+        // The stall watchdog saw every change reconciled: none waited long enough to be queued
+        // again, and nothing waits now.
+        let (_, metrics) = http_get(manager.ports.metrics, "/metrics").await?;
+        let series = |name: &str| -> Vec<&str> {
+            metrics
+                .lines()
+                .filter(|l| l.starts_with(name) && l.contains("cloneset-controller"))
+                .collect()
+        };
+        let oldest = series("kruise_controller_oldest_unreconciled_change_seconds");
+        let requeues = series("kruise_controller_stall_requeues_total");
+        println!("watchdog: {oldest:?} {requeues:?}");
+        ensure!(
+            !oldest.is_empty(),
+            "no watchdog gauge for the CloneSet controller"
+        );
+        ensure!(
+            requeues.iter().all(|l| l.ends_with(" 0")),
+            "the watchdog had to queue CloneSets again: {requeues:?}"
         );
         Ok(())
     })

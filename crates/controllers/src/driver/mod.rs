@@ -67,6 +67,12 @@ pub trait Driven: Send + Sync + 'static {
     /// The controller's name in metrics, logs and Events (upstream's, e.g. `cloneset-controller`).
     fn controller(&self) -> &'static str;
     fn metrics(&self) -> &Metrics;
+    /// Whether the controller reconciles only spec changes of its objects (a generation predicate:
+    /// its own status writes must not wake it). The stall watchdog then waits for a reconcile of each
+    /// generation, not of each resourceVersion.
+    fn spec_changes_only(&self) -> bool {
+        false
+    }
 }
 
 /// The Event recorder of a controller named `controller`.
@@ -101,11 +107,12 @@ pub async fn run<K, C, Fut>(
     let controller = controller.reconcile_on(crate::cache::receiver_stream(stalled_rx));
     let mut reconcile = crate::parallel::on_own_task(reconcile);
     let seen = dog.clone();
+    let by_generation = ctx.spec_changes_only();
     let timed = move |object: Arc<K>, ctx: Arc<C>| {
         let started = Instant::now();
         if let Some(waited) = seen.started(
             watch_key(object.as_ref()),
-            version(object.as_ref()),
+            version(object.as_ref(), by_generation),
             started,
         ) {
             ctx.metrics()
@@ -121,7 +128,7 @@ pub async fn run<K, C, Fut>(
             result
         }
     };
-    let watch = watch_for_stalls(store, dog, stalled_tx, ctx.clone());
+    let watch = watch_for_stalls(store, dog, stalled_tx, ctx.clone(), by_generation);
     let run = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(workers))
         .run(timed, error_policy, ctx)
@@ -140,9 +147,15 @@ fn watch_key<K: Resource>(object: &K) -> watchdog::Key {
     )
 }
 
-fn version<K: Resource>(object: &K) -> watchdog::Version {
+/// What makes a change the watchdog waits for a reconcile of: a new resourceVersion, or with
+/// `by_generation` a new generation.
+fn version<K: Resource>(object: &K, by_generation: bool) -> watchdog::Version {
     let meta = object.meta();
-    (meta.uid.clone(), meta.resource_version.clone())
+    let version = match (by_generation, meta.generation) {
+        (true, Some(generation)) => Some(format!("g{generation}")),
+        _ => meta.resource_version.clone(),
+    };
+    (meta.uid.clone(), version)
 }
 
 /// Scans the controller's objects every [`watchdog::SCAN_EVERY`] ([`watchdog::Watchdog::scan`]):
@@ -153,6 +166,7 @@ async fn watch_for_stalls<K, C>(
     dog: Arc<watchdog::Watchdog>,
     stalled: tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<K>>,
     ctx: Arc<C>,
+    by_generation: bool,
 ) where
     K: Resource<DynamicType = ()> + Clone + 'static,
     C: Driven,
@@ -165,7 +179,7 @@ async fn watch_for_stalls<K, C>(
             .state()
             .into_iter()
             .filter(|o| o.meta().deletion_timestamp.is_none())
-            .map(|o| (watch_key(o.as_ref()), version(o.as_ref())))
+            .map(|o| (watch_key(o.as_ref()), version(o.as_ref(), by_generation)))
             .collect::<Vec<_>>();
         let scan = dog.scan(objects, Instant::now());
         ctx.metrics().watchdog_scanned(

@@ -66,6 +66,11 @@ impl crate::driver::Driven for Context {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
+    /// Its watch trigger is filtered to spec changes (its status writes must not wake it).
+    fn spec_changes_only(&self) -> bool {
+        true
+    }
 }
 
 /// Runs the controller (and the auto-generation beside it) until the future is dropped.

@@ -138,6 +138,11 @@ impl crate::driver::Driven for Context {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
+    /// Its watch trigger is filtered to spec changes (its status writes must not wake it).
+    fn spec_changes_only(&self) -> bool {
+        true
+    }
 }
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Error> {
