@@ -7,6 +7,7 @@ pub mod certs;
 pub mod configuration;
 pub mod containerrecreaterequest;
 pub mod convert;
+pub mod freshness;
 pub mod metrics;
 pub mod patch;
 pub mod persistentpodstate;

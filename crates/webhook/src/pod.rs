@@ -34,6 +34,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use crate::admission::{Answer, allow, deny, request_of};
 use crate::configuration::FailurePolicy;
+use crate::freshness::{Freshness, Late, PolicyKind};
 use crate::relatedpub::RelatedPub;
 
 /// How the Pod webhook behaves.
@@ -95,6 +96,9 @@ pub struct PodInjector {
     /// PodProbeMarkers whose probes a Pod on a virtual kubelet runs itself (gate
     /// `EnablePodProbeMarkerOnServerless`).
     probe_markers: Option<Store<PodProbeMarker>>,
+    /// Read-your-writes: the policy caches are caught up with the apiserver before a Pod is
+    /// decided ([`crate::freshness`]); `None` decides on the caches as they are.
+    freshness: Option<Freshness>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -123,7 +127,15 @@ impl PodInjector {
             persistent: None,
             workloadspreads: None,
             probe_markers: None,
+            freshness: None,
         }
+    }
+
+    /// Decides each Pod only once the policy caches it reads show every write that returned
+    /// before the Pod's admission arrived (waiting at most `freshness.wait()`).
+    pub fn with_freshness(mut self, freshness: Freshness) -> Self {
+        self.freshness = Some(freshness);
+        self
     }
 
     /// Also writes the probes of the PodProbeMarkers that match a new Pod into it
@@ -212,6 +224,7 @@ impl PodInjector {
 
     /// Answers one AdmissionReview for a Pod.
     pub async fn review(&self, review: AdmissionReview<DynamicObject>) -> (Answer, Outcome) {
+        let arrived = tokio::time::Instant::now();
         let request = match request_of(review) {
             Ok(request) => request,
             Err(answer) => return (*answer, Outcome::Denied),
@@ -252,6 +265,15 @@ impl PodInjector {
         let namespace = kruise_core::sidecarset::pod_namespace(&pod).to_string();
         if namespace == ALWAYS_EXCLUDED_NAMESPACE || namespace == self.settings.namespace {
             return unchanged;
+        }
+        let late = if self.synced() {
+            self.catch_up(&pod, &namespace, request.dry_run, arrived)
+                .await
+        } else {
+            Late::default()
+        };
+        if !late.is_empty() {
+            tracing::warn!(namespace, name = %pod_name(&pod, &request), %late, "Pod webhook decides on policy caches not known to show every earlier write");
         }
         let received = pod.clone();
         let mut changed =
@@ -301,10 +323,56 @@ impl PodInjector {
         } else {
             unchanged
         };
-        match warning {
+        let answer = match warning {
             Some((_, Some(text))) => with_warning(answer, text),
             _ => answer,
+        };
+        if late.is_empty() {
+            answer
+        } else {
+            with_warning(
+                answer,
+                format!(
+                    "kruise: decided on policy caches not known to show every earlier write ({late}); a policy created just before this Pod may not apply to it"
+                ),
+            )
         }
+    }
+
+    /// Read-your-writes: waits (bounded) until the caches of the policy kinds this Pod's
+    /// admission reads show every write that returned before it arrived; the kinds that did not.
+    /// WorkloadSpreads and PersistentPodStates apply only to Pods that have a controller.
+    async fn catch_up(
+        &self,
+        pod: &Pod,
+        namespace: &str,
+        dry_run: bool,
+        arrived: tokio::time::Instant,
+    ) -> Late {
+        let Some(freshness) = &self.freshness else {
+            return Late::default();
+        };
+        let mut kinds = vec![(PolicyKind::SidecarSet, None)];
+        let scoped = Some(namespace);
+        let controlled = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true));
+        if self.related_pub.is_some() {
+            kinds.push((PolicyKind::PodUnavailableBudget, scoped));
+        }
+        if self.workloadspreads.is_some() && !dry_run && controlled {
+            kinds.push((PolicyKind::WorkloadSpread, scoped));
+        }
+        if self.persistent.is_some() && controlled {
+            kinds.push((PolicyKind::PersistentPodState, scoped));
+        }
+        if self.probe_markers.is_some() {
+            kinds.push((PolicyKind::PodProbeMarker, scoped));
+        }
+        freshness.catch_up(&kinds, arrived).await
     }
 
     /// WorkloadSpread placement of a Pod being created (not for dry runs). Returns the answer
@@ -566,6 +634,15 @@ fn patch_answer(
 }
 
 /// `answer` with a warning for the client.
+/// The Pod's name for logs: its own, else its generateName, else the request's.
+fn pod_name(pod: &Pod, request: &AdmissionRequest<DynamicObject>) -> String {
+    pod.metadata
+        .name
+        .clone()
+        .or_else(|| pod.metadata.generate_name.clone())
+        .unwrap_or_else(|| request.name.clone())
+}
+
 fn with_warning((mut answer, outcome): (Answer, Outcome), warning: String) -> (Answer, Outcome) {
     if let Some(response) = answer.review.response.as_mut() {
         response.warnings.get_or_insert_with(Vec::new).push(warning);
