@@ -129,7 +129,8 @@ impl Policy {
     /// Decides each disruption with every PodUnavailableBudget written before it arrived:
     /// waits (at most `freshness.wait()` after its arrival) until the process's budget cache
     /// (`budgets`) shows them, names the budget of a Pod created before it (the controller has
-    /// not yet), and waits for a budget created moments ago to get its first status.
+    /// not yet marked the Pod, or marked it for a budget deleted since), and waits for a budget
+    /// created moments ago to get its first status.
     pub fn with_freshness(
         mut self,
         freshness: Freshness,
@@ -165,14 +166,18 @@ impl Policy {
         if !late.is_empty() {
             tracing::warn!(pod = %format!("{namespace}/{pod_name}"), operation = operation.as_str(), %late, "PodUnavailableBudget check decides on a cache not known to show every earlier write");
         }
-        if operation != PubOperation::Update && related_pub(pod).is_none() {
+        // A Pod the controller has not marked yet, or marked for a budget since deleted: the
+        // budget that selects it now.
+        let store = fresh.budgets.store();
+        let named_exists = related_pub(pod)
+            .is_some_and(|name| store.get(&ObjectRef::new(name).within(namespace)).is_some());
+        if operation != PubOperation::Update && !named_exists {
             fresh.related.annotate(pod, namespace).await;
         }
         let Some(name) = related_pub(pod).map(str::to_string) else {
             return;
         };
         let key = ObjectRef::new(&name).within(namespace);
-        let store = fresh.budgets.store();
         let ready = || {
             store
                 .get(&key)
