@@ -633,7 +633,6 @@ fn patch_answer(
     }
 }
 
-/// `answer` with a warning for the client.
 /// The Pod's name for logs: its own, else its generateName, else the request's.
 fn pod_name(pod: &Pod, request: &AdmissionRequest<DynamicObject>) -> String {
     pod.metadata
@@ -643,6 +642,7 @@ fn pod_name(pod: &Pod, request: &AdmissionRequest<DynamicObject>) -> String {
         .unwrap_or_else(|| request.name.clone())
 }
 
+/// `answer` with a warning for the client.
 fn with_warning((mut answer, outcome): (Answer, Outcome), warning: String) -> (Answer, Outcome) {
     if let Some(response) = answer.review.response.as_mut() {
         response.warnings.get_or_insert_with(Vec::new).push(warning);
@@ -852,6 +852,98 @@ mod tests {
             .iter()
             .filter_map(|c| c["name"].as_str())
             .collect()
+    }
+
+    /// An injector whose SidecarSet cache (empty) lags an apiserver that lists `logtail` at
+    /// resourceVersion 7, waiting at most `wait`; and the cache's writer.
+    fn lagging_injector(wait: Duration) -> (PodInjector, reflector::store::Writer<SidecarSet>) {
+        use crate::freshness::{Lister, Listing, WatchedCache};
+        let (sidecarsets, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        let (namespaces, mut ns_writer) = reflector::store();
+        ns_writer.apply_watcher_event(&Event::Init);
+        ns_writer.apply_watcher_event(&Event::InitDone);
+        std::mem::forget(ns_writer);
+        let lister: Lister = Arc::new(|| {
+            async {
+                Ok(Listing {
+                    resource_version: "10".into(),
+                    items: vec![((None, "logtail".into()), "7".into())],
+                })
+            }
+            .boxed()
+        });
+        let shared = kruise_controllers::driver::caches::Shared::from_store(sidecarsets.clone());
+        let freshness = Freshness::new(wait, crate::metrics::FreshnessMetrics::default()).track(
+            PolicyKind::SidecarSet,
+            WatchedCache::start(shared),
+            lister,
+        );
+        let pods = PodInjector::from_stores(
+            sidecarsets,
+            namespaces,
+            None,
+            PodSettings {
+                namespace: MANAGER_NS.into(),
+                failure_policy: FailurePolicy::Ignore,
+                sort_sidecars_by_name: false,
+                kruise_pod_readiness_gate: false,
+                enhanced_liveness_probe: false,
+            },
+        )
+        .with_freshness(freshness);
+        (pods, writer)
+    }
+
+    #[tokio::test]
+    async fn a_sidecarset_created_before_the_pod_is_waited_for_until_the_cache_shows_it() {
+        let (pods, mut writer) = lagging_injector(Duration::from_secs(5));
+        let original = test_pod();
+        let review_task = {
+            let (pods, original) = (pods.clone(), original.clone());
+            tokio::spawn(async move { pods.review(review("CREATE", "web", original)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !review_task.is_finished(),
+            "decided before the cache saw the SidecarSet"
+        );
+        let mut set = logtail("logtail");
+        set.metadata.resource_version = Some("7".into());
+        writer.apply_watcher_event(&Event::Apply(set));
+        let (answer, outcome) = review_task.await.expect("join");
+        assert_eq!(outcome, Outcome::Injected);
+        assert_eq!(
+            container_names(&patched(&original, &answer)),
+            ["logtail", "nginx"]
+        );
+        assert!(
+            response(&answer).warnings.is_none(),
+            "{:?}",
+            response(&answer)
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_wait_a_pod_is_decided_on_the_cache_with_a_warning() {
+        let (pods, _writer) = lagging_injector(Duration::from_millis(200));
+        let began = std::time::Instant::now();
+        let (answer, outcome) = pods.review(review("CREATE", "web", test_pod())).await;
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            began.elapsed()
+        );
+        assert_eq!(outcome, Outcome::Unchanged);
+        let warnings = response(&answer).warnings.clone().unwrap_or_default();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("not known to show every earlier write")
+                    && w.contains("SidecarSet: logtail")),
+            "{warnings:?}"
+        );
     }
 
     #[tokio::test]

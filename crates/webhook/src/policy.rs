@@ -155,6 +155,14 @@ impl Policy {
         let Some(fresh) = &self.fresh else {
             return;
         };
+        // A Pod that does not count (not available) or opts out passes whatever the budget.
+        if !budget::is_ready(pod)
+            || !budget::is_state_consistent(pod)
+            || kruise_core::pods::annotation(pod, kruise_api::policy::POD_NO_PROTECT_ANNOTATION)
+                == Some("true")
+        {
+            return;
+        }
         let late = fresh
             .freshness
             .catch_up(
