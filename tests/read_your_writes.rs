@@ -65,6 +65,20 @@ async fn freshness_metrics(port: u16) -> String {
     }
 }
 
+/// Deletes `name` and waits until the apiserver no longer has it.
+async fn delete_and_wait_gone<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting {name}"))?;
+    eventually(format!("{name} gone"), TIMEOUT, || async {
+        Ok(api.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn seed_001_back_to_back_injects_every_time_while_the_manager_is_starved()
 -> anyhow::Result<()> {
@@ -120,14 +134,7 @@ async fn seed_001_back_to_back_injects_every_time_while_the_manager_is_starved()
             }
             // The next repetition's SidecarSet is the only one: this one goes first, and the
             // next Pod must not be injected by it either.
-            sidecarsets
-                .delete(&set_name, &DeleteParams::default())
-                .await
-                .with_context(|| format!("deleting SidecarSet {set_name}"))?;
-            eventually(format!("SidecarSet {set_name} gone"), TIMEOUT, || async {
-                Ok(sidecarsets.get_opt(&set_name).await?.is_none().then_some(()))
-            })
-            .await?;
+            delete_and_wait_gone(&sidecarsets, &set_name).await?;
         }
         let bursts = starver.bursts();
         drop(starved);
@@ -194,14 +201,7 @@ async fn a_budget_created_just_before_an_eviction_refuses_it_while_the_manager_i
                     );
                 }
             }
-            budgets
-                .delete(&budget_name, &DeleteParams::default())
-                .await
-                .with_context(|| format!("deleting {budget_name}"))?;
-            eventually(format!("{budget_name} gone"), TIMEOUT, || async {
-                Ok(budgets.get_opt(&budget_name).await?.is_none().then_some(()))
-            })
-            .await?;
+            delete_and_wait_gone(&budgets, &budget_name).await?;
             if !admitted.is_empty() {
                 // A Pod went: let the CloneSet replace it before the next repetition.
                 wait_converged(&ns, "web", 2, TIMEOUT).await?;

@@ -858,12 +858,8 @@ mod tests {
     /// resourceVersion 7, waiting at most `wait`; and the cache's writer.
     fn lagging_injector(wait: Duration) -> (PodInjector, reflector::store::Writer<SidecarSet>) {
         use crate::freshness::{Lister, Listing, WatchedCache};
-        let (sidecarsets, mut writer) = reflector::store();
-        writer.apply_watcher_event(&Event::Init);
-        writer.apply_watcher_event(&Event::InitDone);
-        let (namespaces, mut ns_writer) = reflector::store();
-        ns_writer.apply_watcher_event(&Event::Init);
-        ns_writer.apply_watcher_event(&Event::InitDone);
+        let (sidecarsets, writer) = crate::testreview::listed_store();
+        let (namespaces, ns_writer) = crate::testreview::listed_store();
         std::mem::forget(ns_writer);
         let lister: Lister = Arc::new(|| {
             async {
