@@ -5,21 +5,25 @@
 //! The webhooks decide from the process's watch caches (`ProcessCaches`), which may not have seen
 //! a policy whose write already returned to its client (`kubectl apply` of a SidecarSet and a Pod,
 //! back to back). Before deciding, an admission learns the apiserver's state of each policy kind
-//! it reads — a consistent (resourceVersion unset) metadata-only list, cheap with the apiserver's
-//! watch cache — and compares it with the cache ([`compare`]): every listed object must be cached
-//! at the same or a newer resourceVersion, and no cached object the list lacks may be older than
-//! the list (it was deleted). Caught up, it decides at once; behind, it waits for the cache (woken
-//! by its changes), at most until its deadline ([`Freshness::wait`] after the request arrived);
-//! past it, it decides on what is cached, as before, and the kind is reported late ([`Late`]):
-//! counted, logged, and, for a Pod created without a SidecarSet's sidecars, reported by the
-//! SidecarSet controller's missed-injection report. The failure policy is untouched: the wait
-//! never turns an answer into an error.
+//! it reads — a consistent (resourceVersion unset) metadata-only list — and compares it with the
+//! cache ([`compare`]): every listed object must be cached at the same or a newer resourceVersion,
+//! or at least at the same generation (a status update, which policy controllers write
+//! continually, holds no admission), and no cached object the list lacks may be older than the
+//! list (it was deleted). Caught up, it decides at once; behind, it waits for the cache (woken by
+//! its changes), at most until its deadline ([`Freshness::wait`] after the request arrived); past
+//! it, it decides on what is cached, as before, and the kind is reported late ([`Late`]): counted,
+//! logged, and, for a Pod created without a SidecarSet's sidecars, reported by the SidecarSet
+//! controller's missed-injection report. The failure policy is untouched: the wait never turns an
+//! answer into an error.
 //!
 //! Probes are coalesced ([`Rounds`]): one list per kind in flight at a time; a request relies only
 //! on a list that started after it arrived (an earlier one may predate the write it must see), so
 //! requests arriving while a list is in flight wait for the next one, which serves all of them.
 //! The apiserver sees about one small list per kind per list round trip, whatever the admission
-//! rate.
+//! rate. A consistent list is served from the apiserver's watch cache once that cache has caught
+//! up with etcd's current revision; for a kind that rarely changes that takes an etcd progress
+//! notification, which the apiserver asks for every 100 ms: a list takes tens of milliseconds,
+//! and that, not CPU, is what the check costs an admission (docs/sizing.md).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -78,11 +82,49 @@ impl fmt::Display for PolicyKind {
 /// An object of a kind: its namespace (`None` when cluster-scoped) and name.
 pub type Key = (Option<String>, String);
 
-/// What a consistent list of a kind says: the list's resourceVersion and each object's.
+/// Which version of an object: its resourceVersion, and, where known, its generation (moved by
+/// changes of its spec, not of its status) and uid (another object of the same name has another).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Version {
+    pub resource_version: String,
+    pub generation: Option<i64>,
+    pub uid: Option<String>,
+}
+
+impl Version {
+    /// The object's key and version.
+    pub fn of(meta: &ObjectMeta) -> (Key, Self) {
+        let key = (
+            meta.namespace.clone(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let version = Self {
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            generation: meta.generation.filter(|g| *g > 0),
+            uid: meta.uid.clone(),
+        };
+        (key, version)
+    }
+
+    /// Whether this (cached) version shows everything of `listed` an admission reads: the same
+    /// or a newer resourceVersion, or the same object at the same or a newer generation (what
+    /// changed since is its status, labels or annotations, which its controller writes
+    /// continually and which no admission decision reads).
+    pub fn covers(&self, listed: &Version) -> bool {
+        if at_least(&self.resource_version, &listed.resource_version) {
+            return true;
+        }
+        let same_object = matches!((&self.uid, &listed.uid), (Some(a), Some(b)) if a == b);
+        same_object
+            && matches!((self.generation, listed.generation), (Some(have), Some(want)) if have >= want)
+    }
+}
+
+/// What a consistent list of a kind says: the list's resourceVersion and each object's version.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
     pub resource_version: String,
-    pub items: Vec<(Key, String)>,
+    pub items: Vec<(Key, Version)>,
 }
 
 /// How a cache stands against a [`Listing`].
@@ -90,7 +132,7 @@ pub struct Listing {
 pub enum Verdict {
     /// The cache shows everything the list shows.
     CaughtUp,
-    /// A listed object is missing from the cache, or cached at an older resourceVersion.
+    /// A listed object is missing from the cache, or cached at an older version of its spec.
     Behind(Key),
     /// The cache holds an object the list lacks, older than the list: it was deleted and the cache
     /// has not seen the deletion yet.
@@ -130,15 +172,16 @@ fn older(cached: &str, list: &str) -> bool {
     )
 }
 
-/// How `cached` (each object's resourceVersion) stands against `listing`, counting only the
-/// objects of `namespace` when one is given (a namespaced admission reads no other).
+/// How `cached` (each object's version) stands against `listing`, counting only the objects of
+/// `namespace` when one is given (a namespaced admission reads no other). A cached object is
+/// caught up with its listed version when it [`Version::covers`] it.
 ///
 /// `progress` is the newest resourceVersion the cache's watch is known to have delivered (its
 /// objects' and its deletions'): a listed object the cache lacks is not waited for when the watch
 /// has passed its version — it was deleted since the list. A cached object the list lacks is
 /// pending deletion only when it is provably older than the list; one newer was created after it.
 pub fn compare(
-    cached: &HashMap<Key, String>,
+    cached: &HashMap<Key, Version>,
     progress: Option<u64>,
     listing: &Listing,
     namespace: Option<&str>,
@@ -150,8 +193,8 @@ pub fn compare(
     for (key, version) in listing.items.iter().filter(|(key, _)| in_scope(key)) {
         listed.insert(key);
         let caught_up = match cached.get(key) {
-            Some(have) => at_least(have, version),
-            None => passed(version),
+            Some(have) => have.covers(version),
+            None => passed(&version.resource_version),
         };
         if !caught_up {
             return Verdict::Behind(key.clone());
@@ -160,7 +203,9 @@ pub fn compare(
     let mut gone: Vec<&Key> = cached
         .iter()
         .filter(|(key, version)| {
-            in_scope(key) && !listed.contains(key) && older(version, &listing.resource_version)
+            in_scope(key)
+                && !listed.contains(key)
+                && older(&version.resource_version, &listing.resource_version)
         })
         .map(|(key, _)| key)
         .collect();
@@ -174,8 +219,8 @@ pub fn compare(
 /// The cache side of a kind: what it holds, how far its watch is known to have come, and a
 /// wake-up on each change (once the cache shows it).
 pub trait CacheView: Send + Sync {
-    /// The resourceVersion of each cached object (of `namespace` only, when given).
-    fn versions(&self, namespace: Option<&str>) -> HashMap<Key, String>;
+    /// The version of each cached object (of `namespace` only, when given).
+    fn versions(&self, namespace: Option<&str>) -> HashMap<Key, Version>;
     /// A lower bound of the newest resourceVersion the watch delivered (`None`: none known).
     fn progress(&self) -> Option<u64>;
     fn changes(&self) -> BoxStream<'static, ()>;
@@ -223,22 +268,14 @@ impl<K> CacheView for WatchedCache<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
 {
-    fn versions(&self, namespace: Option<&str>) -> HashMap<Key, String> {
+    fn versions(&self, namespace: Option<&str>) -> HashMap<Key, Version> {
         self.shared
             .store()
             .state()
             .iter()
             .map(|object| object.meta())
             .filter(|meta| namespace.is_none_or(|ns| meta.namespace.as_deref() == Some(ns)))
-            .map(|meta| {
-                (
-                    (
-                        meta.namespace.clone(),
-                        meta.name.clone().unwrap_or_default(),
-                    ),
-                    meta.resource_version.clone().unwrap_or_default(),
-                )
-            })
+            .map(Version::of)
             .collect()
     }
 
@@ -283,13 +320,7 @@ where
                 items: list
                     .items
                     .into_iter()
-                    .map(|item| {
-                        let meta = item.metadata;
-                        (
-                            (meta.namespace, meta.name.unwrap_or_default()),
-                            meta.resource_version.unwrap_or_default(),
-                        )
-                    })
+                    .map(|item| Version::of(&item.metadata))
                     .collect(),
             })
         }

@@ -865,7 +865,13 @@ mod tests {
             async {
                 Ok(Listing {
                     resource_version: "10".into(),
-                    items: vec![((None, "logtail".into()), "7".into())],
+                    items: vec![(
+                        (None, "logtail".into()),
+                        crate::freshness::Version {
+                            resource_version: "7".into(),
+                            ..Default::default()
+                        },
+                    )],
                 })
             }
             .boxed()

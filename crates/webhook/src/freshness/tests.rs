@@ -9,10 +9,18 @@ fn key(namespace: Option<&str>, name: &str) -> Key {
     (namespace.map(str::to_string), name.to_string())
 }
 
-fn cache(objects: &[(Option<&str>, &str, &str)]) -> HashMap<Key, String> {
+/// A version known by its resourceVersion alone.
+fn rv(resource_version: impl ToString) -> Version {
+    Version {
+        resource_version: resource_version.to_string(),
+        ..Version::default()
+    }
+}
+
+fn cache(objects: &[(Option<&str>, &str, &str)]) -> HashMap<Key, Version> {
     objects
         .iter()
-        .map(|(ns, name, version)| (key(*ns, name), version.to_string()))
+        .map(|(ns, name, version)| (key(*ns, name), rv(version)))
         .collect()
 }
 
@@ -21,8 +29,70 @@ fn listing(resource_version: &str, items: &[(Option<&str>, &str, &str)]) -> List
         resource_version: resource_version.into(),
         items: items
             .iter()
-            .map(|(ns, name, version)| (key(*ns, name), version.to_string()))
+            .map(|(ns, name, version)| (key(*ns, name), rv(version)))
             .collect(),
+    }
+}
+
+#[test]
+fn covers_table() {
+    let v = |rv: &str, generation: Option<i64>, uid: Option<&str>| Version {
+        resource_version: rv.into(),
+        generation,
+        uid: uid.map(str::to_string),
+    };
+    let cases = [
+        (
+            "the same resourceVersion",
+            v("5", None, None),
+            v("5", None, None),
+            true,
+        ),
+        (
+            "a newer resourceVersion",
+            v("6", Some(1), Some("a")),
+            v("5", Some(2), Some("a")),
+            true,
+        ),
+        (
+            "an older resourceVersion, nothing else known",
+            v("4", None, None),
+            v("5", None, None),
+            false,
+        ),
+        (
+            "only the status changed since",
+            v("4", Some(2), Some("a")),
+            v("5", Some(2), Some("a")),
+            true,
+        ),
+        (
+            "the spec changed since",
+            v("4", Some(1), Some("a")),
+            v("5", Some(2), Some("a")),
+            false,
+        ),
+        (
+            "deleted and created again under the name",
+            v("4", Some(3), Some("a")),
+            v("5", Some(1), Some("b")),
+            false,
+        ),
+        (
+            "generation without uid proves nothing",
+            v("4", Some(2), None),
+            v("5", Some(2), None),
+            false,
+        ),
+        (
+            "uid without generation proves nothing",
+            v("4", None, Some("a")),
+            v("5", None, Some("a")),
+            false,
+        ),
+    ];
+    for (name, cached, listed, want) in cases {
+        assert_eq!(cached.covers(&listed), want, "{name}");
     }
 }
 
@@ -187,64 +257,93 @@ fn compare_table() {
     }
 }
 
-/// One write of a policy kind: `(namespace, name)` set (or deleted); its resourceVersion is its
-/// position in the history (etcd's revision, shared with other kinds, so gaps are the norm).
+/// What one write of the cluster does to the policy kind.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// Creates the object (a new uid, generation 1) or changes its spec (generation + 1).
+    Spec,
+    /// Changes its status (or labels): a new resourceVersion, the same generation.
+    Status,
+    Delete,
+    /// Another kind's write: the revision moves on, this kind does not change.
+    Elsewhere,
+}
+
+/// One write: `(namespace, name)` changed; its resourceVersion is its position in the history
+/// (etcd's revision, shared with other kinds, so gaps are the norm).
 #[derive(Clone, Debug)]
 struct Write {
     namespace: u8,
     name: u8,
-    delete: bool,
-    /// Another kind's write: the revision moves on, this kind does not change.
-    elsewhere: bool,
+    change: Change,
 }
 
 fn writes() -> impl Strategy<Value = Vec<Write>> {
+    let change = prop_oneof![
+        3 => Just(Change::Spec),
+        3 => Just(Change::Status),
+        2 => Just(Change::Delete),
+        1 => Just(Change::Elsewhere),
+    ];
     prop::collection::vec(
-        (0u8..2, 0u8..4, any::<bool>(), prop::bool::weighted(0.2)).prop_map(
-            |(namespace, name, delete, elsewhere)| Write {
-                namespace,
-                name,
-                delete,
-                elsewhere,
-            },
-        ),
+        (0u8..2, 0u8..4, change).prop_map(|(namespace, name, change)| Write {
+            namespace,
+            name,
+            change,
+        }),
         0..40,
     )
 }
 
 /// The kind's objects once the writes up to revision `at` applied.
-fn state_at(history: &[Write], at: usize) -> BTreeMap<Key, String> {
-    let mut state = BTreeMap::new();
+fn state_at(history: &[Write], at: usize) -> BTreeMap<Key, Version> {
+    let mut state: BTreeMap<Key, Version> = BTreeMap::new();
     for (i, write) in history.iter().enumerate().take(at) {
-        if write.elsewhere {
-            continue;
-        }
         let key = (
             Some(format!("ns-{}", write.namespace)),
             format!("p-{}", write.name),
         );
-        if write.delete {
-            state.remove(&key);
-        } else {
-            state.insert(key, (i + 1).to_string());
+        let revision = (i + 1).to_string();
+        match (write.change, state.get_mut(&key)) {
+            (Change::Elsewhere, _) | (Change::Status, None) => {}
+            (Change::Delete, _) => {
+                state.remove(&key);
+            }
+            (Change::Spec, None) => {
+                let created = Version {
+                    resource_version: revision.clone(),
+                    generation: Some(1),
+                    uid: Some(format!("uid-{revision}")),
+                };
+                state.insert(key, created);
+            }
+            (Change::Spec, Some(object)) => {
+                object.resource_version = revision;
+                object.generation = object.generation.map(|g| g + 1);
+            }
+            (Change::Status, Some(object)) => object.resource_version = revision,
         }
     }
     state
 }
 
-fn scoped(state: &BTreeMap<Key, String>, namespace: Option<&str>) -> BTreeMap<Key, String> {
+/// What of a state an admission reads (each object's identity and spec), in `namespace`.
+fn spec_view(
+    state: &BTreeMap<Key, Version>,
+    namespace: Option<&str>,
+) -> BTreeMap<Key, (Option<i64>, Option<String>)> {
     state
         .iter()
         .filter(|(k, _)| namespace.is_none_or(|ns| k.0.as_deref() == Some(ns)))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), (v.generation, v.uid.clone())))
         .collect()
 }
 
 proptest! {
     /// A cache that has seen the writes up to revision `seen`, against a list at revision
     /// `listed`, is caught up exactly when it is not older than the list or shows the same
-    /// objects; knowing less of its watch's progress (down to its objects' newest version) it
-    /// may wait more, never less.
+    /// objects at the same specs; knowing less of its watch's progress (down to its objects'
+    /// newest version) it may wait more, never less.
     #[test]
     fn compare_is_caught_up_exactly_when_nothing_listed_is_missed(
         history in writes(),
@@ -262,13 +361,17 @@ proptest! {
             resource_version: listed.to_string(),
             items: listed_state.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };
-        let cached: HashMap<Key, String> = cached_state.clone().into_iter().collect();
+        let cached: HashMap<Key, Version> = cached_state.clone().into_iter().collect();
         let truth = seen >= listed
-            || scoped(&cached_state, namespace) == scoped(&listed_state, namespace);
+            || spec_view(&cached_state, namespace) == spec_view(&listed_state, namespace);
         let exact = compare(&cached, Some(seen as u64), &list, namespace);
         prop_assert_eq!(exact == Verdict::CaughtUp, truth, "{:?}", exact);
         // What the store alone shows of the progress, up to the exact figure.
-        let floor = cached_state.values().filter_map(|v| v.parse::<u64>().ok()).max().unwrap_or(0);
+        let floor = cached_state
+            .values()
+            .filter_map(|v| v.resource_version.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
         let partial = floor + ((seen as u64).saturating_sub(floor) as f64 * known) as u64;
         let progress = (partial > 0).then_some(partial);
         if compare(&cached, progress, &list, namespace) == Verdict::CaughtUp {
@@ -287,7 +390,7 @@ proptest! {
 /// A cache the tests fill by hand.
 #[derive(Default)]
 struct FakeCache {
-    objects: Mutex<HashMap<Key, String>>,
+    objects: Mutex<HashMap<Key, Version>>,
     progress: AtomicU64,
     changed: Mutex<Option<watch::Sender<u64>>>,
 }
@@ -306,10 +409,7 @@ impl FakeCache {
     }
 
     fn set(&self, key: Key, version: u64) {
-        self.objects
-            .lock()
-            .expect("lock")
-            .insert(key, version.to_string());
+        self.objects.lock().expect("lock").insert(key, rv(version));
         self.progress.fetch_max(version, Ordering::SeqCst);
         self.notify();
     }
@@ -322,7 +422,7 @@ impl FakeCache {
 }
 
 impl CacheView for FakeCache {
-    fn versions(&self, namespace: Option<&str>) -> HashMap<Key, String> {
+    fn versions(&self, namespace: Option<&str>) -> HashMap<Key, Version> {
         self.objects
             .lock()
             .expect("lock")
@@ -380,7 +480,7 @@ impl FakeApi {
         let mut objects = self.objects.lock().expect("lock");
         let version = objects.resource_version.parse::<u64>().unwrap_or(0) + 1;
         objects.resource_version = version.to_string();
-        objects.items.push((key, version.to_string()));
+        objects.items.push((key, rv(version)));
         version
     }
 
