@@ -34,8 +34,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_namespace, create_paced, injecting_names, quantile_ms, sidecarsets,
-    wait_dry_run,
+    APP, INJECT_LABEL, create_namespace, create_paced, injecting_names, print_freshness,
+    quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver;
 use kruise_benches::manager::{Manager, print_all_rss};
@@ -188,6 +188,7 @@ impl Bench {
         let handler_before = self.handler_histogram("/mutate-pod").await?;
         let apiserver_before = self.apiserver_histogram("mpod.kb.io", "CREATE").await?;
         let cpu_before = self.cpu();
+        let metrics_before = self.manager.metrics_text().await?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         println!(
             "Pod webhook latency: {total} Pod creates paced at {rate}/s for {seconds} s \
@@ -220,6 +221,10 @@ impl Bench {
             quantile_ms(&apiserver, 0.99),
         );
         self.print_cpu("  ", cpu_before, total);
+        if !self.openkruise {
+            let metrics_after = self.manager.metrics_text().await?;
+            print_freshness("  ", &metrics_before, &metrics_after, f64::from(total));
+        }
         let listed = pods.list(&ListParams::default()).await?.items;
         let annotated = |key: &str| {
             listed

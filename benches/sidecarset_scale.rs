@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
     APP, INJECT_LABEL, create_concurrently, create_namespace, create_paced, injecting_names,
-    quantile_ms, sidecarsets, wait_dry_run,
+    print_freshness, quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::manager::{Manager, print_all_rss};
@@ -161,11 +161,13 @@ impl Bench<'_> {
         let handler_before = self.handler_histogram().await?;
         let apiserver_before = self.apiserver_webhook_histogram().await?;
         let load = self.load().await?;
+        let metrics_before = self.manager.metrics_text().await?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         println!(
             "webhook latency: {total} Pod creates paced at {rate}/s for {seconds} s (Pods stay Pending)"
         );
         let creates = create_paced(&pods, total, rate, numbered_pod).await?;
+        let metrics_after = self.manager.metrics_text().await?;
         let handler = self.handler_histogram().await?.since(&handler_before);
         let apiserver = self
             .apiserver_webhook_histogram()
@@ -187,6 +189,7 @@ impl Bench<'_> {
             apiserver.mean().map_or("-".into(), seconds_as_ms),
         );
         self.print_load("  ", &load, total as f64).await?;
+        print_freshness("  ", &metrics_before, &metrics_after, total as f64);
         let injected = self.pods_injected(namespace).await?;
         println!(
             "  Pods carrying all {} injected sidecars: {injected} of {}",

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::prom::Histogram;
+use crate::prom::{self, Histogram};
 use crate::stats::{ms, percentile, seconds_as_ms};
 
 /// The label of the Pods that the injecting SidecarSets of [`sidecarsets`] select (`app`).
@@ -255,5 +255,48 @@ pub fn collect(results: Vec<Result<Duration, String>>, took: Duration) -> Create
         latencies,
         errors,
         took,
+    }
+}
+
+/// Prints what kruise-manager's read-your-writes check did between two `/metrics` texts
+/// (`kruise_webhook_freshness_*`): per policy kind, the lists it sent (and per create of `creates`),
+/// its checks by result, and the p50/p99 of the time admissions spent in it. Nothing when the check
+/// is off.
+pub fn print_freshness(indent: &str, before: &str, after: &str, creates: f64) {
+    let mut kinds: Vec<String> = prom::samples(after, "kruise_webhook_freshness_checks_total")
+        .iter()
+        .map(|s| s.label("kind").to_owned())
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    if kinds.is_empty() {
+        println!("{indent}read-your-writes check: off (no kruise_webhook_freshness_* metrics)");
+    }
+    let delta = |name: &str, keep: &dyn Fn(&prom::Sample) -> bool| {
+        prom::sum(after, name, keep) - prom::sum(before, name, keep)
+    };
+    for kind in kinds {
+        let of_kind = |s: &prom::Sample| s.label("kind") == kind;
+        let lists = delta("kruise_webhook_freshness_probes_total", &of_kind);
+        let results: Vec<String> = ["fresh", "waited", "timeout", "error"]
+            .iter()
+            .map(|result| {
+                let n = delta("kruise_webhook_freshness_checks_total", &|s| {
+                    of_kind(s) && s.label("result") == *result
+                });
+                format!("{result} {n:.0}")
+            })
+            .collect();
+        let name = "kruise_webhook_freshness_wait_seconds";
+        let wait =
+            Histogram::read(after, name, of_kind).since(&Histogram::read(before, name, of_kind));
+        println!(
+            "{indent}read-your-writes {kind}: {lists:.0} lists ({:.2} per create), checks {}, \
+             time in the check p50 {} p99 {}",
+            lists / creates.max(1.0),
+            results.join(", "),
+            quantile_ms(&wait, 0.5),
+            quantile_ms(&wait, 0.99),
+        );
     }
 }

@@ -104,6 +104,18 @@ pub struct Args {
     /// The apiserver's deadline for one Pod admission call to the SidecarSet injection webhook.
     #[arg(long, default_value_t = kruise_webhook::configuration::POD_WEBHOOK_TIMEOUT_SECONDS, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub pod_webhook_timeout_seconds: i32,
+    /// Read-your-writes admission: before deciding, the Pod webhooks make sure (one consistent
+    /// metadata list per policy kind, shared by concurrent admissions) that their caches show every
+    /// SidecarSet, WorkloadSpread, PodUnavailableBudget, PersistentPodState and PodProbeMarker
+    /// written before the request, waiting at most --webhook-read-your-writes-timeout. false decides
+    /// on the caches as they are (a policy created an instant before a Pod may miss it).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_read_your_writes: bool,
+    /// How long after its arrival an admission may wait for the caches (a Go duration); past it, it
+    /// is decided on what is cached, as with the check off. At most 40% of
+    /// --pod-webhook-timeout-seconds.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration)]
+    pub webhook_read_your_writes_timeout: Duration,
     /// The apiserver's deadline for the apps.kruise.io defaulting and validation webhooks.
     #[arg(long, default_value_t = kruise_webhook::configuration::RESOURCE_WEBHOOK_TIMEOUT_SECONDS, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub webhook_timeout_seconds: i32,
@@ -256,6 +268,15 @@ impl Args {
             renew_deadline,
             retry_period,
         })
+    }
+
+    /// How long an admission may wait for its caches: --webhook-read-your-writes-timeout, at most
+    /// 40% of the Pod webhook's deadline (the rest is the decision's, WorkloadSpread placement
+    /// included).
+    pub fn read_your_writes_wait(&self) -> Duration {
+        let deadline =
+            Duration::from_secs(u64::try_from(self.pod_webhook_timeout_seconds).unwrap_or(5));
+        self.webhook_read_your_writes_timeout.min(deadline * 2 / 5)
     }
 
     /// The watch lifetimes, and the bound past which a watch is stale; the bound must outlast a
@@ -472,7 +493,9 @@ impl Clients {
     }
 
     /// For the lease alone: never rate-limited (a renewal must not queue behind a backlog of
-    /// controller writes), with request deadlines; it never watches.
+    /// controller writes), with request deadlines; it never watches. The read-your-writes probes
+    /// use one too: an admission must not queue behind a rollout's writes, and coalescing bounds
+    /// them to one list per policy kind in flight.
     fn election(&self) -> anyhow::Result<Client> {
         Ok(kube::client::ClientBuilder::try_from(self.config.clone())
             .context("building the client")?
@@ -685,6 +708,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         pods
     };
+    let freshness = if args.webhook_read_your_writes {
+        Some(kruise_webhook::freshness::Freshness::for_process(
+            &clients.election()?,
+            &process_caches,
+            args.read_your_writes_wait(),
+            webhook_metrics.freshness.clone(),
+        ))
+    } else {
+        None
+    };
+    let pods = match &freshness {
+        Some(freshness) => pods.with_freshness(freshness.clone()),
+        None => pods,
+    };
+    let policy = kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates));
+    let policy = match &freshness {
+        Some(freshness) => policy.with_freshness(freshness.clone(), process_caches.budgets.clone()),
+        None => policy,
+    };
     let _ = readiness.pods.set(pods.clone());
     let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
     let tls = RustlsConfig::from_pem(
@@ -714,7 +756,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 workload_spread: gates.enabled("WorkloadSpread"),
                 image_pull_job: gates.enabled("ImagePullJobGate"),
             },
-            kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates)),
+            policy,
         ),
         handle.clone(),
     ));
@@ -1285,6 +1327,26 @@ mod tests {
         for (value, want) in cases {
             assert_eq!(parse_go_duration(value).ok(), want, "{value:?}");
         }
+    }
+
+    #[test]
+    fn read_your_writes_is_on_by_default_and_bounded_by_the_pod_webhook_deadline() {
+        let parse = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("kruise-manager").chain(args.iter().copied()))
+                .expect("accepted")
+        };
+        let default = parse(&[]);
+        assert!(default.webhook_read_your_writes);
+        assert_eq!(default.read_your_writes_wait(), Duration::from_secs(2));
+        assert!(!parse(&["--webhook-read-your-writes=false"]).webhook_read_your_writes);
+        assert!(parse(&["--webhook-read-your-writes"]).webhook_read_your_writes);
+        let short = parse(&["--webhook-read-your-writes-timeout=500ms"]);
+        assert_eq!(short.read_your_writes_wait(), Duration::from_millis(500));
+        let capped = parse(&[
+            "--webhook-read-your-writes-timeout=10s",
+            "--pod-webhook-timeout-seconds=10",
+        ]);
+        assert_eq!(capped.read_your_writes_wait(), Duration::from_secs(4));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod manager;
 pub mod monitor;
 pub mod process;
 pub mod realnode;
+pub mod starve;
 pub mod testbed;
 pub mod wait;
 

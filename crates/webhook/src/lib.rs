@@ -8,6 +8,7 @@ pub mod configuration;
 pub mod containerrecreaterequest;
 pub mod convert;
 pub mod ephemeraljob;
+pub mod freshness;
 pub mod metrics;
 pub mod patch;
 pub mod persistentpodstate;

@@ -28,12 +28,89 @@ pub struct PathLabels {
     pub path: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FreshnessLabels {
+    pub kind: String,
+    /// `fresh` (caught up at the first list), `waited` (caught up after waiting), `timeout`,
+    /// `error` (the list failed).
+    pub result: String,
+}
+
+/// The read-your-writes check's metrics ([`crate::freshness`]); `Default` for an unregistered set.
+#[derive(Clone)]
+pub struct FreshnessMetrics {
+    /// Consistent metadata lists sent, by policy kind (one per round, shared by the admissions
+    /// waiting for it).
+    pub probes: Family<KindLabels, Counter>,
+    /// Checks of one kind for one admission, by result.
+    pub checks: Family<FreshnessLabels, Counter>,
+    /// From an admission's arrival until its cache of one kind was known caught up (or given up).
+    pub wait: Family<KindLabels, Histogram>,
+}
+
+impl Default for FreshnessMetrics {
+    fn default() -> Self {
+        Self {
+            probes: Family::default(),
+            checks: Family::default(),
+            wait: Family::new_with_constructor(|| Histogram::new(duration_buckets())),
+        }
+    }
+}
+
+impl FreshnessMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "kruise_webhook_freshness_probes",
+            "Consistent metadata lists of a policy kind sent by the read-your-writes check (one per round, shared by the admissions waiting)",
+            self.probes.clone(),
+        );
+        registry.register(
+            "kruise_webhook_freshness_checks",
+            "Read-your-writes checks of one policy kind for one admission, by result (fresh, waited, timeout, error)",
+            self.checks.clone(),
+        );
+        registry.register(
+            "kruise_webhook_freshness_wait_seconds",
+            "Time from an admission's arrival until the policy cache was known to show every earlier write (or the check gave up)",
+            self.wait.clone(),
+        );
+    }
+
+    pub fn probe(&self, kind: impl std::fmt::Display) {
+        self.probes
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn checked(&self, kind: impl std::fmt::Display, result: &str, seconds: f64) {
+        let kind = kind.to_string();
+        self.checks
+            .get_or_create(&FreshnessLabels {
+                kind: kind.clone(),
+                result: result.into(),
+            })
+            .inc();
+        self.wait
+            .get_or_create(&KindLabels { kind })
+            .observe(seconds);
+    }
+}
+
 /// Handles to the webhook's metrics (cheap to clone).
 #[derive(Clone)]
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub duration: Family<PathLabels, Histogram>,
     pub cert_rotations: Counter,
+    pub freshness: FreshnessMetrics,
 }
 
 impl Metrics {
@@ -42,7 +119,9 @@ impl Metrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(duration_buckets())),
             cert_rotations: Counter::default(),
+            freshness: FreshnessMetrics::default(),
         };
+        metrics.freshness.register(registry);
         registry.register(
             "kruise_webhook_requests",
             "Webhook requests by endpoint and result",

@@ -446,12 +446,8 @@ mod tests {
     /// SidecarSet step, with no SidecarSet, changes nothing).
     #[tokio::test]
     async fn the_pod_webhook_answers_with_the_recorded_topology() {
-        let (sidecarsets, mut writer) = reflector::store();
-        writer.apply_watcher_event(&Event::Init);
-        writer.apply_watcher_event(&Event::InitDone);
-        let (namespaces, mut ns_writer) = reflector::store();
-        ns_writer.apply_watcher_event(&Event::Init);
-        ns_writer.apply_watcher_event(&Event::InitDone);
+        let (sidecarsets, writer) = crate::testreview::listed_store();
+        let (namespaces, ns_writer) = crate::testreview::listed_store();
         std::mem::forget(writer);
         std::mem::forget(ns_writer);
         let injector = crate::pod::PodInjector::from_stores(

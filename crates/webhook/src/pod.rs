@@ -34,6 +34,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use crate::admission::{Answer, allow, deny, request_of};
 use crate::configuration::FailurePolicy;
+use crate::freshness::{Freshness, Late, PolicyKind};
 use crate::relatedpub::RelatedPub;
 
 /// How the Pod webhook behaves.
@@ -95,6 +96,9 @@ pub struct PodInjector {
     /// PodProbeMarkers whose probes a Pod on a virtual kubelet runs itself (gate
     /// `EnablePodProbeMarkerOnServerless`).
     probe_markers: Option<Store<PodProbeMarker>>,
+    /// Read-your-writes: the policy caches are caught up with the apiserver before a Pod is
+    /// decided ([`crate::freshness`]); `None` decides on the caches as they are.
+    freshness: Option<Freshness>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -123,7 +127,15 @@ impl PodInjector {
             persistent: None,
             workloadspreads: None,
             probe_markers: None,
+            freshness: None,
         }
+    }
+
+    /// Decides each Pod only once the policy caches it reads show every write that returned
+    /// before the Pod's admission arrived (waiting at most `freshness.wait()`).
+    pub fn with_freshness(mut self, freshness: Freshness) -> Self {
+        self.freshness = Some(freshness);
+        self
     }
 
     /// Also writes the probes of the PodProbeMarkers that match a new Pod into it
@@ -212,6 +224,7 @@ impl PodInjector {
 
     /// Answers one AdmissionReview for a Pod.
     pub async fn review(&self, review: AdmissionReview<DynamicObject>) -> (Answer, Outcome) {
+        let arrived = tokio::time::Instant::now();
         let request = match request_of(review) {
             Ok(request) => request,
             Err(answer) => return (*answer, Outcome::Denied),
@@ -252,6 +265,15 @@ impl PodInjector {
         let namespace = kruise_core::sidecarset::pod_namespace(&pod).to_string();
         if namespace == ALWAYS_EXCLUDED_NAMESPACE || namespace == self.settings.namespace {
             return unchanged;
+        }
+        let late = if self.synced() {
+            self.catch_up(&pod, &namespace, request.dry_run, arrived)
+                .await
+        } else {
+            Late::default()
+        };
+        if !late.is_empty() {
+            tracing::warn!(namespace, name = %pod_name(&pod, &request), %late, "Pod webhook decides on policy caches not known to show every earlier write");
         }
         let received = pod.clone();
         let mut changed =
@@ -301,10 +323,56 @@ impl PodInjector {
         } else {
             unchanged
         };
-        match warning {
+        let answer = match warning {
             Some((_, Some(text))) => with_warning(answer, text),
             _ => answer,
+        };
+        if late.is_empty() {
+            answer
+        } else {
+            with_warning(
+                answer,
+                format!(
+                    "kruise: decided on policy caches not known to show every earlier write ({late}); a policy created just before this Pod may not apply to it"
+                ),
+            )
         }
+    }
+
+    /// Read-your-writes: waits (bounded) until the caches of the policy kinds this Pod's
+    /// admission reads show every write that returned before it arrived; the kinds that did not.
+    /// WorkloadSpreads and PersistentPodStates apply only to Pods that have a controller.
+    async fn catch_up(
+        &self,
+        pod: &Pod,
+        namespace: &str,
+        dry_run: bool,
+        arrived: tokio::time::Instant,
+    ) -> Late {
+        let Some(freshness) = &self.freshness else {
+            return Late::default();
+        };
+        let mut kinds = vec![(PolicyKind::SidecarSet, None)];
+        let scoped = Some(namespace);
+        let controlled = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true));
+        if self.related_pub.is_some() {
+            kinds.push((PolicyKind::PodUnavailableBudget, scoped));
+        }
+        if self.workloadspreads.is_some() && !dry_run && controlled {
+            kinds.push((PolicyKind::WorkloadSpread, scoped));
+        }
+        if self.persistent.is_some() && controlled {
+            kinds.push((PolicyKind::PersistentPodState, scoped));
+        }
+        if self.probe_markers.is_some() {
+            kinds.push((PolicyKind::PodProbeMarker, scoped));
+        }
+        freshness.catch_up(&kinds, arrived).await
     }
 
     /// WorkloadSpread placement of a Pod being created (not for dry runs). Returns the answer
@@ -565,6 +633,15 @@ fn patch_answer(
     }
 }
 
+/// The Pod's name for logs: its own, else its generateName, else the request's.
+fn pod_name(pod: &Pod, request: &AdmissionRequest<DynamicObject>) -> String {
+    pod.metadata
+        .name
+        .clone()
+        .or_else(|| pod.metadata.generate_name.clone())
+        .unwrap_or_else(|| request.name.clone())
+}
+
 /// `answer` with a warning for the client.
 fn with_warning((mut answer, outcome): (Answer, Outcome), warning: String) -> (Answer, Outcome) {
     if let Some(response) = answer.review.response.as_mut() {
@@ -775,6 +852,100 @@ mod tests {
             .iter()
             .filter_map(|c| c["name"].as_str())
             .collect()
+    }
+
+    /// An injector whose SidecarSet cache (empty) lags an apiserver that lists `logtail` at
+    /// resourceVersion 7, waiting at most `wait`; and the cache's writer.
+    fn lagging_injector(wait: Duration) -> (PodInjector, reflector::store::Writer<SidecarSet>) {
+        use crate::freshness::{Lister, Listing, WatchedCache};
+        let (sidecarsets, writer) = crate::testreview::listed_store();
+        let (namespaces, ns_writer) = crate::testreview::listed_store();
+        std::mem::forget(ns_writer);
+        let lister: Lister = Arc::new(|| {
+            async {
+                Ok(Listing {
+                    resource_version: "10".into(),
+                    items: vec![(
+                        (None, "logtail".into()),
+                        crate::freshness::Version {
+                            resource_version: "7".into(),
+                            ..Default::default()
+                        },
+                    )],
+                })
+            }
+            .boxed()
+        });
+        let shared = kruise_controllers::driver::caches::Shared::from_store(sidecarsets.clone());
+        let freshness = Freshness::new(wait, crate::metrics::FreshnessMetrics::default()).track(
+            PolicyKind::SidecarSet,
+            WatchedCache::start(shared),
+            lister,
+        );
+        let pods = PodInjector::from_stores(
+            sidecarsets,
+            namespaces,
+            None,
+            PodSettings {
+                namespace: MANAGER_NS.into(),
+                failure_policy: FailurePolicy::Ignore,
+                sort_sidecars_by_name: false,
+                kruise_pod_readiness_gate: false,
+                enhanced_liveness_probe: false,
+            },
+        )
+        .with_freshness(freshness);
+        (pods, writer)
+    }
+
+    #[tokio::test]
+    async fn a_sidecarset_created_before_the_pod_is_waited_for_until_the_cache_shows_it() {
+        let (pods, mut writer) = lagging_injector(Duration::from_secs(5));
+        let original = test_pod();
+        let review_task = {
+            let (pods, original) = (pods.clone(), original.clone());
+            tokio::spawn(async move { pods.review(review("CREATE", "web", original)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !review_task.is_finished(),
+            "decided before the cache saw the SidecarSet"
+        );
+        let mut set = logtail("logtail");
+        set.metadata.resource_version = Some("7".into());
+        writer.apply_watcher_event(&Event::Apply(set));
+        let (answer, outcome) = review_task.await.expect("join");
+        assert_eq!(outcome, Outcome::Injected);
+        assert_eq!(
+            container_names(&patched(&original, &answer)),
+            ["logtail", "nginx"]
+        );
+        assert!(
+            response(&answer).warnings.is_none(),
+            "{:?}",
+            response(&answer)
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_wait_a_pod_is_decided_on_the_cache_with_a_warning() {
+        let (pods, _writer) = lagging_injector(Duration::from_millis(200));
+        let began = std::time::Instant::now();
+        let (answer, outcome) = pods.review(review("CREATE", "web", test_pod())).await;
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            began.elapsed()
+        );
+        assert_eq!(outcome, Outcome::Unchanged);
+        let warnings = response(&answer).warnings.clone().unwrap_or_default();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("not known to show every earlier write")
+                    && w.contains("SidecarSet: logtail")),
+            "{warnings:?}"
+        );
     }
 
     #[tokio::test]

@@ -9,16 +9,21 @@
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kruise_api::policy::v1alpha1::PubOperation;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
+use kruise_controllers::driver::caches::Shared;
 use kruise_controllers::podunavailablebudget::take::{related_pub, take};
 use kruise_core::budget::{self, Protection};
 use kube::api::{ApiResource, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::admission::{Answer, allow, request_of};
+use crate::freshness::{Freshness, PolicyKind};
+use crate::relatedpub::RelatedPub;
 
 /// Path of the Pod validating webhooks (upstream's).
 pub const VALIDATE_POD_PATH: &str = "/validate-pod";
@@ -72,7 +77,21 @@ pub struct Policy {
     gates: PolicyGates,
     /// Publishes [`REASON_PREVENTED`] on a Pod whose disruption a budget refused.
     recorder: Option<std::sync::Arc<kruise_controllers::events::EventRecorder>>,
+    /// Read-your-writes ([`Policy::with_freshness`]).
+    fresh: Option<FreshBudgets>,
 }
+
+/// What a disruption reads to be decided with every budget written before it.
+#[derive(Clone)]
+struct FreshBudgets {
+    freshness: Freshness,
+    budgets: Shared<PodUnavailableBudget>,
+    related: RelatedPub,
+}
+
+/// How long after its creation a budget without a status yet is waited for (its controller
+/// computes the first one within moments); an older one is decided on as it is.
+const FIRST_STATUS_WITHIN: SignedDuration = SignedDuration::from_secs(60);
 
 fn forbidden(request: &AdmissionRequest<DynamicObject>, message: String) -> Answer {
     let mut response = AdmissionResponse::from(request).deny(message);
@@ -103,6 +122,86 @@ impl Policy {
             ))),
             client: Some(client),
             gates,
+            fresh: None,
+        }
+    }
+
+    /// Decides each disruption with every PodUnavailableBudget written before it arrived:
+    /// waits (at most `freshness.wait()` after its arrival) until the process's budget cache
+    /// (`budgets`) shows them, names the budget of a Pod created before it (the controller has
+    /// not yet marked the Pod, or marked it for a budget deleted since), and waits for a budget
+    /// created moments ago to get its first status.
+    pub fn with_freshness(
+        mut self,
+        freshness: Freshness,
+        budgets: Shared<PodUnavailableBudget>,
+    ) -> Self {
+        self.fresh = Some(FreshBudgets {
+            related: RelatedPub::new(budgets.store().clone(), self.client.clone()),
+            freshness,
+            budgets,
+        });
+        self
+    }
+
+    /// Read-your-writes for a disruption of `pod` (in `namespace`): see [`Policy::with_freshness`].
+    async fn catch_up(
+        &self,
+        pod: &mut Pod,
+        operation: PubOperation,
+        namespace: &str,
+        arrived: tokio::time::Instant,
+    ) {
+        let Some(fresh) = &self.fresh else {
+            return;
+        };
+        // A Pod that does not count (not available) or opts out passes whatever the budget.
+        if !budget::is_ready(pod)
+            || !budget::is_state_consistent(pod)
+            || kruise_core::pods::annotation(pod, kruise_api::policy::POD_NO_PROTECT_ANNOTATION)
+                == Some("true")
+        {
+            return;
+        }
+        let late = fresh
+            .freshness
+            .catch_up(
+                &[(PolicyKind::PodUnavailableBudget, Some(namespace))],
+                arrived,
+            )
+            .await;
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        if !late.is_empty() {
+            tracing::warn!(pod = %format!("{namespace}/{pod_name}"), operation = operation.as_str(), %late, "PodUnavailableBudget check decides on a cache not known to show every earlier write");
+        }
+        // A Pod the controller has not marked yet, or marked for a budget since deleted: the
+        // budget that selects it now.
+        let store = fresh.budgets.store();
+        let named_exists = related_pub(pod)
+            .is_some_and(|name| store.get(&ObjectRef::new(name).within(namespace)).is_some());
+        if operation != PubOperation::Update && !named_exists {
+            fresh.related.annotate(pod, namespace).await;
+        }
+        let Some(name) = related_pub(pod).map(str::to_string) else {
+            return;
+        };
+        let key = ObjectRef::new(&name).within(namespace);
+        let ready = || {
+            store
+                .get(&key)
+                .is_none_or(|budget| !awaiting_first_status(&budget, Timestamp::now()))
+        };
+        if !fresh
+            .freshness
+            .wait_for(
+                PolicyKind::PodUnavailableBudget,
+                "PodUnavailableBudgetStatus",
+                arrived,
+                ready,
+            )
+            .await
+        {
+            tracing::warn!(pod = %format!("{namespace}/{pod_name}"), operation = operation.as_str(), budget = %name, "PodUnavailableBudget has no status yet; the disruption is decided without it");
         }
     }
 
@@ -139,6 +238,7 @@ impl Policy {
 
     /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
     pub async fn review_pod(&self, review: AdmissionReview<DynamicObject>) -> Answer {
+        let arrived = tokio::time::Instant::now();
         let request = match request_of(review) {
             Ok(request) => request,
             Err(answer) => return *answer,
@@ -197,9 +297,6 @@ impl Policy {
             }
             _ => return allow(&request),
         };
-        let Some(pub_name) = related_pub(&pod).map(str::to_string) else {
-            return allow(&request);
-        };
         let namespace = pod
             .metadata
             .namespace
@@ -209,6 +306,11 @@ impl Policy {
         if pod.metadata.namespace.is_none() {
             pod.metadata.namespace = Some(namespace.clone());
         }
+        self.catch_up(&mut pod, operation, &namespace, arrived)
+            .await;
+        let Some(pub_name) = related_pub(&pod).map(str::to_string) else {
+            return allow(&request);
+        };
         match take(
             client,
             &pod,
@@ -351,6 +453,23 @@ fn eviction_dry_run(request: &AdmissionRequest<DynamicObject>) -> bool {
             .is_some_and(|modes| !modes.is_empty())
 }
 
+/// Whether `budget` was created moments ago (within [`FIRST_STATUS_WITHIN`] of `now`, or after
+/// it by a skewed clock) and its
+/// controller has not written its first status yet: a disruption decided now would pass it by
+/// (a budget without a status desires no available Pod).
+fn awaiting_first_status(budget: &PodUnavailableBudget, now: Timestamp) -> bool {
+    let unobserved = budget
+        .status
+        .as_ref()
+        .is_none_or(|status| status.observed_generation == 0);
+    let young = budget
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .is_some_and(|created| now.duration_since(created.0) < FIRST_STATUS_WITHIN);
+    unobserved && young && budget.metadata.deletion_timestamp.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +492,75 @@ mod tests {
                          "labels": {"policy.kruise.io/delete-protection": protection}},
             "spec": {"replicas": replicas}
         })
+    }
+
+    #[test]
+    fn only_a_young_budget_without_a_status_is_waited_for() {
+        let now: Timestamp = "2025-01-01T00:10:00Z".parse().expect("time");
+        let budget = |created: &str, status: Option<i64>, deleting: bool| {
+            let mut budget: PodUnavailableBudget = serde_json::from_value(json!({
+                "apiVersion": "policy.kruise.io/v1alpha1", "kind": "PodUnavailableBudget",
+                "metadata": {"name": "b", "namespace": "d", "creationTimestamp": created,
+                             "generation": 1},
+                "spec": {"maxUnavailable": 0},
+            }))
+            .expect("budget");
+            if let Some(observed) = status {
+                budget.status = Some(kruise_api::policy::v1alpha1::PodUnavailableBudgetStatus {
+                    observed_generation: observed,
+                    ..Default::default()
+                });
+            }
+            if deleting {
+                budget.metadata.deletion_timestamp = budget.metadata.creation_timestamp.clone();
+            }
+            budget
+        };
+        let cases = [
+            (
+                "created 2 s ago, no status",
+                "2025-01-01T00:09:58Z",
+                None,
+                false,
+                true,
+            ),
+            (
+                "an empty status",
+                "2025-01-01T00:09:58Z",
+                Some(0),
+                false,
+                true,
+            ),
+            (
+                "its first status written",
+                "2025-01-01T00:09:58Z",
+                Some(1),
+                false,
+                false,
+            ),
+            (
+                "created 5 minutes ago",
+                "2025-01-01T00:05:00Z",
+                None,
+                false,
+                false,
+            ),
+            ("being deleted", "2025-01-01T00:09:58Z", None, true, false),
+            (
+                "created after now (clock skew)",
+                "2025-01-01T00:10:03Z",
+                None,
+                false,
+                true,
+            ),
+        ];
+        for (name, created, status, deleting, want) in cases {
+            assert_eq!(
+                awaiting_first_status(&budget(created, status, deleting), now),
+                want,
+                "{name}"
+            );
+        }
     }
 
     #[test]

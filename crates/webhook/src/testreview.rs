@@ -3,6 +3,8 @@
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
 use crate::admission::Answer;
@@ -100,4 +102,15 @@ pub fn response(answer: &Answer) -> &AdmissionResponse {
         .response
         .as_ref()
         .expect("the answer has a response")
+}
+
+/// An empty store whose first list is done (ready), and its writer.
+pub fn listed_store<K>() -> (Store<K>, Writer<K>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&Event::Init);
+    writer.apply_watcher_event(&Event::InitDone);
+    (store, writer)
 }
