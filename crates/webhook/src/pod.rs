@@ -342,6 +342,9 @@ impl PodInjector {
     /// Read-your-writes: waits (bounded) until the caches of the policy kinds this Pod's
     /// admission reads show every write that returned before it arrived; the kinds that did not.
     /// WorkloadSpreads and PersistentPodStates apply only to Pods that have a controller.
+    /// PodUnavailableBudgets are not waited for: `kruise.io/related-pub` is only a hint (the
+    /// controller marks the Pod too), and a disruption finds the Pod's budget itself, with
+    /// read-your-writes of its own ([`crate::policy::Policy::with_freshness`]).
     async fn catch_up(
         &self,
         pod: &Pod,
@@ -360,9 +363,6 @@ impl PodInjector {
             .iter()
             .flatten()
             .any(|o| o.controller == Some(true));
-        if self.related_pub.is_some() {
-            kinds.push((PolicyKind::PodUnavailableBudget, scoped));
-        }
         if self.workloadspreads.is_some() && !dry_run && controlled {
             kinds.push((PolicyKind::WorkloadSpread, scoped));
         }
