@@ -126,20 +126,7 @@ mod tests {
 
     #[tokio::test]
     async fn bytes_from_upstream_arrive_late_and_in_order() {
-        let upstream = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
-        let addr = upstream.local_addr().expect("addr");
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = upstream.accept().await {
-                tokio::spawn(async move {
-                    let mut buffer = [0u8; 1024];
-                    while let Ok(n) = socket.read(&mut buffer).await {
-                        if n == 0 || socket.write_all(&buffer[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let addr = crate::blackhole::tests::echo_server().await;
         let proxy = LagProxy::start(addr).expect("proxy");
         let port = proxy.port;
         let mut client = TcpStream::connect(("127.0.0.1", port))
