@@ -177,11 +177,12 @@ async fn pump(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::time::Duration;
 
-    async fn echo_server() -> SocketAddr {
+    /// A TCP server on 127.0.0.1 that sends back whatever it receives.
+    pub(crate) async fn echo_server() -> SocketAddr {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {

@@ -8,6 +8,7 @@ pub mod control_plane;
 pub mod daemon;
 pub mod fleet;
 pub mod helm;
+pub mod lag;
 pub mod manager;
 pub mod monitor;
 pub mod process;

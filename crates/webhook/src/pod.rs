@@ -339,6 +339,19 @@ impl PodInjector {
         }
     }
 
+    /// Read-your-writes for the SidecarSet conflict check: waits (bounded) until the SidecarSet
+    /// cache shows every SidecarSet written or deleted before `arrived`; whether it did not.
+    pub async fn catch_up_sidecarsets(&self, arrived: tokio::time::Instant) -> Late {
+        match &self.freshness {
+            Some(freshness) if self.synced() => {
+                freshness
+                    .catch_up(&[(PolicyKind::SidecarSet, None)], arrived)
+                    .await
+            }
+            _ => Late::default(),
+        }
+    }
+
     /// Read-your-writes: waits (bounded) until the caches of the policy kinds this Pod's
     /// admission reads show every write that returned before it arrived; the kinds that did not.
     /// WorkloadSpreads and PersistentPodStates apply only to Pods that have a controller.

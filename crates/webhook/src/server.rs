@@ -158,6 +158,14 @@ pub fn router_with(
                     let began = Instant::now();
                     let cluster = if kind == Kind::SidecarSet {
                         let read = async {
+                            // Read-your-writes: the SidecarSets written (or deleted) before this
+                            // one are in the cache the conflict check reads.
+                            let late = pods
+                                .catch_up_sidecarsets(tokio::time::Instant::from_std(began))
+                                .await;
+                            if !late.is_empty() {
+                                tracing::warn!(%late, "SidecarSet conflict check decides on a cache not known to show every earlier write");
+                            }
                             let sidecarsets = other_sidecarsets(&pods, client.as_ref())
                                 .await
                                 .map_err(|e| format!("listing SidecarSets: {e}"))?;
@@ -370,8 +378,10 @@ async fn within(timeout: Duration, request: Request, next: Next) -> Response {
 /// cache — the one SidecarSet watch of the webhook, no apiserver call — once it has loaded. Until then
 /// (the first moments after start) they are listed through `client`, so a SidecarSet is never
 /// admitted unchecked and never refused only because the cache is warming up; without a client (tests)
-/// there are none. Like upstream's cached client, the cache can miss a SidecarSet created an instant
-/// earlier; two conflicting SidecarSets created at the same moment are not caught by either.
+/// there are none. With read-your-writes admission the caller first waits (bounded) for the cache to
+/// show every SidecarSet written or deleted before the request (upstream's cached client can miss
+/// one created an instant earlier, or refuse over one deleted an instant earlier); two conflicting
+/// SidecarSets created at the same moment are not caught by either.
 async fn other_sidecarsets(
     pods: &PodInjector,
     client: Option<&kube::Client>,
