@@ -51,7 +51,8 @@ spec:
 }
 
 /// Waits until the budget counts `total` Pods, all available, and allows `allowed` more
-/// disruptions, with nothing recorded; every Pod of `app=<app>` names the budget.
+/// disruptions, with nothing recorded; every Pod of `app=<app>` names the budget and is labelled
+/// `policy.kruise.io/guarded`.
 async fn wait_budget(
     ns: &TestNamespace,
     budget: &str,
@@ -79,6 +80,12 @@ async fn wait_budget(
                         .and_then(|a| a.get("kruise.io/related-pub"))
                         .map(String::as_str)
                         == Some(budget)
+                        && p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("policy.kruise.io/guarded"))
+                            .map(String::as_str)
+                            == Some("true")
                 });
             let recorded = status.disrupted_pods.as_ref().map_or(0, |m| m.len())
                 + status.unavailable_pods.as_ref().map_or(0, |m| m.len());

@@ -137,14 +137,23 @@ async fn snapshot(
                 .any(|o| o.api_version.starts_with("apps.kruise.io/"))
         };
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for pod in pods.list(&ListParams::default()).await? {
+    for mut pod in pods.list(&ListParams::default()).await? {
+        // kruise-rs labels the Pods a budget guards `policy.kruise.io/guarded` (once, so that the
+        // budget holds while the manager is down): the one write to a Pod a takeover makes. Every
+        // other field is compared.
+        if let Some(labels) = pod.metadata.labels.as_mut() {
+            labels.remove("policy.kruise.io/guarded");
+        }
+        let kept = serde_json::json!({
+            "labels": pod.metadata.labels,
+            "annotations": pod.metadata.annotations,
+            "ownerReferences": pod.metadata.owner_references,
+            "spec": pod.spec,
+            "status": pod.status,
+        });
         state.insert(
             format!("Pod {NS}/{}", pod.name_any()),
-            format!(
-                "{} {}",
-                pod.uid().unwrap_or_default(),
-                pod.resource_version().unwrap_or_default()
-            ),
+            format!("{} {kept}", pod.uid().unwrap_or_default()),
         );
     }
     let revisions: Api<ControllerRevision> = Api::all(client.clone());

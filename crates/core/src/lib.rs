@@ -25,3 +25,11 @@ pub mod rollout;
 pub mod sidecarset;
 pub mod sidecarterminator;
 pub mod workloadspread;
+
+/// A JSON pointer (RFC 6901) to `path`: each token escaped (`~` → `~0`, `/` → `~1`), so that a label
+/// or annotation key such as `policy.kruise.io/guarded` is one token.
+pub fn json_pointer<T: AsRef<str>>(path: &[T]) -> String {
+    path.iter()
+        .map(|t| format!("/{}", t.as_ref().replace('~', "~0").replace('/', "~1")))
+        .collect()
+}

@@ -101,6 +101,12 @@ pub struct Args {
     /// creation.
     #[arg(long, env = "WEBHOOK_CONFIGURATION_FAILURE_POLICY_PODS", default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
     pub pod_webhook_failure_policy: String,
+    /// What the apiserver does with the deletion or eviction of a Pod a PodUnavailableBudget guards
+    /// (labelled `policy.kruise.io/guarded`; an eviction in a namespace holding a budget) when the
+    /// webhook is unreachable: Fail keeps the budget while the manager is down, Ignore admits it.
+    /// Without `PodUnavailableBudgetDeleteGate`, these follow --pod-webhook-failure-policy.
+    #[arg(long, env = "WEBHOOK_CONFIGURATION_FAILURE_POLICY_GUARDED_PODS", default_value = "Fail", value_parser = ["Ignore", "Fail"])]
+    pub pod_webhook_guarded_failure_policy: String,
     /// The apiserver's deadline for one Pod admission call to the SidecarSet injection webhook.
     #[arg(long, default_value_t = kruise_webhook::configuration::POD_WEBHOOK_TIMEOUT_SECONDS, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub pod_webhook_timeout_seconds: i32,
@@ -638,6 +644,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .parse()
         .map_err(anyhow::Error::msg)
         .context("--pod-webhook-failure-policy")?;
+    let guarded_failure_policy = if gates.enabled("PodUnavailableBudgetDeleteGate") {
+        args.pod_webhook_guarded_failure_policy
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("--pod-webhook-guarded-failure-policy")?
+    } else {
+        failure_policy
+    };
     let settings = certctl::Settings {
         namespace: args.namespace.clone(),
         secret_name: args.webhook_secret.clone(),
@@ -650,6 +664,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             failure_policy,
             excluded_namespaces: vec![args.namespace.clone()],
             timeout_seconds: args.pod_webhook_timeout_seconds,
+            guarded_failure_policy,
+            // Filled from the budget cache before each write (certctl).
+            budget_namespaces: Vec::new(),
         },
         resource_timeout_seconds: args.webhook_timeout_seconds,
         external: gates.enabled("EnableExternalCerts"),
@@ -941,7 +958,14 @@ impl LeaderTerm {
                 process_caches,
             } = inputs;
             let (ready_tx, _ready_rx) = watch::channel(false);
-            let certs = certctl::run(client.clone(), settings, tls, ready_tx, webhook_metrics);
+            let certs = certctl::run(
+                client.clone(),
+                settings,
+                tls,
+                ready_tx,
+                webhook_metrics,
+                Some(process_caches.budgets.clone()),
+            );
             let controllers = run_controllers(&args, client, controller_metrics, process_caches);
             tokio::join!(certs, controllers);
             let _ = tx.send(());

@@ -2,7 +2,8 @@
 //! serves with it (reloading without restart), and keeps the caBundle and client config of the webhook
 //! configurations and of the CRDs' conversion settings pointing at this webhook.
 //!
-//! Triggers: any change of the Secret (including its deletion) and a periodic resync.
+//! Triggers: any change of the Secret (including its deletion), a change of the set of namespaces
+//! holding a PodUnavailableBudget, and a periodic resync.
 
 use std::time::Duration;
 
@@ -14,7 +15,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_api::kinds::Kind;
+use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kruise_controllers::driver::caches::Shared;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::json;
@@ -351,14 +355,17 @@ pub async fn sync(
     Ok(())
 }
 
-/// Runs the controller: a first sync (retried until it succeeds), then one per Secret change and per
-/// resync period. `ready` turns true after the first successful sync.
+/// Runs the controller: a first sync (retried until it succeeds), then one per Secret change, per
+/// resync period and, with `budgets`, per change of the set of namespaces holding a
+/// PodUnavailableBudget (their evictions fail closed: [`configuration::PodWebhook::budget_namespaces`]).
+/// `ready` turns true after the first successful sync.
 pub async fn run(
     client: Client,
-    settings: Settings,
+    mut settings: Settings,
     tls: RustlsConfig,
     ready: watch::Sender<bool>,
     metrics: Metrics,
+    budgets: Option<Shared<PodUnavailableBudget>>,
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let config =
@@ -366,13 +373,34 @@ pub async fn run(
     // With backoff: a watch failing over and over (a paused or partitioned replica resuming) must
     // not turn into a sync per failure.
     let mut changes = watcher(secrets, config).default_backoff().boxed();
+    let mut budget_changes = match &budgets {
+        Some(budgets) => {
+            let changes = budgets.subscribe();
+            // The first write names the namespaces of the budgets that exist; a cache that cannot
+            // list for long does not hold the certificate back (its list triggers a write later).
+            if tokio::time::timeout(BUDGETS_LISTED_WITHIN, budgets.wait_listed())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "PodUnavailableBudgets not listed yet; their namespaces' evictions are configured once they are"
+                );
+            }
+            Some(changes)
+        }
+        None => None,
+    };
     let mut current = None;
     let mut resync = tokio::time::interval(settings.resync);
-    // A sync is due at start, on a change of the Secret (or a relist, which may hide one) and on
-    // the resync; watch errors and the relist's own markers are no reason to write.
+    // A sync is due at start, on a change of the Secret (or a relist, which may hide one), of the
+    // namespaces holding budgets, and on the resync; watch errors and the relist's own markers are
+    // no reason to write.
     let mut due = true;
     loop {
         if due {
+            if let Some(budgets) = &budgets {
+                settings.pod_webhook.budget_namespaces = budget_namespaces(budgets.store());
+            }
             if let Err(error) = sync(&client, &settings, &tls, &mut current, &metrics).await {
                 tracing::error!(%error, "webhook certificate sync failed; retrying");
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -381,6 +409,12 @@ pub async fn run(
             due = false;
             ready.send_replace(true);
         }
+        let budget_change = async {
+            match budget_changes.as_mut() {
+                Some(changes) => changes.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = resync.tick() => due = true,
             event = changes.next() => match event {
@@ -393,8 +427,33 @@ pub async fn run(
                 Some(Err(error)) => tracing::warn!(%error, "watching the webhook certificate Secret"),
                 None => return,
             },
+            change = budget_change => match (change, &budgets) {
+                (Some(_), Some(budgets)) => {
+                    let namespaces = budget_namespaces(budgets.store());
+                    if namespaces != settings.pod_webhook.budget_namespaces {
+                        tracing::info!(?namespaces, "namespaces holding a PodUnavailableBudget changed");
+                        due = true;
+                    }
+                }
+                // The cache is gone (the process is ending): budgets no longer move the webhooks.
+                _ => budget_changes = None,
+            },
         }
     }
+}
+
+/// How long the first write waits for the budget cache's first list.
+const BUDGETS_LISTED_WITHIN: Duration = Duration::from_secs(10);
+
+/// The namespaces holding a PodUnavailableBudget that is not being deleted, sorted.
+pub fn budget_namespaces(budgets: &Store<PodUnavailableBudget>) -> Vec<String> {
+    let namespaces: std::collections::BTreeSet<String> = budgets
+        .state()
+        .iter()
+        .filter(|budget| budget.metadata.deletion_timestamp.is_none())
+        .filter_map(|budget| budget.metadata.namespace.clone())
+        .collect();
+    namespaces.into_iter().collect()
 }
 
 #[cfg(test)]

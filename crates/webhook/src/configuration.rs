@@ -76,6 +76,13 @@ pub struct PodWebhook {
     pub excluded_namespaces: Vec<String>,
     /// The apiserver's deadline for one Pod admission call (1–30 s).
     pub timeout_seconds: i32,
+    /// What the apiserver does with the deletion or eviction of a Pod a PodUnavailableBudget guards
+    /// when the webhook cannot answer: `Fail` (the default) keeps the budget while the manager is
+    /// down; every other Pod follows `failure_policy`.
+    pub guarded_failure_policy: FailurePolicy,
+    /// The namespaces holding a PodUnavailableBudget, sorted: their evictions are decided under
+    /// `guarded_failure_policy` (an eviction carries no Pod labels to select on).
+    pub budget_namespaces: Vec<String>,
 }
 
 impl PodWebhook {
@@ -85,7 +92,26 @@ impl PodWebhook {
             failure_policy: FailurePolicy::default(),
             excluded_namespaces: vec![namespace.to_string()],
             timeout_seconds: POD_WEBHOOK_TIMEOUT_SECONDS,
+            guarded_failure_policy: FailurePolicy::Fail,
+            budget_namespaces: Vec::new(),
         }
+    }
+
+    /// [`PodWebhook::namespace_selector`], narrowed to the namespaces that hold a budget (`In`) or
+    /// to the others (`NotIn`); `None` when no namespace holds one and `In` is asked for.
+    fn eviction_namespace_selector(&self, guarded: bool) -> Option<LabelSelector> {
+        let mut selector = self.namespace_selector();
+        if self.budget_namespaces.is_empty() {
+            return (!guarded).then_some(selector);
+        }
+        if let Some(requirements) = selector.match_expressions.as_mut() {
+            requirements.push(LabelSelectorRequirement {
+                key: kruise_api::sidecarset::LABEL_NAMESPACE_NAME.to_string(),
+                operator: if guarded { "In" } else { "NotIn" }.into(),
+                values: Some(self.budget_namespaces.clone()),
+            });
+        }
+        Some(selector)
     }
 
     /// `kubernetes.io/metadata.name NotIn [kube-system, <excluded>…]` (sorted, deduplicated), and, as
@@ -244,11 +270,33 @@ fn rule(group: &str, versions: &[&str], operations: &[&str], resource: &str) -> 
     }
 }
 
-/// The policy.kruise.io validating webhooks (upstream's names and paths): the PodUnavailableBudget
-/// checks of Pod update and deletion (`vpod.kb.io`) and eviction (`vpodeviction.kb.io`), scoped,
-/// timed and failing as the Pod webhook is (`pod`), so that a webhook outage never stops Pod
-/// deletion or eviction unless asked to; and deletion protection of Namespaces, CRDs and workloads,
-/// with the same failure policy. Their handlers honour the feature gates.
+/// `policy.kruise.io/guarded In [true]` (or `NotIn`): a Pod whose deletion a budget guards.
+fn guarded_pods(guarded: bool) -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: kruise_api::policy::POD_GUARDED_LABEL.into(),
+            operator: if guarded { "In" } else { "NotIn" }.into(),
+            values: Some(vec![kruise_api::policy::POD_GUARDED_VALUE.into()]),
+        }]),
+        match_labels: None,
+    }
+}
+
+/// The policy.kruise.io validating webhooks (upstream's names and paths, the budget's split in
+/// two): the PodUnavailableBudget checks of Pod update (`vpod.kb.io`), deletion and eviction, and
+/// deletion protection of Namespaces, CRDs and workloads. All are scoped and timed as the Pod
+/// webhook is and fail as it does (`pod.failure_policy`), so that a webhook outage never stops Pod
+/// updates, deletions or evictions unless asked to — except where a budget is at stake:
+/// - the deletion of a Pod labelled `policy.kruise.io/guarded` (set by the Pod webhook on create
+///   and by the budget controller) goes to `vpodguarded.kb.io`, under `pod.guarded_failure_policy`;
+///   other deletions to `vpoddelete.kb.io`. The two select disjoint Pods (a DELETE carries only the
+///   old Pod), so no deletion is judged twice;
+/// - an eviction carries the Eviction, not the Pod, so no label can select it: evictions in a
+///   namespace holding a budget go to `vpodevictionguarded.kb.io` under the guarded policy, the rest
+///   to `vpodeviction.kb.io`.
+///
+/// Updates stay in one webhook without an object selector: an update that adds or removes the
+/// label would match both halves of a split. Their handlers honour the feature gates.
 fn policy_webhooks(
     target: &Target,
     ca_bundle: Option<&[u8]>,
@@ -273,20 +321,45 @@ fn policy_webhooks(
             }),
             ..Default::default()
         };
+    let guarded = |mut hook: ValidatingWebhook| {
+        hook.failure_policy = Some(pod.guarded_failure_policy.as_str().into());
+        hook
+    };
     let kruise = kruise_api::kinds::GROUP;
-    vec![
+    let pod_delete = || vec![rule("", &["v1"], &["DELETE"], "pods")];
+    let eviction = || vec![rule("", &["v1"], &["CREATE"], "pods/eviction")];
+    let mut hooks = vec![
         hook(
             "vpod.kb.io",
             VALIDATE_POD_PATH,
-            vec![rule("", &["v1"], &["UPDATE", "DELETE"], "pods")],
+            vec![rule("", &["v1"], &["UPDATE"], "pods")],
             true,
         ),
-        hook(
-            "vpodeviction.kb.io",
-            VALIDATE_POD_PATH,
-            vec![rule("", &["v1"], &["CREATE"], "pods/eviction")],
-            true,
-        ),
+        ValidatingWebhook {
+            object_selector: Some(guarded_pods(false)),
+            ..hook("vpoddelete.kb.io", VALIDATE_POD_PATH, pod_delete(), true)
+        },
+        guarded(ValidatingWebhook {
+            object_selector: Some(guarded_pods(true)),
+            ..hook("vpodguarded.kb.io", VALIDATE_POD_PATH, pod_delete(), true)
+        }),
+        ValidatingWebhook {
+            namespace_selector: pod.eviction_namespace_selector(false),
+            ..hook("vpodeviction.kb.io", VALIDATE_POD_PATH, eviction(), true)
+        },
+    ];
+    if let Some(selector) = pod.eviction_namespace_selector(true) {
+        hooks.push(guarded(ValidatingWebhook {
+            namespace_selector: Some(selector),
+            ..hook(
+                "vpodevictionguarded.kb.io",
+                VALIDATE_POD_PATH,
+                eviction(),
+                true,
+            )
+        }));
+    }
+    hooks.extend(vec![
         hook(
             "vnamespace.kb.io",
             VALIDATE_NAMESPACE_PATH,
@@ -343,7 +416,8 @@ fn policy_webhooks(
                 .collect(),
             false,
         ),
-    ]
+    ]);
+    hooks
 }
 
 /// The validating configuration for every kind, with the deadline `timeout_seconds`, and the
@@ -582,6 +656,7 @@ mod tests {
         );
         assert!(vpod.namespace_selector.is_some());
         assert!(hooks.iter().any(|h| h.name == "vpodeviction.kb.io"));
+        assert!(hooks.iter().any(|h| h.name == "vpodguarded.kb.io"));
         assert!(hooks.iter().any(|h| h.name == "vnamespace.kb.io"));
         let hook = &hooks[0];
         assert_eq!(hook.timeout_seconds, Some(RESOURCE_WEBHOOK_TIMEOUT_SECONDS));
@@ -650,6 +725,7 @@ mod tests {
             failure_policy: "Fail".parse().expect("Fail parses"),
             excluded_namespaces: vec!["ops".into(), "kube-system".into()],
             timeout_seconds: 3,
+            ..PodWebhook::new("ops")
         };
         let hooks = mutating(&target, None, &strict, RESOURCE_WEBHOOK_TIMEOUT_SECONDS)
             .webhooks
@@ -689,6 +765,166 @@ mod tests {
             have == want,
             "{} is stale: run `make manifests`",
             path.display()
+        );
+    }
+
+    /// Which policy webhooks a Pod request reaches: (webhook name, failure policy) for each.
+    fn reached(
+        hooks: &[ValidatingWebhook],
+        operation: &str,
+        resource: &str,
+        namespace: &str,
+        object_labels: &[(&str, &str)],
+    ) -> Vec<(String, String)> {
+        use kruise_api::validation::selector_matches;
+        let namespace_labels: std::collections::BTreeMap<String, String> = [(
+            "kubernetes.io/metadata.name".to_string(),
+            namespace.to_string(),
+        )]
+        .into();
+        let object_labels: std::collections::BTreeMap<String, String> = object_labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        hooks
+            .iter()
+            .filter(|h| {
+                h.rules.iter().flatten().any(|r| {
+                    r.api_groups == Some(vec![String::new()])
+                        && r.resources == Some(vec![resource.to_string()])
+                        && r.operations.iter().flatten().any(|o| o == operation)
+                })
+            })
+            .filter(|h| {
+                h.namespace_selector
+                    .as_ref()
+                    .is_none_or(|s| selector_matches(s, &namespace_labels))
+            })
+            .filter(|h| {
+                h.object_selector
+                    .as_ref()
+                    .is_none_or(|s| selector_matches(s, &object_labels))
+            })
+            .map(|h| (h.name.clone(), h.failure_policy.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn a_budget_holds_while_the_webhook_is_down_and_nothing_else_is_blocked() {
+        let target = Target::Url {
+            host: "127.0.0.1".into(),
+            port: 9876,
+        };
+        let guarded = [(kruise_api::policy::POD_GUARDED_LABEL, "true")];
+        let other = [("app", "web")];
+        let with_budgets = PodWebhook {
+            budget_namespaces: vec!["shop".into(), "store".into()],
+            ..PodWebhook::new("kruise-system")
+        };
+        let hooks = validating(&target, None, 10, &with_budgets)
+            .webhooks
+            .unwrap_or_default();
+        let one = |name: &str, policy: &str| vec![(name.to_string(), policy.to_string())];
+        // (operation, resource, namespace, labels of the object the apiserver matches on) → the
+        // one webhook that judges it: never two (a budget would be taken twice), never none.
+        type Labels<'a> = &'a [(&'a str, &'a str)];
+        type Reached = Vec<(String, String)>;
+        let cases: [(&str, &str, &str, Labels, Reached); 9] = [
+            (
+                "DELETE",
+                "pods",
+                "shop",
+                &guarded,
+                one("vpodguarded.kb.io", "Fail"),
+            ),
+            (
+                "DELETE",
+                "pods",
+                "elsewhere",
+                &guarded,
+                one("vpodguarded.kb.io", "Fail"),
+            ),
+            (
+                "DELETE",
+                "pods",
+                "shop",
+                &other,
+                one("vpoddelete.kb.io", "Ignore"),
+            ),
+            (
+                "DELETE",
+                "pods",
+                "elsewhere",
+                &[],
+                one("vpoddelete.kb.io", "Ignore"),
+            ),
+            (
+                "UPDATE",
+                "pods",
+                "shop",
+                &guarded,
+                one("vpod.kb.io", "Ignore"),
+            ),
+            (
+                "UPDATE",
+                "pods",
+                "elsewhere",
+                &other,
+                one("vpod.kb.io", "Ignore"),
+            ),
+            // An Eviction carries no labels of the Pod: its namespace decides.
+            (
+                "CREATE",
+                "pods/eviction",
+                "shop",
+                &[],
+                one("vpodevictionguarded.kb.io", "Fail"),
+            ),
+            (
+                "CREATE",
+                "pods/eviction",
+                "store",
+                &[],
+                one("vpodevictionguarded.kb.io", "Fail"),
+            ),
+            (
+                "CREATE",
+                "pods/eviction",
+                "elsewhere",
+                &[],
+                one("vpodeviction.kb.io", "Ignore"),
+            ),
+        ];
+        for (operation, resource, namespace, labels, want) in cases {
+            assert_eq!(
+                reached(&hooks, operation, resource, namespace, labels),
+                want,
+                "{operation} {resource} in {namespace} with {labels:?}"
+            );
+        }
+        // The manager's own namespace never reaches a Pod webhook, guarded or not.
+        assert!(reached(&hooks, "DELETE", "pods", "kruise-system", &guarded).is_empty());
+
+        // No budget anywhere: every eviction goes to the webhook that cannot block.
+        let hooks = validating(&target, None, 10, &PodWebhook::new("kruise-system"))
+            .webhooks
+            .unwrap_or_default();
+        assert!(!hooks.iter().any(|h| h.name == "vpodevictionguarded.kb.io"));
+        assert_eq!(
+            reached(&hooks, "CREATE", "pods/eviction", "shop", &[]),
+            one("vpodeviction.kb.io", "Ignore")
+        );
+        // Asked to, guarded Pods follow the Pod webhook's policy like the rest.
+        let lenient = PodWebhook {
+            guarded_failure_policy: FailurePolicy::Ignore,
+            ..with_budgets
+        };
+        let hooks = validating(&target, None, 10, &lenient)
+            .webhooks
+            .unwrap_or_default();
+        assert_eq!(
+            reached(&hooks, "DELETE", "pods", "shop", &guarded),
+            one("vpodguarded.kb.io", "Ignore")
         );
     }
 }

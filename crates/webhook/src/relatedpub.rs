@@ -1,6 +1,8 @@
 //! `kruise.io/related-pub` on Pods being created (upstream's `pubMutatingPod`): the Pod webhook
 //! names the PodUnavailableBudget that guards a new Pod at once, so the Pod is guarded from its first
-//! moment rather than from when the budget controller next sees it.
+//! moment rather than from when the budget controller next sees it. A Pod whose deletion or eviction
+//! the budget guards is also labelled `policy.kruise.io/guarded` (kruise-rs only): its deletion goes
+//! to the webhook that fails closed, so the budget holds while the manager is down.
 //!
 //! Budgets are read from the process's watch cache; a Pod in a namespace without budgets costs
 //! nothing. Only a Pod owned by a ReplicaSet, in a namespace with a budget that has a targetRef,
@@ -10,8 +12,8 @@
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kruise_api::policy::POD_RELATED_PUB_ANNOTATION;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
+use kruise_api::policy::{POD_GUARDED_LABEL, POD_GUARDED_VALUE, POD_RELATED_PUB_ANNOTATION};
 use kruise_core::budget::matching::{WorkloadRef, budget_for_pod};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
@@ -29,7 +31,8 @@ impl RelatedPub {
     }
 
     /// Names the budget that guards `pod` (in `namespace`) in its `kruise.io/related-pub`
-    /// annotation; whether the Pod changed.
+    /// annotation, and labels it `policy.kruise.io/guarded` when the budget guards its removal;
+    /// whether the Pod changed.
     pub async fn annotate(&self, pod: &mut Pod, namespace: &str) -> bool {
         let mut budgets: Vec<_> = self
             .budgets
@@ -48,16 +51,30 @@ impl RelatedPub {
             None
         };
         let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let Some(name) = budget_for_pod(budgets.iter().map(|b| &**b), &labels, workload.as_ref())
-            .and_then(|b| b.metadata.name.clone())
+        let Some(budget) = budget_for_pod(budgets.iter().map(|b| &**b), &labels, workload.as_ref())
         else {
             return false;
         };
+        let Some(name) = budget.metadata.name.clone() else {
+            return false;
+        };
+        let mut changed = false;
+        if kruise_core::budget::guards_removal(budget.metadata.annotations.as_ref(), pod)
+            && !kruise_core::budget::is_labelled_guarded(pod)
+        {
+            pod.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(POD_GUARDED_LABEL.into(), POD_GUARDED_VALUE.into());
+            changed = true;
+        }
         let annotations = pod
             .metadata
             .annotations
             .get_or_insert_with(Default::default);
-        annotations.insert(POD_RELATED_PUB_ANNOTATION.to_string(), name.clone()) != Some(name)
+        changed |=
+            annotations.insert(POD_RELATED_PUB_ANNOTATION.to_string(), name.clone()) != Some(name);
+        changed
     }
 
     /// The workload that controls `pod`: a ReplicaSet's controlling Deployment, else the owner.
@@ -142,6 +159,7 @@ mod tests {
         ));
         assert!(related_pub.annotate(&mut owned, "ns").await);
         assert_eq!(related(&owned), Some("by-target"));
+        assert!(kruise_core::budget::is_labelled_guarded(&owned));
         // Annotating again changes nothing.
         assert!(!related_pub.annotate(&mut owned, "ns").await);
 
@@ -154,5 +172,29 @@ mod tests {
         let mut lonely = pod(None);
         assert!(!related_pub.annotate(&mut lonely, "empty-ns").await);
         assert_eq!(related(&lonely), None);
+        assert!(!kruise_core::budget::is_labelled_guarded(&lonely));
+    }
+
+    #[tokio::test]
+    async fn only_a_pod_whose_removal_is_guarded_is_labelled_guarded() {
+        let budgets = store(&[json!({
+            "metadata": {"name": "updates-only", "namespace": "ns",
+                         "annotations": {"kruise.io/pub-protect-operations": "UPDATE"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}}})]);
+        let related_pub = RelatedPub::new(budgets, None);
+        let mut updated_only = pod(None);
+        assert!(related_pub.annotate(&mut updated_only, "ns").await);
+        assert_eq!(related(&updated_only), Some("updates-only"));
+        assert!(!kruise_core::budget::is_labelled_guarded(&updated_only));
+
+        let budgets = store(&[json!({
+            "metadata": {"name": "all", "namespace": "ns"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}}})]);
+        let related_pub = RelatedPub::new(budgets, None);
+        let mut opted_out = pod(None);
+        opted_out.metadata.annotations =
+            Some([("pub.kruise.io/no-protect".to_string(), "true".to_string())].into());
+        assert!(related_pub.annotate(&mut opted_out, "ns").await);
+        assert!(!kruise_core::budget::is_labelled_guarded(&opted_out));
     }
 }

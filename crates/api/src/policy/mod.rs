@@ -13,6 +13,12 @@ pub const GROUP: &str = "policy.kruise.io";
 
 /// The Pod annotation naming the PodUnavailableBudget that guards the Pod (set by the PUB controller).
 pub const POD_RELATED_PUB_ANNOTATION: &str = "kruise.io/related-pub";
+/// The Pod label (value [`POD_GUARDED_VALUE`]) of a Pod whose deletion or eviction a budget guards:
+/// the Pod webhook sets it on create, the budget controller on the Pods it finds and drops it when no
+/// budget names the Pod any more. The webhook configuration sends the deletions of labelled Pods to
+/// a webhook that fails closed, so that a budget holds while the manager is down. kruise-rs only.
+pub const POD_GUARDED_LABEL: &str = "policy.kruise.io/guarded";
+pub const POD_GUARDED_VALUE: &str = "true";
 /// PUB annotation: the operations the budget guards, comma-separated (`DELETE,EVICT,UPDATE,RESIZE`);
 /// absent or empty: DELETE, UPDATE and EVICT.
 pub const PUB_PROTECT_OPERATIONS_ANNOTATION: &str = "kruise.io/pub-protect-operations";

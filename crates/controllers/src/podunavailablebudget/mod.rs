@@ -13,7 +13,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
-use kruise_api::policy::{POD_RELATED_PUB_ANNOTATION, PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION};
+use kruise_api::policy::{
+    POD_GUARDED_LABEL, POD_GUARDED_VALUE, POD_RELATED_PUB_ANNOTATION,
+    PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION,
+};
 use kruise_api::validation::selector_is_empty;
 use kruise_core::budget;
 use kube::api::PartialObjectMeta;
@@ -80,8 +83,14 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         Some(all_tx),
         concerns,
     );
-    forward_workload_changes(&client, &caches, budgets, tx);
+    forward_workload_changes(&client, &caches, budgets.clone(), tx);
     caches.pods.wait_synced().await;
+    tokio::spawn(drop_stale_guards(
+        client.clone(),
+        caches.pods.clone(),
+        budgets,
+        caches.budgets.subscribe(),
+    ));
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: caches.pods,
@@ -237,7 +246,7 @@ async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Resu
         )
         .await;
     }
-    mark_related(&ctx.client, &namespace, &name, &found.pods).await?;
+    mark_related(&ctx.client, &budget, &found.pods).await?;
     let desired = match budget::desired_available(&budget.spec, expected) {
         Ok(desired) => desired,
         Err(message) => {
@@ -338,20 +347,31 @@ async fn publish(
     }
 }
 
-/// Annotates the Pods that do not name the budget yet with `kruise.io/related-pub`.
+/// Names the budget in the `kruise.io/related-pub` of each of its Pods, and labels
+/// `policy.kruise.io/guarded` those whose removal it guards (and only those): what the Pod webhook
+/// does at creation, for the Pods it did not see (created before the budget, or while the webhook
+/// was down).
 async fn mark_related(
     client: &Client,
-    namespace: &str,
-    name: &str,
+    budget: &PodUnavailableBudget,
     pods: &[Arc<Pod>],
 ) -> Result<(), Error> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let namespace = budget.namespace().unwrap_or_default();
+    let name = budget.name_any();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     for pod in pods {
-        if kruise_core::pods::annotation(pod, POD_RELATED_PUB_ANNOTATION) == Some(name) {
+        let guarded = budget::guards_removal(budget.metadata.annotations.as_ref(), pod);
+        let named = kruise_core::pods::annotation(pod, POD_RELATED_PUB_ANNOTATION) == Some(&name);
+        let labelled = budget::is_labelled_guarded(pod);
+        if named && labelled == guarded {
             continue;
         }
         let pod_name = pod.name_any();
-        let patch = json!({"metadata": {"annotations": {POD_RELATED_PUB_ANNOTATION: name}}});
+        let label = guarded.then_some(POD_GUARDED_VALUE);
+        let patch = json!({"metadata": {
+            "annotations": {POD_RELATED_PUB_ANNOTATION: name},
+            "labels": {POD_GUARDED_LABEL: label},
+        }});
         match api
             .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -361,7 +381,7 @@ async fn mark_related(
             Err(source) => {
                 return Err(Error::Kube {
                     context: format!(
-                        "annotating Pod {namespace}/{pod_name} with {POD_RELATED_PUB_ANNOTATION}"
+                        "marking Pod {namespace}/{pod_name} with {POD_RELATED_PUB_ANNOTATION} and {POD_GUARDED_LABEL}"
                     ),
                     source,
                 });
@@ -369,6 +389,112 @@ async fn mark_related(
         }
     }
     Ok(())
+}
+
+/// Why a Pod labelled `policy.kruise.io/guarded` is no longer guarded, if it is not: the budget its
+/// `kruise.io/related-pub` names is gone (from `budgets`, those of its namespace), or no longer
+/// selects it by labels, or no longer guards its removal. A budget with a targetRef that still
+/// exists keeps its Pods (its reconcile relabels them).
+pub fn stale_guard(pod: &Pod, budgets: &[Arc<PodUnavailableBudget>]) -> Option<&'static str> {
+    if !budget::is_labelled_guarded(pod) {
+        return None;
+    }
+    let named = kruise_core::pods::annotation(pod, POD_RELATED_PUB_ANNOTATION).unwrap_or_default();
+    let Some(budget) = budgets.iter().find(|b| {
+        b.metadata.name.as_deref() == Some(named) && b.metadata.deletion_timestamp.is_none()
+    }) else {
+        return Some("no budget of its namespace names it");
+    };
+    if budget.spec.target_reference.is_none() {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let selects = budget.spec.selector.as_ref().is_some_and(|s| {
+            !selector_is_empty(s) && kruise_api::validation::selector_matches(s, &labels)
+        });
+        if !selects {
+            return Some("its budget no longer selects it");
+        }
+    }
+    if !budget::guards_removal(budget.metadata.annotations.as_ref(), pod) {
+        return Some("its budget does not guard its removal");
+    }
+    None
+}
+
+/// Drops `policy.kruise.io/guarded` from the Pods no budget guards any more: on every change of a
+/// budget (a deletion above all, which no reconcile sees) and every [`RESYNC`]. The label sends a
+/// Pod's deletion to the webhook that fails closed; a Pod that keeps it without a budget could not
+/// be deleted while the manager is down. The removal is conditional on the Pod still naming the same
+/// budget (a JSON-patch `test`), so a budget that took the Pod meanwhile keeps it labelled.
+async fn drop_stale_guards(
+    client: Client,
+    pods: Arc<PodCache>,
+    budgets: Store<PodUnavailableBudget>,
+    mut changes: mpsc::UnboundedReceiver<Arc<PodUnavailableBudget>>,
+) {
+    let mut resync = tokio::time::interval(RESYNC);
+    loop {
+        tokio::select! {
+            _ = resync.tick() => {}
+            change = changes.recv() => {
+                if change.is_none() {
+                    return;
+                }
+                // One sweep for a burst of changes.
+                while changes.try_recv().is_ok() {}
+            }
+        }
+        let all = budgets.state();
+        let stale: Vec<Arc<Pod>> = pods
+            .select(None, |labels| {
+                labels.get(POD_GUARDED_LABEL) == Some(POD_GUARDED_VALUE)
+            })
+            .into_iter()
+            .filter(|pod| {
+                let namespace = pod.metadata.namespace.as_deref();
+                let here: Vec<Arc<PodUnavailableBudget>> = all
+                    .iter()
+                    .filter(|b| b.metadata.namespace.as_deref() == namespace)
+                    .cloned()
+                    .collect();
+                stale_guard(pod, &here).is_some()
+            })
+            .collect();
+        for pod in stale {
+            let namespace = pod.namespace().unwrap_or_default();
+            let name = pod.name_any();
+            let named = kruise_core::pods::annotation(&pod, POD_RELATED_PUB_ANNOTATION);
+            let label = kruise_core::json_pointer(&["metadata", "labels", POD_GUARDED_LABEL]);
+            // Still naming the budget that was judged gone (or still naming none).
+            let precondition = match named {
+                Some(named) => json!({"op": "test", "value": named, "path":
+                    kruise_core::json_pointer(&["metadata", "annotations", POD_RELATED_PUB_ANNOTATION])}),
+                None => json!({"op": "test", "path": label, "value": POD_GUARDED_VALUE}),
+            };
+            let operations = vec![precondition, json!({"op": "remove", "path": label})];
+            let patch: json_patch::Patch =
+                match serde_json::from_value(serde_json::Value::Array(operations)) {
+                    Ok(patch) => patch,
+                    Err(error) => {
+                        tracing::warn!(%error, "building the patch that drops a stale guard label");
+                        continue;
+                    }
+                };
+            let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(pod = %name, %namespace, "dropped {POD_GUARDED_LABEL}: no budget guards the Pod")
+                }
+                // Gone, or taken by a budget meanwhile (the test failed): nothing to drop.
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409 | 422) => {}
+                Err(error) => {
+                    tracing::warn!(%error, pod = %name, %namespace, "dropping {POD_GUARDED_LABEL}");
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -379,7 +505,84 @@ mod tests {
     use kruise_api::policy::v1alpha1::PodUnavailableBudgetStatus;
     use serde_json::json;
 
-    use super::clear_dropped_records;
+    use super::{clear_dropped_records, stale_guard};
+
+    #[test]
+    fn a_guard_label_is_stale_once_no_budget_guards_the_pod() {
+        use std::sync::Arc;
+        let pod =
+            |labels: serde_json::Value, related: Option<&str>| -> k8s_openapi::api::core::v1::Pod {
+                let mut metadata = json!({"name": "p", "namespace": "ns", "labels": labels});
+                if let Some(related) = related {
+                    metadata["annotations"] = json!({"kruise.io/related-pub": related});
+                }
+                serde_json::from_value(json!({"metadata": metadata})).expect("pod")
+            };
+        let budget = |name: &str,
+                      spec: serde_json::Value,
+                      annotations: serde_json::Value|
+         -> Arc<kruise_api::policy::v1alpha1::PodUnavailableBudget> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                    "spec": spec,
+                }))
+                .expect("budget"),
+            )
+        };
+        let by_selector = budget(
+            "web",
+            json!({"selector": {"matchLabels": {"app": "web"}}}),
+            json!({}),
+        );
+        let by_target = budget(
+            "target",
+            json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}}),
+            json!({}),
+        );
+        let updates_only = budget(
+            "updates",
+            json!({"selector": {"matchLabels": {"app": "web"}}}),
+            json!({"kruise.io/pub-protect-operations": "UPDATE"}),
+        );
+        let guarded = json!({"app": "web", "policy.kruise.io/guarded": "true"});
+        let none: Option<&str> = None;
+        let cases = [
+            (pod(json!({"app": "web"}), Some("web")), vec![], none),
+            (
+                pod(guarded.clone(), Some("web")),
+                vec![by_selector.clone()],
+                None,
+            ),
+            (
+                pod(guarded.clone(), Some("web")),
+                vec![],
+                Some("no budget of its namespace names it"),
+            ),
+            (
+                pod(guarded.clone(), None),
+                vec![by_selector.clone()],
+                Some("no budget of its namespace names it"),
+            ),
+            (
+                pod(
+                    json!({"app": "api", "policy.kruise.io/guarded": "true"}),
+                    Some("web"),
+                ),
+                vec![by_selector.clone()],
+                Some("its budget no longer selects it"),
+            ),
+            (pod(guarded.clone(), Some("target")), vec![by_target], None),
+            (
+                pod(guarded.clone(), Some("updates")),
+                vec![updates_only],
+                Some("its budget does not guard its removal"),
+            ),
+        ];
+        for (pod, budgets, want) in cases {
+            assert_eq!(stale_guard(&pod, &budgets), want, "{:?}", pod.metadata);
+        }
+    }
 
     #[test]
     fn dropped_records_are_nulled_and_kept_ones_stay() {

@@ -53,6 +53,31 @@ pub fn protected_operations(
     operations
 }
 
+/// Whether a budget with `budget_annotations` guards the deletion or eviction of `pod` at all: the
+/// Pod is not annotated `pub.kruise.io/no-protect` and the budget guards DELETE or EVICT. Such a Pod
+/// is labelled `policy.kruise.io/guarded`, so that its deletion is refused while the webhook is down.
+pub fn guards_removal(budget_annotations: Option<&BTreeMap<String, String>>, pod: &Pod) -> bool {
+    if pods::annotation(pod, POD_NO_PROTECT_ANNOTATION) == Some("true") {
+        return false;
+    }
+    let operations = protected_operations(
+        budget_annotations
+            .and_then(|a| a.get(PUB_PROTECT_OPERATIONS_ANNOTATION))
+            .map(String::as_str),
+        false,
+    );
+    operations.contains(&PubOperation::Delete) || operations.contains(&PubOperation::Evict)
+}
+
+/// Whether `pod` carries `policy.kruise.io/guarded`.
+pub fn is_labelled_guarded(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(kruise_api::policy::POD_GUARDED_LABEL))
+        .is_some_and(|v| v == kruise_api::policy::POD_GUARDED_VALUE)
+}
+
 /// Carries an `unavailable-pod.kruise.io/…` label.
 pub fn has_unavailable_label(pod: &Pod) -> bool {
     pod.metadata.labels.as_ref().is_some_and(|l| {

@@ -84,6 +84,38 @@ fn protected_operations_follow_the_annotation() {
 }
 
 #[test]
+fn a_pod_is_labelled_guarded_when_its_budget_guards_its_removal() {
+    let annotated = |value: &str| {
+        Some(BTreeMap::from([(
+            PUB_PROTECT_OPERATIONS_ANNOTATION.to_string(),
+            value.to_string(),
+        )]))
+    };
+    let mut no_protect = pod("p", true);
+    no_protect.metadata.annotations = Some(BTreeMap::from([(
+        POD_NO_PROTECT_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]));
+    let plain = pod("p", true);
+    let cases = [
+        (None, &plain, true),
+        (annotated(""), &plain, true),
+        (annotated("DELETE"), &plain, true),
+        (annotated("EVICT"), &plain, true),
+        (annotated("UPDATE"), &plain, false),
+        (annotated("UPDATE,RESIZE"), &plain, false),
+        (None, &no_protect, false),
+    ];
+    for (annotations, pod, want) in cases {
+        assert_eq!(
+            guards_removal(annotations.as_ref(), pod),
+            want,
+            "{annotations:?}"
+        );
+    }
+}
+
+#[test]
 fn desired_available_from_max_unavailable_or_min_available() {
     let spec = |max: Option<IntOrString>, min: Option<IntOrString>| PodUnavailableBudgetSpec {
         max_unavailable: max,

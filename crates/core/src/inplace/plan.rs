@@ -304,9 +304,7 @@ fn diff(path: &mut Vec<String>, a: Option<&Value>, b: Option<&Value>, out: &mut 
 }
 
 fn pointer(path: &[String]) -> String {
-    path.iter()
-        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
-        .collect()
+    crate::json_pointer(path)
 }
 
 fn classify(
