@@ -76,10 +76,24 @@ pub struct Policy {
     client: Option<Client>,
     gates: PolicyGates,
     /// Publishes [`REASON_PREVENTED`] on a Pod whose disruption a budget refused.
-    recorder: Option<std::sync::Arc<kruise_controllers::events::EventRecorder>>,
+    prevented: Option<std::sync::Arc<PreventedEvents>>,
     /// Read-your-writes ([`Policy::with_freshness`]).
     fresh: Option<FreshBudgets>,
 }
+
+/// The [`REASON_PREVENTED`] Events in flight: published off the admission path, at most
+/// [`PREVENTED_IN_FLIGHT`] at once, each given up after [`PREVENTED_TIMEOUT`], so that a storm of
+/// refused evictions (a node drain against a budget) or a slow apiserver never piles up tasks.
+struct PreventedEvents {
+    recorder: kruise_controllers::events::EventRecorder,
+    seats: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// Refusal Events published at once; past it one is dropped (the refusal itself is still
+/// answered and logged).
+const PREVENTED_IN_FLIGHT: usize = 64;
+/// How long publishing one refusal Event may take.
+const PREVENTED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a disruption reads to be decided with every budget written before it.
 #[derive(Clone)]
@@ -116,10 +130,10 @@ fn labels(object: &DynamicObject) -> Option<&std::collections::BTreeMap<String, 
 impl Policy {
     pub fn new(client: Client, gates: PolicyGates) -> Self {
         Self {
-            recorder: Some(std::sync::Arc::new(kruise_controllers::driver::recorder(
-                client.clone(),
-                EVENT_REPORTER,
-            ))),
+            prevented: Some(std::sync::Arc::new(PreventedEvents {
+                recorder: kruise_controllers::driver::recorder(client.clone(), EVENT_REPORTER),
+                seats: std::sync::Arc::new(tokio::sync::Semaphore::new(PREVENTED_IN_FLIGHT)),
+            })),
             client: Some(client),
             gates,
             fresh: None,
@@ -179,7 +193,9 @@ impl Policy {
         let store = fresh.budgets.store();
         let named_exists = related_pub(pod)
             .is_some_and(|name| store.get(&ObjectRef::new(name).within(namespace)).is_some());
-        if operation != PubOperation::Update && !named_exists {
+        // An update (or resize) is decided on the budget the Pod names; only a deletion or an
+        // eviction looks for the budget of a Pod not marked yet.
+        if !matches!(operation, PubOperation::Update | PubOperation::Resize) && !named_exists {
             fresh.related.annotate(pod, namespace).await;
         }
         let Some(name) = related_pub(pod).map(str::to_string) else {
@@ -218,11 +234,19 @@ impl Policy {
     /// Leaves the [`REASON_PREVENTED`] Warning on `pod`, as upstream does whenever a budget
     /// refuses (dry runs included), without holding up the answer.
     fn record_prevented(&self, pod: &Pod) {
-        let Some(recorder) = self.recorder.clone() else {
+        let Some(prevented) = self.prevented.clone() else {
             return;
         };
         let regarding = kube::Resource::object_ref(pod, &());
+        let Ok(seat) = prevented.seats.clone().try_acquire_owned() else {
+            tracing::debug!(
+                pod = regarding.name.as_deref().unwrap_or_default(),
+                "{PREVENTED_IN_FLIGHT} {REASON_PREVENTED} Events in flight; this one is dropped"
+            );
+            return;
+        };
         tokio::spawn(async move {
+            let _seat = seat;
             let event = kube::runtime::events::Event {
                 type_: kube::runtime::events::EventType::Warning,
                 reason: REASON_PREVENTED.into(),
@@ -230,8 +254,18 @@ impl Policy {
                 action: "Validate".into(),
                 secondary: None,
             };
-            if let Err(error) = recorder.publish(&event, &regarding).await {
-                tracing::debug!(%error, pod = regarding.name.as_deref().unwrap_or_default(), "could not publish {REASON_PREVENTED}");
+            let published = tokio::time::timeout(
+                PREVENTED_TIMEOUT,
+                prevented.recorder.publish(&event, &regarding),
+            )
+            .await;
+            let pod = regarding.name.as_deref().unwrap_or_default();
+            match published {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, pod, "could not publish {REASON_PREVENTED}");
+                }
+                Err(_) => tracing::debug!(pod, "publishing {REASON_PREVENTED} timed out"),
             }
         });
     }
@@ -264,7 +298,14 @@ impl Policy {
                 if related_pub(&new).is_none() || !budget::update_may_disrupt(&old, &new) {
                     return allow(&request);
                 }
-                (old, PubOperation::Update)
+                // A resize that keeps the Pod available is RESIZE, which a budget guards only
+                // when its annotation names it (or UPDATE without InPlacePodVerticalScaling).
+                let operation = if budget::resize_in_place(&old, &new) {
+                    PubOperation::Resize
+                } else {
+                    PubOperation::Update
+                };
+                (old, operation)
             }
             Operation::Delete if self.gates.budget_delete && sub_resource.is_empty() => {
                 let Some(old) = &request.old_object else {
