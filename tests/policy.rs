@@ -298,6 +298,18 @@ async fn in_place_updates_wait_for_the_budget() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         wait_converged(&ns, "ip", 2, TIMEOUT).await?;
+        // The held update was refused by the budget check of the in-place update engine, which
+        // says so on the Pod as upstream's (one recorder for it and the webhook).
+        let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+        let selector = "involvedObject.kind=Pod,reason=PubPreventPodDeletion";
+        let list = events.list(&ListParams::default().fields(selector)).await?;
+        ensure!(
+            list.items
+                .iter()
+                .any(|e| e.reporting_component.as_deref() == Some("pub-controller")),
+            "no PubPreventPodDeletion Event from the held in-place update: {:?}",
+            list.items
+        );
         Ok(())
     })
     .await

@@ -671,6 +671,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_controllers::podunavailablebudget::take::use_cache(
         process_caches.budgets.store().clone(),
     );
+    // A refusal, by the Pod webhook or an in-place update's budget check, leaves upstream's
+    // PubPreventPodDeletion Warning on the Pod.
+    kruise_controllers::podunavailablebudget::take::record_refusals(client.clone());
     let pods = kruise_webhook::pod::PodInjector::from_stores(
         process_caches.sidecarsets.store().clone(),
         process_caches.namespaces.store().clone(),

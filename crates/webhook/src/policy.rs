@@ -65,35 +65,18 @@ pub struct PolicyGates {
     pub crd_cascading: bool,
 }
 
-/// The reporter of the Events the budget check publishes (upstream's).
-pub const EVENT_REPORTER: &str = "pub-controller";
-/// The Warning a refused disruption leaves on its Pod (upstream's reason and note).
-pub const REASON_PREVENTED: &str = "PubPreventPodDeletion";
+/// The Warning a refused disruption leaves on its Pod, and its reporter: `take` publishes it
+/// (see `take::record_refusals`).
+pub use kruise_controllers::podunavailablebudget::take::{EVENT_REPORTER, REASON_PREVENTED};
 
 /// The policy webhooks' handlers. Without a client every request is allowed.
 #[derive(Clone, Default)]
 pub struct Policy {
     client: Option<Client>,
     gates: PolicyGates,
-    /// Publishes [`REASON_PREVENTED`] on a Pod whose disruption a budget refused.
-    prevented: Option<std::sync::Arc<PreventedEvents>>,
     /// Read-your-writes ([`Policy::with_freshness`]).
     fresh: Option<FreshBudgets>,
 }
-
-/// The [`REASON_PREVENTED`] Events in flight: published off the admission path, at most
-/// [`PREVENTED_IN_FLIGHT`] at once, each given up after [`PREVENTED_TIMEOUT`], so that a storm of
-/// refused evictions (a node drain against a budget) or a slow apiserver never piles up tasks.
-struct PreventedEvents {
-    recorder: kruise_controllers::events::EventRecorder,
-    seats: std::sync::Arc<tokio::sync::Semaphore>,
-}
-
-/// Refusal Events published at once; past it one is dropped (the refusal itself is still
-/// answered and logged).
-const PREVENTED_IN_FLIGHT: usize = 64;
-/// How long publishing one refusal Event may take.
-const PREVENTED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a disruption reads to be decided with every budget written before it.
 #[derive(Clone)]
@@ -130,10 +113,6 @@ fn labels(object: &DynamicObject) -> Option<&std::collections::BTreeMap<String, 
 impl Policy {
     pub fn new(client: Client, gates: PolicyGates) -> Self {
         Self {
-            prevented: Some(std::sync::Arc::new(PreventedEvents {
-                recorder: kruise_controllers::driver::recorder(client.clone(), EVENT_REPORTER),
-                seats: std::sync::Arc::new(tokio::sync::Semaphore::new(PREVENTED_IN_FLIGHT)),
-            })),
             client: Some(client),
             gates,
             fresh: None,
@@ -231,45 +210,6 @@ impl Policy {
         self.client.as_ref()
     }
 
-    /// Leaves the [`REASON_PREVENTED`] Warning on `pod`, as upstream does whenever a budget
-    /// refuses (dry runs included), without holding up the answer.
-    fn record_prevented(&self, pod: &Pod) {
-        let Some(prevented) = self.prevented.clone() else {
-            return;
-        };
-        let regarding = kube::Resource::object_ref(pod, &());
-        let Ok(seat) = prevented.seats.clone().try_acquire_owned() else {
-            tracing::debug!(
-                pod = regarding.name.as_deref().unwrap_or_default(),
-                "{PREVENTED_IN_FLIGHT} {REASON_PREVENTED} Events in flight; this one is dropped"
-            );
-            return;
-        };
-        tokio::spawn(async move {
-            let _seat = seat;
-            let event = kube::runtime::events::Event {
-                type_: kube::runtime::events::EventType::Warning,
-                reason: REASON_PREVENTED.into(),
-                note: Some("openkruise pub prevents pod deletion".into()),
-                action: "Validate".into(),
-                secondary: None,
-            };
-            let published = tokio::time::timeout(
-                PREVENTED_TIMEOUT,
-                prevented.recorder.publish(&event, &regarding),
-            )
-            .await;
-            let pod = regarding.name.as_deref().unwrap_or_default();
-            match published {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, pod, "could not publish {REASON_PREVENTED}");
-                }
-                Err(_) => tracing::debug!(pod, "publishing {REASON_PREVENTED} timed out"),
-            }
-        });
-    }
-
     /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
     pub async fn review_pod(&self, review: AdmissionReview<DynamicObject>) -> Answer {
         let arrived = tokio::time::Instant::now();
@@ -364,7 +304,6 @@ impl Policy {
             Ok(None) => allow(&request),
             Ok(Some(refusal)) => {
                 tracing::info!(pod = %format!("{namespace}/{}", request.name), operation = operation.as_str(), budget = %pub_name, user = ?request.user_info.username, %refusal, "PodUnavailableBudget refused a disruption");
-                self.record_prevented(&pod);
                 forbidden(&request, refusal)
             }
             Err(e) => crate::admission::deny(
