@@ -14,6 +14,9 @@
 //! so that a budget deleted (or raised) a moment ago never refuses. A budget the cache no longer
 //! holds is not taken from the ledger either: a deleted budget decides nothing, and a budget that
 //! does not exist (NotFound, on the read or on the patch) admits, as upstream.
+//!
+//! A refusal leaves upstream's `PubPreventPodDeletion` Warning on the Pod, whoever asked (the
+//! webhook or an in-place update), once [`record_refusals`] has been called.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
