@@ -9,7 +9,8 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_e2e::cloneset_kit::{
-    active_pods, apply, cloneset, merge_patch, name, set_image, spec_image, wait_converged,
+    CONTAINER, active_pods, apply, cloneset, merge_patch, name, set_image, spec_image, terminating,
+    wait_converged,
 };
 use kruise_testkit::manager::ManagerOptions;
 use kruise_testkit::{TestBed, TestNamespace};
@@ -304,6 +305,18 @@ async fn in_place_updates_wait_for_the_budget() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         wait_converged(&ns, "ip", 2, TIMEOUT).await?;
+        // The held update was refused by the budget check of the in-place update engine, which
+        // says so on the Pod as upstream's (one recorder for it and the webhook).
+        let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+        let selector = "involvedObject.kind=Pod,reason=PubPreventPodDeletion";
+        let list = events.list(&ListParams::default().fields(selector)).await?;
+        ensure!(
+            list.items
+                .iter()
+                .any(|e| e.reporting_component.as_deref() == Some("pub-controller")),
+            "no PubPreventPodDeletion Event from the held in-place update: {:?}",
+            list.items
+        );
         Ok(())
     })
     .await
@@ -587,6 +600,130 @@ async fn a_deleted_budget_refuses_nothing() -> anyhow::Result<()> {
             refusals.is_empty(),
             "deletes refused after the budgets were deleted: {refusals:?}"
         );
+        Ok(())
+    })
+    .await
+}
+
+/// Waits until budget `name` reads `allowed` / `desired` / `current` / `total`
+/// (unavailableAllowed, desiredAvailable, currentAvailable, totalReplicas), as upstream's specs
+/// compare the status with its Pod records left out.
+async fn wait_budget_status(
+    ns: &TestNamespace,
+    name: &str,
+    [allowed, desired, current, total]: [i32; 4],
+) -> anyhow::Result<()> {
+    let api: Api<PodUnavailableBudget> = ns.api();
+    eventually(
+        format!("PodUnavailableBudget {name}: allowed {allowed}, desired {desired}, current {current}, total {total}"),
+        TIMEOUT,
+        || async {
+            let status = api.get(name).await?.status.unwrap_or_default();
+            Ok((status.unavailable_allowed == allowed
+                && status.desired_available == desired
+                && status.current_available == current
+                && status.total_replicas == total)
+                .then_some(()))
+        },
+    )
+    .await
+}
+
+/// Upstream's `PodUnavailableBudget selector cloneSet, strategy.type=recreate, update failed image
+/// and block` (test/e2e/policy/v1alpha1/podunavailablebudget.go:733 at v1.9.0), same numbers: a
+/// budget selecting `pub-controller=true` with maxUnavailable 1 over a v1alpha1 CloneSet of 2
+/// (ReCreate, maxUnavailable 100%, maxSurge 0; the container is named as the kit reads it). An update to an image that never becomes ready
+/// recreates one Pod and the budget refuses the other's deletion; the next update (to a good image)
+/// replaces the unready Pod first, and once it is available the refused one goes too.
+#[tokio::test]
+async fn recreate_update_to_a_failing_image_is_blocked_by_the_budget() -> anyhow::Result<()> {
+    const GOOD: &str = "nginx:1.19.2";
+    const FAILING: &str = "nginx:1.19-never-ready";
+    let ns = bed().namespace("pub-recreate").await?;
+    ns.run(async {
+        ns.apply(
+            &json!({
+                "apiVersion": "policy.kruise.io/v1alpha1",
+                "kind": "PodUnavailableBudget",
+                "metadata": {"name": "webserver-pub"},
+                "spec": {"selector": {"matchLabels": {"pub-controller": "true"}}, "maxUnavailable": 1}
+            })
+            .to_string(),
+        )
+        .await?;
+        let labels = json!({"app": "webserver", "pub-controller": "true"});
+        let cloneset = |image: &str| {
+            json!({
+                "apiVersion": "apps.kruise.io/v1alpha1",
+                "kind": "CloneSet",
+                "metadata": {"name": "webserver"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": CONTAINER, "image": image,
+                            "imagePullPolicy": "IfNotPresent"}]}
+                    },
+                    "updateStrategy": {"type": "ReCreate", "maxUnavailable": "100%", "maxSurge": 0}
+                }
+            })
+        };
+        apply(&ns, &cloneset(IMAGE_A)).await?;
+        wait_budget_status(&ns, "webserver-pub", [1, 1, 2, 2]).await?;
+
+        // The failing image: one Pod is recreated on it, the budget refuses the other's deletion.
+        apply(&ns, &cloneset(FAILING)).await?;
+        wait_budget_status(&ns, "webserver-pub", [0, 1, 1, 2]).await?;
+        let pods: Api<Pod> = ns.api();
+        let selector = "app=webserver";
+        // As upstream counts: Pods neither on the failing image nor being deleted.
+        let kept = || async {
+            Ok::<_, anyhow::Error>(
+                active_pods(&pods, selector)
+                    .await?
+                    .into_iter()
+                    .filter(|p| !terminating(p) && spec_image(p).as_deref() != Some(FAILING))
+                    .collect::<Vec<Pod>>(),
+            )
+        };
+        let not_updated = kept().await?;
+        ensure!(
+            not_updated.len() == 1,
+            "{} Pods kept the old image",
+            not_updated.len()
+        );
+        let refused = name(&not_updated[0]);
+        // The refusal is said on the CloneSet (upstream's FailedDelete) and on the Pod.
+        kruise_e2e::cloneset_kit::wait_events(
+            &ns,
+            "webserver",
+            "FailedDelete",
+            &[refused.clone(), REFUSAL.to_string()],
+        )
+        .await?;
+        let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+        let on_pod = format!("involvedObject.name={refused},reason=PubPreventPodDeletion");
+        eventually("PubPreventPodDeletion on the refused Pod", TIMEOUT, || async {
+            Ok((!events
+                .list(&ListParams::default().fields(&on_pod))
+                .await?
+                .items
+                .is_empty())
+            .then_some(()))
+        })
+        .await?;
+
+        // A good image: the unready Pod is replaced first, then the refused one.
+        apply(&ns, &cloneset(GOOD)).await?;
+        wait_converged(&ns, "webserver", 2, TIMEOUT).await?;
+        wait_budget_status(&ns, "webserver-pub", [1, 1, 2, 2]).await?;
+        let updated = active_pods(&pods, selector)
+            .await?
+            .iter()
+            .filter(|p| spec_image(p).as_deref() == Some(GOOD))
+            .count();
+        ensure!(updated == 2, "{updated} Pods run {GOOD}");
         Ok(())
     })
     .await

@@ -661,6 +661,29 @@ spec:
             !names.contains(&"held".to_string()),
             "the paused job injected: {names:?}"
         );
+
+        // An ephemeral container named as one of the Pod's own: the apiserver refuses it, and the
+        // job says so as upstream does (`kubectl describe ephemeraljob main`).
+        ns.apply(&job("main", "", "0")).await?;
+        let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+        let selector =
+            "involvedObject.kind=EphemeralJob,involvedObject.name=main,reason=CreateFailed";
+        let want = format!(
+            "failed to create ephemeral container in pod {}/target: ",
+            ns.name
+        );
+        let refused = eventually("the CreateFailed Warning", TIMEOUT, || async {
+            let list = events.list(&ListParams::default().fields(selector)).await?;
+            Ok(list.items.into_iter().find(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.message.as_deref().is_some_and(|m| m.starts_with(&want))
+            }))
+        })
+        .await?;
+        ensure!(
+            refused.reporting_component.as_deref() == Some("ephemeraljob-controller"),
+            "{refused:?}"
+        );
         Ok(())
     })
     .await

@@ -31,6 +31,7 @@ use crate::driver::caches::Caches;
 use crate::driver::caches::Shared;
 use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 /// The controller's name in metrics, logs and Events (upstream's).
@@ -65,7 +66,12 @@ pub struct Context {
     no_revisions: Store<ControllerRevision>,
     expectations: Mutex<Expectations>,
     metrics: Arc<Metrics>,
+    /// Publishes upstream's `CreateFailed` Warning on the job.
+    recorder: EventRecorder,
 }
+
+/// The Warning a job gets when the apiserver refuses its ephemeral containers (upstream's reason).
+pub const REASON_CREATE_FAILED: &str = "CreateFailed";
 
 impl crate::driver::Driven for Context {
     fn controller(&self) -> &'static str {
@@ -93,6 +99,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     );
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
+        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         client,
         pods: caches.pods,
         no_revisions: kube::runtime::reflector::store().0,
@@ -220,10 +227,27 @@ async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, 
                         );
                     }
                 }
-                Err(error) if is_race(&error) => {
+                // Gone or changed under us: the next pass decides on the new Pod. A 422 is not
+                // a race here: the apiserver refused the containers (a name taken by one of the
+                // Pod's own containers, say), which upstream reports as CreateFailed.
+                Err(error) if matches!(&error, kube::Error::Api(s) if matches!(s.code, 404 | 409)) =>
+                {
                     tracing::info!(job = %key, pod = %pod_name, %error, "the Pod changed or went away before its ephemeral containers were added");
                 }
                 Err(source) => {
+                    // Upstream's wording, as one Event per failed pass (the first failure stops
+                    // the pass, as upstream's batches do).
+                    let message = format!(
+                        "failed to create ephemeral container in pod {namespace}/{pod_name}: {source}"
+                    );
+                    ctx.recorder
+                        .record(
+                            &kube::Resource::object_ref(job, &()),
+                            kube::runtime::events::EventType::Warning,
+                            REASON_CREATE_FAILED,
+                            message,
+                        )
+                        .await;
                     return Err(Error::Kube {
                         context: format!(
                             "creating ephemeral containers in pod {namespace}/{pod_name}"

@@ -173,6 +173,27 @@ impl EventRecorder {
             .next(|| Recorder::new(self.client.clone(), self.reporter.clone()));
         recorder.publish(event, regarding).await
     }
+
+    /// Publishes an Event of `reason` (also its action) about `regarding`, as `kubectl describe`
+    /// shows it; a failure is logged, never returned: an Event is never worth failing a reconcile.
+    pub async fn record(
+        &self,
+        regarding: &ObjectReference,
+        type_: kube::runtime::events::EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.publish(&event, regarding).await {
+            tracing::warn!(%error, reason, object = regarding.name.as_deref().unwrap_or_default(), "publishing an event");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -171,6 +171,14 @@ pub struct Args {
     pub advancedcronjob_workers: u16,
     #[arg(long, default_value_t = 3)]
     pub persistentpodstate_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub podunavailablebudget_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub resourcedistribution_workers: u16,
+    /// OpenKruise v1.9 runs 10 EphemeralJob reconciles at once and has no flag for it; this one is
+    /// kruise-rs's, with that default.
+    #[arg(long, default_value_t = 10)]
+    pub ephemeraljob_workers: u16,
     /// Bind BroadcastJob Pods to their node through required node affinity and let the scheduler
     /// place them; false sets `spec.nodeName` directly (OpenKruise: --assign-bcj-pods-by-scheduler).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
@@ -680,6 +688,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_controllers::podunavailablebudget::take::use_cache(
         process_caches.budgets.store().clone(),
     );
+    // A refusal, by the Pod webhook or an in-place update's budget check, leaves upstream's
+    // PubPreventPodDeletion Warning on the Pod.
+    kruise_controllers::podunavailablebudget::take::record_refusals(client.clone());
     let pods = kruise_webhook::pod::PodInjector::from_stores(
         process_caches.sidecarsets.store().clone(),
         process_caches.namespaces.store().clone(),
@@ -1128,7 +1139,9 @@ async fn run_controllers(
         client.clone(),
         caches.clone(),
         metrics.clone(),
-        kruise_controllers::podunavailablebudget::Config::default(),
+        kruise_controllers::podunavailablebudget::Config {
+            workers: args.podunavailablebudget_workers.max(1),
+        },
     );
     // ResourceDistribution runs only with its gate on (upstream does not start it otherwise).
     let resourcedistribution = gates.enabled("ResourceDistributionGate").then(|| {
@@ -1136,7 +1149,9 @@ async fn run_controllers(
             client.clone(),
             caches.clone(),
             metrics.clone(),
-            kruise_controllers::resourcedistribution::Config::default(),
+            kruise_controllers::resourcedistribution::Config {
+                workers: args.resourcedistribution_workers.max(1),
+            },
         )
     });
     // PersistentPodState has no feature gate in v1.9.0: it runs whenever the manager does.
@@ -1196,8 +1211,8 @@ async fn run_controllers(
         caches.clone(),
         metrics.clone(),
         kruise_controllers::ephemeraljob::Config {
+            workers: args.ephemeraljob_workers.max(1),
             expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-            ..Default::default()
         },
     );
     let cloneset = kruise_controllers::cloneset::run(
@@ -1230,6 +1245,10 @@ async fn run_controllers(
         broadcastjob_workers = args.broadcastjob_workers,
         uniteddeployment_workers = args.uniteddeployment_workers,
         advancedcronjob_workers = args.advancedcronjob_workers,
+        persistentpodstate_workers = args.persistentpodstate_workers,
+        podunavailablebudget_workers = args.podunavailablebudget_workers,
+        resourcedistribution_workers = args.resourcedistribution_workers,
+        ephemeraljob_workers = args.ephemeraljob_workers,
         "controllers started"
     );
     // Each on a task of its own: the watch decoding Pods and the reconciles of different
@@ -1431,6 +1450,36 @@ mod tests {
         ])
         .expect("accepted");
         assert_eq!((qps.kube_api_qps, qps.kube_api_burst), (30.0, 50));
+    }
+
+    #[test]
+    fn worker_flags_default_to_openkruise_counts() {
+        let parse = |args: &[&str]| {
+            let args =
+                Args::try_parse_from(std::iter::once("kruise-manager").chain(args.iter().copied()))
+                    .expect("accepted");
+            (
+                args.podunavailablebudget_workers,
+                args.resourcedistribution_workers,
+                args.ephemeraljob_workers,
+            )
+        };
+        // (arguments, PUB, ResourceDistribution, EphemeralJob workers)
+        type Workers = (u16, u16, u16);
+        let cases: [(&[&str], Workers); 2] = [
+            (&[], (3, 3, 10)),
+            (
+                &[
+                    "--podunavailablebudget-workers=5",
+                    "--resourcedistribution-workers=2",
+                    "--ephemeraljob-workers=1",
+                ],
+                (5, 2, 1),
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(parse(args), want, "{args:?}");
+        }
     }
 
     #[test]

@@ -65,18 +65,15 @@ pub struct PolicyGates {
     pub crd_cascading: bool,
 }
 
-/// The reporter of the Events the budget check publishes (upstream's).
-pub const EVENT_REPORTER: &str = "pub-controller";
-/// The Warning a refused disruption leaves on its Pod (upstream's reason and note).
-pub const REASON_PREVENTED: &str = "PubPreventPodDeletion";
+/// The Warning a refused disruption leaves on its Pod, and its reporter: `take` publishes it
+/// (see `take::record_refusals`).
+pub use kruise_controllers::podunavailablebudget::take::{EVENT_REPORTER, REASON_PREVENTED};
 
 /// The policy webhooks' handlers. Without a client every request is allowed.
 #[derive(Clone, Default)]
 pub struct Policy {
     client: Option<Client>,
     gates: PolicyGates,
-    /// Publishes [`REASON_PREVENTED`] on a Pod whose disruption a budget refused.
-    recorder: Option<std::sync::Arc<kruise_controllers::events::EventRecorder>>,
     /// Read-your-writes ([`Policy::with_freshness`]).
     fresh: Option<FreshBudgets>,
 }
@@ -116,10 +113,6 @@ fn labels(object: &DynamicObject) -> Option<&std::collections::BTreeMap<String, 
 impl Policy {
     pub fn new(client: Client, gates: PolicyGates) -> Self {
         Self {
-            recorder: Some(std::sync::Arc::new(kruise_controllers::driver::recorder(
-                client.clone(),
-                EVENT_REPORTER,
-            ))),
             client: Some(client),
             gates,
             fresh: None,
@@ -179,7 +172,9 @@ impl Policy {
         let store = fresh.budgets.store();
         let named_exists = related_pub(pod)
             .is_some_and(|name| store.get(&ObjectRef::new(name).within(namespace)).is_some());
-        if operation != PubOperation::Update && !named_exists {
+        // An update (or resize) is decided on the budget the Pod names; only a deletion or an
+        // eviction looks for the budget of a Pod not marked yet.
+        if !matches!(operation, PubOperation::Update | PubOperation::Resize) && !named_exists {
             fresh.related.annotate(pod, namespace).await;
         }
         let Some(name) = related_pub(pod).map(str::to_string) else {
@@ -215,27 +210,6 @@ impl Policy {
         self.client.as_ref()
     }
 
-    /// Leaves the [`REASON_PREVENTED`] Warning on `pod`, as upstream does whenever a budget
-    /// refuses (dry runs included), without holding up the answer.
-    fn record_prevented(&self, pod: &Pod) {
-        let Some(recorder) = self.recorder.clone() else {
-            return;
-        };
-        let regarding = kube::Resource::object_ref(pod, &());
-        tokio::spawn(async move {
-            let event = kube::runtime::events::Event {
-                type_: kube::runtime::events::EventType::Warning,
-                reason: REASON_PREVENTED.into(),
-                note: Some("openkruise pub prevents pod deletion".into()),
-                action: "Validate".into(),
-                secondary: None,
-            };
-            if let Err(error) = recorder.publish(&event, &regarding).await {
-                tracing::debug!(%error, pod = regarding.name.as_deref().unwrap_or_default(), "could not publish {REASON_PREVENTED}");
-            }
-        });
-    }
-
     /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
     pub async fn review_pod(&self, review: AdmissionReview<DynamicObject>) -> Answer {
         let arrived = tokio::time::Instant::now();
@@ -264,7 +238,14 @@ impl Policy {
                 if related_pub(&new).is_none() || !budget::update_may_disrupt(&old, &new) {
                     return allow(&request);
                 }
-                (old, PubOperation::Update)
+                // A resize that keeps the Pod available is RESIZE, which a budget guards only
+                // when its annotation names it (or UPDATE without InPlacePodVerticalScaling).
+                let operation = if budget::resize_in_place(&old, &new) {
+                    PubOperation::Resize
+                } else {
+                    PubOperation::Update
+                };
+                (old, operation)
             }
             Operation::Delete if self.gates.budget_delete && sub_resource.is_empty() => {
                 let Some(old) = &request.old_object else {
@@ -323,7 +304,6 @@ impl Policy {
             Ok(None) => allow(&request),
             Ok(Some(refusal)) => {
                 tracing::info!(pod = %format!("{namespace}/{}", request.name), operation = operation.as_str(), budget = %pub_name, user = ?request.user_info.username, %refusal, "PodUnavailableBudget refused a disruption");
-                self.record_prevented(&pod);
                 forbidden(&request, refusal)
             }
             Err(e) => crate::admission::deny(

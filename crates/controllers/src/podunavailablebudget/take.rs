@@ -14,6 +14,9 @@
 //! so that a budget deleted (or raised) a moment ago never refuses. A budget the cache no longer
 //! holds is not taken from the ledger either: a deleted budget decides nothing, and a budget that
 //! does not exist (NotFound, on the read or on the patch) admits, as upstream.
+//!
+//! A refusal leaves upstream's `PubPreventPodDeletion` Warning on the Pod, whoever asked (the
+//! webhook or an in-place update), once [`record_refusals`] has been called.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -64,6 +67,66 @@ impl Budgets {
         let cached = store.get(&ObjectRef::new(&key.1).within(&key.0));
         self.ledger.newest(key, cached)
     }
+}
+
+/// The reporter of the Events a refusal publishes (upstream's one recorder for the webhook and the
+/// workload controllers' budget checks).
+pub const EVENT_REPORTER: &str = "pub-controller";
+/// The Warning a refused disruption leaves on its Pod (upstream's reason; its note is
+/// [`PREVENTED_NOTE`] whatever the operation).
+pub const REASON_PREVENTED: &str = "PubPreventPodDeletion";
+pub const PREVENTED_NOTE: &str = "openkruise pub prevents pod deletion";
+/// Refusal Events published at once; past it one is dropped (the refusal itself is still
+/// answered and logged), so a storm of refused evictions (a node drain against a budget) or a
+/// slow apiserver never piles up tasks.
+const PREVENTED_IN_FLIGHT: usize = 64;
+/// How long publishing one refusal Event may take.
+const PREVENTED_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where refusals are reported ([`record_refusals`]).
+struct Refusals {
+    recorder: crate::events::EventRecorder,
+    seats: Arc<tokio::sync::Semaphore>,
+}
+
+static REFUSALS: OnceLock<Refusals> = OnceLock::new();
+
+/// Lets [`take`] leave [`REASON_PREVENTED`] on each Pod whose disruption a budget refuses (once per
+/// process; the manager calls it for the webhook and the in-place update engine alike).
+pub fn record_refusals(client: Client) {
+    let _ = REFUSALS.set(Refusals {
+        recorder: crate::driver::recorder(client, EVENT_REPORTER),
+        seats: Arc::new(tokio::sync::Semaphore::new(PREVENTED_IN_FLIGHT)),
+    });
+}
+
+/// Publishes [`REASON_PREVENTED`] on `pod` off the caller's path, as upstream does whenever a
+/// budget refuses (dry runs included): the admission answer never waits for it.
+fn record_refusal(pod: &Pod) {
+    let Some(refusals) = REFUSALS.get() else {
+        return;
+    };
+    let regarding = kube::Resource::object_ref(pod, &());
+    let pod_name = regarding.name.clone().unwrap_or_default();
+    let Ok(seat) = refusals.seats.clone().try_acquire_owned() else {
+        tracing::debug!(pod = %pod_name, "{PREVENTED_IN_FLIGHT} {REASON_PREVENTED} Events in flight; this one is dropped");
+        return;
+    };
+    tokio::spawn(async move {
+        let _seat = seat;
+        let record = refusals.recorder.record(
+            &regarding,
+            kube::runtime::events::EventType::Warning,
+            REASON_PREVENTED,
+            PREVENTED_NOTE.into(),
+        );
+        if tokio::time::timeout(PREVENTED_TIMEOUT, record)
+            .await
+            .is_err()
+        {
+            tracing::debug!(pod = %pod_name, "publishing {REASON_PREVENTED} timed out");
+        }
+    });
 }
 
 static UPDATE_GATE: AtomicBool = AtomicBool::new(false);
@@ -139,7 +202,10 @@ pub async fn take(
                 fresh = true;
                 continue;
             }
-            Admission::Refuse(message) => return Ok(Some(message)),
+            Admission::Refuse(message) => {
+                record_refusal(pod);
+                return Ok(Some(message));
+            }
             Admission::Take(next) => next,
         };
         if dry_run {

@@ -8,7 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::intstr::{IntOrPercent, Round};
@@ -136,6 +137,102 @@ pub fn is_available(pod: &Pod) -> bool {
 /// unavailable label appeared (upstream's `IsPodUnavailableChanged`).
 pub fn update_may_disrupt(old: &Pod, new: &Pod) -> bool {
     old.spec != new.spec || (!has_unavailable_label(old) && has_unavailable_label(new))
+}
+
+/// Kubernetes' annotation naming where a Pod came from; `api` for the apiserver, else a static Pod.
+const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+
+/// The resources a Pod can resize without a restart (upstream's `allowedResizeResourceKey`).
+const RESIZABLE: [&str; 2] = ["cpu", "memory"];
+
+/// Whether an update of `old` into `new` is a resize that keeps the Pod available, so the budget
+/// decides it as RESIZE rather than UPDATE (upstream's `CanResizeInplace`): no unavailable label
+/// appears, nothing but container resources changed, neither copy is a static Pod, the QoS class
+/// stays, and every changed resource is cpu or memory whose `resizePolicy` does not restart the
+/// container (a missing value must be present on both sides to count as unchanged, as upstream:
+/// the kubelet does not fill in what the scheduler assumes).
+pub fn resize_in_place(old: &Pod, new: &Pod) -> bool {
+    if !has_unavailable_label(old) && has_unavailable_label(new) {
+        return false;
+    }
+    let without_resources = |pod: &Pod| {
+        let mut spec = pod.spec.clone().unwrap_or_default();
+        // Init containers are left as they are: they do not change (upstream's note).
+        for c in &mut spec.containers {
+            c.resources = None;
+        }
+        spec
+    };
+    if without_resources(old) != without_resources(new) {
+        return false;
+    }
+    let is_static = |pod: &Pod| {
+        pods::annotation(pod, CONFIG_SOURCE_ANNOTATION).is_some_and(|source| source != "api")
+    };
+    if is_static(old) || is_static(new) {
+        return false;
+    }
+    if crate::inplace::qos_class(old.spec.as_ref()) != crate::inplace::qos_class(new.spec.as_ref())
+    {
+        return false;
+    }
+    resources_resizable(old, new)
+}
+
+fn resources_resizable(old: &Pod, new: &Pod) -> bool {
+    let (old, new) = (containers(old), containers(new));
+    if old.len() != new.len() {
+        return false;
+    }
+    new.iter().all(|container| {
+        old.iter()
+            .find(|c| c.name == container.name)
+            .is_some_and(|before| container_resizable(before, container))
+    })
+}
+
+fn containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().map_or(&[], |s| &s.containers)
+}
+
+type Resources = BTreeMap<String, Quantity>;
+
+fn requests_and_limits(c: &Container) -> (Option<&Resources>, Option<&Resources>) {
+    let r = c.resources.as_ref();
+    (
+        r.and_then(|r| r.requests.as_ref()),
+        r.and_then(|r| r.limits.as_ref()),
+    )
+}
+
+/// Every resource of the container that changed may be resized without a restart.
+fn container_resizable(old: &Container, new: &Container) -> bool {
+    let (old_requests, old_limits) = requests_and_limits(old);
+    let (new_requests, new_limits) = requests_and_limits(new);
+    let names: BTreeSet<&String> = [old_requests, old_limits, new_requests, new_limits]
+        .into_iter()
+        .flatten()
+        .flat_map(BTreeMap::keys)
+        .collect();
+    let changed = |name: &str, a: Option<&Resources>, b: Option<&Resources>| match (
+        a.and_then(|m| m.get(name)),
+        b.and_then(|m| m.get(name)),
+    ) {
+        (None, None) => false,
+        (Some(a), Some(b)) => !crate::inplace::flow::same_quantity(&a.0, &b.0),
+        _ => true,
+    };
+    names.into_iter().all(|name| {
+        let unchanged =
+            !changed(name, old_requests, new_requests) && !changed(name, old_limits, new_limits);
+        unchanged
+            || (RESIZABLE.contains(&name.as_str())
+                && !new.resize_policy.iter().flatten().any(|p| {
+                    &p.resource_name == name
+                        && !p.restart_policy.is_empty()
+                        && p.restart_policy != "NotRequired"
+                }))
+    })
 }
 
 /// The Pods that must stay available out of `total` (upstream's `getDesiredAvailableForPub`):

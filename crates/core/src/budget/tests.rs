@@ -472,3 +472,166 @@ proptest! {
         prop_assert_eq!(admitted, (allowed.max(0) as usize).min(evictions));
     }
 }
+
+/// Upstream's `TestCanResizeInplace` cases (pkg/control/pubcontrol/pub_control_test.go at v1.9.0)
+/// and a few more: which Pod updates a budget decides as RESIZE rather than UPDATE.
+#[test]
+fn resize_in_place_table() {
+    use k8s_openapi::api::core::v1::{ContainerResizePolicy, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    type List<'a> = &'a [(&'a str, &'a str)];
+    let with = |requests: List<'_>, limits: List<'_>, policy: List<'_>| {
+        let mut p = pod("p", true);
+        let list = |l: List<'_>| {
+            (!l.is_empty()).then(|| {
+                l.iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect::<BTreeMap<_, _>>()
+            })
+        };
+        if let Some(spec) = p.spec.as_mut() {
+            let c = &mut spec.containers[0];
+            c.resources = Some(ResourceRequirements {
+                requests: list(requests),
+                limits: list(limits),
+                ..Default::default()
+            });
+            c.resize_policy = (!policy.is_empty()).then(|| {
+                policy
+                    .iter()
+                    .map(|(r, p)| ContainerResizePolicy {
+                        resource_name: r.to_string(),
+                        restart_policy: p.to_string(),
+                    })
+                    .collect()
+            });
+        }
+        p
+    };
+    let base_req: List<'_> = &[("cpu", "1"), ("memory", "2Gi")];
+    let base_lim: List<'_> = &[("cpu", "2"), ("memory", "4Gi")];
+    let base = with(base_req, base_lim, &[]);
+    let labelled = |mut p: Pod, k: &str| {
+        p.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(k.into(), "true".into());
+        p
+    };
+    let annotated = |mut p: Pod, k: &str, v: &str| {
+        p.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(k.into(), v.into());
+        p
+    };
+    let mixed: List<'_> = &[("cpu", "RestartContainer"), ("memory", "NotRequired")];
+    let image = {
+        let mut p = with(base_req, &[("cpu", "3"), ("memory", "4Gi")], &[]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.containers[0].image = Some("nginx:1.20".into());
+        }
+        p
+    };
+    let cases: Vec<(&str, Pod, Pod, bool)> = vec![
+        (
+            "qos changed (BestEffort to Guaranteed)",
+            pod("p", true),
+            with(
+                &[("cpu", "1"), ("memory", "1Gi")],
+                &[("cpu", "1"), ("memory", "1Gi")],
+                &[],
+            ),
+            false,
+        ),
+        (
+            "resources changed",
+            base.clone(),
+            with(&[("cpu", "3"), ("memory", "3Gi")], base_lim, &[]),
+            true,
+        ),
+        (
+            "the same quantity written differently is no change",
+            base.clone(),
+            with(&[("cpu", "1000m"), ("memory", "2Gi")], base_lim, &[]),
+            true,
+        ),
+        (
+            "storage limit added",
+            base.clone(),
+            with(
+                base_req,
+                &[
+                    ("cpu", "2"),
+                    ("memory", "4Gi"),
+                    ("ephemeral-storage", "1Gi"),
+                ],
+                &[],
+            ),
+            false,
+        ),
+        (
+            "storage request removed",
+            with(
+                &[
+                    ("cpu", "1"),
+                    ("memory", "2Gi"),
+                    ("ephemeral-storage", "1Gi"),
+                ],
+                base_lim,
+                &[],
+            ),
+            base.clone(),
+            false,
+        ),
+        (
+            "resources changed but static pod",
+            annotated(base.clone(), "kubernetes.io/config.source", "file"),
+            annotated(
+                with(&[("cpu", "3"), ("memory", "3Gi")], base_lim, &[]),
+                "kubernetes.io/config.source",
+                "file",
+            ),
+            false,
+        ),
+        (
+            "config.source api is not static",
+            annotated(base.clone(), "kubernetes.io/config.source", "api"),
+            annotated(
+                with(&[("cpu", "3"), ("memory", "3Gi")], base_lim, &[]),
+                "kubernetes.io/config.source",
+                "api",
+            ),
+            true,
+        ),
+        (
+            "cpu changed with resizePolicy RestartContainer",
+            with(base_req, base_lim, mixed),
+            with(&[("cpu", "3"), ("memory", "2Gi")], base_lim, mixed),
+            false,
+        ),
+        (
+            "memory changed, its resizePolicy NotRequired (cpu's RestartContainer unused)",
+            with(base_req, base_lim, mixed),
+            with(
+                &[("cpu", "1"), ("memory", "3Gi")],
+                &[("cpu", "2"), ("memory", "5Gi")],
+                mixed,
+            ),
+            true,
+        ),
+        (
+            "resources changed and an unavailable label added",
+            base.clone(),
+            labelled(
+                with(&[("cpu", "3"), ("memory", "3Gi")], base_lim, &[]),
+                "unavailable-pod.kruise.io/resize",
+            ),
+            false,
+        ),
+        ("an image changed too", base.clone(), image, false),
+    ];
+    for (name, old, new, want) in cases {
+        assert_eq!(resize_in_place(&old, &new), want, "{name}");
+    }
+}

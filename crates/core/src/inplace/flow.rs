@@ -427,7 +427,7 @@ fn resize_patch(pod: &Pod, plan: &InPlacePlan, rv: &str) -> Result<Option<Patch>
     Ok(Some(Patch(ops)))
 }
 
-fn same_quantity(a: &str, b: &str) -> bool {
+pub(crate) fn same_quantity(a: &str, b: &str) -> bool {
     match (ParsedQuantity::parse(a), ParsedQuantity::parse(b)) {
         (Ok(a), Ok(b)) => a.cmp_value(&b).is_eq(),
         _ => a == b,

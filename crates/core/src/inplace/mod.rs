@@ -5,7 +5,7 @@
 mod batches;
 mod completion;
 pub mod envmeta;
-mod flow;
+pub(crate) mod flow;
 mod plan;
 mod state;
 

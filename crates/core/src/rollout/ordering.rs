@@ -296,6 +296,18 @@ pub fn sort_update_indexes(
     indexes
 }
 
+/// The order in which CloneSet deletes Pods already chosen for deletion (specified-delete, or
+/// PreparingDelete with its hook gone): the ActivePods order, so unready Pods go before ready ones.
+///
+/// Upstream deletes them in its cache's (arbitrary) order and stops at the first failure. Here every
+/// Pod of a round is tried, but a round is capped, and the ready-Pod allowance
+/// (`within_ready_budget`) is spent in this order; an unready Pod's deletion costs no availability
+/// and no PodUnavailableBudget refuses it, so putting it first replaces broken Pods before a ready
+/// one (which a budget may refuse) is touched.
+pub fn sort_deletions(pods: &[Pod], indexes: &mut [usize]) {
+    indexes.sort_by(|&a, &b| active_pods_cmp(&pods[a], &pods[b]));
+}
+
 /// Extra scale-down ranks per Pod index: a higher rank is deleted first (after the availability and
 /// deletion-cost rules). Pods absent from the map rank 0.
 pub type Ranks = HashMap<usize, f64>;
@@ -747,6 +759,53 @@ mod tests {
                 "old-ready",
             ]
         );
+    }
+
+    #[test]
+    fn deletion_order_table() {
+        // (case, Pods in the caller's order, expected deletion order)
+        let cases = [
+            (
+                // upstream's `recreate, update failed image and block`: the ready old Pod a budget
+                // refuses comes first in the cache, the unready one on the failing image second
+                "an unready Pod before a ready one",
+                vec![
+                    pod("old-ready").running_ready(300).build(),
+                    pod("new-unready").phase("Running").node("n").build(),
+                ],
+                vec!["new-unready", "old-ready"],
+            ),
+            (
+                "unassigned and pending before running",
+                vec![
+                    pod("running").running_ready(10).build(),
+                    pod("pending").phase("Pending").node("n").build(),
+                    pod("unassigned").phase("Pending").build(),
+                ],
+                vec!["unassigned", "pending", "running"],
+            ),
+            (
+                "ready Pods: the least established first",
+                vec![
+                    pod("long").running_ready(500).build(),
+                    pod("short").running_ready(5).build(),
+                ],
+                vec!["short", "long"],
+            ),
+            (
+                "ties keep the caller's order",
+                vec![
+                    pod("b").running_ready(50).build(),
+                    pod("a").running_ready(50).build(),
+                ],
+                vec!["b", "a"],
+            ),
+        ];
+        for (case, pods, want) in cases {
+            let mut order = all(&pods);
+            sort_deletions(&pods, &mut order);
+            assert_eq!(names(&pods, &order), want, "{case}");
+        }
     }
 
     #[test]

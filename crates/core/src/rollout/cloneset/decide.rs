@@ -16,7 +16,7 @@ pub use crate::rollout::Revision;
 use crate::rollout::cloneset::{
     self as arith, DiffOptions, FactsContext, Gates, Limits, Purpose, RolloutKnobs,
 };
-use crate::rollout::ordering::Ranker;
+use crate::rollout::ordering::{self, Ranker};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_SCALING_EXCLUDE_PREPARING_DELETE;
@@ -199,22 +199,25 @@ pub fn scale_step(s: &Snapshot<'_>) -> Result<ScaleStep, InvalidSetting> {
 
     // 3. Pods already in PreparingDelete whose hook is gone.
     if !pre_delete.is_empty() {
+        let mut pre_delete = pre_delete.clone();
+        ordering::sort_deletions(s.pods, &mut pre_delete);
         let step = deletions(s, &pre_delete);
         if step != ScaleStep::None {
             return Ok(step);
         }
     }
 
-    // 4. Specified Pods: unready ones always, ready ones within the unavailability budget.
-    let specified_only = arith::within_ready_budget(
-        specified
-            .iter()
-            .copied()
-            .filter(|i| !pre_delete.contains(i))
-            .collect(),
-        diffs.delete_ready_limit,
-        |i| pods::is_update_ready(&s.pods[i], 0, s.now),
-    );
+    // 4. Specified Pods: unready ones always (first), ready ones within the unavailability budget.
+    let mut specified_only: Vec<usize> = specified
+        .iter()
+        .copied()
+        .filter(|i| !pre_delete.contains(i))
+        .collect();
+    ordering::sort_deletions(s.pods, &mut specified_only);
+    let specified_only =
+        arith::within_ready_budget(specified_only, diffs.delete_ready_limit, |i| {
+            pods::is_update_ready(&s.pods[i], 0, s.now)
+        });
     if !specified_only.is_empty() {
         let step = deletions(s, &specified_only);
         if step != ScaleStep::None {

@@ -311,6 +311,25 @@ fn scale_table() {
                 prepare: vec![],
             },
         ),
+        (
+            // upstream's `recreate, update failed image and block`, second update: the ready old
+            // Pod (whose deletion a budget refuses) and the unready one on the failing image
+            "specified Pods: the unready one first",
+            Knobs {
+                replicas: 2,
+                policy: POD_UPDATE_RECREATE,
+                max_unavailable: IntOrString::String("100%".into()),
+                ..Knobs::default()
+            },
+            vec![
+                with_label(pod("a", OLD, true), keys::LABEL_SPECIFIED_DELETE, "true"),
+                with_label(pod("b", OLD, false), keys::LABEL_SPECIFIED_DELETE, "true"),
+            ],
+            ScaleStep::Delete {
+                delete: vec![1, 0],
+                prepare: vec![],
+            },
+        ),
     ];
     for (name, knobs, pods, want) in cases {
         let cs = cloneset(knobs);
@@ -452,6 +471,21 @@ fn update_table() {
                 pod("c", OLD, true),
             ],
             vec![inplace_v2(1)],
+        ),
+        (
+            "ReCreate under maxUnavailable 100%: the unready Pod first",
+            None,
+            Knobs {
+                replicas: 2,
+                policy: POD_UPDATE_RECREATE,
+                max_unavailable: IntOrString::String("100%".into()),
+                ..Knobs::default()
+            },
+            vec![
+                with_label(pod("a", OLD, true), keys::LABEL_SPECIFIED_DELETE, "true"),
+                pod("b", OLD, false),
+            ],
+            vec!["recreate 1".into(), "recreate 0".into()],
         ),
         (
             "env change under InPlaceIfPossible: recreate",
