@@ -55,7 +55,8 @@ impl crate::driver::Driven for Context {
 }
 
 /// Runs the controller until the future is dropped.
-pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>) {
+/// `workers`: concurrent reconciles (`--crr-workers`).
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, workers: u16) {
     let (watched, watched_run) =
         Shared::<ContainerRecreateRequest>::watch(Api::all(client.clone()));
     let controller = watched.controller();
@@ -71,7 +72,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>) {
     let ctx = Arc::new(Context { client, metrics });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
     tokio::select! {
-        () = crate::driver::run(controller, 3, reconcile, ctx) => {}
+        () = crate::driver::run(controller, workers.max(1), reconcile, ctx) => {}
         () = watched_run => {}
     }
 }

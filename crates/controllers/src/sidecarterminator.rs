@@ -13,6 +13,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
@@ -33,8 +35,9 @@ use crate::events::EventRecorder;
 pub const CONTROLLER: &str = "sidecarterminator-controller";
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Runs the controller until the future is dropped.
-pub async fn run(client: Client, pods: Arc<PodCache>) {
+/// Runs the controller until the future is dropped, reconciling up to `workers` Pods at once
+/// (`--sidecarterminator-workers`, 3 as OpenKruise's).
+pub async fn run(client: Client, pods: Arc<PodCache>, workers: u16) {
     let mut events = pods.subscribe("sidecarterminator");
     let (tx, mut rx) = mpsc::unbounded_channel::<(String, String)>();
     let recorder = Arc::new(crate::driver::recorder(client.clone(), CONTROLLER));
@@ -68,16 +71,22 @@ pub async fn run(client: Client, pods: Arc<PodCache>) {
         while let Ok(more) = rx.try_recv() {
             queued.insert(more);
         }
-        for (namespace, name) in std::mem::take(&mut queued) {
-            if let Err(error) = reconcile(&client, &recorder, &namespace, &name).await {
-                tracing::warn!(controller = CONTROLLER, pod = %format!("{namespace}/{name}"), error = %format!("{error:#}"), "reconcile failed");
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY).await;
-                    let _ = tx.send((namespace, name));
-                });
-            }
-        }
+        let batch = std::mem::take(&mut queued);
+        futures::stream::iter(batch)
+            .for_each_concurrent(usize::from(workers.max(1)), |(namespace, name)| {
+                let (client, recorder, tx) = (&client, &recorder, &tx);
+                async move {
+                    if let Err(error) = reconcile(client, recorder, &namespace, &name).await {
+                        tracing::warn!(controller = CONTROLLER, pod = %format!("{namespace}/{name}"), error = %format!("{error:#}"), "reconcile failed");
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(RETRY).await;
+                            let _ = tx.send((namespace, name));
+                        });
+                    }
+                }
+            })
+            .await;
     }
 }
 

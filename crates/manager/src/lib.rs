@@ -185,6 +185,21 @@ pub struct Args {
     pub assign_bcj_pods_by_scheduler: bool,
     #[arg(long, default_value_t = 3)]
     pub daemonset_workers: u16,
+    /// Concurrent reconciles of the other controllers, OpenKruise v1.9's flags and defaults.
+    #[arg(long, default_value_t = 3)]
+    pub crr_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub imagepulljob_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub nodeimage_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub nodepodprobe_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub podprobemarker_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub sidecarterminator_workers: u16,
+    #[arg(long, default_value_t = 3)]
+    pub workloadspread_workers: u16,
     /// Seconds added to the TTL of the NodeImage tags an Always ImagePullJob asks for, so that a tag
     /// outlives its job a while (OpenKruise's flag: 0 to 31 days, 300 by default).
     #[arg(long, default_value_t = kruise_core::imagepull::DEFAULT_TTL_SECONDS_FOR_ALWAYS, allow_hyphen_values = true)]
@@ -1163,14 +1178,19 @@ async fn run_controllers(
             workers: args.persistentpodstate_workers.max(1),
         },
     );
-    let sidecarterminator = gates
-        .enabled("SidecarTerminator")
-        .then(|| kruise_controllers::sidecarterminator::run(client.clone(), caches.pods.clone()));
+    let sidecarterminator = gates.enabled("SidecarTerminator").then(|| {
+        kruise_controllers::sidecarterminator::run(
+            client.clone(),
+            caches.pods.clone(),
+            args.sidecarterminator_workers,
+        )
+    });
     let containerrecreaterequest = gates.enabled("KruiseDaemon").then(|| {
         kruise_controllers::containerrecreaterequest::run(
             client.clone(),
             caches.clone(),
             metrics.clone(),
+            args.crr_workers,
         )
     });
     let imagepulljob = gates.enabled("ImagePullJobGate").then(|| {
@@ -1181,6 +1201,8 @@ async fn run_controllers(
                 default_ttl_always: args.default_ttl_for_always_nodeimage().unwrap_or(
                     kruise_controllers::imagepulljob::Config::default().default_ttl_always,
                 ),
+                workers: args.imagepulljob_workers,
+                nodeimage_workers: args.nodeimage_workers,
                 ..Default::default()
             },
         )
@@ -1193,6 +1215,7 @@ async fn run_controllers(
             metrics.clone(),
             kruise_controllers::workloadspread::Config {
                 configuration_namespace: args.namespace.clone(),
+                workers: args.workloadspread_workers.max(1),
                 ..Default::default()
             },
         )
@@ -1204,6 +1227,10 @@ async fn run_controllers(
             metrics.clone(),
             gates.enabled("KruiseDaemon"),
             gates.enabled("EnablePodProbeMarkerOnServerless"),
+            kruise_controllers::podprobemarker::Workers {
+                markers: args.podprobemarker_workers,
+                node_probes: args.nodepodprobe_workers,
+            },
         )
     });
     let ephemeraljob = kruise_controllers::ephemeraljob::run(
@@ -1480,6 +1507,55 @@ mod tests {
         for (args, want) in cases {
             assert_eq!(parse(args), want, "{args:?}");
         }
+        // Every `--*-workers` flag of OpenKruise v1.9's manager is accepted (3 by default), so its
+        // manifests start kruise-manager unchanged.
+        let names = [
+            "advancedcronjob",
+            "broadcastjob",
+            "cloneset",
+            "crr",
+            "daemonset",
+            "imagepulljob",
+            "nodeimage",
+            "nodepodprobe",
+            "persistentpodstate",
+            "podprobemarker",
+            "podunavailablebudget",
+            "resourcedistribution",
+            "sidecarset",
+            "sidecarterminator",
+            "statefulset",
+            "uniteddeployment",
+            "workloadspread",
+        ];
+        let flags: Vec<String> = names.iter().map(|n| format!("--{n}-workers=7")).collect();
+        let args = Args::try_parse_from(
+            std::iter::once("kruise-manager").chain(flags.iter().map(String::as_str)),
+        )
+        .expect("OpenKruise's worker flags accepted");
+        let set = [
+            args.crr_workers,
+            args.imagepulljob_workers,
+            args.nodeimage_workers,
+            args.nodepodprobe_workers,
+            args.podprobemarker_workers,
+            args.sidecarterminator_workers,
+            args.workloadspread_workers,
+        ];
+        assert_eq!(set, [7; 7]);
+        let defaults = Args::try_parse_from(["kruise-manager"]).expect("defaults");
+        assert_eq!(
+            [
+                defaults.crr_workers,
+                defaults.imagepulljob_workers,
+                defaults.nodeimage_workers,
+                defaults.nodepodprobe_workers,
+                defaults.podprobemarker_workers,
+                defaults.sidecarterminator_workers,
+                defaults.workloadspread_workers,
+            ],
+            [3; 7]
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
+    let workers = config.workers.max(1);
     let (images, writer) = reflector::store();
     // A NodeImage change wakes the jobs that own one of its tags.
     let wakes = watcher(
@@ -123,7 +124,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
         config,
     });
     tokio::select! {
-        () = crate::driver::run(controller, 3, reconcile, ctx) => {}
+        () = crate::driver::run(controller, workers, reconcile, ctx) => {}
         () = watched_run => {}
     }
 }

@@ -24,6 +24,10 @@ pub struct Config {
     /// `--default-ttlseconds-for-always-nodeimage`: added to the TTL of tags of Always jobs (300 s
     /// by default, as OpenKruise's manager).
     pub default_ttl_always: i32,
+    /// Concurrent reconciles of ImagePullJobs (`--imagepulljob-workers`, 3 as OpenKruise's).
+    pub workers: u16,
+    /// Concurrent reconciles of NodeImages (`--nodeimage-workers`, 3 as OpenKruise's).
+    pub nodeimage_workers: u16,
 }
 
 impl Default for Config {
@@ -31,6 +35,8 @@ impl Default for Config {
         Self {
             daemon_config_namespace: DAEMON_CONFIG_NAMESPACE.into(),
             default_ttl_always: 300,
+            workers: 3,
+            nodeimage_workers: 3,
         }
     }
 }
@@ -38,7 +44,7 @@ impl Default for Config {
 /// Runs the three controllers until the future is dropped.
 pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
     tokio::join!(
-        nodeimage::run(client.clone(), metrics.clone()),
+        nodeimage::run(client.clone(), metrics.clone(), config.nodeimage_workers),
         job::run(client.clone(), metrics.clone(), config),
         list::run(client, metrics),
     );

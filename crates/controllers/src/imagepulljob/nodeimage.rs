@@ -58,7 +58,7 @@ fn node_ready(node: &Node) -> bool {
 }
 
 /// Runs the controller until the future is dropped.
-pub async fn run(client: Client, metrics: Arc<Metrics>) {
+pub async fn run(client: Client, metrics: Arc<Metrics>, workers: u16) {
     let (nodes, node_writer) = reflector::store();
     let node_events = crate::driver::caches::reflect_changes(
         "nodes",
@@ -94,7 +94,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
         .reconcile_on(node_events)
         .reconcile_on(job_events);
     tokio::select! {
-        _ = async { tokio::join!(crate::driver::run(controller, 2, reconcile, ctx), creator) } => {}
+        _ = async { tokio::join!(crate::driver::run(controller, workers.max(1), reconcile, ctx), creator) } => {}
         () = watched_run => {}
     }
 }

@@ -57,6 +57,23 @@ impl crate::driver::Driven for Context {
     }
 }
 
+/// Concurrent reconciles of the two controllers (`--podprobemarker-workers`,
+/// `--nodepodprobe-workers`; 3 each, as OpenKruise's).
+#[derive(Clone, Copy, Debug)]
+pub struct Workers {
+    pub markers: u16,
+    pub node_probes: u16,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Self {
+            markers: 3,
+            node_probes: 3,
+        }
+    }
+}
+
 /// Runs the PodProbeMarker controller and, with `node_probes` (`KruiseDaemon`), the NodePodProbe
 /// controller, on one NodePodProbe watch, until the future is dropped.
 pub async fn run_all(
@@ -65,6 +82,7 @@ pub async fn run_all(
     metrics: Arc<Metrics>,
     node_probes: bool,
     serverless: bool,
+    workers: Workers,
 ) {
     let (probes, probes_run) = nodepodprobe::watch(client.clone());
     let markers = run(
@@ -73,10 +91,11 @@ pub async fn run_all(
         probes.clone(),
         metrics.clone(),
         serverless,
+        workers.markers,
     );
     let nodes = async {
         if node_probes {
-            nodepodprobe::run(client, caches, probes, metrics).await;
+            nodepodprobe::run(client, caches, probes, metrics, workers.node_probes).await;
         } else {
             std::future::pending::<()>().await;
         }
@@ -96,6 +115,7 @@ pub async fn run(
     probes: Shared<NodePodProbe>,
     metrics: Arc<Metrics>,
     serverless: bool,
+    workers: u16,
 ) {
     let markers = caches.podprobemarkers.store().clone();
     let controller =
@@ -111,7 +131,7 @@ pub async fn run(
         serverless,
     });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
-    crate::driver::run(controller, 3, reconcile, ctx).await;
+    crate::driver::run(controller, workers.max(1), reconcile, ctx).await;
 }
 
 /// Wakes the markers whose selector matches a changed (not deleted) Pod.

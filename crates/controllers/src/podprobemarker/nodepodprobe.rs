@@ -70,6 +70,7 @@ pub async fn run(
     caches: Caches,
     probes: Shared<NodePodProbe>,
     metrics: Arc<Metrics>,
+    workers: u16,
 ) {
     let (markers, markers_run) = Shared::<PodProbeMarker>::watch(Api::all(client.clone()));
     let controller = Controller::for_stream(probes.replayed_stream(), probes.store().clone());
@@ -90,7 +91,7 @@ pub async fn run(
     });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
     tokio::select! {
-        () = crate::driver::run(controller, 3, reconcile, ctx) => {}
+        () = crate::driver::run(controller, workers.max(1), reconcile, ctx) => {}
         () = markers_run => {}
         () = keep => {}
     }
