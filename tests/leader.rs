@@ -468,3 +468,119 @@ async fn a_leader_that_cannot_watch_steps_down_and_is_not_ready() -> anyhow::Res
     })
     .await
 }
+
+/// A leader that loses its lease, or is stopped with SIGTERM, while its controllers have
+/// reconciles in flight stops them quietly: they finish what is in flight, the manager logs at info
+/// what it stopped, and nothing panics (kube's controller used to unwrap the reconcile its term's
+/// runtime had cancelled under it) and no controller's end is logged as an error.
+#[tokio::test]
+async fn a_step_down_with_reconciles_in_flight_stops_the_controllers_quietly() -> anyhow::Result<()>
+{
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kruise_e2e::cloneset_kit::{active_pods, apply, cloneset, merge_patch};
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+
+    const STOPPED: &str = "leader term ended: controllers stopped";
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("quiet-stop").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let replica = manager::spawn(
+            &bed.plane,
+            &ManagerOptions {
+                name: "manager-quiet".into(),
+                leader_election_id: "kruise-manager-quiet".into(),
+                lease_seconds: LEASE_SECONDS,
+                ..Default::default()
+            },
+        )?;
+        manager::wait_serving(&bed.plane, &replica, Duration::from_secs(90)).await?;
+        ensure!(leads(&replica).await?, "the replica leads");
+        let log_path = bed.plane.dir().join("manager-quiet.log");
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+
+        // Work in flight: three CloneSets scaling up at once, the lease taken from under them as
+        // soon as their first Pods show.
+        for name in ["quiet-a", "quiet-b", "quiet-c"] {
+            apply(&ns, &cloneset(name, 10, "nginx:alpine", json!({}))).await?;
+        }
+        eventually("the first Pods", Duration::from_secs(60), || async {
+            Ok((!active_pods(&pods, "app in (quiet-a,quiet-b,quiet-c)")
+                .await?
+                .is_empty())
+            .then_some(()))
+        })
+        .await?;
+        let leases: Api<Lease> = Api::namespaced(ns.client.clone(), manager::NAMESPACE);
+        leases
+            .patch(
+                "kruise-manager-quiet",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {
+                    "holderIdentity": "someone-else",
+                    "renewTime": MicroTime(jiff::Timestamp::now()),
+                }})),
+            )
+            .await?;
+        eventually("the step-down", Duration::from_secs(30), || async {
+            Ok(log().contains(STOPPED).then_some(()))
+        })
+        .await
+        .with_context(|| bed.plane.log_tails(30))?;
+
+        // The other holder never renews: the replica leads again once the lease expires. Then
+        // more work, and SIGTERM in the middle of it.
+        eventually(
+            "leading again",
+            Duration::from_secs(LEASE_SECONDS * 4),
+            || async { Ok(leads(&replica).await?.then_some(())) },
+        )
+        .await?;
+        for name in ["quiet-a", "quiet-b", "quiet-c"] {
+            merge_patch(&ns, "cloneset", name, &json!({"spec": {"replicas": 20}})).await?;
+        }
+        let before = active_pods(&pods, "app in (quiet-a,quiet-b,quiet-c)")
+            .await?
+            .len();
+        eventually("more Pods", Duration::from_secs(60), || async {
+            Ok((active_pods(&pods, "app in (quiet-a,quiet-b,quiet-c)")
+                .await?
+                .len()
+                > before)
+                .then_some(()))
+        })
+        .await?;
+        bed.plane.stop_process("manager-quiet", false);
+
+        let log = log();
+        let stops: Vec<&str> = log.lines().filter(|l| l.contains(STOPPED)).collect();
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("panicked") || l.contains("controller's task"))
+            .collect();
+        println!(
+            "controllers stopped quietly twice (lease lost, then SIGTERM):\n{}",
+            stops.join("\n")
+        );
+        ensure!(
+            errors.is_empty(),
+            "no panic and no controller's task failure expected in the manager's log:\n{}",
+            errors.join("\n")
+        );
+        ensure!(
+            stops.len() == 2,
+            "one '{STOPPED}' line per term expected (lease lost, SIGTERM), found {}:\n{}",
+            stops.len(),
+            stops.join("\n")
+        );
+        ensure!(
+            log.lines().any(|l| l.contains("shutting down")),
+            "the SIGTERM is logged"
+        );
+        Ok(())
+    })
+    .await
+}
