@@ -584,3 +584,120 @@ async fn a_step_down_with_reconciles_in_flight_stops_the_controllers_quietly() -
     })
     .await
 }
+
+/// A leader paused (SIGSTOP) in the middle of a SidecarSet upgrade while its Pods change, then
+/// resumed (once within its lease, once past it), finishes the upgrade, and a Pod write of its
+/// whose precondition failed (a JSON patch `test`: 422, a resourceVersion: 409) is decided again
+/// quietly: none is logged as a warning or a failed reconcile. The refused writes the audit log
+/// shows are printed.
+#[tokio::test]
+async fn a_resumed_leader_does_not_fail_its_pod_writes() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kruise_api::sidecarset::v1beta1::SidecarSet;
+    use kruise_e2e::audited_writes;
+    use kruise_e2e::sidecarset_kit::{apply_logtail, counts, set_image, test_pod, wait_status};
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("resumed").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let replica = manager::spawn(
+            &bed.plane,
+            &ManagerOptions {
+                name: "manager-resumed".into(),
+                leader_election_id: "kruise-manager-resumed".into(),
+                lease_seconds: LEASE_SECONDS,
+                kubeconfig: Some(replica_kubeconfig(2, &bed.plane.server_url())?),
+                ..Default::default()
+            },
+        )?;
+        manager::wait_serving(&bed.plane, &replica, Duration::from_secs(90)).await?;
+        let labels = json!({"app": "resumed"});
+        let name = format!("{}-resumed", ns.name);
+        apply_logtail(&ns, &name, &labels, json!({})).await?;
+        let pods: Api<Pod> = ns.api();
+        const PODS: usize = 4;
+        for i in 0..PODS {
+            let pod: Pod =
+                serde_json::from_value(test_pod(&format!("resumed-{i}"), labels.clone()))?;
+            pods.create(&PostParams::default(), &pod).await?;
+        }
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        let n = PODS as i32;
+        wait_status(
+            &sidecarsets,
+            &name,
+            "all Pods ready",
+            Duration::from_secs(90),
+            |s| counts(s) == (n, n, n, n),
+        )
+        .await?;
+
+        let since = jiff::Timestamp::now();
+        set_image(&sidecarsets, &name, "log-service/logtail:v2").await?;
+        for (pause, round) in [(Duration::from_secs(3), 0), (Duration::from_secs(10), 1)] {
+            let pid = bed
+                .plane
+                .pids()
+                .into_iter()
+                .find_map(|(process, pid)| (process == "manager-resumed").then_some(pid))
+                .context("the manager's pid")?;
+            kruise_testkit::process::signal(pid, libc::SIGSTOP);
+            // Pods change while the leader cannot see it: labels (every Pod's resourceVersion)
+            // and, through kubelet-sim, their status.
+            for i in 0..PODS {
+                pods.patch(
+                    &format!("resumed-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"labels": {"round": round.to_string()}}})),
+                )
+                .await?;
+            }
+            tokio::time::sleep(pause).await;
+            kruise_testkit::process::signal(pid, libc::SIGCONT);
+            if round == 0 {
+                // The second pause comes while the rollout is still going on.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        wait_status(
+            &sidecarsets,
+            &name,
+            "all Pods upgraded",
+            Duration::from_secs(120),
+            |s| counts(s) == (n, n, n, n),
+        )
+        .await?;
+
+        let failed: Vec<String> = audited_writes("manager-2", since)?
+            .into_iter()
+            .filter(|w| w.resource == "pods" && matches!(w.code, 409 | 422))
+            .map(|w| w.line)
+            .collect();
+        let log = std::fs::read_to_string(bed.plane.dir().join("manager-resumed.log"))?;
+        let logged: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .filter(|l| {
+                l.contains("reconcile failed") || l.contains("code: 422") || l.contains("code: 409")
+            })
+            .collect();
+        println!(
+            "resumed leader: {} Pod writes refused on a precondition:\n{}\nlogged:\n{}",
+            failed.len(),
+            failed.join("\n"),
+            logged.join("\n")
+        );
+        bed.plane.stop_process("manager-resumed", false);
+        ensure!(
+            logged.is_empty(),
+            "no failed reconcile or refused write expected in the manager's log:\n{}",
+            logged.join("\n")
+        );
+        Ok(())
+    })
+    .await
+}

@@ -3,7 +3,8 @@
 //! A kind supplies its reconcile (observe its caches → plan with a pure function of `kruise-core` →
 //! act with patches → status) and a context implementing [`Driven`]; the driver supplies
 //! - the wiring ([`run`]): one reconcile per object at a time on a task of its own, the reconcile
-//!   metrics, and one error policy (log, count, requeue after [`ERROR_REQUEUE`]);
+//!   metrics, and one error policy (log, count, requeue after [`ERROR_REQUEUE`]; a write that lost
+//!   a race to a change of its object is decided again after [`RACE_REQUEUE`], quietly);
 //! - the shared caches ([`caches::Caches`]): one watch per resource kind for the whole manager;
 //! - the guarded writes ([`write`]): the status written only when it changed and only over the
 //!   resourceVersion it was computed from, and old revisions pruned with uid preconditions;
@@ -267,8 +268,26 @@ async fn watch_for_stalls<K, C>(
     }
 }
 
-/// The one error policy: log the object and the error, count a failed reconcile, retry soon.
+/// How soon a reconcile that lost a race ([`Error::is_race`]) is tried again: time for the caches
+/// to show what moved, no more (no backoff: the next decision is made on the newer view).
+pub const RACE_REQUEUE: Duration = Duration::from_millis(500);
+
+/// The one error policy. A reconcile that lost a race — a write whose precondition (a JSON patch
+/// `test`, a resourceVersion) found the object changed, or an object gone — decided on a view the
+/// cluster had left behind: it is decided again on a fresh one after [`RACE_REQUEUE`], logged at
+/// debug and counted as `race`, not as a failure. Any other error is logged with the object,
+/// counted as a failed reconcile and retried after [`ERROR_REQUEUE`].
 pub fn error_policy<K: Resource, C: Driven>(object: Arc<K>, error: &Error, ctx: Arc<C>) -> Action {
+    if error.is_race() {
+        tracing::debug!(
+            controller = ctx.controller(),
+            object = %object_key(object.as_ref()),
+            %error,
+            "the object moved under the reconcile; deciding again on a fresh view"
+        );
+        ctx.metrics().raced(ctx.controller());
+        return Action::requeue(RACE_REQUEUE);
+    }
     tracing::warn!(
         controller = ctx.controller(),
         object = %object_key(object.as_ref()),
