@@ -468,3 +468,236 @@ async fn a_leader_that_cannot_watch_steps_down_and_is_not_ready() -> anyhow::Res
     })
     .await
 }
+
+/// A leader that loses its lease, or is stopped with SIGTERM, while its controllers have
+/// reconciles in flight stops them quietly: they finish what is in flight, the manager logs at info
+/// what it stopped, and nothing panics (kube's controller used to unwrap the reconcile its term's
+/// runtime had cancelled under it) and no controller's end is logged as an error.
+#[tokio::test]
+async fn a_step_down_with_reconciles_in_flight_stops_the_controllers_quietly() -> anyhow::Result<()>
+{
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kruise_e2e::cloneset_kit::{active_pods, apply, cloneset, merge_patch};
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+
+    const STOPPED: &str = "leader term ended: controllers stopped";
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("quiet-stop").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let replica = manager::spawn(
+            &bed.plane,
+            &ManagerOptions {
+                name: "manager-quiet".into(),
+                leader_election_id: "kruise-manager-quiet".into(),
+                lease_seconds: LEASE_SECONDS,
+                ..Default::default()
+            },
+        )?;
+        manager::wait_serving(&bed.plane, &replica, Duration::from_secs(90)).await?;
+        ensure!(leads(&replica).await?, "the replica leads");
+        let log_path = bed.plane.dir().join("manager-quiet.log");
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+
+        // Work in flight: three CloneSets scaling up at once, the lease taken from under them as
+        // soon as their first Pods show.
+        for name in ["quiet-a", "quiet-b", "quiet-c"] {
+            apply(&ns, &cloneset(name, 10, "nginx:alpine", json!({}))).await?;
+        }
+        eventually("the first Pods", Duration::from_secs(60), || async {
+            Ok((!active_pods(&pods, "app in (quiet-a,quiet-b,quiet-c)")
+                .await?
+                .is_empty())
+            .then_some(()))
+        })
+        .await?;
+        let leases: Api<Lease> = Api::namespaced(ns.client.clone(), manager::NAMESPACE);
+        leases
+            .patch(
+                "kruise-manager-quiet",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {
+                    "holderIdentity": "someone-else",
+                    "renewTime": MicroTime(jiff::Timestamp::now()),
+                }})),
+            )
+            .await?;
+        eventually("the step-down", Duration::from_secs(30), || async {
+            Ok(log().contains(STOPPED).then_some(()))
+        })
+        .await
+        .with_context(|| bed.plane.log_tails(30))?;
+
+        // The other holder never renews: the replica leads again once the lease expires. Then
+        // more work, and SIGTERM in the middle of it.
+        eventually(
+            "leading again",
+            Duration::from_secs(LEASE_SECONDS * 4),
+            || async { Ok(leads(&replica).await?.then_some(())) },
+        )
+        .await?;
+        for name in ["quiet-a", "quiet-b", "quiet-c"] {
+            merge_patch(&ns, "cloneset", name, &json!({"spec": {"replicas": 20}})).await?;
+        }
+        let before = active_pods(&pods, "app in (quiet-a,quiet-b,quiet-c)")
+            .await?
+            .len();
+        eventually("more Pods", Duration::from_secs(60), || async {
+            Ok((active_pods(&pods, "app in (quiet-a,quiet-b,quiet-c)")
+                .await?
+                .len()
+                > before)
+                .then_some(()))
+        })
+        .await?;
+        bed.plane.stop_process("manager-quiet", false);
+
+        let log = log();
+        let stops: Vec<&str> = log.lines().filter(|l| l.contains(STOPPED)).collect();
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("panicked") || l.contains("controller's task"))
+            .collect();
+        println!(
+            "controllers stopped quietly twice (lease lost, then SIGTERM):\n{}",
+            stops.join("\n")
+        );
+        ensure!(
+            errors.is_empty(),
+            "no panic and no controller's task failure expected in the manager's log:\n{}",
+            errors.join("\n")
+        );
+        ensure!(
+            stops.len() == 2,
+            "one '{STOPPED}' line per term expected (lease lost, SIGTERM), found {}:\n{}",
+            stops.len(),
+            stops.join("\n")
+        );
+        ensure!(
+            log.lines().any(|l| l.contains("shutting down")),
+            "the SIGTERM is logged"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// A leader paused (SIGSTOP) in the middle of a SidecarSet upgrade while its Pods change, then
+/// resumed (once within its lease, once past it), finishes the upgrade, and a Pod write of its
+/// whose precondition failed (a JSON patch `test`: 422, a resourceVersion: 409) is decided again
+/// quietly: none is logged as a warning or a failed reconcile. The refused writes the audit log
+/// shows are printed.
+#[tokio::test]
+async fn a_resumed_leader_does_not_fail_its_pod_writes() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kruise_api::sidecarset::v1beta1::SidecarSet;
+    use kruise_e2e::audited_writes;
+    use kruise_e2e::sidecarset_kit::{apply_logtail, counts, set_image, test_pod, wait_status};
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let bed = testbed();
+    let ns = bed.namespace("resumed").await?;
+    ns.run(async {
+        manager::ensure_namespace(&bed.plane).await?;
+        let replica = manager::spawn(
+            &bed.plane,
+            &ManagerOptions {
+                name: "manager-resumed".into(),
+                leader_election_id: "kruise-manager-resumed".into(),
+                lease_seconds: LEASE_SECONDS,
+                kubeconfig: Some(replica_kubeconfig(2, &bed.plane.server_url())?),
+                ..Default::default()
+            },
+        )?;
+        manager::wait_serving(&bed.plane, &replica, Duration::from_secs(90)).await?;
+        let labels = json!({"app": "resumed"});
+        let name = format!("{}-resumed", ns.name);
+        apply_logtail(&ns, &name, &labels, json!({})).await?;
+        let pods: Api<Pod> = ns.api();
+        const PODS: usize = 4;
+        for i in 0..PODS {
+            let pod: Pod =
+                serde_json::from_value(test_pod(&format!("resumed-{i}"), labels.clone()))?;
+            pods.create(&PostParams::default(), &pod).await?;
+        }
+        let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
+        let n = PODS as i32;
+        wait_status(
+            &sidecarsets,
+            &name,
+            "all Pods ready",
+            Duration::from_secs(90),
+            |s| counts(s) == (n, n, n, n),
+        )
+        .await?;
+
+        let since = jiff::Timestamp::now();
+        set_image(&sidecarsets, &name, "log-service/logtail:v2").await?;
+        for (pause, round) in [(Duration::from_secs(3), 0), (Duration::from_secs(10), 1)] {
+            let pid = bed
+                .plane
+                .pids()
+                .into_iter()
+                .find_map(|(process, pid)| (process == "manager-resumed").then_some(pid))
+                .context("the manager's pid")?;
+            kruise_testkit::process::signal(pid, libc::SIGSTOP);
+            // Pods change while the leader cannot see it: labels (every Pod's resourceVersion)
+            // and, through kubelet-sim, their status.
+            for i in 0..PODS {
+                pods.patch(
+                    &format!("resumed-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"labels": {"round": round.to_string()}}})),
+                )
+                .await?;
+            }
+            tokio::time::sleep(pause).await;
+            kruise_testkit::process::signal(pid, libc::SIGCONT);
+            if round == 0 {
+                // The second pause comes while the rollout is still going on.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        wait_status(
+            &sidecarsets,
+            &name,
+            "all Pods upgraded",
+            Duration::from_secs(120),
+            |s| counts(s) == (n, n, n, n),
+        )
+        .await?;
+
+        let failed: Vec<String> = audited_writes("manager-2", since)?
+            .into_iter()
+            .filter(|w| w.resource == "pods" && matches!(w.code, 409 | 422))
+            .map(|w| w.line)
+            .collect();
+        let log = std::fs::read_to_string(bed.plane.dir().join("manager-resumed.log"))?;
+        let logged: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .filter(|l| {
+                l.contains("reconcile failed") || l.contains("code: 422") || l.contains("code: 409")
+            })
+            .collect();
+        println!(
+            "resumed leader: {} Pod writes refused on a precondition:\n{}\nlogged:\n{}",
+            failed.len(),
+            failed.join("\n"),
+            logged.join("\n")
+        );
+        bed.plane.stop_process("manager-resumed", false);
+        ensure!(
+            logged.is_empty(),
+            "no failed reconcile or refused write expected in the manager's log:\n{}",
+            logged.join("\n")
+        );
+        Ok(())
+    })
+    .await
+}

@@ -32,8 +32,102 @@ impl<T> KubeContext<T> for Result<T, kube::Error> {
     }
 }
 
-/// Whether an API error means "the object changed or is gone under us" (not found, conflict, or a
-/// failed JSON-patch test): decide again on a fresh snapshot instead of failing the reconcile.
+impl Error {
+    /// Whether the reconcile failed only because the state it decided on moved under it (see
+    /// [`is_race`]): it is decided again on a fresh view, soon, and it is no failure.
+    pub fn is_race(&self) -> bool {
+        matches!(self, Error::Kube { source, .. } if is_race(source))
+    }
+}
+
+/// Whether an API error means "the object changed or is gone under us": not found, a conflict on
+/// a resourceVersion precondition, or a JSON patch that no longer applies (a failed `test`, a path
+/// that is gone). Decide again on a fresh snapshot instead of failing the reconcile. A 422 that is
+/// a validation error of the object written is no race: it fails the reconcile.
 pub fn is_race(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
+    match error {
+        kube::Error::Api(status) => match status.code {
+            404 | 409 => true,
+            422 => is_unapplied_patch(status),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The apiserver answers a JSON patch that does not apply to the object as it now is with a 422
+/// "the server rejected our request due to an error in our request" that names no field (v1.34
+/// sends no cause; older apiservers one `UnexpectedServerResponse` cause with the patch library's
+/// message, `testing value /metadata/resourceVersion failed: test failed`). A validation error of
+/// the object written names the fields it refuses (`FieldValueInvalid`, `FieldValueForbidden`, …).
+fn is_unapplied_patch(status: &kube::core::Status) -> bool {
+    status
+        .details
+        .as_ref()
+        .is_none_or(|details| details.causes.iter().all(|cause| cause.field.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API error as the apiserver sends it.
+    /// `causes` are (reason, field).
+    fn api(code: u16, reason: &str, message: &str, causes: &[(&str, &str)]) -> kube::Error {
+        let causes: Vec<_> = causes
+            .iter()
+            .map(|(reason, field)| serde_json::json!({"reason": reason, "field": field}))
+            .collect();
+        let status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": message,
+            "details": {"causes": causes},
+        }))
+        .expect("a Status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_moved_state_is_a_race_and_a_bad_write_is_not() {
+        let unapplied = "the server rejected our request due to an error in our request";
+        // (error, race), as the apiserver answers.
+        let cases = [
+            (api(404, "NotFound", r#"pods "a" not found"#, &[]), true),
+            (
+                api(409, "Conflict", "the object has been modified", &[]),
+                true,
+            ),
+            // A failed `test` or a path gone, as v1.34 answers (no cause) and as older
+            // apiservers did.
+            (api(422, "Invalid", unapplied, &[]), true),
+            (
+                api(
+                    422,
+                    "Invalid",
+                    unapplied,
+                    &[("UnexpectedServerResponse", "")],
+                ),
+                true,
+            ),
+            (
+                api(
+                    422,
+                    "Invalid",
+                    r#"Pod "a" is invalid: spec: Forbidden: pod updates may not change fields"#,
+                    &[("FieldValueForbidden", "spec")],
+                ),
+                false,
+            ),
+            (api(500, "InternalError", "etcd", &[]), false),
+            (kube::Error::LinesCodecMaxLineLengthExceeded, false),
+        ];
+        for (error, race) in cases {
+            assert_eq!(is_race(&error), race, "{error}");
+            let error = Error::Kube {
+                context: "patching".into(),
+                source: error,
+            };
+            assert_eq!(error.is_race(), race, "{error}");
+        }
+        assert!(!Error::Invalid("bad".into()).is_race());
+    }
 }

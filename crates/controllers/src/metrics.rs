@@ -13,7 +13,8 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
     pub controller: String,
-    /// `success` or `error`.
+    /// `success`, `error`, or `race`: the reconcile's write found the object changed (or gone)
+    /// since it was read, and it is decided again on a fresh view.
     pub result: String,
 }
 
@@ -70,7 +71,7 @@ impl Metrics {
         };
         registry.register(
             "kruise_controller_reconciles",
-            "Reconciles by controller and result",
+            "Reconciles by controller and result (success, error, race: decided again after a write found the object changed)",
             metrics.reconciles.clone(),
         );
         registry.register(
@@ -133,6 +134,16 @@ impl Metrics {
                 controller: controller.into(),
             })
             .observe(seconds);
+    }
+
+    /// A reconcile that lost a race ([`crate::error::Error::is_race`]).
+    pub fn raced(&self, controller: &str) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: controller.into(),
+                result: "race".into(),
+            })
+            .inc();
     }
 
     pub fn pod_operation(&self, controller: &str, operation: &str, ok: bool) {

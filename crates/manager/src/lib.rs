@@ -830,6 +830,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         false => None,
     };
 
+    // SIGTERM or Ctrl-C, seen by the wait for leadership and by the term alike: a term is stopped
+    // (its controllers finish their reconciles in flight) before the process exits.
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown_signal()));
     let terms = async {
         loop {
             let fence = fence::LeaderFence::default();
@@ -841,6 +844,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     tokio::select! {
                         () = elector.acquire(&fence) => {}
                         () = refresh_standby_certificate(&client, &settings, &tls, first.clone(), &webhook_metrics) => {}
+                        () = shutdown.clone() => {
+                            tracing::info!("shutting down");
+                            return Ok::<(), anyhow::Error>(());
+                        }
                     }
                 }
                 None => fence.grant_until(None),
@@ -872,7 +879,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 stale
             };
             let mut stepped_down = false;
+            let mut shutting_down = false;
             tokio::select! {
+                () = shutdown.clone() => {
+                    tracing::info!("shutting down: stopping the controllers");
+                    shutting_down = true;
+                }
                 () = async {
                     match &elector {
                         Some(elector) => elector.hold(&fence).await,
@@ -896,15 +908,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             // Writes stop before anything else: the fence first, then every task of the term.
             fence.revoke();
-            term.stop();
+            term.stop().await;
             leader_gauge.set(0);
             stale_watches.set(0);
+            if shutting_down {
+                // The lease is released below, once.
+                return Ok(());
+            }
             let Some(elector) = &elector else {
                 if stepped_down {
                     // Alone: lead again at once, on new connections.
                     continue;
                 }
-                return Ok::<(), anyhow::Error>(());
+                return Ok(());
             };
             elector.release().await;
             if stepped_down {
@@ -914,13 +930,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             tracing::warn!(%identity, "lost leadership; running for the lease again");
         }
     };
-    let outcome = tokio::select! {
-        result = terms => result,
-        () = shutdown_signal() => {
-            tracing::info!("shutting down");
-            Ok(())
-        }
-    };
+    let outcome = terms.await;
     leader_gauge.set(0);
     if let Some(elector) = &elector {
         elector.release().await;
@@ -955,11 +965,18 @@ struct TermInputs {
     process_caches: kruise_controllers::driver::caches::ProcessCaches,
 }
 
+/// How long a term's controllers get to finish the reconciles they have in flight when the term
+/// ends. Their writes are already fenced off then, so this is mostly their reads; whatever is
+/// still running after it is cancelled.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// The leader's work during one term, on a runtime of its own so that ending the term stops every
 /// task it spawned (watches, workers, writes in flight or queued) at once.
 struct LeaderTerm {
     runtime: Option<tokio::runtime::Runtime>,
-    done: tokio::sync::oneshot::Receiver<()>,
+    /// Until the term's controllers have returned (`None` once seen).
+    done: Option<tokio::sync::oneshot::Receiver<()>>,
+    stop: kruise_controllers::driver::stop::Stop,
 }
 
 impl LeaderTerm {
@@ -973,48 +990,75 @@ impl LeaderTerm {
             .build()
             .context("building the leader's runtime")?;
         let (tx, done) = tokio::sync::oneshot::channel();
+        let stop = kruise_controllers::driver::stop::Stop::default();
+        let TermInputs {
+            args,
+            client,
+            settings,
+            tls,
+            webhook_metrics,
+            controller_metrics,
+            process_caches,
+        } = inputs;
+        let (ready_tx, _ready_rx) = watch::channel(false);
+        // The certificate controller holds nothing kube can panic on: it stops with the runtime.
+        runtime.spawn(certctl::run(
+            client.clone(),
+            settings,
+            tls,
+            ready_tx,
+            webhook_metrics,
+            Some(process_caches.budgets.clone()),
+        ));
+        let term = stop.clone();
         runtime.spawn(async move {
-            let TermInputs {
-                args,
-                client,
-                settings,
-                tls,
-                webhook_metrics,
-                controller_metrics,
-                process_caches,
-            } = inputs;
-            let (ready_tx, _ready_rx) = watch::channel(false);
-            let certs = certctl::run(
-                client.clone(),
-                settings,
-                tls,
-                ready_tx,
-                webhook_metrics,
-                Some(process_caches.budgets.clone()),
-            );
-            let controllers = run_controllers(&args, client, controller_metrics, process_caches);
-            tokio::join!(certs, controllers);
+            run_controllers(&args, client, controller_metrics, process_caches, term).await;
             let _ = tx.send(());
         });
         Ok(Self {
             runtime: Some(runtime),
-            done,
+            done: Some(done),
+            stop,
         })
     }
 
-    /// Resolves when the term's work returned by itself (it normally runs until stopped).
+    /// Resolves when the term's controllers returned by themselves (they normally run until
+    /// stopped).
     async fn ended(&mut self) {
-        let _ = (&mut self.done).await;
+        match &mut self.done {
+            Some(done) => {
+                let _ = done.await;
+                self.done = None;
+            }
+            None => std::future::pending().await,
+        }
     }
 
-    /// Ends the term: its runtime is shut down, dropping every task it spawned.
-    fn stop(self) {
-        drop(self);
+    /// Ends the term: its controllers stop (no new reconciles, those in flight finish, within
+    /// [`STOP_GRACE`]; [`run_controllers`] logs what was stopped), then its runtime is shut down,
+    /// dropping every task it spawned. Shutting the runtime down under controllers still running
+    /// would cancel their reconciles under kube's feet, which panics.
+    async fn stop(mut self) {
+        self.stop.request();
+        if let Some(done) = self.done.take() {
+            // `run_controllers` bounds its own wait; the margin covers its cancelling the rest.
+            if tokio::time::timeout(STOP_GRACE + Duration::from_secs(5), done)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    running = ?self.stop.running(),
+                    "the leader's controllers did not stop in time; shutting their runtime down"
+                );
+            }
+        }
     }
 }
 
 impl Drop for LeaderTerm {
     fn drop(&mut self) {
+        // A term dropped without `stop` (the process is exiting) still asks its controllers to stop.
+        self.stop.request();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -1074,6 +1118,7 @@ async fn run_controllers(
     client: Client,
     metrics: Arc<kruise_controllers::metrics::Metrics>,
     process_caches: kruise_controllers::driver::caches::ProcessCaches,
+    stop: kruise_controllers::driver::stop::Stop,
 ) {
     // Validated at start-up.
     let gates = args.gates().unwrap_or_default();
@@ -1281,61 +1326,148 @@ async fn run_controllers(
     // Each on a task of its own: the watch decoding Pods and the reconciles of different
     // controllers then run on every thread of the leader's runtime instead of taking turns on one
     // (a single joined future is polled by one thread at a time).
-    let mut work = tokio::task::JoinSet::new();
-    work.spawn(named("shared caches", cache));
-    work.spawn(named("cloneset", cloneset));
-    work.spawn(named("statefulset", statefulset));
-    work.spawn(named("sidecarset", sidecarset));
-    work.spawn(named("daemonset", daemonset));
-    work.spawn(named("broadcastjob", broadcastjob));
-    work.spawn(named("uniteddeployment", uniteddeployment));
-    work.spawn(named("advancedcronjob", advancedcronjob));
-    work.spawn(named("container launch priority", launch_priority));
+    let mut work = Tasks::new(stop);
+    work.spawn("shared caches", cache);
+    work.spawn("cloneset", cloneset);
+    work.spawn("statefulset", statefulset);
+    work.spawn("sidecarset", sidecarset);
+    work.spawn("daemonset", daemonset);
+    work.spawn("broadcastjob", broadcastjob);
+    work.spawn("uniteddeployment", uniteddeployment);
+    work.spawn("advancedcronjob", advancedcronjob);
+    work.spawn("container launch priority", launch_priority);
     if let Some(pod_readiness) = pod_readiness {
-        work.spawn(named("pod readiness", pod_readiness));
+        work.spawn("pod readiness", pod_readiness);
     }
-    work.spawn(named("podunavailablebudget", podunavailablebudget));
-    work.spawn(named("ephemeraljob", ephemeraljob));
-    work.spawn(named("persistentpodstate", persistentpodstate));
+    work.spawn("podunavailablebudget", podunavailablebudget);
+    work.spawn("ephemeraljob", ephemeraljob);
+    work.spawn("persistentpodstate", persistentpodstate);
     if let Some(resourcedistribution) = resourcedistribution {
-        work.spawn(named("resourcedistribution", resourcedistribution));
+        work.spawn("resourcedistribution", resourcedistribution);
     }
     if let Some(containerrecreaterequest) = containerrecreaterequest {
-        work.spawn(named("containerrecreaterequest", containerrecreaterequest));
+        work.spawn("containerrecreaterequest", containerrecreaterequest);
     }
     if let Some(podprobemarker) = podprobemarker {
-        work.spawn(named("podprobemarker", podprobemarker));
+        work.spawn("podprobemarker", podprobemarker);
     }
     if let Some(imagepulljob) = imagepulljob {
-        work.spawn(named("imagepulljob", imagepulljob));
+        work.spawn("imagepulljob", imagepulljob);
     }
     if let Some(sidecarterminator) = sidecarterminator {
-        work.spawn(named("sidecarterminator", sidecarterminator));
+        work.spawn("sidecarterminator", sidecarterminator);
     }
     if let Some(workloadspread) = workloadspread {
-        work.spawn(named("workloadspread", workloadspread));
+        work.spawn("workloadspread", workloadspread);
     }
-    // None of them returns while the term lasts: one that does (or panics) ends the term, so the
-    // leader steps down and runs again instead of leading with a controller missing.
-    match work.join_next().await {
-        Some(Ok(name)) => tracing::error!(task = name, "a controller's task returned"),
-        // Ending a term shuts its runtime down, which cancels every task: that is a step-down, not
-        // a failure.
-        Some(Err(error)) if error.is_cancelled() => {
-            tracing::info!(
-                tasks = work.len() + 1,
-                "leader term ended; its controllers were cancelled"
-            )
-        }
-        Some(Err(error)) => tracing::error!(%error, "a controller's task panicked"),
-        None => {}
-    }
+    work.run().await;
 }
 
-/// Runs `work` and then names it.
-async fn named(name: &'static str, work: impl Future<Output = ()>) -> &'static str {
-    work.await;
-    name
+/// The tasks of one term's controllers, each on a task of its own: the watch decoding Pods and
+/// the reconciles of different controllers then run on every thread of the leader's runtime
+/// instead of taking turns on one (a single joined future is polled by one thread at a time).
+struct Tasks {
+    work: tokio::task::JoinSet<&'static str>,
+    names: Vec<&'static str>,
+    stop: kruise_controllers::driver::stop::Stop,
+}
+
+impl Tasks {
+    fn new(stop: kruise_controllers::driver::stop::Stop) -> Self {
+        Self {
+            work: tokio::task::JoinSet::new(),
+            names: Vec::new(),
+            stop,
+        }
+    }
+
+    /// Spawns `work` in the term's scope, so that the controllers in it stop with the term.
+    fn spawn(&mut self, name: &'static str, work: impl Future<Output = ()> + Send + 'static) {
+        self.names.push(name);
+        self.work.spawn(self.stop.scope(async move {
+            work.await;
+            name
+        }));
+    }
+
+    /// Runs until the term is stopped or a task ends by itself, then stops the rest.
+    async fn run(mut self) {
+        // None of them returns while the term lasts: one that does (or panics) ends the term, so
+        // the leader steps down and runs again instead of leading with a controller missing.
+        let mut ended = Vec::new();
+        tokio::select! {
+            biased;
+            () = self.stop.requested() => {}
+            joined = self.work.join_next() => match joined {
+                // Its controller saw the stop before this task did: a step-down, not a failure.
+                Some(Ok(name)) if self.stop.is_requested() => ended.push(name),
+                Some(Ok(name)) => {
+                    tracing::error!(task = name, "a controller's task returned");
+                    ended.push(name);
+                }
+                Some(Err(error)) => tracing::error!(%error, "a controller's task failed"),
+                None => return,
+            },
+        }
+        self.stop(ended).await;
+    }
+
+    /// Stops every task of the term: the controllers finish the reconciles they have in flight
+    /// (at most [`STOP_GRACE`]), then everything left — the caches, the Pod workers, a reconcile
+    /// past the grace — is cancelled, before the term's runtime is shut down. Logs at info the
+    /// reconciles that were in flight, the tasks that ended and those cancelled. `ended`: the
+    /// tasks that already have.
+    async fn stop(mut self, mut ended: Vec<&'static str>) {
+        self.stop.request();
+        let in_flight: Vec<String> = self
+            .stop
+            .in_flight()
+            .into_iter()
+            .map(|(controller, n)| format!("{controller}: {n}"))
+            .collect();
+        let started = std::time::Instant::now();
+        let drained = tokio::time::timeout(STOP_GRACE, self.stop.drained())
+            .await
+            .is_ok();
+        let unfinished = self.stop.running();
+        while let Some(joined) = self.work.try_join_next() {
+            match joined {
+                Ok(name) => ended.push(name),
+                Err(error) if error.is_panic() => {
+                    tracing::error!(%error, "a controller's task failed while stopping");
+                }
+                Err(_) => {}
+            }
+        }
+        let cancelled: Vec<&str> = self
+            .names
+            .iter()
+            .copied()
+            .filter(|name| !ended.contains(name))
+            .collect();
+        self.work.abort_all();
+        while let Some(joined) = self.work.join_next().await {
+            if let Err(error) = joined
+                && error.is_panic()
+            {
+                tracing::error!(%error, "a controller's task failed while stopping");
+            }
+        }
+        tracing::info!(
+            ?in_flight,
+            ?ended,
+            ?cancelled,
+            waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "leader term ended: controllers stopped after their reconciles in flight"
+        );
+        if !drained {
+            tracing::warn!(
+                ?unfinished,
+                grace_seconds = STOP_GRACE.as_secs(),
+                "reconciles still running after the grace period were cancelled"
+            );
+        }
+    }
 }
 
 async fn metrics_handler(State(registry): State<Arc<Registry>>) -> Result<String, StatusCode> {

@@ -3,7 +3,8 @@
 //! A kind supplies its reconcile (observe its caches → plan with a pure function of `kruise-core` →
 //! act with patches → status) and a context implementing [`Driven`]; the driver supplies
 //! - the wiring ([`run`]): one reconcile per object at a time on a task of its own, the reconcile
-//!   metrics, and one error policy (log, count, requeue after [`ERROR_REQUEUE`]);
+//!   metrics, and one error policy (log, count, requeue after [`ERROR_REQUEUE`]; a write that lost
+//!   a race to a change of its object is decided again after [`RACE_REQUEUE`], quietly);
 //! - the shared caches ([`caches::Caches`]): one watch per resource kind for the whole manager;
 //! - the guarded writes ([`write`]): the status written only when it changed and only over the
 //!   resourceVersion it was computed from, and old revisions pruned with uid preconditions;
@@ -33,6 +34,7 @@
 
 pub mod caches;
 pub mod head;
+pub mod stop;
 pub mod wake;
 pub mod watchdog;
 pub mod write;
@@ -86,9 +88,11 @@ pub fn recorder(client: kube::Client, controller: &'static str) -> EventRecorder
     )
 }
 
-/// Runs `controller` with `workers` concurrent reconciles until the future is dropped. Each call of
-/// `reconcile` runs on a task of its own ([`crate::parallel::on_own_task`]) and is timed; a failed
-/// one is logged, counted and retried after [`ERROR_REQUEUE`].
+/// Runs `controller` with `workers` concurrent reconciles until the future is dropped, or until
+/// its term's [`stop::Stop`] is requested: then it starts no new reconcile, lets those in flight
+/// finish (a failure then is the stop's doing: logged at debug, not counted) and returns. Each call
+/// of `reconcile` runs on a task of its own ([`crate::parallel::on_own_task`]) and is timed; a
+/// failed one is logged, counted and retried after [`ERROR_REQUEUE`].
 pub async fn run<K, C, Fut>(
     controller: Controller<K>,
     workers: u16,
@@ -101,13 +105,20 @@ pub async fn run<K, C, Fut>(
 {
     let name = ctx.controller();
     tracing::info!(workers, controller = name, "controller started");
+    let stop = stop::Stop::current();
+    let _running = stop.as_ref().map(|stop| stop.enter(name));
     let store = controller.store();
     let dog = Arc::new(watchdog::Watchdog::default());
     let (stalled_tx, stalled_rx) = tokio::sync::mpsc::unbounded_channel();
     let controller = controller.reconcile_on(crate::cache::receiver_stream(stalled_rx));
+    let controller = match &stop {
+        Some(stop) => controller.graceful_shutdown_on(announce_stop(stop.clone(), name)),
+        None => controller,
+    };
     let mut reconcile = crate::parallel::on_own_task(reconcile);
     let seen = dog.clone();
     let by_generation = ctx.spec_changes_only();
+    let counted = stop.clone();
     let timed = move |object: Arc<K>, ctx: Arc<C>| {
         let started = Instant::now();
         if let Some(waited) = seen.started(
@@ -118,9 +129,11 @@ pub async fn run<K, C, Fut>(
             ctx.metrics()
                 .change_waited(ctx.controller(), waited.as_secs_f64());
         }
+        let in_flight = counted.as_ref().map(|stop| stop.reconciling(name));
         let run = reconcile(object, ctx.clone());
         async move {
             let result = run.await;
+            drop(in_flight);
             if result.is_ok() {
                 ctx.metrics()
                     .reconciled(ctx.controller(), true, started.elapsed().as_secs_f64());
@@ -128,15 +141,63 @@ pub async fn run<K, C, Fut>(
             result
         }
     };
+    let stopping = stop.clone();
+    let errors = move |object: Arc<K>, error: &Error, ctx: Arc<C>| {
+        if stopping.as_ref().is_some_and(stop::Stop::is_requested) {
+            // The term is ending (its writes are fenced off): not a failure of the reconcile.
+            tracing::debug!(
+                controller = ctx.controller(),
+                object = %object_key(object.as_ref()),
+                %error,
+                "reconcile cut short by the end of the leader's term"
+            );
+            return Action::await_change();
+        }
+        error_policy(object, error, ctx)
+    };
     let watch = watch_for_stalls(store, dog, stalled_tx, ctx.clone(), by_generation);
     let run = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(workers))
-        .run(timed, error_policy, ctx)
+        .run(timed, errors, ctx)
         .for_each(|_| futures::future::ready(()));
     tokio::select! {
-        () = run => {}
+        () = run => {
+            if stop.as_ref().is_some_and(stop::Stop::is_requested) {
+                tracing::debug!(controller = name, "controller stopped with its term");
+            }
+        }
         () = watch => {}
     }
+}
+
+/// Resolves when `stop` is requested, saying what the controller still has in flight.
+fn announce_stop(
+    stop: stop::Stop,
+    name: &'static str,
+) -> impl Future<Output = ()> + Send + Sync + 'static {
+    let requested = stop.requested();
+    async move {
+        requested.await;
+        let in_flight = stop
+            .in_flight()
+            .into_iter()
+            .find_map(|(controller, n)| (controller == name).then_some(n))
+            .unwrap_or(0);
+        tracing::debug!(
+            controller = name,
+            in_flight,
+            "stopping: no new reconciles, finishing those in flight"
+        );
+    }
+}
+
+fn object_key<K: Resource>(object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }
 
 fn watch_key<K: Resource>(object: &K) -> watchdog::Key {
@@ -207,12 +268,29 @@ async fn watch_for_stalls<K, C>(
     }
 }
 
-/// The one error policy: log the object and the error, count a failed reconcile, retry soon.
+/// How soon a reconcile that lost a race ([`Error::is_race`]) is tried again: time for the caches
+/// to show what moved, no more (no backoff: the next decision is made on the newer view).
+pub const RACE_REQUEUE: Duration = Duration::from_millis(500);
+
+/// The one error policy. A reconcile that lost a race — a write whose precondition (a JSON patch
+/// `test`, a resourceVersion) found the object changed, or an object gone — decided on a view the
+/// cluster had left behind: it is decided again on a fresh one after [`RACE_REQUEUE`], logged at
+/// debug and counted as `race`, not as a failure. Any other error is logged with the object,
+/// counted as a failed reconcile and retried after [`ERROR_REQUEUE`].
 pub fn error_policy<K: Resource, C: Driven>(object: Arc<K>, error: &Error, ctx: Arc<C>) -> Action {
-    let meta = object.meta();
+    if error.is_race() {
+        tracing::debug!(
+            controller = ctx.controller(),
+            object = %object_key(object.as_ref()),
+            %error,
+            "the object moved under the reconcile; deciding again on a fresh view"
+        );
+        ctx.metrics().raced(ctx.controller());
+        return Action::requeue(RACE_REQUEUE);
+    }
     tracing::warn!(
         controller = ctx.controller(),
-        object = %format!("{}/{}", meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default()),
+        object = %object_key(object.as_ref()),
         %error,
         "reconcile failed"
     );

@@ -33,7 +33,7 @@ impl Step {
         }
     }
 
-    /// An API error answer (`Status` object) with `code`.
+    /// An API error answer (`Status` object) with `code`; a 422 is a JSON patch that did not apply.
     pub fn failing(method: Method, path: &str, code: u16) -> Self {
         let reason = match code {
             404 => "NotFound",
@@ -41,13 +41,15 @@ impl Step {
             422 => "Invalid",
             _ => "InternalError",
         };
-        Self::new(
-            method,
-            path,
-            code,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                   "message": format!("scripted {code}"), "reason": reason, "code": code}),
-        )
+        let mut status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+               "message": format!("scripted {code}"), "reason": reason, "code": code});
+        if code == 422 {
+            // What the apiserver answers a JSON patch whose `test` fails (the controllers' 422s):
+            // this message, no cause.
+            status["message"] =
+                json!("the server rejected our request due to an error in our request");
+        }
+        Self::new(method, path, code, status)
     }
 }
 

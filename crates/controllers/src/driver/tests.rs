@@ -743,3 +743,81 @@ mod head_and_pods {
         log.assert_done();
     }
 }
+
+mod error_policy {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::controller::Action;
+
+    use crate::driver::{Driven, ERROR_REQUEUE, RACE_REQUEUE, error_policy};
+    use crate::error::Error;
+    use crate::metrics::Metrics;
+
+    struct Ctx {
+        metrics: Arc<Metrics>,
+        registry: prometheus_client::registry::Registry,
+    }
+
+    impl Driven for Ctx {
+        fn controller(&self) -> &'static str {
+            "test-controller"
+        }
+
+        fn metrics(&self) -> &Metrics {
+            &self.metrics
+        }
+    }
+
+    fn refused(code: u16, causes: serde_json::Value) -> Error {
+        let status = serde_json::from_value(serde_json::json!({
+            "code": code, "reason": "Invalid", "message": "refused", "details": {"causes": causes}
+        }))
+        .expect("a Status");
+        Error::Kube {
+            context: "patching Pod ns/a".into(),
+            source: kube::Error::Api(Box::new(status)),
+        }
+    }
+
+    /// A write whose `test` failed (422) or whose resourceVersion conflicted (409) is decided
+    /// again soon and counted as a race; a write the apiserver found invalid fails the reconcile.
+    #[test]
+    fn a_lost_race_is_retried_promptly_and_quietly_and_a_bad_write_is_a_failure() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let ctx = Arc::new(Ctx {
+            metrics: Metrics::register(&mut registry),
+            registry,
+        });
+        let pod = Arc::new(Pod::default());
+        // As v1.34 answers a failed `test`: no cause.
+        let failed_test = serde_json::json!([]);
+        let invalid = serde_json::json!([{"reason": "FieldValueForbidden", "field": "spec"}]);
+        let cases = [
+            (refused(422, failed_test), Action::requeue(RACE_REQUEUE)),
+            (
+                refused(409, serde_json::json!([])),
+                Action::requeue(RACE_REQUEUE),
+            ),
+            (refused(422, invalid), Action::requeue(ERROR_REQUEUE)),
+            (Error::Invalid("bad".into()), Action::requeue(ERROR_REQUEUE)),
+        ];
+        for (error, action) in cases {
+            assert_eq!(
+                error_policy(pod.clone(), &error, ctx.clone()),
+                action,
+                "{error}"
+            );
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &ctx.registry).expect("metrics");
+        assert!(
+            text.contains(r#"kruise_controller_reconciles_total{controller="test-controller",result="race"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"kruise_controller_reconciles_total{controller="test-controller",result="error"} 2"#),
+            "{text}"
+        );
+    }
+}
