@@ -1261,7 +1261,6 @@ async fn run_controllers(
             kruise_controllers::workloadspread::Config {
                 configuration_namespace: args.namespace.clone(),
                 workers: args.workloadspread_workers.max(1),
-                ..Default::default()
             },
         )
     });
