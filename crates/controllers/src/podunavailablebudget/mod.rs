@@ -88,8 +88,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     tokio::spawn(drop_stale_guards(
         client.clone(),
         caches.pods.clone(),
-        budgets,
-        caches.budgets.subscribe(),
+        caches.budgets.clone(),
     ));
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -428,9 +427,12 @@ pub fn stale_guard(pod: &Pod, budgets: &[Arc<PodUnavailableBudget>]) -> Option<&
 async fn drop_stale_guards(
     client: Client,
     pods: Arc<PodCache>,
-    budgets: Store<PodUnavailableBudget>,
-    mut changes: mpsc::UnboundedReceiver<Arc<PodUnavailableBudget>>,
+    shared: crate::driver::caches::Shared<PodUnavailableBudget>,
 ) {
+    let mut changes = shared.subscribe();
+    // Judged only on a listed cache: an empty one would find every guarded Pod stale.
+    shared.wait_listed().await;
+    let budgets = shared.store().clone();
     let mut resync = tokio::time::interval(RESYNC);
     loop {
         tokio::select! {
