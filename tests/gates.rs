@@ -11,10 +11,11 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::runs_image;
 use kruise_e2e::cloneset_kit::{
     active_pods, apply, cloneset, label, lifecycle_state, merge_patch, name, observed, set_image,
-    spec_image, uid, wait_converged,
+    spec_image, status as status_of, uid, wait_converged,
 };
 use kruise_testkit::manager::{Manager, ManagerOptions};
-use kruise_testkit::{TestBed, eventually, testbed};
+use kruise_testkit::{TestBed, eventually, testbed, until};
+use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::json;
 
@@ -436,6 +437,185 @@ async fn changed_claim_templates_recreate_pods() -> anyhow::Result<()> {
             })
             .await?;
             ensure!(size == "2Gi", "{claim} asks for {size}");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// One step of [`upstream_update_with_volume_claim_template_changes`]: the merge patch, then what
+/// upstream checks once the CloneSet is ready again.
+struct VctStep {
+    what: &'static str,
+    patch: serde_json::Value,
+    pods_recreated: bool,
+    claims_recreated: bool,
+    /// The storage every claim of `data-vol1` and of `data-vol2` asks for afterwards.
+    sizes: (&'static str, &'static str),
+}
+
+/// OpenKruise's e2e `CloneSet Update with VolumeClaimTemplate changes` (v1.9.0
+/// test/e2e/apps/v1alpha1/cloneset.go, `testUpdateVolumeClaimTemplates`), step for step, with the
+/// gate on as upstream's e2e runs it (`AllAlpha=true`): a v1alpha1 CloneSet of 4 Pods with two
+/// claim templates; image and claim change → every Pod and claim recreated (fresh instance ids and
+/// claim names); claims only → nothing moves; image only after that → recreated with the new
+/// sizes; InPlaceOnly → in place, the claims kept even when their templates change. Each step
+/// waits, as upstream's `changeCloneSetAndWaitReady`, for 4 updated ready replicas at the observed
+/// generation (120 s) and Progressing `CloneSetAvailable`.
+#[tokio::test]
+async fn upstream_update_with_volume_claim_template_changes() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use std::collections::BTreeSet;
+    const REPLICAS: usize = 4;
+    const WAIT: Duration = Duration::from_secs(120);
+    const ID: &str = "apps.kruise.io/cloneset-instance-id";
+    let bed = testbed();
+    manager(bed);
+    let ns = bed.namespace("gate-vct-up").await?;
+    ns.run(async {
+        let vcts = |vol1: &str, vol2: &str| {
+            let claim = |name: &str, size: &str| {
+                json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": size}}}})
+            };
+            json!([claim("data-vol1", vol1), claim("data-vol2", vol2)])
+        };
+        let mut doc = cloneset(
+            "vctup",
+            REPLICAS as i32,
+            "docker.io/library/nginx:alpine",
+            json!({"updateStrategy": {"type": "ReCreate"}, "minReadySeconds": 10,
+                "progressDeadlineSeconds": 600, "volumeClaimTemplates": vcts("1Gi", "1Gi")}),
+        );
+        doc["apiVersion"] = json!("apps.kruise.io/v1alpha1");
+        apply(&ns, &doc).await?;
+        let clonesets: Api<CloneSet> = ns.api();
+        let pod_api: Api<Pod> = ns.api();
+        let claims_api: Api<PersistentVolumeClaim> = ns.api();
+        let image = |image: &str| json!({"spec": {"containers": [{"name": "nginx", "image": image}]}});
+        let steps = [
+            VctStep {
+                what: "image and volumeClaimTemplates",
+                patch: json!({"template": image("registry.k8s.io/e2e-test-images/nginx:1.15-4"),
+                    "volumeClaimTemplates": vcts("2Gi", "1Gi"),
+                    "updateStrategy": {"type": "InPlaceIfPossible"}}),
+                pods_recreated: true,
+                claims_recreated: true,
+                sizes: ("2Gi", "1Gi"),
+            },
+            VctStep {
+                what: "volumeClaimTemplates only",
+                patch: json!({"volumeClaimTemplates": vcts("2Gi", "2Gi"),
+                    "updateStrategy": {"type": "InPlaceIfPossible"}}),
+                pods_recreated: false,
+                claims_recreated: false,
+                sizes: ("2Gi", "1Gi"),
+            },
+            VctStep {
+                what: "image, after the claim change of the previous step",
+                patch: json!({"template": image("registry.k8s.io/e2e-test-images/redis:5.0.5-alpine"),
+                    "updateStrategy": {"type": "InPlaceIfPossible"}}),
+                pods_recreated: true,
+                claims_recreated: true,
+                sizes: ("2Gi", "2Gi"),
+            },
+            VctStep {
+                what: "InPlaceOnly with an image change",
+                patch: json!({"template": image("registry.k8s.io/e2e-test-images/httpd:2.4.38-4"),
+                    "updateStrategy": {"type": "InPlaceOnly"}}),
+                pods_recreated: false,
+                claims_recreated: false,
+                sizes: ("2Gi", "2Gi"),
+            },
+            VctStep {
+                what: "InPlaceOnly with image and claim changes",
+                patch: json!({"template": image("registry.k8s.io/e2e-test-images/redis:5.0.5-alpine"),
+                    "volumeClaimTemplates": vcts("3Gi", "3Gi"),
+                    "updateStrategy": {"type": "InPlaceOnly"}}),
+                pods_recreated: false,
+                claims_recreated: false,
+                sizes: ("2Gi", "2Gi"),
+            },
+        ];
+
+        // Upstream's changeCloneSetAndWaitReady after its change: the instance ids of the Pods and
+        // the names of the live claims, once the CloneSet is ready again.
+        let wait_ready = |what: String| {
+            let (clonesets, pod_api, claims_api) = (&clonesets, &pod_api, &claims_api);
+            async move {
+                until(format!("{what}: status.replicas {REPLICAS}"), TIMEOUT, || async {
+                    Ok(status_of(&clonesets.get("vctup").await?).replicas == REPLICAS as i32)
+                })
+                .await?;
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                until(format!("{what}: {REPLICAS} updated ready replicas"), WAIT, || async {
+                    let cs = clonesets.get("vctup").await?;
+                    let s = status_of(&cs);
+                    Ok(cs.metadata.generation == Some(s.observed_generation)
+                        && s.updated_ready_replicas == REPLICAS as i32)
+                })
+                .await?;
+                until(format!("{what}: Progressing CloneSetAvailable"), WAIT, || async {
+                    let cs = clonesets.get("vctup").await?;
+                    Ok(cs.status.as_ref().is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "Progressing"
+                                && c.status == "True"
+                                && c.reason == "CloneSetAvailable"
+                                && c.message == "CloneSet is available"
+                        })
+                    }))
+                })
+                .await?;
+                let pods = active_pods(pod_api, "app=vctup").await?;
+                ensure!(pods.len() == REPLICAS, "{what}: {} Pods", pods.len());
+                let claims: Vec<PersistentVolumeClaim> = claims_api
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|c| c.metadata.deletion_timestamp.is_none())
+                    .collect();
+                anyhow::Ok((pods, claims))
+            }
+        };
+        let claim_id = |c: &PersistentVolumeClaim| {
+            c.metadata.labels.as_ref().and_then(|l| l.get(ID)).cloned().unwrap_or_default()
+        };
+        let claim_size = |c: &PersistentVolumeClaim| {
+            c.spec.as_ref().and_then(|s| s.resources.as_ref()).and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("storage")).map(|q| q.0.clone()).unwrap_or_default()
+        };
+
+        let (pods, claims) = wait_ready("created".into()).await?;
+        let mut ids: BTreeSet<String> =
+            pods.iter().filter_map(|p| label(p, ID).map(str::to_owned)).collect();
+        let mut claim_names: BTreeSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        for step in steps {
+            let what = step.what;
+            merge_patch(&ns, "clonesets.v1alpha1.apps.kruise.io", "vctup", &json!({"spec": step.patch}))
+                .await?;
+            let (pods, claims) = wait_ready(what.to_owned()).await?;
+            let new_ids: BTreeSet<String> =
+                pods.iter().filter_map(|p| label(p, ID).map(str::to_owned)).collect();
+            // checkPodsDoRecreate
+            for pod in &pods {
+                let kept = label(pod, ID).is_some_and(|id| ids.contains(id));
+                ensure!(kept != step.pods_recreated, "{what}: Pod {} kept {kept} (old ids {ids:?})", name(pod));
+            }
+            // checkPVCsDoRecreate and the sizes
+            ensure!(claims.len() == REPLICAS * 2, "{what}: {} live claims", claims.len());
+            for claim in &claims {
+                let (id, claim_name, size) = (claim_id(claim), claim.name_any(), claim_size(claim));
+                ensure!(new_ids.contains(&id), "{what}: claim {claim_name} of no live Pod ({new_ids:?})");
+                ensure!(ids.contains(&id) != step.claims_recreated, "{what}: claim {claim_name}'s id, old ids {ids:?}");
+                ensure!(claim_names.contains(&claim_name) != step.claims_recreated,
+                    "{what}: claim {claim_name}, old claims {claim_names:?}");
+                let want = if claim_name.contains("data-vol1") { step.sizes.0 } else { step.sizes.1 };
+                ensure!(size == want, "{what}: claim {claim_name} asks for {size}, not {want}");
+            }
+            ids = new_ids;
+            claim_names = claims.iter().map(|c| c.name_any()).collect();
         }
         Ok(())
     })

@@ -340,3 +340,73 @@ spec:
     })
     .await
 }
+
+/// A ReCreate update (no feature gate): each Pod is deleted with its PVCs, and its replacement comes
+/// up Ready under a new instance id with new PVCs, never with the old claims still being deleted
+/// (v1.9.0 deletes the claims with the Pod and lists only claims without a deletionTimestamp).
+#[tokio::test]
+async fn recreated_pods_come_back_with_new_claims() -> anyhow::Result<()> {
+    let bed = testbed();
+    bed.manager();
+    let ns = bed.namespace("cs-recreate-pvc").await?;
+    ns.run(async {
+        let manifest = |image: &str| {
+            format!(
+                r#"
+apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {{name: recreate}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: recreate}}}}
+  updateStrategy: {{type: ReCreate, maxUnavailable: 2}}
+  template:
+    metadata: {{labels: {{app: recreate}}}}
+    spec:
+      containers:
+      - name: main
+        image: "{image}"
+        volumeMounts: [{{name: data, mountPath: /data}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {{requests: {{storage: 1Gi}}}}
+"#
+            )
+        };
+        ns.apply(&manifest("nginx:alpine")).await?;
+        let first = eventually("2 Ready Pods", TIMEOUT, || async {
+            let live = live_pods(&ns, "recreate").await?;
+            Ok((live.len() == 2).then_some(live))
+        })
+        .await?;
+        let old_ids: BTreeSet<String> = first.values().map(|(_, id)| id.clone()).collect();
+        let old_claims = claims(&ns).await?;
+        ns.apply(&manifest("nginx:1.19.1")).await?;
+        let second = eventually("2 new Ready Pods", TIMEOUT * 2, || async {
+            let live = live_pods(&ns, "recreate").await?;
+            let replaced = live.len() == 2
+                && live
+                    .values()
+                    .all(|(uid, _)| first.values().all(|(old, _)| old != uid));
+            Ok(replaced.then_some(live))
+        })
+        .await?;
+        let new_ids: BTreeSet<String> = second.values().map(|(_, id)| id.clone()).collect();
+        ensure!(
+            new_ids.is_disjoint(&old_ids),
+            "recreated Pods took old ids: {old_ids:?} -> {new_ids:?}"
+        );
+        eventually("2 PVCs, both of the new Pods", TIMEOUT, || async {
+            let now = claims(&ns).await?;
+            Ok((now.len() == 2
+                && now.iter().all(|(name, (_, claim_id, _))| {
+                    new_ids.contains(claim_id) && !old_claims.contains_key(name)
+                }))
+            .then_some(()))
+        })
+        .await
+    })
+    .await
+}

@@ -143,6 +143,31 @@ pub fn expectations_met(
     metrics: &Metrics,
     controller: &str,
 ) -> Result<(), Duration> {
+    expectations_met_with(
+        expectations,
+        key,
+        namespace,
+        pods,
+        revisions,
+        metrics,
+        controller,
+        |_| true,
+    )
+}
+
+/// [`expectations_met`], with `other` judging the expectations of kinds other than Pods and
+/// ControllerRevisions against the caller's own caches (a CloneSet's PVCs).
+#[allow(clippy::too_many_arguments)]
+pub fn expectations_met_with(
+    expectations: &Mutex<Expectations>,
+    key: &str,
+    namespace: &str,
+    pods: &crate::cache::PodCache,
+    revisions: &kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
+    metrics: &Metrics,
+    controller: &str,
+    other: impl Fn(&Expectation) -> bool,
+) -> Result<(), Duration> {
     use kruise_core::expectations::CachedState;
     use kube::runtime::reflector::ObjectRef;
     let now = Instant::now();
@@ -163,7 +188,7 @@ pub fn expectations_met(
                 let rev = revisions.get(&ObjectRef::new(&e.name).within(namespace));
                 e.satisfied_by(rev.as_deref().map(|r| CachedState::of(&r.metadata)))
             }
-            _ => true,
+            _ => other(e),
         })
     };
     if !check.expired.is_empty() {

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::keys;
+use kruise_core::expectations::Expectation;
 use kruise_core::inplace::InPlacePlan;
 use kube::Resource;
 use kube::api::DeleteParams;
@@ -68,7 +69,9 @@ impl Actor<'_> {
         self.pc.readd_hook(pod, hook, mark_not_ready).await
     }
 
-    /// Deletes the Pod and the PVCs of its instance id.
+    /// Deletes the Pod and the PVCs of its instance id, each PVC deletion expected: the next
+    /// decision waits until the claim cache shows it, so the id is not handed to a new Pod
+    /// meanwhile (upstream's scale expectations on PVC deletions).
     pub async fn delete_pod(&self, pod: &Pod, pvcs: &[PersistentVolumeClaim]) -> Result<(), Error> {
         self.pc.delete_pod(pod).await?;
         let id = kruise_core::pods::label(pod, kruise_api::cloneset::LABEL_INSTANCE_ID);
@@ -78,18 +81,26 @@ impl Actor<'_> {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(kruise_api::cloneset::LABEL_INSTANCE_ID));
-            if id.is_none() || pvc_id.map(String::as_str) != id {
+            if id.is_none() || pvc_id.map(String::as_str) != id || !newpod::claim_counts(pvc) {
                 continue;
             }
             let pvc_name = pvc.metadata.name.clone().unwrap_or_default();
+            let expectation = Expectation::gone(
+                newpod::CLAIM_KIND,
+                pvc_name.clone(),
+                pvc.metadata.uid.clone(),
+            );
+            self.expect(expectation.clone());
             match self
                 .pvcs()
                 .delete(&pvc_name, &DeleteParams::default())
                 .await
             {
                 Ok(_) => {}
-                Err(error) if is_race(&error) => {}
+                // Gone already, or deleted by someone else: nothing of ours to wait for.
+                Err(error) if is_race(&error) => self.withdraw(&expectation),
                 Err(error) => {
+                    self.withdraw(&expectation);
                     self.event(
                         EventType::Warning,
                         "FailedDelete",

@@ -63,8 +63,9 @@ impl NewId {
 /// live Pod uses come first (a deleted Pod is replaced under its id and gets its PVCs back; those
 /// whose Pod is gone before those whose Pod is still terminating), then fresh ones from `fresh`.
 /// `taken`: ids of Pods that exist and are not being deleted (running, or finished: their names are
-/// taken for good); `terminating`: ids of Pods being deleted; `pvc_ids`: ids of the PVCs the
-/// CloneSet keeps (without PVC reuse, none of a Pod that is not live).
+/// taken for good), and of claims being deleted ([`ClaimIds::deleting`]); `terminating`: ids of
+/// Pods being deleted; `pvc_ids`: ids of the PVCs the CloneSet keeps that are not being deleted
+/// (without PVC reuse, none of a Pod that is not live).
 pub fn instance_ids(
     n: usize,
     taken: &BTreeSet<String>,
@@ -98,6 +99,49 @@ pub fn instance_ids(
         let id = fresh();
         if used.insert(id.clone()) {
             ids.push(NewId::Fresh(id));
+        }
+    }
+    ids
+}
+
+/// The expectation kind of a PVC the CloneSet deleted with its Pod.
+pub const CLAIM_KIND: &str = "PersistentVolumeClaim";
+
+/// Whether a PVC counts among the CloneSet's claims: not one being deleted. A claim deleted with
+/// its Pod (scaled in, or recreated for an update) lingers, held by the `pvc-protection`
+/// finalizer, until that Pod is gone; counted, its instance id would look free once the Pod is
+/// gone and the replacement would take the id and mount a claim about to vanish, Pending for good.
+/// Not counted, the replacement gets a fresh id and new claims, as upstream, which lists only
+/// claims without a deletionTimestamp (`getOwnedPVCs`).
+pub fn claim_counts(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.metadata.deletion_timestamp.is_none()
+}
+
+/// The instance ids of a CloneSet's claims, for [`instance_ids`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimIds {
+    /// Ids of claims that count ([`claim_counts`]): a new Pod may get one back with its claims.
+    pub reusable: BTreeSet<String>,
+    /// Ids of claims being deleted: taken (no new Pod gets them, neither back nor fresh, since
+    /// the claim's name is still in use) until the claims are gone.
+    pub deleting: BTreeSet<String>,
+}
+
+pub fn claim_ids(pvcs: &[PersistentVolumeClaim]) -> ClaimIds {
+    let mut ids = ClaimIds::default();
+    for pvc in pvcs {
+        let Some(id) = pvc
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_INSTANCE_ID))
+        else {
+            continue;
+        };
+        if claim_counts(pvc) {
+            ids.reusable.insert(id.clone());
+        } else {
+            ids.deleting.insert(id.clone());
         }
     }
     ids
@@ -488,6 +532,67 @@ mod tests {
         let id = random_id(|n| n - 1);
         assert_eq!(id, "99999");
         assert_eq!(random_id(|_| 0).len(), INSTANCE_ID_LEN);
+    }
+
+    #[test]
+    fn claims_being_deleted_free_no_id_and_block_no_new_claim() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let claim = |id: &str, deleting: bool| {
+            let mut c = build_pvcs(&cloneset(), id)
+                .ok()
+                .and_then(|mut c| c.pop())
+                .unwrap_or_default();
+            c.metadata.deletion_timestamp = deleting.then_some(Time(Timestamp::UNIX_EPOCH));
+            c
+        };
+        let set =
+            |ids: &[&str]| -> BTreeSet<String> { ids.iter().map(|s| s.to_string()).collect() };
+        // (case, the CloneSet's claims, ids of its live Pods) → the new Pod's id, the claims to
+        // create for it. Fresh ids are drawn in the order aaaaa, bbbbb, ccccc.
+        let cases = [
+            (
+                "recreated for an update: its claims deleted with it, being deleted",
+                vec![claim("aaaaa", false), claim("bbbbb", true)],
+                set(&["aaaaa"]),
+                NewId::Fresh("ccccc".into()),
+                vec!["data-web-ccccc"],
+            ),
+            (
+                "deleted by someone else: its claims kept, its id and claims come back",
+                vec![claim("aaaaa", false), claim("bbbbb", false)],
+                set(&["aaaaa"]),
+                NewId::Reuse("bbbbb".into()),
+                vec![],
+            ),
+            (
+                "no claims at all",
+                vec![],
+                set(&["aaaaa"]),
+                NewId::Fresh("bbbbb".into()),
+                vec!["data-web-bbbbb"],
+            ),
+        ];
+        for (case, claims, live, want_id, want_created) in cases {
+            let ClaimIds { reusable, deleting } = claim_ids(&claims);
+            let taken: BTreeSet<String> = live.union(&deleting).cloned().collect();
+            let mut fresh = ["aaaaa", "bbbbb", "ccccc"].into_iter().map(String::from);
+            let ids = instance_ids(1, &taken, &BTreeSet::new(), &reusable, || {
+                fresh.next().unwrap_or_default()
+            });
+            assert_eq!(ids, vec![want_id], "{case}");
+            let existing: BTreeSet<String> = claims
+                .iter()
+                .filter_map(|c| c.metadata.name.clone())
+                .collect();
+            let id = ids[0].now().unwrap_or_default();
+            let created: Vec<String> = build_pvcs(&cloneset(), id)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| c.metadata.name)
+                .filter(|n| !existing.contains(n))
+                .collect();
+            assert_eq!(created, want_created, "{case}");
+        }
     }
 
     #[test]

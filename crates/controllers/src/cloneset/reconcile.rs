@@ -53,7 +53,8 @@ pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Ac
 
 /// Checks the expectations of this CloneSet against the caches.
 fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Duration> {
-    crate::podcontrol::expectations_met(
+    use kruise_core::expectations::CachedState;
+    crate::podcontrol::expectations_met_with(
         &ctx.expectations,
         key,
         namespace,
@@ -61,6 +62,14 @@ fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Dur
         &ctx.revisions,
         &ctx.metrics,
         CONTROLLER,
+        // The claims deleted with their Pod: until the claim cache shows them being deleted, a
+        // new Pod could be given their instance id and mount a claim about to vanish.
+        |e| {
+            e.kind != newpod::CLAIM_KIND || {
+                let claim = ctx.pvcs.get(&ObjectRef::new(&e.name).within(namespace));
+                e.satisfied_by(claim.as_deref().map(|c| CachedState::of(&c.metadata)))
+            }
+        },
     )
 }
 
@@ -301,8 +310,11 @@ async fn claim_pvcs(
         // The shared cache holds every claim: only those of CloneSet instances concern a CloneSet.
         .filter(|p| p.labels().contains_key(LABEL_INSTANCE_ID))
         .filter(|p| {
+            // An orphan being deleted is not adopted; an owned claim being deleted is kept in
+            // view: its name and instance id are still taken ([`newpod::claim_ids`]).
             let refs = p.metadata.owner_references.as_deref().unwrap_or_default();
-            refs.is_empty() || refs.iter().any(|o| o.uid == claimant.uid)
+            (refs.is_empty() && newpod::claim_counts(p))
+                || refs.iter().any(|o| o.uid == claimant.uid)
         })
         .partition(|p| {
             p.metadata
@@ -345,6 +357,11 @@ async fn clean_pvcs(
     let api: Api<PersistentVolumeClaim> = Api::namespaced(actor.ctx.client.clone(), &namespace);
     let mut kept = Vec::new();
     for pvc in pvcs {
+        // Already going: nothing to decide, but its id stays taken until it is gone.
+        if !newpod::claim_counts(&pvc) {
+            kept.push(pvc);
+            continue;
+        }
         let id = pvc.labels().get(LABEL_INSTANCE_ID).cloned();
         let name = pvc.name_any();
         let fate = newpod::claim_fate(id.as_deref(), &active_ids, &inactive_ids);
@@ -517,10 +534,11 @@ async fn scale_into(
                 s.pods.iter().chain(finished).filter_map(id_of).collect();
             let mut terminating: BTreeSet<String> =
                 terminating.into_iter().filter_map(id_of).collect();
-            let pvc_ids: BTreeSet<String> = pvcs
-                .iter()
-                .filter_map(|p| p.labels().get(LABEL_INSTANCE_ID).cloned())
-                .collect();
+            let newpod::ClaimIds {
+                reusable: pvc_ids,
+                deleting,
+            } = newpod::claim_ids(pvcs);
+            taken.extend(deleting);
             // A Pod the CloneSet no longer owns may still hold a PVC id's name (one relabelled out
             // of the selector and released): that id is not free.
             let namespace = s.cs.namespace().unwrap_or_default();
