@@ -556,6 +556,17 @@ async fn pods_to_delete_and_specified_delete_replace_exactly_that_pod() -> anyho
         let monitor = start_monitor(&ns, "del", 3, 1, 1).await?;
         ns.kubectl(&["label", "pod", &victim, &format!("{SPECIFIED_DELETE}=true")])
             .await?;
+        // A label changes no generation: the status reads converged until the controller acts, so
+        // wait for the victim to go first.
+        let pod_api: Api<Pod> = ns.api();
+        monitor
+            .eventually(format!("{victim} being deleted"), TIMEOUT, || async {
+                Ok(match pod_api.get_opt(&victim).await? {
+                    None => Some(()),
+                    Some(pod) => pod.metadata.deletion_timestamp.is_some().then_some(()),
+                })
+            })
+            .await?;
         let (_, last) = monitor_converged(&monitor, &ns, "del", 3, TIMEOUT).await?;
         monitor.finish().await?;
         let replacement = replaced(&after, &last, &victim)?;
