@@ -906,10 +906,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     stepped_down = true;
                 }
             }
-            // Writes stop before anything else: the fence first, then every task of the term.
+            // Writes stop before anything else: the fence first, then every task of the term. This
+            // replica stops reporting itself leader at once: draining the term's reconciles (up to
+            // STOP_GRACE) writes nothing past the fence.
             fence.revoke();
-            term.stop().await;
             leader_gauge.set(0);
+            term.stop().await;
             stale_watches.set(0);
             if shutting_down {
                 // The lease is released below, once.
