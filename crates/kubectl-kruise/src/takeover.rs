@@ -530,12 +530,24 @@ async fn survey(
         if !injected && !owned_by_kruise(pod.metadata.owner_references.as_ref()) {
             continue;
         }
+        // Compared by content, not resourceVersion: kruise-rs labels the Pods a
+        // PodUnavailableBudget guards `policy.kruise.io/guarded` (so the budget holds while the
+        // manager is down), the one write a takeover makes to a Pod; every other field counts.
+        let mut labels = pod.metadata.labels.clone().unwrap_or_default();
+        labels.remove(kruise_api::policy::POD_GUARDED_LABEL);
+        let content = serde_json::json!({
+            "labels": labels,
+            "annotations": pod.metadata.annotations,
+            "ownerReferences": pod.metadata.owner_references,
+            "spec": pod.spec,
+            "status": pod.status,
+        });
         state.pods.insert(
             format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
             Tracked {
                 uid: pod.uid().unwrap_or_default(),
-                resource_version: pod.resource_version(),
-                status: None,
+                resource_version: None,
+                status: Some(content),
             },
         );
     }
