@@ -122,8 +122,6 @@ fn capitalized(word: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Checks the expectations of `key` against the caches: `Err(wait)` while a write is still
-/// unobserved (look again after `wait`). Expired expectations are counted and logged, not waited on.
 /// The expectation kind for a Pod the API server names (`generateName`), whose name is unknown
 /// until it is created: a Pod of one owner on one node (DaemonSet, BroadcastJob). See [`pod_on_node`].
 pub const POD_ON_NODE: &str = "PodOnNode";
@@ -134,6 +132,8 @@ pub fn pod_on_node(owner_uid: &str, node: &str) -> Expectation {
     Expectation::exists(POD_ON_NODE, format!("{owner_uid}/{node}"))
 }
 
+/// Checks the expectations of `key` against the caches: `Err(wait)` while a write is still
+/// unobserved (look again after `wait`). Expired expectations are counted and logged, not waited on.
 pub fn expectations_met(
     expectations: &Mutex<Expectations>,
     key: &str,

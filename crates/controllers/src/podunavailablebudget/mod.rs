@@ -22,7 +22,7 @@ use kruise_core::budget;
 use kube::api::PartialObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -334,16 +334,9 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &budget.object_ref(&())).await {
-        tracing::warn!(%error, reason, "publishing an event");
-    }
+    ctx.recorder
+        .record(&budget.object_ref(&()), type_, reason, note)
+        .await;
 }
 
 /// Names the budget in the `kruise.io/related-pub` of each of its Pods, and labels
