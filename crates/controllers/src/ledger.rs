@@ -1,14 +1,16 @@
 //! What a webhook knows of the objects it writes on an admission's path (a PodUnavailableBudget's
 //! disruptions, a WorkloadSpread's placements): its own last write of each, which the process's
-//! watch cache may not show yet, and one turn per object, so that the admissions of one object in
-//! this process are decided one after the other instead of racing each other into conflicts. The
-//! writes stay guarded by the resourceVersion they were decided on: the ledger saves reads, it does
-//! not replace the guard. A write counts only while the cache holds the same object (UID): once the
+//! watch cache may not show yet, so that the next decision starts from it without a read. The
+//! decisions themselves are batched and written by [`commit`]. The writes stay guarded by the
+//! resourceVersion they were decided on: the ledger saves reads, it does not replace the guard. A write counts only while the cache holds the same object (UID): once the
 //! object is deleted (or created again) its write is forgotten, so a deleted object decides nothing.
+
+pub mod commit;
+#[cfg(test)]
+pub mod fake;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kube::Resource;
 
@@ -17,14 +19,12 @@ pub type Key = (String, String);
 
 pub struct Ledger<K> {
     written: Mutex<HashMap<Key, Arc<K>>>,
-    turns: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl<K> Default for Ledger<K> {
     fn default() -> Self {
         Self {
             written: Mutex::default(),
-            turns: Mutex::default(),
         }
     }
 }
@@ -73,8 +73,6 @@ impl<K: Resource> Ledger<K> {
         };
         if stale {
             written.remove(key);
-            drop(written);
-            self.drop_idle_turn(key);
             return cached;
         }
         let mine = written.get(key).cloned();
@@ -98,53 +96,18 @@ impl<K: Resource> Ledger<K> {
             .remove(key);
     }
 
-    /// Forgets `key` altogether (the object is gone): its last write, and its turn unless someone
-    /// holds or awaits it.
+    /// Forgets `key` altogether (the object is gone).
     pub fn gone(&self, key: &Key) {
         self.forget(key);
-        self.drop_idle_turn(key);
     }
 
-    fn drop_idle_turn(&self, key: &Key) {
-        let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
-        // Only the map holds it: nobody has the turn or waits for it (a new waiter would have to
-        // take the map's lock first).
-        if turns
-            .get(key)
-            .is_some_and(|turn| Arc::strong_count(turn) == 1)
-        {
-            turns.remove(key);
-        }
-    }
-
-    /// How many objects the ledger holds a write or a turn of (for tests and metrics).
+    /// How many objects the ledger holds a write of (for tests and metrics).
     pub fn len(&self) -> usize {
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        let turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
-        let mut keys: std::collections::HashSet<&Key> = written.keys().collect();
-        keys.extend(turns.keys());
-        keys.len()
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Waits for `key`'s turn, at most `wait` (then `None`: go ahead on the resourceVersion guard
-    /// alone); the turn lasts as long as the guard.
-    pub async fn turn(
-        &self,
-        key: &Key,
-        wait: Duration,
-    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        let turn = self
-            .turns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key.clone())
-            .or_default()
-            .clone();
-        tokio::time::timeout(wait, turn.lock_owned()).await.ok()
     }
 }
 
@@ -220,42 +183,5 @@ mod tests {
             );
             assert_eq!(ledger.len(), left, "case {i}");
         }
-    }
-
-    #[tokio::test]
-    async fn a_gone_object_leaves_no_turn_unless_it_is_held() {
-        let ledger: Ledger<ConfigMap> = Ledger::default();
-        let key: Key = ("ns".into(), "b".into());
-        let held = ledger.turn(&key, Duration::from_secs(1)).await;
-        let mut written = ConfigMap::default();
-        written.metadata.uid = Some("a".into());
-        written.metadata.resource_version = Some("10".into());
-        ledger.remember(key.clone(), written);
-        ledger.gone(&key);
-        // The write is gone; the held turn stays until it is let go.
-        assert_eq!(ledger.len(), 1);
-        assert!(ledger.turn(&key, Duration::from_millis(20)).await.is_none());
-        drop(held);
-        ledger.gone(&key);
-        assert!(ledger.is_empty());
-    }
-
-    #[tokio::test]
-    async fn turns_are_taken_one_at_a_time() {
-        let ledger: Ledger<ConfigMap> = Ledger::default();
-        let key: Key = ("ns".into(), "b".into());
-        let first = ledger.turn(&key, Duration::from_secs(1)).await;
-        assert!(first.is_some());
-        // Held: a second waits, then goes ahead without a turn.
-        assert!(ledger.turn(&key, Duration::from_millis(20)).await.is_none());
-        // Another object has its own turn.
-        assert!(
-            ledger
-                .turn(&("ns".into(), "c".into()), Duration::from_millis(20))
-                .await
-                .is_some()
-        );
-        drop(first);
-        assert!(ledger.turn(&key, Duration::from_millis(20)).await.is_some());
     }
 }

@@ -703,6 +703,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_controllers::podunavailablebudget::take::use_cache(
         process_caches.budgets.store().clone(),
     );
+    kruise_controllers::podunavailablebudget::take::count_batches(
+        webhook_metrics.budget_batches.clone(),
+    );
     // A refusal, by the Pod webhook or an in-place update's budget check, leaves upstream's
     // PubPreventPodDeletion Warning on the Pod.
     kruise_controllers::podunavailablebudget::take::record_refusals(client.clone());
@@ -746,7 +749,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600,
                 ),
             )
-            .with_configuration_namespace(&args.namespace),
+            .with_configuration_namespace(&args.namespace)
+            .with_batch_sizes(webhook_metrics.workloadspread_batches.clone()),
         )
     } else {
         pods

@@ -111,6 +111,10 @@ pub struct Metrics {
     pub duration: Family<PathLabels, Histogram>,
     pub cert_rotations: Counter,
     pub freshness: FreshnessMetrics,
+    /// Disruptions written per PodUnavailableBudget status write (group commit).
+    pub budget_batches: Histogram,
+    /// Slots taken or given back per WorkloadSpread status write (group commit).
+    pub workloadspread_batches: Histogram,
 }
 
 impl Metrics {
@@ -120,8 +124,20 @@ impl Metrics {
             duration: Family::new_with_constructor(|| Histogram::new(duration_buckets())),
             cert_rotations: Counter::default(),
             freshness: FreshnessMetrics::default(),
+            budget_batches: kruise_controllers::ledger::commit::batch_histogram(),
+            workloadspread_batches: kruise_controllers::ledger::commit::batch_histogram(),
         };
         metrics.freshness.register(registry);
+        registry.register(
+            "kruise_webhook_podunavailablebudget_batch_size",
+            "Disruptions recorded by one PodUnavailableBudget status write (the ones that arrived while the previous write was in flight)",
+            metrics.budget_batches.clone(),
+        );
+        registry.register(
+            "kruise_webhook_workloadspread_batch_size",
+            "Pods placed or released by one WorkloadSpread status write (the ones that arrived while the previous write was in flight)",
+            metrics.workloadspread_batches.clone(),
+        );
         registry.register(
             "kruise_webhook_requests",
             "Webhook requests by endpoint and result",

@@ -6,8 +6,10 @@
 //! through its ReplicaSet) and which its `targetFilter` selects is given the first subset with
 //! room ([`kruise_core::workloadspread::admit_create`]); the slot is recorded in the
 //! WorkloadSpread's status over the resourceVersion it was read at, again on a conflict, as
-//! upstream does, so that two replicas of the webhook never give the same slot twice. The newest
-//! WorkloadSpread known is the newer of the watch cache's and this process's last write.
+//! upstream does, so that two replicas of the webhook never give the same slot twice. The Pods
+//! of one WorkloadSpread that arrive together are recorded together, by one write
+//! ([`kruise_controllers::workloadspread::slots`]), decided on the newer of the watch cache's copy
+//! and this process's last write.
 //!
 //! The whole placement has a deadline below the Pod webhook's timeout: with a slow apiserver the
 //! Pod is answered by the failure policy (Ignore: admitted without placement, with a warning)
@@ -24,16 +26,16 @@ use kruise_api::validation::selector_matches;
 use kruise_api::workloadspread::{
     self as api, MatchedWorkloadSpread, WorkloadSpread, group_of, is_target_kind, same_workload,
 };
-use kruise_controllers::ledger::Ledger;
+use kruise_controllers::ledger::commit::{ApiSource, Decide, Decided};
+use kruise_controllers::workloadspread::slots::{Slot, SlotDecisions, SlotRequest, Slots};
 use kruise_controllers::workloadspread::workload;
 use kruise_core::workloadspread as core;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::StatusSummary;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
 
 use crate::admission::{Answer, allow, deny, request_of};
 
@@ -41,8 +43,6 @@ use crate::admission::{Answer, allow, deny, request_of};
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-workloadspread";
 pub const WEBHOOK_NAME: &str = "vworkloadspread.kb.io";
 pub const GATE: &str = "WorkloadSpread";
-/// Attempts at recording a slot when the status changed under us.
-const CONFLICT_ATTEMPTS: usize = 5;
 
 /// The WorkloadSpread part of the Pod webhooks.
 #[derive(Clone)]
@@ -50,13 +50,14 @@ pub struct WorkloadSpreads {
     client: Option<Client>,
     /// The process's watch cache of WorkloadSpreads, when there is one.
     store: Option<Store<WorkloadSpread>>,
-    /// The last WorkloadSpread this process wrote (the cache may not show it yet), and one
-    /// admission at a time per WorkloadSpread in this process.
-    ledger: Arc<Ledger<WorkloadSpread>>,
+    /// The group commit of the slots taken and given back (with a client).
+    slots: Option<Arc<Slots>>,
     /// The deadline of one placement.
     pub budget: Duration,
     /// The namespace of kruise-configuration (its custom workload whitelist).
     configuration_namespace: String,
+    /// Where each batch's size is observed.
+    batches: prometheus_client::metrics::histogram::Histogram,
 }
 
 /// How long kruise-configuration may take to read (only where a custom workload kind is met).
@@ -77,20 +78,59 @@ impl WorkloadSpreads {
         store: Option<Store<WorkloadSpread>>,
         budget: Duration,
     ) -> Self {
-        Self {
+        let mut hooks = Self {
             client,
             store,
-            ledger: Arc::default(),
+            slots: None,
             budget,
             configuration_namespace: "kruise-system".into(),
-        }
+            batches: kruise_controllers::ledger::commit::batch_histogram(),
+        };
+        hooks.slots = hooks.new_slots();
+        hooks
     }
 
     /// These hooks, reading the custom workload whitelist from the kruise-configuration of
     /// `namespace` (the manager's; `kruise-system` by default).
     pub fn with_configuration_namespace(mut self, namespace: &str) -> Self {
         self.configuration_namespace = namespace.to_owned();
+        self.slots = self.new_slots();
         self
+    }
+
+    /// These hooks, observing the size of each batch of slots written in `batches`.
+    pub fn with_batch_sizes(
+        mut self,
+        batches: prometheus_client::metrics::histogram::Histogram,
+    ) -> Self {
+        self.batches = batches;
+        self.slots = self.new_slots();
+        self
+    }
+
+    /// The group commit of the slots, reading the workload's replicas when a percentage needs
+    /// them.
+    fn new_slots(&self) -> Option<Arc<Slots>> {
+        let client = self.client.clone()?;
+        let cache = Arc::new(std::sync::OnceLock::new());
+        if let Some(store) = &self.store {
+            let _ = cache.set(store.clone());
+        }
+        let replicas = {
+            let client = client.clone();
+            let namespace = self.configuration_namespace.clone();
+            Arc::new(move |ws: Arc<WorkloadSpread>| {
+                let client = client.clone();
+                let namespace = namespace.clone();
+                Box::pin(async move { workload_replicas(&client, &namespace, &ws).await })
+                    as futures::future::BoxFuture<'static, Result<i32, String>>
+            })
+        };
+        Some(Slots::counted(
+            SlotDecisions::new(replicas),
+            ApiSource::new(client, cache),
+            self.batches.clone(),
+        ))
     }
 
     /// The custom workload whitelist (empty without a client), read within
@@ -99,19 +139,7 @@ impl WorkloadSpreads {
         let Some(client) = &self.client else {
             return Ok(api::CustomWorkloadWhitelist::default());
         };
-        let read = kruise_controllers::kruise_configuration::workloadspread_whitelist(
-            client,
-            &self.configuration_namespace,
-        );
-        tokio::time::timeout(CONFIGURATION_DEADLINE, read)
-            .await
-            .map_err(|_| {
-                format!(
-                    "reading ConfigMap {}/{}: timed out",
-                    self.configuration_namespace,
-                    kruise_controllers::kruise_configuration::CONFIGMAP
-                )
-            })?
+        whitelist(client, &self.configuration_namespace).await
     }
 
     /// The watch cache, once it is loaded.
@@ -310,38 +338,6 @@ impl WorkloadSpreads {
         Ok(None)
     }
 
-    /// The newest copy of `ws` this process knows (the cache's or its own last write), or the
-    /// apiserver's with `fresh`.
-    async fn latest(
-        &self,
-        ws: &WorkloadSpread,
-        fresh: bool,
-    ) -> Result<Option<Arc<WorkloadSpread>>, String> {
-        let namespace = ws.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{}", ws.name_any());
-        if fresh {
-            let Some(client) = &self.client else {
-                return Ok(None);
-            };
-            let api: Api<WorkloadSpread> = Api::namespaced(client.clone(), &namespace);
-            let read = api
-                .get_opt(&ws.name_any())
-                .await
-                .map_err(|e| format!("reading WorkloadSpread {key}: {e}"))?;
-            if read.is_none() {
-                self.ledger.gone(&(namespace, ws.name_any()));
-            }
-            return Ok(read.map(Arc::new));
-        }
-        // The loaded cache says which WorkloadSpreads exist (one deleted since it was matched
-        // places nothing); before it is loaded, the copy just listed does.
-        let cached = match self.loaded() {
-            Some(store) => store.get(&kube::runtime::reflector::ObjectRef::from_obj(ws)),
-            None => Some(Arc::new(ws.clone())),
-        };
-        Ok(self.ledger.newest(&(namespace, ws.name_any()), cached))
-    }
-
     /// Places a Pod being created: `Ok(Some(pod))` with its subset injected, `Ok(None)` when no
     /// WorkloadSpread spreads it (or no subset has room).
     pub async fn place(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, Unplaced> {
@@ -360,109 +356,55 @@ impl WorkloadSpreads {
         };
         let ws_name = matched.name_any();
         let key = format!("{namespace}/{ws_name}");
-        let version = core::pod_version(pod);
         let pod_name = pod.metadata.name.as_deref().filter(|n| !n.is_empty());
-        let uid = generated_uid();
-        let _turn = self
-            .ledger
-            .turn(&(namespace.to_owned(), ws_name.clone()), self.budget)
-            .await;
-        let mut fresh = false;
-        let mut replicas: Option<i32> = None;
-        for _ in 0..CONFLICT_ATTEMPTS {
-            let Some(ws) = self.latest(&matched, fresh).await? else {
-                return Ok(None);
-            };
-            if replicas.is_none() && core::needs_replicas(&ws, &version) {
-                replicas = Some(self.workload_replicas(&ws).await?);
-            }
-            let decision = core::admit_create(
-                &ws,
-                pod_name,
-                &version,
-                replicas.unwrap_or_default(),
-                Timestamp::now(),
-                &uid,
-            );
-            let Some(subset_name) = decision.subset.clone() else {
-                tracing::info!(workloadspread = %key, pod = pod_name.unwrap_or("(generated)"), "no subset has room for the Pod");
-                return Ok(None);
-            };
-            if let Some(status) = &decision.status {
-                match self.record(&ws, &version, status).await? {
-                    Recorded::Conflict => {
-                        fresh = true;
-                        continue;
-                    }
-                    Recorded::Gone => return Ok(None),
-                    Recorded::Written => {}
-                }
-            }
-            let Some(subset) = ws.spec.subsets.iter().find(|s| s.name == subset_name) else {
-                return Ok(None);
-            };
-            let placed = core::inject(&ws_name, subset, pod, &decision.uid)?;
-            tracing::debug!(workloadspread = %key, subset = %subset_name, pod = pod_name.unwrap_or("(generated)"), "placed a Pod");
-            return Ok(Some(placed));
-        }
-        Err(format!(
-            "WorkloadSpread {key} kept changing while a slot was recorded"
-        ))
+        let request = SlotRequest::Take {
+            pod_name: pod_name.map(str::to_owned),
+            version: core::pod_version(pod),
+            uid: generated_uid(),
+            now: Timestamp::now(),
+        };
+        let (slot, ws) = self.decide(&matched, request).await?;
+        let Some(subset_name) = slot.subset else {
+            tracing::info!(workloadspread = %key, pod = pod_name.unwrap_or("(generated)"), "no subset has room for the Pod");
+            return Ok(None);
+        };
+        let Some(subset) = ws.spec.subsets.iter().find(|s| s.name == subset_name) else {
+            return Ok(None);
+        };
+        let placed = core::inject(&ws_name, subset, pod, &slot.uid)?;
+        tracing::debug!(workloadspread = %key, subset = %subset_name, pod = pod_name.unwrap_or("(generated)"), "placed a Pod");
+        Ok(Some(placed))
     }
 
-    /// The replicas of the WorkloadSpread's workload (0 when it does not exist).
-    async fn workload_replicas(&self, ws: &WorkloadSpread) -> Result<i32, String> {
-        let Some(client) = &self.client else {
-            return Ok(0);
-        };
-        let Some(object) = workload::get(client, ws).await.map_err(|e| e.to_string())? else {
-            return Ok(0);
-        };
-        let custom_path = match &ws.spec.target_reference {
-            Some(t) if !is_target_kind(&t.api_version, &t.kind) => self
-                .whitelist()
-                .await?
-                .replicas_path(&t.api_version, &t.kind)
-                .map(str::to_owned),
-            _ => None,
-        };
-        Ok(workload::replicas(ws, &object, custom_path.as_deref()))
-    }
-
-    /// Writes `status`'s subset statuses of `version` over the resourceVersion `ws` was read at.
-    async fn record(
+    /// Decides `request` on `matched`: committed with the others of its WorkloadSpread, or
+    /// (without a client, in tests) decided on the copy at hand and written nowhere. Also the
+    /// newest copy known, for the subset's spec.
+    async fn decide(
         &self,
-        ws: &WorkloadSpread,
-        version: &str,
-        status: &api::WorkloadSpreadStatus,
-    ) -> Result<Recorded, String> {
-        let Some(client) = &self.client else {
-            return Ok(Recorded::Written);
+        matched: &Arc<WorkloadSpread>,
+        request: SlotRequest,
+    ) -> Result<(Slot, Arc<WorkloadSpread>), String> {
+        let namespace = matched.namespace().unwrap_or_default();
+        let key = (namespace, matched.name_any());
+        let Some(slots) = &self.slots else {
+            let mut ws = WorkloadSpread::clone(matched);
+            let decisions = SlotDecisions::new(Arc::new(|_| Box::pin(async { Ok(0) })));
+            let decided = decisions
+                .decide(&mut ws, &[&request], true)
+                .await
+                .map_err(|e| e.to_string())?;
+            let slot = match decided.into_iter().next() {
+                Some(Decided::Answer(slot) | Decided::Written(slot)) => slot,
+                _ => Slot::default(),
+            };
+            return Ok((slot, matched.clone()));
         };
-        let namespace = ws.namespace().unwrap_or_default();
-        let name = ws.name_any();
-        let api: Api<WorkloadSpread> = Api::namespaced(client.clone(), &namespace);
-        let patch = json!({
-            "metadata": {"resourceVersion": ws.metadata.resource_version},
-            "status": {"versionedSubsetStatuses": {version: status.versioned_subset_statuses.get(version)}},
-        });
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        let slot = slots
+            .submit(key.clone(), request)
             .await
-        {
-            Ok(written) => {
-                self.ledger.remember((namespace, name), written);
-                Ok(Recorded::Written)
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Recorded::Conflict),
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                self.ledger.gone(&(namespace, name));
-                Ok(Recorded::Gone)
-            }
-            Err(error) => Err(format!(
-                "recording a Pod in WorkloadSpread {namespace}/{name}: {error}"
-            )),
-        }
+            .map_err(|e| format!("recording a Pod in WorkloadSpread {}/{}: {e}", key.0, key.1))?;
+        let ws = slots.known(&key).unwrap_or_else(|| matched.clone());
+        Ok((slot, ws))
     }
 
     /// Records a Pod whose deletion or eviction was admitted: its slot is free at once. Failures
@@ -484,58 +426,22 @@ impl WorkloadSpreads {
             {
                 return Ok(());
             }
-            let Some(client) = &self.client else {
+            let Some(slots) = &self.slots else {
                 return Ok(());
             };
-            let pod_name = pod.metadata.name.clone().unwrap_or_default();
-            let key = format!("{namespace}/{}", matched.name);
-            let _turn = self
-                .ledger
-                .turn(&(namespace.to_owned(), matched.name.clone()), self.budget)
-                .await;
-            let api_ws: Api<WorkloadSpread> = Api::namespaced(client.clone(), namespace);
-            let Some(first) = api_ws
-                .get_opt(&matched.name)
-                .await
-                .map_err(|e| format!("reading WorkloadSpread {key}: {e}"))?
-            else {
-                self.ledger
-                    .gone(&(namespace.to_owned(), matched.name.clone()));
-                return Ok(());
+            let request = SlotRequest::Give {
+                pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                version: core::pod_version(pod),
+                now: Timestamp::now(),
+                matched: matched.clone(),
             };
-            let version = core::pod_version(pod);
-            let mut ws = Arc::new(first);
-            let mut fresh = false;
-            for _ in 0..CONFLICT_ATTEMPTS {
-                if fresh {
-                    match self.latest(&ws, true).await? {
-                        Some(newer) => ws = newer,
-                        None => return Ok(()),
-                    }
-                }
-                let replicas = if core::needs_replicas(&ws, &version) {
-                    self.workload_replicas(&ws).await?
-                } else {
-                    0
-                };
-                let Some(status) = core::admit_delete(
-                    &ws,
-                    &pod_name,
-                    &matched,
-                    &version,
-                    replicas,
-                    Timestamp::now(),
-                ) else {
-                    return Ok(());
-                };
-                match self.record(&ws, &version, &status).await? {
-                    Recorded::Conflict => fresh = true,
-                    Recorded::Gone | Recorded::Written => return Ok(()),
-                }
-            }
-            Err(format!(
-                "WorkloadSpread {key} kept changing while a deletion was recorded"
-            ))
+            let key = (namespace.to_owned(), matched.name.clone());
+            slots.submit(key, request).await.map(|_| ()).map_err(|e| {
+                format!(
+                    "recording a deletion in WorkloadSpread {namespace}/{}: {e}",
+                    matched.name
+                )
+            })
         };
         match tokio::time::timeout(self.budget, work).await {
             Ok(Ok(())) => {}
@@ -691,10 +597,44 @@ impl WorkloadSpreads {
     }
 }
 
-enum Recorded {
-    Written,
-    Conflict,
-    Gone,
+/// The custom workload whitelist of kruise-configuration in `namespace`, read within
+/// [`CONFIGURATION_DEADLINE`].
+async fn whitelist(
+    client: &Client,
+    namespace: &str,
+) -> Result<api::CustomWorkloadWhitelist, String> {
+    let read =
+        kruise_controllers::kruise_configuration::workloadspread_whitelist(client, namespace);
+    tokio::time::timeout(CONFIGURATION_DEADLINE, read)
+        .await
+        .map_err(|_| {
+            format!(
+                "reading ConfigMap {namespace}/{}: timed out",
+                kruise_controllers::kruise_configuration::CONFIGMAP
+            )
+        })?
+}
+
+/// The replicas of the WorkloadSpread's workload (0 when it does not exist); a custom workload's
+/// from the path kruise-configuration (in `configuration_namespace`) names.
+async fn workload_replicas(
+    client: &Client,
+    configuration_namespace: &str,
+    ws: &WorkloadSpread,
+) -> Result<i32, String> {
+    let Some(object) = workload::get(client, ws).await.map_err(|e| e.to_string())? else {
+        return Ok(0);
+    };
+    let custom_path = match &ws.spec.target_reference {
+        Some(t) if !is_target_kind(&t.api_version, &t.kind) => {
+            whitelist(client, configuration_namespace)
+                .await?
+                .replicas_path(&t.api_version, &t.kind)
+                .map(str::to_owned)
+        }
+        _ => None,
+    };
+    Ok(workload::replicas(ws, &object, custom_path.as_deref()))
 }
 
 /// A random id in the UUID text form, for a Pod that has no name yet.

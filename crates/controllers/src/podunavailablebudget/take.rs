@@ -6,14 +6,14 @@
 //! between, the patch fails with 409, the budget is read again and the decision made again (4 tries,
 //! as upstream), so concurrent disruptions never take more than the budget allows.
 //!
-//! The hot path costs one write and no read: the budget is taken from the process's watch cache or
-//! from this process's own last write of it, whichever is newer ([`Ledger`]), and the disruptions
-//! of one budget are decided one after the other within the process, so that they do not race each
-//! other into conflicts. Only after a conflict (another replica, or a cache behind), or before a
-//! refusal, is the budget read from the apiserver: a refusal is always made on the apiserver's copy,
-//! so that a budget deleted (or raised) a moment ago never refuses. A budget the cache no longer
-//! holds is not taken from the ledger either: a deleted budget decides nothing, and a budget that
-//! does not exist (NotFound, on the read or on the patch) admits, as upstream.
+//! The hot path costs no read and one write per batch: the disruptions of one budget that arrive
+//! while a write is in flight are decided together, in order, on the newest copy this process
+//! knows (the watch cache's or its own last write), and recorded by the next write
+//! ([`crate::ledger::commit`]). Only after a conflict (another replica, or a cache behind), or
+//! before a refusal, is the budget read from the apiserver: a refusal is always made on the
+//! apiserver's copy, so that a budget deleted (or raised) a moment ago never refuses. A budget the
+//! cache no longer holds is not taken from the ledger either: a deleted budget decides nothing,
+//! and a budget that does not exist (NotFound, on the read or on the patch) admits, as upstream.
 //!
 //! A refusal leaves upstream's `PubPreventPodDeletion` Warning on the Pod, whoever asked (the
 //! webhook or an in-place update), once [`record_refusals`] has been called.
@@ -27,24 +27,90 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::policy::POD_RELATED_PUB_ANNOTATION;
 use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
 use kruise_core::budget::{self, Admission};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client};
-use serde_json::json;
 
-use crate::ledger::{Key, Ledger};
+use crate::ledger::Key;
+use crate::ledger::commit::{ApiSource, CommitError, Decide, Decided, GroupCommit};
 
-const TRIES: usize = 4;
-const RETRY_WAIT: Duration = Duration::from_millis(100);
-/// How long a disruption waits for the ones before it on the same budget; past it, it goes ahead
-/// and relies on the resourceVersion guard alone.
-const TURN_WAIT: Duration = Duration::from_secs(3);
+/// One disruption waiting for its budget's batch.
+pub struct Disruption {
+    pub pod: Pod,
+    pub operation: PubOperation,
+    pub vertical_scaling: bool,
+    pub now: Timestamp,
+}
 
-/// The process's budget cache and its own last writes ([`crate::ledger`]).
+/// The budget's decisions ([`budget::admit`]) for the group commit: each disruption admitted
+/// takes its unit from the status the earlier ones of the batch left; a refusal is decided on
+/// the apiserver's copy only. The answer is `None` (admitted) or upstream's refusal message.
+pub struct BudgetDecisions;
+
+impl BudgetDecisions {
+    /// Decides `disruption` on `budget`'s `status`, taking its unit there when it is admitted.
+    fn decide_one(
+        budget: &PodUnavailableBudget,
+        status: &mut kruise_api::policy::v1alpha1::PodUnavailableBudgetStatus,
+        disruption: &Disruption,
+        fresh: bool,
+    ) -> Decided<Option<String>> {
+        let name = budget.metadata.name.as_deref().unwrap_or_default();
+        let request = budget::Request {
+            pod: &disruption.pod,
+            operation: disruption.operation,
+            pub_name: name,
+            pub_annotations: budget.metadata.annotations.as_ref(),
+            vertical_scaling: disruption.vertical_scaling,
+            now: disruption.now,
+        };
+        match budget::admit(&request, status) {
+            Admission::Pass(_) => Decided::Answer(None),
+            Admission::Refuse(_) if !fresh => Decided::Unsure,
+            Admission::Refuse(message) => Decided::Answer(Some(message)),
+            Admission::Take(next) => {
+                *status = next;
+                Decided::Written(None)
+            }
+        }
+    }
+}
+
+impl Decide for BudgetDecisions {
+    type Object = PodUnavailableBudget;
+    type Request = Disruption;
+    type Outcome = Option<String>;
+    /// Upstream's tries of one disruption.
+    const ATTEMPTS: usize = 4;
+
+    async fn decide(
+        &self,
+        budget: &mut PodUnavailableBudget,
+        disruptions: &[&Disruption],
+        fresh: bool,
+    ) -> Result<Vec<Decided<Option<String>>>, CommitError> {
+        let mut status = budget.status.clone().unwrap_or_default();
+        let decided = disruptions
+            .iter()
+            .map(|d| Self::decide_one(budget, &mut status, d, fresh))
+            .collect();
+        budget.status = Some(status);
+        Ok(decided)
+    }
+
+    /// A budget that does not exist admits, as upstream.
+    fn gone(&self, _: &Disruption) -> Option<String> {
+        None
+    }
+}
+
+type Commit = GroupCommit<BudgetDecisions, ApiSource<PodUnavailableBudget>>;
+
+/// The process's budget cache and the group commit of its disruptions.
 #[derive(Default)]
 struct Budgets {
-    cache: OnceLock<Store<PodUnavailableBudget>>,
-    ledger: Ledger<PodUnavailableBudget>,
+    cache: Arc<OnceLock<Store<PodUnavailableBudget>>>,
+    batches: OnceLock<prometheus_client::metrics::histogram::Histogram>,
+    commit: OnceLock<Arc<Commit>>,
 }
 
 static BUDGETS: OnceLock<Budgets> = OnceLock::new();
@@ -58,14 +124,24 @@ pub fn use_cache(store: Store<PodUnavailableBudget>) {
     let _ = process_budgets().cache.set(store);
 }
 
+/// Observes the size of each batch of disruptions written in `batches` (before the first
+/// [`take`]).
+pub fn count_batches(batches: prometheus_client::metrics::histogram::Histogram) {
+    let _ = process_budgets().batches.set(batches);
+}
+
 impl Budgets {
-    /// What the process knows of the budget: nothing without a cache (then the apiserver is
-    /// read), else the newer of the cache's copy and the ledger's, and nothing when the cache holds
-    /// no such budget (deleted, or not seen yet: the apiserver says which).
-    fn known(&self, key: &Key) -> Option<Arc<PodUnavailableBudget>> {
-        let store = self.cache.get()?;
-        let cached = store.get(&ObjectRef::new(&key.1).within(&key.0));
-        self.ledger.newest(key, cached)
+    fn commit(&self, client: &Client) -> &Arc<Commit> {
+        self.commit.get_or_init(|| {
+            GroupCommit::counted(
+                BudgetDecisions,
+                ApiSource::new(client.clone(), self.cache.clone()),
+                self.batches
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(crate::ledger::commit::batch_histogram),
+            )
+        })
     }
 }
 
@@ -159,86 +235,181 @@ pub async fn take(
         return Ok(None);
     };
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let budgets: Api<PodUnavailableBudget> = Api::namespaced(client.clone(), namespace);
-    let process = process_budgets();
-    let ledger = &process.ledger;
     let key: Key = (namespace.to_owned(), name.to_owned());
-    let _turn = if dry_run {
-        None
-    } else {
-        ledger.turn(&key, TURN_WAIT).await
+    let commit = process_budgets().commit(client);
+    let disruption = Disruption {
+        pod: pod.clone(),
+        operation,
+        vertical_scaling,
+        now: Timestamp::now(),
     };
-    // The first try on what the process knows; a refusal on it, or a conflict, is decided again
-    // on the apiserver's copy (a cache behind, or a budget deleted since, must not refuse).
-    let mut fresh = false;
-    let mut conflicted = false;
-    for _ in 0..TRIES {
-        if std::mem::take(&mut conflicted) {
-            tokio::time::sleep(RETRY_WAIT).await;
+    let refusal = if dry_run {
+        dry_run_decision(client, commit, &key, &disruption).await?
+    } else {
+        match commit.submit(key, disruption).await {
+            Ok(answer) => answer,
+            Err(CommitError::Conflicts(_)) => Some(format!(
+                "Timeout: couldn't update PodUnavailableBudget {name} due to conflicts"
+            )),
+            Err(error) => return Err(error.into_kube()),
         }
-        let known = if fresh { None } else { process.known(&key) };
-        let (budget, read) = match known {
-            Some(budget) => (budget, false),
-            None => match budgets.get_opt(name).await? {
-                Some(budget) => (Arc::new(budget), true),
-                None => {
-                    ledger.gone(&key);
-                    return Ok(None);
-                }
-            },
-        };
-        let status = budget.status.clone().unwrap_or_default();
-        let request = budget::Request {
-            pod,
-            operation,
-            pub_name: name,
-            pub_annotations: budget.metadata.annotations.as_ref(),
-            vertical_scaling,
-            now: Timestamp::now(),
-        };
-        let next = match budget::admit(&request, &status) {
-            Admission::Pass(_) => return Ok(None),
-            Admission::Refuse(_) if !read => {
-                fresh = true;
-                continue;
-            }
-            Admission::Refuse(message) => {
-                record_refusal(pod);
-                return Ok(Some(message));
-            }
-            Admission::Take(next) => next,
-        };
-        if dry_run {
-            return Ok(None);
-        }
-        // Only keys are added to the maps: a merge patch of the whole status records them.
-        let patch = json!({
-            "metadata": {"resourceVersion": budget.metadata.resource_version},
-            "status": next,
-        });
-        match budgets
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(written) => {
-                ledger.remember(key, written);
-                return Ok(None);
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                ledger.forget(&key);
-                fresh = true;
-                conflicted = true;
-                continue;
-            }
-            // Deleted since it was read: a budget that does not exist admits.
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                ledger.gone(&key);
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+    };
+    if refusal.is_some() {
+        record_refusal(pod);
+    }
+    Ok(refusal)
+}
+
+/// A dry run's answer: decided as a real disruption would be, recording nothing.
+async fn dry_run_decision(
+    client: &Client,
+    commit: &Commit,
+    key: &Key,
+    disruption: &Disruption,
+) -> Result<Option<String>, kube::Error> {
+    if let Some(known) = commit.known(key) {
+        let mut status = known.status.clone().unwrap_or_default();
+        match BudgetDecisions::decide_one(&known, &mut status, disruption, false) {
+            Decided::Answer(answer) | Decided::Written(answer) => return Ok(answer),
+            Decided::Unsure => {}
         }
     }
-    Ok(Some(format!(
-        "Timeout: couldn't update PodUnavailableBudget {name} due to conflicts"
-    )))
+    let budgets: Api<PodUnavailableBudget> = Api::namespaced(client.clone(), &key.0);
+    let Some(budget) = budgets.get_opt(&key.1).await? else {
+        return Ok(None);
+    };
+    let mut status = budget.status.clone().unwrap_or_default();
+    match BudgetDecisions::decide_one(&budget, &mut status, disruption, true) {
+        Decided::Answer(answer) | Decided::Written(answer) => Ok(answer),
+        Decided::Unsure => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::fake::{FakeSource, FakeStore};
+    use proptest::prelude::*;
+
+    fn ready_pod(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "annotations": {POD_RELATED_PUB_ANNOTATION: "pub"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("pod")
+    }
+
+    fn budget(allowed: i32) -> PodUnavailableBudget {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy.kruise.io/v1alpha1", "kind": "PodUnavailableBudget",
+            "metadata": {"name": "pub", "namespace": "ns"},
+            "spec": {"maxUnavailable": allowed},
+            "status": {"unavailableAllowed": allowed, "desiredAvailable": 100, "currentAvailable": 100, "totalReplicas": 100}
+        }))
+        .expect("budget")
+    }
+
+    fn key() -> Key {
+        ("ns".into(), "pub".into())
+    }
+
+    fn disruption(name: &str) -> Disruption {
+        Disruption {
+            pod: ready_pod(name),
+            operation: PubOperation::Delete,
+            vertical_scaling: false,
+            now: Timestamp::now(),
+        }
+    }
+
+    /// Evictions spread over `replicas` manager replicas, while the controller writes the status
+    /// `controller_writes` times: never more admitted than the budget allows, and what was
+    /// admitted is what the budget records.
+    async fn evictions(
+        allowed: i32,
+        pods: usize,
+        replicas: usize,
+        latency_ms: u64,
+        controller_writes: usize,
+    ) -> (usize, PodUnavailableBudget) {
+        let store = FakeStore::new(Duration::from_millis(latency_ms));
+        store.put(&key(), budget(allowed), "u1");
+        let commits: Vec<_> = (0..replicas)
+            .map(|_| GroupCommit::new(BudgetDecisions, FakeSource::new(store.clone())))
+            .collect();
+        let asks = (0..pods).map(|i| {
+            let commit = commits[i % replicas].clone();
+            async move { commit.submit(key(), disruption(&format!("p{i}"))).await }
+        });
+        // The controller's writes bump the resourceVersion (a status recomputed with the same
+        // counts), so the webhook's writes conflict and decide again.
+        let controller = async {
+            for _ in 0..controller_writes {
+                tokio::time::sleep(Duration::from_millis(latency_ms + 1)).await;
+                store.update(&key(), |b| {
+                    b.status.get_or_insert_default().observed_generation += 1
+                });
+            }
+        };
+        let (answers, ()) = tokio::join!(futures::future::join_all(asks), controller);
+        let admitted = answers.iter().filter(|a| matches!(a, Ok(None))).count();
+        (admitted, store.get(&key()).expect("stored"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+        #[test]
+        fn concurrent_disruptions_never_exceed_the_budget(
+            allowed in 0i32..12,
+            pods in 1usize..40,
+            replicas in 1usize..=2,
+            latency_ms in 0u64..4,
+            controller_writes in 0usize..4,
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
+            let (admitted, stored) = runtime.block_on(evictions(allowed, pods, replicas, latency_ms, controller_writes));
+            let status = stored.status.unwrap_or_default();
+            let recorded = status.disrupted_pods.as_ref().map_or(0, |m| m.len());
+            prop_assert!(admitted <= allowed as usize, "{admitted} admitted of {allowed}");
+            prop_assert_eq!(admitted, recorded);
+            prop_assert_eq!(status.unavailable_allowed, allowed - admitted as i32);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_on_one_replica_takes_exactly_the_budget_in_few_writes() {
+        let store = FakeStore::new(Duration::from_millis(10));
+        store.put(&key(), budget(10), "u1");
+        let commit = GroupCommit::new(BudgetDecisions, FakeSource::new(store.clone()));
+        let asks = (0..100).map(|i| {
+            let commit = commit.clone();
+            async move { commit.submit(key(), disruption(&format!("p{i}"))).await }
+        });
+        let answers = futures::future::join_all(asks).await;
+        let admitted = answers.iter().filter(|a| matches!(a, Ok(None))).count();
+        let refused = answers
+            .iter()
+            .filter(
+                |a| matches!(a, Ok(Some(m)) if m.contains("pub unavailable allowed is negative")),
+            )
+            .count();
+        assert_eq!((admitted, refused), (10, 90));
+        let (written, _) = *store.writes.lock().expect("writes");
+        assert!(written <= 3, "{written} writes");
+    }
+
+    #[tokio::test]
+    async fn a_deleted_budget_admits_even_while_the_cache_holds_it() {
+        let store = FakeStore::new(Duration::from_millis(1));
+        store.put(&key(), budget(0), "u1");
+        let source = FakeSource::new(store.clone());
+        store.delete(&key());
+        let commit = GroupCommit::new(BudgetDecisions, source);
+        let answer = commit
+            .submit(key(), disruption("p"))
+            .await
+            .expect("answered");
+        assert_eq!(answer, None);
+    }
 }

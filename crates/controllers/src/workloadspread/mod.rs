@@ -9,6 +9,7 @@
 //! The Pod webhook (`kruise_webhook::workloadspread`) places new Pods and records them in the
 //! status; the controller is what keeps the records honest (expiring them) and the counts right.
 
+pub mod slots;
 pub mod workload;
 
 use std::collections::BTreeMap;
