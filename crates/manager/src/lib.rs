@@ -83,9 +83,14 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0")]
     pub webhook_bind_address: std::net::IpAddr,
     /// Host the apiserver calls the webhook at (URL form, e.g. 127.0.0.1); without it the webhook is
-    /// reached through the Service <webhook-service>.<namespace>.svc.
+    /// reached through the Service <webhook-service>.<namespace>.svc. `HOST:PORT` names a port other
+    /// than --webhook-port (a balancer in front of several replicas).
     #[arg(long, env = "WEBHOOK_HOST")]
     pub webhook_host: Option<String>,
+    /// Requests one HTTP/2 connection of the webhook server carries at once (the apiserver opens
+    /// more connections beyond it, which a Service spreads over the replicas).
+    #[arg(long, default_value_t = kruise_webhook::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
+    pub webhook_max_concurrent_streams: u32,
     /// Service in front of the webhook (in-cluster).
     #[arg(long, env = "SERVICE_NAME", default_value = "kruise-webhook-service")]
     pub webhook_service: String,
@@ -418,15 +423,39 @@ impl Args {
 
     fn target(&self) -> Target {
         match &self.webhook_host {
-            Some(host) => Target::Url {
-                host: host.clone(),
-                port: self.webhook_port,
-            },
+            Some(host) => {
+                let (host, port) = split_host_port(host, self.webhook_port);
+                Target::Url { host, port }
+            }
             None => Target::Service {
                 namespace: self.namespace.clone(),
                 name: self.webhook_service.clone(),
             },
         }
+    }
+}
+
+/// `HOST:PORT` (or `[IPv6]:PORT`) into its parts; a bare host (an IPv6 address included) gets
+/// `default_port`.
+fn split_host_port(value: &str, default_port: u16) -> (String, u16) {
+    if let Some(rest) = value.strip_prefix('[')
+        && let Some((host, port)) = rest.split_once("]:")
+        && let Ok(port) = port.parse()
+    {
+        return (host.to_owned(), port);
+    }
+    match value.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(port) => (host.to_owned(), port),
+            Err(_) => (value.to_owned(), default_port),
+        },
+        _ => (
+            value
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            default_port,
+        ),
     }
 }
 
@@ -784,14 +813,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     .context("loading the webhook certificate")?;
     let webhook_addr = SocketAddr::new(args.webhook_bind_address, args.webhook_port);
     let handle = axum_server::Handle::new();
-    let server = tokio::spawn(kruise_webhook::server::serve(
+    let limits = kruise_webhook::server::Limits {
+        max_concurrent_streams: args.webhook_max_concurrent_streams,
+        ..Default::default()
+    };
+    let serving = kruise_webhook::server::serve_with_limits(
         webhook_addr,
         tls.clone(),
         kruise_webhook::server::router_with(
             webhook_metrics.clone(),
             Some(client.clone()),
             Some(pods),
-            &kruise_webhook::server::Limits::default(),
+            &limits,
             kruise_webhook::admission::Gates {
                 template_no_defaults: gates.enabled("TemplateNoDefaults"),
                 host_network_host_ports: gates.enabled("DefaultHostNetworkHostPortsInPodTemplates"),
@@ -806,7 +839,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             policy,
         ),
         handle.clone(),
-    ));
+        limits,
+    );
+    let server = tokio::spawn(serving);
     if handle.listening().await.is_none() {
         let outcome = server.await;
         anyhow::bail!("the webhook server did not start on {webhook_addr}: {outcome:?}");
@@ -1515,6 +1550,27 @@ mod tests {
         let db = k8s_openapi::jiff::tz::TimeZoneDatabase::bundled();
         for zone in ["Asia/Shanghai", "America/New_York", "Europe/Berlin"] {
             assert!(db.get(zone).is_ok(), "{zone} not bundled");
+        }
+    }
+
+    #[test]
+    fn webhook_hosts_with_and_without_a_port() {
+        let cases = [
+            ("127.0.0.1", ("127.0.0.1", 9876)),
+            ("127.0.0.1:8443", ("127.0.0.1", 8443)),
+            ("kruise.example.com", ("kruise.example.com", 9876)),
+            ("kruise.example.com:443", ("kruise.example.com", 443)),
+            ("::1", ("::1", 9876)),
+            ("[::1]:8443", ("::1", 8443)),
+            ("[::1]", ("::1", 9876)),
+            ("host:notaport", ("host:notaport", 9876)),
+        ];
+        for (value, (host, port)) in cases {
+            assert_eq!(
+                split_host_port(value, 9876),
+                (host.to_owned(), port),
+                "{value}"
+            );
         }
     }
 

@@ -1,6 +1,7 @@
 //! Test kit for kruise-rs: a real local control plane (etcd, kube-apiserver, kube-controller-manager,
 //! kube-scheduler built from their Go modules), kubelet-sim, per-test namespaces and waits with deadlines.
 
+pub mod balancer;
 pub mod blackhole;
 pub mod certs;
 pub mod chaos;

@@ -123,7 +123,6 @@ impl Manager {
                     .display()
             ),
             format!("--namespace={NAMESPACE}"),
-            "--webhook-host=127.0.0.1".into(),
             "--webhook-bind-address=127.0.0.1".into(),
             format!("--webhook-port={}", ports.webhook),
             format!("--metrics-addr=127.0.0.1:{}", ports.metrics),
@@ -132,6 +131,14 @@ impl Manager {
             format!("--leader-election-lease-seconds={}", options.lease_seconds),
             format!("--identity={}", options.name),
         ];
+        // The apiserver calls this manager itself, unless the options name a host (a balancer).
+        if !options
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--webhook-host="))
+        {
+            args.push("--webhook-host=127.0.0.1".into());
+        }
         args.extend(options.extra_args.iter().cloned());
         let log = plane.dir().join(format!("{}.log", options.name));
         let process = Process::spawn(&options.name, &binary()?, &args, &log)?;

@@ -50,6 +50,10 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// From TCP accept to a completed TLS handshake (the connection is closed beyond).
     pub tls_handshake_timeout: Duration,
+    /// Requests one HTTP/2 connection carries at once. The apiserver opens another connection
+    /// when a connection is full, and a Service (or any L4 balancer) spreads connections, not
+    /// requests, over the replicas: a lower limit spreads a burst over more of them.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for Limits {
@@ -59,9 +63,13 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
         }
     }
 }
+
+/// Go's HTTP/2 server default (what OpenKruise's webhook server advertises).
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 250;
 
 /// Builds the router with the default [`Limits`]. Handlers are pure functions of the request (see
 /// `admission` and `convert`). `pods` serves `/mutate-pod` (SidecarSet injection); without it every Pod
@@ -474,7 +482,7 @@ pub async fn serve(
     router: Router,
     handle: Handle<SocketAddr>,
 ) -> std::io::Result<()> {
-    serve_with_limits(addr, tls, router, handle, &Limits::default()).await
+    serve_with_limits(addr, tls, router, handle, Limits::default()).await
 }
 
 /// [`serve`] with given limits on the TLS handshake and the HTTP/1 header read (the request-level
@@ -484,7 +492,7 @@ pub async fn serve_with_limits(
     tls: RustlsConfig,
     router: Router,
     handle: Handle<SocketAddr>,
-    limits: &Limits,
+    limits: Limits,
 ) -> std::io::Result<()> {
     tracing::info!(%addr, "webhook server listening");
     let acceptor = RustlsAcceptor::new(tls).handshake_timeout(limits.tls_handshake_timeout);
@@ -501,7 +509,8 @@ pub async fn serve_with_limits(
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.header_read_timeout)
-        .keep_alive_timeout(limits.header_read_timeout);
+        .keep_alive_timeout(limits.header_read_timeout)
+        .max_concurrent_streams(limits.max_concurrent_streams);
     server.serve(router.into_make_service()).await
 }
 
@@ -684,7 +693,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:0".parse().expect("address");
         let server = tokio::spawn({
             let handle = handle.clone();
-            async move { serve_with_limits(addr, tls, app(), handle, &limits).await }
+            async move { serve_with_limits(addr, tls, app(), handle, limits).await }
         });
         let addr = handle.listening().await.expect("listening");
         /// Reads until the server closes the connection; how long that took (None: still open at 5 s).
