@@ -58,6 +58,8 @@ pub struct WorkloadSpreads {
     configuration_namespace: String,
     /// Where each batch's size is observed.
     batches: prometheus_client::metrics::histogram::Histogram,
+    /// The Pods admitted without a subset, reported on their WorkloadSpread.
+    unplaced: Arc<UnplacedReport>,
 }
 
 /// How long kruise-configuration may take to read (only where a custom workload kind is met).
@@ -85,7 +87,9 @@ impl WorkloadSpreads {
             budget,
             configuration_namespace: "kruise-system".into(),
             batches: kruise_controllers::ledger::commit::batch_histogram(),
+            unplaced: Arc::default(),
         };
+        hooks.unplaced = Arc::new(UnplacedReport::new(hooks.client.clone()));
         hooks.slots = hooks.new_slots();
         hooks
     }
@@ -341,19 +345,36 @@ impl WorkloadSpreads {
     /// Places a Pod being created: `Ok(Some(pod))` with its subset injected, `Ok(None)` when no
     /// WorkloadSpread spreads it (or no subset has room).
     pub async fn place(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, Unplaced> {
-        match tokio::time::timeout(self.budget, self.place_within(pod, namespace)).await {
-            Ok(result) => result.map_err(Unplaced::Unavailable),
-            Err(_) => Err(Unplaced::Unavailable(format!(
+        let deadline = tokio::time::Instant::now() + self.budget;
+        let late = || {
+            Unplaced::Unavailable(format!(
                 "WorkloadSpread placement took longer than {:?}",
                 self.budget
-            ))),
-        }
+            ))
+        };
+        let matched = match tokio::time::timeout_at(deadline, self.matching(pod, namespace)).await {
+            Ok(Ok(Some(matched))) => matched,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(error)) => return Err(Unplaced::Unavailable(error)),
+            Err(_) => return Err(late()),
+        };
+        let placed = tokio::time::timeout_at(deadline, self.place_in(&matched, pod, namespace));
+        let unplaced = match placed.await {
+            Ok(Ok(placed)) => return Ok(placed),
+            Ok(Err(error)) => Unplaced::Unavailable(error),
+            Err(_) => late(),
+        };
+        // Admitted by the failure policy without a subset: said on the WorkloadSpread.
+        self.unplaced.count(&matched);
+        Err(unplaced)
     }
 
-    async fn place_within(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, String> {
-        let Some(matched) = self.matching(pod, namespace).await? else {
-            return Ok(None);
-        };
+    async fn place_in(
+        &self,
+        matched: &Arc<WorkloadSpread>,
+        pod: &Pod,
+        namespace: &str,
+    ) -> Result<Option<Pod>, String> {
         let ws_name = matched.name_any();
         let key = format!("{namespace}/{ws_name}");
         let pod_name = pod.metadata.name.as_deref().filter(|n| !n.is_empty());
@@ -363,7 +384,7 @@ impl WorkloadSpreads {
             uid: generated_uid(),
             now: Timestamp::now(),
         };
-        let (slot, ws) = self.decide(&matched, request).await?;
+        let (slot, ws) = self.decide(matched, request).await?;
         let Some(subset_name) = slot.subset else {
             tracing::info!(workloadspread = %key, pod = pod_name.unwrap_or("(generated)"), "no subset has room for the Pod");
             return Ok(None);
@@ -637,6 +658,93 @@ async fn workload_replicas(
     Ok(workload::replicas(ws, &object, custom_path.as_deref()))
 }
 
+/// How often the Pods admitted without a subset are reported (one Event per WorkloadSpread at
+/// most per period).
+const UNPLACED_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// The reason of that Event.
+pub const REASON_ADMITTED_UNPLACED: &str = "PodsAdmittedUnplaced";
+
+/// The Pods of each WorkloadSpread admitted without a subset (placement did not finish within its
+/// deadline), gathered and published as one Warning Event per WorkloadSpread every
+/// [`UNPLACED_REPORT_EVERY`], so that a burst is one Event saying how many, not one per Pod.
+#[derive(Default)]
+pub struct UnplacedReport {
+    recorder: Option<kruise_controllers::events::EventRecorder>,
+    counts: std::sync::Mutex<
+        std::collections::BTreeMap<
+            (String, String),
+            (usize, k8s_openapi::api::core::v1::ObjectReference),
+        >,
+    >,
+    publishing: std::sync::atomic::AtomicBool,
+}
+
+impl UnplacedReport {
+    fn new(client: Option<Client>) -> Self {
+        Self {
+            recorder: client
+                .map(|c| kruise_controllers::driver::recorder(c, "workloadspread-webhook")),
+            ..Default::default()
+        }
+    }
+
+    /// Counts one Pod of `ws` admitted without a subset; the first of a period starts its report.
+    fn count(self: &Arc<Self>, ws: &WorkloadSpread) {
+        let key = (ws.namespace().unwrap_or_default(), ws.name_any());
+        {
+            let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+            counts
+                .entry(key)
+                .or_insert_with(|| (0, kube::Resource::object_ref(ws, &())))
+                .0 += 1;
+        }
+        if self.recorder.is_some()
+            && !self
+                .publishing
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let this = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(UNPLACED_REPORT_EVERY).await;
+                this.publishing
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                this.publish().await;
+            });
+        }
+    }
+
+    /// Takes the counts gathered so far.
+    fn take(&self) -> Vec<(usize, k8s_openapi::api::core::v1::ObjectReference)> {
+        std::mem::take(&mut *self.counts.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_values()
+            .collect()
+    }
+
+    async fn publish(&self) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        for (count, regarding) in self.take() {
+            recorder
+                .record(
+                    &regarding,
+                    kube::runtime::events::EventType::Warning,
+                    REASON_ADMITTED_UNPLACED,
+                    unplaced_note(count),
+                )
+                .await;
+        }
+    }
+}
+
+/// What the Event says of `count` Pods admitted without a subset.
+fn unplaced_note(count: usize) -> String {
+    let pods = if count == 1 { "Pod was" } else { "Pods were" };
+    format!(
+        "{count} {pods} admitted without a subset: placement did not finish within the Pod webhook's deadline; the controller records each in the subset of the node it runs on"
+    )
+}
+
 /// A random id in the UUID text form, for a Pod that has no name yet.
 fn generated_uid() -> String {
     let n: u128 = rand::random();
@@ -709,6 +817,31 @@ mod tests {
             .validate(review("CREATE", spread(json!([{"name": "a"}]))), false)
             .await;
         assert!(!off.allowed);
+    }
+
+    #[tokio::test]
+    async fn pods_admitted_unplaced_are_counted_per_workloadspread() {
+        let report = Arc::new(UnplacedReport::new(None));
+        let ws = |name: &str| -> WorkloadSpread {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+                "metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}")},
+                "spec": {"subsets": [{"name": "a"}]}
+            }))
+            .expect("ws")
+        };
+        report.count(&ws("a"));
+        report.count(&ws("b"));
+        report.count(&ws("a"));
+        let counts: Vec<(usize, Option<String>)> = report
+            .take()
+            .into_iter()
+            .map(|(n, r)| (n, r.name))
+            .collect();
+        assert_eq!(counts, [(2, Some("a".into())), (1, Some("b".into()))]);
+        assert!(report.take().is_empty(), "taken once");
+        assert!(unplaced_note(2).starts_with("2 Pods were admitted without a subset"));
+        assert!(unplaced_note(1).starts_with("1 Pod was admitted"));
     }
 
     #[test]
