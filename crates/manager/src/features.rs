@@ -282,6 +282,47 @@ fn resolve(explicit: &BTreeMap<&'static str, bool>) -> FeatureGates {
 mod tests {
     use super::*;
 
+    /// Every gate the manager's code asks about (`.enabled("Name")`) is one of [`GATES`]: a
+    /// misspelt name would read as off, silently.
+    #[test]
+    fn every_gate_the_code_asks_about_exists() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut asked = Vec::new();
+        let mut folders = vec![src];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).expect("source folder") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    folders.push(path);
+                    continue;
+                }
+                // This file defines the gates (and this test's own text would match).
+                if path.extension().is_none_or(|e| e != "rs") || path.ends_with("features.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).expect("source file");
+                // `.enabled(` then optional whitespace, then a string literal.
+                for (at, _) in text.match_indices(".enabled(") {
+                    let rest = text[at + ".enabled(".len()..].trim_start();
+                    if let Some(literal) = rest.strip_prefix('"')
+                        && let Some(end) = literal.find('"')
+                    {
+                        asked.push((path.display().to_string(), literal[..end].to_owned()));
+                    }
+                }
+            }
+        }
+        assert!(asked.len() > 30, "found only {} gate checks", asked.len());
+        let unknown: Vec<_> = asked
+            .iter()
+            .filter(|(_, name)| !GATES.iter().any(|g| g.name == name))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "gates asked about but not defined: {unknown:?}"
+        );
+    }
+
     #[test]
     fn defaults_are_openkruise_v1_9() {
         let gates = FeatureGates::default();
