@@ -251,6 +251,13 @@ impl Bench {
             annotated(MATCHED_WORKLOADSPREAD),
             annotated(RELATED_PUB),
         );
+        let (as_asked, over) = placed_as_asked(&listed, (per_workload / 4).max(1));
+        println!(
+            "  placed as their WorkloadSpread asks at admission: {as_asked} of {} ({:.1}%); \
+             beyond a subset's maxReplicas: {over}",
+            listed.len(),
+            100.0 * as_asked as f64 / listed.len().max(1) as f64,
+        );
         self.manager.print_rss();
         Ok(())
     }
@@ -580,6 +587,35 @@ fn pod_doc(name: &str, workload: &str, owner: &(String, String), scheduler: Opti
         }]);
     }
     pod
+}
+
+/// Of `pods`, how many carry a subset of their WorkloadSpread within its `maxReplicas` (zone-a and
+/// zone-b hold `quarter` each per workload, zone-c the rest), and how many went beyond it.
+fn placed_as_asked(pods: &[Pod], quarter: u32) -> (usize, usize) {
+    let mut per_subset: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for pod in pods {
+        let Some(subset) = pod
+            .annotations()
+            .get(MATCHED_WORKLOADSPREAD)
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+            .and_then(|m| m["subset"].as_str().map(str::to_owned))
+        else {
+            continue;
+        };
+        let workload = pod.labels().get("workload").cloned().unwrap_or_default();
+        *per_subset.entry((workload, subset)).or_default() += 1;
+    }
+    let mut as_asked = 0;
+    let mut over = 0;
+    for ((_, subset), count) in per_subset {
+        let cap = match subset.as_str() {
+            "zone-a" | "zone-b" => quarter as usize,
+            _ => usize::MAX,
+        };
+        as_asked += count.min(cap);
+        over += count.saturating_sub(cap);
+    }
+    (as_asked, over)
 }
 
 /// The WorkloadSpread of Deployment `name` of `replicas`: a quarter in zone-a, a quarter in
