@@ -408,6 +408,22 @@ impl PodInjector {
                 (None, Some((true, None)))
             }
             Ok(None) => (None, None),
+            // Admitted behind the placement gate under either failure policy: the Pod is
+            // decided, its placement only comes later.
+            Err(crate::workloadspread::Unplaced::Gated { pod: gated, reason }) => {
+                tracing::warn!(namespace, name = %request.name, %reason, "WorkloadSpread placement left to the controller: the Pod waits behind its scheduling gate");
+                *pod = *gated;
+                (
+                    None,
+                    Some((
+                        true,
+                        Some(format!(
+                            "kruise: WorkloadSpread placement deferred ({reason}); the Pod waits behind scheduling gate {} until the controller places it",
+                            kruise_api::workloadspread::SCHEDULING_GATE
+                        )),
+                    )),
+                )
+            }
             Err(crate::workloadspread::Unplaced::Unavailable(reason)) => {
                 tracing::warn!(namespace, name = %request.name, %reason, policy = %self.settings.failure_policy, "Pod webhook cannot decide on WorkloadSpread placement");
                 match self.settings.failure_policy {

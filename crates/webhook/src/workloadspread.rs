@@ -72,6 +72,10 @@ const OWNER_DEPTH: usize = 3;
 pub enum Unplaced {
     /// What is needed could not be read or written in time: answered by the failure policy.
     Unavailable(String),
+    /// Its WorkloadSpread is known but its slot could not be recorded in time: the Pod (here)
+    /// waits behind the placement gate, for the controller to place it
+    /// ([`kruise_core::workloadspread::gate`]).
+    Gated { pod: Box<Pod>, reason: String },
 }
 
 impl WorkloadSpreads {
@@ -126,8 +130,11 @@ impl WorkloadSpreads {
             Arc::new(move |ws: Arc<WorkloadSpread>| {
                 let client = client.clone();
                 let namespace = namespace.clone();
-                Box::pin(async move { workload_replicas(&client, &namespace, &ws).await })
-                    as futures::future::BoxFuture<'static, Result<i32, String>>
+                Box::pin(async move {
+                    workload::replicas_of(&client, &namespace, &ws)
+                        .await
+                        .map_err(|e| e.to_string())
+                }) as futures::future::BoxFuture<'static, Result<i32, String>>
             })
         };
         Some(Slots::counted(
@@ -364,9 +371,20 @@ impl WorkloadSpreads {
             Ok(Err(error)) => Unplaced::Unavailable(error),
             Err(_) => late(),
         };
-        // Admitted by the failure policy without a subset: said on the WorkloadSpread.
+        // The controller places it once its slot is recorded, when every subset can be applied
+        // after creation; otherwise admitted by the failure policy without a subset, said on the
+        // WorkloadSpread.
+        let reason = match unplaced {
+            Unplaced::Unavailable(reason) | Unplaced::Gated { reason, .. } => reason,
+        };
+        if core::gate::placeable_after_creation(&matched, pod) {
+            return Err(Unplaced::Gated {
+                pod: Box::new(core::gate::gated(pod)),
+                reason,
+            });
+        }
         self.unplaced.count(&matched);
-        Err(unplaced)
+        Err(Unplaced::Unavailable(reason))
     }
 
     async fn place_in(
@@ -634,28 +652,6 @@ async fn whitelist(
                 kruise_controllers::kruise_configuration::CONFIGMAP
             )
         })?
-}
-
-/// The replicas of the WorkloadSpread's workload (0 when it does not exist); a custom workload's
-/// from the path kruise-configuration (in `configuration_namespace`) names.
-async fn workload_replicas(
-    client: &Client,
-    configuration_namespace: &str,
-    ws: &WorkloadSpread,
-) -> Result<i32, String> {
-    let Some(object) = workload::get(client, ws).await.map_err(|e| e.to_string())? else {
-        return Ok(0);
-    };
-    let custom_path = match &ws.spec.target_reference {
-        Some(t) if !is_target_kind(&t.api_version, &t.kind) => {
-            whitelist(client, configuration_namespace)
-                .await?
-                .replicas_path(&t.api_version, &t.kind)
-                .map(str::to_owned)
-        }
-        _ => None,
-    };
-    Ok(workload::replicas(ws, &object, custom_path.as_deref()))
 }
 
 /// How often the Pods admitted without a subset are reported (one Event per WorkloadSpread at

@@ -62,6 +62,8 @@ impl Default for Config {
 
 pub struct Context {
     client: Client,
+    /// The slots taken for gated Pods, committed as the webhook's are.
+    slots: Arc<slots::Slots>,
     pods: Arc<PodCache>,
     nodes: Shared<Node>,
     recorder: EventRecorder,
@@ -98,7 +100,9 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     );
     caches.pods.wait_synced().await;
     caches.nodes.wait_listed().await;
+    tokio::spawn(release_forgotten_gates(client.clone(), caches.pods.clone()));
     let ctx = Arc::new(Context {
+        slots: new_slots(&client, &config, caches.workloadspreads.store().clone()),
         client: client.clone(),
         pods: caches.pods,
         nodes: caches.nodes,
@@ -110,6 +114,177 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         .reconcile_on(crate::cache::receiver_stream(rx))
         .reconcile_all_on(crate::cache::receiver_stream(all_rx));
     crate::driver::run(controller, config.workers, reconcile, ctx).await;
+}
+
+/// The group commit of the slots the controller takes for gated Pods (beside the webhook's: the
+/// resourceVersion guard keeps the two apart).
+fn new_slots(
+    client: &Client,
+    config: &Config,
+    store: kube::runtime::reflector::Store<WorkloadSpread>,
+) -> Arc<slots::Slots> {
+    let cache = Arc::new(std::sync::OnceLock::new());
+    let _ = cache.set(store);
+    let replicas: slots::Replicas = {
+        let client = client.clone();
+        let namespace = config.configuration_namespace.clone();
+        Arc::new(move |ws: Arc<WorkloadSpread>| {
+            let client = client.clone();
+            let namespace = namespace.clone();
+            Box::pin(async move {
+                workload::replicas_of(&client, &namespace, &ws)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
+    };
+    slots::Slots::new(
+        slots::SlotDecisions::new(replicas),
+        crate::ledger::commit::ApiSource::new(client.clone(), cache),
+    )
+}
+
+/// Whether the Pod carries the label of a Pod admitted behind the placement gate.
+fn waits_for_placement(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(kruise_api::workloadspread::LABEL_PLACEMENT_PENDING))
+}
+
+/// How long a Pod may wait behind the placement gate before it is let go unplaced, whoever should
+/// have placed it (its WorkloadSpread deleted, or never reconciled).
+const GATE_PATIENCE: Duration = Duration::from_secs(60);
+/// How often the gated Pods are looked over for that.
+const GATE_SWEEP_EVERY: Duration = Duration::from_secs(15);
+
+/// Lets go, unplaced, every Pod that waited behind the placement gate longer than
+/// [`GATE_PATIENCE`]: a gate nobody lifts would keep the Pod Pending for ever.
+async fn release_forgotten_gates(client: Client, pods: Arc<PodCache>) {
+    let mut every = tokio::time::interval(GATE_SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let gated = pods.select(None, |labels| {
+            labels
+                .get(kruise_api::workloadspread::LABEL_PLACEMENT_PENDING)
+                .is_some()
+        });
+        let now = Timestamp::now();
+        for pod in &gated {
+            let waited = pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| now.duration_since(t.0));
+            if waited.is_none_or(|w| w < GATE_PATIENCE.try_into().unwrap_or_default()) {
+                continue;
+            }
+            let api: Api<Pod> =
+                Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+            // Read whole: the cache's projection has no scheduling gates.
+            let live = match api.get_opt(&pod.name_any()).await {
+                Ok(Some(live)) => live,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, pod = %pod.name_any(), "cannot read a Pod waiting for placement");
+                    continue;
+                }
+            };
+            let patch = core::gate::release_patch(&live);
+            match api
+                .patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::warn!(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), "let a Pod go unplaced: it waited behind the WorkloadSpread placement gate too long")
+                }
+                Err(error) if is_race(&error) => {}
+                Err(error) => {
+                    tracing::warn!(%error, pod = %pod.name_any(), "cannot lift the WorkloadSpread placement gate")
+                }
+            }
+        }
+    }
+}
+
+/// Places the Pods of `ws` that the webhook admitted behind the placement gate: a slot taken for
+/// each (committed together), its subset's scheduling directives and metadata written and the gate
+/// lifted in one patch over the version read; a Pod no subset has room for, or that a subset
+/// cannot be applied to after creation, is let go unplaced. A Pod changed meanwhile is left to
+/// the next reconcile.
+async fn place_gated(
+    ctx: &Context,
+    ws: &Arc<WorkloadSpread>,
+    api: &Api<Pod>,
+    gated: &[Arc<Pod>],
+) -> Result<(), Error> {
+    let namespace = ws.namespace().unwrap_or_default();
+    let name = ws.name_any();
+    let key = (namespace.clone(), name.clone());
+    let now = Timestamp::now();
+    let decided = futures::future::join_all(gated.iter().map(|pod| {
+        let key = key.clone();
+        async move {
+            // Gate lifted by someone else (only its label is left), or a subset that cannot be
+            // applied now: let go unplaced.
+            if !core::gate::is_gated(pod) || !core::gate::placeable_after_creation(ws, pod) {
+                return None;
+            }
+            let request = slots::SlotRequest::Take {
+                pod_name: Some(pod.name_any()),
+                version: core::pod_version(pod),
+                uid: String::new(),
+                now,
+            };
+            Some(ctx.slots.submit(key, request).await)
+        }
+    }))
+    .await;
+    let newest = ctx.slots.known(&key).unwrap_or_else(|| ws.clone());
+    for (pod, decision) in gated.iter().zip(decided) {
+        let pod_name = pod.name_any();
+        let placed = match decision {
+            Some(Ok(slots::Slot {
+                subset: Some(subset),
+                uid,
+            })) => newest
+                .spec
+                .subsets
+                .iter()
+                .find(|s| s.name == subset)
+                .and_then(|s| core::inject(&name, s, pod, &uid).ok()),
+            Some(Ok(_)) | None => None,
+            Some(Err(error)) => {
+                tracing::warn!(%error, workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, "cannot take a slot for a gated Pod yet");
+                continue;
+            }
+        };
+        let patch = match &placed {
+            Some(placed) => core::gate::placement_patch(pod, placed),
+            None => core::gate::release_patch(pod),
+        };
+        match api
+            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, placed = placed.is_some(), "lifted the placement gate of a Pod")
+            }
+            Err(error) if is_race(&error) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    context: format!("lifting the placement gate of Pod {namespace}/{pod_name}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 fn kube_error(context: String) -> impl FnOnce(kube::Error) -> Error {
@@ -153,6 +328,32 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
             )
         }
     };
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    // The cache's projection of a Pod has no scheduling gates: gated Pods are found by their
+    // label and read whole.
+    let pending: Vec<&Arc<Pod>> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && waits_for_placement(p))
+        .collect();
+    if !pending.is_empty() {
+        let mut gated = Vec::with_capacity(pending.len());
+        for pod in pending {
+            if let Some(live) =
+                pod_api
+                    .get_opt(&pod.name_any())
+                    .await
+                    .map_err(kube_error(format!(
+                        "reading gated Pod {namespace}/{}",
+                        pod.name_any()
+                    )))?
+            {
+                gated.push(Arc::new(live));
+            }
+        }
+        // The Pods placed now change, and their changes wake this WorkloadSpread again.
+        place_gated(&ctx, &ws, &pod_api, &gated).await?;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
     let node_store = ctx.nodes.store().clone();
     let nodes: Vec<Arc<Node>> = refs
@@ -166,7 +367,6 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
             .find(|n| n.metadata.name.as_deref() == Some(name))
             .map(|n| &**n)
     });
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     adopt(&pod_api, &ws, &refs, &grouping.adopted).await?;
     if core::deletion_cost_kind(&target.kind)
         && let Some(object) = &object

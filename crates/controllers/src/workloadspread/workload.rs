@@ -85,6 +85,20 @@ pub fn replicas(ws: &WorkloadSpread, object: &DynamicObject, custom_path: Option
     object.data.pointer(field).and_then(as_i32).unwrap_or(1)
 }
 
+/// The replicas of `ws`'s workload (0 when it does not exist); a custom kind's from the path
+/// kruise-configuration in `configuration_namespace` names.
+pub async fn replicas_of(
+    client: &Client,
+    configuration_namespace: &str,
+    ws: &WorkloadSpread,
+) -> Result<i32, Error> {
+    let Some(object) = get(client, ws).await? else {
+        return Ok(0);
+    };
+    let path = custom_replicas_path(client, configuration_namespace, ws).await?;
+    Ok(replicas(ws, &object, path.as_deref()))
+}
+
 /// The whitelist's replicas path of `ws`'s target when it is a custom kind (kruise-configuration
 /// in `namespace` is read only then).
 pub async fn custom_replicas_path(

@@ -931,5 +931,6 @@ pub fn deletion_cost_kind(kind: &str) -> bool {
     matches!(kind, "ReplicaSet" | "Deployment" | "CloneSet")
 }
 
+pub mod gate;
 #[cfg(test)]
 mod tests;
