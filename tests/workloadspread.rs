@@ -644,3 +644,113 @@ spec:
         .ok();
     result
 }
+
+/// As OpenKruise v1.9.0's e2e `only one subset, zone-a=2`: a CloneSet scaled from 2 to 6 under a
+/// WorkloadSpread whose only subset holds 2. The 4 new Pods fit no subset; a Pod that names no
+/// WorkloadSpread does not wake one, so they carry no deletion cost until the spread reconciles
+/// for another reason (here: it is annotated), and then -200 (beyond every subset), as upstream.
+#[tokio::test]
+async fn pods_beyond_every_subset_are_costed_when_the_spread_reconciles() -> anyhow::Result<()> {
+    let ns = namespace("ws-lazy").await?;
+    ns.run(async {
+        let subset = zone_subset("zone-a", Some("2"));
+        ns.apply(&format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: WorkloadSpread
+metadata:
+  name: spread
+spec:
+  targetRef:
+    apiVersion: apps.kruise.io/v1alpha1
+    kind: CloneSet
+    name: lazy
+  subsets:{subset}
+"#
+        ))
+        .await?;
+        let cloneset = |replicas: i32| {
+            format!(
+                r#"apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: lazy
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels:
+      app: lazy
+  template:
+    metadata:
+      labels:
+        app: lazy
+    spec:
+      containers:
+      - name: main
+        image: nginx:alpine
+"#
+            )
+        };
+        ns.apply(&cloneset(2)).await?;
+        eventually("2 Pods in zone-a", TIMEOUT, || async {
+            let placed = placement(&ns, "lazy").await?;
+            Ok((placed.len() == 2
+                && placed
+                    .iter()
+                    .all(|p| p.ready && p.subset == "zone-a" && p.zone == "zone-a"))
+            .then_some(()))
+        })
+        .await?;
+        // A reconcile now: the next periodic one is 30 s away.
+        ns.kubectl(&[
+            "annotate",
+            "workloadspread",
+            "spread",
+            "e2e/touch=1",
+            "--overwrite",
+        ])
+        .await?;
+        ns.apply(&cloneset(6)).await?;
+        let scaled = eventually("6 Pods scheduled", TIMEOUT, || async {
+            let placed = placement(&ns, "lazy").await?;
+            Ok(
+                (placed.len() == 6 && placed.iter().all(|p| p.zone != "unscheduled"))
+                    .then_some(placed),
+            )
+        })
+        .await?;
+        let beyond: Vec<&Placed> = scaled.iter().filter(|p| p.subset.is_empty()).collect();
+        ensure!(beyond.len() == 4, "4 Pods fit no subset: {scaled:?}");
+        // For 5 s: no cost on them (upstream's spec checks this at once).
+        for _ in 0..10 {
+            let placed = placement(&ns, "lazy").await?;
+            ensure!(
+                placed
+                    .iter()
+                    .filter(|p| p.subset.is_empty())
+                    .all(|p| p.cost.is_empty()),
+                "Pods beyond every subset costed before the spread reconciled: {placed:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        ns.kubectl(&[
+            "annotate",
+            "workloadspread",
+            "spread",
+            "e2e/touch=2",
+            "--overwrite",
+        ])
+        .await?;
+        eventually(
+            "the 4 Pods beyond every subset costed -200",
+            TIMEOUT,
+            || async {
+                let placed = placement(&ns, "lazy").await?;
+                let beyond: Vec<&Placed> = placed.iter().filter(|p| p.subset.is_empty()).collect();
+                Ok((beyond.len() == 4 && beyond.iter().all(|p| p.cost == "-200")).then_some(()))
+            },
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}

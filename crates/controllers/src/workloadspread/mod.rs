@@ -90,13 +90,32 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         Controller::for_stream(caches.workloadspreads.replayed_stream(), spreads.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    // Any Pod of the namespace may be one of the target's (found by owner when reconciled).
+    // As v1.9.0's Pod handler: a spread is woken by the changes of the Pods it placed (their
+    // `matched-workloadspread` names it), and by Pods going away; a Pod of its workload that fits
+    // no subset does not wake it (its deletion cost waits for the next reconcile, as upstream's
+    // does: its e2e `only one subset, zone-a=2` asserts it). Besides, kruise-rs's Pods waiting
+    // behind the placement gate wake every spread of their namespace.
+    let cached = caches.pods.clone();
     crate::driver::wake::wake_on_pod_changes(
         caches.pods.subscribe("workloadspread"),
         spreads,
         tx,
         Some(all_tx),
-        |_, _| true,
+        move |ws: &WorkloadSpread, change: &crate::cache::PodChange| {
+            change.deleted
+                || change
+                    .labels
+                    .get(kruise_api::workloadspread::LABEL_PLACEMENT_PENDING)
+                    .is_some()
+                || cached
+                    .metadata(&change.key.0, &change.key.1)
+                    .and_then(|m| m.annotations)
+                    .and_then(|a| {
+                        a.get(ANNOTATION_MATCHED)
+                            .and_then(|v| MatchedWorkloadSpread::parse(v))
+                    })
+                    .is_some_and(|m| Some(m.name.as_str()) == ws.metadata.name.as_deref())
+        },
     );
     caches.pods.wait_synced().await;
     caches.nodes.wait_listed().await;
