@@ -211,6 +211,27 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
 
     /// Runs the batches of `key` until nobody waits.
     async fn run(self: Arc<Self>, key: Key) {
+        // Should a batch panic, the decisions waiting are answered (dropped) and the next one
+        // starts a new task, instead of waiting behind a task that is gone.
+        struct Unwinding<'a, D: Decide, S> {
+            commit: &'a GroupCommit<D, S>,
+            key: &'a Key,
+        }
+        impl<D: Decide, S> Drop for Unwinding<'_, D, S> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.commit
+                        .queues
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(self.key);
+                }
+            }
+        }
+        let _unwinding = Unwinding {
+            commit: &self,
+            key: &key,
+        };
         loop {
             let batch: Vec<Pending<D::Request, D::Outcome>> = {
                 let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());

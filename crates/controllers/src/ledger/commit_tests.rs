@@ -252,3 +252,32 @@ fn the_patch_carries_the_status_over_the_version_read() {
         "no field is cleared: {patch}"
     );
 }
+
+#[tokio::test]
+async fn a_batch_that_panics_answers_its_decisions_and_the_next_one_runs() {
+    struct Panicky;
+    impl Decide for Panicky {
+        type Object = ConfigMap;
+        type Request = String;
+        type Outcome = bool;
+        const ATTEMPTS: usize = 1;
+        async fn decide(
+            &self,
+            object: &mut ConfigMap,
+            requests: &[&String],
+            fresh: bool,
+        ) -> Result<Vec<Decided<bool>>, CommitError> {
+            assert!(!requests.iter().any(|r| *r == "boom"), "a bug in a decision");
+            Slots.decide(object, requests, fresh).await
+        }
+        fn gone(&self, _: &String) -> bool {
+            true
+        }
+    }
+    let store = FakeStore::new(Duration::from_millis(1));
+    store.put(&key(), slots(5), "u1");
+    let commit = GroupCommit::new(Panicky, FakeSource::new(store.clone()));
+    let boom = commit.submit(key(), "boom".into()).await;
+    assert!(matches!(boom, Err(CommitError::Dropped)), "{boom:?}");
+    assert!(commit.submit(key(), "fine".into()).await.expect("answered"));
+}
