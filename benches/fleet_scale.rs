@@ -112,7 +112,12 @@ const INJECTED: usize = 5;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let (command, nodes) = (cli.command, cli.nodes);
-    sim::sim_or_bench(command, nodes, move |plane| {
+    let options = kruise_testkit::control_plane::Options {
+        // OpenKruise's run starts on its own CRDs.
+        crd_dir: cli.openkruise.as_ref().map(|dir| dir.join("crd")),
+        ..sim::bench_options()
+    };
+    sim::sim_or_bench_with(command, nodes, options, move |plane| {
         Box::pin(async move { bench(&cli, plane).await })
     })
     .await

@@ -105,6 +105,8 @@ async fn main() -> anyhow::Result<()> {
             "-replicaset-controller".into(),
             "-deployment-controller".into(),
         ],
+        // OpenKruise's run starts on its own CRDs.
+        crd_dir: cli.openkruise.as_ref().map(|dir| dir.join("crd")),
         ..sim::bench_options()
     };
     sim::sim_or_bench_with(command, nodes, options, move |plane| {

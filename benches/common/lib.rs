@@ -24,13 +24,15 @@ pub async fn on_control_plane(
     on_control_plane_with(Options::default(), bench).await
 }
 
-/// [`on_control_plane`] with the control plane's `options` (the CRD directory is added).
+/// [`on_control_plane`] with the control plane's `options` (kruise-rs's CRDs unless `options`
+/// name others: OpenKruise's, for a side-by-side run, which cannot replace kruise-rs's once these
+/// stored objects at v1beta1).
 pub async fn on_control_plane_with(
     options: Options,
     bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
     let plane = ControlPlane::start(Options {
-        crd_dir: Some(crd_dir()),
+        crd_dir: options.crd_dir.clone().or_else(|| Some(crd_dir())),
         ..options
     })
     .await?;

@@ -541,6 +541,7 @@ impl PodControl<'_> {
                             kruise_api::policy::v1alpha1::PubOperation::Update,
                             false,
                             true,
+                            false,
                         )
                         .await
                         .context(|| format!("checking the PodUnavailableBudget of Pod {name}"))?

@@ -138,15 +138,17 @@ impl Policy {
     }
 
     /// Read-your-writes for a disruption of `pod` (in `namespace`): see [`Policy::with_freshness`].
+    /// Whether the budget cache is known to show every write made before the request arrived
+    /// (then a refusal decided on it stands without reading the budget again).
     async fn catch_up(
         &self,
         pod: &mut Pod,
         operation: PubOperation,
         namespace: &str,
         arrived: tokio::time::Instant,
-    ) {
+    ) -> bool {
         let Some(fresh) = &self.fresh else {
-            return;
+            return false;
         };
         // A Pod that does not count (not available) or opts out passes whatever the budget.
         if !budget::is_ready(pod)
@@ -154,7 +156,7 @@ impl Policy {
             || kruise_core::pods::annotation(pod, kruise_api::policy::POD_NO_PROTECT_ANNOTATION)
                 == Some("true")
         {
-            return;
+            return false;
         }
         let late = fresh
             .freshness
@@ -177,8 +179,9 @@ impl Policy {
         if !matches!(operation, PubOperation::Update | PubOperation::Resize) && !named_exists {
             fresh.related.annotate(pod, namespace).await;
         }
+        let current = late.is_empty();
         let Some(name) = related_pub(pod).map(str::to_string) else {
-            return;
+            return current;
         };
         let key = ObjectRef::new(&name).within(namespace);
         let ready = || {
@@ -197,7 +200,9 @@ impl Policy {
             .await
         {
             tracing::warn!(pod = %format!("{namespace}/{pod_name}"), operation = operation.as_str(), budget = %name, "PodUnavailableBudget has no status yet; the disruption is decided without it");
+            return false;
         }
+        current
     }
 
     /// The feature gates these webhooks honour.
@@ -212,6 +217,16 @@ impl Policy {
 
     /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
     pub async fn review_pod(&self, review: AdmissionReview<DynamicObject>) -> Answer {
+        self.review_pod_with(review, None).await
+    }
+
+    /// [`Self::review_pod`], with the Pod of an eviction already read (`evicted`), so that the
+    /// WorkloadSpread part of the same request does not read it again.
+    pub async fn review_pod_with(
+        &self,
+        review: AdmissionReview<DynamicObject>,
+        evicted: Option<Pod>,
+    ) -> Answer {
         let arrived = tokio::time::Instant::now();
         let request = match request_of(review) {
             Ok(request) => request,
@@ -264,7 +279,11 @@ impl Policy {
             Operation::Create if self.gates.budget_delete && sub_resource == "eviction" => {
                 let namespace = request.namespace.clone().unwrap_or_default();
                 let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                match pods.get_opt(&request.name).await {
+                let read = match evicted {
+                    Some(pod) => Ok(Some(pod)),
+                    None => pods.get_opt(&request.name).await,
+                };
+                match read {
                     Ok(Some(pod)) => (pod, PubOperation::Evict),
                     // The apiserver answers the eviction of a missing Pod itself.
                     Ok(None) => return allow(&request),
@@ -287,7 +306,8 @@ impl Policy {
         if pod.metadata.namespace.is_none() {
             pod.metadata.namespace = Some(namespace.clone());
         }
-        self.catch_up(&mut pod, operation, &namespace, arrived)
+        let cache_current = self
+            .catch_up(&mut pod, operation, &namespace, arrived)
             .await;
         let Some(pub_name) = related_pub(&pod).map(str::to_string) else {
             return allow(&request);
@@ -298,6 +318,7 @@ impl Policy {
             operation,
             request.dry_run || eviction_dry_run(&request),
             self.gates.vertical_scaling,
+            cache_current,
         )
         .await
         {

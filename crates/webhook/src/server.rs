@@ -242,11 +242,16 @@ pub fn router_with(
                 // PodUnavailableBudget first: a WorkloadSpread slot is freed only for a deletion
                 // that is allowed.
                 let copy = spreads.as_ref().map(|_| review.clone());
-                let answer = pod_policy.review_pod(review).await;
+                // An eviction's Pod is read once, for both.
+                let evicted = match (&spreads, pod_policy.client()) {
+                    (Some(_), Some(client)) => evicted_pod(client, &review).await,
+                    _ => None,
+                };
+                let answer = pod_policy.review_pod_with(review, evicted.clone()).await;
                 if answer.allowed
                     && let (Some(spreads), Some(copy)) = (&spreads, copy)
                 {
-                    spreads.review_pod_deletion(&copy).await;
+                    spreads.review_pod_deletion(&copy, evicted.as_ref()).await;
                 }
                 answer
             }
@@ -512,6 +517,24 @@ pub async fn serve_with_limits(
         .keep_alive_timeout(limits.header_read_timeout)
         .max_concurrent_streams(limits.max_concurrent_streams);
     server.serve(router.into_make_service()).await
+}
+
+/// The Pod of a `pods/eviction` review, read from the apiserver (`None` for any other review, or
+/// when it cannot be read: each hook then reads it, or answers, itself).
+async fn evicted_pod(
+    client: &kube::Client,
+    review: &AdmissionReview<DynamicObject>,
+) -> Option<k8s_openapi::api::core::v1::Pod> {
+    let request = review.request.as_ref()?;
+    if request.operation != kube::core::admission::Operation::Create
+        || request.sub_resource.as_deref() != Some("eviction")
+    {
+        return None;
+    }
+    let namespace = request.namespace.as_deref()?;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), namespace);
+    pods.get_opt(&request.name).await.ok().flatten()
 }
 
 /// A POST route answering AdmissionReviews with `answer`, each timed and counted in the webhook's

@@ -495,7 +495,11 @@ impl WorkloadSpreads {
 
     /// The WorkloadSpread part of `/validate-pod`, once the deletion or eviction is allowed:
     /// frees the Pod's slot. Dry runs change nothing.
-    pub async fn review_pod_deletion(&self, review: &AdmissionReview<DynamicObject>) {
+    pub async fn review_pod_deletion(
+        &self,
+        review: &AdmissionReview<DynamicObject>,
+        evicted: Option<&Pod>,
+    ) {
         let Some(request) = review.request.as_ref() else {
             return;
         };
@@ -524,10 +528,14 @@ impl WorkloadSpreads {
                 let Some(client) = self.client.as_ref().filter(|_| !dry_run) else {
                     return;
                 };
-                let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                match tokio::time::timeout(self.budget, pods.get_opt(&request.name)).await {
-                    Ok(Ok(Some(pod))) => pod,
-                    _ => return,
+                if let Some(pod) = evicted {
+                    pod.clone()
+                } else {
+                    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                    match tokio::time::timeout(self.budget, pods.get_opt(&request.name)).await {
+                        Ok(Ok(Some(pod))) => pod,
+                        _ => return,
+                    }
                 }
             }
             _ => return,

@@ -267,7 +267,10 @@ async fn a_batch_that_panics_answers_its_decisions_and_the_next_one_runs() {
             requests: &[&String],
             fresh: bool,
         ) -> Result<Vec<Decided<bool>>, CommitError> {
-            assert!(!requests.iter().any(|r| *r == "boom"), "a bug in a decision");
+            assert!(
+                !requests.iter().any(|r| *r == "boom"),
+                "a bug in a decision"
+            );
             Slots.decide(object, requests, fresh).await
         }
         fn gone(&self, _: &String) -> bool {

@@ -39,6 +39,9 @@ pub struct Disruption {
     pub operation: PubOperation,
     pub vertical_scaling: bool,
     pub now: Timestamp,
+    /// The process's budget cache was checked against the apiserver after the request arrived
+    /// (read-your-writes): a refusal decided on it stands.
+    pub cache_current: bool,
 }
 
 /// The budget's decisions ([`budget::admit`]) for the group commit: each disruption admitted
@@ -65,7 +68,7 @@ impl BudgetDecisions {
         };
         match budget::admit(&request, status) {
             Admission::Pass(_) => Decided::Answer(None),
-            Admission::Refuse(_) if !fresh => Decided::Unsure,
+            Admission::Refuse(_) if !fresh && !disruption.cache_current => Decided::Unsure,
             Admission::Refuse(message) => Decided::Answer(Some(message)),
             Admission::Take(next) => {
                 *status = next;
@@ -223,13 +226,16 @@ pub fn related_pub(pod: &Pod) -> Option<&str> {
 }
 
 /// Decides `operation` of `pod` against the budget it names, recording it unless `dry_run`:
-/// `Ok(None)` admits, `Ok(Some(message))` refuses with upstream's message.
+/// `Ok(None)` admits, `Ok(Some(message))` refuses with upstream's message. `cache_current`: the
+/// budget cache is known to show every write made before the request (read-your-writes), so a
+/// refusal on it needs no read of the budget.
 pub async fn take(
     client: &Client,
     pod: &Pod,
     operation: PubOperation,
     dry_run: bool,
     vertical_scaling: bool,
+    cache_current: bool,
 ) -> Result<Option<String>, kube::Error> {
     let Some(name) = related_pub(pod) else {
         return Ok(None);
@@ -242,6 +248,7 @@ pub async fn take(
         operation,
         vertical_scaling,
         now: Timestamp::now(),
+        cache_current,
     };
     let refusal = if dry_run {
         dry_run_decision(client, commit, &key, &disruption).await?
@@ -320,6 +327,7 @@ mod tests {
             operation: PubOperation::Delete,
             vertical_scaling: false,
             now: Timestamp::now(),
+            cache_current: false,
         }
     }
 
@@ -397,6 +405,26 @@ mod tests {
         assert_eq!((admitted, refused), (10, 90));
         let (written, _) = *store.writes.lock().expect("writes");
         assert!(written <= 3, "{written} writes");
+    }
+
+    /// A refusal on the cache's copy is decided again on the apiserver's, unless read-your-writes
+    /// vouched for the cache (it showed every write made before the request).
+    #[tokio::test]
+    async fn a_refusal_stands_on_the_cache_only_when_it_is_known_current() {
+        for (cache_current, admitted) in [(false, true), (true, false)] {
+            let store = FakeStore::new(Duration::from_millis(1));
+            store.put(&key(), budget(0), "u1");
+            let source = FakeSource::new(store.clone());
+            // Raised after the cache saw it (a write made after the request arrived).
+            store.update(&key(), |b| {
+                b.status.get_or_insert_default().unavailable_allowed = 1
+            });
+            let commit = GroupCommit::new(BudgetDecisions, source);
+            let mut asked = disruption("p");
+            asked.cache_current = cache_current;
+            let answer = commit.submit(key(), asked).await.expect("answered");
+            assert_eq!(answer.is_none(), admitted, "cache_current {cache_current}");
+        }
     }
 
     #[tokio::test]
