@@ -255,7 +255,10 @@ impl Bench {
         );
         let quarter = (per_workload / 4).max(1);
         let (as_asked, over) = placed_as_asked(&listed, quarter);
-        let gated = listed.iter().filter(|p| waits_for_placement(p)).count();
+        let gated = listed
+            .iter()
+            .filter(|p| kruise_core::workloadspread::gate::is_pending(p))
+            .count();
         println!(
             "  placed as their WorkloadSpread asks at admission: {as_asked} of {} ({:.1}%); \
              beyond a subset's maxReplicas: {over}; deferred behind the placement gate: {gated}",
@@ -266,7 +269,9 @@ impl Bench {
             // kruise-rs places deferred Pods from its controller: wait for them (at most 2 min).
             let settled = Instant::now();
             let mut listed = listed;
-            while listed.iter().any(waits_for_placement)
+            while listed
+                .iter()
+                .any(kruise_core::workloadspread::gate::is_pending)
                 && settled.elapsed() < Duration::from_secs(120)
             {
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -279,7 +284,10 @@ impl Bench {
                 settled.elapsed().as_secs_f64(),
                 listed.len(),
                 100.0 * as_asked as f64 / listed.len().max(1) as f64,
-                listed.iter().filter(|p| waits_for_placement(p)).count(),
+                listed
+                    .iter()
+                    .filter(|p| kruise_core::workloadspread::gate::is_pending(p))
+                    .count(),
             );
         }
         self.manager.print_rss();
@@ -611,13 +619,6 @@ fn pod_doc(name: &str, workload: &str, owner: &(String, String), scheduler: Opti
         }]);
     }
     pod
-}
-
-/// Whether kruise-rs's webhook deferred the Pod's placement to its controller (the label beside
-/// its scheduling gate).
-fn waits_for_placement(pod: &Pod) -> bool {
-    pod.labels()
-        .contains_key(kruise_api::workloadspread::LABEL_PLACEMENT_PENDING)
 }
 
 /// Of `pods`, how many carry a subset of their WorkloadSpread within its `maxReplicas` (zone-a and

@@ -26,8 +26,8 @@ use kruise_api::validation::selector_matches;
 use kruise_api::workloadspread::{
     self as api, MatchedWorkloadSpread, WorkloadSpread, group_of, is_target_kind, same_workload,
 };
-use kruise_controllers::ledger::commit::{ApiSource, Decide, Decided};
-use kruise_controllers::workloadspread::slots::{Slot, SlotDecisions, SlotRequest, Slots};
+use kruise_controllers::ledger::commit::{Decide, Decided};
+use kruise_controllers::workloadspread::slots::{self, Slot, SlotDecisions, SlotRequest, Slots};
 use kruise_controllers::workloadspread::workload;
 use kruise_core::workloadspread as core;
 use kube::api::ListParams;
@@ -85,15 +85,14 @@ impl WorkloadSpreads {
         budget: Duration,
     ) -> Self {
         let mut hooks = Self {
+            unplaced: Arc::new(UnplacedReport::new(client.clone())),
             client,
             store,
             slots: None,
             budget,
             configuration_namespace: "kruise-system".into(),
             batches: kruise_controllers::ledger::commit::batch_histogram(),
-            unplaced: Arc::default(),
         };
-        hooks.unplaced = Arc::new(UnplacedReport::new(hooks.client.clone()));
         hooks.slots = hooks.new_slots();
         hooks
     }
@@ -116,30 +115,13 @@ impl WorkloadSpreads {
         self
     }
 
-    /// The group commit of the slots, reading the workload's replicas when a percentage needs
-    /// them.
+    /// The group commit of the slots (with a client).
     fn new_slots(&self) -> Option<Arc<Slots>> {
-        let client = self.client.clone()?;
-        let cache = Arc::new(std::sync::OnceLock::new());
-        if let Some(store) = &self.store {
-            let _ = cache.set(store.clone());
-        }
-        let replicas = {
-            let client = client.clone();
-            let namespace = self.configuration_namespace.clone();
-            Arc::new(move |ws: Arc<WorkloadSpread>| {
-                let client = client.clone();
-                let namespace = namespace.clone();
-                Box::pin(async move {
-                    workload::replicas_of(&client, &namespace, &ws)
-                        .await
-                        .map_err(|e| e.to_string())
-                }) as futures::future::BoxFuture<'static, Result<i32, String>>
-            })
-        };
-        Some(Slots::counted(
-            SlotDecisions::new(replicas),
-            ApiSource::new(client, cache),
+        let client = self.client.as_ref()?;
+        Some(slots::on_apiserver(
+            client,
+            &self.configuration_namespace,
+            self.store.clone(),
             self.batches.clone(),
         ))
     }

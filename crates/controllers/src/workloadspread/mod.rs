@@ -121,7 +121,13 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     caches.nodes.wait_listed().await;
     tokio::spawn(release_forgotten_gates(client.clone(), caches.pods.clone()));
     let ctx = Arc::new(Context {
-        slots: new_slots(&client, &config, caches.workloadspreads.store().clone()),
+        // Beside the webhook's: the resourceVersion guard keeps the two apart.
+        slots: slots::on_apiserver(
+            &client,
+            &config.configuration_namespace,
+            Some(caches.workloadspreads.store().clone()),
+            crate::ledger::commit::batch_histogram(),
+        ),
         client: client.clone(),
         pods: caches.pods,
         nodes: caches.nodes,
@@ -133,42 +139,6 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         .reconcile_on(crate::cache::receiver_stream(rx))
         .reconcile_all_on(crate::cache::receiver_stream(all_rx));
     crate::driver::run(controller, config.workers, reconcile, ctx).await;
-}
-
-/// The group commit of the slots the controller takes for gated Pods (beside the webhook's: the
-/// resourceVersion guard keeps the two apart).
-fn new_slots(
-    client: &Client,
-    config: &Config,
-    store: kube::runtime::reflector::Store<WorkloadSpread>,
-) -> Arc<slots::Slots> {
-    let cache = Arc::new(std::sync::OnceLock::new());
-    let _ = cache.set(store);
-    let replicas: slots::Replicas = {
-        let client = client.clone();
-        let namespace = config.configuration_namespace.clone();
-        Arc::new(move |ws: Arc<WorkloadSpread>| {
-            let client = client.clone();
-            let namespace = namespace.clone();
-            Box::pin(async move {
-                workload::replicas_of(&client, &namespace, &ws)
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-        })
-    };
-    slots::Slots::new(
-        slots::SlotDecisions::new(replicas),
-        crate::ledger::commit::ApiSource::new(client.clone(), cache),
-    )
-}
-
-/// Whether the Pod carries the label of a Pod admitted behind the placement gate.
-fn waits_for_placement(pod: &Pod) -> bool {
-    pod.metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(kruise_api::workloadspread::LABEL_PLACEMENT_PENDING))
 }
 
 /// How long a Pod may wait behind the placement gate before it is let go unplaced, whoever should
@@ -352,7 +322,7 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
     // label and read whole.
     let pending: Vec<&Arc<Pod>> = pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && waits_for_placement(p))
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && core::gate::is_pending(p))
         .collect();
     if !pending.is_empty() {
         let mut gated = Vec::with_capacity(pending.len());

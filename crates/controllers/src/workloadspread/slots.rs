@@ -134,6 +134,40 @@ impl Decide for SlotDecisions {
 /// The group commit of the WorkloadSpreads' slots on the apiserver.
 pub type Slots = GroupCommit<SlotDecisions, ApiSource<WorkloadSpread>>;
 
+/// The slots on the apiserver, as the webhook and the controller keep them: decided on `store`
+/// (once it is loaded; the apiserver's copy until then) and this process's own writes; the
+/// workload's replicas read when a percentage needs them (a custom kind's path from the
+/// kruise-configuration of `configuration_namespace`); each batch's size observed in `batches`.
+pub fn on_apiserver(
+    client: &kube::Client,
+    configuration_namespace: &str,
+    store: Option<kube::runtime::reflector::Store<WorkloadSpread>>,
+    batches: prometheus_client::metrics::histogram::Histogram,
+) -> Arc<Slots> {
+    let cache = Arc::new(std::sync::OnceLock::new());
+    if let Some(store) = store {
+        let _ = cache.set(store);
+    }
+    let replicas: Replicas = {
+        let client = client.clone();
+        let namespace = configuration_namespace.to_owned();
+        Arc::new(move |ws: Arc<WorkloadSpread>| {
+            let client = client.clone();
+            let namespace = namespace.clone();
+            Box::pin(async move {
+                super::workload::replicas_of(&client, &namespace, &ws)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
+    };
+    Slots::counted(
+        SlotDecisions::new(replicas),
+        ApiSource::new(client.clone(), cache),
+        batches,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,15 @@ pub fn is_gated(pod: &Pod) -> bool {
         .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE))
 }
 
+/// Whether `pod` carries the label beside the gate: how a gated Pod is found where the gates
+/// themselves are not kept (the manager's Pod cache projection).
+pub fn is_pending(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_PLACEMENT_PENDING))
+}
+
 /// The spec fields of a gated Pod that placement may change.
 const MUTABLE_WHILE_GATED: [&str; 3] = ["affinity", "tolerations", "schedulingGates"];
 
@@ -147,8 +156,8 @@ mod tests {
     fn a_gated_pod_carries_the_gate_once_and_its_label() {
         let once = gated(&pod());
         let twice = gated(&once);
-        assert!(is_gated(&twice));
-        assert!(!is_gated(&pod()));
+        assert!(is_gated(&twice) && is_pending(&twice));
+        assert!(!is_gated(&pod()) && !is_pending(&pod()));
         let gates = twice
             .spec
             .and_then(|s| s.scheduling_gates)
