@@ -31,35 +31,6 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tokio::sync::{broadcast, mpsc, watch};
 
-/// A store of every `K` in the cluster (with `labels`, only those matching that selector) and the
-/// watch stream that fills it: poll the stream (or give it to a `Controller`) and read the store.
-pub fn reflected<K>(
-    api: Api<K>,
-    labels: Option<&str>,
-) -> (
-    reflector::Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let mut config = watcher::Config::default().any_semantic();
-    if let Some(labels) = labels {
-        config = config.labels(labels);
-    }
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .applied_objects();
-    (store, stream)
-}
-
 /// Whether `store` has been filled by its first list, checked without waiting. Reconciles must not
 /// wait on `Store::wait_until_ready`: kube-runtime 5 keeps one waker for it, so of several
 /// reconciles (each on a task of its own) waiting at once only the last was woken, and the others

@@ -26,7 +26,6 @@ use tokio::sync::mpsc;
 
 use crate::cache::PodChange;
 use crate::driver::caches::Caches;
-use crate::driver::caches::Shared;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -57,8 +56,7 @@ impl crate::driver::Driven for Context {
 /// Runs the controller until the future is dropped.
 /// `workers`: concurrent reconciles (`--crr-workers`).
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, workers: u16) {
-    let (watched, watched_run) =
-        Shared::<ContainerRecreateRequest>::watch(Api::all(client.clone()));
+    let watched = caches.shared::<ContainerRecreateRequest>();
     let controller = watched.controller();
     let requests = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
@@ -71,10 +69,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, workers:
     );
     let ctx = Arc::new(Context { client, metrics });
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
-    tokio::select! {
-        () = crate::driver::run(controller, workers.max(1), reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, workers.max(1), reconcile, ctx).await;
 }
 
 /// Whether a Pod change concerns a request of its namespace: an unfinished one for that Pod (by

@@ -28,7 +28,6 @@ use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
-use crate::driver::caches::Shared;
 use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
@@ -85,7 +84,7 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller on the shared Pod cache until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
-    let (watched, watched_run) = Shared::<EphemeralJob>::watch(Api::all(client.clone()));
+    let watched = caches.shared::<EphemeralJob>();
     let controller = watched.controller();
     let jobs = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
@@ -109,10 +108,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let controller = controller
         .reconcile_on(crate::cache::receiver_stream(wake_rx))
         .reconcile_all_on(crate::cache::receiver_stream(all_rx));
-    tokio::select! {
-        () = crate::driver::run(controller, config.workers, reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
 /// Whether a Pod change concerns a job of its namespace: its selector matches the Pod's labels.

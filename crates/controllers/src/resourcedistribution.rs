@@ -82,7 +82,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         matched: Mutex::default(),
         metrics,
     });
-    let (watched, watched_run) = Shared::<ResourceDistribution>::watch(Api::all(client.clone()));
+    let watched = caches.shared::<ResourceDistribution>();
     let controller = watched.controller();
     let distributions = controller.store();
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
@@ -92,20 +92,13 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         ctx.clone(),
         wake_tx.clone(),
     );
-    let (secrets, secrets_run) =
-        Shared::<PartialObjectMeta<Secret>>::watch(Api::all(client.clone()));
-    let (configmaps, configmaps_run) =
-        Shared::<PartialObjectMeta<ConfigMap>>::watch(Api::all(client));
+    let secrets = caches.shared::<PartialObjectMeta<Secret>>();
+    let configmaps = caches.shared::<PartialObjectMeta<ConfigMap>>();
     wake_on_copies(secrets.subscribe(), wake_tx.clone());
     wake_on_copies(configmaps.subscribe(), wake_tx);
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
-    tokio::spawn(secrets_run);
-    tokio::spawn(configmaps_run);
     caches.namespaces.store().wait_until_ready().await.ok();
-    tokio::select! {
-        () = crate::driver::run(controller, config.workers, reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
 /// Wakes the distributions a namespace event concerns: those selecting the namespace as it is now

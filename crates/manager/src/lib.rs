@@ -725,9 +725,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     // One Namespace, one SidecarSet and one PodUnavailableBudget watch for the whole process: the
     // Pod webhook (every replica) and the SidecarSet and budget controllers (the leader) read them.
-    let (process_caches, process_caches_run) =
-        kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
-    tokio::spawn(process_caches_run);
+    let process_caches = kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
     // Disruptions are decided on the process's budget cache (and its own last writes).
     kruise_controllers::podunavailablebudget::take::use_cache(
         process_caches.budgets.store().clone(),
@@ -1042,6 +1040,14 @@ impl LeaderTerm {
             process_caches,
         } = inputs;
         let (ready_tx, _ready_rx) = watch::channel(false);
+        // The term's caches, on the term's runtime: their watches end with it.
+        let registry = {
+            let _on_term = runtime.enter();
+            kruise_controllers::driver::registry::Registry::term(
+                client.clone(),
+                &process_caches.registry,
+            )
+        };
         // The certificate controller holds nothing kube can panic on: it stops with the runtime.
         runtime.spawn(certctl::run(
             client.clone(),
@@ -1050,10 +1056,19 @@ impl LeaderTerm {
             ready_tx,
             webhook_metrics,
             Some(process_caches.budgets.clone()),
+            registry.shared(),
         ));
         let term = stop.clone();
         runtime.spawn(async move {
-            run_controllers(&args, client, controller_metrics, process_caches, term).await;
+            run_controllers(
+                &args,
+                client,
+                controller_metrics,
+                registry,
+                process_caches,
+                term,
+            )
+            .await;
             let _ = tx.send(());
         });
         Ok(Self {
@@ -1158,13 +1173,14 @@ async fn run_controllers(
     args: &Args,
     client: Client,
     metrics: Arc<kruise_controllers::metrics::Metrics>,
+    registry: kruise_controllers::driver::registry::Registry,
     process_caches: kruise_controllers::driver::caches::ProcessCaches,
     stop: kruise_controllers::driver::stop::Stop,
 ) {
     // Validated at start-up.
     let gates = args.gates().unwrap_or_default();
     let (caches, cache) =
-        kruise_controllers::driver::caches::Caches::start(client.clone(), process_caches);
+        kruise_controllers::driver::caches::Caches::start(client.clone(), registry, process_caches);
     let sidecarset = kruise_controllers::sidecarset::run(
         client.clone(),
         caches.clone(),
@@ -1282,6 +1298,7 @@ async fn run_controllers(
     let imagepulljob = gates.enabled("ImagePullJobGate").then(|| {
         kruise_controllers::imagepulljob::run(
             client.clone(),
+            caches.clone(),
             metrics.clone(),
             kruise_controllers::imagepulljob::Config {
                 default_ttl_always: args.default_ttl_for_always_nodeimage().unwrap_or(

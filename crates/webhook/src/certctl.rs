@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
-use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -19,7 +18,6 @@ use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_controllers::driver::caches::Shared;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::watch;
@@ -366,13 +364,11 @@ pub async fn run(
     ready: watch::Sender<bool>,
     metrics: Metrics,
     budgets: Option<Shared<PodUnavailableBudget>>,
+    secrets: Shared<kube::core::PartialObjectMeta<Secret>>,
 ) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
-    let config =
-        watcher::Config::default().fields(&format!("metadata.name={}", settings.secret_name));
-    // With backoff: a watch failing over and over (a paused or partitioned replica resuming) must
-    // not turn into a sync per failure.
-    let mut changes = watcher(secrets, config).default_backoff().boxed();
+    // The leader's one cache of Secrets (metadata): a change of ours, or its vanishing across a
+    // relist, is due a sync; the sync reads the Secret itself.
+    let mut changes = secrets.subscribe();
     let mut budget_changes = match &budgets {
         Some(budgets) => {
             let changes = budgets.subscribe();
@@ -417,14 +413,15 @@ pub async fn run(
         };
         tokio::select! {
             _ = resync.tick() => due = true,
-            event = changes.next() => match event {
-                Some(Ok(watcher::Event::Delete(_) | watcher::Event::Apply(_))) => {
-                    tracing::info!(secret = %settings.secret_name, "webhook certificate Secret changed");
-                    due = true;
+            changed = changes.recv() => match changed {
+                Some(secret) => {
+                    if secret.metadata.namespace.as_deref() == Some(settings.namespace.as_str())
+                        && secret.metadata.name.as_deref() == Some(settings.secret_name.as_str())
+                    {
+                        tracing::info!(secret = %settings.secret_name, "webhook certificate Secret changed");
+                        due = true;
+                    }
                 }
-                Some(Ok(watcher::Event::InitDone)) => due = true,
-                Some(Ok(_)) => {}
-                Some(Err(error)) => tracing::warn!(%error, "watching the webhook certificate Secret"),
                 None => return,
             },
             change = budget_change => match (change, &budgets) {

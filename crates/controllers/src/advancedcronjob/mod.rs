@@ -15,8 +15,7 @@ use kruise_api::advancedcronjob::v1beta1::AdvancedCronJob;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_api::imagepulljob::v1beta1::ImageListPullJob;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Client, Resource};
 
 use crate::driver::caches::{Caches, Shared};
 use crate::events::EventRecorder;
@@ -92,16 +91,9 @@ where
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
     let job_owners = owners_of(&caches.jobs);
     let broadcastjob_owners = owners_of(&caches.broadcastjobs);
-    // ImageListPullJobs are no shared cache's: this controller watches them itself.
-    let (imagelistpulljobs, writer) = kube::runtime::reflector::store();
-    let imagelistpulljob_owners = watcher(
-        Api::<ImageListPullJob>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects()
-    .filter_map(|list| futures::future::ready(list.ok().and_then(|l| cron_owner(&l))));
+    let lists = caches.shared::<ImageListPullJob>();
+    let imagelistpulljob_owners = owners_of(&lists);
+    let imagelistpulljobs = lists.store().clone();
     let ctx = Arc::new(Context {
         client: client.clone(),
         jobs: caches.jobs.store().clone(),
@@ -111,16 +103,13 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         metrics,
         config: config.clone(),
     });
-    let (watched, watched_run) = Shared::<AdvancedCronJob>::watch(Api::all(client));
-    let controller = watched
+    let controller = caches
+        .shared::<AdvancedCronJob>()
         .controller()
         .reconcile_on(job_owners)
         .reconcile_on(broadcastjob_owners)
         .reconcile_on(imagelistpulljob_owners);
-    tokio::select! {
-        () = crate::driver::run(controller, config.workers, reconcile::reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
 impl crate::driver::Driven for Context {

@@ -16,13 +16,12 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::daemonset::v1beta1::DaemonSet;
 use kruise_core::expectations::Expectations;
+use kube::Client;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
 use crate::driver::caches::Caches;
-use crate::driver::caches::Shared;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
@@ -87,6 +86,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let revision_events = caches.revisions.owned_stream();
     crate::nodes::trigger(&caches.nodes, all_tx, "DaemonSet");
     caches.pods.wait_synced().await;
+    let watched = caches.shared::<DaemonSet>();
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: caches.pods,
@@ -98,16 +98,12 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         config: config.clone(),
         predownload: crate::predownload::Tracker::default(),
     });
-    let (watched, watched_run) = Shared::<DaemonSet>::watch(Api::all(client));
     let controller = watched
         .controller()
         .owns_stream(revision_events)
         .reconcile_on(crate::cache::receiver_stream(owner_rx))
         .reconcile_all_on(crate::cache::receiver_stream(all_rx));
-    tokio::select! {
-        () = crate::driver::run(controller, config.workers, reconcile::reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
 crate::driver::head::owns_pods!(Context);

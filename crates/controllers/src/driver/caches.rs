@@ -27,6 +27,7 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::statefulset::v1beta1::StatefulSet as AdvancedStatefulSet;
 
+use super::registry::{Cacheable, Registry};
 use crate::cache::PodCache;
 
 /// A store of every `K` of the cluster, filled by one watch, and the subscribers to its changes.
@@ -257,43 +258,12 @@ pub fn relisted<K: Resource>(before: &[Arc<K>], after: &[Arc<K>]) -> Vec<Arc<K>>
     changed
 }
 
-/// Fills `writer`'s store from `events` (a watcher's stream) and yields each object the watch
-/// changed once the store shows it ([`FanOut`]): the triggers of a controller that reads that store.
-/// (`touched_objects` of a reflector hands a relist's objects on before the store swaps them in.)
-pub fn reflect_changes<K>(
-    what: &'static str,
-    writer: reflector::store::Writer<K>,
-    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-) -> impl futures::Stream<Item = K> + Send + 'static
-where
-    K: Resource + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
-{
-    let store = writer.as_reader();
-    let mut fan_out = FanOut::default();
-    reflector::reflector(writer, events)
-        .filter_map(move |event| {
-            futures::future::ready(match event {
-                Ok(event) => Some(event),
-                Err(error) => {
-                    tracing::warn!(%error, watch = what, "watch failed; retrying");
-                    None
-                }
-            })
-        })
-        .flat_map(move |event| {
-            futures::stream::iter(
-                fan_out
-                    .changed(&event, &store)
-                    .into_iter()
-                    .map(Arc::unwrap_or_clone),
-            )
-        })
-}
-
-/// The caches of the whole manager, handed to every controller.
+/// The caches of the whole manager, handed to every controller: the named ones every term opens,
+/// and any other type through [`Caches::shared`].
 #[derive(Clone)]
 pub struct Caches {
+    /// The leader's typed caches ([`Registry`]); the named fields below were taken from it.
+    pub registry: Registry,
     /// Every Pod, projected and indexed by owner ([`PodCache`]).
     pub pods: Arc<PodCache>,
     pub revisions: Shared<ControllerRevision>,
@@ -314,9 +284,10 @@ pub struct Caches {
     /// Advanced StatefulSets: their controller reconciles them, PodUnavailableBudgets read their
     /// scale.
     pub advanced_statefulsets: Shared<AdvancedStatefulSet>,
-    /// Kubernetes' StatefulSets, metadata only: PodUnavailableBudgets and PersistentPodStates are
-    /// woken by their changes, PersistentPodStates generated from their annotations.
-    pub statefulsets: Shared<PartialObjectMeta<StatefulSet>>,
+    /// Kubernetes' StatefulSets: PodUnavailableBudgets and PersistentPodStates are woken by their
+    /// changes, PersistentPodStates generated from their annotations, UnitedDeployments read the
+    /// subsets they own.
+    pub statefulsets: Shared<StatefulSet>,
     /// PersistentPodStates (the process-wide watch, [`ProcessCaches`]).
     pub persistentpodstates: Shared<PersistentPodState>,
     /// WorkloadSpreads (the process-wide watch, [`ProcessCaches`]).
@@ -329,6 +300,8 @@ pub struct Caches {
 /// leadership; the leader's [`Caches`] include them.
 #[derive(Clone)]
 pub struct ProcessCaches {
+    /// The process's typed caches ([`Registry`]); the leader's registry asks it first.
+    pub registry: Registry,
     pub namespaces: Shared<PartialObjectMeta<Namespace>>,
     pub sidecarsets: Shared<SidecarSet>,
     /// PodUnavailableBudgets: the Pod webhook names a new Pod's, the controller reconciles them.
@@ -344,91 +317,58 @@ pub struct ProcessCaches {
 }
 
 impl ProcessCaches {
-    /// Opens the Namespace metadata watch and the SidecarSet, PodUnavailableBudget,
-    /// PersistentPodState, WorkloadSpread and PodProbeMarker watches. The returned future drives them and never
-    /// ends while they last.
-    pub fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (namespaces, namespaces_run) = Shared::watch(Api::all(client.clone()));
-        let (sidecarsets, sidecarsets_run) = Shared::watch(Api::all(client.clone()));
-        let (budgets, budgets_run) = Shared::watch(Api::all(client.clone()));
-        let (persistentpodstates, persistentpodstates_run) =
-            Shared::watch(Api::all(client.clone()));
-        let (workloadspreads, workloadspreads_run) = Shared::watch(Api::all(client.clone()));
-        let (podprobemarkers, podprobemarkers_run) = Shared::watch(Api::all(client));
-        let run = async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            tasks.spawn(namespaces_run);
-            tasks.spawn(sidecarsets_run);
-            tasks.spawn(budgets_run);
-            tasks.spawn(persistentpodstates_run);
-            tasks.spawn(workloadspreads_run);
-            tasks.spawn(podprobemarkers_run);
-            tasks.join_next().await;
-        };
-        (
-            Self {
-                namespaces,
-                sidecarsets,
-                budgets,
-                persistentpodstates,
-                workloadspreads,
-                podprobemarkers,
-            },
-            run,
-        )
+    /// Opens, on the current runtime, the Namespace metadata watch and the SidecarSet,
+    /// PodUnavailableBudget, PersistentPodState, WorkloadSpread and PodProbeMarker watches; they
+    /// run until the last clone of the registry is dropped.
+    pub fn start(client: Client) -> Self {
+        let registry = Registry::new(client);
+        Self {
+            namespaces: registry.shared(),
+            sidecarsets: registry.shared(),
+            budgets: registry.shared(),
+            persistentpodstates: registry.shared(),
+            workloadspreads: registry.shared(),
+            podprobemarkers: registry.shared(),
+            registry,
+        }
     }
 }
 
 impl Caches {
-    /// Opens the one watch of each kind (the Pod cache's included) beside `process`, the caches of
-    /// the whole process ([`ProcessCaches`], shared with the webhooks). The returned future drives
-    /// the watches and never ends while they last; the caches are empty until it runs.
+    /// The leader's caches for one term, from the term's `registry` (made over `process`'s with
+    /// [`Registry::term`]): the Pod cache's watch and each named cache's. The returned future
+    /// drives the Pod cache and never ends while it lasts; the other watches run until the registry
+    /// is dropped.
     pub fn start(
         client: Client,
+        registry: Registry,
         process: ProcessCaches,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let pods = PodCache::new();
-        let (revisions, revisions_run) = Shared::watch(Api::all(client.clone()));
-        let (nodes, nodes_run) = Shared::watch(Api::all(client.clone()));
-        let (pvcs, pvcs_run) = Shared::watch(Api::all(client.clone()));
-        let (jobs, jobs_run) = Shared::watch(Api::all(client.clone()));
-        let (broadcastjobs, broadcastjobs_run) = Shared::watch(Api::all(client.clone()));
-        let (clonesets, clonesets_run) = Shared::watch(Api::all(client.clone()));
-        let (advanced_statefulsets, advanced_statefulsets_run) =
-            Shared::watch(Api::all(client.clone()));
-        let (statefulsets, statefulsets_run) = Shared::watch(Api::all(client.clone()));
         let pods_run = pods.clone().run(client);
         let caches = Self {
             pods,
-            revisions,
-            nodes,
-            pvcs,
+            revisions: registry.shared(),
+            nodes: registry.shared(),
+            pvcs: registry.shared(),
             namespaces: process.namespaces,
             sidecarsets: process.sidecarsets,
             budgets: process.budgets,
-            jobs,
-            broadcastjobs,
-            clonesets,
-            advanced_statefulsets,
-            statefulsets,
+            jobs: registry.shared(),
+            broadcastjobs: registry.shared(),
+            clonesets: registry.shared(),
+            advanced_statefulsets: registry.shared(),
+            statefulsets: registry.shared(),
             persistentpodstates: process.persistentpodstates,
             workloadspreads: process.workloadspreads,
             podprobemarkers: process.podprobemarkers,
+            registry,
         };
-        let run = async move {
-            // Each on a task of its own: decoding Pods must not hold up the other watches.
-            let mut tasks = tokio::task::JoinSet::new();
-            tasks.spawn(pods_run);
-            tasks.spawn(revisions_run);
-            tasks.spawn(nodes_run);
-            tasks.spawn(pvcs_run);
-            tasks.spawn(jobs_run);
-            tasks.spawn(broadcastjobs_run);
-            tasks.spawn(clonesets_run);
-            tasks.spawn(advanced_statefulsets_run);
-            tasks.spawn(statefulsets_run);
-            tasks.join_next().await;
-        };
-        (caches, run)
+        (caches, pods_run)
+    }
+
+    /// The cache of every `K` ([`Registry::shared`]): opened on first request, shared after.
+    pub fn shared<K: Cacheable>(&self) -> Shared<K> {
+        self.registry.shared()
     }
 }

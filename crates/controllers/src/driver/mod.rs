@@ -34,11 +34,14 @@
 
 pub mod caches;
 pub mod head;
+pub mod registry;
 pub mod stop;
 pub mod wake;
 pub mod watchdog;
 pub mod write;
 
+#[cfg(test)]
+mod private_reads_tests;
 #[cfg(test)]
 mod relist_tests;
 #[cfg(test)]

@@ -17,14 +17,13 @@ use kruise_api::imagepulljob::v1beta1::{
 use kruise_core::imagepull::{self, NodePull, TagRequest};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use rand::Rng;
 use serde_json::json;
 
 use super::Config;
-use crate::driver::caches::Shared;
+use crate::driver::caches::Caches;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -58,51 +57,38 @@ impl crate::driver::Driven for Context {
 }
 
 /// Runs the controller until the future is dropped.
-pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
+pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>, config: Config) {
     let workers = config.workers.max(1);
-    let (images, writer) = reflector::store();
+    let node_images = caches.shared::<NodeImage>();
+    let images = node_images.store().clone();
     // A NodeImage change wakes the jobs that own one of its tags.
-    let wakes = watcher(
-        Api::<NodeImage>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects()
-    .filter_map(|image| async move { image.ok() })
-    .flat_map(|image: NodeImage| {
-        let owners: BTreeSet<(String, String)> = image
-            .spec
-            .images
-            .values()
-            .flat_map(|i| &i.tags)
-            .flat_map(|t| &t.owner_references)
-            .filter(|o| o.kind.as_deref() == Some("ImagePullJob"))
-            .map(|o| {
-                (
-                    o.namespace.clone().unwrap_or_default(),
-                    o.name.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        futures::stream::iter(
-            owners
-                .into_iter()
-                .map(|(ns, name)| ObjectRef::<ImagePullJob>::new(&name).within(&ns)),
-        )
-    });
-    let (watched, watched_run) = Shared::<ImagePullJob>::watch(Api::all(client.clone()));
-    let controller = watched.controller();
+    let wakes =
+        crate::cache::receiver_stream(node_images.subscribe()).flat_map(|image: Arc<NodeImage>| {
+            let owners: BTreeSet<(String, String)> = image
+                .spec
+                .images
+                .values()
+                .flat_map(|i| &i.tags)
+                .flat_map(|t| &t.owner_references)
+                .filter(|o| o.kind.as_deref() == Some("ImagePullJob"))
+                .map(|o| {
+                    (
+                        o.namespace.clone().unwrap_or_default(),
+                        o.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            futures::stream::iter(
+                owners
+                    .into_iter()
+                    .map(|(ns, name)| ObjectRef::<ImagePullJob>::new(&name).within(&ns)),
+            )
+        });
+    let controller = caches.shared::<ImagePullJob>().controller();
     // A changed pull secret wakes the jobs of its namespace that name it (their copies follow it).
     let jobs = controller.store();
-    let secret_wakes = watcher(
-        Api::<kube::core::PartialObjectMeta<Secret>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .filter_map(|secret| async move { secret.ok() })
-    .flat_map(move |secret| {
+    let secrets = caches.shared::<kube::api::PartialObjectMeta<Secret>>();
+    let secret_wakes = crate::cache::receiver_stream(secrets.subscribe()).flat_map(move |secret| {
         let namespace = secret.metadata.namespace.clone().unwrap_or_default();
         let name = secret.metadata.name.clone().unwrap_or_default();
         let woken: Vec<ObjectRef<ImagePullJob>> = jobs
@@ -123,10 +109,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
         images,
         config,
     });
-    tokio::select! {
-        () = crate::driver::run(controller, workers, reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, workers, reconcile, ctx).await;
 }
 
 fn raced(result: Result<(), kube::Error>, what: impl FnOnce() -> String) -> Result<Action, Error> {

@@ -18,10 +18,9 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Precon
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::driver::caches::Shared;
+use crate::driver::caches::Caches;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -61,20 +60,11 @@ impl crate::driver::Driven for Context {
 }
 
 /// Runs the controller until the future is dropped.
-pub async fn run(client: Client, metrics: Arc<Metrics>) {
-    let jobs_api = Api::<ImagePullJob>::all(client.clone());
-    let (watched, watched_run) = Shared::<ImageListPullJob>::watch(Api::all(client.clone()));
-    let controller = watched.controller();
-    let (jobs, writer) = kube::runtime::reflector::store();
-    let stream = crate::driver::caches::reflect_changes(
-        "image pull jobs",
-        writer,
-        kube::runtime::WatchStreamExt::default_backoff(watcher(
-            jobs_api,
-            watcher::Config::default(),
-        )),
-    );
-    let controller = controller.owns_stream(futures::StreamExt::map(stream, Ok));
+pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>) {
+    let controller = caches.shared::<ImageListPullJob>().controller();
+    let pull_jobs = caches.shared::<ImagePullJob>();
+    let jobs = pull_jobs.store().clone();
+    let controller = controller.owns_stream(pull_jobs.owned_stream());
     let ctx = Arc::new(Context {
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         client,
@@ -82,10 +72,7 @@ pub async fn run(client: Client, metrics: Arc<Metrics>) {
         jobs,
         expected: std::sync::Mutex::default(),
     });
-    tokio::select! {
-        () = crate::driver::run(controller, 2, reconcile, ctx) => {}
-        () = watched_run => {}
-    }
+    crate::driver::run(controller, 2, reconcile, ctx).await;
 }
 
 impl Context {

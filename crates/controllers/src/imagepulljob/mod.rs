@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use kube::Client;
 
+use crate::driver::caches::Caches;
 use crate::metrics::Metrics;
 
 /// The namespace kruise-daemon reads pull secrets from (upstream's `kruise-daemon-config`).
@@ -42,11 +43,16 @@ impl Default for Config {
 }
 
 /// Runs the three controllers until the future is dropped.
-pub async fn run(client: Client, metrics: Arc<Metrics>, config: Config) {
+pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
     tokio::join!(
-        nodeimage::run(client.clone(), metrics.clone(), config.nodeimage_workers),
-        job::run(client.clone(), metrics.clone(), config),
-        list::run(client, metrics),
+        nodeimage::run(
+            client.clone(),
+            &caches,
+            metrics.clone(),
+            config.nodeimage_workers
+        ),
+        job::run(client.clone(), &caches, metrics.clone(), config),
+        list::run(client, &caches, metrics),
     );
 }
 

@@ -15,12 +15,11 @@ use kruise_core::imagepull;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::driver::caches::Shared;
+use crate::driver::caches::Caches;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -58,27 +57,12 @@ fn node_ready(node: &Node) -> bool {
 }
 
 /// Runs the controller until the future is dropped.
-pub async fn run(client: Client, metrics: Arc<Metrics>, workers: u16) {
-    let (nodes, node_writer) = reflector::store();
-    let node_events = crate::driver::caches::reflect_changes(
-        "nodes",
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
-    )
-    .map(|n: Node| ObjectRef::<NodeImage>::new(&n.name_any()));
-    let (jobs, job_writer) = reflector::store();
-    let job_events = crate::driver::caches::reflect_changes(
-        "image pull jobs",
-        job_writer,
-        watcher(
-            Api::<ImagePullJob>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .filter_map(|_: ImagePullJob| async { None::<ObjectRef<NodeImage>> });
-    let (watched, watched_run) = Shared::<NodeImage>::watch(Api::all(client.clone()));
-    let controller = watched.controller();
+pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>, workers: u16) {
+    let nodes = caches.nodes.store().clone();
+    let node_events = crate::cache::receiver_stream(caches.nodes.subscribe())
+        .map(|n| ObjectRef::<NodeImage>::new(&n.name_any()));
+    let jobs = caches.shared::<ImagePullJob>().store().clone();
+    let controller = caches.shared::<NodeImage>().controller();
     let images = controller.store();
     // Nodes without a NodeImage (new ones) and NodeImages without a Node (deleted ones) are handled by
     // this loop, which the controller's own queue cannot carry (their key is not in its store).
@@ -90,13 +74,11 @@ pub async fn run(client: Client, metrics: Arc<Metrics>, workers: u16) {
         nodes,
         jobs,
     });
-    let controller = controller
-        .reconcile_on(node_events)
-        .reconcile_on(job_events);
-    tokio::select! {
-        _ = async { tokio::join!(crate::driver::run(controller, workers.max(1), reconcile, ctx), creator) } => {}
-        () = watched_run => {}
-    }
+    let controller = controller.reconcile_on(node_events);
+    tokio::join!(
+        crate::driver::run(controller, workers.max(1), reconcile, ctx),
+        creator
+    );
 }
 
 /// Creates the NodeImage of every Ready Node that has none, and deletes NodeImages whose Node is gone,

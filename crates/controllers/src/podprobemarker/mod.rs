@@ -84,7 +84,7 @@ pub async fn run_all(
     serverless: bool,
     workers: Workers,
 ) {
-    let (probes, probes_run) = nodepodprobe::watch(client.clone());
+    let probes = caches.shared::<NodePodProbe>();
     let markers = run(
         client.clone(),
         caches.clone(),
@@ -101,7 +101,6 @@ pub async fn run_all(
         }
     };
     tokio::select! {
-        () = probes_run => {}
         () = markers => {}
         () = nodes => {}
     }

@@ -54,16 +54,6 @@ impl super::HasClient for Context {
     }
 }
 
-/// The NodePodProbe watch both controllers read, and the future that fills it.
-pub fn watch(
-    client: Client,
-) -> (
-    Shared<NodePodProbe>,
-    impl Future<Output = ()> + Send + 'static,
-) {
-    Shared::watch(Api::all(client))
-}
-
 /// Runs the controller until the future is dropped.
 pub async fn run(
     client: Client,
@@ -72,7 +62,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     workers: u16,
 ) {
-    let (markers, markers_run) = Shared::<PodProbeMarker>::watch(Api::all(client.clone()));
+    let markers = caches.podprobemarkers.clone();
     let controller = Controller::for_stream(probes.replayed_stream(), probes.store().clone());
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     wake_on_pods(caches.pods.clone(), probes.clone(), wake_tx.clone());
@@ -92,7 +82,6 @@ pub async fn run(
     let controller = controller.reconcile_on(crate::cache::receiver_stream(wake_rx));
     tokio::select! {
         () = crate::driver::run(controller, workers.max(1), reconcile, ctx) => {}
-        () = markers_run => {}
         () = keep => {}
     }
 }

@@ -24,7 +24,6 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -83,7 +82,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         Some(all_tx),
         concerns,
     );
-    forward_workload_changes(&client, &caches, budgets.clone(), tx);
+    forward_workload_changes(&caches, budgets.clone(), tx);
     caches.pods.wait_synced().await;
     tokio::spawn(drop_stale_guards(
         client.clone(),
@@ -115,12 +114,10 @@ fn concerns(budget: &PodUnavailableBudget, change: &PodChange) -> bool {
 
 /// Wakes the budgets of the namespace a workload changed in (created, scaled, deleted): the
 /// expected replicas come from the workloads, and a deleted workload's Pods must become deletable
-/// before the garbage collector gives up on them. CloneSets and Advanced StatefulSets come from the
-/// manager's shared caches (their controllers watch them anyway); Deployments, ReplicaSets and
-/// StatefulSets, which no other controller watches, through metadata-only watches (a scale change
-/// bumps the generation), as upstream's controller watches the workloads.
+/// before the garbage collector gives up on them. Every workload kind comes from the manager's one
+/// cache of it (ReplicaSets' metadata only: a scale change bumps the generation), as upstream's
+/// controller watches the workloads.
 fn forward_workload_changes(
-    client: &Client,
     caches: &Caches,
     budgets: Store<PodUnavailableBudget>,
     tx: mpsc::UnboundedSender<ObjectRef<PodUnavailableBudget>>,
@@ -139,12 +136,12 @@ fn forward_workload_changes(
             true
         }
     };
-    spawn_metadata_watch(
-        Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
+    spawn_wake_on(
+        caches.shared::<Deployment>().subscribe(),
         namespaces(tx.clone()),
     );
-    spawn_metadata_watch(
-        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+    spawn_wake_on(
+        caches.shared::<PartialObjectMeta<ReplicaSet>>().subscribe(),
         namespaces(tx.clone()),
     );
     spawn_wake_on(caches.statefulsets.subscribe(), namespaces(tx.clone()));
@@ -162,40 +159,6 @@ fn spawn_wake_on<K: Resource + Send + Sync + 'static>(
         while let Some(object) = changes.recv().await {
             if !wake(object.namespace()) {
                 return;
-            }
-        }
-    });
-}
-
-fn spawn_metadata_watch<K>(
-    api: Api<K>,
-    mut wake: impl FnMut(Option<String>) -> bool + Send + 'static,
-) where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    use futures::StreamExt;
-    use kube::runtime::WatchStreamExt;
-    tokio::spawn(async move {
-        let events = watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .touched_objects();
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(object) => {
-                    if !wake(object.namespace()) {
-                        return;
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(%error, kind = %K::kind(&()), "PodUnavailableBudget workload watch")
-                }
             }
         }
     });

@@ -14,15 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kruise_api::keys;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_core::expectations::Expectations;
 use kruise_core::rollout::uniteddeployment::TemplateKind;
+use kube::Client;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::cache::PodCache;
 use crate::driver::caches::{Caches, Shared};
@@ -73,7 +72,7 @@ pub struct Context {
     pub(crate) pods: Arc<PodCache>,
     pub(crate) revisions: Store<ControllerRevision>,
     /// The subset workloads of each kind (only objects labelled `apps.kruise.io/subset-name`).
-    pub(crate) workloads: Vec<(TemplateKind, ApiResource, Store<DynamicObject>)>,
+    pub(crate) workloads: Vec<(TemplateKind, ApiResource, Subsets)>,
     /// The writes not yet shown by the caches, by UnitedDeployment key; each expires after
     /// `config.expectation_timeout`, as every other kind's.
     pub(crate) expectations: Mutex<Expectations>,
@@ -85,7 +84,7 @@ impl Context {
     pub(crate) fn workloads_of(
         &self,
         kind: TemplateKind,
-    ) -> Option<&(TemplateKind, ApiResource, Store<DynamicObject>)> {
+    ) -> Option<&(TemplateKind, ApiResource, Subsets)> {
         self.workloads.iter().find(|(k, _, _)| *k == kind)
     }
 }
@@ -99,11 +98,77 @@ pub(crate) fn api_resource(kind: TemplateKind) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind.kind()))
 }
 
+/// The subset workloads of one kind, read from the manager's one cache of that kind: the objects
+/// labelled `apps.kruise.io/subset-name`, as dynamic objects (the reconcile handles the four kinds
+/// alike).
+pub(crate) struct Subsets {
+    read: Box<dyn Fn() -> Vec<Arc<DynamicObject>> + Send + Sync>,
+    listed: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl Subsets {
+    /// The labelled objects of `cache`, and the stream of the UnitedDeployments their changes
+    /// concern (their owners).
+    fn of<K>(
+        cache: &Shared<K>,
+    ) -> (
+        Self,
+        futures::stream::BoxStream<'static, ObjectRef<UnitedDeployment>>,
+    )
+    where
+        K: crate::driver::registry::Cacheable + serde::Serialize,
+    {
+        let store = cache.store().clone();
+        let listed = store.clone();
+        let subsets = Self {
+            read: Box::new(move || {
+                store
+                    .state()
+                    .iter()
+                    .filter(|o| is_subset(o.meta()))
+                    .filter_map(|o| match to_dynamic(o.as_ref()) {
+                        Ok(object) => Some(Arc::new(object)),
+                        Err(error) => {
+                            tracing::warn!(%error, name = ?o.meta().name, "reading a subset workload");
+                            None
+                        }
+                    })
+                    .collect()
+            }),
+            listed: Box::new(move || crate::cache::listed(&listed)),
+        };
+        let triggers = crate::cache::receiver_stream(cache.subscribe())
+            .flat_map(|o| futures::stream::iter(owners_of(o.meta())))
+            .boxed();
+        (subsets, triggers)
+    }
+
+    /// The labelled objects, as the cache holds them now.
+    pub(crate) fn state(&self) -> Vec<Arc<DynamicObject>> {
+        (self.read)()
+    }
+
+    /// Whether the cache has been filled by its first list.
+    pub(crate) fn listed(&self) -> bool {
+        (self.listed)()
+    }
+}
+
+/// Whether an object is a UnitedDeployment's subset workload (it carries the subset label).
+fn is_subset(meta: &kube::api::ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(keys::LABEL_SUBSET_NAME))
+}
+
+fn to_dynamic(object: &impl serde::Serialize) -> Result<DynamicObject, serde_json::Error> {
+    serde_json::from_value(serde_json::to_value(object)?)
+}
+
 /// The UnitedDeployments that control a workload (by owner reference, any served version).
-fn owners_of(object: &DynamicObject) -> Vec<ObjectRef<UnitedDeployment>> {
-    let namespace = object.metadata.namespace.clone().unwrap_or_default();
-    object
-        .metadata
+fn owners_of(metadata: &kube::api::ObjectMeta) -> Vec<ObjectRef<UnitedDeployment>> {
+    let namespace = metadata.namespace.clone().unwrap_or_default();
+    metadata
         .owner_references
         .iter()
         .flatten()
@@ -118,28 +183,21 @@ fn owners_of(object: &DynamicObject) -> Vec<ObjectRef<UnitedDeployment>> {
 
 /// Runs the UnitedDeployment controller on the shared `caches` until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
-    let pods = caches.pods;
+    let pods = caches.pods.clone();
     pods.wait_synced().await;
     let revisions = caches.revisions.store().clone();
 
     let mut workloads = Vec::new();
     let mut streams = Vec::new();
     for kind in TemplateKind::ALL {
-        let resource = api_resource(kind);
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
-        let store = writer.as_reader();
-        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-        let config = watcher::Config::default()
-            .any_semantic()
-            .labels(keys::LABEL_SUBSET_NAME);
-        let stream = crate::driver::caches::reflect_changes(
-            "united deployment subsets",
-            writer,
-            watcher(api, config).default_backoff(),
-        )
-        .flat_map(|object| futures::stream::iter(owners_of(&object)));
-        streams.push(stream.boxed());
-        workloads.push((kind, resource, store));
+        let (subsets, triggers) = match kind {
+            TemplateKind::CloneSet => Subsets::of(&caches.clonesets),
+            TemplateKind::AdvancedStatefulSet => Subsets::of(&caches.advanced_statefulsets),
+            TemplateKind::StatefulSet => Subsets::of(&caches.statefulsets),
+            TemplateKind::Deployment => Subsets::of(&caches.shared::<Deployment>()),
+        };
+        streams.push(triggers);
+        workloads.push((kind, api_resource(kind), subsets));
     }
     let triggers = futures::stream::select_all(streams);
 
@@ -152,19 +210,18 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
         metrics,
     });
-    let (united, united_run) = Shared::<UnitedDeployment>::watch(Api::all(client));
-    let controller = united.controller().reconcile_on(triggers);
+    let controller = caches
+        .shared::<UnitedDeployment>()
+        .controller()
+        .reconcile_on(triggers);
     // Boxed so that the manager's join of every controller stays small on the stack.
-    let run = Box::pin(crate::driver::run(
+    Box::pin(crate::driver::run(
         controller,
         config.workers,
         reconcile::reconcile,
         ctx,
-    ));
-    tokio::select! {
-        () = run => {}
-        () = united_run => {}
-    }
+    ))
+    .await;
 }
 
 impl crate::driver::Driven for Context {

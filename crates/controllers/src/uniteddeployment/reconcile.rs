@@ -145,7 +145,7 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
         Ok(owner) => owner,
         Err(action) => return Ok(action),
     };
-    if !(listed(&ctx.revisions) && ctx.workloads.iter().all(|(_, _, store)| listed(store))) {
+    if !(listed(&ctx.revisions) && ctx.workloads.iter().all(|(_, _, subsets)| subsets.listed())) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
     let Some(kind) = TemplateKind::of(&ud.spec.template) else {

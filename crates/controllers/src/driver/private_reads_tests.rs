@@ -1,0 +1,180 @@
+//! No part of the manager opens a watch of its own or lists from the apiserver outside the driver,
+//! except where the allow-list below says why: every watch goes through the [`Registry`]
+//! (one stream per type), and a controller reads its caches.
+//!
+//! [`Registry`]: super::registry::Registry
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What may not appear in production code: a watch opened by hand, a controller that opens its
+/// own watch, a cache filled outside the registry, and a list from the apiserver.
+const FORBIDDEN: &[&str] = &[
+    "watcher(",
+    "Controller::new(",
+    "::watch(Api",
+    ".list(",
+    ".list_metadata(",
+];
+
+/// The exceptions: (file under `crates/`, how many forbidden calls it holds, why).
+const ALLOWED: &[(&str, usize, &str)] = &[
+    (
+        "controllers/src/driver/caches.rs",
+        1,
+        "the shared watch itself (`Shared::watch`)",
+    ),
+    (
+        "controllers/src/driver/registry.rs",
+        1,
+        "the registry opens each type's one watch",
+    ),
+    (
+        "controllers/src/cache.rs",
+        1,
+        "the packed Pod cache's own watch (one per term; Pods are not a `Shared`)",
+    ),
+    (
+        "controllers/src/workloadspread/workload.rs",
+        1,
+        "a Deployment's ReplicaSets, read live: a placement is never costed on a stale rollout",
+    ),
+    (
+        "controllers/src/podunavailablebudget/workloads.rs",
+        1,
+        "a Deployment's ReplicaSets, read live: a budget's expected count is never from a stale cache",
+    ),
+    (
+        "controllers/src/resourcedistribution.rs",
+        1,
+        "the copies' content (Secrets and ConfigMaps are cached as metadata only)",
+    ),
+    (
+        "controllers/src/imagepulljob/job.rs",
+        3,
+        "the Pods a job selects by its own selector, and pull-secret copies with their data",
+    ),
+    (
+        "controllers/src/predownload.rs",
+        1,
+        "a workload's pre-download jobs, read live before deleting the outdated ones",
+    ),
+    (
+        "webhook/src/freshness.rs",
+        1,
+        "read-your-writes: the apiserver's resourceVersion the caches must reach",
+    ),
+    (
+        "webhook/src/pod.rs",
+        1,
+        "a SidecarSet's ControllerRevision of a custom version (revisions are not cached on every replica)",
+    ),
+    (
+        "webhook/src/podunavailablebudget.rs",
+        1,
+        "budgets when the cache cannot vouch for them",
+    ),
+    (
+        "webhook/src/workloadspread.rs",
+        1,
+        "spreads when the cache cannot vouch for them",
+    ),
+    (
+        "webhook/src/server.rs",
+        2,
+        "SidecarSets when the webhook has no cache, and StorageClasses for a PVC resize check",
+    ),
+    (
+        "webhook/src/policy.rs",
+        3,
+        "deletion protection: a namespace's live Pods and claims, a CRD's objects, before a cascading delete",
+    ),
+];
+
+fn crates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn sources(dir: &Path, into: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, into);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// The production part of a source file: test files and `#[cfg(test)]` modules left out, and
+/// comment lines.
+fn production_lines(path: &Path, text: &str) -> Vec<String> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if name.ends_with("tests.rs") || name == "scripted.rs" || name == "fake.rs" {
+        return Vec::new();
+    }
+    let production = text.split("#[cfg(test)]\nmod ").next().unwrap_or_default();
+    production
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_watch_goes_through_the_registry_and_reads_come_from_caches() {
+    let root = crates_dir();
+    let mut files = Vec::new();
+    for part in ["controllers/src", "webhook/src", "manager/src"] {
+        sources(&root.join(part), &mut files);
+    }
+    assert!(files.len() > 50, "found only {} sources", files.len());
+    let mut found: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lines_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let relative = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .to_string_lossy()
+            .replace('\\', "/");
+        for line in production_lines(file, &text) {
+            let hits = FORBIDDEN.iter().filter(|f| line.contains(*f)).count();
+            if hits > 0 {
+                *found.entry(relative.clone()).or_default() += hits;
+                lines_of.entry(relative.clone()).or_default().push(line);
+            }
+        }
+    }
+    let allowed: BTreeMap<String, usize> = ALLOWED
+        .iter()
+        .map(|(file, count, _)| ((*file).to_owned(), *count))
+        .collect();
+    let mut wrong = Vec::new();
+    for (file, count) in &found {
+        if allowed.get(file) != Some(count) {
+            wrong.push(format!(
+                "{file}: {count} watch or list call(s), {} allowed: {:?}",
+                allowed.get(file).copied().unwrap_or(0),
+                lines_of.get(file)
+            ));
+        }
+    }
+    for (file, count) in &allowed {
+        if !found.contains_key(file) {
+            wrong.push(format!(
+                "{file}: allowed {count} but has none: drop it from ALLOWED"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "open watches through `Caches::shared` (driver::registry) and read the caches; a live \
+         read that must stay goes into ALLOWED with its reason:\n{}",
+        wrong.join("\n")
+    );
+}
