@@ -282,7 +282,8 @@ fn resolve(explicit: &BTreeMap<&'static str, bool>) -> FeatureGates {
 mod tests {
     use super::*;
 
-    /// Every gate the manager's code asks about (`.enabled("Name")`) is one of [`GATES`]: a
+    /// Every gate the manager's code asks about (`.enabled("Name")`, a controller's
+    /// `gate: Some("Name")`) is one of [`GATES`]: a
     /// misspelt name would read as off, silently.
     #[test]
     fn every_gate_the_code_asks_about_exists() {
@@ -301,9 +302,13 @@ mod tests {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).expect("source file");
-                // `.enabled(` then optional whitespace, then a string literal.
-                for (at, _) in text.match_indices(".enabled(") {
-                    let rest = text[at + ".enabled(".len()..].trim_start();
+                // `.enabled(` (or a controller's `gate: Some(`) then optional whitespace, then a
+                // string literal.
+                let calls = text
+                    .match_indices(".enabled(")
+                    .chain(text.match_indices("gate: Some("));
+                for (at, call) in calls {
+                    let rest = text[at + call.len()..].trim_start();
                     if let Some(literal) = rest.strip_prefix('"')
                         && let Some(end) = literal.find('"')
                     {

@@ -11,6 +11,7 @@
 //! queued request it started; the process stays up, keeps serving admission and runs for the lease
 //! again.
 
+pub mod controllers;
 pub mod features;
 pub mod fence;
 pub mod leader;
@@ -1007,7 +1008,7 @@ struct TermInputs {
 /// How long a term's controllers get to finish the reconciles they have in flight when the term
 /// ends. Their writes are already fenced off then, so this is mostly their reads; whatever is
 /// still running after it is cancelled.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The leader's work during one term, on a runtime of its own so that ending the term stops every
 /// task it spawned (watches, workers, writes in flight or queued) at once.
@@ -1060,7 +1061,7 @@ impl LeaderTerm {
         ));
         let term = stop.clone();
         runtime.spawn(async move {
-            run_controllers(
+            controllers::run(
                 &args,
                 client,
                 controller_metrics,
@@ -1091,13 +1092,13 @@ impl LeaderTerm {
     }
 
     /// Ends the term: its controllers stop (no new reconciles, those in flight finish, within
-    /// [`STOP_GRACE`]; [`run_controllers`] logs what was stopped), then its runtime is shut down,
+    /// [`STOP_GRACE`]; [`controllers::run`] logs what was stopped), then its runtime is shut down,
     /// dropping every task it spawned. Shutting the runtime down under controllers still running
     /// would cancel their reconciles under kube's feet, which panics.
     async fn stop(mut self) {
         self.stop.request();
         if let Some(done) = self.done.take() {
-            // `run_controllers` bounds its own wait; the margin covers its cancelling the rest.
+            // `controllers::run` bounds its own wait; the margin covers its cancelling the rest.
             if tokio::time::timeout(STOP_GRACE + Duration::from_secs(5), done)
                 .await
                 .is_err()
@@ -1163,366 +1164,6 @@ async fn ensure_first_certificate(
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             Err(error) => return Err(error).context("ensuring the webhook certificate"),
-        }
-    }
-}
-
-/// The workload controllers, started on the leader, on one set of shared caches (one watch per
-/// resource kind). Each later issue adds its controller here.
-async fn run_controllers(
-    args: &Args,
-    client: Client,
-    metrics: Arc<kruise_controllers::metrics::Metrics>,
-    registry: kruise_controllers::driver::registry::Registry,
-    process_caches: kruise_controllers::driver::caches::ProcessCaches,
-    stop: kruise_controllers::driver::stop::Stop,
-) {
-    // Validated at start-up.
-    let gates = args.gates().unwrap_or_default();
-    let (caches, cache) =
-        kruise_controllers::driver::caches::Caches::start(client.clone(), registry, process_caches);
-    let sidecarset = kruise_controllers::sidecarset::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::sidecarset::Config {
-            workers: args.sidecarset_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-            excluded_namespaces: vec![args.namespace.clone()],
-            namespace: args.namespace.clone(),
-        },
-    );
-    let statefulset = kruise_controllers::statefulset::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::statefulset::Config {
-            workers: args.statefulset_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-            resize: true,
-            env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
-        },
-    );
-    let daemonset = kruise_controllers::daemonset::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::daemonset::Config {
-            workers: args.daemonset_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-            resize: true,
-            env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
-            prune_ineligible_nodes: gates.enabled("DaemonSetPruneIneligibleNodes"),
-            pre_download: gates.enabled("PreDownloadImageForDaemonSetUpdate"),
-        },
-    );
-    let broadcastjob = kruise_controllers::broadcastjob::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::broadcastjob::Config {
-            workers: args.broadcastjob_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-            assign_by_scheduler: args.assign_bcj_pods_by_scheduler,
-        },
-    );
-    let advancedcronjob = kruise_controllers::advancedcronjob::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::advancedcronjob::Config {
-            workers: args.advancedcronjob_workers.max(1),
-            ..Default::default()
-        },
-    );
-    let uniteddeployment = Box::pin(kruise_controllers::uniteddeployment::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::uniteddeployment::Config {
-            workers: args.uniteddeployment_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-        },
-    ));
-    // Container launch priority has no gate in OpenKruise: the Pod webhook holds the containers
-    // of a Pod that asks for an order; this controller releases them.
-    let launch_priority =
-        kruise_controllers::launchpriority::run(client.clone(), caches.pods.clone());
-    // With KruisePodReadinessGate every new Pod waits on KruisePodReady: this controller sets it.
-    let pod_readiness = gates
-        .enabled("KruisePodReadinessGate")
-        .then(|| kruise_controllers::podreadiness::run(client.clone(), caches.pods.clone()));
-    let podunavailablebudget = kruise_controllers::podunavailablebudget::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::podunavailablebudget::Config {
-            workers: args.podunavailablebudget_workers.max(1),
-        },
-    );
-    // ResourceDistribution runs only with its gate on (upstream does not start it otherwise).
-    let resourcedistribution = gates.enabled("ResourceDistributionGate").then(|| {
-        kruise_controllers::resourcedistribution::run(
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-            kruise_controllers::resourcedistribution::Config {
-                workers: args.resourcedistribution_workers.max(1),
-            },
-        )
-    });
-    // PersistentPodState has no feature gate in v1.9.0: it runs whenever the manager does.
-    let persistentpodstate = kruise_controllers::persistentpodstate::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::persistentpodstate::Config {
-            workers: args.persistentpodstate_workers.max(1),
-        },
-    );
-    let sidecarterminator = gates.enabled("SidecarTerminator").then(|| {
-        kruise_controllers::sidecarterminator::run(
-            client.clone(),
-            caches.pods.clone(),
-            args.sidecarterminator_workers,
-        )
-    });
-    let containerrecreaterequest = gates.enabled("KruiseDaemon").then(|| {
-        kruise_controllers::containerrecreaterequest::run(
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-            args.crr_workers,
-        )
-    });
-    let imagepulljob = gates.enabled("ImagePullJobGate").then(|| {
-        kruise_controllers::imagepulljob::run(
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-            kruise_controllers::imagepulljob::Config {
-                default_ttl_always: args.default_ttl_for_always_nodeimage().unwrap_or(
-                    kruise_controllers::imagepulljob::Config::default().default_ttl_always,
-                ),
-                workers: args.imagepulljob_workers,
-                nodeimage_workers: args.nodeimage_workers,
-                ..Default::default()
-            },
-        )
-    });
-    // WorkloadSpread runs only with its gate on (upstream does not start it otherwise).
-    let workloadspread = gates.enabled("WorkloadSpread").then(|| {
-        kruise_controllers::workloadspread::run(
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-            kruise_controllers::workloadspread::Config {
-                configuration_namespace: args.namespace.clone(),
-                workers: args.workloadspread_workers.max(1),
-            },
-        )
-    });
-    let podprobemarker = gates.enabled("PodProbeMarkerGate").then(|| {
-        kruise_controllers::podprobemarker::run_all(
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-            gates.enabled("KruiseDaemon"),
-            gates.enabled("EnablePodProbeMarkerOnServerless"),
-            kruise_controllers::podprobemarker::Workers {
-                markers: args.podprobemarker_workers,
-                node_probes: args.nodepodprobe_workers,
-            },
-        )
-    });
-    let ephemeraljob = kruise_controllers::ephemeraljob::run(
-        client.clone(),
-        caches.clone(),
-        metrics.clone(),
-        kruise_controllers::ephemeraljob::Config {
-            workers: args.ephemeraljob_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-        },
-    );
-    let cloneset = kruise_controllers::cloneset::run(
-        client,
-        caches,
-        metrics,
-        kruise_controllers::cloneset::Config {
-            workers: args.cloneset_workers.max(1),
-            expectation_timeout: Duration::from_secs(args.expectation_timeout_seconds.max(1)),
-            settings: kruise_controllers::cloneset::Settings {
-                exclude_preparing_delete: args.cloneset_scaling_exclude_preparing_delete,
-                // Pods/resize is GA-track on our v1.34 control plane: offered without a gate.
-                resize: true,
-                env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
-                gates: kruise_core::rollout::cloneset::Gates {
-                    preparing_update_as_update: gates.enabled("PreparingUpdateAsUpdate"),
-                    partition_rollback: gates.enabled("CloneSetPartitionRollback"),
-                    short_hash: gates.enabled("CloneSetShortHash"),
-                    recreate_on_vct_change: gates.enabled("RecreatePodWhenChangeVCTInCloneSetGate"),
-                },
-            },
-            pre_download: gates.enabled("PreDownloadImageForInPlaceUpdate"),
-        },
-    );
-    tracing::info!(
-        cloneset_workers = args.cloneset_workers,
-        statefulset_workers = args.statefulset_workers,
-        sidecarset_workers = args.sidecarset_workers,
-        daemonset_workers = args.daemonset_workers,
-        broadcastjob_workers = args.broadcastjob_workers,
-        uniteddeployment_workers = args.uniteddeployment_workers,
-        advancedcronjob_workers = args.advancedcronjob_workers,
-        persistentpodstate_workers = args.persistentpodstate_workers,
-        podunavailablebudget_workers = args.podunavailablebudget_workers,
-        resourcedistribution_workers = args.resourcedistribution_workers,
-        ephemeraljob_workers = args.ephemeraljob_workers,
-        "controllers started"
-    );
-    // Each on a task of its own: the watch decoding Pods and the reconciles of different
-    // controllers then run on every thread of the leader's runtime instead of taking turns on one
-    // (a single joined future is polled by one thread at a time).
-    let mut work = Tasks::new(stop);
-    work.spawn("shared caches", cache);
-    work.spawn("cloneset", cloneset);
-    work.spawn("statefulset", statefulset);
-    work.spawn("sidecarset", sidecarset);
-    work.spawn("daemonset", daemonset);
-    work.spawn("broadcastjob", broadcastjob);
-    work.spawn("uniteddeployment", uniteddeployment);
-    work.spawn("advancedcronjob", advancedcronjob);
-    work.spawn("container launch priority", launch_priority);
-    if let Some(pod_readiness) = pod_readiness {
-        work.spawn("pod readiness", pod_readiness);
-    }
-    work.spawn("podunavailablebudget", podunavailablebudget);
-    work.spawn("ephemeraljob", ephemeraljob);
-    work.spawn("persistentpodstate", persistentpodstate);
-    if let Some(resourcedistribution) = resourcedistribution {
-        work.spawn("resourcedistribution", resourcedistribution);
-    }
-    if let Some(containerrecreaterequest) = containerrecreaterequest {
-        work.spawn("containerrecreaterequest", containerrecreaterequest);
-    }
-    if let Some(podprobemarker) = podprobemarker {
-        work.spawn("podprobemarker", podprobemarker);
-    }
-    if let Some(imagepulljob) = imagepulljob {
-        work.spawn("imagepulljob", imagepulljob);
-    }
-    if let Some(sidecarterminator) = sidecarterminator {
-        work.spawn("sidecarterminator", sidecarterminator);
-    }
-    if let Some(workloadspread) = workloadspread {
-        work.spawn("workloadspread", workloadspread);
-    }
-    work.run().await;
-}
-
-/// The tasks of one term's controllers, each on a task of its own: the watch decoding Pods and
-/// the reconciles of different controllers then run on every thread of the leader's runtime
-/// instead of taking turns on one (a single joined future is polled by one thread at a time).
-struct Tasks {
-    work: tokio::task::JoinSet<&'static str>,
-    names: Vec<&'static str>,
-    stop: kruise_controllers::driver::stop::Stop,
-}
-
-impl Tasks {
-    fn new(stop: kruise_controllers::driver::stop::Stop) -> Self {
-        Self {
-            work: tokio::task::JoinSet::new(),
-            names: Vec::new(),
-            stop,
-        }
-    }
-
-    /// Spawns `work` in the term's scope, so that the controllers in it stop with the term.
-    fn spawn(&mut self, name: &'static str, work: impl Future<Output = ()> + Send + 'static) {
-        self.names.push(name);
-        self.work.spawn(self.stop.scope(async move {
-            work.await;
-            name
-        }));
-    }
-
-    /// Runs until the term is stopped or a task ends by itself, then stops the rest.
-    async fn run(mut self) {
-        // None of them returns while the term lasts: one that does (or panics) ends the term, so
-        // the leader steps down and runs again instead of leading with a controller missing.
-        let mut ended = Vec::new();
-        tokio::select! {
-            biased;
-            () = self.stop.requested() => {}
-            joined = self.work.join_next() => match joined {
-                // Its controller saw the stop before this task did: a step-down, not a failure.
-                Some(Ok(name)) if self.stop.is_requested() => ended.push(name),
-                Some(Ok(name)) => {
-                    tracing::error!(task = name, "a controller's task returned");
-                    ended.push(name);
-                }
-                Some(Err(error)) => tracing::error!(%error, "a controller's task failed"),
-                None => return,
-            },
-        }
-        self.stop(ended).await;
-    }
-
-    /// Stops every task of the term: the controllers finish the reconciles they have in flight
-    /// (at most [`STOP_GRACE`]), then everything left — the caches, the Pod workers, a reconcile
-    /// past the grace — is cancelled, before the term's runtime is shut down. Logs at info the
-    /// reconciles that were in flight, the tasks that ended and those cancelled. `ended`: the
-    /// tasks that already have.
-    async fn stop(mut self, mut ended: Vec<&'static str>) {
-        self.stop.request();
-        let in_flight: Vec<String> = self
-            .stop
-            .in_flight()
-            .into_iter()
-            .map(|(controller, n)| format!("{controller}: {n}"))
-            .collect();
-        let started = std::time::Instant::now();
-        let drained = tokio::time::timeout(STOP_GRACE, self.stop.drained())
-            .await
-            .is_ok();
-        let unfinished = self.stop.running();
-        while let Some(joined) = self.work.try_join_next() {
-            match joined {
-                Ok(name) => ended.push(name),
-                Err(error) if error.is_panic() => {
-                    tracing::error!(%error, "a controller's task failed while stopping");
-                }
-                Err(_) => {}
-            }
-        }
-        let cancelled: Vec<&str> = self
-            .names
-            .iter()
-            .copied()
-            .filter(|name| !ended.contains(name))
-            .collect();
-        self.work.abort_all();
-        while let Some(joined) = self.work.join_next().await {
-            if let Err(error) = joined
-                && error.is_panic()
-            {
-                tracing::error!(%error, "a controller's task failed while stopping");
-            }
-        }
-        tracing::info!(
-            ?in_flight,
-            ?ended,
-            ?cancelled,
-            waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "leader term ended: controllers stopped after their reconciles in flight"
-        );
-        if !drained {
-            tracing::warn!(
-                ?unfinished,
-                grace_seconds = STOP_GRACE.as_secs(),
-                "reconciles still running after the grace period were cancelled"
-            );
         }
     }
 }

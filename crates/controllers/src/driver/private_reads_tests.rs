@@ -112,7 +112,10 @@ fn sources(dir: &Path, into: &mut Vec<PathBuf>) {
 /// The production part of a source file: test files and `#[cfg(test)]` modules left out, and
 /// comment lines.
 fn production_lines(path: &Path, text: &str) -> Vec<String> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
     if name.ends_with("tests.rs") || name == "scripted.rs" || name == "fake.rs" {
         return Vec::new();
     }

@@ -24,6 +24,7 @@ use serde_json::json;
 
 use super::Config;
 use crate::driver::caches::Caches;
+use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -272,13 +273,10 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
         }
     }
     if job.status.as_ref() != Some(&status) {
-        let patch = super::status_patch(&status, &["completionTime", "message", "failedNodes"]);
-        return raced(
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(drop),
-            || format!("writing the status of ImagePullJob {key}"),
-        );
+        // Guarded by the resourceVersion it was computed on; a stale copy's status is dropped and
+        // computed again on the newer one.
+        write_status(&api, &*job, job.status.as_ref(), &status, true).await?;
+        return Ok(Action::requeue(RACE_RETRY));
     }
     let mut next = RUNNING_RESYNC;
     if job.spec.completion_policy.type_ != kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER

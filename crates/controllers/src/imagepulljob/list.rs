@@ -5,7 +5,7 @@
 //! (`kruise_core::imagepull::list_status`). A finished list is deleted `ttlSecondsAfterFinished` after
 //! its completion.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,10 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 
+use kruise_core::expectations::{CachedState, Expectation, Expectations};
+
 use crate::driver::caches::Caches;
+use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -33,18 +36,14 @@ pub struct Context {
     metrics: Arc<Metrics>,
     jobs: Store<ImagePullJob>,
     recorder: EventRecorder,
-    /// Jobs created and not yet seen in the cache, or deleted and still seen there: (list uid, job
-    /// name) → what and when (an expectation that expires, so a lost watch event never stalls the
-    /// list).
-    expected: std::sync::Mutex<HashMap<(String, String), (Expect, std::time::Instant)>>,
+    /// Jobs created and not yet seen in the cache, or deleted and still seen there, by list uid (a
+    /// list re-created under its name waits for nothing of the old one): every kind's
+    /// expectations, which expire, so a lost watch event never stalls the list.
+    expectations: std::sync::Mutex<Expectations>,
 }
 
-/// What a list waits to see of a job it wrote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expect {
-    Created,
-    Deleted,
-}
+/// The expectation kind of a job a list wrote.
+const JOB: &str = "ImagePullJob";
 
 /// How long a created job is waited for in the cache before the list may create it again.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,20 +69,17 @@ pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>) {
         client,
         metrics,
         jobs,
-        expected: std::sync::Mutex::default(),
+        expectations: std::sync::Mutex::new(Expectations::new(EXPECTATION_TIMEOUT)),
     });
     crate::driver::run(controller, 2, reconcile, ctx).await;
 }
 
 impl Context {
-    fn expect(&self, list_uid: &str, job: String, what: Expect) {
-        self.expected
+    fn expect(&self, list_uid: &str, expectation: Expectation) {
+        self.expectations
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                (list_uid.to_owned(), job),
-                (what, std::time::Instant::now()),
-            );
+            .expect(list_uid, expectation, std::time::Instant::now());
     }
 }
 
@@ -119,6 +115,12 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
     let api: Api<ImageListPullJob> = Api::namespaced(ctx.client.clone(), &namespace);
     let jobs_api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &namespace);
     if list.metadata.deletion_timestamp.is_some() {
+        if let Some(uid) = &list.metadata.uid {
+            ctx.expectations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .forget(uid);
+        }
         return Ok(Action::await_change());
     }
     let spec = list.spec();
@@ -178,24 +180,21 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         })
         .collect();
     // Wait until the cache shows the jobs this list created, and no longer the ones it deleted.
-    let waiting = {
-        let mut expected = ctx
-            .expected
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        expected.retain(|(list_uid, job), (what, at)| {
-            let seen = controlled
+    let check = ctx
+        .expectations
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .check(&uid, std::time::Instant::now(), |expected| {
+            let cached = controlled
                 .iter()
-                .find(|j| j.metadata.name.as_deref() == Some(job.as_str()));
-            let satisfied = match what {
-                Expect::Created => seen.is_some(),
-                Expect::Deleted => seen.is_none_or(|j| j.metadata.deletion_timestamp.is_some()),
-            };
-            at.elapsed() < EXPECTATION_TIMEOUT && !(list_uid == &uid && satisfied)
+                .find(|j| j.metadata.name.as_deref() == Some(expected.name.as_str()));
+            expected.satisfied_by(cached.map(|j| CachedState::of(&j.metadata)))
         });
-        expected.keys().any(|(list_uid, _)| list_uid == &uid)
-    };
-    if waiting {
+    if !check.expired.is_empty() {
+        ctx.metrics.expired(CONTROLLER, check.expired.len());
+        tracing::info!(list = key, expired = ?check.expired, "expectations expired unobserved; carrying on");
+    }
+    if !check.satisfied() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let owned: Vec<Arc<ImagePullJob>> = controlled
@@ -251,7 +250,7 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             image,
             "created ImagePullJob"
         );
-        ctx.expect(&uid, made.name_any(), Expect::Created);
+        ctx.expect(&uid, Expectation::exists(JOB, made.name_any()));
         created += 1;
     }
     if created > 0 {
@@ -272,7 +271,7 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
             }
         }
         tracing::info!(list = key, job, "deleted ImagePullJob");
-        ctx.expect(&uid, job.clone(), Expect::Deleted);
+        ctx.expect(&uid, Expectation::gone(JOB, job.clone(), None));
     }
     if !actions.delete.is_empty() {
         publish(
@@ -305,12 +304,9 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
     let never = spec.completion_policy.type_ == COMPLETION_NEVER;
     let new = imagepull::list_status(&spec.images, &children, never, status, Timestamp::now());
     if status != Some(&new) {
-        let patch = super::status_patch(&new, &["completionTime", "failedImageStatuses"]);
-        return raced(
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-            || format!("writing the status of ImageListPullJob {key}"),
-        );
+        // Guarded by the resourceVersion it was computed on ([`write_status`]).
+        write_status(&api, &*list, status, &new, true).await?;
+        return Ok(Action::requeue(RACE_RETRY));
     }
     Ok(Action::await_change())
 }

@@ -55,15 +55,3 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         list::run(client, &caches, metrics),
     );
 }
-
-/// `status` as a merge patch that also clears the optional fields the new status leaves out.
-pub(crate) fn status_patch(status: &impl serde::Serialize, optional: &[&str]) -> serde_json::Value {
-    let mut value = serde_json::to_value(status).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        for key in optional {
-            map.entry((*key).to_owned())
-                .or_insert(serde_json::Value::Null);
-        }
-    }
-    serde_json::json!({ "status": value })
-}

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::cache::{CacheEvent, PodCache};
 use crate::driver::caches::{Caches, Shared};
+use crate::driver::write::write_status;
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -316,14 +317,14 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
         write_spec(ctx, &npp, &spec).await?;
     }
 
-    let status = marker.status.clone().unwrap_or_default();
-    let generation = marker.metadata.generation.unwrap_or_default();
-    if status.observed_generation != generation || status.matched_pods != counted {
-        let patch = json!({"status": {"observedGeneration": generation, "matchedPods": counted}});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .context(|| format!("writing the status of PodProbeMarker {namespace}/{name}"))?;
-    }
+    let new = ppm::PodProbeMarkerStatus {
+        observed_generation: marker.metadata.generation.unwrap_or_default(),
+        matched_pods: counted,
+    };
+    // Guarded by the resourceVersion it was computed on: a stale copy's count is dropped, and the
+    // reconcile of the newer copy (its watch event) counts again.
+    let old = marker.status.as_ref();
+    write_status(&api, marker, old, &new, old != Some(&new)).await?;
     Ok(())
 }
 
