@@ -636,48 +636,122 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (_, stale_after) = args.watch_timing()?;
     let clients = Clients::new(kube_config(&args).await?, &args)?;
-    let watch_idle_restarts = Counter::<u64, std::sync::atomic::AtomicU64>::default();
-    let webhook_watches = liveness::WatchHealth::counting(watch_idle_restarts.clone());
+    let metrics = ManagerMetrics::register();
+    let webhook_watches = liveness::WatchHealth::counting(metrics.watch_idle_restarts.clone());
     let client = clients.shared(&webhook_watches)?;
-    let mut registry = Registry::default();
-    registry.register(
-        "kruise_manager_watch_idle_restarts",
-        "Watches abandoned and restarted because nothing (not even a bookmark) came within their idle deadline",
-        watch_idle_restarts.clone(),
-    );
-    let webhook_metrics = kruise_webhook::metrics::Metrics::register(&mut registry);
-    let leader_gauge = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
-    registry.register(
-        "kruise_manager_leader",
-        "1 while this replica holds the leader lease",
-        leader_gauge.clone(),
-    );
-    let controller_metrics = kruise_controllers::metrics::Metrics::register(&mut registry);
-    let stepdowns = Counter::<u64, std::sync::atomic::AtomicU64>::default();
-    registry.register(
-        "kruise_manager_stale_watch_stepdowns",
-        "Leadership terms ended because a watch of the leader made no progress for --watch-stale-seconds",
-        stepdowns.clone(),
-    );
-    let stale_watches = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
-    registry.register(
-        "kruise_manager_stale_watches",
-        "Watches of the current leader term without progress for --watch-stale-seconds while still tried",
-        stale_watches.clone(),
-    );
-
-    let registry = Arc::new(registry);
     let readiness = Readiness {
         webhook_serving: Arc::new(AtomicBool::new(false)),
         pods: Arc::new(std::sync::OnceLock::new()),
         watches: webhook_watches.clone(),
         stale_after,
     };
-
     // Metrics and health first, so a slow start is observable.
+    serve_observability(&args, &metrics, &readiness).await?;
+
+    // The webhook server and its certificates, on every replica.
+    let settings = certificate_settings(&args, &gates)?;
+    // One watch of each kind the webhooks read, for the whole process: the Pod webhook (every
+    // replica) and the controllers (the leader) read them.
+    let process_caches = kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
+    let (pods, policy) = admission(
+        &args,
+        &gates,
+        &clients,
+        &client,
+        &process_caches,
+        &metrics.webhook,
+        settings.pod_webhook.failure_policy,
+    )?;
+    let _ = readiness.pods.set(pods.clone());
+    let first = ensure_first_certificate(&client, &settings, &metrics.webhook).await?;
+    let tls = RustlsConfig::from_pem(
+        first.cert.clone().into_bytes(),
+        first.key.clone().into_bytes(),
+    )
+    .await
+    .context("loading the webhook certificate")?;
+    let handle =
+        serve_webhooks(&args, &gates, &client, &tls, &metrics.webhook, pods, policy).await?;
+    readiness.webhook_serving.store(true, Ordering::SeqCst);
+
+    let outcome = lead(Leading {
+        args: &args,
+        clients: &clients,
+        client: &client,
+        settings: &settings,
+        tls: &tls,
+        first_certificate: first,
+        metrics: &metrics,
+        webhook_watches: &webhook_watches,
+        stale_after,
+        process_caches: &process_caches,
+    })
+    .await;
+    handle.graceful_shutdown(Some(Duration::from_secs(5)));
+    outcome
+}
+
+/// The manager's metrics, registered once, and the handles that move them.
+struct ManagerMetrics {
+    registry: Arc<Registry>,
+    watch_idle_restarts: Counter<u64, std::sync::atomic::AtomicU64>,
+    webhook: kruise_webhook::metrics::Metrics,
+    leader: Gauge<i64, std::sync::atomic::AtomicI64>,
+    controllers: Arc<kruise_controllers::metrics::Metrics>,
+    stepdowns: Counter<u64, std::sync::atomic::AtomicU64>,
+    stale_watches: Gauge<i64, std::sync::atomic::AtomicI64>,
+}
+
+impl ManagerMetrics {
+    fn register() -> Self {
+        let mut registry = Registry::default();
+        let watch_idle_restarts = Counter::<u64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "kruise_manager_watch_idle_restarts",
+            "Watches abandoned and restarted because nothing (not even a bookmark) came within their idle deadline",
+            watch_idle_restarts.clone(),
+        );
+        let webhook = kruise_webhook::metrics::Metrics::register(&mut registry);
+        let leader = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+        registry.register(
+            "kruise_manager_leader",
+            "1 while this replica holds the leader lease",
+            leader.clone(),
+        );
+        let controllers = kruise_controllers::metrics::Metrics::register(&mut registry);
+        let stepdowns = Counter::<u64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "kruise_manager_stale_watch_stepdowns",
+            "Leadership terms ended because a watch of the leader made no progress for --watch-stale-seconds",
+            stepdowns.clone(),
+        );
+        let stale_watches = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+        registry.register(
+            "kruise_manager_stale_watches",
+            "Watches of the current leader term without progress for --watch-stale-seconds while still tried",
+            stale_watches.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            watch_idle_restarts,
+            webhook,
+            leader,
+            controllers,
+            stepdowns,
+            stale_watches,
+        }
+    }
+}
+
+/// Serves `/metrics` and `/healthz` + `/readyz` on their addresses (on tasks of their own).
+async fn serve_observability(
+    args: &Args,
+    metrics: &ManagerMetrics,
+    readiness: &Readiness,
+) -> anyhow::Result<()> {
     let metrics_app = Router::new()
         .route("/metrics", get(metrics_handler))
-        .with_state(registry.clone());
+        .with_state(metrics.registry.clone());
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding metrics address {}", args.metrics_addr))?;
@@ -690,8 +764,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding health address {}", args.health_addr))?;
     tokio::spawn(async move { axum::serve(health_listener, health_app).await });
+    Ok(())
+}
 
-    // The webhook server and its certificates, on every replica.
+/// What the certificate controller keeps written: the Secret, the webhook configurations and the
+/// CRDs' conversion, from the command line.
+fn certificate_settings(
+    args: &Args,
+    gates: &features::FeatureGates,
+) -> anyhow::Result<certctl::Settings> {
     let failure_policy: kruise_webhook::configuration::FailurePolicy = args
         .pod_webhook_failure_policy
         .parse()
@@ -705,7 +786,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         failure_policy
     };
-    let settings = certctl::Settings {
+    Ok(certctl::Settings {
         namespace: args.namespace.clone(),
         secret_name: args.webhook_secret.clone(),
         target: args.target(),
@@ -723,10 +804,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         resource_timeout_seconds: args.webhook_timeout_seconds,
         external: gates.enabled("EnableExternalCerts"),
-    };
-    // One Namespace, one SidecarSet and one PodUnavailableBudget watch for the whole process: the
-    // Pod webhook (every replica) and the SidecarSet and budget controllers (the leader) read them.
-    let process_caches = kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
+    })
+}
+
+/// The Pod webhook and the policy webhooks, on the process's caches, with what the gates turn on.
+fn admission(
+    args: &Args,
+    gates: &features::FeatureGates,
+    clients: &Clients,
+    client: &Client,
+    process_caches: &kruise_controllers::driver::caches::ProcessCaches,
+    webhook_metrics: &kruise_webhook::metrics::Metrics,
+    failure_policy: kruise_webhook::configuration::FailurePolicy,
+) -> anyhow::Result<(
+    kruise_webhook::pod::PodInjector,
+    kruise_webhook::policy::Policy,
+)> {
     // Disruptions are decided on the process's budget cache (and its own last writes).
     kruise_controllers::podunavailablebudget::take::use_cache(
         process_caches.budgets.store().clone(),
@@ -754,7 +847,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(client.clone()),
         args.namespace.clone(),
     ));
-    let budget_gates = policy_gates(&gates);
+    let budget_gates = policy_gates(gates);
     let pods = if budget_gates.budget_delete || budget_gates.budget_update {
         pods.with_budgets(process_caches.budgets.store().clone())
     } else {
@@ -786,7 +879,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let freshness = if args.webhook_read_your_writes {
         Some(kruise_webhook::freshness::Freshness::for_process(
             &clients.election()?,
-            &process_caches,
+            process_caches,
             args.read_your_writes_wait(),
             webhook_metrics.freshness.clone(),
         ))
@@ -797,19 +890,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(freshness) => pods.with_freshness(freshness.clone()),
         None => pods,
     };
-    let policy = kruise_webhook::policy::Policy::new(client.clone(), policy_gates(&gates));
+    let policy = kruise_webhook::policy::Policy::new(client.clone(), policy_gates(gates));
     let policy = match &freshness {
         Some(freshness) => policy.with_freshness(freshness.clone(), process_caches.budgets.clone()),
         None => policy,
     };
-    let _ = readiness.pods.set(pods.clone());
-    let first = ensure_first_certificate(&client, &settings, &webhook_metrics).await?;
-    let tls = RustlsConfig::from_pem(
-        first.cert.clone().into_bytes(),
-        first.key.clone().into_bytes(),
-    )
-    .await
-    .context("loading the webhook certificate")?;
+    Ok((pods, policy))
+}
+
+/// Starts the webhook server on `--webhook-bind-address`:`--webhook-port` and waits until it
+/// listens; the handle shuts it down.
+async fn serve_webhooks(
+    args: &Args,
+    gates: &features::FeatureGates,
+    client: &Client,
+    tls: &RustlsConfig,
+    webhook_metrics: &kruise_webhook::metrics::Metrics,
+    pods: kruise_webhook::pod::PodInjector,
+    policy: kruise_webhook::policy::Policy,
+) -> anyhow::Result<axum_server::Handle<SocketAddr>> {
     let webhook_addr = SocketAddr::new(args.webhook_bind_address, args.webhook_port);
     let handle = axum_server::Handle::new();
     let limits = kruise_webhook::server::Limits {
@@ -845,9 +944,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let outcome = server.await;
         anyhow::bail!("the webhook server did not start on {webhook_addr}: {outcome:?}");
     }
-    readiness.webhook_serving.store(true, Ordering::SeqCst);
+    Ok(handle)
+}
 
-    // Only the leader writes the webhook configurations and runs controllers.
+/// What [`lead`] runs on.
+struct Leading<'a> {
+    args: &'a Args,
+    clients: &'a Clients,
+    client: &'a Client,
+    settings: &'a certctl::Settings,
+    tls: &'a RustlsConfig,
+    first_certificate: kruise_webhook::certs::CertBundle,
+    metrics: &'a ManagerMetrics,
+    webhook_watches: &'a liveness::WatchHealth,
+    stale_after: Duration,
+    process_caches: &'a kruise_controllers::driver::caches::ProcessCaches,
+}
+
+/// Runs for leadership (alone: leads at once) and, each time it leads, a [`LeaderTerm`], until
+/// SIGTERM or Ctrl-C. Only the leader writes the webhook configurations and runs controllers.
+async fn lead(leading: Leading<'_>) -> anyhow::Result<()> {
+    let Leading {
+        args,
+        clients,
+        client,
+        settings,
+        tls,
+        first_certificate: first,
+        metrics,
+        webhook_watches,
+        stale_after,
+        process_caches,
+    } = leading;
     let identity = args.identity();
     let timing = args.lease_timing()?;
     let elector = match args.leader_election() {
@@ -881,7 +1009,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     // rotate it) until it leads, when the certificate controller takes over.
                     tokio::select! {
                         () = elector.acquire(&fence) => {}
-                        () = refresh_standby_certificate(&client, &settings, &tls, first.clone(), &webhook_metrics) => {}
+                        () = refresh_standby_certificate(client, settings, tls, first.clone(), &metrics.webhook) => {}
                         () = shutdown.clone() => {
                             tracing::info!("shutting down");
                             return Ok::<(), anyhow::Error>(());
@@ -891,15 +1019,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 None => fence.grant_until(None),
             }
             tracing::info!(%identity, "leading: configuring webhooks and starting controllers");
-            leader_gauge.set(1);
-            let watches = liveness::WatchHealth::counting(watch_idle_restarts.clone());
+            metrics.leader.set(1);
+            let watches = liveness::WatchHealth::counting(metrics.watch_idle_restarts.clone());
             let mut term = LeaderTerm::start(TermInputs {
                 args: args.clone(),
                 client: clients.leader(&fence, &watches)?,
                 settings: settings.clone(),
                 tls: tls.clone(),
-                webhook_metrics: webhook_metrics.clone(),
-                controller_metrics: controller_metrics.clone(),
+                webhook_metrics: metrics.webhook.clone(),
+                controller_metrics: metrics.controllers.clone(),
                 process_caches: process_caches.clone(),
             })?;
             // A leader that cannot keep its watches current acts on a past it cannot see: it ends
@@ -908,12 +1036,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             // (SidecarSets, Namespaces), which the webhooks' client opens.
             let stale = async {
                 let stale = liveness::WatchHealth::until_any_stale(
-                    &[&watches, &webhook_watches],
+                    &[&watches, webhook_watches],
                     stale_after,
                     STALE_CHECK_PERIOD,
                 )
                 .await;
-                stale_watches.set(i64::try_from(stale.len()).unwrap_or(i64::MAX));
+                metrics
+                    .stale_watches
+                    .set(i64::try_from(stale.len()).unwrap_or(i64::MAX));
                 stale
             };
             let mut stepped_down = false;
@@ -940,7 +1070,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         stale_after_seconds = stale_after.as_secs(),
                         "the leader's watches made no progress for too long; stepping down"
                     );
-                    stepdowns.inc();
+                    metrics.stepdowns.inc();
                     stepped_down = true;
                 }
             }
@@ -948,9 +1078,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             // replica stops reporting itself leader at once: draining the term's reconciles (up to
             // STOP_GRACE) writes nothing past the fence.
             fence.revoke();
-            leader_gauge.set(0);
+            metrics.leader.set(0);
             term.stop().await;
-            stale_watches.set(0);
+            metrics.stale_watches.set(0);
             if shutting_down {
                 // The lease is released below, once.
                 return Ok(());
@@ -971,11 +1101,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let outcome = terms.await;
-    leader_gauge.set(0);
+    metrics.leader.set(0);
     if let Some(elector) = &elector {
         elector.release().await;
     }
-    handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
 }
 
