@@ -116,241 +116,11 @@ pub fn router_with(
             enhanced_liveness_probe: false,
         })
     });
-    let injector = pods.clone();
-    let mut router = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            MUTATE_POD_PATH,
-            post(
-                move |State(metrics): State<Metrics>,
-                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                    let began = Instant::now();
-                    let (answer, outcome) = injector.review(review).await;
-                    metrics.observe(
-                        MUTATE_POD_PATH,
-                        outcome.label(),
-                        began.elapsed().as_secs_f64(),
-                    );
-                    Json(answer.review)
-                },
-            ),
-        );
-    for &kind in Kind::ALL {
-        let path = mutate_path(kind);
-        let label = path.clone();
-        router = router.route(
-            &path,
-            post(
-                move |State(metrics): State<Metrics>,
-                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                    let began = Instant::now();
-                    let answer = crate::admission::mutate_with(kind, review, &gates);
-                    metrics.observe(
-                        &label,
-                        if answer.allowed { "allowed" } else { "denied" },
-                        began.elapsed().as_secs_f64(),
-                    );
-                    Json(answer.review)
-                },
-            ),
-        );
-        let path = validate_path(kind);
-        let label = path.clone();
-        let client = client.clone();
-        let pods = pods.clone();
-        router = router.route(
-            &path,
-            post(
-                move |State(metrics): State<Metrics>,
-                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                    let began = Instant::now();
-                    let cluster = if kind == Kind::SidecarSet {
-                        let read = async {
-                            // Read-your-writes: the SidecarSets written (or deleted) before this
-                            // one are in the cache the conflict check reads.
-                            let late = pods
-                                .catch_up_sidecarsets(tokio::time::Instant::from_std(began))
-                                .await;
-                            if !late.is_empty() {
-                                tracing::warn!(%late, "SidecarSet conflict check decides on a cache not known to show every earlier write");
-                            }
-                            let sidecarsets = other_sidecarsets(&pods, client.as_ref())
-                                .await
-                                .map_err(|e| format!("listing SidecarSets: {e}"))?;
-                            let whitelist = if patches_pod_metadata(&review) {
-                                read_patch_metadata_whitelist(client.as_ref(), pods.namespace())
-                                    .await?
-                            } else {
-                                None
-                            };
-                            Ok::<_, String>((sidecarsets, whitelist))
-                        };
-                        match read.await {
-                            Ok((sidecarsets, whitelist)) => crate::admission::Cluster {
-                                sidecarsets,
-                                patch_metadata: PatchMetadataRules {
-                                    whitelist,
-                                    defaults_allowed: gates.patch_pod_metadata_defaults_allowed,
-                                },
-                                ..Default::default()
-                            },
-                            Err(error) => {
-                                tracing::warn!(%error, "cannot read what a SidecarSet is validated against");
-                                let answer = crate::admission::unavailable(review, &error);
-                                metrics.observe(&label, "denied", began.elapsed().as_secs_f64());
-                                return Json(answer.review);
-                            }
-                        }
-                    } else {
-                        let classes = crate::admission::storage_classes_to_check(kind, &review);
-                        crate::admission::Cluster {
-                            storage_classes: read_storage_classes(client.as_ref(), classes).await,
-                            ..Default::default()
-                        }
-                    };
-                    let answer = match crate::admission::gate_refusal(kind, &gates) {
-                        Some(gate) => crate::admission::refuse_gate(review, gate),
-                        None => crate::admission::validate(kind, review, &cluster),
-                    };
-                    metrics.observe(
-                        &label,
-                        if answer.allowed { "allowed" } else { "denied" },
-                        began.elapsed().as_secs_f64(),
-                    );
-                    Json(answer.review)
-                },
-            ),
-        );
-    }
-    let pod_policy = policy.clone();
-    router = router.route(
-        crate::podprobemarker::VALIDATE_PATH,
-        admission_route(crate::podprobemarker::VALIDATE_PATH, move |review| {
-            std::future::ready(crate::podprobemarker::validate(
-                review,
-                gates.pod_probe_marker,
-                gates.kruise_daemon,
-            ))
-        }),
-    );
-    let spreads = pods.workloadspreads().cloned();
-    router = router.route(
-        VALIDATE_POD_PATH,
-        admission_route(VALIDATE_POD_PATH, move |review| {
-            let (pod_policy, spreads) = (pod_policy.clone(), spreads.clone());
-            async move {
-                // PodUnavailableBudget first: a WorkloadSpread slot is freed only for a deletion
-                // that is allowed.
-                let copy = spreads.as_ref().map(|_| review.clone());
-                // An eviction's Pod is read once, for both.
-                let evicted = match (&spreads, pod_policy.client()) {
-                    (Some(_), Some(client)) => evicted_pod(client, &review).await,
-                    _ => None,
-                };
-                let answer = pod_policy.review_pod_with(review, evicted.clone()).await;
-                if answer.allowed
-                    && let (Some(spreads), Some(copy)) = (&spreads, copy)
-                {
-                    spreads.review_pod_deletion(&copy, evicted.as_ref()).await;
-                }
-                answer
-            }
-        }),
-    );
-    for &path in DELETION_PATHS {
-        let policy = policy.clone();
-        router = router.route(
-            path,
-            admission_route(path, move |review| {
-                let policy = policy.clone();
-                async move { policy.review_deletion(review).await }
-            }),
-        );
-    }
-    router = router.route(
-        crate::ephemeraljob::VALIDATE_PATH,
-        admission_route(crate::ephemeraljob::VALIDATE_PATH, |review| {
-            std::future::ready(crate::ephemeraljob::validate(review))
-        }),
-    );
-    let budget_policy = policy.clone();
-    router = router.route(
-        crate::podunavailablebudget::VALIDATE_PATH,
-        admission_route(crate::podunavailablebudget::VALIDATE_PATH, move |review| {
-            let policy = budget_policy.clone();
-            async move {
-                crate::podunavailablebudget::validate(review, policy.gates(), policy.client()).await
-            }
-        }),
-    );
-    let (rd_client, rd_namespace) = (client.clone(), pods.namespace().to_owned());
-    router = router.route(
-        crate::resourcedistribution::VALIDATE_PATH,
-        admission_route(crate::resourcedistribution::VALIDATE_PATH, move |review| {
-            let (client, namespace) = (rd_client.clone(), rd_namespace.clone());
-            async move {
-                crate::resourcedistribution::validate_with(
-                    review,
-                    gates.resource_distribution,
-                    client.as_ref(),
-                    &namespace,
-                )
-                .await
-            }
-        }),
-    );
-    let pps_client = client.clone();
-    let pps_namespace = pods.namespace().to_owned();
-    let pps_states = pods
-        .persistent_pod_states()
-        .map(|hook| hook.states().clone());
-    router = router.route(
-        crate::persistentpodstate::VALIDATE_PATH,
-        admission_route(crate::persistentpodstate::VALIDATE_PATH, move |review| {
-            let (states, client, namespace) = (
-                pps_states.clone(),
-                pps_client.clone(),
-                pps_namespace.clone(),
-            );
-            async move {
-                crate::persistentpodstate::validate(
-                    review,
-                    states.as_ref(),
-                    client.as_ref(),
-                    &namespace,
-                )
-                .await
-            }
-        }),
-    );
-    let crr_client = client.clone();
-    router = router.route(
-        crate::containerrecreaterequest::MUTATE_PATH,
-        admission_route(
-            crate::containerrecreaterequest::MUTATE_PATH,
-            move |review| {
-                let client = crr_client.clone();
-                async move {
-                    crate::containerrecreaterequest::review(
-                        review,
-                        gates.kruise_daemon,
-                        client.as_ref(),
-                    )
-                    .await
-                }
-            },
-        ),
-    );
-    let spreads = pods.workloadspreads().cloned().unwrap_or_else(|| {
-        crate::workloadspread::WorkloadSpreads::new(client.clone(), None, Duration::from_secs(5))
-    });
-    router = router.route(
-        crate::workloadspread::VALIDATE_PATH,
-        admission_route(crate::workloadspread::VALIDATE_PATH, move |review| {
-            let spreads = spreads.clone();
-            async move { spreads.validate(review, gates.workload_spread).await }
-        }),
-    );
+    let router = Router::new().route("/healthz", get(|| async { "ok" }));
+    let router = pod_routes(router, &pods, &policy);
+    let router = workload_routes(router, client.as_ref(), &pods, gates);
+    let router = policy_routes(router, &policy);
+    let router = v1alpha1_routes(router, client.as_ref(), &pods, gates);
     let request_timeout = limits.request_timeout;
     router
         .route(
@@ -373,6 +143,282 @@ pub fn router_with(
             within(request_timeout, request, next)
         }))
         .with_state(metrics)
+}
+
+/// The Pod webhooks: `/mutate-pod` (injection, placement) and `/validate-pod` (budgets, then
+/// WorkloadSpread slots).
+fn pod_routes(router: Router<Metrics>, pods: &PodInjector, policy: &Policy) -> Router<Metrics> {
+    let injector = pods.clone();
+    let router = router.route(
+        MUTATE_POD_PATH,
+        post(
+            move |State(metrics): State<Metrics>,
+                  Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                let began = Instant::now();
+                let (answer, outcome) = injector.review(review).await;
+                metrics.observe(
+                    MUTATE_POD_PATH,
+                    outcome.label(),
+                    began.elapsed().as_secs_f64(),
+                );
+                Json(answer.review)
+            },
+        ),
+    );
+    let pod_policy = policy.clone();
+    let spreads = pods.workloadspreads().cloned();
+    router.route(
+        VALIDATE_POD_PATH,
+        admission_route(VALIDATE_POD_PATH, move |review| {
+            let (pod_policy, spreads) = (pod_policy.clone(), spreads.clone());
+            async move {
+                // PodUnavailableBudget first: a WorkloadSpread slot is freed only for a deletion
+                // that is allowed.
+                let copy = spreads.as_ref().map(|_| review.clone());
+                // An eviction's Pod is read once, for both.
+                let evicted = match (&spreads, pod_policy.client()) {
+                    (Some(_), Some(client)) => evicted_pod(client, &review).await,
+                    _ => None,
+                };
+                let answer = pod_policy.review_pod_with(review, evicted.clone()).await;
+                if answer.allowed
+                    && let (Some(spreads), Some(copy)) = (&spreads, copy)
+                {
+                    spreads.review_pod_deletion(&copy, evicted.as_ref()).await;
+                }
+                answer
+            }
+        }),
+    )
+}
+
+/// The defaulting and validating webhooks of the workload kinds ([`Kind::ALL`]).
+fn workload_routes(
+    mut router: Router<Metrics>,
+    client: Option<&kube::Client>,
+    pods: &PodInjector,
+    gates: Gates,
+) -> Router<Metrics> {
+    for &kind in Kind::ALL {
+        let path = mutate_path(kind);
+        let label = path.clone();
+        router = router.route(
+            &path,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let answer = crate::admission::mutate_with(kind, review, &gates);
+                    metrics.observe(
+                        &label,
+                        if answer.allowed { "allowed" } else { "denied" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
+        let path = validate_path(kind);
+        let label = path.clone();
+        let client = client.cloned();
+        let pods = pods.clone();
+        router = router.route(
+            &path,
+            post(
+                move |State(metrics): State<Metrics>,
+                      Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    let began = Instant::now();
+                    let answer =
+                        validate_workload(kind, review, client.as_ref(), &pods, gates, began).await;
+                    metrics.observe(
+                        &label,
+                        if answer.allowed { "allowed" } else { "denied" },
+                        began.elapsed().as_secs_f64(),
+                    );
+                    Json(answer.review)
+                },
+            ),
+        );
+    }
+    router
+}
+
+/// Validates a workload of `kind` against what the cluster holds that it must agree with: the
+/// other SidecarSets and the metadata whitelist for a SidecarSet, the storage classes of claim
+/// templates otherwise.
+async fn validate_workload(
+    kind: Kind,
+    review: AdmissionReview<DynamicObject>,
+    client: Option<&kube::Client>,
+    pods: &PodInjector,
+    gates: Gates,
+    began: Instant,
+) -> crate::admission::Answer {
+    let cluster = if kind == Kind::SidecarSet {
+        let read = async {
+            // Read-your-writes: the SidecarSets written (or deleted) before this one are in the
+            // cache the conflict check reads.
+            let late = pods
+                .catch_up_sidecarsets(tokio::time::Instant::from_std(began))
+                .await;
+            if !late.is_empty() {
+                tracing::warn!(%late, "SidecarSet conflict check decides on a cache not known to show every earlier write");
+            }
+            let sidecarsets = other_sidecarsets(pods, client)
+                .await
+                .map_err(|e| format!("listing SidecarSets: {e}"))?;
+            let whitelist = if patches_pod_metadata(&review) {
+                read_patch_metadata_whitelist(client, pods.namespace()).await?
+            } else {
+                None
+            };
+            Ok::<_, String>((sidecarsets, whitelist))
+        };
+        match read.await {
+            Ok((sidecarsets, whitelist)) => crate::admission::Cluster {
+                sidecarsets,
+                patch_metadata: PatchMetadataRules {
+                    whitelist,
+                    defaults_allowed: gates.patch_pod_metadata_defaults_allowed,
+                },
+                ..Default::default()
+            },
+            Err(error) => {
+                tracing::warn!(%error, "cannot read what a SidecarSet is validated against");
+                return crate::admission::unavailable(review, &error);
+            }
+        }
+    } else {
+        let classes = crate::admission::storage_classes_to_check(kind, &review);
+        crate::admission::Cluster {
+            storage_classes: read_storage_classes(client, classes).await,
+            ..Default::default()
+        }
+    };
+    match crate::admission::gate_refusal(kind, &gates) {
+        Some(gate) => crate::admission::refuse_gate(review, gate),
+        None => crate::admission::validate(kind, review, &cluster),
+    }
+}
+
+/// The deletion-protection webhooks and the PodUnavailableBudget validation.
+fn policy_routes(mut router: Router<Metrics>, policy: &Policy) -> Router<Metrics> {
+    for &path in DELETION_PATHS {
+        let policy = policy.clone();
+        router = router.route(
+            path,
+            admission_route(path, move |review| {
+                let policy = policy.clone();
+                async move { policy.review_deletion(review).await }
+            }),
+        );
+    }
+    let budget_policy = policy.clone();
+    router.route(
+        crate::podunavailablebudget::VALIDATE_PATH,
+        admission_route(crate::podunavailablebudget::VALIDATE_PATH, move |review| {
+            let policy = budget_policy.clone();
+            async move {
+                crate::podunavailablebudget::validate(review, policy.gates(), policy.client()).await
+            }
+        }),
+    )
+}
+
+/// The webhooks of the kinds served in v1alpha1 only (PodProbeMarker, EphemeralJob,
+/// ResourceDistribution, PersistentPodState, WorkloadSpread) and the ContainerRecreateRequest
+/// defaulting.
+fn v1alpha1_routes(
+    router: Router<Metrics>,
+    client: Option<&kube::Client>,
+    pods: &PodInjector,
+    gates: Gates,
+) -> Router<Metrics> {
+    let router = router
+        .route(
+            crate::podprobemarker::VALIDATE_PATH,
+            admission_route(crate::podprobemarker::VALIDATE_PATH, move |review| {
+                std::future::ready(crate::podprobemarker::validate(
+                    review,
+                    gates.pod_probe_marker,
+                    gates.kruise_daemon,
+                ))
+            }),
+        )
+        .route(
+            crate::ephemeraljob::VALIDATE_PATH,
+            admission_route(crate::ephemeraljob::VALIDATE_PATH, |review| {
+                std::future::ready(crate::ephemeraljob::validate(review))
+            }),
+        );
+    let (rd_client, rd_namespace) = (client.cloned(), pods.namespace().to_owned());
+    let router = router.route(
+        crate::resourcedistribution::VALIDATE_PATH,
+        admission_route(crate::resourcedistribution::VALIDATE_PATH, move |review| {
+            let (client, namespace) = (rd_client.clone(), rd_namespace.clone());
+            async move {
+                crate::resourcedistribution::validate_with(
+                    review,
+                    gates.resource_distribution,
+                    client.as_ref(),
+                    &namespace,
+                )
+                .await
+            }
+        }),
+    );
+    let pps_client = client.cloned();
+    let pps_namespace = pods.namespace().to_owned();
+    let pps_states = pods
+        .persistent_pod_states()
+        .map(|hook| hook.states().clone());
+    let router = router.route(
+        crate::persistentpodstate::VALIDATE_PATH,
+        admission_route(crate::persistentpodstate::VALIDATE_PATH, move |review| {
+            let (states, client, namespace) = (
+                pps_states.clone(),
+                pps_client.clone(),
+                pps_namespace.clone(),
+            );
+            async move {
+                crate::persistentpodstate::validate(
+                    review,
+                    states.as_ref(),
+                    client.as_ref(),
+                    &namespace,
+                )
+                .await
+            }
+        }),
+    );
+    let crr_client = client.cloned();
+    let router = router.route(
+        crate::containerrecreaterequest::MUTATE_PATH,
+        admission_route(
+            crate::containerrecreaterequest::MUTATE_PATH,
+            move |review| {
+                let client = crr_client.clone();
+                async move {
+                    crate::containerrecreaterequest::review(
+                        review,
+                        gates.kruise_daemon,
+                        client.as_ref(),
+                    )
+                    .await
+                }
+            },
+        ),
+    );
+    let spreads = pods.workloadspreads().cloned().unwrap_or_else(|| {
+        crate::workloadspread::WorkloadSpreads::new(client.cloned(), None, Duration::from_secs(5))
+    });
+    router.route(
+        crate::workloadspread::VALIDATE_PATH,
+        admission_route(crate::workloadspread::VALIDATE_PATH, move |review| {
+            let spreads = spreads.clone();
+            async move { spreads.validate(review, gates.workload_spread).await }
+        }),
+    )
 }
 
 /// Runs a request (body read included: the extractors read it in the handler) for at most `timeout`.
