@@ -164,24 +164,24 @@ fn forget_deleted(ctx: &Context) {
     }
 }
 
-async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error> {
-    let name = ss.name_any();
-    forget_deleted(ctx);
-    if ss.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut ex) = ctx.expectations.lock() {
-            ex.forget(&name);
-        }
-        ctx.metrics.missed_injections.remove(&SidecarSetLabels {
-            sidecarset: name.clone(),
-        });
-        if let Ok(mut memos) = ctx.verdicts.lock() {
-            memos.remove(&name);
-        }
-        return Ok(Action::await_change());
+/// Forgets what the controller holds of a SidecarSet being deleted.
+fn forget(ctx: &Context, name: &str) {
+    if let Ok(mut ex) = ctx.expectations.lock() {
+        ex.forget(name);
     }
-    // Wait until our own Pod patches show in the cache (bounded: expectations expire).
+    ctx.metrics.missed_injections.remove(&SidecarSetLabels {
+        sidecarset: name.to_owned(),
+    });
+    if let Ok(mut memos) = ctx.verdicts.lock() {
+        memos.remove(name);
+    }
+}
+
+/// Whether the caches show every write of the SidecarSet's last reconciles (its Pod patches, its
+/// revisions, its status), or their expectations expired.
+fn writes_shown(ctx: &Context, name: &str) -> bool {
     let check = match ctx.expectations.lock() {
-        Ok(mut ex) => ex.check(&name, Instant::now(), |e| match e.kind {
+        Ok(mut ex) => ex.check(name, Instant::now(), |e| match e.kind {
             "Pod" => {
                 let (ns, pod) = e.name.split_once('/').unwrap_or(("", e.name.as_str()));
                 e.satisfied_by(
@@ -209,23 +209,17 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     if !check.expired.is_empty() {
         ctx.metrics.expired(CONTROLLER, check.expired.len());
     }
-    if !check.satisfied() {
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
+    check.satisfied()
+}
 
-    let now = Timestamp::now();
-    let selector_set = ss
-        .spec
-        .selector
-        .as_ref()
-        .is_some_and(|s| !kruise_api::validation::selector_is_empty(s));
-    let candidates = if selector_set {
-        ctx.pods.select_lazily(None, |labels| {
-            ss.spec.selector.as_ref().is_some_and(|s| labels.matches(s))
-        })
-    } else {
-        Vec::new()
-    };
+/// The candidates' verdicts (memoized per SidecarSet): the Pods the SidecarSet manages, sorted,
+/// with their facts, and the Pods it should have been injected into and was not.
+fn judge_candidates(
+    ctx: &Context,
+    ss: &SidecarSet,
+    name: &str,
+    candidates: &[Selected],
+) -> (Vec<Selected>, Vec<PodFacts>, Vec<Arc<Pod>>) {
     let excluded = &ctx.config.excluded_namespaces;
     let judge = |pod: &Pod| {
         if upgrade::is_managed(ss, pod) {
@@ -247,11 +241,11 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         .verdicts
         .lock()
         .ok()
-        .and_then(|mut m| m.remove(&name))
+        .and_then(|mut m| m.remove(name))
         .unwrap_or_default();
-    let verdicts = memo.verdicts(ss, &candidates, judge);
+    let verdicts = memo.verdicts(ss, candidates, judge);
     if let Ok(mut m) = ctx.verdicts.lock() {
-        m.insert(name.clone(), memo);
+        m.insert(name.to_owned(), memo);
     }
     // Pods are decoded only where read: those judged anew above, and those the plan orders or
     // writes to (none in a settled SidecarSet).
@@ -266,6 +260,35 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     }
     managed.sort_by(|(a, _), (b, _)| a.key().cmp(b.key()));
     let (managed, facts): (Vec<Selected>, Vec<PodFacts>) = managed.into_iter().unzip();
+    (managed, facts, missed)
+}
+
+async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error> {
+    let name = ss.name_any();
+    forget_deleted(ctx);
+    if ss.metadata.deletion_timestamp.is_some() {
+        forget(ctx, &name);
+        return Ok(Action::await_change());
+    }
+    // Wait until our own Pod patches show in the cache (bounded: expectations expire).
+    if !writes_shown(ctx, &name) {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    let now = Timestamp::now();
+    let selector_set = ss
+        .spec
+        .selector
+        .as_ref()
+        .is_some_and(|s| !kruise_api::validation::selector_is_empty(s));
+    let candidates = if selector_set {
+        ctx.pods.select_lazily(None, |labels| {
+            ss.spec.selector.as_ref().is_some_and(|s| labels.matches(s))
+        })
+    } else {
+        Vec::new()
+    };
+    let (managed, facts, missed) = judge_candidates(ctx, ss, &name, &candidates);
     report_missed(ctx, ss, &missed).await;
 
     // History: the revision of the current sidecars, then the old ones nobody needs.
@@ -289,74 +312,13 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     truncate_history(ctx, ss, &candidates, &revisions, &latest).await?;
 
     // Upgrade.
-    let mut failure = None;
-    let mut more_to_upgrade = false;
-    // A Pod write lost a race (the Pod changed since it was read): soon decide again.
-    let mut raced = false;
-    // SidecarSetUpgradable entries to write: (Pod, upgradable).
-    let mut marks: Vec<(usize, bool)> = Vec::new();
-    // Whether this round upgrades any Pod.
-    let mut upgrading_now = false;
-    match upgrade::plan_upgrade(ss, &managed, &facts) {
-        Ok(plan) => {
-            // Hot upgrade: reset the old twins to the empty image first; the round ends there.
-            let flips = plan
-                .flip
-                .iter()
-                .map(|&i| reset_idle_twin(ctx, ss, managed[i].pod(), now))
-                .collect::<Vec<_>>();
-            let (error, lost) = concurrently(flips).await;
-            keep_first(&mut failure, error);
-            raced |= lost;
-            if !plan.not_upgradable.is_empty() {
-                let names: Vec<String> = plan
-                    .not_upgradable
-                    .iter()
-                    .map(|&i| managed[i].key().1.clone())
-                    .collect();
-                publish(
-                    ctx,
-                    ss,
-                    EventType::Normal,
-                    "NotUpgradablePods",
-                    // Upstream's wording, then which Pods (it names none).
-                    format!(
-                        "SidecarSet in-place update detected {} not upgradable pod(s) in this round, will skip them: {}",
-                        names.len(),
-                        names.join(", ")
-                    ),
-                    None,
-                )
-                .await;
-            }
-            // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
-            // merge into) does not hold up the others: every planned Pod is tried. A large plan is
-            // done in rounds, so that the status shows the rollout progressing.
-            let mut this_round = plan.upgrade.clone();
-            more_to_upgrade = crate::parallel::this_round(&mut this_round);
-            upgrading_now = !this_round.is_empty();
-            let upgrades = this_round
-                .iter()
-                .map(|&i| upgrade_pod(ctx, ss, managed[i].pod(), &latest_revision, now))
-                .collect::<Vec<_>>();
-            let (error, lost) = concurrently(upgrades).await;
-            keep_first(&mut failure, error);
-            raced |= lost;
-            // The SidecarSetUpgradable entries, level-triggered: whatever an entry should say now
-            // and does not (a refusal, a SidecarSet upgradable again, `true` after an in-place
-            // upgrade) is written, every reconcile, until it holds. Pods being upgraded this round
-            // are left to the next.
-            let upgrading: BTreeSet<usize> = plan.upgrade.iter().copied().collect();
-            let refused: BTreeSet<usize> = plan.not_upgradable.iter().copied().collect();
-            marks = facts
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !upgrading.contains(i))
-                .filter_map(|(i, f)| wanted_entry(f, refused.contains(&i)).map(|u| (i, u)))
-                .collect();
-        }
-        Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
-    }
+    let Round {
+        mut failure,
+        more_to_upgrade,
+        mut raced,
+        marks,
+        upgrading_now,
+    } = upgrade_round(ctx, ss, &managed, &facts, &latest_revision, now).await;
 
     // Status.
     let (matched, updated, ready, updated_ready) = upgrade::counts(&facts);
@@ -437,6 +399,109 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// What one round of upgrades did and left.
+struct Round {
+    /// The first error of the round (every planned Pod is tried all the same).
+    failure: Option<Error>,
+    /// The plan has more Pods than one round takes.
+    more_to_upgrade: bool,
+    /// A Pod write lost a race (the Pod changed since it was read): soon decide again.
+    raced: bool,
+    /// SidecarSetUpgradable entries to write: (Pod, upgradable).
+    marks: Vec<(usize, bool)>,
+    /// Whether this round upgrades any Pod.
+    upgrading_now: bool,
+}
+
+/// Plans the upgrade of the SidecarSet's Pods (`managed`, with their `facts`) and carries out this
+/// round of it: hot-upgrade twins reset, Pods upgraded to `latest_revision`, and the
+/// SidecarSetUpgradable entries the Pods should carry.
+async fn upgrade_round(
+    ctx: &Context,
+    ss: &SidecarSet,
+    managed: &[Selected],
+    facts: &[PodFacts],
+    latest_revision: &str,
+    now: Timestamp,
+) -> Round {
+    let mut failure = None;
+    let mut more_to_upgrade = false;
+    // A Pod write lost a race (the Pod changed since it was read): soon decide again.
+    let mut raced = false;
+    // SidecarSetUpgradable entries to write: (Pod, upgradable).
+    let mut marks: Vec<(usize, bool)> = Vec::new();
+    // Whether this round upgrades any Pod.
+    let mut upgrading_now = false;
+    match upgrade::plan_upgrade(ss, managed, facts) {
+        Ok(plan) => {
+            // Hot upgrade: reset the old twins to the empty image first; the round ends there.
+            let flips = plan
+                .flip
+                .iter()
+                .map(|&i| reset_idle_twin(ctx, ss, managed[i].pod(), now))
+                .collect::<Vec<_>>();
+            let (error, lost) = concurrently(flips).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
+            if !plan.not_upgradable.is_empty() {
+                let names: Vec<String> = plan
+                    .not_upgradable
+                    .iter()
+                    .map(|&i| managed[i].key().1.clone())
+                    .collect();
+                publish(
+                    ctx,
+                    ss,
+                    EventType::Normal,
+                    "NotUpgradablePods",
+                    // Upstream's wording, then which Pods (it names none).
+                    format!(
+                        "SidecarSet in-place update detected {} not upgradable pod(s) in this round, will skip them: {}",
+                        names.len(),
+                        names.join(", ")
+                    ),
+                    None,
+                )
+                .await;
+            }
+            // One Pod the SidecarSet cannot patch (say, an annotation patchPodMetadata cannot
+            // merge into) does not hold up the others: every planned Pod is tried. A large plan is
+            // done in rounds, so that the status shows the rollout progressing.
+            let mut this_round = plan.upgrade.clone();
+            more_to_upgrade = crate::parallel::this_round(&mut this_round);
+            upgrading_now = !this_round.is_empty();
+            let upgrades = this_round
+                .iter()
+                .map(|&i| upgrade_pod(ctx, ss, managed[i].pod(), latest_revision, now))
+                .collect::<Vec<_>>();
+            let (error, lost) = concurrently(upgrades).await;
+            keep_first(&mut failure, error);
+            raced |= lost;
+            // The SidecarSetUpgradable entries, level-triggered: whatever an entry should say now
+            // and does not (a refusal, a SidecarSet upgradable again, `true` after an in-place
+            // upgrade) is written, every reconcile, until it holds. Pods being upgraded this round
+            // are left to the next.
+            let upgrading: BTreeSet<usize> = plan.upgrade.iter().copied().collect();
+            let refused: BTreeSet<usize> = plan.not_upgradable.iter().copied().collect();
+            marks = facts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !upgrading.contains(i))
+                .filter_map(|(i, f)| wanted_entry(f, refused.contains(&i)).map(|u| (i, u)))
+                .collect();
+        }
+        Err(invalid) => failure = Some(Error::Invalid(invalid.to_string())),
+    }
+
+    Round {
+        failure,
+        more_to_upgrade,
+        raced,
+        marks,
+        upgrading_now,
+    }
 }
 
 /// When a reconcile writes the `SidecarSetUpgradable` entries it found wanting.
