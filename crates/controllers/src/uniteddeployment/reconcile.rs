@@ -138,9 +138,9 @@ fn expect(ctx: &Context, key: &str, expectation: Expectation) {
 async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action, Error> {
     let Owner {
         namespace,
-        name,
         key,
         uid,
+        ..
     } = match crate::driver::begin(ud, &ctx.expectations, |key, _| pending_unmet(ctx, key, ud)) {
         Ok(owner) => owner,
         Err(action) => return Ok(action),
@@ -161,170 +161,41 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     status::init(&mut new_status, ud);
 
     // Revisions.
-    let revisions = owned_revisions(ctx, &namespace, &uid);
-    let update = match Box::pin(update_revision(ctx, ud, &namespace, &revisions)).await {
-        Ok(Some(update)) => update,
-        Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
-        Err(error) => {
-            publish(
-                ctx,
-                ud,
-                EventType::Warning,
-                "FailedRevisionProvision",
-                error.to_string(),
-            )
-            .await;
-            return Err(error);
-        }
-    };
-    let update_name = update.name_any();
-    let current_name = if !old_status.current_revision.is_empty()
-        && revisions
-            .iter()
-            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
-    {
-        old_status.current_revision.clone()
-    } else {
-        update_name.clone()
+    let Some(Revisions {
+        owned: revisions,
+        current: current_name,
+        update: update_name,
+    }) = Box::pin(revisions_of(ctx, ud, &namespace, &uid, &old_status)).await?
+    else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
     };
     status::set_updated_condition(&mut new_status, &current_name, &update_name, now);
 
     // Subsets.
-    let mut recheck = Recheck::new(
-        Api::<UnitedDeployment>::namespaced(ctx.client.clone(), &namespace),
-        name.clone(),
-        uid.clone(),
-    );
-    let (groups, others) = match Box::pin(claim_subsets(ctx, ud, kind, &owner, &mut recheck)).await
-    {
-        Ok(found) => found,
-        Err(error) => {
-            publish(
-                ctx,
-                ud,
-                EventType::Warning,
-                "Failed FindSubsets",
-                error.to_string(),
-            )
-            .await;
-            return Err(error);
-        }
-    };
-    let existing = match Box::pin(delete_duplicates(ctx, &key, kind, groups)).await {
-        Ok(existing) => existing,
-        Err(error) => {
-            publish(
-                ctx,
-                ud,
-                EventType::Warning,
-                "FailedDeleteDuplicatedSubsets",
-                error.to_string(),
-            )
-            .await;
-            return Err(error);
-        }
-    };
-    let observed: BTreeMap<String, Observed> = existing
-        .into_iter()
-        .map(|(subset, object)| (subset, observe(ctx, kind, object, &update_name)))
-        .collect();
+    let (observed, others) =
+        Box::pin(find_subsets(ctx, ud, &key, kind, &owner, &update_name)).await?;
 
     // Adaptive scheduling: which subsets count as unschedulable.
-    let mut requeue = RESYNC;
-    let mut unschedulable: BTreeSet<String> = BTreeSet::new();
     let strategy = &ud.spec.topology.schedule_strategy;
-    let mut reservations = BTreeMap::new();
-    if strategy.should_reserve_unschedulable_pods() {
-        let (found, after) =
-            reservation::reserve(&ud.spec, &observed, &mut new_status, &update_name, now);
-        Box::pin(reservation::label_reserved(ctx, &key, &observed, &found)).await?;
-        if let Some(after) = after {
-            requeue = requeue.min(after);
-        }
-        unschedulable.extend(
-            found
-                .iter()
-                .filter(|(_, r)| r.unschedulable)
-                .map(|(s, _)| s.clone()),
-        );
-        reservations = found;
-    } else if strategy.is_adaptive() {
-        let critical =
-            Duration::from_secs(u64::try_from(strategy.reschedule_critical_seconds()).unwrap_or(0));
-        let window = Duration::from_secs(
-            u64::try_from(strategy.unschedulable_duration_seconds()).unwrap_or(0),
-        );
-        for (subset, seen) in &observed {
-            let Some(subset_status) = new_status
-                .subset_statuses
-                .iter_mut()
-                .find(|s| &s.name == subset)
-            else {
-                continue;
-            };
-            let condition = subset_status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == SUBSET_CONDITION_SCHEDULABLE)
-                .cloned();
-            let pods: Vec<&Pod> = seen.pods.iter().map(|p| p.as_ref()).collect();
-            let verdict = planner::adaptive_schedulable(
-                condition.as_ref(),
-                &pods,
-                seen.status_replicas,
-                seen.ready_replicas,
-                critical,
-                window,
-                now,
-            );
-            if let Some(condition) = verdict.condition {
-                planner::set_subset_condition(
-                    &mut subset_status.conditions,
-                    SUBSET_CONDITION_SCHEDULABLE,
-                    condition,
-                    now,
-                );
-            }
-            if verdict.unschedulable {
-                unschedulable.insert(subset.clone());
-            }
-            if let Some(after) = verdict.requeue_after {
-                requeue = requeue.min(after);
-            }
-        }
-    }
+    let Schedulability {
+        mut requeue,
+        unschedulable,
+        reservations,
+    } = Box::pin(schedulability(
+        ctx,
+        ud,
+        &key,
+        &observed,
+        &mut new_status,
+        &update_name,
+        now,
+    ))
+    .await?;
 
-    let allocation_input: BTreeMap<String, Existing> = observed
-        .iter()
-        .map(|(subset, seen)| {
-            (
-                subset.clone(),
-                Existing {
-                    spec_replicas: seen.spec_replicas,
-                    ready_replicas: seen.ready_replicas,
-                    unschedulable: unschedulable.contains(subset),
-                    marked_unschedulable: reservations
-                        .get(subset)
-                        .is_some_and(|r| r.marked_unschedulable),
-                    reserved_pods: reservations.get(subset).map_or(0, |r| r.reserved_pods),
-                },
-            )
-        })
-        .collect();
-    let next_replicas = match planner::allocate(&ud.spec, &allocation_input) {
-        Ok(next) => next,
-        Err(message) => {
-            tracing::warn!(uniteddeployment = %key, %message, "specified subset replicas are ineffective");
-            publish(
-                ctx,
-                ud,
-                EventType::Warning,
-                "Failed SpecifySubsetReplicas",
-                format!("Specified subset replicas is ineffective: {message}"),
-            )
-            .await;
-            return Ok(Action::requeue(Duration::from_secs(30)));
-        }
+    let Some(next_replicas) =
+        allocate_replicas(ctx, ud, &key, &observed, &unschedulable, &reservations).await
+    else {
+        return Ok(Action::requeue(Duration::from_secs(30)));
     };
     reservation::mark_recovered(
         &mut new_status,
@@ -397,6 +268,245 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     } else {
         Err(Error::Invalid(outcome.errors.join("; ")))
     }
+}
+
+/// The replicas of each subset ([`planner::allocate`]); `None` (and a Warning) when the specified
+/// subset replicas cannot be met.
+async fn allocate_replicas(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    key: &str,
+    observed: &BTreeMap<String, Observed>,
+    unschedulable: &BTreeSet<String>,
+    reservations: &BTreeMap<String, SubsetReservation>,
+) -> Option<BTreeMap<String, i32>> {
+    let allocation_input: BTreeMap<String, Existing> = observed
+        .iter()
+        .map(|(subset, seen)| {
+            (
+                subset.clone(),
+                Existing {
+                    spec_replicas: seen.spec_replicas,
+                    ready_replicas: seen.ready_replicas,
+                    unschedulable: unschedulable.contains(subset),
+                    marked_unschedulable: reservations
+                        .get(subset)
+                        .is_some_and(|r| r.marked_unschedulable),
+                    reserved_pods: reservations.get(subset).map_or(0, |r| r.reserved_pods),
+                },
+            )
+        })
+        .collect();
+    match planner::allocate(&ud.spec, &allocation_input) {
+        Ok(next) => Some(next),
+        Err(message) => {
+            tracing::warn!(uniteddeployment = %key, %message, "specified subset replicas are ineffective");
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "Failed SpecifySubsetReplicas",
+                format!("Specified subset replicas is ineffective: {message}"),
+            )
+            .await;
+            None
+        }
+    }
+}
+
+/// The UnitedDeployment's revisions: those it owns, its current one and its update one (created
+/// when missing; `None` until the cache shows it).
+struct Revisions {
+    owned: Vec<ControllerRevision>,
+    current: String,
+    update: String,
+}
+
+async fn revisions_of(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    namespace: &str,
+    uid: &str,
+    old_status: &UnitedDeploymentStatus,
+) -> Result<Option<Revisions>, Error> {
+    let revisions = owned_revisions(ctx, namespace, uid);
+    let update = match Box::pin(update_revision(ctx, ud, namespace, &revisions)).await {
+        Ok(Some(update)) => update,
+        Ok(None) => return Ok(None),
+        Err(error) => {
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "FailedRevisionProvision",
+                error.to_string(),
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    let update_name = update.name_any();
+    let current_name = if !old_status.current_revision.is_empty()
+        && revisions
+            .iter()
+            .any(|r| r.metadata.name.as_deref() == Some(old_status.current_revision.as_str()))
+    {
+        old_status.current_revision.clone()
+    } else {
+        update_name.clone()
+    };
+    Ok(Some(Revisions {
+        owned: revisions,
+        current: current_name,
+        update: update_name,
+    }))
+}
+
+/// The subset workloads of the template's kind, claimed and one per subset (duplicates deleted),
+/// as observed, and the owned workloads of other kinds (to delete).
+async fn find_subsets(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    key: &str,
+    kind: TemplateKind,
+    owner: &OwnerReference,
+    update_name: &str,
+) -> Result<
+    (
+        BTreeMap<String, Observed>,
+        Vec<(TemplateKind, Arc<DynamicObject>)>,
+    ),
+    Error,
+> {
+    let namespace = ud.namespace().unwrap_or_default();
+    let mut recheck = Recheck::new(
+        Api::<UnitedDeployment>::namespaced(ctx.client.clone(), &namespace),
+        ud.name_any(),
+        owner.uid.clone(),
+    );
+    let (groups, others) = match Box::pin(claim_subsets(ctx, ud, kind, owner, &mut recheck)).await {
+        Ok(found) => found,
+        Err(error) => {
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "Failed FindSubsets",
+                error.to_string(),
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    let existing = match Box::pin(delete_duplicates(ctx, key, kind, groups)).await {
+        Ok(existing) => existing,
+        Err(error) => {
+            publish(
+                ctx,
+                ud,
+                EventType::Warning,
+                "FailedDeleteDuplicatedSubsets",
+                error.to_string(),
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    let observed: BTreeMap<String, Observed> = existing
+        .into_iter()
+        .map(|(subset, object)| (subset, observe(ctx, kind, object, update_name)))
+        .collect();
+
+    Ok((observed, others))
+}
+
+/// Which subsets count as unschedulable, and when to look again.
+struct Schedulability {
+    requeue: Duration,
+    unschedulable: BTreeSet<String>,
+    /// Per subset, the Pods reserved as unschedulable (`reserveUnschedulablePods`).
+    reservations: BTreeMap<String, SubsetReservation>,
+}
+
+/// The adaptive schedule strategy's view of the subsets: with `reserveUnschedulablePods`, the
+/// reserved Pods (labelled); otherwise each subset's `Schedulable` condition in `new_status`.
+async fn schedulability(
+    ctx: &Context,
+    ud: &UnitedDeployment,
+    key: &str,
+    observed: &BTreeMap<String, Observed>,
+    new_status: &mut UnitedDeploymentStatus,
+    update_name: &str,
+    now: Timestamp,
+) -> Result<Schedulability, Error> {
+    let mut requeue = RESYNC;
+    let mut unschedulable: BTreeSet<String> = BTreeSet::new();
+    let strategy = &ud.spec.topology.schedule_strategy;
+    let mut reservations = BTreeMap::new();
+    if strategy.should_reserve_unschedulable_pods() {
+        let (found, after) = reservation::reserve(&ud.spec, observed, new_status, update_name, now);
+        Box::pin(reservation::label_reserved(ctx, key, observed, &found)).await?;
+        if let Some(after) = after {
+            requeue = requeue.min(after);
+        }
+        unschedulable.extend(
+            found
+                .iter()
+                .filter(|(_, r)| r.unschedulable)
+                .map(|(s, _)| s.clone()),
+        );
+        reservations = found;
+    } else if strategy.is_adaptive() {
+        let critical =
+            Duration::from_secs(u64::try_from(strategy.reschedule_critical_seconds()).unwrap_or(0));
+        let window = Duration::from_secs(
+            u64::try_from(strategy.unschedulable_duration_seconds()).unwrap_or(0),
+        );
+        for (subset, seen) in observed {
+            let Some(subset_status) = new_status
+                .subset_statuses
+                .iter_mut()
+                .find(|s| &s.name == subset)
+            else {
+                continue;
+            };
+            let condition = subset_status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == SUBSET_CONDITION_SCHEDULABLE)
+                .cloned();
+            let pods: Vec<&Pod> = seen.pods.iter().map(|p| p.as_ref()).collect();
+            let verdict = planner::adaptive_schedulable(
+                condition.as_ref(),
+                &pods,
+                seen.status_replicas,
+                seen.ready_replicas,
+                critical,
+                window,
+                now,
+            );
+            if let Some(condition) = verdict.condition {
+                planner::set_subset_condition(
+                    &mut subset_status.conditions,
+                    SUBSET_CONDITION_SCHEDULABLE,
+                    condition,
+                    now,
+                );
+            }
+            if verdict.unschedulable {
+                unschedulable.insert(subset.clone());
+            }
+            if let Some(after) = verdict.requeue_after {
+                requeue = requeue.min(after);
+            }
+        }
+    }
+
+    Ok(Schedulability {
+        requeue,
+        unschedulable,
+        reservations,
+    })
 }
 
 fn owned_revisions(ctx: &Context, namespace: &str, uid: &str) -> Vec<ControllerRevision> {
