@@ -179,6 +179,124 @@ fn api_resource(kind: &str) -> Option<ApiResource> {
     }
 }
 
+/// The copies of one distribution's resource: what is written where.
+struct Copies<'a> {
+    client: &'a Client,
+    api_resource: &'a ApiResource,
+    distribution: &'a str,
+    resource: &'a Value,
+    source: &'a Source<'a>,
+    /// The objects of the resource's kind and name, by namespace.
+    existing: &'a BTreeMap<String, Value>,
+}
+
+impl Copies<'_> {
+    /// Creates or updates the copy in each targeted namespace (given with what it holds); the
+    /// failures, and how many namespaces hold a current copy.
+    async fn distribute<'n>(
+        &self,
+        namespaces: impl Iterator<Item = (&'n str, Existing)>,
+    ) -> (Vec<Failure>, usize) {
+        let (_, kind, resource_name) = rd::identity(self.resource);
+        let mut failures = Vec::new();
+        let mut succeeded = 0usize;
+        for (namespace, existing) in namespaces {
+            let step = decide::distribute(existing);
+            if let Some((condition, reason)) = decide::reported(step) {
+                failures.push(Failure {
+                    condition,
+                    namespace: namespace.to_owned(),
+                    reason: reason.into(),
+                });
+                continue;
+            }
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, self.api_resource);
+            let outcome = match step {
+                Step::Create => {
+                    let copy = decide::new_copy(self.resource, namespace, self.source);
+                    match serde_json::from_value::<DynamicObject>(copy) {
+                        Ok(object) => api
+                            .create(&PostParams::default(), &object)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| (rd::CONDITION_CREATE_FAILED, e.to_string())),
+                        Err(error) => Err((rd::CONDITION_CREATE_FAILED, error.to_string())),
+                    }
+                }
+                Step::Update => {
+                    let copy = self.existing.get(namespace).cloned().unwrap_or_default();
+                    let patch = decide::update_patch(&copy, self.resource, self.source);
+                    api.patch(
+                        resource_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| (rd::CONDITION_UPDATE_FAILED, e.to_string()))
+                }
+                _ => Ok(()),
+            };
+            match outcome {
+                Ok(()) => {
+                    if matches!(step, Step::Create | Step::Update) {
+                        tracing::info!(distribution = %self.distribution, namespace = %namespace, kind, resource = resource_name, ?step, "distributed");
+                    }
+                    succeeded += 1;
+                }
+                Err((condition, reason)) => failures.push(Failure {
+                    condition,
+                    namespace: namespace.to_owned(),
+                    reason,
+                }),
+            }
+        }
+        (failures, succeeded)
+    }
+
+    /// Deletes the distribution's copies from the namespaces no longer targeted.
+    async fn clean<'n>(
+        &self,
+        namespaces: impl Iterator<Item = (&'n str, Existing)>,
+    ) -> Vec<Failure> {
+        let (_, kind, resource_name) = rd::identity(self.resource);
+        let mut failures = Vec::new();
+        for (namespace, existing) in namespaces {
+            if decide::clean(existing) != Step::Delete {
+                continue;
+            }
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, self.api_resource);
+            let uid = self
+                .existing
+                .get(namespace)
+                .and_then(|c| c.pointer("/metadata/uid"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid,
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(resource_name, &params).await {
+                Ok(_) => {
+                    tracing::info!(distribution = %self.distribution, namespace = %namespace, kind, resource = resource_name, "deleted a copy no longer targeted");
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => failures.push(Failure {
+                    condition: rd::CONDITION_DELETE_FAILED,
+                    namespace: namespace.to_owned(),
+                    reason: error.to_string(),
+                }),
+            }
+        }
+        failures
+    }
+}
+
 async fn reconcile(
     distribution: Arc<ResourceDistribution>,
     ctx: Arc<Context>,
@@ -274,90 +392,22 @@ async fn reconcile(
     };
 
     // Act.
-    let mut failures = Vec::new();
-    let mut succeeded = 0usize;
-    for namespace in &matched {
-        let step = decide::distribute(state(namespace));
-        if let Some((condition, reason)) = decide::reported(step) {
-            failures.push(Failure {
-                condition,
-                namespace: namespace.clone(),
-                reason: reason.into(),
-            });
-            continue;
-        }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), namespace, &api_resource);
-        let outcome = match step {
-            Step::Create => {
-                let copy = decide::new_copy(resource, namespace, &source);
-                match serde_json::from_value::<DynamicObject>(copy) {
-                    Ok(object) => api
-                        .create(&PostParams::default(), &object)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| (rd::CONDITION_CREATE_FAILED, e.to_string())),
-                    Err(error) => Err((rd::CONDITION_CREATE_FAILED, error.to_string())),
-                }
-            }
-            Step::Update => {
-                let copy = existing.get(namespace).cloned().unwrap_or_default();
-                let patch = decide::update_patch(&copy, resource, &source);
-                api.patch(
-                    resource_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| (rd::CONDITION_UPDATE_FAILED, e.to_string()))
-            }
-            _ => Ok(()),
-        };
-        match outcome {
-            Ok(()) => {
-                if matches!(step, Step::Create | Step::Update) {
-                    tracing::info!(distribution = %name, namespace = %namespace, kind, resource = resource_name, ?step, "distributed");
-                }
-                succeeded += 1;
-            }
-            Err((condition, reason)) => failures.push(Failure {
-                condition,
-                namespace: namespace.clone(),
-                reason,
-            }),
-        }
-    }
-    for namespace in &unmatched {
-        if decide::clean(state(namespace)) != Step::Delete {
-            continue;
-        }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), namespace, &api_resource);
-        let uid = existing
-            .get(namespace)
-            .and_then(|c| c.pointer("/metadata/uid"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid,
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(resource_name, &params).await {
-            Ok(_) => {
-                tracing::info!(distribution = %name, namespace = %namespace, kind, resource = resource_name, "deleted a copy no longer targeted");
-            }
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => failures.push(Failure {
-                condition: rd::CONDITION_DELETE_FAILED,
-                namespace: namespace.clone(),
-                reason: error.to_string(),
-            }),
-        }
-    }
+    let copies = Copies {
+        client: &ctx.client,
+        api_resource: &api_resource,
+        distribution: &name,
+        resource,
+        source: &source,
+        existing: &existing,
+    };
+    let (mut failures, succeeded) = copies
+        .distribute(matched.iter().map(|ns| (ns.as_str(), state(ns))))
+        .await;
+    failures.extend(
+        copies
+            .clean(unmatched.iter().map(|ns| (ns.as_str(), state(ns))))
+            .await,
+    );
     if let Ok(mut remembered) = ctx.matched.lock() {
         remembered.insert(name.clone(), matched.clone());
     }
