@@ -108,6 +108,97 @@ fn raced<T>(
     }
 }
 
+/// A finished list: deleted once `ttlSecondsAfterFinished` has passed since `done`.
+async fn after_completion(
+    api: &Api<ImageListPullJob>,
+    list: &ImageListPullJob,
+    key: &str,
+    done: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Result<Action, Error> {
+    let name = list.name_any();
+    match imagepull::ttl_left(
+        Some(done),
+        list.spec().completion_policy.ttl_seconds_after_finished,
+        Timestamp::now(),
+    ) {
+        None => Ok(Action::await_change()),
+        Some(left) if left.is_positive() => Ok(Action::requeue(
+            Duration::try_from(left).unwrap_or(Duration::from_secs(1)),
+        )),
+        Some(_) => {
+            let params = DeleteParams {
+                preconditions: list.metadata.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            tracing::info!(
+                list = key,
+                "deleting ImageListPullJob for ttlSecondsAfterFinished"
+            );
+            raced(api.delete(&name, &params).await, || {
+                format!("deleting ImageListPullJob {key} after its TTL")
+            })
+        }
+    }
+}
+
+/// Creates an ImagePullJob for each of `images`, from the list's template (labelled with its
+/// `hash`), expecting each in the cache; how many were created.
+async fn create_jobs(
+    ctx: &Context,
+    list: &ImageListPullJob,
+    jobs_api: &Api<ImagePullJob>,
+    images: &[String],
+    hash: &str,
+) -> Result<usize, Error> {
+    let namespace = list.namespace().unwrap_or_default();
+    let name = list.name_any();
+    let key = format!("{namespace}/{name}");
+    let uid = list.metadata.uid.clone().unwrap_or_default();
+    let spec = list.spec();
+    let mut created = 0;
+    for image in images {
+        let job = ImagePullJob {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                namespace: Some(namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    imagepull::LABEL_TEMPLATE_HASH.to_owned(),
+                    hash.to_owned(),
+                )])),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: ImageListPullJob::api_version(&()).into_owned(),
+                    kind: ImageListPullJob::kind(&()).into_owned(),
+                    name: name.clone(),
+                    uid: uid.clone(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..Default::default()
+            },
+            spec: imagepull::job_spec_for(spec, image),
+            status: None,
+        };
+        let made = jobs_api
+            .create(&PostParams::default(), &job)
+            .await
+            .context(|| {
+                format!("creating the ImagePullJob of {image} for ImageListPullJob {key}")
+            })?;
+        tracing::info!(
+            list = key,
+            job = made.name_any(),
+            image,
+            "created ImagePullJob"
+        );
+        ctx.expect(&uid, Expectation::exists(JOB, made.name_any()));
+        created += 1;
+    }
+    Ok(created)
+}
+
 async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = list.namespace().unwrap_or_default();
     let name = list.name_any();
@@ -137,32 +228,7 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
     }
     let status = list.status.as_ref();
     if let Some(done) = status.and_then(|s| s.completion_time.as_ref()) {
-        return match imagepull::ttl_left(
-            Some(done),
-            spec.completion_policy.ttl_seconds_after_finished,
-            Timestamp::now(),
-        ) {
-            None => Ok(Action::await_change()),
-            Some(left) if left.is_positive() => Ok(Action::requeue(
-                Duration::try_from(left).unwrap_or(Duration::from_secs(1)),
-            )),
-            Some(_) => {
-                let params = DeleteParams {
-                    preconditions: list.metadata.uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                tracing::info!(
-                    list = key,
-                    "deleting ImageListPullJob for ttlSecondsAfterFinished"
-                );
-                raced(api.delete(&name, &params).await, || {
-                    format!("deleting ImageListPullJob {key} after its TTL")
-                })
-            }
-        };
+        return after_completion(&api, &list, &key, done).await;
     }
     if ctx.jobs.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(RACE_RETRY));
@@ -215,44 +281,7 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         })
         .collect();
     let actions = imagepull::list_actions(spec, &hash, &current);
-    let mut created = 0;
-    for image in &actions.create {
-        let job = ImagePullJob {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}-")),
-                namespace: Some(namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    imagepull::LABEL_TEMPLATE_HASH.to_owned(),
-                    hash.clone(),
-                )])),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: ImageListPullJob::api_version(&()).into_owned(),
-                    kind: ImageListPullJob::kind(&()).into_owned(),
-                    name: name.clone(),
-                    uid: uid.clone(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]),
-                ..Default::default()
-            },
-            spec: imagepull::job_spec_for(spec, image),
-            status: None,
-        };
-        let made = jobs_api
-            .create(&PostParams::default(), &job)
-            .await
-            .context(|| {
-                format!("creating the ImagePullJob of {image} for ImageListPullJob {key}")
-            })?;
-        tracing::info!(
-            list = key,
-            job = made.name_any(),
-            image,
-            "created ImagePullJob"
-        );
-        ctx.expect(&uid, Expectation::exists(JOB, made.name_any()));
-        created += 1;
-    }
+    let created = create_jobs(&ctx, &list, &jobs_api, &actions.create, &hash).await?;
     if created > 0 {
         publish(
             &ctx,
