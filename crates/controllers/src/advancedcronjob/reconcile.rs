@@ -122,22 +122,15 @@ async fn event(ctx: &Context, acj: &AdvancedCronJob, type_: EventType, reason: &
     }
 }
 
-async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action, Error> {
-    let namespace = acj.namespace().unwrap_or_default();
-    let name = acj.name_any();
-    let Some(uid) = acj.metadata.uid.clone() else {
-        return Ok(Action::await_change());
-    };
-    if acj.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let kind = acj.spec.template.kind();
+/// The jobs of the template's `kind` the cron job owns, as its plan reads them; `None` until
+/// their cache is listed.
+fn owned_jobs(ctx: &Context, kind: &str, namespace: &str, uid: &str) -> Option<Vec<Owned>> {
     let jobs = match kind {
         TEMPLATE_JOB => {
             if !listed(&ctx.jobs) {
-                return Ok(Action::requeue(NOT_LISTED_RETRY));
+                return None;
             }
-            owned(&ctx.jobs, &namespace, &uid, |job: &Job| {
+            owned(&ctx.jobs, namespace, uid, |job: &Job| {
                 let status = job.status.as_ref();
                 let conditions = status
                     .and_then(|s| s.conditions.clone())
@@ -152,34 +145,29 @@ async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action,
         }
         TEMPLATE_BROADCAST_JOB => {
             if !listed(&ctx.broadcastjobs) {
-                return Ok(Action::requeue(NOT_LISTED_RETRY));
+                return None;
             }
-            owned(
-                &ctx.broadcastjobs,
-                &namespace,
-                &uid,
-                |job: &BroadcastJob| {
-                    let status = job.status.as_ref();
-                    let conditions = status
-                        .map(|s| s.conditions.clone())
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|c| (c.type_, c.status));
-                    (
-                        finished(conditions),
-                        status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
-                    )
-                },
-            )
+            owned(&ctx.broadcastjobs, namespace, uid, |job: &BroadcastJob| {
+                let status = job.status.as_ref();
+                let conditions = status
+                    .map(|s| s.conditions.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| (c.type_, c.status));
+                (
+                    finished(conditions),
+                    status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+                )
+            })
         }
         _ => {
             if !listed(&ctx.imagelistpulljobs) {
-                return Ok(Action::requeue(NOT_LISTED_RETRY));
+                return None;
             }
             owned(
                 &ctx.imagelistpulljobs,
-                &namespace,
-                &uid,
+                namespace,
+                uid,
                 |list: &ImageListPullJob| {
                     let status = list.status.clone().unwrap_or_default();
                     (
@@ -193,6 +181,87 @@ async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action,
                 },
             )
         }
+    };
+    Some(jobs)
+}
+
+/// Starts the run that is due: the jobs it replaces deleted first, then the new job.
+async fn run_scheduled(
+    ctx: &Context,
+    acj: &AdvancedCronJob,
+    kind: &str,
+    jobs: &[Owned],
+    run: &cron::Run,
+) -> Result<(), Error> {
+    let namespace = acj.namespace().unwrap_or_default();
+    let name = acj.name_any();
+    let uid = acj.metadata.uid.clone().unwrap_or_default();
+    let schedule = cron::for_cron_job(
+        &acj.spec.schedule,
+        acj.spec.time_zone.as_deref(),
+        &ctx.config.local_time_zone,
+    );
+    for &i in &run.replace {
+        if !delete(ctx, kind, &namespace, &jobs[i]).await {
+            return Err(Error::Invalid(format!(
+                "cannot delete the running job {} to replace it",
+                jobs[i].name
+            )));
+        }
+        event(
+            ctx,
+            acj,
+            EventType::Normal,
+            "SuccessfulDelete",
+            format!("Deleted job {}", jobs[i].name),
+        )
+        .await;
+    }
+    let tz = schedule
+        .as_ref()
+        .map(|s| s.time_zone().clone())
+        .unwrap_or_else(|_| ctx.config.local_time_zone.clone());
+    let job_name = cron::job_name(&name, run.scheduled);
+    let scheduled_at = cron::scheduled_at(run.scheduled, &tz);
+    match create(ctx, acj, &uid, &job_name, &scheduled_at).await {
+        Ok(true) => {
+            event(
+                ctx,
+                acj,
+                EventType::Normal,
+                "SuccessfulCreate",
+                format!("Created job {job_name}"),
+            )
+            .await;
+        }
+        // Created before (a reconcile on a cache that did not show it yet): nothing to do.
+        Ok(false) => {}
+        Err(error) => {
+            event(
+                ctx,
+                acj,
+                EventType::Warning,
+                "FailedCreate",
+                format!("Error creating job {job_name}: {error}"),
+            )
+            .await;
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action, Error> {
+    let namespace = acj.namespace().unwrap_or_default();
+    let Some(uid) = acj.metadata.uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if acj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let kind = acj.spec.template.kind();
+    let Some(jobs) = owned_jobs(ctx, kind, &namespace, &uid) else {
+        return Ok(Action::requeue(NOT_LISTED_RETRY));
     };
     let spec = &acj.spec;
     let policy = Policy {
@@ -278,53 +347,7 @@ async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action,
     let Some(run) = &plan.run else {
         return Ok(requeue);
     };
-    for &i in &run.replace {
-        if !delete(ctx, kind, &namespace, &jobs[i]).await {
-            return Err(Error::Invalid(format!(
-                "cannot delete the running job {} to replace it",
-                jobs[i].name
-            )));
-        }
-        event(
-            ctx,
-            acj,
-            EventType::Normal,
-            "SuccessfulDelete",
-            format!("Deleted job {}", jobs[i].name),
-        )
-        .await;
-    }
-    let tz = schedule
-        .as_ref()
-        .map(|s| s.time_zone().clone())
-        .unwrap_or_else(|_| ctx.config.local_time_zone.clone());
-    let job_name = cron::job_name(&name, run.scheduled);
-    let scheduled_at = cron::scheduled_at(run.scheduled, &tz);
-    match create(ctx, acj, &uid, &job_name, &scheduled_at).await {
-        Ok(true) => {
-            event(
-                ctx,
-                acj,
-                EventType::Normal,
-                "SuccessfulCreate",
-                format!("Created job {job_name}"),
-            )
-            .await;
-        }
-        // Created before (a reconcile on a cache that did not show it yet): nothing to do.
-        Ok(false) => {}
-        Err(error) => {
-            event(
-                ctx,
-                acj,
-                EventType::Warning,
-                "FailedCreate",
-                format!("Error creating job {job_name}: {error}"),
-            )
-            .await;
-            return Err(error);
-        }
-    }
+    run_scheduled(ctx, acj, kind, &jobs, run).await?;
     Ok(requeue)
 }
 
