@@ -222,40 +222,15 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     }
 
     // Status.
-    let selector = label_selector_string(cs);
-    let computed = status::compute(&Inputs {
-        cs,
-        pods: &active,
-        current_revision: &current_name,
-        update_revision: &update_name,
-        collision_count: old_status.collision_count,
-        label_selector: selector,
+    let status_requeue = record_status(
+        &actor,
+        &active,
+        (&current_name, &update_name),
+        old_status.collision_count,
+        (&failed_scale, &failed_update),
         now,
-    });
-    let mut new_status = computed.status;
-    for (type_, failure) in [
-        (CONDITION_FAILED_SCALE, &failed_scale),
-        (CONDITION_FAILED_UPDATE, &failed_update),
-    ] {
-        match failure {
-            Some(message) => status::set_condition(
-                &mut new_status,
-                status::condition(type_, "True", "", message.clone(), now),
-            ),
-            None => status::remove_condition(&mut new_status, type_),
-        }
-    }
-    for (reason, failure) in [
-        ("FailedScale", &failed_scale),
-        ("FailedUpdate", &failed_update),
-    ] {
-        if let Some(message) = failure {
-            actor
-                .event(EventType::Warning, reason, message.clone())
-                .await;
-        }
-    }
-    write_status(ctx, cs, &namespace, cs.status.as_ref(), &new_status).await?;
+    )
+    .await?;
     truncate_pods_to_delete(ctx, cs, &namespace, &name, &active).await?;
     truncate_history(
         ctx,
@@ -271,11 +246,60 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     if let Some(error) = failed_scale.or(failed_update) {
         return Err(Error::Invalid(error));
     }
-    let mut after = computed.requeue.unwrap_or(RESYNC).min(RESYNC);
+    let mut after = status_requeue.unwrap_or(RESYNC).min(RESYNC);
     if let Some(a) = outcome.after {
         after = after.min(a);
     }
     Ok(Action::requeue(after.max(Duration::from_millis(100))))
+}
+
+/// Computes and writes the CloneSet's status (with the FailedScale / FailedUpdate conditions and
+/// Warnings of this reconcile); when the status wants a look again.
+async fn record_status(
+    actor: &Actor<'_>,
+    active: &[Pod],
+    (current_name, update_name): (&str, &str),
+    collision_count: Option<i32>,
+    (failed_scale, failed_update): (&Option<String>, &Option<String>),
+    now: Timestamp,
+) -> Result<Option<Duration>, Error> {
+    let (ctx, cs) = (actor.ctx, actor.cs);
+    let namespace = cs.namespace().unwrap_or_default();
+    let selector = label_selector_string(cs);
+    let computed = status::compute(&Inputs {
+        cs,
+        pods: active,
+        current_revision: current_name,
+        update_revision: update_name,
+        collision_count,
+        label_selector: selector,
+        now,
+    });
+    let mut new_status = computed.status;
+    for (type_, failure) in [
+        (CONDITION_FAILED_SCALE, failed_scale),
+        (CONDITION_FAILED_UPDATE, failed_update),
+    ] {
+        match failure {
+            Some(message) => status::set_condition(
+                &mut new_status,
+                status::condition(type_, "True", "", message.clone(), now),
+            ),
+            None => status::remove_condition(&mut new_status, type_),
+        }
+    }
+    for (reason, failure) in [
+        ("FailedScale", failed_scale),
+        ("FailedUpdate", failed_update),
+    ] {
+        if let Some(message) = failure {
+            actor
+                .event(EventType::Warning, reason, message.clone())
+                .await;
+        }
+    }
+    write_status(ctx, cs, &namespace, cs.status.as_ref(), &new_status).await?;
+    Ok(computed.requeue)
 }
 
 fn label_selector_string(cs: &CloneSet) -> String {
