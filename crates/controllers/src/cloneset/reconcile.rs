@@ -164,29 +164,11 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     };
     let current_view = find(&current_name).unwrap_or(update_view);
     if ctx.config.pre_download {
-        super::predownload::sync(
-            &actor,
-            &super::predownload::Rollout {
-                revisions: &revisions,
-                current: current_view.name,
-                update: &update_name,
-                current_template: current_view.template,
-                update_template: update_view.template,
-            },
-        )
-        .await;
+        pre_download(&actor, &revisions, current_view, update_view).await;
     }
 
     let node_labels = node_labels(ctx, cs, &active);
-    let vct_hashes: BTreeMap<String, String> = revisions
-        .iter()
-        .filter_map(|r| {
-            let hash = r
-                .annotations()
-                .get(kruise_core::revision::ANNOTATION_VCT_HASH)?;
-            Some((r.name_any(), hash.clone()))
-        })
-        .collect();
+    let vct_hashes = vct_hashes(&revisions);
     let snapshot = Snapshot {
         cs,
         pods: &active,
@@ -199,27 +181,9 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         settings: ctx.config.settings,
     };
 
-    // Scale first; update only when scaling changed nothing (failed or not, as upstream: a
-    // deletion a PodUnavailableBudget refuses must not keep unready Pods from being updated).
-    let mut outcome = Outcome::default();
-    let mut failed_update: Option<String> = None;
-    let (failed_scale, scale_decided) = match decide::scale_step(&snapshot) {
-        Ok(step) => {
-            let (done, failure) = scale(&actor, &snapshot, step, &pvcs, &inactive).await;
-            outcome.merge(done);
-            (failure.map(|error| error.to_string()), true)
-        }
-        Err(invalid) => (Some(invalid.to_string()), false),
-    };
-    if !outcome.modified && scale_decided {
-        match decide::update_step(&snapshot) {
-            Ok(step) => match update(&actor, &snapshot, step).await {
-                Ok(o) => outcome.merge(o),
-                Err(error) => failed_update = Some(error.to_string()),
-            },
-            Err(invalid) => failed_update = Some(invalid.to_string()),
-        }
-    }
+    // Scale first; update only when scaling changed nothing.
+    let (outcome, failed_scale, failed_update) =
+        scale_or_update(&actor, &snapshot, &pvcs, &inactive).await;
 
     // Status.
     let status_requeue = record_status(
@@ -251,6 +215,73 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         after = after.min(a);
     }
     Ok(Action::requeue(after.max(Duration::from_millis(100))))
+}
+
+/// The volumeClaimTemplates hash of each revision that records one, by revision name.
+fn vct_hashes(revisions: &[ControllerRevision]) -> BTreeMap<String, String> {
+    revisions
+        .iter()
+        .filter_map(|r| {
+            let hash = r
+                .annotations()
+                .get(kruise_core::revision::ANNOTATION_VCT_HASH)?;
+            Some((r.name_any(), hash.clone()))
+        })
+        .collect()
+}
+
+/// Pulls the update revision's images ahead of the rollout (`PreDownloadImageForInPlaceUpdate`).
+async fn pre_download(
+    actor: &Actor<'_>,
+    revisions: &[ControllerRevision],
+    current: Revision<'_>,
+    update: Revision<'_>,
+) {
+    super::predownload::sync(
+        actor,
+        &super::predownload::Rollout {
+            revisions,
+            current: current.name,
+            update: update.name,
+            current_template: current.template,
+            update_template: update.template,
+        },
+    )
+    .await;
+}
+
+/// Scales, and updates only when scaling changed nothing (failed or not, as upstream: a deletion
+/// a PodUnavailableBudget refuses must not keep unready Pods from being updated). What was done,
+/// and why scaling or updating failed.
+async fn scale_or_update(
+    actor: &Actor<'_>,
+    snapshot: &Snapshot<'_>,
+    pvcs: &[PersistentVolumeClaim],
+    inactive: &[Pod],
+) -> (Outcome, Option<String>, Option<String>) {
+    // Scale first; update only when scaling changed nothing (failed or not, as upstream: a
+    // deletion a PodUnavailableBudget refuses must not keep unready Pods from being updated).
+    let mut outcome = Outcome::default();
+    let mut failed_update: Option<String> = None;
+    let (failed_scale, scale_decided) = match decide::scale_step(snapshot) {
+        Ok(step) => {
+            let (done, failure) = scale(actor, snapshot, step, pvcs, inactive).await;
+            outcome.merge(done);
+            (failure.map(|error| error.to_string()), true)
+        }
+        Err(invalid) => (Some(invalid.to_string()), false),
+    };
+    if !outcome.modified && scale_decided {
+        match decide::update_step(snapshot) {
+            Ok(step) => match update(actor, snapshot, step).await {
+                Ok(o) => outcome.merge(o),
+                Err(error) => failed_update = Some(error.to_string()),
+            },
+            Err(invalid) => failed_update = Some(invalid.to_string()),
+        }
+    }
+
+    (outcome, failed_scale, failed_update)
 }
 
 /// Computes and writes the CloneSet's status (with the FailedScale / FailedUpdate conditions and
