@@ -187,51 +187,7 @@ async fn reconcile(
             )
         }
         ManagerStep::AcquireNotReady => {
-            if let Some(pod) = pod.as_ref() {
-                if decide::has_readiness_gate(pod) {
-                    if !request
-                        .finalizers()
-                        .iter()
-                        .any(|f| f == crr::UNREADY_ACQUIRED)
-                    {
-                        let mut all = request.finalizers().to_vec();
-                        all.push(crr::UNREADY_ACQUIRED.to_owned());
-                        let patch = json!({"metadata": {
-                            "finalizers": all,
-                            "resourceVersion": request.resource_version(),
-                        }});
-                        return raced(
-                            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                                .await,
-                            || {
-                                format!(
-                                    "adding the finalizer of ContainerRecreateRequest {namespace}/{name}"
-                                )
-                            },
-                        );
-                    }
-                    if let Some((status, text)) = decide::add_not_ready(pod, &message) {
-                        write_readiness(&pods, pod, status, &text).await?;
-                    }
-                } else {
-                    tracing::info!(
-                        request = %format!("{namespace}/{name}"),
-                        "could not set the Pod not-ready: it has no {} readiness gate",
-                        keys::CONDITION_KRUISE_POD_READY
-                    );
-                }
-            }
-            let stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-            let patch = json!({"metadata": {"annotations": {crr::UNREADY_ACQUIRED: stamp}}});
-            raced(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-                || {
-                    format!(
-                        "stamping unready-acquired on ContainerRecreateRequest {namespace}/{name}"
-                    )
-                },
-            )
+            acquire_not_ready(&api, &pods, request, pod.as_ref(), &message, now).await
         }
         ManagerStep::Requeue(after) => {
             let after = if request.phase() == crr::PHASE_RECREATING {
@@ -244,6 +200,61 @@ async fn reconcile(
             }))
         }
     }
+}
+
+/// Takes the Pod out of service before its containers are recreated (`unreadyGracePeriodSeconds`):
+/// the request's finalizer first, then `KruisePodReady` False, then the stamp the daemon waits for.
+async fn acquire_not_ready(
+    api: &Api<ContainerRecreateRequest>,
+    pods: &Api<Pod>,
+    request: &ContainerRecreateRequest,
+    pod: Option<&Pod>,
+    message: &NotReadyMessage,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let namespace = request.namespace().unwrap_or_default();
+    let name = request.name_any();
+    if let Some(pod) = pod {
+        if decide::has_readiness_gate(pod) {
+            if !request
+                .finalizers()
+                .iter()
+                .any(|f| f == crr::UNREADY_ACQUIRED)
+            {
+                let mut all = request.finalizers().to_vec();
+                all.push(crr::UNREADY_ACQUIRED.to_owned());
+                let patch = json!({"metadata": {
+                    "finalizers": all,
+                    "resourceVersion": request.resource_version(),
+                }});
+                return raced(
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await,
+                    || {
+                        format!(
+                            "adding the finalizer of ContainerRecreateRequest {namespace}/{name}"
+                        )
+                    },
+                );
+            }
+            if let Some((status, text)) = decide::add_not_ready(pod, message) {
+                write_readiness(pods, pod, status, &text).await?;
+            }
+        } else {
+            tracing::info!(
+                request = %format!("{namespace}/{name}"),
+                "could not set the Pod not-ready: it has no {} readiness gate",
+                keys::CONDITION_KRUISE_POD_READY
+            );
+        }
+    }
+    let stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let patch = json!({"metadata": {"annotations": {crr::UNREADY_ACQUIRED: stamp}}});
+    raced(
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await,
+        || format!("stamping unready-acquired on ContainerRecreateRequest {namespace}/{name}"),
+    )
 }
 
 /// Sets the Pod's `KruisePodReady` condition (and `Ready` False with it when it goes False), over the
