@@ -590,51 +590,14 @@ fn validate_patch_pod_metadata(
     }
 }
 
-/// The core container checks upstream gets from validating the sidecars inside a fake Pod.
-fn validate_container<'a>(
-    container: &'a Container,
+/// The container's volume mounts and devices: each names a volume of the Pod, mount paths unique,
+/// sub-paths relative.
+fn validate_mounts(
+    container: &Container,
     path: &Path,
-    init: bool,
     volumes: &HashMap<&str, &Volume>,
-    names: &mut HashSet<&'a str>,
     errors: &mut Vec<FieldError>,
 ) {
-    containers::validate_name_and_image(container, path, names, true, errors);
-    not_supported_unless(
-        container.image_pull_policy.as_deref().unwrap_or_default(),
-        &["Always", "IfNotPresent", "Never"],
-        &path.child("imagePullPolicy"),
-        errors,
-    );
-    not_supported_unless(
-        container
-            .termination_message_policy
-            .as_deref()
-            .unwrap_or_default(),
-        &["File", "FallbackToLogsOnError"],
-        &path.child("terminationMessagePolicy"),
-        errors,
-    );
-    let native = init && is_native_sidecar(container);
-    if let Some(policy) = &container.restart_policy {
-        if !init {
-            errors.push(FieldError::forbidden(
-                &path.child("restartPolicy"),
-                "may not be set for non-init containers",
-            ));
-        } else if policy != "Always" {
-            errors.push(FieldError::not_supported(
-                &path.child("restartPolicy"),
-                policy,
-                &["Always"],
-            ));
-        }
-    }
-
-    containers::validate_container(container, path, errors);
-
-    validate_resources(container, &path.child("resources"), errors);
-
     let mut mount_paths = HashSet::new();
     for (j, mount) in container.volume_mounts.iter().flatten().enumerate() {
         let mount_path = path.child("volumeMounts").index(j);
@@ -705,6 +668,54 @@ fn validate_container<'a>(
             errors.push(FieldError::required(&device_path.child("devicePath"), ""));
         }
     }
+}
+
+/// The core container checks upstream gets from validating the sidecars inside a fake Pod.
+fn validate_container<'a>(
+    container: &'a Container,
+    path: &Path,
+    init: bool,
+    volumes: &HashMap<&str, &Volume>,
+    names: &mut HashSet<&'a str>,
+    errors: &mut Vec<FieldError>,
+) {
+    containers::validate_name_and_image(container, path, names, true, errors);
+    not_supported_unless(
+        container.image_pull_policy.as_deref().unwrap_or_default(),
+        &["Always", "IfNotPresent", "Never"],
+        &path.child("imagePullPolicy"),
+        errors,
+    );
+    not_supported_unless(
+        container
+            .termination_message_policy
+            .as_deref()
+            .unwrap_or_default(),
+        &["File", "FallbackToLogsOnError"],
+        &path.child("terminationMessagePolicy"),
+        errors,
+    );
+    let native = init && is_native_sidecar(container);
+    if let Some(policy) = &container.restart_policy {
+        if !init {
+            errors.push(FieldError::forbidden(
+                &path.child("restartPolicy"),
+                "may not be set for non-init containers",
+            ));
+        } else if policy != "Always" {
+            errors.push(FieldError::not_supported(
+                &path.child("restartPolicy"),
+                policy,
+                &["Always"],
+            ));
+        }
+    }
+
+    containers::validate_container(container, path, errors);
+
+    validate_resources(container, &path.child("resources"), errors);
+
+    validate_mounts(container, path, volumes, errors);
 
     let probes = [
         ("livenessProbe", &container.liveness_probe, true),
