@@ -377,7 +377,26 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
     let now = Timestamp::now();
     let plan =
         core::compute_status(&ws, &refs, &grouping, replicas, now).map_err(Error::Invalid)?;
-    for finding in &plan.findings {
+    publish_findings(&ctx, &ws, &plan.findings).await;
+    let api: Api<WorkloadSpread> = Api::namespaced(ctx.client.clone(), &namespace);
+    let changed = core::status_changed(ws.status.as_ref(), &plan.status);
+    match write(&api, &ws, &plan.status, changed).await? {
+        StatusWrite::Stale => return Ok(Action::requeue(Duration::from_millis(200))),
+        StatusWrite::Unchanged | StatusWrite::Written { .. } => {}
+    }
+    reschedule(&ctx, &ws, &pod_api, &refs, &plan.reschedule).await?;
+    let wait = plan
+        .requeue_after
+        .map_or(RESYNC, |d| d.min(RESYNC) + Duration::from_millis(100));
+    Ok(Action::requeue(wait))
+}
+
+/// The Events of what the status computation found: Pods expected and not seen, subsets
+/// schedulable again.
+async fn publish_findings(ctx: &Context, ws: &WorkloadSpread, findings: &[Finding]) {
+    let namespace = ws.namespace().unwrap_or_default();
+    let name = ws.name_any();
+    for finding in findings {
         let (type_, reason, note) = match finding {
             Finding::CreateExpired(pod) => (
                 EventType::Warning,
@@ -397,15 +416,22 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
                 ),
             ),
         };
-        publish(&ctx, &ws, type_, reason, note).await;
+        publish(ctx, ws, type_, reason, note).await;
     }
-    let api: Api<WorkloadSpread> = Api::namespaced(ctx.client.clone(), &namespace);
-    let changed = core::status_changed(ws.status.as_ref(), &plan.status);
-    match write(&api, &ws, &plan.status, changed).await? {
-        StatusWrite::Stale => return Ok(Action::requeue(Duration::from_millis(200))),
-        StatusWrite::Unchanged | StatusWrite::Written { .. } => {}
-    }
-    for &index in &plan.reschedule {
+}
+
+/// Deletes the Pods (`indexes` into `refs`) that stayed unschedulable in their subset, so that
+/// their workload creates them again elsewhere.
+async fn reschedule(
+    ctx: &Context,
+    ws: &WorkloadSpread,
+    pod_api: &Api<Pod>,
+    refs: &[&Pod],
+    indexes: &[usize],
+) -> Result<(), Error> {
+    let namespace = ws.namespace().unwrap_or_default();
+    let name = ws.name_any();
+    for &index in indexes {
         let pod = refs[index];
         let pod_name = pod.name_any();
         let params = DeleteParams {
@@ -422,8 +448,8 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
             Err(error) if is_race(&error) => {}
             Err(source) => {
                 publish(
-                    &ctx,
-                    &ws,
+                    ctx,
+                    ws,
                     EventType::Warning,
                     "DeletePodFailed",
                     format!("Failed to delete unschedulabe Pod {namespace}/{pod_name} of WorkloadSpread {namespace}/{name}"),
@@ -436,10 +462,7 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
             }
         }
     }
-    let wait = plan
-        .requeue_after
-        .map_or(RESYNC, |d| d.min(RESYNC) + Duration::from_millis(100));
-    Ok(Action::requeue(wait))
+    Ok(())
 }
 
 /// Writes the status over the resourceVersion it was computed from; versions the new status drops
