@@ -132,6 +132,64 @@ fn owner_ref(job: &ImagePullJob) -> ObjectReference {
     }
 }
 
+/// A job being deleted or finished: its pull-secret copies released and its finalizer removed,
+/// then (finished) deleted once `ttlSecondsAfterFinished` has passed.
+async fn wind_down(
+    ctx: &Context,
+    api: &Api<ImagePullJob>,
+    job: &ImagePullJob,
+    key: &str,
+    finished: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> Result<Action, Error> {
+    let name = job.name_any();
+    if job.finalizers().iter().any(|f| f == PROTECTION_FINALIZER) {
+        release_secrets(ctx, job).await?;
+        let kept: Vec<&String> = job
+            .finalizers()
+            .iter()
+            .filter(|f| *f != PROTECTION_FINALIZER)
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": kept, "resourceVersion": job.resource_version()}});
+        return raced(
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(drop),
+            || format!("removing the finalizer of ImagePullJob {key}"),
+        );
+    }
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let left = imagepull::ttl_left(
+        finished,
+        job.spec.completion_policy.ttl_seconds_after_finished,
+        Timestamp::now(),
+    );
+    match left {
+        None => Ok(Action::await_change()),
+        Some(left) if left.is_positive() => Ok(Action::requeue(
+            Duration::try_from(left).unwrap_or(Duration::from_secs(1)),
+        )),
+        Some(_) => {
+            tracing::info!(
+                job = key,
+                "deleting ImagePullJob for ttlSecondsAfterFinished"
+            );
+            let params = DeleteParams {
+                preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            raced(api.delete(&name, &params).await.map(drop), || {
+                format!("deleting ImagePullJob {key} after its TTL")
+            })
+        }
+    }
+}
+
 async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
@@ -139,51 +197,7 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
     let api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &namespace);
     let finished = job.status.as_ref().and_then(|s| s.completion_time.as_ref());
     if job.metadata.deletion_timestamp.is_some() || finished.is_some() {
-        if job.finalizers().iter().any(|f| f == PROTECTION_FINALIZER) {
-            release_secrets(&ctx, &job).await?;
-            let kept: Vec<&String> = job
-                .finalizers()
-                .iter()
-                .filter(|f| *f != PROTECTION_FINALIZER)
-                .collect();
-            let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": job.resource_version()}});
-            return raced(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop),
-                || format!("removing the finalizer of ImagePullJob {key}"),
-            );
-        }
-        if job.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::await_change());
-        }
-        let left = imagepull::ttl_left(
-            finished,
-            job.spec.completion_policy.ttl_seconds_after_finished,
-            Timestamp::now(),
-        );
-        return match left {
-            None => Ok(Action::await_change()),
-            Some(left) if left.is_positive() => Ok(Action::requeue(
-                Duration::try_from(left).unwrap_or(Duration::from_secs(1)),
-            )),
-            Some(_) => {
-                tracing::info!(
-                    job = key,
-                    "deleting ImagePullJob for ttlSecondsAfterFinished"
-                );
-                let params = DeleteParams {
-                    preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                raced(api.delete(&name, &params).await.map(drop), || {
-                    format!("deleting ImagePullJob {key} after its TTL")
-                })
-            }
-        };
+        return wind_down(&ctx, &api, &job, &key, finished).await;
     }
     if !job.spec.pull_secrets.is_empty()
         && !job.finalizers().iter().any(|f| f == PROTECTION_FINALIZER)
