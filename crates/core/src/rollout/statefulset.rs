@@ -607,6 +607,41 @@ fn spend(budget: &mut Option<i64>) -> bool {
     }
 }
 
+/// Deletes the condemned Pods (beyond the replicas), highest ordinal first; true when an
+/// OrderedReady set must stop there this sync.
+fn delete_condemned(
+    s: &Snapshot<'_>,
+    condemned: &[usize],
+    first_unhealthy: Option<usize>,
+    min_ready: i32,
+    plan: &mut Plan,
+) -> bool {
+    let monotonic = s.monotonic();
+    for &i in condemned {
+        let pod = &s.pods[i];
+        if pods::is_terminating(pod) {
+            if monotonic {
+                plan.block(s.pods, i, BlockReason::Terminating);
+                return true;
+            }
+            continue;
+        }
+        if monotonic && Some(i) != first_unhealthy {
+            let (available, wait) = running_and_available(pod, min_ready, s.now);
+            if !available {
+                plan.wake(wait);
+                let waiting_on = first_unhealthy.unwrap_or(i);
+                plan.block(s.pods, waiting_on, BlockReason::RunningAndReady);
+                return true;
+            }
+        }
+        if delete(s, plan, i, DeleteReason::Condemned) && monotonic {
+            return true;
+        }
+    }
+    false
+}
+
 /// Plans one sync of the set. An unparsable maxUnavailable is an error naming the field: nothing is
 /// planned from it.
 pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
@@ -720,27 +755,8 @@ pub fn plan(s: &Snapshot<'_>) -> Result<Plan, InvalidSetting> {
     }
 
     // 2. Condemned Pods, highest ordinal first.
-    for &i in &condemned {
-        let pod = &s.pods[i];
-        if pods::is_terminating(pod) {
-            if monotonic {
-                plan.block(s.pods, i, BlockReason::Terminating);
-                return Ok(plan);
-            }
-            continue;
-        }
-        if monotonic && Some(i) != first_unhealthy {
-            let (available, wait) = running_and_available(pod, min_ready, s.now);
-            if !available {
-                plan.wake(wait);
-                let waiting_on = first_unhealthy.unwrap_or(i);
-                plan.block(s.pods, waiting_on, BlockReason::RunningAndReady);
-                return Ok(plan);
-            }
-        }
-        if delete(s, &mut plan, i, DeleteReason::Condemned) && monotonic {
-            return Ok(plan);
-        }
+    if delete_condemned(s, &condemned, first_unhealthy, min_ready, &mut plan) {
+        return Ok(plan);
     }
 
     // 3. The rolling update.
