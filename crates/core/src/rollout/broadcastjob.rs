@@ -264,6 +264,62 @@ fn condition(type_: &str, message: String, now: Timestamp) -> JobCondition {
     }
 }
 
+/// The plan of a finished job: deleted once `ttlSecondsAfterFinished` has passed.
+fn finished_plan<'a>(job: &BroadcastJob, now: Timestamp) -> Plan<'a> {
+    let mut plan = Plan::default();
+    let spec = &job.spec;
+    let old = job.status.clone().unwrap_or_default();
+    if let (Some(ttl), Some(done)) = (
+        spec.completion_policy.ttl_seconds_after_finished,
+        old.completion_time.as_ref(),
+    ) {
+        let expires = done.0 + SignedDuration::from_secs(i64::from(ttl));
+        if now >= expires {
+            plan.delete_job = true;
+        } else {
+            plan.requeue_after = Some(seconds(expires.duration_since(now)));
+        }
+    }
+    plan
+}
+
+/// Fails the job for `reason`: its active Pods deleted (each counted as failed), the Failed
+/// condition and completion time set, and a Warning.
+fn fail<'a>(
+    job: &BroadcastJob,
+    job_pods: &[&'a Pod],
+    mut status: BroadcastJobStatus,
+    (reason, message): (&str, String),
+    now: Timestamp,
+    plan: &mut Plan<'a>,
+) {
+    let spec = &job.spec;
+    // Upstream counts each active Pod it deletes as failed.
+    let active: Vec<&'a Pod> = job_pods
+        .iter()
+        .copied()
+        .filter(|p| count_pod(p, spec.failure_policy.restart_limit) == PodCount::Active)
+        .collect();
+    let deleted = i32::try_from(active.len()).unwrap_or(i32::MAX);
+    status.failed += deleted;
+    status.active -= deleted;
+    plan.delete = active;
+    status.phase = PHASE_FAILED.into();
+    status
+        .conditions
+        .push(condition(CONDITION_FAILED, message.clone(), now));
+    status.completion_time = Some(Time(now));
+    plan.requeue_after = ttl_requeue(job);
+    plan.events.push(JobEvent::warning(
+        reason,
+        format!(
+            "{message}: {} pods succeeded, {} pods failed",
+            status.succeeded, status.failed
+        ),
+    ));
+    plan.status = Some(status);
+}
+
 /// Decides one reconcile of `job` (its template already carrying the job labels or not: labels do
 /// not affect the decision). `placement` comes from [`place`], `pods` are the job's Pods.
 pub fn plan<'a>(
@@ -280,18 +336,7 @@ pub fn plan<'a>(
     let never = spec.completion_policy.type_ == COMPLETION_NEVER;
 
     if is_finished(job) {
-        if let (Some(ttl), Some(done)) = (
-            spec.completion_policy.ttl_seconds_after_finished,
-            old.completion_time.as_ref(),
-        ) {
-            let expires = done.0 + SignedDuration::from_secs(i64::from(ttl));
-            if now >= expires {
-                plan.delete_job = true;
-            } else {
-                plan.requeue_after = Some(seconds(expires.duration_since(now)));
-            }
-        }
-        return plan;
+        return finished_plan(job, now);
     }
 
     let mut status = old.clone();
@@ -381,30 +426,7 @@ pub fn plan<'a>(
     }
 
     if let Some((reason, message)) = failure {
-        // Upstream counts each active Pod it deletes as failed.
-        let active: Vec<&'a Pod> = job_pods
-            .iter()
-            .copied()
-            .filter(|p| count_pod(p, spec.failure_policy.restart_limit) == PodCount::Active)
-            .collect();
-        let deleted = i32::try_from(active.len()).unwrap_or(i32::MAX);
-        status.failed += deleted;
-        status.active -= deleted;
-        plan.delete = active;
-        status.phase = PHASE_FAILED.into();
-        status
-            .conditions
-            .push(condition(CONDITION_FAILED, message.clone(), now));
-        status.completion_time = Some(Time(now));
-        plan.requeue_after = ttl_requeue(job);
-        plan.events.push(JobEvent::warning(
-            &reason,
-            format!(
-                "{message}: {} pods succeeded, {} pods failed",
-                status.succeeded, status.failed
-            ),
-        ));
-        plan.status = Some(status);
+        fail(job, job_pods, status, (&reason, message), now, &mut plan);
         return plan;
     }
 
