@@ -320,6 +320,34 @@ fn fail<'a>(
     plan.status = Some(status);
 }
 
+/// Creates Pods on the nodes that need one, as many as `spec.parallelism` leaves room for.
+fn create_within_parallelism<'a>(
+    job: &BroadcastJob,
+    desired: i32,
+    placement: &Placement<'a>,
+    status: &mut BroadcastJobStatus,
+    plan: &mut Plan<'a>,
+) {
+    let spec = &job.spec;
+    match parallelism(spec.parallelism.as_ref(), desired) {
+        Ok(limit) => {
+            if status.active > limit {
+                plan.events.push(JobEvent::warning(
+                    "TooManyActivePods",
+                    "Number of active pods exceed parallelism limit".into(),
+                ));
+            }
+            let n = to_create(limit, status.active, placement.needs_pod.len());
+            plan.create_on = placement.needs_pod[..n].to_vec();
+            status.active += i32::try_from(n).unwrap_or(i32::MAX);
+        }
+        Err(message) => plan.events.push(JobEvent::warning(
+            "InvalidParallelism",
+            format!("spec.parallelism: {message}"),
+        )),
+    }
+}
+
 /// Decides one reconcile of `job` (its template already carrying the job labels or not: labels do
 /// not affect the decision). `placement` comes from [`place`], `pods` are the job's Pods.
 pub fn plan<'a>(
@@ -438,23 +466,7 @@ pub fn plan<'a>(
         plan.delete.push(pod);
     }
     if job.metadata.deletion_timestamp.is_none() && !placement.needs_pod.is_empty() {
-        match parallelism(spec.parallelism.as_ref(), desired) {
-            Ok(limit) => {
-                if status.active > limit {
-                    plan.events.push(JobEvent::warning(
-                        "TooManyActivePods",
-                        "Number of active pods exceed parallelism limit".into(),
-                    ));
-                }
-                let n = to_create(limit, status.active, placement.needs_pod.len());
-                plan.create_on = placement.needs_pod[..n].to_vec();
-                status.active += i32::try_from(n).unwrap_or(i32::MAX);
-            }
-            Err(message) => plan.events.push(JobEvent::warning(
-                "InvalidParallelism",
-                format!("spec.parallelism: {message}"),
-            )),
-        }
+        create_within_parallelism(job, desired, placement, &mut status, &mut plan);
     }
 
     if !never && is_complete(placement, spec.failure_policy.restart_limit) {
