@@ -382,29 +382,17 @@ fn missing_claims(
         .collect())
 }
 
-/// Carries out the plan. Creations go in slow-start batches (stopping at the first failed batch);
-/// the other writes touch independent Pods and go together. Returns what was done, and why a
-/// creation or an update failed (for the `FailedCreatePod` / `FailedUpdatePod` conditions).
-async fn carry_out(
+/// Creates the planned Pods (with their missing claims) in slow-start batches, stopping at the
+/// first failure: whether any was created, and the failure.
+async fn create_pods(
     pc: &PodControl<'_>,
     set: &StatefulSet,
     s: &Snapshot<'_>,
     plan: &planner::Plan,
     claims: &BTreeMap<String, &PersistentVolumeClaim>,
-) -> Result<(Outcome, Option<String>, Option<String>), Error> {
-    let mut outcome = Outcome::default();
+) -> Result<(bool, Option<String>), Error> {
+    let mut modified = false;
     let mut failed_create = None;
-    let mut failed_update = None;
-    let lifecycle = set.spec.lifecycle.as_ref();
-    let grace = set
-        .spec
-        .update_strategy
-        .rolling_update
-        .as_ref()
-        .and_then(|r| r.in_place_update_strategy.as_ref())
-        .map_or(0, |s| s.grace_period_seconds);
-
-    // Creations, in ordinal order.
     let mut creations = Vec::new();
     for action in &plan.actions {
         let Step::Create {
@@ -435,12 +423,39 @@ async fn carry_out(
                 .map(|(pod, claims)| pc.create_pod(pod, claims)),
         )
         .await;
-        outcome.modified |= results.iter().any(|&ok| ok);
+        modified |= results.iter().any(|&ok| ok);
         if let Some(i) = results.iter().position(|&ok| !ok) {
             failed_create = Some(format!("failed to create Pod {}", names[i]));
             break;
         }
     }
+    Ok((modified, failed_create))
+}
+
+/// Carries out the plan. Creations go in slow-start batches (stopping at the first failed batch);
+/// the other writes touch independent Pods and go together. Returns what was done, and why a
+/// creation or an update failed (for the `FailedCreatePod` / `FailedUpdatePod` conditions).
+async fn carry_out(
+    pc: &PodControl<'_>,
+    set: &StatefulSet,
+    s: &Snapshot<'_>,
+    plan: &planner::Plan,
+    claims: &BTreeMap<String, &PersistentVolumeClaim>,
+) -> Result<(Outcome, Option<String>, Option<String>), Error> {
+    let mut outcome = Outcome::default();
+    let mut failed_update = None;
+    let lifecycle = set.spec.lifecycle.as_ref();
+    let grace = set
+        .spec
+        .update_strategy
+        .rolling_update
+        .as_ref()
+        .and_then(|r| r.in_place_update_strategy.as_ref())
+        .map_or(0, |s| s.grace_period_seconds);
+
+    // Creations, in ordinal order.
+    let (created, failed_create) = create_pods(pc, set, s, plan, claims).await?;
+    outcome.modified |= created;
 
     let mut pending: Vec<Write<'_>> = Vec::new();
     for action in &plan.actions {
