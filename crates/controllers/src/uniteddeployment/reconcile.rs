@@ -736,6 +736,61 @@ async fn delete_workload(
     Ok(())
 }
 
+/// Creates the planned subset workloads in slow-start batches (1, 2, 4, …), stopping after a
+/// batch with a failure; how many were created, and the failures.
+async fn create_subsets(
+    ctx: &Context,
+    key: &str,
+    api: &Api<DynamicObject>,
+    subset_type: &str,
+    creates: &[(String, Result<serde_json::Value, String>)],
+) -> (usize, Vec<String>) {
+    let mut created = 0;
+    let mut provision_errors = Vec::new();
+    let mut index = 0;
+    let mut batch = 1;
+    let mut failed = false;
+    while index < creates.len() && !failed {
+        let end = (index + batch).min(creates.len());
+        let results =
+            futures::future::join_all(creates[index..end].iter().map(|(subset, body)| {
+                let api = api.clone();
+                async move {
+                    let failure = |e: &dyn std::fmt::Display| {
+                        format!("fail to create Subset ({subset_type}) {subset}: {e}")
+                    };
+                    let body = body.clone().map_err(|e| failure(&e))?;
+                    let object: DynamicObject =
+                        serde_json::from_value(body).map_err(|e| failure(&e))?;
+                    api.create(&PostParams::default(), &object)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| failure(&e))
+                }
+            }))
+            .await;
+        for ((subset, _), result) in creates[index..end].iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    created += 1;
+                    expect(
+                        ctx,
+                        key,
+                        Expectation::exists(CREATED_SUBSET, subset.clone()),
+                    );
+                }
+                Err(message) => {
+                    failed = true;
+                    provision_errors.push(message);
+                }
+            }
+        }
+        index = end;
+        batch *= 2;
+    }
+    (created, provision_errors)
+}
+
 /// Carries out [`planner::plan_subsets`]: creates the missing subset workloads (slow start:
 /// batches of 1, 2, 4, … stopping at the first batch with a failure), deletes those that left the
 /// topology and those of another kind; then, only when all of that went through, updates the
@@ -793,48 +848,9 @@ async fn manage(
 
     let mut provision_errors = Vec::new();
     if !plan.creates.is_empty() {
-        let mut index = 0;
-        let mut batch = 1;
-        let mut failed = false;
-        while index < plan.creates.len() && !failed {
-            let end = (index + batch).min(plan.creates.len());
-            let results =
-                futures::future::join_all(plan.creates[index..end].iter().map(|(subset, body)| {
-                    let api = api.clone();
-                    async move {
-                        let failure = |e: &dyn std::fmt::Display| {
-                            format!("fail to create Subset ({subset_type}) {subset}: {e}")
-                        };
-                        let body = body.clone().map_err(|e| failure(&e))?;
-                        let object: DynamicObject =
-                            serde_json::from_value(body).map_err(|e| failure(&e))?;
-                        api.create(&PostParams::default(), &object)
-                            .await
-                            .map(|_| ())
-                            .map_err(|e| failure(&e))
-                    }
-                }))
-                .await;
-            for ((subset, _), result) in plan.creates[index..end].iter().zip(results) {
-                match result {
-                    Ok(()) => {
-                        outcome.created += 1;
-                        expect(
-                            ctx,
-                            key,
-                            Expectation::exists(CREATED_SUBSET, subset.clone()),
-                        );
-                    }
-                    Err(message) => {
-                        failed = true;
-                        provision_errors.push(message);
-                    }
-                }
-            }
-            index = end;
-            batch *= 2;
-        }
-        if !failed {
+        let (created, errors) = create_subsets(ctx, key, &api, subset_type, &plan.creates).await;
+        outcome.created += created;
+        if errors.is_empty() {
             publish(
                 ctx,
                 ud,
@@ -844,6 +860,7 @@ async fn manage(
             )
             .await;
         }
+        provision_errors.extend(errors);
     }
     if !plan.deletes.is_empty() {
         let mut failed = false;
