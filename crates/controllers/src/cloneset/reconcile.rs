@@ -541,6 +541,117 @@ async fn scale(
     (outcome, failure)
 }
 
+/// Creates `from_current` Pods of the current revision and `from_update` of the update one, with
+/// free instance ids (reusing the ids of claims kept for reuse), in slow-start batches.
+async fn scale_out(
+    actor: &Actor<'_>,
+    s: &Snapshot<'_>,
+    pvcs: &[PersistentVolumeClaim],
+    inactive: &[Pod],
+    (from_current, from_update): (usize, usize),
+    outcome: &mut Outcome,
+) -> Result<(), Error> {
+    let total = from_current + from_update;
+    if total == 0 {
+        return Ok(());
+    }
+    let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
+    let (terminating, finished): (Vec<&Pod>, Vec<&Pod>) =
+        inactive.iter().partition(|p| pods::is_terminating(p));
+    let mut taken: BTreeSet<String> = s.pods.iter().chain(finished).filter_map(id_of).collect();
+    let mut terminating: BTreeSet<String> = terminating.into_iter().filter_map(id_of).collect();
+    let newpod::ClaimIds {
+        reusable: pvc_ids,
+        deleting,
+    } = newpod::claim_ids(pvcs);
+    taken.extend(deleting);
+    // A Pod the CloneSet no longer owns may still hold a PVC id's name (one relabelled out
+    // of the selector and released): that id is not free.
+    let namespace = s.cs.namespace().unwrap_or_default();
+    let cs_name = s.cs.name_any();
+    for id in &pvc_ids {
+        if taken.contains(id) || terminating.contains(id) {
+            continue;
+        }
+        if let Some(holder) = actor
+            .ctx
+            .pods
+            .get(&namespace, &newpod::pod_name(&cs_name, id))
+        {
+            if pods::is_terminating(&holder) {
+                terminating.insert(id.clone());
+            } else {
+                taken.insert(id.clone());
+            }
+        }
+    }
+    let ids = {
+        let mut rng = rand::rng();
+        newpod::instance_ids(total, &taken, &terminating, &pvc_ids, || {
+            newpod::random_id(|n| rng.random_range(0..n))
+        })
+    };
+    // A replacement waiting for its predecessor's name: the Pod's deletion brings the
+    // CloneSet back; this is the backstop.
+    if ids.iter().any(|id| id.now().is_none()) {
+        outcome.after = Some(TERMINATION_RETRY);
+    }
+    let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
+    let mut to_create = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let Some(id) = id.now() else {
+            continue;
+        };
+        let revision = if n < from_current {
+            s.current
+        } else {
+            s.update
+        };
+        let pod = newpod::build_pod(
+            s.cs,
+            revision.template,
+            revision.name,
+            id,
+            s.now,
+            s.settings.gates.short_hash,
+        )
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+        let claims: Vec<PersistentVolumeClaim> = newpod::build_pvcs(s.cs, id)
+            .map_err(|e| Error::Invalid(e.to_string()))?
+            .into_iter()
+            .filter(|c| !existing_pvcs.contains(&c.name_any()))
+            .collect();
+        to_create.push((pod, claims));
+    }
+    if crate::parallel::this_round(&mut to_create) {
+        outcome.after = Some(Duration::ZERO);
+    }
+    // Slow start: batches of 1, 2, 4, ... stop at the first batch with a failure, so a
+    // quota or webhook rejection costs one request, not hundreds.
+    let mut batch = 1;
+    let mut queue = to_create.into_iter();
+    loop {
+        let chunk: Vec<_> = queue.by_ref().take(batch).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        let results = futures::future::join_all(
+            chunk
+                .into_iter()
+                .map(|(pod, claims)| actor.create_pod(pod, claims)),
+        )
+        .await;
+        if results.iter().any(|&ok| ok) {
+            outcome.modified = true;
+        }
+        if results.iter().any(|&ok| !ok) {
+            return Err(Error::Invalid("failed to create pods".into()));
+        }
+        batch *= 2;
+    }
+    Ok(())
+}
+
 async fn scale_into(
     actor: &Actor<'_>,
     s: &Snapshot<'_>,
@@ -578,106 +689,15 @@ async fn scale_into(
                     )
                     .await;
             }
-            let total = from_current + from_update;
-            if total == 0 {
-                return Ok(());
-            }
-            let id_of = |p: &Pod| pods::label(p, LABEL_INSTANCE_ID).map(str::to_owned);
-            let (terminating, finished): (Vec<&Pod>, Vec<&Pod>) =
-                inactive.iter().partition(|p| pods::is_terminating(p));
-            let mut taken: BTreeSet<String> =
-                s.pods.iter().chain(finished).filter_map(id_of).collect();
-            let mut terminating: BTreeSet<String> =
-                terminating.into_iter().filter_map(id_of).collect();
-            let newpod::ClaimIds {
-                reusable: pvc_ids,
-                deleting,
-            } = newpod::claim_ids(pvcs);
-            taken.extend(deleting);
-            // A Pod the CloneSet no longer owns may still hold a PVC id's name (one relabelled out
-            // of the selector and released): that id is not free.
-            let namespace = s.cs.namespace().unwrap_or_default();
-            let cs_name = s.cs.name_any();
-            for id in &pvc_ids {
-                if taken.contains(id) || terminating.contains(id) {
-                    continue;
-                }
-                if let Some(holder) = actor
-                    .ctx
-                    .pods
-                    .get(&namespace, &newpod::pod_name(&cs_name, id))
-                {
-                    if pods::is_terminating(&holder) {
-                        terminating.insert(id.clone());
-                    } else {
-                        taken.insert(id.clone());
-                    }
-                }
-            }
-            let ids = {
-                let mut rng = rand::rng();
-                newpod::instance_ids(total, &taken, &terminating, &pvc_ids, || {
-                    newpod::random_id(|n| rng.random_range(0..n))
-                })
-            };
-            // A replacement waiting for its predecessor's name: the Pod's deletion brings the
-            // CloneSet back; this is the backstop.
-            if ids.iter().any(|id| id.now().is_none()) {
-                outcome.after = Some(TERMINATION_RETRY);
-            }
-            let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
-            let mut to_create = Vec::new();
-            for (n, id) in ids.iter().enumerate() {
-                let Some(id) = id.now() else {
-                    continue;
-                };
-                let revision = if n < from_current {
-                    s.current
-                } else {
-                    s.update
-                };
-                let pod = newpod::build_pod(
-                    s.cs,
-                    revision.template,
-                    revision.name,
-                    id,
-                    s.now,
-                    s.settings.gates.short_hash,
-                )
-                .map_err(|e| Error::Invalid(e.to_string()))?;
-                let claims: Vec<PersistentVolumeClaim> = newpod::build_pvcs(s.cs, id)
-                    .map_err(|e| Error::Invalid(e.to_string()))?
-                    .into_iter()
-                    .filter(|c| !existing_pvcs.contains(&c.name_any()))
-                    .collect();
-                to_create.push((pod, claims));
-            }
-            if crate::parallel::this_round(&mut to_create) {
-                outcome.after = Some(Duration::ZERO);
-            }
-            // Slow start: batches of 1, 2, 4, ... stop at the first batch with a failure, so a
-            // quota or webhook rejection costs one request, not hundreds.
-            let mut batch = 1;
-            let mut queue = to_create.into_iter();
-            loop {
-                let chunk: Vec<_> = queue.by_ref().take(batch).collect();
-                if chunk.is_empty() {
-                    break;
-                }
-                let results = futures::future::join_all(
-                    chunk
-                        .into_iter()
-                        .map(|(pod, claims)| actor.create_pod(pod, claims)),
-                )
-                .await;
-                if results.iter().any(|&ok| ok) {
-                    outcome.modified = true;
-                }
-                if results.iter().any(|&ok| !ok) {
-                    return Err(Error::Invalid("failed to create pods".into()));
-                }
-                batch *= 2;
-            }
+            scale_out(
+                actor,
+                s,
+                pvcs,
+                inactive,
+                (from_current, from_update),
+                outcome,
+            )
+            .await?;
         }
         ScaleStep::Delete {
             mut delete,
