@@ -79,165 +79,217 @@ pub fn progress(kind: Kind, v: &Value) -> anyhow::Result<Progress> {
         .and_then(|p| v.pointer(p))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let waiting = |msg: String| {
-        Ok(Progress::Waiting(if paused {
-            format!("{msg} (rollout paused)")
-        } else {
-            msg
-        }))
-    };
     match kind {
         Kind::CloneSet | Kind::AdvancedStatefulSet | Kind::Deployment | Kind::StatefulSet => {
-            let replicas = v
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            let partition = match kind {
-                Kind::CloneSet => i64::from(
-                    partition_replicas(
-                        int_or_string(v, "/spec/updateStrategy/rollingUpdate/partition").as_ref(),
-                        replicas as i32,
-                    )
-                    .map_err(anyhow::Error::msg)?,
-                ),
-                Kind::AdvancedStatefulSet | Kind::StatefulSet => {
-                    int(v, "/spec/updateStrategy/rollingUpdate/partition").clamp(0, replicas)
-                }
-                _ => 0,
-            };
-            let expected = replicas - partition;
-            let updated = int(v, "/status/updatedReplicas");
-            let total = int(v, "/status/replicas");
-            let updated_available = match kind {
-                Kind::Deployment => int(v, "/status/availableReplicas"),
-                Kind::StatefulSet => int(v, "/status/readyReplicas"),
-                _ => int(v, "/status/updatedAvailableReplicas"),
-            };
-            if updated < expected {
-                return waiting(format!(
-                    "Waiting for rollout to finish: {updated} out of {expected} new replicas have been updated..."
-                ));
-            }
-            if total > replicas {
-                return waiting(format!(
-                    "Waiting for rollout to finish: {} old replicas are pending termination...",
-                    total - replicas
-                ));
-            }
-            let wanted_available = if kind == Kind::StatefulSet {
-                replicas
-            } else {
-                expected
-            };
-            if updated_available < wanted_available {
-                return waiting(format!(
-                    "Waiting for rollout to finish: {updated_available} of {wanted_available} updated replicas are available..."
-                ));
-            }
-            Ok(Progress::Done(if partition > 0 {
-                format!(
-                    "partitioned roll out complete: {updated} new replicas have been updated, {partition} stay at the old revision (partition)"
-                )
-            } else {
-                format!("{what} {name:?} successfully rolled out")
-            }))
+            replicas_progress(kind, v, name, what, paused)
         }
-        Kind::AdvancedDaemonSet | Kind::DaemonSet => {
-            let desired = int(v, "/status/desiredNumberScheduled");
-            let partition = match kind {
-                Kind::AdvancedDaemonSet => {
-                    match int_or_string(v, "/spec/updateStrategy/rollingUpdate/partition") {
-                        Some(p) => IntOrPercent::parse(&p)
-                            .map_err(anyhow::Error::msg)?
-                            .scaled(desired as i32, Round::Down)
-                            .into(),
-                        None => 0,
-                    }
-                }
-                _ => 0,
-            }
-            .clamp(0, desired);
-            let expected = desired - partition;
-            let updated = int(v, "/status/updatedNumberScheduled");
-            let available = int(v, "/status/numberAvailable");
-            if updated < expected {
-                return waiting(format!(
-                    "Waiting for daemon set {name:?} rollout to finish: {updated} out of {expected} new pods have been updated..."
-                ));
-            }
-            if available < desired {
-                return waiting(format!(
-                    "Waiting for daemon set {name:?} rollout to finish: {available} of {desired} updated pods are available..."
-                ));
-            }
-            Ok(Progress::Done(format!(
-                "daemon set {name:?} successfully rolled out"
-            )))
+        Kind::AdvancedDaemonSet | Kind::DaemonSet => daemon_progress(kind, v, name, paused),
+        Kind::UnitedDeployment => united_progress(v, name, what, paused),
+        Kind::SidecarSet => sidecarset_progress(v, name, paused),
+    }
+}
+
+/// The rollout of a workload of replicas: CloneSet, Advanced StatefulSet, Deployment, StatefulSet.
+fn replicas_progress(
+    kind: Kind,
+    v: &Value,
+    name: &str,
+    what: &str,
+    paused: bool,
+) -> anyhow::Result<Progress> {
+    let replicas = v
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let partition = match kind {
+        Kind::CloneSet => i64::from(
+            partition_replicas(
+                int_or_string(v, "/spec/updateStrategy/rollingUpdate/partition").as_ref(),
+                replicas as i32,
+            )
+            .map_err(anyhow::Error::msg)?,
+        ),
+        Kind::AdvancedStatefulSet | Kind::StatefulSet => {
+            int(v, "/spec/updateStrategy/rollingUpdate/partition").clamp(0, replicas)
         }
-        Kind::UnitedDeployment => {
-            let replicas = v
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            let partition: i64 = v
-                .pointer("/spec/updateStrategy/manualUpdate/partitions")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-                .filter_map(|(_, p)| p.as_i64())
-                .sum();
-            let expected = (replicas - partition).max(0);
-            let updated = int(v, "/status/updatedReplicas");
-            let updated_ready = int(v, "/status/updatedReadyReplicas");
-            let total = int(v, "/status/replicas");
-            if updated < expected {
-                return waiting(format!(
-                    "Waiting for rollout to finish: {updated} out of {expected} new replicas have been updated..."
-                ));
-            }
-            if total > replicas {
-                return waiting(format!(
-                    "Waiting for rollout to finish: {} old replicas are pending termination...",
-                    total - replicas
-                ));
-            }
-            if updated_ready < expected {
-                return waiting(format!(
-                    "Waiting for rollout to finish: {updated_ready} of {expected} updated replicas are ready..."
-                ));
-            }
-            Ok(Progress::Done(format!(
-                "{what} {name:?} successfully rolled out"
-            )))
-        }
-        Kind::SidecarSet => {
-            let matched = int(v, "/status/matchedPods");
-            let partition = match int_or_string(v, "/spec/updateStrategy/partition") {
+        _ => 0,
+    };
+    let expected = replicas - partition;
+    let updated = int(v, "/status/updatedReplicas");
+    let total = int(v, "/status/replicas");
+    let updated_available = match kind {
+        Kind::Deployment => int(v, "/status/availableReplicas"),
+        Kind::StatefulSet => int(v, "/status/readyReplicas"),
+        _ => int(v, "/status/updatedAvailableReplicas"),
+    };
+    if updated < expected {
+        return wait(
+            paused,
+            format!(
+                "Waiting for rollout to finish: {updated} out of {expected} new replicas have been updated..."
+            ),
+        );
+    }
+    if total > replicas {
+        return wait(
+            paused,
+            format!(
+                "Waiting for rollout to finish: {} old replicas are pending termination...",
+                total - replicas
+            ),
+        );
+    }
+    let wanted_available = if kind == Kind::StatefulSet {
+        replicas
+    } else {
+        expected
+    };
+    if updated_available < wanted_available {
+        return wait(
+            paused,
+            format!(
+                "Waiting for rollout to finish: {updated_available} of {wanted_available} updated replicas are available..."
+            ),
+        );
+    }
+    Ok(Progress::Done(if partition > 0 {
+        format!(
+            "partitioned roll out complete: {updated} new replicas have been updated, {partition} stay at the old revision (partition)"
+        )
+    } else {
+        format!("{what} {name:?} successfully rolled out")
+    }))
+}
+
+/// The rollout of a DaemonSet (Advanced or not).
+fn daemon_progress(kind: Kind, v: &Value, name: &str, paused: bool) -> anyhow::Result<Progress> {
+    let desired = int(v, "/status/desiredNumberScheduled");
+    let partition = match kind {
+        Kind::AdvancedDaemonSet => {
+            match int_or_string(v, "/spec/updateStrategy/rollingUpdate/partition") {
                 Some(p) => IntOrPercent::parse(&p)
                     .map_err(anyhow::Error::msg)?
-                    .scaled(matched as i32, Round::Up)
+                    .scaled(desired as i32, Round::Down)
                     .into(),
                 None => 0,
             }
-            .clamp(0, matched);
-            let expected = matched - partition;
-            let updated = int(v, "/status/updatedPods");
-            let updated_ready = int(v, "/status/updatedReadyPods");
-            if updated < expected {
-                return waiting(format!(
-                    "Waiting for sidecarset {name:?} rollout to finish: {updated} out of {expected} matched Pods have been updated..."
-                ));
-            }
-            if updated_ready < expected {
-                return waiting(format!(
-                    "Waiting for sidecarset {name:?} rollout to finish: {updated_ready} of {expected} updated Pods are ready..."
-                ));
-            }
-            Ok(Progress::Done(format!(
-                "sidecarset {name:?} successfully rolled out ({updated} of {matched} matched Pods updated)"
-            )))
         }
+        _ => 0,
     }
+    .clamp(0, desired);
+    let expected = desired - partition;
+    let updated = int(v, "/status/updatedNumberScheduled");
+    let available = int(v, "/status/numberAvailable");
+    if updated < expected {
+        return wait(
+            paused,
+            format!(
+                "Waiting for daemon set {name:?} rollout to finish: {updated} out of {expected} new pods have been updated..."
+            ),
+        );
+    }
+    if available < desired {
+        return wait(
+            paused,
+            format!(
+                "Waiting for daemon set {name:?} rollout to finish: {available} of {desired} updated pods are available..."
+            ),
+        );
+    }
+    Ok(Progress::Done(format!(
+        "daemon set {name:?} successfully rolled out"
+    )))
+}
+
+/// The rollout of a UnitedDeployment.
+fn united_progress(v: &Value, name: &str, what: &str, paused: bool) -> anyhow::Result<Progress> {
+    let replicas = v
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let partition: i64 = v
+        .pointer("/spec/updateStrategy/manualUpdate/partitions")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, p)| p.as_i64())
+        .sum();
+    let expected = (replicas - partition).max(0);
+    let updated = int(v, "/status/updatedReplicas");
+    let updated_ready = int(v, "/status/updatedReadyReplicas");
+    let total = int(v, "/status/replicas");
+    if updated < expected {
+        return wait(
+            paused,
+            format!(
+                "Waiting for rollout to finish: {updated} out of {expected} new replicas have been updated..."
+            ),
+        );
+    }
+    if total > replicas {
+        return wait(
+            paused,
+            format!(
+                "Waiting for rollout to finish: {} old replicas are pending termination...",
+                total - replicas
+            ),
+        );
+    }
+    if updated_ready < expected {
+        return wait(
+            paused,
+            format!(
+                "Waiting for rollout to finish: {updated_ready} of {expected} updated replicas are ready..."
+            ),
+        );
+    }
+    Ok(Progress::Done(format!(
+        "{what} {name:?} successfully rolled out"
+    )))
+}
+
+/// The rollout of a SidecarSet over its matched Pods.
+fn sidecarset_progress(v: &Value, name: &str, paused: bool) -> anyhow::Result<Progress> {
+    let matched = int(v, "/status/matchedPods");
+    let partition = match int_or_string(v, "/spec/updateStrategy/partition") {
+        Some(p) => IntOrPercent::parse(&p)
+            .map_err(anyhow::Error::msg)?
+            .scaled(matched as i32, Round::Up)
+            .into(),
+        None => 0,
+    }
+    .clamp(0, matched);
+    let expected = matched - partition;
+    let updated = int(v, "/status/updatedPods");
+    let updated_ready = int(v, "/status/updatedReadyPods");
+    if updated < expected {
+        return wait(
+            paused,
+            format!(
+                "Waiting for sidecarset {name:?} rollout to finish: {updated} out of {expected} matched Pods have been updated..."
+            ),
+        );
+    }
+    if updated_ready < expected {
+        return wait(
+            paused,
+            format!(
+                "Waiting for sidecarset {name:?} rollout to finish: {updated_ready} of {expected} updated Pods are ready..."
+            ),
+        );
+    }
+    Ok(Progress::Done(format!(
+        "sidecarset {name:?} successfully rolled out ({updated} of {matched} matched Pods updated)"
+    )))
+}
+
+/// A rollout still going, with `(rollout paused)` when it is paused.
+fn wait(paused: bool, msg: String) -> anyhow::Result<Progress> {
+    Ok(Progress::Waiting(if paused {
+        format!("{msg} (rollout paused)")
+    } else {
+        msg
+    }))
 }
 
 /// Follows the rollout, printing each new message. `timeout` zero waits forever; `watch` false prints
