@@ -237,8 +237,135 @@ fn command_line() -> String {
     args.join(" ")
 }
 
+fn target(resource: &str, name: &Option<String>) -> anyhow::Result<Target> {
+    Target::parse(resource, name.as_deref())
+}
+
+/// `kubectl kruise rollout …`.
+async fn rollout(flags: &Flags, command: Rollout) -> anyhow::Result<()> {
+    let ctx_for = || Ctx::connect(flags);
+    match command {
+        Rollout::Status {
+            resource,
+            name,
+            watch,
+            timeout,
+        } => {
+            let t = target(&resource, &name)?;
+            status::run(&ctx_for().await?, &t, watch, timeout).await
+        }
+        Rollout::History {
+            resource,
+            name,
+            revision,
+            output,
+        } => {
+            let t = target(&resource, &name)?;
+            history::history(&ctx_for().await?, &t, revision, output).await
+        }
+        Rollout::Undo {
+            resource,
+            name,
+            to_revision,
+            dry_run,
+        } => {
+            let t = target(&resource, &name)?;
+            history::undo(&ctx_for().await?, &t, to_revision, dry_run).await
+        }
+        Rollout::Pause { resource, name } => {
+            let t = target(&resource, &name)?;
+            control::paused_patch(t.kind, true)?;
+            control::pause(&ctx_for().await?, &t, true).await
+        }
+        Rollout::Resume { resource, name } => {
+            let t = target(&resource, &name)?;
+            control::paused_patch(t.kind, false)?;
+            control::pause(&ctx_for().await?, &t, false).await
+        }
+        Rollout::Plan {
+            resource,
+            name,
+            filename,
+            image,
+            output,
+        } => {
+            let t = target(&resource, &name)?;
+            let images = set::pairs(&image, "image")?;
+            plan::run(&ctx_for().await?, &t, filename.as_deref(), &images, output).await
+        }
+        Rollout::Restart { resource, name } => {
+            let t = target(&resource, &name)?;
+            control::restart(&Ctx::connect(flags).await?, &t).await
+        }
+    }
+}
+
+/// `kubectl kruise set …`.
+async fn set_command(flags: &Flags, command: &SetCommand) -> anyhow::Result<()> {
+    let cause = command_line();
+    let (t, edit, what, record) = match command {
+        SetCommand::Image { args, record } => {
+            let (t, rest) = split_target(args)?;
+            (
+                t,
+                set::Edit::Image(set::pairs(rest, "image")?),
+                "image",
+                *record,
+            )
+        }
+        SetCommand::Resources {
+            resource,
+            name,
+            containers,
+            limits,
+            requests,
+            record,
+        } => (
+            target(resource, name)?,
+            set::Edit::Resources {
+                containers: containers.clone(),
+                limits: set::pairs(limits, "limit")?,
+                requests: set::pairs(requests, "request")?,
+            },
+            "resource requirements",
+            *record,
+        ),
+        SetCommand::Env {
+            args,
+            containers,
+            record,
+        } => {
+            let (t, rest) = split_target(args)?;
+            let (remove, set): (Vec<&String>, Vec<&String>) = rest
+                .iter()
+                .partition(|a| a.ends_with('-') && !a.contains('='));
+            let set: Vec<String> = set.into_iter().cloned().collect();
+            (
+                t,
+                set::Edit::Env {
+                    containers: containers.clone(),
+                    set: set::pairs(&set, "variable")?,
+                    remove: remove
+                        .iter()
+                        .map(|r| r.trim_end_matches('-').to_owned())
+                        .collect(),
+                },
+                "env",
+                *record,
+            )
+        }
+    };
+    set::run(
+        &Ctx::connect(flags).await?,
+        &t,
+        &edit,
+        what,
+        record.then_some(cause),
+    )
+    .await
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let target = |resource: &str, name: &Option<String>| Target::parse(resource, name.as_deref());
     match cli.command {
         Command::Completion { shell } => {
             let mut script = Vec::new();
@@ -250,63 +377,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 _ => Ok(()),
             }
         }
-        Command::Rollout { command } => {
-            let ctx_for = || Ctx::connect(&cli.flags);
-            match command {
-                Rollout::Status {
-                    resource,
-                    name,
-                    watch,
-                    timeout,
-                } => {
-                    let t = target(&resource, &name)?;
-                    status::run(&ctx_for().await?, &t, watch, timeout).await
-                }
-                Rollout::History {
-                    resource,
-                    name,
-                    revision,
-                    output,
-                } => {
-                    let t = target(&resource, &name)?;
-                    history::history(&ctx_for().await?, &t, revision, output).await
-                }
-                Rollout::Undo {
-                    resource,
-                    name,
-                    to_revision,
-                    dry_run,
-                } => {
-                    let t = target(&resource, &name)?;
-                    history::undo(&ctx_for().await?, &t, to_revision, dry_run).await
-                }
-                Rollout::Pause { resource, name } => {
-                    let t = target(&resource, &name)?;
-                    control::paused_patch(t.kind, true)?;
-                    control::pause(&ctx_for().await?, &t, true).await
-                }
-                Rollout::Resume { resource, name } => {
-                    let t = target(&resource, &name)?;
-                    control::paused_patch(t.kind, false)?;
-                    control::pause(&ctx_for().await?, &t, false).await
-                }
-                Rollout::Plan {
-                    resource,
-                    name,
-                    filename,
-                    image,
-                    output,
-                } => {
-                    let t = target(&resource, &name)?;
-                    let images = set::pairs(&image, "image")?;
-                    plan::run(&ctx_for().await?, &t, filename.as_deref(), &images, output).await
-                }
-                Rollout::Restart { resource, name } => {
-                    let t = target(&resource, &name)?;
-                    control::restart(&Ctx::connect(&cli.flags).await?, &t).await
-                }
-            }
-        }
+        Command::Rollout { command } => rollout(&cli.flags, command).await,
         Command::Migrate {
             kind,
             from,
@@ -339,69 +410,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let t = target(&resource, &name)?;
             scaledown::run(&Ctx::connect(&cli.flags).await?, &t, &pods, dry_run).await
         }
-        Command::Set { command } => {
-            let cause = command_line();
-            let (t, edit, what, record) = match &command {
-                SetCommand::Image { args, record } => {
-                    let (t, rest) = split_target(args)?;
-                    (
-                        t,
-                        set::Edit::Image(set::pairs(rest, "image")?),
-                        "image",
-                        *record,
-                    )
-                }
-                SetCommand::Resources {
-                    resource,
-                    name,
-                    containers,
-                    limits,
-                    requests,
-                    record,
-                } => (
-                    target(resource, name)?,
-                    set::Edit::Resources {
-                        containers: containers.clone(),
-                        limits: set::pairs(limits, "limit")?,
-                        requests: set::pairs(requests, "request")?,
-                    },
-                    "resource requirements",
-                    *record,
-                ),
-                SetCommand::Env {
-                    args,
-                    containers,
-                    record,
-                } => {
-                    let (t, rest) = split_target(args)?;
-                    let (remove, set): (Vec<&String>, Vec<&String>) = rest
-                        .iter()
-                        .partition(|a| a.ends_with('-') && !a.contains('='));
-                    let set: Vec<String> = set.into_iter().cloned().collect();
-                    (
-                        t,
-                        set::Edit::Env {
-                            containers: containers.clone(),
-                            set: set::pairs(&set, "variable")?,
-                            remove: remove
-                                .iter()
-                                .map(|r| r.trim_end_matches('-').to_owned())
-                                .collect(),
-                        },
-                        "env",
-                        *record,
-                    )
-                }
-            };
-            set::run(
-                &Ctx::connect(&cli.flags).await?,
-                &t,
-                &edit,
-                what,
-                record.then_some(cause),
-            )
-            .await
-        }
+        Command::Set { command } => set_command(&cli.flags, &command).await,
     }
 }
 
