@@ -392,6 +392,46 @@ fn split_by_revision(pods: &[Pod], revision: &str) -> (Vec<String>, Vec<String>)
     )
 }
 
+/// Takes a paused rollout as unpaused (a preview shows what resuming would do); the note saying
+/// so, or that OnDelete updates nothing by itself.
+fn unpause(cs: &mut CloneSet) -> Option<String> {
+    let mut note = None;
+    if let Some(r) = cs.spec.update_strategy.rolling_update.as_mut()
+        && r.paused
+    {
+        note = Some(PAUSED.to_owned());
+        r.paused = false;
+    }
+    if cs.spec.update_strategy.type_ == UPDATE_ON_DELETE {
+        note = Some(ON_DELETE.to_owned());
+    }
+    note
+}
+
+/// Applies a sync's fixes to the simulated Pods; whether any Pod changed (then the sync is over).
+fn apply_fixes(sim: &mut [Pod], fixes: &[decide::Fix]) -> bool {
+    if fixes.is_empty() {
+        return false;
+    }
+    let before = sim.to_vec();
+    for fix in fixes {
+        match fix {
+            decide::Fix::InPlaceReady(i, state) => {
+                make_ready(&mut sim[*i]);
+                if let Some(state) = state {
+                    set_lifecycle(&mut sim[*i], *state);
+                }
+            }
+            decide::Fix::InPlaceNextBatch(i) => make_ready(&mut sim[*i]),
+            decide::Fix::Lifecycle(i, state) => set_lifecycle(&mut sim[*i], *state),
+            decide::Fix::TemplateHash(i, hash) => {
+                set_label(&mut sim[*i], LABEL_POD_TEMPLATE_HASH, hash);
+            }
+        }
+    }
+    sim != before.as_slice()
+}
+
 /// The rollout of CloneSet `cs` (its spec holding the template and strategy to roll to) over its
 /// `pods`, from `current` to `update` (both in `revisions`, which give each Pod's old template), with
 /// the controller's process-wide `settings`.
@@ -405,16 +445,7 @@ pub fn cloneset(
     now: Timestamp,
 ) -> Result<Preview, PreviewError> {
     let mut cs = cs.clone();
-    let mut note = None;
-    if let Some(r) = cs.spec.update_strategy.rolling_update.as_mut()
-        && r.paused
-    {
-        note = Some(PAUSED.to_owned());
-        r.paused = false;
-    }
-    if cs.spec.update_strategy.type_ == UPDATE_ON_DELETE {
-        note = Some(ON_DELETE.to_owned());
-    }
+    let note = unpause(&mut cs);
     let policy = cs
         .spec
         .update_strategy
@@ -429,11 +460,12 @@ pub fn cloneset(
         .lifecycle
         .as_ref()
         .and_then(|l| l.in_place_update.clone());
-    let mut sim: Vec<Pod> = pods
+    let active: Vec<Pod> = pods
         .iter()
         .filter(|p| pods::is_active(p))
         .cloned()
         .collect();
+    let mut sim = active.clone();
     let (updated, _) = split_by_revision(&sim, update.name);
     let mut out = Preview {
         update_revision: update.name.to_owned(),
@@ -500,26 +532,8 @@ pub fn cloneset(
             }
         }
         let step = decide::update_step(&snapshot)?;
-        if !step.fixes.is_empty() {
-            let before = sim.clone();
-            for fix in &step.fixes {
-                match fix {
-                    decide::Fix::InPlaceReady(i, state) => {
-                        make_ready(&mut sim[*i]);
-                        if let Some(state) = state {
-                            set_lifecycle(&mut sim[*i], *state);
-                        }
-                    }
-                    decide::Fix::InPlaceNextBatch(i) => make_ready(&mut sim[*i]),
-                    decide::Fix::Lifecycle(i, state) => set_lifecycle(&mut sim[*i], *state),
-                    decide::Fix::TemplateHash(i, hash) => {
-                        set_label(&mut sim[*i], LABEL_POD_TEMPLATE_HASH, hash);
-                    }
-                }
-            }
-            if sim != before {
-                continue;
-            }
+        if apply_fixes(&mut sim, &step.fixes) {
+            continue;
         }
         let target = if step.target == current.name {
             current
@@ -565,11 +579,6 @@ pub fn cloneset(
         // A recreated Pod is deleted; the scale step of the next sync creates its replacement.
         sim = after_sync(sim, &gone, Vec::new());
     }
-    let active: Vec<Pod> = pods
-        .iter()
-        .filter(|p| pods::is_active(p))
-        .cloned()
-        .collect();
     out.stay = rec.stay(&active, update.name);
     Ok(out)
 }
