@@ -348,6 +348,41 @@ fn restarts(kind: Kind, pod_restart_policy: &str, exit_code: i32) -> bool {
     }
 }
 
+/// Admission: a host port another Pod on the node holds rejects the Pod for good (Failed,
+/// `NodePorts`), as a kubelet does.
+fn reject_for_ports(
+    pod: &Pod,
+    current: &KubeletStatus,
+    uid: &str,
+    input: &mut PlanInput<'_>,
+) -> Option<Plan> {
+    let wanted = host_ports(pod);
+    if !wanted.is_empty() {
+        let used = (input.host_ports_in_use)();
+        let mut taken: Vec<String> = wanted
+            .intersection(&used)
+            .map(|(protocol, port)| format!("{port}/{protocol}"))
+            .collect();
+        if !taken.is_empty() {
+            taken.sort();
+            let mut next = current.clone();
+            next.phase = PHASE_FAILED.into();
+            next.reason = Some(REASON_NODE_PORTS.into());
+            next.message = Some(format!(
+                "Pod was rejected: node(s) didn't have free ports for the requested pod ports ({} in use)",
+                taken.join(", ")
+            ));
+            next.start_time = Some(k8s_time(input.now));
+            return Some(Plan {
+                status_patch: Some(next.to_patch(uid)),
+                delete: false,
+                requeue: None,
+            });
+        }
+    }
+    None
+}
+
 /// Decides what the kubelet would write now for `pod`, which is bound to this simulator's node.
 pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Plan {
     let current = KubeletStatus::from_pod(pod);
@@ -361,32 +396,10 @@ pub fn plan(pod: &Pod, memory: &mut PodMemory, input: &mut PlanInput<'_>) -> Pla
         // Terminal phases never change again.
         return Plan::default();
     }
-    if current.start_time.is_none() {
-        // Admission: a host port another Pod on the node holds rejects the Pod for good.
-        let wanted = host_ports(pod);
-        if !wanted.is_empty() {
-            let used = (input.host_ports_in_use)();
-            let mut taken: Vec<String> = wanted
-                .intersection(&used)
-                .map(|(protocol, port)| format!("{port}/{protocol}"))
-                .collect();
-            if !taken.is_empty() {
-                taken.sort();
-                let mut next = current.clone();
-                next.phase = PHASE_FAILED.into();
-                next.reason = Some(REASON_NODE_PORTS.into());
-                next.message = Some(format!(
-                    "Pod was rejected: node(s) didn't have free ports for the requested pod ports ({} in use)",
-                    taken.join(", ")
-                ));
-                next.start_time = Some(k8s_time(input.now));
-                return Plan {
-                    status_patch: Some(next.to_patch(&uid)),
-                    delete: false,
-                    requeue: None,
-                };
-            }
-        }
+    if current.start_time.is_none()
+        && let Some(rejected) = reject_for_ports(pod, &current, &uid, input)
+    {
+        return rejected;
     }
 
     let spec = pod.spec.clone().unwrap_or_default();
