@@ -583,6 +583,81 @@ fn allocated(c: &Container) -> Option<BTreeMap<String, Quantity>> {
         .filter(|requests| !requests.is_empty())
 }
 
+/// The container's image changed in place: the kubelet kills exactly this container (its last
+/// state the run that ends now) and starts the new image.
+fn replace_image(
+    spec: &Container,
+    cur: &ContainerStatus,
+    state: &ContainerState,
+    steer: &ContainerSteer,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let now = input.now;
+    let restart_count = if cur.container_id.is_some() {
+        cur.restart_count + 1
+    } else {
+        cur.restart_count
+    };
+    let last = state.running.as_ref().map(|running| ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 0,
+            reason: Some("Completed".into()),
+            container_id: cur.container_id.clone(),
+            started_at: running.started_at.clone(),
+            finished_at: Some(k8s_time(now)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    memory.waiting_until.remove(&spec.name);
+    start(
+        spec,
+        last.or(cur.last_state.clone()),
+        restart_count,
+        steer,
+        memory,
+        input,
+        wake,
+    )
+}
+
+/// A container waiting to start (its image pulling, a slow start): still waiting until its delay
+/// has passed, then running.
+fn wait_to_run(
+    spec: &Container,
+    cur: &ContainerStatus,
+    steer: &ContainerSteer,
+    memory: &mut PodMemory,
+    input: &mut PlanInput<'_>,
+    wake: &mut Wake,
+) -> ContainerStatus {
+    let now = input.now;
+    let ends = *memory
+        .waiting_until
+        .entry(spec.name.clone())
+        .or_insert_with(|| after(now, steer.start_delay.max(steer.pull_delay)));
+    if ends > now {
+        wake.at(ends);
+        return ContainerStatus {
+            resources: resources(spec),
+            allocated_resources: allocated(spec),
+            ..cur.clone()
+        };
+    }
+    memory.waiting_until.remove(&spec.name);
+    run(
+        spec,
+        cur.last_state.clone(),
+        cur.restart_count,
+        steer,
+        memory,
+        input,
+        wake,
+    )
+}
+
 /// The next status of one long-running container (app container or native sidecar).
 #[allow(clippy::too_many_arguments)]
 fn step_container(
@@ -614,32 +689,7 @@ fn step_container(
 
     if cur.image != want_image {
         // In-place image update: the kubelet kills exactly this container and starts the new image.
-        let restart_count = if cur.container_id.is_some() {
-            cur.restart_count + 1
-        } else {
-            cur.restart_count
-        };
-        let last = state.running.as_ref().map(|running| ContainerState {
-            terminated: Some(ContainerStateTerminated {
-                exit_code: 0,
-                reason: Some("Completed".into()),
-                container_id: cur.container_id.clone(),
-                started_at: running.started_at.clone(),
-                finished_at: Some(k8s_time(now)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        memory.waiting_until.remove(&spec.name);
-        return start(
-            spec,
-            last.or(cur.last_state.clone()),
-            restart_count,
-            steer,
-            memory,
-            input,
-            wake,
-        );
+        return replace_image(spec, cur, &state, steer, memory, input, wake);
     }
 
     if state.waiting.is_some() && image::unpullable(&spec_image) {
@@ -647,28 +697,7 @@ fn step_container(
     }
 
     if state.waiting.is_some() {
-        let ends = *memory
-            .waiting_until
-            .entry(spec.name.clone())
-            .or_insert_with(|| after(now, steer.start_delay.max(steer.pull_delay)));
-        if ends > now {
-            wake.at(ends);
-            return ContainerStatus {
-                resources: resources(spec),
-                allocated_resources: allocated(spec),
-                ..cur.clone()
-            };
-        }
-        memory.waiting_until.remove(&spec.name);
-        return run(
-            spec,
-            cur.last_state.clone(),
-            cur.restart_count,
-            steer,
-            memory,
-            input,
-            wake,
-        );
+        return wait_to_run(spec, cur, steer, memory, input, wake);
     }
 
     // Running with the wanted image.
