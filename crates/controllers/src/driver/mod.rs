@@ -41,7 +41,7 @@ pub mod watchdog;
 pub mod write;
 
 #[cfg(test)]
-mod private_reads_tests;
+mod layout_tests;
 #[cfg(test)]
 mod relist_tests;
 #[cfg(test)]

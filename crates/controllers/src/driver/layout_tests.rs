@@ -1,6 +1,7 @@
-//! No part of the manager opens a watch of its own or lists from the apiserver outside the driver,
-//! except where the allow-list below says why: every watch goes through the [`Registry`]
-//! (one stream per type), and a controller reads its caches.
+//! Rules of the code's layout, checked on the sources: no part of the manager opens a watch of its
+//! own or lists from the apiserver outside the driver, except where the allow-list below says why
+//! (every watch goes through the [`Registry`], one stream per type, and a controller reads its
+//! caches); and no production function of any crate is longer than [`MOST_LINES`].
 //!
 //! [`Registry`]: super::registry::Registry
 
@@ -180,4 +181,104 @@ fn every_watch_goes_through_the_registry_and_reads_come_from_caches() {
          read that must stay goes into ALLOWED with its reason:\n{}",
         wrong.join("\n")
     );
+}
+
+/// Production functions of every crate stay short enough to read: none over this many lines.
+const MOST_LINES: usize = 150;
+
+/// Each function of `text` (its name and first line) and how many lines it spans, the
+/// `#[cfg(test)]` module at the end of a file left out. Braces are counted as they come (the
+/// sources keep them balanced inside strings).
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|w| {
+            w[0].trim() == "#[cfg(test)]"
+                && w[1].trim_start().starts_with("mod ")
+                && w[1].trim_end().ends_with('{')
+        })
+        .unwrap_or(lines.len());
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < end {
+        let line = lines[i].trim_start();
+        let line = ["pub(crate) ", "pub(super) ", "pub "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p))
+            .unwrap_or(line);
+        let line = line.strip_prefix("async ").unwrap_or(line);
+        let line = line.strip_prefix("const ").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix("fn ") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let (mut depth, mut started) = (0i64, false);
+            let mut j = i;
+            while j < end {
+                for c in lines[j].chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            started = true;
+                        }
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                if started && depth == 0 {
+                    break;
+                }
+                if !started && lines[j].trim_end().ends_with(';') {
+                    break;
+                }
+                j += 1;
+            }
+            if started {
+                found.push((name, i + 1, j - i + 1));
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+#[test]
+fn no_production_function_is_over_150_lines() {
+    let root = crates_dir();
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let path = f.to_string_lossy();
+            !path.contains("/target/") && !path.contains("/tests/") && !path.contains("/benches/")
+        })
+        .filter(|f| {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            !name.ends_with("tests.rs")
+        })
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let shown = f.strip_prefix(&root).unwrap_or(f).display().to_string();
+            function_lengths(&text)
+                .into_iter()
+                .filter(|(_, _, n)| *n > MOST_LINES)
+                .map(move |(name, at, n)| format!("{shown}:{at} {name}: {n} lines"))
+        })
+        .collect();
+    assert!(files.len() > 100, "found only {} sources", files.len());
+    assert!(
+        long.is_empty(),
+        "split these into functions of at most {MOST_LINES} lines:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn function_lengths_are_counted_from_signature_to_closing_brace() {
+    let text = "fn a() {\n    x();\n}\n\npub async fn b(\n    y: u8,\n) -> u8 {\n    if y > 0 { 1 } else { 2 }\n}\nfn c();\n";
+    let found = function_lengths(text);
+    assert_eq!(found, vec![("a".to_owned(), 1, 3), ("b".to_owned(), 5, 5)]);
 }
