@@ -31,7 +31,7 @@ async fn openkruise_chart_command_line_runs_the_seed_walkthrough() -> anyhow::Re
             format!("--metrics-addr=127.0.0.1:{}", ports.metrics),
             format!("--health-probe-addr=127.0.0.1:{}", ports.health),
             "--v=4".into(),
-            "--feature-gates=ImagePullJobGate=true,PreparingUpdateAsUpdate=true,PreDownloadImageForInPlaceUpdate=true,EnablePodProbeMarkerOnServerless=true,NoSuchGate=true".into(),
+            "--feature-gates=ImagePullJobGate=true,PreparingUpdateAsUpdate=true,PreDownloadImageForInPlaceUpdate=true,EnablePodProbeMarkerOnServerless=true".into(),
             "--sync-period=0".into(),
             "--logging-format=json".into(),
             // What the chart passes through the environment and the in-cluster config.
@@ -61,18 +61,14 @@ async fn openkruise_chart_command_line_runs_the_seed_walkthrough() -> anyhow::Re
         bed.plane.adopt(process);
         manager::wait_serving(&bed.plane, &ports, Duration::from_secs(120)).await?;
 
-        // The gate report, once, in JSON lines.
+        // The start-up report, in JSON lines.
         let text = std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
         let warnings: Vec<&str> = text.lines().filter(|l| l.contains("\"WARN\"")).collect();
-        // Every gate of v1.9.0 is implemented: none of those named is reported, the unknown one is.
+        // Every gate of v1.9.0 is implemented: none of those named is reported. (An unknown gate
+        // keeps the manager from starting, as upstream's: crates/manager/tests/flags.rs.)
         ensure!(
-            !warnings.iter().any(|l| l.contains("not implemented")),
-            "a gate reported as not implemented: {warnings:#?}"
-        );
-        let expected = "feature gate NoSuchGate is unknown";
-        ensure!(
-            warnings.iter().filter(|l| l.contains(expected)).count() == 1,
-            "expected one warning {expected:?} in the manager's JSON log; warnings: {warnings:#?}"
+            !warnings.iter().any(|l| l.contains("feature gate")),
+            "a gate reported: {warnings:#?}"
         );
         ensure!(
             text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.starts_with('{')),

@@ -129,8 +129,6 @@ pub struct FeatureGates {
     values: BTreeMap<&'static str, bool>,
     /// The gates the flag named.
     explicit: std::collections::BTreeSet<&'static str>,
-    /// Names the flag set that no OpenKruise v1.9 gate has.
-    unknown: Vec<String>,
 }
 
 impl Default for FeatureGates {
@@ -141,11 +139,11 @@ impl Default for FeatureGates {
 
 impl FeatureGates {
     /// Parses `--feature-gates` (`A=true,B=false`, `AllAlpha=true`, `AllBeta=true`) and applies
-    /// OpenKruise's coupling rules. A value that is not a boolean is an error naming the gate; an
-    /// unknown gate is reported (see `unsupported`).
+    /// OpenKruise's coupling rules. A value that is not a boolean, and a gate OpenKruise v1.9.0
+    /// does not have, is an error naming the gate, as upstream's flag parser refuses it: the
+    /// manager does not start.
     pub fn parse(flag: &str) -> Result<Self, String> {
         let mut explicit = BTreeMap::new();
-        let mut unknown = Vec::new();
         for pair in flag.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, value) = pair
                 .split_once('=')
@@ -163,28 +161,22 @@ impl FeatureGates {
                 Some(known) => {
                     explicit.insert(known, value);
                 }
-                // OpenKruise refuses an unknown gate; kruise-rs reports it and starts, so that a chart
-                // of a newer OpenKruise does not keep the manager down.
-                None => unknown.push(name.to_string()),
+                None => {
+                    return Err(format!(
+                        "--feature-gates: unrecognized feature gate: {name} (OpenKruise v1.9.0 has no such gate)"
+                    ));
+                }
             }
         }
-        let mut gates = resolve(&explicit);
-        gates.unknown = unknown;
-        Ok(gates)
+        Ok(resolve(&explicit))
     }
 
     pub fn enabled(&self, name: &str) -> bool {
         self.values.get(name).copied().unwrap_or(false)
     }
 
-    /// One line per gate whose value kruise-rs cannot honour (off, but always on here), and per
-    /// gate name no OpenKruise v1.9 gate has.
+    /// One line per gate whose value kruise-rs cannot honour (off, but always on here).
     pub fn unsupported(&self) -> Vec<String> {
-        let unknown = self.unknown.iter().map(|name| {
-            format!(
-                "feature gate {name} is unknown (not an OpenKruise v1.9 gate) and has no effect"
-            )
-        });
         GATES
             .iter()
             .filter_map(|g| match (g.support, self.enabled(g.name)) {
@@ -194,7 +186,6 @@ impl FeatureGates {
                 )),
                 _ => None,
             })
-            .chain(unknown)
             .collect()
     }
 }
@@ -274,7 +265,6 @@ fn resolve(explicit: &BTreeMap<&'static str, bool>) -> FeatureGates {
     FeatureGates {
         values,
         explicit: explicit.keys().copied().collect(),
-        unknown: Vec::new(),
     }
 }
 
@@ -469,6 +459,7 @@ mod tests {
         let cases = [
             ("PodWebhook=yes", "invalid value of PodWebhook: \"yes\""),
             ("PodWebhook", "\"PodWebhook\" is not NAME=true|false"),
+            ("NoSuchGate=true", "unrecognized feature gate: NoSuchGate"),
         ];
         for (flag, want) in cases {
             let error = FeatureGates::parse(flag).expect_err(flag);
@@ -514,12 +505,13 @@ mod tests {
         // Every v1.9.0 gate is implemented: all of them on, nothing is reported.
         let every = FeatureGates::parse("AllAlpha=true,AllBeta=true").expect("valid");
         assert_eq!(every.unsupported(), Vec::<String>::new());
-        let unknown = FeatureGates::parse("NoSuchGate=true").expect("reported, not refused");
+        // An unknown gate is refused, as upstream's flag parser refuses it, naming the gate.
+        let unknown = FeatureGates::parse("PodWebhook=true,NoSuchGate=true");
         assert!(
             unknown
-                .unsupported()
-                .iter()
-                .any(|l| l.contains("feature gate NoSuchGate is unknown"))
+                .as_ref()
+                .is_err_and(|e| e.contains("unrecognized feature gate: NoSuchGate")),
+            "{unknown:?}"
         );
         let off = FeatureGates::parse("PodIndexLabel=false").expect("valid");
         assert!(
