@@ -15,6 +15,7 @@ pub mod crd;
 pub mod daemonset;
 pub mod ephemeraljob;
 pub mod field;
+pub mod gojson;
 pub mod imagepulljob;
 pub mod intstr;
 pub mod keys;

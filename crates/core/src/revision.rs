@@ -29,7 +29,6 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 const MAX_NAME_PREFIX: usize = 223;
 
 /// `rand.SafeEncodeString`'s alphabet: no vowels, no easily confused characters, so no words.
-const SAFE_ALPHABET: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RevisionError {
@@ -55,12 +54,7 @@ pub fn fnv1_32(bytes: &[u8]) -> u32 {
     })
 }
 
-/// `rand.SafeEncodeString`: each character becomes `alphabet[code point % 27]`.
-pub fn safe_encode(s: &str) -> String {
-    s.chars()
-        .map(|c| char::from(SAFE_ALPHABET[(c as usize) % SAFE_ALPHABET.len()]))
-        .collect()
-}
+pub use kruise_api::gojson::safe_encode;
 
 /// The revision hash of raw revision data with an optional collision count.
 pub fn hash_revision_data(data: &[u8], collision_count: Option<i32>) -> String {
@@ -123,7 +117,7 @@ fn write_go_json(value: &Value, out: &mut String) {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => write_go_number(n, out),
-        Value::String(s) => write_go_string(s, out),
+        Value::String(s) => kruise_api::gojson::write_string(s, out),
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -144,7 +138,7 @@ fn write_go_json(value: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_go_string(key, out);
+                kruise_api::gojson::write_string(key, out);
                 out.push(':');
                 write_go_json(item, out);
             }
@@ -179,30 +173,6 @@ fn write_go_number(n: &serde_json::Number, out: &mut String) {
     } else {
         let _ = write!(out, "{f}");
     }
-}
-
-fn write_go_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            // Go escapes HTML-significant characters and the JavaScript line separators.
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// What a revision belongs to: its kind (for the owner reference) and metadata (name, uid and the
@@ -518,12 +488,6 @@ mod tests {
 
     // Digits map through `alphabet[byte % 27]`: '0' (48) → index 21 = '4', ..., '5' (53) → 26 = '9',
     // '6' (54) → 0 = 'b', '7' → 'c', '8' → 'd', '9' → 'f'.
-    #[test]
-    fn safe_encode_digits() {
-        assert_eq!(safe_encode("0123456789"), "456789bcdf");
-        assert_eq!(safe_encode(""), "");
-    }
-
     #[test]
     fn hash_table() {
         let cases: &[(&[u8], Option<i32>, &str)] = &[

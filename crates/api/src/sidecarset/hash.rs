@@ -127,7 +127,7 @@ fn encode_struct(value: &Value, fields: &[F], out: &mut String) {
             out.push(',');
         }
         first = false;
-        encode_string(name, out);
+        crate::gojson::write_string(name, out);
         out.push(':');
         encode_value(field, kind, out);
     }
@@ -152,7 +152,9 @@ fn is_empty(value: Option<&Value>, kind: &K) -> bool {
 /// Encodes a value (`None` = absent: Go's zero value of the kind).
 fn encode_value(value: Option<&Value>, kind: &K, out: &mut String) {
     match kind {
-        K::Str => encode_string(value.and_then(Value::as_str).unwrap_or_default(), out),
+        K::Str => {
+            crate::gojson::write_string(value.and_then(Value::as_str).unwrap_or_default(), out)
+        }
         K::Int => out.push_str(
             &value
                 .and_then(Value::as_i64)
@@ -171,13 +173,13 @@ fn encode_value(value: Option<&Value>, kind: &K, out: &mut String) {
                 None => "0".into(),
             };
             match Quantity::parse(&text) {
-                Ok(q) => encode_string(&q.go_string(), out),
+                Ok(q) => crate::gojson::write_string(&q.go_string(), out),
                 // Go could not have decoded it; write it as given.
-                Err(_) => encode_string(&text, out),
+                Err(_) => crate::gojson::write_string(&text, out),
             }
         }
         K::IntOrString => match value {
-            Some(Value::String(s)) => encode_string(s, out),
+            Some(Value::String(s)) => crate::gojson::write_string(s, out),
             Some(Value::Number(n)) => out.push_str(&n.to_string()),
             _ => out.push('0'),
         },
@@ -208,7 +210,7 @@ fn encode_value(value: Option<&Value>, kind: &K, out: &mut String) {
                     if i > 0 {
                         out.push(',');
                     }
-                    encode_string(key, out);
+                    crate::gojson::write_string(key, out);
                     out.push(':');
                     encode_value(map.get(key).filter(|v| !v.is_null()), inner, out);
                 }
@@ -219,40 +221,8 @@ fn encode_value(value: Option<&Value>, kind: &K, out: &mut String) {
     }
 }
 
-/// A JSON string as Go's `encoding/json` writes it (HTML-safe escaping).
-fn encode_string(text: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' | '\u{0}'..='\u{1f}' => {
-                let code = c as u32;
-                out.push_str("\\u");
-                for shift in [12, 8, 4, 0] {
-                    out.push(HEX[((code >> shift) & 0xf) as usize] as char);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out.push('"');
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// apimachinery's `rand.SafeEncodeString`: each character mapped onto a vowel-free alphabet.
-pub fn safe_encode(text: &str) -> String {
-    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    text.chars()
-        .map(|c| ALPHANUMS[c as usize % ALPHANUMS.len()] as char)
-        .collect()
-}
+pub use crate::gojson::safe_encode;
