@@ -19,7 +19,7 @@ use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImageListPullJobObject
 use kruise_core::cron::{self, Child, Finished, Policy, Problem};
 use kube::api::{DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 
@@ -110,16 +110,9 @@ where
 }
 
 async fn event(ctx: &Context, acj: &AdvancedCronJob, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &acj.object_ref(&())).await {
-        tracing::warn!(%error, reason, "publishing an event");
-    }
+    ctx.recorder
+        .record(&acj.object_ref(&()), type_, reason, note)
+        .await;
 }
 
 /// The jobs of the template's `kind` the cron job owns, as its plan reads them; `None` until

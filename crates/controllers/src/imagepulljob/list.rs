@@ -16,7 +16,7 @@ use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob};
 use kruise_core::imagepull::{self, ChildJob, ListJob};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 
@@ -85,16 +85,9 @@ impl Context {
 
 /// A Normal Event on the list, with upstream's reason.
 async fn publish(ctx: &Context, list: &ImageListPullJob, reason: &str, note: String) {
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &list.object_ref(&())).await {
-        tracing::warn!(%error, reason, "publishing an ImageListPullJob Event");
-    }
+    ctx.recorder
+        .record(&list.object_ref(&()), EventType::Normal, reason, note)
+        .await;
 }
 
 fn raced<T>(

@@ -26,7 +26,7 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -73,16 +73,9 @@ pub(crate) async fn publish(
     reason: &str,
     note: String,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &ud.object_ref(&())).await {
-        tracing::warn!(%error, reason, "publishing an event");
-    }
+    ctx.recorder
+        .record(&ud.object_ref(&()), type_, reason, note)
+        .await;
 }
 
 /// `Some(wait)` while a write of ours has not shown in the caches yet (and has not expired).

@@ -26,7 +26,7 @@ use kruise_api::workloadspread::{
 use kruise_core::workloadspread::{self as core, Finding};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -601,14 +601,7 @@ async fn write_costs(
 }
 
 async fn publish(ctx: &Context, ws: &WorkloadSpread, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &ws.object_ref(&())).await {
-        tracing::warn!(%error, reason, "publishing an event");
-    }
+    ctx.recorder
+        .record(&ws.object_ref(&()), type_, reason, note)
+        .await;
 }
