@@ -74,6 +74,9 @@ pub struct PodControl<'a> {
     pub now: Timestamp,
     /// How create and delete Events are worded.
     pub wording: Wording,
+    /// With `PodUnavailableBudgetUpdateGate`, the process's budget decisions an in-place update
+    /// takes one unit of before it starts; `None`, updates consult no budget.
+    pub budgets: Option<&'a crate::podunavailablebudget::take::Disruptions>,
 }
 
 /// The wording of create/delete Events: CloneSet's, or the StatefulSet controller's (which
@@ -534,17 +537,19 @@ impl PodControl<'_> {
                     // PodUnavailableBudgetUpdateGate: the Pod is still available; its update
                     // starts only if its budget allows one more unavailable Pod (upstream checks
                     // the budget before an in-place update the same way). Refused: retried later.
-                    if crate::podunavailablebudget::take::update_gate()
-                        && let Some(refusal) = crate::podunavailablebudget::take::take(
-                            self.client,
-                            &pod,
-                            kruise_api::policy::v1alpha1::PubOperation::Update,
-                            false,
-                            true,
-                            false,
-                        )
-                        .await
-                        .context(|| format!("checking the PodUnavailableBudget of Pod {name}"))?
+                    if let Some(budgets) = self.budgets
+                        && let Some(refusal) = budgets
+                            .take(
+                                &pod,
+                                kruise_api::policy::v1alpha1::PubOperation::Update,
+                                false,
+                                true,
+                                false,
+                            )
+                            .await
+                            .context(|| {
+                                format!("checking the PodUnavailableBudget of Pod {name}")
+                            })?
                     {
                         tracing::debug!(pod = %name, %refusal, "in-place update waits for its PodUnavailableBudget");
                         outcome.after = Some(BUDGET_RETRY);

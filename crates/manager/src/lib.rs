@@ -625,10 +625,6 @@ impl Readiness {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
     let gates = args.gates()?;
-    // The in-place update engine of every workload consults PodUnavailableBudgets with this gate.
-    kruise_controllers::podunavailablebudget::take::set_update_gate(
-        gates.enabled("PodUnavailableBudgetUpdateGate"),
-    );
     args.lease_timing()?;
     args.default_ttl_for_always_nodeimage()?;
     for line in args.ineffective()? {
@@ -652,7 +648,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = certificate_settings(&args, &gates)?;
     // One watch of each kind the webhooks read, for the whole process: the Pod webhook (every
     // replica) and the controllers (the leader) read them.
-    let process_caches = kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
+    let mut process_caches =
+        kruise_controllers::driver::caches::ProcessCaches::start(client.clone());
+    // Disruptions are decided on the process's budget cache (and its own last writes), for the
+    // webhook and, with PodUnavailableBudgetUpdateGate, the in-place update engine of every
+    // workload alike; a refusal leaves upstream's PubPreventPodDeletion Warning on the Pod.
+    let disruptions = kruise_controllers::podunavailablebudget::take::Disruptions::counted(
+        client.clone(),
+        metrics.webhook.budget_batches.clone(),
+    )
+    .with_cache(process_caches.budgets.store().clone())
+    .with_refusal_events();
+    process_caches.update_budgets = gates
+        .enabled("PodUnavailableBudgetUpdateGate")
+        .then(|| disruptions.clone());
     let (pods, policy) = admission(
         &args,
         &gates,
@@ -662,6 +671,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &metrics.webhook,
         settings.pod_webhook.failure_policy,
     )?;
+    let policy = policy.with_disruptions(disruptions);
     let _ = readiness.pods.set(pods.clone());
     let first = ensure_first_certificate(&client, &settings, &metrics.webhook).await?;
     let tls = RustlsConfig::from_pem(
@@ -820,16 +830,6 @@ fn admission(
     kruise_webhook::pod::PodInjector,
     kruise_webhook::policy::Policy,
 )> {
-    // Disruptions are decided on the process's budget cache (and its own last writes).
-    kruise_controllers::podunavailablebudget::take::use_cache(
-        process_caches.budgets.store().clone(),
-    );
-    kruise_controllers::podunavailablebudget::take::count_batches(
-        webhook_metrics.budget_batches.clone(),
-    );
-    // A refusal, by the Pod webhook or an in-place update's budget check, leaves upstream's
-    // PubPreventPodDeletion Warning on the Pod.
-    kruise_controllers::podunavailablebudget::take::record_refusals(client.clone());
     let pods = kruise_webhook::pod::PodInjector::from_stores(
         process_caches.sidecarsets.store().clone(),
         process_caches.namespaces.store().clone(),
@@ -1178,6 +1178,13 @@ impl LeaderTerm {
                 &process_caches.registry,
             )
         };
+        // The certificate's Secret comes from the term's one cache of Secrets when the gates that
+        // read Secrets cluster-wide (and that the chart grants then) are on; else certctl watches
+        // that one Secret by name.
+        let gates = args.gates().unwrap_or_default();
+        let secrets = (gates.enabled("ResourceDistributionGate")
+            || gates.enabled("ImagePullJobGate"))
+        .then(|| registry.shared());
         // The certificate controller holds nothing kube can panic on: it stops with the runtime.
         runtime.spawn(certctl::run(
             client.clone(),
@@ -1186,7 +1193,7 @@ impl LeaderTerm {
             ready_tx,
             webhook_metrics,
             Some(process_caches.budgets.clone()),
-            registry.shared(),
+            secrets,
         ));
         let term = stop.clone();
         runtime.spawn(async move {

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
+use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -364,11 +365,9 @@ pub async fn run(
     ready: watch::Sender<bool>,
     metrics: Metrics,
     budgets: Option<Shared<PodUnavailableBudget>>,
-    secrets: Shared<kube::core::PartialObjectMeta<Secret>>,
+    secrets: Option<Shared<kube::core::PartialObjectMeta<Secret>>>,
 ) {
-    // The leader's one cache of Secrets (metadata): a change of ours, or its vanishing across a
-    // relist, is due a sync; the sync reads the Secret itself.
-    let mut changes = secrets.subscribe();
+    let mut changes = secret_changes(&client, &settings, secrets);
     let mut budget_changes = match &budgets {
         Some(budgets) => {
             let changes = budgets.subscribe();
@@ -413,14 +412,10 @@ pub async fn run(
         };
         tokio::select! {
             _ = resync.tick() => due = true,
-            changed = changes.recv() => match changed {
-                Some(secret) => {
-                    if secret.metadata.namespace.as_deref() == Some(settings.namespace.as_str())
-                        && secret.metadata.name.as_deref() == Some(settings.secret_name.as_str())
-                    {
-                        tracing::info!(secret = %settings.secret_name, "webhook certificate Secret changed");
-                        due = true;
-                    }
+            changed = changes.next() => match changed {
+                Some(()) => {
+                    tracing::info!(secret = %settings.secret_name, "webhook certificate Secret changed");
+                    due = true;
                 }
                 None => return,
             },
@@ -435,6 +430,52 @@ pub async fn run(
                 // The cache is gone (the process is ending): budgets no longer move the webhooks.
                 _ => budget_changes = None,
             },
+        }
+    }
+}
+
+/// A change of the certificate's Secret (or a relist, which may hide one): each is due a sync,
+/// which reads the Secret itself. From the leader's one cache of Secrets' metadata when it has one
+/// (`secrets`: the gates that read Secrets cluster-wide are on, and the chart grants that); else
+/// from a watch of this one Secret, by name in the manager's namespace, the only Secret the chart
+/// lets the manager read otherwise.
+fn secret_changes(
+    client: &Client,
+    settings: &Settings,
+    secrets: Option<Shared<kube::core::PartialObjectMeta<Secret>>>,
+) -> futures::stream::BoxStream<'static, ()> {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let (namespace, name) = (settings.namespace.clone(), settings.secret_name.clone());
+    match secrets {
+        Some(cache) => kruise_controllers::cache::receiver_stream(cache.subscribe())
+            .filter_map(move |secret| {
+                let ours = secret.metadata.namespace.as_deref() == Some(namespace.as_str())
+                    && secret.metadata.name.as_deref() == Some(name.as_str());
+                futures::future::ready(ours.then_some(()))
+            })
+            .boxed(),
+        None => {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            // With backoff: a watch failing over and over (a paused or partitioned replica
+            // resuming) must not turn into a sync per failure.
+            watcher(api, config)
+                .default_backoff()
+                .filter_map(|event| {
+                    futures::future::ready(match event {
+                        Ok(
+                            watcher::Event::Apply(_)
+                            | watcher::Event::Delete(_)
+                            | watcher::Event::InitDone,
+                        ) => Some(()),
+                        Ok(_) => None,
+                        Err(error) => {
+                            tracing::warn!(%error, "watching the webhook certificate Secret");
+                            None
+                        }
+                    })
+                })
+                .boxed()
         }
     }
 }

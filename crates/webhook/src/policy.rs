@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
 use kruise_controllers::driver::caches::Shared;
-use kruise_controllers::podunavailablebudget::take::{related_pub, take};
+use kruise_controllers::podunavailablebudget::take::{Disruptions, related_pub};
 use kruise_core::budget::{self, Protection};
 use kube::api::{ApiResource, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -76,6 +76,9 @@ pub struct Policy {
     gates: PolicyGates,
     /// Read-your-writes ([`Policy::with_freshness`]).
     fresh: Option<FreshBudgets>,
+    /// Where disruptions take their budget's units: the process's ([`Policy::with_disruptions`]),
+    /// else this policy's own.
+    disruptions: Option<Disruptions>,
 }
 
 /// What a disruption reads to be decided with every budget written before it.
@@ -113,10 +116,18 @@ fn labels(object: &DynamicObject) -> Option<&std::collections::BTreeMap<String, 
 impl Policy {
     pub fn new(client: Client, gates: PolicyGates) -> Self {
         Self {
+            disruptions: Some(Disruptions::new(client.clone())),
             client: Some(client),
             gates,
             fresh: None,
         }
+    }
+
+    /// Takes budget units through the process's `disruptions` (shared with the in-place updates of
+    /// the workload controllers, so that decisions on one budget are batched together).
+    pub fn with_disruptions(mut self, disruptions: Disruptions) -> Self {
+        self.disruptions = Some(disruptions);
+        self
     }
 
     /// Decides each disruption with every PodUnavailableBudget written before it arrived:
@@ -312,15 +323,18 @@ impl Policy {
         let Some(pub_name) = related_pub(&pod).map(str::to_string) else {
             return allow(&request);
         };
-        match take(
-            client,
-            &pod,
-            operation,
-            request.dry_run || eviction_dry_run(&request),
-            self.gates.vertical_scaling,
-            cache_current,
-        )
-        .await
+        let Some(disruptions) = &self.disruptions else {
+            return allow(&request);
+        };
+        match disruptions
+            .take(
+                &pod,
+                operation,
+                request.dry_run || eviction_dry_run(&request),
+                self.gates.vertical_scaling,
+                cache_current,
+            )
+            .await
         {
             Ok(None) => allow(&request),
             Ok(Some(refusal)) => {

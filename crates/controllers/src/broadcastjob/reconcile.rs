@@ -43,6 +43,37 @@ fn job_pods(ctx: &Context, job: &BroadcastJob, uid: &str) -> Result<Vec<Arc<Pod>
         .collect())
 }
 
+/// Deletes a finished job whose `ttlSecondsAfterFinished` has passed (preconditioned on its uid).
+async fn delete_after_ttl(
+    ctx: &Context,
+    api: &Api<BroadcastJob>,
+    name: &str,
+    key: &str,
+    uid: String,
+) -> Result<Action, Error> {
+    tracing::info!(broadcastjob = %key, "deleting the job: ttlSecondsAfterFinished has passed");
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            if let Ok(mut ex) = ctx.expectations.lock() {
+                ex.forget(key);
+            }
+            Ok(Action::await_change())
+        }
+        Err(error) if is_race(&error) => Ok(Action::await_change()),
+        Err(error) => Err(Error::Kube {
+            context: format!("deleting BroadcastJob {key} after its TTL"),
+            source: error,
+        }),
+    }
+}
+
 async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
@@ -82,27 +113,7 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
     let api: Api<BroadcastJob> = Api::namespaced(ctx.client.clone(), &namespace);
 
     if plan.delete_job {
-        tracing::info!(broadcastjob = %key, "deleting the job: ttlSecondsAfterFinished has passed");
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        return match api.delete(&name, &params).await {
-            Ok(_) => {
-                if let Ok(mut ex) = ctx.expectations.lock() {
-                    ex.forget(&key);
-                }
-                Ok(Action::await_change())
-            }
-            Err(error) if is_race(&error) => Ok(Action::await_change()),
-            Err(error) => Err(Error::Kube {
-                context: format!("deleting BroadcastJob {key} after its TTL"),
-                source: error,
-            }),
-        };
+        return delete_after_ttl(ctx, &api, &name, &key, uid).await;
     }
 
     let pc = PodControl {
@@ -116,6 +127,7 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         controller: CONTROLLER,
         now,
         wording: Wording::Job,
+        budgets: None,
     };
 
     let mut status = plan.status.clone();

@@ -44,6 +44,7 @@ impl<'a> Actor<'a> {
                 controller: CONTROLLER,
                 now,
                 wording: Wording::Kruise,
+                budgets: ctx.budgets.as_ref(),
             },
         }
     }
@@ -225,6 +226,7 @@ mod tests {
     fn context(client: kube::Client) -> Context {
         let mut registry = prometheus_client::registry::Registry::default();
         Context {
+            budgets: None,
             client: client.clone(),
             pods: crate::cache::PodCache::new(),
             revisions: kube::runtime::reflector::store().0,

@@ -65,6 +65,8 @@ pub struct Context {
     pub(crate) nodes: Store<Node>,
     pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: EventRecorder,
+    /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
+    pub(crate) budgets: Option<crate::podunavailablebudget::take::Disruptions>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
     /// CloneSets known to own no ImagePullJob.
@@ -83,6 +85,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let revision_events = caches.revisions.owned_stream();
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
+        budgets: caches.update_budgets.clone(),
         client: client.clone(),
         pods: caches.pods,
         revisions: caches.revisions.store().clone(),

@@ -70,6 +70,8 @@ pub struct Context {
     pub(crate) revisions: Store<ControllerRevision>,
     pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: EventRecorder,
+    /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
+    pub(crate) budgets: Option<crate::podunavailablebudget::take::Disruptions>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
     /// Sets known to own no ImagePullJob.
@@ -88,6 +90,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     caches.pods.wait_synced().await;
     let watched = caches.shared::<DaemonSet>();
     let ctx = Arc::new(Context {
+        budgets: caches.update_budgets.clone(),
         client: client.clone(),
         pods: caches.pods,
         nodes: caches.nodes.store().clone(),

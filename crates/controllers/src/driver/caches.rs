@@ -29,6 +29,7 @@ use kruise_api::statefulset::v1beta1::StatefulSet as AdvancedStatefulSet;
 
 use super::registry::{Cacheable, Registry};
 use crate::cache::PodCache;
+use crate::podunavailablebudget::take::Disruptions;
 
 /// A store of every `K` of the cluster, filled by one watch, and the subscribers to its changes.
 pub struct Shared<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -294,6 +295,9 @@ pub struct Caches {
     pub workloadspreads: Shared<kruise_api::workloadspread::WorkloadSpread>,
     /// PodProbeMarkers (the process-wide watch, [`ProcessCaches`]).
     pub podprobemarkers: Shared<kruise_api::podprobemarker::PodProbeMarker>,
+    /// With `PodUnavailableBudgetUpdateGate`, the process's budget decisions, which in-place updates
+    /// consult ([`ProcessCaches::update_budgets`]).
+    pub update_budgets: Option<Disruptions>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -314,6 +318,10 @@ pub struct ProcessCaches {
     /// Every PodProbeMarker: their controller reconciles them; on serverless nodes
     /// (`EnablePodProbeMarkerOnServerless`) the Pod webhook writes their probes into new Pods.
     pub podprobemarkers: Shared<kruise_api::podprobemarker::PodProbeMarker>,
+    /// With `PodUnavailableBudgetUpdateGate`, the process's budget decisions (over `budgets`, shared
+    /// with the Pod webhook), which the workload controllers' in-place updates consult; `None`,
+    /// they consult no budget. Set by the manager.
+    pub update_budgets: Option<Disruptions>,
 }
 
 impl ProcessCaches {
@@ -329,6 +337,7 @@ impl ProcessCaches {
             persistentpodstates: registry.shared(),
             workloadspreads: registry.shared(),
             podprobemarkers: registry.shared(),
+            update_budgets: None,
             registry,
         }
     }
@@ -362,6 +371,7 @@ impl Caches {
             persistentpodstates: process.persistentpodstates,
             workloadspreads: process.workloadspreads,
             podprobemarkers: process.podprobemarkers,
+            update_budgets: process.update_budgets,
             registry,
         };
         (caches, pods_run)

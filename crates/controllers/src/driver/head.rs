@@ -43,10 +43,12 @@ pub trait OwnsPods: Driven {
     /// The writes of this controller not yet shown by the caches.
     fn expectations(&self) -> &Mutex<Expectations>;
     fn recorder(&self) -> &EventRecorder;
+    /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
+    fn budgets(&self) -> Option<&crate::podunavailablebudget::take::Disruptions>;
 }
 
 /// Implements [`OwnsPods`] for a context with the fields `client`, `pods`, `revisions`,
-/// `expectations` and `recorder`.
+/// `expectations`, `recorder` and `budgets`.
 macro_rules! owns_pods {
     ($context:ty) => {
         impl $crate::driver::head::OwnsPods for $context {
@@ -71,6 +73,10 @@ macro_rules! owns_pods {
 
             fn recorder(&self) -> &$crate::events::EventRecorder {
                 &self.recorder
+            }
+
+            fn budgets(&self) -> Option<&$crate::podunavailablebudget::take::Disruptions> {
+                self.budgets.as_ref()
             }
         }
     };
@@ -127,6 +133,7 @@ where
         controller: ctx.controller(),
         now,
         wording,
+        budgets: ctx.budgets(),
     }
 }
 

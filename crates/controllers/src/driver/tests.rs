@@ -432,6 +432,7 @@ mod head_and_pods {
         expectations: Mutex<Expectations>,
         recorder: EventRecorder,
         metrics: Arc<Metrics>,
+        budgets: Option<crate::podunavailablebudget::take::Disruptions>,
         /// Kept: a store whose writer is dropped counts as listed.
         _revisions_writer: reflector::store::Writer<ControllerRevision>,
     }
@@ -471,6 +472,7 @@ mod head_and_pods {
         }
         let mut registry = prometheus_client::registry::Registry::default();
         Ctx {
+            budgets: None,
             client: client.clone(),
             pods: cache,
             revisions: store,

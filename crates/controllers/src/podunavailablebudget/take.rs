@@ -16,9 +16,9 @@
 //! and a budget that does not exist (NotFound, on the read or on the patch) admits, as upstream.
 //!
 //! A refusal leaves upstream's `PubPreventPodDeletion` Warning on the Pod, whoever asked (the
-//! webhook or an in-place update), once [`record_refusals`] has been called.
+//! webhook or an in-place update), with [`Disruptions::with_refusal_events`]. The process holds
+//! one [`Disruptions`]: the manager hands it to the webhook and to the workload controllers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -108,46 +108,6 @@ impl Decide for BudgetDecisions {
 
 type Commit = GroupCommit<BudgetDecisions, ApiSource<PodUnavailableBudget>>;
 
-/// The process's budget cache and the group commit of its disruptions.
-#[derive(Default)]
-struct Budgets {
-    cache: Arc<OnceLock<Store<PodUnavailableBudget>>>,
-    batches: OnceLock<prometheus_client::metrics::histogram::Histogram>,
-    commit: OnceLock<Arc<Commit>>,
-}
-
-static BUDGETS: OnceLock<Budgets> = OnceLock::new();
-
-fn process_budgets() -> &'static Budgets {
-    BUDGETS.get_or_init(Budgets::default)
-}
-
-/// Lets [`take`] read budgets from the process's watch cache (the manager's `ProcessCaches`).
-pub fn use_cache(store: Store<PodUnavailableBudget>) {
-    let _ = process_budgets().cache.set(store);
-}
-
-/// Observes the size of each batch of disruptions written in `batches` (before the first
-/// [`take`]).
-pub fn count_batches(batches: prometheus_client::metrics::histogram::Histogram) {
-    let _ = process_budgets().batches.set(batches);
-}
-
-impl Budgets {
-    fn commit(&self, client: &Client) -> &Arc<Commit> {
-        self.commit.get_or_init(|| {
-            GroupCommit::counted(
-                BudgetDecisions,
-                ApiSource::new(client.clone(), self.cache.clone()),
-                self.batches
-                    .get()
-                    .cloned()
-                    .unwrap_or_else(crate::ledger::commit::batch_histogram),
-            )
-        })
-    }
-}
-
 /// The reporter of the Events a refusal publishes (upstream's one recorder for the webhook and the
 /// workload controllers' budget checks).
 pub const EVENT_REPORTER: &str = "pub-controller";
@@ -162,109 +122,140 @@ const PREVENTED_IN_FLIGHT: usize = 64;
 /// How long publishing one refusal Event may take.
 const PREVENTED_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where refusals are reported ([`record_refusals`]).
+/// Where refusals are reported ([`Disruptions::with_refusal_events`]).
 struct Refusals {
     recorder: crate::events::EventRecorder,
     seats: Arc<tokio::sync::Semaphore>,
 }
 
-static REFUSALS: OnceLock<Refusals> = OnceLock::new();
-
-/// Lets [`take`] leave [`REASON_PREVENTED`] on each Pod whose disruption a budget refuses (once per
-/// process; the manager calls it for the webhook and the in-place update engine alike).
-pub fn record_refusals(client: Client) {
-    let _ = REFUSALS.set(Refusals {
-        recorder: crate::driver::recorder(client, EVENT_REPORTER),
-        seats: Arc::new(tokio::sync::Semaphore::new(PREVENTED_IN_FLIGHT)),
-    });
+/// The disruptions of one process against its PodUnavailableBudgets: one group commit per budget
+/// (shared by the Pod webhook and the in-place update engine, so that their decisions on one
+/// budget are batched and ordered together), over the process's budget cache. Cheap to clone.
+#[derive(Clone)]
+pub struct Disruptions {
+    client: Client,
+    cache: Arc<OnceLock<Store<PodUnavailableBudget>>>,
+    commit: Arc<Commit>,
+    refusals: Option<Arc<Refusals>>,
 }
 
-/// Publishes [`REASON_PREVENTED`] on `pod` off the caller's path, as upstream does whenever a
-/// budget refuses (dry runs included): the admission answer never waits for it.
-fn record_refusal(pod: &Pod) {
-    let Some(refusals) = REFUSALS.get() else {
-        return;
-    };
-    let regarding = kube::Resource::object_ref(pod, &());
-    let pod_name = regarding.name.clone().unwrap_or_default();
-    let Ok(seat) = refusals.seats.clone().try_acquire_owned() else {
-        tracing::debug!(pod = %pod_name, "{PREVENTED_IN_FLIGHT} {REASON_PREVENTED} Events in flight; this one is dropped");
-        return;
-    };
-    tokio::spawn(async move {
-        let _seat = seat;
-        let record = refusals.recorder.record(
-            &regarding,
-            kube::runtime::events::EventType::Warning,
-            REASON_PREVENTED,
-            PREVENTED_NOTE.into(),
+impl Disruptions {
+    /// Decides on budgets read from the apiserver (and this handle's own last writes), recording no
+    /// Event.
+    pub fn new(client: Client) -> Self {
+        Self::counted(client, crate::ledger::commit::batch_histogram())
+    }
+
+    /// [`Disruptions::new`], observing the size of each batch of disruptions written in `batches`.
+    pub fn counted(
+        client: Client,
+        batches: prometheus_client::metrics::histogram::Histogram,
+    ) -> Self {
+        let cache = Arc::new(OnceLock::new());
+        let commit = GroupCommit::counted(
+            BudgetDecisions,
+            ApiSource::new(client.clone(), cache.clone()),
+            batches,
         );
-        if tokio::time::timeout(PREVENTED_TIMEOUT, record)
-            .await
-            .is_err()
-        {
-            tracing::debug!(pod = %pod_name, "publishing {REASON_PREVENTED} timed out");
+        Self {
+            client,
+            cache,
+            commit,
+            refusals: None,
         }
-    });
-}
+    }
 
-static UPDATE_GATE: AtomicBool = AtomicBool::new(false);
+    /// Decides on the process's watch cache of budgets (the manager's `ProcessCaches`).
+    pub fn with_cache(self, store: Store<PodUnavailableBudget>) -> Self {
+        let _ = self.cache.set(store);
+        self
+    }
 
-/// Turns on (`PodUnavailableBudgetUpdateGate`) the budget check of the in-place update engine.
-pub fn set_update_gate(on: bool) {
-    UPDATE_GATE.store(on, Ordering::SeqCst);
-}
+    /// Leaves [`REASON_PREVENTED`] on each Pod whose disruption a budget refuses, as upstream does
+    /// for the webhook and the in-place update engine alike.
+    pub fn with_refusal_events(mut self) -> Self {
+        self.refusals = Some(Arc::new(Refusals {
+            recorder: crate::driver::recorder(self.client.clone(), EVENT_REPORTER),
+            seats: Arc::new(tokio::sync::Semaphore::new(PREVENTED_IN_FLIGHT)),
+        }));
+        self
+    }
 
-/// Whether in-place updates consult the budget.
-pub fn update_gate() -> bool {
-    UPDATE_GATE.load(Ordering::SeqCst)
+    /// Publishes [`REASON_PREVENTED`] on `pod` off the caller's path, as upstream does whenever a
+    /// budget refuses (dry runs included): the admission answer never waits for it.
+    fn record_refusal(&self, pod: &Pod) {
+        let Some(refusals) = self.refusals.clone() else {
+            return;
+        };
+        let regarding = kube::Resource::object_ref(pod, &());
+        let pod_name = regarding.name.clone().unwrap_or_default();
+        let Ok(seat) = refusals.seats.clone().try_acquire_owned() else {
+            tracing::debug!(pod = %pod_name, "{PREVENTED_IN_FLIGHT} {REASON_PREVENTED} Events in flight; this one is dropped");
+            return;
+        };
+        tokio::spawn(async move {
+            let _seat = seat;
+            let record = refusals.recorder.record(
+                &regarding,
+                kube::runtime::events::EventType::Warning,
+                REASON_PREVENTED,
+                PREVENTED_NOTE.into(),
+            );
+            if tokio::time::timeout(PREVENTED_TIMEOUT, record)
+                .await
+                .is_err()
+            {
+                tracing::debug!(pod = %pod_name, "publishing {REASON_PREVENTED} timed out");
+            }
+        });
+    }
+
+    /// Decides `operation` of `pod` against the budget it names, recording it unless `dry_run`:
+    /// `Ok(None)` admits, `Ok(Some(message))` refuses with upstream's message. `cache_current`: the
+    /// budget cache is known to show every write made before the request (read-your-writes), so a
+    /// refusal on it needs no read of the budget.
+    pub async fn take(
+        &self,
+        pod: &Pod,
+        operation: PubOperation,
+        dry_run: bool,
+        vertical_scaling: bool,
+        cache_current: bool,
+    ) -> Result<Option<String>, kube::Error> {
+        let Some(name) = related_pub(pod) else {
+            return Ok(None);
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let key: Key = (namespace.to_owned(), name.to_owned());
+        let commit = &self.commit;
+        let disruption = Disruption {
+            pod: pod.clone(),
+            operation,
+            vertical_scaling,
+            now: Timestamp::now(),
+            cache_current,
+        };
+        let refusal = if dry_run {
+            dry_run_decision(&self.client, commit, &key, &disruption).await?
+        } else {
+            match commit.submit(key, disruption).await {
+                Ok(answer) => answer,
+                Err(CommitError::Conflicts(_)) => Some(format!(
+                    "Timeout: couldn't update PodUnavailableBudget {name} due to conflicts"
+                )),
+                Err(error) => return Err(error.into_kube()),
+            }
+        };
+        if refusal.is_some() {
+            self.record_refusal(pod);
+        }
+        Ok(refusal)
+    }
 }
 
 /// The budget named by the Pod's `kruise.io/related-pub` annotation.
 pub fn related_pub(pod: &Pod) -> Option<&str> {
     kruise_core::pods::annotation(pod, POD_RELATED_PUB_ANNOTATION).filter(|v| !v.is_empty())
-}
-
-/// Decides `operation` of `pod` against the budget it names, recording it unless `dry_run`:
-/// `Ok(None)` admits, `Ok(Some(message))` refuses with upstream's message. `cache_current`: the
-/// budget cache is known to show every write made before the request (read-your-writes), so a
-/// refusal on it needs no read of the budget.
-pub async fn take(
-    client: &Client,
-    pod: &Pod,
-    operation: PubOperation,
-    dry_run: bool,
-    vertical_scaling: bool,
-    cache_current: bool,
-) -> Result<Option<String>, kube::Error> {
-    let Some(name) = related_pub(pod) else {
-        return Ok(None);
-    };
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let key: Key = (namespace.to_owned(), name.to_owned());
-    let commit = process_budgets().commit(client);
-    let disruption = Disruption {
-        pod: pod.clone(),
-        operation,
-        vertical_scaling,
-        now: Timestamp::now(),
-        cache_current,
-    };
-    let refusal = if dry_run {
-        dry_run_decision(client, commit, &key, &disruption).await?
-    } else {
-        match commit.submit(key, disruption).await {
-            Ok(answer) => answer,
-            Err(CommitError::Conflicts(_)) => Some(format!(
-                "Timeout: couldn't update PodUnavailableBudget {name} due to conflicts"
-            )),
-            Err(error) => return Err(error.into_kube()),
-        }
-    };
-    if refusal.is_some() {
-        record_refusal(pod);
-    }
-    Ok(refusal)
 }
 
 /// A dry run's answer: decided as a real disruption would be, recording nothing.

@@ -61,6 +61,8 @@ pub struct Context {
     pub(crate) pvcs: Store<PersistentVolumeClaim>,
     pub(crate) expectations: Mutex<Expectations>,
     pub(crate) recorder: EventRecorder,
+    /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
+    pub(crate) budgets: Option<crate::podunavailablebudget::take::Disruptions>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
 }
@@ -78,6 +80,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let pvc_events = caches.pvcs.owned_stream();
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
+        budgets: caches.update_budgets.clone(),
         client: client.clone(),
         pods: caches.pods,
         revisions: caches.revisions.store().clone(),

@@ -633,6 +633,7 @@ mod tests {
     fn context(client: kube::Client) -> Context {
         let mut registry = prometheus_client::registry::Registry::default();
         Context {
+            budgets: None,
             client: client.clone(),
             pods: crate::cache::PodCache::new(),
             revisions: kube::runtime::reflector::store().0,
