@@ -98,11 +98,14 @@ pub(crate) fn api_resource(kind: TemplateKind) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind.kind()))
 }
 
+/// Reads one namespace's subset workloads.
+type ReadNamespace = dyn Fn(&str) -> Vec<Arc<DynamicObject>> + Send + Sync;
+
 /// The subset workloads of one kind, read from the manager's one cache of that kind: the objects
 /// labelled `apps.kruise.io/subset-name`, as dynamic objects (the reconcile handles the four kinds
 /// alike).
 pub(crate) struct Subsets {
-    read: Box<dyn Fn() -> Vec<Arc<DynamicObject>> + Send + Sync>,
+    read: Box<ReadNamespace>,
     listed: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
@@ -121,10 +124,12 @@ impl Subsets {
         let store = cache.store().clone();
         let listed = store.clone();
         let subsets = Self {
-            read: Box::new(move || {
+            read: Box::new(move |namespace| {
                 store
                     .state()
                     .iter()
+                    // Only what a reconcile reads is converted: one namespace's subsets.
+                    .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
                     .filter(|o| is_subset(o.meta()))
                     .filter_map(|o| match to_dynamic(o.as_ref()) {
                         Ok(object) => Some(Arc::new(object)),
@@ -143,9 +148,9 @@ impl Subsets {
         (subsets, triggers)
     }
 
-    /// The labelled objects, as the cache holds them now.
-    pub(crate) fn state(&self) -> Vec<Arc<DynamicObject>> {
-        (self.read)()
+    /// The labelled objects of `namespace`, as the cache holds them now.
+    pub(crate) fn in_namespace(&self, namespace: &str) -> Vec<Arc<DynamicObject>> {
+        (self.read)(namespace)
     }
 
     /// Whether the cache has been filled by its first list.

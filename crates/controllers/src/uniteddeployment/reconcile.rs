@@ -82,7 +82,6 @@ pub(crate) async fn publish(
 fn pending_unmet(ctx: &Context, key: &str, ud: &UnitedDeployment) -> Option<Duration> {
     let namespace = ud.metadata.namespace.as_deref().unwrap_or_default();
     let owner_uid = ud.metadata.uid.as_deref().unwrap_or_default();
-    let in_namespace = |o: &DynamicObject| o.metadata.namespace.as_deref() == Some(namespace);
     let check = {
         let mut expectations = ctx.expectations.lock().ok()?;
         expectations.check(key, Instant::now(), |e| {
@@ -92,9 +91,8 @@ fn pending_unmet(ctx: &Context, key: &str, ud: &UnitedDeployment) -> Option<Dura
             if e.kind == CREATED_SUBSET {
                 // Any workload of the subset owned by this UnitedDeployment, of any kind.
                 return ctx.workloads.iter().any(|(_, _, store)| {
-                    store.state().iter().any(|o| {
-                        in_namespace(o)
-                            && o.labels().get(keys::LABEL_SUBSET_NAME) == Some(&e.name)
+                    store.in_namespace(namespace).iter().any(|o| {
+                        o.labels().get(keys::LABEL_SUBSET_NAME) == Some(&e.name)
                             && o.owner_references().iter().any(|r| r.uid == owner_uid)
                     })
                 });
@@ -107,9 +105,9 @@ fn pending_unmet(ctx: &Context, key: &str, ud: &UnitedDeployment) -> Option<Dura
             };
             ctx.workloads_of(kind).is_none_or(|(_, _, store)| {
                 let cached = store
-                    .state()
+                    .in_namespace(namespace)
                     .into_iter()
-                    .find(|o| in_namespace(o) && o.metadata.name.as_deref() == Some(&e.name));
+                    .find(|o| o.metadata.name.as_deref() == Some(&e.name));
                 e.satisfied_by(cached.as_deref().map(|o| CachedState::of(&o.metadata)))
             })
         })
@@ -582,11 +580,7 @@ async fn claim_subsets(
     let mut groups: BTreeMap<String, Vec<Arc<DynamicObject>>> = BTreeMap::new();
     let mut others = Vec::new();
     for (each, resource, store) in &ctx.workloads {
-        let mut objects: Vec<Arc<DynamicObject>> = store
-            .state()
-            .into_iter()
-            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .collect();
+        let mut objects: Vec<Arc<DynamicObject>> = store.in_namespace(&namespace);
         objects.sort_by(|a, b| {
             (
                 a.metadata.creation_timestamp.as_ref().map(|t| t.0),
