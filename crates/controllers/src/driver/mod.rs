@@ -39,6 +39,7 @@ pub mod stop;
 pub mod wake;
 pub mod watchdog;
 pub mod write;
+pub mod writes;
 
 #[cfg(test)]
 mod layout_tests;

@@ -1,0 +1,309 @@
+//! The writer interface of the act step: every write a kind makes goes through [`Writes`] (create,
+//! patch, patch of the status, delete with preconditions, evict), so that a kind's act step runs the
+//! same against the apiserver ([`ApiWrites`]) and against the in-memory [`fake::FakeCluster`] of its
+//! unit tests, which answers 409 to a stale resourceVersion, 404 to a missing object and 422 to a
+//! JSON patch whose `test` fails, as the apiserver does.
+//!
+//! A kind that must read an object live (not from the caches) says so in its context's type: it
+//! holds a [`LiveReads`] besides its [`Writes`]; few do (see `driver::layout_tests` for who).
+//!
+//! [`Writer`] is the typed face a kind uses: the same calls as `kube::Api` (`patch`,
+//! `patch_status`, `create`, `delete`), over one [`Writes`].
+
+pub mod fake;
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kube::api::{DeleteParams, EvictParams, GetParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, Request};
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Where a write goes: a resource (group, version, plural) and, when it is namespaced, the
+/// namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct At {
+    pub resource: ApiResource,
+    pub namespace: Option<String>,
+}
+
+impl At {
+    /// The resource of `K` in `namespace` (`None` for a cluster-scoped kind).
+    pub fn of<K: Resource<DynamicType = ()>>(namespace: Option<&str>) -> Self {
+        Self {
+            resource: ApiResource::erase::<K>(&()),
+            namespace: namespace.map(str::to_owned),
+        }
+    }
+
+    fn url_path(&self) -> String {
+        DynamicObject::url_path(&self.resource, self.namespace.as_deref())
+    }
+
+    /// `kind namespace/name`, for error contexts and the fake's records.
+    pub fn describe(&self, name: &str) -> String {
+        match &self.namespace {
+            Some(namespace) => format!("{} {namespace}/{name}", self.resource.kind),
+            None => format!("{} {name}", self.resource.kind),
+        }
+    }
+}
+
+/// The part of an object a patch goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The object (its status is left as it is, as the apiserver does for kinds with a status
+    /// subresource).
+    Object,
+    /// The `status` subresource (only the status changes).
+    Status,
+}
+
+/// The writes of the act step. Bodies are JSON; [`Writer`] gives them types.
+pub trait Writes: Send + Sync + 'static {
+    /// Creates `object` (a `generateName` is resolved by the server); answers the object created.
+    fn create<'a>(&'a self, at: &'a At, object: Value) -> BoxFuture<'a, Result<Value, kube::Error>>;
+    /// Patches `name`; a `metadata.resourceVersion` in a merge or strategic patch is a precondition
+    /// (409 when the object moved), as is a JSON patch's `test` (422 when it fails).
+    fn patch<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+        part: Part,
+        patch: Patch<Value>,
+    ) -> BoxFuture<'a, Result<Value, kube::Error>>;
+    /// Deletes `name`, with the uid and resourceVersion preconditions of `params`.
+    fn delete<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+        params: DeleteParams,
+    ) -> BoxFuture<'a, Result<(), kube::Error>>;
+    /// Evicts Pod `namespace/name` (the eviction subresource: PodDisruptionBudgets and the Pod
+    /// webhooks decide).
+    fn evict<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        params: EvictParams,
+    ) -> BoxFuture<'a, Result<(), kube::Error>>;
+}
+
+/// A read from the apiserver, not the caches, for the few kinds that need what the caches do not
+/// keep (declared in the kind's context by holding one).
+pub trait LiveReads: Send + Sync + 'static {
+    /// The object `name`, or `None` when there is none.
+    fn get<'a>(&'a self, at: &'a At, name: &'a str)
+    -> BoxFuture<'a, Result<Option<Value>, kube::Error>>;
+}
+
+/// [`Writes`] and [`LiveReads`] by the apiserver.
+#[derive(Clone)]
+pub struct ApiWrites {
+    client: Client,
+}
+
+impl ApiWrites {
+    pub fn new(client: Client) -> Arc<Self> {
+        Arc::new(Self { client })
+    }
+
+    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<Value, kube::Error> {
+        self.client.request::<Value>(request).await
+    }
+}
+
+fn built(
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<http::Request<Vec<u8>>, kube::Error> {
+    request.map_err(kube::Error::BuildRequest)
+}
+
+impl Writes for ApiWrites {
+    fn create<'a>(&'a self, at: &'a At, object: Value) -> BoxFuture<'a, Result<Value, kube::Error>> {
+        Box::pin(async move {
+            let data = serde_json::to_vec(&object).map_err(kube::Error::SerdeError)?;
+            let request = built(Request::new(at.url_path()).create(&PostParams::default(), data))?;
+            self.send(request).await
+        })
+    }
+
+    fn patch<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+        part: Part,
+        patch: Patch<Value>,
+    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
+        Box::pin(async move {
+            let request = Request::new(at.url_path());
+            let params = PatchParams::default();
+            let request = built(match part {
+                Part::Object => request.patch(name, &params, &patch),
+                Part::Status => request.patch_subresource("status", name, &params, &patch),
+            })?;
+            self.send(request).await
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+        params: DeleteParams,
+    ) -> BoxFuture<'a, Result<(), kube::Error>> {
+        Box::pin(async move {
+            let request = built(Request::new(at.url_path()).delete(name, &params))?;
+            self.send(request).await.map(drop)
+        })
+    }
+
+    fn evict<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        params: EvictParams,
+    ) -> BoxFuture<'a, Result<(), kube::Error>> {
+        Box::pin(async move {
+            let at = At::of::<k8s_openapi::api::core::v1::Pod>(Some(namespace));
+            let request = built(Request::new(at.url_path()).evict(name, &params))?;
+            self.send(request).await.map(drop)
+        })
+    }
+}
+
+impl LiveReads for ApiWrites {
+    fn get<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        Box::pin(async move {
+            let request = built(Request::new(at.url_path()).get(name, &GetParams::default()))?;
+            match self.send(request).await {
+                Ok(object) => Ok(Some(object)),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+                Err(error) => Err(error),
+            }
+        })
+    }
+}
+
+/// The typed face of [`Writes`] for objects of `K` in one namespace (or cluster-wide): the calls
+/// of `kube::Api` a kind's act step makes.
+pub struct Writer<K> {
+    writes: Arc<dyn Writes>,
+    at: At,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Writer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            writes: self.writes.clone(),
+            at: self.at.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+fn typed<K: DeserializeOwned>(value: Value) -> Result<K, kube::Error> {
+    serde_json::from_value(value).map_err(kube::Error::SerdeError)
+}
+
+fn json<P: Serialize>(patch: &Patch<P>) -> Result<Patch<Value>, kube::Error> {
+    let value = |p: &P| serde_json::to_value(p).map_err(kube::Error::SerdeError);
+    Ok(match patch {
+        Patch::Apply(p) => Patch::Apply(value(p)?),
+        Patch::Json(p) => Patch::Json(p.clone()),
+        Patch::Merge(p) => Patch::Merge(value(p)?),
+        Patch::Strategic(p) => Patch::Strategic(value(p)?),
+        _ => {
+            return Err(fake::api_error(
+                415,
+                "a patch type the writer does not know",
+                None,
+            ));
+        }
+    })
+}
+
+impl<K> Writer<K>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Serialize,
+{
+    /// Objects of `K` in `namespace`.
+    pub fn namespaced(writes: Arc<dyn Writes>, namespace: &str) -> Self {
+        Self {
+            writes,
+            at: At::of::<K>(Some(namespace)),
+            kind: PhantomData,
+        }
+    }
+
+    /// Objects of a cluster-scoped `K`.
+    pub fn all(writes: Arc<dyn Writes>) -> Self {
+        Self {
+            writes,
+            at: At::of::<K>(None),
+            kind: PhantomData,
+        }
+    }
+
+    pub fn at(&self) -> &At {
+        &self.at
+    }
+
+    pub async fn create(&self, _params: &PostParams, object: &K) -> Result<K, kube::Error> {
+        let object = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
+        typed(self.writes.create(&self.at, object).await?)
+    }
+
+    pub async fn patch<P: Serialize>(
+        &self,
+        name: &str,
+        _params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<K, kube::Error> {
+        let patch = json(patch)?;
+        typed(self.writes.patch(&self.at, name, Part::Object, patch).await?)
+    }
+
+    pub async fn patch_status<P: Serialize>(
+        &self,
+        name: &str,
+        _params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<K, kube::Error> {
+        let patch = json(patch)?;
+        typed(self.writes.patch(&self.at, name, Part::Status, patch).await?)
+    }
+
+    pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {
+        self.writes.delete(&self.at, name, params.clone()).await
+    }
+}
+
+/// Reads `K` live from a [`LiveReads`].
+pub async fn get_live<K>(
+    reads: &dyn LiveReads,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let at = At::of::<K>(namespace);
+    reads.get(&at, name).await?.map(typed).transpose()
+}
+
+impl<K> Debug for Writer<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("at", &self.at).finish()
+    }
+}

@@ -1,0 +1,747 @@
+//! An in-memory cluster for unit tests of act steps: [`FakeCluster`] implements [`Writes`] and
+//! [`LiveReads`] over a map of JSON objects and answers as the apiserver does where a controller's
+//! correctness depends on it:
+//! - every change bumps the object's resourceVersion (a no-op patch does not); a change outside
+//!   `metadata` and `status` bumps its generation;
+//! - a merge or strategic patch carrying `metadata.resourceVersion` is refused with 409 when the
+//!   object moved; a JSON patch whose `test` fails (or whose path is gone) with 422 and no cause;
+//! - a patch of the object leaves its status alone, a patch of the status only changes the status;
+//! - a delete with a uid or resourceVersion precondition that does not hold is refused with 409;
+//!   an object with finalizers is marked deleted (`deletionTimestamp`) and goes when its last
+//!   finalizer is removed;
+//! - a missing object answers 404, a create over an existing name 409 `AlreadyExists`;
+//! - any verb can be made to fail once with a chosen code ([`FakeCluster::fail_next`]), e.g. a 422
+//!   validation error naming a field.
+//!
+//! Strategic merge patches are applied as JSON merge patches except that lists of objects keyed
+//! by `name` (containers, their statuses) or `type` (conditions) are merged by that key, which is
+//! what the controllers' strategic patches rely on; `$patch` directives are not modelled.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::future::BoxFuture;
+use kube::api::{DeleteParams, EvictParams, Patch};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{At, LiveReads, Part, Writes};
+
+/// A write the fake answered (or refused), in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub verb: Verb,
+    /// The resource's kind (`Pod`, `ContainerRecreateRequest`).
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// What was sent: the object created, the patch, the delete's preconditions.
+    pub body: Value,
+    /// The code of the refusal, `None` when the write was done.
+    pub refused: Option<u16>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Create,
+    Patch,
+    PatchStatus,
+    Delete,
+    Evict,
+}
+
+type Key = (String, String, String);
+
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<Key, Value>,
+    version: u64,
+    faults: Vec<(Verb, String, u16)>,
+    records: Vec<Record>,
+}
+
+/// The in-memory cluster. See the module's documentation for what it models.
+#[derive(Default)]
+pub struct FakeCluster {
+    state: Mutex<State>,
+}
+
+fn key(at: &At, name: &str) -> Key {
+    (
+        format!("{}/{}", at.resource.group, at.resource.plural),
+        at.namespace.clone().unwrap_or_default(),
+        name.to_owned(),
+    )
+}
+
+/// An API error as the apiserver sends it; `field`, when given, is the cause's field.
+pub fn api_error(code: u16, message: &str, field: Option<&str>) -> kube::Error {
+    let reason = match code {
+        404 => "NotFound",
+        409 => "Conflict",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        _ => "InternalError",
+    };
+    let causes: Vec<Value> = field
+        .map(|field| json!({"reason": "FieldValueInvalid", "field": field, "message": message}))
+        .into_iter()
+        .collect();
+    let status = json!({"status": "Failure", "code": code, "reason": reason,
+                        "message": message, "details": {"causes": causes}});
+    match serde_json::from_value(status) {
+        Ok(status) => kube::Error::Api(Box::new(status)),
+        Err(error) => kube::Error::SerdeError(error),
+    }
+}
+
+fn not_found(at: &At, name: &str) -> kube::Error {
+    api_error(
+        404,
+        &format!("{} \"{name}\" not found", at.resource.plural),
+        None,
+    )
+}
+
+fn conflict(at: &At, name: &str) -> kube::Error {
+    api_error(
+        409,
+        &format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
+             please apply your changes to the latest version and try again",
+            at.resource.plural
+        ),
+        None,
+    )
+}
+
+/// The apiserver's answer to a JSON patch that does not apply: 422, no cause.
+fn unapplied() -> kube::Error {
+    api_error(
+        422,
+        "the server rejected our request due to an error in our request",
+        None,
+    )
+}
+
+fn resource_version(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/resourceVersion")?.as_str()
+}
+
+/// `object` without `metadata` and `status`: what a generation counts changes of.
+fn spec_part(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("metadata");
+        map.remove("status");
+    }
+    object
+}
+
+/// The key lists of objects are merged by in a strategic merge patch.
+fn merge_key(items: &[Value]) -> Option<&'static str> {
+    ["name", "type"]
+        .into_iter()
+        .find(|k| !items.is_empty() && items.iter().all(|i| i.get(k).is_some()))
+}
+
+fn strategic_merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (k, v) in patch {
+                if v.is_null() {
+                    target.remove(k);
+                } else if let Some(existing) = target.get_mut(k) {
+                    strategic_merge(existing, v);
+                } else {
+                    target.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        (Value::Array(target), Value::Array(patch)) => match merge_key(patch) {
+            Some(by) => {
+                for item in patch {
+                    match target.iter_mut().find(|t| t.get(by) == item.get(by)) {
+                        Some(existing) => strategic_merge(existing, item),
+                        None => target.push(item.clone()),
+                    }
+                }
+            }
+            None => *target = patch.clone(),
+        },
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+impl State {
+    fn next_version(&mut self) -> String {
+        self.version += 1;
+        self.version.to_string()
+    }
+
+    fn fault(&mut self, verb: Verb, name: &str) -> Option<u16> {
+        let at = self
+            .faults
+            .iter()
+            .position(|(v, n, _)| *v == verb && (n.is_empty() || n == name))?;
+        Some(self.faults.remove(at).2)
+    }
+
+    fn record(&mut self, verb: Verb, at: &At, name: &str, body: Value, refused: Option<u16>) {
+        self.records.push(Record {
+            verb,
+            kind: at.resource.kind.clone(),
+            namespace: at.namespace.clone().unwrap_or_default(),
+            name: name.to_owned(),
+            body,
+            refused,
+        });
+    }
+
+    /// Runs one verb: an injected fault first, then `apply`; records what happened.
+    fn run<T>(
+        &mut self,
+        verb: Verb,
+        at: &At,
+        name: &str,
+        body: Value,
+        apply: impl FnOnce(&mut Self) -> Result<T, kube::Error>,
+    ) -> Result<T, kube::Error> {
+        let result = match self.fault(verb, name) {
+            Some(code) => Err(match code {
+                404 => not_found(at, name),
+                409 => conflict(at, name),
+                422 => api_error(422, "injected: the object is invalid", Some("spec")),
+                code => api_error(code, "injected failure", None),
+            }),
+            None => apply(self),
+        };
+        let refused = match &result {
+            Err(kube::Error::Api(status)) => Some(status.code),
+            Err(_) => Some(0),
+            Ok(_) => None,
+        };
+        self.record(verb, at, name, body, refused);
+        result
+    }
+
+    fn create(&mut self, at: &At, mut object: Value) -> Result<Value, kube::Error> {
+        let name = match object.pointer("/metadata/name").and_then(Value::as_str) {
+            Some(name) if !name.is_empty() => name.to_owned(),
+            _ => {
+                let prefix = object
+                    .pointer("/metadata/generateName")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                format!("{prefix}{:05}", self.version + 1)
+            }
+        };
+        let key = key(at, &name);
+        if self.objects.contains_key(&key) {
+            return Err(api_error(
+                409,
+                &format!("{} \"{name}\" already exists", at.resource.plural),
+                None,
+            ));
+        }
+        let version = self.next_version();
+        let metadata = &mut object["metadata"];
+        metadata["name"] = json!(name);
+        if let Some(namespace) = &at.namespace {
+            metadata["namespace"] = json!(namespace);
+        }
+        metadata["uid"] = json!(format!("uid-{version}"));
+        metadata["resourceVersion"] = json!(version);
+        metadata["creationTimestamp"] = json!(now());
+        if metadata.get("generation").is_none() {
+            metadata["generation"] = json!(1);
+        }
+        self.objects.insert(key, object.clone());
+        Ok(object)
+    }
+
+    fn patch(
+        &mut self,
+        at: &At,
+        name: &str,
+        part: Part,
+        patch: &Patch<Value>,
+    ) -> Result<Value, kube::Error> {
+        let key = key(at, name);
+        let stored = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(at, name))?;
+        let mut patched = stored.clone();
+        match patch {
+            Patch::Merge(p) | Patch::Strategic(p) => {
+                if let Some(wanted) = resource_version(p)
+                    && Some(wanted) != resource_version(&stored)
+                {
+                    return Err(conflict(at, name));
+                }
+                match patch {
+                    Patch::Merge(_) => json_patch::merge(&mut patched, p),
+                    _ => strategic_merge(&mut patched, p),
+                }
+            }
+            Patch::Json(p) => json_patch::patch(&mut patched, p).map_err(|_| unapplied())?,
+            _ => {
+                return Err(api_error(
+                    415,
+                    "the fake cluster models merge, strategic and JSON patches only",
+                    None,
+                ));
+            }
+        }
+        let mut result = stored.clone();
+        match part {
+            Part::Object => {
+                let status = stored.get("status").cloned();
+                result = patched;
+                match status {
+                    Some(status) => result["status"] = status,
+                    None => {
+                        if let Some(map) = result.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                }
+            }
+            Part::Status => match patched.get("status") {
+                Some(status) => result["status"] = status.clone(),
+                None => {
+                    if let Some(map) = result.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            },
+        }
+        // Identity and version are the server's.
+        for field in ["name", "namespace", "uid", "creationTimestamp", "generation"] {
+            match stored["metadata"].get(field) {
+                Some(value) => result["metadata"][field] = value.clone(),
+                None => {
+                    if let Some(map) = result["metadata"].as_object_mut() {
+                        map.remove(field);
+                    }
+                }
+            }
+        }
+        result["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"].clone();
+        if result == stored {
+            return Ok(stored);
+        }
+        if spec_part(&result) != spec_part(&stored) {
+            let generation = stored
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            result["metadata"]["generation"] = json!(generation + 1);
+        }
+        result["metadata"]["resourceVersion"] = json!(self.next_version());
+        let finalized = result
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        if finalized && result.pointer("/metadata/deletionTimestamp").is_some() {
+            self.objects.remove(&key);
+        } else {
+            self.objects.insert(key, result.clone());
+        }
+        Ok(result)
+    }
+
+    fn delete(&mut self, at: &At, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {
+        let key = key(at, name);
+        let stored = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(at, name))?;
+        if let Some(preconditions) = &params.preconditions {
+            let uid = stored.pointer("/metadata/uid").and_then(Value::as_str);
+            let uid_holds = preconditions.uid.as_deref().is_none_or(|u| Some(u) == uid);
+            let version_holds = preconditions
+                .resource_version
+                .as_deref()
+                .is_none_or(|v| Some(v) == resource_version(&stored));
+            if !uid_holds || !version_holds {
+                return Err(conflict(at, name));
+            }
+        }
+        self.remove(key, stored);
+        Ok(())
+    }
+
+    /// Deletes the object at `key`: gone at once, or marked deleted while it has finalizers.
+    fn remove(&mut self, key: Key, mut stored: Value) {
+        let finalizers = stored
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if !finalizers {
+            self.objects.remove(&key);
+            return;
+        }
+        if stored.pointer("/metadata/deletionTimestamp").is_none() {
+            stored["metadata"]["deletionTimestamp"] = json!(now());
+            stored["metadata"]["resourceVersion"] = json!(self.next_version());
+        }
+        self.objects.insert(key, stored);
+    }
+}
+
+impl FakeCluster {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A test that panicked holding the lock has failed already; its state is still readable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stores `object` as the cluster's copy (a resourceVersion is given when it has none) and
+    /// answers it as stored: what the caches of the code under test should hold.
+    pub fn insert<K>(&self, object: &K) -> K
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone,
+    {
+        let at = At::of::<K>(object.namespace().as_deref());
+        let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+        let mut state = self.state();
+        if resource_version(&value).is_none() {
+            value["metadata"]["resourceVersion"] = json!(state.next_version());
+        }
+        state
+            .objects
+            .insert(key(&at, &object.name_any()), value.clone());
+        serde_json::from_value(value).unwrap_or_else(|_| object.clone())
+    }
+
+    /// The cluster's copy of `K` `namespace/name`.
+    pub fn get<K>(&self, namespace: Option<&str>, name: &str) -> Option<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let at = At::of::<K>(namespace);
+        let value = self.state().objects.get(&key(&at, name)).cloned()?;
+        serde_json::from_value(value).ok()
+    }
+
+    /// Another writer changes `K` `namespace/name` (its resourceVersion moves on), as a client
+    /// racing the code under test would.
+    pub fn touch<K: Resource<DynamicType = ()>>(&self, namespace: Option<&str>, name: &str) {
+        let at = At::of::<K>(namespace);
+        let mut state = self.state();
+        let version = state.next_version();
+        if let Some(object) = state.objects.get_mut(&key(&at, name)) {
+            object["metadata"]["resourceVersion"] = json!(version);
+        }
+    }
+
+    /// Removes `K` `namespace/name` from the cluster, as another client's delete would.
+    pub fn forget<K: Resource<DynamicType = ()>>(&self, namespace: Option<&str>, name: &str) {
+        let at = At::of::<K>(namespace);
+        self.state().objects.remove(&key(&at, name));
+    }
+
+    /// The next `verb` on `name` (any name when empty) is refused with `code`: 404, 409, 422 (a
+    /// validation error naming `spec`), or any other.
+    pub fn fail_next(&self, verb: Verb, name: &str, code: u16) {
+        self.state().faults.push((verb, name.to_owned(), code));
+    }
+
+    /// Every write sent so far, refused ones included, in order.
+    pub fn records(&self) -> Vec<Record> {
+        self.state().records.clone()
+    }
+
+    /// The writes done (not refused), as `(verb, name)`.
+    pub fn done(&self) -> Vec<(Verb, String)> {
+        self.records()
+            .into_iter()
+            .filter(|r| r.refused.is_none())
+            .map(|r| (r.verb, r.name))
+            .collect()
+    }
+}
+
+impl Writes for FakeCluster {
+    fn create<'a>(&'a self, at: &'a At, object: Value) -> BoxFuture<'a, Result<Value, kube::Error>> {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let result = self
+            .state()
+            .run(Verb::Create, at, &name, object.clone(), |s| {
+                s.create(at, object)
+            });
+        Box::pin(async move { result })
+    }
+
+    fn patch<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+        part: Part,
+        patch: Patch<Value>,
+    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
+        let verb = match part {
+            Part::Object => Verb::Patch,
+            Part::Status => Verb::PatchStatus,
+        };
+        let body = match &patch {
+            Patch::Merge(p) | Patch::Strategic(p) | Patch::Apply(p) => p.clone(),
+            Patch::Json(p) => serde_json::to_value(p).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        let result = self
+            .state()
+            .run(verb, at, name, body, |s| s.patch(at, name, part, &patch));
+        Box::pin(async move { result })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+        params: DeleteParams,
+    ) -> BoxFuture<'a, Result<(), kube::Error>> {
+        let body = serde_json::to_value(&params.preconditions).unwrap_or(Value::Null);
+        let result = self
+            .state()
+            .run(Verb::Delete, at, name, body, |s| s.delete(at, name, &params));
+        Box::pin(async move { result })
+    }
+
+    fn evict<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        _params: EvictParams,
+    ) -> BoxFuture<'a, Result<(), kube::Error>> {
+        let at = At::of::<k8s_openapi::api::core::v1::Pod>(Some(namespace));
+        let result = self.state().run(Verb::Evict, &at, name, Value::Null, |s| {
+            let key = key(&at, name);
+            let stored = s
+                .objects
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| not_found(&at, name))?;
+            s.remove(key, stored);
+            Ok(())
+        });
+        Box::pin(async move { result })
+    }
+}
+
+impl LiveReads for FakeCluster {
+    fn get<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        let found = self.state().objects.get(&key(at, name)).cloned();
+        Box::pin(async move { Ok(found) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{PatchParams, PostParams, Preconditions};
+
+    use super::*;
+    use crate::driver::writes::{Writer, get_live};
+    use crate::error::is_race;
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                         "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "i:1"}]},
+            "status": {"phase": "Running",
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("a Pod")
+    }
+
+    fn code(result: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
+        match result {
+            Err(kube::Error::Api(status)) => status.code,
+            other => panic!("expected an API error, got {other:?}"),
+        }
+    }
+
+    /// Every answer the controllers' correctness leans on, as a table: (what, the write, the code
+    /// the fake answers, whether `is_race` calls it a race).
+    #[tokio::test]
+    async fn the_fake_answers_as_the_apiserver_does() {
+        let cluster = FakeCluster::new();
+        let stored = cluster.insert(&pod("a"));
+        let pods = Writer::<Pod>::namespaced(cluster.clone(), "ns");
+        let stale = json!({"metadata": {"resourceVersion": "0", "labels": {"x": "y"}}});
+        let failing_test: Patch<Value> = Patch::Json(
+            serde_json::from_value(json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
+                {"op": "add", "path": "/metadata/labels/x", "value": "y"},
+            ]))
+            .expect("a JSON patch"),
+        );
+        let at_uid = |uid: &str| DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.into()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let pp = PatchParams::default();
+        let cases: Vec<(&str, Result<(), kube::Error>, u16, bool)> = vec![
+            (
+                "a merge patch over an older resourceVersion",
+                pods.patch("a", &pp, &Patch::Merge(&stale)).await.map(drop),
+                409,
+                true,
+            ),
+            (
+                "a JSON patch whose test fails",
+                pods.patch("a", &pp, &failing_test).await.map(drop),
+                422,
+                true,
+            ),
+            (
+                "a patch of a missing object",
+                pods.patch("gone", &pp, &Patch::Merge(json!({}))).await.map(drop),
+                404,
+                true,
+            ),
+            (
+                "a delete preconditioned on another uid",
+                pods.delete("a", &at_uid("other")).await,
+                409,
+                true,
+            ),
+            (
+                "a create over an existing name",
+                pods.create(&PostParams::default(), &pod("a")).await.map(drop),
+                409,
+                true,
+            ),
+        ];
+        for (what, result, expected, race) in cases {
+            let error = result.expect_err(what);
+            assert!(
+                matches!(&error, kube::Error::Api(s) if s.code == expected),
+                "{what}: {error}"
+            );
+            assert_eq!(is_race(&error), race, "{what}");
+        }
+        // An injected validation error names its field: no race.
+        cluster.fail_next(Verb::Patch, "a", 422);
+        let error = pods
+            .patch("a", &pp, &Patch::Merge(json!({})))
+            .await
+            .expect_err("injected");
+        assert!(!is_race(&error));
+        // Nothing refused changed the Pod.
+        let now: Pod = cluster.get(Some("ns"), "a").expect("the Pod");
+        assert_eq!(now.resource_version(), stored.resource_version());
+        assert_eq!(cluster.done(), vec![]);
+    }
+
+    #[tokio::test]
+    async fn versions_move_on_changes_only_and_parts_stay_apart() {
+        let cluster = FakeCluster::new();
+        let stored = cluster.insert(&pod("a"));
+        let pods = Writer::<Pod>::namespaced(cluster.clone(), "ns");
+        let pp = PatchParams::default();
+        let same = json!({"metadata": {"labels": {"app": "a"}}});
+        let unchanged = pods
+            .patch("a", &pp, &Patch::Merge(&same))
+            .await
+            .expect("a no-op");
+        assert_eq!(unchanged.resource_version(), stored.resource_version());
+        // The object's patch leaves the status; the status patch leaves the rest.
+        let both = json!({"metadata": {"resourceVersion": stored.resource_version(),
+                                       "labels": {"x": "1"}},
+                          "status": {"phase": "Failed"}});
+        let patched = pods
+            .patch("a", &pp, &Patch::Merge(&both))
+            .await
+            .expect("a patch");
+        assert_ne!(patched.resource_version(), stored.resource_version());
+        assert_eq!(patched.labels().get("x").map(String::as_str), Some("1"));
+        assert_eq!(
+            patched.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+        // The object moved: the same precondition now fails; the status alone is written.
+        assert_eq!(
+            code(pods.patch_status("a", &pp, &Patch::Merge(&both)).await),
+            409
+        );
+        let failed = json!({"metadata": {"resourceVersion": patched.resource_version(),
+                                         "labels": {"x": "2"}},
+                            "status": {"phase": "Failed"}});
+        let status = pods
+            .patch_status("a", &pp, &Patch::Merge(&failed))
+            .await
+            .expect("a status patch");
+        assert_eq!(status.labels().get("x").map(String::as_str), Some("1"));
+        assert_eq!(
+            status.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Failed")
+        );
+        // A strategic patch merges conditions by type.
+        let ready = json!({"status": {"conditions": [{"type": "KruisePodReady", "status": "False"}]}});
+        let merged = pods
+            .patch_status("a", &pp, &Patch::Strategic(&ready))
+            .await
+            .expect("a strategic patch");
+        let types: Vec<_> = merged
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.type_)
+            .collect();
+        assert_eq!(types, ["Ready", "KruisePodReady"]);
+        // A finalizer holds a delete until it is removed.
+        let held = json!({"metadata": {"finalizers": ["f"]}});
+        pods.patch("a", &pp, &Patch::Merge(&held))
+            .await
+            .expect("a finalizer");
+        pods.delete("a", &DeleteParams::default())
+            .await
+            .expect("deleted");
+        let marked: Option<Pod> = get_live(cluster.as_ref(), Some("ns"), "a")
+            .await
+            .expect("a read");
+        assert!(marked.is_some_and(|p| p.metadata.deletion_timestamp.is_some()));
+        let released = json!({"metadata": {"finalizers": null}});
+        pods.patch("a", &pp, &Patch::Merge(&released))
+            .await
+            .expect("released");
+        assert!(cluster.get::<Pod>(Some("ns"), "a").is_none());
+        assert_eq!(
+            code(pods.delete("a", &DeleteParams::default()).await),
+            404
+        );
+    }
+}
