@@ -429,8 +429,8 @@ mod tests {
     #[tokio::test]
     async fn a_finished_request_gives_the_pod_its_readiness_back_then_its_finalizer() {
         let cluster = FakeCluster::new();
-        let message = serde_json::to_string(&[NotReadyMessage::for_request("ns", "r")])
-            .expect("a message");
+        let message =
+            serde_json::to_string(&[NotReadyMessage::for_request("ns", "r")]).expect("a message");
         cluster.insert(&pod(json!({"status": {"conditions": [
             {"type": keys::CONDITION_KRUISE_POD_READY, "status": "False", "message": message},
         ]}})));
@@ -483,7 +483,12 @@ mod tests {
                 .expect("reconciled");
             cached = stored(&cluster).expect("the request");
         }
-        assert!(cached.finalizers().iter().any(|f| f == crr::UNREADY_ACQUIRED));
+        assert!(
+            cached
+                .finalizers()
+                .iter()
+                .any(|f| f == crr::UNREADY_ACQUIRED)
+        );
         assert!(cached.annotations().contains_key(crr::UNREADY_ACQUIRED));
         let pod: Pod = cluster.get(Some("ns"), "p").expect("the Pod");
         let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();

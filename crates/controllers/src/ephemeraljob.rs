@@ -22,13 +22,14 @@ use kruise_core::expectations::{Expectation, Expectations};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
 use crate::driver::write::write_status;
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -59,7 +60,7 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
     pods: Arc<PodCache>,
     /// EphemeralJob keeps no ControllerRevisions: an empty store for the shared expectation check.
     no_revisions: Store<ControllerRevision>,
@@ -99,7 +100,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
-        client,
+        writes: ApiWrites::new(client),
         pods: caches.pods,
         no_revisions: kube::runtime::reflector::store().0,
         expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
@@ -124,7 +125,7 @@ async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, 
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let key = format!("{namespace}/{name}");
-    let api: Api<EphemeralJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = Writer::<EphemeralJob>::namespaced(ctx.writes.clone(), &namespace);
     if job.metadata.uid.is_none() {
         return Ok(Action::await_change());
     }
@@ -200,15 +201,10 @@ async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, 
         let containers = decide::injected_containers(job);
         for pod in decide::to_inject(job, &targets) {
             let pod_name = pod.name_any();
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+            let pods = Writer::<Pod>::namespaced(ctx.writes.clone(), &namespace);
             let patch = json!({"spec": {"ephemeralContainers": containers}});
             match pods
-                .patch_subresource(
-                    "ephemeralcontainers",
-                    &pod_name,
-                    &PatchParams::default(),
-                    &Patch::Strategic(&patch),
-                )
+                .patch_ephemeral_containers(&pod_name, &Patch::Strategic(&patch))
                 .await
             {
                 Ok(patched) => {
@@ -269,7 +265,7 @@ async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, 
 
 /// Sets the job's finalizers to `finalizers` (a merge patch over the resourceVersion read).
 async fn set_finalizers(
-    api: &Api<EphemeralJob>,
+    api: &Writer<EphemeralJob>,
     job: &EphemeralJob,
     finalizers: &[&String],
 ) -> Result<Action, Error> {
@@ -287,5 +283,134 @@ async fn set_finalizers(
         Err(source) => {
             Err(source).context(|| format!("setting the finalizers of EphemeralJob {name}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::driver::scripted;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    /// The context over `cluster`; Events go to a scripted client whose log is returned.
+    fn context(cluster: &Arc<FakeCluster>, pods: &[Pod]) -> (Arc<Context>, scripted::Log) {
+        let (client, log) = scripted::client(Vec::new());
+        let cache = PodCache::new();
+        for pod in pods {
+            cache.apply(watcher::Event::Apply(pod.clone()));
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        let ctx = Arc::new(Context {
+            writes: cluster.clone(),
+            pods: cache,
+            no_revisions: kube::runtime::reflector::store().0,
+            expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
+            metrics: Metrics::register(&mut registry),
+            recorder: crate::driver::recorder(client, CONTROLLER),
+        });
+        (ctx, log)
+    }
+
+    fn job(extra: Value) -> EphemeralJob {
+        let mut job = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "EphemeralJob",
+            "metadata": {"name": "ej", "namespace": "ns", "uid": "ej-uid",
+                         "finalizers": [ej::FINALIZER]},
+            "spec": {"selector": {"matchLabels": {"app": "a"}}, "replicas": 1, "parallelism": 1,
+                     "template": {"ephemeralContainers": [{"name": "debug", "image": "busybox"}]}},
+        });
+        json_patch::merge(&mut job, &extra);
+        serde_json::from_value(job).expect("an EphemeralJob")
+    }
+
+    fn pod(cluster: &FakeCluster) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "p-uid", "labels": {"app": "a"},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running"},
+        }))
+        .expect("a Pod");
+        cluster.insert(&pod)
+    }
+
+    fn injected(cluster: &FakeCluster) -> Vec<String> {
+        cluster
+            .get::<Pod>(Some("ns"), "p")
+            .and_then(|p| p.spec)
+            .and_then(|s| s.ephemeral_containers)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_selected_pod_gets_the_containers_and_the_job_its_status() {
+        let cluster = FakeCluster::new();
+        let pod = pod(&cluster);
+        let (ctx, log) = context(&cluster, &[pod]);
+        let cached = cluster.insert(&job(json!({})));
+        reconcile(Arc::new(cached), ctx).await.expect("reconciled");
+        assert_eq!(injected(&cluster), ["debug"]);
+        let status = cluster
+            .get::<EphemeralJob>(Some("ns"), "ej")
+            .and_then(|j| j.status)
+            .expect("a status");
+        assert!(status.start_time.is_some());
+        assert!(log.events().is_empty());
+        // Only the containers were written to the Pod: nothing else of it.
+        let pod_writes: Vec<_> = cluster
+            .records()
+            .into_iter()
+            .filter(|r| r.kind == "Pod")
+            .map(|r| r.verb)
+            .collect();
+        assert_eq!(pod_writes, [Verb::PatchEphemeralContainers]);
+    }
+
+    /// A Pod that moved or went is decided again quietly; containers the apiserver refuses fail
+    /// the pass with upstream's `CreateFailed` Warning.
+    #[tokio::test]
+    async fn a_refused_injection_is_a_race_or_a_create_failed_by_its_code() {
+        // (code, the pass fails, Events published)
+        let cases = [(409, false, 0), (404, false, 0), (422, true, 1)];
+        for (code, fails, events) in cases {
+            let cluster = FakeCluster::new();
+            let pod = pod(&cluster);
+            let (ctx, log) = context(&cluster, &[pod]);
+            let cached = cluster.insert(&job(json!({})));
+            cluster.fail_next(Verb::PatchEphemeralContainers, "p", code);
+            let outcome = reconcile(Arc::new(cached), ctx).await;
+            assert_eq!(outcome.is_err(), fails, "refused with {code}");
+            assert!(injected(&cluster).is_empty(), "refused with {code}");
+            let reasons: Vec<Value> = log.events().iter().map(|e| e["reason"].clone()).collect();
+            assert_eq!(reasons.len(), events, "refused with {code}: {reasons:?}");
+            if events > 0 {
+                assert_eq!(reasons[0], json!(REASON_CREATE_FAILED));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_finalizer_is_added_over_the_version_read() {
+        let cluster = FakeCluster::new();
+        let (ctx, _) = context(&cluster, &[]);
+        let cached = cluster.insert(&job(json!({"metadata": {"finalizers": null}})));
+        cluster.touch::<EphemeralJob>(Some("ns"), "ej");
+        let action = reconcile(Arc::new(cached), ctx.clone()).await;
+        assert_eq!(action.ok(), Some(Action::requeue(RACE_RETRY)));
+        let fresh = cluster
+            .get::<EphemeralJob>(Some("ns"), "ej")
+            .expect("the job");
+        assert!(fresh.finalizers().is_empty());
+        reconcile(Arc::new(fresh), ctx).await.expect("reconciled");
+        let fresh = cluster
+            .get::<EphemeralJob>(Some("ns"), "ej")
+            .expect("the job");
+        assert_eq!(fresh.finalizers(), [ej::FINALIZER]);
     }
 }

@@ -23,18 +23,16 @@ use kruise_api::resourcedistribution::{self as rd, ResourceDistribution};
 use kruise_core::resourcedistribution::{
     self as decide, Existing, Failure, Source, Step, Targeting,
 };
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams,
-    PostParams, Preconditions,
-};
+use kube::api::{ApiResource, DeleteParams, PartialObjectMeta, Patch, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::driver::caches::{Caches, Shared};
 use crate::driver::write::write_status;
+use crate::driver::writes::{ApiWrites, At, LiveReads, Part, Writer, Writes};
 use crate::error::{Error, KubeContext};
 use crate::metrics::Metrics;
 
@@ -55,8 +53,12 @@ impl Default for Config {
 }
 
 /// What every reconcile shares.
+///
+/// The copies are read live ([`LiveReads`]): Secrets and ConfigMaps are cached as metadata only,
+/// and a copy's content decides whether it is current.
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
+    live: Arc<dyn LiveReads>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The namespaces each distribution matched at its last pass: a namespace event wakes the
     /// distributions that select it now or did then.
@@ -76,8 +78,10 @@ impl crate::driver::Driven for Context {
 
 /// Runs the controller on the shared Namespace cache until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {
+    let cluster = ApiWrites::new(client);
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        writes: cluster.clone(),
+        live: cluster,
         namespaces: caches.namespaces.store().clone(),
         matched: Mutex::default(),
         metrics,
@@ -181,7 +185,7 @@ fn api_resource(kind: &str) -> Option<ApiResource> {
 
 /// The copies of one distribution's resource: what is written where.
 struct Copies<'a> {
-    client: &'a Client,
+    writes: &'a dyn Writes,
     api_resource: &'a ApiResource,
     distribution: &'a str,
     resource: &'a Value,
@@ -191,6 +195,13 @@ struct Copies<'a> {
 }
 
 impl Copies<'_> {
+    fn at(&self, namespace: &str) -> At {
+        At {
+            resource: self.api_resource.clone(),
+            namespace: Some(namespace.to_owned()),
+        }
+    }
+
     /// Creates or updates the copy in each targeted namespace (given with what it holds); the
     /// failures, and how many namespaces hold a current copy.
     async fn distribute<'n>(
@@ -210,31 +221,24 @@ impl Copies<'_> {
                 });
                 continue;
             }
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.client.clone(), namespace, self.api_resource);
+            let at = self.at(namespace);
             let outcome = match step {
                 Step::Create => {
                     let copy = decide::new_copy(self.resource, namespace, self.source);
-                    match serde_json::from_value::<DynamicObject>(copy) {
-                        Ok(object) => api
-                            .create(&PostParams::default(), &object)
-                            .await
-                            .map(|_| ())
-                            .map_err(|e| (rd::CONDITION_CREATE_FAILED, e.to_string())),
-                        Err(error) => Err((rd::CONDITION_CREATE_FAILED, error.to_string())),
-                    }
+                    self.writes
+                        .create(&at, copy)
+                        .await
+                        .map(drop)
+                        .map_err(|e| (rd::CONDITION_CREATE_FAILED, e.to_string()))
                 }
                 Step::Update => {
                     let copy = self.existing.get(namespace).cloned().unwrap_or_default();
                     let patch = decide::update_patch(&copy, self.resource, self.source);
-                    api.patch(
-                        resource_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| (rd::CONDITION_UPDATE_FAILED, e.to_string()))
+                    self.writes
+                        .patch(&at, resource_name, Part::Object, Patch::Merge(patch))
+                        .await
+                        .map(drop)
+                        .map_err(|e| (rd::CONDITION_UPDATE_FAILED, e.to_string()))
                 }
                 _ => Ok(()),
             };
@@ -266,8 +270,6 @@ impl Copies<'_> {
             if decide::clean(existing) != Step::Delete {
                 continue;
             }
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.client.clone(), namespace, self.api_resource);
             let uid = self
                 .existing
                 .get(namespace)
@@ -281,7 +283,11 @@ impl Copies<'_> {
                 }),
                 ..DeleteParams::default()
             };
-            match api.delete(resource_name, &params).await {
+            match self
+                .writes
+                .delete(&self.at(namespace), resource_name, params)
+                .await
+            {
                 Ok(_) => {
                     tracing::info!(distribution = %self.distribution, namespace = %namespace, kind, resource = resource_name, "deleted a copy no longer targeted");
                 }
@@ -295,6 +301,29 @@ impl Copies<'_> {
         }
         failures
     }
+}
+
+/// The objects of `resource`'s kind named `name`, by namespace, read live.
+async fn copies_of(
+    live: &dyn LiveReads,
+    resource: &ApiResource,
+    name: &str,
+) -> Result<BTreeMap<String, Value>, Error> {
+    let every = At {
+        resource: resource.clone(),
+        namespace: None,
+    };
+    let found = live
+        .list_named(&every, name)
+        .await
+        .context(|| format!("listing {}s named {name}", resource.kind))?;
+    Ok(found
+        .into_iter()
+        .filter_map(|object| {
+            let namespace = object.pointer("/metadata/namespace")?.as_str()?.to_owned();
+            Some((namespace, object))
+        })
+        .collect())
 }
 
 async fn reconcile(
@@ -356,18 +385,7 @@ async fn reconcile(
         &distribution.spec.targets,
         all_namespaces.iter().map(|(n, l)| (n.as_str(), l)),
     );
-    let every: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &api_resource);
-    let existing: BTreeMap<String, Value> = every
-        .list(&ListParams::default().fields(&format!("metadata.name={resource_name}")))
-        .await
-        .context(|| format!("listing {kind}s named {resource_name}"))?
-        .items
-        .into_iter()
-        .filter_map(|object| {
-            let namespace = object.namespace()?;
-            Some((namespace, serde_json::to_value(&object).ok()?))
-        })
-        .collect();
+    let existing = copies_of(ctx.live.as_ref(), &api_resource, resource_name).await?;
     let state = |namespace: &str| -> Existing {
         if !live.contains_key(namespace) {
             return Existing::NoNamespace;
@@ -393,7 +411,7 @@ async fn reconcile(
 
     // Act.
     let copies = Copies {
-        client: &ctx.client,
+        writes: ctx.writes.as_ref(),
         api_resource: &api_resource,
         distribution: &name,
         resource,
@@ -423,7 +441,7 @@ async fn reconcile(
         &old.conditions,
         &now,
     );
-    let api: Api<ResourceDistribution> = Api::all(ctx.client.clone());
+    let api = Writer::<ResourceDistribution>::all(ctx.writes.clone());
     write_status(
         &api,
         distribution,
@@ -446,4 +464,158 @@ async fn reconcile(
         return Err(Error::Invalid(retry.join("; ")));
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    use super::*;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    fn namespace(name: &str) -> PartialObjectMeta<Namespace> {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": format!("{name}-uid")},
+        }))
+        .expect("a Namespace")
+    }
+
+    fn context(cluster: &Arc<FakeCluster>, namespaces: &[&str]) -> Arc<Context> {
+        let (store, mut writer) = kube::runtime::reflector::store();
+        for name in namespaces {
+            writer.apply_watcher_event(&watcher::Event::Apply(namespace(name)));
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        Arc::new(Context {
+            writes: cluster.clone(),
+            live: cluster.clone(),
+            namespaces: store,
+            matched: Mutex::default(),
+            metrics: Metrics::register(&mut registry),
+        })
+    }
+
+    /// Distribution `rd` of Secret `s` (`key: v`) into `targets`.
+    fn distribution(targets: &[&str]) -> ResourceDistribution {
+        let list: Vec<Value> = targets.iter().map(|n| json!({"name": n})).collect();
+        serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ResourceDistribution",
+            "metadata": {"name": "rd", "uid": "rd-uid", "generation": 1},
+            "spec": {
+                "resource": {"apiVersion": "v1", "kind": "Secret",
+                             "metadata": {"name": "s"}, "data": {"key": "dg=="}},
+                "targets": {"includedNamespaces": {"list": list}},
+            },
+        }))
+        .expect("a ResourceDistribution")
+    }
+
+    fn copy_in(cluster: &FakeCluster, namespace: &str) -> Option<Secret> {
+        cluster.get(Some(namespace), "s")
+    }
+
+    fn status(cluster: &FakeCluster) -> rd::ResourceDistributionStatus {
+        cluster
+            .get::<ResourceDistribution>(None, "rd")
+            .and_then(|d| d.status)
+            .expect("a status")
+    }
+
+    #[tokio::test]
+    async fn copies_go_where_targeted_and_leave_where_no_longer() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster, &["a", "b"]);
+        let cached = cluster.insert(&distribution(&["a", "b"]));
+        reconcile(Arc::new(cached), ctx.clone())
+            .await
+            .expect("reconciled");
+        for ns in ["a", "b"] {
+            let copy = copy_in(&cluster, ns).expect("a copy");
+            let owner = copy.owner_references().first().cloned().expect("an owner");
+            assert_eq!(
+                (owner.kind.as_str(), owner.uid.as_str()),
+                (rd::KIND, "rd-uid")
+            );
+        }
+        let written = status(&cluster);
+        assert_eq!(
+            (written.desired, written.succeeded, written.failed),
+            (2, 2, 0)
+        );
+        // `b` leaves the targets: its copy is deleted over its uid, `a`'s is left alone.
+        let uid_b = copy_in(&cluster, "b").and_then(|c| c.metadata.uid);
+        let narrowed = cluster.insert(&distribution(&["a"]));
+        reconcile(Arc::new(narrowed), ctx)
+            .await
+            .expect("reconciled");
+        assert!(copy_in(&cluster, "a").is_some());
+        assert!(copy_in(&cluster, "b").is_none());
+        let deletes: Vec<_> = cluster
+            .records()
+            .into_iter()
+            .filter(|r| r.verb == Verb::Delete)
+            .collect();
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(deletes[0].body["uid"], json!(uid_b));
+    }
+
+    #[tokio::test]
+    async fn a_foreign_object_is_never_overwritten_and_a_refused_copy_is_reported() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster, &["a", "b"]);
+        let foreign: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "s", "namespace": "a", "uid": "mine"},
+            "data": {"key": "b3RoZXI="},
+        }))
+        .expect("a Secret");
+        cluster.insert(&foreign);
+        cluster.fail_next(Verb::Create, "s", 422);
+        let cached = cluster.insert(&distribution(&["a", "b"]));
+        let outcome = reconcile(Arc::new(cached), ctx).await;
+        // The refused create is an API failure: retried.
+        assert!(outcome.is_err());
+        let kept = copy_in(&cluster, "a").expect("the user's Secret");
+        assert_eq!(kept.metadata.uid.as_deref(), Some("mine"));
+        assert!(kept.owner_references().is_empty());
+        assert!(copy_in(&cluster, "b").is_none());
+        let written = status(&cluster);
+        assert_eq!((written.succeeded, written.failed), (0, 2));
+        let failed: BTreeSet<(String, Vec<String>)> = written
+            .conditions
+            .iter()
+            .filter(|c| !c.failed_namespaces.is_empty())
+            .map(|c| (c.type_.clone(), c.failed_namespaces.clone()))
+            .collect();
+        assert_eq!(
+            failed,
+            BTreeSet::from([
+                (rd::CONDITION_CONFLICT.to_owned(), vec!["a".to_owned()]),
+                (rd::CONDITION_CREATE_FAILED.to_owned(), vec!["b".to_owned()]),
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_status_computed_from_a_stale_distribution_is_dropped() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster, &["a"]);
+        let cached = cluster.insert(&distribution(&["a"]));
+        cluster.touch::<ResourceDistribution>(None, "rd");
+        reconcile(Arc::new(cached), ctx).await.expect("reconciled");
+        assert!(copy_in(&cluster, "a").is_some());
+        let refused: Vec<_> = cluster
+            .records()
+            .into_iter()
+            .filter(|r| r.verb == Verb::PatchStatus)
+            .map(|r| r.refused)
+            .collect();
+        assert_eq!(refused, [Some(409)]);
+        assert!(
+            cluster
+                .get::<ResourceDistribution>(None, "rd")
+                .is_some_and(|d| d.status.is_none())
+        );
+    }
 }

@@ -300,7 +300,10 @@ async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action,
             .collect(),
         last_schedule_time: plan.last_schedule_time.map(Time),
     };
-    let api: Api<AdvancedCronJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<AdvancedCronJob>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &namespace,
+    );
     let old = acj.status.as_ref();
     if write_status(&api, acj, old, &status, old != Some(&status)).await? == StatusWrite::Stale {
         return Ok(Action::requeue(Duration::from_millis(500)));

@@ -13,7 +13,7 @@ use kruise_core::rollout::slow_start_batches;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
 use super::{CONTROLLER, Context, newpod};
 use crate::cache::{NOT_LISTED_RETRY, listed};
@@ -46,7 +46,7 @@ fn job_pods(ctx: &Context, job: &BroadcastJob, uid: &str) -> Result<Vec<Arc<Pod>
 /// Deletes a finished job whose `ttlSecondsAfterFinished` has passed (preconditioned on its uid).
 async fn delete_after_ttl(
     ctx: &Context,
-    api: &Api<BroadcastJob>,
+    api: &crate::driver::writes::Writer<BroadcastJob>,
     name: &str,
     key: &str,
     uid: String,
@@ -110,7 +110,10 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         planner::node_fits,
     );
     let plan = planner::plan(job, &pod_refs, &placement, now);
-    let api: Api<BroadcastJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<BroadcastJob>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &namespace,
+    );
 
     if plan.delete_job {
         return delete_after_ttl(ctx, &api, &name, &key, uid).await;

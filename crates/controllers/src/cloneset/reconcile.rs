@@ -876,7 +876,10 @@ async fn write_status(
     old: Option<&CloneSetStatus>,
     new: &CloneSetStatus,
 ) -> Result<(), Error> {
-    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<CloneSet>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::write_status(&api, cs, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -939,7 +942,10 @@ async fn truncate_history(
         labels,
         cs.spec.revision_history_limit,
     );
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

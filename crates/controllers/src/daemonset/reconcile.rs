@@ -19,7 +19,6 @@ use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot,
 };
 use kruise_core::rollout::{Revision, slow_start_batches};
-use kube::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
@@ -295,7 +294,10 @@ async fn write_status(
     new: &DaemonSetStatus,
 ) -> Result<(), Error> {
     let old = ds.status.as_ref();
-    let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<DaemonSet>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::write_status(&api, ds, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -316,7 +318,10 @@ async fn truncate_history(
         labels,
         ds.spec.revision_history_limit,
     );
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

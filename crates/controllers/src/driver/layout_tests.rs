@@ -46,9 +46,9 @@ const ALLOWED: &[(&str, usize, &str)] = &[
         "a Deployment's ReplicaSets, read live: a budget's expected count is never from a stale cache",
     ),
     (
-        "controllers/src/resourcedistribution.rs",
+        "controllers/src/driver/writes.rs",
         1,
-        "the copies' content (Secrets and ConfigMaps are cached as metadata only)",
+        "`LiveReads` by the apiserver: the live list a kind declares by holding a `LiveReads`",
     ),
     (
         "controllers/src/imagepulljob/job.rs",
@@ -96,6 +96,27 @@ const ALLOWED: &[(&str, usize, &str)] = &[
         3,
         "deletion protection: a namespace's live Pods and claims, a CRD's objects, before a cascading delete",
     ),
+];
+
+/// The kinds whose context holds a [`LiveReads`](super::writes::LiveReads): they read from the
+/// apiserver, not the caches, and say why here.
+const LIVE_READERS: &[(&str, &str)] = &[
+    (
+        "controllers/src/containerrecreaterequest.rs",
+        "its Pod's container IDs and start times, which the packed Pod cache does not keep",
+    ),
+    (
+        "controllers/src/resourcedistribution.rs",
+        "the copies' content (Secrets and ConfigMaps are cached as metadata only)",
+    ),
+];
+
+/// The kinds that act only through [`Writes`](super::writes::Writes) (their act step has unit
+/// tests on the in-memory cluster): no `kube::Api` of their own.
+const ACTS_THROUGH_WRITES: &[&str] = &[
+    "controllers/src/containerrecreaterequest.rs",
+    "controllers/src/ephemeraljob.rs",
+    "controllers/src/resourcedistribution.rs",
 ];
 
 fn crates_dir() -> PathBuf {
@@ -187,6 +208,50 @@ fn every_watch_goes_through_the_registry_and_reads_come_from_caches() {
          read that must stay goes into ALLOWED with its reason:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The production lines of a file under `crates/`.
+fn production_of(relative: &str) -> Vec<String> {
+    let path = crates_dir().join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(!text.is_empty(), "{relative} is gone: update the lists");
+    production_lines(&path, &text)
+}
+
+#[test]
+fn live_reads_are_declared_and_writes_go_through_the_writer_interface() {
+    let root = crates_dir();
+    let mut files = Vec::new();
+    sources(&root.join("controllers/src"), &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let relative = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .to_string_lossy()
+            .replace('\\', "/");
+        if relative.starts_with("controllers/src/driver/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let reads_live = production_lines(file, &text)
+            .iter()
+            .any(|l| l.contains("LiveReads"));
+        let declared = LIVE_READERS.iter().any(|(f, _)| *f == relative);
+        if reads_live != declared {
+            wrong.push(format!(
+                "{relative}: holds a LiveReads: {reads_live}, in LIVE_READERS: {declared}"
+            ));
+        }
+    }
+    for relative in ACTS_THROUGH_WRITES {
+        for line in production_of(relative) {
+            if line.contains("Api<") || line.contains("Api::") {
+                wrong.push(format!("{relative}: builds a kube::Api: {line}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// Production functions of every crate stay short enough to read: none over this many lines.

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::scripted::{self, Step};
 use super::write::{StatusWrite, prune_revisions, write_status};
+use super::writes::{ApiWrites, Writer};
 use crate::claim::{Recheck, claim_each, selector_match};
 use crate::error::Error;
 
@@ -43,8 +44,10 @@ fn status(replicas: i32, updated_available: i32) -> CloneSetStatus {
     }
 }
 
-fn api(client: kube::Client) -> Api<CloneSet> {
-    Api::namespaced(client, "ns")
+/// The status writer of the real [`ApiWrites`] over `client` (scripted: the requests it sends are
+/// checked).
+fn api(client: kube::Client) -> Writer<CloneSet> {
+    Writer::namespaced(ApiWrites::new(client), "ns")
 }
 
 #[tokio::test]
@@ -144,7 +147,7 @@ async fn pruning_deletes_each_revision_on_its_uid_and_skips_those_gone_or_replac
         // Deleted and re-created under the same name: the uid precondition fails.
         Step::failing(Method::DELETE, &format!("{REVISIONS}/web-3"), 409),
     ]);
-    let gone = prune_revisions(&Api::namespaced(client, "ns"), &doomed)
+    let gone = prune_revisions(&Writer::namespaced(ApiWrites::new(client), "ns"), &doomed)
         .await
         .unwrap_or_else(|e| panic!("pruning: {e}"));
     let names: Vec<&str> = gone.iter().map(|e| e.name.as_str()).collect();
@@ -166,7 +169,7 @@ async fn pruning_fails_on_a_server_error() {
         500,
     )]);
     let doomed = [revision("web-1", "u1")];
-    let result = prune_revisions(&Api::namespaced(client, "ns"), &doomed).await;
+    let result = prune_revisions(&Writer::namespaced(ApiWrites::new(client), "ns"), &doomed).await;
     assert!(matches!(result, Err(Error::Kube { .. })));
     log.assert_done();
 }

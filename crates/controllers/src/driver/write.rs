@@ -5,8 +5,10 @@ use std::fmt::Debug;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_core::expectations::Expectation;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
+
+use super::writes::Writer;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -30,14 +32,14 @@ pub enum StatusWrite {
 /// resourceVersion of `object` as a precondition, so a status computed from an older copy never
 /// overwrites one computed from a newer.
 pub async fn write_status<K, S>(
-    api: &Api<K>,
+    api: &Writer<K>,
     object: &K,
     old: Option<&S>,
     new: &S,
     changed: bool,
 ) -> Result<StatusWrite, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
     S: Serialize,
 {
     if !changed {
@@ -70,7 +72,7 @@ where
 /// already gone or changed is skipped. Returns what the caches should come to show: each deleted
 /// revision gone.
 pub async fn prune_revisions<'a>(
-    api: &Api<ControllerRevision>,
+    api: &Writer<ControllerRevision>,
     doomed: impl IntoIterator<Item = &'a ControllerRevision>,
 ) -> Result<Vec<Expectation>, Error> {
     let mut gone = Vec::new();

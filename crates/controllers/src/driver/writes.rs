@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use kube::api::{DeleteParams, EvictParams, GetParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, GetParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, Request};
 use kube::{Client, Resource};
 use serde::Serialize;
@@ -62,12 +62,15 @@ pub enum Part {
     Object,
     /// The `status` subresource (only the status changes).
     Status,
+    /// A Pod's `ephemeralcontainers` subresource (only `spec.ephemeralContainers` changes).
+    EphemeralContainers,
 }
 
 /// The writes of the act step. Bodies are JSON; [`Writer`] gives them types.
 pub trait Writes: Send + Sync + 'static {
     /// Creates `object` (a `generateName` is resolved by the server); answers the object created.
-    fn create<'a>(&'a self, at: &'a At, object: Value) -> BoxFuture<'a, Result<Value, kube::Error>>;
+    fn create<'a>(&'a self, at: &'a At, object: Value)
+    -> BoxFuture<'a, Result<Value, kube::Error>>;
     /// Patches `name`; a `metadata.resourceVersion` in a merge or strategic patch is a precondition
     /// (409 when the object moved), as is a JSON patch's `test` (422 when it fails).
     fn patch<'a>(
@@ -98,8 +101,17 @@ pub trait Writes: Send + Sync + 'static {
 /// keep (declared in the kind's context by holding one).
 pub trait LiveReads: Send + Sync + 'static {
     /// The object `name`, or `None` when there is none.
-    fn get<'a>(&'a self, at: &'a At, name: &'a str)
-    -> BoxFuture<'a, Result<Option<Value>, kube::Error>>;
+    fn get<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>>;
+    /// The objects at `at` (every namespace when it names none) named `name`.
+    fn list_named<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>>;
 }
 
 /// [`Writes`] and [`LiveReads`] by the apiserver.
@@ -125,7 +137,11 @@ fn built(
 }
 
 impl Writes for ApiWrites {
-    fn create<'a>(&'a self, at: &'a At, object: Value) -> BoxFuture<'a, Result<Value, kube::Error>> {
+    fn create<'a>(
+        &'a self,
+        at: &'a At,
+        object: Value,
+    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
         Box::pin(async move {
             let data = serde_json::to_vec(&object).map_err(kube::Error::SerdeError)?;
             let request = built(Request::new(at.url_path()).create(&PostParams::default(), data))?;
@@ -146,6 +162,9 @@ impl Writes for ApiWrites {
             let request = built(match part {
                 Part::Object => request.patch(name, &params, &patch),
                 Part::Status => request.patch_subresource("status", name, &params, &patch),
+                Part::EphemeralContainers => {
+                    request.patch_subresource("ephemeralcontainers", name, &params, &patch)
+                }
             })?;
             self.send(request).await
         })
@@ -190,6 +209,22 @@ impl LiveReads for ApiWrites {
                 Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
                 Err(error) => Err(error),
             }
+        })
+    }
+
+    fn list_named<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
+        Box::pin(async move {
+            let params = ListParams::default().fields(&format!("metadata.name={name}"));
+            let request = built(Request::new(at.url_path()).list(&params))?;
+            let list = self.send(request).await?;
+            Ok(match list.get("items") {
+                Some(Value::Array(items)) => items.clone(),
+                _ => Vec::new(),
+            })
         })
     }
 }
@@ -271,7 +306,11 @@ where
         patch: &Patch<P>,
     ) -> Result<K, kube::Error> {
         let patch = json(patch)?;
-        typed(self.writes.patch(&self.at, name, Part::Object, patch).await?)
+        typed(
+            self.writes
+                .patch(&self.at, name, Part::Object, patch)
+                .await?,
+        )
     }
 
     pub async fn patch_status<P: Serialize>(
@@ -281,7 +320,22 @@ where
         patch: &Patch<P>,
     ) -> Result<K, kube::Error> {
         let patch = json(patch)?;
-        typed(self.writes.patch(&self.at, name, Part::Status, patch).await?)
+        typed(
+            self.writes
+                .patch(&self.at, name, Part::Status, patch)
+                .await?,
+        )
+    }
+
+    /// A patch of a Pod's `ephemeralcontainers` subresource.
+    pub async fn patch_ephemeral_containers<P: Serialize>(
+        &self,
+        name: &str,
+        patch: &Patch<P>,
+    ) -> Result<K, kube::Error> {
+        let patch = json(patch)?;
+        let part = Part::EphemeralContainers;
+        typed(self.writes.patch(&self.at, name, part, patch).await?)
     }
 
     pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {

@@ -136,7 +136,7 @@ fn owner_ref(job: &ImagePullJob) -> ObjectReference {
 /// then (finished) deleted once `ttlSecondsAfterFinished` has passed.
 async fn wind_down(
     ctx: &Context,
-    api: &Api<ImagePullJob>,
+    api: &crate::driver::writes::Writer<ImagePullJob>,
     job: &ImagePullJob,
     key: &str,
     finished: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
@@ -194,7 +194,10 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let key = format!("{namespace}/{name}");
-    let api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<ImagePullJob>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &namespace,
+    );
     let finished = job.status.as_ref().and_then(|s| s.completion_time.as_ref());
     if job.metadata.deletion_timestamp.is_some() || finished.is_some() {
         return wind_down(&ctx, &api, &job, &key, finished).await;

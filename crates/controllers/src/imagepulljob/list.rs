@@ -103,7 +103,7 @@ fn raced<T>(
 
 /// A finished list: deleted once `ttlSecondsAfterFinished` has passed since `done`.
 async fn after_completion(
-    api: &Api<ImageListPullJob>,
+    api: &crate::driver::writes::Writer<ImageListPullJob>,
     list: &ImageListPullJob,
     key: &str,
     done: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -196,7 +196,10 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
     let namespace = list.namespace().unwrap_or_default();
     let name = list.name_any();
     let key = format!("{namespace}/{name}");
-    let api: Api<ImageListPullJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<ImageListPullJob>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &namespace,
+    );
     let jobs_api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &namespace);
     if list.metadata.deletion_timestamp.is_some() {
         if let Some(uid) = &list.metadata.uid {

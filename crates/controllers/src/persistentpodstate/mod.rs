@@ -25,7 +25,7 @@ use kruise_core::persistentpodstate::{self as decide, ObservedPod};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::cache::{CacheEvent, PodCache};
@@ -207,7 +207,10 @@ async fn reconcile(pps: Arc<PersistentPodState>, ctx: Arc<Context>) -> Result<Ac
             Some(_) => decide::merge_diff(&before, &after).unwrap_or_default(),
             None => after,
         };
-        let api: Api<PersistentPodState> = Api::namespaced(ctx.client.clone(), &namespace);
+        let api = crate::driver::writes::Writer::<PersistentPodState>::namespaced(
+            crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+            &namespace,
+        );
         let written = write_status::<_, serde_json::Value>(&api, pps, None, &patch, true).await?;
         tracing::debug!(
             persistentpodstate = %format!("{namespace}/{name}"),

@@ -184,7 +184,10 @@ async fn reconcile(marker: Arc<PodProbeMarker>, ctx: Arc<Context>) -> Result<Act
 async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
     let namespace = marker.namespace().unwrap_or_default();
     let name = marker.name_any();
-    let api: Api<PodProbeMarker> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<PodProbeMarker>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &namespace,
+    );
     let has_finalizer = marker.finalizers().iter().any(|f| f == ppm::FINALIZER);
     if marker.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {

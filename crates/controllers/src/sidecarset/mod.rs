@@ -377,7 +377,9 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     // Entries still to write (beyond this round's share, or lost to a concurrent writer) hold the
     // status back until the next round, which follows at once.
     if !more_marks && !marks_lost {
-        let api: Api<SidecarSet> = Api::all(ctx.client.clone());
+        let api = crate::driver::writes::Writer::<SidecarSet>::all(
+            crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        );
         match write_status(&api, ss, Some(&old), &status, status_changed).await? {
             StatusWrite::Unchanged => {}
             StatusWrite::Written { resource_version } => expect_written(ctx, ss, resource_version),
@@ -672,7 +674,9 @@ async fn register_latest_revision(
                 collision_count: Some(collision_count + 1),
                 ..old.clone()
             };
-            let api = Api::<SidecarSet>::all(ctx.client.clone());
+            let api = crate::driver::writes::Writer::<SidecarSet>::all(
+                crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+            );
             if let StatusWrite::Written { resource_version } =
                 write_status(&api, ss, Some(&old), &status, true).await?
             {
@@ -726,7 +730,10 @@ async fn truncate_history(
     }
     let name = ss.name_any();
     let live = history::live_revisions(ss, pods.iter().map(|p| p.pod().as_ref()), revisions);
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &ctx.config.namespace,
+    );
     let mut doomed = history::revisions_to_delete(ss, revisions, &live);
     doomed.retain(|doomed| doomed.metadata.name != latest.metadata.name);
     let gone = crate::driver::write::prune_revisions(&api, doomed).await?;

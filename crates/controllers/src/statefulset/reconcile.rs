@@ -20,10 +20,10 @@ use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Snapshot, ordinal_of, partition_pods,
 };
 use kruise_core::rollout::{Revision, slow_start_batches};
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::status::{self, Inputs};
@@ -589,7 +589,10 @@ async fn write_status(
     new: &StatefulSetStatus,
 ) -> Result<(), Error> {
     let old = set.status.as_ref();
-    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<StatefulSet>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::write_status(&api, set, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -611,7 +614,10 @@ async fn truncate_history(
         labels,
         set.spec.revision_history_limit,
     );
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

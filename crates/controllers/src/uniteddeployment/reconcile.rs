@@ -1012,8 +1012,10 @@ async fn write_status(
     new: UnitedDeploymentStatus,
 ) -> Result<(), Error> {
     let changed = ud.status.is_none() || *old != new;
-    let api: Api<UnitedDeployment> =
-        Api::namespaced(ctx.client.clone(), &ud.namespace().unwrap_or_default());
+    let api = crate::driver::writes::Writer::<UnitedDeployment>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &ud.namespace().unwrap_or_default(),
+    );
     let wrote =
         crate::driver::write::write_status(&api, ud, ud.status.as_ref(), &new, changed).await?;
     if let StatusWrite::Written {
@@ -1046,7 +1048,10 @@ async fn truncate_history(
         pod_labels.iter().map(String::as_str),
         ud.spec.revision_history_limit,
     );
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        namespace,
+    );
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }

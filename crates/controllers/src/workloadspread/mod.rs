@@ -378,7 +378,10 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
     let plan =
         core::compute_status(&ws, &refs, &grouping, replicas, now).map_err(Error::Invalid)?;
     publish_findings(&ctx, &ws, &plan.findings).await;
-    let api: Api<WorkloadSpread> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<WorkloadSpread>::namespaced(
+        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        &namespace,
+    );
     let changed = core::status_changed(ws.status.as_ref(), &plan.status);
     match write(&api, &ws, &plan.status, changed).await? {
         StatusWrite::Stale => return Ok(Action::requeue(Duration::from_millis(200))),
@@ -468,7 +471,7 @@ async fn reschedule(
 /// Writes the status over the resourceVersion it was computed from; versions the new status drops
 /// are removed from the map (a merge patch keeps the keys it does not mention).
 async fn write(
-    api: &Api<WorkloadSpread>,
+    api: &crate::driver::writes::Writer<WorkloadSpread>,
     ws: &WorkloadSpread,
     status: &WorkloadSpreadStatus,
     changed: bool,

@@ -48,6 +48,7 @@ pub enum Verb {
     Create,
     Patch,
     PatchStatus,
+    PatchEphemeralContainers,
     Delete,
     Evict,
 }
@@ -326,9 +327,19 @@ impl State {
                     }
                 }
             },
+            Part::EphemeralContainers => {
+                let added = patched.pointer("/spec/ephemeralContainers").cloned();
+                result["spec"]["ephemeralContainers"] = added.unwrap_or(Value::Null);
+            }
         }
         // Identity and version are the server's.
-        for field in ["name", "namespace", "uid", "creationTimestamp", "generation"] {
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "generation",
+        ] {
             match stored["metadata"].get(field) {
                 Some(value) => result["metadata"][field] = value.clone(),
                 None => {
@@ -481,7 +492,11 @@ impl FakeCluster {
 }
 
 impl Writes for FakeCluster {
-    fn create<'a>(&'a self, at: &'a At, object: Value) -> BoxFuture<'a, Result<Value, kube::Error>> {
+    fn create<'a>(
+        &'a self,
+        at: &'a At,
+        object: Value,
+    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -505,6 +520,7 @@ impl Writes for FakeCluster {
         let verb = match part {
             Part::Object => Verb::Patch,
             Part::Status => Verb::PatchStatus,
+            Part::EphemeralContainers => Verb::PatchEphemeralContainers,
         };
         let body = match &patch {
             Patch::Merge(p) | Patch::Strategic(p) | Patch::Apply(p) => p.clone(),
@@ -524,9 +540,9 @@ impl Writes for FakeCluster {
         params: DeleteParams,
     ) -> BoxFuture<'a, Result<(), kube::Error>> {
         let body = serde_json::to_value(&params.preconditions).unwrap_or(Value::Null);
-        let result = self
-            .state()
-            .run(Verb::Delete, at, name, body, |s| s.delete(at, name, &params));
+        let result = self.state().run(Verb::Delete, at, name, body, |s| {
+            s.delete(at, name, &params)
+        });
         Box::pin(async move { result })
     }
 
@@ -558,6 +574,24 @@ impl LiveReads for FakeCluster {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
         let found = self.state().objects.get(&key(at, name)).cloned();
+        Box::pin(async move { Ok(found) })
+    }
+
+    fn list_named<'a>(
+        &'a self,
+        at: &'a At,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
+        let (resource, namespace, _) = key(at, name);
+        let found = self
+            .state()
+            .objects
+            .iter()
+            .filter(|((r, ns, n), _)| {
+                *r == resource && n == name && (at.namespace.is_none() || *ns == namespace)
+            })
+            .map(|(_, object)| object.clone())
+            .collect();
         Box::pin(async move { Ok(found) })
     }
 }
@@ -627,7 +661,9 @@ mod tests {
             ),
             (
                 "a patch of a missing object",
-                pods.patch("gone", &pp, &Patch::Merge(json!({}))).await.map(drop),
+                pods.patch("gone", &pp, &Patch::Merge(json!({})))
+                    .await
+                    .map(drop),
                 404,
                 true,
             ),
@@ -639,7 +675,9 @@ mod tests {
             ),
             (
                 "a create over an existing name",
-                pods.create(&PostParams::default(), &pod("a")).await.map(drop),
+                pods.create(&PostParams::default(), &pod("a"))
+                    .await
+                    .map(drop),
                 409,
                 true,
             ),
@@ -709,7 +747,8 @@ mod tests {
             Some("Failed")
         );
         // A strategic patch merges conditions by type.
-        let ready = json!({"status": {"conditions": [{"type": "KruisePodReady", "status": "False"}]}});
+        let ready =
+            json!({"status": {"conditions": [{"type": "KruisePodReady", "status": "False"}]}});
         let merged = pods
             .patch_status("a", &pp, &Patch::Strategic(&ready))
             .await
@@ -739,9 +778,6 @@ mod tests {
             .await
             .expect("released");
         assert!(cluster.get::<Pod>(Some("ns"), "a").is_none());
-        assert_eq!(
-            code(pods.delete("a", &DeleteParams::default()).await),
-            404
-        );
+        assert_eq!(code(pods.delete("a", &DeleteParams::default()).await), 404);
     }
 }
