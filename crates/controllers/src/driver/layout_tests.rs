@@ -109,6 +109,11 @@ const LIVE_READERS: &[(&str, &str)] = &[
         "controllers/src/resourcedistribution.rs",
         "the copies' content (Secrets and ConfigMaps are cached as metadata only)",
     ),
+    (
+        "controllers/src/sidecarterminator.rs",
+        "a candidate Pod's container env and states (not in the Pod cache), its Node's labels, \
+         and whether its request exists before creating it",
+    ),
 ];
 
 /// The kinds that act only through [`Writes`](super::writes::Writes) (their act step has unit
@@ -117,6 +122,7 @@ const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/containerrecreaterequest.rs",
     "controllers/src/ephemeraljob.rs",
     "controllers/src/resourcedistribution.rs",
+    "controllers/src/sidecarterminator.rs",
 ];
 
 fn crates_dir() -> PathBuf {
