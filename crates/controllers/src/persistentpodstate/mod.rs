@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use crate::cache::{CacheEvent, PodCache};
 use crate::driver::caches::Caches;
 use crate::driver::write::{StatusWrite, write_status};
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -52,7 +53,10 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
+    /// The target workload is read live ([`workload::read`]: discovery and the scale subresource
+    /// for a whitelisted custom workload).
     client: Client,
+    writes: Arc<dyn Writes>,
     pods: Arc<PodCache>,
     nodes: Store<Node>,
     metrics: Arc<Metrics>,
@@ -96,6 +100,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     caches.pods.wait_synced().await;
     caches.nodes.wait_listed().await;
     let ctx = Arc::new(Context {
+        writes: ApiWrites::new(client.clone()),
         client,
         pods: caches.pods.clone(),
         nodes: caches.nodes.store().clone(),
@@ -164,11 +169,22 @@ async fn reconcile(pps: Arc<PersistentPodState>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::await_change());
     }
     let namespace = pps.namespace().unwrap_or_default();
-    let name = pps.name_any();
     let target = &pps.spec.target_reference;
 
-    // Observe.
+    // Observe: the workload live, then the caches.
     let found = workload::read(&ctx.client, &namespace, target).await?;
+    settle(pps, found.as_ref(), &ctx).await
+}
+
+/// Records the Pods of the workload `found` (from the caches) in the status of `pps`: written
+/// when it changed, over the resourceVersion read.
+async fn settle(
+    pps: &PersistentPodState,
+    found: Option<&workload::Found>,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let namespace = pps.namespace().unwrap_or_default();
+    let name = pps.name_any();
     let pods: Vec<ObservedPod> = found
         .as_ref()
         .map(|w| {
@@ -194,7 +210,7 @@ async fn reconcile(pps: Arc<PersistentPodState>, ctx: Arc<Context>) -> Result<Ac
                 .map(|n| (p.node_name.clone(), n))
         })
         .collect();
-    let status = decide::next_status(pps, found.as_ref().map(|w| &w.observed), &pods, |node| {
+    let status = decide::next_status(pps, found.map(|w| &w.observed), &pods, |node| {
         nodes.get(node).and_then(|n| n.metadata.labels.as_ref())
     });
 
@@ -207,10 +223,7 @@ async fn reconcile(pps: Arc<PersistentPodState>, ctx: Arc<Context>) -> Result<Ac
             Some(_) => decide::merge_diff(&before, &after).unwrap_or_default(),
             None => after,
         };
-        let api = crate::driver::writes::Writer::<PersistentPodState>::namespaced(
-            crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-            &namespace,
-        );
+        let api = Writer::<PersistentPodState>::namespaced(ctx.writes.clone(), &namespace);
         let written = write_status::<_, serde_json::Value>(&api, pps, None, &patch, true).await?;
         tracing::debug!(
             persistentpodstate = %format!("{namespace}/{name}"),
@@ -225,4 +238,122 @@ async fn reconcile(pps: Arc<PersistentPodState>, ctx: Arc<Context>) -> Result<Ac
         }
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    use super::*;
+    use crate::driver::scripted;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    fn context(cluster: &Arc<FakeCluster>) -> Context {
+        let pods = PodCache::new();
+        for ordinal in 0..2 {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("web-{ordinal}"), "namespace": "ns",
+                             "uid": format!("web-{ordinal}-uid"),
+                             "ownerReferences": [{"apiVersion": "apps.kruise.io/v1beta1",
+                                 "kind": "StatefulSet", "name": "web", "uid": "web-uid",
+                                 "controller": true}]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Running",
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .expect("a Pod");
+            pods.apply(watcher::Event::Apply(pod));
+        }
+        let (nodes, mut writer) = kube::runtime::reflector::store();
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {"zone": "a"}},
+        }))
+        .expect("a Node");
+        writer.apply_watcher_event(&watcher::Event::Apply(node));
+        let mut registry = prometheus_client::registry::Registry::default();
+        Context {
+            client: scripted::client(Vec::new()).0,
+            writes: cluster.clone(),
+            pods,
+            nodes,
+            metrics: Metrics::register(&mut registry),
+        }
+    }
+
+    fn state(cluster: &FakeCluster) -> PersistentPodState {
+        let pps: PersistentPodState = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "PersistentPodState",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "pps-uid", "generation": 1},
+            "spec": {
+                "targetRef": {"apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet",
+                              "name": "web"},
+                "requiredPersistentTopology": {"nodeTopologyKeys": ["zone"]},
+            },
+        }))
+        .expect("a PersistentPodState");
+        cluster.insert(&pps)
+    }
+
+    fn web() -> workload::Found {
+        workload::Found {
+            uid: "web-uid".into(),
+            observed: kruise_core::persistentpodstate::ObservedWorkload {
+                replicas: 2,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn zones(cluster: &FakeCluster) -> Option<BTreeMap<String, String>> {
+        let pps: PersistentPodState = cluster.get(Some("ns"), "web")?;
+        Some(
+            pps.status?
+                .pod_states
+                .into_iter()
+                .map(|(pod, state)| {
+                    let zone = state.node_topology_labels.get("zone").cloned();
+                    (pod, zone.unwrap_or_default())
+                })
+                .collect(),
+        )
+    }
+
+    #[tokio::test]
+    async fn each_ready_pod_is_recorded_with_its_node_topology() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster);
+        let pps = state(&cluster);
+        settle(&pps, Some(&web()), &ctx).await.expect("settled");
+        let recorded = zones(&cluster).expect("a status");
+        assert_eq!(
+            recorded,
+            BTreeMap::from([
+                ("web-0".to_owned(), "a".to_owned()),
+                ("web-1".to_owned(), "a".to_owned()),
+            ])
+        );
+        // Settled again on the copy written: nothing changes, nothing is sent.
+        let written: PersistentPodState = cluster.get(Some("ns"), "web").expect("the state");
+        settle(&written, Some(&web()), &ctx).await.expect("settled");
+        assert_eq!(cluster.done().len(), 1);
+    }
+
+    /// A status computed from a stale copy is dropped and decided again; a refused write fails.
+    #[tokio::test]
+    async fn a_stale_copy_is_decided_again_and_a_refused_status_fails() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster);
+        let pps = state(&cluster);
+        cluster.touch::<PersistentPodState>(Some("ns"), "web");
+        let action = settle(&pps, Some(&web()), &ctx).await.expect("settled");
+        assert_eq!(action, Action::requeue(crate::driver::ERROR_REQUEUE));
+        assert_eq!(zones(&cluster), None);
+
+        let pps = state(&cluster);
+        cluster.fail_next(Verb::PatchStatus, "web", 422);
+        assert!(settle(&pps, Some(&web()), &ctx).await.is_err());
+        assert_eq!(zones(&cluster), None);
+    }
 }
