@@ -110,6 +110,10 @@ const LIVE_READERS: &[(&str, &str)] = &[
         "the copies' content (Secrets and ConfigMaps are cached as metadata only)",
     ),
     (
+        "controllers/src/podprobemarker/mod.rs",
+        "a matched Pod's IP and container ports, which the Pod cache does not keep",
+    ),
+    (
         "controllers/src/sidecarterminator.rs",
         "a candidate Pod's container env and states (not in the Pod cache), its Node's labels, \
          and whether its request exists before creating it",
@@ -121,6 +125,9 @@ const LIVE_READERS: &[(&str, &str)] = &[
 const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/containerrecreaterequest.rs",
     "controllers/src/ephemeraljob.rs",
+    "controllers/src/persistentpodstate/mod.rs",
+    "controllers/src/podprobemarker/mod.rs",
+    "controllers/src/podprobemarker/nodepodprobe.rs",
     "controllers/src/resourcedistribution.rs",
     "controllers/src/sidecarterminator.rs",
 ];

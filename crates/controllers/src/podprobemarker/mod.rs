@@ -22,13 +22,14 @@ use kruise_core::podprobe::{self as decide, PodProbes};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::{CacheEvent, PodCache};
 use crate::driver::caches::{Caches, Shared};
 use crate::driver::write::write_status;
+use crate::driver::writes::{ApiWrites, At, LiveReads, Part, Writer, Writes, get_live};
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -37,8 +38,12 @@ pub const CONTROLLER: &str = "podprobemarker-controller";
 
 const RACE_RETRY: Duration = Duration::from_millis(500);
 
+///
+/// A matched Pod is read live ([`LiveReads`]) when its IP or container ports are needed: the Pod
+/// cache keeps neither.
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
+    live: Arc<dyn LiveReads>,
     metrics: Arc<Metrics>,
     pods: Arc<PodCache>,
     nodes: Shared<Node>,
@@ -122,8 +127,10 @@ pub async fn run(
         Controller::for_stream(caches.podprobemarkers.replayed_stream(), markers.clone());
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     wake_on_pods(caches.pods.clone(), markers, wake_tx);
+    let cluster = ApiWrites::new(client);
     let ctx = Arc::new(Context {
-        client,
+        writes: cluster.clone(),
+        live: cluster,
         metrics,
         pods: caches.pods.clone(),
         nodes: caches.nodes.clone(),
@@ -184,10 +191,7 @@ async fn reconcile(marker: Arc<PodProbeMarker>, ctx: Arc<Context>) -> Result<Act
 async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
     let namespace = marker.namespace().unwrap_or_default();
     let name = marker.name_any();
-    let api = crate::driver::writes::Writer::<PodProbeMarker>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        &namespace,
-    );
+    let api = Writer::<PodProbeMarker>::namespaced(ctx.writes.clone(), &namespace);
     let has_finalizer = marker.finalizers().iter().any(|f| f == ppm::FINALIZER);
     if marker.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
@@ -195,7 +199,7 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
         }
         for npp in ctx.probes.store().state() {
             let spec = decide::remove_marker(&npp.spec, &namespace, &name);
-            write_spec(ctx, &npp, &spec).await?;
+            write_spec(ctx.writes.as_ref(), &npp, &spec).await?;
         }
         let kept: Vec<&String> = marker
             .finalizers()
@@ -254,7 +258,6 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
         }
         by_node.entry(node_name).or_default().push(pod);
     }
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let needs_ports = marker.spec.probes.iter().any(|p| {
         let named = |port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString| {
             matches!(
@@ -286,10 +289,10 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
             let (pod, ip) = match entry_ip {
                 Some(ip) if !needs_ports => (cached, ip),
                 _ => {
-                    let Some(full) = pods_api
-                        .get_opt(&pod_name)
-                        .await
-                        .context(|| format!("reading Pod {namespace}/{pod_name}"))?
+                    let Some(full) =
+                        get_live::<Pod>(ctx.live.as_ref(), Some(&namespace), &pod_name)
+                            .await
+                            .context(|| format!("reading Pod {namespace}/{pod_name}"))?
                     else {
                         continue;
                     };
@@ -317,7 +320,7 @@ async fn sync(marker: &PodProbeMarker, ctx: &Context) -> Result<(), Error> {
             });
         }
         let spec = decide::apply_marker(&npp.spec, &name, &wanted);
-        write_spec(ctx, &npp, &spec).await?;
+        write_spec(ctx.writes.as_ref(), &npp, &spec).await?;
     }
 
     let new = ppm::PodProbeMarkerStatus {
@@ -340,7 +343,7 @@ async fn mark_serverless(ctx: &Context, marker: &PodProbeMarker, pod: &Pod) -> R
     }
     let namespace = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = Writer::<Pod>::namespaced(ctx.writes.clone(), &namespace);
     let patch = json!({"metadata": {"labels": update.labels, "annotations": update.annotations}});
     match api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -357,7 +360,7 @@ async fn mark_serverless(ctx: &Context, marker: &PodProbeMarker, pod: &Pod) -> R
 
 /// Writes a NodePodProbe's spec when it changed, over its resourceVersion.
 pub(crate) async fn write_spec(
-    ctx_client: &impl HasClient,
+    writes: &dyn Writes,
     npp: &NodePodProbe,
     spec: &NodePodProbeSpec,
 ) -> Result<(), Error> {
@@ -365,12 +368,13 @@ pub(crate) async fn write_spec(
         return Ok(());
     }
     let name = npp.name_any();
-    let api: Api<NodePodProbe> = Api::all(ctx_client.client().clone());
     let patch = json!({
         "metadata": {"resourceVersion": npp.resource_version()},
         "spec": {"podProbes": spec.pod_probes},
     });
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let at = At::of::<NodePodProbe>(None);
+    writes
+        .patch(&at, &name, Part::Object, Patch::Merge(patch))
         .await
         .context(|| format!("writing the spec of NodePodProbe {name}"))?;
     tracing::debug!(
@@ -381,13 +385,129 @@ pub(crate) async fn write_spec(
     Ok(())
 }
 
-/// What [`write_spec`] needs of a context.
-pub(crate) trait HasClient {
-    fn client(&self) -> &Client;
-}
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher;
+    use serde_json::Value;
 
-impl HasClient for Context {
-    fn client(&self) -> &Client {
-        &self.client
+    use super::*;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    /// A store holding `objects`, listed.
+    fn listed<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (store, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        store
+    }
+
+    /// Pod `p` (app=a) on node `n1` at 10.0.0.5 in the cluster, and in the cache without its IP.
+    fn context(cluster: &Arc<FakeCluster>, probes: Vec<NodePodProbe>) -> Context {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "p-uid", "labels": {"app": "a"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.5",
+                       "conditions": [{"type": "Initialized", "status": "True"}]},
+        }))
+        .expect("a Pod");
+        cluster.insert(&pod);
+        let pods = PodCache::new();
+        pods.apply(watcher::Event::Apply(pod));
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": "n1"}})).expect("a Node");
+        let mut registry = prometheus_client::registry::Registry::default();
+        Context {
+            writes: cluster.clone(),
+            live: cluster.clone(),
+            metrics: Metrics::register(&mut registry),
+            pods,
+            nodes: Shared::from_store(listed(vec![node])),
+            probes: Shared::from_store(listed(probes)),
+            serverless: false,
+        }
+    }
+
+    fn marker(extra: Value) -> PodProbeMarker {
+        let mut marker = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "PodProbeMarker",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "m-uid", "generation": 2,
+                         "finalizers": [ppm::FINALIZER]},
+            "spec": {"selector": {"matchLabels": {"app": "a"}}, "probes": [{
+                "name": "healthy", "containerName": "c",
+                "probe": {"exec": {"command": ["true"]}},
+            }]},
+        });
+        json_patch::merge(&mut marker, &extra);
+        serde_json::from_value(marker).expect("a PodProbeMarker")
+    }
+
+    fn node_probe(cluster: &FakeCluster) -> NodePodProbe {
+        cluster.insert(&NodePodProbe::new("n1", NodePodProbeSpec::default()))
+    }
+
+    #[tokio::test]
+    async fn a_matched_pod_gets_its_probes_on_its_node_with_its_live_ip() {
+        let cluster = FakeCluster::new();
+        let npp = node_probe(&cluster);
+        let ctx = context(&cluster, vec![npp]);
+        let cached = cluster.insert(&marker(json!({})));
+        sync(&cached, &ctx).await.expect("synced");
+        let npp: NodePodProbe = cluster.get(None, "n1").expect("the NodePodProbe");
+        let entries: Vec<_> = npp
+            .spec
+            .pod_probes
+            .iter()
+            .map(|p| (p.name.as_str(), p.ip.as_str(), p.probes.len()))
+            .collect();
+        assert_eq!(entries, [("p", "10.0.0.5", 1)]);
+        let status = cluster
+            .get::<PodProbeMarker>(Some("ns"), "m")
+            .and_then(|m| m.status)
+            .expect("a status");
+        assert_eq!((status.matched_pods, status.observed_generation), (1, 2));
+    }
+
+    /// A NodePodProbe or marker that moved is decided again (no failure); any other refusal fails.
+    #[tokio::test]
+    async fn refusals_of_the_node_probe_write_by_code() {
+        for (code, race) in [(409, true), (404, true), (422, false)] {
+            let cluster = FakeCluster::new();
+            let npp = node_probe(&cluster);
+            let ctx = context(&cluster, vec![npp]);
+            let cached = cluster.insert(&marker(json!({})));
+            cluster.fail_next(Verb::Patch, "n1", code);
+            let outcome = raced(sync(&cached, &ctx).await);
+            match race {
+                true => assert_eq!(outcome.ok(), Some(Action::requeue(RACE_RETRY)), "{code}"),
+                false => assert!(outcome.is_err(), "{code}"),
+            }
+            let npp: NodePodProbe = cluster.get(None, "n1").expect("the NodePodProbe");
+            assert!(npp.spec.pod_probes.is_empty(), "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deleted_marker_takes_its_probes_away_then_its_finalizer() {
+        let cluster = FakeCluster::new();
+        let npp = node_probe(&cluster);
+        let ctx = context(&cluster, vec![npp]);
+        let cached = cluster.insert(&marker(json!({})));
+        sync(&cached, &ctx).await.expect("synced");
+        let filled: NodePodProbe = cluster.get(None, "n1").expect("the NodePodProbe");
+        assert_eq!(filled.spec.pod_probes.len(), 1);
+        let ctx = context(&cluster, vec![filled]);
+        let deleting = marker(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
+        let deleting = cluster.insert(&deleting);
+        sync(&deleting, &ctx).await.expect("synced");
+        let emptied: NodePodProbe = cluster.get(None, "n1").expect("the NodePodProbe");
+        assert!(emptied.spec.pod_probes.is_empty());
+        // Its last finalizer gone, the marker is gone.
+        assert!(cluster.get::<PodProbeMarker>(Some("ns"), "m").is_none());
     }
 }

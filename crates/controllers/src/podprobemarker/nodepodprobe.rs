@@ -17,12 +17,13 @@ use kruise_core::podprobe as decide;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::cache::{CacheEvent, PodCache};
 use crate::driver::caches::{Caches, Shared};
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -31,7 +32,7 @@ pub const CONTROLLER: &str = "nodepodprobe-controller";
 const RACE_RETRY: Duration = Duration::from_millis(500);
 
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
     metrics: Arc<Metrics>,
     pods: Arc<PodCache>,
     nodes: Shared<Node>,
@@ -48,12 +49,6 @@ impl crate::driver::Driven for Context {
     }
 }
 
-impl super::HasClient for Context {
-    fn client(&self) -> &Client {
-        &self.client
-    }
-}
-
 /// Runs the controller until the future is dropped.
 pub async fn run(
     client: Client,
@@ -66,14 +61,15 @@ pub async fn run(
     let controller = Controller::for_stream(probes.replayed_stream(), probes.store().clone());
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     wake_on_pods(caches.pods.clone(), probes.clone(), wake_tx.clone());
+    let writes: Arc<dyn Writes> = ApiWrites::new(client);
     let keep = keep_one_per_node(
-        client.clone(),
+        writes.clone(),
         caches.nodes.clone(),
         probes.clone(),
         wake_tx,
     );
     let ctx = Arc::new(Context {
-        client,
+        writes,
         metrics,
         pods: caches.pods.clone(),
         nodes: caches.nodes.clone(),
@@ -125,7 +121,7 @@ fn is_ready(node: &Node) -> bool {
 /// Creates the NodePodProbe of every ready Node that is not a virtual kubelet and has none, and wakes
 /// the NodePodProbes whose Node is gone or going (their reconcile deletes them), on every Node change.
 async fn keep_one_per_node(
-    client: Client,
+    writes: Arc<dyn Writes>,
     nodes: Shared<Node>,
     probes: Shared<NodePodProbe>,
     wake: mpsc::UnboundedSender<ObjectRef<NodePodProbe>>,
@@ -134,7 +130,7 @@ async fn keep_one_per_node(
     {
         nodes.wait_listed().await;
         probes.wait_listed().await;
-        let api: Api<NodePodProbe> = Api::all(client);
+        let api = Writer::<NodePodProbe>::all(writes);
         loop {
             for node in nodes.store().state() {
                 let name = node.name_any();
@@ -190,7 +186,7 @@ async fn sync(npp: &NodePodProbe, ctx: &Context) -> Result<(), Error> {
     let name = npp.name_any();
     let node = ctx.nodes.store().get(&ObjectRef::new(&name));
     if node.is_none_or(|n| n.metadata.deletion_timestamp.is_some()) {
-        let api: Api<NodePodProbe> = Api::all(ctx.client.clone());
+        let api = Writer::<NodePodProbe>::all(ctx.writes.clone());
         let params = DeleteParams {
             preconditions: npp.metadata.uid.clone().map(|uid| Preconditions {
                 uid: Some(uid),
@@ -213,7 +209,7 @@ async fn sync(npp: &NodePodProbe, ctx: &Context) -> Result<(), Error> {
             .filter(|p| p.metadata.uid.as_deref() == Some(uid) && kruise_core::pods::is_active(p))
     };
     let spec = decide::keep_pods(&npp.spec, |p| live(&p.namespace, &p.name, &p.uid).is_some());
-    super::write_spec(ctx, npp, &spec).await?;
+    super::write_spec(ctx.writes.as_ref(), npp, &spec).await?;
     for status in npp.status.iter().flat_map(|s| &s.pod_probe_statuses) {
         if !spec.pod_probes.iter().any(|p| p.uid == status.uid) {
             continue;
@@ -245,7 +241,7 @@ async fn sync(npp: &NodePodProbe, ctx: &Context) -> Result<(), Error> {
 async fn write_pod(ctx: &Context, pod: &Pod, update: &decide::PodUpdate) -> Result<(), Error> {
     let namespace = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = Writer::<Pod>::namespaced(ctx.writes.clone(), &namespace);
     let uid = pod.metadata.uid.clone();
     if !update.labels.is_empty() || !update.annotations.is_empty() {
         let as_map = |m: &std::collections::BTreeMap<String, Option<String>>| {

@@ -3,8 +3,8 @@
 //! correctness depends on it:
 //! - every change bumps the object's resourceVersion (a no-op patch does not); a change outside
 //!   `metadata` and `status` bumps its generation;
-//! - a merge or strategic patch carrying `metadata.resourceVersion` is refused with 409 when the
-//!   object moved; a JSON patch whose `test` fails (or whose path is gone) with 422 and no cause;
+//! - a merge or strategic patch carrying `metadata.resourceVersion` (or `metadata.uid`) is refused
+//!   with 409 when the object moved (or is another object of the name); a JSON patch whose `test` fails (or whose path is gone) with 422 and no cause;
 //! - a patch of the object leaves its status alone, a patch of the status only changes the status;
 //! - a delete with a uid or resourceVersion precondition that does not hold is refused with 409;
 //!   an object with finalizers is marked deleted (`deletionTimestamp`) and goes when its last
@@ -288,6 +288,17 @@ impl State {
             Patch::Merge(p) | Patch::Strategic(p) => {
                 if let Some(wanted) = resource_version(p)
                     && Some(wanted) != resource_version(&stored)
+                {
+                    return Err(conflict(at, name));
+                }
+                // A uid in a patch is a precondition too (an object re-created under the name).
+                let uid = |o: &Value| {
+                    o.pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                if let Some(wanted) = uid(p)
+                    && Some(wanted) != uid(&stored)
                 {
                     return Err(conflict(at, name));
                 }
