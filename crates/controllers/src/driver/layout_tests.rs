@@ -125,6 +125,8 @@ const LIVE_READERS: &[(&str, &str)] = &[
 const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/containerrecreaterequest.rs",
     "controllers/src/ephemeraljob.rs",
+    "controllers/src/imagepulljob/list.rs",
+    "controllers/src/imagepulljob/nodeimage.rs",
     "controllers/src/persistentpodstate/mod.rs",
     "controllers/src/podprobemarker/mod.rs",
     "controllers/src/podprobemarker/nodepodprobe.rs",

@@ -18,12 +18,13 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Precon
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 
 use kruise_core::expectations::{CachedState, Expectation, Expectations};
 
 use crate::driver::caches::Caches;
 use crate::driver::write::write_status;
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -32,7 +33,7 @@ pub const CONTROLLER: &str = "imagelistpulljob-controller";
 const RACE_RETRY: Duration = Duration::from_millis(500);
 
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
     metrics: Arc<Metrics>,
     jobs: Store<ImagePullJob>,
     recorder: EventRecorder,
@@ -66,7 +67,7 @@ pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>) {
     let controller = controller.owns_stream(pull_jobs.owned_stream());
     let ctx = Arc::new(Context {
         recorder: crate::driver::recorder(client.clone(), CONTROLLER),
-        client,
+        writes: ApiWrites::new(client),
         metrics,
         jobs,
         expectations: std::sync::Mutex::new(Expectations::new(EXPECTATION_TIMEOUT)),
@@ -103,7 +104,7 @@ fn raced<T>(
 
 /// A finished list: deleted once `ttlSecondsAfterFinished` has passed since `done`.
 async fn after_completion(
-    api: &crate::driver::writes::Writer<ImageListPullJob>,
+    api: &Writer<ImageListPullJob>,
     list: &ImageListPullJob,
     key: &str,
     done: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -142,7 +143,7 @@ async fn after_completion(
 async fn create_jobs(
     ctx: &Context,
     list: &ImageListPullJob,
-    jobs_api: &Api<ImagePullJob>,
+    jobs_api: &Writer<ImagePullJob>,
     images: &[String],
     hash: &str,
 ) -> Result<usize, Error> {
@@ -196,11 +197,8 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
     let namespace = list.namespace().unwrap_or_default();
     let name = list.name_any();
     let key = format!("{namespace}/{name}");
-    let api = crate::driver::writes::Writer::<ImageListPullJob>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        &namespace,
-    );
-    let jobs_api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = Writer::<ImageListPullJob>::namespaced(ctx.writes.clone(), &namespace);
+    let jobs_api = Writer::<ImagePullJob>::namespaced(ctx.writes.clone(), &namespace);
     if list.metadata.deletion_timestamp.is_some() {
         if let Some(uid) = &list.metadata.uid {
             ctx.expectations
@@ -334,4 +332,106 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(RACE_RETRY));
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    use super::*;
+    use crate::driver::scripted;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    fn context(cluster: &Arc<FakeCluster>) -> (Arc<Context>, scripted::Log) {
+        let (jobs, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (client, log) = scripted::client(Vec::new());
+        let mut registry = prometheus_client::registry::Registry::default();
+        let ctx = Arc::new(Context {
+            writes: cluster.clone(),
+            metrics: Metrics::register(&mut registry),
+            jobs,
+            recorder: crate::driver::recorder(client, CONTROLLER),
+            expectations: std::sync::Mutex::new(Expectations::new(EXPECTATION_TIMEOUT)),
+        });
+        (ctx, log)
+    }
+
+    /// List `l` of two images, labelled with its template's hash unless `unlabelled`.
+    fn list(cluster: &FakeCluster, unlabelled: bool) -> ImageListPullJob {
+        let mut list: ImageListPullJob = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "ImageListPullJob",
+            "metadata": {"name": "l", "namespace": "ns", "uid": "l-uid"},
+            "spec": {"images": ["nginx:1.25", "busybox:1.36"],
+                     "completionPolicy": {"type": "Always"}},
+        }))
+        .expect("an ImageListPullJob");
+        if !unlabelled {
+            let hash = imagepull::list_template_hash(list.spec());
+            list.metadata.labels = Some(BTreeMap::from([(
+                imagepull::LABEL_TEMPLATE_HASH.to_owned(),
+                hash,
+            )]));
+        }
+        cluster.insert(&list)
+    }
+
+    fn jobs(cluster: &FakeCluster) -> Vec<ImagePullJob> {
+        cluster.all(Some("ns"))
+    }
+
+    #[tokio::test]
+    async fn a_list_is_labelled_with_its_hash_first() {
+        let cluster = FakeCluster::new();
+        let (ctx, _) = context(&cluster);
+        let cached = list(&cluster, true);
+        reconcile(Arc::new(cached), ctx).await.expect("reconciled");
+        let labelled: ImageListPullJob = cluster.get(Some("ns"), "l").expect("the list");
+        assert!(
+            labelled
+                .labels()
+                .contains_key(imagepull::LABEL_TEMPLATE_HASH)
+        );
+        assert_eq!(cluster.done().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn one_job_per_image_owned_by_the_list_and_expected_in_the_cache() {
+        let cluster = FakeCluster::new();
+        let (ctx, log) = context(&cluster);
+        let cached = list(&cluster, false);
+        let action = reconcile(Arc::new(cached.clone()), ctx.clone())
+            .await
+            .expect("reconciled");
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let mut images: Vec<String> = jobs(&cluster).into_iter().map(|j| j.spec.image).collect();
+        images.sort();
+        assert_eq!(images, ["busybox:1.36", "nginx:1.25"]);
+        for job in jobs(&cluster) {
+            let owner = job.owner_references().first().cloned().expect("an owner");
+            assert_eq!(
+                (owner.uid.as_str(), owner.controller),
+                ("l-uid", Some(true))
+            );
+        }
+        let reasons: Vec<_> = log.events().iter().map(|e| e["reason"].clone()).collect();
+        assert_eq!(reasons, [json!("Successful create ImagePullJob")]);
+        // The cache does not show them yet: the next pass waits, it does not create them again.
+        let action = reconcile(Arc::new(cached), ctx).await.expect("reconciled");
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        assert_eq!(jobs(&cluster).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_refused_create_fails_the_pass_and_creates_nothing_more() {
+        let cluster = FakeCluster::new();
+        let (ctx, log) = context(&cluster);
+        let cached = list(&cluster, false);
+        cluster.fail_next(Verb::Create, "", 422);
+        assert!(reconcile(Arc::new(cached), ctx).await.is_err());
+        assert!(jobs(&cluster).is_empty());
+        assert!(log.events().is_empty());
+    }
 }

@@ -16,10 +16,11 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::driver::caches::Caches;
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -32,7 +33,7 @@ const RESYNC: Duration = Duration::from_secs(300);
 pub const FAKE_LABEL: &str = "apps.kruise.io/fake-nodeimage";
 
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
     metrics: Arc<Metrics>,
     nodes: Store<Node>,
     jobs: Store<ImagePullJob>,
@@ -66,10 +67,11 @@ pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>, workers
     let images = controller.store();
     // Nodes without a NodeImage (new ones) and NodeImages without a Node (deleted ones) are handled by
     // this loop, which the controller's own queue cannot carry (their key is not in its store).
-    let creator = sync_nodes(client.clone(), nodes.clone(), images);
+    let writes: Arc<dyn Writes> = ApiWrites::new(client.clone());
+    let creator = sync_nodes(writes.clone(), nodes.clone(), images);
     let ctx = Arc::new(Context {
-        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
-        client,
+        recorder: crate::driver::recorder(client, CONTROLLER),
+        writes,
         metrics,
         nodes,
         jobs,
@@ -83,8 +85,8 @@ pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>, workers
 
 /// Creates the NodeImage of every Ready Node that has none, and deletes NodeImages whose Node is gone,
 /// every few seconds from the two caches.
-async fn sync_nodes(client: Client, nodes: Store<Node>, images: Store<NodeImage>) {
-    let api: Api<NodeImage> = Api::all(client);
+async fn sync_nodes(writes: Arc<dyn Writes>, nodes: Store<Node>, images: Store<NodeImage>) {
+    let api = Writer::<NodeImage>::all(writes);
     if nodes.wait_until_ready().await.is_err() || images.wait_until_ready().await.is_err() {
         return;
     }
@@ -140,7 +142,7 @@ async fn reconcile(image: Arc<NodeImage>, ctx: Arc<Context>) -> Result<Action, E
     if image.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let api: Api<NodeImage> = Api::all(ctx.client.clone());
+    let api = Writer::<NodeImage>::all(ctx.writes.clone());
     let now = Timestamp::now();
     let node = ctx.nodes.get(&ObjectRef::new(&name));
     // Spec: the Node's labels, live owners, TTLs.
@@ -273,5 +275,91 @@ async fn pull_failed(
         if let Err(error) = ctx.recorder.publish(&event, &object).await {
             tracing::warn!(%error, node, "publishing a PullImageFailed Event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher;
+
+    use super::*;
+    use crate::driver::scripted;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    fn listed<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (store, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        store
+    }
+
+    /// Node `n1` labelled `zone=b`.
+    fn context(cluster: &Arc<FakeCluster>) -> Arc<Context> {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {"zone": "b"}},
+        }))
+        .expect("a Node");
+        let mut registry = prometheus_client::registry::Registry::default();
+        Arc::new(Context {
+            writes: cluster.clone(),
+            metrics: Metrics::register(&mut registry),
+            nodes: listed(vec![node]),
+            jobs: listed(Vec::new()),
+            recorder: crate::driver::recorder(scripted::client(Vec::new()).0, CONTROLLER),
+        })
+    }
+
+    /// NodeImage `n1`, labelled `zone=a` and `old=x` (its Node has moved to `zone=b`).
+    fn image(cluster: &FakeCluster) -> NodeImage {
+        let mut image = NodeImage::new("n1", NodeImageSpec::default());
+        image.metadata.labels = Some(
+            [("zone", "a"), ("old", "x")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        );
+        cluster.insert(&image)
+    }
+
+    #[tokio::test]
+    async fn a_node_image_follows_its_nodes_labels() {
+        let cluster = FakeCluster::new();
+        let cached = image(&cluster);
+        reconcile(Arc::new(cached), context(&cluster))
+            .await
+            .expect("reconciled");
+        let written: NodeImage = cluster.get(None, "n1").expect("the NodeImage");
+        let labels: Vec<(&String, &String)> = written.labels().iter().collect();
+        assert_eq!(labels, [(&"zone".to_owned(), &"b".to_owned())]);
+    }
+
+    /// A NodeImage that moved or went is looked at again soon; a refused write fails.
+    #[tokio::test]
+    async fn refusals_by_code() {
+        for (code, fails) in [(409, false), (404, false), (422, true), (500, true)] {
+            let cluster = FakeCluster::new();
+            let cached = image(&cluster);
+            cluster.fail_next(Verb::Patch, "n1", code);
+            let outcome = reconcile(Arc::new(cached), context(&cluster)).await;
+            match fails {
+                true => assert!(outcome.is_err(), "{code}"),
+                false => assert_eq!(outcome.ok(), Some(Action::requeue(RACE_RETRY)), "{code}"),
+            }
+            let kept: NodeImage = cluster.get(None, "n1").expect("the NodeImage");
+            assert_eq!(kept.labels().get("zone").map(String::as_str), Some("a"));
+        }
+        // A copy older than the cluster's: the resourceVersion refuses it.
+        let cluster = FakeCluster::new();
+        let cached = image(&cluster);
+        cluster.touch::<NodeImage>(None, "n1");
+        let outcome = reconcile(Arc::new(cached), context(&cluster)).await;
+        assert_eq!(outcome.ok(), Some(Action::requeue(RACE_RETRY)));
+        assert_eq!(cluster.records()[0].refused, Some(409));
     }
 }

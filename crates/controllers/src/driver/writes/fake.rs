@@ -464,6 +464,20 @@ impl FakeCluster {
         serde_json::from_value(value).ok()
     }
 
+    /// Every object of `K` in `namespace` (every namespace when `None`), by name.
+    pub fn all<K>(&self, namespace: Option<&str>) -> Vec<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let (resource, _, _) = key(&At::of::<K>(None), "");
+        self.state()
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| *r == resource && namespace.is_none_or(|n| n == ns))
+            .filter_map(|(_, object)| serde_json::from_value(object.clone()).ok())
+            .collect()
+    }
+
     /// Another writer changes `K` `namespace/name` (its resourceVersion moves on), as a client
     /// racing the code under test would.
     pub fn touch<K: Resource<DynamicType = ()>>(&self, namespace: Option<&str>, name: &str) {
