@@ -23,7 +23,7 @@ use kruise_api::resourcedistribution::{self as rd, ResourceDistribution};
 use kruise_core::resourcedistribution::{
     self as decide, Existing, Failure, Source, Step, Targeting,
 };
-use kube::api::{ApiResource, DeleteParams, PartialObjectMeta, Patch, Preconditions};
+use kube::api::{ApiResource, DeleteParams, ListParams, PartialObjectMeta, Patch, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
@@ -313,8 +313,9 @@ async fn copies_of(
         resource: resource.clone(),
         namespace: None,
     };
+    let named = ListParams::default().fields(&format!("metadata.name={name}"));
     let found = live
-        .list_named(&every, name)
+        .list(&every, &named)
         .await
         .context(|| format!("listing {}s named {name}", resource.kind))?;
     Ok(found

@@ -51,11 +51,6 @@ const ALLOWED: &[(&str, usize, &str)] = &[
         "`LiveReads` by the apiserver: the live list a kind declares by holding a `LiveReads`",
     ),
     (
-        "controllers/src/imagepulljob/job.rs",
-        3,
-        "the Pods a job selects by its own selector, and pull-secret copies with their data",
-    ),
-    (
         "controllers/src/predownload.rs",
         1,
         "a workload's pre-download jobs, read live before deleting the outdated ones",
@@ -110,6 +105,11 @@ const LIVE_READERS: &[(&str, &str)] = &[
         "the copies' content (Secrets and ConfigMaps are cached as metadata only)",
     ),
     (
+        "controllers/src/imagepulljob/job.rs",
+        "the Pods a job selects by its own selector, and the pull Secrets with their data and \
+         their copies (Secrets are cached as metadata only)",
+    ),
+    (
         "controllers/src/podprobemarker/mod.rs",
         "a matched Pod's IP and container ports, which the Pod cache does not keep",
     ),
@@ -125,6 +125,7 @@ const LIVE_READERS: &[(&str, &str)] = &[
 const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/containerrecreaterequest.rs",
     "controllers/src/ephemeraljob.rs",
+    "controllers/src/imagepulljob/job.rs",
     "controllers/src/imagepulljob/list.rs",
     "controllers/src/imagepulljob/nodeimage.rs",
     "controllers/src/persistentpodstate/mod.rs",

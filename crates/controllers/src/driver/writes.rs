@@ -106,11 +106,12 @@ pub trait LiveReads: Send + Sync + 'static {
         at: &'a At,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>>;
-    /// The objects at `at` (every namespace when it names none) named `name`.
-    fn list_named<'a>(
+    /// The objects at `at` (every namespace when it names none) that `params` select (its label
+    /// and field selectors).
+    fn list<'a>(
         &'a self,
         at: &'a At,
-        name: &'a str,
+        params: &'a ListParams,
     ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>>;
 }
 
@@ -212,14 +213,13 @@ impl LiveReads for ApiWrites {
         })
     }
 
-    fn list_named<'a>(
+    fn list<'a>(
         &'a self,
         at: &'a At,
-        name: &'a str,
+        params: &'a ListParams,
     ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
         Box::pin(async move {
-            let params = ListParams::default().fields(&format!("metadata.name={name}"));
-            let request = built(Request::new(at.url_path()).list(&params))?;
+            let request = built(Request::new(at.url_path()).list(params))?;
             let list = self.send(request).await?;
             Ok(match list.get("items") {
                 Some(Value::Array(items)) => items.clone(),
@@ -227,6 +227,24 @@ impl LiveReads for ApiWrites {
             })
         })
     }
+}
+
+/// Lists `K` live from a [`LiveReads`] (in `namespace`, or every namespace when `None`).
+pub async fn list_live<K>(
+    reads: &dyn LiveReads,
+    namespace: Option<&str>,
+    params: &ListParams,
+) -> Result<Vec<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let at = At::of::<K>(namespace);
+    reads
+        .list(&at, params)
+        .await?
+        .into_iter()
+        .map(typed)
+        .collect()
 }
 
 /// The typed face of [`Writes`] for objects of `K` in one namespace (or cluster-wide): the calls

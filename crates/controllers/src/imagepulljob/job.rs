@@ -18,13 +18,14 @@ use kruise_core::imagepull::{self, NodePull, TagRequest};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use rand::Rng;
 use serde_json::json;
 
 use super::Config;
 use crate::driver::caches::Caches;
 use crate::driver::write::write_status;
+use crate::driver::writes::{ApiWrites, LiveReads, Writer, Writes, get_live, list_live};
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
@@ -40,8 +41,13 @@ const RACE_RETRY: Duration = Duration::from_millis(500);
 /// How often a running job looks again at its nodes (new nodes, Pods moving) when nothing wakes it.
 const RUNNING_RESYNC: Duration = Duration::from_secs(10);
 
+///
+/// It reads live ([`LiveReads`]): the Pods a job selects by its own selector (not by a workload's
+/// ownership, which is what the Pod cache indexes), and the pull Secrets with their data and their
+/// copies in the daemons' namespace (Secrets are cached as metadata only).
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
+    live: Arc<dyn LiveReads>,
     metrics: Arc<Metrics>,
     images: Store<NodeImage>,
     config: Config,
@@ -104,8 +110,10 @@ pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>, config:
         futures::stream::iter(woken)
     });
     let controller = controller.reconcile_on(wakes).reconcile_on(secret_wakes);
+    let cluster = ApiWrites::new(client);
     let ctx = Arc::new(Context {
-        client,
+        writes: cluster.clone(),
+        live: cluster,
         metrics,
         images,
         config,
@@ -136,7 +144,7 @@ fn owner_ref(job: &ImagePullJob) -> ObjectReference {
 /// then (finished) deleted once `ttlSecondsAfterFinished` has passed.
 async fn wind_down(
     ctx: &Context,
-    api: &crate::driver::writes::Writer<ImagePullJob>,
+    api: &Writer<ImagePullJob>,
     job: &ImagePullJob,
     key: &str,
     finished: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
@@ -194,10 +202,7 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let key = format!("{namespace}/{name}");
-    let api = crate::driver::writes::Writer::<ImagePullJob>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        &namespace,
-    );
+    let api = Writer::<ImagePullJob>::namespaced(ctx.writes.clone(), &namespace);
     let finished = job.status.as_ref().and_then(|s| s.completion_time.as_ref());
     if job.metadata.deletion_timestamp.is_some() || finished.is_some() {
         return wind_down(&ctx, &api, &job, &key, finished).await;
@@ -246,7 +251,7 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
         ctx.config.default_ttl_always,
         rand::rng().random_range(-600..=600),
     );
-    let images_api: Api<NodeImage> = Api::all(ctx.client.clone());
+    let images_api = Writer::<NodeImage>::all(ctx.writes.clone());
     for node in imagepull::nodes_to_sync(&not_synced, status.active, parallelism) {
         let Some(mut image) = ctx
             .images
@@ -323,8 +328,8 @@ async fn target_nodes(
     if let Some(pods) = &job.spec.pod_selector {
         let selector = selector_string(&pods.label_selector)
             .ok_or_else(|| Error::Invalid("invalid podSelector".into()))?;
-        let list = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
-            .list(&ListParams::default().labels(&selector))
+        let params = ListParams::default().labels(&selector);
+        let list = list_live::<Pod>(ctx.live.as_ref(), Some(namespace), &params)
             .await
             .context(|| {
                 format!(
@@ -334,7 +339,6 @@ async fn target_nodes(
             })?;
         let mut seen = BTreeSet::new();
         return Ok(list
-            .items
             .iter()
             .filter(|p| {
                 p.metadata.deletion_timestamp.is_none()
@@ -426,9 +430,8 @@ async fn claim_secrets(ctx: &Context, job: &ImagePullJob) -> Result<Vec<Referenc
             })
             .collect());
     }
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    if namespaces
-        .get_opt(target)
+    let namespaces = Writer::<Namespace>::all(ctx.writes.clone());
+    if get_live::<Namespace>(ctx.live.as_ref(), None, target)
         .await
         .context(|| format!("reading namespace {target}"))?
         .is_none()
@@ -445,17 +448,14 @@ async fn claim_secrets(ctx: &Context, job: &ImagePullJob) -> Result<Vec<Referenc
             Err(source) => return Err(source).context(|| format!("creating namespace {target}")),
         }
     }
-    let sources: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let copies: Api<Secret> = Api::namespaced(ctx.client.clone(), target);
-    let existing = copies
-        .list(&ListParams::default())
+    let copies = Writer::<Secret>::namespaced(ctx.writes.clone(), target);
+    let existing = list_live::<Secret>(ctx.live.as_ref(), Some(target), &ListParams::default())
         .await
         .context(|| format!("listing the Secrets of {target}"))?;
     let me = job_key(job);
     let mut refs = Vec::new();
     for name in &job.spec.pull_secrets {
-        let Some(source) = sources
-            .get_opt(name)
+        let Some(source) = get_live::<Secret>(ctx.live.as_ref(), Some(&namespace), name)
             .await
             .context(|| format!("reading Secret {namespace}/{name}"))?
         else {
@@ -464,7 +464,6 @@ async fn claim_secrets(ctx: &Context, job: &ImagePullJob) -> Result<Vec<Referenc
         };
         let source_key = format!("{namespace}/{name}");
         let mut copies_of: Vec<&Secret> = existing
-            .items
             .iter()
             .filter(|s| s.annotations().get(SECRET_SOURCE) == Some(&source_key))
             .collect();
@@ -542,15 +541,16 @@ async fn claim_secrets(ctx: &Context, job: &ImagePullJob) -> Result<Vec<Referenc
 /// Removes the job from the copies it used; a copy no job uses any more is deleted.
 async fn release_secrets(ctx: &Context, job: &ImagePullJob) -> Result<(), Error> {
     let target = &ctx.config.daemon_config_namespace;
-    let copies: Api<Secret> = Api::namespaced(ctx.client.clone(), target);
-    let existing = match copies.list(&ListParams::default()).await {
+    let copies = Writer::<Secret>::namespaced(ctx.writes.clone(), target);
+    let every = ListParams::default();
+    let listed = list_live::<Secret>(ctx.live.as_ref(), Some(target), &every);
+    let existing = match listed.await {
         Ok(list) => list,
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
         Err(source) => return Err(source).context(|| format!("listing the Secrets of {target}")),
     };
     let me = job_key(job);
     for copy in existing
-        .items
         .iter()
         .filter(|s| referencing_jobs(s).contains(&me))
     {
@@ -582,4 +582,142 @@ async fn release_secrets(ctx: &Context, job: &ImagePullJob) -> Result<(), Error>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kruise_api::imagepulljob::v1beta1::NodeImageSpec;
+    use kube::runtime::watcher;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    /// NodeImages `n1` and `n2` in the cluster and (listed) in the cache.
+    fn context(cluster: &Arc<FakeCluster>) -> Arc<Context> {
+        let (images, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for node in ["n1", "n2"] {
+            let image = cluster.insert(&NodeImage::new(node, NodeImageSpec::default()));
+            writer.apply_watcher_event(&watcher::Event::InitApply(image));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let mut registry = prometheus_client::registry::Registry::default();
+        Arc::new(Context {
+            writes: cluster.clone(),
+            live: cluster.clone(),
+            metrics: Metrics::register(&mut registry),
+            images,
+            config: Config::default(),
+        })
+    }
+
+    /// Job `j` in `app` pulling `nginx:1.25` on node `n1`, with `extra` merged in.
+    fn job(cluster: &FakeCluster, extra: Value) -> ImagePullJob {
+        let mut job = json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "ImagePullJob",
+            "metadata": {"name": "j", "namespace": "app", "uid": "j-uid"},
+            "spec": {"image": "nginx:1.25", "selector": {"names": ["n1"]},
+                     "completionPolicy": {"type": "Always"}},
+        });
+        json_patch::merge(&mut job, &extra);
+        let job: ImagePullJob = serde_json::from_value(job).expect("an ImagePullJob");
+        cluster.insert(&job)
+    }
+
+    /// The job owners of `nginx:1.25` on NodeImage `node`.
+    fn asked(cluster: &FakeCluster, node: &str) -> Vec<String> {
+        let image: NodeImage = cluster.get(None, node).expect("the NodeImage");
+        image
+            .spec
+            .images
+            .get("nginx")
+            .into_iter()
+            .flat_map(|i| &i.tags)
+            .filter(|t| t.tag == "1.25")
+            .flat_map(|t| &t.owner_references)
+            .filter_map(|o| o.uid.clone())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_selected_node_is_asked_for_the_image_and_no_other() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster);
+        let cached = job(&cluster, json!({}));
+        reconcile(Arc::new(cached), ctx).await.expect("reconciled");
+        assert_eq!(asked(&cluster, "n1"), ["j-uid"]);
+        assert!(asked(&cluster, "n2").is_empty());
+        let status = cluster
+            .get::<ImagePullJob>(Some("app"), "j")
+            .and_then(|j| j.status)
+            .expect("a status");
+        // Computed from the view the pass started on: one node wanted, its pull just asked for.
+        assert_eq!(status.desired, 1);
+    }
+
+    /// A NodeImage that moved under the job is asked again on a fresh view (no failure, no status
+    /// from the stale one); a refused patch fails the pass.
+    #[tokio::test]
+    async fn a_refused_node_image_patch_by_code() {
+        for (code, race) in [(409, true), (404, true), (422, false)] {
+            let cluster = FakeCluster::new();
+            let ctx = context(&cluster);
+            let cached = job(&cluster, json!({}));
+            cluster.fail_next(Verb::Patch, "n1", code);
+            let outcome = reconcile(Arc::new(cached), ctx).await;
+            match race {
+                true => assert_eq!(outcome.ok(), Some(Action::requeue(RACE_RETRY)), "{code}"),
+                false => assert!(outcome.is_err(), "{code}"),
+            }
+            assert!(asked(&cluster, "n1").is_empty(), "{code}");
+            let job: ImagePullJob = cluster.get(Some("app"), "j").expect("the job");
+            assert!(job.status.is_none(), "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pull_secrets_are_copied_for_the_daemons_and_released_with_the_job() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "reg", "namespace": "app"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": "e30="},
+        }))
+        .expect("a Secret");
+        cluster.insert(&secret);
+        let cached = job(&cluster, json!({"spec": {"pullSecrets": ["reg"]}}));
+        // First the finalizer, then the copy.
+        reconcile(Arc::new(cached), ctx.clone())
+            .await
+            .expect("reconciled");
+        let cached: ImagePullJob = cluster.get(Some("app"), "j").expect("the job");
+        assert_eq!(cached.finalizers(), [PROTECTION_FINALIZER]);
+        reconcile(Arc::new(cached), ctx.clone())
+            .await
+            .expect("reconciled");
+        let target = DAEMON_NAMESPACE;
+        assert!(cluster.get::<Namespace>(None, target).is_some());
+        let copies: Vec<Secret> = cluster.all(Some(target));
+        assert_eq!(copies.len(), 1);
+        let copy = &copies[0];
+        assert_eq!(copy.data, secret.data);
+        assert_eq!(
+            copy.annotations()
+                .get(SECRET_REFERENCE_JOBS)
+                .map(String::as_str),
+            Some("app/j")
+        );
+        // Deleted: the copy no other job uses goes, then the finalizer.
+        let mut gone: ImagePullJob = cluster.get(Some("app"), "j").expect("the job");
+        gone.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2026-01-01T00:00:00Z")).ok();
+        let gone = cluster.insert(&gone);
+        reconcile(Arc::new(gone), ctx).await.expect("reconciled");
+        assert!(cluster.all::<Secret>(Some(target)).is_empty());
+        assert!(cluster.get::<ImagePullJob>(Some("app"), "j").is_none());
+    }
+
+    const DAEMON_NAMESPACE: &str = super::super::DAEMON_CONFIG_NAMESPACE;
 }

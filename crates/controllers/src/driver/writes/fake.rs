@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::future::BoxFuture;
-use kube::api::{DeleteParams, EvictParams, Patch};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -592,6 +592,55 @@ impl Writes for FakeCluster {
     }
 }
 
+/// What a list's selectors ask for, as (JSON pointer, value) pairs: the fake models equality
+/// only (`metadata.name=x` fields, `k=v` labels); anything else is refused so a test notices.
+fn selection(params: &ListParams) -> Result<Vec<(String, Value)>, kube::Error> {
+    let mut wanted = Vec::new();
+    let terms = |selector: &Option<String>| -> Vec<String> {
+        selector
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    for term in terms(&params.field_selector) {
+        match term.split_once('=') {
+            Some(("metadata.name", name)) => wanted.push(("/metadata/name".into(), json!(name))),
+            Some(("metadata.namespace", ns)) => {
+                wanted.push(("/metadata/namespace".into(), json!(ns)));
+            }
+            _ => {
+                return Err(api_error(
+                    400,
+                    &format!("field selector {term:?} not modelled"),
+                    None,
+                ));
+            }
+        }
+    }
+    for term in terms(&params.label_selector) {
+        match term.split_once('=') {
+            Some((k, v)) if !k.ends_with('!') && !v.starts_with('=') => {
+                let path = format!(
+                    "/metadata/labels/{}",
+                    k.replace('~', "~0").replace('/', "~1")
+                );
+                wanted.push((path, json!(v)));
+            }
+            _ => {
+                return Err(api_error(
+                    400,
+                    &format!("label selector {term:?} not modelled"),
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(wanted)
+}
+
 impl LiveReads for FakeCluster {
     fn get<'a>(
         &'a self,
@@ -602,22 +651,28 @@ impl LiveReads for FakeCluster {
         Box::pin(async move { Ok(found) })
     }
 
-    fn list_named<'a>(
+    fn list<'a>(
         &'a self,
         at: &'a At,
-        name: &'a str,
+        params: &'a ListParams,
     ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
-        let (resource, namespace, _) = key(at, name);
-        let found = self
-            .state()
-            .objects
-            .iter()
-            .filter(|((r, ns, n), _)| {
-                *r == resource && n == name && (at.namespace.is_none() || *ns == namespace)
-            })
-            .map(|(_, object)| object.clone())
-            .collect();
-        Box::pin(async move { Ok(found) })
+        let result = selection(params).map(|wanted| {
+            let (resource, namespace, _) = key(at, "");
+            self.state()
+                .objects
+                .iter()
+                .filter(|((r, ns, _), _)| {
+                    *r == resource && (at.namespace.is_none() || *ns == namespace)
+                })
+                .filter(|(_, object)| {
+                    wanted
+                        .iter()
+                        .all(|(path, value)| object.pointer(path) == Some(value))
+                })
+                .map(|(_, object)| object.clone())
+                .collect()
+        });
+        Box::pin(async move { result })
     }
 }
 
