@@ -315,7 +315,7 @@ async fn copies_of(
     };
     let named = ListParams::default().fields(&format!("metadata.name={name}"));
     let found = live
-        .list(&every, &named)
+        .select(&every, &named)
         .await
         .context(|| format!("listing {}s named {name}", resource.kind))?;
     Ok(found

@@ -108,7 +108,7 @@ pub trait LiveReads: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>>;
     /// The objects at `at` (every namespace when it names none) that `params` select (its label
     /// and field selectors).
-    fn list<'a>(
+    fn select<'a>(
         &'a self,
         at: &'a At,
         params: &'a ListParams,
@@ -213,7 +213,7 @@ impl LiveReads for ApiWrites {
         })
     }
 
-    fn list<'a>(
+    fn select<'a>(
         &'a self,
         at: &'a At,
         params: &'a ListParams,
@@ -240,7 +240,7 @@ where
 {
     let at = At::of::<K>(namespace);
     reads
-        .list(&at, params)
+        .select(&at, params)
         .await?
         .into_iter()
         .map(typed)

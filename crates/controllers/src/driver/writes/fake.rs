@@ -651,7 +651,7 @@ impl LiveReads for FakeCluster {
         Box::pin(async move { Ok(found) })
     }
 
-    fn list<'a>(
+    fn select<'a>(
         &'a self,
         at: &'a At,
         params: &'a ListParams,
