@@ -8,6 +8,7 @@ pub mod containerrecreate;
 pub mod cron;
 pub mod ephemeraljob;
 pub mod expectations;
+pub mod features;
 pub mod imagepull;
 pub mod inplace;
 pub mod launchpriority;

@@ -6,7 +6,6 @@
 pub mod containermeta;
 pub mod cri;
 pub mod crr;
-pub mod gates;
 pub mod hooks;
 pub mod imagepuller;
 pub mod metrics;

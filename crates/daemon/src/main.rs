@@ -11,10 +11,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
+use kruise_core::features::{FeatureGates, Gate};
 use kruise_daemon::containermeta::ContainerMeta;
 use kruise_daemon::cri::{self, Runtime};
 use kruise_daemon::crr::Executor;
-use kruise_daemon::gates;
 use kruise_daemon::imagepuller::Puller;
 use kruise_daemon::metrics::{Metrics, RuntimeLabels};
 use kruise_daemon::podprobe::Prober;
@@ -47,7 +47,8 @@ struct Args {
     kubeconfig: Option<PathBuf>,
     /// OpenKruise feature gates (`Name=true,Other=false`), as the manager's flag. The daemon reads
     /// DaemonWatchingPod (watch the node's Pods, report their containers' meta) and
-    /// InPlaceUpdateEnvFromMetadata (restart a container whose env from Pod metadata changed).
+    /// InPlaceUpdateEnvFromMetadata (restart a container whose env from Pod metadata changed); an
+    /// unknown gate is refused, as the manager refuses it.
     #[arg(long, env = "KRUISE_FEATURE_GATES", default_value = "")]
     feature_gates: String,
     /// Pull the images this node's NodeImage lists (ImagePullJobs).
@@ -173,13 +174,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         builder.try_init()
     };
-    let watch_pods = gates::enabled(&args.feature_gates, gates::DAEMON_WATCHING_POD)
-        .map_err(anyhow::Error::msg)?;
-    let env_from_metadata = gates::enabled(
-        &args.feature_gates,
-        gates::IN_PLACE_UPDATE_ENV_FROM_METADATA,
-    )
-    .map_err(anyhow::Error::msg)?;
+    // The manager's flag, parsed by the same rules (OpenKruise's coupling: KruiseDaemon=false
+    // turns the daemon's gates off; an unknown gate is refused, as the manager refuses it).
+    let gates = FeatureGates::parse(&args.feature_gates).map_err(anyhow::Error::msg)?;
+    let watch_pods = gates.enabled(Gate::DaemonWatchingPod);
+    let env_from_metadata = gates.enabled(Gate::InPlaceUpdateEnvFromMetadata);
     let client = kube_client(&args).await?;
     let runtime = connect_runtime(&args).await?;
     tracing::info!(

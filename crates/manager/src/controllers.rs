@@ -13,7 +13,7 @@ use kruise_controllers::metrics::Metrics;
 use kube::Client;
 
 use crate::Args;
-use crate::features::FeatureGates;
+use crate::features::{FeatureGates, Gate};
 
 /// What a controller is started from, for one leadership term.
 pub struct Term<'a> {
@@ -35,7 +35,7 @@ pub struct Controller {
     /// Its task's name in logs.
     pub name: &'static str,
     /// The feature gate it runs behind (`None`: always, as in OpenKruise v1.9.0).
-    pub gate: Option<&'static str>,
+    pub gate: Option<Gate>,
     /// Its future, built from the command line and the term's caches.
     pub start: fn(&Term<'_>) -> BoxFuture<'static, ()>,
 }
@@ -58,16 +58,17 @@ pub const CONTROLLERS: &[Controller] = &[
                         exclude_preparing_delete: t.args.cloneset_scaling_exclude_preparing_delete,
                         // Pods/resize is GA-track on our v1.34 control plane: offered without a gate.
                         resize: true,
-                        env_from_metadata: gates.enabled("InPlaceUpdateEnvFromMetadata"),
+                        env_from_metadata: gates.enabled(Gate::InPlaceUpdateEnvFromMetadata),
                         gates: kruise_core::rollout::cloneset::Gates {
-                            preparing_update_as_update: gates.enabled("PreparingUpdateAsUpdate"),
-                            partition_rollback: gates.enabled("CloneSetPartitionRollback"),
-                            short_hash: gates.enabled("CloneSetShortHash"),
+                            preparing_update_as_update: gates
+                                .enabled(Gate::PreparingUpdateAsUpdate),
+                            partition_rollback: gates.enabled(Gate::CloneSetPartitionRollback),
+                            short_hash: gates.enabled(Gate::CloneSetShortHash),
                             recreate_on_vct_change: gates
-                                .enabled("RecreatePodWhenChangeVCTInCloneSetGate"),
+                                .enabled(Gate::RecreatePodWhenChangeVCTInCloneSetGate),
                         },
                     },
-                    pre_download: gates.enabled("PreDownloadImageForInPlaceUpdate"),
+                    pre_download: gates.enabled(Gate::PreDownloadImageForInPlaceUpdate),
                 },
             ))
         },
@@ -84,7 +85,7 @@ pub const CONTROLLERS: &[Controller] = &[
                     workers: t.args.statefulset_workers.max(1),
                     expectation_timeout: t.expectation_timeout(),
                     resize: true,
-                    env_from_metadata: t.gates.enabled("InPlaceUpdateEnvFromMetadata"),
+                    env_from_metadata: t.gates.enabled(Gate::InPlaceUpdateEnvFromMetadata),
                 },
             ))
         },
@@ -118,9 +119,9 @@ pub const CONTROLLERS: &[Controller] = &[
                     workers: t.args.daemonset_workers.max(1),
                     expectation_timeout: t.expectation_timeout(),
                     resize: true,
-                    env_from_metadata: t.gates.enabled("InPlaceUpdateEnvFromMetadata"),
-                    prune_ineligible_nodes: t.gates.enabled("DaemonSetPruneIneligibleNodes"),
-                    pre_download: t.gates.enabled("PreDownloadImageForDaemonSetUpdate"),
+                    env_from_metadata: t.gates.enabled(Gate::InPlaceUpdateEnvFromMetadata),
+                    prune_ineligible_nodes: t.gates.enabled(Gate::DaemonSetPruneIneligibleNodes),
+                    pre_download: t.gates.enabled(Gate::PreDownloadImageForDaemonSetUpdate),
                 },
             ))
         },
@@ -186,7 +187,7 @@ pub const CONTROLLERS: &[Controller] = &[
     // With KruisePodReadinessGate every new Pod waits on KruisePodReady: this controller sets it.
     Controller {
         name: "pod readiness",
-        gate: Some("KruisePodReadinessGate"),
+        gate: Some(Gate::KruisePodReadinessGate),
         start: |t| {
             Box::pin(kruise_controllers::podreadiness::run(
                 t.client.clone(),
@@ -210,7 +211,7 @@ pub const CONTROLLERS: &[Controller] = &[
     },
     Controller {
         name: "resourcedistribution",
-        gate: Some("ResourceDistributionGate"),
+        gate: Some(Gate::ResourceDistributionGate),
         start: |t| {
             Box::pin(kruise_controllers::resourcedistribution::run(
                 t.client.clone(),
@@ -239,7 +240,7 @@ pub const CONTROLLERS: &[Controller] = &[
     },
     Controller {
         name: "sidecarterminator",
-        gate: Some("SidecarTerminator"),
+        gate: Some(Gate::SidecarTerminator),
         start: |t| {
             Box::pin(kruise_controllers::sidecarterminator::run(
                 t.client.clone(),
@@ -250,7 +251,7 @@ pub const CONTROLLERS: &[Controller] = &[
     },
     Controller {
         name: "containerrecreaterequest",
-        gate: Some("KruiseDaemon"),
+        gate: Some(Gate::KruiseDaemon),
         start: |t| {
             Box::pin(kruise_controllers::containerrecreaterequest::run(
                 t.client.clone(),
@@ -262,7 +263,7 @@ pub const CONTROLLERS: &[Controller] = &[
     },
     Controller {
         name: "imagepulljob",
-        gate: Some("ImagePullJobGate"),
+        gate: Some(Gate::ImagePullJobGate),
         start: |t| {
             Box::pin(kruise_controllers::imagepulljob::run(
                 t.client.clone(),
@@ -281,7 +282,7 @@ pub const CONTROLLERS: &[Controller] = &[
     },
     Controller {
         name: "workloadspread",
-        gate: Some("WorkloadSpread"),
+        gate: Some(Gate::WorkloadSpread),
         start: |t| {
             Box::pin(kruise_controllers::workloadspread::run(
                 t.client.clone(),
@@ -296,14 +297,14 @@ pub const CONTROLLERS: &[Controller] = &[
     },
     Controller {
         name: "podprobemarker",
-        gate: Some("PodProbeMarkerGate"),
+        gate: Some(Gate::PodProbeMarkerGate),
         start: |t| {
             Box::pin(kruise_controllers::podprobemarker::run_all(
                 t.client.clone(),
                 t.caches.clone(),
                 t.metrics.clone(),
-                t.gates.enabled("KruiseDaemon"),
-                t.gates.enabled("EnablePodProbeMarkerOnServerless"),
+                t.gates.enabled(Gate::KruiseDaemon),
+                t.gates.enabled(Gate::EnablePodProbeMarkerOnServerless),
                 kruise_controllers::podprobemarker::Workers {
                     markers: t.args.podprobemarker_workers,
                     node_probes: t.args.nodepodprobe_workers,

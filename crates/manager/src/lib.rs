@@ -12,7 +12,7 @@
 //! again.
 
 pub mod controllers;
-pub mod features;
+pub use kruise_core::features;
 pub mod fence;
 pub mod leader;
 pub mod liveness;
@@ -23,6 +23,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use crate::features::Gate;
 
 use anyhow::Context;
 use axum::Router;
@@ -660,7 +662,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     .with_cache(process_caches.budgets.store().clone())
     .with_refusal_events();
     process_caches.update_budgets = gates
-        .enabled("PodUnavailableBudgetUpdateGate")
+        .enabled(Gate::PodUnavailableBudgetUpdateGate)
         .then(|| disruptions.clone());
     let (pods, policy) = admission(
         &args,
@@ -788,7 +790,7 @@ fn certificate_settings(
         .parse()
         .map_err(anyhow::Error::msg)
         .context("--pod-webhook-failure-policy")?;
-    let guarded_failure_policy = if gates.enabled("PodUnavailableBudgetDeleteGate") {
+    let guarded_failure_policy = if gates.enabled(Gate::PodUnavailableBudgetDeleteGate) {
         args.pod_webhook_guarded_failure_policy
             .parse()
             .map_err(anyhow::Error::msg)
@@ -813,7 +815,7 @@ fn certificate_settings(
             budget_namespaces: Vec::new(),
         },
         resource_timeout_seconds: args.webhook_timeout_seconds,
-        external: gates.enabled("EnableExternalCerts"),
+        external: gates.enabled(Gate::EnableExternalCerts),
     })
 }
 
@@ -837,9 +839,9 @@ fn admission(
         kruise_webhook::pod::PodSettings {
             namespace: args.namespace.clone(),
             failure_policy,
-            sort_sidecars_by_name: gates.enabled("EnableSortSidecarContainerByName"),
-            kruise_pod_readiness_gate: gates.enabled("KruisePodReadinessGate"),
-            enhanced_liveness_probe: gates.enabled("EnhancedLivenessProbe"),
+            sort_sidecars_by_name: gates.enabled(Gate::EnableSortSidecarContainerByName),
+            kruise_pod_readiness_gate: gates.enabled(Gate::KruisePodReadinessGate),
+            enhanced_liveness_probe: gates.enabled(Gate::EnhancedLivenessProbe),
         },
     )
     .with_persistent_pod_states(kruise_webhook::persistentpodstate::PodHook::new(
@@ -853,7 +855,7 @@ fn admission(
     } else {
         pods
     };
-    let pods = if gates.enabled("EnablePodProbeMarkerOnServerless") {
+    let pods = if gates.enabled(Gate::EnablePodProbeMarkerOnServerless) {
         pods.with_probe_markers(process_caches.podprobemarkers.store().clone())
     } else {
         pods
@@ -861,7 +863,7 @@ fn admission(
     // WorkloadSpread placement within 60% of the Pod webhook's deadline: the rest is left to the
     // SidecarSet injection, so that a slow apiserver never makes the apiserver give up on the
     // webhook (the Pod is then answered by the failure policy instead).
-    let pods = if gates.enabled("WorkloadSpread") {
+    let pods = if gates.enabled(Gate::WorkloadSpread) {
         pods.with_workloadspreads(
             kruise_webhook::workloadspread::WorkloadSpreads::new(
                 Some(client.clone()),
@@ -924,15 +926,16 @@ async fn serve_webhooks(
             Some(pods),
             &limits,
             kruise_webhook::admission::Gates {
-                template_no_defaults: gates.enabled("TemplateNoDefaults"),
-                host_network_host_ports: gates.enabled("DefaultHostNetworkHostPortsInPodTemplates"),
+                template_no_defaults: gates.enabled(Gate::TemplateNoDefaults),
+                host_network_host_ports: gates
+                    .enabled(Gate::DefaultHostNetworkHostPortsInPodTemplates),
                 patch_pod_metadata_defaults_allowed: gates
-                    .enabled("SidecarSetPatchPodMetadataDefaultsAllowed"),
-                resource_distribution: gates.enabled("ResourceDistributionGate"),
-                kruise_daemon: gates.enabled("KruiseDaemon"),
-                pod_probe_marker: gates.enabled("PodProbeMarkerGate"),
-                workload_spread: gates.enabled("WorkloadSpread"),
-                image_pull_job: gates.enabled("ImagePullJobGate"),
+                    .enabled(Gate::SidecarSetPatchPodMetadataDefaultsAllowed),
+                resource_distribution: gates.enabled(Gate::ResourceDistributionGate),
+                kruise_daemon: gates.enabled(Gate::KruiseDaemon),
+                pod_probe_marker: gates.enabled(Gate::PodProbeMarkerGate),
+                workload_spread: gates.enabled(Gate::WorkloadSpread),
+                image_pull_job: gates.enabled(Gate::ImagePullJobGate),
             },
             policy,
         ),
@@ -1111,11 +1114,11 @@ async fn lead(leading: Leading<'_>) -> anyhow::Result<()> {
 /// The feature gates the policy.kruise.io webhooks honour.
 fn policy_gates(gates: &features::FeatureGates) -> kruise_webhook::policy::PolicyGates {
     kruise_webhook::policy::PolicyGates {
-        budget_delete: gates.enabled("PodUnavailableBudgetDeleteGate"),
-        budget_update: gates.enabled("PodUnavailableBudgetUpdateGate"),
-        vertical_scaling: gates.enabled("InPlacePodVerticalScaling"),
-        deletion_protection: gates.enabled("ResourcesDeletionProtection"),
-        crd_cascading: gates.enabled("DeletionProtectionForCRDCascadingGate"),
+        budget_delete: gates.enabled(Gate::PodUnavailableBudgetDeleteGate),
+        budget_update: gates.enabled(Gate::PodUnavailableBudgetUpdateGate),
+        vertical_scaling: gates.enabled(Gate::InPlacePodVerticalScaling),
+        deletion_protection: gates.enabled(Gate::ResourcesDeletionProtection),
+        crd_cascading: gates.enabled(Gate::DeletionProtectionForCRDCascadingGate),
     }
 }
 
@@ -1182,8 +1185,8 @@ impl LeaderTerm {
         // read Secrets cluster-wide (and that the chart grants then) are on; else certctl watches
         // that one Secret by name.
         let gates = args.gates().unwrap_or_default();
-        let secrets = (gates.enabled("ResourceDistributionGate")
-            || gates.enabled("ImagePullJobGate"))
+        let secrets = (gates.enabled(Gate::ResourceDistributionGate)
+            || gates.enabled(Gate::ImagePullJobGate))
         .then(|| registry.shared());
         // The certificate controller holds nothing kube can panic on: it stops with the runtime.
         runtime.spawn(certctl::run(
@@ -1425,8 +1428,8 @@ mod tests {
         assert_eq!(args.health_addr, "0.0.0.0:8000".parse().expect("addr"));
         assert_eq!((args.log_format.as_str(), args.verbosity), ("json", 4));
         let gates = args.gates().expect("valid gates");
-        assert!(gates.enabled("PreparingUpdateAsUpdate"));
-        assert!(gates.enabled("ImagePullJobGate"));
+        assert!(gates.enabled(Gate::PreparingUpdateAsUpdate));
+        assert!(gates.enabled(Gate::ImagePullJobGate));
         let ineffective = args.ineffective().expect("valid");
         assert!(
             !ineffective.iter().any(|l| l.contains("ImagePullJobGate")),
