@@ -6,6 +6,9 @@
 //!   metrics, and one error policy (log, count, requeue after [`ERROR_REQUEUE`]; a write that lost
 //!   a race to a change of its object is decided again after [`RACE_REQUEUE`], quietly);
 //! - the shared caches ([`caches::Caches`]): one watch per resource kind for the whole manager;
+//! - the writer interface ([`writes`]): every write of an act step goes through
+//!   [`writes::Writes`], the apiserver in the manager and the in-memory
+//!   [`writes::fake::FakeCluster`] (409/404/422 as the apiserver answers them) in unit tests;
 //! - the guarded writes ([`write`]): the status written only when it changed and only over the
 //!   resourceVersion it was computed from, and old revisions pruned with uid preconditions;
 //! - expectations (`kruise_core::expectations::Expectations`, every entry expiring) checked against
