@@ -118,6 +118,10 @@ const LIVE_READERS: &[(&str, &str)] = &[
         "a candidate Pod's container env and states (not in the Pod cache), its Node's labels, \
          and whether its request exists before creating it",
     ),
+    (
+        "controllers/src/workloadspread/mod.rs",
+        "its gated Pods whole (the Pod cache's projection has no scheduling gates)",
+    ),
 ];
 
 /// The kinds that act only through [`Writes`](super::writes::Writes) (their act step has unit
@@ -133,6 +137,7 @@ const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/podprobemarker/nodepodprobe.rs",
     "controllers/src/resourcedistribution.rs",
     "controllers/src/sidecarterminator.rs",
+    "controllers/src/workloadspread/mod.rs",
 ];
 
 fn crates_dir() -> PathBuf {

@@ -28,13 +28,14 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::cache::PodCache;
 use crate::driver::caches::{Caches, Shared};
 use crate::driver::write::{StatusWrite, write_status};
+use crate::driver::writes::{ApiWrites, LiveReads, Writer, Writes, get_live};
 use crate::error::{Error, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -60,8 +61,14 @@ impl Default for Config {
     }
 }
 
+///
+/// Its gated Pods are read live ([`LiveReads`]): the cache's projection has no scheduling gates.
 pub struct Context {
+    /// The target workload's live reads (`workload`: a Deployment's ReplicaSets, the custom
+    /// workloads' replicas path).
     client: Client,
+    writes: Arc<dyn Writes>,
+    live: Arc<dyn LiveReads>,
     /// The slots taken for gated Pods, committed as the webhook's are.
     slots: Arc<slots::Slots>,
     pods: Arc<PodCache>,
@@ -119,8 +126,14 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     );
     caches.pods.wait_synced().await;
     caches.nodes.wait_listed().await;
-    tokio::spawn(release_forgotten_gates(client.clone(), caches.pods.clone()));
+    let cluster = ApiWrites::new(client.clone());
+    tokio::spawn(release_forgotten_gates(
+        cluster.clone(),
+        caches.pods.clone(),
+    ));
     let ctx = Arc::new(Context {
+        writes: cluster.clone(),
+        live: cluster,
         // Beside the webhook's: the resourceVersion guard keeps the two apart.
         slots: slots::on_apiserver(
             &client,
@@ -149,7 +162,7 @@ const GATE_SWEEP_EVERY: Duration = Duration::from_secs(15);
 
 /// Lets go, unplaced, every Pod that waited behind the placement gate longer than
 /// [`GATE_PATIENCE`]: a gate nobody lifts would keep the Pod Pending for ever.
-async fn release_forgotten_gates(client: Client, pods: Arc<PodCache>) {
+async fn release_forgotten_gates(cluster: Arc<ApiWrites>, pods: Arc<PodCache>) {
     let mut every = tokio::time::interval(GATE_SWEEP_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -169,10 +182,12 @@ async fn release_forgotten_gates(client: Client, pods: Arc<PodCache>) {
             if waited.is_none_or(|w| w < GATE_PATIENCE.try_into().unwrap_or_default()) {
                 continue;
             }
-            let api: Api<Pod> =
-                Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+            let namespace = pod.namespace().unwrap_or_default();
+            let api = Writer::<Pod>::namespaced(cluster.clone(), &namespace);
             // Read whole: the cache's projection has no scheduling gates.
-            let live = match api.get_opt(&pod.name_any()).await {
+            let name = pod.name_any();
+            let read = get_live::<Pod>(cluster.as_ref(), Some(&namespace), &name);
+            let live = match read.await {
                 Ok(Some(live)) => live,
                 Ok(None) => continue,
                 Err(error) => {
@@ -209,7 +224,7 @@ async fn release_forgotten_gates(client: Client, pods: Arc<PodCache>) {
 async fn place_gated(
     ctx: &Context,
     ws: &Arc<WorkloadSpread>,
-    api: &Api<Pod>,
+    api: &Writer<Pod>,
     gated: &[Arc<Pod>],
 ) -> Result<(), Error> {
     let namespace = ws.namespace().unwrap_or_default();
@@ -317,7 +332,7 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
             )
         }
     };
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pod_api = Writer::<Pod>::namespaced(ctx.writes.clone(), &namespace);
     // The cache's projection of a Pod has no scheduling gates: gated Pods are found by their
     // label and read whole.
     let pending: Vec<&Arc<Pod>> = pods
@@ -328,8 +343,7 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
         let mut gated = Vec::with_capacity(pending.len());
         for pod in pending {
             if let Some(live) =
-                pod_api
-                    .get_opt(&pod.name_any())
+                get_live::<Pod>(ctx.live.as_ref(), Some(&namespace), &pod.name_any())
                     .await
                     .map_err(kube_error(format!(
                         "reading gated Pod {namespace}/{}",
@@ -378,10 +392,7 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
     let plan =
         core::compute_status(&ws, &refs, &grouping, replicas, now).map_err(Error::Invalid)?;
     publish_findings(&ctx, &ws, &plan.findings).await;
-    let api = crate::driver::writes::Writer::<WorkloadSpread>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        &namespace,
-    );
+    let api = Writer::<WorkloadSpread>::namespaced(ctx.writes.clone(), &namespace);
     let changed = core::status_changed(ws.status.as_ref(), &plan.status);
     match write(&api, &ws, &plan.status, changed).await? {
         StatusWrite::Stale => return Ok(Action::requeue(Duration::from_millis(200))),
@@ -428,7 +439,7 @@ async fn publish_findings(ctx: &Context, ws: &WorkloadSpread, findings: &[Findin
 async fn reschedule(
     ctx: &Context,
     ws: &WorkloadSpread,
-    pod_api: &Api<Pod>,
+    pod_api: &Writer<Pod>,
     refs: &[&Pod],
     indexes: &[usize],
 ) -> Result<(), Error> {
@@ -471,7 +482,7 @@ async fn reschedule(
 /// Writes the status over the resourceVersion it was computed from; versions the new status drops
 /// are removed from the map (a merge patch keeps the keys it does not mention).
 async fn write(
-    api: &crate::driver::writes::Writer<WorkloadSpread>,
+    api: &Writer<WorkloadSpread>,
     ws: &WorkloadSpread,
     status: &WorkloadSpreadStatus,
     changed: bool,
@@ -520,7 +531,7 @@ async fn write(
 /// Writes the annotation (and, unless the WorkloadSpread says not to, the metadata of the subset's
 /// patch) on the Pods the controller placed by their node.
 async fn adopt(
-    api: &Api<Pod>,
+    api: &Writer<Pod>,
     ws: &WorkloadSpread,
     pods: &[&Pod],
     adopted: &[(usize, usize)],
@@ -574,7 +585,7 @@ async fn adopt(
 
 /// Patches the deletion cost of the Pods whose annotation differs.
 async fn write_costs(
-    api: &Api<Pod>,
+    api: &Writer<Pod>,
     pods: &[&Pod],
     costs: &BTreeMap<usize, i32>,
 ) -> Result<(), Error> {
@@ -607,4 +618,138 @@ async fn publish(ctx: &Context, ws: &WorkloadSpread, type_: EventType, reason: &
     ctx.recorder
         .record(&ws.object_ref(&()), type_, reason, note)
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    fn spread(cluster: &FakeCluster, extra: Value) -> WorkloadSpread {
+        let mut ws = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+            "metadata": {"name": "ws", "namespace": "ns", "uid": "ws-uid"},
+            "spec": {
+                "targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                              "name": "web"},
+                "subsets": [{"name": "zone-a", "maxReplicas": 2,
+                             "patch": {"metadata": {"labels": {"zone": "a"}}}}],
+            },
+        });
+        json_patch::merge(&mut ws, &extra);
+        let ws: WorkloadSpread = serde_json::from_value(ws).expect("a WorkloadSpread");
+        cluster.insert(&ws)
+    }
+
+    fn pod(cluster: &FakeCluster, name: &str, annotations: Value) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                         "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }))
+        .expect("a Pod");
+        cluster.insert(&pod)
+    }
+
+    fn pods(cluster: &Arc<FakeCluster>) -> Writer<Pod> {
+        Writer::namespaced(cluster.clone(), "ns")
+    }
+
+    fn subset(name: &str, replicas: i32) -> Value {
+        json!({"name": name, "replicas": replicas, "missingReplicas": -1})
+    }
+
+    #[tokio::test]
+    async fn a_status_drops_the_versions_it_no_longer_has_over_the_version_read() {
+        let cluster = FakeCluster::new();
+        let ws = spread(
+            &cluster,
+            json!({"status": {"versionedSubsetStatuses": {
+                "v1": [subset("zone-a", 1)], "v2": [subset("zone-a", 1)],
+            }}}),
+        );
+        let api = Writer::<WorkloadSpread>::namespaced(cluster.clone(), "ns");
+        let mut status = ws.status.clone().unwrap_or_default();
+        status.versioned_subset_statuses.remove("v1");
+        // A copy older than the cluster's is dropped.
+        cluster.touch::<WorkloadSpread>(Some("ns"), "ws");
+        let stale = write(&api, &ws, &status, true).await.expect("written");
+        assert_eq!(stale, StatusWrite::Stale);
+        let ws: WorkloadSpread = cluster.get(Some("ns"), "ws").expect("the spread");
+        let wrote = write(&api, &ws, &status, true).await.expect("written");
+        assert!(matches!(wrote, StatusWrite::Written { .. }), "{wrote:?}");
+        let ws: WorkloadSpread = cluster.get(Some("ns"), "ws").expect("the spread");
+        let versions: Vec<_> = ws
+            .status
+            .map(|s| s.versioned_subset_statuses.into_keys().collect())
+            .unwrap_or_default();
+        assert_eq!(versions, ["v2"]);
+    }
+
+    #[tokio::test]
+    async fn an_adopted_pod_gets_its_subset_unless_the_spread_says_to_ignore_it() {
+        for (ignore, labelled) in [(false, true), (true, false)] {
+            let cluster = FakeCluster::new();
+            let extra = match ignore {
+                true => {
+                    json!({"metadata": {"annotations": {ANNOTATION_IGNORE_PATCH_EXISTING: "true"}}})
+                }
+                false => json!({}),
+            };
+            let ws = spread(&cluster, extra);
+            let p = pod(&cluster, "p", json!({}));
+            adopt(&pods(&cluster), &ws, &[&p], &[(0, 0)])
+                .await
+                .expect("adopted");
+            let p: Pod = cluster.get(Some("ns"), "p").expect("the Pod");
+            let matched = p
+                .annotations()
+                .get(ANNOTATION_MATCHED)
+                .cloned()
+                .unwrap_or_default();
+            assert!(matched.contains("zone-a"), "{matched}");
+            assert_eq!(
+                p.labels().get("zone").is_some(),
+                labelled,
+                "ignore: {ignore}"
+            );
+        }
+        // A Pod gone meanwhile is no failure.
+        let cluster = FakeCluster::new();
+        let ws = spread(&cluster, json!({}));
+        let p = pod(&cluster, "p", json!({}));
+        cluster.forget::<Pod>(Some("ns"), "p");
+        adopt(&pods(&cluster), &ws, &[&p], &[(0, 0)])
+            .await
+            .expect("a race");
+    }
+
+    #[tokio::test]
+    async fn deletion_costs_are_written_only_where_they_differ() {
+        let cluster = FakeCluster::new();
+        let same = pod(&cluster, "same", json!({ANNOTATION_DELETION_COST: "100"}));
+        let other = pod(&cluster, "other", json!({}));
+        let zero = pod(&cluster, "zero", json!({}));
+        let costs = BTreeMap::from([(0, 100), (1, 200), (2, 0)]);
+        write_costs(&pods(&cluster), &[&same, &other, &zero], &costs)
+            .await
+            .expect("written");
+        assert_eq!(cluster.done(), [(Verb::Patch, "other".to_owned())]);
+        let other: Pod = cluster.get(Some("ns"), "other").expect("the Pod");
+        assert_eq!(
+            other
+                .annotations()
+                .get(ANNOTATION_DELETION_COST)
+                .map(String::as_str),
+            Some("200")
+        );
+        // A refused write fails the pass.
+        cluster.fail_next(Verb::Patch, "zero", 422);
+        let costs = BTreeMap::from([(2, 300)]);
+        assert!(
+            write_costs(&pods(&cluster), &[&same, &other, &zero], &costs)
+                .await
+                .is_err()
+        );
+    }
 }
