@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
 use crate::driver::write::write_status;
-use crate::driver::writes::{ApiWrites, Writer, Writes};
+use crate::driver::writes::{ApiWrites, Part, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -204,7 +204,11 @@ async fn reconcile(job: Arc<EphemeralJob>, ctx: Arc<Context>) -> Result<Action, 
             let pods = Writer::<Pod>::namespaced(ctx.writes.clone(), &namespace);
             let patch = json!({"spec": {"ephemeralContainers": containers}});
             match pods
-                .patch_ephemeral_containers(&pod_name, &Patch::Strategic(&patch))
+                .patch_part(
+                    &pod_name,
+                    Part::EphemeralContainers,
+                    &Patch::Strategic(&patch),
+                )
                 .await
             {
                 Ok(patched) => {

@@ -317,43 +317,35 @@ where
         typed(self.writes.create(&self.at, object).await?)
     }
 
+    /// A patch of `part` of object `name`.
+    pub async fn patch_part<P: Serialize>(
+        &self,
+        name: &str,
+        part: Part,
+        patch: &Patch<P>,
+    ) -> Result<K, kube::Error> {
+        let patch = json(patch)?;
+        typed(self.writes.patch(&self.at, name, part, patch).await?)
+    }
+
+    /// A patch of the object (`kube::Api::patch`; the params are the defaults).
     pub async fn patch<P: Serialize>(
         &self,
         name: &str,
         _params: &PatchParams,
         patch: &Patch<P>,
     ) -> Result<K, kube::Error> {
-        let patch = json(patch)?;
-        typed(
-            self.writes
-                .patch(&self.at, name, Part::Object, patch)
-                .await?,
-        )
+        self.patch_part(name, Part::Object, patch).await
     }
 
+    /// A patch of the status (`kube::Api::patch_status`).
     pub async fn patch_status<P: Serialize>(
         &self,
         name: &str,
         _params: &PatchParams,
         patch: &Patch<P>,
     ) -> Result<K, kube::Error> {
-        let patch = json(patch)?;
-        typed(
-            self.writes
-                .patch(&self.at, name, Part::Status, patch)
-                .await?,
-        )
-    }
-
-    /// A patch of a Pod's `ephemeralcontainers` subresource.
-    pub async fn patch_ephemeral_containers<P: Serialize>(
-        &self,
-        name: &str,
-        patch: &Patch<P>,
-    ) -> Result<K, kube::Error> {
-        let patch = json(patch)?;
-        let part = Part::EphemeralContainers;
-        typed(self.writes.patch(&self.at, name, part, patch).await?)
+        self.patch_part(name, Part::Status, patch).await
     }
 
     pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {

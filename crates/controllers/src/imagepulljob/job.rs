@@ -587,21 +587,19 @@ async fn release_secrets(ctx: &Context, job: &ImagePullJob) -> Result<(), Error>
 #[cfg(test)]
 mod tests {
     use kruise_api::imagepulljob::v1beta1::NodeImageSpec;
-    use kube::runtime::watcher;
     use serde_json::Value;
 
     use super::*;
-    use crate::driver::writes::fake::{FakeCluster, Verb};
+    use crate::driver::writes::fake::{FakeCluster, Verb, listed};
 
     /// NodeImages `n1` and `n2` in the cluster and (listed) in the cache.
     fn context(cluster: &Arc<FakeCluster>) -> Arc<Context> {
-        let (images, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for node in ["n1", "n2"] {
-            let image = cluster.insert(&NodeImage::new(node, NodeImageSpec::default()));
-            writer.apply_watcher_event(&watcher::Event::InitApply(image));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let images = listed(
+            ["n1", "n2"]
+                .into_iter()
+                .map(|node| cluster.insert(&NodeImage::new(node, NodeImageSpec::default())))
+                .collect(),
+        );
         let mut registry = prometheus_client::registry::Registry::default();
         Arc::new(Context {
             writes: cluster.clone(),

@@ -336,17 +336,14 @@ async fn reconcile(list: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Act
 
 #[cfg(test)]
 mod tests {
-    use kube::runtime::watcher;
     use serde_json::json;
 
     use super::*;
     use crate::driver::scripted;
-    use crate::driver::writes::fake::{FakeCluster, Verb};
+    use crate::driver::writes::fake::{FakeCluster, Verb, listed};
 
     fn context(cluster: &Arc<FakeCluster>) -> (Arc<Context>, scripted::Log) {
-        let (jobs, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let jobs = listed(Vec::new());
         let (client, log) = scripted::client(Vec::new());
         let mut registry = prometheus_client::registry::Registry::default();
         let ctx = Arc::new(Context {

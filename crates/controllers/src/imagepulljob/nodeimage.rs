@@ -280,24 +280,10 @@ async fn pull_failed(
 
 #[cfg(test)]
 mod tests {
-    use kube::runtime::watcher;
 
     use super::*;
     use crate::driver::scripted;
-    use crate::driver::writes::fake::{FakeCluster, Verb};
-
-    fn listed<K>(objects: Vec<K>) -> Store<K>
-    where
-        K: Resource<DynamicType = ()> + Clone + 'static,
-    {
-        let (store, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for object in objects {
-            writer.apply_watcher_event(&watcher::Event::InitApply(object));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        store
-    }
+    use crate::driver::writes::fake::{FakeCluster, Verb, listed};
 
     /// Node `n1` labelled `zone=b`.
     fn context(cluster: &Arc<FakeCluster>) -> Arc<Context> {

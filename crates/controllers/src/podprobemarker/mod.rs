@@ -391,21 +391,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::driver::writes::fake::{FakeCluster, Verb};
-
-    /// A store holding `objects`, listed.
-    fn listed<K>(objects: Vec<K>) -> Store<K>
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + 'static,
-    {
-        let (store, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for object in objects {
-            writer.apply_watcher_event(&watcher::Event::InitApply(object));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        store
-    }
+    use crate::driver::writes::fake::{FakeCluster, Verb, listed};
 
     /// Pod `p` (app=a) on node `n1` at 10.0.0.5 in the cluster, and in the cache without its IP.
     fn context(cluster: &Arc<FakeCluster>, probes: Vec<NodePodProbe>) -> Context {

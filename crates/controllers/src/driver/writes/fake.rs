@@ -77,6 +77,22 @@ fn key(at: &At, name: &str) -> Key {
     )
 }
 
+/// A cache (reflector store) holding `objects`, listed: what a kind's context reads in a unit
+/// test beside the [`FakeCluster`] it writes to.
+pub fn listed<K>(objects: Vec<K>) -> kube::runtime::reflector::Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    store
+}
+
 /// An API error as the apiserver sends it; `field`, when given, is the cause's field.
 pub fn api_error(code: u16, message: &str, field: Option<&str>) -> kube::Error {
     let reason = match code {
