@@ -340,12 +340,11 @@ pub async fn run(
     process_caches: ProcessCaches,
     stop: Stop,
 ) {
-    // Validated at start-up.
-    let gates = args.gates().unwrap_or_default();
+    let gates = args.gates();
     let (caches, pod_cache) = Caches::start(client.clone(), registry, process_caches);
     let term = Term {
         args,
-        gates: &gates,
+        gates,
         client,
         caches,
         metrics,

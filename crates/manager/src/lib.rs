@@ -242,9 +242,10 @@ pub struct Args {
     #[arg(long, value_parser = parse_go_duration)]
     pub leader_election_retry_period: Option<Duration>,
     /// OpenKruise's feature gates, with its names and defaults (`A=true,B=false`, `AllAlpha=true`);
-    /// gates kruise-rs does not implement are reported at start-up. See README.
-    #[arg(long, default_value = "")]
-    pub feature_gates: String,
+    /// gates kruise-rs does not implement are reported at start-up, and an unknown one stops it.
+    /// Parsed once, here. See README.
+    #[arg(long, default_value = "", value_parser = parse_feature_gates)]
+    pub feature_gates: features::FeatureGates,
     /// OpenKruise's informer resync period. kruise-rs reconciles from watches and requeues what it
     /// waits for; a non-zero period is accepted and reported as having no effect.
     #[arg(long, value_parser = parse_go_duration)]
@@ -336,14 +337,14 @@ impl Args {
             .map_err(anyhow::Error::msg)
     }
 
-    /// The feature gates, or an error naming the bad one.
-    pub fn gates(&self) -> anyhow::Result<features::FeatureGates> {
-        features::FeatureGates::parse(&self.feature_gates).map_err(anyhow::Error::msg)
+    /// The feature gates (parsed with the command line: a bad one stopped the manager).
+    pub fn gates(&self) -> &features::FeatureGates {
+        &self.feature_gates
     }
 
     /// What on this command line kruise-rs accepts but cannot honour, one line each.
     pub fn ineffective(&self) -> anyhow::Result<Vec<String>> {
-        let mut lines = self.gates()?.unsupported();
+        let mut lines = self.gates().unsupported();
         if self.sync_period.is_some_and(|p| !p.is_zero()) {
             lines.push(
                 "--sync-period has no effect: kruise-rs reconciles from watches and requeues what it waits for"
@@ -376,6 +377,12 @@ impl Args {
         }
         Ok(lines)
     }
+}
+
+/// `--feature-gates`, parsed by OpenKruise's rules (an unknown gate or a value that is not a
+/// boolean is refused, naming it).
+fn parse_feature_gates(flag: &str) -> Result<features::FeatureGates, String> {
+    features::FeatureGates::parse(flag)
 }
 
 /// A Go `time.Duration` string: `0`, `300ms`, `15s`, `1m30s`, `2h`.
@@ -626,7 +633,7 @@ impl Readiness {
 /// Runs the manager until SIGTERM/SIGINT. Losing leadership ends the leader's term, not the process.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     kruise_webhook::server::install_crypto_provider();
-    let gates = args.gates()?;
+    let gates = args.gates();
     args.lease_timing()?;
     args.default_ttl_for_always_nodeimage()?;
     for line in args.ineffective()? {
@@ -647,7 +654,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     serve_observability(&args, &metrics, &readiness).await?;
 
     // The webhook server and its certificates, on every replica.
-    let settings = certificate_settings(&args, &gates)?;
+    let settings = certificate_settings(&args, gates)?;
     // One watch of each kind the webhooks read, for the whole process: the Pod webhook (every
     // replica) and the controllers (the leader) read them.
     let mut process_caches =
@@ -666,7 +673,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .then(|| disruptions.clone());
     let (pods, policy) = admission(
         &args,
-        &gates,
+        gates,
         &clients,
         &client,
         &process_caches,
@@ -683,7 +690,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     .await
     .context("loading the webhook certificate")?;
     let handle =
-        serve_webhooks(&args, &gates, &client, &tls, &metrics.webhook, pods, policy).await?;
+        serve_webhooks(&args, gates, &client, &tls, &metrics.webhook, pods, policy).await?;
     readiness.webhook_serving.store(true, Ordering::SeqCst);
 
     let outcome = lead(Leading {
@@ -1184,7 +1191,7 @@ impl LeaderTerm {
         // The certificate's Secret comes from the term's one cache of Secrets when the gates that
         // read Secrets cluster-wide (and that the chart grants then) are on; else certctl watches
         // that one Secret by name.
-        let gates = args.gates().unwrap_or_default();
+        let gates = args.gates();
         let secrets = (gates.enabled(Gate::ResourceDistributionGate)
             || gates.enabled(Gate::ImagePullJobGate))
         .then(|| registry.shared());
@@ -1427,7 +1434,7 @@ mod tests {
         assert_eq!(args.metrics_addr, "0.0.0.0:8080".parse().expect("addr"));
         assert_eq!(args.health_addr, "0.0.0.0:8000".parse().expect("addr"));
         assert_eq!((args.log_format.as_str(), args.verbosity), ("json", 4));
-        let gates = args.gates().expect("valid gates");
+        let gates = args.gates();
         assert!(gates.enabled(Gate::PreparingUpdateAsUpdate));
         assert!(gates.enabled(Gate::ImagePullJobGate));
         let ineffective = args.ineffective().expect("valid");
