@@ -147,15 +147,36 @@ where
         let future = self.inner.call(request);
         let fence = self.fence.clone();
         Box::pin(async move {
-            if let Some(refused) = refused_later
-                && !fence.is_open()
-            {
+            let Some(refused) = refused_later else {
+                return future.await.map_err(Into::into);
+            };
+            if !fence.is_open() {
                 return Err(Box::new(refused) as BoxError);
             }
-            future.await.map_err(Into::into)
+            // A write in flight when the fence closes is abandoned: dropping it closes its
+            // connection, so a write held by a partition is cancelled by the apiserver when the
+            // partition heals instead of landing after another replica took the lease (the term's
+            // drain would otherwise keep it, and its connection, alive).
+            tokio::pin!(future);
+            loop {
+                let check = fence
+                    .deadline()
+                    .map_or(Instant::now(), |d| d.min(Instant::now() + FENCE_POLL));
+                tokio::select! {
+                    answer = &mut future => return answer.map_err(Into::into),
+                    () = tokio::time::sleep_until(check.into()) => {
+                        if !fence.is_open() {
+                            return Err(Box::new(refused) as BoxError);
+                        }
+                    }
+                }
+            }
         })
     }
 }
+
+/// How often a write in flight looks whether the fence was revoked before its deadline.
+const FENCE_POLL: Duration = Duration::from_millis(50);
 
 /// A deadline on every request except watches.
 #[derive(Clone)]
@@ -353,6 +374,55 @@ mod tests {
         fence.revoke();
         assert!(queued.await.is_err_and(|e| e.is::<Fenced>()));
         assert_eq!(sent.load(Ordering::SeqCst), 0);
+    }
+
+    /// A write sent while leading and still unanswered when the fence closes (held by a partition)
+    /// is abandoned, its connection with it; a read is left to finish.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_is_abandoned_when_the_fence_closes() {
+        let fence = LeaderFence::default();
+        fence.grant_until(Some(Instant::now() + Duration::from_secs(60)));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let counter = answered.clone();
+        let held = tower::service_fn(move |_: Request<()>| {
+            let counter = counter.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Infallible>(())
+            }
+        });
+        let mut service = FenceLayer::new(fence.clone()).layer(held);
+        let patch = Request::builder()
+            .method("PATCH")
+            .uri("/api/v1/namespaces/a/pods/p/status")
+            .body(())
+            .expect("valid");
+        let write = tokio::spawn(
+            ServiceExt::<Request<()>>::ready(&mut service)
+                .await
+                .expect("ready")
+                .call(patch),
+        );
+        let read = ServiceExt::<Request<()>>::ready(&mut service)
+            .await
+            .expect("ready")
+            .call(
+                Request::builder()
+                    .uri("/api/v1/pods")
+                    .body(())
+                    .expect("valid"),
+            );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        fence.revoke();
+        let write = write.await.expect("the write's task");
+        assert!(write.is_err_and(|e| e.is::<Fenced>()));
+        assert!(read.await.is_ok(), "a read is not fenced");
+        assert_eq!(
+            answered.load(Ordering::SeqCst),
+            1,
+            "only the read was answered"
+        );
     }
 
     #[tokio::test(start_paused = true)]
