@@ -8,9 +8,10 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kruise_core::ownership::{Claim, Claimant, adopt_patch, claim, release_patch};
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use crate::driver::writes::{LiveReads, Writer, get_live};
 use crate::error::{Error, KubeContext, is_race};
 
 /// What claiming a set of objects came to.
@@ -28,7 +29,7 @@ pub struct Claimed<K> {
 /// reference `owner`. `None` when something was to be adopted but the owner turned out to be gone or
 /// being deleted ([`Recheck`]).
 pub async fn claim_each<K, O>(
-    api: &Api<K>,
+    api: &Writer<K>,
     objects: impl IntoIterator<Item = Arc<K>>,
     claimant: Claimant<'_>,
     owner: &OwnerReference,
@@ -69,7 +70,7 @@ where
 /// changed or went away since it was seen (a failed `test`, a conflict, not found): the next
 /// reconcile decides again on a fresh view.
 pub async fn apply<K>(
-    api: &Api<K>,
+    api: &Writer<K>,
     object: &K,
     decision: Claim,
     owner: &OwnerReference,
@@ -123,22 +124,33 @@ where
 /// and is not being deleted. An owner reference added to an owner that is already gone makes the
 /// garbage collector delete the adopted object, so a stale view must not adopt.
 pub struct Recheck<K> {
-    api: Api<K>,
+    live: Arc<dyn LiveReads>,
+    namespace: Option<String>,
     name: String,
     uid: String,
     verdict: Option<bool>,
+    kind: std::marker::PhantomData<fn() -> K>,
 }
 
 impl<K> Recheck<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    pub fn new(api: Api<K>, name: String, uid: String) -> Self {
+    /// The owner `name` of `uid` (in `namespace`, `None` when cluster-scoped), read through `live`
+    /// when an adoption asks.
+    pub fn new(
+        live: Arc<dyn LiveReads>,
+        namespace: Option<&str>,
+        name: String,
+        uid: String,
+    ) -> Self {
         Self {
-            api,
+            live,
+            namespace: namespace.map(str::to_owned),
             name,
             uid,
             verdict: None,
+            kind: std::marker::PhantomData,
         }
     }
 
@@ -147,9 +159,7 @@ where
         if let Some(verdict) = self.verdict {
             return Ok(verdict);
         }
-        let fresh = self
-            .api
-            .get_opt(&self.name)
+        let fresh = get_live::<K>(self.live.as_ref(), self.namespace.as_deref(), &self.name)
             .await
             .context(|| format!("re-reading {} {} before adopting", K::kind(&()), self.name))?;
         let verdict = fresh.is_some_and(|o| {
@@ -183,7 +193,6 @@ pub fn selector_match(
 /// read from.
 pub async fn claim_revisions<O>(
     pc: &crate::podcontrol::PodControl<'_>,
-    client: &kube::Client,
     revisions: &kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
     claimant: Claimant<'_>,
     owner: &OwnerReference,
@@ -193,7 +202,7 @@ pub async fn claim_revisions<O>(
 where
     O: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    let api = Api::namespaced(client.clone(), pc.namespace);
+    let api = pc.writer();
     let in_namespace = revisions
         .state()
         .into_iter()
@@ -240,7 +249,7 @@ where
     );
     let matches = selector_match(selector);
     let Some(claimed) =
-        claim_each(&pc.pods(), candidates, claimant, owner, recheck, matches).await?
+        claim_each(&pc.writer(), candidates, claimant, owner, recheck, matches).await?
     else {
         return Ok(None);
     };

@@ -1,15 +1,18 @@
 //! Registering a workload's update revision with the API server, shared by the controllers that
 //! keep ControllerRevisions; the decision itself is `kruise_core::revision::choose_update_revision`.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kruise_core::expectations::Expectation;
 use kruise_core::revision::{
     ANNOTATION_VCT_HASH, UpdateRevision, choose_update_revision, equal_revision,
 };
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::driver::writes::{LiveReads, Writer, Writes, get_live, not_found};
 use crate::error::{Error, KubeContext};
 
 /// The outcome of [`register`].
@@ -27,7 +30,8 @@ pub enum Registered {
 /// update revision among `revisions`, the owner's existing ones: the newest as it is when it records
 /// the same state; an older equal one renumbered (a roll back); else the candidate, created.
 pub async fn register(
-    api: &Api<ControllerRevision>,
+    api: &Writer<ControllerRevision>,
+    live: &dyn LiveReads,
     revisions: &[ControllerRevision],
     candidate: ControllerRevision,
     owner_uid: Option<&str>,
@@ -66,10 +70,16 @@ pub async fn register(
                     Some(Expectation::exists("ControllerRevision", name)),
                 )),
                 Err(kube::Error::Api(status)) if status.code == 409 => {
-                    let existing = api
-                        .get(&name)
-                        .await
-                        .context(|| format!("reading ControllerRevision {name}"))?;
+                    let existing =
+                        get_live::<ControllerRevision>(live, api.at().namespace.as_deref(), &name)
+                            .await
+                            .context(|| format!("reading ControllerRevision {name}"))?;
+                    // Deleted since the create was refused: a name to try again next time.
+                    // Deleted since the create was refused: a race, decided again.
+                    let Some(existing) = existing else {
+                        return Err(not_found(api.at(), &name))
+                            .context(|| format!("reading ControllerRevision {name}"));
+                    };
                     let ours = existing
                         .owner_references()
                         .iter()
@@ -95,7 +105,8 @@ pub async fn register(
 /// with `collided(collision_count + 1)` (a merge patch body) so that the next candidate is named
 /// differently, and `None` is returned: the caller looks again once the cache shows that status.
 pub async fn update_revision<K>(
-    client: &kube::Client,
+    writes: &Arc<dyn Writes>,
+    live: &dyn LiveReads,
     owner: &K,
     revisions: &[ControllerRevision],
     candidate: ControllerRevision,
@@ -109,11 +120,19 @@ where
         + std::fmt::Debug,
 {
     let namespace = owner.namespace().unwrap_or_default();
-    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
-    match register(&api, revisions, candidate, owner.meta().uid.as_deref()).await? {
+    let api = Writer::<ControllerRevision>::namespaced(writes.clone(), &namespace);
+    match register(
+        &api,
+        live,
+        revisions,
+        candidate,
+        owner.meta().uid.as_deref(),
+    )
+    .await?
+    {
         Registered::Revision(revision, expectation) => Ok(Some((*revision, expectation))),
         Registered::Collision => {
-            let owners: Api<K> = Api::namespaced(client.clone(), &namespace);
+            let owners = Writer::<K>::namespaced(writes.clone(), &namespace);
             owners
                 .patch_status(
                     &owner.name_any(),

@@ -5,7 +5,7 @@
 //! is told in an Event on the owner with OpenKruise's reasons.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
@@ -16,12 +16,12 @@ use kruise_core::expectations::{Expectation, Expectations};
 use kruise_core::inplace::{self, InPlacePlan, Step, Target};
 use kruise_core::lifecycle;
 use kruise_core::pods::LifecycleState;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType};
-use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cache::WirePod;
+use crate::driver::writes::{LiveReads, Part, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -59,7 +59,11 @@ pub type Write<'a> =
 const BUDGET_RETRY: Duration = Duration::from_secs(2);
 
 pub struct PodControl<'a> {
-    pub client: &'a Client,
+    /// Where the writes go: the apiserver, or a unit test's `FakeCluster`.
+    pub writes: &'a Arc<dyn Writes>,
+    /// The live reads the owner's reconcile makes (re-reading the owner before an adoption, a
+    /// revision whose name is taken).
+    pub live: &'a Arc<dyn LiveReads>,
     /// The owner's namespace: its Pods live there.
     pub namespace: &'a str,
     /// The owner, for Events.
@@ -213,17 +217,33 @@ pub fn name_of(pod: &Pod) -> &str {
 }
 
 impl PodControl<'_> {
-    pub fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), self.namespace)
+    /// The writer of objects of `K` in the owner's namespace.
+    pub fn writer<K>(&self) -> Writer<K>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        Writer::namespaced(self.writes.clone(), self.namespace)
     }
 
-    /// The Pods, for writes whose answer is read without its managed fields ([`WirePod`]).
-    fn pods_answered(&self) -> Api<WirePod> {
-        Api::namespaced(self.client.clone(), self.namespace)
+    pub fn pods(&self) -> Writer<Pod> {
+        self.writer()
     }
 
-    pub fn pvcs(&self) -> Api<PersistentVolumeClaim> {
-        Api::namespaced(self.client.clone(), self.namespace)
+    pub fn pvcs(&self) -> Writer<PersistentVolumeClaim> {
+        self.writer()
+    }
+
+    /// A patch of `part` of the Pod, its answer read without its managed fields ([`WirePod`]).
+    async fn patch_pod(
+        &self,
+        name: &str,
+        part: Part,
+        patch: &Patch<serde_json::Value>,
+    ) -> Result<Pod, kube::Error> {
+        self.pods()
+            .patch_part_as::<WirePod, _>(name, part, patch)
+            .await
+            .map(WirePod::into_pod)
     }
 
     /// Remembers a write until the cache shows it.
@@ -284,10 +304,8 @@ impl PodControl<'_> {
         patch: serde_json::Value,
     ) -> Result<Pod, kube::Error> {
         let patched = self
-            .pods_answered()
-            .patch(name_of(pod), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?
-            .into_pod();
+            .patch_pod(name_of(pod), Part::Object, &Patch::Merge(patch))
+            .await?;
         self.observe(&patched);
         Ok(patched)
     }
@@ -299,14 +317,8 @@ impl PodControl<'_> {
         patch: json_patch::Patch,
     ) -> Result<Pod, kube::Error> {
         let patched = self
-            .pods_answered()
-            .patch_status(
-                name_of(pod),
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch),
-            )
-            .await?
-            .into_pod();
+            .patch_pod(name_of(pod), Part::Status, &Patch::Json(patch))
+            .await?;
         self.observe(&patched);
         Ok(patched)
     }
@@ -431,9 +443,9 @@ impl PodControl<'_> {
     /// expect instead (e.g. a Pod of the owner on a node). Returns the created Pod's name.
     pub async fn create_generated(&self, pod: Pod, expectation: Expectation) -> Option<String> {
         self.expect(expectation.clone());
-        match self.pods().create(&PostParams::default(), &pod).await {
+        match self.pods().create_as::<WirePod>(&pod).await {
             Ok(created) => {
-                let name = name_of(&created).to_owned();
+                let name = name_of(&created.0).to_owned();
                 self.count("create", true);
                 self.pod_event(
                     EventType::Normal,
@@ -568,15 +580,8 @@ impl PodControl<'_> {
                 }
                 Step::Resize(patch) => {
                     let result = self
-                        .pods_answered()
-                        .patch_subresource(
-                            "resize",
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::<()>::Json(patch),
-                        )
-                        .await
-                        .map(WirePod::into_pod);
+                        .patch_pod(&name, Part::Resize, &Patch::Json(patch))
+                        .await;
                     self.count("resize", result.is_ok());
                     if let Ok(p) = &result {
                         self.observe(p);
@@ -586,10 +591,8 @@ impl PodControl<'_> {
                 }
                 Step::Apply(patch) => {
                     let result = self
-                        .pods_answered()
-                        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-                        .await
-                        .map(WirePod::into_pod);
+                        .patch_pod(&name, Part::Object, &Patch::Json(patch))
+                        .await;
                     self.count("update_in_place", result.is_ok());
                     match &result {
                         Ok(p) => {
@@ -647,14 +650,8 @@ impl PodControl<'_> {
             return Ok(Outcome::default());
         };
         let result = self
-            .pods_answered()
-            .patch(
-                name_of(pod),
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch),
-            )
-            .await
-            .map(WirePod::into_pod);
+            .patch_pod(name_of(pod), Part::Object, &Patch::Json(patch))
+            .await;
         self.count("update_in_place", result.is_ok());
         match result {
             Ok(patched) => {
@@ -712,3 +709,7 @@ impl PodControl<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "podcontrol_tests.rs"]
+mod tests;

@@ -13,11 +13,12 @@ use kruise_api::imagepulljob::v1beta1::ImagePullJob;
 use kruise_core::predownload::{
     LABEL_IMAGE_PREDOWNLOAD_CREATED, LABEL_IMAGE_PREDOWNLOAD_IGNORED, Skip,
 };
+use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::driver::writes::list_live;
 use crate::error::{Error, KubeContext};
 use crate::podcontrol::PodControl;
 
@@ -60,7 +61,7 @@ pub(crate) async fn start(
         return label_revision(pc, revision, LABEL_IMAGE_PREDOWNLOAD_IGNORED).await;
     }
     tracker.set(uid, false);
-    let api: Api<ImagePullJob> = Api::namespaced(pc.client.clone(), pc.namespace);
+    let api = pc.writer::<ImagePullJob>();
     for job in jobs {
         let name = job.name_any();
         let image = job.spec.image.clone();
@@ -95,7 +96,7 @@ async fn label_revision(
     key: &str,
 ) -> Result<(), Error> {
     let name = revision.name_any();
-    Api::<ControllerRevision>::namespaced(pc.client.clone(), pc.namespace)
+    pc.writer::<ControllerRevision>()
         .patch(
             &name,
             &PatchParams::default(),
@@ -121,12 +122,15 @@ pub(crate) async fn clean_up(
         .and_then(|s| kube::core::Selector::try_from(s).ok())
         .map(|s| s.to_string())
         .unwrap_or_default();
-    let api: Api<ImagePullJob> = Api::namespaced(pc.client.clone(), pc.namespace);
-    let jobs = api
-        .list(&ListParams::default().labels(&labels))
-        .await
-        .context(|| format!("listing the ImagePullJobs of {}", pc.key))?;
-    for job in jobs.items {
+    let api = pc.writer::<ImagePullJob>();
+    let jobs = list_live::<ImagePullJob>(
+        pc.live.as_ref(),
+        Some(pc.namespace),
+        &ListParams::default().labels(&labels),
+    )
+    .await
+    .context(|| format!("listing the ImagePullJobs of {}", pc.key))?;
+    for job in jobs {
         let controlled = job
             .owner_references()
             .iter()

@@ -12,19 +12,30 @@
 //! black-holed connection waits forever and the write it carries may be delivered long after the
 //! network heals.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use http::{Method, Request};
+use tokio::sync::watch;
 use tower::{BoxError, Layer, Service};
 
 /// Until when the holder of this fence may write. Shared by the elector (which grants and revokes it)
-/// and the leader's client (which checks it).
-#[derive(Clone, Debug, Default)]
+/// and the leader's client (which checks it). A watch channel, so that a write in flight learns of a
+/// revocation the moment it happens (see [`Fence`]).
+#[derive(Clone, Debug)]
 pub struct LeaderFence {
-    until: Arc<Mutex<Option<Instant>>>,
+    until: Arc<watch::Sender<Option<Instant>>>,
+}
+
+impl Default for LeaderFence {
+    /// A closed fence.
+    fn default() -> Self {
+        Self {
+            until: Arc::new(watch::Sender::new(None)),
+        }
+    }
 }
 
 impl LeaderFence {
@@ -35,29 +46,48 @@ impl LeaderFence {
         fence
     }
 
-    /// Opens the fence until `deadline` (`None`: forever). A later grant never shortens an earlier one
-    /// made from a newer renewal, so grants may arrive out of order safely.
+    /// Opens the fence until `deadline` (`None`: forever), replacing the previous grant: the elector
+    /// grants from each renewal in turn.
     pub fn grant_until(&self, deadline: Option<Instant>) {
-        if let Ok(mut until) = self.until.lock() {
-            *until = Some(deadline.unwrap_or_else(far_future));
-        }
+        self.until
+            .send_replace(Some(deadline.unwrap_or_else(far_future)));
     }
 
     /// Closes the fence at once (lease lost, released or stepping down).
     pub fn revoke(&self) {
-        if let Ok(mut until) = self.until.lock() {
-            *until = None;
-        }
+        self.until.send_replace(None);
     }
 
     /// The instant the fence closes, when it is open now.
     pub fn deadline(&self) -> Option<Instant> {
-        let until = self.until.lock().ok().and_then(|u| *u)?;
+        let until = (*self.until.borrow())?;
         (Instant::now() < until).then_some(until)
     }
 
     pub fn is_open(&self) -> bool {
         self.deadline().is_some()
+    }
+
+    /// Resolves once the fence is closed: at its deadline, or when it is revoked before it.
+    pub async fn closed(&self) {
+        let mut changes = self.until.subscribe();
+        loop {
+            let Some(deadline) = *changes.borrow_and_update() else {
+                return;
+            };
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline.into()) => {}
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        // Every sender is gone: nobody can grant it again, and `self` holds one.
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -157,26 +187,13 @@ where
             // connection, so a write held by a partition is cancelled by the apiserver when the
             // partition heals instead of landing after another replica took the lease (the term's
             // drain would otherwise keep it, and its connection, alive).
-            tokio::pin!(future);
-            loop {
-                let check = fence
-                    .deadline()
-                    .map_or(Instant::now(), |d| d.min(Instant::now() + FENCE_POLL));
-                tokio::select! {
-                    answer = &mut future => return answer.map_err(Into::into),
-                    () = tokio::time::sleep_until(check.into()) => {
-                        if !fence.is_open() {
-                            return Err(Box::new(refused) as BoxError);
-                        }
-                    }
-                }
+            tokio::select! {
+                answer = future => answer.map_err(Into::into),
+                () = fence.closed() => Err(Box::new(refused) as BoxError),
             }
         })
     }
 }
-
-/// How often a write in flight looks whether the fence was revoked before its deadline.
-const FENCE_POLL: Duration = Duration::from_millis(50);
 
 /// A deadline on every request except watches.
 #[derive(Clone)]
@@ -398,12 +415,14 @@ mod tests {
             .uri("/api/v1/namespaces/a/pods/p/status")
             .body(())
             .expect("valid");
-        let write = tokio::spawn(
-            ServiceExt::<Request<()>>::ready(&mut service)
-                .await
-                .expect("ready")
-                .call(patch),
-        );
+        let write = ServiceExt::<Request<()>>::ready(&mut service)
+            .await
+            .expect("ready")
+            .call(patch);
+        let write = tokio::spawn(async move {
+            let answer = write.await;
+            (answer, tokio::time::Instant::now())
+        });
         let read = ServiceExt::<Request<()>>::ready(&mut service)
             .await
             .expect("ready")
@@ -415,8 +434,13 @@ mod tests {
             );
         tokio::time::sleep(Duration::from_secs(1)).await;
         fence.revoke();
-        let write = write.await.expect("the write's task");
+        let revoked = tokio::time::Instant::now();
+        let (write, ended) = write.await.expect("the write's task");
         assert!(write.is_err_and(|e| e.is::<Fenced>()));
+        assert_eq!(
+            ended, revoked,
+            "abandoned when revoked, not at a later look"
+        );
         assert!(read.await.is_ok(), "a read is not fenced");
         assert_eq!(
             answered.load(Ordering::SeqCst),

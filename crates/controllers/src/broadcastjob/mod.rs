@@ -52,7 +52,10 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    pub(crate) client: Client,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
+    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
+    pub(crate) live: Arc<dyn crate::driver::writes::LiveReads>,
     pub(crate) pods: Arc<PodCache>,
     pub(crate) nodes: Store<Node>,
     /// BroadcastJob keeps no ControllerRevisions: an empty store for the shared expectation check.
@@ -73,7 +76,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::nodes::trigger(&caches.nodes, all_tx, "BroadcastJob");
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        writes: crate::driver::writes::ApiWrites::new(client.clone()),
+        live: crate::driver::writes::ApiWrites::new(client.clone()),
         pods: caches.pods,
         nodes: caches.nodes.store().clone(),
         no_revisions: kube::runtime::reflector::store().0,

@@ -110,17 +110,16 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         planner::node_fits,
     );
     let plan = planner::plan(job, &pod_refs, &placement, now);
-    let api = crate::driver::writes::Writer::<BroadcastJob>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        &namespace,
-    );
+    let api =
+        crate::driver::writes::Writer::<BroadcastJob>::namespaced(ctx.writes.clone(), &namespace);
 
     if plan.delete_job {
         return delete_after_ttl(ctx, &api, &name, &key, uid).await;
     }
 
     let pc = PodControl {
-        client: &ctx.client,
+        writes: &ctx.writes,
+        live: &ctx.live,
         namespace: &namespace,
         owner: job.object_ref(&()),
         key: key.clone(),

@@ -34,7 +34,8 @@ impl<'a> Actor<'a> {
             ctx,
             cs,
             pc: PodControl {
-                client: &ctx.client,
+                writes: &ctx.writes,
+                live: &ctx.live,
                 namespace: cs.metadata.namespace.as_deref().unwrap_or_default(),
                 owner: cs.object_ref(&()),
                 key,
@@ -227,7 +228,8 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         Context {
             budgets: None,
-            client: client.clone(),
+            writes: crate::driver::writes::ApiWrites::new(client.clone()),
+            live: crate::driver::writes::ApiWrites::new(client.clone()),
             pods: crate::cache::PodCache::new(),
             revisions: kube::runtime::reflector::store().0,
             pvcs: kube::runtime::reflector::store().0,

@@ -19,11 +19,11 @@ use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
 use kruise_core::revision::{new_revision, next_revision_number, revisions_to_delete};
+use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use rand::Rng;
 use serde_json::json;
 
@@ -95,7 +95,8 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         deleting: false,
     };
     let mut recheck = Recheck::new(
-        Api::<CloneSet>::namespaced(ctx.client.clone(), &namespace),
+        ctx.live.clone(),
+        Some(&namespace),
         name.clone(),
         uid.clone(),
     );
@@ -130,7 +131,6 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     // template finds its old revision.
     let Some(mut revisions) = claim_revisions(
         &actor,
-        &ctx.client,
         &ctx.revisions,
         claimant,
         &owner,
@@ -355,7 +355,7 @@ async fn claim_pvcs(
 ) -> Result<Option<Vec<PersistentVolumeClaim>>, Error> {
     let cs = actor.cs;
     let namespace = cs.namespace().unwrap_or_default();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    let api = actor.pc.pvcs();
     let (ours, orphans): (Vec<_>, Vec<_>) = actor
         .ctx
         .pvcs
@@ -408,8 +408,7 @@ async fn clean_pvcs(
         .filter_map(|p| Some((id_of(p)?, p)))
         .collect();
     let inactive_ids: BTreeSet<String> = inactive_by_id.keys().cloned().collect();
-    let namespace = actor.cs.namespace().unwrap_or_default();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(actor.ctx.client.clone(), &namespace);
+    let api = actor.pc.pvcs();
     let mut kept = Vec::new();
     for pvc in pvcs {
         // Already going: nothing to decide, but its id stays taken until it is gone.
@@ -474,7 +473,8 @@ async fn update_revision(
         .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
     // The whole status on a collision: a first status must carry its required fields.
     let registered = crate::history::update_revision(
-        &actor.ctx.client,
+        &actor.ctx.writes,
+        actor.ctx.live.as_ref(),
         cs,
         revisions,
         candidate,
@@ -876,10 +876,7 @@ async fn write_status(
     old: Option<&CloneSetStatus>,
     new: &CloneSetStatus,
 ) -> Result<(), Error> {
-    let api = crate::driver::writes::Writer::<CloneSet>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        namespace,
-    );
+    let api = crate::driver::writes::Writer::<CloneSet>::namespaced(ctx.writes.clone(), namespace);
     crate::driver::write::write_status(&api, cs, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -907,7 +904,7 @@ async fn truncate_pods_to_delete(
     if kept.len() == listed.len() {
         return Ok(());
     }
-    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = crate::driver::writes::Writer::<CloneSet>::namespaced(ctx.writes.clone(), namespace);
     let patch = json!({
         "metadata": {"resourceVersion": cs.metadata.resource_version},
         "spec": {"scaleStrategy": {"podsToDelete": kept}},
@@ -943,7 +940,7 @@ async fn truncate_history(
         cs.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;

@@ -64,7 +64,10 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    pub(crate) client: Client,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
+    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
+    pub(crate) live: Arc<dyn crate::driver::writes::LiveReads>,
     pub(crate) pods: Arc<PodCache>,
     pub(crate) nodes: Store<Node>,
     pub(crate) revisions: Store<ControllerRevision>,
@@ -91,7 +94,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let watched = caches.shared::<DaemonSet>();
     let ctx = Arc::new(Context {
         budgets: caches.update_budgets.clone(),
-        client: client.clone(),
+        writes: crate::driver::writes::ApiWrites::new(client.clone()),
+        live: crate::driver::writes::ApiWrites::new(client.clone()),
         pods: caches.pods,
         nodes: caches.nodes.store().clone(),
         revisions: caches.revisions.store().clone(),

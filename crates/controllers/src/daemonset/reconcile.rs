@@ -294,10 +294,7 @@ async fn write_status(
     new: &DaemonSetStatus,
 ) -> Result<(), Error> {
     let old = ds.status.as_ref();
-    let api = crate::driver::writes::Writer::<DaemonSet>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        namespace,
-    );
+    let api = crate::driver::writes::Writer::<DaemonSet>::namespaced(ctx.writes.clone(), namespace);
     crate::driver::write::write_status(&api, ds, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -319,7 +316,7 @@ async fn truncate_history(
         ds.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;

@@ -5,7 +5,7 @@
 //! the kind's.
 
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -18,11 +18,12 @@ use kruise_core::ownership::Claimant;
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
 };
+use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::writes::{LiveReads, Writes};
 use super::{Driven, Owner, begin};
 use crate::cache::{NOT_LISTED_RETRY, PodCache, listed};
 use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
@@ -35,7 +36,10 @@ pub const ADOPTED_RETRY: std::time::Duration = std::time::Duration::from_millis(
 
 /// What the shared head reads of a Pod-owning kind's context.
 pub trait OwnsPods: Driven {
-    fn client(&self) -> &Client;
+    /// The act step's writes.
+    fn writes(&self) -> &Arc<dyn Writes>;
+    /// The reconcile's live reads (the owner re-read before an adoption).
+    fn live(&self) -> &Arc<dyn LiveReads>;
     /// The shared Pod cache.
     fn pods(&self) -> &PodCache;
     /// The shared ControllerRevision cache.
@@ -47,13 +51,17 @@ pub trait OwnsPods: Driven {
     fn budgets(&self) -> Option<&crate::podunavailablebudget::take::Disruptions>;
 }
 
-/// Implements [`OwnsPods`] for a context with the fields `client`, `pods`, `revisions`,
+/// Implements [`OwnsPods`] for a context with the fields `writes`, `live`, `pods`, `revisions`,
 /// `expectations`, `recorder` and `budgets`.
 macro_rules! owns_pods {
     ($context:ty) => {
         impl $crate::driver::head::OwnsPods for $context {
-            fn client(&self) -> &::kube::Client {
-                &self.client
+            fn writes(&self) -> &::std::sync::Arc<dyn $crate::driver::writes::Writes> {
+                &self.writes
+            }
+
+            fn live(&self) -> &::std::sync::Arc<dyn $crate::driver::writes::LiveReads> {
+                &self.live
             }
 
             fn pods(&self) -> &$crate::cache::PodCache {
@@ -123,7 +131,8 @@ where
     C: OwnsPods,
 {
     PodControl {
-        client: ctx.client(),
+        writes: ctx.writes(),
+        live: ctx.live(),
         namespace: &owner.namespace,
         owner: object.object_ref(&()),
         key: owner.key.clone(),
@@ -163,8 +172,9 @@ where
         uid: &owner.uid,
         deleting: false,
     };
-    let mut recheck = Recheck::new(
-        Api::<K>::namespaced(ctx.client().clone(), &owner.namespace),
+    let mut recheck = Recheck::<K>::new(
+        ctx.live().clone(),
+        Some(&owner.namespace),
         owner.name.clone(),
         owner.uid.clone(),
     );
@@ -186,7 +196,6 @@ where
     }
     let Some(revisions) = claim_revisions(
         pc,
-        ctx.client(),
         ctx.revisions(),
         claimant,
         reference,
@@ -247,7 +256,8 @@ where
         labels.insert(keys::LABEL_NATIVE_CONTROLLER_REVISION_HASH.to_owned(), hash);
     }
     let registered = crate::history::update_revision(
-        pc.client,
+        pc.writes,
+        pc.live.as_ref(),
         object,
         revisions,
         candidate,

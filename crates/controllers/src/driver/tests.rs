@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kruise_api::cloneset::v1beta1::{CloneSet, CloneSetStatus};
 use kruise_core::ownership::Claimant;
-use kube::Api;
 use serde_json::{Value, json};
 
 use super::scripted::{self, Step};
@@ -213,14 +212,12 @@ async fn claim(
     client: kube::Client,
     pods: Vec<Pod>,
 ) -> Result<Option<crate::claim::Claimed<Pod>>, Error> {
-    let mut recheck = Recheck::new(
-        Api::<CloneSet>::namespaced(client.clone(), "ns"),
-        "web".into(),
-        OWNER_UID.into(),
-    );
+    let api = crate::driver::writes::ApiWrites::new(client);
+    let mut recheck =
+        Recheck::<CloneSet>::new(api.clone(), Some("ns"), "web".into(), OWNER_UID.into());
     let selector = selector();
     claim_each(
-        &Api::<Pod>::namespaced(client, "ns"),
+        &crate::driver::writes::Writer::<Pod>::namespaced(api, "ns"),
         pods.into_iter().map(Arc::new),
         Claimant {
             uid: OWNER_UID,
@@ -429,7 +426,8 @@ mod head_and_pods {
     const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
 
     struct Ctx {
-        client: kube::Client,
+        writes: Arc<dyn crate::driver::writes::Writes>,
+        live: Arc<dyn crate::driver::writes::LiveReads>,
         pods: Arc<PodCache>,
         revisions: Store<ControllerRevision>,
         expectations: Mutex<Expectations>,
@@ -476,7 +474,8 @@ mod head_and_pods {
         let mut registry = prometheus_client::registry::Registry::default();
         Ctx {
             budgets: None,
-            client: client.clone(),
+            writes: crate::driver::writes::ApiWrites::new(client.clone()),
+            live: crate::driver::writes::ApiWrites::new(client.clone()),
             pods: cache,
             revisions: store,
             expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),

@@ -22,7 +22,7 @@ use kube::core::{ApiResource, DynamicObject, Request};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Where a write goes: a resource (group, version, plural) and, when it is namespaced, the
 /// namespace.
@@ -64,13 +64,34 @@ pub enum Part {
     Status,
     /// A Pod's `ephemeralcontainers` subresource (only `spec.ephemeralContainers` changes).
     EphemeralContainers,
+    /// A Pod's `resize` subresource (only its containers' `resources` change).
+    Resize,
 }
+
+impl Part {
+    /// The subresource the part is written through (`None`: the object itself).
+    pub fn subresource(self) -> Option<&'static str> {
+        match self {
+            Part::Object => None,
+            Part::Status => Some("status"),
+            Part::EphemeralContainers => Some("ephemeralcontainers"),
+            Part::Resize => Some("resize"),
+        }
+    }
+}
+
+/// The JSON text of an object the apiserver answered with, left undecoded so that the caller
+/// decodes it into the type it needs (a Pod without its managed fields, for one).
+pub type Answer = String;
 
 /// The writes of the act step. Bodies are JSON; [`Writer`] gives them types.
 pub trait Writes: Send + Sync + 'static {
     /// Creates `object` (a `generateName` is resolved by the server); answers the object created.
-    fn create<'a>(&'a self, at: &'a At, object: Value)
-    -> BoxFuture<'a, Result<Value, kube::Error>>;
+    fn create<'a>(
+        &'a self,
+        at: &'a At,
+        object: Value,
+    ) -> BoxFuture<'a, Result<Answer, kube::Error>>;
     /// Patches `name`; a `metadata.resourceVersion` in a merge or strategic patch is a precondition
     /// (409 when the object moved), as is a JSON patch's `test` (422 when it fails).
     fn patch<'a>(
@@ -79,7 +100,7 @@ pub trait Writes: Send + Sync + 'static {
         name: &'a str,
         part: Part,
         patch: Patch<Value>,
-    ) -> BoxFuture<'a, Result<Value, kube::Error>>;
+    ) -> BoxFuture<'a, Result<Answer, kube::Error>>;
     /// Deletes `name`, with the uid and resourceVersion preconditions of `params`.
     fn delete<'a>(
         &'a self,
@@ -126,7 +147,11 @@ impl ApiWrites {
         Arc::new(Self { client })
     }
 
-    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<Value, kube::Error> {
+    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<Answer, kube::Error> {
+        self.client.request_text(request).await
+    }
+
+    async fn send_json(&self, request: http::Request<Vec<u8>>) -> Result<Value, kube::Error> {
         self.client.request::<Value>(request).await
     }
 }
@@ -142,7 +167,7 @@ impl Writes for ApiWrites {
         &'a self,
         at: &'a At,
         object: Value,
-    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
+    ) -> BoxFuture<'a, Result<Answer, kube::Error>> {
         Box::pin(async move {
             let data = serde_json::to_vec(&object).map_err(kube::Error::SerdeError)?;
             let request = built(Request::new(at.url_path()).create(&PostParams::default(), data))?;
@@ -156,16 +181,13 @@ impl Writes for ApiWrites {
         name: &'a str,
         part: Part,
         patch: Patch<Value>,
-    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
+    ) -> BoxFuture<'a, Result<Answer, kube::Error>> {
         Box::pin(async move {
             let request = Request::new(at.url_path());
             let params = PatchParams::default();
-            let request = built(match part {
-                Part::Object => request.patch(name, &params, &patch),
-                Part::Status => request.patch_subresource("status", name, &params, &patch),
-                Part::EphemeralContainers => {
-                    request.patch_subresource("ephemeralcontainers", name, &params, &patch)
-                }
+            let request = built(match part.subresource() {
+                None => request.patch(name, &params, &patch),
+                Some(subresource) => request.patch_subresource(subresource, name, &params, &patch),
             })?;
             self.send(request).await
         })
@@ -205,7 +227,7 @@ impl LiveReads for ApiWrites {
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
         Box::pin(async move {
             let request = built(Request::new(at.url_path()).get(name, &GetParams::default()))?;
-            match self.send(request).await {
+            match self.send_json(request).await {
                 Ok(object) => Ok(Some(object)),
                 Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
                 Err(error) => Err(error),
@@ -220,13 +242,46 @@ impl LiveReads for ApiWrites {
     ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
         Box::pin(async move {
             let request = built(Request::new(at.url_path()).list(params))?;
-            let list = self.send(request).await?;
-            Ok(match list.get("items") {
-                Some(Value::Array(items)) => items.clone(),
+            let list = self.send_json(request).await?;
+            Ok(match list {
+                Value::Object(mut list) => match list.remove("items") {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                },
                 _ => Vec::new(),
             })
         })
     }
+}
+
+/// An API error as the apiserver sends it; `field`, when given, is the cause's field.
+pub fn api_error(code: u16, message: &str, field: Option<&str>) -> kube::Error {
+    let reason = match code {
+        404 => "NotFound",
+        409 => "Conflict",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        _ => "InternalError",
+    };
+    let causes: Vec<Value> = field
+        .map(|field| json!({"reason": "FieldValueInvalid", "field": field, "message": message}))
+        .into_iter()
+        .collect();
+    let status = json!({"status": "Failure", "code": code, "reason": reason,
+                        "message": message, "details": {"causes": causes}});
+    match serde_json::from_value(status) {
+        Ok(status) => kube::Error::Api(Box::new(status)),
+        Err(error) => kube::Error::SerdeError(error),
+    }
+}
+
+/// The apiserver's 404 for object `name` at `at`.
+pub fn not_found(at: &At, name: &str) -> kube::Error {
+    api_error(
+        404,
+        &format!("{} \"{name}\" not found", at.resource.plural),
+        None,
+    )
 }
 
 /// Lists `K` live from a [`LiveReads`] (in `namespace`, or every namespace when `None`).
@@ -269,6 +324,10 @@ fn typed<K: DeserializeOwned>(value: Value) -> Result<K, kube::Error> {
     serde_json::from_value(value).map_err(kube::Error::SerdeError)
 }
 
+fn decoded<A: DeserializeOwned>(answer: &str) -> Result<A, kube::Error> {
+    serde_json::from_str(answer).map_err(kube::Error::SerdeError)
+}
+
 fn json<P: Serialize>(patch: &Patch<P>) -> Result<Patch<Value>, kube::Error> {
     let value = |p: &P| serde_json::to_value(p).map_err(kube::Error::SerdeError);
     Ok(match patch {
@@ -277,7 +336,7 @@ fn json<P: Serialize>(patch: &Patch<P>) -> Result<Patch<Value>, kube::Error> {
         Patch::Merge(p) => Patch::Merge(value(p)?),
         Patch::Strategic(p) => Patch::Strategic(value(p)?),
         _ => {
-            return Err(fake::api_error(
+            return Err(api_error(
                 415,
                 "a patch type the writer does not know",
                 None,
@@ -286,10 +345,7 @@ fn json<P: Serialize>(patch: &Patch<P>) -> Result<Patch<Value>, kube::Error> {
     })
 }
 
-impl<K> Writer<K>
-where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Serialize,
-{
+impl<K: Resource<DynamicType = ()>> Writer<K> {
     /// Objects of `K` in `namespace`.
     pub fn namespaced(writes: Arc<dyn Writes>, namespace: &str) -> Self {
         Self {
@@ -312,9 +368,41 @@ where
         &self.at
     }
 
-    pub async fn create(&self, _params: &PostParams, object: &K) -> Result<K, kube::Error> {
+    /// Creates `object`, reading the answer as `A` (a Pod without its managed fields, for one).
+    pub async fn create_as<A: DeserializeOwned>(&self, object: &K) -> Result<A, kube::Error>
+    where
+        K: Serialize,
+    {
         let object = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
-        typed(self.writes.create(&self.at, object).await?)
+        decoded(&self.writes.create(&self.at, object).await?)
+    }
+
+    /// A patch of `part` of object `name`, reading the answer as `A`.
+    pub async fn patch_part_as<A: DeserializeOwned, P: Serialize>(
+        &self,
+        name: &str,
+        part: Part,
+        patch: &Patch<P>,
+    ) -> Result<A, kube::Error> {
+        let patch = json(patch)?;
+        decoded(&self.writes.patch(&self.at, name, part, patch).await?)
+    }
+
+    pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {
+        self.writes.delete(&self.at, name, params.clone()).await
+    }
+}
+
+/// The calls of `kube::Api`, answering `K`.
+impl<K> Writer<K>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    pub async fn create(&self, _params: &PostParams, object: &K) -> Result<K, kube::Error>
+    where
+        K: Serialize,
+    {
+        self.create_as(object).await
     }
 
     /// A patch of `part` of object `name`.
@@ -324,8 +412,7 @@ where
         part: Part,
         patch: &Patch<P>,
     ) -> Result<K, kube::Error> {
-        let patch = json(patch)?;
-        typed(self.writes.patch(&self.at, name, part, patch).await?)
+        self.patch_part_as(name, part, patch).await
     }
 
     /// A patch of the object (`kube::Api::patch`; the params are the defaults).
@@ -346,10 +433,6 @@ where
         patch: &Patch<P>,
     ) -> Result<K, kube::Error> {
         self.patch_part(name, Part::Status, patch).await
-    }
-
-    pub async fn delete(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {
-        self.writes.delete(&self.at, name, params.clone()).await
     }
 }
 

@@ -40,6 +40,7 @@ use crate::cache::{PodCache, Selected, WirePod};
 use crate::claim::{Recheck, claim_each};
 use crate::driver::caches::Caches;
 use crate::driver::write::{StatusWrite, write_status};
+use crate::driver::writes::Writer;
 use crate::error::KubeContext;
 use crate::events::EventRecorder;
 use crate::history::{Registered, register};
@@ -596,12 +597,10 @@ async fn claim_revisions(
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    let mut recheck = Recheck::new(
-        Api::<SidecarSet>::all(ctx.client.clone()),
-        name.clone(),
-        claimant.uid.to_owned(),
-    );
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let api = crate::driver::writes::ApiWrites::new(ctx.client.clone());
+    let mut recheck =
+        Recheck::<SidecarSet>::new(api.clone(), None, name.clone(), claimant.uid.to_owned());
+    let api = Writer::<ControllerRevision>::namespaced(api, &ctx.config.namespace);
     let names_us = |meta: &ObjectMeta| {
         Some(
             meta.labels
@@ -658,8 +657,17 @@ async fn register_latest_revision(
         Some(collision_count),
     )
     .map_err(|e| Error::Invalid(format!("SidecarSet {name}: building its revision: {e}")))?;
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), namespace);
-    let latest = match register(&api, revisions, candidate, ss.metadata.uid.as_deref()).await? {
+    let live = crate::driver::writes::ApiWrites::new(ctx.client.clone());
+    let api = Writer::<ControllerRevision>::namespaced(live.clone(), namespace);
+    let latest = match register(
+        &api,
+        live.as_ref(),
+        revisions,
+        candidate,
+        ss.metadata.uid.as_deref(),
+    )
+    .await?
+    {
         Registered::Revision(revision, expectation) => {
             if let (Some(expectation), Ok(mut ex)) = (expectation, ctx.expectations.lock()) {
                 ex.expect(&name, expectation, Instant::now());

@@ -589,10 +589,8 @@ async fn write_status(
     new: &StatefulSetStatus,
 ) -> Result<(), Error> {
     let old = set.status.as_ref();
-    let api = crate::driver::writes::Writer::<StatefulSet>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        namespace,
-    );
+    let api =
+        crate::driver::writes::Writer::<StatefulSet>::namespaced(ctx.writes.clone(), namespace);
     crate::driver::write::write_status(&api, set, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -615,7 +613,7 @@ async fn truncate_history(
         set.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;
@@ -640,7 +638,8 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         Context {
             budgets: None,
-            client: client.clone(),
+            writes: crate::driver::writes::ApiWrites::new(client.clone()),
+            live: crate::driver::writes::ApiWrites::new(client.clone()),
             pods: crate::cache::PodCache::new(),
             revisions: kube::runtime::reflector::store().0,
             pvcs: kube::runtime::reflector::store().0,

@@ -69,6 +69,10 @@ pub(crate) const CREATED_SUBSET: &str = "CreatedSubset";
 /// What every reconcile shares.
 pub struct Context {
     pub(crate) client: Client,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
+    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
+    pub(crate) live: Arc<dyn crate::driver::writes::LiveReads>,
     pub(crate) pods: Arc<PodCache>,
     pub(crate) revisions: Store<ControllerRevision>,
     /// The subset workloads of each kind (only objects labelled `apps.kruise.io/subset-name`).
@@ -208,6 +212,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
 
     let ctx = Arc::new(Context {
         client: client.clone(),
+        writes: crate::driver::writes::ApiWrites::new(client.clone()),
+        live: crate::driver::writes::ApiWrites::new(client.clone()),
         pods,
         revisions,
         workloads,

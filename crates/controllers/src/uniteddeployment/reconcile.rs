@@ -371,7 +371,8 @@ async fn find_subsets(
 > {
     let namespace = ud.namespace().unwrap_or_default();
     let mut recheck = Recheck::new(
-        Api::<UnitedDeployment>::namespaced(ctx.client.clone(), &namespace),
+        ctx.live.clone(),
+        Some(&namespace),
         ud.name_any(),
         owner.uid.clone(),
     );
@@ -544,7 +545,8 @@ async fn update_revision(
         owner.api_version = OWNER_API_VERSION.into();
     }
     let registered = crate::history::update_revision(
-        &ctx.client,
+        &ctx.writes,
+        ctx.live.as_ref(),
         ud,
         revisions,
         candidate,
@@ -1013,7 +1015,7 @@ async fn write_status(
 ) -> Result<(), Error> {
     let changed = ud.status.is_none() || *old != new;
     let api = crate::driver::writes::Writer::<UnitedDeployment>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         &ud.namespace().unwrap_or_default(),
     );
     let wrote =
@@ -1049,7 +1051,7 @@ async fn truncate_history(
         ud.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;

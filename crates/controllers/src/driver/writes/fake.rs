@@ -27,7 +27,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{At, LiveReads, Part, Writes};
+pub use super::api_error;
+use super::{Answer, At, LiveReads, Part, Writes, not_found};
 
 /// A write the fake answered (or refused), in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,6 +50,7 @@ pub enum Verb {
     Patch,
     PatchStatus,
     PatchEphemeralContainers,
+    PatchResize,
     Delete,
     Evict,
 }
@@ -91,35 +93,6 @@ where
     }
     writer.apply_watcher_event(&Event::InitDone);
     store
-}
-
-/// An API error as the apiserver sends it; `field`, when given, is the cause's field.
-pub fn api_error(code: u16, message: &str, field: Option<&str>) -> kube::Error {
-    let reason = match code {
-        404 => "NotFound",
-        409 => "Conflict",
-        422 => "Invalid",
-        429 => "TooManyRequests",
-        _ => "InternalError",
-    };
-    let causes: Vec<Value> = field
-        .map(|field| json!({"reason": "FieldValueInvalid", "field": field, "message": message}))
-        .into_iter()
-        .collect();
-    let status = json!({"status": "Failure", "code": code, "reason": reason,
-                        "message": message, "details": {"causes": causes}});
-    match serde_json::from_value(status) {
-        Ok(status) => kube::Error::Api(Box::new(status)),
-        Err(error) => kube::Error::SerdeError(error),
-    }
-}
-
-fn not_found(at: &At, name: &str) -> kube::Error {
-    api_error(
-        404,
-        &format!("{} \"{name}\" not found", at.resource.plural),
-        None,
-    )
 }
 
 fn conflict(at: &At, name: &str) -> kube::Error {
@@ -346,6 +319,22 @@ impl State {
                     }
                 }
             }
+            // A Pod's status subresource also takes labels, annotations and finalizers (the
+            // apiserver resets only its spec, owner references and deletion timestamp there).
+            Part::Status if is_pod(at) => {
+                result = patched;
+                result["spec"] = stored.get("spec").cloned().unwrap_or(Value::Null);
+                for field in ["ownerReferences", "deletionTimestamp"] {
+                    match stored["metadata"].get(field) {
+                        Some(value) => result["metadata"][field] = value.clone(),
+                        None => {
+                            if let Some(map) = result["metadata"].as_object_mut() {
+                                map.remove(field);
+                            }
+                        }
+                    }
+                }
+            }
             Part::Status => match patched.get("status") {
                 Some(status) => result["status"] = status.clone(),
                 None => {
@@ -358,6 +347,27 @@ impl State {
                 let added = patched.pointer("/spec/ephemeralContainers").cloned();
                 result["spec"]["ephemeralContainers"] = added.unwrap_or(Value::Null);
             }
+            Part::Resize => {
+                let count = |o: &Value| {
+                    o.pointer("/spec/containers")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len)
+                };
+                if count(&patched) != count(&stored) {
+                    return Err(api_error(
+                        422,
+                        "a resize changes only the containers' resources",
+                        Some("spec.containers"),
+                    ));
+                }
+                for i in 0..count(&stored) {
+                    let resources = patched["spec"]["containers"][i].get("resources").cloned();
+                    result["spec"]["containers"][i]["resources"] = resources.unwrap_or(Value::Null);
+                }
+            }
+        }
+        if part == Part::Object && is_pod(at) {
+            pod_update_allowed(&stored, &result)?;
         }
         // Identity and version are the server's.
         for field in [
@@ -537,7 +547,7 @@ impl Writes for FakeCluster {
         &'a self,
         at: &'a At,
         object: Value,
-    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
+    ) -> BoxFuture<'a, Result<Answer, kube::Error>> {
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -547,7 +557,8 @@ impl Writes for FakeCluster {
             .state()
             .run(Verb::Create, at, &name, object.clone(), |s| {
                 s.create(at, object)
-            });
+            })
+            .map(|created| created.to_string());
         Box::pin(async move { result })
     }
 
@@ -557,11 +568,12 @@ impl Writes for FakeCluster {
         name: &'a str,
         part: Part,
         patch: Patch<Value>,
-    ) -> BoxFuture<'a, Result<Value, kube::Error>> {
+    ) -> BoxFuture<'a, Result<Answer, kube::Error>> {
         let verb = match part {
             Part::Object => Verb::Patch,
             Part::Status => Verb::PatchStatus,
             Part::EphemeralContainers => Verb::PatchEphemeralContainers,
+            Part::Resize => Verb::PatchResize,
         };
         let body = match &patch {
             Patch::Merge(p) | Patch::Strategic(p) | Patch::Apply(p) => p.clone(),
@@ -570,7 +582,8 @@ impl Writes for FakeCluster {
         };
         let result = self
             .state()
-            .run(verb, at, name, body, |s| s.patch(at, name, part, &patch));
+            .run(verb, at, name, body, |s| s.patch(at, name, part, &patch))
+            .map(|patched| patched.to_string());
         Box::pin(async move { result })
     }
 
@@ -606,6 +619,43 @@ impl Writes for FakeCluster {
         });
         Box::pin(async move { result })
     }
+}
+
+fn is_pod(at: &At) -> bool {
+    at.resource.kind == "Pod" && at.resource.group.is_empty()
+}
+
+/// The apiserver's rule for an update of a Pod: its spec may change only in its containers' images,
+/// `activeDeadlineSeconds`, added tolerations and removed scheduling gates (422 otherwise).
+fn pod_update_allowed(stored: &Value, updated: &Value) -> Result<(), kube::Error> {
+    let mutable_removed = |pod: &Value| {
+        let mut spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+        for list in ["containers", "initContainers"] {
+            if let Some(Value::Array(containers)) = spec.get_mut(list) {
+                for container in containers {
+                    if let Some(map) = container.as_object_mut() {
+                        map.remove("image");
+                    }
+                }
+            }
+        }
+        if let Some(map) = spec.as_object_mut() {
+            for field in ["activeDeadlineSeconds", "tolerations", "schedulingGates"] {
+                map.remove(field);
+            }
+        }
+        spec
+    };
+    if mutable_removed(stored) == mutable_removed(updated) {
+        return Ok(());
+    }
+    Err(api_error(
+        422,
+        "Pod updates may not change fields other than `spec.containers[*].image`, \
+         `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` \
+         (only additions to existing tolerations) or `spec.schedulingGates`",
+        Some("spec"),
+    ))
 }
 
 /// What a list's selectors ask for, as (JSON pointer, value) pairs: the fake models equality
@@ -825,19 +875,25 @@ mod tests {
             patched.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Running")
         );
-        // The object moved: the same precondition now fails; the status alone is written.
+        // The object moved: the same precondition now fails. A Pod's status subresource takes
+        // the status and the labels, never the spec.
         assert_eq!(
             code(pods.patch_status("a", &pp, &Patch::Merge(&both)).await),
             409
         );
         let failed = json!({"metadata": {"resourceVersion": patched.resource_version(),
                                          "labels": {"x": "2"}},
+                            "spec": {"activeDeadlineSeconds": 5},
                             "status": {"phase": "Failed"}});
         let status = pods
             .patch_status("a", &pp, &Patch::Merge(&failed))
             .await
             .expect("a status patch");
-        assert_eq!(status.labels().get("x").map(String::as_str), Some("1"));
+        assert_eq!(status.labels().get("x").map(String::as_str), Some("2"));
+        assert_eq!(
+            status.spec.as_ref().and_then(|s| s.active_deadline_seconds),
+            None
+        );
         assert_eq!(
             status.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Failed")
@@ -875,5 +931,56 @@ mod tests {
             .expect("released");
         assert!(cluster.get::<Pod>(Some("ns"), "a").is_none());
         assert_eq!(code(pods.delete("a", &DeleteParams::default()).await), 404);
+    }
+
+    /// A Pod's spec changes in place only where the apiserver allows it: images through the
+    /// object, resources through `resize`.
+    #[tokio::test]
+    async fn a_pod_spec_changes_only_where_the_apiserver_allows() {
+        let cluster = FakeCluster::new();
+        cluster.insert(&pod("a"));
+        let pods = Writer::<Pod>::namespaced(cluster.clone(), "ns");
+        let image = json!({"spec": {"containers": [{"name": "c", "image": "i:2"}]}});
+        let patched = pods
+            .patch_part("a", Part::Object, &Patch::Strategic(&image))
+            .await
+            .expect("an image changes in place");
+        assert_eq!(
+            patched.spec.as_ref().map(|s| s.containers[0].image.clone()),
+            Some(Some("i:2".into()))
+        );
+        let env =
+            json!({"spec": {"containers": [{"name": "c", "env": [{"name": "E", "value": "1"}]}]}});
+        assert_eq!(
+            code(
+                pods.patch_part("a", Part::Object, &Patch::Strategic(&env))
+                    .await
+            ),
+            422
+        );
+        let resources = json!({"spec": {"containers": [{"name": "c", "image": "i:9",
+                                                          "resources": {"limits": {"cpu": "1"}}}]}});
+        assert_eq!(
+            code(
+                pods.patch_part("a", Part::Object, &Patch::Strategic(&resources))
+                    .await
+            ),
+            422,
+            "resources change through resize only"
+        );
+        let resized = pods
+            .patch_part("a", Part::Resize, &Patch::Strategic(&resources))
+            .await
+            .expect("a resize");
+        let container = resized
+            .spec
+            .map(|s| s.containers[0].clone())
+            .expect("a container");
+        assert_eq!(
+            container.image.as_deref(),
+            Some("i:2"),
+            "a resize leaves the image"
+        );
+        assert!(container.resources.is_some_and(|r| r.limits.is_some()));
     }
 }
