@@ -46,7 +46,8 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    pub(crate) client: Client,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
     pub(crate) jobs: Store<Job>,
     pub(crate) broadcastjobs: Store<BroadcastJob>,
     pub(crate) imagelistpulljobs: Store<ImageListPullJob>,
@@ -95,7 +96,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let imagelistpulljob_owners = owners_of(&lists);
     let imagelistpulljobs = lists.store().clone();
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        writes: crate::driver::writes::ApiWrites::new(client.clone()),
         jobs: caches.jobs.store().clone(),
         broadcastjobs: caches.broadcastjobs.store().clone(),
         imagelistpulljobs,

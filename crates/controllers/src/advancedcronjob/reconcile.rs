@@ -21,11 +21,12 @@ use kube::api::{DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
 use super::Context;
 use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::driver::write::{StatusWrite, write_status};
+use crate::driver::writes::Writer;
 use crate::error::{Error, is_race};
 
 pub(crate) async fn reconcile(
@@ -301,7 +302,7 @@ async fn reconcile_inner(acj: &AdvancedCronJob, ctx: &Context) -> Result<Action,
         last_schedule_time: plan.last_schedule_time.map(Time),
     };
     let api = crate::driver::writes::Writer::<AdvancedCronJob>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         &namespace,
     );
     let old = acj.status.as_ref();
@@ -358,15 +359,15 @@ async fn delete(ctx: &Context, kind: &str, namespace: &str, job: &Owned) -> bool
         ..DeleteParams::default()
     };
     let result = match kind {
-        TEMPLATE_JOB => Api::<Job>::namespaced(ctx.client.clone(), namespace)
+        TEMPLATE_JOB => Writer::<Job>::namespaced(ctx.writes.clone(), namespace)
             .delete(&job.name, &params)
             .await
             .map(|_| ()),
-        TEMPLATE_BROADCAST_JOB => Api::<BroadcastJob>::namespaced(ctx.client.clone(), namespace)
+        TEMPLATE_BROADCAST_JOB => Writer::<BroadcastJob>::namespaced(ctx.writes.clone(), namespace)
             .delete(&job.name, &params)
             .await
             .map(|_| ()),
-        _ => Api::<ImageListPullJob>::namespaced(ctx.client.clone(), namespace)
+        _ => Writer::<ImageListPullJob>::namespaced(ctx.writes.clone(), namespace)
             .delete(&job.name, &params)
             .await
             .map(|_| ()),
@@ -428,7 +429,7 @@ async fn create(
             spec: Some(job.spec.clone().unwrap_or_else(JobSpec::default)),
             status: None,
         };
-        Api::<Job>::namespaced(ctx.client.clone(), &namespace)
+        Writer::<Job>::namespaced(ctx.writes.clone(), &namespace)
             .create(&PostParams::default(), &object)
             .await
             .map(|_| ())
@@ -438,7 +439,7 @@ async fn create(
             spec: broadcast.spec.clone(),
             status: None,
         };
-        Api::<BroadcastJob>::namespaced(ctx.client.clone(), &namespace)
+        Writer::<BroadcastJob>::namespaced(ctx.writes.clone(), &namespace)
             .create(&PostParams::default(), &object)
             .await
             .map(|_| ())
@@ -450,7 +451,7 @@ async fn create(
             },
             status: None,
         };
-        Api::<ImageListPullJob>::namespaced(ctx.client.clone(), &namespace)
+        Writer::<ImageListPullJob>::namespaced(ctx.writes.clone(), &namespace)
             .create(&PostParams::default(), &object)
             .await
             .map(|_| ())
@@ -466,3 +467,7 @@ async fn create(
         }),
     }
 }
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;

@@ -122,6 +122,10 @@ const LIVE_READERS: &[(&str, &str)] = &[
         "the Pod-owning head: the owner re-read before adopting",
     ),
     (
+        "controllers/src/sidecarset/mod.rs",
+        "the SidecarSet re-read before it adopts a revision, a taken revision name",
+    ),
+    (
         "controllers/src/uniteddeployment/mod.rs",
         "the owner re-read before adopting its subset workloads, a taken revision name",
     ),
@@ -157,6 +161,7 @@ const LIVE_READERS: &[(&str, &str)] = &[
 /// tests on the in-memory cluster): no `kube::Api` of their own. An entry ending in `/` is every
 /// file of that directory.
 const ACTS_THROUGH_WRITES: &[&str] = &[
+    "controllers/src/advancedcronjob/",
     "controllers/src/broadcastjob/",
     "controllers/src/claim.rs",
     "controllers/src/cloneset/",
@@ -174,6 +179,7 @@ const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/podprobemarker/mod.rs",
     "controllers/src/podprobemarker/nodepodprobe.rs",
     "controllers/src/resourcedistribution.rs",
+    "controllers/src/sidecarset/",
     "controllers/src/sidecarterminator.rs",
     "controllers/src/workloadspread/mod.rs",
 ];

@@ -33,14 +33,14 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, Selected, WirePod};
 use crate::claim::{Recheck, claim_each};
 use crate::driver::caches::Caches;
 use crate::driver::write::{StatusWrite, write_status};
-use crate::driver::writes::Writer;
+use crate::driver::writes::{Part, Writer};
 use crate::error::KubeContext;
 use crate::events::EventRecorder;
 use crate::history::{Registered, register};
@@ -65,7 +65,10 @@ pub struct Config {
 }
 
 struct Context {
-    client: Client,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    writes: Arc<dyn crate::driver::writes::Writes>,
+    /// The SidecarSet re-read before it adopts a revision; a revision whose name is taken.
+    live: Arc<dyn crate::driver::writes::LiveReads>,
     pods: Arc<PodCache>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Every ControllerRevision (the shared cache); a SidecarSet's are those labelled
@@ -114,7 +117,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     ));
 
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        writes: crate::driver::writes::ApiWrites::new(client.clone()),
+        live: crate::driver::writes::ApiWrites::new(client.clone()),
         pods,
         namespaces,
         revisions,
@@ -378,9 +382,7 @@ async fn reconcile_inner(ss: &SidecarSet, ctx: &Context) -> Result<Action, Error
     // Entries still to write (beyond this round's share, or lost to a concurrent writer) hold the
     // status back until the next round, which follows at once.
     if !more_marks && !marks_lost {
-        let api = crate::driver::writes::Writer::<SidecarSet>::all(
-            crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-        );
+        let api = crate::driver::writes::Writer::<SidecarSet>::all(ctx.writes.clone());
         match write_status(&api, ss, Some(&old), &status, status_changed).await? {
             StatusWrite::Unchanged => {}
             StatusWrite::Written { resource_version } => expect_written(ctx, ss, resource_version),
@@ -597,10 +599,13 @@ async fn claim_revisions(
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    let api = crate::driver::writes::ApiWrites::new(ctx.client.clone());
-    let mut recheck =
-        Recheck::<SidecarSet>::new(api.clone(), None, name.clone(), claimant.uid.to_owned());
-    let api = Writer::<ControllerRevision>::namespaced(api, &ctx.config.namespace);
+    let mut recheck = Recheck::<SidecarSet>::new(
+        ctx.live.clone(),
+        None,
+        name.clone(),
+        claimant.uid.to_owned(),
+    );
+    let api = Writer::<ControllerRevision>::namespaced(ctx.writes.clone(), &ctx.config.namespace);
     let names_us = |meta: &ObjectMeta| {
         Some(
             meta.labels
@@ -657,11 +662,10 @@ async fn register_latest_revision(
         Some(collision_count),
     )
     .map_err(|e| Error::Invalid(format!("SidecarSet {name}: building its revision: {e}")))?;
-    let live = crate::driver::writes::ApiWrites::new(ctx.client.clone());
-    let api = Writer::<ControllerRevision>::namespaced(live.clone(), namespace);
+    let api = Writer::<ControllerRevision>::namespaced(ctx.writes.clone(), namespace);
     let latest = match register(
         &api,
-        live.as_ref(),
+        ctx.live.as_ref(),
         revisions,
         candidate,
         ss.metadata.uid.as_deref(),
@@ -682,9 +686,7 @@ async fn register_latest_revision(
                 collision_count: Some(collision_count + 1),
                 ..old.clone()
             };
-            let api = crate::driver::writes::Writer::<SidecarSet>::all(
-                crate::driver::writes::ApiWrites::new(ctx.client.clone()),
-            );
+            let api = crate::driver::writes::Writer::<SidecarSet>::all(ctx.writes.clone());
             if let StatusWrite::Written { resource_version } =
                 write_status(&api, ss, Some(&old), &status, true).await?
             {
@@ -739,7 +741,7 @@ async fn truncate_history(
     let name = ss.name_any();
     let live = history::live_revisions(ss, pods.iter().map(|p| p.pod().as_ref()), revisions);
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        crate::driver::writes::ApiWrites::new(ctx.client.clone()),
+        ctx.writes.clone(),
         &ctx.config.namespace,
     );
     let mut doomed = history::revisions_to_delete(ss, revisions, &live);
@@ -767,15 +769,11 @@ async fn patch_pod(
     let ns = pod.namespace().unwrap_or_default();
     let pod_name = pod.name_any();
     // The answer is read without its managed fields (`WirePod`): only its resourceVersion is.
-    let api: Api<WirePod> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = Patch::<()>::Json(patch);
-    let params = PatchParams::default();
-    let result = if status {
-        api.patch_status(&pod_name, &params, &patch).await
-    } else {
-        api.patch(&pod_name, &params, &patch).await
-    }
-    .map(WirePod::into_pod);
+    let part = if status { Part::Status } else { Part::Object };
+    let result = Writer::<Pod>::namespaced(ctx.writes.clone(), &ns)
+        .patch_part_as::<WirePod, _>(&pod_name, part, &Patch::<()>::Json(patch))
+        .await
+        .map(WirePod::into_pod);
     match result {
         Ok(patched) => {
             ctx.metrics.pod_operation(CONTROLLER, operation, true);
