@@ -170,6 +170,7 @@ const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/podcontrol.rs",
     "controllers/src/predownload.rs",
     "controllers/src/statefulset/",
+    "controllers/src/uniteddeployment/",
     "controllers/src/containerrecreaterequest.rs",
     "controllers/src/ephemeraljob.rs",
     "controllers/src/imagepulljob/job.rs",

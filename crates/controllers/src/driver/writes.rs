@@ -363,7 +363,23 @@ impl<K: Resource<DynamicType = ()>> Writer<K> {
             kind: PhantomData,
         }
     }
+}
 
+impl Writer<DynamicObject> {
+    /// Objects of a kind known only at run time (`resource`) in `namespace`.
+    pub fn namespaced_with(writes: Arc<dyn Writes>, namespace: &str, resource: &ApiResource) -> Self {
+        Self {
+            writes,
+            at: At {
+                resource: resource.clone(),
+                namespace: Some(namespace.to_owned()),
+            },
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Writer<K> {
     pub fn at(&self) -> &At {
         &self.at
     }
@@ -394,10 +410,7 @@ impl<K: Resource<DynamicType = ()>> Writer<K> {
 }
 
 /// The calls of `kube::Api`, answering `K`.
-impl<K> Writer<K>
-where
-    K: Resource<DynamicType = ()> + DeserializeOwned,
-{
+impl<K: DeserializeOwned> Writer<K> {
     pub async fn create(&self, _params: &PostParams, object: &K) -> Result<K, kube::Error>
     where
         K: Serialize,

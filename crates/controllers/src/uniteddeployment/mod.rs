@@ -68,7 +68,6 @@ pub(crate) const CREATED_SUBSET: &str = "CreatedSubset";
 
 /// What every reconcile shares.
 pub struct Context {
-    pub(crate) client: Client,
     /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
     pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
     /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
@@ -211,7 +210,6 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let triggers = futures::stream::select_all(streams);
 
     let ctx = Arc::new(Context {
-        client: client.clone(),
         writes: crate::driver::writes::ApiWrites::new(client.clone()),
         live: crate::driver::writes::ApiWrites::new(client.clone()),
         pods,

@@ -27,7 +27,7 @@ use kube::api::{
 };
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::observe::{Observed, observe};
@@ -38,6 +38,7 @@ use crate::cache::{NOT_LISTED_RETRY, listed};
 use crate::claim::Recheck;
 use crate::driver::Owner;
 use crate::driver::write::StatusWrite;
+use crate::driver::writes::Writer;
 use crate::error::is_race;
 
 /// The resync period when nothing else asks for a look sooner.
@@ -652,7 +653,7 @@ async fn write_json_patch(
     name: &str,
     patch: json_patch::Patch,
 ) -> Result<Option<DynamicObject>, Error> {
-    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, resource);
+    let api = Writer::<DynamicObject>::namespaced_with(ctx.writes.clone(), namespace, resource);
     match api
         .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
         .await
@@ -698,7 +699,7 @@ async fn delete_workload(
         return Ok(());
     };
     let namespace = object.namespace().unwrap_or_default();
-    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+    let api = Writer::<DynamicObject>::namespaced_with(ctx.writes.clone(), &namespace, resource);
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
@@ -730,7 +731,7 @@ async fn delete_workload(
 async fn create_subsets(
     ctx: &Context,
     key: &str,
-    api: &Api<DynamicObject>,
+    api: &Writer<DynamicObject>,
     subset_type: &str,
     creates: &[(String, Result<serde_json::Value, String>)],
 ) -> (usize, Vec<String>) {
@@ -833,7 +834,7 @@ async fn manage(
     let Some((_, resource, _)) = ctx.workloads_of(kind) else {
         return outcome;
     };
-    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+    let api = Writer::<DynamicObject>::namespaced_with(ctx.writes.clone(), &namespace, resource);
 
     let mut provision_errors = Vec::new();
     if !plan.creates.is_empty() {
@@ -945,7 +946,7 @@ async fn update_subset(
     let name = object.name_any();
     let namespace = object.namespace().unwrap_or_default();
     if let Some(patch) = patch {
-        let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+        let api = Writer::<DynamicObject>::namespaced_with(ctx.writes.clone(), &namespace, resource);
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -981,7 +982,7 @@ async fn delete_stuck_pods(
     namespace: &str,
     stuck: &[(String, Option<String>)],
 ) -> Result<(), Error> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let api = Writer::<Pod>::namespaced(ctx.writes.clone(), namespace);
     for (name, uid) in stuck {
         tracing::info!(uniteddeployment = key, pod = %name, "deleting a Pod stuck in a StatefulSet rolling update");
         let params = DeleteParams {

@@ -14,11 +14,12 @@ use kruise_api::uniteddeployment::v1beta1::{
 };
 use kruise_core::rollout::uniteddeployment::{self as planner, SubsetReservation, TemplateKind};
 use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::observe::Observed;
 use super::{Context, Error};
+use crate::driver::writes::Writer;
 use crate::error::is_race;
 
 /// Each observed subset's reservation (pure: nothing is written); its `Schedulable` condition is
@@ -162,7 +163,7 @@ async fn label_pods(
             continue;
         };
         let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let api = Writer::<Pod>::namespaced(ctx.writes.clone(), &namespace);
         let value = if *reserved { "true" } else { "false" };
         let mut patch =
             json!({"metadata": {"labels": {keys::LABEL_UNITED_DEPLOYMENT_RESERVED_POD: value}}});
