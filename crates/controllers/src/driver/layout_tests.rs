@@ -177,6 +177,7 @@ const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/imagepulljob/list.rs",
     "controllers/src/imagepulljob/nodeimage.rs",
     "controllers/src/persistentpodstate/mod.rs",
+    "controllers/src/podunavailablebudget/mod.rs",
     "controllers/src/podprobemarker/mod.rs",
     "controllers/src/podprobemarker/nodepodprobe.rs",
     "controllers/src/resourcedistribution.rs",

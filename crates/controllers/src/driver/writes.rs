@@ -367,7 +367,11 @@ impl<K: Resource<DynamicType = ()>> Writer<K> {
 
 impl Writer<DynamicObject> {
     /// Objects of a kind known only at run time (`resource`) in `namespace`.
-    pub fn namespaced_with(writes: Arc<dyn Writes>, namespace: &str, resource: &ApiResource) -> Self {
+    pub fn namespaced_with(
+        writes: Arc<dyn Writes>,
+        namespace: &str,
+        resource: &ApiResource,
+    ) -> Self {
         Self {
             writes,
             at: At {

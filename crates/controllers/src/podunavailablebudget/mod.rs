@@ -24,12 +24,13 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::cache::{PodCache, PodChange};
 use crate::driver::caches::Caches;
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::{Error, is_race};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -51,7 +52,11 @@ impl Default for Config {
 }
 
 pub struct Context {
+    /// For the budget's target workload and its scale (`workloads`): discovery and the scale
+    /// subresource, read live.
     client: Client,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    writes: Arc<dyn Writes>,
     pods: Arc<PodCache>,
     recorder: EventRecorder,
     metrics: Arc<Metrics>,
@@ -85,12 +90,13 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     forward_workload_changes(&caches, budgets.clone(), tx);
     caches.pods.wait_synced().await;
     tokio::spawn(drop_stale_guards(
-        client.clone(),
+        ApiWrites::new(client.clone()),
         caches.pods.clone(),
         caches.budgets.clone(),
     ));
     let ctx = Arc::new(Context {
         client: client.clone(),
+        writes: ApiWrites::new(client.clone()),
         pods: caches.pods,
         recorder: crate::driver::recorder(client, CONTROLLER),
         metrics,
@@ -208,7 +214,7 @@ async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Resu
         )
         .await;
     }
-    mark_related(&ctx.client, &budget, &found.pods).await?;
+    mark_related(&ctx.writes, &budget, &found.pods).await?;
     let desired = match budget::desired_available(&budget.spec, expected) {
         Ok(desired) => desired,
         Err(message) => {
@@ -234,7 +240,7 @@ async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Resu
         Timestamp::now(),
     );
     let changed = budget.status.is_none() || !budget::same_status(&previous, &status);
-    let api: Api<PodUnavailableBudget> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = Writer::<PodUnavailableBudget>::namespaced(ctx.writes.clone(), &namespace);
     if changed {
         let mut patch = crate::status_patch::whole_status(budget.status.as_ref(), &status);
         clear_dropped_records(&mut patch, &previous, &status);
@@ -307,13 +313,13 @@ async fn publish(
 /// does at creation, for the Pods it did not see (created before the budget, or while the webhook
 /// was down).
 async fn mark_related(
-    client: &Client,
+    writes: &Arc<dyn Writes>,
     budget: &PodUnavailableBudget,
     pods: &[Arc<Pod>],
 ) -> Result<(), Error> {
     let namespace = budget.namespace().unwrap_or_default();
     let name = budget.name_any();
-    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let api = Writer::<Pod>::namespaced(writes.clone(), &namespace);
     for pod in pods {
         let guarded = budget::guards_removal(budget.metadata.annotations.as_ref(), pod);
         let named = kruise_core::pods::annotation(pod, POD_RELATED_PUB_ANNOTATION) == Some(&name);
@@ -381,7 +387,7 @@ pub fn stale_guard(pod: &Pod, budgets: &[Arc<PodUnavailableBudget>]) -> Option<&
 /// be deleted while the manager is down. The removal is conditional on the Pod still naming the same
 /// budget (a JSON-patch `test`), so a budget that took the Pod meanwhile keeps it labelled.
 async fn drop_stale_guards(
-    client: Client,
+    writes: Arc<dyn Writes>,
     pods: Arc<PodCache>,
     shared: crate::driver::caches::Shared<PodUnavailableBudget>,
 ) {
@@ -401,59 +407,75 @@ async fn drop_stale_guards(
                 while changes.try_recv().is_ok() {}
             }
         }
-        let all = budgets.state();
-        let stale: Vec<Arc<Pod>> = pods
-            .select(None, |labels| {
-                labels.get(POD_GUARDED_LABEL) == Some(POD_GUARDED_VALUE)
-            })
-            .into_iter()
-            .filter(|pod| {
-                let namespace = pod.metadata.namespace.as_deref();
-                let here: Vec<Arc<PodUnavailableBudget>> = all
-                    .iter()
-                    .filter(|b| b.metadata.namespace.as_deref() == namespace)
-                    .cloned()
-                    .collect();
-                stale_guard(pod, &here).is_some()
-            })
-            .collect();
-        for pod in stale {
-            let namespace = pod.namespace().unwrap_or_default();
-            let name = pod.name_any();
-            let named = kruise_core::pods::annotation(&pod, POD_RELATED_PUB_ANNOTATION);
-            let label = kruise_core::json_pointer(&["metadata", "labels", POD_GUARDED_LABEL]);
-            // Still naming the budget that was judged gone (or still naming none).
-            let precondition = match named {
-                Some(named) => json!({"op": "test", "value": named, "path":
-                    kruise_core::json_pointer(&["metadata", "annotations", POD_RELATED_PUB_ANNOTATION])}),
-                None => json!({"op": "test", "path": label, "value": POD_GUARDED_VALUE}),
-            };
-            let operations = vec![precondition, json!({"op": "remove", "path": label})];
-            let patch: json_patch::Patch =
-                match serde_json::from_value(serde_json::Value::Array(operations)) {
-                    Ok(patch) => patch,
-                    Err(error) => {
-                        tracing::warn!(%error, "building the patch that drops a stale guard label");
-                        continue;
-                    }
-                };
-            let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(pod = %name, %namespace, "dropped {POD_GUARDED_LABEL}: no budget guards the Pod")
-                }
-                // Gone, or taken by a budget meanwhile (the test failed): nothing to drop.
-                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409 | 422) => {}
+        sweep_stale_guards(&writes, &pods, &budgets.state()).await;
+    }
+}
+
+/// One sweep of [`drop_stale_guards`]: every Pod labelled guarded that no budget of `budgets` guards
+/// loses the label; returns the Pods it was dropped from.
+async fn sweep_stale_guards(
+    writes: &Arc<dyn Writes>,
+    pods: &PodCache,
+    all: &[Arc<PodUnavailableBudget>],
+) -> Vec<String> {
+    let mut dropped = Vec::new();
+    let stale: Vec<Arc<Pod>> = pods
+        .select(None, |labels| {
+            labels.get(POD_GUARDED_LABEL) == Some(POD_GUARDED_VALUE)
+        })
+        .into_iter()
+        .filter(|pod| {
+            let namespace = pod.metadata.namespace.as_deref();
+            let here: Vec<Arc<PodUnavailableBudget>> = all
+                .iter()
+                .filter(|b| b.metadata.namespace.as_deref() == namespace)
+                .cloned()
+                .collect();
+            stale_guard(pod, &here).is_some()
+        })
+        .collect();
+    for pod in stale {
+        let namespace = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        let named = kruise_core::pods::annotation(&pod, POD_RELATED_PUB_ANNOTATION);
+        let label = kruise_core::json_pointer(&["metadata", "labels", POD_GUARDED_LABEL]);
+        // Still naming the budget that was judged gone (or still naming none).
+        let precondition = match named {
+            Some(named) => json!({"op": "test", "value": named, "path":
+                kruise_core::json_pointer(&["metadata", "annotations", POD_RELATED_PUB_ANNOTATION])}),
+            None => json!({"op": "test", "path": label, "value": POD_GUARDED_VALUE}),
+        };
+        let operations = vec![precondition, json!({"op": "remove", "path": label})];
+        let patch: json_patch::Patch =
+            match serde_json::from_value(serde_json::Value::Array(operations)) {
+                Ok(patch) => patch,
                 Err(error) => {
-                    tracing::warn!(%error, pod = %name, %namespace, "dropping {POD_GUARDED_LABEL}");
+                    tracing::warn!(%error, "building the patch that drops a stale guard label");
+                    continue;
                 }
+            };
+        let api = Writer::<Pod>::namespaced(writes.clone(), &namespace);
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pod = %name, %namespace, "dropped {POD_GUARDED_LABEL}: no budget guards the Pod");
+                dropped.push(format!("{namespace}/{name}"));
+            }
+            // Gone, or taken by a budget meanwhile (the test failed): nothing to drop.
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409 | 422) => {}
+            Err(error) => {
+                tracing::warn!(%error, pod = %name, %namespace, "dropping {POD_GUARDED_LABEL}");
             }
         }
     }
+    dropped
 }
+
+#[cfg(test)]
+#[path = "writes_tests.rs"]
+mod writes_tests;
 
 #[cfg(test)]
 mod tests {

@@ -946,7 +946,8 @@ async fn update_subset(
     let name = object.name_any();
     let namespace = object.namespace().unwrap_or_default();
     if let Some(patch) = patch {
-        let api = Writer::<DynamicObject>::namespaced_with(ctx.writes.clone(), &namespace, resource);
+        let api =
+            Writer::<DynamicObject>::namespaced_with(ctx.writes.clone(), &namespace, resource);
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -13,8 +13,8 @@ use kruise_api::uniteddeployment::v1beta1::{
     UnitedDeploymentStatus,
 };
 use kruise_core::rollout::uniteddeployment::{self as planner, SubsetReservation, TemplateKind};
-use kube::api::{Patch, PatchParams};
 use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::observe::Observed;
