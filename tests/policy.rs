@@ -114,7 +114,12 @@ async fn evict(pods: &Api<Pod>, pod: &str) -> Result<(), String> {
 async fn budget_refuses_eviction_and_deletion_until_pods_recover() -> anyhow::Result<()> {
     let ns = bed().namespace("pub-evict").await?;
     ns.run(async {
-        apply(&ns, &cloneset("web", 3, IMAGE_A, json!({}))).await?;
+        // A replacement Pod is Ready only 6 s after it starts: until then the budget has nothing
+        // to allow, however slow the machine is to run the next `kubectl` (a replacement Ready
+        // within a second, under load, made the refused delete below an allowed one).
+        let slow_to_recover = json!({"template": {"metadata": {"annotations":
+            {"sim.kruise-rs.io/ready-delay-ms": "6000"}}}});
+        apply(&ns, &cloneset("web", 3, IMAGE_A, slow_to_recover)).await?;
         wait_converged(&ns, "web", 3, TIMEOUT).await?;
         ns.apply(&budget_yaml("web-pub", "web", 1)).await?;
         let first = wait_budget(&ns, "web-pub", "web", 3, 1).await?;

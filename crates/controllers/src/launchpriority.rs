@@ -16,11 +16,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kruise_core::launchpriority::{
     ANNOTATION_COMPLETED, Step, barrier_name, in_progress, next_step, pending,
 };
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::cache::PodCache;
+use crate::driver::writes::{ApiWrites, LiveReads, Writer, Writes, get_live};
 
 pub const CONTROLLER: &str = "container-launch-priority-controller";
 
@@ -46,7 +47,9 @@ enum Outcome {
 }
 
 struct Controller {
-    client: Client,
+    writes: Arc<dyn Writes>,
+    /// The barrier ConfigMap, read once per waiting Pod (ConfigMaps are not cached).
+    live: Arc<dyn LiveReads>,
     released: Released,
 }
 
@@ -62,9 +65,10 @@ impl Controller {
 
     async fn read_or_create(&self, pod: &Pod, uid: &str) -> Result<BTreeSet<String>, kube::Error> {
         let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &namespace);
+        let api = Writer::<ConfigMap>::namespaced(self.writes.clone(), &namespace);
         let name = barrier_name(&pod.name_any());
-        if let Some(found) = api.get_opt(&name).await? {
+        let read = || get_live::<ConfigMap>(self.live.as_ref(), Some(&namespace), &name);
+        if let Some(found) = read().await? {
             return Ok(found.data.unwrap_or_default().into_keys().collect());
         }
         let barrier = ConfigMap {
@@ -88,8 +92,7 @@ impl Controller {
                 Ok(BTreeSet::new())
             }
             // Created meanwhile (by an earlier run of this controller, or OpenKruise's): read it.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(api
-                .get_opt(&name)
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(read()
                 .await?
                 .and_then(|c| c.data)
                 .unwrap_or_default()
@@ -100,8 +103,10 @@ impl Controller {
     }
 
     async fn release(&self, pod: &Pod, key: &str) -> Result<(), kube::Error> {
-        let api: Api<ConfigMap> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let api = Writer::<ConfigMap>::namespaced(
+            self.writes.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
         let patch = json!({"data": {key: "true"}});
         api.patch(
             &barrier_name(&pod.name_any()),
@@ -119,8 +124,8 @@ impl Controller {
     }
 
     async fn complete(&self, pod: &Pod) -> Result<(), kube::Error> {
-        let api: Api<Pod> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let api =
+            Writer::<Pod>::namespaced(self.writes.clone(), &pod.namespace().unwrap_or_default());
         let patch = json!({"metadata": {"annotations": {ANNOTATION_COMPLETED: "true"}}});
         api.patch(
             &pod.name_any(),
@@ -207,8 +212,167 @@ impl crate::podworker::PodWorker for Controller {
 /// Runs until the Pod cache is gone.
 pub async fn run(client: Client, pods: Arc<PodCache>) {
     let controller = Controller {
-        client,
+        writes: ApiWrites::new(client.clone()),
+        live: ApiWrites::new(client),
         released: Released::default(),
     };
     crate::podworker::drive(pods, RETRY, controller).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use kruise_core::launchpriority::barrier_env;
+
+    use super::*;
+    use crate::driver::writes::fake::{FakeCluster, Verb};
+
+    /// A starting Pod whose `app` container waits on priority 1 and `sidecar` on 0; `ready` names
+    /// the containers already Ready.
+    fn pod(cluster: &FakeCluster, ready: &[&str]) -> Pod {
+        let container = |name: &str, priority: i64| {
+            json!({"name": name, "image": "i",
+                   "env": [serde_json::to_value(barrier_env(priority, "web-0")).expect("env")]})
+        };
+        let statuses: Vec<_> = ["app", "sidecar"]
+            .iter()
+            .map(|name| {
+                json!({"name": name, "ready": ready.contains(name), "image": "i",
+                               "imageID": "", "restartCount": 0})
+            })
+            .collect();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "ns", "uid": "web-0-uid"},
+            "spec": {"containers": [container("app", 1), container("sidecar", 0)]},
+            "status": {"phase": "Pending", "containerStatuses": statuses,
+                       "conditions": [{"type": "ContainersReady", "status": "False"}]},
+        }))
+        .expect("a Pod");
+        match cluster.get::<Pod>(Some("ns"), "web-0") {
+            Some(_) => pod,
+            None => cluster.insert(&pod),
+        }
+    }
+
+    fn controller(cluster: &Arc<FakeCluster>) -> Controller {
+        Controller {
+            writes: cluster.clone(),
+            live: cluster.clone(),
+            released: Released::default(),
+        }
+    }
+
+    fn barrier_keys(cluster: &FakeCluster) -> Vec<String> {
+        cluster
+            .get::<ConfigMap>(Some("ns"), "web-0-barrier")
+            .and_then(|c| c.data)
+            .unwrap_or_default()
+            .into_keys()
+            .collect()
+    }
+
+    fn completed(cluster: &FakeCluster) -> bool {
+        cluster
+            .get::<Pod>(Some("ns"), "web-0")
+            .and_then(|p| p.metadata.annotations)
+            .is_some_and(|a| a.get(ANNOTATION_COMPLETED).is_some_and(|v| v == "true"))
+    }
+
+    #[tokio::test]
+    async fn priorities_are_released_highest_first_then_the_pod_is_marked() {
+        let cluster = FakeCluster::new();
+        let mut controller = controller(&cluster);
+
+        // No barrier yet: created, owned by its Pod, and the highest priority released.
+        assert!(matches!(
+            controller.advance(&pod(&cluster, &[])).await,
+            Outcome::Done
+        ));
+        let barrier: ConfigMap = cluster
+            .get(Some("ns"), "web-0-barrier")
+            .expect("the barrier");
+        let owner = &barrier.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Pod", "web-0-uid")
+        );
+        assert_eq!(barrier_keys(&cluster), vec!["p_1".to_owned()]);
+        assert!(!completed(&cluster));
+
+        // Nothing more while `app` is not Ready.
+        let writes = cluster.records().len();
+        controller.advance(&pod(&cluster, &[])).await;
+        assert_eq!(cluster.records().len(), writes, "nothing written");
+
+        // `app` Ready: the last priority, and the Pod marked completed.
+        controller.advance(&pod(&cluster, &["app"])).await;
+        assert_eq!(
+            barrier_keys(&cluster),
+            vec!["p_0".to_owned(), "p_1".to_owned()]
+        );
+        assert!(completed(&cluster));
+        let verbs: Vec<Verb> = cluster.done().into_iter().map(|(verb, _)| verb).collect();
+        assert_eq!(
+            verbs,
+            vec![Verb::Create, Verb::Patch, Verb::Patch, Verb::Patch],
+            "barrier created, p_1, p_0, the Pod's annotation"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_barrier_that_exists_is_read_not_overwritten() {
+        // Created by OpenKruise (or an earlier term) with the highest priority released already.
+        let cluster = FakeCluster::new();
+        let pod = pod(&cluster, &[]);
+        let barrier: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "web-0-barrier", "namespace": "ns"},
+            "data": {"p_1": "true"},
+        }))
+        .expect("a ConfigMap");
+        cluster.insert(&barrier);
+        let mut controller = controller(&cluster);
+        assert!(matches!(controller.advance(&pod).await, Outcome::Done));
+        assert!(
+            cluster.records().is_empty(),
+            "nothing to write: {:?}",
+            cluster.records()
+        );
+    }
+
+    #[tokio::test]
+    async fn refusals_are_retried_or_forgotten_by_code() {
+        // (verb refused, code, what becomes of the Pod's turn)
+        let cases = [
+            (Verb::Create, 500, "failed"),
+            (Verb::Patch, 404, "failed"),
+            (Verb::Patch, 500, "failed"),
+        ];
+        for (verb, code, expected) in cases {
+            let cluster = FakeCluster::new();
+            let pod = pod(&cluster, &[]);
+            cluster.fail_next(verb, "web-0-barrier", code);
+            let mut controller = controller(&cluster);
+            let outcome = match controller.advance(&pod).await {
+                Outcome::Done => "done",
+                Outcome::Forget => "forget",
+                Outcome::Failed => "failed",
+            };
+            assert_eq!(outcome, expected, "{verb:?} {code}");
+            if outcome == "failed" {
+                assert!(
+                    controller.released.0.is_empty(),
+                    "{verb:?} {code}: the barrier is read again next time"
+                );
+            }
+        }
+
+        // The Pod gone when it is to be marked completed: forgotten, not retried.
+        let cluster = FakeCluster::new();
+        let mut controller = controller(&cluster);
+        controller.advance(&pod(&cluster, &[])).await;
+        cluster.fail_next(Verb::Patch, "web-0", 404);
+        assert!(matches!(
+            controller.advance(&pod(&cluster, &["app"])).await,
+            Outcome::Forget
+        ));
+    }
 }

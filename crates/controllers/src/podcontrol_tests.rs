@@ -138,13 +138,7 @@ fn image_of(cluster: &FakeCluster, name: &str) -> String {
 }
 
 fn condition(pod: &Pod, type_: &str) -> Option<String> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
+    kruise_core::pods::condition(pod, type_).map(|c| c.status.clone())
 }
 
 async fn update(bench: &Bench, pod: &Pod, now: Timestamp, grace: i32) -> Result<Outcome, Error> {

@@ -98,7 +98,12 @@ const LIVE_READERS: &[(&str, &str)] = &[
     ),
     (
         "controllers/src/history.rs",
+    "controllers/src/launchpriority.rs",
         "a ControllerRevision whose name is taken, read to tell ours from a hash collision",
+    ),
+    (
+        "controllers/src/launchpriority.rs",
+        "a waiting Pod's barrier ConfigMap, once per Pod (ConfigMaps are not cached)",
     ),
     (
         "controllers/src/podcontrol.rs",
