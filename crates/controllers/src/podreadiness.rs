@@ -15,11 +15,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::keys;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::cache::PodCache;
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 
 pub const CONTROLLER: &str = "pod-readiness-controller";
 
@@ -70,11 +71,11 @@ enum Written {
     Failed,
 }
 
-async fn set_condition(client: &Client, pod: &Pod) -> Written {
+async fn set_condition(writes: &Arc<dyn Writes>, pod: &Pod) -> Written {
     let (Some(namespace), Some(version)) = (pod.namespace(), pod.resource_version()) else {
         return Written::Stale;
     };
-    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let api = Writer::<Pod>::namespaced(writes.clone(), &namespace);
     let patch = condition_patch(&version, Timestamp::now());
     match api
         .patch_status(
@@ -97,7 +98,7 @@ async fn set_condition(client: &Client, pod: &Pod) -> Written {
 }
 
 struct Readiness {
-    client: Client,
+    writes: Arc<dyn Writes>,
 }
 
 impl crate::podworker::PodWorker for Readiness {
@@ -110,13 +111,14 @@ impl crate::podworker::PodWorker for Readiness {
     }
 
     async fn turn(&mut self, pod: &Pod) -> bool {
-        !matches!(set_condition(&self.client, pod).await, Written::Failed)
+        !matches!(set_condition(&self.writes, pod).await, Written::Failed)
     }
 }
 
 /// Runs until the Pod cache is gone.
 pub async fn run(client: Client, pods: Arc<PodCache>) {
-    crate::podworker::drive(pods, RETRY, Readiness { client }).await;
+    let writes = ApiWrites::new(client);
+    crate::podworker::drive(pods, RETRY, Readiness { writes }).await;
 }
 
 #[cfg(test)]
@@ -173,5 +175,38 @@ mod tests {
                    "status": {"conditions": [{"type": "KruisePodReady", "status": "True",
                                               "lastTransitionTime": "2026-01-02T03:04:05Z"}]}})
         );
+    }
+
+    #[tokio::test]
+    async fn the_condition_is_set_over_the_version_read_and_refusals_by_code() {
+        use crate::driver::writes::fake::{FakeCluster, Verb};
+        let cluster = FakeCluster::new();
+        let seen = cluster.insert(&pod(&[keys::CONDITION_KRUISE_POD_READY], &[], false));
+        let writes: Arc<dyn Writes> = cluster.clone();
+        assert!(matches!(set_condition(&writes, &seen).await, Written::Done));
+        let written: Pod = cluster.get(Some("ns"), "p").expect("the Pod");
+        assert!(!needs_condition(&written), "KruisePodReady is set");
+
+        // A copy older than the Pod: not written over.
+        let cluster = FakeCluster::new();
+        let seen = cluster.insert(&pod(&[keys::CONDITION_KRUISE_POD_READY], &[], false));
+        cluster.touch::<Pod>(Some("ns"), "p");
+        let writes: Arc<dyn Writes> = cluster.clone();
+        assert!(matches!(
+            set_condition(&writes, &seen).await,
+            Written::Stale
+        ));
+        let kept: Pod = cluster.get(Some("ns"), "p").expect("the Pod");
+        assert!(needs_condition(&kept));
+
+        // (code, what the turn comes to)
+        for (code, failed) in [(404, false), (409, false), (422, true), (500, true)] {
+            let cluster = FakeCluster::new();
+            let seen = cluster.insert(&pod(&[keys::CONDITION_KRUISE_POD_READY], &[], false));
+            cluster.fail_next(Verb::PatchStatus, "p", code);
+            let writes: Arc<dyn Writes> = cluster.clone();
+            let written = set_condition(&writes, &seen).await;
+            assert_eq!(matches!(written, Written::Failed), failed, "{code}");
+        }
     }
 }

@@ -98,7 +98,6 @@ const LIVE_READERS: &[(&str, &str)] = &[
     ),
     (
         "controllers/src/history.rs",
-    "controllers/src/launchpriority.rs",
         "a ControllerRevision whose name is taken, read to tell ours from a hash collision",
     ),
     (
@@ -172,7 +171,9 @@ const ACTS_THROUGH_WRITES: &[&str] = &[
     "controllers/src/cloneset/",
     "controllers/src/daemonset/",
     "controllers/src/history.rs",
+    "controllers/src/launchpriority.rs",
     "controllers/src/podcontrol.rs",
+    "controllers/src/podreadiness.rs",
     "controllers/src/predownload.rs",
     "controllers/src/statefulset/",
     "controllers/src/uniteddeployment/",
