@@ -207,3 +207,7 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))
 }
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;
