@@ -6,21 +6,17 @@
 pub mod newpod;
 mod reconcile;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kruise_core::expectations::Expectations;
 use kube::Client;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
-use crate::cache::PodCache;
 use crate::driver::caches::Caches;
-use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub use crate::error::Error;
@@ -52,17 +48,9 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
-    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
-    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
-    pub(crate) live: Arc<dyn crate::driver::writes::LiveReads>,
-    pub(crate) pods: Arc<PodCache>,
+    /// What every Pod-owning kind's context holds.
+    pub(crate) base: crate::driver::head::PodOwnerBase,
     pub(crate) nodes: Store<Node>,
-    /// BroadcastJob keeps no ControllerRevisions: an empty store for the shared expectation check.
-    pub(crate) no_revisions: Store<ControllerRevision>,
-    pub(crate) expectations: Mutex<Expectations>,
-    pub(crate) recorder: EventRecorder,
-    pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
 }
 
@@ -76,14 +64,15 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::nodes::trigger(&caches.nodes, all_tx, "BroadcastJob");
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
-        writes: crate::driver::writes::ApiWrites::new(client.clone()),
-        live: crate::driver::writes::ApiWrites::new(client.clone()),
-        pods: caches.pods,
+        base: crate::driver::head::PodOwnerBase::new(
+            &client,
+            CONTROLLER,
+            &caches,
+            metrics,
+            config.expectation_timeout,
+        )
+        .without_revisions(),
         nodes: caches.nodes.store().clone(),
-        no_revisions: kube::runtime::reflector::store().0,
-        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
-        metrics,
         config: config.clone(),
     });
     // The manager's one BroadcastJob watch (AdvancedCronJobs read it too): every job once it is
@@ -97,12 +86,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
+impl crate::driver::head::OwnsPods for Context {
+    fn base(&self) -> &crate::driver::head::PodOwnerBase {
+        &self.base
     }
 }

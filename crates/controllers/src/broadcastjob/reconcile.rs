@@ -31,6 +31,7 @@ pub(crate) async fn reconcile(job: Arc<BroadcastJob>, ctx: Arc<Context>) -> Resu
 fn job_pods(ctx: &Context, job: &BroadcastJob, uid: &str) -> Result<Vec<Arc<Pod>>, Error> {
     let labels = newpod::job_labels(job).map_err(|e| Error::Invalid(e.to_string()))?;
     Ok(ctx
+        .base
         .pods
         .owned_by(uid)
         .into_iter()
@@ -61,7 +62,7 @@ async fn delete_after_ttl(
     };
     match api.delete(name, &params).await {
         Ok(_) => {
-            if let Ok(mut ex) = ctx.expectations.lock() {
+            if let Ok(mut ex) = ctx.base.expectations.lock() {
                 ex.forget(key);
             }
             Ok(Action::await_change())
@@ -83,12 +84,12 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
     };
     // Creates are expected per node (the Pods' names are generated), deletes per Pod.
     if let Err(wait) = expectations_met(
-        &ctx.expectations,
+        &ctx.base.expectations,
         &key,
         &namespace,
-        &ctx.pods,
-        &ctx.no_revisions,
-        &ctx.metrics,
+        &ctx.base.pods,
+        &ctx.base.revisions,
+        &ctx.base.metrics,
         CONTROLLER,
     ) {
         return Ok(Action::requeue(wait));
@@ -110,22 +111,24 @@ async fn reconcile_inner(job: &BroadcastJob, ctx: &Context) -> Result<Action, Er
         planner::node_fits,
     );
     let plan = planner::plan(job, &pod_refs, &placement, now);
-    let api =
-        crate::driver::writes::Writer::<BroadcastJob>::namespaced(ctx.writes.clone(), &namespace);
+    let api = crate::driver::writes::Writer::<BroadcastJob>::namespaced(
+        ctx.base.writes.clone(),
+        &namespace,
+    );
 
     if plan.delete_job {
         return delete_after_ttl(ctx, &api, &name, &key, uid).await;
     }
 
     let pc = PodControl {
-        writes: &ctx.writes,
-        live: &ctx.live,
+        writes: &ctx.base.writes,
+        live: &ctx.base.live,
         namespace: &namespace,
         owner: job.object_ref(&()),
         key: key.clone(),
-        expectations: &ctx.expectations,
-        recorder: &ctx.recorder,
-        metrics: &ctx.metrics,
+        expectations: &ctx.base.expectations,
+        recorder: &ctx.base.recorder,
+        metrics: &ctx.base.metrics,
         controller: CONTROLLER,
         now,
         wording: Wording::Job,

@@ -2,21 +2,19 @@
 //! cache has not shown them, slow start stopped by a refused create, and a stale copy of the job
 //! writing no status.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kruise_core::expectations::Expectations;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use super::reconcile_inner;
 use crate::broadcastjob::{Config, Context};
 use crate::cache::PodCache;
+use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
 use crate::driver::writes::fake::{FakeCluster, Verb, listed};
-use crate::metrics::Metrics;
 
 fn node(name: &str) -> Node {
     serde_json::from_value(json!({
@@ -34,16 +32,16 @@ fn context(cluster: &Arc<FakeCluster>, nodes: usize) -> (Context, scripted::Log)
     let pods = PodCache::new();
     pods.apply(watcher::Event::Init);
     pods.apply(watcher::Event::InitDone);
-    let mut registry = prometheus_client::registry::Registry::default();
+    let mut base = PodOwnerBase::for_tests(
+        super::super::CONTROLLER,
+        cluster.clone(),
+        cluster.clone(),
+        client,
+    );
+    base.pods = pods;
     let ctx = Context {
-        writes: cluster.clone(),
-        live: cluster.clone(),
-        pods,
+        base,
         nodes: listed((0..nodes).map(|i| node(&format!("node-{i}"))).collect()),
-        no_revisions: listed(Vec::new()),
-        expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
-        recorder: crate::driver::recorder(client, super::super::CONTROLLER),
-        metrics: Metrics::register(&mut registry),
         config: Config::default(),
     };
     (ctx, log)

@@ -34,18 +34,18 @@ impl<'a> Actor<'a> {
             ctx,
             cs,
             pc: PodControl {
-                writes: &ctx.writes,
-                live: &ctx.live,
+                writes: &ctx.base.writes,
+                live: &ctx.base.live,
                 namespace: cs.metadata.namespace.as_deref().unwrap_or_default(),
                 owner: cs.object_ref(&()),
                 key,
-                expectations: &ctx.expectations,
-                recorder: &ctx.recorder,
-                metrics: &ctx.metrics,
+                expectations: &ctx.base.expectations,
+                recorder: &ctx.base.recorder,
+                metrics: &ctx.base.metrics,
                 controller: CONTROLLER,
                 now,
                 wording: Wording::Kruise,
-                budgets: ctx.budgets.as_ref(),
+                budgets: ctx.base.budgets.as_ref(),
             },
         }
     }
@@ -210,12 +210,10 @@ impl Actor<'_> {
 mod tests {
     //! The deletion of a Pod with its claims, against a scripted transport.
 
-    use std::sync::Mutex;
-
     use http::Method;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kruise_api::cloneset::LABEL_INSTANCE_ID;
-    use kruise_core::expectations::Expectations;
+
     use serde_json::Value;
 
     use super::*;
@@ -225,18 +223,16 @@ mod tests {
     const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
 
     fn context(client: kube::Client) -> Context {
-        let mut registry = prometheus_client::registry::Registry::default();
+        let api = crate::driver::writes::ApiWrites::new(client.clone());
         Context {
-            budgets: None,
-            writes: crate::driver::writes::ApiWrites::new(client.clone()),
-            live: crate::driver::writes::ApiWrites::new(client.clone()),
-            pods: crate::cache::PodCache::new(),
-            revisions: kube::runtime::reflector::store().0,
+            base: crate::driver::head::PodOwnerBase::for_tests(
+                CONTROLLER,
+                api.clone(),
+                api,
+                client,
+            ),
             pvcs: kube::runtime::reflector::store().0,
             nodes: kube::runtime::reflector::store().0,
-            expectations: Mutex::new(Expectations::new(std::time::Duration::from_secs(300))),
-            recorder: crate::driver::recorder(client, CONTROLLER),
-            metrics: crate::metrics::Metrics::register(&mut registry),
             config: super::super::Config::default(),
             predownload: crate::predownload::Tracker::default(),
         }
@@ -294,6 +290,7 @@ mod tests {
         let claims = [claim("data-web-a", "a"), claim("data-web-b", "b")];
         let result = actor.delete_pod(&pod, &claims).await;
         let expected: Vec<String> = ctx
+            .base
             .expectations
             .lock()
             .map(|ex| {

@@ -43,11 +43,11 @@ const TERMINATION_RETRY: Duration = Duration::from_secs(2);
 
 pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Not a reconcile yet (nothing looked at, not counted): the caches it reads are still listing.
-    if !(listed(&ctx.revisions) && listed(&ctx.pvcs)) {
+    if !(listed(&ctx.base.revisions) && listed(&ctx.pvcs)) {
         return Ok(Action::requeue(NOT_LISTED_RETRY));
     }
     let result = reconcile_inner(&cs, &ctx).await;
-    ctx.metrics.cached_pods.set(ctx.pods.len() as i64);
+    ctx.base.metrics.cached_pods.set(ctx.base.pods.len() as i64);
     result
 }
 
@@ -55,12 +55,12 @@ pub(crate) async fn reconcile(cs: Arc<CloneSet>, ctx: Arc<Context>) -> Result<Ac
 fn expectations_met(ctx: &Context, key: &str, namespace: &str) -> Result<(), Duration> {
     use kruise_core::expectations::CachedState;
     crate::podcontrol::expectations_met_with(
-        &ctx.expectations,
+        &ctx.base.expectations,
         key,
         namespace,
-        &ctx.pods,
-        &ctx.revisions,
-        &ctx.metrics,
+        &ctx.base.pods,
+        &ctx.base.revisions,
+        &ctx.base.metrics,
         CONTROLLER,
         // The claims deleted with their Pod: until the claim cache shows them being deleted, a
         // new Pod could be given their instance id and mount a claim about to vanish.
@@ -80,7 +80,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         name,
         key,
         uid,
-    } = match crate::driver::begin(cs, &ctx.expectations, unmet) {
+    } = match crate::driver::begin(cs, &ctx.base.expectations, unmet) {
         Ok(owner) => owner,
         Err(action) => return Ok(action),
     };
@@ -95,14 +95,14 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         deleting: false,
     };
     let mut recheck = Recheck::new(
-        ctx.live.clone(),
+        ctx.base.live.clone(),
         Some(&namespace),
         name.clone(),
         uid.clone(),
     );
     let Some((mut owned, adopted)) = claim_pods(
         &actor,
-        &ctx.pods,
+        &ctx.base.pods,
         claimant,
         &owner,
         &mut recheck,
@@ -131,7 +131,7 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     // template finds its old revision.
     let Some(mut revisions) = claim_revisions(
         &actor,
-        &ctx.revisions,
+        &ctx.base.revisions,
         claimant,
         &owner,
         &mut recheck,
@@ -473,8 +473,8 @@ async fn update_revision(
         .map_err(|e| Error::Invalid(format!("building the revision: {e}")))?;
     // The whole status on a collision: a first status must carry its required fields.
     let registered = crate::history::update_revision(
-        &actor.ctx.writes,
-        actor.ctx.live.as_ref(),
+        &actor.ctx.base.writes,
+        actor.ctx.base.live.as_ref(),
         cs,
         revisions,
         candidate,
@@ -575,6 +575,7 @@ async fn scale_out(
         }
         if let Some(holder) = actor
             .ctx
+            .base
             .pods
             .get(&namespace, &newpod::pod_name(&cs_name, id))
         {
@@ -876,7 +877,8 @@ async fn write_status(
     old: Option<&CloneSetStatus>,
     new: &CloneSetStatus,
 ) -> Result<(), Error> {
-    let api = crate::driver::writes::Writer::<CloneSet>::namespaced(ctx.writes.clone(), namespace);
+    let api =
+        crate::driver::writes::Writer::<CloneSet>::namespaced(ctx.base.writes.clone(), namespace);
     crate::driver::write::write_status(&api, cs, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -904,7 +906,8 @@ async fn truncate_pods_to_delete(
     if kept.len() == listed.len() {
         return Ok(());
     }
-    let api = crate::driver::writes::Writer::<CloneSet>::namespaced(ctx.writes.clone(), namespace);
+    let api =
+        crate::driver::writes::Writer::<CloneSet>::namespaced(ctx.base.writes.clone(), namespace);
     let patch = json!({
         "metadata": {"resourceVersion": cs.metadata.resource_version},
         "spec": {"scaleStrategy": {"podsToDelete": kept}},
@@ -940,7 +943,7 @@ async fn truncate_history(
         cs.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        ctx.writes.clone(),
+        ctx.base.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;

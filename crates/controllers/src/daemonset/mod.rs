@@ -9,20 +9,16 @@ mod reconcile;
 pub mod status;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Node;
 use kruise_api::daemonset::v1beta1::DaemonSet;
-use kruise_core::expectations::Expectations;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
-use crate::cache::PodCache;
 use crate::driver::caches::Caches;
-use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub use crate::error::Error;
@@ -64,18 +60,9 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
-    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
-    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
-    pub(crate) live: Arc<dyn crate::driver::writes::LiveReads>,
-    pub(crate) pods: Arc<PodCache>,
+    /// What every Pod-owning kind's context holds.
+    pub(crate) base: crate::driver::head::PodOwnerBase,
     pub(crate) nodes: Store<Node>,
-    pub(crate) revisions: Store<ControllerRevision>,
-    pub(crate) expectations: Mutex<Expectations>,
-    pub(crate) recorder: EventRecorder,
-    /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
-    pub(crate) budgets: Option<crate::podunavailablebudget::take::Disruptions>,
-    pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
     /// Sets known to own no ImagePullJob.
     pub(crate) predownload: crate::predownload::Tracker,
@@ -93,15 +80,14 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     caches.pods.wait_synced().await;
     let watched = caches.shared::<DaemonSet>();
     let ctx = Arc::new(Context {
-        budgets: caches.update_budgets.clone(),
-        writes: crate::driver::writes::ApiWrites::new(client.clone()),
-        live: crate::driver::writes::ApiWrites::new(client.clone()),
-        pods: caches.pods,
+        base: crate::driver::head::PodOwnerBase::new(
+            &client,
+            CONTROLLER,
+            &caches,
+            metrics,
+            config.expectation_timeout,
+        ),
         nodes: caches.nodes.store().clone(),
-        revisions: caches.revisions.store().clone(),
-        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
-        metrics,
         config: config.clone(),
         predownload: crate::predownload::Tracker::default(),
     });
@@ -113,15 +99,9 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-crate::driver::head::owns_pods!(Context);
-
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
+impl crate::driver::head::OwnsPods for Context {
+    fn base(&self) -> &crate::driver::head::PodOwnerBase {
+        &self.base
     }
 }
 

@@ -294,7 +294,8 @@ async fn write_status(
     new: &DaemonSetStatus,
 ) -> Result<(), Error> {
     let old = ds.status.as_ref();
-    let api = crate::driver::writes::Writer::<DaemonSet>::namespaced(ctx.writes.clone(), namespace);
+    let api =
+        crate::driver::writes::Writer::<DaemonSet>::namespaced(ctx.base.writes.clone(), namespace);
     crate::driver::write::write_status(&api, ds, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -316,7 +317,7 @@ async fn truncate_history(
         ds.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        ctx.writes.clone(),
+        ctx.base.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;

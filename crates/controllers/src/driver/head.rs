@@ -6,6 +6,7 @@
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -18,78 +19,116 @@ use kruise_core::ownership::Claimant;
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
 };
-use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::writes::{LiveReads, Writes};
+use super::caches::Caches;
+use super::writes::{ApiWrites, LiveReads, Writes};
 use super::{Driven, Owner, begin};
 use crate::cache::{NOT_LISTED_RETRY, PodCache, listed};
 use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
 use crate::error::Error;
 use crate::events::EventRecorder;
+use crate::metrics::Metrics;
 use crate::podcontrol::{PodControl, Wording, expectations_met};
+use crate::podunavailablebudget::take::Disruptions;
 
 /// How soon a reconcile that adopted Pods looks again (on the adopted Pods as the cache shows them).
 pub const ADOPTED_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// What the shared head reads of a Pod-owning kind's context.
-pub trait OwnsPods: Driven {
-    /// The act step's writes.
-    fn writes(&self) -> &Arc<dyn Writes>;
-    /// The reconcile's live reads (the owner re-read before an adoption).
-    fn live(&self) -> &Arc<dyn LiveReads>;
+/// What every Pod-owning kind's context holds (CloneSet, Advanced StatefulSet, Advanced DaemonSet,
+/// BroadcastJob), besides the caches and settings of its own: declared once, so that a fix to how a
+/// Pod-owning kind writes, reads or waits lives in one place.
+pub struct PodOwnerBase {
+    /// The controller's name in metrics, logs and Events (upstream's, e.g. `cloneset-controller`).
+    pub controller: &'static str,
+    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
+    pub writes: Arc<dyn Writes>,
+    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
+    pub live: Arc<dyn LiveReads>,
     /// The shared Pod cache.
-    fn pods(&self) -> &PodCache;
-    /// The shared ControllerRevision cache.
-    fn revisions(&self) -> &Store<ControllerRevision>;
+    pub pods: Arc<PodCache>,
+    /// The shared ControllerRevision cache (an empty one for a kind that keeps none).
+    pub revisions: Store<ControllerRevision>,
     /// The writes of this controller not yet shown by the caches.
-    fn expectations(&self) -> &Mutex<Expectations>;
-    fn recorder(&self) -> &EventRecorder;
+    pub expectations: Mutex<Expectations>,
+    pub recorder: EventRecorder,
+    pub metrics: Arc<Metrics>,
     /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
-    fn budgets(&self) -> Option<&crate::podunavailablebudget::take::Disruptions>;
+    pub budgets: Option<Disruptions>,
 }
 
-/// Implements [`OwnsPods`] for a context with the fields `writes`, `live`, `pods`, `revisions`,
-/// `expectations`, `recorder` and `budgets`.
-macro_rules! owns_pods {
-    ($context:ty) => {
-        impl $crate::driver::head::OwnsPods for $context {
-            fn writes(&self) -> &::std::sync::Arc<dyn $crate::driver::writes::Writes> {
-                &self.writes
-            }
-
-            fn live(&self) -> &::std::sync::Arc<dyn $crate::driver::writes::LiveReads> {
-                &self.live
-            }
-
-            fn pods(&self) -> &$crate::cache::PodCache {
-                &self.pods
-            }
-
-            fn revisions(
-                &self,
-            ) -> &::kube::runtime::reflector::Store<::k8s_openapi::api::apps::v1::ControllerRevision>
-            {
-                &self.revisions
-            }
-
-            fn expectations(&self) -> &::std::sync::Mutex<::kruise_core::expectations::Expectations> {
-                &self.expectations
-            }
-
-            fn recorder(&self) -> &$crate::events::EventRecorder {
-                &self.recorder
-            }
-
-            fn budgets(&self) -> Option<&$crate::podunavailablebudget::take::Disruptions> {
-                self.budgets.as_ref()
-            }
+impl PodOwnerBase {
+    /// Over the apiserver and the process's shared `caches`.
+    pub fn new(
+        client: &Client,
+        controller: &'static str,
+        caches: &Caches,
+        metrics: Arc<Metrics>,
+        expectation_timeout: Duration,
+    ) -> Self {
+        let api = ApiWrites::new(client.clone());
+        Self {
+            controller,
+            writes: api.clone(),
+            live: api,
+            pods: caches.pods.clone(),
+            revisions: caches.revisions.store().clone(),
+            expectations: Mutex::new(Expectations::new(expectation_timeout)),
+            recorder: super::recorder(client.clone(), controller),
+            metrics,
+            budgets: caches.update_budgets.clone(),
         }
-    };
+    }
+
+    /// For a kind that keeps no ControllerRevisions and updates no Pod in place (BroadcastJob): an
+    /// empty revision cache for the shared expectation check, and no budget.
+    pub fn without_revisions(mut self) -> Self {
+        self.revisions = kube::runtime::reflector::store().0;
+        self.budgets = None;
+        self
+    }
+
+    /// Over `writes` and `live` (a `FakeCluster`, or the apiserver of a scripted client), with
+    /// empty caches; Events go to `events`.
+    #[cfg(test)]
+    pub fn for_tests(
+        controller: &'static str,
+        writes: Arc<dyn Writes>,
+        live: Arc<dyn LiveReads>,
+        events: Client,
+    ) -> Self {
+        let mut registry = prometheus_client::registry::Registry::default();
+        Self {
+            controller,
+            writes,
+            live,
+            pods: PodCache::new(),
+            revisions: kube::runtime::reflector::store().0,
+            expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
+            recorder: super::recorder(events, controller),
+            metrics: Metrics::register(&mut registry),
+            budgets: None,
+        }
+    }
 }
-pub(crate) use owns_pods;
+
+/// A Pod-owning kind's context: its [`PodOwnerBase`], which the shared head reads.
+pub trait OwnsPods: Send + Sync + 'static {
+    fn base(&self) -> &PodOwnerBase;
+}
+
+impl<C: OwnsPods> Driven for C {
+    fn controller(&self) -> &'static str {
+        self.base().controller
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.base().metrics
+    }
+}
 
 /// The first step: `Err(action)` when there is nothing to do yet ([`begin`], with the expectations
 /// checked against the Pod and revision caches), or when the revision cache — or another the kind
@@ -99,20 +138,21 @@ pub fn begin_owner<K: Resource, C: OwnsPods>(
     ctx: &C,
     also_listed: bool,
 ) -> Result<Owner, Action> {
+    let base = ctx.base();
     let unmet = |key: &str, namespace: &str| {
         expectations_met(
-            ctx.expectations(),
+            &base.expectations,
             key,
             namespace,
-            ctx.pods(),
-            ctx.revisions(),
-            ctx.metrics(),
-            ctx.controller(),
+            &base.pods,
+            &base.revisions,
+            &base.metrics,
+            base.controller,
         )
         .err()
     };
-    let owner = begin(object, ctx.expectations(), unmet)?;
-    if !(listed(ctx.revisions()) && also_listed) {
+    let owner = begin(object, &base.expectations, unmet)?;
+    if !(listed(&base.revisions) && also_listed) {
         return Err(Action::requeue(NOT_LISTED_RETRY));
     }
     Ok(owner)
@@ -130,19 +170,20 @@ where
     K: Resource<DynamicType = ()>,
     C: OwnsPods,
 {
+    let base = ctx.base();
     PodControl {
-        writes: ctx.writes(),
-        live: ctx.live(),
+        writes: &base.writes,
+        live: &base.live,
         namespace: &owner.namespace,
         owner: object.object_ref(&()),
         key: owner.key.clone(),
-        expectations: ctx.expectations(),
-        recorder: ctx.recorder(),
-        metrics: ctx.metrics(),
-        controller: ctx.controller(),
+        expectations: &base.expectations,
+        recorder: &base.recorder,
+        metrics: &base.metrics,
+        controller: base.controller,
         now,
         wording,
-        budgets: ctx.budgets(),
+        budgets: base.budgets.as_ref(),
     }
 }
 
@@ -173,14 +214,14 @@ where
         deleting: false,
     };
     let mut recheck = Recheck::<K>::new(
-        ctx.live().clone(),
+        ctx.base().live.clone(),
         Some(&owner.namespace),
         owner.name.clone(),
         owner.uid.clone(),
     );
     let Some((pods, adopted)) = claim_pods(
         pc,
-        ctx.pods(),
+        &ctx.base().pods,
         claimant,
         reference,
         &mut recheck,
@@ -196,7 +237,7 @@ where
     }
     let Some(revisions) = claim_revisions(
         pc,
-        ctx.revisions(),
+        &ctx.base().revisions,
         claimant,
         reference,
         &mut recheck,

@@ -104,26 +104,13 @@ const LIVE_READERS: &[(&str, &str)] = &[
         "controllers/src/launchpriority.rs",
         "a waiting Pod's barrier ConfigMap, once per Pod (ConfigMaps are not cached)",
     ),
+    // The Pod-owning kinds (CloneSet, Advanced StatefulSet and DaemonSet, BroadcastJob) hold
+    // theirs in `driver::head::PodOwnerBase`: the owner re-read before adopting, a taken revision
+    // name.
     (
         "controllers/src/podcontrol.rs",
         "carries its owner's live reads to the claim and the revision registry, and lists a \
          workload's pre-download ImagePullJobs before deleting them",
-    ),
-    (
-        "controllers/src/cloneset/mod.rs",
-        "the Pod-owning head: the owner re-read before adopting, a taken revision name",
-    ),
-    (
-        "controllers/src/statefulset/mod.rs",
-        "the Pod-owning head: the owner re-read before adopting, a taken revision name",
-    ),
-    (
-        "controllers/src/daemonset/mod.rs",
-        "the Pod-owning head: the owner re-read before adopting, a taken revision name",
-    ),
-    (
-        "controllers/src/broadcastjob/mod.rs",
-        "the Pod-owning head: the owner re-read before adopting",
     ),
     (
         "controllers/src/sidecarset/mod.rs",

@@ -405,50 +405,35 @@ async fn a_failed_adoption_fails_the_reconcile() {
 // The shared reconcile head (`driver::head`) and the Pod writes (`PodControl`).
 
 mod head_and_pods {
-    use std::sync::Mutex;
-    use std::time::Duration;
 
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use k8s_openapi::jiff::Timestamp;
-    use kruise_core::expectations::{Expectation, Expectations};
+    use kruise_core::expectations::Expectation;
     use kube::runtime::controller::Action;
-    use kube::runtime::reflector::{self, Store};
+    use kube::runtime::reflector::{self};
     use kube::runtime::watcher;
 
     use super::*;
     use crate::cache::{NOT_LISTED_RETRY, PodCache};
+    use crate::driver::Owner;
     use crate::driver::head::{self, ADOPTED_RETRY};
-    use crate::driver::{Driven, Owner};
-    use crate::events::EventRecorder;
-    use crate::metrics::Metrics;
+
+    use crate::driver::head::PodOwnerBase;
     use crate::podcontrol::{PodControl, Wording};
 
     const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
 
     struct Ctx {
-        writes: Arc<dyn crate::driver::writes::Writes>,
-        live: Arc<dyn crate::driver::writes::LiveReads>,
-        pods: Arc<PodCache>,
-        revisions: Store<ControllerRevision>,
-        expectations: Mutex<Expectations>,
-        recorder: EventRecorder,
-        metrics: Arc<Metrics>,
-        budgets: Option<crate::podunavailablebudget::take::Disruptions>,
+        base: PodOwnerBase,
         /// Kept: a store whose writer is dropped counts as listed.
         _revisions_writer: reflector::store::Writer<ControllerRevision>,
     }
 
-    impl Driven for Ctx {
-        fn controller(&self) -> &'static str {
-            "test-controller"
-        }
-
-        fn metrics(&self) -> &Metrics {
-            &self.metrics
+    impl crate::driver::head::OwnsPods for Ctx {
+        fn base(&self) -> &PodOwnerBase {
+            &self.base
         }
     }
-
-    crate::driver::head::owns_pods!(Ctx);
 
     /// A context whose caches hold `pods` and `revisions`, listed unless `listed` is false.
     fn context(
@@ -471,16 +456,12 @@ mod head_and_pods {
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
         }
-        let mut registry = prometheus_client::registry::Registry::default();
+        let api = crate::driver::writes::ApiWrites::new(client.clone());
+        let mut base = PodOwnerBase::for_tests("test-controller", api.clone(), api, client);
+        base.pods = cache;
+        base.revisions = store;
         Ctx {
-            budgets: None,
-            writes: crate::driver::writes::ApiWrites::new(client.clone()),
-            live: crate::driver::writes::ApiWrites::new(client.clone()),
-            pods: cache,
-            revisions: store,
-            expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
-            recorder: crate::driver::recorder(client, "test-controller"),
-            metrics: Metrics::register(&mut registry),
+            base,
             _revisions_writer: writer,
         }
     }
@@ -494,7 +475,8 @@ mod head_and_pods {
     }
 
     fn pending(ctx: &Ctx) -> bool {
-        ctx.expectations
+        ctx.base
+            .expectations
             .lock()
             .map(|ex| !ex.is_empty())
             .unwrap_or(true)
@@ -521,7 +503,7 @@ mod head_and_pods {
             ("ns/web", OWNER_UID)
         );
         // A Pod we created that the cache does not show yet: wait (at most until it expires).
-        if let Ok(mut ex) = ctx.expectations.lock() {
+        if let Ok(mut ex) = ctx.base.expectations.lock() {
             ex.expect(
                 "ns/web",
                 Expectation::exists("Pod", "web-new"),

@@ -6,21 +6,17 @@ pub mod newpod;
 mod reconcile;
 pub mod status;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kruise_api::statefulset::v1beta1::StatefulSet;
-use kruise_core::expectations::Expectations;
 use kube::Client;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
-use crate::cache::PodCache;
 use crate::driver::caches::Caches;
-use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 
 pub use crate::error::Error;
@@ -55,18 +51,9 @@ impl Default for Config {
 
 /// What every reconcile shares.
 pub struct Context {
-    /// The act step's writes (the apiserver; a `FakeCluster` in unit tests).
-    pub(crate) writes: Arc<dyn crate::driver::writes::Writes>,
-    /// The live reads of a reconcile: the owner re-read before an adoption, a taken revision name.
-    pub(crate) live: Arc<dyn crate::driver::writes::LiveReads>,
-    pub(crate) pods: Arc<PodCache>,
-    pub(crate) revisions: Store<ControllerRevision>,
+    /// What every Pod-owning kind's context holds.
+    pub(crate) base: crate::driver::head::PodOwnerBase,
     pub(crate) pvcs: Store<PersistentVolumeClaim>,
-    pub(crate) expectations: Mutex<Expectations>,
-    pub(crate) recorder: EventRecorder,
-    /// The budget decisions in-place updates consult (`PodUnavailableBudgetUpdateGate`).
-    pub(crate) budgets: Option<crate::podunavailablebudget::take::Disruptions>,
-    pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Config,
 }
 
@@ -83,15 +70,14 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let pvc_events = caches.pvcs.owned_stream();
     caches.pods.wait_synced().await;
     let ctx = Arc::new(Context {
-        budgets: caches.update_budgets.clone(),
-        writes: crate::driver::writes::ApiWrites::new(client.clone()),
-        live: crate::driver::writes::ApiWrites::new(client.clone()),
-        pods: caches.pods,
-        revisions: caches.revisions.store().clone(),
+        base: crate::driver::head::PodOwnerBase::new(
+            &client,
+            CONTROLLER,
+            &caches,
+            metrics,
+            config.expectation_timeout,
+        ),
         pvcs: caches.pvcs.store().clone(),
-        expectations: Mutex::new(Expectations::new(config.expectation_timeout)),
-        recorder: crate::driver::recorder(client.clone(), CONTROLLER),
-        metrics,
         config: config.clone(),
     });
     // The manager's one Advanced StatefulSet watch (PodUnavailableBudgets read it too): every object once
@@ -107,14 +93,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-crate::driver::head::owns_pods!(Context);
-
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
+impl crate::driver::head::OwnsPods for Context {
+    fn base(&self) -> &crate::driver::head::PodOwnerBase {
+        &self.base
     }
 }

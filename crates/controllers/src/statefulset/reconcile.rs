@@ -589,8 +589,10 @@ async fn write_status(
     new: &StatefulSetStatus,
 ) -> Result<(), Error> {
     let old = set.status.as_ref();
-    let api =
-        crate::driver::writes::Writer::<StatefulSet>::namespaced(ctx.writes.clone(), namespace);
+    let api = crate::driver::writes::Writer::<StatefulSet>::namespaced(
+        ctx.base.writes.clone(),
+        namespace,
+    );
     crate::driver::write::write_status(&api, set, old, new, status::changed(old, new)).await?;
     Ok(())
 }
@@ -613,7 +615,7 @@ async fn truncate_history(
         set.spec.revision_history_limit,
     );
     let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        ctx.writes.clone(),
+        ctx.base.writes.clone(),
         namespace,
     );
     crate::driver::write::prune_revisions(&api, doomed).await?;
@@ -622,10 +624,9 @@ async fn truncate_history(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
 
     use http::Method;
-    use kruise_core::expectations::Expectations;
+
     use serde_json::Value;
 
     use super::*;
@@ -635,17 +636,15 @@ mod tests {
     const CLAIMS: &str = "/api/v1/namespaces/ns/persistentvolumeclaims";
 
     fn context(client: kube::Client) -> Context {
-        let mut registry = prometheus_client::registry::Registry::default();
+        let api = crate::driver::writes::ApiWrites::new(client.clone());
         Context {
-            budgets: None,
-            writes: crate::driver::writes::ApiWrites::new(client.clone()),
-            live: crate::driver::writes::ApiWrites::new(client.clone()),
-            pods: crate::cache::PodCache::new(),
-            revisions: kube::runtime::reflector::store().0,
+            base: crate::driver::head::PodOwnerBase::for_tests(
+                super::super::CONTROLLER,
+                api.clone(),
+                api,
+                client,
+            ),
             pvcs: kube::runtime::reflector::store().0,
-            expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
-            recorder: crate::driver::recorder(client, super::super::CONTROLLER),
-            metrics: crate::metrics::Metrics::register(&mut registry),
             config: super::super::Config::default(),
         }
     }
