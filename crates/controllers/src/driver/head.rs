@@ -1,4 +1,5 @@
-//! The start every Pod-owning kind's reconcile shares (Advanced StatefulSet, Advanced DaemonSet):
+//! What every Pod-owning kind's context holds ([`PodOwnerBase`]), and the start its reconcile
+//! shares (Advanced StatefulSet, Advanced DaemonSet):
 //! wait for our own writes to show in the caches, then claim the Pods and the ControllerRevisions
 //! (Kubernetes' `ClaimPods` and `ClaimControllerRevisions`), and register the update revision of
 //! the Pod template ([`template_revision`]). What follows — the plan, the act, the status — is

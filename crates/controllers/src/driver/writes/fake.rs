@@ -548,11 +548,18 @@ impl Writes for FakeCluster {
         at: &'a At,
         object: Value,
     ) -> BoxFuture<'a, Result<Answer, kube::Error>> {
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        // The name asked for: a `generateName` prefix when the server is to name it (what a
+        // record shows, and what `fail_next` matches).
+        let asked = |field: &str| {
+            object
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+        };
+        let name = asked("name")
+            .or_else(|| asked("generateName"))
+            .unwrap_or_default();
         let result = self
             .state()
             .run(Verb::Create, at, &name, object.clone(), |s| {
