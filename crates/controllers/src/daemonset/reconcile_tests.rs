@@ -88,7 +88,10 @@ async fn a_pod_on_every_selected_node_and_nothing_again_while_the_caches_lag() {
     assert_eq!(pod_nodes(&cluster), vec!["n0", "n1"], "zone a only");
     let pod = &cluster.all::<Pod>(Some("ns"))[0];
     let owner = &pod.metadata.owner_references.as_ref().expect("an owner")[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("DaemonSet", "ds-uid"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("DaemonSet", "ds-uid")
+    );
     let stored: DaemonSet = cluster.get(Some("ns"), "agent").expect("the DaemonSet");
     let status = stored.status.expect("a status");
     assert_eq!(status.desired_number_scheduled, 2);
