@@ -949,3 +949,7 @@ async fn truncate_history(
     crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;
