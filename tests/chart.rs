@@ -315,3 +315,51 @@ fn ensure_eq(have: bool, want: bool, what: &str) -> anyhow::Result<()> {
     anyhow::ensure!(have == want, "{what}: expected {want}, got {have}");
     Ok(())
 }
+
+/// Every kind the CRDs serve can be listed and watched by the manager with every gate on: a kind
+/// added to `kruise_api::crd::all` without its rights in the chart fails here, not in a cluster.
+#[test]
+fn rbac_covers_every_served_kind() -> anyhow::Result<()> {
+    let rendered = template(&["--set", "featureGates=AllAlpha=true\\,AllBeta=true"])?;
+    let objects = yaml_documents(&rendered)?;
+    let mut granted: std::collections::BTreeSet<(String, String, String)> = Default::default();
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+    {
+        for rule in role["rules"].as_array().context("rules")? {
+            let strings = |field: &str| -> Vec<String> {
+                rule[field]
+                    .as_array()
+                    .map(|items| {
+                        items
+                            .iter()
+                            .filter_map(|i| i.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            for group in strings("apiGroups") {
+                for resource in strings("resources") {
+                    for verb in strings("verbs") {
+                        granted.insert((group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    for crd in kruise_api::crd::all() {
+        let (group, plural) = (crd.spec.group.clone(), crd.spec.names.plural.clone());
+        for verb in ["list", "watch"] {
+            if !granted.contains(&(group.clone(), plural.clone(), verb.to_owned())) {
+                missing.push(format!("{verb} {plural}.{group}"));
+            }
+        }
+    }
+    anyhow::ensure!(
+        missing.is_empty(),
+        "the chart's RBAC lacks, with every gate on: {missing:?}"
+    );
+    Ok(())
+}
