@@ -38,6 +38,32 @@ impl Error {
     pub fn is_race(&self) -> bool {
         matches!(self, Error::Kube { source, .. } if is_race(source))
     }
+
+    /// Whether a write of the reconcile was refused by the leader fence ([`Fenced`]): this replica
+    /// is not sure to lead at the moment (a frozen process resumed, a renewal late). No failure of
+    /// the reconcile: it is tried again once the lease is renewed, or its term ends.
+    pub fn is_fenced(&self) -> bool {
+        let Error::Kube { source, .. } = self else {
+            return false;
+        };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+        while let Some(error) = cause {
+            if error.is::<Fenced>() {
+                return true;
+            }
+            cause = error.source();
+        }
+        false
+    }
+}
+
+/// The error of a write the leader's client refused because its lease is not certainly its own
+/// (the manager's leader fence sends it; the driver tells it apart from a failure).
+#[derive(Debug, thiserror::Error)]
+#[error("not the leader (or no longer sure to be): {method} {path} refused by the leader fence")]
+pub struct Fenced {
+    pub method: http::Method,
+    pub path: String,
 }
 
 /// Whether an API error means "the object changed or is gone under us": not found, a conflict on
@@ -129,5 +155,27 @@ mod tests {
             assert_eq!(error.is_race(), race, "{error}");
         }
         assert!(!Error::Invalid("bad".into()).is_race());
+    }
+
+    /// A write the leader fence refused is told apart from a failure and from a race, however deep
+    /// in the client's error it sits.
+    #[test]
+    fn a_write_the_fence_refused_is_no_failure() {
+        let fenced = || Fenced {
+            method: http::Method::PATCH,
+            path: "/api/v1/namespaces/ns/pods/p".into(),
+        };
+        let refused = Error::Kube {
+            context: "patching Pod ns/p".into(),
+            source: kube::Error::Service(Box::new(fenced())),
+        };
+        assert!(refused.is_fenced());
+        assert!(!refused.is_race());
+        let failed = Error::Kube {
+            context: "patching Pod ns/p".into(),
+            source: api(500, "InternalError", "etcd is down", &[]),
+        };
+        assert!(!failed.is_fenced());
+        assert!(!Error::Invalid("spec.replicas: must be positive".into()).is_fenced());
     }
 }

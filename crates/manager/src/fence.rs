@@ -110,13 +110,8 @@ pub fn is_watch<B>(request: &Request<B>) -> bool {
     })
 }
 
-/// The error a fenced write fails with.
-#[derive(Debug, thiserror::Error)]
-#[error("not the leader (or no longer sure to be): {method} {path} refused by the leader fence")]
-pub struct Fenced {
-    pub method: Method,
-    pub path: String,
-}
+/// The error a fenced write fails with (the controllers' driver tells it apart from a failure).
+pub use kruise_controllers::error::Fenced;
 
 /// Refuses writes while the fence is closed.
 #[derive(Clone)]

@@ -279,6 +279,10 @@ async fn watch_for_stalls<K, C>(
 /// to show what moved, no more (no backoff: the next decision is made on the newer view).
 pub const RACE_REQUEUE: Duration = Duration::from_millis(500);
 
+/// How soon a reconcile whose write the leader fence refused is tried again: about a lease
+/// renewal's retry period.
+pub const FENCED_REQUEUE: Duration = Duration::from_secs(2);
+
 /// The one error policy. A reconcile that lost a race — a write whose precondition (a JSON patch
 /// `test`, a resourceVersion) found the object changed, or an object gone — decided on a view the
 /// cluster had left behind: it is decided again on a fresh one after [`RACE_REQUEUE`], logged at
@@ -294,6 +298,17 @@ pub fn error_policy<K: Resource, C: Driven>(object: Arc<K>, error: &Error, ctx: 
         );
         ctx.metrics().raced(ctx.controller());
         return Action::requeue(RACE_REQUEUE);
+    }
+    if error.is_fenced() {
+        // Not sure to lead right now (a resumed process, a late renewal): the elector renews or
+        // ends the term; until then the reconcile waits, it did not fail.
+        tracing::debug!(
+            controller = ctx.controller(),
+            object = %object_key(object.as_ref()),
+            %error,
+            "a write was refused by the leader fence; trying again once the lease is renewed"
+        );
+        return Action::requeue(FENCED_REQUEUE);
     }
     tracing::warn!(
         controller = ctx.controller(),
