@@ -38,16 +38,24 @@ pub async fn in_parallel<F: Future>(writes: Vec<F>) -> Vec<F::Output> {
 /// one task, so without this the reconciles of different objects take turns on one thread however
 /// many workers it has; spawned, they run on every thread of the runtime (decoding and planning a
 /// 1,000-Pod workload is CPU work). A reconcile that panics fails like an error and is retried.
-pub fn on_own_task<K, C, Fut>(
+/// Each call takes a value to hold until the reconcile itself ends (the term's in-flight count).
+pub fn on_own_task<K, C, Fut, H>(
     reconcile: fn(Arc<K>, Arc<C>) -> Fut,
-) -> impl FnMut(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<Action, Error>>
+) -> impl FnMut(Arc<K>, Arc<C>, H) -> BoxFuture<'static, Result<Action, Error>>
 where
     K: Send + Sync + 'static,
     C: Send + Sync + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+    H: Send + 'static,
 {
-    move |object, ctx| {
-        let task = tokio::spawn(reconcile(object, ctx));
+    // `held` lives on the reconcile's task, so it is dropped when the reconcile ends: a caller that
+    // stops awaiting the answer (the task goes on, detached) does not end what `held` counts.
+    move |object, ctx, held| {
+        let task = tokio::spawn(async move {
+            let answer = reconcile(object, ctx).await;
+            drop(held);
+            answer
+        });
         Box::pin(async move {
             task.await
                 .unwrap_or_else(|failed| Err(Error::Task(failed.to_string())))
@@ -87,12 +95,12 @@ mod tests {
             ))))
         }
         let mut run = on_own_task(answer);
-        let ok = run(Arc::new(3), Arc::new(())).await;
+        let ok = run(Arc::new(3), Arc::new(()), ()).await;
         assert_eq!(
             ok.ok(),
             Some(Action::requeue(std::time::Duration::from_secs(3)))
         );
-        let failed = run(Arc::new(0), Arc::new(())).await;
+        let failed = run(Arc::new(0), Arc::new(()), ()).await;
         assert!(matches!(failed, Err(Error::Task(_))), "{failed:?}");
     }
 
@@ -114,8 +122,8 @@ mod tests {
         }
         let mut run = on_own_task(meet);
         let (a, b) = futures::join!(
-            run(Arc::new(()), Arc::new(())),
-            run(Arc::new(()), Arc::new(()))
+            run(Arc::new(()), Arc::new(()), ()),
+            run(Arc::new(()), Arc::new(()), ())
         );
         assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
     }

@@ -136,11 +136,12 @@ pub async fn run<K, C, Fut>(
             ctx.metrics()
                 .change_waited(ctx.controller(), waited.as_secs_f64());
         }
+        // Counted in flight until the reconcile's own task ends, even if kube stops awaiting it:
+        // the term's drain must not resolve while a reconcile still runs.
         let in_flight = counted.as_ref().map(|stop| stop.reconciling(name));
-        let run = reconcile(object, ctx.clone());
+        let run = reconcile(object, ctx.clone(), in_flight);
         async move {
             let result = run.await;
-            drop(in_flight);
             if result.is_ok() {
                 ctx.metrics()
                     .reconciled(ctx.controller(), true, started.elapsed().as_secs_f64());
