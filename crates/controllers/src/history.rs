@@ -74,7 +74,6 @@ pub async fn register(
                         get_live::<ControllerRevision>(live, api.at().namespace.as_deref(), &name)
                             .await
                             .context(|| format!("reading ControllerRevision {name}"))?;
-                    // Deleted since the create was refused: a name to try again next time.
                     // Deleted since the create was refused: a race, decided again.
                     let Some(existing) = existing else {
                         return Err(not_found(api.at(), &name))

@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kube::runtime::watcher;
 use serde_json::json;
 
 use super::reconcile_inner;
 use crate::broadcastjob::{Config, Context};
-use crate::cache::PodCache;
 use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
 use crate::driver::writes::fake::{FakeCluster, Verb, listed};
@@ -25,20 +23,16 @@ fn node(name: &str) -> Node {
     .expect("a Node")
 }
 
-/// The context over `cluster` with `nodes` and an empty, listed Pod cache; Events go to a
+/// The context over `cluster` with `nodes` and empty, listed caches; Events go to a
 /// scripted client.
 fn context(cluster: &Arc<FakeCluster>, nodes: usize) -> (Context, scripted::Log) {
     let (client, log) = scripted::client(Vec::new());
-    let pods = PodCache::new();
-    pods.apply(watcher::Event::Init);
-    pods.apply(watcher::Event::InitDone);
-    let mut base = PodOwnerBase::for_tests(
+    let base = PodOwnerBase::for_tests(
         super::super::CONTROLLER,
         cluster.clone(),
         cluster.clone(),
         client,
     );
-    base.pods = pods;
     let ctx = Context {
         base,
         nodes: listed((0..nodes).map(|i| node(&format!("node-{i}"))).collect()),

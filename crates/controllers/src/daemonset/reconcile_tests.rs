@@ -7,11 +7,9 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kruise_api::daemonset::v1beta1::DaemonSet;
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::reconcile_inner;
-use crate::cache::PodCache;
 use crate::daemonset::{Config, Context};
 use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
@@ -30,16 +28,12 @@ fn node(name: &str, zone: &str) -> Node {
 /// a scripted client.
 fn context(cluster: &Arc<FakeCluster>) -> (Context, scripted::Log) {
     let (client, log) = scripted::client(Vec::new());
-    let pods = PodCache::new();
-    pods.apply(watcher::Event::Init);
-    pods.apply(watcher::Event::InitDone);
-    let mut base = PodOwnerBase::for_tests(
+    let base = PodOwnerBase::for_tests(
         super::super::CONTROLLER,
         cluster.clone(),
         cluster.clone(),
         client,
     );
-    base.pods = pods;
     let ctx = Context {
         base,
         nodes: listed(vec![node("n0", "a"), node("n1", "a"), node("n2", "b")]),

@@ -93,7 +93,7 @@ impl PodOwnerBase {
     }
 
     /// Over `writes` and `live` (a `FakeCluster`, or the apiserver of a scripted client), with
-    /// empty caches; Events go to `events`.
+    /// empty caches, listed; Events go to `events`.
     #[cfg(test)]
     pub fn for_tests(
         controller: &'static str,
@@ -102,11 +102,14 @@ impl PodOwnerBase {
         events: Client,
     ) -> Self {
         let mut registry = prometheus_client::registry::Registry::default();
+        let pods = PodCache::new();
+        pods.apply(kube::runtime::watcher::Event::Init);
+        pods.apply(kube::runtime::watcher::Event::InitDone);
         Self {
             controller,
             writes,
             live,
-            pods: PodCache::new(),
+            pods,
             revisions: kube::runtime::reflector::store().0,
             expectations: Mutex::new(Expectations::new(Duration::from_secs(300))),
             recorder: super::recorder(events, controller),
