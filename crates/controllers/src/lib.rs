@@ -1,38 +1,35 @@
-//! The workload controllers: one module per workload, each a thin loop that observes (the shared
-//! Pod cache and its own watches), decides with pure functions (here and in kruise-core), and acts
-//! with patches.
+//! The workload controllers.
+//!
+//! Two halves: [`runtime`], what every kind runs on (the driver, the shared caches, the writer
+//! interface, Pod control), and one module per kind (named as the kind, as in kruise-api,
+//! kruise-core and kruise-webhook), each a thin loop that observes its caches, decides with pure
+//! functions (in kruise-core) and acts through the writer. The runtime's modules are re-exported
+//! at the crate's root, where the kinds and the other crates name them.
 
+pub mod runtime;
+
+pub use runtime::{
+    cache, claim, conditions, driver, error, events, history, kruise_configuration, ledger,
+    metrics, nodes, parallel, podcontrol, podworker, predownload, status_patch,
+};
+
+// The kinds, and the controllers of OpenKruise that own no kind of their own (container launch
+// priority, Pod readiness, sidecar terminator).
 pub mod advancedcronjob;
 pub mod broadcastjob;
-pub mod cache;
-pub mod claim;
 pub mod cloneset;
-pub mod conditions;
 pub mod containerrecreaterequest;
 pub mod daemonset;
-pub mod driver;
 pub mod ephemeraljob;
-pub mod error;
-pub mod events;
-pub mod history;
 pub mod imagepulljob;
-pub mod kruise_configuration;
 pub mod launchpriority;
-pub mod ledger;
-pub mod metrics;
-pub mod nodes;
-pub mod parallel;
 pub mod persistentpodstate;
-pub mod podcontrol;
 pub mod podprobemarker;
 pub mod podreadiness;
 pub mod podunavailablebudget;
-pub mod podworker;
-pub mod predownload;
 pub mod resourcedistribution;
 pub mod sidecarset;
 pub mod sidecarterminator;
 pub mod statefulset;
-pub mod status_patch;
 pub mod uniteddeployment;
 pub mod workloadspread;

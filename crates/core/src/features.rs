@@ -94,7 +94,7 @@ gates! {
     RecreatePodWhenChangeVCTInCloneSetGate: false, Alpha, Gated;
     ForceDeleteTimeoutExpectationGate: false, Alpha, AlwaysOn;
     // The CloneSet and Advanced DaemonSet controllers create a rollout's ImagePullJobs
-    // (crates/controllers/src/predownload.rs); either gate turns ImagePullJobGate on (`resolve`).
+    // (crates/controllers/src/runtime/predownload.rs); either gate turns ImagePullJobGate on (`resolve`).
     PreDownloadImageForInPlaceUpdate: false, Alpha, Gated;
     PreDownloadImageForDaemonSetUpdate: false, Alpha, Gated;
     // NodeImage, ImagePullJob and ImageListPullJob controllers (crates/controllers/src/imagepulljob),
