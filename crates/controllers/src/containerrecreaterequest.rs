@@ -2,7 +2,7 @@
 //! manager's half of a request (the node's kruise-daemon stops the containers):
 //!
 //! Observe: the request and its Pod (read from the apiserver: the shared cache does not keep container
-//! IDs and start times). Decide: `kruise_core::containerrecreate::manager_step`. Act: complete a request
+//! IDs and start times). Decide: `kruise_core::containerrecreaterequest::manager_step`. Act: complete a request
 //! whose Pod has gone, whose daemon never answered, or whose `activeDeadlineSeconds` passed; while
 //! Recreating, copy the recreated containers' statuses into the `sync-container-statuses` annotation
 //! (how the daemon tells Succeeded) and, with `unreadyGracePeriodSeconds`, set the Pod not-ready
@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::containerrecreaterequest::{self as crr, ContainerRecreateRequest};
 use kruise_api::keys;
-use kruise_core::containerrecreate::{self as decide, ManagerStep, NotReadyMessage};
+use kruise_core::containerrecreaterequest::{self as decide, ManagerStep, NotReadyMessage};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};

@@ -3,21 +3,21 @@
 //! `kruise_api::intstr`.) Nothing here talks to the API server or awaits: every function takes a snapshot
 //! (Pods, spec, `now`) and returns a decision; the controllers are thin loops around them.
 
-pub mod budget;
-pub mod containerrecreate;
-pub mod cron;
+pub mod advancedcronjob;
+pub mod containerrecreaterequest;
 pub mod ephemeraljob;
 pub mod expectations;
 pub mod features;
-pub mod imagepull;
+pub mod imagepulljob;
 pub mod inplace;
 pub mod launchpriority;
 pub mod lifecycle;
 pub mod nodefit;
 pub mod ownership;
 pub mod persistentpodstate;
-pub mod podprobe;
+pub mod podprobemarker;
 pub mod pods;
+pub mod podunavailablebudget;
 pub mod predownload;
 pub mod ratelimit;
 pub mod resourcedistribution;

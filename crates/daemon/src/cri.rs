@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use k8s_openapi::jiff::Timestamp;
-use kruise_core::containerrecreate::ObservedContainer;
+use kruise_core::containerrecreaterequest::ObservedContainer;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::containerrecreaterequest::{
     self as crr, ContainerRecreateRequest, ContainerRecreateState,
 };
-use kruise_core::containerrecreate::{self as decide, DaemonStep, ObservedContainer};
+use kruise_core::containerrecreaterequest::{self as decide, DaemonStep, ObservedContainer};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};

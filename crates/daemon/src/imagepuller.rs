@@ -19,7 +19,7 @@ use kruise_api::imagepulljob::v1beta1::{
     PHASE_FAILED, PHASE_PULLING, PHASE_SUCCEEDED, PHASE_WAITING, PULL_IF_NOT_PRESENT,
     ReferenceObject, SandboxConfig,
 };
-use kruise_core::imagepull::{self, DaemonWork};
+use kruise_core::imagepulljob::{self as imagepull, DaemonWork};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};

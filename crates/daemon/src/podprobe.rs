@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{HTTPGetAction, ObjectReference, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::podprobemarker::{self as ppm, NodePodProbe};
-use kruise_core::podprobe::{self as decide, Outcome, ProbeResult, ProbeRun};
+use kruise_core::podprobemarker::{self as decide, Outcome, ProbeResult, ProbeRun};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};

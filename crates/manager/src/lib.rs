@@ -210,7 +210,7 @@ pub struct Args {
     pub workloadspread_workers: u16,
     /// Seconds added to the TTL of the NodeImage tags an Always ImagePullJob asks for, so that a tag
     /// outlives its job a while (OpenKruise's flag: 0 to 31 days, 300 by default).
-    #[arg(long, default_value_t = kruise_core::imagepull::DEFAULT_TTL_SECONDS_FOR_ALWAYS, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = kruise_core::imagepulljob::DEFAULT_TTL_SECONDS_FOR_ALWAYS, allow_hyphen_values = true)]
     pub default_ttlseconds_for_always_nodeimage: i64,
     /// Seconds a controller waits for its own write to show in its cache before it stops waiting
     /// (upstream waits 5 minutes, then, without a feature gate, forever).
@@ -333,8 +333,10 @@ impl Args {
 
     /// `--default-ttlseconds-for-always-nodeimage`, refused out of its range as OpenKruise refuses it.
     pub fn default_ttl_for_always_nodeimage(&self) -> anyhow::Result<i32> {
-        kruise_core::imagepull::default_ttl_for_always(self.default_ttlseconds_for_always_nodeimage)
-            .map_err(anyhow::Error::msg)
+        kruise_core::imagepulljob::default_ttl_for_always(
+            self.default_ttlseconds_for_always_nodeimage,
+        )
+        .map_err(anyhow::Error::msg)
     }
 
     /// The feature gates (parsed with the command line: a bad one stopped the manager).

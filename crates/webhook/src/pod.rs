@@ -313,7 +313,7 @@ impl PodInjector {
             Err(message) => return (deny(&request, message), Outcome::Denied),
         };
         if self.settings.enhanced_liveness_probe {
-            changed |= kruise_core::podprobe::move_liveness_probes(&mut pod);
+            changed |= kruise_core::podprobemarker::move_liveness_probes(&mut pod);
         }
         if let Some(markers) = &self.probe_markers {
             changed |= annotate_serverless_probes(&mut pod, &namespace, markers);
@@ -693,7 +693,8 @@ fn annotate_serverless_probes(
         .filter(|m| m.metadata.namespace.as_deref() == Some(namespace))
         .map(|m| m.as_ref())
         .collect();
-    let Some((probes, names)) = kruise_core::podprobe::serverless_probes(&in_namespace, pod) else {
+    let Some((probes, names)) = kruise_core::podprobemarker::serverless_probes(&in_namespace, pod)
+    else {
         return false;
     };
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);

@@ -2,7 +2,7 @@
 //! (`/validate-pod`, upstream's `vpod.kb.io` and `vpodeviction.kb.io`), and deletion protection of
 //! Namespaces, CRDs and workloads labelled `policy.kruise.io/delete-protection`.
 //!
-//! The decisions are kruise-core's (`kruise_core::budget`); a disruption is taken from the budget by
+//! The decisions are kruise-core's (`kruise_core::podunavailablebudget`); a disruption is taken from the budget by
 //! `kruise_controllers::podunavailablebudget::take` (shared with the in-place update engine), which
 //! records it with a resourceVersion precondition so that concurrent evictions never take more
 //! than allowed.
@@ -13,7 +13,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
 use kruise_controllers::driver::caches::Shared;
 use kruise_controllers::podunavailablebudget::take::{Disruptions, related_pub};
-use kruise_core::budget::{self, Protection};
+use kruise_core::podunavailablebudget::{self as budget, Protection};
 use kube::api::{ApiResource, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, GroupVersionKind};

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::policy::{POD_GUARDED_LABEL, POD_GUARDED_VALUE, POD_RELATED_PUB_ANNOTATION};
-use kruise_core::budget::matching::{WorkloadRef, budget_for_pod};
+use kruise_core::podunavailablebudget::matching::{WorkloadRef, budget_for_pod};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 
@@ -59,8 +59,10 @@ impl RelatedPub {
             return false;
         };
         let mut changed = false;
-        if kruise_core::budget::guards_removal(budget.metadata.annotations.as_ref(), pod)
-            && !kruise_core::budget::is_labelled_guarded(pod)
+        if kruise_core::podunavailablebudget::guards_removal(
+            budget.metadata.annotations.as_ref(),
+            pod,
+        ) && !kruise_core::podunavailablebudget::is_labelled_guarded(pod)
         {
             pod.metadata
                 .labels
@@ -159,7 +161,9 @@ mod tests {
         ));
         assert!(related_pub.annotate(&mut owned, "ns").await);
         assert_eq!(related(&owned), Some("by-target"));
-        assert!(kruise_core::budget::is_labelled_guarded(&owned));
+        assert!(kruise_core::podunavailablebudget::is_labelled_guarded(
+            &owned
+        ));
         // Annotating again changes nothing.
         assert!(!related_pub.annotate(&mut owned, "ns").await);
 
@@ -172,7 +176,9 @@ mod tests {
         let mut lonely = pod(None);
         assert!(!related_pub.annotate(&mut lonely, "empty-ns").await);
         assert_eq!(related(&lonely), None);
-        assert!(!kruise_core::budget::is_labelled_guarded(&lonely));
+        assert!(!kruise_core::podunavailablebudget::is_labelled_guarded(
+            &lonely
+        ));
     }
 
     #[tokio::test]
@@ -185,7 +191,9 @@ mod tests {
         let mut updated_only = pod(None);
         assert!(related_pub.annotate(&mut updated_only, "ns").await);
         assert_eq!(related(&updated_only), Some("updates-only"));
-        assert!(!kruise_core::budget::is_labelled_guarded(&updated_only));
+        assert!(!kruise_core::podunavailablebudget::is_labelled_guarded(
+            &updated_only
+        ));
 
         let budgets = store(&[json!({
             "metadata": {"name": "all", "namespace": "ns"},
@@ -195,6 +203,8 @@ mod tests {
         opted_out.metadata.annotations =
             Some([("pub.kruise.io/no-protect".to_string(), "true".to_string())].into());
         assert!(related_pub.annotate(&mut opted_out, "ns").await);
-        assert!(!kruise_core::budget::is_labelled_guarded(&opted_out));
+        assert!(!kruise_core::podunavailablebudget::is_labelled_guarded(
+            &opted_out
+        ));
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! Everything here is pure: the caller passes the instant to search from and the process's own time
 //! zone (used when the schedule names none). It lives in kruise-api because the validating webhook
-//! parses schedules; which runs are due (`kruise_core::cron`) builds on it.
+//! parses schedules; which runs are due (`kruise_core::advancedcronjob`) builds on it.
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
 //! The AdvancedCronJob controller (upstream `pkg/controller/advancedcronjob`), on the shared driver:
 //! Jobs, BroadcastJobs or ImageListPullJobs created on a cron schedule. Observe the AdvancedCronJob and
-//! its jobs (the shared Job and BroadcastJob caches, this controller's ImageListPullJob watch); decide with `kruise_core::cron::plan`; act (delete jobs past
+//! its jobs (the shared Job and BroadcastJob caches, this controller's ImageListPullJob watch); decide with `kruise_core::advancedcronjob::plan`; act (delete jobs past
 //! the history limits or replaced, create the due run's job), write the status, and look again at
 //! the next scheduled time.
 

@@ -1,5 +1,5 @@
 //! One reconcile of an AdvancedCronJob: dereference (the object, its jobs from the shared caches) →
-//! decide (`kruise_core::cron::plan`) → act (status, pruning, replacing, creating) → requeue at the
+//! decide (`kruise_core::advancedcronjob::plan`) → act (status, pruning, replacing, creating) → requeue at the
 //! next scheduled time.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use kruise_api::advancedcronjob::v1beta1::{
 };
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImageListPullJobObjectSpec};
-use kruise_core::cron::{self, Child, Finished, Policy, Problem};
+use kruise_core::advancedcronjob::{self as cron, Child, Finished, Policy, Problem};
 use kube::api::{DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;

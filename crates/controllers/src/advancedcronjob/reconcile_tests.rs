@@ -78,7 +78,7 @@ async fn a_due_run_creates_its_job_once_even_while_the_cache_lags() {
     let scheduled: Timestamp = scheduled.parse().expect("RFC 3339");
     assert_eq!(
         job.name_any(),
-        kruise_core::cron::job_name("nightly", scheduled)
+        kruise_core::advancedcronjob::job_name("nightly", scheduled)
     );
     let owner = &job.owner_references()[0];
     assert_eq!(
@@ -154,7 +154,7 @@ fn finished_job(cluster: &FakeCluster, minutes_ago: i64, uid: &str) -> Job {
         (Timestamp::now() - SignedDuration::from_mins(minutes_ago)).as_second() / 60 * 60,
     )
     .expect("a time");
-    let name = kruise_core::cron::job_name("nightly", scheduled);
+    let name = kruise_core::advancedcronjob::job_name("nightly", scheduled);
     let job: Job = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "ns", "uid": uid,
                      "annotations": {ANNOTATION_SCHEDULED_AT: scheduled.to_string()},

@@ -1,7 +1,7 @@
 //! The ImagePullJob controller: finds the job's nodes (`selector.names`, `selector` labels, the nodes of
 //! the Pods `podSelector` selects, or every node), adds the image's tag with the job as owner to at most
 //! `parallelism` NodeImages at a time, copies its `pullSecrets` into the daemons' namespace, and writes
-//! its status from what the NodeImages report (`kruise_core::imagepull::job_status`). A finished job is
+//! its status from what the NodeImages report (`kruise_core::imagepulljob::job_status`). A finished job is
 //! deleted `ttlSecondsAfterFinished` after its completion.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kruise_api::imagepulljob::v1beta1::{
     ImagePullJob, NodeImage, REFERENCE_MODE_BATCH, ReferenceObject,
 };
-use kruise_core::imagepull::{self, NodePull, TagRequest};
+use kruise_core::imagepulljob::{self as imagepull, NodePull, TagRequest};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};

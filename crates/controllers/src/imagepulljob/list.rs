@@ -1,8 +1,8 @@
 //! The ImageListPullJob controller: one ImagePullJob per image of the list (named `<list>-<random>`,
 //! controlled by the list, with the list's template and its hash in `controller-revision-hash`), jobs
 //! of images removed from the list deleted, a job made from an older template replaced by a new one
-//! (`kruise_core::imagepull::list_actions`), and the list's status from its jobs
-//! (`kruise_core::imagepull::list_status`). A finished list is deleted `ttlSecondsAfterFinished` after
+//! (`kruise_core::imagepulljob::list_actions`), and the list's status from its jobs
+//! (`kruise_core::imagepulljob::list_status`). A finished list is deleted `ttlSecondsAfterFinished` after
 //! its completion.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::broadcastjob::v1beta1::COMPLETION_NEVER;
 use kruise_api::imagepulljob::v1beta1::{ImageListPullJob, ImagePullJob};
-use kruise_core::imagepull::{self, ChildJob, ListJob};
+use kruise_core::imagepulljob::{self as imagepull, ChildJob, ListJob};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;

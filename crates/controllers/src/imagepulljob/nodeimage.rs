@@ -1,7 +1,7 @@
 //! The NodeImage controller: one NodeImage per Node, named after it and carrying its labels, created
 //! once the Node is Ready and deleted with it. It removes tags whose ImagePullJobs are gone or whose TTL
 //! after completion passed, and fails the pulls kruise-daemon did not answer in time
-//! (`kruise_core::imagepull::{prune_spec, status_timeouts}`).
+//! (`kruise_core::imagepulljob::{prune_spec, status_timeouts}`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::imagepulljob::v1beta1::{ImagePullJob, NodeImage, NodeImageSpec};
-use kruise_core::imagepull;
+use kruise_core::imagepulljob as imagepull;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};

@@ -3,7 +3,7 @@
 //!
 //! Observe: the marker, the Pods its selector matches (shared Pod cache; a Pod is read from the
 //! apiserver only when its IP or its container ports are needed), their Nodes, the NodePodProbes.
-//! Decide: `kruise_core::podprobe`. Act: put the `kruise.io/node-pod-probe-cleanup` finalizer on the
+//! Decide: `kruise_core::podprobemarker`. Act: put the `kruise.io/node-pod-probe-cleanup` finalizer on the
 //! marker; write the marker's probes (named ports resolved) into the NodePodProbe of each matched
 //! Pod's node (Pods on virtual-kubelet nodes run no daemon and are left out; a node without a
 //! NodePodProbe yet is skipped until the NodePodProbe controller creates it); report `matchedPods` and
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kruise_api::podprobemarker::{self as ppm, NodePodProbe, NodePodProbeSpec, PodProbeMarker};
-use kruise_core::podprobe::{self as decide, PodProbes};
+use kruise_core::podprobemarker::{self as decide, PodProbes};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};

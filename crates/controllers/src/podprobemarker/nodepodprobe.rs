@@ -5,7 +5,7 @@
 //! deletes it when its Node goes. Drops the entries of Pods that are gone, replaced (another uid) or
 //! finished. Turns the probe states the node's kruise-daemon reports into the Pods' conditions (the
 //! probe's `podConditionType`) and the markers' `markerPolicy` labels and annotations
-//! (`kruise_core::podprobe::pod_update`).
+//! (`kruise_core::podprobemarker::pod_update`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kruise_api::podprobemarker::{NodePodProbe, PodProbeMarker};
-use kruise_core::podprobe as decide;
+use kruise_core::podprobemarker as decide;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};

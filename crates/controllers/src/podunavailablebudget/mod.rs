@@ -2,7 +2,7 @@
 //! budget, find its Pods (a label selector, or the Pods of `targetRef`'s workload) in the shared Pod
 //! cache, the replicas they should number (the workloads' scale), mark the Pods with
 //! `kruise.io/related-pub` (what the Pod webhook looks for), and write the status
-//! (`kruise_core::budget::compute_status`) over the resourceVersion it was computed from.
+//! (`kruise_core::podunavailablebudget::compute_status`) over the resourceVersion it was computed from.
 
 pub mod take;
 mod workloads;
@@ -18,7 +18,7 @@ use kruise_api::policy::{
     PUB_PROTECT_TOTAL_REPLICAS_ANNOTATION,
 };
 use kruise_api::validation::selector_is_empty;
-use kruise_core::budget;
+use kruise_core::podunavailablebudget as budget;
 use kube::api::PartialObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};

@@ -1,7 +1,7 @@
 //! Taking one unit of a PodUnavailableBudget for a disruption (upstream
 //! `PodUnavailableBudgetValidatePod`): shared by the Pod webhook (deletion, eviction, update) and
 //! the in-place update engine (`PodUnavailableBudgetUpdateGate`). The decision is
-//! `kruise_core::budget::admit`; an admitted disruption is recorded in the budget's status by a
+//! `kruise_core::podunavailablebudget::admit`; an admitted disruption is recorded in the budget's status by a
 //! patch carrying the resourceVersion the decision was made on. When another admission landed in
 //! between, the patch fails with 409, the budget is read again and the decision made again (4 tries,
 //! as upstream), so concurrent disruptions never take more than the budget allows.
@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::policy::POD_RELATED_PUB_ANNOTATION;
 use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
-use kruise_core::budget::{self, Admission};
+use kruise_core::podunavailablebudget::{self as budget, Admission};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 

@@ -81,6 +81,12 @@ pub fn is_race(error: &kube::Error) -> bool {
     }
 }
 
+/// Whether a create was refused because an object of its name exists (409 `AlreadyExists`): a
+/// cache that has not shown it yet, most often.
+pub fn is_already_exists(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists")
+}
+
 /// The apiserver answers a JSON patch that does not apply to the object as it now is with a 422
 /// "the server rejected our request due to an error in our request" that names no field (v1.34
 /// sends no cause; older apiservers one `UnexpectedServerResponse` cause with the patch library's

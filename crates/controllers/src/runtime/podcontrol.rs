@@ -463,6 +463,13 @@ impl PodControl<'_> {
                 let shown = named
                     .or(pod.metadata.generate_name.as_deref())
                     .unwrap_or_default();
+                // A name taken is the cache behind, not a failure worth a Warning (upstream's
+                // stateful Pod control records no Event for AlreadyExists either); the caller
+                // still sees no Pod created and waits for the cache.
+                if crate::error::is_already_exists(&error) {
+                    tracing::debug!(pod = shown, "Pod create raced: the name is taken");
+                    return None;
+                }
                 self.pod_event(
                     EventType::Warning,
                     "FailedCreate",

@@ -4,6 +4,8 @@
 
 pub mod newpod;
 mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod status;
 
 use std::sync::Arc;

@@ -7,6 +7,8 @@
 
 mod observe;
 mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
 mod reservation;
 mod status;
 

@@ -263,6 +263,21 @@ pub fn api_error(code: u16, message: &str, field: Option<&str>) -> kube::Error {
         429 => "TooManyRequests",
         _ => "InternalError",
     };
+    api_error_for(code, reason, message, field)
+}
+
+/// The apiserver's 409 to a create whose name is taken (reason `AlreadyExists`, which some callers
+/// tell apart from a resourceVersion conflict).
+pub fn already_exists(at: &At, name: &str) -> kube::Error {
+    api_error_for(
+        409,
+        "AlreadyExists",
+        &format!("{} \"{name}\" already exists", at.resource.plural),
+        None,
+    )
+}
+
+fn api_error_for(code: u16, reason: &str, message: &str, field: Option<&str>) -> kube::Error {
     let causes: Vec<Value> = field
         .map(|field| json!({"reason": "FieldValueInvalid", "field": field, "message": message}))
         .into_iter()

@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub use super::api_error;
-use super::{Answer, At, LiveReads, Part, Writes, not_found};
+use super::{Answer, At, LiveReads, Part, Writes, already_exists, not_found};
 
 /// A write the fake answered (or refused), in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -237,11 +237,7 @@ impl State {
         };
         let key = key(at, &name);
         if self.objects.contains_key(&key) {
-            return Err(api_error(
-                409,
-                &format!("{} \"{name}\" already exists", at.resource.plural),
-                None,
-            ));
+            return Err(already_exists(at, &name));
         }
         let version = self.next_version();
         let metadata = &mut object["metadata"];
