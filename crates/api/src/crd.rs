@@ -9,6 +9,28 @@ use kube::core::crd::merge_crds;
 
 use crate::kinds::Kind;
 
+/// Declares a custom resource of this crate: kube's `CustomResource` derive on the spec struct, with the
+/// traits every spec derives and `PartialEq` and `Default` derived on the root type too. Those are the
+/// same for every kind, so they are written once here; the input is the rest of the kube attribute
+/// (group, version, kind, names, subresources, printer columns) and the spec struct.
+macro_rules! resource {
+    (#[kube($($kube:tt)*)] $($spec:tt)*) => {
+        #[derive(
+            kube::CustomResource,
+            Clone,
+            Debug,
+            Default,
+            PartialEq,
+            serde::Serialize,
+            serde::Deserialize,
+            schemars::JsonSchema,
+        )]
+        #[kube($($kube)*, derive = "PartialEq", derive = "Default")]
+        $($spec)*
+    };
+}
+pub(crate) use resource;
+
 /// Namespace and Service of the webhook in a cluster install; `kruise-local` rewrites the client config to
 /// a URL on 127.0.0.1.
 pub const WEBHOOK_NAMESPACE: &str = "kruise-system";
