@@ -1,5 +1,77 @@
 //! Advanced DaemonSet: types of both versions, conversion, defaults, validation and CRD.
 
+/// The Advanced DaemonSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the
+/// spec struct that follows the version. The kube attribute (names, subresources, printer columns)
+/// is the same in both versions, so it is written once here; the specs differ, so each version
+/// writes its own.
+macro_rules! daemon_set_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                group = "apps.kruise.io",
+                version = $version,
+                kind = "DaemonSet",
+                namespaced,
+                status = "DaemonSetStatus",
+                shortname = "daemon",
+                shortname = "ads",
+                doc = "DaemonSet is the Schema for the daemonsets API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".status.desiredNumberScheduled",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "CURRENT",
+                    type_ = "integer",
+                    json_path = ".status.currentNumberScheduled",
+                    description = "The current number of pods."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.numberReady",
+                    description = "The ready number of pods."
+                ),
+                printcolumn(
+                    name = "UP-TO-DATE",
+                    type_ = "integer",
+                    json_path = ".status.updatedNumberScheduled",
+                    description = "The updated number of pods."
+                ),
+                printcolumn(
+                    name = "AVAILABLE",
+                    type_ = "integer",
+                    json_path = ".status.numberAvailable",
+                    description = "The updated number of pods."
+                ),
+                printcolumn(
+                    name = "AGE",
+                    type_ = "date",
+                    json_path = ".metadata.creationTimestamp",
+                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
+                ),
+                printcolumn(
+                    name = "CONTAINERS",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].name",
+                    description = "The containers of currently  daemonset."
+                ),
+                printcolumn(
+                    name = "IMAGES",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].image",
+                    description = "The images of currently advanced daemonset."
+                )
+            )]
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 

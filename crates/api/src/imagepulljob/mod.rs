@@ -2,6 +2,99 @@
 //! OpenKruise v1.9.0's defaults and validation, and the CRDs. Both versions have the same schema, so
 //! conversion copies every field.
 
+/// The NodeImage resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the spec
+/// struct that follows the version. The kube attribute (names, subresources, printer columns) is
+/// the same in both versions, so it is written once here; the specs differ, so each version writes
+/// its own.
+macro_rules! node_image_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                group = "apps.kruise.io",
+                version = $version,
+                kind = "NodeImage",
+                status = "NodeImageStatus",
+                doc = "NodeImage is the Schema for the nodeimages API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".status.desired",
+                    description = "Number of all images on this node"
+                ),
+                printcolumn(
+                    name = "PULLING",
+                    type_ = "integer",
+                    json_path = ".status.pulling",
+                    description = "Number of image pull task active"
+                ),
+                printcolumn(
+                    name = "SUCCEED",
+                    type_ = "integer",
+                    json_path = ".status.succeeded",
+                    description = "Number of image pull task succeeded"
+                ),
+                printcolumn(
+                    name = "FAILED",
+                    type_ = "integer",
+                    json_path = ".status.failed",
+                    description = "Number of image pull tasks failed"
+                ),
+                printcolumn(
+                    name = "AGE",
+                    type_ = "date",
+                    json_path = ".metadata.creationTimestamp",
+                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
+                )
+            )]
+            $($spec)*
+        }
+    };
+}
+
+/// The ImageListPullJob resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the
+/// spec struct that follows the version. The kube attribute (names, subresources, printer columns)
+/// is the same in both versions, so it is written once here; the specs differ, so each version
+/// writes its own.
+macro_rules! image_list_pull_job_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                group = "apps.kruise.io",
+                version = $version,
+                kind = "ImageListPullJob",
+                namespaced,
+                status = "ImageListPullJobStatus",
+                doc = "ImageListPullJob is the Schema for the imagelistpulljobs API",
+                printcolumn(
+                    name = "TOTAL",
+                    type_ = "integer",
+                    json_path = ".status.desired",
+                    description = "Number of image pull job"
+                ),
+                printcolumn(
+                    name = "SUCCEEDED",
+                    type_ = "integer",
+                    json_path = ".status.succeeded",
+                    description = "Number of image pull job succeeded"
+                ),
+                printcolumn(
+                    name = "COMPLETED",
+                    type_ = "integer",
+                    json_path = ".status.completed",
+                    description = "Number of ImagePullJobs which are finished"
+                ),
+                printcolumn(
+                    name = "AGE",
+                    type_ = "date",
+                    json_path = ".metadata.creationTimestamp",
+                    description = "CreationTimestamp is a timestamp representing the server time when this object was created."
+                )
+            )]
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 

@@ -1,5 +1,76 @@
 //! Advanced StatefulSet: types of both versions, conversion, defaults, validation and CRD.
 
+/// The Advanced StatefulSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with
+/// the spec struct that follows the version. The kube attribute (names, subresources, printer
+/// columns) is the same in both versions, so it is written once here; the specs differ, so each
+/// version writes its own.
+macro_rules! stateful_set_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                group = "apps.kruise.io",
+                version = $version,
+                kind = "StatefulSet",
+                namespaced,
+                status = "StatefulSetStatus",
+                scale(
+                    spec_replicas_path = ".spec.replicas",
+                    status_replicas_path = ".status.replicas",
+                    label_selector_path = ".status.labelSelector"
+                ),
+                shortname = "sts",
+                shortname = "asts",
+                doc = "StatefulSet is the Schema for the statefulsets API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".spec.replicas",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "CURRENT",
+                    type_ = "integer",
+                    json_path = ".status.replicas",
+                    description = "The number of currently all pods."
+                ),
+                printcolumn(
+                    name = "UPDATED",
+                    type_ = "integer",
+                    json_path = ".status.updatedReplicas",
+                    description = "The number of pods updated."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.readyReplicas",
+                    description = "The number of pods ready."
+                ),
+                printcolumn(
+                    name = "AGE",
+                    type_ = "date",
+                    json_path = ".metadata.creationTimestamp",
+                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
+                ),
+                printcolumn(
+                    name = "CONTAINERS",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].name",
+                    description = "The containers of currently advanced statefulset."
+                ),
+                printcolumn(
+                    name = "IMAGES",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].image",
+                    description = "The images of currently advanced statefulset."
+                )
+            )]
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 pub mod volume_expansion;
