@@ -49,7 +49,6 @@ pub const PHASE_COMPLETED: &str = "Completed";
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "ContainerRecreateRequest",
         namespaced,
@@ -73,14 +72,9 @@ crate::crd::resource! {
             type_ = "string",
             json_path = ".metadata.labels.crr\\.apps\\.kruise\\.io/node-name",
             description = "Pod name of this ContainerRecreateRequest."
-        ),
-        printcolumn(
-            name = "AGE",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "CreationTimestamp is a timestamp representing the server time when this object was created."
         )
     )]
+    age_column(short)
     #[serde(rename_all = "camelCase")]
     pub struct ContainerRecreateRequestSpec {
         /// Name of the Pod that owns the recreated containers.

@@ -11,10 +11,51 @@ use crate::kinds::Kind;
 
 /// Declares a custom resource of this crate: kube's `CustomResource` derive on the spec struct, with the
 /// traits every spec derives and `PartialEq` and `Default` derived on the root type too. Those are the
-/// same for every kind, so they are written once here; the input is the rest of the kube attribute
-/// (group, version, kind, names, subresources, printer columns) and the spec struct.
+/// same for every kind, so they are written once here, and so is the group, apps.kruise.io, unless the
+/// kube attribute starts with another (`group = "policy.kruise.io"`). The input is the rest of the kube
+/// attribute (version, kind, names, subresources, printer columns) and the spec struct.
+///
+/// Most kinds also show OpenKruise's AGE column (`metadata.creationTimestamp`), after their own
+/// columns: `age_column(long)` adds it with the description Kubernetes gives that field,
+/// `age_column(short)` with that description's first sentence, as each upstream CRD has it; columns
+/// listed after the description inside `age_column(..)` come after AGE.
 macro_rules! resource {
-    (#[kube($($kube:tt)*)] $($spec:tt)*) => {
+    (#[kube($($kube:tt)*)] age_column(long $($after:tt)*) $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube($($kube)*)]
+            age_column(
+                "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
+                $($after)*
+            )
+            $($spec)*
+        }
+    };
+    (#[kube($($kube:tt)*)] age_column(short $($after:tt)*) $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube($($kube)*)]
+            age_column(
+                "CreationTimestamp is a timestamp representing the server time when this object was created."
+                $($after)*
+            )
+            $($spec)*
+        }
+    };
+    (#[kube($($kube:tt)*)] age_column($description:tt $($after:tt)*) $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                $($kube)*,
+                printcolumn(
+                    name = "AGE",
+                    type_ = "date",
+                    json_path = ".metadata.creationTimestamp",
+                    description = $description
+                )
+                $($after)*
+            )]
+            $($spec)*
+        }
+    };
+    (#[kube(group = $group:tt, $($kube:tt)*)] $($spec:tt)*) => {
         #[derive(
             kube::CustomResource,
             Clone,
@@ -25,8 +66,14 @@ macro_rules! resource {
             serde::Deserialize,
             schemars::JsonSchema,
         )]
-        #[kube($($kube)*, derive = "PartialEq", derive = "Default")]
+        #[kube(group = $group, $($kube)*, derive = "PartialEq", derive = "Default")]
         $($spec)*
+    };
+    (#[kube($($kube:tt)*)] $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(group = "apps.kruise.io", $($kube)*)]
+            $($spec)*
+        }
     };
 }
 pub(crate) use resource;

@@ -54,7 +54,6 @@ pub type ContainerProbeSpec = Probe;
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "PodProbeMarker",
         namespaced,
@@ -111,7 +110,6 @@ pub struct PodProbeMarkerStatus {
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "NodePodProbe",
         status = "NodePodProbeStatus",

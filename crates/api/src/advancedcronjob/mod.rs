@@ -12,7 +12,6 @@ macro_rules! advanced_cron_job_resource {
     ($version:tt) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "AdvancedCronJob",
                 namespaced,
@@ -36,14 +35,9 @@ macro_rules! advanced_cron_job_resource {
                     type_ = "date",
                     json_path = ".status.lastScheduleTime",
                     description = "The last time at which job was scheduled."
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created."
                 )
             )]
+            age_column(short)
             #[serde(rename_all = "camelCase")]
             pub struct AdvancedCronJobSpec {
                 /// The schedule in cron format (five fields, a descriptor such as `@hourly` or `@every 10s`, an

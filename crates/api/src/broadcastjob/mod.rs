@@ -8,7 +8,6 @@ macro_rules! broadcast_job_resource {
     ($version:tt, $($spec:tt)*) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "BroadcastJob",
                 namespaced,
@@ -38,14 +37,9 @@ macro_rules! broadcast_job_resource {
                     type_ = "integer",
                     json_path = ".status.failed",
                     description = "The number of pods which reached phase Failed."
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created."
                 )
             )]
+            age_column(short)
             $($spec)*
         }
     };

@@ -9,7 +9,6 @@ macro_rules! clone_set_resource {
     ($version:tt) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "CloneSet",
                 namespaced,
@@ -56,13 +55,10 @@ macro_rules! clone_set_resource {
                     type_ = "integer",
                     json_path = ".status.replicas",
                     description = "The number of currently all pods."
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-                ),
+                )
+            )]
+            age_column(
+                long,
                 printcolumn(
                     name = "CONTAINERS",
                     type_ = "string",
@@ -84,7 +80,7 @@ macro_rules! clone_set_resource {
                     json_path = ".status.labelSelector",
                     description = "The selector of currently cloneset."
                 )
-            )]
+            )
             #[serde(rename_all = "camelCase")]
             pub struct CloneSetSpec {
                 /// Desired number of Pods (default 1).

@@ -45,7 +45,6 @@ pub const PHASE_UNKNOWN: &str = "Unknown";
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "EphemeralJob",
         namespaced,
@@ -87,14 +86,9 @@ crate::crd::resource! {
             type_ = "integer",
             json_path = ".status.waiting",
             description = "Number of waiting ephemeral containers"
-        ),
-        printcolumn(
-            name = "AGE",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "CreationTimestamp is a timestamp representing the server time when this object was created."
         )
     )]
+    age_column(short)
     #[serde(rename_all = "camelCase")]
     pub struct EphemeralJobSpec {
         /// The Pods (in the job's namespace) to inject into.

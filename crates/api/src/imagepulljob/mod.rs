@@ -10,7 +10,6 @@ macro_rules! node_image_resource {
     ($version:tt, $($spec:tt)*) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "NodeImage",
                 status = "NodeImageStatus",
@@ -38,14 +37,9 @@ macro_rules! node_image_resource {
                     type_ = "integer",
                     json_path = ".status.failed",
                     description = "Number of image pull tasks failed"
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
                 )
             )]
+            age_column(long)
             $($spec)*
         }
     };
@@ -59,7 +53,6 @@ macro_rules! image_list_pull_job_resource {
     ($version:tt, $($spec:tt)*) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "ImageListPullJob",
                 namespaced,
@@ -82,14 +75,9 @@ macro_rules! image_list_pull_job_resource {
                     type_ = "integer",
                     json_path = ".status.completed",
                     description = "Number of ImagePullJobs which are finished"
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created."
                 )
             )]
+            age_column(short)
             $($spec)*
         }
     };

@@ -6,7 +6,6 @@ pub use super::v1beta1::{ImageListPullJobStatus, ImagePullJobStatus, NodeImageSt
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "ImagePullJob",
         namespaced,
@@ -35,20 +34,17 @@ crate::crd::resource! {
             type_ = "integer",
             json_path = ".status.failed",
             description = "Number of image pull tasks failed"
-        ),
-        printcolumn(
-            name = "AGE",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-        ),
+        )
+    )]
+    age_column(
+        long,
         printcolumn(
             name = "MESSAGE",
             type_ = "string",
             json_path = ".status.message",
             description = "Summary of status when job is failed"
         )
-    )]
+    )
     pub struct ImagePullJobSpec {
         #[serde(flatten)]
         pub fields: super::v1beta1::ImagePullJobSpec,

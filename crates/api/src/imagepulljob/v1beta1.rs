@@ -38,7 +38,6 @@ pub const ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS: &str =
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1beta1",
         kind = "ImagePullJob",
         namespaced,
@@ -67,14 +66,9 @@ crate::crd::resource! {
             type_ = "integer",
             json_path = ".status.failed",
             description = "Number of image pull tasks failed"
-        ),
-        printcolumn(
-            name = "AGE",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp",
-            description = "CreationTimestamp is a timestamp representing the server time when this object was created."
         )
     )]
+    age_column(short)
     #[serde(rename_all = "camelCase")]
     pub struct ImagePullJobSpec {
         /// The image to pull.

@@ -40,7 +40,6 @@ pub const RETENTION_WHEN_DELETED: &str = "WhenDeleted";
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "PersistentPodState",
         namespaced,

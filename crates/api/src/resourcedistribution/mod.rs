@@ -49,7 +49,6 @@ pub const REASON_SUCCEEDED: &str = "Succeeded";
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "ResourceDistribution",
         status = "ResourceDistributionStatus",

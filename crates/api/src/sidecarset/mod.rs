@@ -9,7 +9,6 @@ macro_rules! sidecar_set_resource {
     ($version:tt, $($spec:tt)*) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "SidecarSet",
                 status = "SidecarSetStatus",
@@ -31,14 +30,9 @@ macro_rules! sidecar_set_resource {
                     type_ = "integer",
                     json_path = ".status.readyPods",
                     description = "The number of pods matched and ready."
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
                 )
             )]
+            age_column(long)
             $($spec)*
         }
     };

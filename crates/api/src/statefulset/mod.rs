@@ -8,7 +8,6 @@ macro_rules! stateful_set_resource {
     ($version:tt, $($spec:tt)*) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "StatefulSet",
                 namespaced,
@@ -44,13 +43,10 @@ macro_rules! stateful_set_resource {
                     type_ = "integer",
                     json_path = ".status.readyReplicas",
                     description = "The number of pods ready."
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-                ),
+                )
+            )]
+            age_column(
+                long,
                 printcolumn(
                     name = "CONTAINERS",
                     type_ = "string",
@@ -65,7 +61,7 @@ macro_rules! stateful_set_resource {
                     json_path = ".spec.template.spec.containers[*].image",
                     description = "The images of currently advanced statefulset."
                 )
-            )]
+            )
             $($spec)*
         }
     };

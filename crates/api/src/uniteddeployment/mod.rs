@@ -9,7 +9,6 @@ macro_rules! united_deployment_resource {
     ($version:tt) => {
         crate::crd::resource! {
             #[kube(
-                group = "apps.kruise.io",
                 version = $version,
                 kind = "UnitedDeployment",
                 namespaced,
@@ -44,14 +43,9 @@ macro_rules! united_deployment_resource {
                     type_ = "integer",
                     json_path = ".status.readyReplicas",
                     description = "The number of pods ready."
-                ),
-                printcolumn(
-                    name = "AGE",
-                    type_ = "date",
-                    json_path = ".metadata.creationTimestamp",
-                    description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
                 )
             )]
+            age_column(long)
             #[serde(rename_all = "camelCase")]
             pub struct UnitedDeploymentSpec {
                 /// Total desired replicas over all subsets (default 1).

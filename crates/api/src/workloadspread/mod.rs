@@ -49,7 +49,6 @@ pub const VERSION_IGNORED: &str = "versionIgnored";
 
 crate::crd::resource! {
     #[kube(
-        group = "apps.kruise.io",
         version = "v1alpha1",
         kind = "WorkloadSpread",
         namespaced,
