@@ -2,8 +2,8 @@
 //! YAML output for `config/crd/`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
-    WebhookConversion,
+    CustomResourceConversion, CustomResourceDefinition, CustomResourceDefinitionVersion,
+    ServiceReference, WebhookClientConfig, WebhookConversion,
 };
 use kube::core::crd::merge_crds;
 
@@ -97,19 +97,10 @@ pub fn assemble(
     };
     // v1alpha1 first, as OpenKruise lists them.
     crd.spec.versions.sort_by(|a, b| a.name.cmp(&b.name));
-    for version in &mut crd.spec.versions {
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            && let Ok(mut json) = serde_json::to_value(&*schema)
-        {
-            strip_defaults(&mut json);
-            if let Ok(stripped) = serde_json::from_value(json) {
-                *schema = stripped;
-            }
-        }
-    }
+    crd.spec
+        .versions
+        .iter_mut()
+        .for_each(strip_version_defaults);
     crd.spec.conversion = Some(CustomResourceConversion {
         strategy: "Webhook".into(),
         webhook: Some(WebhookConversion {
@@ -126,6 +117,21 @@ pub fn assemble(
         }),
     });
     crd
+}
+
+/// [`strip_defaults`] on the schema of one version.
+fn strip_version_defaults(version: &mut CustomResourceDefinitionVersion) {
+    if let Some(schema) = version
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        && let Ok(mut json) = serde_json::to_value(&*schema)
+    {
+        strip_defaults(&mut json);
+        if let Ok(stripped) = serde_json::from_value(json) {
+            *schema = stripped;
+        }
+    }
 }
 
 /// Removes `default` from every schema node. Defaults are the mutating webhook's job (as in OpenKruise);
@@ -183,17 +189,7 @@ pub fn single_version(mut crd: CustomResourceDefinition) -> CustomResourceDefini
     for version in &mut crd.spec.versions {
         version.served = true;
         version.storage = true;
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            && let Ok(mut json) = serde_json::to_value(&*schema)
-        {
-            strip_defaults(&mut json);
-            if let Ok(stripped) = serde_json::from_value(json) {
-                *schema = stripped;
-            }
-        }
+        strip_version_defaults(version);
     }
     crd
 }
