@@ -339,19 +339,12 @@ fn consume_surging_marker(meta: &mut ObjectMeta) -> bool {
 
 fn validate_spec(spec: &v1beta1::DaemonSetSpec, errors: &mut Vec<FieldError>) {
     let path = Path::new("spec");
-    let template_path = path.child("template");
-    match &spec.selector {
-        None => errors.push(FieldError::required(&path.child("selector"), "")),
-        Some(selector) => validation::validate_workload_selector(
-            selector,
-            &spec.template,
-            &path.child("selector"),
-            &template_path,
-            errors,
-        ),
-    }
-    // An unset restartPolicy counts as Always: upstream defaults a copy of the template before checking.
-    validation::validate_pod_template(&spec.template, &template_path, &["Always"], true, errors);
+    validation::validate_workload_selector_and_template(
+        spec.selector.as_ref(),
+        &spec.template,
+        &path,
+        errors,
+    );
     validation::validate_non_negative(
         spec.min_ready_seconds.into(),
         &path.child("minReadySeconds"),
