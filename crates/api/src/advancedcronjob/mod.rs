@@ -51,7 +51,7 @@ macro_rules! advanced_cron_job_resource {
                 pub starting_deadline_seconds: Option<i64>,
                 /// `Allow` (default), `Forbid` or `Replace`.
                 #[serde(default, skip_serializing_if = "String::is_empty")]
-                #[schemars(schema_with = "concurrency_policy_schema")]
+                #[schemars(schema_with = "super::concurrency_policy_schema")]
                 pub concurrency_policy: String,
                 /// Stop scheduling new runs.
                 #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +67,11 @@ macro_rules! advanced_cron_job_resource {
             }
         }
     };
+}
+
+/// The schema of `spec.concurrencyPolicy`, the same in both versions.
+pub(crate) fn concurrency_policy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "enum": ["Allow", "Forbid", "Replace"] })
 }
 
 pub mod schedule;

@@ -1,17 +1,13 @@
 //! AdvancedCronJob, apps.kruise.io/v1alpha1: v1beta1 without `imageListPullJobTemplate`.
 
 use k8s_openapi::api::batch::v1::JobTemplateSpec;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::v1beta1::{AdvancedCronJobStatus, BroadcastJobTemplateSpec};
 use crate::schema::preserve_unknown_fields_untyped;
 
 advanced_cron_job_resource!("v1alpha1");
-
-fn concurrency_policy_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string", "enum": ["Allow", "Forbid", "Replace"] })
-}
 
 /// Exactly one of the templates.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::JobTemplateSpec;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::broadcastjob::v1beta1::{BroadcastJobSpec, CompletionPolicy};
@@ -22,10 +22,6 @@ pub const TEMPLATE_BROADCAST_JOB: &str = "BroadcastJob";
 pub const TEMPLATE_IMAGE_LIST_PULL_JOB: &str = "ImageListPullJob";
 
 advanced_cron_job_resource!("v1beta1");
-
-fn concurrency_policy_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string", "enum": ["Allow", "Forbid", "Replace"] })
-}
 
 /// Exactly one of the templates.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

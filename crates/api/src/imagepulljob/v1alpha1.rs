@@ -4,38 +4,8 @@
 
 pub use super::v1beta1::{ImageListPullJobStatus, ImagePullJobStatus, NodeImageStatus};
 
-crate::crd::resource! {
-    #[kube(
-        version = "v1alpha1",
-        kind = "ImagePullJob",
-        namespaced,
-        status = "ImagePullJobStatus",
-        doc = "ImagePullJob is the Schema for the imagepulljobs API",
-        printcolumn(
-            name = "TOTAL",
-            type_ = "integer",
-            json_path = ".status.desired",
-            description = "Number of all nodes matched by this job"
-        ),
-        printcolumn(
-            name = "ACTIVE",
-            type_ = "integer",
-            json_path = ".status.active",
-            description = "Number of image pull task active"
-        ),
-        printcolumn(
-            name = "SUCCEED",
-            type_ = "integer",
-            json_path = ".status.succeeded",
-            description = "Number of image pull task succeeded"
-        ),
-        printcolumn(
-            name = "FAILED",
-            type_ = "integer",
-            json_path = ".status.failed",
-            description = "Number of image pull tasks failed"
-        )
-    )]
+image_pull_job_resource! {
+    "v1alpha1",
     age_column(
         long,
         printcolumn(
@@ -44,7 +14,7 @@ crate::crd::resource! {
             json_path = ".status.message",
             description = "Summary of status when job is failed"
         )
-    )
+    ),
     pub struct ImagePullJobSpec {
         #[serde(flatten)]
         pub fields: super::v1beta1::ImagePullJobSpec,

@@ -36,39 +36,9 @@ pub const ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS: &str =
 pub const ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS: &str =
     "apps.kruise.io/image-predownload-min-updated-ready-pods";
 
-crate::crd::resource! {
-    #[kube(
-        version = "v1beta1",
-        kind = "ImagePullJob",
-        namespaced,
-        status = "ImagePullJobStatus",
-        doc = "ImagePullJob is the Schema for the imagepulljobs API",
-        printcolumn(
-            name = "TOTAL",
-            type_ = "integer",
-            json_path = ".status.desired",
-            description = "Number of all nodes matched by this job"
-        ),
-        printcolumn(
-            name = "ACTIVE",
-            type_ = "integer",
-            json_path = ".status.active",
-            description = "Number of image pull task active"
-        ),
-        printcolumn(
-            name = "SUCCEED",
-            type_ = "integer",
-            json_path = ".status.succeeded",
-            description = "Number of image pull task succeeded"
-        ),
-        printcolumn(
-            name = "FAILED",
-            type_ = "integer",
-            json_path = ".status.failed",
-            description = "Number of image pull tasks failed"
-        )
-    )]
-    age_column(short)
+image_pull_job_resource! {
+    "v1beta1",
+    age_column(short),
     #[serde(rename_all = "camelCase")]
     pub struct ImagePullJobSpec {
         /// The image to pull.
