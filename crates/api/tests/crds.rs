@@ -97,7 +97,7 @@ fn pod_unavailable_budget_crd_is_v1alpha1_only() {
         .iter()
         .find(|c| c.metadata.name.as_deref() == Some("podunavailablebudgets.policy.kruise.io"))
         .expect("the PodUnavailableBudget CRD");
-    let versions = served_and_stored(&pub_crd);
+    let versions = served_and_stored(pub_crd);
     assert_eq!(versions, [("v1alpha1", true, true)]);
     assert!(pub_crd.spec.conversion.is_none());
     assert_eq!(
