@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ContainerPort, ExecAction, HTTPGetAction, TCPSocketAction};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -47,56 +47,49 @@ pub const PHASE_SUCCEEDED: &str = "Succeeded";
 pub const PHASE_FAILED: &str = "Failed";
 pub const PHASE_COMPLETED: &str = "Completed";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "ContainerRecreateRequest",
-    namespaced,
-    status = "ContainerRecreateRequestStatus",
-    shortname = "crr",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "ContainerRecreateRequest is the Schema for the containerrecreaterequests API",
-    printcolumn(
-        name = "PHASE",
-        type_ = "string",
-        json_path = ".status.phase",
-        description = "Phase of this ContainerRecreateRequest."
-    ),
-    printcolumn(
-        name = "POD",
-        type_ = "string",
-        json_path = ".spec.podName",
-        description = "Pod name of this ContainerRecreateRequest."
-    ),
-    printcolumn(
-        name = "NODE",
-        type_ = "string",
-        json_path = ".metadata.labels.crr\\.apps\\.kruise\\.io/node-name",
-        description = "Pod name of this ContainerRecreateRequest."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerRecreateRequestSpec {
-    /// Name of the Pod that owns the recreated containers.
-    pub pod_name: String,
-    /// The containers to recreate, by name.
-    pub containers: Vec<ContainerRecreateRequestContainer>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<ContainerRecreateRequestStrategy>,
-    /// Seconds after creation at which an unfinished request is completed as failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_deadline_seconds: Option<i64>,
-    /// Seconds after completion at which the request is deleted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<i32>,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "ContainerRecreateRequest",
+        namespaced,
+        status = "ContainerRecreateRequestStatus",
+        shortname = "crr",
+        doc = "ContainerRecreateRequest is the Schema for the containerrecreaterequests API",
+        printcolumn(
+            name = "PHASE",
+            type_ = "string",
+            json_path = ".status.phase",
+            description = "Phase of this ContainerRecreateRequest."
+        ),
+        printcolumn(
+            name = "POD",
+            type_ = "string",
+            json_path = ".spec.podName",
+            description = "Pod name of this ContainerRecreateRequest."
+        ),
+        printcolumn(
+            name = "NODE",
+            type_ = "string",
+            json_path = ".metadata.labels.crr\\.apps\\.kruise\\.io/node-name",
+            description = "Pod name of this ContainerRecreateRequest."
+        )
+    )]
+    age_column(short)
+    #[serde(rename_all = "camelCase")]
+    pub struct ContainerRecreateRequestSpec {
+        /// Name of the Pod that owns the recreated containers.
+        pub pod_name: String,
+        /// The containers to recreate, by name.
+        pub containers: Vec<ContainerRecreateRequestContainer>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub strategy: Option<ContainerRecreateRequestStrategy>,
+        /// Seconds after creation at which an unfinished request is completed as failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub active_deadline_seconds: Option<i64>,
+        /// Seconds after completion at which the request is deleted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ttl_seconds_after_finished: Option<i32>,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -72,6 +72,34 @@ impl Stash {
     }
 }
 
+/// Converts one part of an object with `forward` (`backward` is the conversion the other way) without
+/// loss: the part stashed under `name` in `incoming` by the last conversion the other way is restored
+/// when it converts back to this very `part`; a part that would not survive the round trip is stashed
+/// in `outgoing` for the way back.
+pub fn convert_part<S, T>(
+    part: S,
+    forward: fn(S) -> T,
+    backward: fn(T) -> S,
+    name: &str,
+    incoming: &Stash,
+    outgoing: &mut Stash,
+) -> T
+where
+    S: Clone + PartialEq + Serialize,
+    T: Clone + DeserializeOwned,
+{
+    if let Some(stashed) = incoming.get::<T>(name)
+        && backward(stashed.clone()) == part
+    {
+        return stashed;
+    }
+    let converted = forward(part.clone());
+    if backward(converted.clone()) != part {
+        outgoing.set(name, &Some(part));
+    }
+    converted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,12 +2,81 @@
 //! YAML output for `config/crd/`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
-    WebhookConversion,
+    CustomResourceConversion, CustomResourceDefinition, CustomResourceDefinitionVersion,
+    ServiceReference, WebhookClientConfig, WebhookConversion,
 };
 use kube::core::crd::merge_crds;
 
 use crate::kinds::Kind;
+
+/// Declares a custom resource of this crate: kube's `CustomResource` derive on the spec struct, with the
+/// traits every spec derives and `PartialEq` and `Default` derived on the root type too. Those are the
+/// same for every kind, so they are written once here, and so is the group, apps.kruise.io, unless the
+/// kube attribute starts with another (`group = "policy.kruise.io"`). The input is the rest of the kube
+/// attribute (version, kind, names, subresources, printer columns) and the spec struct.
+///
+/// Most kinds also show OpenKruise's AGE column (`metadata.creationTimestamp`), after their own
+/// columns: `age_column(long)` adds it with the description Kubernetes gives that field,
+/// `age_column(short)` with that description's first sentence, as each upstream CRD has it; columns
+/// listed after the description inside `age_column(..)` come after AGE.
+macro_rules! resource {
+    (#[kube($($kube:tt)*)] age_column(long $($after:tt)*) $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube($($kube)*)]
+            age_column(
+                "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
+                $($after)*
+            )
+            $($spec)*
+        }
+    };
+    (#[kube($($kube:tt)*)] age_column(short $($after:tt)*) $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube($($kube)*)]
+            age_column(
+                "CreationTimestamp is a timestamp representing the server time when this object was created."
+                $($after)*
+            )
+            $($spec)*
+        }
+    };
+    (#[kube($($kube:tt)*)] age_column($description:tt $($after:tt)*) $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                $($kube)*,
+                printcolumn(
+                    name = "AGE",
+                    type_ = "date",
+                    json_path = ".metadata.creationTimestamp",
+                    description = $description
+                )
+                $($after)*
+            )]
+            $($spec)*
+        }
+    };
+    (#[kube(group = $group:tt, $($kube:tt)*)] $($spec:tt)*) => {
+        #[derive(
+            kube::CustomResource,
+            Clone,
+            Debug,
+            Default,
+            PartialEq,
+            serde::Serialize,
+            serde::Deserialize,
+            schemars::JsonSchema,
+        )]
+        #[kube(group = $group, $($kube)*, derive = "PartialEq", derive = "Default")]
+        $($spec)*
+    };
+    (#[kube($($kube:tt)*)] $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(group = "apps.kruise.io", $($kube)*)]
+            $($spec)*
+        }
+    };
+}
+pub(crate) use resource;
 
 /// Namespace and Service of the webhook in a cluster install; `kruise-local` rewrites the client config to
 /// a URL on 127.0.0.1.
@@ -28,19 +97,10 @@ pub fn assemble(
     };
     // v1alpha1 first, as OpenKruise lists them.
     crd.spec.versions.sort_by(|a, b| a.name.cmp(&b.name));
-    for version in &mut crd.spec.versions {
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            && let Ok(mut json) = serde_json::to_value(&*schema)
-        {
-            strip_defaults(&mut json);
-            if let Ok(stripped) = serde_json::from_value(json) {
-                *schema = stripped;
-            }
-        }
-    }
+    crd.spec
+        .versions
+        .iter_mut()
+        .for_each(strip_version_defaults);
     crd.spec.conversion = Some(CustomResourceConversion {
         strategy: "Webhook".into(),
         webhook: Some(WebhookConversion {
@@ -57,6 +117,21 @@ pub fn assemble(
         }),
     });
     crd
+}
+
+/// [`strip_defaults`] on the schema of one version.
+fn strip_version_defaults(version: &mut CustomResourceDefinitionVersion) {
+    if let Some(schema) = version
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        && let Ok(mut json) = serde_json::to_value(&*schema)
+    {
+        strip_defaults(&mut json);
+        if let Ok(stripped) = serde_json::from_value(json) {
+            *schema = stripped;
+        }
+    }
 }
 
 /// Removes `default` from every schema node. Defaults are the mutating webhook's job (as in OpenKruise);
@@ -114,17 +189,7 @@ pub fn single_version(mut crd: CustomResourceDefinition) -> CustomResourceDefini
     for version in &mut crd.spec.versions {
         version.served = true;
         version.storage = true;
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            && let Ok(mut json) = serde_json::to_value(&*schema)
-        {
-            strip_defaults(&mut json);
-            if let Ok(stripped) = serde_json::from_value(json) {
-                *schema = stripped;
-            }
-        }
+        strip_version_defaults(version);
     }
     crd
 }

@@ -37,6 +37,28 @@ pub fn safe_encode(text: &str) -> String {
         .collect()
 }
 
+/// Drops nulls, empty lists and empty objects, at every depth, as Go's `omitempty` would not have
+/// written them: an unset field and an empty one then compare alike.
+pub(crate) fn prune_empty(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let is_empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, prune_empty(v)))
+                .filter(|(_, v)| !is_empty(v))
+                .collect(),
+        ),
+        Value::Array(list) => Value::Array(list.into_iter().map(prune_empty).collect()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

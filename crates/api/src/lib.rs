@@ -30,6 +30,8 @@ pub mod resourcedistribution;
 pub mod schema;
 pub mod sidecarset;
 pub mod statefulset;
+#[cfg(test)]
+mod testutil;
 pub mod uniteddeployment;
 pub mod validation;
 pub mod workloadspread;

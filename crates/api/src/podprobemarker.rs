@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,23 +52,21 @@ pub fn split_node_probe_name(name: &str) -> Option<(&str, &str)> {
 /// A probe's container probe: Kubernetes' `Probe` inline (handler, delays, thresholds).
 pub type ContainerProbeSpec = Probe;
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "PodProbeMarker",
-    namespaced,
-    status = "PodProbeMarkerStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "PodProbeMarker is the Schema for the PodProbeMarker API"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PodProbeMarkerSpec {
-    /// Selects the Pods to probe (required, not empty, immutable).
-    pub selector: LabelSelector,
-    /// The probes to run in each selected Pod.
-    pub probes: Vec<PodContainerProbe>,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "PodProbeMarker",
+        namespaced,
+        status = "PodProbeMarkerStatus",
+        doc = "PodProbeMarker is the Schema for the PodProbeMarker API"
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PodProbeMarkerSpec {
+        /// Selects the Pods to probe (required, not empty, immutable).
+        pub selector: LabelSelector,
+        /// The probes to run in each selected Pod.
+        pub probes: Vec<PodContainerProbe>,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -110,20 +108,18 @@ pub struct PodProbeMarkerStatus {
     pub matched_pods: i64,
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "NodePodProbe",
-    status = "NodePodProbeStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "NodePodProbe is the Schema for the NodePodProbe API"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct NodePodProbeSpec {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pod_probes: Vec<PodProbe>,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "NodePodProbe",
+        status = "NodePodProbeStatus",
+        doc = "NodePodProbe is the Schema for the NodePodProbe API"
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct NodePodProbeSpec {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub pod_probes: Vec<PodProbe>,
+    }
 }
 
 /// The probes of one Pod on the node.

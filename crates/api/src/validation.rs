@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::field::{FieldError, Path};
 
@@ -288,6 +288,76 @@ pub fn validate_workload_selector(
     }
 }
 
+/// The selector and Pod template of a replicated workload (CloneSet, Advanced StatefulSet, Advanced
+/// DaemonSet) at `spec_path`: the selector is required and must match the template's labels, and the
+/// template must restart Always and have no activeDeadlineSeconds.
+pub fn validate_workload_selector_and_template(
+    selector: Option<&LabelSelector>,
+    template: &PodTemplateSpec,
+    spec_path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    let template_path = spec_path.child("template");
+    match selector {
+        None => errors.push(FieldError::required(&spec_path.child("selector"), "")),
+        Some(selector) => validate_workload_selector(
+            selector,
+            template,
+            &spec_path.child("selector"),
+            &template_path,
+            errors,
+        ),
+    }
+    // An unset restartPolicy counts as Always: upstream defaults a copy of the template before checking.
+    validate_pod_template(template, &template_path, &["Always"], true, errors);
+}
+
+/// The init containers then the containers of a Pod spec, each with its path below `spec_path`.
+pub fn pod_containers<'a>(
+    spec: &'a PodSpec,
+    spec_path: &Path,
+) -> impl Iterator<Item = (Path, &'a Container)> {
+    let init_path = spec_path.child("initContainers");
+    let path = spec_path.child("containers");
+    spec.init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(move |(i, c)| (init_path.index(i), c))
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(move |(i, c)| (path.index(i), c)),
+        )
+}
+
+/// `metadata.name`: required unless a `generateName` is set; a set name must pass `check`, whose
+/// message is the error's.
+pub fn validate_metadata_name(
+    metadata: &ObjectMeta,
+    check: impl Fn(&str) -> Result<(), String>,
+    errors: &mut Vec<FieldError>,
+) {
+    let path = Path::new("metadata").child("name");
+    match metadata.name.as_deref() {
+        None | Some("")
+            if metadata
+                .generate_name
+                .as_deref()
+                .is_some_and(|g| !g.is_empty()) => {}
+        None | Some("") => errors.push(FieldError::required(
+            &path,
+            "name or generateName is required",
+        )),
+        Some(name) => {
+            if let Err(message) = check(name) {
+                errors.push(FieldError::invalid(&path, name, message));
+            }
+        }
+    }
+}
+
 /// The Pod template of a workload: restartPolicy among `allowed_restart_policies` (unset counts as
 /// Always), no activeDeadlineSeconds when `forbid_active_deadline`, at least one container, unique valid
 /// container names, images present, and each container's ports, env, envFrom and securityContext as
@@ -331,19 +401,7 @@ pub fn validate_pod_template(
         ));
     }
     let mut names = HashSet::new();
-    let all = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| (spec_path.child("initContainers").index(i), c))
-        .chain(
-            spec.containers
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (spec_path.child("containers").index(i), c)),
-        );
-    for (container_path, container) in all {
+    for (container_path, container) in pod_containers(spec, &spec_path) {
         containers::validate_name_and_image(container, &container_path, &mut names, false, errors);
         containers::validate_container(container, &container_path, errors);
     }

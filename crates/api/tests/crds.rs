@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_api::crd;
 
 fn crd_dir() -> PathBuf {
@@ -36,12 +37,7 @@ fn crds_serve_both_versions_store_v1beta1_and_convert_by_webhook() {
         .filter(|crd| !single.contains(&crd.metadata.name))
     {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let versions: Vec<(&str, bool, bool)> = crd
-            .spec
-            .versions
-            .iter()
-            .map(|v| (v.name.as_str(), v.served, v.storage))
-            .collect();
+        let versions = served_and_stored(&crd);
         assert_eq!(
             versions,
             [("v1alpha1", true, false), ("v1beta1", true, true)],
@@ -101,12 +97,7 @@ fn pod_unavailable_budget_crd_is_v1alpha1_only() {
         .iter()
         .find(|c| c.metadata.name.as_deref() == Some("podunavailablebudgets.policy.kruise.io"))
         .expect("the PodUnavailableBudget CRD");
-    let versions: Vec<(&str, bool, bool)> = pub_crd
-        .spec
-        .versions
-        .iter()
-        .map(|v| (v.name.as_str(), v.served, v.storage))
-        .collect();
+    let versions = served_and_stored(pub_crd);
     assert_eq!(versions, [("v1alpha1", true, true)]);
     assert!(pub_crd.spec.conversion.is_none());
     assert_eq!(
@@ -139,12 +130,7 @@ fn pod_unavailable_budget_crd_is_v1alpha1_only() {
 fn v1alpha1_only_crds_serve_and_store_v1alpha1() {
     for crd in crd::v1alpha1_only() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let versions: Vec<(&str, bool, bool)> = crd
-            .spec
-            .versions
-            .iter()
-            .map(|v| (v.name.as_str(), v.served, v.storage))
-            .collect();
+        let versions = served_and_stored(&crd);
         assert_eq!(versions, [("v1alpha1", true, true)], "{name}");
         assert!(crd.spec.conversion.is_none(), "{name}");
         assert!(
@@ -281,4 +267,13 @@ fn every_openkruise_v1_9_field_path_is_served() {
         not_served, expected,
         "the kinds of v1.9.0 kruise-rs does not serve changed: update NOT_SERVED"
     );
+}
+
+/// Each version's name and whether it is served and stored.
+fn served_and_stored(crd: &CustomResourceDefinition) -> Vec<(&str, bool, bool)> {
+    crd.spec
+        .versions
+        .iter()
+        .map(|v| (v.name.as_str(), v.served, v.storage))
+        .collect()
 }

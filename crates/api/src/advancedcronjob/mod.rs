@@ -3,6 +3,77 @@
 //! v1beta1 adds `spec.template.imageListPullJobTemplate`; converted to v1alpha1 (which upstream refuses
 //! to do), the template is carried in the conversion annotation and restored on the way back.
 
+/// The AdvancedCronJob resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube attribute
+/// (names, printer columns) and its spec fields are the same in both versions, so they are written
+/// once here; the types the spec names resolve where the macro is called, so each version's
+/// `AdvancedCronJobSpec` holds that version's `CronJobTemplate` (v1alpha1's has no
+/// imageListPullJobTemplate).
+macro_rules! advanced_cron_job_resource {
+    ($version:tt) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "AdvancedCronJob",
+                namespaced,
+                status = "AdvancedCronJobStatus",
+                shortname = "acj",
+                doc = "AdvancedCronJob is the Schema for the advancedcronjobs API",
+                printcolumn(
+                    name = "Schedule",
+                    type_ = "string",
+                    json_path = ".spec.schedule",
+                    description = "The schedule of advanced cron job."
+                ),
+                printcolumn(
+                    name = "Type",
+                    type_ = "string",
+                    json_path = ".status.type",
+                    description = "Type of cron job."
+                ),
+                printcolumn(
+                    name = "LastScheduleTime",
+                    type_ = "date",
+                    json_path = ".status.lastScheduleTime",
+                    description = "The last time at which job was scheduled."
+                )
+            )]
+            age_column(short)
+            #[serde(rename_all = "camelCase")]
+            pub struct AdvancedCronJobSpec {
+                /// The schedule in cron format (five fields, a descriptor such as `@hourly` or `@every 10s`, an
+                /// optional `TZ=<zone>` prefix).
+                pub schedule: String,
+                /// The IANA time zone of the schedule; the manager's own zone when unset.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub time_zone: Option<String>,
+                /// Seconds after a scheduled time within which a missed run still starts.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub starting_deadline_seconds: Option<i64>,
+                /// `Allow` (default), `Forbid` or `Replace`.
+                #[serde(default, skip_serializing_if = "String::is_empty")]
+                #[schemars(schema_with = "super::concurrency_policy_schema")]
+                pub concurrency_policy: String,
+                /// Stop scheduling new runs.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub paused: Option<bool>,
+                /// Finished successful jobs kept (default 3).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub successful_jobs_history_limit: Option<i32>,
+                /// Finished failed jobs kept (default 1).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub failed_jobs_history_limit: Option<i32>,
+                /// The job each run creates.
+                pub template: CronJobTemplate,
+            }
+        }
+    };
+}
+
+/// The schema of `spec.concurrencyPolicy`, the same in both versions.
+pub(crate) fn concurrency_policy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "enum": ["Allow", "Forbid", "Replace"] })
+}
+
 pub mod schedule;
 pub mod v1alpha1;
 pub mod v1beta1;

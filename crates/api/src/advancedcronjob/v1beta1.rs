@@ -7,8 +7,7 @@ use k8s_openapi::api::batch::v1::JobTemplateSpec;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::broadcastjob::v1beta1::{BroadcastJobSpec, CompletionPolicy};
@@ -22,73 +21,7 @@ pub const TEMPLATE_JOB: &str = "Job";
 pub const TEMPLATE_BROADCAST_JOB: &str = "BroadcastJob";
 pub const TEMPLATE_IMAGE_LIST_PULL_JOB: &str = "ImageListPullJob";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "AdvancedCronJob",
-    namespaced,
-    status = "AdvancedCronJobStatus",
-    shortname = "acj",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "AdvancedCronJob is the Schema for the advancedcronjobs API",
-    printcolumn(
-        name = "Schedule",
-        type_ = "string",
-        json_path = ".spec.schedule",
-        description = "The schedule of advanced cron job."
-    ),
-    printcolumn(
-        name = "Type",
-        type_ = "string",
-        json_path = ".status.type",
-        description = "Type of cron job."
-    ),
-    printcolumn(
-        name = "LastScheduleTime",
-        type_ = "date",
-        json_path = ".status.lastScheduleTime",
-        description = "The last time at which job was scheduled."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct AdvancedCronJobSpec {
-    /// The schedule in cron format (five fields, a descriptor such as `@hourly` or `@every 10s`, an
-    /// optional `TZ=<zone>` prefix).
-    pub schedule: String,
-    /// The IANA time zone of the schedule; the manager's own zone when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// Seconds after a scheduled time within which a missed run still starts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub starting_deadline_seconds: Option<i64>,
-    /// `Allow` (default), `Forbid` or `Replace`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(schema_with = "concurrency_policy_schema")]
-    pub concurrency_policy: String,
-    /// Stop scheduling new runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused: Option<bool>,
-    /// Finished successful jobs kept (default 3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub successful_jobs_history_limit: Option<i32>,
-    /// Finished failed jobs kept (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failed_jobs_history_limit: Option<i32>,
-    /// The job each run creates.
-    pub template: CronJobTemplate,
-}
-
-fn concurrency_policy_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string", "enum": ["Allow", "Forbid", "Replace"] })
-}
+advanced_cron_job_resource!("v1beta1");
 
 /// Exactly one of the templates.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

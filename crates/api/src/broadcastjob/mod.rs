@@ -1,5 +1,50 @@
 //! BroadcastJob: types of both versions, conversion, defaults, validation and CRD.
 
+/// The BroadcastJob resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the spec
+/// struct that follows the version. The kube attribute (names, subresources, printer columns) is
+/// the same in both versions, so it is written once here; the specs differ, so each version writes
+/// its own.
+macro_rules! broadcast_job_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "BroadcastJob",
+                namespaced,
+                status = "BroadcastJobStatus",
+                shortname = "bcj",
+                doc = "BroadcastJob is the Schema for the broadcastjobs API",
+                printcolumn(
+                    name = "Desired",
+                    type_ = "integer",
+                    json_path = ".status.desired",
+                    description = "The desired number of pods. This is typically equal to the number of nodes satisfied to run pods."
+                ),
+                printcolumn(
+                    name = "Active",
+                    type_ = "integer",
+                    json_path = ".status.active",
+                    description = "The number of actively running pods."
+                ),
+                printcolumn(
+                    name = "Succeeded",
+                    type_ = "integer",
+                    json_path = ".status.succeeded",
+                    description = "The number of pods which reached phase Succeeded."
+                ),
+                printcolumn(
+                    name = "Failed",
+                    type_ = "integer",
+                    json_path = ".status.failed",
+                    description = "The number of pods which reached phase Failed."
+                )
+            )]
+            age_column(short)
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 

@@ -3,7 +3,6 @@
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -21,65 +20,26 @@ pub const PHASE_FAILED: &str = "failed";
 pub const CONDITION_COMPLETE: &str = "Complete";
 pub const CONDITION_FAILED: &str = "Failed";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "BroadcastJob",
-    namespaced,
-    status = "BroadcastJobStatus",
-    shortname = "bcj",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "BroadcastJob is the Schema for the broadcastjobs API",
-    printcolumn(
-        name = "Desired",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "The desired number of pods. This is typically equal to the number of nodes satisfied to run pods."
-    ),
-    printcolumn(
-        name = "Active",
-        type_ = "integer",
-        json_path = ".status.active",
-        description = "The number of actively running pods."
-    ),
-    printcolumn(
-        name = "Succeeded",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "The number of pods which reached phase Succeeded."
-    ),
-    printcolumn(
-        name = "Failed",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "The number of pods which reached phase Failed."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct BroadcastJobSpec {
-    /// Maximum number of Pods running at once: an integer, or a percentage of the desired node count.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallelism: Option<IntOrString>,
-    /// The Pod run on every eligible node.
-    #[schemars(schema_with = "preserve_unknown_fields")]
-    pub template: PodTemplateSpec,
-    /// When the job counts as finished.
-    #[serde(default)]
-    pub completion_policy: CompletionPolicy,
-    /// Stop creating Pods.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub paused: bool,
-    /// What a failed Pod does to the job.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub failure_policy: FailurePolicy,
+broadcast_job_resource! {
+    "v1beta1",
+    #[serde(rename_all = "camelCase")]
+    pub struct BroadcastJobSpec {
+        /// Maximum number of Pods running at once: an integer, or a percentage of the desired node count.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub parallelism: Option<IntOrString>,
+        /// The Pod run on every eligible node.
+        #[schemars(schema_with = "preserve_unknown_fields")]
+        pub template: PodTemplateSpec,
+        /// When the job counts as finished.
+        #[serde(default)]
+        pub completion_policy: CompletionPolicy,
+        /// Stop creating Pods.
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub paused: bool,
+        /// What a failed Pod does to the job.
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub failure_policy: FailurePolicy,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

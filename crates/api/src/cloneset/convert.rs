@@ -25,11 +25,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{LABEL_SCALING_EXCLUDE_PREPARING_DELETE, v1alpha1, v1beta1};
-use crate::conversion::Stash;
+use crate::conversion::{Stash, convert_part};
 use crate::keys;
 use crate::pub_types::InPlaceUpdateStrategy;
 
@@ -74,31 +73,6 @@ fn put_keys(map: &mut Option<BTreeMap<String, String>>, entries: BTreeMap<String
     if !entries.is_empty() {
         map.get_or_insert_with(BTreeMap::new).extend(entries);
     }
-}
-
-/// Converts one part with `forward`; `backward` is the conversion the other way.
-fn convert_part<S, T>(
-    part: Part<S>,
-    forward: fn(Part<S>) -> Part<T>,
-    backward: fn(Part<T>) -> Part<S>,
-    name: &str,
-    incoming: &Stash,
-    outgoing: &mut Stash,
-) -> Part<T>
-where
-    S: Clone + PartialEq + Serialize,
-    T: Clone + DeserializeOwned,
-{
-    if let Some(stashed) = incoming.get::<Part<T>>(name)
-        && backward(stashed.clone()) == part
-    {
-        return stashed;
-    }
-    let converted = forward(part.clone());
-    if backward(converted.clone()) != part {
-        outgoing.set(name, &Some(part));
-    }
-    converted
 }
 
 pub(super) fn to_v1beta1(object: v1alpha1::CloneSet) -> v1beta1::CloneSet {

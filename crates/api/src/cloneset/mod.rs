@@ -1,5 +1,126 @@
 //! CloneSet: types of both versions, conversion, defaults, validation and CRD.
 
+/// The CloneSet resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube attribute (names,
+/// scale subresource, printer columns) and its spec fields are the same in both versions, so they
+/// are written once here; the strategy types the spec names resolve where the macro is called, so
+/// each version's `CloneSetSpec` holds that version's `CloneSetScaleStrategy` and
+/// `CloneSetUpdateStrategy`.
+macro_rules! clone_set_resource {
+    ($version:tt) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "CloneSet",
+                namespaced,
+                status = "CloneSetStatus",
+                shortname = "clone",
+                doc = "CloneSet is the Schema for the clonesets API",
+                scale(
+                    spec_replicas_path = ".spec.replicas",
+                    status_replicas_path = ".status.replicas",
+                    label_selector_path = ".status.labelSelector"
+                ),
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".spec.replicas",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "UPDATED",
+                    type_ = "integer",
+                    json_path = ".status.updatedReplicas",
+                    description = "The number of pods updated."
+                ),
+                printcolumn(
+                    name = "UPDATED_READY",
+                    type_ = "integer",
+                    json_path = ".status.updatedReadyReplicas",
+                    description = "The number of pods updated and ready."
+                ),
+                printcolumn(
+                    name = "UPDATED_AVAILABLE",
+                    type_ = "integer",
+                    json_path = ".status.updatedAvailableReplicas",
+                    description = "The number of pods updated and available."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.readyReplicas",
+                    description = "The number of pods ready."
+                ),
+                printcolumn(
+                    name = "TOTAL",
+                    type_ = "integer",
+                    json_path = ".status.replicas",
+                    description = "The number of currently all pods."
+                )
+            )]
+            age_column(
+                long,
+                printcolumn(
+                    name = "CONTAINERS",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].name",
+                    description = "The containers of currently cloneset."
+                ),
+                printcolumn(
+                    name = "IMAGES",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].image",
+                    description = "The images of currently cloneset."
+                ),
+                printcolumn(
+                    name = "SELECTOR",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".status.labelSelector",
+                    description = "The selector of currently cloneset."
+                )
+            )
+            #[serde(rename_all = "camelCase")]
+            pub struct CloneSetSpec {
+                /// Desired number of Pods (default 1).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub replicas: Option<i32>,
+                /// Selects the Pods counted as replicas; must match the template's labels.
+                #[serde(skip_serializing_if = "Option::is_none")]
+                #[schemars(required)]
+                pub selector: Option<LabelSelector>,
+                /// The Pods created.
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub template: PodTemplateSpec,
+                /// One PVC per template per Pod, named `<template>-<cloneset>-<instance id>`; deleted with its Pod.
+                #[serde(default, skip_serializing_if = "Vec::is_empty")]
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+                /// How Pods are created and deleted.
+                #[serde(default)]
+                pub scale_strategy: CloneSetScaleStrategy,
+                /// How Pods are updated when the template changes.
+                #[serde(default)]
+                pub update_strategy: CloneSetUpdateStrategy,
+                /// Revisions kept in the history (default 10).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub revision_history_limit: Option<i32>,
+                /// Seconds a new Pod must be ready before it counts as available.
+                #[serde(default, skip_serializing_if = "is_default")]
+                pub min_ready_seconds: i32,
+                /// Hooks before a Pod becomes Normal, before deletion and around an in-place update.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub lifecycle: Option<Lifecycle>,
+                /// Seconds to reach the available (or partition-available) state before the Progressing condition
+                /// turns False with ProgressDeadlineExceeded; unset: no Progressing condition.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub progress_deadline_seconds: Option<i32>,
+            }
+        }
+    };
+}
+
 mod convert;
 pub mod v1alpha1;
 pub mod v1beta1;

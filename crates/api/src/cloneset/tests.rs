@@ -11,22 +11,7 @@ use crate::pub_types::{
     InPlaceUpdateStrategy, Lifecycle, LifecycleHook, UpdatePriorityOrderTerm,
     UpdatePriorityStrategy, UpdateScatterTerm,
 };
-
-/// Merges `patch` into `base` (objects recursively, anything else replaced; null removes).
-fn merge(base: &mut Value, patch: &Value) {
-    match (base, patch) {
-        (Value::Object(base), Value::Object(patch)) => {
-            for (key, value) in patch {
-                if value.is_null() {
-                    base.remove(key);
-                } else {
-                    merge(base.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        (base, patch) => *base = patch.clone(),
-    }
-}
+use crate::testutil::merge;
 
 fn base_spec() -> Value {
     json!({

@@ -4,7 +4,6 @@
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -37,122 +36,7 @@ pub const REASON_UPDATED: &str = "CloneSetUpdated";
 pub const REASON_PARTITION_AVAILABLE: &str = "ProgressPartitionAvailable";
 pub const REASON_AVAILABLE: &str = "CloneSetAvailable";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "CloneSet",
-    namespaced,
-    status = "CloneSetStatus",
-    shortname = "clone",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "CloneSet is the Schema for the clonesets API",
-    scale(
-        spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.replicas",
-        label_selector_path = ".status.labelSelector"
-    ),
-    printcolumn(
-        name = "DESIRED",
-        type_ = "integer",
-        json_path = ".spec.replicas",
-        description = "The desired number of pods."
-    ),
-    printcolumn(
-        name = "UPDATED",
-        type_ = "integer",
-        json_path = ".status.updatedReplicas",
-        description = "The number of pods updated."
-    ),
-    printcolumn(
-        name = "UPDATED_READY",
-        type_ = "integer",
-        json_path = ".status.updatedReadyReplicas",
-        description = "The number of pods updated and ready."
-    ),
-    printcolumn(
-        name = "UPDATED_AVAILABLE",
-        type_ = "integer",
-        json_path = ".status.updatedAvailableReplicas",
-        description = "The number of pods updated and available."
-    ),
-    printcolumn(
-        name = "READY",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "The number of pods ready."
-    ),
-    printcolumn(
-        name = "TOTAL",
-        type_ = "integer",
-        json_path = ".status.replicas",
-        description = "The number of currently all pods."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    ),
-    printcolumn(
-        name = "CONTAINERS",
-        type_ = "string",
-        priority = 1,
-        json_path = ".spec.template.spec.containers[*].name",
-        description = "The containers of currently cloneset."
-    ),
-    printcolumn(
-        name = "IMAGES",
-        type_ = "string",
-        priority = 1,
-        json_path = ".spec.template.spec.containers[*].image",
-        description = "The images of currently cloneset."
-    ),
-    printcolumn(
-        name = "SELECTOR",
-        type_ = "string",
-        priority = 1,
-        json_path = ".status.labelSelector",
-        description = "The selector of currently cloneset."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct CloneSetSpec {
-    /// Desired number of Pods (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<i32>,
-    /// Selects the Pods counted as replicas; must match the template's labels.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(required)]
-    pub selector: Option<LabelSelector>,
-    /// The Pods created.
-    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
-    pub template: PodTemplateSpec,
-    /// One PVC per template per Pod, named `<template>-<cloneset>-<instance id>`; deleted with its Pod.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
-    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
-    /// How Pods are created and deleted.
-    #[serde(default)]
-    pub scale_strategy: CloneSetScaleStrategy,
-    /// How Pods are updated when the template changes.
-    #[serde(default)]
-    pub update_strategy: CloneSetUpdateStrategy,
-    /// Revisions kept in the history (default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision_history_limit: Option<i32>,
-    /// Seconds a new Pod must be ready before it counts as available.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub min_ready_seconds: i32,
-    /// Hooks before a Pod becomes Normal, before deletion and around an in-place update.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lifecycle: Option<Lifecycle>,
-    /// Seconds to reach the available (or partition-available) state before the Progressing condition
-    /// turns False with ProgressDeadlineExceeded; unset: no Progressing condition.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress_deadline_seconds: Option<i32>,
-}
+clone_set_resource!("v1beta1");
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

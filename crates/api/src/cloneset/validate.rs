@@ -33,51 +33,28 @@ pub(super) fn validate(object: &CloneSet, old: Option<&CloneSet>) -> Vec<FieldEr
     errors
 }
 
-/// A DNS-1123 subdomain, as Kubernetes requires of object names.
+/// A DNS-1123 subdomain, as Kubernetes requires of object names (OpenKruise's CloneSet message has no
+/// length in it).
 fn validate_name(metadata: &ObjectMeta, errors: &mut Vec<FieldError>) {
-    let path = Path::new("metadata").child("name");
-    match metadata.name.as_deref() {
-        None | Some("")
-            if metadata
-                .generate_name
-                .as_deref()
-                .is_some_and(|g| !g.is_empty()) => {}
-        None | Some("") => errors.push(FieldError::required(
-            &path,
-            "name or generateName is required",
-        )),
-        Some(name) => {
-            let ok = name.len() <= 253
-                && name
-                    .split('.')
-                    .all(|part| validation::check_dns1123_label(part).is_ok());
-            if !ok {
-                errors.push(FieldError::invalid(
-                    &path,
-                    name,
-                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or \
-                     '.', and must start and end with an alphanumeric character",
-                ));
-            }
-        }
-    }
+    let check = |name: &str| {
+        validation::check_dns1123_subdomain(name).map_err(|_| {
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or \
+             '.', and must start and end with an alphanumeric character"
+                .to_string()
+        })
+    };
+    validation::validate_metadata_name(metadata, check, errors);
 }
 
 fn validate_spec(spec: &CloneSetSpec, path: &Path, errors: &mut Vec<FieldError>) {
     let replicas = spec.replicas.unwrap_or(1);
     validation::validate_non_negative(replicas.into(), &path.child("replicas"), errors);
-    let template_path = path.child("template");
-    match &spec.selector {
-        None => errors.push(FieldError::required(&path.child("selector"), "")),
-        Some(selector) => validation::validate_workload_selector(
-            selector,
-            &spec.template,
-            &path.child("selector"),
-            &template_path,
-            errors,
-        ),
-    }
-    validation::validate_pod_template(&spec.template, &template_path, &["Always"], true, errors);
+    validation::validate_workload_selector_and_template(
+        spec.selector.as_ref(),
+        &spec.template,
+        path,
+        errors,
+    );
     validate_volume_claim_templates(spec, path, errors);
 
     let scale_path = path.child("scaleStrategy");
@@ -161,19 +138,7 @@ fn validate_volume_claim_templates(spec: &CloneSetSpec, path: &Path, errors: &mu
     }
     let Some(pod) = pod else { return };
     let spec_path = path.child("template").child("spec");
-    let containers = pod
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| (spec_path.child("initContainers").index(i), c))
-        .chain(
-            pod.containers
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (spec_path.child("containers").index(i), c)),
-        );
-    for (container_path, container) in containers {
+    for (container_path, container) in validation::pod_containers(pod, &spec_path) {
         for (j, mount) in container.volume_mounts.iter().flatten().enumerate() {
             if !volumes.contains(mount.name.as_str()) {
                 errors.push(FieldError::invalid(

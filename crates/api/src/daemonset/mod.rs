@@ -1,5 +1,73 @@
 //! Advanced DaemonSet: types of both versions, conversion, defaults, validation and CRD.
 
+/// The Advanced DaemonSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the
+/// spec struct that follows the version. The kube attribute (names, subresources, printer columns)
+/// is the same in both versions, so it is written once here; the specs differ, so each version
+/// writes its own.
+macro_rules! daemon_set_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "DaemonSet",
+                namespaced,
+                status = "DaemonSetStatus",
+                shortname = "daemon",
+                shortname = "ads",
+                doc = "DaemonSet is the Schema for the daemonsets API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".status.desiredNumberScheduled",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "CURRENT",
+                    type_ = "integer",
+                    json_path = ".status.currentNumberScheduled",
+                    description = "The current number of pods."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.numberReady",
+                    description = "The ready number of pods."
+                ),
+                printcolumn(
+                    name = "UP-TO-DATE",
+                    type_ = "integer",
+                    json_path = ".status.updatedNumberScheduled",
+                    description = "The updated number of pods."
+                ),
+                printcolumn(
+                    name = "AVAILABLE",
+                    type_ = "integer",
+                    json_path = ".status.numberAvailable",
+                    description = "The updated number of pods."
+                )
+            )]
+            age_column(
+                long,
+                printcolumn(
+                    name = "CONTAINERS",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].name",
+                    description = "The containers of currently  daemonset."
+                ),
+                printcolumn(
+                    name = "IMAGES",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].image",
+                    description = "The images of currently advanced daemonset."
+                )
+            )
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 
@@ -271,19 +339,12 @@ fn consume_surging_marker(meta: &mut ObjectMeta) -> bool {
 
 fn validate_spec(spec: &v1beta1::DaemonSetSpec, errors: &mut Vec<FieldError>) {
     let path = Path::new("spec");
-    let template_path = path.child("template");
-    match &spec.selector {
-        None => errors.push(FieldError::required(&path.child("selector"), "")),
-        Some(selector) => validation::validate_workload_selector(
-            selector,
-            &spec.template,
-            &path.child("selector"),
-            &template_path,
-            errors,
-        ),
-    }
-    // An unset restartPolicy counts as Always: upstream defaults a copy of the template before checking.
-    validation::validate_pod_template(&spec.template, &template_path, &["Always"], true, errors);
+    validation::validate_workload_selector_and_template(
+        spec.selector.as_ref(),
+        &spec.template,
+        &path,
+        errors,
+    );
     validation::validate_non_negative(
         spec.min_ready_seconds.into(),
         &path.child("minReadySeconds"),

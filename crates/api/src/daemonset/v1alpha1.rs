@@ -6,7 +6,6 @@ use k8s_openapi::api::apps::v1::DaemonSetCondition;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -19,95 +18,33 @@ pub const ROLLING_UPDATE_SURGING: &str = "Surging";
 /// `"true"` on a v1alpha1 DaemonSet is v1beta1's `scaleStrategy.partitionedScaling: true`.
 pub const ANNOTATION_PROGRESSIVE_CREATE_POD: &str = "daemonset.kruise.io/progressive-create-pod";
 
-// The column attributes repeat `type_`/`priority` values by design.
-#[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "DaemonSet",
-    namespaced,
-    status = "DaemonSetStatus",
-    shortname = "daemon",
-    shortname = "ads",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "DaemonSet is the Schema for the daemonsets API",
-    printcolumn(
-        name = "DESIRED",
-        type_ = "integer",
-        json_path = ".status.desiredNumberScheduled",
-        description = "The desired number of pods."
-    ),
-    printcolumn(
-        name = "CURRENT",
-        type_ = "integer",
-        json_path = ".status.currentNumberScheduled",
-        description = "The current number of pods."
-    ),
-    printcolumn(
-        name = "READY",
-        type_ = "integer",
-        json_path = ".status.numberReady",
-        description = "The ready number of pods."
-    ),
-    printcolumn(
-        name = "UP-TO-DATE",
-        type_ = "integer",
-        json_path = ".status.updatedNumberScheduled",
-        description = "The updated number of pods."
-    ),
-    printcolumn(
-        name = "AVAILABLE",
-        type_ = "integer",
-        json_path = ".status.numberAvailable",
-        description = "The updated number of pods."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    ),
-    printcolumn(
-        name = "CONTAINERS",
-        type_ = "string",
-        priority = 1,
-        json_path = ".spec.template.spec.containers[*].name",
-        description = "The containers of currently  daemonset."
-    ),
-    printcolumn(
-        name = "IMAGES",
-        type_ = "string",
-        priority = 1,
-        json_path = ".spec.template.spec.containers[*].image",
-        description = "The images of currently advanced daemonset."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct DaemonSetSpec {
-    /// Label query over the daemon Pods; must match the template's labels.
-    #[schemars(required)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-    /// The Pod run on every eligible node.
-    #[schemars(schema_with = "preserve_unknown_fields_untyped")]
-    pub template: PodTemplateSpec,
-    /// How Pods are replaced when the template changes (rollingUpdateType may also be `Surging`).
-    #[serde(default)]
-    pub update_strategy: DaemonSetUpdateStrategy,
-    /// Seconds a new Pod must be ready before it counts as available.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub min_ready_seconds: i32,
-    /// Creates, deletes and in-place updates per sync (250 when unset).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_replicas: Option<IntOrString>,
-    /// Old revisions kept (10 when unset).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision_history_limit: Option<i32>,
-    /// Hooks around Pod lifecycle; only preDelete is supported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lifecycle: Option<Lifecycle>,
+daemon_set_resource! {
+    "v1alpha1",
+    #[serde(rename_all = "camelCase")]
+    pub struct DaemonSetSpec {
+        /// Label query over the daemon Pods; must match the template's labels.
+        #[schemars(required)]
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub selector: Option<LabelSelector>,
+        /// The Pod run on every eligible node.
+        #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+        pub template: PodTemplateSpec,
+        /// How Pods are replaced when the template changes (rollingUpdateType may also be `Surging`).
+        #[serde(default)]
+        pub update_strategy: DaemonSetUpdateStrategy,
+        /// Seconds a new Pod must be ready before it counts as available.
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub min_ready_seconds: i32,
+        /// Creates, deletes and in-place updates per sync (250 when unset).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub burst_replicas: Option<IntOrString>,
+        /// Old revisions kept (10 when unset).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub revision_history_limit: Option<i32>,
+        /// Hooks around Pod lifecycle; only preDelete is supported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub lifecycle: Option<Lifecycle>,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,79 +43,72 @@ pub const PHASE_PAUSED: &str = "Paused";
 pub const PHASE_ERROR: &str = "Error";
 pub const PHASE_UNKNOWN: &str = "Unknown";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "EphemeralJob",
-    namespaced,
-    status = "EphemeralJobStatus",
-    shortname = "ejob",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "EphemeralJob is the Schema for the ephemeraljobs API",
-    printcolumn(
-        name = "STATUS",
-        type_ = "string",
-        json_path = ".status.phase",
-        description = "The status of ephemeral job"
-    ),
-    printcolumn(
-        name = "MATCH",
-        type_ = "integer",
-        json_path = ".status.match",
-        description = "Number of ephemeral container matched by this job"
-    ),
-    printcolumn(
-        name = "SUCCEED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of succeed ephemeral containers"
-    ),
-    printcolumn(
-        name = "FAILED",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "Number of failed ephemeral containers"
-    ),
-    printcolumn(
-        name = "RUNNING",
-        type_ = "integer",
-        json_path = ".status.running",
-        description = "Number of running ephemeral containers"
-    ),
-    printcolumn(
-        name = "WAITING",
-        type_ = "integer",
-        json_path = ".status.waiting",
-        description = "Number of waiting ephemeral containers"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct EphemeralJobSpec {
-    /// The Pods (in the job's namespace) to inject into.
-    pub selector: Option<LabelSelector>,
-    /// How many of the matching Pods (oldest first) to inject into; all when unset or larger.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<i32>,
-    /// How many Pods may run the containers at once (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallelism: Option<i32>,
-    pub template: EphemeralContainerTemplateSpec,
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub paused: bool,
-    /// Seconds after `status.startTime` at which an unfinished job fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_deadline_seconds: Option<i64>,
-    /// Seconds after `status.completionTime` at which the job is deleted (default 1800).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<i32>,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "EphemeralJob",
+        namespaced,
+        status = "EphemeralJobStatus",
+        shortname = "ejob",
+        doc = "EphemeralJob is the Schema for the ephemeraljobs API",
+        printcolumn(
+            name = "STATUS",
+            type_ = "string",
+            json_path = ".status.phase",
+            description = "The status of ephemeral job"
+        ),
+        printcolumn(
+            name = "MATCH",
+            type_ = "integer",
+            json_path = ".status.match",
+            description = "Number of ephemeral container matched by this job"
+        ),
+        printcolumn(
+            name = "SUCCEED",
+            type_ = "integer",
+            json_path = ".status.succeeded",
+            description = "Number of succeed ephemeral containers"
+        ),
+        printcolumn(
+            name = "FAILED",
+            type_ = "integer",
+            json_path = ".status.failed",
+            description = "Number of failed ephemeral containers"
+        ),
+        printcolumn(
+            name = "RUNNING",
+            type_ = "integer",
+            json_path = ".status.running",
+            description = "Number of running ephemeral containers"
+        ),
+        printcolumn(
+            name = "WAITING",
+            type_ = "integer",
+            json_path = ".status.waiting",
+            description = "Number of waiting ephemeral containers"
+        )
+    )]
+    age_column(short)
+    #[serde(rename_all = "camelCase")]
+    pub struct EphemeralJobSpec {
+        /// The Pods (in the job's namespace) to inject into.
+        pub selector: Option<LabelSelector>,
+        /// How many of the matching Pods (oldest first) to inject into; all when unset or larger.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub replicas: Option<i32>,
+        /// How many Pods may run the containers at once (default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub parallelism: Option<i32>,
+        pub template: EphemeralContainerTemplateSpec,
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub paused: bool,
+        /// Seconds after `status.startTime` at which an unfinished job fails.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub active_deadline_seconds: Option<i64>,
+        /// Seconds after `status.completionTime` at which the job is deleted (default 1800).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ttl_seconds_after_finished: Option<i32>,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

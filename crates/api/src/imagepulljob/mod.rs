@@ -2,6 +2,132 @@
 //! OpenKruise v1.9.0's defaults and validation, and the CRDs. Both versions have the same schema, so
 //! conversion copies every field.
 
+/// The NodeImage resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the spec
+/// struct that follows the version. The kube attribute (names, subresources, printer columns) is
+/// the same in both versions, so it is written once here; the specs differ, so each version writes
+/// its own.
+macro_rules! node_image_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "NodeImage",
+                status = "NodeImageStatus",
+                doc = "NodeImage is the Schema for the nodeimages API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".status.desired",
+                    description = "Number of all images on this node"
+                ),
+                printcolumn(
+                    name = "PULLING",
+                    type_ = "integer",
+                    json_path = ".status.pulling",
+                    description = "Number of image pull task active"
+                ),
+                printcolumn(
+                    name = "SUCCEED",
+                    type_ = "integer",
+                    json_path = ".status.succeeded",
+                    description = "Number of image pull task succeeded"
+                ),
+                printcolumn(
+                    name = "FAILED",
+                    type_ = "integer",
+                    json_path = ".status.failed",
+                    description = "Number of image pull tasks failed"
+                )
+            )]
+            age_column(long)
+            $($spec)*
+        }
+    };
+}
+
+/// The ImagePullJob resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the AGE
+/// column (see [`crate::crd::resource`]) and the spec struct that follow the version. The kube
+/// attribute (names, the columns before AGE) is the same in both versions, so it is written once here;
+/// AGE differs (v1alpha1's has the long description and a MESSAGE column after it), and so do the
+/// specs.
+macro_rules! image_pull_job_resource {
+    ($version:tt, age_column($($age:tt)*), $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "ImagePullJob",
+                namespaced,
+                status = "ImagePullJobStatus",
+                doc = "ImagePullJob is the Schema for the imagepulljobs API",
+                printcolumn(
+                    name = "TOTAL",
+                    type_ = "integer",
+                    json_path = ".status.desired",
+                    description = "Number of all nodes matched by this job"
+                ),
+                printcolumn(
+                    name = "ACTIVE",
+                    type_ = "integer",
+                    json_path = ".status.active",
+                    description = "Number of image pull task active"
+                ),
+                printcolumn(
+                    name = "SUCCEED",
+                    type_ = "integer",
+                    json_path = ".status.succeeded",
+                    description = "Number of image pull task succeeded"
+                ),
+                printcolumn(
+                    name = "FAILED",
+                    type_ = "integer",
+                    json_path = ".status.failed",
+                    description = "Number of image pull tasks failed"
+                )
+            )]
+            age_column($($age)*)
+            $($spec)*
+        }
+    };
+}
+
+/// The ImageListPullJob resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the
+/// spec struct that follows the version. The kube attribute (names, subresources, printer columns)
+/// is the same in both versions, so it is written once here; the specs differ, so each version
+/// writes its own.
+macro_rules! image_list_pull_job_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "ImageListPullJob",
+                namespaced,
+                status = "ImageListPullJobStatus",
+                doc = "ImageListPullJob is the Schema for the imagelistpulljobs API",
+                printcolumn(
+                    name = "TOTAL",
+                    type_ = "integer",
+                    json_path = ".status.desired",
+                    description = "Number of image pull job"
+                ),
+                printcolumn(
+                    name = "SUCCEEDED",
+                    type_ = "integer",
+                    json_path = ".status.succeeded",
+                    description = "Number of image pull job succeeded"
+                ),
+                printcolumn(
+                    name = "COMPLETED",
+                    type_ = "integer",
+                    json_path = ".status.completed",
+                    description = "Number of ImagePullJobs which are finished"
+                )
+            )]
+            age_column(short)
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 

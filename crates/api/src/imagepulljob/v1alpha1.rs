@@ -2,145 +2,37 @@
 //! (v1alpha1's NodeImage pull secrets have no `mode` upstream; kruise-rs serves it in both versions so
 //! that nothing is lost through conversion).
 
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
 pub use super::v1beta1::{ImageListPullJobStatus, ImagePullJobStatus, NodeImageStatus};
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "ImagePullJob",
-    namespaced,
-    status = "ImagePullJobStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "ImagePullJob is the Schema for the imagepulljobs API",
-    printcolumn(
-        name = "TOTAL",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "Number of all nodes matched by this job"
+image_pull_job_resource! {
+    "v1alpha1",
+    age_column(
+        long,
+        printcolumn(
+            name = "MESSAGE",
+            type_ = "string",
+            json_path = ".status.message",
+            description = "Summary of status when job is failed"
+        )
     ),
-    printcolumn(
-        name = "ACTIVE",
-        type_ = "integer",
-        json_path = ".status.active",
-        description = "Number of image pull task active"
-    ),
-    printcolumn(
-        name = "SUCCEED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of image pull task succeeded"
-    ),
-    printcolumn(
-        name = "FAILED",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "Number of image pull tasks failed"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    ),
-    printcolumn(
-        name = "MESSAGE",
-        type_ = "string",
-        json_path = ".status.message",
-        description = "Summary of status when job is failed"
-    )
-)]
-pub struct ImagePullJobSpec {
-    #[serde(flatten)]
-    pub fields: super::v1beta1::ImagePullJobSpec,
+    pub struct ImagePullJobSpec {
+        #[serde(flatten)]
+        pub fields: super::v1beta1::ImagePullJobSpec,
+    }
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "ImageListPullJob",
-    namespaced,
-    status = "ImageListPullJobStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "ImageListPullJob is the Schema for the imagelistpulljobs API",
-    printcolumn(
-        name = "TOTAL",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "Number of image pull job"
-    ),
-    printcolumn(
-        name = "SUCCEEDED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of image pull job succeeded"
-    ),
-    printcolumn(
-        name = "COMPLETED",
-        type_ = "integer",
-        json_path = ".status.completed",
-        description = "Number of ImagePullJobs which are finished"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-pub struct ImageListPullJobSpec {
-    #[serde(flatten)]
-    pub fields: super::v1beta1::ImageListPullJobSpec,
+image_list_pull_job_resource! {
+    "v1alpha1",
+    pub struct ImageListPullJobSpec {
+        #[serde(flatten)]
+        pub fields: super::v1beta1::ImageListPullJobSpec,
+    }
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "NodeImage",
-    status = "NodeImageStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "NodeImage is the Schema for the nodeimages API",
-    printcolumn(
-        name = "DESIRED",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "Number of all images on this node"
-    ),
-    printcolumn(
-        name = "PULLING",
-        type_ = "integer",
-        json_path = ".status.pulling",
-        description = "Number of image pull task active"
-    ),
-    printcolumn(
-        name = "SUCCEED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of image pull task succeeded"
-    ),
-    printcolumn(
-        name = "FAILED",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "Number of image pull tasks failed"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    )
-)]
-pub struct NodeImageSpec {
-    #[serde(flatten)]
-    pub fields: super::v1beta1::NodeImageSpec,
+node_image_resource! {
+    "v1alpha1",
+    pub struct NodeImageSpec {
+        #[serde(flatten)]
+        pub fields: super::v1beta1::NodeImageSpec,
+    }
 }

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -37,73 +36,36 @@ pub const ANNOTATION_PREDOWNLOAD_TIMEOUT_SECONDS: &str =
 pub const ANNOTATION_PREDOWNLOAD_MIN_UPDATED_READY_PODS: &str =
     "apps.kruise.io/image-predownload-min-updated-ready-pods";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "ImagePullJob",
-    namespaced,
-    status = "ImagePullJobStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "ImagePullJob is the Schema for the imagepulljobs API",
-    printcolumn(
-        name = "TOTAL",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "Number of all nodes matched by this job"
-    ),
-    printcolumn(
-        name = "ACTIVE",
-        type_ = "integer",
-        json_path = ".status.active",
-        description = "Number of image pull task active"
-    ),
-    printcolumn(
-        name = "SUCCEED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of image pull task succeeded"
-    ),
-    printcolumn(
-        name = "FAILED",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "Number of image pull tasks failed"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct ImagePullJobSpec {
-    /// The image to pull.
-    #[serde(default)]
-    pub image: String,
-    /// Names of Secrets in the job's namespace used to pull the image.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pull_secrets: Vec<String>,
-    /// Nodes to pull on: by name or by labels (all nodes when neither this nor podSelector is set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<ImagePullJobNodeSelector>,
-    /// Pull on the nodes of the Pods this selects in the job's namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_selector: Option<ImagePullJobPodSelector>,
-    /// How many nodes pull at once (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallelism: Option<IntOrString>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pull_policy: Option<PullPolicy>,
-    #[serde(default)]
-    pub completion_policy: CompletionPolicy,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_config: Option<SandboxConfig>,
-    /// `Always` or `IfNotPresent` (default).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub image_pull_policy: String,
+image_pull_job_resource! {
+    "v1beta1",
+    age_column(short),
+    #[serde(rename_all = "camelCase")]
+    pub struct ImagePullJobSpec {
+        /// The image to pull.
+        #[serde(default)]
+        pub image: String,
+        /// Names of Secrets in the job's namespace used to pull the image.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub pull_secrets: Vec<String>,
+        /// Nodes to pull on: by name or by labels (all nodes when neither this nor podSelector is set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub selector: Option<ImagePullJobNodeSelector>,
+        /// Pull on the nodes of the Pods this selects in the job's namespace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pod_selector: Option<ImagePullJobPodSelector>,
+        /// How many nodes pull at once (default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub parallelism: Option<IntOrString>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pull_policy: Option<PullPolicy>,
+        #[serde(default)]
+        pub completion_policy: CompletionPolicy,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub sandbox_config: Option<SandboxConfig>,
+        /// `Always` or `IfNotPresent` (default).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub image_pull_policy: String,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -130,44 +92,12 @@ pub struct ImagePullJobStatus {
     pub failed_nodes: Vec<String>,
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "ImageListPullJob",
-    namespaced,
-    status = "ImageListPullJobStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "ImageListPullJob is the Schema for the imagelistpulljobs API",
-    printcolumn(
-        name = "TOTAL",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "Number of image pull job"
-    ),
-    printcolumn(
-        name = "SUCCEEDED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of image pull job succeeded"
-    ),
-    printcolumn(
-        name = "COMPLETED",
-        type_ = "integer",
-        json_path = ".status.completed",
-        description = "Number of ImagePullJobs which are finished"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created."
-    )
-)]
-pub struct ImageListPullJobObjectSpec {
-    #[serde(flatten)]
-    pub fields: ImageListPullJobSpec,
+image_list_pull_job_resource! {
+    "v1beta1",
+    pub struct ImageListPullJobObjectSpec {
+        #[serde(flatten)]
+        pub fields: ImageListPullJobSpec,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -205,50 +135,13 @@ pub struct FailedImageStatus {
     pub message: String,
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "NodeImage",
-    status = "NodeImageStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "NodeImage is the Schema for the nodeimages API",
-    printcolumn(
-        name = "DESIRED",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "Number of all images on this node"
-    ),
-    printcolumn(
-        name = "PULLING",
-        type_ = "integer",
-        json_path = ".status.pulling",
-        description = "Number of image pull task active"
-    ),
-    printcolumn(
-        name = "SUCCEED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "Number of image pull task succeeded"
-    ),
-    printcolumn(
-        name = "FAILED",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "Number of image pull tasks failed"
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    )
-)]
-pub struct NodeImageSpec {
-    /// Image name (without tag) → what to pull of it.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub images: BTreeMap<String, ImageSpec>,
+node_image_resource! {
+    "v1beta1",
+    pub struct NodeImageSpec {
+        /// Image name (without tag) → what to pull of it.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub images: BTreeMap<String, ImageSpec>,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -38,36 +38,34 @@ pub const RETENTION_WHEN_SCALED: &str = "WhenScaled";
 /// `persistentPodStateRetentionPolicy`: records are kept until the workload is deleted.
 pub const RETENTION_WHEN_DELETED: &str = "WhenDeleted";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "PersistentPodState",
-    namespaced,
-    status = "PersistentPodStateStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "PersistentPodState is the Schema for the PersistentPodState API"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PersistentPodStateSpec {
-    /// The workload whose Pods are recorded (StatefulSet of apps or apps.kruise.io, or a kind of
-    /// the `PPS_Watch_Custom_Workload_WhiteList` of kruise-configuration).
-    #[serde(rename = "targetRef")]
-    pub target_reference: TargetReference,
-    /// Annotations of the Pods whose values are recorded.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub persistent_pod_annotations: Vec<PersistentPodAnnotation>,
-    /// Node label keys a recreated Pod must land on again (a nodeSelector).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required_persistent_topology: Option<NodeTopologyTerm>,
-    /// Node label keys a recreated Pod prefers, with a weight (preferred node affinity).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub preferred_persistent_topology: Vec<PreferredTopologyTerm>,
-    /// `WhenScaled` (default): a Pod's record goes when the workload scales below it;
-    /// `WhenDeleted`: records go only with the workload.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub persistent_pod_state_retention_policy: String,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "PersistentPodState",
+        namespaced,
+        status = "PersistentPodStateStatus",
+        doc = "PersistentPodState is the Schema for the PersistentPodState API"
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PersistentPodStateSpec {
+        /// The workload whose Pods are recorded (StatefulSet of apps or apps.kruise.io, or a kind of
+        /// the `PPS_Watch_Custom_Workload_WhiteList` of kruise-configuration).
+        #[serde(rename = "targetRef")]
+        pub target_reference: TargetReference,
+        /// Annotations of the Pods whose values are recorded.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub persistent_pod_annotations: Vec<PersistentPodAnnotation>,
+        /// Node label keys a recreated Pod must land on again (a nodeSelector).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub required_persistent_topology: Option<NodeTopologyTerm>,
+        /// Node label keys a recreated Pod prefers, with a weight (preferred node affinity).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub preferred_persistent_topology: Vec<PreferredTopologyTerm>,
+        /// `WhenScaled` (default): a Pod's record goes when the workload scales below it;
+        /// `WhenDeleted`: records go only with the workload.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub persistent_pod_state_retention_policy: String,
+    }
 }
 
 /// The workload of a PersistentPodState (all three fields required).

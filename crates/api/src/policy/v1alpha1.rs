@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -39,56 +38,55 @@ impl PubOperation {
     }
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "policy.kruise.io",
-    version = "v1alpha1",
-    kind = "PodUnavailableBudget",
-    namespaced,
-    status = "PodUnavailableBudgetStatus",
-    shortname = "pub",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "PodUnavailableBudget is the Schema for the podunavailablebudgets API",
-    printcolumn(
-        name = "Allowed",
-        type_ = "integer",
-        json_path = ".status.unavailableAllowed",
-        description = "UnavailableAllowed number of pod unavailable that are currently allowed"
-    ),
-    printcolumn(
-        name = "Current",
-        type_ = "integer",
-        json_path = ".status.currentAvailable",
-        description = "CurrentAvailable current number of available pods"
-    ),
-    printcolumn(
-        name = "Desired",
-        type_ = "integer",
-        json_path = ".status.desiredAvailable",
-        description = "DesiredAvailable minimum desired number of available pods"
-    ),
-    printcolumn(
-        name = "Total",
-        type_ = "integer",
-        json_path = ".status.totalReplicas",
-        description = "TotalReplicas total number of pods counted by this budget"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PodUnavailableBudgetSpec {
-    /// Selects the Pods the budget counts (used when targetRef is not set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-    /// The workload whose Pods the budget counts (takes precedence over selector).
-    #[serde(default, rename = "targetRef", skip_serializing_if = "Option::is_none")]
-    pub target_reference: Option<TargetReference>,
-    /// At most this many (or this percentage of the total, rounded up) Pods unavailable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_unavailable: Option<IntOrString>,
-    /// At least this many (or this percentage of the total, rounded up) Pods available.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_available: Option<IntOrString>,
+crate::crd::resource! {
+    #[kube(
+        group = "policy.kruise.io",
+        version = "v1alpha1",
+        kind = "PodUnavailableBudget",
+        namespaced,
+        status = "PodUnavailableBudgetStatus",
+        shortname = "pub",
+        doc = "PodUnavailableBudget is the Schema for the podunavailablebudgets API",
+        printcolumn(
+            name = "Allowed",
+            type_ = "integer",
+            json_path = ".status.unavailableAllowed",
+            description = "UnavailableAllowed number of pod unavailable that are currently allowed"
+        ),
+        printcolumn(
+            name = "Current",
+            type_ = "integer",
+            json_path = ".status.currentAvailable",
+            description = "CurrentAvailable current number of available pods"
+        ),
+        printcolumn(
+            name = "Desired",
+            type_ = "integer",
+            json_path = ".status.desiredAvailable",
+            description = "DesiredAvailable minimum desired number of available pods"
+        ),
+        printcolumn(
+            name = "Total",
+            type_ = "integer",
+            json_path = ".status.totalReplicas",
+            description = "TotalReplicas total number of pods counted by this budget"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PodUnavailableBudgetSpec {
+        /// Selects the Pods the budget counts (used when targetRef is not set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub selector: Option<LabelSelector>,
+        /// The workload whose Pods the budget counts (takes precedence over selector).
+        #[serde(default, rename = "targetRef", skip_serializing_if = "Option::is_none")]
+        pub target_reference: Option<TargetReference>,
+        /// At most this many (or this percentage of the total, rounded up) Pods unavailable.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub max_unavailable: Option<IntOrString>,
+        /// At least this many (or this percentage of the total, rounded up) Pods available.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub min_available: Option<IntOrString>,
+    }
 }
 
 /// A workload in the budget's namespace.

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResourceExt;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -47,42 +47,40 @@ pub const CONDITION_TYPES: [&str; 6] = [
 /// The reason of a condition without failures.
 pub const REASON_SUCCEEDED: &str = "Succeeded";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "ResourceDistribution",
-    status = "ResourceDistributionStatus",
-    shortname = "distributor",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "ResourceDistribution is the Schema for the resourcedistributions API.",
-    printcolumn(
-        name = "TOTAL",
-        type_ = "integer",
-        json_path = ".status.desired",
-        description = "The desired number of desired distribution and syncs."
-    ),
-    printcolumn(
-        name = "SUCCEED",
-        type_ = "integer",
-        json_path = ".status.succeeded",
-        description = "The number of successful distribution and syncs."
-    ),
-    printcolumn(
-        name = "FAILED",
-        type_ = "integer",
-        json_path = ".status.failed",
-        description = "The number of failed distributions and syncs."
-    )
-)]
-pub struct ResourceDistributionSpec {
-    /// The complete object to distribute (a Secret or a ConfigMap; its namespace is ignored).
-    #[schemars(schema_with = "embedded_resource")]
-    pub resource: Value,
-    /// The namespaces to distribute to.
-    #[serde(default)]
-    pub targets: ResourceDistributionTargets,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "ResourceDistribution",
+        status = "ResourceDistributionStatus",
+        shortname = "distributor",
+        doc = "ResourceDistribution is the Schema for the resourcedistributions API.",
+        printcolumn(
+            name = "TOTAL",
+            type_ = "integer",
+            json_path = ".status.desired",
+            description = "The desired number of desired distribution and syncs."
+        ),
+        printcolumn(
+            name = "SUCCEED",
+            type_ = "integer",
+            json_path = ".status.succeeded",
+            description = "The number of successful distribution and syncs."
+        ),
+        printcolumn(
+            name = "FAILED",
+            type_ = "integer",
+            json_path = ".status.failed",
+            description = "The number of failed distributions and syncs."
+        )
+    )]
+    pub struct ResourceDistributionSpec {
+        /// The complete object to distribute (a Secret or a ConfigMap; its namespace is ignored).
+        #[schemars(schema_with = "embedded_resource")]
+        pub resource: Value,
+        /// The namespaces to distribute to.
+        #[serde(default)]
+        pub targets: ResourceDistributionTargets,
+    }
 }
 
 /// An embedded object whose fields are not described: controller-gen's `RawExtension` with

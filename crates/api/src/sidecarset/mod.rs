@@ -1,6 +1,43 @@
 //! SidecarSet: types of both versions, conversion, defaults (with the two hash annotations), validation,
 //! the cross-SidecarSet conflict check and the CRD.
 
+/// The SidecarSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the spec
+/// struct that follows the version. The kube attribute (names, subresources, printer columns) is
+/// the same in both versions, so it is written once here; the specs differ, so each version writes
+/// its own.
+macro_rules! sidecar_set_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "SidecarSet",
+                status = "SidecarSetStatus",
+                doc = "SidecarSet is the Schema for the sidecarsets API",
+                printcolumn(
+                    name = "MATCHED",
+                    type_ = "integer",
+                    json_path = ".status.matchedPods",
+                    description = "The number of pods matched."
+                ),
+                printcolumn(
+                    name = "UPDATED",
+                    type_ = "integer",
+                    json_path = ".status.updatedPods",
+                    description = "The number of pods matched and updated."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.readyPods",
+                    description = "The number of pods matched and ready."
+                )
+            )]
+            age_column(long)
+            $($spec)*
+        }
+    };
+}
+
 mod conflicts;
 mod gotypes;
 pub mod hash;

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -29,76 +28,45 @@ pub const INJECT_REVISION_PARTIAL: &str = "Partial";
 pub const UPDATE_ROLLING_UPDATE: &str = "RollingUpdate";
 pub const UPDATE_NOT_UPDATE: &str = "NotUpdate";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "SidecarSet",
-    status = "SidecarSetStatus",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "SidecarSet is the Schema for the sidecarsets API",
-    printcolumn(
-        name = "MATCHED",
-        type_ = "integer",
-        json_path = ".status.matchedPods",
-        description = "The number of pods matched."
-    ),
-    printcolumn(
-        name = "UPDATED",
-        type_ = "integer",
-        json_path = ".status.updatedPods",
-        description = "The number of pods matched and updated."
-    ),
-    printcolumn(
-        name = "READY",
-        type_ = "integer",
-        json_path = ".status.readyPods",
-        description = "The number of pods matched and ready."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct SidecarSetSpec {
-    /// Pods (by label) to inject into. Required; an empty selector matches nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-    /// Namespaces (by label) whose Pods are injected; unset = all namespaces.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector: Option<LabelSelector>,
-    /// Init containers injected (sorted by name) into new Pods only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub init_containers: Vec<SidecarContainer>,
-    /// Sidecar containers injected into new Pods and upgraded in place.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub containers: Vec<SidecarContainer>,
-    /// Volumes the sidecars may mount.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "preserve_unknown_fields_list")]
-    pub volumes: Vec<Volume>,
-    /// How injected Pods are upgraded.
-    #[serde(default)]
-    pub update_strategy: SidecarSetUpdateStrategy,
-    /// How (and which revision) new Pods are injected.
-    #[serde(default)]
-    pub injection_strategy: SidecarSetInjectionStrategy,
-    /// Secrets for pulling the sidecar images, added to the Pod.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub image_pull_secrets: Vec<LocalObjectReference>,
-    /// Revisions kept (default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision_history_limit: Option<i32>,
-    /// Annotations written on injected (and upgraded) Pods.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
-    /// A user label for this version, copied to the ControllerRevision.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub custom_version: String,
+sidecar_set_resource! {
+    "v1beta1",
+    #[serde(rename_all = "camelCase")]
+    pub struct SidecarSetSpec {
+        /// Pods (by label) to inject into. Required; an empty selector matches nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub selector: Option<LabelSelector>,
+        /// Namespaces (by label) whose Pods are injected; unset = all namespaces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub namespace_selector: Option<LabelSelector>,
+        /// Init containers injected (sorted by name) into new Pods only.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub init_containers: Vec<SidecarContainer>,
+        /// Sidecar containers injected into new Pods and upgraded in place.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub containers: Vec<SidecarContainer>,
+        /// Volumes the sidecars may mount.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(schema_with = "preserve_unknown_fields_list")]
+        pub volumes: Vec<Volume>,
+        /// How injected Pods are upgraded.
+        #[serde(default)]
+        pub update_strategy: SidecarSetUpdateStrategy,
+        /// How (and which revision) new Pods are injected.
+        #[serde(default)]
+        pub injection_strategy: SidecarSetInjectionStrategy,
+        /// Secrets for pulling the sidecar images, added to the Pod.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub image_pull_secrets: Vec<LocalObjectReference>,
+        /// Revisions kept (default 10).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub revision_history_limit: Option<i32>,
+        /// Annotations written on injected (and upgraded) Pods.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
+        /// A user label for this version, copied to the ControllerRevision.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub custom_version: String,
+    }
 }
 
 /// A sidecar: a core Container plus how it is injected and upgraded.

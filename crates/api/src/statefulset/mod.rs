@@ -1,5 +1,72 @@
 //! Advanced StatefulSet: types of both versions, conversion, defaults, validation and CRD.
 
+/// The Advanced StatefulSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with
+/// the spec struct that follows the version. The kube attribute (names, subresources, printer
+/// columns) is the same in both versions, so it is written once here; the specs differ, so each
+/// version writes its own.
+macro_rules! stateful_set_resource {
+    ($version:tt, $($spec:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "StatefulSet",
+                namespaced,
+                status = "StatefulSetStatus",
+                scale(
+                    spec_replicas_path = ".spec.replicas",
+                    status_replicas_path = ".status.replicas",
+                    label_selector_path = ".status.labelSelector"
+                ),
+                shortname = "sts",
+                shortname = "asts",
+                doc = "StatefulSet is the Schema for the statefulsets API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".spec.replicas",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "CURRENT",
+                    type_ = "integer",
+                    json_path = ".status.replicas",
+                    description = "The number of currently all pods."
+                ),
+                printcolumn(
+                    name = "UPDATED",
+                    type_ = "integer",
+                    json_path = ".status.updatedReplicas",
+                    description = "The number of pods updated."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.readyReplicas",
+                    description = "The number of pods ready."
+                )
+            )]
+            age_column(
+                long,
+                printcolumn(
+                    name = "CONTAINERS",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].name",
+                    description = "The containers of currently advanced statefulset."
+                ),
+                printcolumn(
+                    name = "IMAGES",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].image",
+                    description = "The images of currently advanced statefulset."
+                )
+            )
+            $($spec)*
+        }
+    };
+}
+
 pub mod v1alpha1;
 pub mod v1beta1;
 pub mod volume_expansion;
@@ -258,18 +325,12 @@ fn validate_spec(spec: &v1beta1::StatefulSetSpec, errors: &mut Vec<FieldError>) 
     if let Some(replicas) = spec.replicas {
         validation::validate_non_negative(replicas.into(), &path.child("replicas"), errors);
     }
-    let template_path = path.child("template");
-    match &spec.selector {
-        None => errors.push(FieldError::required(&path.child("selector"), "")),
-        Some(selector) => validation::validate_workload_selector(
-            selector,
-            &spec.template,
-            &path.child("selector"),
-            &template_path,
-            errors,
-        ),
-    }
-    validation::validate_pod_template(&spec.template, &template_path, &["Always"], true, errors);
+    validation::validate_workload_selector_and_template(
+        spec.selector.as_ref(),
+        &spec.template,
+        &path,
+        errors,
+    );
 }
 
 /// Integers ≥ 0, or `"a-b"` ranges of digits with a ≤ b.
@@ -502,7 +563,9 @@ fn non_image_change(
     old: &PodTemplateSpec,
     new: &PodTemplateSpec,
 ) -> Option<(&'static str, String)> {
-    let encode = |t: &PodTemplateSpec| prune(serde_json::to_value(&t.spec).unwrap_or(Value::Null));
+    let encode = |t: &PodTemplateSpec| {
+        crate::gojson::prune_empty(serde_json::to_value(&t.spec).unwrap_or(Value::Null))
+    };
     let mut changes = Vec::new();
     diff(&encode(old), &encode(new), String::new(), &mut changes);
     changes
@@ -517,26 +580,6 @@ fn is_container_image_path(at: &str) -> bool {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         digits > 0 && rest[digits..].starts_with("/image")
     })
-}
-
-/// Drops nulls, empty lists and empty objects, as Go's `omitempty` would not have written them.
-fn prune(value: Value) -> Value {
-    let is_empty = |v: &Value| match v {
-        Value::Null => true,
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        _ => false,
-    };
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k, prune(v)))
-                .filter(|(_, v)| !is_empty(v))
-                .collect(),
-        ),
-        Value::Array(list) => Value::Array(list.into_iter().map(prune).collect()),
-        other => other,
-    }
 }
 
 fn diff(old: &Value, new: &Value, at: String, changes: &mut Vec<(&'static str, String)>) {

@@ -24,14 +24,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{v1alpha1, v1beta1};
 use crate::cloneset::v1alpha1::CloneSet as CloneSetV1alpha1;
 use crate::cloneset::v1beta1::CloneSet as CloneSetV1beta1;
-use crate::conversion::Stash;
+use crate::conversion::{Stash, convert_part};
 use crate::keys;
 use crate::kinds::KindApi;
 
@@ -110,30 +109,6 @@ fn subsets_down(part: BetaSubsets) -> AlphaSubsets {
         update_status,
         subset_statuses: part.subset_statuses,
     }
-}
-
-/// Converts one part with `forward` (`backward` is the other way), through the stashes.
-fn convert_part<S, T>(
-    part: S,
-    forward: fn(S) -> T,
-    backward: fn(T) -> S,
-    incoming: &Stash,
-    outgoing: &mut Stash,
-) -> T
-where
-    S: Clone + PartialEq + Serialize,
-    T: Clone + DeserializeOwned,
-{
-    if let Some(stashed) = incoming.get::<T>(STASH_SUBSETS)
-        && backward(stashed.clone()) == part
-    {
-        return stashed;
-    }
-    let converted = forward(part.clone());
-    if backward(converted.clone()) != part {
-        outgoing.set(STASH_SUBSETS, &Some(part));
-    }
-    converted
 }
 
 /// Converts the CloneSet template of `template` (if any) with `convert`, the CloneSet conversion in one
@@ -259,7 +234,14 @@ pub(super) fn to_v1beta1(object: v1alpha1::UnitedDeployment) -> v1beta1::UnitedD
             subset_statuses: s.subset_statuses,
             update_status: s.update_status,
         };
-        let part = convert_part(part, subsets_up, subsets_down, &incoming, &mut outgoing);
+        let part = convert_part(
+            part,
+            subsets_up,
+            subsets_down,
+            STASH_SUBSETS,
+            &incoming,
+            &mut outgoing,
+        );
         v1beta1::UnitedDeploymentStatus {
             observed_generation: s.observed_generation,
             ready_replicas: s.ready_replicas,
@@ -297,7 +279,14 @@ pub(super) fn to_v1alpha1(object: v1beta1::UnitedDeployment) -> v1alpha1::United
             subset_statuses: s.subset_statuses,
             updated_revision: s.updated_revision,
         };
-        let part = convert_part(part, subsets_down, subsets_up, &incoming, &mut outgoing);
+        let part = convert_part(
+            part,
+            subsets_down,
+            subsets_up,
+            STASH_SUBSETS,
+            &incoming,
+            &mut outgoing,
+        );
         v1alpha1::UnitedDeploymentStatus {
             observed_generation: s.observed_generation,
             ready_replicas: s.ready_replicas,

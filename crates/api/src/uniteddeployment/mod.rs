@@ -1,5 +1,77 @@
 //! UnitedDeployment: types of both versions, conversion, defaults, validation and CRD.
 
+/// The UnitedDeployment resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube attribute
+/// (names, scale subresource, printer columns) and its spec fields are the same in both versions,
+/// so they are written once here; the types the spec names resolve where the macro is called, so
+/// each version's `UnitedDeploymentSpec` holds that version's `SubsetTemplate` (v1alpha1's embeds
+/// the v1alpha1 CloneSet spec).
+macro_rules! united_deployment_resource {
+    ($version:tt) => {
+        crate::crd::resource! {
+            #[kube(
+                version = $version,
+                kind = "UnitedDeployment",
+                namespaced,
+                status = "UnitedDeploymentStatus",
+                scale(
+                    spec_replicas_path = ".spec.replicas",
+                    status_replicas_path = ".status.replicas",
+                    label_selector_path = ".status.labelSelector"
+                ),
+                shortname = "ud",
+                doc = "UnitedDeployment is the Schema for the uniteddeployments API",
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".spec.replicas",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "CURRENT",
+                    type_ = "integer",
+                    json_path = ".status.replicas",
+                    description = "The number of currently all pods."
+                ),
+                printcolumn(
+                    name = "UPDATED",
+                    type_ = "integer",
+                    json_path = ".status.updatedReplicas",
+                    description = "The number of pods updated."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.readyReplicas",
+                    description = "The number of pods ready."
+                )
+            )]
+            age_column(long)
+            #[serde(rename_all = "camelCase")]
+            pub struct UnitedDeploymentSpec {
+                /// Total desired replicas over all subsets (default 1).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub replicas: Option<i32>,
+                /// Label query over the Pods; must match the template's labels.
+                #[schemars(required)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub selector: Option<LabelSelector>,
+                /// The workload every subset runs: exactly one of the four templates.
+                #[serde(default)]
+                pub template: SubsetTemplate,
+                /// The subsets and how Pods are spread over them.
+                #[serde(default)]
+                pub topology: Topology,
+                /// How subsets move to a new template revision.
+                #[serde(default)]
+                pub update_strategy: UnitedDeploymentUpdateStrategy,
+                /// Revisions kept in the history (default 10).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub revision_history_limit: Option<i32>,
+            }
+        }
+    };
+}
+
 mod convert;
 pub mod v1alpha1;
 pub mod v1beta1;

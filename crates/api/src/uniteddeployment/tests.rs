@@ -6,22 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::keys;
 use crate::kinds::{Kind, V1ALPHA1, V1BETA1};
-
-/// Merges `patch` into `base` (objects recursively, anything else replaced; null removes).
-fn merge(base: &mut Value, patch: &Value) {
-    match (base, patch) {
-        (Value::Object(base), Value::Object(patch)) => {
-            for (key, value) in patch {
-                if value.is_null() {
-                    base.remove(key);
-                } else {
-                    merge(base.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        (base, patch) => *base = patch.clone(),
-    }
-}
+use crate::testutil::merge;
 
 fn pod_template() -> Value {
     json!({

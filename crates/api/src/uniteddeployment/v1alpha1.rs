@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -22,75 +21,7 @@ pub use super::v1beta1::{
 use crate::cloneset::v1alpha1::CloneSetSpec;
 use crate::schema::is_default;
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "UnitedDeployment",
-    namespaced,
-    status = "UnitedDeploymentStatus",
-    scale(
-        spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.replicas",
-        label_selector_path = ".status.labelSelector"
-    ),
-    shortname = "ud",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "UnitedDeployment is the Schema for the uniteddeployments API",
-    printcolumn(
-        name = "DESIRED",
-        type_ = "integer",
-        json_path = ".spec.replicas",
-        description = "The desired number of pods."
-    ),
-    printcolumn(
-        name = "CURRENT",
-        type_ = "integer",
-        json_path = ".status.replicas",
-        description = "The number of currently all pods."
-    ),
-    printcolumn(
-        name = "UPDATED",
-        type_ = "integer",
-        json_path = ".status.updatedReplicas",
-        description = "The number of pods updated."
-    ),
-    printcolumn(
-        name = "READY",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "The number of pods ready."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentSpec {
-    /// Total desired replicas over all subsets (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<i32>,
-    /// Label query over the Pods; must match the template's labels.
-    #[schemars(required)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-    /// The workload every subset runs: exactly one of the four templates.
-    #[serde(default)]
-    pub template: SubsetTemplate,
-    /// The subsets and how Pods are spread over them.
-    #[serde(default)]
-    pub topology: Topology,
-    /// How subsets move to a new template revision.
-    #[serde(default)]
-    pub update_strategy: UnitedDeploymentUpdateStrategy,
-    /// Revisions kept in the history (default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision_history_limit: Option<i32>,
-}
+united_deployment_resource!("v1alpha1");
 
 /// The workload template of the subsets; exactly one is set. A CloneSet template holds the v1alpha1
 /// CloneSet spec.

@@ -8,7 +8,6 @@ use k8s_openapi::api::apps::v1::{DeploymentSpec, StatefulSetSpec as NativeStatef
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -35,75 +34,7 @@ pub const CONDITION_UNITED_DEPLOYMENT_UPDATED: &str = "UnitedDeploymentUpdated";
 /// Subset condition type: False while new Pods of the subset would stay pending.
 pub const SUBSET_CONDITION_SCHEDULABLE: &str = "Schedulable";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1beta1",
-    kind = "UnitedDeployment",
-    namespaced,
-    status = "UnitedDeploymentStatus",
-    scale(
-        spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.replicas",
-        label_selector_path = ".status.labelSelector"
-    ),
-    shortname = "ud",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "UnitedDeployment is the Schema for the uniteddeployments API",
-    printcolumn(
-        name = "DESIRED",
-        type_ = "integer",
-        json_path = ".spec.replicas",
-        description = "The desired number of pods."
-    ),
-    printcolumn(
-        name = "CURRENT",
-        type_ = "integer",
-        json_path = ".status.replicas",
-        description = "The number of currently all pods."
-    ),
-    printcolumn(
-        name = "UPDATED",
-        type_ = "integer",
-        json_path = ".status.updatedReplicas",
-        description = "The number of pods updated."
-    ),
-    printcolumn(
-        name = "READY",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "The number of pods ready."
-    ),
-    printcolumn(
-        name = "AGE",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp",
-        description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC."
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentSpec {
-    /// Total desired replicas over all subsets (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<i32>,
-    /// Label query over the Pods; must match the template's labels.
-    #[schemars(required)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-    /// The workload every subset runs: exactly one of the four templates.
-    #[serde(default)]
-    pub template: SubsetTemplate,
-    /// The subsets and how Pods are spread over them.
-    #[serde(default)]
-    pub topology: Topology,
-    /// How subsets move to a new template revision.
-    #[serde(default)]
-    pub update_strategy: UnitedDeploymentUpdateStrategy,
-    /// Revisions kept in the history (default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision_history_limit: Option<i32>,
-}
+united_deployment_resource!("v1beta1");
 
 /// The workload template of the subsets; exactly one is set. `C` is the CloneSet spec a CloneSet template
 /// holds: the v1beta1 one here, the v1alpha1 one in v1alpha1 ([`super::v1alpha1::SubsetTemplate`]).

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::apps::v1::StatefulSetSpec as NativeStatefulSetSpec;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodTemplateSpec, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde_json::Value;
@@ -32,34 +32,17 @@ pub(super) fn validate(
     old: Option<&UnitedDeployment>,
 ) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    validate_name(&object.metadata, &mut errors);
+    validation::validate_metadata_name(
+        &object.metadata,
+        validation::check_dns1123_subdomain,
+        &mut errors,
+    );
     let path = Path::new("spec");
     validate_spec(&object.spec, &path, &mut errors);
     if let Some(old) = old {
         validate_update(&object.spec, &old.spec, &path, &mut errors);
     }
     errors
-}
-
-/// A DNS-1123 subdomain (or a generateName).
-fn validate_name(metadata: &ObjectMeta, errors: &mut Vec<FieldError>) {
-    let path = Path::new("metadata").child("name");
-    match metadata.name.as_deref() {
-        None | Some("")
-            if metadata
-                .generate_name
-                .as_deref()
-                .is_some_and(|g| !g.is_empty()) => {}
-        None | Some("") => errors.push(FieldError::required(
-            &path,
-            "name or generateName is required",
-        )),
-        Some(name) => {
-            if let Err(message) = validation::check_dns1123_subdomain(name) {
-                errors.push(FieldError::invalid(&path, name, message));
-            }
-        }
-    }
 }
 
 /// A value shown in a message, in JSON.
@@ -703,25 +686,7 @@ fn validate_tolerations(tolerations: &[Toleration], path: &Path, errors: &mut Ve
 /// JSON without nulls, empty lists and empty objects, so that comparisons treat an unset field and an
 /// empty one alike (as Kubernetes' semantic equality does).
 fn normalized(value: &impl Serialize) -> Value {
-    fn prune(value: Value) -> Value {
-        let empty = |v: &Value| match v {
-            Value::Null => true,
-            Value::Array(a) => a.is_empty(),
-            Value::Object(o) => o.is_empty(),
-            _ => false,
-        };
-        match value {
-            Value::Object(map) => Value::Object(
-                map.into_iter()
-                    .map(|(k, v)| (k, prune(v)))
-                    .filter(|(_, v)| !empty(v))
-                    .collect(),
-            ),
-            Value::Array(list) => Value::Array(list.into_iter().map(prune).collect()),
-            other => other,
-        }
-    }
-    prune(serde_json::to_value(value).unwrap_or(Value::Null))
+    crate::gojson::prune_empty(serde_json::to_value(value).unwrap_or(Value::Null))
 }
 
 /// What of a native StatefulSet template may not change: everything but replicas, selector (the

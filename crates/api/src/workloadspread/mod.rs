@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorTerm, PreferredSchedulingTerm, Tole
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -47,52 +47,50 @@ pub const MAX_SCHEDULED_FAILED_SECONDS: i64 = 300;
 /// The version of Pods and workloads whose kind has no versioned status.
 pub const VERSION_IGNORED: &str = "versionIgnored";
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "apps.kruise.io",
-    version = "v1alpha1",
-    kind = "WorkloadSpread",
-    namespaced,
-    status = "WorkloadSpreadStatus",
-    shortname = "ws",
-    derive = "PartialEq",
-    derive = "Default",
-    doc = "WorkloadSpread is the Schema for the WorkloadSpread API",
-    printcolumn(
-        name = "WorkloadName",
-        type_ = "string",
-        json_path = ".spec.targetRef.name"
-    ),
-    printcolumn(
-        name = "WorkloadKind",
-        type_ = "string",
-        json_path = ".spec.targetRef.kind"
-    ),
-    printcolumn(
-        name = "Adaptive",
-        type_ = "boolean",
-        json_path = ".spec.scheduleStrategy.type[?(@ == \"Adaptive\")]",
-        description = "Whether use the adaptive reschedule strategy"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkloadSpreadSpec {
-    /// The workload whose Pods are spread.
-    #[serde(rename = "targetRef")]
-    pub target_reference: Option<TargetReference>,
-    /// Only the Pods this selects (and the replicas at these paths) are spread.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_filter: Option<TargetFilter>,
-    /// The subsets, in order of preference.
-    #[serde(default)]
-    pub subsets: Vec<WorkloadSpreadSubset>,
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub schedule_strategy: WorkloadSpreadScheduleStrategy,
+crate::crd::resource! {
+    #[kube(
+        version = "v1alpha1",
+        kind = "WorkloadSpread",
+        namespaced,
+        status = "WorkloadSpreadStatus",
+        shortname = "ws",
+        doc = "WorkloadSpread is the Schema for the WorkloadSpread API",
+        printcolumn(
+            name = "WorkloadName",
+            type_ = "string",
+            json_path = ".spec.targetRef.name"
+        ),
+        printcolumn(
+            name = "WorkloadKind",
+            type_ = "string",
+            json_path = ".spec.targetRef.kind"
+        ),
+        printcolumn(
+            name = "Adaptive",
+            type_ = "boolean",
+            json_path = ".spec.scheduleStrategy.type[?(@ == \"Adaptive\")]",
+            description = "Whether use the adaptive reschedule strategy"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct WorkloadSpreadSpec {
+        /// The workload whose Pods are spread.
+        #[serde(rename = "targetRef")]
+        pub target_reference: Option<TargetReference>,
+        /// Only the Pods this selects (and the replicas at these paths) are spread.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub target_filter: Option<TargetFilter>,
+        /// The subsets, in order of preference.
+        #[serde(default)]
+        pub subsets: Vec<WorkloadSpreadSubset>,
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub schedule_strategy: WorkloadSpreadScheduleStrategy,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
