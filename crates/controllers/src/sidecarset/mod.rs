@@ -47,6 +47,8 @@ use crate::history::{Registered, register};
 use crate::metrics::{Metrics, SidecarSetLabels};
 use verdicts::Verdict;
 
+#[cfg(test)]
+mod reconcile_tests;
 mod triggers;
 mod verdicts;
 
