@@ -255,6 +255,9 @@ async fn reconcile_inner(ud: &UnitedDeployment, ctx: &Context) -> Result<Action,
     )
     .await?;
 
+    if outcome.raced {
+        requeue = requeue.min(crate::driver::RACE_RETRY);
+    }
     if outcome.errors.is_empty() {
         Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
     } else {
@@ -914,6 +917,13 @@ async fn manage(
         ))
         .await
         {
+            // Upstream re-reads and updates again; here the next reconcile, on caches that show
+            // the workload as it is now, decides the update again. The other subsets go on.
+            if error.is_race() {
+                tracing::debug!(uniteddeployment = key, subset = %update.subset, %error, "subset moved under its update: deciding again");
+                outcome.raced = true;
+                continue;
+            }
             let message = format!(
                 "Error updating PodSet ({subset_type}) {} when updating: {error}",
                 seen.object.name_any()

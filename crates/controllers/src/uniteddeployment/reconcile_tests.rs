@@ -940,8 +940,59 @@ async fn a_refused_subset_create_is_told_and_fails_the_reconcile() {
 }
 
 #[tokio::test]
+async fn a_subset_moved_under_its_update_is_decided_again_and_the_others_go_on() {
+    let mut bench = Bench::new();
+    bench.converge().await;
+    let sets = bench.clonesets().await;
+    bench
+        .edit(
+            json!({"spec": {"template": {"cloneSetTemplate": {"spec": {"template": {
+            "spec": {"containers": [{"name": "app", "image": "app:2"}]}}}}}}}),
+        )
+        .await;
+    bench
+        .cluster
+        .fail_next(Verb::Patch, &name_of(&sets["subset-a"]), 409);
+    let ctx = bench.mirror().await;
+
+    let (result, writes) = bench.reconcile(&ctx).await;
+
+    // No failure: decided again soon, on a fresh view; subset-b is updated meanwhile.
+    let action = result.expect("a race is no failure");
+    assert_eq!(action, Action::requeue(crate::driver::RACE_RETRY));
+    let patches: Vec<(String, Option<u16>)> = writes
+        .iter()
+        .filter(|r| r.kind == "CloneSet")
+        .map(|r| (r.name.clone(), r.refused))
+        .collect();
+    assert_eq!(
+        patches,
+        vec![
+            (name_of(&sets["subset-a"]), Some(409)),
+            (name_of(&sets["subset-b"]), None)
+        ]
+    );
+    assert!(
+        !bench.events().iter().any(|e| e.0 == "FailedUpdateSubset"),
+        "no Warning for a race: {:?}",
+        bench.events()
+    );
+    assert_ne!(
+        condition(&bench.status(), "SubsetUpdated").map(|c| c.0),
+        Some("False".to_owned())
+    );
+
+    bench.converge().await;
+    let images: Vec<String> = shapes(&bench.clonesets().await)
+        .into_values()
+        .map(|(_, _, image)| image)
+        .collect();
+    assert_eq!(images, ["app:2", "app:2"]);
+}
+
+#[tokio::test]
 async fn a_refused_subset_update_is_told_and_stops_the_other_updates() {
-    for code in [409, 422, 500] {
+    for code in [422, 500] {
         let mut bench = Bench::new();
         bench.converge().await;
         let sets = bench.clonesets().await;

@@ -36,6 +36,9 @@ pub(crate) struct Outcome {
     pub(crate) update_error: Option<String>,
     /// Every failure, for the reconcile's error.
     pub(crate) errors: Vec<String>,
+    /// A subset workload moved since it was read (its update refused on the resourceVersion): no
+    /// failure, its update is decided again on a fresh view, soon.
+    pub(crate) raced: bool,
 }
 
 /// Adds a status for every subset of the topology that has none and drops the statuses of subsets

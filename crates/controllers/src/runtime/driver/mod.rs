@@ -71,6 +71,10 @@ use crate::metrics::Metrics;
 /// How soon a failed reconcile is tried again.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(2);
 
+/// How soon a reconcile whose write raced (the object moved since it was read) decides again: the
+/// caches show the other write within about this long.
+pub const RACE_RETRY: Duration = Duration::from_millis(500);
+
 /// What the driver needs of a kind's context.
 pub trait Driven: Send + Sync + 'static {
     /// The controller's name in metrics, logs and Events (upstream's, e.g. `cloneset-controller`).
