@@ -22,7 +22,7 @@ use kruise_e2e::cloneset_kit::{
 };
 use kruise_e2e::is_ready;
 use kruise_testkit::manager::{self, ManagerOptions};
-use kruise_testkit::{Limits, RolloutMonitor, TestBed, eventually, testbed_with};
+use kruise_testkit::{Limits, TestBed, eventually, testbed_with};
 use kube::api::Api;
 use serde_json::json;
 
@@ -72,18 +72,8 @@ async fn apiserver_down_30s_mid_rollout() -> anyhow::Result<()> {
             apply(&ns, &cloneset("outage", REPLICAS, "nginx:alpine", spec)).await?;
             let (_, before) = wait_converged(&ns, "outage", REPLICAS, TIMEOUT).await?;
             let old_revision = revision(&before[0]).unwrap_or_default().to_string();
-            let monitor = RolloutMonitor::start(
-                ns.client.clone(),
-                &ns.name,
-                "app=outage",
-                Limits {
-                    replicas: REPLICAS,
-                    max_unavailable: MAX_UNAVAILABLE,
-                    max_surge: 0,
-                    min_old_revision_pods: None,
-                },
-            )
-            .await?;
+            let limits = Limits::replicas(REPLICAS).max_unavailable(MAX_UNAVAILABLE);
+            let monitor = ns.rollout_monitor("app=outage", limits).await?;
             let pid_before = manager.pid(&bed.plane);
             let rollout_began = Instant::now();
             set_image(&ns, "outage", NEW_IMAGE).await?;

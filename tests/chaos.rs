@@ -26,7 +26,7 @@ use kruise_e2e::sidecarset_kit::{
 use kruise_e2e::{Cleanup, container_status};
 use kruise_testkit::chaos::{ManagerKiller, seed_from_env};
 use kruise_testkit::manager::ManagerOptions;
-use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, testbed};
+use kruise_testkit::{Limits, TestNamespace, eventually, testbed};
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
@@ -116,14 +116,8 @@ async fn cloneset_rollout(
     killer: &ManagerKiller,
 ) -> anyhow::Result<Rollout> {
     let (_, before) = wait_converged(ns, name, REPLICAS, TIMEOUT).await?;
-    let limits = Limits {
-        replicas: REPLICAS,
-        max_unavailable: CLONESET_MAX_UNAVAILABLE,
-        max_surge: 0,
-        min_old_revision_pods: None,
-    };
-    let monitor =
-        RolloutMonitor::start(ns.client.clone(), &ns.name, &format!("app={name}"), limits).await?;
+    let limits = Limits::replicas(REPLICAS).max_unavailable(CLONESET_MAX_UNAVAILABLE);
+    let monitor = ns.rollout_monitor(&format!("app={name}"), limits).await?;
     let kills = killer.kill_count();
     let began = Instant::now();
     admitted(&format!("the image change of CloneSet {name}"), || {
@@ -252,18 +246,8 @@ async fn sidecarset_upgrade_while_the_manager_is_killed() -> anyhow::Result<()> 
 
             let _kills = killer.kills();
             killer.wait_active(TIMEOUT).await?;
-            let monitor = RolloutMonitor::start(
-                ns.client.clone(),
-                &ns.name,
-                "app=chaos-ss",
-                Limits {
-                    replicas: REPLICAS,
-                    max_unavailable: SIDECAR_MAX_UNAVAILABLE,
-                    max_surge: 0,
-                    min_old_revision_pods: None,
-                },
-            )
-            .await?;
+            let limits = Limits::replicas(REPLICAS).max_unavailable(SIDECAR_MAX_UNAVAILABLE);
+            let monitor = ns.rollout_monitor("app=chaos-ss", limits).await?;
             let kills = killer.kill_count();
             let rollout_began = Instant::now();
             admitted("the image change of the SidecarSet", || {

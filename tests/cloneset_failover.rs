@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::cloneset_kit::*;
 use kruise_e2e::{is_ready, manager_counts};
 use kruise_testkit::manager::{self, ManagerOptions};
-use kruise_testkit::{Limits, RolloutMonitor, testbed};
+use kruise_testkit::{Limits, testbed};
 use kube::api::Api;
 use serde_json::json;
 
@@ -47,14 +47,8 @@ async fn manager_killed_mid_rollout() -> anyhow::Result<()> {
         }}});
         apply(&ns, &cloneset("failover", 6, "nginx:alpine", spec)).await?;
         let (_, before) = wait_converged(&ns, "failover", 6, Duration::from_secs(60)).await?;
-        let limits = Limits {
-            replicas: 6,
-            max_unavailable: 1,
-            max_surge: 0,
-            min_old_revision_pods: None,
-        };
-        let monitor =
-            RolloutMonitor::start(ns.client.clone(), &ns.name, "app=failover", limits).await?;
+        let limits = Limits::replicas(6).max_unavailable(1);
+        let monitor = ns.rollout_monitor("app=failover", limits).await?;
         set_image(&ns, "failover", "nginx:1.19.1").await?;
 
         // Mid-update: one Pod done and the next one taken out of service.
@@ -147,13 +141,8 @@ async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()>
             all_on("nginx:alpine"),
         )
         .await?;
-        let limits = Limits {
-            replicas: 6,
-            max_unavailable: 1,
-            max_surge: 0,
-            min_old_revision_pods: None,
-        };
-        let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, "app=sts", limits).await?;
+        let limits = Limits::replicas(6).max_unavailable(1);
+        let monitor = ns.rollout_monitor("app=sts", limits).await?;
         ns.kubectl(&[
             "patch",
             "statefulsets.apps.kruise.io",

@@ -11,7 +11,7 @@ use kruise_e2e::same_image;
 use kruise_e2e::{
     container_status, is_ready, node_name, node_ready_status, phase, pod_condition, pod_ip,
 };
-use kruise_testkit::{Limits, RolloutMonitor, eventually, fleet, testbed, until};
+use kruise_testkit::{Limits, eventually, fleet, testbed, until};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::json;
@@ -608,18 +608,12 @@ async fn rolling_update_stays_within_the_monitor_limits() -> anyhow::Result<()> 
             Ok(updated_ready(&pods, "app=roll", "nginx:alpine").await? == (4, 4))
         })
         .await?;
-        let limits = Limits {
-            replicas: 4,
-            max_unavailable: 1,
-            // A native Deployment enforces maxSurge (1) on ReplicaSet replicas, not on Pods: it may
-            // scale the new ReplicaSet up once the old one's replicas dropped, before the old Pod's
-            // deletion is observed. One such Pod in flight is allowed; kruise workloads will be
-            // held to the exact bound.
-            max_surge: 2,
-            min_old_revision_pods: None,
-        };
-        let monitor =
-            RolloutMonitor::start(ns.client.clone(), &ns.name, "app=roll", limits).await?;
+        // A native Deployment enforces maxSurge (1) on ReplicaSet replicas, not on Pods: it may
+        // scale the new ReplicaSet up once the old one's replicas dropped, before the old Pod's
+        // deletion is observed. One such Pod in flight is allowed; kruise workloads will be
+        // held to the exact bound.
+        let limits = Limits::replicas(4).max_unavailable(1).max_surge(2);
+        let monitor = ns.rollout_monitor("app=roll", limits).await?;
         monitor.check()?;
 
         ns.kubectl(&["set", "image", "deployment/roll", "nginx=nginx:1.19.1"])
@@ -669,14 +663,9 @@ async fn monitor_catches_a_recreate_rollout_taking_every_pod_down() -> anyhow::R
             Ok(updated_ready(&pods, "app=recreate", "nginx:alpine").await? == (3, 3))
         })
         .await?;
-        let limits = Limits {
-            replicas: 3,
-            max_unavailable: 0,
-            max_surge: 0,
-            min_old_revision_pods: None,
-        };
-        let monitor =
-            RolloutMonitor::start(ns.client.clone(), &ns.name, "app=recreate", limits).await?;
+        let monitor = ns
+            .rollout_monitor("app=recreate", Limits::replicas(3))
+            .await?;
         monitor.check()?;
 
         ns.kubectl(&["set", "image", "deployment/recreate", "nginx=nginx:1.19.1"])

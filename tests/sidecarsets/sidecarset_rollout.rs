@@ -22,7 +22,7 @@ use kruise_e2e::{
     Cleanup, PodOrder, container_names, container_status, example_named, is_ready, node_name,
     pod_ip, wait_dry_run, wait_injected_on_dry_run,
 };
-use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, testbed};
+use kruise_testkit::{Limits, TestNamespace, eventually, testbed};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
@@ -183,18 +183,8 @@ async fn scatter_interleaves_the_applications() -> anyhow::Result<()> {
             spec_image(pod, LOGTAIL) == NEW
         })
         .await?;
-        let monitor = RolloutMonitor::start(
-            ns.client.clone(),
-            &ns.name,
-            "app=web-scatter",
-            Limits {
-                replicas: total,
-                max_unavailable: 1,
-                max_surge: 0,
-                min_old_revision_pods: None,
-            },
-        )
-        .await?;
+        let limits = Limits::replicas(total).max_unavailable(1);
+        let monitor = ns.rollout_monitor("app=web-scatter", limits).await?;
         patch_sidecarset(
             &ns,
             &name,

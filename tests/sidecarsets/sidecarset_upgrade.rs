@@ -12,7 +12,7 @@ use kruise_e2e::sidecarset_kit::{
     upgradable_condition, wait_status, wait_upgradable,
 };
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
-use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
+use kruise_testkit::{Limits, eventually, testbed};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -157,18 +157,8 @@ async fn partition_then_max_unavailable() -> anyhow::Result<()> {
             .count();
         ensure!(still == 10, "partition crossed: {still}");
 
-        let monitor = RolloutMonitor::start(
-            ns.client.clone(),
-            &ns.name,
-            "app=logs",
-            Limits {
-                replicas: 50,
-                max_unavailable: 5,
-                max_surge: 0,
-                min_old_revision_pods: None,
-            },
-        )
-        .await?;
+        let limits = Limits::replicas(50).max_unavailable(5);
+        let monitor = ns.rollout_monitor("app=logs", limits).await?;
         sidecarsets
             .patch(
                 &name,

@@ -36,13 +36,10 @@ async fn start_monitor(
     max_unavailable: i32,
     max_surge: i32,
 ) -> anyhow::Result<RolloutMonitor> {
-    let limits = Limits {
-        replicas,
-        max_unavailable,
-        max_surge,
-        min_old_revision_pods: None,
-    };
-    RolloutMonitor::start(ns.client.clone(), &ns.name, &selector(app), limits).await
+    let limits = Limits::replicas(replicas)
+        .max_unavailable(max_unavailable)
+        .max_surge(max_surge);
+    ns.rollout_monitor(&selector(app), limits).await
 }
 
 /// A monitor that also requires `partition` Pods to stay at `old_revision`.
@@ -55,12 +52,10 @@ async fn monitor_partition(
     partition: i32,
 ) -> anyhow::Result<RolloutMonitor> {
     let limits = Limits {
-        replicas,
-        max_unavailable,
-        max_surge: 0,
         min_old_revision_pods: Some((REVISION.into(), old_revision.into(), partition)),
+        ..Limits::replicas(replicas).max_unavailable(max_unavailable)
     };
-    RolloutMonitor::start(ns.client.clone(), &ns.name, &selector(app), limits).await
+    ns.rollout_monitor(&selector(app), limits).await
 }
 
 /// `rollingUpdate` settings of an in-place CloneSet.

@@ -14,7 +14,7 @@ use kruise_e2e::cloneset_kit::{
 };
 use kruise_e2e::container_status;
 use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, test_pod};
-use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
+use kruise_testkit::{Limits, eventually, testbed};
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
@@ -42,14 +42,8 @@ async fn cloneset_rollout_to_an_unpullable_image_stops_at_max_unavailable() -> a
         });
         apply(&ns, &cloneset("pull", 5, GOOD, spec)).await?;
         wait_converged(&ns, "pull", 5, TIMEOUT).await?;
-        let limits = Limits {
-            replicas: 5,
-            max_unavailable: 2,
-            max_surge: 0,
-            min_old_revision_pods: None,
-        };
-        let monitor =
-            RolloutMonitor::start(ns.client.clone(), &ns.name, "app=pull", limits).await?;
+        let limits = Limits::replicas(5).max_unavailable(2);
+        let monitor = ns.rollout_monitor("app=pull", limits).await?;
         set_image(&ns, "pull", UNPULLABLE).await?;
 
         let clonesets: Api<CloneSet> = ns.api();

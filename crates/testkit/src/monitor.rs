@@ -41,6 +41,30 @@ pub struct Limits {
     pub min_old_revision_pods: Option<(String, String, i32)>,
 }
 
+impl Limits {
+    /// `replicas` Pods, every one available, none more: loosen it with [`Limits::max_unavailable`] and
+    /// [`Limits::max_surge`].
+    pub fn replicas(replicas: i32) -> Self {
+        Limits {
+            replicas,
+            ..Limits::default()
+        }
+    }
+
+    /// At most `max_unavailable` of the replicas may be missing or not available.
+    pub fn max_unavailable(self, max_unavailable: i32) -> Self {
+        Limits {
+            max_unavailable,
+            ..self
+        }
+    }
+
+    /// At most `replicas + max_surge` Pods may exist.
+    pub fn max_surge(self, max_surge: i32) -> Self {
+        Limits { max_surge, ..self }
+    }
+}
+
 /// What [`check`] needs to know about one Pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodView {

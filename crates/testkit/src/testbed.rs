@@ -425,6 +425,16 @@ impl TestNamespace {
     pub async fn apply(&self, yaml: &str) -> anyhow::Result<String> {
         self.bed.plane.kubectl_apply(&self.name, yaml).await
     }
+
+    /// A [`RolloutMonitor`](crate::RolloutMonitor) on this namespace's Pods matching `label_selector`,
+    /// started once it has listed them.
+    pub async fn rollout_monitor(
+        &self,
+        label_selector: &str,
+        limits: crate::Limits,
+    ) -> anyhow::Result<crate::RolloutMonitor> {
+        crate::RolloutMonitor::start(self.client.clone(), &self.name, label_selector, limits).await
+    }
 }
 
 impl Drop for TestNamespace {
