@@ -47,15 +47,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller until the future is dropped.
 /// `workers`: concurrent reconciles (`--crr-workers`).

@@ -73,15 +73,7 @@ pub struct Context {
 /// The Warning a job gets when the apiserver refuses its ephemeral containers (upstream's reason).
 pub const REASON_CREATE_FAILED: &str = "CreateFailed";
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller on the shared Pod cache until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {

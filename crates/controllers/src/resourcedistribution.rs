@@ -39,18 +39,8 @@ use crate::metrics::Metrics;
 /// The controller's name in metrics, logs and Events (upstream's).
 pub const CONTROLLER: &str = "resourcedistribution-controller";
 
-/// How the controller runs.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Concurrent reconciles.
-    pub workers: u16,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self { workers: 3 }
-    }
-}
+/// How the controller runs: its number of concurrent reconciles only.
+pub type Config = crate::driver::WorkersOnly;
 
 /// What every reconcile shares.
 ///
@@ -66,15 +56,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller on the shared Namespace cache until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {

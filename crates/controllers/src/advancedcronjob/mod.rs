@@ -113,15 +113,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile::reconcile, ctx).await;
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 #[cfg(test)]
 mod tests {

@@ -53,15 +53,7 @@ pub struct Context {
     config: Config,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>, config: Config) {

@@ -49,15 +49,7 @@ const JOB: &str = "ImagePullJob";
 /// How long a created job is waited for in the cache before the list may create it again.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, caches: &Caches, metrics: Arc<Metrics>) {

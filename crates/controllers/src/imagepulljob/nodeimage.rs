@@ -40,15 +40,7 @@ pub struct Context {
     recorder: EventRecorder,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 fn node_ready(node: &Node) -> bool {
     node.status

@@ -32,15 +32,7 @@ pub struct Context {
     api_version: &'static str,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        super::CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, super::CONTROLLER);
 
 /// Runs the generation for both StatefulSet kinds, from the shared caches (the metadata of
 /// Kubernetes' StatefulSets, kruise's Advanced StatefulSets), until the future is dropped.

@@ -38,18 +38,8 @@ use crate::metrics::Metrics;
 /// The controller's name in metrics, logs and Events (upstream's).
 pub const CONTROLLER: &str = "persistentpodstate-controller";
 
-/// How the controller runs.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Concurrent reconciles (upstream's `--persistentpodstate-workers`, 3).
-    pub workers: u16,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self { workers: 3 }
-    }
-}
+/// How the controller runs: its number of concurrent reconciles only.
+pub type Config = crate::driver::WorkersOnly;
 
 /// What every reconcile shares.
 pub struct Context {
@@ -62,20 +52,8 @@ pub struct Context {
     metrics: Arc<Metrics>,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Its watch trigger is filtered to spec changes (its status writes must not wake it).
-    fn spec_changes_only(&self) -> bool {
-        true
-    }
-}
+// Its watch trigger is filtered to spec changes (its status writes must not wake it).
+crate::driver::driven!(Context, CONTROLLER, spec_changes_only = true);
 
 /// Runs the controller (and the auto-generation beside it) until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {

@@ -53,15 +53,7 @@ pub struct Context {
     serverless: bool,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Concurrent reconciles of the two controllers (`--podprobemarker-workers`,
 /// `--nodepodprobe-workers`; 3 each, as OpenKruise's).

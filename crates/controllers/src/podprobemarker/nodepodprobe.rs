@@ -39,15 +39,7 @@ pub struct Context {
     markers: Store<PodProbeMarker>,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller until the future is dropped.
 pub async fn run(

@@ -40,16 +40,8 @@ pub const CONTROLLER: &str = "podunavailablebudget-controller";
 /// Computed again at least this often: a workload's scale changes without any Pod changing.
 const RESYNC: Duration = Duration::from_secs(30);
 
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub workers: u16,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self { workers: 3 }
-    }
-}
+/// How the controller runs: its number of concurrent reconciles only.
+pub type Config = crate::driver::WorkersOnly;
 
 pub struct Context {
     /// For the budget's target workload and its scale (`workloads`): discovery and the scale
@@ -62,15 +54,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-}
+crate::driver::driven!(Context, CONTROLLER);
 
 /// Runs the controller until the future is dropped.
 pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: Config) {

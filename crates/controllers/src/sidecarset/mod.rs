@@ -137,20 +137,8 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     crate::driver::run(controller, config.workers, reconcile, ctx).await;
 }
 
-impl crate::driver::Driven for Context {
-    fn controller(&self) -> &'static str {
-        CONTROLLER
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Its watch trigger is filtered to spec changes (its status writes must not wake it).
-    fn spec_changes_only(&self) -> bool {
-        true
-    }
-}
+// Its watch trigger is filtered to spec changes (its status writes must not wake it).
+crate::driver::driven!(Context, CONTROLLER, spec_changes_only = true);
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     reconcile_inner(&ss, &ctx).await

@@ -88,6 +88,46 @@ pub trait Driven: Send + Sync + 'static {
     }
 }
 
+/// The whole configuration of a kind tuned by nothing but its number of concurrent reconciles
+/// (PodUnavailableBudget, ResourceDistribution, PersistentPodState): one type, so that their
+/// default, upstream's `--<kind>-workers` default of 3, is written once.
+#[derive(Clone, Debug)]
+pub struct WorkersOnly {
+    /// Concurrent reconciles (`--<kind>-workers`).
+    pub workers: u16,
+}
+
+impl Default for WorkersOnly {
+    fn default() -> Self {
+        Self { workers: 3 }
+    }
+}
+
+/// Implements [`Driven`] for a kind's context `$context` that keeps its [`Metrics`] in a field
+/// `metrics: Arc<Metrics>`, under the controller name `$controller`; `spec_changes_only = true`
+/// after them for a kind whose watch trigger is filtered to spec changes. Every kind without Pods
+/// of its own answers the driver this same way, so the answer is written once here.
+macro_rules! driven {
+    ($context:ty, $controller:expr $(, spec_changes_only = $spec_changes_only:expr)?) => {
+        impl $crate::driver::Driven for $context {
+            fn controller(&self) -> &'static str {
+                $controller
+            }
+
+            fn metrics(&self) -> &$crate::metrics::Metrics {
+                &self.metrics
+            }
+
+            $(
+                fn spec_changes_only(&self) -> bool {
+                    $spec_changes_only
+                }
+            )?
+        }
+    };
+}
+pub(crate) use driven;
+
 /// The Event recorder of a controller named `controller`.
 pub fn recorder(client: kube::Client, controller: &'static str) -> EventRecorder {
     EventRecorder::new(
