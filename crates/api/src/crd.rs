@@ -160,14 +160,189 @@ fn strip_defaults(schema: &mut serde_json::Value) {
     }
 }
 
-/// All CRDs, in a stable order: apps.kruise.io's, then policy.kruise.io's.
+/// How kruise-rs's webhook admits a kind's objects on create and update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// A validating webhook of its own (and, for the two-version kinds, a defaulting one).
+    Validated,
+    /// One mutating webhook that validates too (upstream's ContainerRecreateRequest).
+    MutatedAndValidated,
+    /// None: its objects are written by kruise-rs itself (NodePodProbe).
+    None,
+}
+
+/// One kind kruise-rs serves, registered once: its CRD, the manager's controller that owns it
+/// (its row's name in `kruise_manager::controllers::CONTROLLERS`) and the feature gate that row
+/// runs behind (by name: kruise-core's `Gate` parses it), and how the webhook admits it. The CRD
+/// generator, the takeover (which kinds it carries over) and the tests of the manager, the webhook
+/// configuration and the chart's RBAC all read [`SERVED`]: a kind missing from one of them fails
+/// a test that names it.
+#[derive(Clone, Copy, Debug)]
+pub struct Served {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub crd: fn() -> CustomResourceDefinition,
+    pub controller: &'static str,
+    pub gate: Option<&'static str>,
+    pub admission: Admission,
+}
+
+const fn apps(
+    kind: &'static str,
+    crd: fn() -> CustomResourceDefinition,
+    controller: &'static str,
+    gate: Option<&'static str>,
+    admission: Admission,
+) -> Served {
+    Served {
+        group: crate::kinds::GROUP,
+        kind,
+        crd,
+        controller,
+        gate,
+        admission,
+    }
+}
+
+/// Every kind kruise-rs serves (OpenKruise v1.9.0's 18), one line each.
+pub const SERVED: &[Served] = &[
+    apps(
+        "CloneSet",
+        || Kind::CloneSet.crd(),
+        "cloneset",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "StatefulSet",
+        || Kind::StatefulSet.crd(),
+        "statefulset",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "SidecarSet",
+        || Kind::SidecarSet.crd(),
+        "sidecarset",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "UnitedDeployment",
+        || Kind::UnitedDeployment.crd(),
+        "uniteddeployment",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "BroadcastJob",
+        || Kind::BroadcastJob.crd(),
+        "broadcastjob",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "DaemonSet",
+        || Kind::DaemonSet.crd(),
+        "daemonset",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "AdvancedCronJob",
+        || Kind::AdvancedCronJob.crd(),
+        "advancedcronjob",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        "ImagePullJob",
+        || Kind::ImagePullJob.crd(),
+        "imagepulljob",
+        Some("ImagePullJobGate"),
+        Admission::Validated,
+    ),
+    apps(
+        "ImageListPullJob",
+        || Kind::ImageListPullJob.crd(),
+        "imagepulljob",
+        Some("ImagePullJobGate"),
+        Admission::Validated,
+    ),
+    apps(
+        "NodeImage",
+        || Kind::NodeImage.crd(),
+        "imagepulljob",
+        Some("ImagePullJobGate"),
+        Admission::Validated,
+    ),
+    Served {
+        group: crate::policy::GROUP,
+        kind: "PodUnavailableBudget",
+        crd: crate::policy::crd,
+        controller: "podunavailablebudget",
+        gate: None,
+        admission: Admission::Validated,
+    },
+    apps(
+        crate::resourcedistribution::KIND,
+        crate::resourcedistribution::crd,
+        "resourcedistribution",
+        Some("ResourceDistributionGate"),
+        Admission::Validated,
+    ),
+    apps(
+        crate::ephemeraljob::KIND,
+        crate::ephemeraljob::crd,
+        "ephemeraljob",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        crate::persistentpodstate::KIND,
+        crate::persistentpodstate::crd,
+        "persistentpodstate",
+        None,
+        Admission::Validated,
+    ),
+    apps(
+        crate::containerrecreaterequest::KIND,
+        crate::containerrecreaterequest::crd,
+        "containerrecreaterequest",
+        Some("KruiseDaemon"),
+        Admission::MutatedAndValidated,
+    ),
+    apps(
+        crate::workloadspread::KIND,
+        crate::workloadspread::crd,
+        "workloadspread",
+        Some("WorkloadSpread"),
+        Admission::Validated,
+    ),
+    apps(
+        crate::podprobemarker::KIND,
+        crate::podprobemarker::crd,
+        "podprobemarker",
+        Some("PodProbeMarkerGate"),
+        Admission::Validated,
+    ),
+    apps(
+        crate::podprobemarker::NODE_KIND,
+        crate::podprobemarker::node_crd,
+        "podprobemarker",
+        Some("PodProbeMarkerGate"),
+        Admission::None,
+    ),
+];
+
+/// Whether kruise-rs serves objects of `group`/`kind`.
+pub fn served(group: &str, kind: &str) -> bool {
+    SERVED.iter().any(|s| s.group == group && s.kind == kind)
+}
+
+/// All CRDs, one per line of [`SERVED`], in its order.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    Kind::ALL
-        .iter()
-        .map(|kind| kind.crd())
-        .chain(crate::policy::crds())
-        .chain(v1alpha1_only())
-        .collect()
+    SERVED.iter().map(|served| (served.crd)()).collect()
 }
 
 /// File name of a CRD in `config/crd/` (as upstream: `<group>_<plural>.yaml`).
@@ -197,13 +372,9 @@ pub fn single_version(mut crd: CustomResourceDefinition) -> CustomResourceDefini
 /// The apps.kruise.io kinds served in v1alpha1 only (as in OpenKruise v1.9.0), outside [`Kind`]:
 /// no conversion, no defaulting webhook.
 pub fn v1alpha1_only() -> Vec<CustomResourceDefinition> {
-    vec![
-        crate::resourcedistribution::crd(),
-        crate::ephemeraljob::crd(),
-        crate::persistentpodstate::crd(),
-        crate::containerrecreaterequest::crd(),
-        crate::workloadspread::crd(),
-        crate::podprobemarker::crd(),
-        crate::podprobemarker::node_crd(),
-    ]
+    SERVED
+        .iter()
+        .filter(|s| s.group == crate::kinds::GROUP && Kind::from_kind(s.kind).is_err())
+        .map(|s| (s.crd)())
+        .collect()
 }

@@ -127,18 +127,9 @@ pub struct KindInventory {
     pub count: usize,
 }
 
-/// Whether kruise-rs serves objects of `group`/`kind`.
+/// Whether kruise-rs serves objects of `group`/`kind` (a line of `kruise_api::crd::SERVED`).
 pub fn served(group: &str, kind: &str) -> bool {
-    (group == "apps.kruise.io"
-        && (kruise_api::kinds::Kind::from_kind(kind).is_ok()
-            || kind == kruise_api::resourcedistribution::KIND
-            || kind == kruise_api::ephemeraljob::KIND
-            || kind == kruise_api::persistentpodstate::KIND
-            || kind == kruise_api::containerrecreaterequest::KIND
-            || kind == kruise_api::workloadspread::KIND
-            || kind == kruise_api::podprobemarker::KIND
-            || kind == kruise_api::podprobemarker::NODE_KIND))
-        || (group == kruise_api::policy::GROUP && kind == "PodUnavailableBudget")
+    kruise_api::crd::served(group, kind)
 }
 
 /// Whether an `--allow-unserved` entry names `kind`: its kind, plural, or `plural.group`, in any case.

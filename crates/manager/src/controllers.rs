@@ -485,3 +485,44 @@ impl Tasks {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CONTROLLERS;
+    use kruise_core::features::GATES;
+
+    /// Every kind of `kruise_api::crd::SERVED` is run by the controller row its line names, behind
+    /// the gate its line names (a gate that does not exist fails here too), and every row name is
+    /// unique.
+    #[test]
+    fn every_served_kind_has_its_controller_row_behind_its_gate() {
+        for served in kruise_api::crd::SERVED {
+            let row = CONTROLLERS
+                .iter()
+                .find(|c| c.name == served.controller)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: no controller row named {:?} in CONTROLLERS",
+                        served.kind, served.controller
+                    )
+                });
+            let gate = served.gate.map(|name| {
+                GATES
+                    .iter()
+                    .map(|g| g.gate)
+                    .find(|g| g.name() == name)
+                    .unwrap_or_else(|| panic!("{}: no gate named {name}", served.kind))
+            });
+            assert_eq!(
+                row.gate, gate,
+                "{}: the gate of its controller",
+                served.kind
+            );
+        }
+        let mut names: Vec<&str> = CONTROLLERS.iter().map(|c| c.name).collect();
+        names.sort_unstable();
+        let count = names.len();
+        names.dedup();
+        assert_eq!(names.len(), count, "a controller row name twice");
+    }
+}

@@ -612,6 +612,58 @@ pub(crate) fn with_type<T: serde::Serialize>(object: &T, kind: &str) -> Value {
 mod tests {
     use super::*;
 
+    /// Every kind of `kruise_api::crd::SERVED` is admitted as its line says: a webhook whose rules
+    /// take its creates and updates, validating or (ContainerRecreateRequest) mutating.
+    #[test]
+    fn every_served_kind_is_admitted_as_its_line_says() {
+        use kruise_api::crd::{Admission, SERVED};
+        let target = Target::Url {
+            host: "127.0.0.1".into(),
+            port: 9876,
+        };
+        let pods = PodWebhook::new("kruise-system");
+        let takes = |rules: &[RuleWithOperations], group: &str, plural: &str| {
+            ["CREATE", "UPDATE"].iter().all(|op| {
+                rules.iter().any(|r| {
+                    let has = |list: &Option<Vec<String>>, want: &str| {
+                        list.as_ref()
+                            .is_some_and(|l| l.iter().any(|i| i == want || i == "*"))
+                    };
+                    has(&r.api_groups, group) && has(&r.resources, plural) && has(&r.operations, op)
+                })
+            })
+        };
+        let validating: Vec<Vec<RuleWithOperations>> =
+            validating(&target, None, RESOURCE_WEBHOOK_TIMEOUT_SECONDS, &pods)
+                .webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| h.rules.unwrap_or_default())
+                .collect();
+        let mutating: Vec<Vec<RuleWithOperations>> = mutating(&target, None, &pods, 12)
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .map(|h| h.rules.unwrap_or_default())
+            .collect();
+        for served in SERVED {
+            let plural = (served.crd)().spec.names.plural;
+            let hooks = match served.admission {
+                Admission::Validated => &validating,
+                Admission::MutatedAndValidated => &mutating,
+                Admission::None => continue,
+            };
+            assert!(
+                hooks
+                    .iter()
+                    .any(|rules| takes(rules, served.group, &plural)),
+                "{}: no webhook takes its creates and updates ({:?})",
+                served.kind,
+                served.admission
+            );
+        }
+    }
+
     #[test]
     fn one_webhook_per_kind_with_upstream_names_and_paths() {
         let target = Target::Url {

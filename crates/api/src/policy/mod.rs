@@ -32,7 +32,7 @@ pub const DELETE_PROTECTION_LABEL: &str = "policy.kruise.io/delete-protection";
 pub const DELETE_PROTECTION_ALWAYS: &str = "Always";
 pub const DELETE_PROTECTION_CASCADING: &str = "Cascading";
 
-/// The CRDs of policy.kruise.io, as checked in under `config/crd/`.
-pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![v1alpha1::PodUnavailableBudget::crd()]
+/// PodUnavailableBudget's CRD, policy.kruise.io's only one.
+pub fn crd() -> CustomResourceDefinition {
+    v1alpha1::PodUnavailableBudget::crd()
 }
