@@ -268,3 +268,7 @@ async fn write_pod(ctx: &Context, pod: &Pod, update: &decide::PodUpdate) -> Resu
     );
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "nodepodprobe_tests.rs"]
+mod tests;
