@@ -128,10 +128,8 @@ async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()>
             let pod_api = &pod_api;
             move || async move {
                 let pods = active_pods(pod_api, "app=sts").await?;
-                let done = pods.len() == 6
-                    && pods
-                        .iter()
-                        .all(|p| is_ready(p) && runs_image(p, image));
+                let done =
+                    pods.len() == 6 && pods.iter().all(|p| is_ready(p) && runs_image(p, image));
                 Ok(done.then_some(pods))
             }
         };
@@ -143,15 +141,7 @@ async fn manager_killed_mid_advanced_statefulset_rollout() -> anyhow::Result<()>
         .await?;
         let limits = Limits::replicas(6).max_unavailable(1);
         let monitor = ns.rollout_monitor("app=sts", limits).await?;
-        ns.kubectl(&[
-            "patch",
-            "statefulsets.apps.kruise.io",
-            "sts",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}}}"#,
-        ])
-        .await?;
+        set_template_image(&ns, "statefulsets.apps.kruise.io", "sts", "nginx:1.19.1").await?;
         // Mid-update: one Pod done and the next one taken out of service.
         monitor
             .until(

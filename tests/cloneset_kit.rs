@@ -73,12 +73,38 @@ pub async fn merge_patch(
 
 /// A merge patch of the CloneSet's first container image (the seed's `kubectl patch`).
 pub async fn set_image(ns: &TestNamespace, name: &str, image: &str) -> anyhow::Result<String> {
-    merge_patch(
-        ns,
-        "cloneset",
+    set_template_image(ns, "cloneset", name, image).await
+}
+
+/// Sets the image of container [`CONTAINER`] in the Pod template of `resource` `name`, as
+/// `kubectl patch --type=merge` does.
+pub async fn set_template_image(
+    ns: &TestNamespace,
+    resource: &str,
+    name: &str,
+    image: &str,
+) -> anyhow::Result<String> {
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": CONTAINER, "image": image}]}}}});
+    merge_patch(ns, resource, name, &patch).await
+}
+
+/// Sets the image of the first container of a UnitedDeployment's CloneSet template, as
+/// `kubectl patch --type=json` does.
+pub async fn set_uniteddeployment_image(
+    ns: &TestNamespace,
+    name: &str,
+    image: &str,
+) -> anyhow::Result<String> {
+    let path = "/spec/template/cloneSetTemplate/spec/template/spec/containers/0/image";
+    let patch = json!([{"op": "replace", "path": path, "value": image}]);
+    ns.kubectl(&[
+        "patch",
+        "uniteddeployments.apps.kruise.io",
         name,
-        &json!({"spec": {"template": {"spec": {"containers": [{"name": CONTAINER, "image": image}]}}}}),
-    )
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ])
     .await
 }
 

@@ -184,6 +184,39 @@ pub async fn apply_logtail(
     .await
 }
 
+/// Applies the logtail SidecarSet `name` upgrading one Pod at a time (`maxUnavailable: 1`) to the Pods
+/// labelled `app=<app>`, creates `count` [`test_pod`]s `pod-0`, `pod-1`, … with that label, and waits
+/// until every one of them runs Ready with the sidecar injected.
+pub async fn logtail_over_ready_pods(
+    ns: &kruise_testkit::TestNamespace,
+    name: &str,
+    app: &str,
+    count: usize,
+) -> anyhow::Result<()> {
+    let labels = json!({ "app": app });
+    let one_at_a_time = json!({"updateStrategy": {"maxUnavailable": 1}});
+    apply_logtail(ns, name, &labels, one_at_a_time).await?;
+    for i in 0..count {
+        ns.apply(&test_pod(&format!("pod-{i}"), labels.clone()).to_string())
+            .await?;
+    }
+    let pods: Api<Pod> = ns.api();
+    let selector = format!("app={app}");
+    kruise_testkit::eventually(
+        format!("{count} injected Pods Ready"),
+        Duration::from_secs(90),
+        || async {
+            let list = crate::cloneset_kit::active_pods(&pods, &selector).await?;
+            let ready = list
+                .iter()
+                .filter(|p| crate::is_ready(p) && container(p, LOGTAIL).is_some())
+                .count();
+            Ok((ready == count).then_some(()))
+        },
+    )
+    .await
+}
+
 /// The Pod's `SidecarSetUpgradable` condition as OpenKruise clients read it: its status, reason and
 /// the message's map of SidecarSet name to bool (`None` when the Pod has no such condition).
 pub fn upgradable_condition(pod: &Pod) -> anyhow::Result<Option<(String, String, Value)>> {

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
-use kruise_e2e::cloneset_kit::{name, uid};
+use kruise_e2e::cloneset_kit::{active_pods, name, set_uniteddeployment_image, uid};
 use kruise_e2e::same_image;
 use kruise_e2e::{container_status, is_ready};
 use kruise_testkit::manager::{self, ManagerOptions};
 use kruise_testkit::{eventually, testbed};
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 
 const LEASE_SECONDS: u64 = 4;
 const TIMEOUT: Duration = Duration::from_secs(150);
@@ -75,15 +75,7 @@ spec:
 "#;
 
 async fn pods(api: &Api<Pod>) -> anyhow::Result<Vec<Pod>> {
-    let mut list: Vec<Pod> = api
-        .list(&ListParams::default().labels("app=fo"))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    list.sort_by_key(name);
-    Ok(list)
+    active_pods(api, "app=fo").await
 }
 
 fn running(pod: &Pod, image: &str) -> bool {
@@ -120,15 +112,7 @@ async fn uniteddeployment_rollout_survives_a_killed_manager() -> anyhow::Result<
             }
         };
         let before = eventually("9 Pods on nginx:1.25", TIMEOUT, settled("nginx:1.25")).await?;
-        ns.kubectl(&[
-            "patch",
-            "uniteddeployments.apps.kruise.io",
-            "fo",
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/template/cloneSetTemplate/spec/template/spec/containers/0/image","value":"nginx:1.26"}]"#,
-        ])
-        .await?;
+        set_uniteddeployment_image(&ns, "fo", "nginx:1.26").await?;
         eventually("the rollout under way", TIMEOUT, || async {
             let list = pods(&pod_api).await?;
             let updated = list.iter().filter(|p| running(p, "nginx:1.26")).count();
@@ -146,10 +130,17 @@ async fn uniteddeployment_rollout_survives_a_killed_manager() -> anyhow::Result<
         manager::wait_serving(&bed.plane, &second, Duration::from_secs(90)).await?;
         let after = eventually("9 Pods on nginx:1.26", TIMEOUT, settled("nginx:1.26")).await?;
         let ids = |ps: &[Pod]| ps.iter().map(|p| (name(p), uid(p))).collect::<Vec<_>>();
-        anyhow::ensure!(ids(&before) == ids(&after), "the same Pods, updated in place");
+        anyhow::ensure!(
+            ids(&before) == ids(&after),
+            "the same Pods, updated in place"
+        );
         for pod in &after {
             let restarts = container_status(pod, "c").map(|c| c.restart_count);
-            anyhow::ensure!(restarts == Some(1), "{} restarted {restarts:?} times", name(pod));
+            anyhow::ensure!(
+                restarts == Some(1),
+                "{} restarted {restarts:?} times",
+                name(pod)
+            );
         }
         bed.plane.stop_process("manager-b", false);
         Ok(())

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::advancedcronjob::ANNOTATION_SCHEDULED_AT;
 use kruise_api::advancedcronjob::v1beta1::AdvancedCronJob;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kruise_testkit::{TestNamespace, eventually, testbed};
+use kruise_testkit::{TestNamespace, eventually, managed_namespace};
 use kube::api::{Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -125,9 +125,7 @@ async fn holds_for(
 #[tokio::test]
 async fn job_template_runs_on_schedule_with_upstream_names_and_history_limits() -> anyhow::Result<()>
 {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("acj-job").await?;
+    let ns = managed_namespace("acj-job").await?;
     ns.run(async {
         ns.apply(
             r#"apiVersion: apps.kruise.io/v1beta1
@@ -269,9 +267,7 @@ spec:
 
 #[tokio::test]
 async fn broadcastjob_template_in_v1alpha1() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("acj-bcj").await?;
+    let ns = managed_namespace("acj-bcj").await?;
     ns.run(async {
         ns.apply(
             r#"apiVersion: apps.kruise.io/v1alpha1
@@ -352,9 +348,7 @@ spec:
 
 #[tokio::test]
 async fn forbid_skips_while_a_run_is_active_then_replace_replaces_it() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("acj-concurrency").await?;
+    let ns = managed_namespace("acj-concurrency").await?;
     ns.run(async {
         ns.apply(
             r#"apiVersion: apps.kruise.io/v1beta1
@@ -427,9 +421,7 @@ spec:
 
 #[tokio::test]
 async fn paused_stops_runs_and_resuming_starts_them_again() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("acj-paused").await?;
+    let ns = managed_namespace("acj-paused").await?;
     ns.run(async {
         ns.apply(
             r#"apiVersion: apps.kruise.io/v1beta1
@@ -522,9 +514,7 @@ spec:
 #[tokio::test]
 async fn bad_schedules_time_zones_and_template_updates_are_refused_by_field() -> anyhow::Result<()>
 {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("acj-invalid").await?;
+    let ns = managed_namespace("acj-invalid").await?;
     ns.run(async {
         let manifest = |name: &str, schedule: &str, extra: &str| {
             format!(
@@ -574,9 +564,7 @@ spec:
 
 #[tokio::test]
 async fn a_missed_run_within_the_starting_deadline_starts_at_once() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("acj-missed").await?;
+    let ns = managed_namespace("acj-missed").await?;
     ns.run(async {
         // Hourly, created paused: nothing is due yet (the object is newer than the last full hour).
         ns.apply(

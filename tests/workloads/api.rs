@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use kruise_api::kinds::{Kind, V1ALPHA1, V1BETA1};
 use kruise_e2e::example_documents;
-use kruise_testkit::{TestNamespace, testbed};
+use kruise_testkit::{TestNamespace, managed_namespace, testbed};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
@@ -81,9 +81,7 @@ async fn read(
 
 #[tokio::test]
 async fn examples_are_accepted_and_read_back_with_defaults() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("examples").await?;
+    let ns = managed_namespace("examples").await?;
     ns.run(async {
         let examples = kruise_examples(&ns.name, "ex");
         ensure!(!examples.is_empty(), "no apps.kruise.io examples");
@@ -123,9 +121,7 @@ async fn examples_are_accepted_and_read_back_with_defaults() -> anyhow::Result<(
 
 #[tokio::test]
 async fn conversion_through_the_apiserver_loses_nothing() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("convert").await?;
+    let ns = managed_namespace("convert").await?;
     ns.run(async {
         let examples = kruise_examples(&ns.name, "rt");
         let covered: BTreeSet<(String, String)> = examples
@@ -603,9 +599,7 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
 
 #[tokio::test]
 async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("invalid").await?;
+    let ns = managed_namespace("invalid").await?;
     ns.run(async {
         // An existing SidecarSet injecting a container named "sidecar" into Pods labelled clash=yes.
         let mut existing = base("SidecarSet", V1BETA1);

@@ -17,7 +17,7 @@ use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_e2e::broadcastjob_kit::*;
 use kruise_e2e::cloneset_kit::{describe, label, name};
 use kruise_e2e::{node_name, phase};
-use kruise_testkit::{TestNamespace, eventually, fleet, testbed};
+use kruise_testkit::{TestNamespace, eventually, fleet, managed_namespace, testbed};
 use kube::api::{Api, ListParams};
 use kubelet_sim::NodeSpecSim;
 use serde_json::{Value, json};
@@ -248,9 +248,7 @@ async fn start_example_with_a_failing_pod(
 
 #[tokio::test]
 async fn example_parallelism_restart_limit_and_continue() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("bcj-continue").await?;
+    let ns = managed_namespace("bcj-continue").await?;
     extra_nodes(&ns.client).await?;
     ns.run(async {
         let failing = start_example_with_a_failing_pod(&ns, "Continue").await?;
@@ -303,9 +301,7 @@ async fn example_parallelism_restart_limit_and_continue() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("bcj-failfast").await?;
+    let ns = managed_namespace("bcj-failfast").await?;
     extra_nodes(&ns.client).await?;
     ns.run(async {
         let failing = start_example_with_a_failing_pod(&ns, "FailFast").await?;
@@ -341,9 +337,7 @@ async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Re
 
 #[tokio::test]
 async fn example_pause_pauses_the_job() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("bcj-pause").await?;
+    let ns = managed_namespace("bcj-pause").await?;
     extra_nodes(&ns.client).await?;
     ns.run(async {
         start_example_with_a_failing_pod(&ns, "Pause").await?;
@@ -376,9 +370,7 @@ async fn example_pause_pauses_the_job() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn active_deadline_fails_a_job_whose_pods_never_finish() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("bcj-deadline").await?;
+    let ns = managed_namespace("bcj-deadline").await?;
     ns.run(async {
         let doc = json!({
             "apiVersion": "apps.kruise.io/v1beta1",
@@ -434,9 +426,7 @@ async fn active_deadline_fails_a_job_whose_pods_never_finish() -> anyhow::Result
 
 #[tokio::test]
 async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("bcj-bad").await?;
+    let ns = managed_namespace("bcj-bad").await?;
     ns.run(async {
         let job = |spec: Value| {
             let mut doc = json!({
@@ -490,9 +480,7 @@ async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyh
 
 #[tokio::test]
 async fn completion_policy_never_follows_nodes_that_join_and_stop_fitting() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("bcj-never").await?;
+    let ns = managed_namespace("bcj-never").await?;
     ns.run(async {
         // examples/broadcastjob-v1alpha1.yaml, tolerating the node this test adds (and no other).
         let mut doc = kruise_e2e::example("broadcastjob-v1alpha1.yaml")?;

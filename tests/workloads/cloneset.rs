@@ -14,7 +14,7 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::*;
 use kruise_e2e::same_image;
 use kruise_e2e::{container_status, is_ready, node_name, pod_condition, pod_ip};
-use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, testbed, until};
+use kruise_testkit::{Limits, RolloutMonitor, TestNamespace, eventually, managed_namespace, until};
 use kube::api::Api;
 use serde_json::{Value, json};
 
@@ -187,9 +187,7 @@ async fn seed_listing(ns: &TestNamespace, app: &str) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn seed000_walkthrough() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-seed").await?;
+    let ns = managed_namespace("cs-seed").await?;
     ns.run(async {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../examples/cloneset-sample.yaml");
@@ -416,9 +414,7 @@ async fn seed000_walkthrough() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn scale_up_and_down_in_upstream_order() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-scale").await?;
+    let ns = managed_namespace("cs-scale").await?;
     ns.run(async {
         apply(&ns, &cloneset("scale", 3, IMAGE_A, json!({}))).await?;
         let (_, three) = wait_converged(&ns, "scale", 3, TIMEOUT).await?;
@@ -487,9 +483,7 @@ async fn scale_up_and_down_in_upstream_order() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn pods_to_delete_and_specified_delete_replace_exactly_that_pod() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-delete").await?;
+    let ns = managed_namespace("cs-delete").await?;
     ns.run(async {
         apply(&ns, &cloneset("del", 3, IMAGE_A, json!({}))).await?;
         let (_, before) = wait_converged(&ns, "del", 3, TIMEOUT).await?;
@@ -573,9 +567,7 @@ async fn pods_to_delete_and_specified_delete_replace_exactly_that_pod() -> anyho
 
 #[tokio::test]
 async fn scale_strategy_max_unavailable_limits_creation() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-scalelimit").await?;
+    let ns = managed_namespace("cs-scalelimit").await?;
     ns.run(async {
         // Every new Pod starts never-ready (template annotation); the test lifts it Pod by Pod.
         let doc = cloneset(
@@ -669,9 +661,7 @@ async fn scale_strategy_max_unavailable_limits_creation() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn partition_holds_old_pods() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-partition").await?;
+    let ns = managed_namespace("cs-partition").await?;
     ns.run(async {
         let spec = merged(
             in_place(json!(1), 0),
@@ -770,9 +760,7 @@ async fn partition_holds_old_pods() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn recreate_rollout_respects_max_unavailable_and_max_surge() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-surge").await?;
+    let ns = managed_namespace("cs-surge").await?;
     ns.run(async {
         let spec = json!({"updateStrategy": {"rollingUpdate": {
             "podUpdatePolicy": "ReCreate", "maxUnavailable": 2, "maxSurge": 1
@@ -806,9 +794,7 @@ async fn recreate_rollout_respects_max_unavailable_and_max_surge() -> anyhow::Re
 
 #[tokio::test]
 async fn in_place_rollout_respects_max_unavailable_and_max_surge() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-inplace-surge").await?;
+    let ns = managed_namespace("cs-inplace-surge").await?;
     ns.run(async {
         let spec = merged(
             in_place(json!(2), 1),
@@ -865,9 +851,7 @@ async fn in_place_rollout_respects_max_unavailable_and_max_surge() -> anyhow::Re
 
 #[tokio::test]
 async fn in_place_only_refuses_a_change_that_cannot_be_done_in_place() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-inplaceonly").await?;
+    let ns = managed_namespace("cs-inplaceonly").await?;
     ns.run(async {
         let spec = json!({"updateStrategy": {"rollingUpdate": {
             "podUpdatePolicy": "InPlaceOnly", "maxUnavailable": 1,
@@ -919,9 +903,7 @@ async fn in_place_only_refuses_a_change_that_cannot_be_done_in_place() -> anyhow
 
 #[tokio::test]
 async fn in_place_if_possible_recreates_for_an_env_change() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-envchange").await?;
+    let ns = managed_namespace("cs-envchange").await?;
     ns.run(async {
         apply(
             &ns,
@@ -969,9 +951,7 @@ async fn in_place_if_possible_recreates_for_an_env_change() -> anyhow::Result<()
 
 #[tokio::test]
 async fn on_delete_updates_only_deleted_pods() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-ondelete").await?;
+    let ns = managed_namespace("cs-ondelete").await?;
     ns.run(async {
         apply(
             &ns,
@@ -1052,9 +1032,7 @@ async fn on_delete_updates_only_deleted_pods() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn weight_priority_orders_the_update() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-priority").await?;
+    let ns = managed_namespace("cs-priority").await?;
     ns.run(async {
         let spec = merged(
             in_place(json!(1), 0),
@@ -1091,9 +1069,7 @@ async fn weight_priority_orders_the_update() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn scatter_spreads_matching_pods_over_the_update() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-scatter").await?;
+    let ns = managed_namespace("cs-scatter").await?;
     ns.run(async {
         // The four group=a Pods have the highest priority, so without scatter they would update first;
         // scatter interleaves them with the others.
@@ -1144,9 +1120,7 @@ async fn scatter_spreads_matching_pods_over_the_update() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn paused_stops_updates_but_not_scaling() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-paused").await?;
+    let ns = managed_namespace("cs-paused").await?;
     ns.run(async {
         apply(&ns, &cloneset("paused", 3, IMAGE_A, in_place(json!(1), 0))).await?;
         let (_, before) = wait_converged(&ns, "paused", 3, TIMEOUT).await?;
@@ -1228,9 +1202,7 @@ async fn paused_stops_updates_but_not_scaling() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn rollback_reuses_the_earlier_revision_in_place() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-rollback").await?;
+    let ns = managed_namespace("cs-rollback").await?;
     ns.run(async {
         apply(
             &ns,
@@ -1284,9 +1256,7 @@ async fn rollback_reuses_the_earlier_revision_in_place() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn pre_delete_hook_holds_a_pod_until_its_label_goes() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-predelete").await?;
+    let ns = managed_namespace("cs-predelete").await?;
     ns.run(async {
         // markPodNotReady: the Pods carry the KruisePodReady gate (set True once they are Normal),
         // and the held Pod leaves endpoints (Ready False) while it waits in PreparingDelete.
@@ -1360,9 +1330,7 @@ async fn pre_delete_hook_holds_a_pod_until_its_label_goes() -> anyhow::Result<()
 
 #[tokio::test]
 async fn in_place_update_hook_holds_a_pod_in_preparing_update() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-updatehook").await?;
+    let ns = managed_namespace("cs-updatehook").await?;
     ns.run(async {
         const HOOK: &str = "example.io/block-updating";
         let spec = merged(
@@ -1447,9 +1415,7 @@ async fn in_place_update_hook_holds_a_pod_in_preparing_update() -> anyhow::Resul
 
 #[tokio::test]
 async fn failing_image_stops_the_rollout_and_exceeds_the_progress_deadline() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-failing").await?;
+    let ns = managed_namespace("cs-failing").await?;
     ns.run(async {
         let spec = merged(
             in_place(json!(1), 0),
@@ -1540,9 +1506,7 @@ async fn failing_image_stops_the_rollout_and_exceeds_the_progress_deadline() -> 
 
 #[tokio::test]
 async fn resources_change_resizes_pods_in_place() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-resize").await?;
+    let ns = managed_namespace("cs-resize").await?;
     ns.run(async {
         let container = |cpu_request: &str, cpu_limit: &str| {
             json!({"name": CONTAINER, "image": IMAGE_A, "resources": {
@@ -1626,9 +1590,7 @@ async fn resources_change_resizes_pods_in_place() -> anyhow::Result<()> {
 /// a changed value, tests/containermeta.rs; a removed key is plain metadata).
 #[tokio::test]
 async fn removed_env_label_leaves_the_pods_in_place() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-envrm").await?;
+    let ns = managed_namespace("cs-envrm").await?;
     ns.run(async {
         let spec = json!({"updateStrategy": {"rollingUpdate": {
             "podUpdatePolicy": "InPlaceOnly", "maxUnavailable": 2,
@@ -1686,9 +1648,7 @@ type BatchView = (String, String, bool);
 async fn containers_update_in_place_in_launch_priority_order() -> anyhow::Result<()> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-priority").await?;
+    let ns = managed_namespace("cs-priority").await?;
     ns.run(async {
         let containers = |proxy: &str, app: &str| {
             json!([

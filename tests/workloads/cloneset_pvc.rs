@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
-use kruise_testkit::{TestNamespace, eventually, testbed};
+use kruise_testkit::{TestNamespace, eventually, managed_namespace};
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 
@@ -21,9 +21,7 @@ fn id(labels: Option<&std::collections::BTreeMap<String, String>>) -> Option<Str
 
 #[tokio::test]
 async fn claims_follow_their_pods() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-pvc").await?;
+    let ns = managed_namespace("cs-pvc").await?;
     ns.run(async {
         ns.apply(
             r#"
@@ -222,9 +220,7 @@ async fn delete_and_wait_replaced(
 /// 8 PVCs again, none of the old ones.
 #[tokio::test]
 async fn deleted_pods_come_back_with_their_claims_unless_reuse_is_disabled() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-reuse").await?;
+    let ns = managed_namespace("cs-reuse").await?;
     ns.run(async {
         ns.apply(
             r#"
@@ -346,9 +342,7 @@ spec:
 /// (v1.9.0 deletes the claims with the Pod and lists only claims without a deletionTimestamp).
 #[tokio::test]
 async fn recreated_pods_come_back_with_new_claims() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-recreate-pvc").await?;
+    let ns = managed_namespace("cs-recreate-pvc").await?;
     ns.run(async {
         let manifest = |image: &str| {
             format!(

@@ -13,7 +13,7 @@ use kruise_e2e::cloneset_kit::{
     CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, identities, name,
     spec_image, status, uid, wait_converged,
 };
-use kruise_testkit::{TestNamespace, eventually, testbed};
+use kruise_testkit::{TestNamespace, eventually, managed_namespace, testbed};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -334,9 +334,7 @@ async fn status_fails_on_progress_deadline() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn restart_in_place_keeps_pods_and_restarts_each_container() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-restart").await?;
+    let ns = managed_namespace("kk-restart").await?;
     ns.run(async {
         let spec = json!({
             "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1}},
@@ -368,9 +366,7 @@ async fn restart_in_place_keeps_pods_and_restarts_each_container() -> anyhow::Re
 
 #[tokio::test]
 async fn scaledown_deletes_exactly_the_named_pod() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-scaledown").await?;
+    let ns = managed_namespace("kk-scaledown").await?;
     ns.run(async {
         apply(&ns, &cloneset("web", 3, "nginx:alpine", json!({}))).await?;
         let (_, before) = wait_converged(&ns, "web", 3, TIMEOUT).await?;
@@ -422,9 +418,7 @@ async fn scaledown_deletes_exactly_the_named_pod() -> anyhow::Result<()> {
 /// then updates, in that order, and the ones the partition keeps.
 #[tokio::test]
 async fn rollout_plan_predicts_the_controllers_order() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-plan").await?;
+    let ns = managed_namespace("kk-plan").await?;
     ns.run(async {
         let spec = json!({"updateStrategy": {"rollingUpdate": {
             "podUpdatePolicy": "InPlaceIfPossible", "maxUnavailable": 1, "partition": 2,
@@ -502,9 +496,7 @@ async fn rollout_plan_predicts_the_controllers_order() -> anyhow::Result<()> {
 /// manual partition keeps.
 #[tokio::test]
 async fn rollout_plan_previews_a_uniteddeployment_by_subset() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-ud-plan").await?;
+    let ns = managed_namespace("kk-ud-plan").await?;
     ns.run(async {
         let labels = json!({"app": "kk-ud"});
         let ud = json!({
@@ -528,7 +520,8 @@ async fn rollout_plan_previews_a_uniteddeployment_by_subset() -> anyhow::Result<
         })
         .await?;
         let new_image = format!("{CONTAINER}=nginx:1.19.1");
-        let (plan, planned) = plan_json(&ns, &["uniteddeployment/ud", "--image", &new_image]).await?;
+        let (plan, planned) =
+            plan_json(&ns, &["uniteddeployment/ud", "--image", &new_image]).await?;
         let stay: Vec<String> = serde_json::from_value(plan["stay"].clone())?;
         let subsets: BTreeSet<&str> = plan["steps"]
             .as_array()
@@ -541,9 +534,13 @@ async fn rollout_plan_previews_a_uniteddeployment_by_subset() -> anyhow::Result<
             "3 Pods of both subsets updated, 1 kept: {plan}"
         );
         let subset_of = |list: &[Pod], pod: &str| {
-            list.iter()
-                .find(|p| name(p) == pod)
-                .and_then(|p| p.metadata.labels.as_ref()?.get("apps.kruise.io/subset-name").cloned())
+            list.iter().find(|p| name(p) == pod).and_then(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()?
+                    .get("apps.kruise.io/subset-name")
+                    .cloned()
+            })
         };
         let before = active_pods(&pods, "app=kk-ud").await?;
         ensure!(
@@ -551,16 +548,7 @@ async fn rollout_plan_previews_a_uniteddeployment_by_subset() -> anyhow::Result<
             "subset a's partition keeps {stay:?}"
         );
 
-        ns.kubectl(&[
-            "patch",
-            "uniteddeployment",
-            "ud",
-            "--type",
-            "json",
-            "-p",
-            r#"[{"op": "replace", "path": "/spec/template/cloneSetTemplate/spec/template/spec/containers/0/image", "value": "nginx:1.19.1"}]"#,
-        ])
-        .await?;
+        kruise_e2e::cloneset_kit::set_uniteddeployment_image(&ns, "ud", "nginx:1.19.1").await?;
         let updated = eventually("3 Pods updated and Ready", TIMEOUT, || async {
             let list = active_pods(&pods, "app=kk-ud").await?;
             let updated: BTreeSet<String> = list
@@ -588,37 +576,13 @@ async fn rollout_plan_previews_a_uniteddeployment_by_subset() -> anyhow::Result<
 #[tokio::test]
 async fn rollout_status_follows_a_sidecar_upgrade() -> anyhow::Result<()> {
     use kruise_api::sidecarset::v1beta1::SidecarSet;
-    use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, test_pod};
+    use kruise_e2e::sidecarset_kit::{self, LOGTAIL};
 
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-sidecar").await?;
+    let ns = managed_namespace("kk-sidecar").await?;
     let name = format!("logtail-{}", ns.name);
     ns.run(async {
-        let labels = json!({"app": "kk-sidecar"});
-        apply_logtail(
-            &ns,
-            &name,
-            &labels,
-            json!({"updateStrategy": {"maxUnavailable": 1}}),
-        )
-        .await?;
-        for i in 0..3 {
-            ns.apply(&test_pod(&format!("pod-{i}"), labels.clone()).to_string())
-                .await?;
-        }
+        sidecarset_kit::logtail_over_ready_pods(&ns, &name, "kk-sidecar", 3).await?;
         let pods: Api<Pod> = ns.api();
-        eventually("3 injected Pods Ready", TIMEOUT, || async {
-            let list = active_pods(&pods, "app=kk-sidecar").await?;
-            let ready = list
-                .iter()
-                .filter(|p| {
-                    kruise_e2e::is_ready(p) && sidecarset_kit::container(p, LOGTAIL).is_some()
-                })
-                .count();
-            Ok((ready == 3).then_some(()))
-        })
-        .await?;
         let target = format!("sidecarset/{name}");
         kruise_ok(&ns, &["rollout", "status", &target, "--timeout", "60s"]).await?;
         let before = active_pods(&pods, "app=kk-sidecar").await?;
@@ -692,9 +656,7 @@ async fn migrate_keeps_availability() -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
     use kruise_testkit::{Limits, RolloutMonitor};
 
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-migrate").await?;
+    let ns = managed_namespace("kk-migrate").await?;
     ns.run(async {
         ns.apply(
             &json!({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -778,9 +740,7 @@ async fn migrate_keeps_availability() -> anyhow::Result<()> {
 /// revision 1 in place — the same Pods throughout.
 #[tokio::test]
 async fn advanced_statefulset_set_restart_undo_in_place() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-asts").await?;
+    let ns = managed_namespace("kk-asts").await?;
     ns.run(async {
         ns.apply(
             &json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet",
@@ -929,9 +889,7 @@ async fn deployment_status_history_undo_pause() -> anyhow::Result<()> {
 /// UnitedDeployment's revisions.
 #[tokio::test]
 async fn united_deployment_status_and_in_place_restart() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("kk-ud").await?;
+    let ns = managed_namespace("kk-ud").await?;
     ns.run(async {
         let subset = |name: &str, zone: &str| {
             json!({"name": name, "nodeSelectorTerm": {"matchExpressions": [

@@ -21,7 +21,7 @@ use kruise_e2e::cloneset_kit::{
 use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, spec_image, test_pod};
 use kruise_e2e::{Cleanup, is_ready};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
-use kruise_testkit::{eventually, testbed};
+use kruise_testkit::{eventually, managed_namespace, testbed};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
@@ -95,9 +95,7 @@ async fn wait_orphaned(
 
 #[tokio::test]
 async fn cloneset_recreated_after_orphan_delete_keeps_pods_and_revisions() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("orphan-cs").await?;
+    let ns = managed_namespace("orphan-cs").await?;
     ns.run(async {
         let cs_name = "keep";
         let selector = format!("app={cs_name}");
@@ -218,9 +216,7 @@ fn injected(pods: &[Pod]) -> BTreeMap<String, (String, String, i32, Option<Strin
 
 #[tokio::test]
 async fn sidecarset_recreated_after_orphan_delete_keeps_its_history() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("orphan-ss").await?;
+    let ns = managed_namespace("orphan-ss").await?;
     let ss_name = format!("orphan-{}", ns.name);
     let mut cleanup = Cleanup::new();
     cleanup.sidecarset(&ss_name);
@@ -325,9 +321,7 @@ async fn sidecarset_recreated_after_orphan_delete_keeps_its_history() -> anyhow:
 
 #[tokio::test]
 async fn pod_relabelled_out_of_the_selector_is_released_and_replaced() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("orphan-rl").await?;
+    let ns = managed_namespace("orphan-rl").await?;
     ns.run(async {
         let cs_name = "relabel";
         apply(&ns, &cloneset_kit::cloneset(cs_name, 3, IMAGE, json!({}))).await?;

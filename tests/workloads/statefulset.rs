@@ -12,7 +12,7 @@ use kruise_api::statefulset::v1beta1::StatefulSet;
 use kruise_e2e::cloneset_kit::{describe, label, name, restarts, spec_image, uid};
 use kruise_e2e::statefulset_kit::*;
 use kruise_e2e::{container_status, is_ready, node_name, pod_ip};
-use kruise_testkit::{Limits, RolloutMonitor, eventually, testbed};
+use kruise_testkit::{Limits, RolloutMonitor, eventually, managed_namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -62,9 +62,7 @@ spec:
 
 #[tokio::test]
 async fn seed_000_statefulset_updates_twenty_pods_in_place() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-seed").await?;
+    let ns = managed_namespace("asts-seed").await?;
     ns.run(async {
         ns.apply(SEED_000).await?;
         let selector = "app.kubernetes.io/instance=demo-v1";
@@ -145,9 +143,7 @@ fn example() -> anyhow::Result<String> {
 #[tokio::test]
 async fn example_reserves_ordinals_keeps_claims_and_honours_the_pre_delete_hook()
 -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-example").await?;
+    let ns = managed_namespace("asts-example").await?;
     ns.run(async {
         ns.apply(&example()?).await?;
         let (_, pods) = wait_complete(&ns, "web", "app=web", 5, TIMEOUT).await?;
@@ -229,9 +225,7 @@ async fn example_reserves_ordinals_keeps_claims_and_honours_the_pre_delete_hook(
 
 #[tokio::test]
 async fn ordered_ready_matches_the_native_statefulset_side_by_side() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-native").await?;
+    let ns = managed_namespace("asts-native").await?;
     ns.run(async {
         let mut histories = Vec::new();
         let mut identities = Vec::new();
@@ -288,9 +282,7 @@ async fn ordered_ready_matches_the_native_statefulset_side_by_side() -> anyhow::
 
 #[tokio::test]
 async fn a_never_ready_pod_stops_ordered_ready_creation_and_is_named() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-stuck").await?;
+    let ns = managed_namespace("asts-stuck").await?;
     ns.run(async {
         let doc = stateful_set(
             "apps.kruise.io/v1beta1",
@@ -329,9 +321,7 @@ async fn a_never_ready_pod_stops_ordered_ready_creation_and_is_named() -> anyhow
 #[tokio::test]
 async fn ordered_partition_updates_the_highest_ordinals_and_in_place_only_refuses_env()
 -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-partition").await?;
+    let ns = managed_namespace("asts-partition").await?;
     ns.run(async {
         let doc = stateful_set(
             "apps.kruise.io/v1beta1",
@@ -417,9 +407,7 @@ async fn ordered_partition_updates_the_highest_ordinals_and_in_place_only_refuse
 
 #[tokio::test]
 async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-bad").await?;
+    let ns = managed_namespace("asts-bad").await?;
     ns.run(async {
         let cases = [
             (
@@ -454,9 +442,7 @@ async fn bad_input_is_rejected_naming_the_field_and_nothing_is_created() -> anyh
 #[tokio::test]
 async fn unordered_update_follows_priority_weights_pauses_and_keeps_half_available()
 -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-unordered").await?;
+    let ns = managed_namespace("asts-unordered").await?;
     ns.run(async {
         let doc = stateful_set(
             "apps.kruise.io/v1beta1",
@@ -602,9 +588,7 @@ async fn unordered_update_follows_priority_weights_pauses_and_keeps_half_availab
 #[tokio::test]
 async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow()
 -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-modes").await?;
+    let ns = managed_namespace("asts-modes").await?;
     ns.run(async {
         let sets: Api<StatefulSet> = ns.api();
         let claims: Api<PersistentVolumeClaim> = ns.api();
@@ -730,9 +714,7 @@ async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow
 #[tokio::test]
 async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow::Result<()> {
     const GRACE: i64 = 3;
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-grace").await?;
+    let ns = managed_namespace("asts-grace").await?;
     ns.run(async {
         let doc = stateful_set(
             "apps.kruise.io/v1beta1",
@@ -820,9 +802,7 @@ async fn volume_expansion_is_refused_when_the_storage_class_does_not_allow_it() 
     use k8s_openapi::api::storage::v1::StorageClass;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("asts-expand").await?;
+    let ns = managed_namespace("asts-expand").await?;
     let classes: Api<StorageClass> = Api::all(ns.client.clone());
     let deny = format!("no-expansion-{}", ns.name);
     let allow = format!("expansion-{}", ns.name);

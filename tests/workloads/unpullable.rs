@@ -13,8 +13,8 @@ use kruise_e2e::cloneset_kit::{
     active_pods, apply, cloneset, condition, holds, set_image, spec_image, status, wait_converged,
 };
 use kruise_e2e::container_status;
-use kruise_e2e::sidecarset_kit::{self, LOGTAIL, apply_logtail, test_pod};
-use kruise_testkit::{Limits, eventually, testbed};
+use kruise_e2e::sidecarset_kit::{self, LOGTAIL, logtail_over_ready_pods};
+use kruise_testkit::{Limits, eventually, managed_namespace};
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
@@ -29,9 +29,7 @@ fn pull_failure(status: Option<ContainerStatus>) -> Option<String> {
 
 #[tokio::test]
 async fn cloneset_rollout_to_an_unpullable_image_stops_at_max_unavailable() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("cs-unpullable").await?;
+    let ns = managed_namespace("cs-unpullable").await?;
     ns.run(async {
         let spec = json!({
             "progressDeadlineSeconds": 10,
@@ -96,37 +94,12 @@ async fn cloneset_rollout_to_an_unpullable_image_stops_at_max_unavailable() -> a
 #[tokio::test]
 async fn sidecarset_upgrade_to_an_unpullable_image_stops_at_max_unavailable() -> anyhow::Result<()>
 {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("ss-unpullable").await?;
+    let ns = managed_namespace("ss-unpullable").await?;
     let name = format!("logtail-{}", ns.name);
     ns.run(async {
-        let labels = json!({"app": "pull-sidecar"});
-        apply_logtail(
-            &ns,
-            &name,
-            &labels,
-            json!({"updateStrategy": {"maxUnavailable": 1}}),
-        )
-        .await?;
-        for i in 0..3 {
-            ns.apply(&test_pod(&format!("pod-{i}"), labels.clone()).to_string())
-                .await?;
-        }
+        logtail_over_ready_pods(&ns, &name, "pull-sidecar", 3).await?;
         let pods: Api<Pod> = ns.api();
         let selector = ListParams::default().labels("app=pull-sidecar");
-        eventually("3 injected Pods Ready", TIMEOUT, || async {
-            let list = pods.list(&selector).await?.items;
-            let ready = list
-                .iter()
-                .filter(|p| {
-                    kruise_e2e::is_ready(p)
-                        && p.spec.as_ref().is_some_and(|s| s.containers.len() == 2)
-                })
-                .count();
-            Ok((ready == 3).then_some(()))
-        })
-        .await?;
 
         let sidecarsets: Api<SidecarSet> = Api::all(ns.client.clone());
         sidecarset_kit::set_image(&sidecarsets, &name, UNPULLABLE).await?;

@@ -10,7 +10,7 @@ use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_e2e::cloneset_kit::{cloneset, merge_patch, spec_image, wait_converged};
 use kruise_testkit::manager::http_get;
-use kruise_testkit::testbed;
+use kruise_testkit::{managed_namespace, testbed};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -22,9 +22,7 @@ const PAD_BYTES: usize = 1200 * 1024;
 
 #[tokio::test]
 async fn a_cloneset_over_one_mib_is_created_updated_and_scaled() -> anyhow::Result<()> {
-    let bed = testbed();
-    bed.manager();
-    let ns = bed.namespace("wh-big").await?;
+    let ns = managed_namespace("wh-big").await?;
     ns.run(async {
         let mut doc = cloneset("big", 1, "nginx:alpine", json!({}));
         doc["spec"]["template"]["spec"]["containers"][0]["env"] =

@@ -356,6 +356,14 @@ fn uuid_like() -> String {
     hex::encode(bytes)
 }
 
+/// A fresh namespace (see [`TestBed::namespace`]) on the shared [`testbed`] with its kruise-manager
+/// running ([`TestBed::manager`]).
+pub async fn managed_namespace(prefix: &str) -> anyhow::Result<TestNamespace> {
+    let bed = testbed();
+    bed.manager();
+    bed.namespace(prefix).await
+}
+
 /// A test's namespace and an admin client made on the test's runtime.
 pub struct TestNamespace {
     pub name: String,
