@@ -60,6 +60,35 @@ pub async fn manager_counts(port: u16) -> anyhow::Result<ManagerCounts> {
     Ok(counts)
 }
 
+/// The node label that names a node's zone.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The labels of every node, by node name.
+pub async fn node_labels(
+    client: &kube::Client,
+) -> anyhow::Result<std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>>
+{
+    let nodes: Api<Node> = Api::all(client.clone());
+    Ok(nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .collect())
+}
+
+/// The zone ([`ZONE`]) of every node that has one, by node name.
+pub async fn node_zones(
+    client: &kube::Client,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    Ok(node_labels(client)
+        .await?
+        .into_iter()
+        .filter_map(|(node, mut labels)| Some((node, labels.remove(ZONE)?)))
+        .collect())
+}
+
 /// The status of the Pod condition `type_`, if present.
 pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
     pod.status

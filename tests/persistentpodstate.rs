@@ -33,14 +33,7 @@ async fn namespace(prefix: &str) -> anyhow::Result<TestNamespace> {
 async fn node_labels(
     ns: &TestNamespace,
 ) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
-    let nodes: Api<Node> = Api::all(ns.client.clone());
-    Ok(nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|n| (n.name_any(), n.labels().clone()))
-        .collect())
+    kruise_e2e::node_labels(&ns.client).await
 }
 
 /// The active Pods labelled `app=<app>`, by name.

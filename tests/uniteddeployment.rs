@@ -115,22 +115,7 @@ async fn label_az(ns: &TestNamespace) -> anyhow::Result<()> {
 
 /// The zone of every node, by node name.
 async fn node_zones(ns: &TestNamespace) -> anyhow::Result<BTreeMap<String, String>> {
-    let nodes: Api<Node> = Api::all(ns.client.clone());
-    Ok(nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| {
-            let zone = n
-                .metadata
-                .labels
-                .as_ref()?
-                .get("topology.kubernetes.io/zone")?
-                .clone();
-            Some((n.metadata.name?, zone))
-        })
-        .collect())
+    kruise_e2e::node_zones(&ns.client).await
 }
 
 async fn get_ud(ns: &TestNamespace, ud: &str) -> anyhow::Result<UnitedDeployment> {
@@ -139,16 +124,7 @@ async fn get_ud(ns: &TestNamespace, ud: &str) -> anyhow::Result<UnitedDeployment
 }
 
 async fn pods(ns: &TestNamespace, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    let api: Api<Pod> = ns.api();
-    let mut list: Vec<Pod> = api
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    list.sort_by_key(name);
-    Ok(list)
+    kruise_e2e::cloneset_kit::active_pods(&ns.api(), selector).await
 }
 
 fn pod_label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kruise_api::workloadspread::{
     ANNOTATION_DELETION_COST, ANNOTATION_MATCHED, MatchedWorkloadSpread, WorkloadSpread,
 };
@@ -38,17 +38,7 @@ struct Placed {
 }
 
 async fn placement(ns: &TestNamespace, app: &str) -> anyhow::Result<Vec<Placed>> {
-    let nodes: Api<Node> = Api::all(ns.client.clone());
-    let zones: BTreeMap<String, String> = nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| {
-            let zone = n.metadata.labels.as_ref()?.get(ZONE)?.clone();
-            Some((n.metadata.name?, zone))
-        })
-        .collect();
+    let zones = kruise_e2e::node_zones(&ns.client).await?;
     let pods: Api<Pod> = ns.api();
     let list = pods
         .list(&ListParams::default().labels(&format!("app={app}")))

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::cloneset_kit::{active_pods, annotation, apply, cloneset, merge_patch};
 use kruise_testkit::lag::LagProxy;
 use kruise_testkit::manager::ManagerOptions;
@@ -25,7 +25,6 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const IMAGE: &str = "nginx:alpine";
 const GATE: &str = "apps.kruise.io/workloadspread-placement";
 const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
-const ZONE: &str = "topology.kubernetes.io/zone";
 const LAG: Duration = Duration::from_millis(1500);
 
 fn gated(pod: &Pod) -> bool {
@@ -112,17 +111,7 @@ spec:
         scaled?;
         let seen_gated = seen_gated?;
 
-        let nodes: Api<Node> = Api::all(ns.client.clone());
-        let zones: BTreeMap<String, String> = nodes
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|n| {
-                let zone = n.metadata.labels.as_ref()?.get(ZONE)?.clone();
-                Some((n.metadata.name?, zone))
-            })
-            .collect();
+        let zones = kruise_e2e::node_zones(&ns.client).await?;
         let placed = eventually("6 Pods placed, ungated and running", TIMEOUT, || async {
             let list = active_pods(&pods, "app=late").await?;
             let done = list.len() == 6
