@@ -18,7 +18,7 @@ use kruise_core::inplace;
 use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::ownership::Claimant;
 use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{new_revision, next_revision_number, revisions_to_delete};
+use kruise_core::revision::{new_revision, next_revision_number};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -196,16 +196,15 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
     )
     .await?;
     truncate_pods_to_delete(ctx, cs, &namespace, &name, &active).await?;
-    truncate_history(
-        ctx,
-        cs,
-        &namespace,
-        &revisions,
-        &current_name,
-        &update_name,
-        &active,
-    )
-    .await?;
+    ctx.base
+        .truncate_history(
+            &namespace,
+            &revisions,
+            (&current_name, &update_name),
+            &active,
+            cs.spec.revision_history_limit,
+        )
+        .await?;
 
     if let Some(error) = failed_scale.or(failed_update) {
         return Err(Error::Invalid(error));
@@ -923,31 +922,6 @@ async fn truncate_pods_to_delete(
             source: error,
         }),
     }
-}
-
-async fn truncate_history(
-    ctx: &Context,
-    cs: &CloneSet,
-    namespace: &str,
-    revisions: &[ControllerRevision],
-    current: &str,
-    update: &str,
-    pods: &[Pod],
-) -> Result<(), Error> {
-    let labels = pods.iter().filter_map(pods::revision_of);
-    let doomed = revisions_to_delete(
-        revisions,
-        current,
-        update,
-        labels,
-        cs.spec.revision_history_limit,
-    );
-    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        ctx.base.writes.clone(),
-        namespace,
-    );
-    crate::driver::write::prune_revisions(&api, doomed).await?;
-    Ok(())
 }
 
 #[cfg(test)]

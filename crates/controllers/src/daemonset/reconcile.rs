@@ -13,8 +13,8 @@ use kruise_api::daemonset::v1beta1::{DaemonSet, DaemonSetStatus};
 use kruise_api::keys;
 use kruise_core::inplace;
 use kruise_core::nodefit;
-use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::{revisions_to_delete, short_hash};
+use kruise_core::pods::LifecycleState;
+use kruise_core::revision::short_hash;
 use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot,
 };
@@ -132,7 +132,16 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
         now,
     });
     write_status(ctx, ds, namespace, &computed.status).await?;
-    truncate_history(ctx, ds, namespace, &revisions, &update_name, &owned).await?;
+    // A DaemonSet's current revision is its update revision: both are kept.
+    ctx.base
+        .truncate_history(
+            namespace,
+            &revisions,
+            (&update_name, &update_name),
+            &owned,
+            ds.spec.revision_history_limit,
+        )
+        .await?;
 
     let mut after = RESYNC;
     for wait in [plan.requeue_after, computed.requeue, outcome.after]
@@ -297,30 +306,6 @@ async fn write_status(
     let api =
         crate::driver::writes::Writer::<DaemonSet>::namespaced(ctx.base.writes.clone(), namespace);
     crate::driver::write::write_status(&api, ds, old, new, status::changed(old, new)).await?;
-    Ok(())
-}
-
-async fn truncate_history(
-    ctx: &Context,
-    ds: &DaemonSet,
-    namespace: &str,
-    revisions: &[ControllerRevision],
-    update: &str,
-    pods: &[Pod],
-) -> Result<(), Error> {
-    let labels = pods.iter().filter_map(pods::revision_of);
-    let doomed = revisions_to_delete(
-        revisions,
-        update,
-        update,
-        labels,
-        ds.spec.revision_history_limit,
-    );
-    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        ctx.base.writes.clone(),
-        namespace,
-    );
-    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }
 

@@ -15,7 +15,6 @@ use kruise_api::statefulset::v1beta1::{
 };
 use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::pods::{self, LifecycleState};
-use kruise_core::revision::revisions_to_delete;
 use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Snapshot, ordinal_of, partition_pods,
 };
@@ -150,16 +149,15 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
         now,
     });
     write_status(ctx, set, namespace, &computed.status).await?;
-    truncate_history(
-        ctx,
-        set,
-        namespace,
-        &revisions,
-        &computed.status.current_revision,
-        &update_name,
-        &owned,
-    )
-    .await?;
+    ctx.base
+        .truncate_history(
+            namespace,
+            &revisions,
+            (&computed.status.current_revision, &update_name),
+            &owned,
+            set.spec.revision_history_limit,
+        )
+        .await?;
 
     let mut after = RESYNC;
     for wait in [plan.requeue_after, computed.requeue, outcome.after]
@@ -594,31 +592,6 @@ async fn write_status(
         namespace,
     );
     crate::driver::write::write_status(&api, set, old, new, status::changed(old, new)).await?;
-    Ok(())
-}
-
-async fn truncate_history(
-    ctx: &Context,
-    set: &StatefulSet,
-    namespace: &str,
-    revisions: &[ControllerRevision],
-    current: &str,
-    update: &str,
-    pods: &[Pod],
-) -> Result<(), Error> {
-    let labels = pods.iter().filter_map(pods::revision_of);
-    let doomed = revisions_to_delete(
-        revisions,
-        current,
-        update,
-        labels,
-        set.spec.revision_history_limit,
-    );
-    let api = crate::driver::writes::Writer::<ControllerRevision>::namespaced(
-        ctx.base.writes.clone(),
-        namespace,
-    );
-    crate::driver::write::prune_revisions(&api, doomed).await?;
     Ok(())
 }
 

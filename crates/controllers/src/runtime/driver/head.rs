@@ -19,6 +19,7 @@ use kruise_core::expectations::Expectations;
 use kruise_core::ownership::Claimant;
 use kruise_core::revision::{
     LABEL_REVISION_HASH, Parent, build_revision, next_revision_number, revision_data,
+    revisions_to_delete,
 };
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
@@ -90,6 +91,27 @@ impl PodOwnerBase {
         self.revisions = kube::runtime::reflector::store().0;
         self.budgets = None;
         self
+    }
+
+    /// Deletes the owner's revisions in `namespace` beyond its `history_limit`
+    /// (`kruise_core::revision::revisions_to_delete`: never `current`, `update`, nor one a Pod of
+    /// `pods` is labelled with), each guarded by its uid ([`super::write::prune_revisions`]). How
+    /// CloneSet, Advanced StatefulSet and Advanced DaemonSet end a reconcile: the same rule over
+    /// the same caches, so it is written once.
+    pub async fn truncate_history(
+        &self,
+        namespace: &str,
+        revisions: &[ControllerRevision],
+        (current, update): (&str, &str),
+        pods: &[Pod],
+        history_limit: Option<i32>,
+    ) -> Result<(), Error> {
+        let labels = pods.iter().filter_map(kruise_core::pods::revision_of);
+        let doomed = revisions_to_delete(revisions, current, update, labels, history_limit);
+        let api =
+            super::writes::Writer::<ControllerRevision>::namespaced(self.writes.clone(), namespace);
+        super::write::prune_revisions(&api, doomed).await?;
+        Ok(())
     }
 
     /// Over `writes` and `live` (a `FakeCluster`, or the apiserver of a scripted client), with
