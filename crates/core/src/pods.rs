@@ -1,10 +1,14 @@
-//! Pod predicates every workload shares: readiness, availability, lifecycle state, revision.
+//! Pod predicates every workload shares: readiness, availability, lifecycle state, revision; and
+//! the two additions every builder of a kruise Pod makes the same way (readiness gates, claims).
 //!
 //! They read only the Pod (and `now` where time matters), so controllers and tests can call them on a
 //! cached snapshot. The rules are OpenKruise's (`pkg/util/pods.go`), which in turn follow Kubernetes'
 //! `podutil.IsPodReady` / `IsPodAvailable`.
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodReadinessGate,
+    PodSpec, Volume,
+};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::keys;
 
@@ -232,6 +236,47 @@ pub fn in_place_update_grace_pending(pod: &Pod) -> bool {
     ]
     .iter()
     .any(|key| annotation(pod, key).is_some_and(|v| !v.is_empty()))
+}
+
+/// Adds the readiness gate `condition` to `spec` unless it has it already; whether it was added.
+/// Every builder of a kruise Pod (CloneSet, Advanced DaemonSet, the Pod webhook) adds its gates
+/// this one way: once, after the template's own.
+pub fn add_readiness_gate(spec: &mut PodSpec, condition: &str) -> bool {
+    let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
+    if gates.iter().any(|g| g.condition_type == condition) {
+        return false;
+    }
+    gates.push(PodReadinessGate {
+        condition_type: condition.to_owned(),
+    });
+    true
+}
+
+/// Mounts the claim of each of `claim_templates` in `spec` as the volume of the template's name
+/// (replacing a template volume of that name), the claim named by `claim_name(template)`. How
+/// CloneSet and Advanced StatefulSet give a Pod its own claims: only the claim names differ.
+pub fn mount_claims(
+    spec: &mut PodSpec,
+    claim_templates: &[PersistentVolumeClaim],
+    claim_name: impl Fn(&str) -> String,
+) {
+    let claim_volumes: Vec<Volume> = claim_templates
+        .iter()
+        .filter_map(|vct| vct.metadata.name.as_deref())
+        .map(|vct| Volume {
+            name: vct.to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(vct),
+                read_only: None,
+            }),
+            ..Volume::default()
+        })
+        .collect();
+    if !claim_volumes.is_empty() {
+        let volumes = spec.volumes.get_or_insert_with(Vec::new);
+        volumes.retain(|v| !claim_volumes.iter().any(|c| c.name == v.name));
+        volumes.extend(claim_volumes);
+    }
 }
 
 #[cfg(test)]

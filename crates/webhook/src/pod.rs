@@ -739,17 +739,7 @@ fn hold_for_launch_priority(
 
 fn add_kruise_pod_ready_gate(pod: &mut Pod) -> bool {
     let spec = pod.spec.get_or_insert_with(Default::default);
-    let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
-    if gates
-        .iter()
-        .any(|g| g.condition_type == kruise_api::keys::CONDITION_KRUISE_POD_READY)
-    {
-        return false;
-    }
-    gates.push(k8s_openapi::api::core::v1::PodReadinessGate {
-        condition_type: kruise_api::keys::CONDITION_KRUISE_POD_READY.to_owned(),
-    });
-    true
+    kruise_core::pods::add_readiness_gate(spec, kruise_api::keys::CONDITION_KRUISE_POD_READY)
 }
 
 #[cfg(test)]

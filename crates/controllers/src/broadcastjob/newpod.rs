@@ -28,18 +28,7 @@ pub fn job_labels(job: &BroadcastJob) -> Result<[(String, String); 2], BuildErro
 
 /// The controller reference of the job's Pods.
 pub fn owner_reference(job: &BroadcastJob) -> Result<OwnerReference, BuildError> {
-    Ok(OwnerReference {
-        api_version: "apps.kruise.io/v1beta1".into(),
-        kind: "BroadcastJob".into(),
-        name: job
-            .metadata
-            .name
-            .clone()
-            .ok_or(BuildError("metadata.name"))?,
-        uid: job.metadata.uid.clone().ok_or(BuildError("metadata.uid"))?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    })
+    crate::claim::controller_reference(job).map_err(BuildError)
 }
 
 /// The job's Pod for `node`: the template's labels (plus the job's), annotations and finalizers,

@@ -4,15 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate, PodSpec,
-    PodTemplateSpec, Volume,
-};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::cloneset::LABEL_INSTANCE_ID;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::keys;
+use kruise_core::pods;
 use kruise_core::revision::{LABEL_POD_TEMPLATE_HASH, short_hash};
 
 /// Length of an instance id (upstream `LengthOfInstanceID`).
@@ -205,18 +203,9 @@ pub fn revision_labels(revision: &str, short_hash_label: bool) -> BTreeMap<Strin
 
 /// The controller reference every Pod, PVC and revision of the CloneSet carries.
 pub fn owner_reference(cs: &CloneSet) -> Result<OwnerReference, BuildError> {
-    Ok(OwnerReference {
-        api_version: "apps.kruise.io/v1beta1".into(),
-        kind: "CloneSet".into(),
-        name: cs
-            .metadata
-            .name
-            .clone()
-            .ok_or(BuildError::Missing("name"))?,
-        uid: cs.metadata.uid.clone().ok_or(BuildError::Missing("uid"))?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    })
+    // CloneSet's errors name the field without its `metadata.`.
+    crate::claim::controller_reference(cs)
+        .map_err(|field| BuildError::Missing(field.trim_start_matches("metadata.")))
 }
 
 /// A new Pod `<cloneset>-<id>` from `template` (the template of `revision`).
@@ -254,46 +243,16 @@ pub fn build_pod(
     );
 
     let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
-    let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
-    if !gates
-        .iter()
-        .any(|g| g.condition_type == keys::CONDITION_IN_PLACE_UPDATE_READY)
-    {
-        gates.push(PodReadinessGate {
-            condition_type: keys::CONDITION_IN_PLACE_UPDATE_READY.to_owned(),
-        });
-    }
+    pods::add_readiness_gate(&mut spec, keys::CONDITION_IN_PLACE_UPDATE_READY);
     // A hook with markPodNotReady takes the Pod out of endpoints through the KruisePodReady
     // condition; the gate makes the kubelet honour it (upstream's Pod webhook adds it to every
     // kruise-owned Pod; here only where a hook can use it, so no Pod waits on a condition nobody sets).
-    if kruise_core::lifecycle::marks_pod_not_ready(cs.spec.lifecycle.as_ref())
-        && !gates
-            .iter()
-            .any(|g| g.condition_type == keys::CONDITION_KRUISE_POD_READY)
-    {
-        gates.push(PodReadinessGate {
-            condition_type: keys::CONDITION_KRUISE_POD_READY.to_owned(),
-        });
+    if kruise_core::lifecycle::marks_pod_not_ready(cs.spec.lifecycle.as_ref()) {
+        pods::add_readiness_gate(&mut spec, keys::CONDITION_KRUISE_POD_READY);
     }
-    let claim_volumes: Vec<Volume> = cs
-        .spec
-        .volume_claim_templates
-        .iter()
-        .filter_map(|vct| vct.metadata.name.as_deref())
-        .map(|vct| Volume {
-            name: vct.to_owned(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: pvc_name(vct, cs_name, id),
-                read_only: None,
-            }),
-            ..Volume::default()
-        })
-        .collect();
-    if !claim_volumes.is_empty() {
-        let volumes = spec.volumes.get_or_insert_with(Vec::new);
-        volumes.retain(|v| !claim_volumes.iter().any(|c| c.name == v.name));
-        volumes.extend(claim_volumes);
-    }
+    pods::mount_claims(&mut spec, &cs.spec.volume_claim_templates, |vct| {
+        pvc_name(vct, cs_name, id)
+    });
 
     Ok(Pod {
         metadata: ObjectMeta {
@@ -355,7 +314,7 @@ pub fn build_pvcs(cs: &CloneSet, id: &str) -> Result<Vec<PersistentVolumeClaim>,
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaimSpec};
+    use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaimSpec, Volume};
     use kruise_api::cloneset::v1beta1::CloneSetSpec;
 
     use super::*;

@@ -1,7 +1,7 @@
 //! The Pods an Advanced DaemonSet creates (upstream `pkg/controller/daemonset`), as Kubernetes'
 //! DaemonSet controller builds them plus OpenKruise's readiness gate. Pure.
 
-use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kruise_api::daemonset::v1beta1::{DaemonSet, ROLLING_UPDATE_IN_PLACE_IF_POSSIBLE};
 use kruise_api::keys;
@@ -28,18 +28,7 @@ fn set_name(ds: &DaemonSet) -> Result<&str, BuildError> {
 
 /// The controller reference of the set's Pods and revisions.
 pub fn owner_reference(ds: &DaemonSet) -> Result<OwnerReference, BuildError> {
-    Ok(OwnerReference {
-        api_version: "apps.kruise.io/v1beta1".into(),
-        kind: "DaemonSet".into(),
-        name: set_name(ds)?.to_owned(),
-        uid: ds
-            .metadata
-            .uid
-            .clone()
-            .ok_or(BuildError::Missing("metadata.uid"))?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    })
+    crate::claim::controller_reference(ds).map_err(BuildError::Missing)
 }
 
 /// The daemon Pod for `node` from `template` at revision `hash` (the short hash): `generateName`
@@ -77,15 +66,7 @@ pub fn build_pod(
         .as_ref()
         .is_some_and(|r| r.type_ == ROLLING_UPDATE_IN_PLACE_IF_POSSIBLE);
     if in_place {
-        let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
-        if !gates
-            .iter()
-            .any(|g| g.condition_type == keys::CONDITION_IN_PLACE_UPDATE_READY)
-        {
-            gates.push(PodReadinessGate {
-                condition_type: keys::CONDITION_IN_PLACE_UPDATE_READY.to_owned(),
-            });
-        }
+        kruise_core::pods::add_readiness_gate(&mut spec, keys::CONDITION_IN_PLACE_UPDATE_READY);
     }
     Ok(Pod {
         metadata: ObjectMeta {

@@ -14,6 +14,25 @@ use serde::de::DeserializeOwned;
 use crate::driver::writes::{LiveReads, Writer, get_live};
 use crate::error::{Error, KubeContext, is_race};
 
+/// The controller reference a workload puts on what it creates (Pods, revisions): its API version
+/// and kind, name and uid, `controller` and `blockOwnerDeletion` true, as Kubernetes'
+/// `metav1.NewControllerRef`. `Err` names the field the object lacks (`metadata.name` or
+/// `metadata.uid`; an object read from the apiserver has both). Written once for every kind that
+/// owns Pods: only the kind differs.
+pub fn controller_reference<K: Resource<DynamicType = ()>>(
+    object: &K,
+) -> Result<OwnerReference, &'static str> {
+    let meta = object.meta();
+    Ok(OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: meta.name.clone().ok_or("metadata.name")?,
+        uid: meta.uid.clone().ok_or("metadata.uid")?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
 /// What claiming a set of objects came to.
 pub struct Claimed<K> {
     /// The objects owned after claiming: those kept, and those adopted (as written).

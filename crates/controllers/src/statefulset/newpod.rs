@@ -5,9 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume,
-};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -37,18 +35,7 @@ fn set_name(set: &StatefulSet) -> Result<&str, BuildError> {
 
 /// The controller reference of the set's Pods and revisions.
 pub fn owner_reference(set: &StatefulSet) -> Result<OwnerReference, BuildError> {
-    Ok(OwnerReference {
-        api_version: "apps.kruise.io/v1beta1".into(),
-        kind: "StatefulSet".into(),
-        name: set_name(set)?.to_owned(),
-        uid: set
-            .metadata
-            .uid
-            .clone()
-            .ok_or(BuildError::Missing("metadata.uid"))?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    })
+    crate::claim::controller_reference(set).map_err(BuildError::Missing)
 }
 
 /// `<claim>-<set>-<ordinal>`.
@@ -90,25 +77,9 @@ pub fn build_pod(
     let mut spec = template.spec.clone().unwrap_or_default();
     spec.hostname = Some(pod_name.clone());
     spec.subdomain = (!set.spec.service_name.is_empty()).then(|| set.spec.service_name.clone());
-    let claim_volumes: Vec<Volume> = set
-        .spec
-        .volume_claim_templates
-        .iter()
-        .filter_map(|vct| vct.metadata.name.as_deref())
-        .map(|vct| Volume {
-            name: vct.to_owned(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim_name(vct, name, ordinal),
-                read_only: None,
-            }),
-            ..Volume::default()
-        })
-        .collect();
-    if !claim_volumes.is_empty() {
-        let volumes = spec.volumes.get_or_insert_with(Vec::new);
-        volumes.retain(|v| !claim_volumes.iter().any(|c| c.name == v.name));
-        volumes.extend(claim_volumes);
-    }
+    kruise_core::pods::mount_claims(&mut spec, &set.spec.volume_claim_templates, |vct| {
+        claim_name(vct, name, ordinal)
+    });
     Ok(Pod {
         metadata: ObjectMeta {
             name: Some(pod_name),

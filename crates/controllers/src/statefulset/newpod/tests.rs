@@ -1,5 +1,5 @@
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PodSpec,
+    Container, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PodSpec, Volume,
     VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
