@@ -23,6 +23,7 @@ pub mod real_node_kit;
 pub mod sidecarset_kit;
 pub mod statefulset_kit;
 pub mod takeover_kit;
+pub mod workloadspread_kit;
 
 /// What a manager's `/metrics` says it did: `kruise_controller_reconciles` summed per controller
 /// (`cloneset-controller`, …) and `kruise_controller_pod_operations` summed over every controller,

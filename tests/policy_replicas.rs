@@ -18,7 +18,8 @@ use anyhow::ensure;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
-use kruise_e2e::cloneset_kit::{active_pods, annotation, apply, cloneset, merge_patch, name};
+use kruise_e2e::cloneset_kit::{active_pods, apply, cloneset, merge_patch, name};
+use kruise_e2e::workloadspread_kit::{cloneset_spread, matched_subset, zone_subset};
 use kruise_testkit::balancer::Balancer;
 use kruise_testkit::manager::{self, Manager, ManagerOptions, http_get};
 use kruise_testkit::{eventually, testbed};
@@ -27,7 +28,6 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 const IMAGE: &str = "nginx:alpine";
-const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 const SERVING_GATE: &str = "e2e.kruise.io/serving";
 /// The label of a Pod whose placement waits behind the WorkloadSpread placement gate.
 const PENDING: &str = "apps.kruise.io/workloadspread-placement";
@@ -100,34 +100,13 @@ async fn two_replicas_never_place_or_evict_more_than_allowed() -> anyhow::Result
     ns.run(async {
         // --- WorkloadSpread: 400 Pods at once.
         apply(&ns, &cloneset("spread", 0, IMAGE, json!({}))).await?;
-        ns.apply(
-            "apiVersion: apps.kruise.io/v1alpha1
-kind: WorkloadSpread
-metadata:
-  name: spread
-spec:
-  targetRef:
-    apiVersion: apps.kruise.io/v1alpha1
-    kind: CloneSet
-    name: spread
-  subsets:
-  - name: zone-a
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}
-    maxReplicas: 120
-  - name: zone-b
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - {key: topology.kubernetes.io/zone, operator: In, values: [zone-b]}
-    maxReplicas: 100
-  - name: zone-c
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - {key: topology.kubernetes.io/zone, operator: In, values: [zone-c]}
-",
-        )
-        .await?;
+        let subsets = [
+            zone_subset("zone-a", Some("120"), None),
+            zone_subset("zone-b", Some("100"), None),
+            zone_subset("zone-c", None, None),
+        ];
+        ns.apply(&cloneset_spread("spread", "spread", &subsets))
+            .await?;
         let before = (
             mutate_pod_requests(a.ports.metrics).await?,
             mutate_pod_requests(b.ports.metrics).await?,
@@ -146,10 +125,7 @@ spec:
         .await?;
         let mut per_subset: BTreeMap<String, usize> = BTreeMap::new();
         for pod in &placed {
-            let subset = annotation(pod, MATCHED)
-                .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                .and_then(|m| m["subset"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| "(unplaced)".into());
+            let subset = matched_subset(pod).unwrap_or_else(|| "(unplaced)".into());
             *per_subset.entry(subset).or_default() += 1;
         }
         let after = (

@@ -13,12 +13,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kruise_api::workloadspread::{
     ANNOTATION_DELETION_COST, ANNOTATION_MATCHED, MatchedWorkloadSpread, WorkloadSpread,
 };
+use kruise_e2e::workloadspread_kit::cloneset_spread;
 use kruise_testkit::wait::eventually;
 use kruise_testkit::{TestNamespace, testbed};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-const ZONE: &str = "topology.kubernetes.io/zone";
 
 async fn namespace(prefix: &str) -> anyhow::Result<TestNamespace> {
     let bed = testbed();
@@ -135,22 +135,7 @@ fn subset_counts(ws: &WorkloadSpread) -> Vec<(String, i32, i32)> {
 }
 
 fn zone_subset(name: &str, max: Option<&str>) -> String {
-    let max = max
-        .map(|m| format!("\n    maxReplicas: {m}"))
-        .unwrap_or_default();
-    format!(
-        r#"
-  - name: {name}
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - key: {ZONE}
-        operator: In
-        values: [{name}]{max}
-    patch:
-      metadata:
-        labels:
-          spread-zone: {name}"#
-    )
+    kruise_e2e::workloadspread_kit::zone_subset(name, max, Some("spread-zone"))
 }
 
 /// A CloneSet of 6 spread 2 / 2 / rest over zone-a, zone-b, zone-c; rolled out with maxSurge 2
@@ -166,22 +151,9 @@ async fn cloneset_spread_through_rolling_update_with_max_surge_and_scale_down() 
             zone_subset("zone-a", Some("2")),
             zone_subset("zone-b", Some("2")),
             zone_subset("zone-c", None),
-        ]
-        .concat();
-        ns.apply(&format!(
-            r#"apiVersion: apps.kruise.io/v1alpha1
-kind: WorkloadSpread
-metadata:
-  name: spread
-spec:
-  targetRef:
-    apiVersion: apps.kruise.io/v1alpha1
-    kind: CloneSet
-    name: web
-  subsets:{subsets}
-"#
-        ))
-        .await?;
+        ];
+        ns.apply(&cloneset_spread("spread", "web", &subsets))
+            .await?;
         let cloneset = |image: &str, replicas: i32| {
             format!(
                 r#"apiVersion: apps.kruise.io/v1alpha1
@@ -644,20 +616,8 @@ async fn pods_beyond_every_subset_are_costed_when_the_spread_reconciles() -> any
     let ns = namespace("ws-lazy").await?;
     ns.run(async {
         let subset = zone_subset("zone-a", Some("2"));
-        ns.apply(&format!(
-            r#"apiVersion: apps.kruise.io/v1alpha1
-kind: WorkloadSpread
-metadata:
-  name: spread
-spec:
-  targetRef:
-    apiVersion: apps.kruise.io/v1alpha1
-    kind: CloneSet
-    name: lazy
-  subsets:{subset}
-"#
-        ))
-        .await?;
+        ns.apply(&cloneset_spread("spread", "lazy", &[subset]))
+            .await?;
         let cloneset = |replicas: i32| {
             format!(
                 r#"apiVersion: apps.kruise.io/v1alpha1

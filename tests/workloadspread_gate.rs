@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::cloneset_kit::{active_pods, annotation, apply, cloneset, merge_patch};
+use kruise_e2e::workloadspread_kit::{MATCHED, cloneset_spread, matched_subset, zone_subset};
 use kruise_testkit::lag::LagProxy;
 use kruise_testkit::manager::ManagerOptions;
 use kruise_testkit::{eventually, testbed};
@@ -24,7 +25,6 @@ use serde_json::json;
 const TIMEOUT: Duration = Duration::from_secs(120);
 const IMAGE: &str = "nginx:alpine";
 const GATE: &str = "apps.kruise.io/workloadspread-placement";
-const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 const LAG: Duration = Duration::from_millis(1500);
 
 fn gated(pod: &Pod) -> bool {
@@ -53,38 +53,12 @@ async fn pods_placed_late_still_go_where_the_spread_asks() -> anyhow::Result<()>
     let ns = bed.namespace("ws-gate").await?;
     ns.run(async {
         apply(&ns, &cloneset("late", 0, IMAGE, json!({}))).await?;
-        ns.apply(
-            "apiVersion: apps.kruise.io/v1alpha1
-kind: WorkloadSpread
-metadata:
-  name: late
-spec:
-  targetRef:
-    apiVersion: apps.kruise.io/v1alpha1
-    kind: CloneSet
-    name: late
-  subsets:
-  - name: zone-a
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}
-    maxReplicas: 2
-    patch:
-      metadata:
-        labels:
-          subset: zone-a
-  - name: zone-b
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - {key: topology.kubernetes.io/zone, operator: In, values: [zone-b]}
-    maxReplicas: 2
-  - name: zone-c
-    requiredNodeSelectorTerm:
-      matchExpressions:
-      - {key: topology.kubernetes.io/zone, operator: In, values: [zone-c]}
-",
-        )
-        .await?;
+        let subsets = [
+            zone_subset("zone-a", Some("2"), Some("subset")),
+            zone_subset("zone-b", Some("2"), None),
+            zone_subset("zone-c", None, None),
+        ];
+        ns.apply(&cloneset_spread("late", "late", &subsets)).await?;
         let spreads: Api<kruise_api::workloadspread::WorkloadSpread> = ns.api();
         eventually("the WorkloadSpread has a status", TIMEOUT, || async {
             Ok(spreads.get("late").await?.status.map(|_| ()))
@@ -125,10 +99,7 @@ spec:
         .await?;
         let mut per_subset: BTreeMap<String, usize> = BTreeMap::new();
         for pod in &placed {
-            let subset = annotation(pod, MATCHED)
-                .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                .and_then(|m| m["subset"].as_str().map(str::to_owned))
-                .context("matched annotation")?;
+            let subset = matched_subset(pod).context("matched annotation")?;
             let node = pod
                 .spec
                 .as_ref()
