@@ -9,6 +9,7 @@ use kruise_api::kinds::{Defaults, Kind, V1ALPHA1, V1BETA1};
 use kruise_api::sidecarset::patch_metadata::{self, Whitelist};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::response::StatusSummary;
 use serde_json::Value;
 
 use crate::patch::additive_diff;
@@ -188,29 +189,64 @@ pub(crate) struct Change<T> {
 pub(crate) fn change_of<T: serde::de::DeserializeOwned>(
     review: AdmissionReview<DynamicObject>,
 ) -> Result<Change<T>, Box<Answer>> {
+    decode_change(review, None, kinds_decode, |request, message| {
+        deny_with_code(request, 400, message)
+    })
+}
+
+/// `kruise_api::kinds::decode` with its error as the message of a refusal.
+pub(crate) fn kinds_decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, String> {
+    kruise_api::kinds::decode(value).map_err(|e| e.to_string())
+}
+
+/// The start every validator of a kind's objects shares, written once: the CREATE or UPDATE in
+/// `review`, its object (and on UPDATE its old object) decoded with `decode`; `Err` answers the
+/// review at once: any other operation, or a request without an object, is allowed; while
+/// `disabled_gate` names a feature gate (checked before the object is read) the request is
+/// refused as [`gate_disabled`]; an object that does not decode is refused by `refuse`.
+pub(crate) fn decode_change<T>(
+    review: AdmissionReview<DynamicObject>,
+    disabled_gate: Option<&str>,
+    decode: impl Fn(Value) -> Result<T, String>,
+    refuse: impl Fn(&AdmissionRequest<DynamicObject>, String) -> Answer,
+) -> Result<Change<T>, Box<Answer>> {
     let request = request_of(review)?;
     if !matches!(request.operation, Operation::Create | Operation::Update) {
         return Err(Box::new(allow(&request)));
     }
-    let decode = |object: &DynamicObject| -> Result<T, String> {
-        let value = to_json(object)?;
-        kruise_api::kinds::decode(value).map_err(|e| e.to_string())
-    };
+    if let Some(gate) = disabled_gate {
+        return Err(Box::new(gate_disabled(&request, gate)));
+    }
+    let decode = |object: &DynamicObject| decode(to_json(object)?);
     let Some(object) = &request.object else {
         return Err(Box::new(allow(&request)));
     };
     let new = match decode(object) {
         Ok(new) => new,
-        Err(message) => return Err(Box::new(deny_with_code(&request, 400, message))),
+        Err(message) => return Err(Box::new(refuse(&request, message))),
     };
     let old = match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => match decode(old) {
             Ok(old) => Some(old),
-            Err(message) => return Err(Box::new(deny_with_code(&request, 400, message))),
+            Err(message) => return Err(Box::new(refuse(&request, message))),
         },
         _ => None,
     };
     Ok(Change { request, new, old })
+}
+
+/// The refusal of a request while the feature gate `gate` is off, as upstream's webhooks answer
+/// it: 403 Forbidden, status Failure.
+pub(crate) fn gate_disabled(request: &AdmissionRequest<DynamicObject>, gate: &str) -> Answer {
+    let mut response =
+        AdmissionResponse::from(request).deny(format!("feature-gate {gate} is not enabled"));
+    response.result.code = 403;
+    response.result.reason = "Forbidden".into();
+    response.result.status = Some(StatusSummary::Failure);
+    Answer {
+        review: response.into_review(),
+        allowed: false,
+    }
 }
 
 pub(crate) fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {

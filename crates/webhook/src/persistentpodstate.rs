@@ -16,11 +16,11 @@ use kruise_api::field;
 use kruise_api::persistentpodstate::{self as api, PersistentPodState, Whitelist};
 use kruise_core::persistentpodstate as decide;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionReview, Operation};
+use kube::core::admission::AdmissionReview;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, Change, allow, decode_change, deny, kinds_decode};
 use crate::configuration::FailurePolicy;
 
 /// Path and webhook name, upstream's.
@@ -169,24 +169,13 @@ pub async fn validate(
     client: Option<&Client>,
     manager_namespace: &str,
 ) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
+    let Change {
+        request,
+        mut new,
+        old,
+    } = match decode_change::<PersistentPodState>(review, None, kinds_decode, deny) {
+        Ok(change) => change,
         Err(answer) => return *answer,
-    };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
-    }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let decode = |object: &DynamicObject| -> Result<PersistentPodState, String> {
-        let value =
-            serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
-        kruise_api::kinds::decode(value).map_err(|e| e.to_string())
-    };
-    let mut new = match decode(object) {
-        Ok(new) => new,
-        Err(message) => return deny(&request, message),
     };
     if new
         .metadata
@@ -197,13 +186,6 @@ pub async fn validate(
     {
         new.metadata.namespace = request.namespace.clone();
     }
-    let old = match (&request.operation, &request.old_object) {
-        (Operation::Update, Some(old)) => match decode(old) {
-            Ok(old) => Some(old),
-            Err(message) => return deny(&request, message),
-        },
-        _ => None,
-    };
     let whitelist = match client {
         None => Whitelist::default(),
         Some(client) => match read_whitelist(client, manager_namespace).await {

@@ -16,10 +16,9 @@ use kruise_api::validation::{
     check_qualified_name, selector_is_empty, validate_label_selector, validate_labels,
 };
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
-use kube::core::response::StatusSummary;
+use kube::core::admission::{AdmissionReview, Operation};
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, allow, deny, gate_disabled, request_of};
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-podprobemarker";
@@ -66,15 +65,7 @@ pub fn validate(
         (daemon_gate, "KruiseDaemon"),
     ] {
         if !on {
-            let mut response = AdmissionResponse::from(&request)
-                .deny(format!("feature-gate {gate} is not enabled"));
-            response.result.code = 403;
-            response.result.reason = "Forbidden".into();
-            response.result.status = Some(StatusSummary::Failure);
-            return Answer {
-                review: response.into_review(),
-                allowed: false,
-            };
+            return gate_disabled(&request, gate);
         }
     }
     let old = match (&request.operation, &request.old_object) {

@@ -8,13 +8,12 @@
 use kruise_api::field;
 use kruise_api::resourcedistribution::{self as rd, ResourceDistribution};
 use kube::api::{ApiResource, PostParams};
-use kube::core::admission::{AdmissionResponse, AdmissionReview};
-use kube::core::response::StatusSummary;
+use kube::core::admission::AdmissionReview;
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::admission::{Answer, Change, allow, change_of, deny_with_code};
+use crate::admission::{Answer, Change, allow, change_of, deny_with_code, gate_disabled};
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-resourcedistribution";
@@ -57,15 +56,7 @@ pub fn validate(review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer
 /// the fields at fault, as upstream's.
 fn refusal(change: &Change<ResourceDistribution>, enabled: bool) -> Option<Answer> {
     if !enabled {
-        let mut response = AdmissionResponse::from(&change.request)
-            .deny(format!("feature-gate {GATE} is not enabled"));
-        response.result.code = 403;
-        response.result.reason = "Forbidden".into();
-        response.result.status = Some(StatusSummary::Failure);
-        return Some(Answer {
-            review: response.into_review(),
-            allowed: false,
-        });
+        return Some(gate_disabled(&change.request, GATE));
     }
     let errors = rd::validate(&change.new, change.old.as_ref());
     (!errors.is_empty()).then(|| deny_with_code(&change.request, 422, field::join(&errors)))

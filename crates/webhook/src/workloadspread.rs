@@ -32,12 +32,11 @@ use kruise_controllers::workloadspread::workload;
 use kruise_core::workloadspread as core;
 use kube::api::ListParams;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
-use kube::core::response::StatusSummary;
+use kube::core::admission::{AdmissionReview, Operation};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
-use crate::admission::{Answer, allow, deny, request_of};
+use crate::admission::{Answer, Change, allow, decode_change, deny, kinds_decode};
 
 /// Path and webhook name of the WorkloadSpread validating webhook, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-workloadspread";
@@ -530,46 +529,18 @@ impl WorkloadSpreads {
 
     /// The validating webhook of WorkloadSpread objects; `enabled` is the `WorkloadSpread` gate.
     pub async fn validate(&self, review: AdmissionReview<DynamicObject>, enabled: bool) -> Answer {
-        let request = match request_of(review) {
-            Ok(request) => request,
+        let disabled_gate = (!enabled).then_some(GATE);
+        let Change {
+            request,
+            mut new,
+            old,
+        } = match decode_change::<WorkloadSpread>(review, disabled_gate, kinds_decode, deny) {
+            Ok(change) => change,
             Err(answer) => return *answer,
-        };
-        if !matches!(request.operation, Operation::Create | Operation::Update) {
-            return allow(&request);
-        }
-        if !enabled {
-            let mut response = AdmissionResponse::from(&request)
-                .deny(format!("feature-gate {GATE} is not enabled"));
-            response.result.code = 403;
-            response.result.reason = "Forbidden".into();
-            response.result.status = Some(StatusSummary::Failure);
-            return Answer {
-                review: response.into_review(),
-                allowed: false,
-            };
-        }
-        let Some(object) = &request.object else {
-            return allow(&request);
-        };
-        let decode = |object: &DynamicObject| -> Result<WorkloadSpread, String> {
-            let value =
-                serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
-            kruise_api::kinds::decode(value).map_err(|e| e.to_string())
-        };
-        let mut new = match decode(object) {
-            Ok(new) => new,
-            Err(message) => return deny(&request, message),
         };
         if new.metadata.namespace.is_none() {
             new.metadata.namespace = request.namespace.clone();
         }
-        let old = match (&request.operation, &request.old_object) {
-            (Operation::Update, Some(old)) => match decode(old) {
-                Ok(old) => Some(old),
-                Err(message) => return deny(&request, message),
-            },
-            _ => None,
-        };
         let namespace = new.namespace().unwrap_or_default();
         let others = match self.in_namespace(&namespace).await {
             Ok(others) => others
