@@ -145,24 +145,15 @@ async fn reconcile_inner(cs: &CloneSet, ctx: &Context) -> Result<Action, Error> 
         Some(rev) => rev,
         None => return Ok(Action::requeue(Duration::from_secs(1))),
     };
-    let update_name = update_rev.metadata.name.clone().unwrap_or_default();
-    revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
-    revisions.push(update_rev);
+    let update_name = crate::history::register_update(&mut revisions, update_rev);
     let old_status = cs.status.clone().unwrap_or_default();
     let current_name =
         crate::history::current_revision(&old_status.current_revision, &revisions, &update_name);
     let templates = crate::history::templates(&revisions);
-    let revision_views: Vec<Revision<'_>> = templates
-        .iter()
-        .map(|(name, template)| Revision { name, template })
-        .collect();
-    let find = |n: &str| revision_views.iter().find(|r| r.name == n).copied();
-    let Some(update_view) = find(&update_name) else {
-        return Err(Error::Invalid(format!(
-            "update revision {update_name} has no readable template"
-        )));
-    };
-    let current_view = find(&current_name).unwrap_or(update_view);
+    let revision_views = crate::history::revision_views(&templates);
+    let update_view = crate::history::find_view(&revision_views, &update_name)?;
+    let current_view =
+        crate::history::find_view(&revision_views, &current_name).unwrap_or(update_view);
     if ctx.config.pre_download {
         pre_download(&actor, &revisions, current_view, update_view).await;
     }

@@ -18,7 +18,7 @@ use kruise_core::revision::short_hash;
 use kruise_core::rollout::daemonset::{
     self as planner, Action as Step, DeleteReason, Fix, NodeView, Snapshot,
 };
-use kruise_core::rollout::{Revision, slow_start_batches};
+use kruise_core::rollout::slow_start_batches;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
@@ -57,20 +57,11 @@ async fn reconcile_inner(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error>
     let Some(update_rev) = update_revision(&pc, ds, &revisions).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let update_name = update_rev.metadata.name.clone().unwrap_or_default();
+    let update_name = crate::history::register_update(&mut revisions, update_rev);
     let hash = short_hash(&update_name).to_owned();
-    revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
-    revisions.push(update_rev);
     let templates = crate::history::templates(&revisions);
-    let views: Vec<Revision<'_>> = templates
-        .iter()
-        .map(|(name, template)| Revision { name, template })
-        .collect();
-    let Some(update_view) = views.iter().find(|r| r.name == update_name).copied() else {
-        return Err(Error::Invalid(format!(
-            "update revision {update_name} has no readable template"
-        )));
-    };
+    let views = crate::history::revision_views(&templates);
+    let update_view = crate::history::find_view(&views, &update_name)?;
 
     if ctx.config.pre_download {
         super::predownload::sync(&pc, ctx, ds, &revisions, &templates, &update_name, &hash).await;

@@ -14,6 +14,8 @@ use serde_json::json;
 
 use crate::driver::writes::{LiveReads, Writer, Writes, get_live, not_found};
 use crate::error::{Error, KubeContext};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kruise_core::rollout::Revision;
 
 /// The outcome of [`register`].
 #[derive(Debug)]
@@ -143,6 +145,38 @@ where
             Ok(None)
         }
     }
+}
+
+/// Puts the registered update revision among `revisions`, in place of one of its name, and
+/// returns its name. With [`revision_views`] and [`find_view`], how CloneSet, Advanced StatefulSet
+/// and Advanced DaemonSet turn their revisions into the views their rollout plans read: the
+/// same steps in the three, so written once.
+pub fn register_update(
+    revisions: &mut Vec<ControllerRevision>,
+    update: ControllerRevision,
+) -> String {
+    let name = update.metadata.name.clone().unwrap_or_default();
+    revisions.retain(|r| r.metadata.name != update.metadata.name);
+    revisions.push(update);
+    name
+}
+
+/// Each of [`templates`] as a rollout's view of a revision.
+pub fn revision_views(templates: &[(String, PodTemplateSpec)]) -> Vec<Revision<'_>> {
+    templates
+        .iter()
+        .map(|(name, template)| Revision { name, template })
+        .collect()
+}
+
+/// The view of the revision `name`; `Err` when it has none (its template could not be read), which
+/// for the update revision leaves nothing to roll out to.
+pub fn find_view<'a>(views: &[Revision<'a>], name: &str) -> Result<Revision<'a>, Error> {
+    views
+        .iter()
+        .find(|r| r.name == name)
+        .copied()
+        .ok_or_else(|| Error::Invalid(format!("update revision {name} has no readable template")))
 }
 
 /// The current revision's name: the status's `currentRevision` while that revision still exists,

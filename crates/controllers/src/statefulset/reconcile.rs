@@ -15,10 +15,10 @@ use kruise_api::statefulset::v1beta1::{
 };
 use kruise_core::lifecycle::releases_pod_ready;
 use kruise_core::pods::{self, LifecycleState};
+use kruise_core::rollout::slow_start_batches;
 use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Snapshot, ordinal_of, partition_pods,
 };
-use kruise_core::rollout::{Revision, slow_start_batches};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -70,24 +70,14 @@ async fn reconcile_inner(set: &StatefulSet, ctx: &Context) -> Result<Action, Err
     let Some(update_rev) = update_revision(&pc, set, &revisions).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let update_name = update_rev.metadata.name.clone().unwrap_or_default();
-    revisions.retain(|r| r.metadata.name != update_rev.metadata.name);
-    revisions.push(update_rev);
+    let update_name = crate::history::register_update(&mut revisions, update_rev);
     let old_status = set.status.clone().unwrap_or_default();
     let current_name =
         crate::history::current_revision(&old_status.current_revision, &revisions, &update_name);
     let templates = crate::history::templates(&revisions);
-    let views: Vec<Revision<'_>> = templates
-        .iter()
-        .map(|(name, template)| Revision { name, template })
-        .collect();
-    let find = |n: &str| views.iter().find(|r| r.name == n).copied();
-    let Some(update_view) = find(&update_name) else {
-        return Err(Error::Invalid(format!(
-            "update revision {update_name} has no readable template"
-        )));
-    };
-    let current_view = find(&current_name).unwrap_or(update_view);
+    let views = crate::history::revision_views(&templates);
+    let update_view = crate::history::find_view(&views, &update_name)?;
+    let current_view = crate::history::find_view(&views, &current_name).unwrap_or(update_view);
     let snapshot = Snapshot {
         name,
         spec: &set.spec,
