@@ -22,7 +22,10 @@ fn checked_in_crds_are_up_to_date() {
             stale.push(path.display().to_string());
         }
     }
-    assert!(stale.is_empty(), "stale CRDs (run `make crds`): {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "stale CRDs (run `make manifests`): {stale:?}"
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Writes the apps.kruise.io CRDs generated from the Rust types into a folder (default `config/crd`).
-//! `make crds` runs it; a test fails when the checked-in files differ from what the types generate.
+//! `make manifests` runs it; a test fails when the checked-in files differ from what the types generate.
 
 use std::path::PathBuf;
 

@@ -14,17 +14,18 @@ use kruise_core::persistentpodstate::{self as decide, Generation, Workload};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::driver::caches::{Caches, Shared};
+use crate::driver::writes::{ApiWrites, Writer, Writes};
 use crate::error::{Error, KubeContext, is_race};
 use crate::metrics::Metrics;
 
 /// What the generation of one workload kind shares.
 pub struct Context {
-    client: Client,
+    writes: Arc<dyn Writes>,
     states: Store<PersistentPodState>,
     wake: mpsc::UnboundedSender<ObjectRef<PersistentPodState>>,
     metrics: Arc<Metrics>,
@@ -44,10 +45,11 @@ pub async fn run(
     workers: u16,
 ) {
     let states = caches.persistentpodstates.store().clone();
+    let writes: Arc<dyn Writes> = ApiWrites::new(client);
     let native = run_kind(
         &caches.statefulsets,
         Context {
-            client: client.clone(),
+            writes: writes.clone(),
             states: states.clone(),
             wake: wake.clone(),
             metrics: metrics.clone(),
@@ -58,7 +60,7 @@ pub async fn run(
     let kruise = run_kind(
         &caches.advanced_statefulsets,
         Context {
-            client,
+            writes,
             states,
             wake,
             metrics,
@@ -119,7 +121,7 @@ where
     let existing = ctx
         .states
         .get(&ObjectRef::<PersistentPodState>::new(&name).within(&namespace));
-    let api: Api<PersistentPodState> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api = Writer::<PersistentPodState>::namespaced(ctx.writes.clone(), &namespace);
     let key = format!("{namespace}/{name}");
     match (generation, existing) {
         (Generation::Incomplete, _) => {
@@ -190,4 +192,110 @@ where
         (Generation::Remove, _) => {}
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kruise_api::persistentpodstate as api;
+
+    use super::*;
+    use crate::driver::writes::fake::{FakeCluster, Verb, listed};
+
+    fn statefulset(annotations: serde_json::Value) -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "web-uid",
+                         "annotations": annotations},
+            "spec": {"selector": {}, "template": {}, "serviceName": "web"},
+        }))
+        .expect("a StatefulSet")
+    }
+
+    fn context(cluster: &Arc<FakeCluster>) -> Arc<Context> {
+        let (wake, _) = mpsc::unbounded_channel();
+        let mut registry = prometheus_client::registry::Registry::default();
+        Arc::new(Context {
+            writes: cluster.clone(),
+            states: listed(cluster.all::<PersistentPodState>(Some("ns"))),
+            wake,
+            metrics: Metrics::register(&mut registry),
+            api_version: "apps/v1",
+        })
+    }
+
+    /// The annotations ask for a PersistentPodState: it is created once, controlled by the
+    /// workload; without the annotation it is deleted (only the one of this uid).
+    #[tokio::test]
+    async fn a_generated_state_follows_the_annotations() {
+        let cluster = FakeCluster::new();
+        let asked = statefulset(json!({
+            api::ANNOTATION_AUTO_GENERATE: "true",
+            api::ANNOTATION_REQUIRED_TOPOLOGY: "topology.kubernetes.io/zone",
+        }));
+        reconcile(Arc::new(asked.clone()), context(&cluster))
+            .await
+            .expect("reconciled");
+        let state: PersistentPodState = cluster.get(Some("ns"), "web").expect("generated");
+        let owner = state
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .expect("controlled");
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("StatefulSet", "web-uid")
+        );
+        assert_eq!(state.spec.target_reference.name, "web");
+
+        // Seen in the cache: nothing written again.
+        let before = cluster.records().len();
+        reconcile(Arc::new(asked), context(&cluster))
+            .await
+            .expect("reconciled");
+        assert_eq!(cluster.records().len(), before);
+
+        // The annotation removed: deleted, preconditioned on its uid.
+        reconcile(Arc::new(statefulset(json!({}))), context(&cluster))
+            .await
+            .expect("reconciled");
+        assert!(
+            cluster
+                .get::<PersistentPodState>(Some("ns"), "web")
+                .is_none()
+        );
+        assert_eq!(
+            cluster.done().last().cloned(),
+            Some((Verb::Delete, "web".to_owned()))
+        );
+    }
+
+    /// A state changed since the cache showed it is decided again; another refusal fails.
+    #[tokio::test]
+    async fn a_refused_update_is_a_race_or_a_failure_by_its_code() {
+        for (code, race) in [(409, true), (422, false), (500, false)] {
+            let cluster = FakeCluster::new();
+            let zone = statefulset(json!({
+                api::ANNOTATION_AUTO_GENERATE: "true",
+                api::ANNOTATION_REQUIRED_TOPOLOGY: "topology.kubernetes.io/zone",
+            }));
+            reconcile(Arc::new(zone), context(&cluster))
+                .await
+                .expect("generated");
+            let host = statefulset(json!({
+                api::ANNOTATION_AUTO_GENERATE: "true",
+                api::ANNOTATION_REQUIRED_TOPOLOGY: "kubernetes.io/hostname",
+            }));
+            cluster.fail_next(Verb::Patch, "web", code);
+            let result = reconcile(Arc::new(host), context(&cluster)).await;
+            if race {
+                assert_eq!(
+                    result.ok(),
+                    Some(Action::requeue(crate::driver::ERROR_REQUEUE)),
+                    "{code}"
+                );
+            } else {
+                assert!(result.is_err(), "{code}");
+            }
+        }
+    }
 }
