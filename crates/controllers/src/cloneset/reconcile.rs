@@ -839,25 +839,10 @@ async fn update(
             }
         }));
     }
-    let mut first_error = None;
-    for result in crate::parallel::in_parallel(pending).await {
-        match result {
-            Ok(o) => outcome.merge(o),
-            Err(Error::Kube { source, .. }) if is_race(&source) => {
-                outcome.after = Some(Duration::from_secs(1));
-            }
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
+    match outcome.run_round(pending, more_actions).await {
+        Some(error) => Err(error),
+        None => Ok(outcome),
     }
-    if let Some(error) = first_error {
-        return Err(error);
-    }
-    if more_actions {
-        outcome.after = Some(Duration::ZERO);
-    }
-    Ok(outcome)
 }
 
 async fn write_status(

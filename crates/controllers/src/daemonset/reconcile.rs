@@ -27,7 +27,6 @@ use super::status::{self, Inputs};
 use super::{Context, Error, newpod, node_labels};
 use crate::cache::listed;
 use crate::driver::Owner;
-use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write, pod_on_node};
 
 /// The resync period when nothing else asks for a look sooner.
@@ -250,22 +249,7 @@ async fn carry_out(
     }
     // A large step is done in rounds (the status is written between them).
     let more = crate::parallel::this_round(&mut pending);
-    let mut first_error = None;
-    for result in crate::parallel::in_parallel(pending).await {
-        match result {
-            Ok(o) => outcome.merge(o),
-            Err(Error::Kube { source, .. }) if is_race(&source) => {
-                outcome.after = Some(Duration::from_secs(1));
-            }
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
-    }
-    if more {
-        outcome.after = Some(Duration::ZERO);
-    }
-    match first_error {
+    match outcome.run_round(pending, more).await {
         Some(error) => Err(error),
         None => Ok(outcome),
     }

@@ -48,6 +48,33 @@ impl Outcome {
             (a, b) => a.or(b),
         };
     }
+
+    /// Runs one round of Pod `writes` ([`crate::parallel::in_parallel`]) and merges what they did:
+    /// a write that lost a race to a change of its Pod asks to look again after a second, and
+    /// `more` (writes left for the next round, [`crate::parallel::this_round`]) asks at once. The
+    /// first other failure is returned, once every write of the round has run. How CloneSet,
+    /// Advanced StatefulSet and Advanced DaemonSet carry out a round of their plan: written once.
+    pub async fn run_round<F>(&mut self, writes: Vec<F>, more: bool) -> Option<Error>
+    where
+        F: std::future::Future<Output = Result<Outcome, Error>>,
+    {
+        let mut first_error = None;
+        for result in crate::parallel::in_parallel(writes).await {
+            match result {
+                Ok(o) => self.merge(o),
+                Err(Error::Kube { source, .. }) if is_race(&source) => {
+                    self.after = Some(Duration::from_secs(1));
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        if more {
+            self.after = Some(Duration::ZERO);
+        }
+        first_error
+    }
 }
 
 /// One Pod write of a reconcile, to be run with others in [`crate::parallel::in_parallel`].

@@ -545,22 +545,7 @@ async fn carry_out(
     }
     // A large step is done in rounds (the status is written between them).
     let more = crate::parallel::this_round(&mut pending);
-    let mut first_error = None;
-    for result in crate::parallel::in_parallel(pending).await {
-        match result {
-            Ok(o) => outcome.merge(o),
-            Err(Error::Kube { source, .. }) if is_race(&source) => {
-                outcome.after = Some(Duration::from_secs(1));
-            }
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
-    }
-    if more {
-        outcome.after = Some(Duration::ZERO);
-    }
-    if let Some(error) = first_error {
+    if let Some(error) = outcome.run_round(pending, more).await {
         failed_update.get_or_insert(error.to_string());
     }
     Ok((outcome, failed_create, failed_update))
