@@ -167,14 +167,7 @@ impl InPlaceUpdateState {
             self.last_container_statuses.remove(name);
         }
         self.next_container_images = later.clone();
-        let mut now_batch = Vec::new();
-        if let Some(batch) = self.container_batches_record.last_mut() {
-            batch.containers.retain(|c| !later.contains_key(c));
-            now_batch = batch.containers.clone();
-        }
-        self.pre_check_before_next = Some(InPlaceUpdatePreCheckBeforeNext {
-            containers_required_ready: now_batch,
-        });
+        self.defer_containers(later);
     }
 
     /// Leaves the env-from-metadata changes of `later` (container → the labels/annotations it reads)
@@ -184,6 +177,13 @@ impl InPlaceUpdateState {
             return;
         }
         self.next_container_ref_metadata = later.clone();
+        self.defer_containers(later);
+    }
+
+    /// Takes the containers of `later` out of this batch's record and has the next batch wait until
+    /// the containers updated now are Ready: what deferring images and deferring env-from-metadata
+    /// changes both do, written once.
+    fn defer_containers<V>(&mut self, later: &BTreeMap<String, V>) {
         let mut now_batch = Vec::new();
         if let Some(batch) = self.container_batches_record.last_mut() {
             batch.containers.retain(|c| !later.contains_key(c));
