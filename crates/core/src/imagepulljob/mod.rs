@@ -388,38 +388,43 @@ pub fn status_timeouts(
             let age = now.duration_since(created);
             let position = tags.iter().position(|t| t.tag == spec.tag);
             let answered = position.is_some_and(|i| tags[i].version == spec.version);
-            let fail = |tags: &mut Vec<ImageTagStatus>, message: &str| {
-                let failed = ImageTagStatus {
-                    tag: spec.tag.clone(),
-                    phase: PHASE_FAILED.into(),
-                    completion_time: Some(Time(now)),
-                    version: spec.version,
-                    message: message.into(),
-                    ..Default::default()
-                };
-                match tags.iter_mut().find(|t| t.tag == spec.tag) {
-                    Some(slot) => {
-                        slot.phase = failed.phase;
-                        slot.completion_time = failed.completion_time;
-                        slot.version = failed.version;
-                        slot.message = failed.message;
+            // Marks the tag Failed with `message` and records it as failed now (both timeouts).
+            let fail =
+                |tags: &mut Vec<ImageTagStatus>, failed_now: &mut Vec<TimedOut>, message: &str| {
+                    let failed = ImageTagStatus {
+                        tag: spec.tag.clone(),
+                        phase: PHASE_FAILED.into(),
+                        completion_time: Some(Time(now)),
+                        version: spec.version,
+                        message: message.into(),
+                        ..Default::default()
+                    };
+                    match tags.iter_mut().find(|t| t.tag == spec.tag) {
+                        Some(slot) => {
+                            slot.phase = failed.phase;
+                            slot.completion_time = failed.completion_time;
+                            slot.version = failed.version;
+                            slot.message = failed.message;
+                        }
+                        None => tags.push(failed),
                     }
-                    None => tags.push(failed),
-                }
-            };
+                    failed_now.push(TimedOut {
+                        image: name.clone(),
+                        tag: spec.tag.clone(),
+                        message: message.into(),
+                        owners: spec.owner_references.clone(),
+                    });
+                };
             if !answered {
                 if age < response {
                     wait(response - age);
                     continue;
                 }
-                let message = "node has not responded for a long time";
-                fail(tags, message);
-                failed_now.push(TimedOut {
-                    image: name.clone(),
-                    tag: spec.tag.clone(),
-                    message: message.into(),
-                    owners: spec.owner_references.clone(),
-                });
+                fail(
+                    tags,
+                    &mut failed_now,
+                    "node has not responded for a long time",
+                );
                 continue;
             }
             let unfinished = position.is_some_and(|i| tags[i].completion_time.is_none());
@@ -434,14 +439,11 @@ pub fn status_timeouts(
                     wait(limit - age);
                     continue;
                 }
-                let message = "pulling exceeds the activeDeadlineSeconds";
-                fail(tags, message);
-                failed_now.push(TimedOut {
-                    image: name.clone(),
-                    tag: spec.tag.clone(),
-                    message: message.into(),
-                    owners: spec.owner_references.clone(),
-                });
+                fail(
+                    tags,
+                    &mut failed_now,
+                    "pulling exceeds the activeDeadlineSeconds",
+                );
             }
         }
     }
