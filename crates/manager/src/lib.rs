@@ -664,7 +664,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Disruptions are decided on the process's budget cache (and its own last writes), for the
     // webhook and, with PodUnavailableBudgetUpdateGate, the in-place update engine of every
     // workload alike; a refusal leaves upstream's PubPreventPodDeletion Warning on the Pod.
-    let disruptions = kruise_controllers::podunavailablebudget::take::Disruptions::counted(
+    let disruptions = kruise_controllers::disruptions::Disruptions::counted(
         client.clone(),
         metrics.webhook.budget_batches.clone(),
     )

@@ -3,7 +3,7 @@
 //! Namespaces, CRDs and workloads labelled `policy.kruise.io/delete-protection`.
 //!
 //! The decisions are kruise-core's (`kruise_core::podunavailablebudget`); a disruption is taken from the budget by
-//! `kruise_controllers::podunavailablebudget::take` (shared with the in-place update engine), which
+//! `kruise_controllers::disruptions` (shared with the in-place update engine), which
 //! records it with a resourceVersion precondition so that concurrent evictions never take more
 //! than allowed.
 
@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::policy::v1alpha1::{PodUnavailableBudget, PubOperation};
+use kruise_controllers::disruptions::{Disruptions, related_pub};
 use kruise_controllers::driver::caches::Shared;
-use kruise_controllers::podunavailablebudget::take::{Disruptions, related_pub};
 use kruise_core::podunavailablebudget::{self as budget, Protection};
 use kube::api::{ApiResource, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -66,8 +66,8 @@ pub struct PolicyGates {
 }
 
 /// The Warning a refused disruption leaves on its Pod, and its reporter: `take` publishes it
-/// (see `take::record_refusals`).
-pub use kruise_controllers::podunavailablebudget::take::{EVENT_REPORTER, REASON_PREVENTED};
+/// (see `disruptions::record_refusals`).
+pub use kruise_controllers::disruptions::{EVENT_REPORTER, REASON_PREVENTED};
 
 /// The policy webhooks' handlers. Without a client every request is allowed.
 #[derive(Clone, Default)]

@@ -4,7 +4,6 @@
 //! `kruise.io/related-pub` (what the Pod webhook looks for), and write the status
 //! (`kruise_core::podunavailablebudget::compute_status`) over the resourceVersion it was computed from.
 
-pub mod take;
 mod workloads;
 
 use std::sync::Arc;

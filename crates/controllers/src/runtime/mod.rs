@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod claim;
 pub mod conditions;
+pub mod disruptions;
 pub mod driver;
 pub mod error;
 pub mod events;

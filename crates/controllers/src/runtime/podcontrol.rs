@@ -107,7 +107,7 @@ pub struct PodControl<'a> {
     pub wording: Wording,
     /// With `PodUnavailableBudgetUpdateGate`, the process's budget decisions an in-place update
     /// takes one unit of before it starts; `None`, updates consult no budget.
-    pub budgets: Option<&'a crate::podunavailablebudget::take::Disruptions>,
+    pub budgets: Option<&'a crate::disruptions::Disruptions>,
 }
 
 /// The wording of create/delete Events: CloneSet's, or the StatefulSet controller's (which

@@ -29,7 +29,7 @@ use kruise_api::statefulset::v1beta1::StatefulSet as AdvancedStatefulSet;
 
 use super::registry::{Cacheable, Registry};
 use crate::cache::PodCache;
-use crate::podunavailablebudget::take::Disruptions;
+use crate::disruptions::Disruptions;
 
 /// A store of every `K` of the cluster, filled by one watch, and the subscribers to its changes.
 pub struct Shared<K: Resource<DynamicType = ()> + Clone + 'static> {

@@ -31,11 +31,11 @@ use super::writes::{ApiWrites, LiveReads, Writes};
 use super::{Driven, Owner, begin};
 use crate::cache::{NOT_LISTED_RETRY, PodCache, listed};
 use crate::claim::{Recheck, claim_pods, claim_revisions, selector_match};
+use crate::disruptions::Disruptions;
 use crate::error::Error;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::podcontrol::{PodControl, Wording, expectations_met};
-use crate::podunavailablebudget::take::Disruptions;
 
 /// How soon a reconcile that adopted Pods looks again (on the adopted Pods as the cache shows them).
 pub const ADOPTED_RETRY: std::time::Duration = std::time::Duration::from_millis(500);

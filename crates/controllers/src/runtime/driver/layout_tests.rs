@@ -167,7 +167,7 @@ const BUILDS_ITS_OWN_API: &[(&str, &str)] = &[
          which has its own fake (`ledger::fake`) for its tests",
     ),
     (
-        "controllers/src/podunavailablebudget/take.rs",
+        "controllers/src/runtime/disruptions.rs",
         "the budget read from the apiserver before a refusal (a refusal is never made on a cache)",
     ),
     (
