@@ -452,3 +452,36 @@ fn function_lengths_are_counted_from_signature_to_closing_brace() {
     let found = function_lengths(text);
     assert_eq!(found, vec![("a".to_owned(), 1, 3), ("b".to_owned(), 5, 5)]);
 }
+
+/// The runtime serves every kind and depends on none: no production line under `runtime/` names a
+/// kind's module (what two kinds share moves into the runtime).
+#[test]
+fn the_runtime_names_no_kind() {
+    let src = crates_dir().join("controllers/src");
+    let kinds: Vec<String> = std::fs::read_dir(&src)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .map(|name| name.trim_end_matches(".rs").to_owned())
+                .filter(|name| name != "lib" && name != "runtime")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(kinds.len() >= 18, "the kinds' modules: {kinds:?}");
+    let mut files = Vec::new();
+    sources(&src.join("runtime"), &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in production_lines(file, &text) {
+            if let Some(kind) = kinds
+                .iter()
+                .find(|kind| line.contains(&format!("crate::{kind}::")))
+            {
+                wrong.push(format!("{}: names {kind}: {line}", file.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
