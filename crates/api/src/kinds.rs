@@ -3,6 +3,7 @@
 //! the kind name of an object in JSON form.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -45,8 +46,8 @@ pub trait KindApi {
     /// conversion may change: everything else there (fields such as Go's `creationTimestamp: null`) is
     /// copied verbatim.
     const RAW_METADATA_PATHS: &'static [&'static str] = &[];
-    type V1alpha1: Serialize + DeserializeOwned;
-    type V1beta1: Serialize + DeserializeOwned;
+    type V1alpha1: Serialize + DeserializeOwned + CustomResourceExt;
+    type V1beta1: Serialize + DeserializeOwned + CustomResourceExt;
 
     fn to_v1beta1(object: Self::V1alpha1) -> Self::V1beta1;
     fn to_v1alpha1(object: Self::V1beta1) -> Self::V1alpha1;
@@ -59,9 +60,63 @@ pub trait KindApi {
     }
     /// Create (`old` = None) or update validation; every error names its field.
     fn validate(object: &Self::V1beta1, old: Option<&Self::V1beta1>) -> Vec<FieldError>;
-    /// The CRD with both versions, v1beta1 stored, conversion by webhook.
-    fn crd() -> CustomResourceDefinition;
+    /// The CRD with both versions, v1beta1 stored, conversion by webhook: every kind merges the CRDs
+    /// kube derives for its two version types the same way, so this is written once here.
+    fn crd() -> CustomResourceDefinition {
+        crate::crd::assemble(Self::V1alpha1::crd(), Self::V1beta1::crd())
+    }
 }
+
+/// `to_v1beta1` and `to_v1alpha1` of a kind whose two versions have the same schema and differ only in
+/// how the Rust types wrap it: metadata and status move as they are, and the spec's fields move from one
+/// wrapper to the other. Written once here for the kinds that are so (BroadcastJob, ImagePullJob,
+/// ImageListPullJob, NodeImage). `same_schema_conversion!(Kind, AlphaSpec)`: the v1alpha1 spec
+/// `AlphaSpec` holds the v1beta1 spec as `fields`; `same_schema_conversion!(Kind, AlphaSpec, BetaSpec)`:
+/// both versions' specs hold the same fields as `fields`. To be used inside `impl KindApi`, with the
+/// kind's `v1alpha1` and `v1beta1` modules in scope.
+macro_rules! same_schema_conversion {
+    ($kind:ident, $alpha_spec:ident) => {
+        fn to_v1beta1(object: v1alpha1::$kind) -> v1beta1::$kind {
+            v1beta1::$kind {
+                metadata: object.metadata,
+                spec: object.spec.fields,
+                status: object.status,
+            }
+        }
+
+        fn to_v1alpha1(object: v1beta1::$kind) -> v1alpha1::$kind {
+            v1alpha1::$kind {
+                metadata: object.metadata,
+                spec: v1alpha1::$alpha_spec {
+                    fields: object.spec,
+                },
+                status: object.status,
+            }
+        }
+    };
+    ($kind:ident, $alpha_spec:ident, $beta_spec:ident) => {
+        fn to_v1beta1(object: v1alpha1::$kind) -> v1beta1::$kind {
+            v1beta1::$kind {
+                metadata: object.metadata,
+                spec: v1beta1::$beta_spec {
+                    fields: object.spec.fields,
+                },
+                status: object.status,
+            }
+        }
+
+        fn to_v1alpha1(object: v1beta1::$kind) -> v1alpha1::$kind {
+            v1alpha1::$kind {
+                metadata: object.metadata,
+                spec: v1alpha1::$alpha_spec {
+                    fields: object.spec.fields,
+                },
+                status: object.status,
+            }
+        }
+    };
+}
+pub(crate) use same_schema_conversion;
 
 /// Errors of the JSON-level operations.
 #[derive(Debug, thiserror::Error)]

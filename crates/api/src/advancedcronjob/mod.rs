@@ -78,9 +78,7 @@ pub mod schedule;
 pub mod v1alpha1;
 pub mod v1beta1;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::tz::TimeZone;
-use kube::CustomResourceExt;
 
 use crate::conversion::Stash;
 use crate::field::{FieldError, Path};
@@ -222,13 +220,6 @@ impl KindApi for Api {
             validate_update(&object.spec, &old.spec, &mut errors);
         }
         errors
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(
-            v1alpha1::AdvancedCronJob::crd(),
-            v1beta1::AdvancedCronJob::crd(),
-        )
     }
 }
 

@@ -48,9 +48,7 @@ macro_rules! broadcast_job_resource {
 pub mod v1alpha1;
 pub mod v1beta1;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 
 use crate::field::{FieldError, Path};
 use crate::kinds::{Defaults, KindApi};
@@ -70,23 +68,7 @@ impl KindApi for Api {
     type V1alpha1 = v1alpha1::BroadcastJob;
     type V1beta1 = v1beta1::BroadcastJob;
 
-    fn to_v1beta1(object: v1alpha1::BroadcastJob) -> v1beta1::BroadcastJob {
-        v1beta1::BroadcastJob {
-            metadata: object.metadata,
-            spec: object.spec.fields,
-            status: object.status,
-        }
-    }
-
-    fn to_v1alpha1(object: v1beta1::BroadcastJob) -> v1alpha1::BroadcastJob {
-        v1alpha1::BroadcastJob {
-            metadata: object.metadata,
-            spec: v1alpha1::BroadcastJobSpec {
-                fields: object.spec,
-            },
-            status: object.status,
-        }
-    }
+    crate::kinds::same_schema_conversion!(BroadcastJob, BroadcastJobSpec);
 
     fn default_with(object: &mut v1beta1::BroadcastJob, defaults: &Defaults) {
         let spec = &mut object.spec;
@@ -212,10 +194,6 @@ impl KindApi for Api {
             &mut errors,
         );
         errors
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::BroadcastJob::crd(), v1beta1::BroadcastJob::crd())
     }
 }
 

@@ -127,9 +127,7 @@ pub mod v1beta1;
 mod validate;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 
 use crate::field::FieldError;
 use crate::kinds::{Defaults, KindApi};
@@ -200,10 +198,6 @@ impl KindApi for Api {
 
     fn validate(object: &v1beta1::CloneSet, old: Option<&v1beta1::CloneSet>) -> Vec<FieldError> {
         validate::validate(object, old)
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::CloneSet::crd(), v1beta1::CloneSet::crd())
     }
 }
 

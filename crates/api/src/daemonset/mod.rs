@@ -73,10 +73,8 @@ pub mod v1beta1;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 use crate::conversion::Stash;
@@ -308,10 +306,6 @@ impl KindApi for Api {
         }
         validate_spec(&object.spec, &mut errors);
         errors
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::DaemonSet::crd(), v1beta1::DaemonSet::crd())
     }
 }
 

@@ -133,10 +133,8 @@ pub mod v1beta1;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 
 use crate::broadcastjob::v1beta1::{COMPLETION_ALWAYS, COMPLETION_NEVER};
 use crate::field::{FieldError, Path};
@@ -307,23 +305,7 @@ impl KindApi for ImagePullJobApi {
     type V1alpha1 = v1alpha1::ImagePullJob;
     type V1beta1 = v1beta1::ImagePullJob;
 
-    fn to_v1beta1(object: v1alpha1::ImagePullJob) -> v1beta1::ImagePullJob {
-        v1beta1::ImagePullJob {
-            metadata: object.metadata,
-            spec: object.spec.fields,
-            status: object.status,
-        }
-    }
-
-    fn to_v1alpha1(object: v1beta1::ImagePullJob) -> v1alpha1::ImagePullJob {
-        v1alpha1::ImagePullJob {
-            metadata: object.metadata,
-            spec: v1alpha1::ImagePullJobSpec {
-                fields: object.spec,
-            },
-            status: object.status,
-        }
-    }
+    crate::kinds::same_schema_conversion!(ImagePullJob, ImagePullJobSpec);
 
     fn default_with(object: &mut v1beta1::ImagePullJob, _defaults: &Defaults) {
         let spec = &mut object.spec;
@@ -375,10 +357,6 @@ impl KindApi for ImagePullJobApi {
             });
         first.into_iter().collect()
     }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::ImagePullJob::crd(), v1beta1::ImagePullJob::crd())
-    }
 }
 
 impl KindApi for ImageListPullJobApi {
@@ -388,25 +366,11 @@ impl KindApi for ImageListPullJobApi {
     type V1alpha1 = v1alpha1::ImageListPullJob;
     type V1beta1 = v1beta1::ImageListPullJob;
 
-    fn to_v1beta1(object: v1alpha1::ImageListPullJob) -> v1beta1::ImageListPullJob {
-        v1beta1::ImageListPullJob {
-            metadata: object.metadata,
-            spec: v1beta1::ImageListPullJobObjectSpec {
-                fields: object.spec.fields,
-            },
-            status: object.status,
-        }
-    }
-
-    fn to_v1alpha1(object: v1beta1::ImageListPullJob) -> v1alpha1::ImageListPullJob {
-        v1alpha1::ImageListPullJob {
-            metadata: object.metadata,
-            spec: v1alpha1::ImageListPullJobSpec {
-                fields: object.spec.fields,
-            },
-            status: object.status,
-        }
-    }
+    crate::kinds::same_schema_conversion!(
+        ImageListPullJob,
+        ImageListPullJobSpec,
+        ImageListPullJobObjectSpec
+    );
 
     fn default_with(object: &mut v1beta1::ImageListPullJob, _defaults: &Defaults) {
         let spec = &mut object.spec.fields;
@@ -469,13 +433,6 @@ impl KindApi for ImageListPullJobApi {
             });
         first.into_iter().collect()
     }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(
-            v1alpha1::ImageListPullJob::crd(),
-            v1beta1::ImageListPullJob::crd(),
-        )
-    }
 }
 
 /// Upstream's NodeImage defaults: every tag gets a creation time and a pull policy with its timeout and
@@ -501,23 +458,7 @@ impl KindApi for NodeImageApi {
     type V1alpha1 = v1alpha1::NodeImage;
     type V1beta1 = v1beta1::NodeImage;
 
-    fn to_v1beta1(object: v1alpha1::NodeImage) -> v1beta1::NodeImage {
-        v1beta1::NodeImage {
-            metadata: object.metadata,
-            spec: object.spec.fields,
-            status: object.status,
-        }
-    }
-
-    fn to_v1alpha1(object: v1beta1::NodeImage) -> v1alpha1::NodeImage {
-        v1alpha1::NodeImage {
-            metadata: object.metadata,
-            spec: v1alpha1::NodeImageSpec {
-                fields: object.spec,
-            },
-            status: object.status,
-        }
-    }
+    crate::kinds::same_schema_conversion!(NodeImage, NodeImageSpec);
 
     fn default_with(object: &mut v1beta1::NodeImage, _defaults: &Defaults) {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -577,10 +518,6 @@ impl KindApi for NodeImageApi {
             }
         }
         Vec::new()
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::NodeImage::crd(), v1beta1::NodeImage::crd())
     }
 }
 

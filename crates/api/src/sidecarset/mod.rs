@@ -51,11 +51,9 @@ mod validate;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction, ObjectFieldSelector, Probe};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 
 pub use conflicts::conflicts;
 pub use hash::{ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE};
@@ -275,10 +273,6 @@ impl KindApi for Api {
         old: Option<&v1beta1::SidecarSet>,
     ) -> Vec<FieldError> {
         validate::validate(object, old)
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::SidecarSet::crd(), v1beta1::SidecarSet::crd())
     }
 }
 

@@ -72,9 +72,7 @@ pub mod v1beta1;
 pub mod volume_expansion;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 use serde_json::Value;
 
 use crate::conversion::Stash;
@@ -271,10 +269,6 @@ impl KindApi for Api {
             validate_update(&object.spec, &old.spec, &mut errors);
         }
         errors
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(v1alpha1::StatefulSet::crd(), v1beta1::StatefulSet::crd())
     }
 }
 

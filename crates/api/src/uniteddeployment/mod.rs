@@ -77,9 +77,7 @@ pub mod v1alpha1;
 pub mod v1beta1;
 mod validate;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResourceExt;
 
 use crate::field::FieldError;
 use crate::kinds::{Defaults, KindApi};
@@ -166,13 +164,6 @@ impl KindApi for Api {
         old: Option<&v1beta1::UnitedDeployment>,
     ) -> Vec<FieldError> {
         validate::validate(object, old)
-    }
-
-    fn crd() -> CustomResourceDefinition {
-        crate::crd::assemble(
-            v1alpha1::UnitedDeployment::crd(),
-            v1beta1::UnitedDeployment::crd(),
-        )
     }
 }
 
