@@ -75,111 +75,84 @@ fn put_keys(map: &mut Option<BTreeMap<String, String>>, entries: BTreeMap<String
     }
 }
 
-pub(super) fn to_v1beta1(object: v1alpha1::CloneSet) -> v1beta1::CloneSet {
-    let v1alpha1::CloneSet {
-        mut metadata,
-        spec,
-        status,
-    } = object;
-    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
-    let mut outgoing = Stash::default();
-    let update = Part {
-        strategy: spec.update_strategy,
-        meta: take_keys(&mut metadata.annotations, &PRE_DOWNLOAD_ANNOTATIONS),
+/// One direction of the conversion, `$from` → `$to`. Both directions are the same steps with the two
+/// versions' roles swapped — take the stash the other direction left, convert the update part and the
+/// scale part without loss, put their metadata entries and the new stash back, copy the rest of the spec
+/// — so they are written once here.
+macro_rules! convert {
+    (
+        $name:ident: $from:ident -> $to:ident,
+        update: $update:ident / $update_back:ident,
+        scale: $scale:ident / $scale_back:ident,
+        stash: $incoming_key:ident -> $outgoing_key:ident $(,)?
+    ) => {
+        pub(super) fn $name(object: $from::CloneSet) -> $to::CloneSet {
+            let $from::CloneSet {
+                mut metadata,
+                spec,
+                status,
+            } = object;
+            let incoming = Stash::take(&mut metadata, keys::$incoming_key);
+            let mut outgoing = Stash::default();
+            let update = Part {
+                strategy: spec.update_strategy,
+                meta: take_keys(&mut metadata.annotations, &PRE_DOWNLOAD_ANNOTATIONS),
+            };
+            let update = convert_part(
+                update,
+                $update,
+                $update_back,
+                STASH_UPDATE,
+                &incoming,
+                &mut outgoing,
+            );
+            let scale = Part {
+                strategy: spec.scale_strategy,
+                meta: take_keys(&mut metadata.labels, &SCALE_LABELS),
+            };
+            let scale = convert_part(
+                scale,
+                $scale,
+                $scale_back,
+                STASH_SCALE,
+                &incoming,
+                &mut outgoing,
+            );
+            put_keys(&mut metadata.annotations, update.meta);
+            put_keys(&mut metadata.labels, scale.meta);
+            outgoing.put(&mut metadata, keys::$outgoing_key);
+            $to::CloneSet {
+                metadata,
+                spec: $to::CloneSetSpec {
+                    replicas: spec.replicas,
+                    selector: spec.selector,
+                    template: spec.template,
+                    volume_claim_templates: spec.volume_claim_templates,
+                    scale_strategy: scale.strategy,
+                    update_strategy: update.strategy,
+                    revision_history_limit: spec.revision_history_limit,
+                    min_ready_seconds: spec.min_ready_seconds,
+                    lifecycle: spec.lifecycle,
+                    progress_deadline_seconds: spec.progress_deadline_seconds,
+                },
+                status,
+            }
+        }
     };
-    let update = convert_part(
-        update,
-        update_up,
-        update_down,
-        STASH_UPDATE,
-        &incoming,
-        &mut outgoing,
-    );
-    let scale = Part {
-        strategy: spec.scale_strategy,
-        meta: take_keys(&mut metadata.labels, &SCALE_LABELS),
-    };
-    let scale = convert_part(
-        scale,
-        scale_up,
-        scale_down,
-        STASH_SCALE,
-        &incoming,
-        &mut outgoing,
-    );
-    put_keys(&mut metadata.annotations, update.meta);
-    put_keys(&mut metadata.labels, scale.meta);
-    outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
-    v1beta1::CloneSet {
-        metadata,
-        spec: v1beta1::CloneSetSpec {
-            replicas: spec.replicas,
-            selector: spec.selector,
-            template: spec.template,
-            volume_claim_templates: spec.volume_claim_templates,
-            scale_strategy: scale.strategy,
-            update_strategy: update.strategy,
-            revision_history_limit: spec.revision_history_limit,
-            min_ready_seconds: spec.min_ready_seconds,
-            lifecycle: spec.lifecycle,
-            progress_deadline_seconds: spec.progress_deadline_seconds,
-        },
-        status,
-    }
 }
 
-pub(super) fn to_v1alpha1(object: v1beta1::CloneSet) -> v1alpha1::CloneSet {
-    let v1beta1::CloneSet {
-        mut metadata,
-        spec,
-        status,
-    } = object;
-    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
-    let mut outgoing = Stash::default();
-    let update = Part {
-        strategy: spec.update_strategy,
-        meta: take_keys(&mut metadata.annotations, &PRE_DOWNLOAD_ANNOTATIONS),
-    };
-    let update = convert_part(
-        update,
-        update_down,
-        update_up,
-        STASH_UPDATE,
-        &incoming,
-        &mut outgoing,
-    );
-    let scale = Part {
-        strategy: spec.scale_strategy,
-        meta: take_keys(&mut metadata.labels, &SCALE_LABELS),
-    };
-    let scale = convert_part(
-        scale,
-        scale_down,
-        scale_up,
-        STASH_SCALE,
-        &incoming,
-        &mut outgoing,
-    );
-    put_keys(&mut metadata.annotations, update.meta);
-    put_keys(&mut metadata.labels, scale.meta);
-    outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
-    v1alpha1::CloneSet {
-        metadata,
-        spec: v1alpha1::CloneSetSpec {
-            replicas: spec.replicas,
-            selector: spec.selector,
-            template: spec.template,
-            volume_claim_templates: spec.volume_claim_templates,
-            scale_strategy: scale.strategy,
-            update_strategy: update.strategy,
-            revision_history_limit: spec.revision_history_limit,
-            min_ready_seconds: spec.min_ready_seconds,
-            lifecycle: spec.lifecycle,
-            progress_deadline_seconds: spec.progress_deadline_seconds,
-        },
-        status,
-    }
-}
+convert!(
+    to_v1beta1: v1alpha1 -> v1beta1,
+    update: update_up / update_down,
+    scale: scale_up / scale_down,
+    stash: ANNOTATION_CONVERSION_V1BETA1_FIELDS -> ANNOTATION_CONVERSION_V1ALPHA1_FIELDS,
+);
+convert!(
+    to_v1alpha1: v1beta1 -> v1alpha1,
+    update: update_down / update_up,
+    scale: scale_down / scale_up,
+    stash: ANNOTATION_CONVERSION_V1ALPHA1_FIELDS -> ANNOTATION_CONVERSION_V1BETA1_FIELDS,
+);
 
 fn update_up(
     part: Part<v1alpha1::CloneSetUpdateStrategy>,
