@@ -7,57 +7,30 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use clap::Parser;
-use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use kruise_benches::apiserver::PodWrites;
-use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::sim;
-use kruise_benches::sim::SimCommand;
+use kruise_benches::manager::print_all_rss;
+use kruise_benches::sim::{self, SimArgs};
+use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::api::{Api, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
-#[derive(Parser, Debug)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes.
-    #[arg(long, default_value_t = 300)]
-    nodes: u16,
-    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
-}
+/// `--nodes` (300) and the manager's extra arguments.
+type Cli = SimArgs<300>;
 
-const NAMESPACE: &str = "bench";
 const NAME: &str = "broadcast";
-const TIMEOUT: Duration = Duration::from_secs(1800);
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    sim::sim_or_bench(command, nodes, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+fn main() -> anyhow::Result<()> {
+    sim::main(|cli: &Cli| cli, bench)
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
-    let client = plane.client().await?;
-    let manager = Manager::start(plane, &cli.manager_args).await?;
-
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(NAMESPACE.into());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await?;
+    let (client, manager) = cli.start_nodes_and_manager(plane).await?;
+    create_namespace(&client, NAMESPACE, Value::Null).await?;
     let jobs: Api<BroadcastJob> = Api::namespaced(client.clone(), NAMESPACE);
     let job: BroadcastJob = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1beta1",

@@ -19,57 +19,43 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, plane_and_bench};
 use kruise_benches::prom::Histogram;
-use kruise_benches::sim::SimCommand;
+use kruise_benches::sim::SimArgs;
 use kruise_benches::stats::mib;
-use kruise_benches::{floor, sim};
+use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace, floor, print_updated_in_place, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes.
-    #[arg(long, default_value_t = 20)]
-    nodes: u16,
     /// CloneSet replicas.
     #[arg(long, default_value_t = 1000)]
     replicas: i32,
-    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
     /// Skip the apiserver's floor (the same in-place rollout on bare Pods by a minimal controller,
     /// measured before the manager starts).
     #[arg(long)]
     no_floor: bool,
+    /// `--nodes` (20) and the manager's extra arguments.
+    #[command(flatten)]
+    sim: SimArgs<20>,
 }
 
-const NAMESPACE: &str = "bench";
 const NAME: &str = "scale";
-const TIMEOUT: Duration = Duration::from_secs(1800);
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    sim::sim_or_bench(command, nodes, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+fn main() -> anyhow::Result<()> {
+    sim::main(|cli: &Cli| &cli.sim, bench)
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
+    sim::spawn(plane, cli.sim.nodes).await?;
     let client = plane.client().await?;
     let pod_count = usize::try_from(cli.replicas).unwrap_or_default();
     let floors = if cli.no_floor {
@@ -84,14 +70,8 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         )
         .await?
     };
-    let manager = Manager::start(plane, &cli.manager_args).await?;
-
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(NAMESPACE.into());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await?;
+    let manager = Manager::start(plane, &cli.sim.manager_args).await?;
+    create_namespace(&client, NAMESPACE, Value::Null).await?;
     let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), NAMESPACE);
     let replicas = cli.replicas;
     let cloneset: CloneSet = serde_json::from_value(json!({
@@ -114,7 +94,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     }))?;
     println!(
         "CloneSet of {replicas} Pods on {} simulated nodes, kruise-manager {:?}",
-        cli.nodes, cli.manager_args
+        cli.sim.nodes, cli.sim.manager_args
     );
 
     let phase = Phase::start(plane, &client, &manager, replicas, "nginx:alpine").await?;
@@ -135,20 +115,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &manager,
     )
     .await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let restarted = pods
-        .list(&ListParams::default().labels("app=scale"))
-        .await?
-        .items
-        .iter()
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.restart_count == 1))
-        })
-        .count();
-    println!("  Pods updated in place (restartCount 1): {restarted}");
+    print_updated_in_place(&client, NAMESPACE, "app=scale").await?;
     for (writes, floor) in &floors {
         println!(
             "  in-place rollout over the apiserver floor ({}): {:.2}x",

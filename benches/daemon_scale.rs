@@ -72,8 +72,8 @@ const MANAGER_GATES: &str = "--feature-gates=ImagePullJobGate=true";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    kruise_benches::on_control_plane_with(sim::bench_options(), move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
+    kruise_benches::on_control_plane_with(sim::bench_options(), async |plane| {
+        bench(&cli, plane).await
     })
     .await
 }

@@ -32,27 +32,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use k8s_openapi::api::core::v1::Namespace;
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::apiserver::{PodWrites, Requests};
 use kruise_benches::manager::Manager;
 use kruise_benches::process::{CpuMeter, cpu_seconds, plane_and_bench};
-use kruise_benches::sim::SimCommand;
-use kruise_benches::{floor, prom, sim};
+use kruise_benches::sim::SimArgs;
+use kruise_benches::{create_namespace, floor, prom, sim};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::process::{rss_kib, rss_split_kib};
 use kruise_testkit::until;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes.
-    #[arg(long, default_value_t = 50)]
-    nodes: u16,
     /// CloneSets.
     #[arg(long, default_value_t = 10)]
     clonesets: usize,
@@ -62,9 +56,6 @@ struct Cli {
     /// SidecarSets (SidecarSet j injects the Pods of CloneSet j mod 5).
     #[arg(long, default_value_t = 20)]
     sidecarsets: usize,
-    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
     /// Start-up resyncs measured (one restart each); the table gives the median and the slowest.
     #[arg(long, default_value_t = 3)]
     restarts: usize,
@@ -82,6 +73,9 @@ struct Cli {
     /// Measure OpenKruise's kruise-manager from this folder (`make openkruise`) instead of kruise-rs's.
     #[arg(long)]
     openkruise: Option<std::path::PathBuf>,
+    /// `--nodes` (50) and the manager's extra arguments.
+    #[command(flatten)]
+    sim: SimArgs<50>,
 }
 
 /// Which manager the bench measures, and how its `/metrics` counts reconciles.
@@ -108,19 +102,13 @@ const TIMEOUT: Duration = Duration::from_secs(3600);
 /// CloneSets the SidecarSets select (half of the default 10).
 const INJECTED: usize = 5;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    let options = kruise_testkit::control_plane::Options {
+fn main() -> anyhow::Result<()> {
+    let options = |cli: &Cli| kruise_testkit::control_plane::Options {
         // OpenKruise's run starts on its own CRDs.
         crd_dir: cli.openkruise.as_ref().map(|dir| dir.join("crd")),
         ..sim::bench_options()
     };
-    sim::sim_or_bench_with(command, nodes, options, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+    sim::main_with(|cli: &Cli| &cli.sim, options, bench)
 }
 
 /// The figures of the closing table.
@@ -195,7 +183,7 @@ fn floor_shapes(cli: &Cli) -> Vec<floor::Shape> {
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
+    sim::spawn(plane, cli.sim.nodes).await?;
     let client = plane.client().await?;
     let pods_total = cli.clonesets * usize::try_from(cli.replicas).unwrap_or_default();
     let mut figures = Figures::default();
@@ -210,27 +198,22 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     }
     let (mut manager, flavor) = match &cli.openkruise {
         None => (
-            Manager::start(plane, &cli.manager_args).await?,
+            Manager::start(plane, &cli.sim.manager_args).await?,
             Flavor::KruiseRs,
         ),
         Some(dir) => (
-            Manager::start_openkruise(plane, dir, &cli.manager_args).await?,
+            Manager::start_openkruise(plane, dir, &cli.sim.manager_args).await?,
             Flavor::OpenKruise,
         ),
     };
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(NAMESPACE.into());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await?;
+    create_namespace(&client, NAMESPACE, Value::Null).await?;
     let which = match &cli.openkruise {
         None => "kruise-rs".to_owned(),
         Some(dir) => format!("OpenKruise from {}", dir.display()),
     };
     println!(
         "{} CloneSets × {} Pods (2 containers) on {} simulated nodes, {} SidecarSets; kruise-manager ({which}) {:?}",
-        cli.clonesets, cli.replicas, cli.nodes, cli.sidecarsets, cli.manager_args
+        cli.clonesets, cli.replicas, cli.sim.nodes, cli.sidecarsets, cli.sim.manager_args
     );
     // A measurement window for the empty manager's start-up allocations to settle and be purged.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -447,7 +430,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     print_rss_split(manager.pid);
 
     println!();
-    println!("| {pods_total} Pods, {} nodes | figure |", cli.nodes);
+    println!("| {pods_total} Pods, {} nodes | figure |", cli.sim.nodes);
     println!("|---|---|");
     println!(
         "| create → all Ready | {:.1} s |",

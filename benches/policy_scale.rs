@@ -34,14 +34,15 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_namespace, create_paced, injecting_names, print_freshness,
-    quantile_ms, sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, create_paced, injecting_names, print_freshness, quantile_ms, sidecarsets,
+    wait_dry_run,
 };
 use kruise_benches::apiserver;
+use kruise_benches::create_namespace;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, pid_of};
 use kruise_benches::prom::Histogram;
-use kruise_benches::sim::{self, SimCommand};
+use kruise_benches::sim::{self, SimArgs};
 use kruise_benches::stats::{ms, percentile, seconds_as_ms};
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::until;
@@ -52,11 +53,6 @@ use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes (phase 2's Pods run there), over three zones.
-    #[arg(long, default_value_t = 10)]
-    nodes: u16,
     /// Paced Pod creates per second in the latency phase.
     #[arg(long, default_value_t = 200)]
     rate: u32,
@@ -72,9 +68,9 @@ struct Cli {
     /// Phases to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "latency,eviction")]
     phases: Vec<Phase>,
-    /// Extra manager argument (repeatable).
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
+    /// `--nodes` (10: phase 2's Pods run there, over three zones) and the manager's extra arguments.
+    #[command(flatten)]
+    sim: SimArgs<10>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -95,11 +91,8 @@ const TEMPLATE_HASH: &str = "bench";
 const MATCHED_WORKLOADSPREAD: &str = "apps.kruise.io/matched-workloadspread";
 const RELATED_PUB: &str = "kruise.io/related-pub";
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    let options = Options {
+fn main() -> anyhow::Result<()> {
+    let options = |cli: &Cli| Options {
         // The bench's ReplicaSets and Deployments only give Pods an owner chain.
         controller_manager_controllers: vec![
             "-replicaset-controller".into(),
@@ -109,22 +102,19 @@ async fn main() -> anyhow::Result<()> {
         crd_dir: cli.openkruise.as_ref().map(|dir| dir.join("crd")),
         ..sim::bench_options()
     };
-    sim::sim_or_bench_with(command, nodes, options, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+    sim::main_with(|cli: &Cli| &cli.sim, options, bench)
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
+    sim::spawn(plane, cli.sim.nodes).await?;
     let client = plane.client().await?;
     let (manager, which) = match &cli.openkruise {
         None => (
-            Manager::start(plane, &cli.manager_args).await?,
+            Manager::start(plane, &cli.sim.manager_args).await?,
             "kruise-rs".to_owned(),
         ),
         Some(dir) => (
-            Manager::start_openkruise(plane, dir, &cli.manager_args).await?,
+            Manager::start_openkruise(plane, dir, &cli.sim.manager_args).await?,
             format!("OpenKruise from {}", dir.display()),
         ),
     };
@@ -136,7 +126,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     println!(
         "policy webhooks: {which} {:?}; 20 SidecarSets (5 inject), {WORKLOADS} WorkloadSpreads, \
          {WORKLOADS} PodUnavailableBudgets per namespace; {} simulated nodes",
-        cli.manager_args, cli.nodes
+        cli.sim.manager_args, cli.sim.nodes
     );
     let bench = Bench {
         client,

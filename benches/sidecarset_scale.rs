@@ -26,15 +26,15 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_concurrently, create_namespace, create_paced, injecting_names,
-    print_freshness, quantile_ms, sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, create_concurrently, create_paced, injecting_names, print_freshness,
+    quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver::{self, PodWrites};
+use kruise_benches::create_namespace;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, pid_of};
 use kruise_benches::prom::{self, Histogram};
-use kruise_benches::sim;
-use kruise_benches::sim::SimCommand;
+use kruise_benches::sim::{self, SimArgs};
 use kruise_benches::stats::seconds_as_ms;
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
@@ -44,11 +44,6 @@ use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes (for the upgrade phase).
-    #[arg(long, default_value_t = 20)]
-    nodes: u16,
     /// Paced Pod creates per second in the latency phase.
     #[arg(long, default_value_t = 200)]
     rate: u32,
@@ -71,9 +66,9 @@ struct Cli {
         default_value = "latency,throughput,upgrade"
     )]
     phases: Vec<Phase>,
-    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=500`.
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
+    /// `--nodes` (20, for the upgrade phase) and the manager's extra arguments.
+    #[command(flatten)]
+    sim: SimArgs<20>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -89,20 +84,12 @@ const NO_SCHEDULER: &str = "sidecar-bench-no-scheduler";
 const UPGRADE_NAMESPACE: &str = "ss-upgrade";
 const UPGRADE_SET: &str = "bench-upgrade";
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    sim::sim_or_bench(command, nodes, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+fn main() -> anyhow::Result<()> {
+    sim::main(|cli: &Cli| &cli.sim, bench)
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
-    let client = plane.client().await?;
-    let manager = Manager::start(plane, &cli.manager_args).await?;
+    let (client, manager) = cli.sim.start_nodes_and_manager(plane).await?;
     let sets = sidecarsets();
     let sidecarsets: Api<SidecarSet> = Api::all(client.clone());
     for set in &sets {
@@ -113,7 +100,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         "{} SidecarSets ({} inject the bench's Pods), kruise-manager {:?}",
         sets.len(),
         injecting_names().len(),
-        cli.manager_args
+        cli.sim.manager_args
     );
     let bench = Bench {
         client,
@@ -270,7 +257,7 @@ impl Bench<'_> {
         println!(
             "sidecar upgrade: Deployment of {replicas} Pods on {} simulated nodes, one SidecarSet \
              (maxUnavailable 100%)",
-            self.cli.nodes
+            self.cli.sim.nodes
         );
         let began = Instant::now();
         let load = self.load().await?;

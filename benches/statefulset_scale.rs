@@ -15,56 +15,42 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::StatefulSet as NativeStatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::statefulset::v1beta1::StatefulSet;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::sim;
-use kruise_benches::sim::SimCommand;
+use kruise_benches::sim::{self, SimArgs};
+use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace, print_updated_in_place};
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::until;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes.
-    #[arg(long, default_value_t = 20)]
-    nodes: u16,
     /// Replicas of the in-place Advanced StatefulSet.
     #[arg(long, default_value_t = 1000)]
     replicas: i32,
     /// Replicas of the native vs. Advanced StatefulSet comparison.
     #[arg(long, default_value_t = 500)]
     compare_replicas: i32,
-    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
+    /// `--nodes` (20) and the manager's extra arguments.
+    #[command(flatten)]
+    sim: SimArgs<20>,
 }
 
-const NAMESPACE: &str = "bench";
-const TIMEOUT: Duration = Duration::from_secs(1800);
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    let options = Options {
+fn main() -> anyhow::Result<()> {
+    let options = |_: &Cli| Options {
         controller_manager_feature_gates: vec!["MaxUnavailableStatefulSet=true".into()],
         ..sim::bench_options()
     };
-    sim::sim_or_bench_with(command, nodes, options, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+    sim::main_with(|cli: &Cli| &cli.sim, options, bench)
 }
 
 /// The set in either API group: the same spec, kruise-only fields added for ours.
@@ -174,18 +160,11 @@ fn with_image(mut doc: Value, image: &str) -> Value {
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
-    let client = plane.client().await?;
-    let manager = Manager::start(plane, &cli.manager_args).await?;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(NAMESPACE.into());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await?;
+    let (client, manager) = cli.sim.start_nodes_and_manager(plane).await?;
+    create_namespace(&client, NAMESPACE, Value::Null).await?;
     println!(
         "Advanced StatefulSet on {} simulated nodes, kruise-manager {:?}",
-        cli.nodes, cli.manager_args
+        cli.sim.nodes, cli.sim.manager_args
     );
 
     // 1. In place, 1,000 Pods.
@@ -213,20 +192,8 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &manager,
     )
     .await?;
+    print_updated_in_place(&client, NAMESPACE, "app=scale").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let restarted = pods
-        .list(&ListParams::default().labels("app=scale"))
-        .await?
-        .items
-        .iter()
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.restart_count == 1))
-        })
-        .count();
-    println!("  Pods updated in place (restartCount 1): {restarted}");
     let asts: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
     asts.delete("scale", &DeleteParams::foreground()).await?;
     until("the 1,000 Pods gone", TIMEOUT, || async {

@@ -12,44 +12,30 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::uniteddeployment::v1beta1::UnitedDeployment;
 use kruise_benches::apiserver::PodWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
-use kruise_benches::sim;
-use kruise_benches::sim::SimCommand;
+use kruise_benches::sim::{self, SimArgs};
+use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace, print_updated_in_place};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<SimCommand>,
-    /// Simulated nodes (spread over three zones).
-    #[arg(long, default_value_t = 21)]
-    nodes: u16,
     /// UnitedDeployment replicas.
     #[arg(long, default_value_t = 1000)]
     replicas: i32,
-    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
-    #[arg(long = "manager-arg", allow_hyphen_values = true)]
-    manager_args: Vec<String>,
+    /// `--nodes` (21, spread over three zones) and the manager's extra arguments.
+    #[command(flatten)]
+    sim: SimArgs<21>,
 }
 
-const NAMESPACE: &str = "bench";
 const NAME: &str = "scale";
-const TIMEOUT: Duration = Duration::from_secs(1800);
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let (command, nodes) = (cli.command, cli.nodes);
-    sim::sim_or_bench(command, nodes, move |plane| {
-        Box::pin(async move { bench(&cli, plane).await })
-    })
-    .await
+fn main() -> anyhow::Result<()> {
+    sim::main(|cli: &Cli| &cli.sim, bench)
 }
 
 fn united_deployment(replicas: i32) -> anyhow::Result<UnitedDeployment> {
@@ -92,20 +78,13 @@ fn united_deployment(replicas: i32) -> anyhow::Result<UnitedDeployment> {
 }
 
 async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
-    sim::spawn(plane, cli.nodes).await?;
-    let client = plane.client().await?;
-    let manager = Manager::start(plane, &cli.manager_args).await?;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(NAMESPACE.into());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await?;
+    let (client, manager) = cli.sim.start_nodes_and_manager(plane).await?;
+    create_namespace(&client, NAMESPACE, Value::Null).await?;
     let uds: Api<UnitedDeployment> = Api::namespaced(client.clone(), NAMESPACE);
     let replicas = cli.replicas;
     println!(
         "UnitedDeployment of {replicas} Pods over 3 CloneSet subsets on {} simulated nodes, kruise-manager {:?}",
-        cli.nodes, cli.manager_args
+        cli.sim.nodes, cli.sim.manager_args
     );
 
     let began = Instant::now();
@@ -141,20 +120,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         &PodWrites::read(&client).await?.since(&writes),
         &manager,
     );
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let restarted = pods
-        .list(&ListParams::default().labels("app=scale"))
-        .await?
-        .items
-        .iter()
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.restart_count == 1))
-        })
-        .count();
-    println!("  Pods updated in place (restartCount 1): {restarted}");
+    print_updated_in_place(&client, NAMESPACE, "app=scale").await?;
     print_all_rss(plane);
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_testkit::until;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -100,17 +100,6 @@ pub fn sidecarsets() -> Vec<Value> {
 /// Names of the SidecarSets that inject the bench's Pods, sorted (as the injected-list annotation).
 pub fn injecting_names() -> Vec<String> {
     (0..5).map(|i| format!("sidecar-m{i}")).collect()
-}
-
-/// Creates the namespace `name` with `labels`.
-pub async fn create_namespace(client: &Client, name: &str, labels: Value) -> anyhow::Result<()> {
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .with_context(|| format!("creating namespace {name}"))?;
-    Ok(())
 }
 
 /// Waits until a server-side dry run of `pod` in `namespace` comes back with the injected-list

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::future::BoxFuture;
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::process::Process;
 use kruise_testkit::testbed::wait_nodes_ready;
+use kube::Client;
 use kubelet_sim::NodeSpecSim;
 
 /// Zones the simulated nodes are spread over (label `topology.kubernetes.io/zone`).
@@ -92,7 +92,7 @@ pub fn bench_options() -> Options {
 pub async fn sim_or_bench(
     command: Option<SimCommand>,
     nodes: u16,
-    bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
+    bench: impl AsyncFnOnce(&ControlPlane) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     sim_or_bench_with(command, nodes, bench_options(), bench).await
 }
@@ -102,10 +102,69 @@ pub async fn sim_or_bench_with(
     command: Option<SimCommand>,
     nodes: u16,
     options: Options,
-    bench: impl for<'p> FnOnce(&'p ControlPlane) -> BoxFuture<'p, anyhow::Result<()>>,
+    bench: impl AsyncFnOnce(&ControlPlane) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     match command {
         Some(SimCommand::Sim) => run(nodes).await,
         None => crate::on_control_plane_with(options, bench).await,
     }
+}
+
+// The arguments every bench with simulated nodes and a kruise-manager takes, flattened into its
+// `Cli` (or its `Cli` itself): the internal `sim` subcommand, the node count (`NODES` by default)
+// and the manager's extra arguments. Declared once so that every bench reads them the same way.
+// (A `//` comment: clap would print a doc comment as every bench's `--help` text.)
+#[derive(clap::Parser, Debug)]
+pub struct SimArgs<const NODES: u16> {
+    #[command(subcommand)]
+    pub command: Option<SimCommand>,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = NODES)]
+    pub nodes: u16,
+    /// Extra kruise-manager argument (repeatable), e.g. `--manager-arg=--kube-api-qps=200`.
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    pub manager_args: Vec<String>,
+}
+
+impl<const NODES: u16> SimArgs<NODES> {
+    /// What a bench runs against before its workload: starts kubelet-sim's nodes and kruise-manager
+    /// with the extra arguments; returns a client and the manager.
+    pub async fn start_nodes_and_manager(
+        &self,
+        plane: &ControlPlane,
+    ) -> anyhow::Result<(Client, crate::manager::Manager)> {
+        spawn(plane, self.nodes).await?;
+        let client = plane.client().await?;
+        let manager = crate::manager::Manager::start(plane, &self.manager_args).await?;
+        Ok((client, manager))
+    }
+}
+
+/// A bench binary's `main` (as `#[tokio::main]` would run it): parses the bench's `Cli`, finds its
+/// [`SimArgs`] with `sim_args`, and runs kubelet-sim or `bench` ([`sim_or_bench`]).
+pub fn main<C: clap::Parser, const NODES: u16>(
+    sim_args: impl FnOnce(&C) -> &SimArgs<NODES>,
+    bench: impl AsyncFnOnce(&C, &ControlPlane) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    main_with(sim_args, |_| bench_options(), bench)
+}
+
+/// [`main`] with the control plane's options made from the bench's `Cli` by `options`.
+pub fn main_with<C: clap::Parser, const NODES: u16>(
+    sim_args: impl FnOnce(&C) -> &SimArgs<NODES>,
+    options: impl FnOnce(&C) -> Options,
+    bench: impl AsyncFnOnce(&C, &ControlPlane) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let cli = C::parse();
+    let (command, nodes) = {
+        let args = sim_args(&cli);
+        (args.command, args.nodes)
+    };
+    let options = options(&cli);
+    tokio::runtime::Runtime::new()?.block_on(sim_or_bench_with(
+        command,
+        nodes,
+        options,
+        async |plane| bench(&cli, plane).await,
+    ))
 }
