@@ -7,12 +7,11 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::time::Instant;
-
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
-use kruise_benches::apiserver::PodWrites;
+use kruise_benches::apiserver::TimedWrites;
 use kruise_benches::manager::print_all_rss;
 use kruise_benches::sim::{self, SimArgs};
+use kruise_benches::stats::print_rate;
 use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
@@ -51,8 +50,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         cli.manager_args
     );
 
-    let writes = PodWrites::read(&client).await?;
-    let began = Instant::now();
+    let phase = TimedWrites::start(&client).await?;
     jobs.create(&PostParams::default(), &job).await?;
     until(
         format!("{NAME} completed on {nodes} nodes"),
@@ -64,16 +62,8 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         },
     )
     .await?;
-    let took = began.elapsed();
-    println!(
-        "create → completed: {:.1} s ({:.0} Pods/s)",
-        took.as_secs_f64(),
-        f64::from(nodes) / took.as_secs_f64()
-    );
-    PodWrites::read(&client)
-        .await?
-        .since(&writes)
-        .print(f64::from(nodes));
+    print_rate("create → completed", phase.took(), f64::from(nodes));
+    phase.print_writes(&client, f64::from(nodes)).await?;
     manager.print_rss();
     print_all_rss(plane);
     Ok(())

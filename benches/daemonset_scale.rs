@@ -8,13 +8,12 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::time::Instant;
-
 use k8s_openapi::api::apps::v1::DaemonSet as NativeDaemonSet;
 use kruise_api::daemonset::v1beta1::DaemonSet;
-use kruise_benches::apiserver::PodWrites;
+use kruise_benches::apiserver::TimedWrites;
 use kruise_benches::manager::print_all_rss;
 use kruise_benches::sim::{self, SimArgs};
+use kruise_benches::stats::print_rate;
 use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace};
 use kruise_testkit::control_plane::ControlPlane;
 use kruise_testkit::until;
@@ -67,8 +66,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         "ads",
         json!({"type": "RollingUpdate", "rollingUpdate": {"rollingUpdateType": "InPlaceIfPossible", "maxUnavailable": "100%"}}),
     ))?;
-    let writes = PodWrites::read(&client).await?;
-    let began = Instant::now();
+    let phase = TimedWrites::start(&client).await?;
     sets.create(&PostParams::default(), &ads).await?;
     let ads_ready = |updated: bool| {
         let sets = sets.clone();
@@ -82,33 +80,20 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         }
     };
     until("ADS Ready on every node", TIMEOUT, || ads_ready(false)).await?;
-    let took = began.elapsed();
-    println!(
-        "ADS create → all Ready: {:.1} s ({:.0} Pods/s)",
-        took.as_secs_f64(),
-        f64::from(nodes) / took.as_secs_f64()
-    );
-    PodWrites::read(&client)
-        .await?
-        .since(&writes)
-        .print(f64::from(nodes));
-    let writes = PodWrites::read(&client).await?;
-    let began = Instant::now();
+    print_rate("ADS create → all Ready", phase.took(), f64::from(nodes));
+    phase.print_writes(&client, f64::from(nodes)).await?;
+    let phase = TimedWrites::start(&client).await?;
     sets.patch("ads", &PatchParams::default(), &v2()).await?;
     // The status keeps the old counts until the new generation is observed.
     until("ADS updated in place on every node", TIMEOUT, || {
         ads_ready(true)
     })
     .await?;
-    let took = began.elapsed();
     println!(
         "ADS in-place rollout (maxUnavailable 100%) → all updated and Ready: {:.1} s",
-        took.as_secs_f64()
+        phase.took().as_secs_f64()
     );
-    PodWrites::read(&client)
-        .await?
-        .since(&writes)
-        .print(f64::from(nodes));
+    phase.print_writes(&client, f64::from(nodes)).await?;
     manager.print_rss();
 
     // Kubernetes' DaemonSet on the same fleet: create, then roll (recreate).
@@ -129,8 +114,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
                 && (!updated || s.updated_number_scheduled == Some(nodes)))
         }
     };
-    let writes = PodWrites::read(&client).await?;
-    let began = Instant::now();
+    let phase = TimedWrites::start(&client).await?;
     natives.create(&PostParams::default(), &native).await?;
     until("native DaemonSet Ready on every node", TIMEOUT, || {
         native_ready(false)
@@ -138,14 +122,10 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     .await?;
     println!(
         "native DaemonSet create → all Ready: {:.1} s",
-        began.elapsed().as_secs_f64()
+        phase.took().as_secs_f64()
     );
-    PodWrites::read(&client)
-        .await?
-        .since(&writes)
-        .print(f64::from(nodes));
-    let writes = PodWrites::read(&client).await?;
-    let began = Instant::now();
+    phase.print_writes(&client, f64::from(nodes)).await?;
+    let phase = TimedWrites::start(&client).await?;
     natives
         .patch("native", &PatchParams::default(), &v2())
         .await?;
@@ -155,12 +135,9 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
     .await?;
     println!(
         "native DaemonSet rollout (maxUnavailable 100%, recreate) → all updated and Ready: {:.1} s",
-        began.elapsed().as_secs_f64()
+        phase.took().as_secs_f64()
     );
-    PodWrites::read(&client)
-        .await?
-        .since(&writes)
-        .print(f64::from(nodes));
+    phase.print_writes(&client, f64::from(nodes)).await?;
     print_all_rss(plane);
     Ok(())
 }

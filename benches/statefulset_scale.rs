@@ -15,16 +15,15 @@
 //! binary next to this one (`cargo build --release -p kruise-manager`, as `make bench` does) or
 //! `$KRUISE_MANAGER_BIN`.
 
-use std::time::Instant;
-
 use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::StatefulSet as NativeStatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::statefulset::v1beta1::StatefulSet;
-use kruise_benches::apiserver::PodWrites;
+use kruise_benches::apiserver::TimedWrites;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::sim::{self, SimArgs};
+use kruise_benches::stats::print_rate;
 use kruise_benches::{NAMESPACE, TIMEOUT, create_namespace, print_updated_in_place};
 use kruise_testkit::control_plane::{ControlPlane, Options};
 use kruise_testkit::until;
@@ -125,8 +124,7 @@ async fn phase(
 ) -> anyhow::Result<()> {
     let api_version = doc["apiVersion"].as_str().unwrap_or_default();
     let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-    let writes = PodWrites::read(client).await?;
-    let began = Instant::now();
+    let phase = TimedWrites::start(client).await?;
     let params = PatchParams::apply("statefulset-scale").force();
     if api_version == "apps/v1" {
         let api: Api<NativeStatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
@@ -140,16 +138,8 @@ async fn phase(
             .with_context(|| format!("applying {what}"))?;
     }
     wait_rolled_out(client, api_version, name, replicas).await?;
-    let took = began.elapsed();
-    println!(
-        "{what}: {:.1} s ({:.0} Pods/s)",
-        took.as_secs_f64(),
-        f64::from(replicas) / took.as_secs_f64()
-    );
-    PodWrites::read(client)
-        .await?
-        .since(&writes)
-        .print(f64::from(replicas));
+    print_rate(what, phase.took(), f64::from(replicas));
+    phase.print_writes(client, f64::from(replicas)).await?;
     manager.print_rss();
     Ok(())
 }

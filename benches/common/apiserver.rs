@@ -2,7 +2,7 @@
 //! scheduler, the garbage collector, the bench) asked of it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kruise_testkit::eventually;
 use kube::Client;
@@ -190,6 +190,39 @@ impl PodWrites {
         for (key, count) in &self.0 {
             println!("    {key}: {count:.0} ({:.2} per Pod)", count / pods);
         }
+    }
+}
+
+/// A phase timed from its start, with the apiserver's Pod writes counted from then. The workload
+/// benches each read the writes, started the clock, acted, waited and printed the time and the
+/// writes since; this does the reading and the clock the same way for all of them.
+pub struct TimedWrites {
+    before: PodWrites,
+    began: Instant,
+}
+
+impl TimedWrites {
+    /// Reads the Pod writes so far, then starts the clock (so the read is not timed).
+    pub async fn start(client: &Client) -> anyhow::Result<Self> {
+        let before = PodWrites::read(client).await?;
+        Ok(Self {
+            before,
+            began: Instant::now(),
+        })
+    }
+
+    /// The time since [`Self::start`].
+    pub fn took(&self) -> Duration {
+        self.began.elapsed()
+    }
+
+    /// Prints the Pod writes made since [`Self::start`] ([`PodWrites::print`], `pods` Pods).
+    pub async fn print_writes(&self, client: &Client, pods: f64) -> anyhow::Result<()> {
+        PodWrites::read(client)
+            .await?
+            .since(&self.before)
+            .print(pods);
+        Ok(())
     }
 }
 

@@ -24,6 +24,16 @@ pub fn seconds_as_ms(seconds: f64) -> String {
     format!("{:.3} ms", seconds * 1000.0)
 }
 
+/// Prints `{what}: <seconds> s (<pods per second> Pods/s)`: how the benches report a create or a
+/// rollout of `pods` Pods that took `took`, in one wording.
+pub fn print_rate(what: &str, took: Duration, pods: f64) {
+    println!(
+        "{what}: {:.1} s ({:.0} Pods/s)",
+        took.as_secs_f64(),
+        pods / took.as_secs_f64()
+    );
+}
+
 /// KiB (as /proc reports them) in MiB, e.g. `41.3 MiB`.
 pub fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
