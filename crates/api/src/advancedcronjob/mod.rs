@@ -474,25 +474,24 @@ fn validate_image_list_pull_job(
         return;
     }
     if let Some(deadline) = policy.active_deadline_seconds {
-        if deadline > MAX_ACTIVE_DEADLINE_SECONDS {
-            errors.push(FieldError::invalid(
-                &policy_path.child("activeDeadlineSeconds"),
-                deadline,
-                format!(
-                    "activeDeadlineSeconds must be less than {MAX_ACTIVE_DEADLINE_SECONDS}, current value is: {deadline}"
-                ),
-            ));
-            return;
-        }
-        if let Some(timeout) = spec.pull_policy.as_ref().and_then(|p| p.timeout_seconds)
-            && i64::from(timeout) > deadline
-        {
-            errors.push(FieldError::invalid(
-                &policy_path.child("activeDeadlineSeconds"),
-                deadline,
+        // Both checks refuse the deadline itself, at the same field; only the message differs.
+        let timeout = spec.pull_policy.as_ref().and_then(|p| p.timeout_seconds);
+        let message = if deadline > MAX_ACTIVE_DEADLINE_SECONDS {
+            Some(format!(
+                "activeDeadlineSeconds must be less than {MAX_ACTIVE_DEADLINE_SECONDS}, current value is: {deadline}"
+            ))
+        } else {
+            timeout.filter(|t| i64::from(*t) > deadline).map(|timeout| {
                 format!(
                     "completionPolicy.activeDeadlineSeconds must be greater than pullPolicy.timeoutSeconds({timeout})"
-                ),
+                )
+            })
+        };
+        if let Some(message) = message {
+            errors.push(FieldError::invalid(
+                &policy_path.child("activeDeadlineSeconds"),
+                deadline,
+                message,
             ));
             return;
         }
