@@ -71,25 +71,37 @@ fn set_defaults_container(container: &mut Container, app_container: bool) {
             field_ref.api_version.get_or_insert_with(|| "v1".into());
         }
     }
-    for probe in [
-        &mut container.liveness_probe,
-        &mut container.readiness_probe,
-        &mut container.startup_probe,
+    default_probes_and_handlers(container, true, set_defaults_probe, set_defaults_http_get);
+}
+
+/// Applies `probe` to a container's probes (liveness, readiness, and startup when `startup`) and
+/// `http_get` to the HTTP-get actions of its lifecycle handlers (postStart, preStop). Pod templates and
+/// SidecarSet containers walk a container the same way; their rules for a probe and an HTTP-get differ.
+pub(crate) fn default_probes_and_handlers(
+    container: &mut Container,
+    startup: bool,
+    probe: fn(&mut Probe),
+    http_get: fn(&mut HTTPGetAction),
+) {
+    let startup_probe = if startup {
+        container.startup_probe.as_mut()
+    } else {
+        None
+    };
+    [
+        container.liveness_probe.as_mut(),
+        container.readiness_probe.as_mut(),
+        startup_probe,
     ]
     .into_iter()
     .flatten()
-    {
-        set_defaults_probe(probe);
-    }
+    .for_each(probe);
     if let Some(lifecycle) = container.lifecycle.as_mut() {
-        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop]
+        [lifecycle.post_start.as_mut(), lifecycle.pre_stop.as_mut()]
             .into_iter()
             .flatten()
-        {
-            if let Some(http) = handler.http_get.as_mut() {
-                set_defaults_http_get(http);
-            }
-        }
+            .filter_map(|handler| handler.http_get.as_mut())
+            .for_each(http_get);
     }
 }
 

@@ -385,25 +385,12 @@ fn set_defaults_container(container: &mut Container) {
             }
         }
     }
-    for probe in [
-        &mut container.liveness_probe,
-        &mut container.readiness_probe,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        set_defaults_probe(probe);
-    }
-    if let Some(lifecycle) = container.lifecycle.as_mut() {
-        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(http) = handler.http_get.as_mut() {
-                set_defaults_http_get(http);
-            }
-        }
-    }
+    crate::podtemplate::default_probes_and_handlers(
+        container,
+        false,
+        set_defaults_probe,
+        set_defaults_http_get,
+    );
 }
 
 fn set_defaults_field_selector(selector: &mut ObjectFieldSelector) {
