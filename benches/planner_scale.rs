@@ -90,6 +90,22 @@ fn template(image: &str) -> PodTemplateSpec {
     .unwrap_or_default()
 }
 
+/// The two revisions every rollout row plans between: [`CURRENT`] at `templates[0]` and
+/// [`UPDATE`] at `templates[1]` (the current one first). The CloneSet, Advanced StatefulSet and
+/// Advanced DaemonSet rows build the same pair; written once so they stay the same.
+fn revisions(templates: &[PodTemplateSpec; 2]) -> [Revision<'_>; 2] {
+    [
+        Revision {
+            name: CURRENT,
+            template: &templates[0],
+        },
+        Revision {
+            name: UPDATE,
+            template: &templates[1],
+        },
+    ]
+}
+
 /// Pod `i` of `n`: the first half at the update revision, Running and Ready for an hour.
 fn pod(name: &str, i: usize, n: usize, node: &str, now: Timestamp) -> Pod {
     let (revision, image) = if i < n / 2 {
@@ -174,6 +190,26 @@ struct Row {
     bytes: u64,
 }
 
+impl Row {
+    /// The row of `workload` over `pods` Pods from what [`measure`] gave (fastest time,
+    /// allocations, bytes): every planner row is made from these the same way.
+    fn new(
+        workload: &'static str,
+        decided: String,
+        pods: usize,
+        (took, allocations, bytes): (Duration, u64, u64),
+    ) -> Self {
+        Self {
+            workload,
+            decided,
+            pods,
+            took,
+            allocations,
+            bytes,
+        }
+    }
+}
+
 fn cloneset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
     let cs: CloneSet = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1beta1",
@@ -200,17 +236,8 @@ fn cloneset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
             )
         })
         .collect();
-    let (current, update) = (template("app:v1"), template("app:v2"));
-    let revisions = [
-        decide::Revision {
-            name: CURRENT,
-            template: &current,
-        },
-        decide::Revision {
-            name: UPDATE,
-            template: &update,
-        },
-    ];
+    let templates = [template("app:v1"), template("app:v2")];
+    let revisions = revisions(&templates);
     let node_labels = BTreeMap::new();
     let snapshot = decide::Snapshot {
         cs: &cs,
@@ -223,7 +250,7 @@ fn cloneset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
         now,
         settings: Settings::default(),
     };
-    let (took, allocations, bytes) = measure(runs, || {
+    let measured = measure(runs, || {
         let scale = decide::scale_step(&snapshot);
         let update = decide::update_step(&snapshot);
         (scale.is_ok(), update.is_ok())
@@ -235,14 +262,12 @@ fn cloneset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
         .iter()
         .filter(|a| matches!(a, decide::UpdateAction::InPlace { .. }))
         .count();
-    Ok(Row {
-        workload: "CloneSet (scale + update step)",
-        decided: format!("{in_place} in place"),
-        pods: n,
-        took,
-        allocations,
-        bytes,
-    })
+    Ok(Row::new(
+        "CloneSet (scale + update step)",
+        format!("{in_place} in place"),
+        n,
+        measured,
+    ))
 }
 
 fn advanced_statefulset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
@@ -267,17 +292,8 @@ fn advanced_statefulset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result
             )
         })
         .collect();
-    let (current, update) = (template("app:v1"), template("app:v2"));
-    let revisions = [
-        Revision {
-            name: CURRENT,
-            template: &current,
-        },
-        Revision {
-            name: UPDATE,
-            template: &update,
-        },
-    ];
+    let templates = [template("app:v1"), template("app:v2")];
+    let revisions = revisions(&templates);
     let snapshot = statefulset::Snapshot {
         name: "set",
         spec: &spec,
@@ -290,17 +306,15 @@ fn advanced_statefulset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result
         resize: false,
         env_from_metadata: true,
     };
-    let (took, allocations, bytes) = measure(runs, || statefulset::plan(&snapshot).is_ok());
+    let measured = measure(runs, || statefulset::plan(&snapshot).is_ok());
     let plan = statefulset::plan(&snapshot)
         .map_err(|e| anyhow::anyhow!("Advanced StatefulSet plan: {e:?}"))?;
-    Ok(Row {
-        workload: "Advanced StatefulSet (plan)",
-        decided: format!("{} actions", plan.actions.len()),
-        pods: n,
-        took,
-        allocations,
-        bytes,
-    })
+    Ok(Row::new(
+        "Advanced StatefulSet (plan)",
+        format!("{} actions", plan.actions.len()),
+        n,
+        measured,
+    ))
 }
 
 fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
@@ -324,17 +338,8 @@ fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<R
     let pods: Vec<Pod> = (0..n)
         .map(|i| pod(&format!("set-{i:x}"), i, n, &names[i], now))
         .collect();
-    let (current, update) = (template("app:v1"), template("app:v2"));
-    let revisions = [
-        Revision {
-            name: CURRENT,
-            template: &current,
-        },
-        Revision {
-            name: UPDATE,
-            template: &update,
-        },
-    ];
+    let templates = [template("app:v1"), template("app:v2")];
+    let revisions = revisions(&templates);
     let snapshot = daemonset::Snapshot {
         spec: &spec,
         pods: &pods,
@@ -346,17 +351,15 @@ fn advanced_daemonset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<R
         env_from_metadata: true,
         prune_ineligible_nodes: false,
     };
-    let (took, allocations, bytes) = measure(runs, || daemonset::plan(&snapshot).is_ok());
+    let measured = measure(runs, || daemonset::plan(&snapshot).is_ok());
     let plan = daemonset::plan(&snapshot)
         .map_err(|e| anyhow::anyhow!("Advanced DaemonSet plan: {e:?}"))?;
-    Ok(Row {
-        workload: "Advanced DaemonSet (plan, 1 Pod per node)",
-        decided: format!("{} actions", plan.actions.len()),
-        pods: n,
-        took,
-        allocations,
-        bytes,
-    })
+    Ok(Row::new(
+        "Advanced DaemonSet (plan, 1 Pod per node)",
+        format!("{} actions", plan.actions.len()),
+        n,
+        measured,
+    ))
 }
 
 /// A BroadcastJob over `n` nodes, half of which already ran its Pod: where the Pods go (every node
@@ -396,15 +399,13 @@ fn broadcastjob(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
         let plan = broadcastjob::plan(&job, &job_pods, &placement, now);
         plan.create_on.len()
     };
-    let (took, allocations, bytes) = measure(runs, decide);
-    Ok(Row {
-        workload: "BroadcastJob (place + plan, n nodes)",
-        decided: format!("{} to create", decide()),
-        pods: n,
-        took,
-        allocations,
-        bytes,
-    })
+    let measured = measure(runs, decide);
+    Ok(Row::new(
+        "BroadcastJob (place + plan, n nodes)",
+        format!("{} to create", decide()),
+        n,
+        measured,
+    ))
 }
 
 const SUBSETS: [&str; 4] = ["zone-a", "zone-b", "zone-c", "zone-d"];
@@ -474,19 +475,17 @@ fn uniteddeployment(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row
             .map(|next| uniteddeployment::next_partitions(&spec, &next).len());
         (updated, partitions.is_ok())
     };
-    let (took, allocations, bytes) = measure(runs, decide);
+    let measured = measure(runs, decide);
     let (updated, allocated) = decide();
     if !allocated {
         anyhow::bail!("UnitedDeployment allocation failed");
     }
-    Ok(Row {
-        workload: "UnitedDeployment (4 subsets, Adaptive)",
-        decided: format!("{updated} updated"),
-        pods: n,
-        took,
-        allocations,
-        bytes,
-    })
+    Ok(Row::new(
+        "UnitedDeployment (4 subsets, Adaptive)",
+        format!("{updated} updated"),
+        n,
+        measured,
+    ))
 }
 
 /// Heap bytes allocated and not yet freed.
@@ -718,16 +717,14 @@ fn sidecarset(n: usize, runs: usize, now: Timestamp) -> anyhow::Result<Row> {
             pods.iter().map(|p| upgrade::pod_facts(&new, p)).collect();
         upgrade::plan_upgrade(&new, &pods, &facts)
     };
-    let (took, allocations, bytes) = measure(runs, || decide().is_ok());
+    let measured = measure(runs, || decide().is_ok());
     let plan = decide().map_err(|e| anyhow::anyhow!("SidecarSet upgrade plan: {e:?}"))?;
-    Ok(Row {
-        workload: "SidecarSet (facts + upgrade plan)",
-        decided: format!("{} to upgrade", plan.upgrade.len()),
-        pods: n,
-        took,
-        allocations,
-        bytes,
-    })
+    Ok(Row::new(
+        "SidecarSet (facts + upgrade plan)",
+        format!("{} to upgrade", plan.upgrade.len()),
+        n,
+        measured,
+    ))
 }
 
 fn main() -> anyhow::Result<()> {
