@@ -120,6 +120,27 @@ pub fn validate_labels(
     }
 }
 
+/// The values rule of the set operators of a selector requirement, as label and node selectors share it:
+/// `In` and `NotIn` need values, `Exists` and `DoesNotExist` take none (`path` is the requirement's
+/// `values`). `None` when the rule holds or `operator` is another one.
+pub(crate) fn set_operator_values_error(
+    operator: &str,
+    values: &[String],
+    path: &Path,
+) -> Option<FieldError> {
+    match operator {
+        "In" | "NotIn" if values.is_empty() => Some(FieldError::required(
+            path,
+            "must be specified when `operator` is 'In' or 'NotIn'",
+        )),
+        "Exists" | "DoesNotExist" if !values.is_empty() => Some(FieldError::forbidden(
+            path,
+            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+        )),
+        _ => None,
+    }
+}
+
 /// Syntax of a label selector: keys, values and operators.
 pub fn validate_label_selector(
     selector: &LabelSelector,
@@ -139,22 +160,19 @@ pub fn validate_label_selector(
             ));
         }
         let values = requirement.values.as_deref().unwrap_or_default();
-        match requirement.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => errors.push(FieldError::required(
-                &req_path.child("values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(FieldError::forbidden(
-                &req_path.child("values"),
-                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-            )),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => errors.push(FieldError::not_supported(
-                &req_path.child("operator"),
-                other,
-                &["In", "NotIn", "Exists", "DoesNotExist"],
-            )),
-        }
+        let operator = requirement.operator.as_str();
+        let error =
+            set_operator_values_error(operator, values, &req_path.child("values")).or_else(|| {
+                match operator {
+                    "In" | "NotIn" | "Exists" | "DoesNotExist" => None,
+                    other => Some(FieldError::not_supported(
+                        &req_path.child("operator"),
+                        other,
+                        &["In", "NotIn", "Exists", "DoesNotExist"],
+                    )),
+                }
+            });
+        errors.extend(error);
         for (j, value) in values.iter().enumerate() {
             if let Err(message) = check_label_value(value) {
                 errors.push(FieldError::invalid(

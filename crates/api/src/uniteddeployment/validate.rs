@@ -561,26 +561,24 @@ fn validate_node_selector_term(term: &NodeSelectorTerm, path: &Path, errors: &mu
     for (j, requirement) in term.match_expressions.iter().flatten().enumerate() {
         let req_path = path.child("matchExpressions").index(j);
         let values = requirement.values.as_deref().unwrap_or_default();
-        match requirement.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => errors.push(FieldError::required(
-                &req_path.child("values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(FieldError::forbidden(
-                &req_path.child("values"),
-                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-            )),
-            "Gt" | "Lt" if values.len() != 1 => errors.push(FieldError::required(
-                &req_path.child("values"),
-                "must be specified single value when `operator` is 'Lt' or 'Gt'",
-            )),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
-            other => errors.push(FieldError::invalid(
-                &req_path.child("operator"),
-                other,
-                "not a valid selector operator",
-            )),
-        }
+        let operator = requirement.operator.as_str();
+        let values_path = req_path.child("values");
+        let error =
+            validation::set_operator_values_error(operator, values, &values_path).or_else(|| {
+                match operator {
+                    "Gt" | "Lt" if values.len() != 1 => Some(FieldError::required(
+                        &values_path,
+                        "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                    )),
+                    "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => None,
+                    other => Some(FieldError::invalid(
+                        &req_path.child("operator"),
+                        other,
+                        "not a valid selector operator",
+                    )),
+                }
+            });
+        errors.extend(error);
         if let Err(message) = validation::check_qualified_name(&requirement.key) {
             errors.push(FieldError::invalid(
                 &req_path.child("key"),
