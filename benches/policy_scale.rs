@@ -34,8 +34,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_paced, injecting_names, print_freshness, quantile_ms, sidecarsets,
-    wait_dry_run,
+    APP, INJECT_LABEL, PaceArgs, create_paced, injecting_names, print_freshness, quantile_ms,
+    sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver;
 use kruise_benches::create_namespace;
@@ -53,12 +53,9 @@ use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    /// Paced Pod creates per second in the latency phase.
-    #[arg(long, default_value_t = 200)]
-    rate: u32,
-    /// Length of the latency phase, in seconds.
-    #[arg(long, default_value_t = 30)]
-    seconds: u32,
+    /// `--rate` (200) and `--seconds` (30) of the latency phase.
+    #[command(flatten)]
+    pace: PaceArgs,
     /// Running Pods evicted at once in the drain phase (a multiple of 10).
     #[arg(long, default_value_t = 100)]
     evictions: u32,
@@ -135,7 +132,8 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         apiserver_pid: pid_of(plane, "kube-apiserver"),
     };
     if cli.phases.contains(&Phase::Latency) {
-        bench.latency(cli.rate.max(1), cli.seconds).await?;
+        let (rate, seconds) = cli.pace.pace();
+        bench.latency(rate, seconds).await?;
     }
     if cli.phases.contains(&Phase::Eviction) {
         bench.eviction(cli.evictions.max(WORKLOADS)).await?;

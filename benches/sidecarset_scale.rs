@@ -26,8 +26,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, create_concurrently, create_paced, injecting_names, print_freshness,
-    quantile_ms, sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, PaceArgs, create_concurrently, create_paced, injecting_names,
+    print_freshness, quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::create_namespace;
@@ -44,12 +44,9 @@ use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 struct Cli {
-    /// Paced Pod creates per second in the latency phase.
-    #[arg(long, default_value_t = 200)]
-    rate: u32,
-    /// Length of the latency phase, in seconds.
-    #[arg(long, default_value_t = 30)]
-    seconds: u32,
+    /// `--rate` (200) and `--seconds` (30) of the latency phase.
+    #[command(flatten)]
+    pace: PaceArgs,
     /// Pods per throughput run.
     #[arg(long, default_value_t = 2000)]
     pods: u32,
@@ -139,7 +136,7 @@ struct Load {
 impl Bench<'_> {
     /// Phase 1: paced creates; server-side and client-side latency.
     async fn latency(&self) -> anyhow::Result<()> {
-        let (rate, seconds) = (self.cli.rate.max(1), self.cli.seconds);
+        let (rate, seconds) = self.cli.pace.pace();
         let total = rate * seconds;
         let namespace = "ss-latency";
         self.namespace(namespace, json!({INJECT_LABEL: "inject"}))

@@ -25,6 +25,25 @@ pub const INJECT_LABEL: &str = "sidecar-bench";
 /// Paced creates allowed in flight before the pacer waits (then the achieved rate falls short).
 pub const PACED_IN_FLIGHT: usize = 1000;
 
+// The latency phase's pace, the same two arguments in both admission benches (flattened into
+// their `Cli`). A `//` comment: clap would print a doc comment as the bench's `--help` text.
+#[derive(clap::Args, Debug)]
+pub struct PaceArgs {
+    /// Paced Pod creates per second in the latency phase.
+    #[arg(long, default_value_t = 200)]
+    pub rate: u32,
+    /// Length of the latency phase, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u32,
+}
+
+impl PaceArgs {
+    /// (creates per second, at least 1; seconds) of the latency phase.
+    pub fn pace(&self) -> (u32, u32) {
+        (self.rate.max(1), self.seconds)
+    }
+}
+
 /// The 20 SidecarSets: each a single sidecar container with its own name. 5 inject Pods labelled
 /// `app: `[`APP`] (and `tier: web`) in namespaces labelled [`INJECT_LABEL`]`: inject`, 8 select
 /// other Pods, 7 select them but only in other teams' namespaces.
