@@ -34,8 +34,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, PaceArgs, create_paced, injecting_names, print_freshness, quantile_ms,
-    sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, PaceArgs, count_injected, create_paced, injecting_names, print_freshness,
+    quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver;
 use kruise_benches::create_namespace;
@@ -222,18 +222,7 @@ impl Bench {
                 .filter(|p| p.annotations().get(key).is_some_and(|v| !v.is_empty()))
                 .count()
         };
-        let want = injecting_names();
-        let injected = listed
-            .iter()
-            .filter(|pod| {
-                let names: Vec<&str> = pod
-                    .spec
-                    .iter()
-                    .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()))
-                    .collect();
-                want.iter().all(|w| names.contains(&w.as_str()))
-            })
-            .count();
+        let injected = count_injected(&listed);
         println!(
             "  of {} Pods: placed by their WorkloadSpread {}, naming their budget {}, \
              carrying the 5 sidecars {injected}",

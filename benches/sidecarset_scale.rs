@@ -26,8 +26,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kruise_api::sidecarset::v1beta1::SidecarSet;
 use kruise_benches::admission::{
-    APP, INJECT_LABEL, PaceArgs, create_concurrently, create_paced, injecting_names,
-    print_freshness, quantile_ms, sidecarsets, wait_dry_run,
+    APP, INJECT_LABEL, PaceArgs, count_injected, create_concurrently, create_paced,
+    injecting_names, print_freshness, quantile_ms, sidecarsets, wait_dry_run,
 };
 use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::create_namespace;
@@ -401,18 +401,7 @@ impl Bench<'_> {
             .list(&ListParams::default())
             .await?
             .items;
-        let want = injecting_names();
-        Ok(pods
-            .iter()
-            .filter(|pod| {
-                let names: Vec<&str> = pod
-                    .spec
-                    .iter()
-                    .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()))
-                    .collect();
-                want.iter().all(|w| names.contains(&w.as_str()))
-            })
-            .count())
+        Ok(count_injected(&pods))
     }
 
     async fn load(&self) -> anyhow::Result<Load> {

@@ -121,6 +121,22 @@ pub fn injecting_names() -> Vec<String> {
     (0..5).map(|i| format!("sidecar-m{i}")).collect()
 }
 
+/// How many of `pods` carry the container of every injecting SidecarSet ([`injecting_names`]):
+/// what both admission benches report of the webhook's injection, counted one way.
+pub fn count_injected(pods: &[Pod]) -> usize {
+    let want = injecting_names();
+    pods.iter()
+        .filter(|pod| {
+            let names: Vec<&str> = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()))
+                .collect();
+            want.iter().all(|w| names.contains(&w.as_str()))
+        })
+        .count()
+}
+
 /// Waits until a server-side dry run of `pod` in `namespace` comes back with the injected-list
 /// annotation `want` (comma-separated SidecarSet names).
 pub async fn wait_dry_run(
