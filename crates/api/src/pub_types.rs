@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -200,6 +200,23 @@ pub fn validate_scatter(terms: &[UpdateScatterTerm], path: &Path, errors: &mut V
             ));
         }
     }
+}
+
+// A condition of one subset, as UnitedDeployment and WorkloadSpread report it: upstream declares the
+// same five fields (and the same JSON) for both, so the type is written once here and each kind names
+// it with an alias. (A plain comment: a doc comment would become a description in both CRDs.)
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubsetCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 #[cfg(test)]

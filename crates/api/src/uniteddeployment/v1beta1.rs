@@ -329,16 +329,5 @@ pub struct UnitedDeploymentSubsetStatus {
     pub conditions: Vec<UnitedDeploymentSubsetCondition>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentSubsetCondition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-}
+/// Upstream's `UnitedDeploymentSubsetCondition`: the same fields as [`crate::pub_types::SubsetCondition`].
+pub type UnitedDeploymentSubsetCondition = crate::pub_types::SubsetCondition;

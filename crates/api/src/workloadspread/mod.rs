@@ -203,19 +203,8 @@ pub struct WorkloadSpreadSubsetStatus {
     pub deleting_pods: BTreeMap<String, Time>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkloadSpreadSubsetCondition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-}
+/// Upstream's `WorkloadSpreadSubsetCondition`: the same fields as [`crate::pub_types::SubsetCondition`].
+pub type WorkloadSpreadSubsetCondition = crate::pub_types::SubsetCondition;
 
 /// The value of [`ANNOTATION_MATCHED`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
