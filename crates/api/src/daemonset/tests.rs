@@ -3,29 +3,21 @@ use proptest::prelude::*;
 
 use crate::kinds::Kind;
 use crate::pub_types::{Lifecycle, LifecycleHook};
+use crate::testutil::{self, first_error};
 
 fn ds(spec: Value) -> v1beta1::DaemonSet {
-    let object = json!({
-        "apiVersion": "apps.kruise.io/v1beta1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "agent", "namespace": "default"},
-        "spec": spec,
-    });
-    crate::kinds::decode(object).expect("test object decodes")
+    testutil::decode_v1beta1("DaemonSet", "agent", spec)
 }
 
 fn spec_with(extra: Value) -> Value {
-    let mut spec = json!({
+    let spec = json!({
         "selector": {"matchLabels": {"app": "agent"}},
         "template": {
             "metadata": {"labels": {"app": "agent"}},
             "spec": {"containers": [{"name": "agent", "image": "agent:1"}]},
         },
     });
-    if let (Some(map), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        map.extend(extra.clone());
-    }
-    spec
+    testutil::with_top_level(spec, &extra)
 }
 
 fn defaulted(extra: Value) -> v1beta1::DaemonSet {
@@ -41,10 +33,6 @@ fn rolling(object: &v1beta1::DaemonSet) -> &v1beta1::RollingUpdateDaemonSet {
         .rolling_update
         .as_ref()
         .expect("rollingUpdate")
-}
-
-fn first_error(errors: &[FieldError]) -> String {
-    errors.first().map(ToString::to_string).unwrap_or_default()
 }
 
 #[test]
@@ -214,14 +202,9 @@ fn invalid_daemonsets_name_the_field() {
             "spec.template.spec.activeDeadlineSeconds: Forbidden",
         ),
     ];
-    for (extra, want) in cases {
-        let object = defaulted(extra.clone());
-        let first = first_error(&Api::validate(&object, None));
-        assert!(
-            first.starts_with(want),
-            "spec {extra}: got {first:?}, want {want:?}"
-        );
-    }
+    testutil::assert_first_errors(&cases, |extra| {
+        first_error(&Api::validate(&defaulted(extra), None))
+    });
 
     let mut no_rolling = defaulted(json!({}));
     no_rolling.spec.update_strategy.rolling_update = None;

@@ -4,15 +4,10 @@ use serde_json::json;
 
 use crate::kinds::Kind;
 use crate::pub_types::{Lifecycle, LifecycleHook};
+use crate::testutil::{self, first_error};
 
 fn sts(spec: serde_json::Value) -> v1beta1::StatefulSet {
-    let object = json!({
-        "apiVersion": "apps.kruise.io/v1beta1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": spec,
-    });
-    crate::kinds::decode(object).expect("test object decodes")
+    testutil::decode_v1beta1("StatefulSet", "web", spec)
 }
 
 fn template() -> serde_json::Value {
@@ -27,21 +22,14 @@ fn template() -> serde_json::Value {
 
 /// A valid spec (before defaulting) with `extra` merged in at the top level.
 fn spec_with(extra: serde_json::Value) -> serde_json::Value {
-    let mut spec = json!({"selector": {"matchLabels": {"app": "web"}}, "template": template()});
-    if let (Some(map), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        map.extend(extra.clone());
-    }
-    spec
+    let spec = json!({"selector": {"matchLabels": {"app": "web"}}, "template": template()});
+    testutil::with_top_level(spec, &extra)
 }
 
 fn defaulted(extra: serde_json::Value) -> v1beta1::StatefulSet {
     let mut object = sts(spec_with(extra));
     Api::default(&mut object);
     object
-}
-
-fn first_error(errors: &[FieldError]) -> String {
-    errors.first().map(ToString::to_string).unwrap_or_default()
 }
 
 #[test]
@@ -260,14 +248,9 @@ fn invalid_sets_name_the_field() {
             "spec.template.spec.activeDeadlineSeconds: Forbidden",
         ),
     ];
-    for (extra, want) in cases {
-        let object = defaulted(extra.clone());
-        let first = first_error(&Api::validate(&object, None));
-        assert!(
-            first.starts_with(want),
-            "spec {extra}: got {first:?}, want {want:?}"
-        );
-    }
+    testutil::assert_first_errors(&cases, |extra| {
+        first_error(&Api::validate(&defaulted(extra), None))
+    });
 
     let mut missing_selector = sts(json!({"template": template()}));
     Api::default(&mut missing_selector);

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::keys;
 use crate::kinds::{Kind, V1ALPHA1, V1BETA1};
-use crate::testutil::merge;
+use crate::testutil::{first_error, merge};
 
 fn pod_template() -> Value {
     json!({
@@ -89,10 +89,6 @@ fn object(patch: Value) -> v1beta1::UnitedDeployment {
 
 fn subsets(list: Vec<Value>) -> Value {
     json!({"spec": {"topology": {"subsets": list}}})
-}
-
-fn first_error(errors: &[FieldError]) -> String {
-    errors.first().map(ToString::to_string).unwrap_or_default()
 }
 
 #[test]
