@@ -116,6 +116,12 @@ pub fn display(value: &IntOrString) -> String {
     }
 }
 
+/// [`display`] of an optional value, empty when it is unset (the value errors about an optional field
+/// show).
+pub fn display_or_empty(value: Option<&IntOrString>) -> String {
+    value.map(display).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

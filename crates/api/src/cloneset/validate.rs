@@ -195,11 +195,7 @@ fn validate_rolling_update(
     if policy == v1beta1::POD_UPDATE_IN_PLACE_ONLY && max_surge > 0 {
         errors.push(FieldError::invalid(
             &path.child("maxSurge"),
-            rolling
-                .max_surge
-                .as_ref()
-                .map(intstr::display)
-                .unwrap_or_default(),
+            intstr::display_or_empty(rolling.max_surge.as_ref()),
             "can not use maxSurge with podUpdatePolicy InPlaceOnly",
         ));
     }

@@ -405,11 +405,7 @@ fn validate_rolling_update(
     match (has_unavailable, has_surge) {
         (true, true) => errors.push(FieldError::invalid(
             &path.child("maxSurge"),
-            rolling
-                .max_surge
-                .as_ref()
-                .map(intstr::display)
-                .unwrap_or_default(),
+            intstr::display_or_empty(rolling.max_surge.as_ref()),
             "may not be set when maxUnavailable is non-zero",
         )),
         (false, false) => errors.push(FieldError::required(

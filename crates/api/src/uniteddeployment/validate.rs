@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::apps::v1::StatefulSetSpec as NativeStatefulSetSpec;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodTemplateSpec, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde_json::Value;
@@ -186,6 +186,22 @@ fn check_labels(
     }
 }
 
+/// The labels of a subset template's metadata must match the selector (`path` is the template's): the
+/// StatefulSet, Advanced StatefulSet and Deployment templates are checked alike.
+fn check_template_labels(
+    metadata: &ObjectMeta,
+    selector: Option<&LabelSelector>,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    check_labels(
+        metadata.labels.as_ref(),
+        selector,
+        &path.child("metadata").child("labels"),
+        errors,
+    );
+}
+
 /// A subset's Pod template: labels matching the selector, and a valid workload Pod template (every subset
 /// workload kind needs restartPolicy Always and no activeDeadlineSeconds).
 fn validate_pod_template(
@@ -241,21 +257,11 @@ fn validate_template(
 
     if let Some(sts) = &template.stateful_set_template {
         let sts_path = path.child("statefulSetTemplate");
-        check_labels(
-            sts.metadata.labels.as_ref(),
-            selector,
-            &sts_path.child("metadata").child("labels"),
-            errors,
-        );
+        check_template_labels(&sts.metadata, selector, &sts_path, errors);
         validate_native_statefulset(&sts.spec, selector, &sts_path.child("spec"), errors);
     } else if let Some(asts) = &template.advanced_stateful_set_template {
         let asts_path = path.child("advancedStatefulSetTemplate");
-        check_labels(
-            asts.metadata.labels.as_ref(),
-            selector,
-            &asts_path.child("metadata").child("labels"),
-            errors,
-        );
+        check_template_labels(&asts.metadata, selector, &asts_path, errors);
         validate_advanced_statefulset(&asts.spec, selector, &asts_path.child("spec"), errors);
     } else if let Some(clone) = &template.clone_set_template {
         // OpenKruise checks nothing here; the subset CloneSets would be rejected unless their Pod
@@ -269,12 +275,7 @@ fn validate_template(
         );
     } else if let Some(deployment) = &template.deployment_template {
         let deployment_path = path.child("deploymentTemplate");
-        check_labels(
-            deployment.metadata.labels.as_ref(),
-            selector,
-            &deployment_path.child("metadata").child("labels"),
-            errors,
-        );
+        check_template_labels(&deployment.metadata, selector, &deployment_path, errors);
         let spec_path = deployment_path.child("spec");
         if let Some(replicas) = deployment.spec.replicas {
             errors.push(FieldError::invalid(
@@ -481,11 +482,7 @@ fn validate_subset_replicas(
         if min > max {
             errors.push(FieldError::invalid(
                 &path.index(i).child("minReplicas"),
-                subset
-                    .min_replicas
-                    .as_ref()
-                    .map(intstr::display)
-                    .unwrap_or_default(),
+                intstr::display_or_empty(subset.min_replicas.as_ref()),
                 format!("subset[{i}].minReplicas must be less than or equal to maxReplicas"),
             ));
         }
