@@ -18,7 +18,7 @@ use crate::cache::PodCache;
 use crate::cloneset::{CONTROLLER, Config, Context};
 use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
-use crate::driver::writes::fake::{FakeCluster, listed};
+use crate::driver::writes::fake::{FakeCluster, listed, run_pods};
 use crate::driver::writes::{Part, Writer};
 
 /// A context whose caches show the cluster as it is now.
@@ -43,68 +43,6 @@ fn mirror(cluster: &Arc<FakeCluster>) -> (Context, scripted::Log) {
     (ctx, log)
 }
 
-/// The scheduler's and the kubelet's part: every Pod is bound to a node (as `pods/binding` does),
-/// runs its spec's images and is Ready; a container whose image changed is restarted (a new image
-/// ID, one more restart).
-async fn kubelet(cluster: &Arc<FakeCluster>) {
-    let pods = Writer::<Pod>::namespaced(cluster.clone(), "ns");
-    for mut pod in cluster.all::<Pod>(Some("ns")) {
-        if let Some(spec) = pod.spec.as_mut().filter(|s| s.node_name.is_none()) {
-            spec.node_name = Some("node-0".into());
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            cluster.forget::<Pod>(Some("ns"), &name);
-            cluster.insert(&pod);
-            cluster.touch::<Pod>(Some("ns"), &name);
-        }
-    }
-    for pod in cluster.all::<Pod>(Some("ns")) {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let running: BTreeMap<String, (String, i32)> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| (c.name, (c.image, c.restart_count)))
-            .collect();
-        let statuses: Vec<_> = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.containers.iter())
-            .map(|c| {
-                let image = c.image.clone().unwrap_or_default();
-                let restarts = match running.get(&c.name) {
-                    Some((was, count)) if *was != image => count + 1,
-                    Some((_, count)) => *count,
-                    None => 0,
-                };
-                json!({"name": c.name, "image": image, "imageID": format!("{image}@sha256:{}", image.len()),
-                       "ready": true, "started": true, "restartCount": restarts,
-                       "state": {"running": {"startedAt": "2026-11-30T00:00:00Z"}}})
-            })
-            .collect();
-        let since = "2026-11-30T00:00:00Z";
-        let mut conditions = vec![
-            json!({"type": "Ready", "status": "True", "lastTransitionTime": since}),
-            json!({"type": "ContainersReady", "status": "True", "lastTransitionTime": since}),
-        ];
-        // Conditions the controller owns stay as it wrote them.
-        for c in pod
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .filter(|c| !matches!(c.type_.as_str(), "Ready" | "ContainersReady"))
-        {
-            conditions.push(serde_json::to_value(c).expect("a condition"));
-        }
-        let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1",
-                                       "containerStatuses": statuses, "conditions": conditions}});
-        pods.patch_part(&name, Part::Status, &Patch::Merge(&status))
-            .await
-            .expect("the kubelet's status");
-    }
-}
-
 /// Reconciles round after round (the kubelet running between) until a round writes nothing;
 /// returns how many rounds wrote, and the most Pods unavailable after any of them (not Ready, or
 /// an in-place update under way).
@@ -127,7 +65,7 @@ async fn converge(cluster: &Arc<FakeCluster>) -> (usize, usize) {
             .filter(|p| !kruise_core::pods::is_update_ready(p, 0, now))
             .count();
         most_unavailable = most_unavailable.max(unavailable);
-        kubelet(cluster).await;
+        run_pods(cluster, "ns", true).await;
     }
     panic!("no convergence in 30 rounds: {:#?}", cluster.records());
 }

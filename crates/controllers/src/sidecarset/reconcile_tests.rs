@@ -6,9 +6,8 @@
 //! from a stale cache writes nothing over the newer object; a refused Pod patch is a race (409) or
 //! a failure (422, 500).
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use serde_json::{Value, json};
 use super::{CONTROLLER, Config, Context, Error, RACE_RETRY, reconcile_inner};
 use crate::cache::PodCache;
 use crate::driver::scripted;
-use crate::driver::writes::fake::{FakeCluster, Record, Verb, listed};
+use crate::driver::writes::fake::{FakeCluster, Record, Verb, listed, run_pods};
 use crate::driver::writes::{Part, Writer};
 use crate::metrics::{Metrics, OperationLabels};
 
@@ -220,70 +219,6 @@ fn set_image(image: &str) -> impl FnOnce(&mut SidecarSet) {
     move |ss| ss.spec.containers[0].container.image = Some(image.to_owned())
 }
 
-/// An imageID for `image` (what the runtime reports once it runs it).
-fn image_id(image: &str) -> String {
-    let mut h = DefaultHasher::new();
-    image.hash(&mut h);
-    let repo = image.split(':').next().unwrap_or(image);
-    format!("docker.io/library/{repo}@sha256:{:064x}", h.finish())
-}
-
-/// The kubelet's part: every container runs its spec image and is ready, the Pod Running and
-/// Ready; a container whose image changed is restarted (a new imageID, one more restart).
-/// Conditions others own (SidecarSetUpgradable) are kept. Whether anything changed.
-async fn kubelet(cluster: &Arc<FakeCluster>) -> bool {
-    let pods = Writer::<Pod>::namespaced(cluster.clone(), NS);
-    let mut changed = false;
-    for pod in cluster.all::<Pod>(Some(NS)) {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let running: BTreeMap<String, (String, String, i32)> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| (c.name, (c.image, c.image_id, c.restart_count)))
-            .collect();
-        let statuses: Vec<Value> = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.containers.iter())
-            .map(|c| {
-                let image = c.image.clone().unwrap_or_default();
-                let restarts = match running.get(&c.name) {
-                    Some((was, _, count)) if *was != image => count + 1,
-                    Some((_, _, count)) => *count,
-                    None => 0,
-                };
-                json!({"name": c.name, "image": image, "imageID": image_id(&image),
-                       "ready": true, "started": true, "restartCount": restarts,
-                       "state": {"running": {"startedAt": "2026-11-30T09:00:00Z"}}})
-            })
-            .collect();
-        let since = "2026-11-30T09:00:00Z";
-        let mut conditions = vec![
-            json!({"type": "Ready", "status": "True", "lastTransitionTime": since}),
-            json!({"type": "ContainersReady", "status": "True", "lastTransitionTime": since}),
-        ];
-        for c in pod
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .filter(|c| !matches!(c.type_.as_str(), "Ready" | "ContainersReady"))
-        {
-            conditions.push(serde_json::to_value(c).expect("a condition"));
-        }
-        let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1",
-                                       "containerStatuses": statuses, "conditions": conditions}});
-        let written = pods
-            .patch_part(&name, Part::Status, &Patch::Merge(&status))
-            .await
-            .expect("the kubelet's status");
-        changed |= written.metadata.resource_version != pod.metadata.resource_version;
-    }
-    changed
-}
-
 /// The sidecar image of each Pod, and its UID, by name.
 fn sidecars(cluster: &FakeCluster) -> BTreeMap<String, (String, String)> {
     cluster
@@ -417,7 +352,7 @@ async fn converge(bench: &mut Bench, slow: bool) -> Run {
         if slow && round % 2 == 0 {
             continue;
         }
-        let kubelet_ran = kubelet(&bench.cluster).await;
+        let kubelet_ran = run_pods(&bench.cluster, NS, true).await;
         if !wrote && !kubelet_ran {
             return run;
         }
@@ -436,7 +371,7 @@ async fn settled(strategy: Value) -> Bench {
     for name in PODS {
         cluster.insert(&injected_pod(name, &ss));
     }
-    kubelet(&cluster).await;
+    run_pods(&cluster, NS, true).await;
     let mut bench = Bench::new(&cluster);
     converge(&mut bench, false).await;
     let status = status_of(&cluster).expect("a status");
@@ -572,7 +507,7 @@ async fn nothing_is_upgraded_again_while_the_caches_lag() {
 
     // The Pod's new version is not in the cache yet, and the kubelet restarted it meanwhile: the
     // controller waits for its own write rather than decide on the old copy.
-    kubelet(&cluster).await;
+    run_pods(&cluster, NS, true).await;
     let writes = cluster.records().len();
     let action = bench.reconcile().await.expect("waiting");
     assert_eq!(cluster.records().len(), writes, "nothing written");

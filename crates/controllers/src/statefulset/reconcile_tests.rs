@@ -27,7 +27,7 @@ use super::reconcile::reconcile;
 use super::{CONTROLLER, Config, Context};
 use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
-use crate::driver::writes::fake::{FakeCluster, Record, Verb};
+use crate::driver::writes::fake::{FakeCluster, Record, Verb, run_pods};
 use crate::driver::writes::{Part, Writer};
 
 /// One controller context over the cluster, with the writers of its caches.
@@ -134,7 +134,7 @@ impl Bench {
                 unavailable: unavailable(&self.cluster),
                 status: set_status(&self.cluster),
             });
-            kubelet(&self.cluster, true).await;
+            run_pods(&self.cluster, "ns", true).await;
         }
         panic!("no convergence in 40 rounds: {:#?}", self.cluster.records());
     }
@@ -207,70 +207,6 @@ async fn change_spec(cluster: &Arc<FakeCluster>, spec: Value) {
         .patch_part("web", Part::Object, &Patch::Merge(json!({"spec": spec})))
         .await
         .expect("the spec changed");
-}
-
-/// The scheduler's and the kubelet's part: every Pod is bound to a node, runs its spec's images,
-/// and is Ready (or Running but not Ready); a container whose image changed is restarted (a new
-/// image ID, one more restart).
-async fn kubelet(cluster: &Arc<FakeCluster>, ready: bool) {
-    let pods = Writer::<Pod>::namespaced(cluster.clone(), "ns");
-    for mut pod in cluster.all::<Pod>(Some("ns")) {
-        if let Some(spec) = pod.spec.as_mut().filter(|s| s.node_name.is_none()) {
-            spec.node_name = Some("node-0".into());
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            cluster.forget::<Pod>(Some("ns"), &name);
-            cluster.insert(&pod);
-            cluster.touch::<Pod>(Some("ns"), &name);
-        }
-    }
-    let flag = if ready { "True" } else { "False" };
-    for pod in cluster.all::<Pod>(Some("ns")) {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let running: BTreeMap<String, (String, i32)> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| (c.name, (c.image, c.restart_count)))
-            .collect();
-        let statuses: Vec<Value> = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.containers.iter())
-            .map(|c| {
-                let image = c.image.clone().unwrap_or_default();
-                let restarts = match running.get(&c.name) {
-                    Some((was, count)) if *was != image => count + 1,
-                    Some((_, count)) => *count,
-                    None => 0,
-                };
-                json!({"name": c.name, "image": image,
-                       "imageID": format!("{image}@sha256:{}", image.len()),
-                       "ready": ready, "started": true, "restartCount": restarts,
-                       "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
-            })
-            .collect();
-        let since = "2026-01-01T00:00:00Z";
-        let mut conditions = vec![
-            json!({"type": "Ready", "status": flag, "lastTransitionTime": since}),
-            json!({"type": "ContainersReady", "status": flag, "lastTransitionTime": since}),
-        ];
-        // Conditions the controller owns stay as it wrote them.
-        for c in pod
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .filter(|c| !matches!(c.type_.as_str(), "Ready" | "ContainersReady"))
-        {
-            conditions.push(serde_json::to_value(c).expect("a condition"));
-        }
-        let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1",
-                                       "containerStatuses": statuses, "conditions": conditions}});
-        pods.patch_part(&name, Part::Status, &Patch::Merge(&status))
-            .await
-            .expect("the kubelet's status");
-    }
 }
 
 fn pods(cluster: &FakeCluster) -> BTreeMap<String, PodView> {
@@ -404,7 +340,7 @@ async fn ordered_ready_creates_each_pod_after_its_claim_once_the_one_before_is_r
     bench.sync();
     let (_, sent) = bench.reconcile().await;
     assert!(done(&sent, Verb::Create, "Pod").is_empty(), "{sent:#?}");
-    kubelet(&cluster, false).await;
+    run_pods(&cluster, "ns", false).await;
     bench.sync();
     let (_, sent) = bench.reconcile().await;
     assert!(done(&sent, Verb::Create, "Pod").is_empty(), "{sent:#?}");
@@ -418,7 +354,7 @@ async fn ordered_ready_creates_each_pod_after_its_claim_once_the_one_before_is_r
     );
 
     // Ready: web-1 (its claim first), and again only it.
-    kubelet(&cluster, true).await;
+    run_pods(&cluster, "ns", true).await;
     bench.sync();
     let (_, sent) = bench.reconcile().await;
     assert_eq!(done(&sent, Verb::Create, "Pod"), ["web-1"]);
@@ -430,7 +366,7 @@ async fn ordered_ready_creates_each_pod_after_its_claim_once_the_one_before_is_r
     let (_, sent) = bench.reconcile().await;
     assert!(done(&sent, Verb::Create, "Pod").is_empty(), "{sent:#?}");
 
-    kubelet(&cluster, true).await;
+    run_pods(&cluster, "ns", true).await;
     let rounds = bench.converge().await;
     let created: Vec<String> = rounds
         .iter()

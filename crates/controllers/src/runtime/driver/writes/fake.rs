@@ -745,6 +745,86 @@ impl LiveReads for FakeCluster {
     }
 }
 
+/// The scheduler's and the kubelet's part, for the reconcile tests of the kinds that own Pods:
+/// every Pod of `namespace` not yet bound is bound to `node-0` (as `pods/binding` does), then runs
+/// its spec's images, Running and, with `ready`, Ready. A container whose image changed is
+/// restarted (a new imageID, one more restart). Conditions others own (a controller's) are kept.
+/// Whether anything changed.
+pub async fn run_pods(cluster: &Arc<FakeCluster>, namespace: &str, ready: bool) -> bool {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = super::Writer::<Pod>::namespaced(cluster.clone(), namespace);
+    let mut changed = false;
+    for mut pod in cluster.all::<Pod>(Some(namespace)) {
+        if let Some(spec) = pod.spec.as_mut().filter(|s| s.node_name.is_none()) {
+            spec.node_name = Some("node-0".into());
+            let name = pod.name_any();
+            cluster.forget::<Pod>(Some(namespace), &name);
+            cluster.insert(&pod);
+            cluster.touch::<Pod>(Some(namespace), &name);
+            changed = true;
+        }
+    }
+    let flag = if ready { "True" } else { "False" };
+    let since = "2026-11-30T00:00:00Z";
+    for pod in cluster.all::<Pod>(Some(namespace)) {
+        let name = pod.name_any();
+        let running: BTreeMap<String, (String, i32)> = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.name, (c.image, c.restart_count)))
+            .collect();
+        let statuses: Vec<Value> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| {
+                let image = c.image.clone().unwrap_or_default();
+                let restarts = match running.get(&c.name) {
+                    Some((was, count)) if *was != image => count + 1,
+                    Some((_, count)) => *count,
+                    None => 0,
+                };
+                json!({"name": c.name, "image": image, "imageID": image_id(&image),
+                       "ready": ready, "started": true, "restartCount": restarts,
+                       "state": {"running": {"startedAt": since}}})
+            })
+            .collect();
+        let mut conditions = vec![
+            json!({"type": "Ready", "status": flag, "lastTransitionTime": since}),
+            json!({"type": "ContainersReady", "status": flag, "lastTransitionTime": since}),
+        ];
+        for c in pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .filter(|c| !matches!(c.type_.as_str(), "Ready" | "ContainersReady"))
+        {
+            conditions.push(serde_json::to_value(c).unwrap_or_default());
+        }
+        let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1",
+                                       "containerStatuses": statuses, "conditions": conditions}});
+        if let Ok(written) = pods
+            .patch_part(&name, Part::Status, &Patch::Merge(&status))
+            .await
+        {
+            changed |= written.metadata.resource_version != pod.metadata.resource_version;
+        }
+    }
+    changed
+}
+
+/// An imageID for `image`, distinct per image (what the runtime reports once it runs it).
+fn image_id(image: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    image.hash(&mut hasher);
+    let repo = image.split(':').next().unwrap_or(image);
+    format!("docker.io/library/{repo}@sha256:{:064x}", hasher.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
