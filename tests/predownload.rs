@@ -166,8 +166,10 @@ async fn restarted_in_place_after_the_pull(
             .get(&node)
             .with_context(|| format!("{name}: its node {node} was not pre-pulled: {pulled:?}"))?;
         let started = started_at(&now).with_context(|| format!("{name}: not running"))?;
+        // Both times are whole seconds, and the pull was seen complete before the partition was
+        // lifted, so a restart in the pull's own second is after it: only an earlier second is not.
         ensure!(
-            *done < started,
+            *done <= started,
             "{name}: restarted at {started}, before the daemon's pull ended at {done}"
         );
         let events = kubelet_events(ns, &name).await?;
