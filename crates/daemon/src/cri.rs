@@ -1,5 +1,5 @@
 //! A CRI v1 client: gRPC over the container runtime's unix socket, on the messages of
-//! k8s.io/cri-api v0.34 (`proto/runtime/v1/api.proto`, compiled at build time).
+//! k8s.io/cri-api v0.34 (`third_party/cri-api/runtime/v1/api.proto`, compiled at build time).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
