@@ -66,6 +66,25 @@ fn planner_revisions<'a>(
     (revs, current)
 }
 
+/// The plan of a workload rolling its Pods from its `status.currentRevision` (`current`) to
+/// `update_revision` (its spec's `template`): `revisions` give each Pod's old template; `plan` is the
+/// kind's planner, handed the current and update revisions and every revision it may meet.
+fn plan_from_current(
+    template: &PodTemplateSpec,
+    update_revision: &str,
+    current: &str,
+    revisions: &[ControllerRevision],
+    plan: impl FnOnce(Revision<'_>, Revision<'_>, &[Revision<'_>]) -> anyhow::Result<RolloutPlan>,
+) -> anyhow::Result<RolloutPlan> {
+    let templates = revision_templates(revisions);
+    let update = Revision {
+        name: update_revision,
+        template,
+    };
+    let (revs, current) = planner_revisions(&templates, update, current);
+    plan(current, update, &revs)
+}
+
 /// The plan of rolling CloneSet `cs` (its spec the one to roll to) at `update_revision` over its
 /// `pods`; `revisions` give each Pod's old template, `status.currentRevision` the current one.
 pub fn plan_cloneset(
@@ -75,16 +94,27 @@ pub fn plan_cloneset(
     revisions: &[ControllerRevision],
     now: Timestamp,
 ) -> anyhow::Result<RolloutPlan> {
-    let templates = revision_templates(revisions);
-    let update = Revision {
-        name: update_revision,
-        template: &cs.spec.template,
-    };
-    let status = cs.status.as_ref();
-    let current = status.map_or("", |s| s.current_revision.as_str());
-    let (revs, current) = planner_revisions(&templates, update, current);
-    let plan = preview::cloneset(cs, pods, current, update, &revs, settings(), now)?;
-    Ok(plan)
+    let current = cs
+        .status
+        .as_ref()
+        .map_or("", |s| s.current_revision.as_str());
+    plan_from_current(
+        &cs.spec.template,
+        update_revision,
+        current,
+        revisions,
+        |current, update, revs| {
+            Ok(preview::cloneset(
+                cs,
+                pods,
+                current,
+                update,
+                revs,
+                settings(),
+                now,
+            )?)
+        },
+    )
 }
 
 /// The plan of rolling Advanced StatefulSet `sts` at `update_revision` over its `pods`.
@@ -95,17 +125,22 @@ pub fn plan_statefulset(
     revisions: &[ControllerRevision],
     now: Timestamp,
 ) -> anyhow::Result<RolloutPlan> {
-    let templates = revision_templates(revisions);
-    let update = Revision {
-        name: update_revision,
-        template: &sts.spec.template,
-    };
-    let status = sts.status.as_ref();
-    let current = status.map_or("", |s| s.current_revision.as_str());
-    let (revs, current) = planner_revisions(&templates, update, current);
-    let resize = settings().resize;
-    let plan = preview::statefulset(sts, pods, current, update, &revs, resize, now)?;
-    Ok(plan)
+    let current = sts
+        .status
+        .as_ref()
+        .map_or("", |s| s.current_revision.as_str());
+    plan_from_current(
+        &sts.spec.template,
+        update_revision,
+        current,
+        revisions,
+        |current, update, revs| {
+            let resize = settings().resize;
+            Ok(preview::statefulset(
+                sts, pods, current, update, revs, resize, now,
+            )?)
+        },
+    )
 }
 
 /// The plan of rolling Advanced DaemonSet `ads` at `update_revision` over its `pods` on `nodes`.
