@@ -11,12 +11,13 @@
 //!    (`kruise_webhook_request_duration_seconds` for kruise-rs, controller-runtime's
 //!    `controller_runtime_webhook_latency_seconds` for OpenKruise), the apiserver's time calling
 //!    `mpod.kb.io`, and what the webhook did: Pods placed by a WorkloadSpread, naming their budget
-//!    (`kruise.io/related-pub`), carrying the 5 sidecars.
+//!    (`kruise.io/related-pub`), carrying the 5 sidecars; and the apiserver's Pod writes (all, and
+//!    the manager's from the audit log), per Pod.
 //! 2. **Eviction latency under a drain**: `--evictions` (100) running Pods of 10 workloads, each
 //!    guarded by a budget of `maxUnavailable: 50%`, all evicted at once (`pods/eviction`, as
 //!    `kubectl drain` asks): the client-observed eviction latency p50/p99, the `vpodeviction.kb.io`
-//!    handler's and the apiserver's p99, and how many evictions the budgets allowed (never more
-//!    than half of each workload).
+//!    handler's and the apiserver's p99, how many evictions the budgets allowed (never more
+//!    than half of each workload), and the Pod writes as in phase 1.
 //!
 //! The bench's workloads are inert: kube-controller-manager runs without its ReplicaSet and
 //! Deployment controllers, so the Pods the bench creates with a ReplicaSet as their owner stay as
@@ -37,7 +38,7 @@ use kruise_benches::admission::{
     APP, INJECT_LABEL, PaceArgs, count_injected, create_paced, injecting_names, print_freshness,
     quantile_ms, sidecarsets, wait_dry_run,
 };
-use kruise_benches::apiserver;
+use kruise_benches::apiserver::{self, PodWrites};
 use kruise_benches::create_namespace;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, pid_of};
@@ -130,6 +131,7 @@ async fn bench(cli: &Cli, plane: &ControlPlane) -> anyhow::Result<()> {
         manager,
         openkruise: cli.openkruise.is_some(),
         apiserver_pid: pid_of(plane, "kube-apiserver"),
+        audit_log: plane.audit_log_path(),
     };
     if cli.phases.contains(&Phase::Latency) {
         let (rate, seconds) = cli.pace.pace();
@@ -147,6 +149,8 @@ struct Bench {
     manager: Manager,
     openkruise: bool,
     apiserver_pid: Option<u32>,
+    /// The control plane's audit log, where the manager's own writes are told apart.
+    audit_log: PathBuf,
 }
 
 impl Bench {
@@ -179,6 +183,7 @@ impl Bench {
         let apiserver_before = self.apiserver_histogram("mpod.kb.io", "CREATE").await?;
         let cpu_before = self.cpu();
         let metrics_before = self.manager.metrics_text().await?;
+        let writes_before = self.pod_writes().await?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         println!(
             "Pod webhook latency: {total} Pod creates paced at {rate}/s for {seconds} s \
@@ -211,6 +216,8 @@ impl Bench {
             quantile_ms(&apiserver, 0.99),
         );
         self.print_cpu("  ", cpu_before, total);
+        self.print_pod_writes(&writes_before, f64::from(total))
+            .await?;
         if !self.openkruise {
             let metrics_after = self.manager.metrics_text().await?;
             print_freshness("  ", &metrics_before, &metrics_after, f64::from(total));
@@ -319,6 +326,7 @@ impl Bench {
             .apiserver_histogram("vpodeviction.kb.io", "CREATE")
             .await?;
         let cpu_before = self.cpu();
+        let writes_before = self.pod_writes().await?;
         println!(
             "Eviction latency: {count} running Pods of {WORKLOADS} workloads evicted at once, \
              each workload's budget allowing {allowed_each} of {per_workload}"
@@ -383,7 +391,29 @@ impl Bench {
             quantile_ms(&apiserver, 0.99),
         );
         self.print_cpu("  ", cpu_before, count);
+        self.print_pod_writes(&writes_before, f64::from(count))
+            .await?;
         self.manager.print_rss();
+        Ok(())
+    }
+
+    /// The apiserver's Pod writes so far: all of them, and the manager's (from the audit log).
+    async fn pod_writes(&self) -> anyhow::Result<(PodWrites, PodWrites)> {
+        let all = PodWrites::read(&self.client).await?;
+        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        Ok((all, PodWrites::parse_audit(&text)))
+    }
+
+    /// Prints the Pod writes made since `before` (all, and the manager's), per Pod of `pods`.
+    async fn print_pod_writes(
+        &self,
+        before: &(PodWrites, PodWrites),
+        pods: f64,
+    ) -> anyhow::Result<()> {
+        let (all, mine) = self.pod_writes().await?;
+        all.since(&before.0).print_as("apiserver Pod writes", pods);
+        mine.since(&before.1)
+            .print_as("of which the manager's", pods);
         Ok(())
     }
 
