@@ -7,9 +7,12 @@ export KRUISE_RS_CACHE ?= $(HOME)/.cache/kruise-rs
 .PHONY: run test fuzz control-plane helm real-node openkruise image build manifests lint fmt bench bench-openkruise soak clean-local
 
 ## run: build what is missing, then start a local cluster (real control plane + simulated nodes).
+## kruise-manager runs with OpenKruise's default gates plus RUN_FEATURE_GATES, the gates the files in
+## examples/ need (ImagePullJobGate: ImagePullJob and ImageListPullJob); it prints the gates it runs with.
+RUN_FEATURE_GATES ?= ImagePullJobGate=true
 run: control-plane
 	$(CARGO) build -p kruise-testkit -p kruise-manager -p kruise-daemon --bins
-	./target/debug/kruise-local up
+	./target/debug/kruise-local up --manager-arg=--feature-gates=$(RUN_FEATURE_GATES)
 
 ## test: build what is missing, then run every test: unit and end-to-end (real control plane), the
 ## real-node lane included (real kubelets with containerd: tests/real_node.rs).

@@ -191,6 +191,15 @@ impl FeatureGates {
         self.values.get(&gate).copied().unwrap_or(false)
     }
 
+    /// The names of the gates that are on, in the order OpenKruise declares them.
+    pub fn enabled_names(&self) -> Vec<&'static str> {
+        GATES
+            .iter()
+            .filter(|g| self.enabled(g.gate))
+            .map(|g| g.gate.name())
+            .collect()
+    }
+
     /// One line per gate whose value kruise-rs cannot honour (off, but always on here).
     pub fn unsupported(&self) -> Vec<String> {
         GATES
@@ -301,13 +310,8 @@ mod tests {
     #[test]
     fn defaults_are_openkruise_v1_9() {
         let gates = FeatureGates::default();
-        let on: Vec<&str> = GATES
-            .iter()
-            .filter(|g| gates.enabled(g.gate))
-            .map(|g| g.gate.name())
-            .collect();
         assert_eq!(
-            on,
+            gates.enabled_names(),
             [
                 "PodWebhook",
                 "KruiseDaemon",

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use kruise_core::features::FeatureGates;
 use kruise_testkit::control_plane::{ControlPlane, Options, default_bin_dir};
 use kruise_testkit::fleet;
 use kruise_testkit::manager::{self, Manager};
@@ -263,6 +264,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             extra_args: args.manager_args.clone(),
             ..manager::ManagerOptions::default()
         };
+        let gates = manager_gates(&args.manager_args)?;
         let manager = Manager::spawn(&plane, &options)?;
         manager::wait_serving(&plane, &manager.ports, Duration::from_secs(90)).await?;
         eprintln!(
@@ -272,6 +274,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             manager.ports.metrics,
             manager.ports.health,
             manager.log(&plane).display()
+        );
+        eprintln!(
+            "kruise-local: kruise-manager feature gates on: {} (change with \
+             --manager-arg=--feature-gates=NAME=true|false)",
+            gates.enabled_names().join(", ")
         );
         Some(manager)
     };
@@ -338,4 +345,20 @@ async fn wait_for_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// The feature gates kruise-manager runs with: its `--feature-gates` among `manager_args` (the last
+/// one, as the flag is read), parsed as the manager parses it, so a bad one stops here with the
+/// manager's own message.
+fn manager_gates(manager_args: &[String]) -> anyhow::Result<FeatureGates> {
+    let mut flag = "";
+    let mut args = manager_args.iter();
+    while let Some(arg) = args.next() {
+        if let Some(value) = arg.strip_prefix("--feature-gates=") {
+            flag = value;
+        } else if arg == "--feature-gates" {
+            flag = args.next().map_or("", String::as_str);
+        }
+    }
+    FeatureGates::parse(flag).map_err(|error| anyhow::anyhow!(error))
 }
