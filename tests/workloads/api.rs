@@ -699,3 +699,22 @@ async fn manager_serves_metrics_health_and_readiness() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// Every file in examples/ applies as it is on `make run`: an object there names no namespace (the
+/// reader's current one) or one every cluster has, never one the reader would have to create first.
+#[test]
+fn examples_name_only_namespaces_every_cluster_has() {
+    let every_cluster_has = ["default", "kube-system"];
+    let elsewhere: Vec<String> = example_documents()
+        .into_iter()
+        .filter_map(|(file, doc)| {
+            let namespace = doc["metadata"]["namespace"].as_str()?.to_owned();
+            (!every_cluster_has.contains(&namespace.as_str()))
+                .then(|| format!("{file}: {namespace}"))
+        })
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "examples in a namespace to create first: {elsewhere:?}"
+    );
+}
