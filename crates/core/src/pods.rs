@@ -238,6 +238,16 @@ pub fn in_place_update_grace_pending(pod: &Pod) -> bool {
     .any(|key| annotation(pod, key).is_some_and(|v| !v.is_empty()))
 }
 
+/// Whether the Pod's spec lists the readiness gate `condition`. In-place updates
+/// (`InPlaceUpdateReady`) and container recreation (`KruisePodReady`) each act on the condition
+/// only when the Pod carries its gate, and look for it this one way.
+pub fn has_readiness_gate(pod: &Pod, condition: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.condition_type == condition))
+}
+
 /// Adds the readiness gate `condition` to `spec` unless it has it already; whether it was added.
 /// Every builder of a kruise Pod (CloneSet, Advanced DaemonSet, the Pod webhook) adds its gates
 /// this one way: once, after the template's own.
