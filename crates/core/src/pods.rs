@@ -6,8 +6,8 @@
 //! `podutil.IsPodReady` / `IsPodAvailable`.
 
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodReadinessGate,
-    PodSpec, Volume,
+    ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodCondition,
+    PodReadinessGate, PodSpec, Volume,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::keys;
@@ -196,6 +196,15 @@ pub fn revision_of(pod: &Pod) -> Option<&str> {
 /// in `-`, which the history helpers never produce.)
 pub fn is_at_revision(pod: &Pod, revision: &str) -> bool {
     revision_of(pod).is_some_and(|own| crate::revision::pod_label_matches_revision(own, revision))
+}
+
+/// The container statuses the kubelet reports (none before it reports any): what every reader of
+/// a container's image, ID, readiness or restarts starts from.
+pub fn container_statuses(pod: &Pod) -> &[ContainerStatus] {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
 }
 
 /// The highest restart count among the Pod's containers.
