@@ -418,14 +418,7 @@ pub fn subset_score(
         return None;
     }
     if let Some(term) = &subset.required_node_selector_term {
-        let mut terms = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|na| {
-                na.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
+        let mut terms = crate::nodefit::required_node_affinity(&spec)
             .map(|r| r.node_selector_terms.clone())
             .unwrap_or_default();
         and_term(&mut terms, term);
