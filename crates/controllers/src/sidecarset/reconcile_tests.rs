@@ -120,11 +120,7 @@ impl Bench {
 
     /// The reasons of the Events published.
     fn event_reasons(&self) -> Vec<String> {
-        self.log
-            .events()
-            .iter()
-            .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-            .collect()
+        self.log.reasons()
     }
 
     /// How many in-place upgrades the metrics counted with `result` (`success` or `error`).
