@@ -54,11 +54,9 @@ where
 impl Bench {
     /// A fresh controller (no expectations) whose caches show the cluster as it is now.
     fn new(cluster: &Arc<FakeCluster>) -> Self {
-        let (client, log) = scripted::client(Vec::new());
+        let (mut base, log) = PodOwnerBase::over_cluster(CONTROLLER, cluster);
         let (revision_store, revisions) = reflector::store();
         let (claim_store, claims) = reflector::store();
-        let mut base =
-            PodOwnerBase::for_tests(CONTROLLER, cluster.clone(), cluster.clone(), client);
         base.revisions = revision_store;
         let ctx = Context {
             base,
