@@ -436,13 +436,7 @@ mod tests {
             sidecarsets,
             namespaces,
             None,
-            crate::pod::PodSettings {
-                namespace: "kruise-system".into(),
-                failure_policy: crate::configuration::FailurePolicy::Ignore,
-                sort_sidecars_by_name: false,
-                kruise_pod_readiness_gate: false,
-                enhanced_liveness_probe: false,
-            },
+            crate::pod::PodSettings::gates_off("kruise-system"),
         )
         .with_persistent_pod_states(hook(vec![recorded("apps/v1", "StatefulSet")]));
         assert!(injector.caches_loaded());
