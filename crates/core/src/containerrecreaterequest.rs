@@ -376,13 +376,7 @@ fn dump_messages(mut messages: Vec<NotReadyMessage>) -> String {
 
 /// Whether the Pod has the `KruisePodReady` readiness gate.
 pub fn has_readiness_gate(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
-        .is_some_and(|g| {
-            g.iter()
-                .any(|g| g.condition_type == keys::CONDITION_KRUISE_POD_READY)
-        })
+    crate::pods::has_readiness_gate(pod, keys::CONDITION_KRUISE_POD_READY)
 }
 
 fn readiness_condition(pod: &Pod) -> Option<&PodCondition> {

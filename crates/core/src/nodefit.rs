@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
+    Container, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint,
+    Toleration,
 };
 use kruise_api::quantity::{Format, Quantity};
 
@@ -79,14 +80,7 @@ pub fn selects_node(spec: &PodSpec, node: &Node) -> bool {
         .iter()
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v));
-    let required = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|na| {
-            na.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
+    let required = required_node_affinity(spec);
     // Terms are ORed; a required affinity without terms (or whose terms are all empty) selects nothing.
     let affinity_ok = required.is_none_or(|r| {
         r.node_selector_terms
@@ -94,6 +88,17 @@ pub fn selects_node(spec: &PodSpec, node: &Node) -> bool {
             .any(|term| term_matches(term, labels, node_name(node)))
     });
     selector_ok && affinity_ok
+}
+
+/// The required node affinity of `spec` (`requiredDuringSchedulingIgnoredDuringExecution`), if
+/// any: what [`selects_node`] checks, and what a WorkloadSpread subset's required term is ANDed into.
+pub fn required_node_affinity(spec: &PodSpec) -> Option<&NodeSelector> {
+    spec.affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
 }
 
 /// Whether one node selector term (its expressions and fields ANDed) selects `node`; an empty term
@@ -425,14 +430,7 @@ pub fn bound_node(spec: &PodSpec) -> Option<&str> {
     if let Some(name) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
         return Some(name);
     }
-    let terms = &spec
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?
-        .node_selector_terms;
+    let terms = &required_node_affinity(spec)?.node_selector_terms;
     terms.iter().find_map(|t| {
         t.match_fields.iter().flatten().find_map(|r| {
             let values = r.values.as_deref().unwrap_or_default();

@@ -1,14 +1,17 @@
 //! Pod predicates every workload shares: readiness, availability, lifecycle state, revision; and
-//! the two additions every builder of a kruise Pod makes the same way (readiness gates, claims).
+//! the additions every builder of a kruise Pod makes the same way (readiness gates, claims).
 //!
 //! They read only the Pod (and `now` where time matters), so controllers and tests can call them on a
 //! cached snapshot. The rules are OpenKruise's (`pkg/util/pods.go`), which in turn follow Kubernetes'
 //! `podutil.IsPodReady` / `IsPodAvailable`.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodReadinessGate,
-    PodSpec, Volume,
+    ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodCondition,
+    PodReadinessGate, PodSpec, Volume,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruise_api::keys;
 
@@ -198,6 +201,15 @@ pub fn is_at_revision(pod: &Pod, revision: &str) -> bool {
     revision_of(pod).is_some_and(|own| crate::revision::pod_label_matches_revision(own, revision))
 }
 
+/// The container statuses the kubelet reports (none before it reports any): what every reader of
+/// a container's image, ID, readiness or restarts starts from.
+pub fn container_statuses(pod: &Pod) -> &[ContainerStatus] {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+}
+
 /// The highest restart count among the Pod's containers.
 pub fn max_container_restarts(pod: &Pod) -> i32 {
     pod.status
@@ -236,6 +248,16 @@ pub fn in_place_update_grace_pending(pod: &Pod) -> bool {
     ]
     .iter()
     .any(|key| annotation(pod, key).is_some_and(|v| !v.is_empty()))
+}
+
+/// Whether the Pod's spec lists the readiness gate `condition`. In-place updates
+/// (`InPlaceUpdateReady`) and container recreation (`KruisePodReady`) each act on the condition
+/// only when the Pod carries its gate, and look for it this one way.
+pub fn has_readiness_gate(pod: &Pod, condition: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.condition_type == condition))
 }
 
 /// Adds the readiness gate `condition` to `spec` unless it has it already; whether it was added.
@@ -277,6 +299,40 @@ pub fn mount_claims(
         volumes.retain(|v| !claim_volumes.iter().any(|c| c.name == v.name));
         volumes.extend(claim_volumes);
     }
+}
+
+/// The claims of one Pod, one per `claim_templates`: each named `claim_name(template's name)`, in
+/// `namespace`, labelled with the template's labels and then `labels` (which win), with the
+/// template's annotations and spec, owned by `owners` (no owner references when empty). How
+/// CloneSet and Advanced StatefulSet build a Pod's claims: only the names, labels and owners
+/// differ. `None` when a template has no name (no claim can be named after it).
+pub fn claims_from_templates(
+    claim_templates: &[PersistentVolumeClaim],
+    namespace: Option<&str>,
+    labels: &BTreeMap<String, String>,
+    owners: &[OwnerReference],
+    claim_name: impl Fn(&str) -> String,
+) -> Option<Vec<PersistentVolumeClaim>> {
+    claim_templates
+        .iter()
+        .map(|vct| {
+            let vct_name = vct.metadata.name.as_deref()?;
+            let mut claim_labels = vct.metadata.labels.clone().unwrap_or_default();
+            claim_labels.extend(labels.clone());
+            Some(PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(claim_name(vct_name)),
+                    namespace: namespace.map(str::to_owned),
+                    labels: Some(claim_labels),
+                    annotations: vct.metadata.annotations.clone(),
+                    owner_references: (!owners.is_empty()).then(|| owners.to_vec()),
+                    ..ObjectMeta::default()
+                },
+                spec: vct.spec.clone(),
+                status: None,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -256,6 +256,26 @@ pub(crate) fn allow(request: &AdmissionRequest<DynamicObject>) -> Answer {
     }
 }
 
+/// Answers the CREATE or UPDATE in `review` with `decide(request, its object)`: what defaulting
+/// and validation look at. Any other operation, or a request without an object, is allowed as it
+/// is; a review that does not decode is refused ([`request_of`]).
+pub(crate) fn on_written(
+    review: AdmissionReview<DynamicObject>,
+    decide: impl FnOnce(&AdmissionRequest<DynamicObject>, &DynamicObject) -> Answer,
+) -> Answer {
+    let request = match request_of(review) {
+        Ok(request) => request,
+        Err(answer) => return *answer,
+    };
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return allow(&request);
+    }
+    let Some(object) = &request.object else {
+        return allow(&request);
+    };
+    decide(&request, object)
+}
+
 /// Defaulting with the default gates (see [`mutate_with`]).
 pub fn mutate(kind: Kind, review: AdmissionReview<DynamicObject>) -> Answer {
     mutate_with(kind, review, &Gates::default())
@@ -288,44 +308,36 @@ fn template_defaults(
 
 /// Defaulting: answers with the JSON patch from the received object to its defaulted form.
 pub fn mutate_with(kind: Kind, review: AdmissionReview<DynamicObject>, gates: &Gates) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
-        Err(answer) => return *answer,
-    };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
-    }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let result = to_json(object).and_then(|original| {
-        let (v1beta1, version) = as_v1beta1(kind, original.clone())?;
-        let defaults = template_defaults(kind, &request, &v1beta1, gates);
-        let defaulted = kind
-            .default_object_with(v1beta1, &defaults)
-            .map_err(|e| e.to_string())?;
-        let defaulted = if version == V1ALPHA1 {
-            kind.convert(defaulted, V1ALPHA1)
-                .map_err(|e| e.to_string())?
-        } else {
-            defaulted
-        };
-        Ok(additive_diff(&original, &defaulted))
-    });
-    match result {
-        Err(message) => deny(&request, message),
-        Ok(patch) if patch.0.is_empty() => allow(&request),
-        Ok(patch) => match AdmissionResponse::from(&request).with_patch(patch) {
-            Ok(response) => Answer {
-                review: response.into_review(),
-                allowed: true,
+    on_written(review, |request, object| {
+        let result = to_json(object).and_then(|original| {
+            let (v1beta1, version) = as_v1beta1(kind, original.clone())?;
+            let defaults = template_defaults(kind, request, &v1beta1, gates);
+            let defaulted = kind
+                .default_object_with(v1beta1, &defaults)
+                .map_err(|e| e.to_string())?;
+            let defaulted = if version == V1ALPHA1 {
+                kind.convert(defaulted, V1ALPHA1)
+                    .map_err(|e| e.to_string())?
+            } else {
+                defaulted
+            };
+            Ok(additive_diff(&original, &defaulted))
+        });
+        match result {
+            Err(message) => deny(request, message),
+            Ok(patch) if patch.0.is_empty() => allow(request),
+            Ok(patch) => match AdmissionResponse::from(request).with_patch(patch) {
+                Ok(response) => Answer {
+                    review: response.into_review(),
+                    allowed: true,
+                },
+                Err(error) => deny(
+                    request,
+                    format!("cannot encode the defaulting patch: {error}"),
+                ),
             },
-            Err(error) => deny(
-                &request,
-                format!("cannot encode the defaulting patch: {error}"),
-            ),
-        },
-    }
+        }
+    })
 }
 
 /// Denies a request that cannot be decided now (the cluster state it needs is unreadable).
@@ -344,59 +356,52 @@ pub fn unavailable(
 
 /// Validation: denies with every field error, each naming its field.
 pub fn validate(kind: Kind, review: AdmissionReview<DynamicObject>, cluster: &Cluster) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
-        Err(answer) => return *answer,
-    };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
-    }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let old = match request.operation {
-        Operation::Update => request.old_object.as_ref(),
-        _ => None,
-    };
-    let result = to_json(object).and_then(|new| {
-        let (new, _) = as_v1beta1(kind, new)?;
-        let old = match old {
-            Some(old) => Some(as_v1beta1(kind, to_json(old)?)?.0),
-            None => None,
+    on_written(review, |request, object| {
+        let old = match request.operation {
+            Operation::Update => request.old_object.as_ref(),
+            _ => None,
         };
-        let mut errors = kind.validate(new.clone(), old).map_err(|e| e.to_string())?;
-        if kind == Kind::SidecarSet && errors.is_empty() {
-            let typed: SidecarSet = kruise_api::kinds::decode(new).map_err(|e| e.to_string())?;
-            errors.extend(kruise_api::sidecarset::conflicts(
-                &typed,
-                &cluster.sidecarsets,
-            ));
-            errors.extend(patch_metadata::check(
-                &typed,
-                cluster.patch_metadata.whitelist.as_ref(),
-                cluster.patch_metadata.defaults_allowed,
-            ));
+        let result = to_json(object).and_then(|new| {
+            let (new, _) = as_v1beta1(kind, new)?;
+            let old = match old {
+                Some(old) => Some(as_v1beta1(kind, to_json(old)?)?.0),
+                None => None,
+            };
+            let mut errors = kind.validate(new.clone(), old).map_err(|e| e.to_string())?;
+            if kind == Kind::SidecarSet && errors.is_empty() {
+                let typed: SidecarSet =
+                    kruise_api::kinds::decode(new).map_err(|e| e.to_string())?;
+                errors.extend(kruise_api::sidecarset::conflicts(
+                    &typed,
+                    &cluster.sidecarsets,
+                ));
+                errors.extend(patch_metadata::check(
+                    &typed,
+                    cluster.patch_metadata.whitelist.as_ref(),
+                    cluster.patch_metadata.defaults_allowed,
+                ));
+            }
+            // As OpenKruise, claim templates are checked against their StorageClasses once the update
+            // is otherwise valid.
+            if errors.is_empty()
+                && let Some((new, old)) = statefulset_update(kind, request)
+            {
+                errors.extend(volume_expansion::check(&new.spec, &old.spec, |class| {
+                    cluster
+                        .storage_classes
+                        .get(&class.map(str::to_owned))
+                        .cloned()
+                        .unwrap_or_else(|| ClassLookup::Unreadable("not looked up".into()))
+                }));
+            }
+            Ok(errors)
+        });
+        match result {
+            Err(message) => deny(request, message),
+            Ok(errors) if errors.is_empty() => allow(request),
+            Ok(errors) => deny(request, field::join(&errors)),
         }
-        // As OpenKruise, claim templates are checked against their StorageClasses once the update
-        // is otherwise valid.
-        if errors.is_empty()
-            && let Some((new, old)) = statefulset_update(kind, &request)
-        {
-            errors.extend(volume_expansion::check(&new.spec, &old.spec, |class| {
-                cluster
-                    .storage_classes
-                    .get(&class.map(str::to_owned))
-                    .cloned()
-                    .unwrap_or_else(|| ClassLookup::Unreadable("not looked up".into()))
-            }));
-        }
-        Ok(errors)
-    });
-    match result {
-        Err(message) => deny(&request, message),
-        Ok(errors) if errors.is_empty() => allow(&request),
-        Ok(errors) => deny(&request, field::join(&errors)),
-    }
+    })
 }
 
 #[cfg(test)]

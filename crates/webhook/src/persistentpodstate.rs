@@ -268,54 +268,54 @@ mod tests {
 
     #[tokio::test]
     async fn validation_refuses_what_upstream_refuses() {
-        assert!(
-            validate(
-                review("CREATE", object("StatefulSet", "web"), None),
+        // (case, operation, object, old object, what the refusal says; None: allowed)
+        let cases = [
+            (
+                "a StatefulSet target",
+                "CREATE",
+                object("StatefulSet", "web"),
                 None,
                 None,
-                "kruise-system"
-            )
-            .await
-            .allowed
-        );
-        let answer = validate(
-            review("CREATE", object("Deployment", "web"), None),
-            None,
-            None,
-            "kruise-system",
-        )
-        .await;
-        assert!(!answer.allowed);
-        assert!(
-            message(&answer).contains("spec.targetRef"),
-            "{}",
-            message(&answer)
-        );
-        let moved = validate(
-            review(
+            ),
+            (
+                "a Deployment target",
+                "CREATE",
+                object("Deployment", "web"),
+                None,
+                Some("spec.targetRef"),
+            ),
+            (
+                "a moved target",
                 "UPDATE",
                 object("StatefulSet", "other"),
                 Some(object("StatefulSet", "web")),
+                Some("targetRef cannot be modified"),
             ),
-            None,
-            None,
-            "kruise-system",
-        )
-        .await;
-        assert!(!moved.allowed);
+            (
+                "a delete",
+                "DELETE",
+                object("Deployment", "web"),
+                None,
+                None,
+            ),
+        ];
+        for (case, operation, new, old, refusal) in cases {
+            let answer = validate(review(operation, new, old), None, None, "kruise-system").await;
+            match refusal {
+                None => assert!(answer.allowed, "{case}: {}", message(&answer)),
+                Some(text) => assert_refused(&answer, text, case),
+            }
+        }
+    }
+
+    /// The answer refuses, saying `text` (`case` names the assertion).
+    fn assert_refused(answer: &Answer, text: &str, case: &str) {
+        assert!(!answer.allowed, "{case}");
         assert!(
-            message(&moved).contains("targetRef cannot be modified"),
-            "{}",
-            message(&moved)
+            message(answer).contains(text),
+            "{case}: {}",
+            message(answer)
         );
-        let delete = validate(
-            review("DELETE", object("Deployment", "web"), None),
-            None,
-            None,
-            "kruise-system",
-        )
-        .await;
-        assert!(delete.allowed);
     }
 
     #[tokio::test]
@@ -324,30 +324,27 @@ mod tests {
         other.metadata.name = Some("first".into());
         let mut elsewhere = other.clone();
         elsewhere.metadata.namespace = Some("other-ns".into());
-        let states = hook(vec![other]);
-        let answer = validate(
-            review("CREATE", object("StatefulSet", "web"), None),
-            Some(states.states()),
-            None,
-            "kruise-system",
-        )
-        .await;
-        assert!(!answer.allowed);
-        assert!(
-            message(&answer).contains("in conflict with other PersistentPodState first"),
-            "{}",
-            message(&answer)
+        let answer = create_against(vec![other]).await;
+        assert_refused(
+            &answer,
+            "in conflict with other PersistentPodState first",
+            "the same workload",
         );
         // The same workload name in another namespace is another workload.
-        let states = hook(vec![elsewhere]);
-        let answer = validate(
+        let answer = create_against(vec![elsewhere]).await;
+        assert!(answer.allowed, "{}", message(&answer));
+    }
+
+    /// The answer to creating a state for StatefulSet `ns/web` while the cache holds `states`.
+    async fn create_against(states: Vec<PersistentPodState>) -> Answer {
+        let hook = hook(states);
+        validate(
             review("CREATE", object("StatefulSet", "web"), None),
-            Some(states.states()),
+            Some(hook.states()),
             None,
             "kruise-system",
         )
-        .await;
-        assert!(answer.allowed, "{}", message(&answer));
+        .await
     }
 
     fn hook(states: Vec<PersistentPodState>) -> PodHook {
@@ -436,13 +433,7 @@ mod tests {
             sidecarsets,
             namespaces,
             None,
-            crate::pod::PodSettings {
-                namespace: "kruise-system".into(),
-                failure_policy: crate::configuration::FailurePolicy::Ignore,
-                sort_sidecars_by_name: false,
-                kruise_pod_readiness_gate: false,
-                enhanced_liveness_probe: false,
-            },
+            crate::pod::PodSettings::gates_off("kruise-system"),
         )
         .with_persistent_pod_states(hook(vec![recorded("apps/v1", "StatefulSet")]));
         assert!(injector.caches_loaded());

@@ -56,6 +56,21 @@ pub struct PodSettings {
     pub enhanced_liveness_probe: bool,
 }
 
+impl PodSettings {
+    /// Every feature gate off and the failure policy `Ignore`, with the manager in `namespace`:
+    /// how the Pod webhook runs when nothing configures it (no caches yet), and what tests start
+    /// from.
+    pub fn gates_off(namespace: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            failure_policy: FailurePolicy::Ignore,
+            sort_sidecars_by_name: false,
+            kruise_pod_readiness_gate: false,
+            enhanced_liveness_probe: false,
+        }
+    }
+}
+
 /// The result label of a Pod admission in `kruise_webhook_requests_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -836,11 +851,8 @@ mod tests {
             namespace_store,
             None,
             PodSettings {
-                namespace: MANAGER_NS.into(),
                 failure_policy,
-                sort_sidecars_by_name: false,
-                kruise_pod_readiness_gate: false,
-                enhanced_liveness_probe: false,
+                ..PodSettings::gates_off(MANAGER_NS)
             },
         )
     }
@@ -906,13 +918,7 @@ mod tests {
             sidecarsets,
             namespaces,
             None,
-            PodSettings {
-                namespace: MANAGER_NS.into(),
-                failure_policy: FailurePolicy::Ignore,
-                sort_sidecars_by_name: false,
-                kruise_pod_readiness_gate: false,
-                enhanced_liveness_probe: false,
-            },
+            PodSettings::gates_off(MANAGER_NS),
         )
         .with_freshness(freshness);
         (pods, writer)
@@ -1115,11 +1121,8 @@ mod tests {
     #[tokio::test]
     async fn not_synced_admits_unchanged_or_fails_by_policy() {
         let settings = |failure_policy| PodSettings {
-            namespace: MANAGER_NS.into(),
             failure_policy,
-            sort_sidecars_by_name: false,
-            kruise_pod_readiness_gate: false,
-            enhanced_liveness_probe: false,
+            ..PodSettings::gates_off(MANAGER_NS)
         };
         let ignore = PodInjector::without_caches(settings(FailurePolicy::Ignore));
         assert!(!ignore.synced());

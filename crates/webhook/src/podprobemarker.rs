@@ -18,7 +18,7 @@ use kruise_api::validation::{
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionReview, Operation};
 
-use crate::admission::{Answer, allow, deny, gate_disabled, request_of};
+use crate::admission::{Answer, allow, deny, gate_disabled, on_written};
 
 /// Path and webhook name, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-podprobemarker";
@@ -41,46 +41,38 @@ pub fn validate(
     probe_gate: bool,
     daemon_gate: bool,
 ) -> Answer {
-    let request = match request_of(review) {
-        Ok(request) => request,
-        Err(answer) => return *answer,
-    };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return allow(&request);
-    }
-    let Some(object) = &request.object else {
-        return allow(&request);
-    };
-    let decode = |object: &DynamicObject| -> Result<PodProbeMarker, String> {
-        let value =
-            serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
-        serde_json::from_value(value).map_err(|e| e.to_string())
-    };
-    let new = match decode(object) {
-        Ok(new) => new,
-        Err(message) => return deny(&request, message),
-    };
-    for (on, gate) in [
-        (probe_gate, "PodProbeMarkerGate"),
-        (daemon_gate, "KruiseDaemon"),
-    ] {
-        if !on {
-            return gate_disabled(&request, gate);
+    on_written(review, |request, object| {
+        let decode = |object: &DynamicObject| -> Result<PodProbeMarker, String> {
+            let value =
+                serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+            serde_json::from_value(value).map_err(|e| e.to_string())
+        };
+        let new = match decode(object) {
+            Ok(new) => new,
+            Err(message) => return deny(request, message),
+        };
+        for (on, gate) in [
+            (probe_gate, "PodProbeMarkerGate"),
+            (daemon_gate, "KruiseDaemon"),
+        ] {
+            if !on {
+                return gate_disabled(request, gate);
+            }
         }
-    }
-    let old = match (&request.operation, &request.old_object) {
-        (Operation::Update, Some(old)) => match decode(old) {
-            Ok(old) => Some(old),
-            Err(message) => return deny(&request, message),
-        },
-        _ => None,
-    };
-    let errors = check(&new, old.as_ref());
-    if errors.is_empty() {
-        allow(&request)
-    } else {
-        deny(&request, field::join(&errors))
-    }
+        let old = match (&request.operation, &request.old_object) {
+            (Operation::Update, Some(old)) => match decode(old) {
+                Ok(old) => Some(old),
+                Err(message) => return deny(request, message),
+            },
+            _ => None,
+        };
+        let errors = check(&new, old.as_ref());
+        if errors.is_empty() {
+            allow(request)
+        } else {
+            deny(request, field::join(&errors))
+        }
+    })
 }
 
 /// Every error of a new (or updated, with its `old` version) PodProbeMarker.

@@ -96,7 +96,7 @@ async fn dry_run(client: &Client, resource: &Value, namespace: &str) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testreview::{Review, response};
+    use crate::testreview::{Review, outcome};
     use serde_json::{Value, json};
 
     fn review(
@@ -125,15 +125,6 @@ mod tests {
                 "targets": {"allNamespaces": true, "excludedNamespaces": {"list": [{"name": "kube-system"}]}}
             }
         })
-    }
-
-    fn outcome(answer: &Answer) -> (bool, String, u16) {
-        let response = response(answer);
-        (
-            answer.allowed,
-            response.result.message.clone(),
-            response.result.code,
-        )
     }
 
     #[test]

@@ -107,15 +107,8 @@ pub fn router_with(
     gates: Gates,
     policy: Policy,
 ) -> Router {
-    let pods = pods.unwrap_or_else(|| {
-        PodInjector::without_caches(crate::pod::PodSettings {
-            namespace: String::new(),
-            failure_policy: crate::configuration::FailurePolicy::Ignore,
-            sort_sidecars_by_name: false,
-            kruise_pod_readiness_gate: false,
-            enhanced_liveness_probe: false,
-        })
-    });
+    let pods =
+        pods.unwrap_or_else(|| PodInjector::without_caches(crate::pod::PodSettings::gates_off("")));
     let router = Router::new().route("/healthz", get(|| async { "ok" }));
     let router = pod_routes(router, &pods, &policy);
     let router = workload_routes(router, client.as_ref(), &pods, gates);
@@ -864,13 +857,7 @@ mod tests {
             store,
             namespaces,
             None,
-            crate::pod::PodSettings {
-                namespace: "kruise-system".into(),
-                failure_policy: crate::configuration::FailurePolicy::Ignore,
-                sort_sidecars_by_name: false,
-                kruise_pod_readiness_gate: false,
-                enhanced_liveness_probe: false,
-            },
+            crate::pod::PodSettings::gates_off("kruise-system"),
         );
         let app = router(
             Metrics::register(&mut Registry::default()),

@@ -104,6 +104,16 @@ pub fn response(answer: &Answer) -> &AdmissionResponse {
         .expect("the answer has a response")
 }
 
+/// Whether the answer allows, and its message and code: what a test of a refusal asserts.
+pub fn outcome(answer: &Answer) -> (bool, String, u16) {
+    let response = response(answer);
+    (
+        answer.allowed,
+        response.result.message.clone(),
+        response.result.code,
+    )
+}
+
 /// An empty store whose first list is done (ready), and its writer.
 pub fn listed_store<K>() -> (Store<K>, Writer<K>)
 where

@@ -32,13 +32,6 @@ fn context(cluster: &Arc<FakeCluster>, jobs: Vec<Job>) -> (Context, scripted::Lo
     (ctx, log)
 }
 
-fn reasons(log: &scripted::Log) -> Vec<String> {
-    log.events()
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// Every minute, in UTC, created two and a half minutes ago: a run is due now.
 fn cron_job(extra: Value) -> AdvancedCronJob {
     let created = Timestamp::now() - SignedDuration::from_secs(150);
@@ -86,7 +79,7 @@ async fn a_due_run_creates_its_job_once_even_while_the_cache_lags() {
         ("AdvancedCronJob", "acj-uid")
     );
     assert_eq!(owner.controller, Some(true));
-    assert_eq!(reasons(&log), vec!["SuccessfulCreate".to_owned()]);
+    assert_eq!(log.reasons(), vec!["SuccessfulCreate".to_owned()]);
 
     // A stale copy of the cron job decides nothing: its status write is refused first.
     let writes = cluster.records().len();
@@ -109,7 +102,7 @@ async fn a_due_run_creates_its_job_once_even_while_the_cache_lags() {
         .filter(|(verb, _)| *verb == Verb::Create)
         .collect();
     assert_eq!(after, vec![(Verb::Create, Some(409))]);
-    assert_eq!(reasons(&log), vec!["SuccessfulCreate".to_owned()]);
+    assert_eq!(log.reasons(), vec!["SuccessfulCreate".to_owned()]);
 
     // Once the cache shows the job, the status records the run (from its jobs, as upstream) and
     // nothing is created.
@@ -144,7 +137,7 @@ async fn a_refused_run_is_told_and_fails_the_reconcile() {
 
         assert!(result.is_err(), "{code}");
         assert!(jobs_of(&cluster).is_empty(), "{code}");
-        assert_eq!(reasons(&log), vec!["FailedCreate".to_owned()], "{code}");
+        assert_eq!(log.reasons(), vec!["FailedCreate".to_owned()], "{code}");
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::broadcastjob::v1beta1::BroadcastJob;
 use serde_json::json;
 
@@ -12,30 +12,19 @@ use super::reconcile_inner;
 use crate::broadcastjob::{Config, Context};
 use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
-use crate::driver::writes::fake::{FakeCluster, Verb, listed};
-
-fn node(name: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
-    }))
-    .expect("a Node")
-}
+use crate::driver::writes::fake::{FakeCluster, Verb, listed, ready_node};
 
 /// The context over `cluster` with `nodes` and empty, listed caches; Events go to a
 /// scripted client.
 fn context(cluster: &Arc<FakeCluster>, nodes: usize) -> (Context, scripted::Log) {
-    let (client, log) = scripted::client(Vec::new());
-    let base = PodOwnerBase::for_tests(
-        super::super::CONTROLLER,
-        cluster.clone(),
-        cluster.clone(),
-        client,
-    );
+    let (base, log) = PodOwnerBase::over_cluster(super::super::CONTROLLER, cluster);
     let ctx = Context {
         base,
-        nodes: listed((0..nodes).map(|i| node(&format!("node-{i}"))).collect()),
+        nodes: listed(
+            (0..nodes)
+                .map(|i| ready_node(&format!("node-{i}"), &[]))
+                .collect(),
+        ),
         config: Config::default(),
     };
     (ctx, log)
@@ -52,23 +41,6 @@ fn job(cluster: &FakeCluster) -> BroadcastJob {
     cluster.insert(&job)
 }
 
-fn pod_nodes(cluster: &FakeCluster) -> Vec<String> {
-    let mut nodes: Vec<String> = cluster
-        .all::<Pod>(Some("ns"))
-        .iter()
-        .filter_map(kruise_core::rollout::broadcastjob::pod_node)
-        .collect();
-    nodes.sort();
-    nodes
-}
-
-fn reasons(log: &scripted::Log) -> Vec<String> {
-    log.events()
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_pod_per_node_and_none_again_while_the_cache_lags() {
     let cluster = FakeCluster::new();
@@ -77,7 +49,7 @@ async fn a_pod_per_node_and_none_again_while_the_cache_lags() {
 
     reconcile_inner(&job, &ctx).await.expect("reconciled");
 
-    assert_eq!(pod_nodes(&cluster), vec!["node-0", "node-1", "node-2"]);
+    assert_eq!(cluster.pod_nodes("ns"), vec!["node-0", "node-1", "node-2"]);
     let pod = &cluster.all::<Pod>(Some("ns"))[0];
     let owner = &pod.metadata.owner_references.as_ref().expect("an owner")[0];
     assert_eq!(
@@ -87,7 +59,7 @@ async fn a_pod_per_node_and_none_again_while_the_cache_lags() {
     let stored: BroadcastJob = cluster.get(Some("ns"), "pull").expect("the job");
     assert_eq!(stored.status.map(|s| s.active), Some(3));
     assert_eq!(
-        reasons(&log),
+        log.reasons(),
         vec!["SuccessfulCreate".to_owned(); 3],
         "one Event per Pod"
     );
@@ -115,14 +87,14 @@ async fn slow_start_stops_at_a_refused_create() {
         .filter(|r| r.verb == Verb::Create)
         .count();
     assert_eq!(creates, 1, "one batch of one, refused");
-    assert!(pod_nodes(&cluster).is_empty());
+    assert!(cluster.pod_nodes("ns").is_empty());
     let stored: BroadcastJob = cluster.get(Some("ns"), "pull").expect("the job");
     assert_eq!(
         stored.status.map(|s| s.active),
         Some(0),
         "nothing counted active"
     );
-    assert_eq!(reasons(&log), vec!["FailedCreate".to_owned()]);
+    assert_eq!(log.reasons(), vec!["FailedCreate".to_owned()]);
 }
 
 #[tokio::test]

@@ -285,31 +285,14 @@ pub fn build_pvcs(cs: &CloneSet, id: &str) -> Result<Vec<PersistentVolumeClaim>,
         .and_then(|s| s.match_labels.clone())
         .unwrap_or_default();
     labels.insert(LABEL_INSTANCE_ID.to_owned(), id.to_owned());
-    cs.spec
-        .volume_claim_templates
-        .iter()
-        .map(|vct| {
-            let vct_name = vct
-                .metadata
-                .name
-                .as_deref()
-                .ok_or(BuildError::Missing("volumeClaimTemplates[].metadata.name"))?;
-            let mut pvc_labels = vct.metadata.labels.clone().unwrap_or_default();
-            pvc_labels.extend(labels.clone());
-            Ok(PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(pvc_name(vct_name, cs_name, id)),
-                    namespace: cs.metadata.namespace.clone(),
-                    labels: Some(pvc_labels),
-                    annotations: vct.metadata.annotations.clone(),
-                    owner_references: Some(vec![owner.clone()]),
-                    ..ObjectMeta::default()
-                },
-                spec: vct.spec.clone(),
-                status: None,
-            })
-        })
-        .collect()
+    kruise_core::pods::claims_from_templates(
+        &cs.spec.volume_claim_templates,
+        cs.metadata.namespace.as_deref(),
+        &labels,
+        &[owner],
+        |vct_name| pvc_name(vct_name, cs_name, id),
+    )
+    .ok_or(BuildError::Missing("volumeClaimTemplates[].metadata.name"))
 }
 
 #[cfg(test)]

@@ -23,14 +23,13 @@ use crate::driver::writes::{Part, Writer};
 
 /// A context whose caches show the cluster as it is now.
 fn mirror(cluster: &Arc<FakeCluster>) -> (Context, scripted::Log) {
-    let (client, log) = scripted::client(Vec::new());
+    let (mut base, log) = PodOwnerBase::over_cluster(CONTROLLER, cluster);
     let pods = PodCache::new();
     pods.apply(watcher::Event::Init);
     for pod in cluster.all::<Pod>(Some("ns")) {
         pods.apply(watcher::Event::InitApply(pod));
     }
     pods.apply(watcher::Event::InitDone);
-    let mut base = PodOwnerBase::for_tests(CONTROLLER, cluster.clone(), cluster.clone(), client);
     base.pods = pods;
     base.revisions = listed(cluster.all::<ControllerRevision>(Some("ns")));
     let ctx = Context {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kruise_api::daemonset::v1beta1::DaemonSet;
 use serde_json::{Value, json};
 
@@ -13,30 +13,19 @@ use super::reconcile_inner;
 use crate::daemonset::{Config, Context};
 use crate::driver::head::PodOwnerBase;
 use crate::driver::scripted;
-use crate::driver::writes::fake::{FakeCluster, Verb, listed};
-
-fn node(name: &str, zone: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "zone": zone}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
-    }))
-    .expect("a Node")
-}
+use crate::driver::writes::fake::{FakeCluster, Verb, listed, ready_node};
 
 /// The context over `cluster`: three nodes (two in zone `a`), empty listed caches; Events go to
 /// a scripted client.
 fn context(cluster: &Arc<FakeCluster>) -> (Context, scripted::Log) {
-    let (client, log) = scripted::client(Vec::new());
-    let base = PodOwnerBase::for_tests(
-        super::super::CONTROLLER,
-        cluster.clone(),
-        cluster.clone(),
-        client,
-    );
+    let (base, log) = PodOwnerBase::over_cluster(super::super::CONTROLLER, cluster);
     let ctx = Context {
         base,
-        nodes: listed(vec![node("n0", "a"), node("n1", "a"), node("n2", "b")]),
+        nodes: listed(
+            [("n0", "a"), ("n1", "a"), ("n2", "b")]
+                .map(|(name, zone)| ready_node(name, &[("zone", zone)]))
+                .to_vec(),
+        ),
         config: Config::default(),
         predownload: crate::predownload::Tracker::default(),
     };
@@ -56,16 +45,6 @@ fn daemonset(cluster: &FakeCluster, extra: Value) -> DaemonSet {
     cluster.insert(&ds)
 }
 
-fn pod_nodes(cluster: &FakeCluster) -> Vec<String> {
-    let mut nodes: Vec<String> = cluster
-        .all::<Pod>(Some("ns"))
-        .iter()
-        .filter_map(kruise_core::rollout::broadcastjob::pod_node)
-        .collect();
-    nodes.sort();
-    nodes
-}
-
 #[tokio::test]
 async fn a_pod_on_every_selected_node_and_nothing_again_while_the_caches_lag() {
     let cluster = FakeCluster::new();
@@ -79,7 +58,7 @@ async fn a_pod_on_every_selected_node_and_nothing_again_while_the_caches_lag() {
 
     let revisions = cluster.all::<ControllerRevision>(Some("ns"));
     assert_eq!(revisions.len(), 1, "the template's revision is registered");
-    assert_eq!(pod_nodes(&cluster), vec!["n0", "n1"], "zone a only");
+    assert_eq!(cluster.pod_nodes("ns"), vec!["n0", "n1"], "zone a only");
     let pod = &cluster.all::<Pod>(Some("ns"))[0];
     let owner = &pod.metadata.owner_references.as_ref().expect("an owner")[0];
     assert_eq!(
@@ -89,11 +68,7 @@ async fn a_pod_on_every_selected_node_and_nothing_again_while_the_caches_lag() {
     let stored: DaemonSet = cluster.get(Some("ns"), "agent").expect("the DaemonSet");
     let status = stored.status.expect("a status");
     assert_eq!(status.desired_number_scheduled, 2);
-    let reasons: Vec<String> = log
-        .events()
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let reasons = log.reasons();
     assert_eq!(reasons, vec!["SuccessfulCreate".to_owned(); 2]);
 
     // Neither the revision nor the Pods are in the caches yet: the next reconcile waits.
@@ -124,12 +99,8 @@ async fn a_refused_create_is_told_and_the_rest_wait() {
         vec![("agent-".to_owned(), Some(422))],
         "slow start: a refused batch of one stops the rest"
     );
-    assert!(pod_nodes(&cluster).is_empty());
-    let reasons: Vec<String> = log
-        .events()
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    assert!(cluster.pod_nodes("ns").is_empty());
+    let reasons = log.reasons();
     assert_eq!(reasons, vec!["FailedCreate".to_owned()]);
     assert!(
         action == kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(2)),

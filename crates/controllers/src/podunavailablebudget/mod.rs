@@ -316,21 +316,14 @@ async fn mark_related(
             "annotations": {POD_RELATED_PUB_ANNOTATION: name},
             "labels": {POD_GUARDED_LABEL: label},
         }});
-        match api
-            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.merge_patch_unless_raced(&pod_name, &patch)
             .await
-        {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!(
-                        "marking Pod {namespace}/{pod_name} with {POD_RELATED_PUB_ANNOTATION} and {POD_GUARDED_LABEL}"
-                    ),
-                    source,
-                });
-            }
-        }
+            .map_err(|source| Error::Kube {
+                context: format!(
+                    "marking Pod {namespace}/{pod_name} with {POD_RELATED_PUB_ANNOTATION} and {POD_GUARDED_LABEL}"
+                ),
+                source,
+            })?;
     }
     Ok(())
 }

@@ -73,14 +73,7 @@ impl Bench {
 
     /// The reasons and notes of the Events published, in order.
     fn events(&self) -> Vec<(String, String)> {
-        self.log
-            .events()
-            .iter()
-            .map(|e| {
-                let text = |field: &str| e[field].as_str().unwrap_or_default().to_owned();
-                (text("reason"), text("note"))
-            })
-            .collect()
+        self.log.reasons_and_notes()
     }
 
     fn pending_expectations(&self) -> usize {

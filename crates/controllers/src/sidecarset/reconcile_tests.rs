@@ -120,11 +120,7 @@ impl Bench {
 
     /// The reasons of the Events published.
     fn event_reasons(&self) -> Vec<String> {
-        self.log
-            .events()
-            .iter()
-            .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-            .collect()
+        self.log.reasons()
     }
 
     /// How many in-place upgrades the metrics counted with `result` (`success` or `error`).
@@ -391,13 +387,7 @@ fn rolling(max_unavailable: i32) -> Value {
 
 /// The SidecarSet's entry in the Pod's `SidecarSetUpgradable` condition, and the condition's status.
 fn upgradable(pod: &Pod) -> Option<(String, Value)> {
-    let condition = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == CONDITION_SIDECARSET_UPGRADABLE)?;
+    let condition = kruise_core::pods::condition(pod, CONDITION_SIDECARSET_UPGRADABLE)?;
     let entries: Value = serde_json::from_str(condition.message.as_deref()?).ok()?;
     Some((condition.status.clone(), entries[SS].clone()))
 }

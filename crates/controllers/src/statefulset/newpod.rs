@@ -111,31 +111,14 @@ pub fn build_claims(
         .and_then(|s| s.match_labels.clone())
         .unwrap_or_default();
     let owners = claim_owners(set, &[], None, false)?.unwrap_or_default();
-    set.spec
-        .volume_claim_templates
-        .iter()
-        .map(|vct| {
-            let vct_name = vct
-                .metadata
-                .name
-                .as_deref()
-                .ok_or(BuildError::Missing("volumeClaimTemplates[].metadata.name"))?;
-            let mut labels = vct.metadata.labels.clone().unwrap_or_default();
-            labels.extend(selector_labels.clone());
-            Ok(PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(claim_name(vct_name, name, ordinal)),
-                    namespace: set.metadata.namespace.clone(),
-                    labels: Some(labels),
-                    annotations: vct.metadata.annotations.clone(),
-                    owner_references: (!owners.is_empty()).then(|| owners.clone()),
-                    ..ObjectMeta::default()
-                },
-                spec: vct.spec.clone(),
-                status: None,
-            })
-        })
-        .collect()
+    kruise_core::pods::claims_from_templates(
+        &set.spec.volume_claim_templates,
+        set.metadata.namespace.as_deref(),
+        &selector_labels,
+        &owners,
+        |vct_name| claim_name(vct_name, name, ordinal),
+    )
+    .ok_or(BuildError::Missing("volumeClaimTemplates[].metadata.name"))
 }
 
 /// The owner references a claim of the set should carry (Kubernetes' retention policy table):

@@ -20,7 +20,6 @@ use kruise_core::rollout::statefulset::{
     self as planner, Action as Step, Fix, Reserved, Snapshot, ordinal_of, partition_pods,
 };
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
@@ -29,7 +28,6 @@ use super::status::{self, Inputs};
 use super::{Context, Error, newpod};
 use crate::cache::listed;
 use crate::driver::Owner;
-use crate::error::is_race;
 use crate::podcontrol::{Outcome, PodControl, Wording, Write};
 
 /// The resync period when nothing else asks for a look sooner.
@@ -234,14 +232,7 @@ async fn keep_claim_owners(
         let Some(ordinal) = ordinal_of(&name, pod_name) else {
             continue;
         };
-        for vct in &set.spec.volume_claim_templates {
-            let Some(vct_name) = vct.metadata.name.as_deref() else {
-                continue;
-            };
-            let claim_name = newpod::claim_name(vct_name, &name, ordinal);
-            let Some(claim) = claims.get(&claim_name) else {
-                continue;
-            };
+        for (_, claim_name, claim) in existing_claims(set, &name, ordinal, claims) {
             let existing = claim.metadata.owner_references.clone().unwrap_or_default();
             let wanted = match newpod::claim_owners(
                 set,
@@ -260,24 +251,7 @@ async fn keep_claim_owners(
                 "resourceVersion": claim.metadata.resource_version,
                 "ownerReferences": wanted,
             }});
-            match pc
-                .pvcs()
-                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {}
-                Err(error) if is_race(&error) => {}
-                Err(error) => {
-                    pc.event(
-                        EventType::Warning,
-                        "FailedUpdate",
-                        format!(
-                            "update Claim {claim_name} in StatefulSet {name} failed error: {error}"
-                        ),
-                    )
-                    .await;
-                }
-            }
+            update_claim(pc, &name, &claim_name, &patch, false).await;
         }
     }
 }
@@ -316,45 +290,60 @@ async fn grow_claims(
         else {
             continue;
         };
-        for vct in &set.spec.volume_claim_templates {
-            let Some(vct_name) = vct.metadata.name.as_deref() else {
-                continue;
-            };
-            let claim_name = newpod::claim_name(vct_name, &name, ordinal);
-            let Some(claim) = claims.get(&claim_name) else {
-                continue;
-            };
+        for (vct, claim_name, claim) in existing_claims(set, &name, ordinal, claims) {
             let Some(size) = newpod::claim_growth(vct, claim) else {
                 continue;
             };
             let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
-            match pc
-                .pvcs()
-                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    pc.event(
-                        EventType::Normal,
-                        "SuccessfulUpdate",
-                        format!("update Claim {claim_name} in StatefulSet {name} successful"),
-                    )
-                    .await;
-                }
-                Err(error) if is_race(&error) => {}
-                Err(error) => {
-                    pc.event(
-                        EventType::Warning,
-                        "FailedUpdate",
-                        format!(
-                            "update Claim {claim_name} in StatefulSet {name} failed error: {error}"
-                        ),
-                    )
-                    .await;
-                }
-            }
+            update_claim(pc, &name, &claim_name, &patch, true).await;
         }
     }
+}
+
+/// The claims of set `name`'s Pod at `ordinal` that exist (of `claims`), each with its template
+/// and its name: what keeping claim owners and growing claims both walk.
+fn existing_claims<'a>(
+    set: &'a StatefulSet,
+    name: &'a str,
+    ordinal: i32,
+    claims: &'a BTreeMap<String, &'a PersistentVolumeClaim>,
+) -> impl Iterator<Item = (&'a PersistentVolumeClaim, String, &'a PersistentVolumeClaim)> {
+    set.spec
+        .volume_claim_templates
+        .iter()
+        .filter_map(move |vct| {
+            let claim_name = newpod::claim_name(vct.metadata.name.as_deref()?, name, ordinal);
+            let claim = claims.get(&claim_name)?;
+            Some((vct, claim_name, *claim))
+        })
+}
+
+/// Merge-patches claim `claim_name` of set `name`, as upstream tells a claim update: a refusal
+/// is a `FailedUpdate` Warning, never a failure of the reconcile (the claim is looked at again on
+/// the next one), a lost race is said nothing of (the next reconcile decides on the fresh claim),
+/// and a success is a `SuccessfulUpdate` Event when `tell_success`.
+async fn update_claim(
+    pc: &PodControl<'_>,
+    name: &str,
+    claim_name: &str,
+    patch: &serde_json::Value,
+    tell_success: bool,
+) {
+    let (type_, reason, note) = match pc.pvcs().merge_patch_unless_raced(claim_name, patch).await {
+        Ok(false) => return,
+        Ok(true) if !tell_success => return,
+        Ok(true) => (
+            EventType::Normal,
+            "SuccessfulUpdate",
+            format!("update Claim {claim_name} in StatefulSet {name} successful"),
+        ),
+        Err(error) => (
+            EventType::Warning,
+            "FailedUpdate",
+            format!("update Claim {claim_name} in StatefulSet {name} failed error: {error}"),
+        ),
+    };
+    pc.event(type_, reason, note).await;
 }
 
 /// The claims of the Pod at `ordinal` that do not exist yet.
@@ -666,6 +655,15 @@ mod tests {
         (sent, reasons)
     }
 
+    /// The patch of claim `data-web-<ordinal>`, answered with `code` (200 with an empty body).
+    fn claim_patch(ordinal: i32, code: u16) -> Step {
+        let path = format!("{CLAIMS}/data-web-{ordinal}");
+        match code {
+            200 => Step::new(Method::PATCH, &path, 200, json!({})),
+            _ => Step::failing(Method::PATCH, &path, code),
+        }
+    }
+
     fn owner_uids(patch: &Value) -> Vec<&str> {
         patch["metadata"]["ownerReferences"]
             .as_array()
@@ -676,18 +674,8 @@ mod tests {
     #[tokio::test]
     async fn claims_get_their_retention_owners_over_the_version_they_were_read_at() {
         let (sent, reasons) = keep(vec![
-            Step::new(
-                Method::PATCH,
-                &format!("{CLAIMS}/data-web-0"),
-                200,
-                json!({}),
-            ),
-            Step::new(
-                Method::PATCH,
-                &format!("{CLAIMS}/data-web-1"),
-                200,
-                json!({}),
-            ),
+            claim_patch(0, 200),
+            claim_patch(1, 200),
         ])
         .await;
         // The kept Pod's claim goes with the set; the condemned Pod's with the set and the Pod.
@@ -701,20 +689,15 @@ mod tests {
     #[tokio::test]
     async fn a_claim_changed_or_gone_is_skipped_and_a_failure_reported_not_fatal() {
         let (sent, reasons) = keep(vec![
-            Step::failing(Method::PATCH, &format!("{CLAIMS}/data-web-0"), 409),
-            Step::failing(Method::PATCH, &format!("{CLAIMS}/data-web-1"), 404),
+            claim_patch(0, 409),
+            claim_patch(1, 404),
         ])
         .await;
         assert_eq!(sent.len(), 2);
         assert!(reasons.is_empty());
         let (_, reasons) = keep(vec![
-            Step::failing(Method::PATCH, &format!("{CLAIMS}/data-web-0"), 500),
-            Step::new(
-                Method::PATCH,
-                &format!("{CLAIMS}/data-web-1"),
-                200,
-                json!({}),
-            ),
+            claim_patch(0, 500),
+            claim_patch(1, 200),
         ])
         .await;
         assert_eq!(reasons, ["FailedUpdate"]);

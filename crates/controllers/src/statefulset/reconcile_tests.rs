@@ -54,11 +54,9 @@ where
 impl Bench {
     /// A fresh controller (no expectations) whose caches show the cluster as it is now.
     fn new(cluster: &Arc<FakeCluster>) -> Self {
-        let (client, log) = scripted::client(Vec::new());
+        let (mut base, log) = PodOwnerBase::over_cluster(CONTROLLER, cluster);
         let (revision_store, revisions) = reflector::store();
         let (claim_store, claims) = reflector::store();
-        let mut base =
-            PodOwnerBase::for_tests(CONTROLLER, cluster.clone(), cluster.clone(), client);
         base.revisions = revision_store;
         let ctx = Context {
             base,
@@ -141,14 +139,7 @@ impl Bench {
 
     /// The reasons and notes of the Events published so far.
     fn events(&self) -> Vec<(String, String)> {
-        self.log
-            .events()
-            .iter()
-            .map(|e| {
-                let text = |field: &str| e[field].as_str().unwrap_or_default().to_owned();
-                (text("reason"), text("note"))
-            })
-            .collect()
+        self.log.reasons_and_notes()
     }
 }
 

@@ -14,13 +14,11 @@ use kruise_api::uniteddeployment::v1beta1::{
 };
 use kruise_core::rollout::uniteddeployment::{self as planner, SubsetReservation, TemplateKind};
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::observe::Observed;
 use super::{Context, Error};
 use crate::driver::writes::Writer;
-use crate::error::is_race;
 
 /// Each observed subset's reservation (pure: nothing is written); its `Schedulable` condition is
 /// set in `status`. Returns the reservations and when to look again; the Pods whose reserved label
@@ -170,20 +168,15 @@ async fn label_pods(
         if let Some(uid) = &pod.metadata.uid {
             patch["metadata"]["uid"] = Value::String(uid.clone());
         }
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        let labelled = api
+            .merge_patch_unless_raced(name, &patch)
             .await
-        {
-            Ok(_) => {
-                tracing::info!(uniteddeployment = key, subset, pod = %name, reserved, "labelled reserved Pod");
-            }
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!("labelling Pod {name} reserved={value}"),
-                    source,
-                });
-            }
+            .map_err(|source| Error::Kube {
+                context: format!("labelling Pod {name} reserved={value}"),
+                source,
+            })?;
+        if labelled {
+            tracing::info!(uniteddeployment = key, subset, pod = %name, reserved, "labelled reserved Pod");
         }
     }
     Ok(())

@@ -264,20 +264,14 @@ async fn place_gated(
             Some(placed) => core::gate::placement_patch(pod, placed),
             None => core::gate::release_patch(pod),
         };
-        match api
-            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        let lifted = api
+            .merge_patch_unless_raced(&pod_name, &patch)
             .await
-        {
-            Ok(_) => {
-                tracing::info!(workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, placed = placed.is_some(), "lifted the placement gate of a Pod")
-            }
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    context: format!("lifting the placement gate of Pod {namespace}/{pod_name}"),
-                    source,
-                });
-            }
+            .map_err(kube_error(format!(
+                "lifting the placement gate of Pod {namespace}/{pod_name}"
+            )))?;
+        if lifted {
+            tracing::info!(workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, placed = placed.is_some(), "lifted the placement gate of a Pod");
         }
     }
     Ok(())
@@ -559,18 +553,11 @@ async fn adopt(
         metadata["annotations"][ANNOTATION_MATCHED] = json!(matched.to_annotation());
         let patch = json!({"metadata": metadata});
         let pod_name = pod.name_any();
-        match api
-            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.merge_patch_unless_raced(&pod_name, &patch)
             .await
-        {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(kube_error(format!(
-                    "annotating Pod {pod_name} with its subset"
-                ))(source));
-            }
-        }
+            .map_err(kube_error(format!(
+                "annotating Pod {pod_name} with its subset"
+            )))?;
     }
     Ok(())
 }
@@ -590,18 +577,11 @@ async fn write_costs(
         }
         let pod_name = pod.name_any();
         let patch = json!({"metadata": {"annotations": {ANNOTATION_DELETION_COST: value}}});
-        match api
-            .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.merge_patch_unless_raced(&pod_name, &patch)
             .await
-        {
-            Ok(_) => {}
-            Err(error) if is_race(&error) => {}
-            Err(source) => {
-                return Err(kube_error(format!(
-                    "writing the deletion cost of Pod {pod_name}"
-                ))(source));
-            }
-        }
+            .map_err(kube_error(format!(
+                "writing the deletion cost of Pod {pod_name}"
+            )))?;
     }
     Ok(())
 }

@@ -204,14 +204,18 @@ fn plans() {
     // 10:02:05 with the 10:01 job still running: Allow runs beside it, Forbid skips, Replace deletes it first.
     let now = ts("2024-05-01T10:02:05Z");
     let children = [running.clone(), done("a-0", "2024-05-01T10:00:00Z", None)];
-    let allow = plan(
-        &policy("Allow"),
-        Ok(&minutely),
-        &children,
-        None,
-        created,
-        now,
-    );
+    // The plans at 10:02:05 differ only in the policy and the children.
+    let plan_now = |concurrency: &str, children: &[_]| {
+        plan(
+            &policy(concurrency),
+            Ok(&minutely),
+            children,
+            None,
+            created,
+            now,
+        )
+    };
+    let allow = plan_now("Allow", &children);
     assert_eq!(
         allow.run,
         Some(Run {
@@ -219,33 +223,12 @@ fn plans() {
             replace: vec![]
         })
     );
-    let forbid = plan(
-        &policy("Forbid"),
-        Ok(&minutely),
-        &children,
-        None,
-        created,
-        now,
-    );
+    let forbid = plan_now("Forbid", &children);
     assert_eq!(forbid.run, None);
     assert_eq!(forbid.requeue_after, Some(SignedDuration::from_secs(55)));
-    let forbid_idle = plan(
-        &policy("Forbid"),
-        Ok(&minutely),
-        &children[1..],
-        None,
-        created,
-        now,
-    );
+    let forbid_idle = plan_now("Forbid", &children[1..]);
     assert!(forbid_idle.run.is_some());
-    let replace = plan(
-        &policy("Replace"),
-        Ok(&minutely),
-        &children,
-        None,
-        created,
-        now,
-    );
+    let replace = plan_now("Replace", &children);
     assert_eq!(
         replace.run,
         Some(Run {
@@ -347,14 +330,18 @@ fn plans() {
         done("s4", "2024-05-01T10:06:00Z", Some("2024-05-01T10:06:01Z")),
         done("s5", "2024-05-01T10:07:00Z", Some("2024-05-01T10:07:01Z")),
     ];
-    let p = plan(
-        &policy("Allow"),
-        Ok(&minutely),
-        &history,
-        None,
-        created,
-        ts("2024-05-01T10:07:30Z"),
-    );
+    // The history plans at 10:07:30 differ only in the policy's limits.
+    let prune_now = |policy: &Policy| {
+        plan(
+            policy,
+            Ok(&minutely),
+            &history,
+            None,
+            created,
+            ts("2024-05-01T10:07:30Z"),
+        )
+    };
+    let p = prune_now(&policy("Allow"));
     let pruned: Vec<&str> = p.prune.iter().map(|&i| history[i].name.as_str()).collect();
     assert_eq!(pruned, ["f1", "s2", "s1"]);
     assert_eq!(p.last_schedule_time, Some(ts("2024-05-01T10:07:00Z")));
@@ -363,36 +350,13 @@ fn plans() {
         failed_jobs_history_limit: Some(0),
         ..policy("Allow")
     };
-    assert_eq!(
-        plan(
-            &none_kept,
-            Ok(&minutely),
-            &history,
-            None,
-            created,
-            ts("2024-05-01T10:07:30Z")
-        )
-        .prune
-        .len(),
-        7
-    );
+    assert_eq!(prune_now(&none_kept).prune.len(), 7);
     let unlimited = Policy {
         successful_jobs_history_limit: None,
         failed_jobs_history_limit: None,
         ..policy("Allow")
     };
-    assert!(
-        plan(
-            &unlimited,
-            Ok(&minutely),
-            &history,
-            None,
-            created,
-            ts("2024-05-01T10:07:30Z")
-        )
-        .prune
-        .is_empty()
-    );
+    assert!(prune_now(&unlimited).prune.is_empty());
 
     // All jobs pruned (limit 0): the recorded lastScheduleTime keeps the last run from repeating.
     let p = plan(

@@ -67,11 +67,7 @@ pub fn next_batch_due(pod: &Pod) -> bool {
     if none_left || current_batch(pod, &state) != Completion::Done {
         return false;
     }
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[]);
+    let statuses = crate::pods::container_statuses(pod);
     state
         .pre_check_before_next
         .iter()
@@ -88,11 +84,7 @@ fn current_batch(pod: &Pod, state: &InPlaceUpdateState) -> Completion {
         return Waiting(WaitReason::EnvFromMetadata(why));
     }
     let containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[]);
+    let statuses = crate::pods::container_statuses(pod);
     let status_of = |name: &str| statuses.iter().find(|s| s.name == name);
 
     if state.update_resources {

@@ -222,11 +222,7 @@ pub fn env_hashes_pending(pod: &Pod) -> Option<String> {
         Some(Ok(set)) => set,
     };
     let containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[]);
+    let statuses = crate::pods::container_statuses(pod);
     for c in containers {
         let Some(status) = statuses.iter().find(|s| s.name == c.name) else {
             return Some(format!("container {} has no status", c.name));
@@ -272,11 +268,7 @@ pub fn next_meta_set(
     old: Option<&RuntimeContainerMetaSet>,
     env_gate: bool,
 ) -> (RuntimeContainerMetaSet, Vec<String>) {
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[]);
+    let statuses = crate::pods::container_statuses(pod);
     let spec = |name: &str| {
         pod.spec
             .as_ref()
@@ -366,11 +358,7 @@ pub fn needs_report(old: Option<&Pod>, new: &Pod, env_gate: bool) -> bool {
         return true;
     }
     let set = read_meta_set(new).and_then(Result::ok);
-    let statuses = new
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[]);
+    let statuses = crate::pods::container_statuses(new);
     for (i, status) in statuses.iter().enumerate() {
         if status
             .container_id

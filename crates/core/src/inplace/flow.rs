@@ -227,7 +227,6 @@ fn resource_version(pod: &Pod) -> Result<&str, FlowError> {
         .ok_or(FlowError::NoResourceVersion)
 }
 
-/// Whether the Pod has the `InPlaceUpdateReady` readiness gate.
 /// Whether the Pod was taken out of service for an in-place update whose spec patch is still to
 /// come (it is waiting out its grace period): `InPlaceUpdateReady` False with the reason the drain
 /// writes, and no update in flight. A refresh must continue such an update rather than restore the
@@ -240,14 +239,9 @@ pub fn drained_for_update(pod: &Pod) -> bool {
         && super::check_completed(pod) == super::Completion::Done
 }
 
+/// Whether the Pod has the `InPlaceUpdateReady` readiness gate.
 pub fn has_readiness_gate(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
-        .is_some_and(|g| {
-            g.iter()
-                .any(|g| g.condition_type == keys::CONDITION_IN_PLACE_UPDATE_READY)
-        })
+    crate::pods::has_readiness_gate(pod, keys::CONDITION_IN_PLACE_UPDATE_READY)
 }
 
 fn conditions(pod: &Pod) -> &[PodCondition] {

@@ -199,11 +199,7 @@ impl InPlaceUpdateState {
     /// their current image IDs join the check, the batch is recorded, and what is left waits for
     /// `batch` to be Ready.
     pub fn start_next_batch(&mut self, batch: &BTreeSet<String>, pod: &Pod, now: Timestamp) {
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or(&[]);
+        let statuses = crate::pods::container_statuses(pod);
         let images = &self.next_container_images;
         let changing: Vec<&k8s_openapi::api::core::v1::ContainerStatus> = statuses
             .iter()

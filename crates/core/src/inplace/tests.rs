@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::pods::LifecycleState;
+use crate::pods::{LifecycleState, condition as status_of};
 
 fn container(name: &str, image: &str) -> Container {
     Container {
@@ -582,15 +582,6 @@ fn revision_labels() -> BTreeMap<String, String> {
         ("pod-template-hash".to_string(), "5d4f".to_string()),
     ]
     .into()
-}
-
-fn status_of<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
 }
 
 #[test]

@@ -189,11 +189,7 @@ pub(super) fn flip_due(ss: &SidecarSet, pod: &Pod, observed: &Observed<'_>) -> b
         return false;
     }
     crate::pods::is_running_and_ready(pod)
-        || pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or_default()
+        || crate::pods::container_statuses(pod)
             .iter()
             .filter(|s| !idle.contains(&s.name))
             .all(|s| s.ready)

@@ -32,13 +32,7 @@ pub const REASON_UPDATE_IMMUTABLE_FIELD: &str = "UpdateImmutableField";
 /// SidecarSet `sidecarset`'s entry in the Pod's `SidecarSetUpgradable` condition: `None` when the
 /// Pod has no such condition, the message is not a JSON map, or it has no boolean entry for it.
 pub fn upgradable_entry(pod: &Pod, sidecarset: &str) -> Option<bool> {
-    let condition = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == CONDITION_SIDECARSET_UPGRADABLE)?;
+    let condition = crate::pods::condition(pod, CONDITION_SIDECARSET_UPGRADABLE)?;
     let entries: BTreeMap<String, Value> =
         serde_json::from_str(condition.message.as_deref()?).ok()?;
     entries.get(sidecarset)?.as_bool()

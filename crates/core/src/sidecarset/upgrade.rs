@@ -189,11 +189,7 @@ pub(super) struct Observed<'p> {
 
 impl<'p> Observed<'p> {
     pub(super) fn new(ss: &SidecarSet, pod: &'p Pod) -> Self {
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or_default();
+        let statuses = crate::pods::container_statuses(pod);
         let complete = pod
             .spec
             .as_ref()
@@ -550,11 +546,7 @@ pub(super) fn record_restarts(
         entry.revision = hashes(ss).0;
         entry.update_timestamp = Some(Time(now));
     }
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default();
+    let statuses = crate::pods::container_statuses(pod);
     for name in changed {
         let image_id = statuses
             .iter()

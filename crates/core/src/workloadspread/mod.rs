@@ -123,6 +123,29 @@ pub fn initial_subset_statuses(
         .collect()
 }
 
+/// The subset statuses `status` records for workload version `version`, or fresh ones
+/// ([`initial_subset_statuses`]) when it records none: where admitting a creation and admitting a
+/// deletion both start, so a version's first Pod sees every slot free either way.
+fn version_statuses(
+    ws: &WorkloadSpread,
+    status: &WorkloadSpreadStatus,
+    version: &str,
+    replicas: i32,
+) -> Vec<WorkloadSpreadSubsetStatus> {
+    status
+        .versioned_subset_statuses
+        .get(version)
+        .cloned()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| initial_subset_statuses(ws, replicas))
+}
+
+/// Whether the subset records the Pod `name` as being created or deleted (its slot is taken or
+/// given back already, so admitting it again changes nothing).
+fn records_pod(status: &WorkloadSpreadSubsetStatus, name: &str) -> bool {
+    status.creating_pods.contains_key(name) || status.deleting_pods.contains_key(name)
+}
+
 fn schedulable(status: &WorkloadSpreadSubsetStatus) -> bool {
     !status
         .conditions
@@ -211,16 +234,9 @@ pub fn admit_create(
         return CreateDecision::default();
     }
     let mut status = status;
-    let mut statuses = status
-        .versioned_subset_statuses
-        .get(version)
-        .cloned()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| initial_subset_statuses(ws, replicas));
+    let mut statuses = version_statuses(ws, &status, version, replicas);
     if let Some(name) = pod_name.filter(|n| !n.is_empty())
-        && let Some(recorded) = statuses
-            .iter()
-            .find(|s| s.creating_pods.contains_key(name) || s.deleting_pods.contains_key(name))
+        && let Some(recorded) = statuses.iter().find(|s| records_pod(s, name))
     {
         return CreateDecision {
             subset: Some(recorded.name.clone()),
@@ -281,16 +297,8 @@ pub fn admit_delete(
         return None;
     }
     let mut status = ws.status.clone().unwrap_or_default();
-    let mut statuses = status
-        .versioned_subset_statuses
-        .get(version)
-        .cloned()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| initial_subset_statuses(ws, replicas));
-    if statuses
-        .iter()
-        .any(|s| s.creating_pods.contains_key(pod_name) || s.deleting_pods.contains_key(pod_name))
-    {
+    let mut statuses = version_statuses(ws, &status, version, replicas);
+    if statuses.iter().any(|s| records_pod(s, pod_name)) {
         return None;
     }
     let subset = statuses.iter_mut().find(|s| s.name == matched.subset)?;
@@ -418,14 +426,7 @@ pub fn subset_score(
         return None;
     }
     if let Some(term) = &subset.required_node_selector_term {
-        let mut terms = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|na| {
-                na.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
+        let mut terms = crate::nodefit::required_node_affinity(&spec)
             .map(|r| r.node_selector_terms.clone())
             .unwrap_or_default();
         and_term(&mut terms, term);

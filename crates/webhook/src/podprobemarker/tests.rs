@@ -1,5 +1,5 @@
 use super::*;
-use crate::testreview::{Review, response};
+use crate::testreview::{Review, outcome};
 use serde_json::{Value, json};
 
 fn review(operation: &str, object: Value, old: Option<Value>) -> AdmissionReview<DynamicObject> {
@@ -38,15 +38,6 @@ fn healthy() -> Value {
 fn with(mut probe: Value, key: &str, value: Value) -> Value {
     probe[key] = value;
     probe
-}
-
-fn outcome(answer: &Answer) -> (bool, String, u16) {
-    let response = response(answer);
-    (
-        answer.allowed,
-        response.result.message.clone(),
-        response.result.code,
-    )
 }
 
 #[test]

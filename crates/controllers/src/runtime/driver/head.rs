@@ -139,6 +139,18 @@ impl PodOwnerBase {
             budgets: None,
         }
     }
+
+    /// Over the in-memory `cluster` (its writes and its live reads), with empty caches, listed;
+    /// Events go to a scripted client, whose log is returned: how a kind's reconcile tests start.
+    #[cfg(test)]
+    pub fn over_cluster(
+        controller: &'static str,
+        cluster: &Arc<super::writes::fake::FakeCluster>,
+    ) -> (Self, super::scripted::Log) {
+        let (client, log) = super::scripted::client(Vec::new());
+        let base = Self::for_tests(controller, cluster.clone(), cluster.clone(), client);
+        (base, log)
+    }
 }
 
 /// A Pod-owning kind's context: its [`PodOwnerBase`], which the shared head reads.

@@ -90,6 +90,20 @@ impl Log {
             .unwrap_or_default()
     }
 
+    /// The reason and note of each Event written, in order (`""` for a field it lacks): what the
+    /// reconcile tests assert on, read from the Event bodies the one way.
+    pub fn reasons_and_notes(&self) -> Vec<(String, String)> {
+        self.events()
+            .iter()
+            .map(|e| (text(e, "reason"), text(e, "note")))
+            .collect()
+    }
+
+    /// The reason of each Event written, in order (`""` for one without).
+    pub fn reasons(&self) -> Vec<String> {
+        self.events().iter().map(|e| text(e, "reason")).collect()
+    }
+
     /// Panics unless every step was used and no request went off the script.
     pub fn assert_done(&self) {
         let Ok(inner) = self.inner.lock() else {
@@ -137,6 +151,11 @@ pub fn client(script: Vec<Step>) -> (Client, Log) {
         }
     });
     (Client::new(service, "default"), log)
+}
+
+/// A string field of an Event body, `""` when it has none.
+fn text(event: &Value, field: &str) -> String {
+    event[field].as_str().unwrap_or_default().to_owned()
 }
 
 fn answer(log: &Log, method: Method, path: String, body: Value) -> (u16, Value) {

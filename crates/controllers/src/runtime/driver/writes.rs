@@ -457,6 +457,24 @@ impl<K: DeserializeOwned> Writer<K> {
         self.patch_part(name, Part::Object, patch).await
     }
 
+    /// A JSON merge patch of object `name` that may lose a race: `Ok(true)` when written,
+    /// `Ok(false)` when the object moved or is gone ([`crate::error::is_race`]). Losing is no
+    /// failure: the patch was decided on a view the next reconcile refreshes, and decides again.
+    pub async fn merge_patch_unless_raced(
+        &self,
+        name: &str,
+        patch: &Value,
+    ) -> Result<bool, kube::Error> {
+        match self
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(error) if crate::error::is_race(&error) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// A patch of the status (`kube::Api::patch_status`).
     pub async fn patch_status<P: Serialize>(
         &self,

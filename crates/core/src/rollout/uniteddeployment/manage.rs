@@ -287,22 +287,11 @@ pub fn merge_diff(have: &Value, want: &Value) -> Value {
 mod tests {
     use super::*;
     use crate::pods::testing::pod;
-    use crate::rollout::uniteddeployment::tests::owner;
+    use crate::rollout::uniteddeployment::tests::{owner, ud_over};
 
     /// A UnitedDeployment of `template` over subsets `a` and `b`.
     fn ud(template: Value) -> UnitedDeployment {
-        serde_json::from_value(json!({
-            "apiVersion": "apps.kruise.io/v1beta1",
-            "kind": "UnitedDeployment",
-            "metadata": {"name": "ud", "namespace": "ns", "uid": "uid-1"},
-            "spec": {
-                "replicas": 4,
-                "selector": {"matchLabels": {"app": "ud"}},
-                "template": template,
-                "topology": {"subsets": [{"name": "a"}, {"name": "b"}]}
-            }
-        }))
-        .expect("a valid UnitedDeployment")
+        ud_over(template, json!([{"name": "a"}, {"name": "b"}]))
     }
 
     fn template(kind: TemplateKind) -> Value {

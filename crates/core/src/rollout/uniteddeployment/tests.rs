@@ -288,6 +288,11 @@ fn ud(template: Value, subset_extra: Value) -> UnitedDeployment {
     if let (Value::Object(s), Value::Object(extra)) = (&mut subset, subset_extra) {
         s.extend(extra);
     }
+    ud_over(template, json!([subset]))
+}
+
+/// UnitedDeployment `ud` (4 replicas, selecting `app: ud`) of `template` over `subsets`.
+pub(super) fn ud_over(template: Value, subsets: Value) -> UnitedDeployment {
     serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1beta1",
         "kind": "UnitedDeployment",
@@ -296,7 +301,7 @@ fn ud(template: Value, subset_extra: Value) -> UnitedDeployment {
             "replicas": 4,
             "selector": {"matchLabels": {"app": "ud"}},
             "template": template,
-            "topology": {"subsets": [subset]}
+            "topology": {"subsets": subsets}
         }
     }))
     .expect("a valid UnitedDeployment")

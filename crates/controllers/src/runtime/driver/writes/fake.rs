@@ -446,6 +446,38 @@ impl State {
     }
 }
 
+/// A Ready Node `name` with room for Pods (4 cpu, 8Gi, 110 Pods), labelled with its hostname
+/// and `labels`: a node every Pod of a per-node kind fits on.
+pub fn ready_node(name: &str, labels: &[(&str, &str)]) -> k8s_openapi::api::core::v1::Node {
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let labels = [("kubernetes.io/hostname", name)]
+        .iter()
+        .chain(labels)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let allocatable = [("cpu", "4"), ("memory", "8Gi"), ("pods", "110")]
+        .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+        .into();
+    Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                ..Default::default()
+            }]),
+            allocatable: Some(allocatable),
+            ..Default::default()
+        }),
+    }
+}
+
 impl FakeCluster {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
@@ -526,6 +558,21 @@ impl FakeCluster {
     /// Every write sent so far, refused ones included, in order.
     pub fn records(&self) -> Vec<Record> {
         self.state().records.clone()
+    }
+
+    /// The nodes the Pods in `namespace` are bound to (`spec.nodeName`, or the node their
+    /// required affinity names: [`kruise_core::nodefit::bound_node`]), sorted: what a test of a
+    /// kind that places a Pod per node reads back.
+    pub fn pod_nodes(&self, namespace: &str) -> Vec<String> {
+        let mut nodes: Vec<String> = self
+            .all::<k8s_openapi::api::core::v1::Pod>(Some(namespace))
+            .iter()
+            .filter_map(|pod| pod.spec.as_ref())
+            .filter_map(kruise_core::nodefit::bound_node)
+            .map(str::to_owned)
+            .collect();
+        nodes.sort();
+        nodes
     }
 
     /// The writes done (not refused), as `(verb, name)`.
