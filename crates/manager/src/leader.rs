@@ -118,17 +118,7 @@ impl Elector {
                     spec["acquireTime"] = json!(MicroTime(now));
                     spec["leaseTransitions"] = json!(transitions + 1);
                 }
-                let patch =
-                    json!({ "metadata": { "resourceVersion": resource_version }, "spec": spec });
-                match self
-                    .api
-                    .patch(
-                        &self.config.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
-                    .await
-                {
+                match self.patch_lease(resource_version, spec).await {
                     Ok(_) => Ok(true),
                     Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
                     Err(error) => Err(error),
@@ -218,6 +208,23 @@ impl Elector {
         }
     }
 
+    /// Merges `spec` into the lease, only if it is still at `resource_version` (the copy the
+    /// decision was made on): a lease another candidate wrote since is a 409, never overwritten.
+    async fn patch_lease(
+        &self,
+        resource_version: Option<String>,
+        spec: serde_json::Value,
+    ) -> Result<Lease, kube::Error> {
+        let patch = json!({ "metadata": { "resourceVersion": resource_version }, "spec": spec });
+        self.api
+            .patch(
+                &self.config.name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+    }
+
     async fn release_now(&self) {
         let Ok(Some(current)) = self.api.get_opt(&self.config.name).await else {
             return;
@@ -230,17 +237,11 @@ impl Elector {
         if !ours {
             return;
         }
-        let patch = json!({
-            "metadata": { "resourceVersion": current.metadata.resource_version },
-            "spec": { "holderIdentity": null, "leaseDurationSeconds": 1, "renewTime": MicroTime(Timestamp::now()) }
+        let spec = json!({
+            "holderIdentity": null, "leaseDurationSeconds": 1, "renewTime": MicroTime(Timestamp::now())
         });
         match self
-            .api
-            .patch(
-                &self.config.name,
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
+            .patch_lease(current.metadata.resource_version, spec)
             .await
         {
             Ok(_) => tracing::info!(lease = %self.config.name, "released leadership"),

@@ -726,31 +726,27 @@ struct ManagerMetrics {
 impl ManagerMetrics {
     fn register() -> Self {
         let mut registry = Registry::default();
-        let watch_idle_restarts = Counter::<u64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
+        let watch_idle_restarts = registered(
+            &mut registry,
             "kruise_manager_watch_idle_restarts",
             "Watches abandoned and restarted because nothing (not even a bookmark) came within their idle deadline",
-            watch_idle_restarts.clone(),
         );
         let webhook = kruise_webhook::metrics::Metrics::register(&mut registry);
-        let leader = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
-        registry.register(
+        let leader = registered(
+            &mut registry,
             "kruise_manager_leader",
             "1 while this replica holds the leader lease",
-            leader.clone(),
         );
         let controllers = kruise_controllers::metrics::Metrics::register(&mut registry);
-        let stepdowns = Counter::<u64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
+        let stepdowns = registered(
+            &mut registry,
             "kruise_manager_stale_watch_stepdowns",
             "Leadership terms ended because a watch of the leader made no progress for --watch-stale-seconds",
-            stepdowns.clone(),
         );
-        let stale_watches = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
-        registry.register(
+        let stale_watches = registered(
+            &mut registry,
             "kruise_manager_stale_watches",
             "Watches of the current leader term without progress for --watch-stale-seconds while still tried",
-            stale_watches.clone(),
         );
         Self {
             registry: Arc::new(registry),
@@ -762,6 +758,16 @@ impl ManagerMetrics {
             stale_watches,
         }
     }
+}
+
+/// A new metric of the manager's own, registered in `registry` as `name` with `help`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// Serves `/metrics` and `/healthz` + `/readyz` on their addresses (on tasks of their own).
