@@ -310,6 +310,16 @@ pub fn last_json(text: &str) -> anyhow::Result<Value> {
     last.ok_or_else(|| anyhow!("no JSON in {text:?}"))
 }
 
+/// The first JSON document of `text`: the preflight report `kubectl kruise takeover -o json` prints
+/// before its result.
+pub fn preflight_report(text: &str) -> anyhow::Result<Value> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .next()
+        .transpose()?
+        .context("no preflight report")
+}
+
 /// The storage migration of docs/migrating-from-openkruise.md for CloneSet and UnitedDeployment:
 /// `version` made their storage version when `switch_storage` (kruise-rs's CRDs store v1beta1), every
 /// object rewritten once when `rewrite` (through kruise-rs's conversion webhook where the stored
