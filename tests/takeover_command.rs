@@ -35,8 +35,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::V1_9_UNITEDDEPLOYMENT;
 use kruise_e2e::takeover_kit::{
-    FIXTURE_NS, Run, clean_result, kubectl_kruise, last_json, load_openkruise_objects,
-    migrate_storage, preflight_report, wait_reconciled,
+    FIXTURE_NS, Run, clean_result, fixture_controllers, kubectl_kruise, last_json,
+    load_openkruise_objects, migrate_storage, preflight_report, wait_reconciled,
 };
 use kruise_testkit::manager::NAMESPACE as KRUISE_NS;
 use kruise_testkit::manager::{Manager, ManagerOptions};
@@ -557,15 +557,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     )?;
     let manager = Manager::spawn(&bed.plane, &ManagerOptions::default())?;
     manager_serving(bed, &manager).await?;
-    let controllers = [
-        "cloneset-controller",
-        "statefulset-controller",
-        "daemonset-controller",
-        "uniteddeployment-controller",
-        "sidecarset-controller",
-        "broadcastjob-controller",
-    ];
-    wait_reconciled(manager.ports.metrics, &controllers, TIMEOUT).await?;
+    wait_reconciled(manager.ports.metrics, &fixture_controllers(true), TIMEOUT).await?;
     tokio::time::sleep(HOLD).await;
     verify(bed, &record, "with kruise-manager running").await?;
     ensure_unchanged(&client, "kruise-manager running", &mut before).await?;

@@ -162,6 +162,22 @@ pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()>
     }
 }
 
+/// The controllers of the kinds [`load_openkruise_objects`] loads (the BroadcastJob's only with
+/// `broadcast_job`): what a takeover test waits to have reconciled before it compares.
+pub fn fixture_controllers(broadcast_job: bool) -> Vec<&'static str> {
+    let mut controllers = vec![
+        "cloneset-controller",
+        "statefulset-controller",
+        "daemonset-controller",
+        "uniteddeployment-controller",
+        "sidecarset-controller",
+    ];
+    if broadcast_job {
+        controllers.push("broadcastjob-controller");
+    }
+    controllers
+}
+
 /// Loads every fixture of OpenKruise's workloads into `ns` (SidecarSet revisions into `manager_ns`),
 /// parents before what they own, and waits until the simulated kubelets run every Pod Ready. The
 /// BroadcastJob's Pods are left out (they ran to completion); the BroadcastJob itself only when
