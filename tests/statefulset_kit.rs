@@ -89,18 +89,7 @@ pub fn futures_status(ns: &TestNamespace, set: &str) -> String {
 
 /// The `(status, reason, message)` of the set's condition `type_`, if present.
 pub fn condition(set: &StatefulSet, type_: &str) -> Option<(String, String, String)> {
-    set.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
+    crate::condition_of!(set.status.as_ref()?.conditions, type_)
 }
 
 /// The uid of each claim of the namespace not being deleted, by claim name.
