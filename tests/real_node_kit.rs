@@ -61,6 +61,18 @@ pub async fn with_node_logs(
     })
 }
 
+/// Runs `test` in a new namespace `prefix-…` of `bed` ([`TestNamespace::run`]: its diagnostics printed
+/// if it fails), with the last 30 lines of each real node's logs added to its error
+/// ([`with_node_logs`]): how every real-node test runs.
+pub async fn in_namespace_with_node_logs(
+    bed: &'static TestBed,
+    prefix: &str,
+    test: impl AsyncFnOnce(&TestNamespace) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let ns = bed.namespace(prefix).await?;
+    with_node_logs(bed, 30, ns.run(test(&ns))).await
+}
+
 /// Creates the Pod `doc` and waits until it is Ready (real containers start in about a second; the
 /// wait allows for a loaded machine).
 pub async fn create_ready_pod(
