@@ -18,7 +18,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::imagepulljob::v1beta1::{ImagePullJob, ImageTagStatus, NodeImage};
 use kruise_e2e::cloneset_kit::{self, merge_patch};
 use kruise_e2e::real_node_kit::{
-    in_namespace_with_node_logs, on_real_nodes, pods_of, started_at, status_of, wait_all_ready,
+    in_namespace_with_node_logs, in_place_agent_daemonset, on_real_nodes, pods_of, started_at,
+    status_of, wait_all_ready,
 };
 use kruise_e2e::{container_status, node_name};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
@@ -344,20 +345,7 @@ async fn advanced_daemonset_rollout_pulls_the_new_image_first() -> anyhow::Resul
             &mut spec,
             &json!({"containers": [{"name": CONTAINER, "image": DS_OLD}]}),
         );
-        let doc = json!({
-            "apiVersion": "apps.kruise.io/v1beta1",
-            "kind": "DaemonSet",
-            "metadata": {"name": "agent"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "agent"}},
-                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
-                    "rollingUpdateType": "InPlaceIfPossible",
-                    "maxUnavailable": 1,
-                    "partition": REAL_NODES,
-                }},
-                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": spec},
-            },
-        });
+        let doc = in_place_agent_daemonset(spec, json!({"partition": REAL_NODES}));
         ns.apply(&doc.to_string()).await?;
         let before = wait_all_ready(ns, "app=agent", REAL_NODES, DS_OLD, TIMEOUT).await?;
         let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();

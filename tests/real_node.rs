@@ -15,8 +15,10 @@ use anyhow::{Context, bail, ensure};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kruise_e2e::cloneset_kit::{self, wait_converged};
-use kruise_e2e::real_node_kit::in_namespace_with_node_logs;
-use kruise_e2e::real_node_kit::{on_real_nodes, pods_of, started_at, status_of, wait_all_ready};
+use kruise_e2e::real_node_kit::{
+    in_namespace_with_node_logs, in_place_agent_daemonset, on_real_nodes, pods_of, started_at,
+    status_of, wait_all_ready,
+};
 use kruise_e2e::{container_status, is_ready, node_name, pod_condition, pod_ip};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, ListParams};
@@ -500,19 +502,7 @@ async fn advanced_daemonset_updates_in_place_on_every_real_node() -> anyhow::Res
     in_namespace_with_node_logs(bed(), "rn-ads", async |ns| {
         let mut template = on_real_nodes();
         json_patch::merge(&mut template, &probed_container());
-        let doc = json!({
-            "apiVersion": "apps.kruise.io/v1beta1",
-            "kind": "DaemonSet",
-            "metadata": {"name": "agent"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "agent"}},
-                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
-                    "rollingUpdateType": "InPlaceIfPossible",
-                    "maxUnavailable": 1,
-                }},
-                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": template},
-            },
-        });
+        let doc = in_place_agent_daemonset(template, json!({}));
         ns.apply(&doc.to_string()).await?;
         let before = wait_all_ready(ns, "app=agent", REAL_NODES, OLD_IMAGE, TIMEOUT).await?;
         let nodes: std::collections::BTreeSet<Option<String>> =
