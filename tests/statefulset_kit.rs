@@ -153,6 +153,22 @@ pub fn stateful_set(
     doc
 }
 
+/// What makes an Advanced StatefulSet update in place (`extra` for [`stateful_set`]): Parallel, the
+/// InPlaceUpdateReady readiness gate and `podUpdatePolicy: InPlaceIfPossible`, with `rolling_update`
+/// merged into its `rollingUpdate`.
+pub fn in_place(rolling_update: Value) -> Value {
+    let mut extra = json!({"spec": {
+        "podManagementPolicy": "Parallel",
+        "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+        "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}},
+    }});
+    json_patch::merge(
+        &mut extra["spec"]["updateStrategy"]["rollingUpdate"],
+        &rolling_update,
+    );
+    extra
+}
+
 /// Watches the Pods of `selector` until `done`, recording the order in which Pods appear and are
 /// deleted, and failing if two Pods are ever not Ready at once (OrderedReady).
 pub async fn ordered_history(
