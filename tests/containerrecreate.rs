@@ -101,6 +101,26 @@ async fn wait_completed(
     .await
 }
 
+/// Pod `web` read again, checked to be the same Pod as `before` (its containers were recreated in
+/// place, not the Pod).
+async fn same_web_pod(ns: &TestNamespace, before: &Pod) -> anyhow::Result<Pod> {
+    let after = ns.api::<Pod>().get("web").await?;
+    ensure!(
+        after.metadata.uid == before.metadata.uid,
+        "the Pod was recreated"
+    );
+    Ok(after)
+}
+
+/// The request's `status.message` (empty without a status).
+fn status_message(request: &ContainerRecreateRequest) -> String {
+    request
+        .status
+        .as_ref()
+        .map(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
 fn states(request: &ContainerRecreateRequest) -> Vec<(String, String, bool)> {
     request
         .status
@@ -180,12 +200,7 @@ async fn recreates_only_the_named_container() -> anyhow::Result<()> {
             states(&done)
         );
 
-        let api: Api<Pod> = ns.api();
-        let after = api.get("web").await?;
-        ensure!(
-            after.metadata.uid == before.metadata.uid,
-            "the Pod was recreated"
-        );
+        let after = same_web_pod(ns, &before).await?;
         ensure!(pod_ip(&after) == pod_ip(&before), "the Pod IP changed");
         ensure!(is_ready(&after), "the Pod is not ready");
         let new_app = status_of(&after, "app")?;
@@ -289,12 +304,7 @@ async fn ordered_recreate_waits_for_the_previous_container() -> anyhow::Result<(
             "states {:?}",
             states(&done)
         );
-        let api: Api<Pod> = ns.api();
-        let after = api.get("web").await?;
-        ensure!(
-            after.metadata.uid == before.metadata.uid,
-            "the Pod was recreated"
-        );
+        let after = same_web_pod(ns, &before).await?;
         let app = status_of(&after, "app")?;
         let sidecar = status_of(&after, "sidecar")?;
         ensure!(
@@ -390,11 +400,7 @@ async fn webhook_checks_deadline_and_pod_gone() -> anyhow::Result<()> {
             "spec update: {changed:?}"
         );
         let done = wait_completed(ns, "held").await?;
-        let message = done
-            .status
-            .as_ref()
-            .map(|s| s.message.clone())
-            .unwrap_or_default();
+        let message = status_message(&done);
         ensure!(
             message == "recreating has exceeded the activeDeadlineSeconds",
             "message {message:?}"
@@ -422,11 +428,7 @@ async fn webhook_checks_deadline_and_pod_gone() -> anyhow::Result<()> {
         .await?;
         api.delete("web", &Default::default()).await?;
         let gone = wait_completed(ns, "orphan").await?;
-        let message = gone
-            .status
-            .as_ref()
-            .map(|s| s.message.clone())
-            .unwrap_or_default();
+        let message = status_message(&gone);
         ensure!(message == "pod has gone", "message {message:?}");
         Ok(())
     })
