@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kruise_api::broadcastjob::v1beta1::{BroadcastJob, BroadcastJobStatus};
+use kruise_api::broadcastjob::v1beta1::{BroadcastJob, BroadcastJobStatus, JobCondition};
 use kruise_testkit::{TestNamespace, eventually};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -40,6 +40,18 @@ pub fn condition_true(job: &BroadcastJob, type_: &str) -> bool {
         .conditions
         .iter()
         .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The condition `type_` of a job's status, or an error naming it.
+pub fn condition<'a>(
+    status: &'a BroadcastJobStatus,
+    type_: &str,
+) -> anyhow::Result<&'a JobCondition> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .with_context(|| format!("{type_} condition"))
 }
 
 /// Waits until the job's status satisfies `done`.

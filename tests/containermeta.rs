@@ -5,7 +5,7 @@
 //! IP and node stay as they were. The daemon's `apps.kruise.io/runtime-containers-meta` report shows the
 //! new container.
 
-use kruise_e2e::real_node_kit::with_node_logs;
+use kruise_e2e::real_node_kit::in_namespace_with_node_logs;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -92,94 +92,87 @@ fn reported_id(pod: &Pod, container: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_changed_label_restarts_only_the_container_that_reads_it() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("envmeta").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            cloneset_kit::apply(ns, &cloneset("web")).await?;
-            wait_converged(ns, "web", 1, TIMEOUT).await?;
-            // The daemon reports the Pod's containers before anything changes.
-            let before = eventually("runtime-containers-meta reported", TIMEOUT, || async {
-                let pod = only_pod(ns, "web").await?;
-                let app = status_of(&pod, "app")?;
-                Ok((reported_id(&pod, "app") == app.container_id).then_some(pod))
-            })
+    in_namespace_with_node_logs(bed(), "envmeta", async |ns| {
+        cloneset_kit::apply(ns, &cloneset("web")).await?;
+        wait_converged(ns, "web", 1, TIMEOUT).await?;
+        // The daemon reports the Pod's containers before anything changes.
+        let before = eventually("runtime-containers-meta reported", TIMEOUT, || async {
+            let pod = only_pod(ns, "web").await?;
+            let app = status_of(&pod, "app")?;
+            Ok((reported_id(&pod, "app") == app.container_id).then_some(pod))
+        })
+        .await?;
+        let app = status_of(&before, "app")?;
+        let sidecar = status_of(&before, "sidecar")?;
+        let log = ns
+            .kubectl(&["logs", &cloneset_kit::name(&before), "-c", "app"])
             .await?;
-            let app = status_of(&before, "app")?;
-            let sidecar = status_of(&before, "sidecar")?;
-            let log = ns
-                .kubectl(&["logs", &cloneset_kit::name(&before), "-c", "app"])
-                .await?;
-            ensure!(log.contains("TEST_ENV=foo"), "app's log: {log}");
+        ensure!(log.contains("TEST_ENV=foo"), "app's log: {log}");
 
-            cloneset_kit::merge_patch(
-                ns,
-                "cloneset",
-                "web",
-                &json!({"spec": {"template": {"metadata": {"labels": {"test-env": "bar"}}}}}),
-            )
-            .await?;
-            let after = eventually("app restarted with test-env=bar", TIMEOUT, || async {
-                let pod = only_pod(ns, "web").await?;
-                let app = status_of(&pod, "app")?;
-                let label = cloneset_kit::label(&pod, "test-env");
-                Ok((label == Some("bar") && app.restart_count == 1 && app.ready).then_some(pod))
-            })
-            .await?;
-            wait_converged(ns, "web", 1, TIMEOUT).await?;
+        cloneset_kit::merge_patch(
+            ns,
+            "cloneset",
+            "web",
+            &json!({"spec": {"template": {"metadata": {"labels": {"test-env": "bar"}}}}}),
+        )
+        .await?;
+        let after = eventually("app restarted with test-env=bar", TIMEOUT, || async {
+            let pod = only_pod(ns, "web").await?;
+            let app = status_of(&pod, "app")?;
+            let label = cloneset_kit::label(&pod, "test-env");
+            Ok((label == Some("bar") && app.restart_count == 1 && app.ready).then_some(pod))
+        })
+        .await?;
+        wait_converged(ns, "web", 1, TIMEOUT).await?;
 
-            let new_app = status_of(&after, "app")?;
-            let new_sidecar = status_of(&after, "sidecar")?;
-            ensure!(
-                cloneset_kit::uid(&after) == cloneset_kit::uid(&before),
-                "same Pod"
-            );
-            ensure!(pod_ip(&after) == pod_ip(&before), "same IP");
-            ensure!(node_name(&after) == node_name(&before), "same node");
-            ensure!(
-                new_app.container_id != app.container_id,
-                "app is a new container"
-            );
-            ensure!(new_sidecar.restart_count == 0, "sidecar not restarted");
-            ensure!(
-                new_sidecar.container_id == sidecar.container_id,
-                "sidecar is the same container"
-            );
-            let log = ns
-                .kubectl(&["logs", &cloneset_kit::name(&after), "-c", "app"])
-                .await?;
-            ensure!(
-                log.contains("TEST_ENV=bar"),
-                "app's log after the update: {log}"
-            );
-            let env = ns
-                .kubectl(&[
-                    "exec",
-                    &cloneset_kit::name(&after),
-                    "-c",
-                    "app",
-                    "--",
-                    "env",
-                ])
-                .await?;
-            ensure!(env.contains("TEST_ENV=bar"), "env: {env}");
-            // The update is complete: the state says env from metadata, the report shows the new app.
-            let pod = eventually("report of the new container", TIMEOUT, || async {
-                let pod = only_pod(ns, "web").await?;
-                Ok((reported_id(&pod, "app") == new_app.container_id).then_some(pod))
-            })
+        let new_app = status_of(&after, "app")?;
+        let new_sidecar = status_of(&after, "sidecar")?;
+        ensure!(
+            cloneset_kit::uid(&after) == cloneset_kit::uid(&before),
+            "same Pod"
+        );
+        ensure!(pod_ip(&after) == pod_ip(&before), "same IP");
+        ensure!(node_name(&after) == node_name(&before), "same node");
+        ensure!(
+            new_app.container_id != app.container_id,
+            "app is a new container"
+        );
+        ensure!(new_sidecar.restart_count == 0, "sidecar not restarted");
+        ensure!(
+            new_sidecar.container_id == sidecar.container_id,
+            "sidecar is the same container"
+        );
+        let log = ns
+            .kubectl(&["logs", &cloneset_kit::name(&after), "-c", "app"])
             .await?;
-            let state = cloneset_kit::annotation(&pod, cloneset_kit::IN_PLACE_UPDATE_STATE)
-                .context("in-place update state")?;
-            ensure!(
-                state.contains("\"updateEnvFromMetadata\":true"),
-                "state: {state}"
-            );
-            Ok(())
-        }),
-    )
+        ensure!(
+            log.contains("TEST_ENV=bar"),
+            "app's log after the update: {log}"
+        );
+        let env = ns
+            .kubectl(&[
+                "exec",
+                &cloneset_kit::name(&after),
+                "-c",
+                "app",
+                "--",
+                "env",
+            ])
+            .await?;
+        ensure!(env.contains("TEST_ENV=bar"), "env: {env}");
+        // The update is complete: the state says env from metadata, the report shows the new app.
+        let pod = eventually("report of the new container", TIMEOUT, || async {
+            let pod = only_pod(ns, "web").await?;
+            Ok((reported_id(&pod, "app") == new_app.container_id).then_some(pod))
+        })
+        .await?;
+        let state = cloneset_kit::annotation(&pod, cloneset_kit::IN_PLACE_UPDATE_STATE)
+            .context("in-place update state")?;
+        ensure!(
+            state.contains("\"updateEnvFromMetadata\":true"),
+            "state: {state}"
+        );
+        Ok(())
+    })
     .await
 }

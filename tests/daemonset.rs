@@ -84,18 +84,7 @@ fn status(ds: &DaemonSet) -> DaemonSetStatus {
 }
 
 fn condition(ds: &DaemonSet, type_: &str) -> Option<(String, String, String)> {
-    ds.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
+    kruise_e2e::condition_of!(ds.status.as_ref()?.conditions, type_)
 }
 
 fn counters(s: &DaemonSetStatus) -> [i32; 7] {

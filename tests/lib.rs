@@ -25,6 +25,22 @@ pub mod statefulset_kit;
 pub mod takeover_kit;
 pub mod workloadspread_kit;
 
+/// The `(status, reason, message)` of the condition of type `type_` among `conditions`, if present
+/// (reason and message empty when unset). A macro because each workload's condition is its own
+/// k8s-openapi type (`DaemonSetCondition`, `StatefulSetCondition`, …) with these same fields.
+#[macro_export]
+macro_rules! condition_of {
+    ($conditions:expr, $type_:expr) => {
+        $conditions.iter().find(|c| c.type_ == $type_).map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+    };
+}
+
 /// What a manager's `/metrics` says it did: `kruise_controller_reconciles` summed per controller
 /// (`cloneset-controller`, …) and `kruise_controller_pod_operations` summed over every controller,
 /// operation and result.

@@ -18,7 +18,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruise_api::imagepulljob::v1beta1::{ImagePullJob, ImageTagStatus, NodeImage};
 use kruise_e2e::cloneset_kit::{self, merge_patch};
 use kruise_e2e::real_node_kit::{
-    on_real_nodes, pods_of, started_at, status_of, wait_all_ready, with_node_logs,
+    in_namespace_with_node_logs, in_place_agent_daemonset, on_real_nodes, pods_of, started_at,
+    status_of, wait_all_ready,
 };
 use kruise_e2e::{container_status, node_name};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
@@ -268,74 +269,66 @@ const CS_NEW: &str = "nginx:1.15.1";
 /// ImagePullJob pulls the image onto the Pods' nodes; then the in-place update needs no pull.
 #[tokio::test]
 async fn cloneset_in_place_rollout_pulls_the_new_image_first() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("pd-cs").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            let doc = {
-                let mut doc = cloneset_kit::cloneset(
-                    "web",
-                    4,
-                    CS_OLD,
-                    json!({
-                        "updateStrategy": {"rollingUpdate": {
-                            "podUpdatePolicy": "InPlaceIfPossible",
-                            "partition": 4,
-                            "maxUnavailable": 1,
-                        }},
-                        "template": {"spec": on_real_nodes()},
-                    }),
-                );
-                doc["metadata"]["annotations"] =
-                    json!({"apps.kruise.io/image-predownload-parallelism": "2"});
-                doc
-            };
-            ns.apply(&doc.to_string()).await?;
-            let before = wait_all_ready(ns, "app=web", 4, CS_OLD, TIMEOUT).await?;
-            let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();
-
-            cloneset_kit::set_image(ns, "web", CS_NEW).await?;
-            let job = completed_job(ns, "CloneSet", "web", nodes.len()).await?;
-            let cs: kruise_api::cloneset::v1beta1::CloneSet = ns.api().get("web").await?;
-            let update_revision = cs.status.unwrap_or_default().update_revision;
-            let pulled = check_job_and_nodes(ns, &job, &update_revision, CS_NEW, 2, &nodes).await?;
-            let events: Api<Event> = ns.api();
-            let created = events
-                .list(&ListParams::default().fields("involvedObject.name=web"))
-                .await?
-                .items;
-            ensure!(
-                created
-                    .iter()
-                    .any(|e| e.reason.as_deref() == Some("CreatedImagePullJob")
-                        && e.message.as_deref().is_some_and(|m| m.contains(CS_NEW))),
-                "no CreatedImagePullJob Event on the CloneSet"
-            );
-            // The partition still holds every Pod on the old image.
-            let held = pods_of(ns, "app=web").await?;
-            ensure!(
-                held.iter()
-                    .all(|p| container_status(p, CONTAINER)
-                        .is_some_and(|s| s.image.ends_with(CS_OLD))),
-                "{}",
-                cloneset_kit::describe(&held)
-            );
-
-            merge_patch(
-                ns,
-                "cloneset",
+    in_namespace_with_node_logs(bed(), "pd-cs", async |ns| {
+        let doc = {
+            let mut doc = cloneset_kit::cloneset(
                 "web",
-                &json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}),
-            )
-            .await?;
-            let after = wait_all_ready(ns, "app=web", 4, CS_NEW, TIMEOUT).await?;
-            restarted_in_place_after_the_pull(ns, &before, &after, CS_NEW, &pulled).await?;
-            wait_no_jobs(ns, "CloneSet", "web").await
-        }),
-    )
+                4,
+                CS_OLD,
+                json!({
+                    "updateStrategy": {"rollingUpdate": {
+                        "podUpdatePolicy": "InPlaceIfPossible",
+                        "partition": 4,
+                        "maxUnavailable": 1,
+                    }},
+                    "template": {"spec": on_real_nodes()},
+                }),
+            );
+            doc["metadata"]["annotations"] =
+                json!({"apps.kruise.io/image-predownload-parallelism": "2"});
+            doc
+        };
+        ns.apply(&doc.to_string()).await?;
+        let before = wait_all_ready(ns, "app=web", 4, CS_OLD, TIMEOUT).await?;
+        let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();
+
+        cloneset_kit::set_image(ns, "web", CS_NEW).await?;
+        let job = completed_job(ns, "CloneSet", "web", nodes.len()).await?;
+        let cs: kruise_api::cloneset::v1beta1::CloneSet = ns.api().get("web").await?;
+        let update_revision = cs.status.unwrap_or_default().update_revision;
+        let pulled = check_job_and_nodes(ns, &job, &update_revision, CS_NEW, 2, &nodes).await?;
+        let events: Api<Event> = ns.api();
+        let created = events
+            .list(&ListParams::default().fields("involvedObject.name=web"))
+            .await?
+            .items;
+        ensure!(
+            created
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("CreatedImagePullJob")
+                    && e.message.as_deref().is_some_and(|m| m.contains(CS_NEW))),
+            "no CreatedImagePullJob Event on the CloneSet"
+        );
+        // The partition still holds every Pod on the old image.
+        let held = pods_of(ns, "app=web").await?;
+        ensure!(
+            held.iter()
+                .all(|p| container_status(p, CONTAINER).is_some_and(|s| s.image.ends_with(CS_OLD))),
+            "{}",
+            cloneset_kit::describe(&held)
+        );
+
+        merge_patch(
+            ns,
+            "cloneset",
+            "web",
+            &json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}),
+        )
+        .await?;
+        let after = wait_all_ready(ns, "app=web", 4, CS_NEW, TIMEOUT).await?;
+        restarted_in_place_after_the_pull(ns, &before, &after, CS_NEW, &pulled).await?;
+        wait_no_jobs(ns, "CloneSet", "web").await
+    })
     .await
 }
 
@@ -346,73 +339,53 @@ const DS_NEW: &str = "nginx:1.19.2";
 /// job pulls on both nodes.
 #[tokio::test]
 async fn advanced_daemonset_rollout_pulls_the_new_image_first() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("pd-ads").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            let mut spec = on_real_nodes();
-            json_patch::merge(
-                &mut spec,
-                &json!({"containers": [{"name": CONTAINER, "image": DS_OLD}]}),
-            );
-            let doc = json!({
-                "apiVersion": "apps.kruise.io/v1beta1",
-                "kind": "DaemonSet",
-                "metadata": {"name": "agent"},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "agent"}},
-                    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
-                        "rollingUpdateType": "InPlaceIfPossible",
-                        "maxUnavailable": 1,
-                        "partition": REAL_NODES,
-                    }},
-                    "template": {"metadata": {"labels": {"app": "agent"}}, "spec": spec},
-                },
-            });
-            ns.apply(&doc.to_string()).await?;
-            let before = wait_all_ready(ns, "app=agent", REAL_NODES, DS_OLD, TIMEOUT).await?;
-            let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();
-            ensure!(nodes.len() == REAL_NODES, "one Pod per node: {nodes:?}");
+    in_namespace_with_node_logs(bed(), "pd-ads", async |ns| {
+        let mut spec = on_real_nodes();
+        json_patch::merge(
+            &mut spec,
+            &json!({"containers": [{"name": CONTAINER, "image": DS_OLD}]}),
+        );
+        let doc = in_place_agent_daemonset(spec, json!({"partition": REAL_NODES}));
+        ns.apply(&doc.to_string()).await?;
+        let before = wait_all_ready(ns, "app=agent", REAL_NODES, DS_OLD, TIMEOUT).await?;
+        let nodes: BTreeSet<String> = before.iter().filter_map(node_name).collect();
+        ensure!(nodes.len() == REAL_NODES, "one Pod per node: {nodes:?}");
 
-            let patch = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": DS_NEW}]);
-            ns.kubectl(&[
-                "patch",
-                "daemonsets.apps.kruise.io",
-                "agent",
-                "--type=json",
-                "-p",
-                &patch.to_string(),
-            ])
-            .await?;
-            let job = completed_job(ns, "DaemonSet", "agent", REAL_NODES).await?;
-            let ds: kruise_api::daemonset::v1beta1::DaemonSet = ns.api().get("agent").await?;
-            let revision = job
-                .metadata
-                .name
-                .as_deref()
-                .and_then(|n| n.strip_suffix(&format!("-{CONTAINER}")))
-                .context("job name")?
-                .to_owned();
-            ensure!(
-                revision.ends_with(&ds.status.unwrap_or_default().update_revision),
-                "job {revision} is not of the update revision"
-            );
-            let pulled = check_job_and_nodes(ns, &job, &revision, DS_NEW, 1, &nodes).await?;
+        let patch = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": DS_NEW}]);
+        ns.kubectl(&[
+            "patch",
+            "daemonsets.apps.kruise.io",
+            "agent",
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ])
+        .await?;
+        let job = completed_job(ns, "DaemonSet", "agent", REAL_NODES).await?;
+        let ds: kruise_api::daemonset::v1beta1::DaemonSet = ns.api().get("agent").await?;
+        let revision = job
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|n| n.strip_suffix(&format!("-{CONTAINER}")))
+            .context("job name")?
+            .to_owned();
+        ensure!(
+            revision.ends_with(&ds.status.unwrap_or_default().update_revision),
+            "job {revision} is not of the update revision"
+        );
+        let pulled = check_job_and_nodes(ns, &job, &revision, DS_NEW, 1, &nodes).await?;
 
-            merge_patch(
-                ns,
-                "daemonsets.apps.kruise.io",
-                "agent",
-                &json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}),
-            )
-            .await?;
-            let after = wait_all_ready(ns, "app=agent", REAL_NODES, DS_NEW, TIMEOUT).await?;
-            restarted_in_place_after_the_pull(ns, &before, &after, DS_NEW, &pulled).await?;
-            wait_no_jobs(ns, "DaemonSet", "agent").await
-        }),
-    )
+        merge_patch(
+            ns,
+            "daemonsets.apps.kruise.io",
+            "agent",
+            &json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}),
+        )
+        .await?;
+        let after = wait_all_ready(ns, "app=agent", REAL_NODES, DS_NEW, TIMEOUT).await?;
+        restarted_in_place_after_the_pull(ns, &before, &after, DS_NEW, &pulled).await?;
+        wait_no_jobs(ns, "DaemonSet", "agent").await
+    })
     .await
 }

@@ -128,6 +128,16 @@ fn budget(name: &str) -> anyhow::Result<PodUnavailableBudget> {
     }))?)
 }
 
+/// The name of a running Pod of CloneSet `web`, to evict.
+async fn pod_to_evict(pods: &Api<Pod>) -> anyhow::Result<String> {
+    active_pods(pods, "app=web")
+        .await?
+        .iter()
+        .map(name)
+        .next()
+        .context("no Pod of the CloneSet")
+}
+
 /// Deletes `name` and waits until the apiserver no longer has it.
 async fn delete_and_wait_gone<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
 where
@@ -264,12 +274,7 @@ async fn a_budget_created_just_before_an_eviction_refuses_it_while_the_manager_i
         budgets
             .create(&PostParams::default(), &budget("warm-up")?)
             .await?;
-        let victim = active_pods(&pods, "app=web")
-            .await?
-            .iter()
-            .map(name)
-            .next()
-            .context("no Pod of the CloneSet")?;
+        let victim = pod_to_evict(&pods).await?;
         let dry_run = EvictParams {
             delete_options: Some(DeleteParams {
                 dry_run: true,
@@ -294,12 +299,7 @@ async fn a_budget_created_just_before_an_eviction_refuses_it_while_the_manager_i
         let mut took = Vec::new();
         let starved = starver.starve();
         for i in 0..REPETITIONS {
-            let victim = active_pods(&pods, "app=web")
-                .await?
-                .iter()
-                .map(name)
-                .next()
-                .context("no Pod of the CloneSet")?;
+            let victim = pod_to_evict(&pods).await?;
             let budget_name = format!("web-pub-{i}");
             budgets
                 .create(&PostParams::default(), &budget(&budget_name)?)

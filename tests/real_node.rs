@@ -15,8 +15,10 @@ use anyhow::{Context, bail, ensure};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kruise_e2e::cloneset_kit::{self, wait_converged};
-use kruise_e2e::real_node_kit::with_node_logs;
-use kruise_e2e::real_node_kit::{on_real_nodes, pods_of, started_at, status_of, wait_all_ready};
+use kruise_e2e::real_node_kit::{
+    in_namespace_with_node_logs, in_place_agent_daemonset, on_real_nodes, pods_of, started_at,
+    status_of, wait_all_ready,
+};
 use kruise_e2e::{container_status, is_ready, node_name, pod_condition, pod_ip};
 use kruise_testkit::{TestBed, TestNamespace, eventually, testbed_with_real_nodes};
 use kube::api::{Api, ListParams};
@@ -222,10 +224,7 @@ fn probed_container() -> Value {
 
 #[tokio::test]
 async fn seed000_cloneset_updates_in_place_on_a_real_kubelet() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-seed").await?;
-    let ns = &ns;
-    with_node_logs(bed, 30, ns.run(async move {
+    in_namespace_with_node_logs(bed(), "rn-seed", async |ns| {
         cloneset_kit::apply(ns, &seed_cloneset("sample", probed_container())).await?;
         let (_, before) = wait_converged(ns, "sample", 2, TIMEOUT).await?;
         for pod in &before {
@@ -315,7 +314,7 @@ async fn seed000_cloneset_updates_in_place_on_a_real_kubelet() -> anyhow::Result
             "status {s:?}"
         );
         Ok(())
-    }))
+    })
     .await
 }
 
@@ -324,10 +323,7 @@ async fn seed000_cloneset_updates_in_place_on_a_real_kubelet() -> anyhow::Result
 /// rollout).
 #[tokio::test]
 async fn breaking_the_http_probe_by_exec_makes_the_pod_unready() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-probe").await?;
-    let ns = &ns;
-    with_node_logs(bed, 30, ns.run(async move {
+    in_namespace_with_node_logs(bed(), "rn-probe", async |ns| {
         let template = json!({"containers": [{
             "name": cloneset_kit::CONTAINER,
             "image": OLD_IMAGE,
@@ -359,7 +355,7 @@ async fn breaking_the_http_probe_by_exec_makes_the_pod_unready() -> anyhow::Resu
         let logs = ns.kubectl(&["logs", &pod, "-c", "nginx", "--tail=5"]).await;
         ensure!(logs.is_ok(), "kubectl logs failed: {logs:?}");
         Ok(())
-    }))
+    })
     .await
 }
 
@@ -367,10 +363,7 @@ async fn breaking_the_http_probe_by_exec_makes_the_pod_unready() -> anyhow::Resu
 /// emptyDir (which survives the container's restart), read back with `kubectl exec`.
 #[tokio::test]
 async fn lifecycle_hooks_run_around_an_in_place_restart() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-hooks").await?;
-    let ns = &ns;
-    with_node_logs(bed, 30, ns.run(async move {
+    in_namespace_with_node_logs(bed(), "rn-hooks", async |ns| {
         let hook = |what: &str| {
             json!({"exec": {"command": ["/bin/sh", "-c", format!("echo {what} >> /data/hooks")]}})
         };
@@ -400,7 +393,7 @@ async fn lifecycle_hooks_run_around_an_in_place_restart() -> anyhow::Result<()> 
             "hooks ran as {lines:?}"
         );
         Ok(())
-    }))
+    })
     .await
 }
 
@@ -408,57 +401,50 @@ async fn lifecycle_hooks_run_around_an_in_place_restart() -> anyhow::Result<()> 
 /// the rollout touched (maxUnavailable 1), and the rollout goes no further.
 #[tokio::test]
 async fn an_image_that_cannot_be_pulled_stops_the_rollout() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-pull").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            cloneset_kit::apply(ns, &seed_cloneset("pull", probed_container())).await?;
-            let (_, before) = wait_converged(ns, "pull", 2, TIMEOUT).await?;
-            let missing = "nginx:no-such-tag";
-            set_template_image(ns, "cloneset", "pull", missing).await?;
-            let stuck = eventually("one Pod waiting on its image", TIMEOUT, || async {
+    in_namespace_with_node_logs(bed(), "rn-pull", async |ns| {
+        cloneset_kit::apply(ns, &seed_cloneset("pull", probed_container())).await?;
+        let (_, before) = wait_converged(ns, "pull", 2, TIMEOUT).await?;
+        let missing = "nginx:no-such-tag";
+        set_template_image(ns, "cloneset", "pull", missing).await?;
+        let stuck = eventually("one Pod waiting on its image", TIMEOUT, || async {
+            let pods = pods_of(ns, "app=pull").await?;
+            let waiting: Vec<(String, String)> = pods
+                .iter()
+                .filter_map(|p| {
+                    let status = container_status(p, "nginx")?;
+                    let reason = status.state?.waiting?.reason?;
+                    Some((cloneset_kit::name(p), reason))
+                })
+                .collect();
+            Ok((waiting.len() == 1
+                && matches!(waiting[0].1.as_str(), "ErrImagePull" | "ImagePullBackOff"))
+            .then_some(waiting))
+        })
+        .await?;
+        // The other Pod keeps its image and stays Ready while the first cannot pull.
+        cloneset_kit::holds(
+            "the rollout stops at one Pod",
+            Duration::from_secs(5),
+            || async {
                 let pods = pods_of(ns, "app=pull").await?;
-                let waiting: Vec<(String, String)> = pods
+                Ok(pods
                     .iter()
-                    .filter_map(|p| {
-                        let status = container_status(p, "nginx")?;
-                        let reason = status.state?.waiting?.reason?;
-                        Some((cloneset_kit::name(p), reason))
-                    })
-                    .collect();
-                Ok((waiting.len() == 1
-                    && matches!(waiting[0].1.as_str(), "ErrImagePull" | "ImagePullBackOff"))
-                .then_some(waiting))
-            })
-            .await?;
-            // The other Pod keeps its image and stays Ready while the first cannot pull.
-            cloneset_kit::holds(
-                "the rollout stops at one Pod",
-                Duration::from_secs(5),
-                || async {
-                    let pods = pods_of(ns, "app=pull").await?;
-                    Ok(pods
-                        .iter()
-                        .filter(|p| cloneset_kit::name(p) != stuck[0].0)
-                        .all(|p| {
-                            is_ready(p) && cloneset_kit::spec_image(p).as_deref() == Some(OLD_IMAGE)
-                        }))
-                },
-            )
-            .await?;
-            let events = kubelet_events(ns, &stuck[0].0).await?;
-            ensure!(
-                events.iter().any(|e| e.reason.as_deref() == Some("Failed")
-                    && e.message.as_deref().is_some_and(|m| m.contains(missing))),
-                "no kubelet Failed event naming {missing}"
-            );
-            ensure!(identities(&before) == identities(&pods_of(ns, "app=pull").await?));
-            Ok(())
-        }),
-    )
+                    .filter(|p| cloneset_kit::name(p) != stuck[0].0)
+                    .all(|p| {
+                        is_ready(p) && cloneset_kit::spec_image(p).as_deref() == Some(OLD_IMAGE)
+                    }))
+            },
+        )
+        .await?;
+        let events = kubelet_events(ns, &stuck[0].0).await?;
+        ensure!(
+            events.iter().any(|e| e.reason.as_deref() == Some("Failed")
+                && e.message.as_deref().is_some_and(|m| m.contains(missing))),
+            "no kubelet Failed event naming {missing}"
+        );
+        ensure!(identities(&before) == identities(&pods_of(ns, "app=pull").await?));
+        Ok(())
+    })
     .await
 }
 
@@ -467,95 +453,69 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout() -> anyhow::Result<()
 
 #[tokio::test]
 async fn advanced_statefulset_updates_in_place_on_a_real_kubelet() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-asts").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            let mut template = on_real_nodes();
-            json_patch::merge(&mut template, &probed_container());
-            template["readinessGates"] =
-                json!([{"conditionType": cloneset_kit::IN_PLACE_UPDATE_READY}]);
-            let doc = json!({
-                "apiVersion": "apps.kruise.io/v1beta1",
-                "kind": "StatefulSet",
-                "metadata": {"name": "web"},
-                "spec": {
-                    "replicas": 2,
-                    "serviceName": "web",
-                    "podManagementPolicy": "Parallel",
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
-                        "podUpdatePolicy": "InPlaceIfPossible",
-                        "inPlaceUpdateStrategy": {"gracePeriodSeconds": 1},
-                        "maxUnavailable": 1,
-                    }},
-                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": template},
-                },
-            });
-            ns.apply(&doc.to_string()).await?;
-            let before = wait_all_ready(ns, "app=web", 2, OLD_IMAGE, TIMEOUT).await?;
-            set_template_image(ns, "statefulsets.apps.kruise.io", "web", NEW_IMAGE).await?;
-            let after = wait_all_ready(ns, "app=web", 2, NEW_IMAGE, TIMEOUT).await?;
-            updated_in_place_by_the_kubelet(ns, &before, &after, "nginx", NEW_IMAGE).await?;
-            // Highest ordinal first.
-            let start = |name: &str| -> anyhow::Result<Timestamp> {
-                let pod = after
-                    .iter()
-                    .find(|p| cloneset_kit::name(p) == name)
-                    .with_context(|| format!("no Pod {name}"))?;
-                started_at(&status_of(pod, "nginx")?).context("no start time")
-            };
-            ensure!(
-                start("web-1")? < start("web-0")?,
-                "web-0 restarted before web-1"
-            );
-            Ok(())
-        }),
-    )
+    in_namespace_with_node_logs(bed(), "rn-asts", async |ns| {
+        let mut template = on_real_nodes();
+        json_patch::merge(&mut template, &probed_container());
+        template["readinessGates"] =
+            json!([{"conditionType": cloneset_kit::IN_PLACE_UPDATE_READY}]);
+        let doc = json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 2,
+                "serviceName": "web",
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": "web"}},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
+                    "podUpdatePolicy": "InPlaceIfPossible",
+                    "inPlaceUpdateStrategy": {"gracePeriodSeconds": 1},
+                    "maxUnavailable": 1,
+                }},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": template},
+            },
+        });
+        ns.apply(&doc.to_string()).await?;
+        let before = wait_all_ready(ns, "app=web", 2, OLD_IMAGE, TIMEOUT).await?;
+        set_template_image(ns, "statefulsets.apps.kruise.io", "web", NEW_IMAGE).await?;
+        let after = wait_all_ready(ns, "app=web", 2, NEW_IMAGE, TIMEOUT).await?;
+        updated_in_place_by_the_kubelet(ns, &before, &after, "nginx", NEW_IMAGE).await?;
+        // Highest ordinal first.
+        let start = |name: &str| -> anyhow::Result<Timestamp> {
+            let pod = after
+                .iter()
+                .find(|p| cloneset_kit::name(p) == name)
+                .with_context(|| format!("no Pod {name}"))?;
+            started_at(&status_of(pod, "nginx")?).context("no start time")
+        };
+        ensure!(
+            start("web-1")? < start("web-0")?,
+            "web-0 restarted before web-1"
+        );
+        Ok(())
+    })
     .await
 }
 
 #[tokio::test]
 async fn advanced_daemonset_updates_in_place_on_every_real_node() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-ads").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            let mut template = on_real_nodes();
-            json_patch::merge(&mut template, &probed_container());
-            let doc = json!({
-                "apiVersion": "apps.kruise.io/v1beta1",
-                "kind": "DaemonSet",
-                "metadata": {"name": "agent"},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "agent"}},
-                    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
-                        "rollingUpdateType": "InPlaceIfPossible",
-                        "maxUnavailable": 1,
-                    }},
-                    "template": {"metadata": {"labels": {"app": "agent"}}, "spec": template},
-                },
-            });
-            ns.apply(&doc.to_string()).await?;
-            let before = wait_all_ready(ns, "app=agent", REAL_NODES, OLD_IMAGE, TIMEOUT).await?;
-            let nodes: std::collections::BTreeSet<Option<String>> =
-                before.iter().map(node_name).collect();
-            ensure!(
-                nodes.len() == REAL_NODES,
-                "one Pod per real node: {nodes:?}"
-            );
-            set_template_image(ns, "daemonsets.apps.kruise.io", "agent", NEW_IMAGE).await?;
-            let after = wait_all_ready(ns, "app=agent", REAL_NODES, NEW_IMAGE, TIMEOUT).await?;
-            updated_in_place_by_the_kubelet(ns, &before, &after, "nginx", NEW_IMAGE).await?;
-            Ok(())
-        }),
-    )
+    in_namespace_with_node_logs(bed(), "rn-ads", async |ns| {
+        let mut template = on_real_nodes();
+        json_patch::merge(&mut template, &probed_container());
+        let doc = in_place_agent_daemonset(template, json!({}));
+        ns.apply(&doc.to_string()).await?;
+        let before = wait_all_ready(ns, "app=agent", REAL_NODES, OLD_IMAGE, TIMEOUT).await?;
+        let nodes: std::collections::BTreeSet<Option<String>> =
+            before.iter().map(node_name).collect();
+        ensure!(
+            nodes.len() == REAL_NODES,
+            "one Pod per real node: {nodes:?}"
+        );
+        set_template_image(ns, "daemonsets.apps.kruise.io", "agent", NEW_IMAGE).await?;
+        let after = wait_all_ready(ns, "app=agent", REAL_NODES, NEW_IMAGE, TIMEOUT).await?;
+        updated_in_place_by_the_kubelet(ns, &before, &after, "nginx", NEW_IMAGE).await?;
+        Ok(())
+    })
     .await
 }
 
@@ -597,59 +557,52 @@ async fn start_sidecar_app(
 
 #[tokio::test]
 async fn sidecarset_upgrades_its_sidecar_in_place_on_a_real_kubelet() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-sidecar").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            let name = format!("logger-{}", ns.name);
-            let sidecarset = json!({
-                "apiVersion": "apps.kruise.io/v1beta1",
-                "kind": "SidecarSet",
-                "metadata": {"name": name},
-                "spec": {
-                    "selector": {"matchLabels": {"sidecar-for": "app"}},
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-                    "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": 1},
-                    "containers": [{
-                        "name": "logger",
-                        "image": "busybox:1.34",
-                        "command": ["/bin/sh", "-c", SIDECAR_COMMAND],
-                    }],
-                },
-            });
-            start_sidecar_app(ns, &sidecarset, "app", &["logger", "nginx"]).await?;
-            let before = eventually("the app Pod Ready with its sidecar", TIMEOUT, || async {
-                let pods = pods_of(ns, "app=app").await?;
-                let ok = pods.len() == 1
-                    && is_ready(&pods[0])
-                    && container_status(&pods[0], "logger").is_some_and(|s| s.ready);
-                Ok(ok.then_some(pods))
-            })
-            .await?;
-            let sidecarsets: Api<kruise_api::sidecarset::v1beta1::SidecarSet> =
-                Api::all(ns.client.clone());
-            kruise_e2e::sidecarset_kit::set_image(&sidecarsets, &name, "busybox:1.35").await?;
-            let after = eventually("the sidecar on busybox:1.35", TIMEOUT, || async {
-                let pods = pods_of(ns, "app=app").await?;
-                let ok = pods.len() == 1
-                    && is_ready(&pods[0])
-                    && container_status(&pods[0], "logger")
-                        .is_some_and(|s| s.ready && s.image.ends_with("busybox:1.35"));
-                Ok(ok.then_some(pods))
-            })
-            .await?;
-            updated_in_place_by_the_kubelet(ns, &before, &after, "logger", "busybox:1.35").await?;
-            let app = status_of(&after[0], "nginx")?;
-            ensure!(
-                app.restart_count == 0,
-                "the app container restarted: {app:?}"
-            );
-            Ok(())
-        }),
-    )
+    in_namespace_with_node_logs(bed(), "rn-sidecar", async |ns| {
+        let name = format!("logger-{}", ns.name);
+        let sidecarset = json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "SidecarSet",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"sidecar-for": "app"}},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": 1},
+                "containers": [{
+                    "name": "logger",
+                    "image": "busybox:1.34",
+                    "command": ["/bin/sh", "-c", SIDECAR_COMMAND],
+                }],
+            },
+        });
+        start_sidecar_app(ns, &sidecarset, "app", &["logger", "nginx"]).await?;
+        let before = eventually("the app Pod Ready with its sidecar", TIMEOUT, || async {
+            let pods = pods_of(ns, "app=app").await?;
+            let ok = pods.len() == 1
+                && is_ready(&pods[0])
+                && container_status(&pods[0], "logger").is_some_and(|s| s.ready);
+            Ok(ok.then_some(pods))
+        })
+        .await?;
+        let sidecarsets: Api<kruise_api::sidecarset::v1beta1::SidecarSet> =
+            Api::all(ns.client.clone());
+        kruise_e2e::sidecarset_kit::set_image(&sidecarsets, &name, "busybox:1.35").await?;
+        let after = eventually("the sidecar on busybox:1.35", TIMEOUT, || async {
+            let pods = pods_of(ns, "app=app").await?;
+            let ok = pods.len() == 1
+                && is_ready(&pods[0])
+                && container_status(&pods[0], "logger")
+                    .is_some_and(|s| s.ready && s.image.ends_with("busybox:1.35"));
+            Ok(ok.then_some(pods))
+        })
+        .await?;
+        updated_in_place_by_the_kubelet(ns, &before, &after, "logger", "busybox:1.35").await?;
+        let app = status_of(&after[0], "nginx")?;
+        ensure!(
+            app.restart_count == 0,
+            "the app container restarted: {app:?}"
+        );
+        Ok(())
+    })
     .await
 }
 
@@ -658,93 +611,85 @@ async fn sidecarset_hot_upgrade_hands_over_on_a_real_kubelet() -> anyhow::Result
     const EMPTY: &str = "openkruise/hotupgrade-sample:empty";
     const V1: &str = "openkruise/hotupgrade-sample:sidecarv1";
     const V2: &str = "openkruise/hotupgrade-sample:sidecarv2";
-    let bed = bed();
-    let ns = bed.namespace("rn-hot").await?;
-    let ns = &ns;
-    with_node_logs(
-        bed,
-        30,
-        ns.run(async move {
-            let name = format!("hot-{}", ns.name);
-            let container = |image: &str| {
-                json!([{
-                    "name": "sidecar",
-                    "image": image,
-                    "command": ["/bin/sh", "-c", SIDECAR_COMMAND],
-                    "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": EMPTY},
-                }])
-            };
-            let sidecarset = json!({
-                "apiVersion": "apps.kruise.io/v1beta1",
-                "kind": "SidecarSet",
-                "metadata": {"name": name},
-                "spec": {
-                    "selector": {"matchLabels": {"sidecar-for": "hot"}},
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-                    "containers": container(V1),
-                },
-            });
-            start_sidecar_app(ns, &sidecarset, "hot", &["sidecar-1", "sidecar-2", "nginx"]).await?;
-            let ready_on = |working_image: &'static str, idle_image: &'static str| {
-                let ns = &ns;
-                async move {
-                    let pods = pods_of(ns, "app=hot").await?;
-                    let Some(pod) = pods.first() else {
-                        return Ok(None);
-                    };
-                    let runs = |c: &str, image: &str| {
-                        container_status(pod, c).is_some_and(|s| {
-                            s.image.ends_with(image.rsplit('/').next().unwrap_or(image))
-                                && s.state.as_ref().is_some_and(|st| st.running.is_some())
-                        })
-                    };
-                    let ok = pods.len() == 1
-                        && is_ready(pod)
-                        && ((runs("sidecar-1", working_image) && runs("sidecar-2", idle_image))
-                            || (runs("sidecar-2", working_image) && runs("sidecar-1", idle_image)));
-                    Ok(ok.then(|| pod.clone()))
-                }
-            };
-            let before = eventually("sidecarv1 working, the twin idle on empty", TIMEOUT, || {
-                ready_on(V1, EMPTY)
-            })
-            .await?;
-            let sidecarsets: Api<kruise_api::sidecarset::v1beta1::SidecarSet> =
-                Api::all(ns.client.clone());
-            sidecarsets
-                .patch(
-                    &name,
-                    &kube::api::PatchParams::default(),
-                    &kube::api::Patch::Merge(json!({"spec": {"containers": container(V2)}})),
-                )
-                .await?;
-            let after = eventually(
-                "sidecarv2 working, the old one reset to empty",
-                TIMEOUT,
-                || ready_on(V2, EMPTY),
+    in_namespace_with_node_logs(bed(), "rn-hot", async |ns| {
+        let name = format!("hot-{}", ns.name);
+        let container = |image: &str| {
+            json!([{
+                "name": "sidecar",
+                "image": image,
+                "command": ["/bin/sh", "-c", SIDECAR_COMMAND],
+                "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": EMPTY},
+            }])
+        };
+        let sidecarset = json!({
+            "apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "SidecarSet",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"sidecar-for": "hot"}},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                "containers": container(V1),
+            },
+        });
+        start_sidecar_app(ns, &sidecarset, "hot", &["sidecar-1", "sidecar-2", "nginx"]).await?;
+        let ready_on = |working_image: &'static str, idle_image: &'static str| {
+            let ns = &ns;
+            async move {
+                let pods = pods_of(ns, "app=hot").await?;
+                let Some(pod) = pods.first() else {
+                    return Ok(None);
+                };
+                let runs = |c: &str, image: &str| {
+                    container_status(pod, c).is_some_and(|s| {
+                        s.image.ends_with(image.rsplit('/').next().unwrap_or(image))
+                            && s.state.as_ref().is_some_and(|st| st.running.is_some())
+                    })
+                };
+                let ok = pods.len() == 1
+                    && is_ready(pod)
+                    && ((runs("sidecar-1", working_image) && runs("sidecar-2", idle_image))
+                        || (runs("sidecar-2", working_image) && runs("sidecar-1", idle_image)));
+                Ok(ok.then(|| pod.clone()))
+            }
+        };
+        let before = eventually("sidecarv1 working, the twin idle on empty", TIMEOUT, || {
+            ready_on(V1, EMPTY)
+        })
+        .await?;
+        let sidecarsets: Api<kruise_api::sidecarset::v1beta1::SidecarSet> =
+            Api::all(ns.client.clone());
+        sidecarsets
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"containers": container(V2)}})),
             )
             .await?;
+        let after = eventually(
+            "sidecarv2 working, the old one reset to empty",
+            TIMEOUT,
+            || ready_on(V2, EMPTY),
+        )
+        .await?;
+        ensure!(
+            identities(std::slice::from_ref(&before)) == identities(std::slice::from_ref(&after)),
+            "the Pod changed identity"
+        );
+        // Each twin restarted exactly once on the runtime: -2 into v2, -1 into empty.
+        for twin in ["sidecar-1", "sidecar-2"] {
+            let was = status_of(&before, twin)?;
+            let now = status_of(&after, twin)?;
             ensure!(
-                identities(std::slice::from_ref(&before))
-                    == identities(std::slice::from_ref(&after)),
-                "the Pod changed identity"
+                now.restart_count == was.restart_count + 1 && now.image_id != was.image_id,
+                "{twin}: {was:?} → {now:?}"
             );
-            // Each twin restarted exactly once on the runtime: -2 into v2, -1 into empty.
-            for twin in ["sidecar-1", "sidecar-2"] {
-                let was = status_of(&before, twin)?;
-                let now = status_of(&after, twin)?;
-                ensure!(
-                    now.restart_count == was.restart_count + 1 && now.image_id != was.image_id,
-                    "{twin}: {was:?} → {now:?}"
-                );
-            }
-            ensure!(
-                status_of(&after, "nginx")?.restart_count == 0,
-                "the app container restarted"
-            );
-            Ok(())
-        }),
-    )
+        }
+        ensure!(
+            status_of(&after, "nginx")?.restart_count == 0,
+            "the app container restarted"
+        );
+        Ok(())
+    })
     .await
 }
 
@@ -755,10 +700,7 @@ async fn sidecarset_hot_upgrade_hands_over_on_a_real_kubelet() -> anyhow::Result
 /// CPU quota, the container keeps running (restartCount 0), the Pod keeps its UID and IP.
 #[tokio::test]
 async fn cloneset_resources_change_is_resized_in_place_by_the_kubelet() -> anyhow::Result<()> {
-    let bed = bed();
-    let ns = bed.namespace("rn-resize").await?;
-    let ns = &ns;
-    with_node_logs(bed, 30, ns.run(async move {
+    in_namespace_with_node_logs(bed(), "rn-resize", async |ns| {
         let template = json!({"containers": [{
             "name": cloneset_kit::CONTAINER,
             "image": OLD_IMAGE,
@@ -811,7 +753,7 @@ async fn cloneset_resources_change_is_resized_in_place_by_the_kubelet() -> anyho
         let quota = find_cfs_quota(&container_id).context("no cgroup for the container")?;
         ensure!(quota == 30_000, "cpu.cfs_quota_us {quota}, wanted 30000");
         Ok(())
-    }))
+    })
     .await
 }
 
@@ -851,10 +793,7 @@ fn find_cfs_quota(container_id: &str) -> Option<i64> {
 #[tokio::test]
 async fn container_launch_priority_starts_the_higher_priority_container_first() -> anyhow::Result<()>
 {
-    let bed = bed();
-    let ns = bed.namespace("rn-launch").await?;
-    let ns = &ns;
-    with_node_logs(bed, 30, ns.run(async move {
+    in_namespace_with_node_logs(bed(), "rn-launch", async |ns| {
         let mut template = on_real_nodes();
         json_patch::merge(
             &mut template,
@@ -912,6 +851,6 @@ async fn container_launch_priority_starts_the_higher_priority_container_first() 
         })
         .await?;
         Ok(())
-    }))
+    })
     .await
 }

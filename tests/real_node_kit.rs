@@ -16,6 +16,29 @@ pub fn on_real_nodes() -> Value {
     json!({"nodeSelector": {REAL_NODE_LABEL: "true"}})
 }
 
+/// The Advanced DaemonSet `agent` (its Pods labelled `app: agent`) with Pod spec `spec`, updated in
+/// place one Pod at a time; `rolling_update` is merged into its `rollingUpdate` (a partition, …).
+pub fn in_place_agent_daemonset(spec: Value, rolling_update: Value) -> Value {
+    let mut doc = json!({
+        "apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {
+                "rollingUpdateType": "InPlaceIfPossible",
+                "maxUnavailable": 1,
+            }},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": spec},
+        },
+    });
+    json_patch::merge(
+        &mut doc["spec"]["updateStrategy"]["rollingUpdate"],
+        &rolling_update,
+    );
+    doc
+}
+
 /// The status of `container` in `pod`, or an error naming both.
 pub fn status_of(pod: &Pod, container: &str) -> anyhow::Result<ContainerStatus> {
     crate::container_status(pod, container).with_context(|| {
@@ -59,6 +82,18 @@ pub async fn with_node_logs(
             .collect();
         error.context(format!("{daemons}{}", bed.real_node_logs(lines)))
     })
+}
+
+/// Runs `test` in a new namespace `prefix-…` of `bed` ([`TestNamespace::run`]: its diagnostics printed
+/// if it fails), with the last 30 lines of each real node's logs added to its error
+/// ([`with_node_logs`]): how every real-node test runs.
+pub async fn in_namespace_with_node_logs(
+    bed: &'static TestBed,
+    prefix: &str,
+    test: impl AsyncFnOnce(&TestNamespace) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let ns = bed.namespace(prefix).await?;
+    with_node_logs(bed, 30, ns.run(test(&ns))).await
 }
 
 /// Creates the Pod `doc` and waits until it is Ready (real containers start in about a second; the

@@ -89,18 +89,7 @@ pub fn futures_status(ns: &TestNamespace, set: &str) -> String {
 
 /// The `(status, reason, message)` of the set's condition `type_`, if present.
 pub fn condition(set: &StatefulSet, type_: &str) -> Option<(String, String, String)> {
-    set.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
+    crate::condition_of!(set.status.as_ref()?.conditions, type_)
 }
 
 /// The uid of each claim of the namespace not being deleted, by claim name.
@@ -162,6 +151,22 @@ pub fn stateful_set(
     });
     json_patch::merge(&mut doc, &extra);
     doc
+}
+
+/// What makes an Advanced StatefulSet update in place (`extra` for [`stateful_set`]): Parallel, the
+/// InPlaceUpdateReady readiness gate and `podUpdatePolicy: InPlaceIfPossible`, with `rolling_update`
+/// merged into its `rollingUpdate`.
+pub fn in_place(rolling_update: Value) -> Value {
+    let mut extra = json!({"spec": {
+        "podManagementPolicy": "Parallel",
+        "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
+        "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}},
+    }});
+    json_patch::merge(
+        &mut extra["spec"]["updateStrategy"]["rollingUpdate"],
+        &rolling_update,
+    );
+    extra
 }
 
 /// Watches the Pods of `selector` until `done`, recording the order in which Pods appear and are

@@ -25,8 +25,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::cloneset_kit::{restarts, spec_image, uid};
 use kruise_e2e::takeover_kit::{
-    FIXTURE_NS, clean_result, fixture, kubectl_kruise, last_json, load_openkruise_objects,
-    migrate_storage, resource, wait_reconciled,
+    FIXTURE_NS, clean_result, fixture, fixture_controllers, kubectl_kruise, last_json,
+    load_openkruise_objects, migrate_storage, resource, wait_reconciled,
 };
 use kruise_e2e::{is_ready, manager_counts};
 use kruise_testkit::manager::NAMESPACE as MANAGER_NAMESPACE;
@@ -210,14 +210,7 @@ async fn openkruise_objects_are_taken_over_without_touching_a_pod() -> anyhow::R
     );
     let ports = bed.manager();
     let workloads_before = workload_state(&client).await?;
-    let controllers = [
-        "cloneset-controller",
-        "statefulset-controller",
-        "daemonset-controller",
-        "uniteddeployment-controller",
-        "sidecarset-controller",
-    ];
-    wait_reconciled(ports.metrics, &controllers, TIMEOUT).await?;
+    wait_reconciled(ports.metrics, &fixture_controllers(false), TIMEOUT).await?;
     tokio::time::sleep(HOLD).await;
 
     let check = |stage: &'static str| {

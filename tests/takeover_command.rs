@@ -29,14 +29,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::V1_9_UNITEDDEPLOYMENT;
 use kruise_e2e::takeover_kit::{
-    FIXTURE_NS, Run, clean_result, kubectl_kruise, last_json, load_openkruise_objects,
-    migrate_storage, wait_reconciled,
+    FIXTURE_NS, Run, clean_result, fixture_controllers, kubectl_kruise, last_json,
+    load_openkruise_objects, migrate_storage, preflight_report, wait_reconciled,
 };
 use kruise_testkit::manager::NAMESPACE as KRUISE_NS;
 use kruise_testkit::manager::{Manager, ManagerOptions};
@@ -86,6 +86,13 @@ async fn takeover(bed: &TestBed, args: &[&str]) -> anyhow::Result<Run> {
     let mut all = vec!["takeover", "--helm", &helm];
     all.extend_from_slice(args);
     kubectl_kruise(&bed.plane.kubeconfig_path(), &all).await
+}
+
+/// [`takeover`] of the Helm release `RELEASE` in `HELM_NS`, named on the command line.
+async fn takeover_release(bed: &TestBed, args: &[&str]) -> anyhow::Result<Run> {
+    let mut all = vec!["--helm-release", RELEASE, "--helm-namespace", HELM_NS];
+    all.extend_from_slice(args);
+    takeover(bed, &all).await
 }
 
 /// Every CRD and object of OpenKruise's groups by UID; every Pod and ControllerRevision of Kruise
@@ -422,19 +429,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         ])
         .await?;
 
-    let dry = takeover(
-        bed,
-        &[
-            "--helm-release",
-            RELEASE,
-            "--helm-namespace",
-            HELM_NS,
-            "--dry-run",
-            "-o",
-            "json",
-        ],
-    )
-    .await?;
+    let dry = takeover_release(bed, &["--dry-run", "-o", "json"]).await?;
     // Every kind of OpenKruise v1.9.0 is served by kruise-rs: nothing is refused (the refusal of a
     // kind it does not serve, for an OpenKruise newer than v1.9, is the `refusals` unit test's).
     ensure!(
@@ -455,19 +450,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         "preflight report: {report}"
     );
     // Allowed, the dry run goes through: the kinds and the steps, nothing changed.
-    let dry = takeover(
-        bed,
-        &[
-            "--helm-release",
-            RELEASE,
-            "--helm-namespace",
-            HELM_NS,
-            "--allow-unserved",
-            ALLOW,
-            "--dry-run",
-        ],
-    )
-    .await?;
+    let dry = takeover_release(bed, &["--allow-unserved", ALLOW, "--dry-run"]).await?;
     ensure!(
         dry.ok
             && dry
@@ -511,20 +494,9 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         .join("takeover-helm.json")
         .display()
         .to_string();
-    let run = takeover(
+    let run = takeover_release(
         bed,
-        &[
-            "--helm-release",
-            RELEASE,
-            "--helm-namespace",
-            HELM_NS,
-            "--allow-unserved",
-            ALLOW,
-            "--record",
-            &record,
-            "-o",
-            "json",
-        ],
+        &["--allow-unserved", ALLOW, "--record", &record, "-o", "json"],
     )
     .await?;
     completed(&run, "takeover from Helm, crds.managed=true")?;
@@ -585,15 +557,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     )?;
     let manager = Manager::spawn(&bed.plane, &ManagerOptions::default())?;
     manager_serving(bed, &manager).await?;
-    let controllers = [
-        "cloneset-controller",
-        "statefulset-controller",
-        "daemonset-controller",
-        "uniteddeployment-controller",
-        "sidecarset-controller",
-        "broadcastjob-controller",
-    ];
-    wait_reconciled(manager.ports.metrics, &controllers, TIMEOUT).await?;
+    wait_reconciled(manager.ports.metrics, &fixture_controllers(true), TIMEOUT).await?;
     tokio::time::sleep(HOLD).await;
     verify(bed, &record, "with kruise-manager running").await?;
     ensure_unchanged(&client, "kruise-manager running", &mut before).await?;
@@ -615,15 +579,11 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         .join("charts/kruise-rs/crds")
         .display()
         .to_string();
-    let run = takeover(
+    let run = takeover_release(
         bed,
         &[
             "--crds",
             &chart_crds,
-            "--helm-release",
-            RELEASE,
-            "--helm-namespace",
-            HELM_NS,
             "--allow-unserved",
             ALLOW,
             "-o",
@@ -631,11 +591,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         ],
     )
     .await?;
-    let report = serde_json::Deserializer::from_str(&run.stdout)
-        .into_iter::<Value>()
-        .next()
-        .transpose()?
-        .context("no preflight report")?;
+    let report = preflight_report(&run.stdout)?;
     ensure!(
         report["openKruise"]["installedWith"]
             .as_str()
@@ -698,11 +654,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     );
     let run = takeover(bed, &["--allow-unserved", ALLOW, "-o", "json"]).await?;
     completed(&run, "takeover from plain manifests")?;
-    let report = serde_json::Deserializer::from_str(&run.stdout)
-        .into_iter::<Value>()
-        .next()
-        .transpose()?
-        .context("no preflight report")?;
+    let report = preflight_report(&run.stdout)?;
     ensure!(
         report["openKruise"]["installedWith"] == "plain manifests"
             && report["openKruise"]["version"] == "v1.9.0",

@@ -162,6 +162,22 @@ pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()>
     }
 }
 
+/// The controllers of the kinds [`load_openkruise_objects`] loads (the BroadcastJob's only with
+/// `broadcast_job`): what a takeover test waits to have reconciled before it compares.
+pub fn fixture_controllers(broadcast_job: bool) -> Vec<&'static str> {
+    let mut controllers = vec![
+        "cloneset-controller",
+        "statefulset-controller",
+        "daemonset-controller",
+        "uniteddeployment-controller",
+        "sidecarset-controller",
+    ];
+    if broadcast_job {
+        controllers.push("broadcastjob-controller");
+    }
+    controllers
+}
+
 /// Loads every fixture of OpenKruise's workloads into `ns` (SidecarSet revisions into `manager_ns`),
 /// parents before what they own, and waits until the simulated kubelets run every Pod Ready. The
 /// BroadcastJob's Pods are left out (they ran to completion); the BroadcastJob itself only when
@@ -308,6 +324,16 @@ pub fn last_json(text: &str) -> anyhow::Result<Value> {
         last = Some(value.context("parsing kubectl-kruise's JSON output")?);
     }
     last.ok_or_else(|| anyhow!("no JSON in {text:?}"))
+}
+
+/// The first JSON document of `text`: the preflight report `kubectl kruise takeover -o json` prints
+/// before its result.
+pub fn preflight_report(text: &str) -> anyhow::Result<Value> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .next()
+        .transpose()?
+        .context("no preflight report")
 }
 
 /// The storage migration of docs/migrating-from-openkruise.md for CloneSet and UnitedDeployment:

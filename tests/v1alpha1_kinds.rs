@@ -357,6 +357,19 @@ async fn resource_distribution_all_namespaces_and_validation() -> anyhow::Result
     .await
 }
 
+/// The uid of every Pod `pods` lists, by name.
+async fn pod_uids(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.metadata.name.clone().unwrap_or_default(), p.metadata.uid))
+        .collect())
+}
+
 /// The ephemeral containers of `pod` (names) and the state of each (`running`, `exit <code>`,
 /// `waiting`), as `kubectl get pod -o yaml` shows them.
 fn ephemeral(pod: &k8s_openapi::api::core::v1::Pod) -> (Vec<String>, BTreeMap<String, String>) {
@@ -417,18 +430,7 @@ async fn ephemeral_job_injects_into_matching_pods_and_completes() -> anyhow::Res
             .await?;
             tokio::time::sleep(Duration::from_millis(1100)).await;
         }
-        let before: BTreeMap<String, Option<String>> = pods
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(|p| {
-                (
-                    p.metadata.name.clone().unwrap_or_default(),
-                    p.metadata.uid.clone(),
-                )
-            })
-            .collect();
+        let before = pod_uids(&pods).await?;
         ns.apply(
             r#"apiVersion: apps.kruise.io/v1alpha1
 kind: EphemeralJob
@@ -539,18 +541,7 @@ spec:
             Ok(jobs.get_opt("debug").await?.is_none().then_some(()))
         })
         .await?;
-        let after: BTreeMap<String, Option<String>> = pods
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(|p| {
-                (
-                    p.metadata.name.clone().unwrap_or_default(),
-                    p.metadata.uid.clone(),
-                )
-            })
-            .collect();
+        let after = pod_uids(&pods).await?;
         ensure!(after == before, "Pods changed: {before:?} -> {after:?}");
         Ok(())
     })

@@ -71,6 +71,14 @@ async fn extra_nodes(client: &kube::Client) -> anyhow::Result<Vec<String>> {
         .cloned()
 }
 
+/// A new namespace for a test whose job runs on all ten nodes: the seven extra nodes Ready before
+/// it returns.
+async fn ten_node_namespace(prefix: &str) -> anyhow::Result<TestNamespace> {
+    let ns = managed_namespace(prefix).await?;
+    extra_nodes(&ns.client).await?;
+    Ok(ns)
+}
+
 /// A NoSchedule taint `key=value`.
 fn private_taint(key: &str, value: &str) -> Taint {
     Taint {
@@ -99,11 +107,7 @@ async fn seed_000_download_image_runs_once_per_node_and_is_deleted_after_its_ttl
             (st.desired, st.succeeded, st.failed, st.active) == (3, 3, 0, 0),
             "{st:?}"
         );
-        let complete = st
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Complete")
-            .context("Complete condition")?;
+        let complete = condition(&st, "Complete")?;
         ensure!(
             complete.reason == "Complete"
                 && complete.message == "Job completed, 3 pods succeeded, 0 pods failed",
@@ -248,8 +252,7 @@ async fn start_example_with_a_failing_pod(
 
 #[tokio::test]
 async fn example_parallelism_restart_limit_and_continue() -> anyhow::Result<()> {
-    let ns = managed_namespace("bcj-continue").await?;
-    extra_nodes(&ns.client).await?;
+    let ns = ten_node_namespace("bcj-continue").await?;
     ns.run(async {
         let failing = start_example_with_a_failing_pod(&ns, "Continue").await?;
         // Let every other Pod finish as it appears, and watch that at most 5 are active at once.
@@ -301,8 +304,7 @@ async fn example_parallelism_restart_limit_and_continue() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Result<()> {
-    let ns = managed_namespace("bcj-failfast").await?;
-    extra_nodes(&ns.client).await?;
+    let ns = ten_node_namespace("bcj-failfast").await?;
     ns.run(async {
         let failing = start_example_with_a_failing_pod(&ns, "FailFast").await?;
         let job = wait_job(&ns, "broadcastjob-pi", "failed", |j| {
@@ -311,11 +313,7 @@ async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Re
         .await?;
         ensure!(condition_true(&job, "Failed"), "{:?}", job.status);
         let st = job_status(&job);
-        let failed = st
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Failed")
-            .context("Failed condition")?;
+        let failed = condition(&st, "Failed")?;
         ensure!(
             failed.message == "failure policy is FailurePolicyTypeFailFast and failed pod is found",
             "{failed:?}"
@@ -337,8 +335,7 @@ async fn example_fail_fast_fails_the_job_and_deletes_active_pods() -> anyhow::Re
 
 #[tokio::test]
 async fn example_pause_pauses_the_job() -> anyhow::Result<()> {
-    let ns = managed_namespace("bcj-pause").await?;
-    extra_nodes(&ns.client).await?;
+    let ns = ten_node_namespace("bcj-pause").await?;
     ns.run(async {
         start_example_with_a_failing_pod(&ns, "Pause").await?;
         wait_job(&ns, "broadcastjob-pi", "paused", |j| {
@@ -390,11 +387,7 @@ async fn active_deadline_fails_a_job_whose_pods_never_finish() -> anyhow::Result
         ns.apply(&serde_json::to_string(&doc)?).await?;
         let job = wait_job(&ns, "slow", "failed", |j| job_status(j).phase == "failed").await?;
         let st = job_status(&job);
-        let failed = st
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Failed")
-            .context("Failed condition")?;
+        let failed = condition(&st, "Failed")?;
         ensure!(
             failed.message
                 == format!(

@@ -263,14 +263,12 @@ async fn seed000_walkthrough() -> anyhow::Result<()> {
         // maxUnavailable 20% of 2 rounds up to 1: one Pod at a time.
         let monitor = start_monitor(&ns, "sample", 2, 1, 0).await?;
         let patched = Instant::now();
-        ns.kubectl(&[
-            "patch",
+        merge_patch(
+            &ns,
             "cloneset",
             "sample",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}}}"#,
-        ])
+            &json!({"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:1.19.1"}]}}}}),
+        )
         .await?;
         let (cs, after) = monitor_converged(&monitor, &ns, "sample", 2, TIMEOUT).await?;
         let took = patched.elapsed();

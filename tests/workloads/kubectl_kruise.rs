@@ -10,8 +10,8 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kruise_api::cloneset::v1beta1::CloneSet;
 use kruise_e2e::cloneset_kit::{
-    CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, identities, name,
-    spec_image, status, uid, wait_converged,
+    CONTAINER, RevisionOrder, active_pods, apply, cloneset, describe, holds, identities,
+    merge_patch, name, spec_image, status, uid, wait_converged,
 };
 use kruise_testkit::{TestNamespace, eventually, managed_namespace, testbed};
 use kube::api::{Api, PostParams};
@@ -165,14 +165,12 @@ async fn seed_walkthrough_driven_by_kubectl_kruise() -> anyhow::Result<()> {
         );
 
         // Pause midway: minReadySeconds holds the second Pod back while the first becomes available.
-        ns.kubectl(&[
-            "patch",
+        merge_patch(
+            &ns,
             "cloneset",
             "sample",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"minReadySeconds":8}}"#,
-        ])
+            &json!({"spec": {"minReadySeconds": 8}}),
+        )
         .await?;
         kruise_ok(
             &ns,
@@ -675,17 +673,9 @@ async fn migrate_keeps_availability() -> anyhow::Result<()> {
         })
         .await?;
 
-        let out = kruise_ok(
-            &ns,
-            &[
-                "migrate",
-                "cloneset",
-                "--from",
-                "deployment/mig",
-                "--dry-run",
-            ],
-        )
-        .await?;
+        // The migration, first as a dry run.
+        const MIGRATE: [&str; 4] = ["migrate", "cloneset", "--from", "deployment/mig"];
+        let out = kruise_ok(&ns, &[&MIGRATE[..], &["--dry-run"]].concat()).await?;
         ensure!(
             out.contains("kind: CloneSet") && out.contains("replicas: 6"),
             "{out}"
@@ -698,18 +688,7 @@ async fn migrate_keeps_availability() -> anyhow::Result<()> {
             min_old_revision_pods: None,
         };
         let monitor = RolloutMonitor::start(ns.client.clone(), &ns.name, "app=mig", limits).await?;
-        let out = kruise_ok(
-            &ns,
-            &[
-                "migrate",
-                "cloneset",
-                "--from",
-                "deployment/mig",
-                "--timeout",
-                "90s",
-            ],
-        )
-        .await?;
+        let out = kruise_ok(&ns, &[&MIGRATE[..], &["--timeout", "90s"]].concat()).await?;
         ensure!(
             out.contains("migrated: cloneset/mig runs 6 replicas"),
             "{out}"

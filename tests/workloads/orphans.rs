@@ -52,6 +52,13 @@ fn revision_table(revisions: &[ControllerRevision]) -> BTreeMap<String, (i64, Op
         .collect()
 }
 
+/// Whether `uid` controls every revision of `table`.
+fn all_owned_by(table: &BTreeMap<String, (i64, Option<String>)>, uid: &str) -> bool {
+    table
+        .values()
+        .all(|(_, owner)| owner.as_deref() == Some(uid))
+}
+
 fn numbers(table: &BTreeMap<String, (i64, Option<String>)>) -> BTreeMap<String, i64> {
     table.iter().map(|(n, (r, _))| (n.clone(), *r)).collect()
 }
@@ -64,6 +71,27 @@ where
         .list(&ListParams::default().labels(selector))
         .await?
         .items)
+}
+
+/// Waits until `name` is back as a new object (`kind`, for the message): not the one of `old_uid`.
+/// Returns its uid.
+async fn wait_recreated<K>(
+    api: &Api<K>,
+    name: &str,
+    old_uid: &str,
+    kind: &str,
+) -> anyhow::Result<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(format!("the new {kind}"), TIMEOUT, || async {
+        Ok(api
+            .get_opt(name)
+            .await?
+            .and_then(|o| o.meta().uid.clone())
+            .filter(|u| u != old_uid))
+    })
+    .await
 }
 
 /// Waits until the garbage collector has taken every controller reference off `pods` and
@@ -124,14 +152,7 @@ async fn cloneset_recreated_after_orphan_delete_keeps_pods_and_revisions() -> an
 
         // The identical CloneSet again: it adopts the Pods and the revision; nothing moves.
         apply(&ns, &doc).await?;
-        let new_uid = eventually("the new CloneSet", TIMEOUT, || async {
-            Ok(clonesets
-                .get_opt(cs_name)
-                .await?
-                .and_then(|c| c.metadata.uid)
-                .filter(|u| *u != old_uid))
-        })
-        .await?;
+        let new_uid = wait_recreated(&clonesets, cs_name, &old_uid, "CloneSet").await?;
         let adopted = eventually(
             "Pods and revision adopted, status on the old revision",
             TIMEOUT,
@@ -143,9 +164,7 @@ async fn cloneset_recreated_after_orphan_delete_keeps_pods_and_revisions() -> an
                 let pods_adopted = now
                     .iter()
                     .all(|p| controller_uid(&p.metadata).as_deref() == Some(new_uid.as_str()));
-                let revisions_adopted = table
-                    .values()
-                    .all(|(_, owner)| owner.as_deref() == Some(new_uid.as_str()));
+                let revisions_adopted = all_owned_by(&table, &new_uid);
                 let observed = cs.metadata.generation == Some(status.observed_generation);
                 if pods_adopted
                     && revisions_adopted
@@ -274,14 +293,7 @@ async fn sidecarset_recreated_after_orphan_delete_keeps_its_history() -> anyhow:
         .await?;
 
         apply_logtail(&ns, &ss_name, &labels, json!({})).await?;
-        let new_uid = eventually("the new SidecarSet", TIMEOUT, || async {
-            Ok(sidecarsets
-                .get_opt(&ss_name)
-                .await?
-                .and_then(|s| s.metadata.uid)
-                .filter(|u| *u != old_uid))
-        })
-        .await?;
+        let new_uid = wait_recreated(&sidecarsets, &ss_name, &old_uid, "SidecarSet").await?;
         eventually(
             "the revision adopted and latestRevision the old one",
             TIMEOUT,
@@ -289,9 +301,7 @@ async fn sidecarset_recreated_after_orphan_delete_keeps_its_history() -> anyhow:
                 let ss = sidecarsets.get(&ss_name).await?;
                 let status = sidecarset_kit::status(&ss);
                 let table = revision_table(&list(&revisions, &revision_selector).await?);
-                let adopted = table
-                    .values()
-                    .all(|(_, owner)| owner.as_deref() == Some(new_uid.as_str()));
+                let adopted = all_owned_by(&table, &new_uid);
                 let observed = ss.metadata.generation == Some(status.observed_generation);
                 if adopted
                     && observed
@@ -439,14 +449,7 @@ async fn cloneset_recreated_after_orphan_delete_adopts_its_claims() -> anyhow::R
         .await?;
 
         apply(&ns, &doc).await?;
-        let new_uid = eventually("the new CloneSet", TIMEOUT, || async {
-            Ok(clonesets
-                .get_opt(cs_name)
-                .await?
-                .and_then(|c| c.metadata.uid)
-                .filter(|u| *u != old_uid))
-        })
-        .await?;
+        let new_uid = wait_recreated(&clonesets, cs_name, &old_uid, "CloneSet").await?;
         let (after_pods, after_claims) =
             eventually("Pods and claims adopted", TIMEOUT, || owned_by(new_uid.clone())).await?;
         let claim_uids = |c: &[PersistentVolumeClaim]| -> Vec<Option<String>> {

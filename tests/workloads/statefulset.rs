@@ -449,18 +449,13 @@ async fn unordered_update_follows_priority_weights_pauses_and_keeps_half_availab
             "prio",
             6,
             "nginx:1.25",
-            json!({"spec": {
-                "podManagementPolicy": "Parallel",
-                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
-                "updateStrategy": {"rollingUpdate": {
-                    "podUpdatePolicy": "InPlaceIfPossible",
-                    "maxUnavailable": 1,
-                    "unorderedUpdate": {"priorityStrategy": {"weightPriority": [
-                        {"weight": 100, "matchSelector": {"matchLabels": {"tier": "front"}}},
-                        {"weight": 50, "matchSelector": {"matchLabels": {"tier": "mid"}}}
-                    ]}}
-                }}
-            }}),
+            in_place(json!({
+                "maxUnavailable": 1,
+                "unorderedUpdate": {"priorityStrategy": {"weightPriority": [
+                    {"weight": 100, "matchSelector": {"matchLabels": {"tier": "front"}}},
+                    {"weight": 50, "matchSelector": {"matchLabels": {"tier": "mid"}}}
+                ]}}
+            })),
         );
         ns.apply(&serde_json::to_string(&doc)?).await?;
         let (_, before) = wait_complete(&ns, "prio", "app=prio", 6, TIMEOUT).await?;
@@ -617,12 +612,11 @@ async fn recreate_replaces_pods_resources_resize_without_restart_and_claims_grow
             "resize",
             2,
             "nginx:1.25",
-            json!({"spec": {
-                "podManagementPolicy": "Parallel",
-                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
-                "updateStrategy": {"rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible"}},
-                "volumeClaimUpdateStrategy": {"type": "OnPodRollingUpdate"}
-            }}),
+            in_place(json!({})),
+        );
+        json_patch::merge(
+            &mut resize,
+            &json!({"spec": {"volumeClaimUpdateStrategy": {"type": "OnPodRollingUpdate"}}}),
         );
         json_patch::merge(&mut resize, &resources("100m", "1Gi"));
         ns.apply(&serde_json::to_string(&recreate)?).await?;
@@ -721,14 +715,7 @@ async fn in_place_update_restarts_only_after_the_whole_grace_period() -> anyhow:
             "grace",
             2,
             "nginx:1.25",
-            json!({"spec": {
-                "podManagementPolicy": "Parallel",
-                "template": {"spec": {"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]}},
-                "updateStrategy": {"rollingUpdate": {
-                    "podUpdatePolicy": "InPlaceIfPossible",
-                    "inPlaceUpdateStrategy": {"gracePeriodSeconds": GRACE}
-                }}
-            }}),
+            in_place(json!({"inPlaceUpdateStrategy": {"gracePeriodSeconds": GRACE}})),
         );
         ns.apply(&serde_json::to_string(&doc)?).await?;
         wait_complete(&ns, "grace", "app=grace", 2, TIMEOUT).await?;

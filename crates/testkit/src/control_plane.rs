@@ -892,9 +892,29 @@ pub async fn plain_http_get(port: u16, path: &str) -> anyhow::Result<String> {
     Ok(response)
 }
 
+/// A whole HTTP response (as [`plain_http_get`] returns it) split into its status code and body.
+pub fn status_and_body(response: &str) -> anyhow::Result<(u16, String)> {
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no HTTP status in {head:?}"))?;
+    Ok((code, body.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_and_body_splits_a_response() -> anyhow::Result<()> {
+        let (code, body) = status_and_body("HTTP/1.1 200 OK\r\nA: b\r\n\r\nok\r\n\r\nmore")?;
+        assert_eq!((code, body.as_str()), (200, "ok\r\n\r\nmore"));
+        assert_eq!(status_and_body("HTTP/1.0 503 x")?, (503, String::new()));
+        assert!(status_and_body("garbage").is_err());
+        Ok(())
+    }
 
     #[test]
     fn kubeconfig_parses_and_encodes_ca() -> anyhow::Result<()> {

@@ -77,13 +77,7 @@ pub async fn http_get(daemon: &Daemon, path: &str) -> anyhow::Result<(u16, Strin
     stream.write_all(request.as_bytes()).await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("no HTTP status in {head:?}"))?;
-    Ok((code, body.to_owned()))
+    crate::control_plane::status_and_body(&response)
 }
 
 /// Starts the daemon of `node` (its containerd at `socket`), owned by `plane`. Does not wait.

@@ -85,11 +85,7 @@ pub async fn wait_node_ready(client: &Client, name: &str) -> anyhow::Result<()> 
 
 /// Ready=True and not tainted not-ready/unreachable.
 pub fn node_is_ready(node: &Node) -> bool {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = reports_ready(node);
     let tainted = node
         .spec
         .as_ref()
@@ -100,6 +96,14 @@ pub fn node_is_ready(node: &Node) -> bool {
             })
         });
     ready && !tainted
+}
+
+/// The node's condition Ready is True (what its kubelet last reported, whatever its taints).
+pub fn reports_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Deletes node `name` and waits until it is gone. Its Pods stay until the control plane acts on

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 
-use crate::control_plane::{ControlPlane, plain_http_get};
+use crate::control_plane::{ControlPlane, plain_http_get, status_and_body};
 use crate::process::{Process, free_port};
 use crate::wait::until;
 
@@ -259,14 +259,7 @@ pub async fn supervise(plane: &ControlPlane, manager: &Manager, restarts: &Atomi
 
 /// `GET http://127.0.0.1:<port><path>`: (status code, body).
 pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
-    let response = plain_http_get(port, path).await?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("no HTTP status in {head:?}"))?;
-    Ok((code, body.to_string()))
+    status_and_body(&plain_http_get(port, path).await?)
 }
 
 /// Waits until the manager is ready and the apiserver is pointed at its webhook: `/readyz` is 200, the

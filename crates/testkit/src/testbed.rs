@@ -187,11 +187,7 @@ pub async fn wait_nodes_ready(client: &Client, nodes: &[NodeSpecSim]) -> anyhow:
         async move {
             let list = api.list(&ListParams::default()).await?;
             let ready = |node: &Node| {
-                let status_ready = node
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let status_ready = crate::fleet::reports_ready(node);
                 let tainted = node
                     .spec
                     .as_ref()

@@ -41,6 +41,16 @@ pub enum Role {
 const NGINX_ROOT: &str = "/usr/share/nginx/html";
 const HTTPD_ROOT: &str = "/usr/local/apache2/htdocs";
 
+/// An nginx image: it serves `index.html` from nginx's document root.
+const fn nginx(reference: &'static str) -> (&'static str, Role) {
+    (reference, Role::WebServer(NGINX_ROOT))
+}
+
+/// An httpd image: it serves `index.html` from Apache's document root.
+const fn httpd(reference: &'static str) -> (&'static str, Role) {
+    (reference, Role::WebServer(HTTPD_ROOT))
+}
+
 /// The images the test bed serves: (reference, role).
 pub const IMAGES: &[(&str, Role)] = &[
     (PAUSE_IMAGE, Role::Pause),
@@ -48,39 +58,15 @@ pub const IMAGES: &[(&str, Role)] = &[
     // Upstream's `common.RedisImage`: its e2e Pods run it without a command, as a container that just
     // keeps running (the in-place update specs with container priorities).
     ("registry.k8s.io/e2e-test-images/redis:5.0.5-3", Role::Pause),
-    (
-        "docker.io/library/nginx:alpine",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:latest",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:mainline",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:1.14.2",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:1.15.1",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:1.19.1",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:1.19.2",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "docker.io/library/nginx:1.23.1",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    ("docker.io/library/nginx:1.25", Role::WebServer(NGINX_ROOT)),
+    nginx("docker.io/library/nginx:alpine"),
+    nginx("docker.io/library/nginx:latest"),
+    nginx("docker.io/library/nginx:mainline"),
+    nginx("docker.io/library/nginx:1.14.2"),
+    nginx("docker.io/library/nginx:1.15.1"),
+    nginx("docker.io/library/nginx:1.19.1"),
+    nginx("docker.io/library/nginx:1.19.2"),
+    nginx("docker.io/library/nginx:1.23.1"),
+    nginx("docker.io/library/nginx:1.25"),
     ("docker.io/library/busybox:latest", Role::Shell),
     ("docker.io/library/busybox:1.32", Role::Shell),
     ("docker.io/library/busybox:1.33", Role::Shell),
@@ -96,22 +82,10 @@ pub const IMAGES: &[(&str, Role)] = &[
     // Upstream's e2e sidecar (agnhost with no arguments: its default command `pause`). Its other
     // subcommands (netexec, ...) are not built.
     ("registry.k8s.io/e2e-test-images/agnhost:2.53", Role::Pause),
-    (
-        "registry.k8s.io/e2e-test-images/httpd:2.4.38-4",
-        Role::WebServer(HTTPD_ROOT),
-    ),
-    (
-        "registry.k8s.io/e2e-test-images/httpd:2.4.39-4",
-        Role::WebServer(HTTPD_ROOT),
-    ),
-    (
-        "registry.k8s.io/e2e-test-images/nginx:1.14-4",
-        Role::WebServer(NGINX_ROOT),
-    ),
-    (
-        "registry.k8s.io/e2e-test-images/nginx:1.15-4",
-        Role::WebServer(NGINX_ROOT),
-    ),
+    httpd("registry.k8s.io/e2e-test-images/httpd:2.4.38-4"),
+    httpd("registry.k8s.io/e2e-test-images/httpd:2.4.39-4"),
+    nginx("registry.k8s.io/e2e-test-images/nginx:1.14-4"),
+    nginx("registry.k8s.io/e2e-test-images/nginx:1.15-4"),
     // SidecarSet hot upgrade: the idle twin's empty image and two sidecar versions.
     ("docker.io/openkruise/hotupgrade-sample:empty", Role::Pause),
     (
