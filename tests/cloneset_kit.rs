@@ -14,6 +14,8 @@ use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 use crate::{container_status, is_ready};
+/// A Pod's label and annotation values, read as the controllers read them.
+pub use kruise_core::pods::{annotation, label};
 
 /// The Pod label holding the full revision name (`<cloneset>-<hash>`).
 pub const REVISION: &str = "controller-revision-hash";
@@ -106,18 +108,6 @@ pub async fn set_uniteddeployment_image(
         &patch.to_string(),
     ])
     .await
-}
-
-pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }
 
 pub fn name(pod: &Pod) -> String {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
@@ -106,20 +106,9 @@ pub async fn node_zones(
         .collect())
 }
 
-/// The status of the Pod condition `type_`, if present.
-pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
-/// Whether the Pod's `Ready` condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod_condition(pod, "Ready").is_some_and(|c| c.status == "True")
-}
+/// The Pod condition of a type, and whether the Pod's `Ready` condition is True: read as the
+/// controllers read them.
+pub use kruise_core::pods::{condition as pod_condition, is_ready};
 
 pub fn phase(pod: &Pod) -> &str {
     pod.status

@@ -211,11 +211,8 @@ fn example_job(failure: &str) -> anyhow::Result<Value> {
 
 /// Container restarts of the Pod, all containers together.
 fn restarts(pod: &Pod) -> i32 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
+    kruise_core::pods::container_statuses(pod)
+        .iter()
         .map(|c| c.restart_count)
         .sum()
 }
