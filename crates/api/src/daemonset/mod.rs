@@ -100,6 +100,31 @@ const STASH_SCALE_STRATEGY: &str = "scaleStrategy";
 /// progressive-create-pod annotation.
 const STASH_PROGRESSIVE_ANNOTATION: &str = "progressiveCreatePodAnnotation";
 
+/// A DaemonSet spec of version `$to` from `$spec`, of the other version: the fields both versions
+/// declare alike are moved (named once here for both directions), the update strategy (which the
+/// conversion rewrites) and v1beta1's scaleStrategy are given.
+macro_rules! spec_of {
+    ($spec:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($spec => $to::DaemonSetSpec {
+            selector, template, min_ready_seconds, burst_replicas, revision_history_limit, lifecycle;
+            $($rest)*
+        })
+    };
+}
+
+/// A DaemonSet status of version `$to` from `$status`, of the other version: every field but the
+/// revision (v1alpha1's `daemonSetHash`, v1beta1's `updateRevision`, given) is the same in both.
+macro_rules! status_of {
+    ($status:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($status => $to::DaemonSetStatus {
+            current_number_scheduled, number_misscheduled, desired_number_scheduled, number_ready,
+            observed_generation, updated_number_scheduled, number_available, number_unavailable,
+            collision_count, conditions;
+            $($rest)*
+        })
+    };
+}
+
 /// What the v1alpha1 annotation stands for in v1beta1.
 fn scale_strategy_from_annotation(meta: &ObjectMeta) -> Option<v1beta1::DaemonSetScaleStrategy> {
     let progressive = meta
@@ -155,29 +180,10 @@ impl KindApi for Api {
 
         v1beta1::DaemonSet {
             metadata,
-            spec: v1beta1::DaemonSetSpec {
-                selector: spec.selector,
-                template: spec.template,
-                update_strategy,
-                min_ready_seconds: spec.min_ready_seconds,
-                burst_replicas: spec.burst_replicas,
-                revision_history_limit: spec.revision_history_limit,
-                lifecycle: spec.lifecycle,
-                scale_strategy,
-            },
-            status: object.status.map(|s| v1beta1::DaemonSetStatus {
-                current_number_scheduled: s.current_number_scheduled,
-                number_misscheduled: s.number_misscheduled,
-                desired_number_scheduled: s.desired_number_scheduled,
-                number_ready: s.number_ready,
-                observed_generation: s.observed_generation,
-                updated_number_scheduled: s.updated_number_scheduled,
-                number_available: s.number_available,
-                number_unavailable: s.number_unavailable,
-                collision_count: s.collision_count,
-                conditions: s.conditions,
-                update_revision: s.daemon_set_hash,
-            }),
+            spec: spec_of!(spec => v1beta1 { update_strategy, scale_strategy }),
+            status: object
+                .status
+                .map(|s| status_of!(s => v1beta1 { update_revision: s.daemon_set_hash })),
         }
     }
 
@@ -220,28 +226,10 @@ impl KindApi for Api {
 
         v1alpha1::DaemonSet {
             metadata,
-            spec: v1alpha1::DaemonSetSpec {
-                selector: spec.selector,
-                template: spec.template,
-                update_strategy,
-                min_ready_seconds: spec.min_ready_seconds,
-                burst_replicas: spec.burst_replicas,
-                revision_history_limit: spec.revision_history_limit,
-                lifecycle: spec.lifecycle,
-            },
-            status: object.status.map(|s| v1alpha1::DaemonSetStatus {
-                current_number_scheduled: s.current_number_scheduled,
-                number_misscheduled: s.number_misscheduled,
-                desired_number_scheduled: s.desired_number_scheduled,
-                number_ready: s.number_ready,
-                observed_generation: s.observed_generation,
-                updated_number_scheduled: s.updated_number_scheduled,
-                number_available: s.number_available,
-                number_unavailable: s.number_unavailable,
-                collision_count: s.collision_count,
-                conditions: s.conditions,
-                daemon_set_hash: s.update_revision,
-            }),
+            spec: spec_of!(spec => v1alpha1 { update_strategy }),
+            status: object
+                .status
+                .map(|s| status_of!(s => v1alpha1 { daemon_set_hash: s.update_revision })),
         }
     }
 

@@ -101,6 +101,32 @@ const STASH_UPDATED_READY: &str = "status.updatedReadyReplicas";
 const STASH_UPDATED_AVAILABLE: &str = "status.updatedAvailableReplicas";
 const STASH_VOLUME_CLAIMS: &str = "status.volumeClaims";
 
+/// A StatefulSet spec of version `$to` from `$spec`, of the other version: the fields both versions
+/// declare alike are moved (named once here for both directions), v1beta1's own fields are given.
+macro_rules! spec_of {
+    ($spec:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($spec => $to::StatefulSetSpec {
+            replicas, selector, template, volume_claim_templates, service_name, pod_management_policy,
+            update_strategy, revision_history_limit;
+            $($rest)*
+        })
+    };
+}
+
+/// A StatefulSet status of version `$to` from `$status`, of the other version: the fields both
+/// versions declare alike are moved (named once here for both directions), v1beta1's own fields are
+/// given.
+macro_rules! status_of {
+    ($status:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($status => $to::StatefulSetStatus {
+            observed_generation, replicas, ready_replicas, available_replicas, current_replicas,
+            updated_replicas, current_revision, update_revision, collision_count, conditions,
+            label_selector;
+            $($rest)*
+        })
+    };
+}
+
 impl KindApi for Api {
     const KIND: &'static str = "StatefulSet";
     const PLURAL: &'static str = "statefulsets";
@@ -112,37 +138,20 @@ impl KindApi for Api {
         let mut metadata = object.metadata;
         let stash = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
         let spec = object.spec;
-        let spec = v1beta1::StatefulSetSpec {
-            replicas: spec.replicas,
-            selector: spec.selector,
-            template: spec.template,
-            volume_claim_templates: spec.volume_claim_templates,
+        let spec = spec_of!(spec => v1beta1 {
             volume_claim_update_strategy: stash.get(STASH_VOLUME_CLAIM_UPDATE).unwrap_or_default(),
-            service_name: spec.service_name,
-            pod_management_policy: spec.pod_management_policy,
-            update_strategy: spec.update_strategy,
-            revision_history_limit: spec.revision_history_limit,
             reserve_ordinals: stash.get(STASH_RESERVE_ORDINALS).unwrap_or_default(),
             lifecycle: stash.get(STASH_LIFECYCLE),
             scale_strategy: stash.get(STASH_SCALE_STRATEGY),
             persistent_volume_claim_retention_policy: stash.get(STASH_PVC_RETENTION),
             ordinals: stash.get(STASH_ORDINALS),
-        };
-        let status = object.status.map(|s| v1beta1::StatefulSetStatus {
-            observed_generation: s.observed_generation,
-            replicas: s.replicas,
-            ready_replicas: s.ready_replicas,
-            available_replicas: s.available_replicas,
-            current_replicas: s.current_replicas,
-            updated_replicas: s.updated_replicas,
-            updated_ready_replicas: stash.get(STASH_UPDATED_READY).unwrap_or_default(),
-            updated_available_replicas: stash.get(STASH_UPDATED_AVAILABLE).unwrap_or_default(),
-            current_revision: s.current_revision,
-            update_revision: s.update_revision,
-            collision_count: s.collision_count,
-            conditions: s.conditions,
-            label_selector: s.label_selector,
-            volume_claims: stash.get(STASH_VOLUME_CLAIMS).unwrap_or_default(),
+        });
+        let status = object.status.map(|s| {
+            status_of!(s => v1beta1 {
+                updated_ready_replicas: stash.get(STASH_UPDATED_READY).unwrap_or_default(),
+                updated_available_replicas: stash.get(STASH_UPDATED_AVAILABLE).unwrap_or_default(),
+                volume_claims: stash.get(STASH_VOLUME_CLAIMS).unwrap_or_default(),
+            })
         });
         v1beta1::StatefulSet {
             metadata,
@@ -171,33 +180,12 @@ impl KindApi for Api {
             stash.set(STASH_UPDATED_READY, &s.updated_ready_replicas);
             stash.set(STASH_UPDATED_AVAILABLE, &s.updated_available_replicas);
             stash.set(STASH_VOLUME_CLAIMS, &s.volume_claims);
-            v1alpha1::StatefulSetStatus {
-                observed_generation: s.observed_generation,
-                replicas: s.replicas,
-                ready_replicas: s.ready_replicas,
-                available_replicas: s.available_replicas,
-                current_replicas: s.current_replicas,
-                updated_replicas: s.updated_replicas,
-                current_revision: s.current_revision,
-                update_revision: s.update_revision,
-                collision_count: s.collision_count,
-                conditions: s.conditions,
-                label_selector: s.label_selector,
-            }
+            status_of!(s => v1alpha1 {})
         });
         stash.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
         v1alpha1::StatefulSet {
             metadata,
-            spec: v1alpha1::StatefulSetSpec {
-                replicas: spec.replicas,
-                selector: spec.selector,
-                template: spec.template,
-                volume_claim_templates: spec.volume_claim_templates,
-                service_name: spec.service_name,
-                pod_management_policy: spec.pod_management_policy,
-                update_strategy: spec.update_strategy,
-                revision_history_limit: spec.revision_history_limit,
-            },
+            spec: spec_of!(spec => v1alpha1 {}),
             status,
         }
     }
