@@ -1,11 +1,12 @@
 //! Advanced DaemonSet: types of both versions, conversion, defaults, validation and CRD.
 
-/// The Advanced DaemonSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the
-/// spec struct that follows the version. The kube attribute (names, subresources, printer columns)
-/// is the same in both versions, so it is written once here; the specs differ, so each version
-/// writes its own.
+/// The Advanced DaemonSet resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube attribute
+/// (names, subresources, printer columns) and its spec fields are the same in both versions, so they
+/// are written once here; v1beta1 adds scaleStrategy, given in braces after the version (empty for
+/// v1alpha1). The update strategy type resolves where the macro is called (both versions name the
+/// v1beta1 one, whose rollingUpdateType v1alpha1 may also set to the deprecated `Surging`).
 macro_rules! daemon_set_resource {
-    ($version:tt, $($spec:tt)*) => {
+    ($version:tt, { $($beta_only:tt)* }) => {
         crate::crd::resource! {
             #[kube(
                 version = $version,
@@ -63,7 +64,67 @@ macro_rules! daemon_set_resource {
                     description = "The images of currently advanced daemonset."
                 )
             )
-            $($spec)*
+            #[serde(rename_all = "camelCase")]
+            pub struct DaemonSetSpec {
+                /// Label query over the daemon Pods; must match the template's labels.
+                #[schemars(required)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub selector: Option<LabelSelector>,
+                /// The Pod run on every eligible node.
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub template: PodTemplateSpec,
+                /// How Pods are replaced when the template changes.
+                #[serde(default)]
+                pub update_strategy: DaemonSetUpdateStrategy,
+                /// Seconds a new Pod must be ready before it counts as available.
+                #[serde(default, skip_serializing_if = "is_default")]
+                pub min_ready_seconds: i32,
+                /// Creates, deletes and in-place updates per sync: a number, or a percentage of the desired node count
+                /// rounded down (250 when unset).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub burst_replicas: Option<IntOrString>,
+                /// Old revisions kept (10 when unset).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub revision_history_limit: Option<i32>,
+                /// Hooks around Pod lifecycle; only preDelete is supported.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub lifecycle: Option<Lifecycle>,
+                $($beta_only)*
+            }
+        }
+    };
+}
+
+/// The Advanced DaemonSet status of one version: the same in both versions but for the field of the
+/// latest revision's hash (v1alpha1's `daemonSetHash`, v1beta1's `updateRevision`), given.
+macro_rules! daemon_set_status {
+    ($($revision:tt)*) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct DaemonSetStatus {
+            /// Nodes that should run the daemon Pod and run at least one.
+            pub current_number_scheduled: i32,
+            /// Nodes that run the daemon Pod but should not.
+            pub number_misscheduled: i32,
+            /// Nodes that should run the daemon Pod.
+            pub desired_number_scheduled: i32,
+            /// Nodes that should run the daemon Pod and have one ready.
+            pub number_ready: i32,
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub observed_generation: i64,
+            /// Nodes that run an updated daemon Pod.
+            pub updated_number_scheduled: i32,
+            /// Nodes that should run the daemon Pod and have one available.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub number_available: i32,
+            /// Nodes that should run the daemon Pod and have none available.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub number_unavailable: i32,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub collision_count: Option<i32>,
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub conditions: Vec<DaemonSetCondition>,
+            $($revision)*
         }
     };
 }
