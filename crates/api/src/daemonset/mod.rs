@@ -49,19 +49,9 @@ macro_rules! daemon_set_resource {
             )]
             age_column(
                 long,
-                printcolumn(
-                    name = "CONTAINERS",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].name",
-                    description = "The containers of currently  daemonset."
-                ),
-                printcolumn(
-                    name = "IMAGES",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].image",
-                    description = "The images of currently advanced daemonset."
+                pod_template_columns(
+                    "The containers of currently  daemonset.",
+                    "The images of currently advanced daemonset."
                 )
             )
             #[serde(rename_all = "camelCase")]

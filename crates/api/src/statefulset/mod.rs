@@ -19,47 +19,14 @@ macro_rules! stateful_set_resource {
                 ),
                 shortname = "sts",
                 shortname = "asts",
-                doc = "StatefulSet is the Schema for the statefulsets API",
-                printcolumn(
-                    name = "DESIRED",
-                    type_ = "integer",
-                    json_path = ".spec.replicas",
-                    description = "The desired number of pods."
-                ),
-                printcolumn(
-                    name = "CURRENT",
-                    type_ = "integer",
-                    json_path = ".status.replicas",
-                    description = "The number of currently all pods."
-                ),
-                printcolumn(
-                    name = "UPDATED",
-                    type_ = "integer",
-                    json_path = ".status.updatedReplicas",
-                    description = "The number of pods updated."
-                ),
-                printcolumn(
-                    name = "READY",
-                    type_ = "integer",
-                    json_path = ".status.readyReplicas",
-                    description = "The number of pods ready."
-                )
+                doc = "StatefulSet is the Schema for the statefulsets API"
             )]
+            replica_columns
             age_column(
                 long,
-                printcolumn(
-                    name = "CONTAINERS",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].name",
-                    description = "The containers of currently advanced statefulset."
-                ),
-                printcolumn(
-                    name = "IMAGES",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].image",
-                    description = "The images of currently advanced statefulset."
+                pod_template_columns(
+                    "The containers of currently advanced statefulset.",
+                    "The images of currently advanced statefulset."
                 )
             )
             $($spec)*

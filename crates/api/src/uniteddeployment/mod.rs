@@ -19,32 +19,9 @@ macro_rules! united_deployment_resource {
                     label_selector_path = ".status.labelSelector"
                 ),
                 shortname = "ud",
-                doc = "UnitedDeployment is the Schema for the uniteddeployments API",
-                printcolumn(
-                    name = "DESIRED",
-                    type_ = "integer",
-                    json_path = ".spec.replicas",
-                    description = "The desired number of pods."
-                ),
-                printcolumn(
-                    name = "CURRENT",
-                    type_ = "integer",
-                    json_path = ".status.replicas",
-                    description = "The number of currently all pods."
-                ),
-                printcolumn(
-                    name = "UPDATED",
-                    type_ = "integer",
-                    json_path = ".status.updatedReplicas",
-                    description = "The number of pods updated."
-                ),
-                printcolumn(
-                    name = "READY",
-                    type_ = "integer",
-                    json_path = ".status.readyReplicas",
-                    description = "The number of pods ready."
-                )
+                doc = "UnitedDeployment is the Schema for the uniteddeployments API"
             )]
+            replica_columns
             age_column(long)
             #[serde(rename_all = "camelCase")]
             pub struct UnitedDeploymentSpec {
