@@ -219,6 +219,26 @@ pub struct SubsetCondition {
     pub message: String,
 }
 
+// A condition of a job, as BroadcastJob and EphemeralJob report it: upstream declares the same six
+// fields (and the same JSON) for both (BroadcastJob's `JobCondition`, `EphemeralJobCondition`), so the
+// type is written once here and each kind names it. (A plain comment: a doc comment would become a
+// description in both CRDs.)
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
