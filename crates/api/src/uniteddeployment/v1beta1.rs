@@ -291,21 +291,15 @@ impl UnitedDeploymentStatus {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentCondition {
-    /// `SubsetProvisioned`, `SubsetUpdated`, `SubsetFailure` or `UnitedDeploymentUpdated`.
-    #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+crate::pub_types::condition! {
+    pub struct UnitedDeploymentCondition {
+        /// `SubsetProvisioned`, `SubsetUpdated`, `SubsetFailure` or `UnitedDeploymentUpdated`.
+        #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
+        pub type_: String,
+        /// `True`, `False` or `Unknown`.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub status: String,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
