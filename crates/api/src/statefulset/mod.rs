@@ -1,11 +1,12 @@
 //! Advanced StatefulSet: types of both versions, conversion, defaults, validation and CRD.
 
-/// The Advanced StatefulSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with
-/// the spec struct that follows the version. The kube attribute (names, subresources, printer
-/// columns) is the same in both versions, so it is written once here; the specs differ, so each
-/// version writes its own.
+/// The Advanced StatefulSet resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube
+/// attribute (names, subresources, printer columns) and the native spec fields are the same in both
+/// versions, so they are written once here; v1beta1 adds volumeClaimUpdateStrategy (first braces,
+/// after volumeClaimTemplates) and its own fields at the end (second braces). The update strategy
+/// type resolves where the macro is called (both versions name the v1beta1 one).
 macro_rules! stateful_set_resource {
-    ($version:tt, $($spec:tt)*) => {
+    ($version:tt, { $($after_claims:tt)* }, { $($beta_only:tt)* }) => {
         crate::crd::resource! {
             #[kube(
                 version = $version,
@@ -29,7 +30,75 @@ macro_rules! stateful_set_resource {
                     "The images of currently advanced statefulset."
                 )
             )
-            $($spec)*
+            #[serde(rename_all = "camelCase")]
+            pub struct StatefulSetSpec {
+                /// Desired number of Pods (1 when unset); reserved ordinals do not count.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub replicas: Option<i32>,
+                /// Label query over the Pods of the set; must match the template's labels.
+                #[schemars(required)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub selector: Option<LabelSelector>,
+                /// The Pod every ordinal runs.
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub template: PodTemplateSpec,
+                /// Claims each Pod gets its own PersistentVolumeClaim of, named `<claim>-<set>-<ordinal>`.
+                #[serde(default, skip_serializing_if = "Vec::is_empty")]
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+                $($after_claims)*
+                /// The governing Service: Pods get `<pod>.<serviceName>` DNS names.
+                #[serde(default, skip_serializing_if = "String::is_empty")]
+                pub service_name: String,
+                /// `OrderedReady` (default): one Pod at a time, in ordinal order; `Parallel`: all at once.
+                #[serde(default, skip_serializing_if = "String::is_empty")]
+                pub pod_management_policy: String,
+                /// How Pods are replaced when the template changes.
+                #[serde(default)]
+                pub update_strategy: StatefulSetUpdateStrategy,
+                /// Old revisions kept (10 when unset).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub revision_history_limit: Option<i32>,
+                $($beta_only)*
+            }
+        }
+    };
+}
+
+/// The Advanced StatefulSet status of one version: the native fields are the same in both versions,
+/// so they are written once here; v1beta1 adds the updated-ready and updated-available counts (first
+/// braces, after updatedReplicas) and the volume claim statuses (second braces, at the end).
+macro_rules! stateful_set_status {
+    ({ $($after_updated:tt)* }, { $($beta_only:tt)* }) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct StatefulSetStatus {
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub observed_generation: i64,
+            /// Pods created by the controller.
+            pub replicas: i32,
+            /// Pods with a Ready condition.
+            pub ready_replicas: i32,
+            /// Pods ready for minReadySeconds.
+            pub available_replicas: i32,
+            /// Pods at currentRevision.
+            pub current_replicas: i32,
+            /// Pods at updateRevision.
+            pub updated_replicas: i32,
+            $($after_updated)*
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub current_revision: String,
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub update_revision: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub collision_count: Option<i32>,
+            /// `FailedCreatePod` / `FailedUpdatePod`.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub conditions: Vec<StatefulSetCondition>,
+            /// The selector in string form, for the scale subresource.
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub label_selector: String,
+            $($beta_only)*
         }
     };
 }
