@@ -100,6 +100,17 @@ where
     converted
 }
 
+/// `$to { a: $from.a, b: $from.b, …, rest… }`: a struct of one version built from one of the other,
+/// the fields both versions declare alike (`a`, `b`, …) moved by name and the fields given after `;`
+/// (those that differ). A kind names its shared fields once, in a macro of its own around this one, for
+/// both directions of its conversion.
+macro_rules! moved_fields {
+    ($from:ident => $($to:ident)::+ { $($field:ident),* $(,)? ; $($rest:tt)* }) => {
+        $($to)::+ { $($field: $from.$field,)* $($rest)* }
+    };
+}
+pub(crate) use moved_fields;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,47 @@ use crate::kinds::Kind;
 /// columns: `age_column(long)` adds it with the description Kubernetes gives that field,
 /// `age_column(short)` with that description's first sentence, as each upstream CRD has it; columns
 /// listed after the description inside `age_column(..)` come after AGE.
+///
+/// Two column groups that several workloads show alike are written once here:
+/// - `replica_columns` right after the kube attribute: DESIRED (`spec.replicas`), CURRENT, UPDATED and
+///   READY (the status's `replicas`, `updatedReplicas` and `readyReplicas`), after the kube attribute's
+///   own columns (Advanced StatefulSet, UnitedDeployment);
+/// - `pod_template_columns("<containers description>", "<images description>")` first among the columns
+///   after AGE: CONTAINERS and IMAGES (priority 1), the names and images of the Pod template's containers
+///   (CloneSet, Advanced DaemonSet, Advanced StatefulSet; the descriptions name the kind).
 macro_rules! resource {
+    (#[kube($($kube:tt)*)] replica_columns $($rest:tt)*) => {
+        crate::crd::resource! {
+            #[kube(
+                $($kube)*,
+                printcolumn(
+                    name = "DESIRED",
+                    type_ = "integer",
+                    json_path = ".spec.replicas",
+                    description = "The desired number of pods."
+                ),
+                printcolumn(
+                    name = "CURRENT",
+                    type_ = "integer",
+                    json_path = ".status.replicas",
+                    description = "The number of currently all pods."
+                ),
+                printcolumn(
+                    name = "UPDATED",
+                    type_ = "integer",
+                    json_path = ".status.updatedReplicas",
+                    description = "The number of pods updated."
+                ),
+                printcolumn(
+                    name = "READY",
+                    type_ = "integer",
+                    json_path = ".status.readyReplicas",
+                    description = "The number of pods ready."
+                )
+            )]
+            $($rest)*
+        }
+    };
     (#[kube($($kube:tt)*)] age_column(long $($after:tt)*) $($spec:tt)*) => {
         crate::crd::resource! {
             #[kube($($kube)*)]
@@ -35,6 +75,38 @@ macro_rules! resource {
             #[kube($($kube)*)]
             age_column(
                 "CreationTimestamp is a timestamp representing the server time when this object was created."
+                $($after)*
+            )
+            $($spec)*
+        }
+    };
+    (
+        #[kube($($kube:tt)*)]
+        age_column(
+            $description:literal,
+            pod_template_columns($containers:literal, $images:literal)
+            $($after:tt)*
+        )
+        $($spec:tt)*
+    ) => {
+        crate::crd::resource! {
+            #[kube($($kube)*)]
+            age_column(
+                $description,
+                printcolumn(
+                    name = "CONTAINERS",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].name",
+                    description = $containers
+                ),
+                printcolumn(
+                    name = "IMAGES",
+                    type_ = "string",
+                    priority = 1,
+                    json_path = ".spec.template.spec.containers[*].image",
+                    description = $images
+                )
                 $($after)*
             )
             $($spec)*

@@ -202,21 +202,51 @@ pub fn validate_scatter(terms: &[UpdateScatterTerm], path: &Path, errors: &mut V
     }
 }
 
+/// Declares the condition type of a kind's status: its leading fields as given (`type` and `status`,
+/// which the kinds declare with different docs and defaults, and a probe or update time where the kind
+/// has one), then lastTransitionTime, reason and message, which every condition declared with it has
+/// alike (as upstream's condition types spell them). The derives and `Time` resolve where it is called.
+macro_rules! condition {
+    ($(#[$attr:meta])* pub struct $name:ident { $($head:tt)* }) => {
+        $(#[$attr])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            $($head)*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub last_transition_time: Option<Time>,
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub reason: String,
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub message: String,
+        }
+    };
+}
+pub(crate) use condition;
+
 // A condition of one subset, as UnitedDeployment and WorkloadSpread report it: upstream declares the
 // same five fields (and the same JSON) for both, so the type is written once here and each kind names
 // it with an alias. (A plain comment: a doc comment would become a description in both CRDs.)
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SubsetCondition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+condition! {
+    pub struct SubsetCondition {
+        #[serde(rename = "type")]
+        pub type_: String,
+        pub status: String,
+    }
+}
+
+// A condition of a job, as BroadcastJob and EphemeralJob report it: upstream declares the same six
+// fields (and the same JSON) for both (BroadcastJob's `JobCondition`, `EphemeralJobCondition`), so the
+// type is written once here and each kind names it. (A plain comment: a doc comment would become a
+// description in both CRDs.)
+condition! {
+    pub struct JobCondition {
+        #[serde(rename = "type")]
+        pub type_: String,
+        pub status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub last_probe_time: Option<Time>,
+    }
 }
 
 #[cfg(test)]

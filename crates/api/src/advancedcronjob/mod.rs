@@ -97,6 +97,23 @@ const MAX_ACTIVE_DEADLINE_SECONDS: i64 = 24 * 3600;
 /// The [`KindApi`] of AdvancedCronJob.
 pub struct Api;
 
+/// An AdvancedCronJob spec of version `$to` from `$spec`, of the other version: every field and the
+/// Job and BroadcastJob templates are the same in both versions and moved (named once here for both
+/// directions); v1beta1's ImageListPullJob template is given.
+macro_rules! spec_of {
+    ($spec:ident => $to:ident { $($template_rest:tt)* }) => {{
+        let template = $spec.template;
+        crate::conversion::moved_fields!($spec => $to::AdvancedCronJobSpec {
+            schedule, time_zone, starting_deadline_seconds, concurrency_policy, paused,
+            successful_jobs_history_limit, failed_jobs_history_limit;
+            template: crate::conversion::moved_fields!(template => $to::CronJobTemplate {
+                job_template, broadcast_job_template;
+                $($template_rest)*
+            }),
+        })
+    }};
+}
+
 impl KindApi for Api {
     const KIND: &'static str = "AdvancedCronJob";
     const PLURAL: &'static str = "advancedcronjobs";
@@ -114,20 +131,9 @@ impl KindApi for Api {
         let spec = object.spec;
         v1beta1::AdvancedCronJob {
             metadata,
-            spec: v1beta1::AdvancedCronJobSpec {
-                schedule: spec.schedule,
-                time_zone: spec.time_zone,
-                starting_deadline_seconds: spec.starting_deadline_seconds,
-                concurrency_policy: spec.concurrency_policy,
-                paused: spec.paused,
-                successful_jobs_history_limit: spec.successful_jobs_history_limit,
-                failed_jobs_history_limit: spec.failed_jobs_history_limit,
-                template: v1beta1::CronJobTemplate {
-                    job_template: spec.template.job_template,
-                    broadcast_job_template: spec.template.broadcast_job_template,
-                    image_list_pull_job_template: stash.get(STASH_IMAGE_LIST_PULL_JOB_TEMPLATE),
-                },
-            },
+            spec: spec_of!(spec => v1beta1 {
+                image_list_pull_job_template: stash.get(STASH_IMAGE_LIST_PULL_JOB_TEMPLATE),
+            }),
             status: object.status,
         }
     }
@@ -143,19 +149,7 @@ impl KindApi for Api {
         stash.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
         v1alpha1::AdvancedCronJob {
             metadata,
-            spec: v1alpha1::AdvancedCronJobSpec {
-                schedule: spec.schedule,
-                time_zone: spec.time_zone,
-                starting_deadline_seconds: spec.starting_deadline_seconds,
-                concurrency_policy: spec.concurrency_policy,
-                paused: spec.paused,
-                successful_jobs_history_limit: spec.successful_jobs_history_limit,
-                failed_jobs_history_limit: spec.failed_jobs_history_limit,
-                template: v1alpha1::CronJobTemplate {
-                    job_template: spec.template.job_template,
-                    broadcast_job_template: spec.template.broadcast_job_template,
-                },
-            },
+            spec: spec_of!(spec => v1alpha1 {}),
             status: object.status,
         }
     }

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::pub_types::JobCondition;
 use crate::schema::{is_default, preserve_unknown_fields};
 
 pub const COMPLETION_ALWAYS: &str = "Always";
@@ -71,6 +72,7 @@ pub struct FailurePolicy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BroadcastJobStatus {
+    /// `Complete` or `Failed` conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<JobCondition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,21 +90,4 @@ pub struct BroadcastJobStatus {
     /// `running`, `paused`, `completed` or `failed`.
     #[serde(default)]
     pub phase: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct JobCondition {
-    /// `Complete` or `Failed`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_probe_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
 }

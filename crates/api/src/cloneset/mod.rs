@@ -59,19 +59,9 @@ macro_rules! clone_set_resource {
             )]
             age_column(
                 long,
-                printcolumn(
-                    name = "CONTAINERS",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].name",
-                    description = "The containers of currently cloneset."
-                ),
-                printcolumn(
-                    name = "IMAGES",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].image",
-                    description = "The images of currently cloneset."
+                pod_template_columns(
+                    "The containers of currently cloneset.",
+                    "The images of currently cloneset."
                 ),
                 printcolumn(
                     name = "SELECTOR",

@@ -134,20 +134,14 @@ pub struct CloneSetStatus {
     pub label_selector: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CloneSetCondition {
-    /// `FailedScale`, `FailedUpdate` or `Progressing`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_update_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+crate::pub_types::condition! {
+    pub struct CloneSetCondition {
+        /// `FailedScale`, `FailedUpdate` or `Progressing`.
+        #[serde(rename = "type")]
+        pub type_: String,
+        /// `True`, `False` or `Unknown`.
+        pub status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub last_update_time: Option<Time>,
+    }
 }

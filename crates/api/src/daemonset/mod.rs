@@ -1,11 +1,12 @@
 //! Advanced DaemonSet: types of both versions, conversion, defaults, validation and CRD.
 
-/// The Advanced DaemonSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with the
-/// spec struct that follows the version. The kube attribute (names, subresources, printer columns)
-/// is the same in both versions, so it is written once here; the specs differ, so each version
-/// writes its own.
+/// The Advanced DaemonSet resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube attribute
+/// (names, subresources, printer columns) and its spec fields are the same in both versions, so they
+/// are written once here; v1beta1 adds scaleStrategy, given in braces after the version (empty for
+/// v1alpha1). The update strategy type resolves where the macro is called (both versions name the
+/// v1beta1 one, whose rollingUpdateType v1alpha1 may also set to the deprecated `Surging`).
 macro_rules! daemon_set_resource {
-    ($version:tt, $($spec:tt)*) => {
+    ($version:tt, { $($beta_only:tt)* }) => {
         crate::crd::resource! {
             #[kube(
                 version = $version,
@@ -48,22 +49,72 @@ macro_rules! daemon_set_resource {
             )]
             age_column(
                 long,
-                printcolumn(
-                    name = "CONTAINERS",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].name",
-                    description = "The containers of currently  daemonset."
-                ),
-                printcolumn(
-                    name = "IMAGES",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].image",
-                    description = "The images of currently advanced daemonset."
+                pod_template_columns(
+                    "The containers of currently  daemonset.",
+                    "The images of currently advanced daemonset."
                 )
             )
-            $($spec)*
+            #[serde(rename_all = "camelCase")]
+            pub struct DaemonSetSpec {
+                /// Label query over the daemon Pods; must match the template's labels.
+                #[schemars(required)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub selector: Option<LabelSelector>,
+                /// The Pod run on every eligible node.
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub template: PodTemplateSpec,
+                /// How Pods are replaced when the template changes.
+                #[serde(default)]
+                pub update_strategy: DaemonSetUpdateStrategy,
+                /// Seconds a new Pod must be ready before it counts as available.
+                #[serde(default, skip_serializing_if = "is_default")]
+                pub min_ready_seconds: i32,
+                /// Creates, deletes and in-place updates per sync: a number, or a percentage of the desired node count
+                /// rounded down (250 when unset).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub burst_replicas: Option<IntOrString>,
+                /// Old revisions kept (10 when unset).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub revision_history_limit: Option<i32>,
+                /// Hooks around Pod lifecycle; only preDelete is supported.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub lifecycle: Option<Lifecycle>,
+                $($beta_only)*
+            }
+        }
+    };
+}
+
+/// The Advanced DaemonSet status of one version: the same in both versions but for the field of the
+/// latest revision's hash (v1alpha1's `daemonSetHash`, v1beta1's `updateRevision`), given.
+macro_rules! daemon_set_status {
+    ($($revision:tt)*) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct DaemonSetStatus {
+            /// Nodes that should run the daemon Pod and run at least one.
+            pub current_number_scheduled: i32,
+            /// Nodes that run the daemon Pod but should not.
+            pub number_misscheduled: i32,
+            /// Nodes that should run the daemon Pod.
+            pub desired_number_scheduled: i32,
+            /// Nodes that should run the daemon Pod and have one ready.
+            pub number_ready: i32,
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub observed_generation: i64,
+            /// Nodes that run an updated daemon Pod.
+            pub updated_number_scheduled: i32,
+            /// Nodes that should run the daemon Pod and have one available.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub number_available: i32,
+            /// Nodes that should run the daemon Pod and have none available.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub number_unavailable: i32,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub collision_count: Option<i32>,
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub conditions: Vec<DaemonSetCondition>,
+            $($revision)*
         }
     };
 }
@@ -99,6 +150,31 @@ const STASH_SCALE_STRATEGY: &str = "scaleStrategy";
 /// On a v1alpha1 object: `{"value": <previous annotation value or null>}` when down-conversion wrote the
 /// progressive-create-pod annotation.
 const STASH_PROGRESSIVE_ANNOTATION: &str = "progressiveCreatePodAnnotation";
+
+/// A DaemonSet spec of version `$to` from `$spec`, of the other version: the fields both versions
+/// declare alike are moved (named once here for both directions), the update strategy (which the
+/// conversion rewrites) and v1beta1's scaleStrategy are given.
+macro_rules! spec_of {
+    ($spec:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($spec => $to::DaemonSetSpec {
+            selector, template, min_ready_seconds, burst_replicas, revision_history_limit, lifecycle;
+            $($rest)*
+        })
+    };
+}
+
+/// A DaemonSet status of version `$to` from `$status`, of the other version: every field but the
+/// revision (v1alpha1's `daemonSetHash`, v1beta1's `updateRevision`, given) is the same in both.
+macro_rules! status_of {
+    ($status:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($status => $to::DaemonSetStatus {
+            current_number_scheduled, number_misscheduled, desired_number_scheduled, number_ready,
+            observed_generation, updated_number_scheduled, number_available, number_unavailable,
+            collision_count, conditions;
+            $($rest)*
+        })
+    };
+}
 
 /// What the v1alpha1 annotation stands for in v1beta1.
 fn scale_strategy_from_annotation(meta: &ObjectMeta) -> Option<v1beta1::DaemonSetScaleStrategy> {
@@ -155,29 +231,10 @@ impl KindApi for Api {
 
         v1beta1::DaemonSet {
             metadata,
-            spec: v1beta1::DaemonSetSpec {
-                selector: spec.selector,
-                template: spec.template,
-                update_strategy,
-                min_ready_seconds: spec.min_ready_seconds,
-                burst_replicas: spec.burst_replicas,
-                revision_history_limit: spec.revision_history_limit,
-                lifecycle: spec.lifecycle,
-                scale_strategy,
-            },
-            status: object.status.map(|s| v1beta1::DaemonSetStatus {
-                current_number_scheduled: s.current_number_scheduled,
-                number_misscheduled: s.number_misscheduled,
-                desired_number_scheduled: s.desired_number_scheduled,
-                number_ready: s.number_ready,
-                observed_generation: s.observed_generation,
-                updated_number_scheduled: s.updated_number_scheduled,
-                number_available: s.number_available,
-                number_unavailable: s.number_unavailable,
-                collision_count: s.collision_count,
-                conditions: s.conditions,
-                update_revision: s.daemon_set_hash,
-            }),
+            spec: spec_of!(spec => v1beta1 { update_strategy, scale_strategy }),
+            status: object
+                .status
+                .map(|s| status_of!(s => v1beta1 { update_revision: s.daemon_set_hash })),
         }
     }
 
@@ -220,28 +277,10 @@ impl KindApi for Api {
 
         v1alpha1::DaemonSet {
             metadata,
-            spec: v1alpha1::DaemonSetSpec {
-                selector: spec.selector,
-                template: spec.template,
-                update_strategy,
-                min_ready_seconds: spec.min_ready_seconds,
-                burst_replicas: spec.burst_replicas,
-                revision_history_limit: spec.revision_history_limit,
-                lifecycle: spec.lifecycle,
-            },
-            status: object.status.map(|s| v1alpha1::DaemonSetStatus {
-                current_number_scheduled: s.current_number_scheduled,
-                number_misscheduled: s.number_misscheduled,
-                desired_number_scheduled: s.desired_number_scheduled,
-                number_ready: s.number_ready,
-                observed_generation: s.observed_generation,
-                updated_number_scheduled: s.updated_number_scheduled,
-                number_available: s.number_available,
-                number_unavailable: s.number_unavailable,
-                collision_count: s.collision_count,
-                conditions: s.conditions,
-                daemon_set_hash: s.update_revision,
-            }),
+            spec: spec_of!(spec => v1alpha1 { update_strategy }),
+            status: object
+                .status
+                .map(|s| status_of!(s => v1alpha1 { daemon_set_hash: s.update_revision })),
         }
     }
 

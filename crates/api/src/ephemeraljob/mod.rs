@@ -143,21 +143,8 @@ pub struct EphemeralJobStatus {
     pub failed: i32,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EphemeralJobCondition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_probe_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-}
+/// Upstream's `EphemeralJobCondition`: the same fields as BroadcastJob's ([`crate::pub_types::JobCondition`]).
+pub type EphemeralJobCondition = crate::pub_types::JobCondition;
 
 /// The CRD, served and stored in v1alpha1 only, as upstream's.
 pub fn crd() -> CustomResourceDefinition {

@@ -139,6 +139,19 @@ fn put_annotation(meta: &mut ObjectMeta, key: &str, value: String) {
         .insert(key.to_string(), value);
 }
 
+/// A SidecarSet spec of version `$to` from `$spec`, of the other version: the fields both versions
+/// declare alike are moved (named once here for both directions); the namespace fields (which the
+/// conversion rewrites) and v1beta1's customVersion are given.
+macro_rules! spec_of {
+    ($spec:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($spec => $to::SidecarSetSpec {
+            selector, init_containers, containers, volumes, update_strategy, injection_strategy,
+            image_pull_secrets, revision_history_limit, patch_pod_metadata;
+            $($rest)*
+        })
+    };
+}
+
 impl KindApi for Api {
     const KIND: &'static str = "SidecarSet";
     const PLURAL: &'static str = "sidecarsets";
@@ -181,19 +194,10 @@ impl KindApi for Api {
 
         v1beta1::SidecarSet {
             metadata,
-            spec: v1beta1::SidecarSetSpec {
-                selector: spec.selector,
+            spec: spec_of!(spec => v1beta1 {
                 namespace_selector,
-                init_containers: spec.init_containers,
-                containers: spec.containers,
-                volumes: spec.volumes,
-                update_strategy: spec.update_strategy,
-                injection_strategy: spec.injection_strategy,
-                image_pull_secrets: spec.image_pull_secrets,
-                revision_history_limit: spec.revision_history_limit,
-                patch_pod_metadata: spec.patch_pod_metadata,
                 custom_version: label.unwrap_or_default(),
-            },
+            }),
             status: object.status,
         }
     }
@@ -245,19 +249,7 @@ impl KindApi for Api {
 
         v1alpha1::SidecarSet {
             metadata,
-            spec: v1alpha1::SidecarSetSpec {
-                selector: spec.selector,
-                namespace,
-                namespace_selector,
-                init_containers: spec.init_containers,
-                containers: spec.containers,
-                volumes: spec.volumes,
-                update_strategy: spec.update_strategy,
-                injection_strategy: spec.injection_strategy,
-                image_pull_secrets: spec.image_pull_secrets,
-                revision_history_limit: spec.revision_history_limit,
-                patch_pod_metadata: spec.patch_pod_metadata,
-            },
+            spec: spec_of!(spec => v1alpha1 { namespace, namespace_selector }),
             status: object.status,
         }
     }

@@ -1,11 +1,12 @@
 //! Advanced StatefulSet: types of both versions, conversion, defaults, validation and CRD.
 
-/// The Advanced StatefulSet resource of one version (`"v1alpha1"` or `"v1beta1"`), declared with
-/// the spec struct that follows the version. The kube attribute (names, subresources, printer
-/// columns) is the same in both versions, so it is written once here; the specs differ, so each
-/// version writes its own.
+/// The Advanced StatefulSet resource of one version (`"v1alpha1"` or `"v1beta1"`). Its kube
+/// attribute (names, subresources, printer columns) and the native spec fields are the same in both
+/// versions, so they are written once here; v1beta1 adds volumeClaimUpdateStrategy (first braces,
+/// after volumeClaimTemplates) and its own fields at the end (second braces). The update strategy
+/// type resolves where the macro is called (both versions name the v1beta1 one).
 macro_rules! stateful_set_resource {
-    ($version:tt, $($spec:tt)*) => {
+    ($version:tt, { $($after_claims:tt)* }, { $($beta_only:tt)* }) => {
         crate::crd::resource! {
             #[kube(
                 version = $version,
@@ -19,50 +20,85 @@ macro_rules! stateful_set_resource {
                 ),
                 shortname = "sts",
                 shortname = "asts",
-                doc = "StatefulSet is the Schema for the statefulsets API",
-                printcolumn(
-                    name = "DESIRED",
-                    type_ = "integer",
-                    json_path = ".spec.replicas",
-                    description = "The desired number of pods."
-                ),
-                printcolumn(
-                    name = "CURRENT",
-                    type_ = "integer",
-                    json_path = ".status.replicas",
-                    description = "The number of currently all pods."
-                ),
-                printcolumn(
-                    name = "UPDATED",
-                    type_ = "integer",
-                    json_path = ".status.updatedReplicas",
-                    description = "The number of pods updated."
-                ),
-                printcolumn(
-                    name = "READY",
-                    type_ = "integer",
-                    json_path = ".status.readyReplicas",
-                    description = "The number of pods ready."
-                )
+                doc = "StatefulSet is the Schema for the statefulsets API"
             )]
+            replica_columns
             age_column(
                 long,
-                printcolumn(
-                    name = "CONTAINERS",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].name",
-                    description = "The containers of currently advanced statefulset."
-                ),
-                printcolumn(
-                    name = "IMAGES",
-                    type_ = "string",
-                    priority = 1,
-                    json_path = ".spec.template.spec.containers[*].image",
-                    description = "The images of currently advanced statefulset."
+                pod_template_columns(
+                    "The containers of currently advanced statefulset.",
+                    "The images of currently advanced statefulset."
                 )
             )
-            $($spec)*
+            #[serde(rename_all = "camelCase")]
+            pub struct StatefulSetSpec {
+                /// Desired number of Pods (1 when unset); reserved ordinals do not count.
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub replicas: Option<i32>,
+                /// Label query over the Pods of the set; must match the template's labels.
+                #[schemars(required)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub selector: Option<LabelSelector>,
+                /// The Pod every ordinal runs.
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub template: PodTemplateSpec,
+                /// Claims each Pod gets its own PersistentVolumeClaim of, named `<claim>-<set>-<ordinal>`.
+                #[serde(default, skip_serializing_if = "Vec::is_empty")]
+                #[schemars(schema_with = "preserve_unknown_fields_untyped")]
+                pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+                $($after_claims)*
+                /// The governing Service: Pods get `<pod>.<serviceName>` DNS names.
+                #[serde(default, skip_serializing_if = "String::is_empty")]
+                pub service_name: String,
+                /// `OrderedReady` (default): one Pod at a time, in ordinal order; `Parallel`: all at once.
+                #[serde(default, skip_serializing_if = "String::is_empty")]
+                pub pod_management_policy: String,
+                /// How Pods are replaced when the template changes.
+                #[serde(default)]
+                pub update_strategy: StatefulSetUpdateStrategy,
+                /// Old revisions kept (10 when unset).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub revision_history_limit: Option<i32>,
+                $($beta_only)*
+            }
+        }
+    };
+}
+
+/// The Advanced StatefulSet status of one version: the native fields are the same in both versions,
+/// so they are written once here; v1beta1 adds the updated-ready and updated-available counts (first
+/// braces, after updatedReplicas) and the volume claim statuses (second braces, at the end).
+macro_rules! stateful_set_status {
+    ({ $($after_updated:tt)* }, { $($beta_only:tt)* }) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct StatefulSetStatus {
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub observed_generation: i64,
+            /// Pods created by the controller.
+            pub replicas: i32,
+            /// Pods with a Ready condition.
+            pub ready_replicas: i32,
+            /// Pods ready for minReadySeconds.
+            pub available_replicas: i32,
+            /// Pods at currentRevision.
+            pub current_replicas: i32,
+            /// Pods at updateRevision.
+            pub updated_replicas: i32,
+            $($after_updated)*
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub current_revision: String,
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub update_revision: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub collision_count: Option<i32>,
+            /// `FailedCreatePod` / `FailedUpdatePod`.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub conditions: Vec<StatefulSetCondition>,
+            /// The selector in string form, for the scale subresource.
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub label_selector: String,
+            $($beta_only)*
         }
     };
 }
@@ -101,6 +137,32 @@ const STASH_UPDATED_READY: &str = "status.updatedReadyReplicas";
 const STASH_UPDATED_AVAILABLE: &str = "status.updatedAvailableReplicas";
 const STASH_VOLUME_CLAIMS: &str = "status.volumeClaims";
 
+/// A StatefulSet spec of version `$to` from `$spec`, of the other version: the fields both versions
+/// declare alike are moved (named once here for both directions), v1beta1's own fields are given.
+macro_rules! spec_of {
+    ($spec:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($spec => $to::StatefulSetSpec {
+            replicas, selector, template, volume_claim_templates, service_name, pod_management_policy,
+            update_strategy, revision_history_limit;
+            $($rest)*
+        })
+    };
+}
+
+/// A StatefulSet status of version `$to` from `$status`, of the other version: the fields both
+/// versions declare alike are moved (named once here for both directions), v1beta1's own fields are
+/// given.
+macro_rules! status_of {
+    ($status:ident => $to:ident { $($rest:tt)* }) => {
+        crate::conversion::moved_fields!($status => $to::StatefulSetStatus {
+            observed_generation, replicas, ready_replicas, available_replicas, current_replicas,
+            updated_replicas, current_revision, update_revision, collision_count, conditions,
+            label_selector;
+            $($rest)*
+        })
+    };
+}
+
 impl KindApi for Api {
     const KIND: &'static str = "StatefulSet";
     const PLURAL: &'static str = "statefulsets";
@@ -112,37 +174,20 @@ impl KindApi for Api {
         let mut metadata = object.metadata;
         let stash = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
         let spec = object.spec;
-        let spec = v1beta1::StatefulSetSpec {
-            replicas: spec.replicas,
-            selector: spec.selector,
-            template: spec.template,
-            volume_claim_templates: spec.volume_claim_templates,
+        let spec = spec_of!(spec => v1beta1 {
             volume_claim_update_strategy: stash.get(STASH_VOLUME_CLAIM_UPDATE).unwrap_or_default(),
-            service_name: spec.service_name,
-            pod_management_policy: spec.pod_management_policy,
-            update_strategy: spec.update_strategy,
-            revision_history_limit: spec.revision_history_limit,
             reserve_ordinals: stash.get(STASH_RESERVE_ORDINALS).unwrap_or_default(),
             lifecycle: stash.get(STASH_LIFECYCLE),
             scale_strategy: stash.get(STASH_SCALE_STRATEGY),
             persistent_volume_claim_retention_policy: stash.get(STASH_PVC_RETENTION),
             ordinals: stash.get(STASH_ORDINALS),
-        };
-        let status = object.status.map(|s| v1beta1::StatefulSetStatus {
-            observed_generation: s.observed_generation,
-            replicas: s.replicas,
-            ready_replicas: s.ready_replicas,
-            available_replicas: s.available_replicas,
-            current_replicas: s.current_replicas,
-            updated_replicas: s.updated_replicas,
-            updated_ready_replicas: stash.get(STASH_UPDATED_READY).unwrap_or_default(),
-            updated_available_replicas: stash.get(STASH_UPDATED_AVAILABLE).unwrap_or_default(),
-            current_revision: s.current_revision,
-            update_revision: s.update_revision,
-            collision_count: s.collision_count,
-            conditions: s.conditions,
-            label_selector: s.label_selector,
-            volume_claims: stash.get(STASH_VOLUME_CLAIMS).unwrap_or_default(),
+        });
+        let status = object.status.map(|s| {
+            status_of!(s => v1beta1 {
+                updated_ready_replicas: stash.get(STASH_UPDATED_READY).unwrap_or_default(),
+                updated_available_replicas: stash.get(STASH_UPDATED_AVAILABLE).unwrap_or_default(),
+                volume_claims: stash.get(STASH_VOLUME_CLAIMS).unwrap_or_default(),
+            })
         });
         v1beta1::StatefulSet {
             metadata,
@@ -171,33 +216,12 @@ impl KindApi for Api {
             stash.set(STASH_UPDATED_READY, &s.updated_ready_replicas);
             stash.set(STASH_UPDATED_AVAILABLE, &s.updated_available_replicas);
             stash.set(STASH_VOLUME_CLAIMS, &s.volume_claims);
-            v1alpha1::StatefulSetStatus {
-                observed_generation: s.observed_generation,
-                replicas: s.replicas,
-                ready_replicas: s.ready_replicas,
-                available_replicas: s.available_replicas,
-                current_replicas: s.current_replicas,
-                updated_replicas: s.updated_replicas,
-                current_revision: s.current_revision,
-                update_revision: s.update_revision,
-                collision_count: s.collision_count,
-                conditions: s.conditions,
-                label_selector: s.label_selector,
-            }
+            status_of!(s => v1alpha1 {})
         });
         stash.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
         v1alpha1::StatefulSet {
             metadata,
-            spec: v1alpha1::StatefulSetSpec {
-                replicas: spec.replicas,
-                selector: spec.selector,
-                template: spec.template,
-                volume_claim_templates: spec.volume_claim_templates,
-                service_name: spec.service_name,
-                pod_management_policy: spec.pod_management_policy,
-                update_strategy: spec.update_strategy,
-                revision_history_limit: spec.revision_history_limit,
-            },
+            spec: spec_of!(spec => v1alpha1 {}),
             status,
         }
     }

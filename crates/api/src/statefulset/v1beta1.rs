@@ -27,39 +27,14 @@ pub const MAX_MIN_READY_SECONDS: i32 = 300;
 pub const CONDITION_FAILED_CREATE_POD: &str = "FailedCreatePod";
 pub const CONDITION_FAILED_UPDATE_POD: &str = "FailedUpdatePod";
 
-stateful_set_resource! {
+stateful_set_resource!(
     "v1beta1",
-    #[serde(rename_all = "camelCase")]
-    pub struct StatefulSetSpec {
-        /// Desired number of Pods (1 when unset); reserved ordinals do not count.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub replicas: Option<i32>,
-        /// Label query over the Pods of the set; must match the template's labels.
-        #[schemars(required)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub selector: Option<LabelSelector>,
-        /// The Pod every ordinal runs.
-        #[schemars(schema_with = "preserve_unknown_fields_untyped")]
-        pub template: PodTemplateSpec,
-        /// Claims each Pod gets its own PersistentVolumeClaim of, named `<claim>-<set>-<ordinal>`.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        #[schemars(schema_with = "preserve_unknown_fields_untyped")]
-        pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+    {
         /// How changes to volumeClaimTemplates reach existing claims (gate StatefulSetAutoResizePVCGate).
         #[serde(default)]
         pub volume_claim_update_strategy: VolumeClaimUpdateStrategy,
-        /// The governing Service: Pods get `<pod>.<serviceName>` DNS names.
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        pub service_name: String,
-        /// `OrderedReady` (default): one Pod at a time, in ordinal order; `Parallel`: all at once.
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        pub pod_management_policy: String,
-        /// How Pods are replaced when the template changes.
-        #[serde(default)]
-        pub update_strategy: StatefulSetUpdateStrategy,
-        /// Old revisions kept (10 when unset).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub revision_history_limit: Option<i32>,
+    },
+    {
         /// Ordinals to skip: integers, or `"a-b"` ranges. Pods at these ordinals are deleted and the set
         /// runs `replicas` Pods at the other ordinals.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -78,7 +53,7 @@ stateful_set_resource! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub ordinals: Option<StatefulSetOrdinals>,
     }
-}
+);
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -163,43 +138,21 @@ pub struct StatefulSetOrdinals {
     pub start: i32,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StatefulSetStatus {
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub observed_generation: i64,
-    /// Pods created by the controller.
-    pub replicas: i32,
-    /// Pods with a Ready condition.
-    pub ready_replicas: i32,
-    /// Pods ready for minReadySeconds.
-    pub available_replicas: i32,
-    /// Pods at currentRevision.
-    pub current_replicas: i32,
-    /// Pods at updateRevision.
-    pub updated_replicas: i32,
-    /// Ready Pods at updateRevision.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub updated_ready_replicas: i32,
-    /// Available Pods at updateRevision.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub updated_available_replicas: i32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub current_revision: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub update_revision: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collision_count: Option<i32>,
-    /// `FailedCreatePod` / `FailedUpdatePod`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<StatefulSetCondition>,
-    /// The selector in string form, for the scale subresource.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub label_selector: String,
-    /// How many Pods have claims compatible with each volume claim template.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub volume_claims: Vec<VolumeClaimStatus>,
-}
+stateful_set_status!(
+    {
+        /// Ready Pods at updateRevision.
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub updated_ready_replicas: i32,
+        /// Available Pods at updateRevision.
+        #[serde(default, skip_serializing_if = "is_default")]
+        pub updated_available_replicas: i32,
+    },
+    {
+        /// How many Pods have claims compatible with each volume claim template.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub volume_claims: Vec<VolumeClaimStatus>,
+    }
+);
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -138,76 +138,106 @@ fn convert_template<S, T>(
     })
 }
 
-fn template_up(
-    template: v1alpha1::SubsetTemplate,
-    incoming: &Stash,
-    outgoing: &mut Stash,
-) -> v1beta1::SubsetTemplate {
-    convert_template(
-        template,
-        |metadata, spec| {
-            let cloneset = crate::cloneset::Api::to_v1beta1(CloneSetV1alpha1 {
+/// One direction of the conversion, `$from` → `$to`. Both directions are the same steps with the two
+/// versions' roles swapped — take the stash the other direction left, convert the subset part of the
+/// status without loss, convert the CloneSet template with the CloneSet conversion the same way, put the
+/// new stash back and copy the rest of the spec and status — so they are written once here. Only the
+/// status fields the subset part is read from (`$from_part`) and written to (`$to_part`, fields of the
+/// same names) differ, and are given per direction. `$template` is the template conversion alone, which
+/// [`template_as_v1alpha1`] uses too.
+macro_rules! convert {
+    (
+        $name:ident, $template:ident: $from:ident -> $to:ident,
+        clone_set: $clone_set_convert:ident($FromCloneSet:ident),
+        subsets: $FromPart:ident { $($from_part:ident),* } -> $ToPart:ident { $($to_part:ident),* }
+            by $subsets:ident / $subsets_back:ident,
+        stash: $incoming_key:ident -> $outgoing_key:ident $(,)?
+    ) => {
+        fn $template(
+            template: $from::SubsetTemplate,
+            incoming: &Stash,
+            outgoing: &mut Stash,
+        ) -> $to::SubsetTemplate {
+            convert_template(
+                template,
+                |metadata, spec| {
+                    let cloneset = crate::cloneset::Api::$clone_set_convert($FromCloneSet {
+                        metadata,
+                        spec,
+                        status: None,
+                    });
+                    (cloneset.metadata, cloneset.spec)
+                },
+                (incoming, keys::$incoming_key),
+                (outgoing, keys::$outgoing_key),
+            )
+        }
+
+        pub(super) fn $name(object: $from::UnitedDeployment) -> $to::UnitedDeployment {
+            let mut metadata = object.metadata;
+            let incoming = Stash::take(&mut metadata, keys::$incoming_key);
+            let mut outgoing = Stash::default();
+            let status = object.status.map(|s| {
+                let part = $FromPart {
+                    $($from_part: s.$from_part,)*
+                };
+                let part = convert_part(
+                    part,
+                    $subsets,
+                    $subsets_back,
+                    STASH_SUBSETS,
+                    &incoming,
+                    &mut outgoing,
+                );
+                $to::UnitedDeploymentStatus {
+                    observed_generation: s.observed_generation,
+                    ready_replicas: s.ready_replicas,
+                    replicas: s.replicas,
+                    updated_replicas: s.updated_replicas,
+                    reserved_pods: s.reserved_pods,
+                    updated_ready_replicas: s.updated_ready_replicas,
+                    collision_count: s.collision_count,
+                    current_revision: s.current_revision,
+                    conditions: s.conditions,
+                    label_selector: s.label_selector,
+                    $($to_part: part.$to_part,)*
+                }
+            });
+            let spec = object.spec;
+            let spec = $to::UnitedDeploymentSpec {
+                replicas: spec.replicas,
+                selector: spec.selector,
+                template: $template(spec.template, &incoming, &mut outgoing),
+                topology: spec.topology,
+                update_strategy: spec.update_strategy,
+                revision_history_limit: spec.revision_history_limit,
+            };
+            outgoing.put(&mut metadata, keys::$outgoing_key);
+            $to::UnitedDeployment {
                 metadata,
                 spec,
-                status: None,
-            });
-            (cloneset.metadata, cloneset.spec)
-        },
-        (incoming, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
-        (outgoing, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
-    )
+                status,
+            }
+        }
+    };
 }
 
-fn template_down(
-    template: v1beta1::SubsetTemplate,
-    incoming: &Stash,
-    outgoing: &mut Stash,
-) -> v1alpha1::SubsetTemplate {
-    convert_template(
-        template,
-        |metadata, spec| {
-            let cloneset = crate::cloneset::Api::to_v1alpha1(CloneSetV1beta1 {
-                metadata,
-                spec,
-                status: None,
-            });
-            (cloneset.metadata, cloneset.spec)
-        },
-        (incoming, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS),
-        (outgoing, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS),
-    )
-}
-
-/// The v1beta1 spec of a v1alpha1 one; `incoming` and `outgoing` are the stashes of the object.
-fn spec_up(
-    spec: v1alpha1::UnitedDeploymentSpec,
-    incoming: &Stash,
-    outgoing: &mut Stash,
-) -> v1beta1::UnitedDeploymentSpec {
-    v1beta1::UnitedDeploymentSpec {
-        replicas: spec.replicas,
-        selector: spec.selector,
-        template: template_up(spec.template, incoming, outgoing),
-        topology: spec.topology,
-        update_strategy: spec.update_strategy,
-        revision_history_limit: spec.revision_history_limit,
-    }
-}
-
-fn spec_down(
-    spec: v1beta1::UnitedDeploymentSpec,
-    incoming: &Stash,
-    outgoing: &mut Stash,
-) -> v1alpha1::UnitedDeploymentSpec {
-    v1alpha1::UnitedDeploymentSpec {
-        replicas: spec.replicas,
-        selector: spec.selector,
-        template: template_down(spec.template, incoming, outgoing),
-        topology: spec.topology,
-        update_strategy: spec.update_strategy,
-        revision_history_limit: spec.revision_history_limit,
-    }
-}
+convert!(
+    to_v1beta1, template_up: v1alpha1 -> v1beta1,
+    clone_set: to_v1beta1(CloneSetV1alpha1),
+    subsets: AlphaSubsets { subset_replicas, subset_statuses, update_status }
+        -> BetaSubsets { subset_statuses, updated_revision }
+        by subsets_up / subsets_down,
+    stash: ANNOTATION_CONVERSION_V1BETA1_FIELDS -> ANNOTATION_CONVERSION_V1ALPHA1_FIELDS,
+);
+convert!(
+    to_v1alpha1, template_down: v1beta1 -> v1alpha1,
+    clone_set: to_v1alpha1(CloneSetV1beta1),
+    subsets: BetaSubsets { subset_statuses, updated_revision }
+        -> AlphaSubsets { subset_replicas, subset_statuses, update_status }
+        by subsets_down / subsets_up,
+    stash: ANNOTATION_CONVERSION_V1ALPHA1_FIELDS -> ANNOTATION_CONVERSION_V1BETA1_FIELDS,
+);
 
 /// The v1alpha1 form of a (v1beta1) subset template, as OpenKruise v1.9.0 — which serves only v1alpha1 —
 /// holds it; `metadata` is the UnitedDeployment's (its stash restores what v1beta1 cannot say).
@@ -218,96 +248,4 @@ pub fn template_as_v1alpha1(
     let mut metadata = metadata.clone();
     let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
     template_down(template.clone(), &incoming, &mut Stash::default())
-}
-
-pub(super) fn to_v1beta1(object: v1alpha1::UnitedDeployment) -> v1beta1::UnitedDeployment {
-    let v1alpha1::UnitedDeployment {
-        mut metadata,
-        spec,
-        status,
-    } = object;
-    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
-    let mut outgoing = Stash::default();
-    let status = status.map(|s| {
-        let part = AlphaSubsets {
-            subset_replicas: s.subset_replicas,
-            subset_statuses: s.subset_statuses,
-            update_status: s.update_status,
-        };
-        let part = convert_part(
-            part,
-            subsets_up,
-            subsets_down,
-            STASH_SUBSETS,
-            &incoming,
-            &mut outgoing,
-        );
-        v1beta1::UnitedDeploymentStatus {
-            observed_generation: s.observed_generation,
-            ready_replicas: s.ready_replicas,
-            replicas: s.replicas,
-            updated_replicas: s.updated_replicas,
-            reserved_pods: s.reserved_pods,
-            updated_ready_replicas: s.updated_ready_replicas,
-            collision_count: s.collision_count,
-            current_revision: s.current_revision,
-            updated_revision: part.updated_revision,
-            subset_statuses: part.subset_statuses,
-            conditions: s.conditions,
-            label_selector: s.label_selector,
-        }
-    });
-    let spec = spec_up(spec, &incoming, &mut outgoing);
-    outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
-    v1beta1::UnitedDeployment {
-        metadata,
-        spec,
-        status,
-    }
-}
-
-pub(super) fn to_v1alpha1(object: v1beta1::UnitedDeployment) -> v1alpha1::UnitedDeployment {
-    let v1beta1::UnitedDeployment {
-        mut metadata,
-        spec,
-        status,
-    } = object;
-    let incoming = Stash::take(&mut metadata, keys::ANNOTATION_CONVERSION_V1ALPHA1_FIELDS);
-    let mut outgoing = Stash::default();
-    let status = status.map(|s| {
-        let part = BetaSubsets {
-            subset_statuses: s.subset_statuses,
-            updated_revision: s.updated_revision,
-        };
-        let part = convert_part(
-            part,
-            subsets_down,
-            subsets_up,
-            STASH_SUBSETS,
-            &incoming,
-            &mut outgoing,
-        );
-        v1alpha1::UnitedDeploymentStatus {
-            observed_generation: s.observed_generation,
-            ready_replicas: s.ready_replicas,
-            replicas: s.replicas,
-            updated_replicas: s.updated_replicas,
-            reserved_pods: s.reserved_pods,
-            updated_ready_replicas: s.updated_ready_replicas,
-            collision_count: s.collision_count,
-            current_revision: s.current_revision,
-            subset_replicas: part.subset_replicas,
-            subset_statuses: part.subset_statuses,
-            conditions: s.conditions,
-            update_status: part.update_status,
-            label_selector: s.label_selector,
-        }
-    });
-    let spec = spec_down(spec, &incoming, &mut outgoing);
-    outgoing.put(&mut metadata, keys::ANNOTATION_CONVERSION_V1BETA1_FIELDS);
-    v1alpha1::UnitedDeployment {
-        metadata,
-        spec,
-        status,
-    }
 }

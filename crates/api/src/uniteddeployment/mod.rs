@@ -19,32 +19,9 @@ macro_rules! united_deployment_resource {
                     label_selector_path = ".status.labelSelector"
                 ),
                 shortname = "ud",
-                doc = "UnitedDeployment is the Schema for the uniteddeployments API",
-                printcolumn(
-                    name = "DESIRED",
-                    type_ = "integer",
-                    json_path = ".spec.replicas",
-                    description = "The desired number of pods."
-                ),
-                printcolumn(
-                    name = "CURRENT",
-                    type_ = "integer",
-                    json_path = ".status.replicas",
-                    description = "The number of currently all pods."
-                ),
-                printcolumn(
-                    name = "UPDATED",
-                    type_ = "integer",
-                    json_path = ".status.updatedReplicas",
-                    description = "The number of pods updated."
-                ),
-                printcolumn(
-                    name = "READY",
-                    type_ = "integer",
-                    json_path = ".status.readyReplicas",
-                    description = "The number of pods ready."
-                )
+                doc = "UnitedDeployment is the Schema for the uniteddeployments API"
             )]
+            replica_columns
             age_column(long)
             #[serde(rename_all = "camelCase")]
             pub struct UnitedDeploymentSpec {
@@ -68,6 +45,48 @@ macro_rules! united_deployment_resource {
                 #[serde(default, skip_serializing_if = "Option::is_none")]
                 pub revision_history_limit: Option<i32>,
             }
+        }
+    };
+}
+
+/// The UnitedDeployment status of one version: the replica counts, revisions, subset statuses,
+/// conditions and selector are the same in both versions, so they are written once here. The
+/// versions say the updated revision and the subsets' replicas and partitions differently: v1beta1's
+/// `updatedRevision` (first braces, after currentRevision), v1alpha1's `subsetReplicas` (first braces)
+/// and `updateStatus` (second braces, after conditions).
+macro_rules! united_deployment_status {
+    ({ $($after_current_revision:tt)* }, { $($after_conditions:tt)* }) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct UnitedDeploymentStatus {
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub observed_generation: i64,
+            /// Ready Pods over all subsets.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub ready_replicas: i32,
+            /// Pods over all subsets, reserved Pods not counted.
+            pub replicas: i32,
+            /// Pods at the updated revision.
+            pub updated_replicas: i32,
+            /// Pods reserved by the Adaptive strategy.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub reserved_pods: i32,
+            /// Ready Pods at the updated revision.
+            #[serde(default, skip_serializing_if = "is_default")]
+            pub updated_ready_replicas: i32,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub collision_count: Option<i32>,
+            /// The revision of the template all Pods ran when they last converged.
+            pub current_revision: String,
+            $($after_current_revision)*
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub subset_statuses: Vec<UnitedDeploymentSubsetStatus>,
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub conditions: Vec<UnitedDeploymentCondition>,
+            $($after_conditions)*
+            /// The selector as a string, for the scale subresource.
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            pub label_selector: String,
         }
     };
 }

@@ -30,35 +30,18 @@ pub type SubsetTemplate = super::v1beta1::SubsetTemplate<CloneSetSpec>;
 /// The CloneSet template of v1alpha1: the v1alpha1 CloneSet spec.
 pub type CloneSetTemplateSpec = super::v1beta1::CloneSetTemplateSpec<CloneSetSpec>;
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentStatus {
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub observed_generation: i64,
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub ready_replicas: i32,
-    pub replicas: i32,
-    pub updated_replicas: i32,
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub reserved_pods: i32,
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub updated_ready_replicas: i32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collision_count: Option<i32>,
-    pub current_revision: String,
-    /// Per subset name: its target replicas.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub subset_replicas: BTreeMap<String, i32>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub subset_statuses: Vec<UnitedDeploymentSubsetStatus>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<UnitedDeploymentCondition>,
-    /// The newest revision and the partition of each subset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_status: Option<UpdateStatus>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub label_selector: String,
-}
+united_deployment_status!(
+    {
+        /// Per subset name: its target replicas.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub subset_replicas: BTreeMap<String, i32>,
+    },
+    {
+        /// The newest revision and the partition of each subset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub update_status: Option<UpdateStatus>,
+    }
+);
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -250,39 +250,14 @@ pub struct AdaptiveUnitedDeploymentStrategy {
     pub reserve_unschedulable_pods: bool,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentStatus {
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub observed_generation: i64,
-    /// Ready Pods over all subsets.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub ready_replicas: i32,
-    /// Pods over all subsets, reserved Pods not counted.
-    pub replicas: i32,
-    /// Pods at updatedRevision.
-    pub updated_replicas: i32,
-    /// Pods reserved by the Adaptive strategy.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub reserved_pods: i32,
-    /// Ready Pods at updatedRevision.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub updated_ready_replicas: i32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collision_count: Option<i32>,
-    /// The revision of the template all Pods ran when they last converged.
-    pub current_revision: String,
-    /// The newest revision of the template.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub updated_revision: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub subset_statuses: Vec<UnitedDeploymentSubsetStatus>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<UnitedDeploymentCondition>,
-    /// The selector as a string, for the scale subresource.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub label_selector: String,
-}
+united_deployment_status!(
+    {
+        /// The newest revision of the template.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub updated_revision: String,
+    },
+    {}
+);
 
 impl UnitedDeploymentStatus {
     /// The status of subset `name`, if recorded.
@@ -291,21 +266,15 @@ impl UnitedDeploymentStatus {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UnitedDeploymentCondition {
-    /// `SubsetProvisioned`, `SubsetUpdated`, `SubsetFailure` or `UnitedDeploymentUpdated`.
-    #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+crate::pub_types::condition! {
+    pub struct UnitedDeploymentCondition {
+        /// `SubsetProvisioned`, `SubsetUpdated`, `SubsetFailure` or `UnitedDeploymentUpdated`.
+        #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
+        pub type_: String,
+        /// `True`, `False` or `Unknown`.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        pub status: String,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

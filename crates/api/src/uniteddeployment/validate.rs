@@ -167,39 +167,25 @@ fn validate_spec(spec: &UnitedDeploymentSpec, path: &Path, errors: &mut Vec<Fiel
     }
 }
 
-/// Labels that must satisfy the selector (when there is a valid one).
-fn check_labels(
-    labels: Option<&BTreeMap<String, String>>,
+/// The labels of a subset template's metadata must match the selector, when there is a valid one
+/// (`path` is the template's): the StatefulSet, Advanced StatefulSet and Deployment templates and the
+/// Pod templates are checked alike.
+fn check_template_labels(
+    metadata: Option<&ObjectMeta>,
     selector: Option<&LabelSelector>,
     path: &Path,
     errors: &mut Vec<FieldError>,
 ) {
     let Some(selector) = selector else { return };
     let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
+    let labels = metadata.and_then(|m| m.labels.as_ref()).unwrap_or(&empty);
     if !validation::selector_matches(selector, labels) {
         errors.push(FieldError::invalid(
-            path,
+            &path.child("metadata").child("labels"),
             format!("{labels:?}"),
             LABELS_MISMATCH,
         ));
     }
-}
-
-/// The labels of a subset template's metadata must match the selector (`path` is the template's): the
-/// StatefulSet, Advanced StatefulSet and Deployment templates are checked alike.
-fn check_template_labels(
-    metadata: &ObjectMeta,
-    selector: Option<&LabelSelector>,
-    path: &Path,
-    errors: &mut Vec<FieldError>,
-) {
-    check_labels(
-        metadata.labels.as_ref(),
-        selector,
-        &path.child("metadata").child("labels"),
-        errors,
-    );
 }
 
 /// A subset's Pod template: labels matching the selector, and a valid workload Pod template (every subset
@@ -210,12 +196,7 @@ fn validate_pod_template(
     path: &Path,
     errors: &mut Vec<FieldError>,
 ) {
-    check_labels(
-        template.metadata.as_ref().and_then(|m| m.labels.as_ref()),
-        selector,
-        &path.child("metadata").child("labels"),
-        errors,
-    );
+    check_template_labels(template.metadata.as_ref(), selector, path, errors);
     validation::validate_pod_template(template, path, &["Always"], true, errors);
 }
 
@@ -257,11 +238,11 @@ fn validate_template(
 
     if let Some(sts) = &template.stateful_set_template {
         let sts_path = path.child("statefulSetTemplate");
-        check_template_labels(&sts.metadata, selector, &sts_path, errors);
+        check_template_labels(Some(&sts.metadata), selector, &sts_path, errors);
         validate_native_statefulset(&sts.spec, selector, &sts_path.child("spec"), errors);
     } else if let Some(asts) = &template.advanced_stateful_set_template {
         let asts_path = path.child("advancedStatefulSetTemplate");
-        check_template_labels(&asts.metadata, selector, &asts_path, errors);
+        check_template_labels(Some(&asts.metadata), selector, &asts_path, errors);
         validate_advanced_statefulset(&asts.spec, selector, &asts_path.child("spec"), errors);
     } else if let Some(clone) = &template.clone_set_template {
         // OpenKruise checks nothing here; the subset CloneSets would be rejected unless their Pod
@@ -275,7 +256,12 @@ fn validate_template(
         );
     } else if let Some(deployment) = &template.deployment_template {
         let deployment_path = path.child("deploymentTemplate");
-        check_template_labels(&deployment.metadata, selector, &deployment_path, errors);
+        check_template_labels(
+            Some(&deployment.metadata),
+            selector,
+            &deployment_path,
+            errors,
+        );
         let spec_path = deployment_path.child("spec");
         if let Some(replicas) = deployment.spec.replicas {
             errors.push(FieldError::invalid(
