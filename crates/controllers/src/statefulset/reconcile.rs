@@ -673,11 +673,7 @@ mod tests {
 
     #[tokio::test]
     async fn claims_get_their_retention_owners_over_the_version_they_were_read_at() {
-        let (sent, reasons) = keep(vec![
-            claim_patch(0, 200),
-            claim_patch(1, 200),
-        ])
-        .await;
+        let (sent, reasons) = keep(vec![claim_patch(0, 200), claim_patch(1, 200)]).await;
         // The kept Pod's claim goes with the set; the condemned Pod's with the set and the Pod.
         assert_eq!(owner_uids(&sent[0]), ["set-uid"]);
         assert_eq!(sent[0]["metadata"]["resourceVersion"], json!("3"));
@@ -688,18 +684,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_claim_changed_or_gone_is_skipped_and_a_failure_reported_not_fatal() {
-        let (sent, reasons) = keep(vec![
-            claim_patch(0, 409),
-            claim_patch(1, 404),
-        ])
-        .await;
+        let (sent, reasons) = keep(vec![claim_patch(0, 409), claim_patch(1, 404)]).await;
         assert_eq!(sent.len(), 2);
         assert!(reasons.is_empty());
-        let (_, reasons) = keep(vec![
-            claim_patch(0, 500),
-            claim_patch(1, 200),
-        ])
-        .await;
+        let (_, reasons) = keep(vec![claim_patch(0, 500), claim_patch(1, 200)]).await;
         assert_eq!(reasons, ["FailedUpdate"]);
     }
 }
