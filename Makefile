@@ -32,8 +32,9 @@ control-plane:
 	tools/build-control-plane.sh
 
 ## real-node: what real nodes need (`kruise-local up --real-nodes N`, tests/real_node.rs): installs the
-## Debian packages containerd, runc, containernetworking-plugins, busybox-static and docker-registry when
-## missing (root), and builds the kubelet (v1.34.10) from its Go module into $(KRUISE_RS_CACHE); cached.
+## Debian packages containerd, runc, containernetworking-plugins, busybox-static, docker-registry and
+## iptables when missing (root), and builds the kubelet and kube-proxy (v1.34.10) from their Go module
+## into $(KRUISE_RS_CACHE); cached.
 real-node:
 	tools/build-real-node.sh
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What real nodes of the test bed need (`kruise-local up --real-nodes N`, the real-node tests):
 #  - the Debian packages containerd, runc, containernetworking-plugins, busybox-static and
-#    docker-registry, installed with apt-get when a program is missing (needs root);
-#  - a kubelet v1.34.10 built from the same Go module as the control plane, into the same cache.
+#    docker-registry, iptables, installed with apt-get when a program is missing (needs root);
+#  - a kubelet and a kube-proxy v1.34.10 built from the same Go module as the control plane, into the
+#    same cache (kube-proxy runs in each node's network namespace when a test bed opts into in-cluster
+#    networking).
 # Idempotent: nothing is installed or built twice.
 set -euo pipefail
 
@@ -21,6 +23,7 @@ declare -A packages=(
   [docker-registry]=docker-registry
   [nsenter]=util-linux
   [ip]=iproute2
+  [iptables]=iptables
 )
 missing=()
 for program in "${!packages[@]}"; do
@@ -50,16 +53,25 @@ fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 unset HTTPS_PROXY HTTP_PROXY https_proxy http_proxy || true
-got="$("$out/kubelet" --version 2>/dev/null || true)"
-if [[ "$got" != *"$K8S_VERSION"* ]]; then
-  echo "real-node: building kubelet $K8S_VERSION into $out" >&2
+# Both from one `go build` when both are missing, so the packages they share compile once.
+build=()
+for cmd in kubelet kube-proxy; do
+  got="$("$out/$cmd" --version 2>/dev/null || true)"
+  [[ "$got" == *"$K8S_VERSION"* ]] || build+=("k8s.io/kubernetes/cmd/$cmd")
+done
+if ((${#build[@]})); then
+  echo "real-node: building ${build[*]##*/} $K8S_VERSION into $out" >&2
   minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   ldflags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$here/k8s-bins" && go build -trimpath -tags notest -ldflags "$ldflags" -o "$out/" k8s.io/kubernetes/cmd/kubelet)
+  (cd "$here/k8s-bins" && go build -trimpath -tags notest -ldflags "$ldflags" -o "$out/" "${build[@]}")
 fi
-"$out/kubelet" --version
+for cmd in kubelet kube-proxy; do
+  got="$("$out/$cmd" --version)"
+  [[ "$got" == *"$K8S_VERSION"* ]] || { echo "real-node: $out/$cmd is $got, not $K8S_VERSION" >&2; exit 1; }
+  echo "$got"
+done
 echo "real-node: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}')"
