@@ -66,6 +66,9 @@ rules:
 /// The user name of the chart's ServiceAccount, whose every request the audit log records.
 pub const CHART_SERVICE_ACCOUNT: &str = "system:serviceaccount:kruise-system:kruise-manager";
 
+/// What turns the ServiceAccount admission plugin off (see [`Options::service_account_admission`]).
+const DISABLE_SERVICE_ACCOUNT_ADMISSION: &str = "--disable-admission-plugins=ServiceAccount";
+
 /// How to start a control plane.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -91,6 +94,12 @@ pub struct Options {
     /// More kube-apiserver arguments, e.g. `--watch-cache=false` for a test whose watches must
     /// reach etcd (and meet its compactions) directly.
     pub apiserver_args: Vec<String>,
+    /// Keep kube-apiserver's ServiceAccount admission plugin on, as in a real cluster: Pods get the
+    /// projected `kube-api-access-*` token volume (in-cluster config), and a Pod in a new namespace is
+    /// refused until kube-controller-manager has made its `default` ServiceAccount. Off by default (as
+    /// envtest); `apiserver_args` cannot turn it on, since the plugin would then be listed as both
+    /// enabled and disabled.
+    pub service_account_admission: bool,
 }
 
 impl Default for Options {
@@ -109,6 +118,7 @@ impl Default for Options {
             controller_manager_feature_gates: Vec::new(),
             controller_manager_controllers: Vec::new(),
             apiserver_args: Vec::new(),
+            service_account_admission: false,
         }
     }
 }
@@ -171,7 +181,7 @@ impl ControlPlane {
 
         plane.start_etcd()?;
         plane.wait_etcd(options.ready_timeout).await?;
-        plane.start_apiserver(&options.apiserver_args)?;
+        plane.start_apiserver(&options)?;
         let client = plane.client().await?;
         plane
             .wait_healthy(
@@ -604,7 +614,7 @@ impl ControlPlane {
         .await
     }
 
-    fn start_apiserver(&self, extra: &[String]) -> anyhow::Result<()> {
+    fn start_apiserver(&self, options: &Options) -> anyhow::Result<()> {
         let mut args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{}", self.ports.etcd),
             "--bind-address=127.0.0.1".into(),
@@ -629,7 +639,7 @@ impl ControlPlane {
             "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
             // As envtest: a Pod created right after its namespace must not wait for the default
             // ServiceAccount.
-            "--disable-admission-plugins=ServiceAccount".into(),
+            DISABLE_SERVICE_ACCOUNT_ADMISSION.into(),
             "--profiling=false".into(),
             "--max-requests-inflight=800".into(),
             "--max-mutating-requests-inflight=400".into(),
@@ -640,7 +650,10 @@ impl ControlPlane {
             "--audit-log-format=json".into(),
             "--v=1".into(),
         ];
-        args.extend(extra.iter().cloned());
+        if options.service_account_admission {
+            args.retain(|arg| arg != DISABLE_SERVICE_ACCOUNT_ADMISSION);
+        }
+        args.extend(options.apiserver_args.iter().cloned());
         self.spawn("kube-apiserver", args)
     }
 

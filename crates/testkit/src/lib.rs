@@ -21,6 +21,7 @@ pub mod wait;
 pub use control_plane::{ControlPlane, Options};
 pub use monitor::{Limits, RolloutMonitor};
 pub use testbed::{
-    TestBed, TestNamespace, managed_namespace, testbed, testbed_with, testbed_with_real_nodes,
+    BedShape, TestBed, TestNamespace, managed_namespace, testbed, testbed_shaped, testbed_with,
+    testbed_with_real_nodes,
 };
 pub use wait::{eventually, settled, until};

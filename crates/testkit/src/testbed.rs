@@ -58,14 +58,50 @@ pub fn testbed_with_real_nodes(count: usize) -> &'static TestBed {
     testbed_of(|_| {}, count)
 }
 
-fn testbed_of(configure: fn(&mut Options), real_nodes: usize) -> &'static TestBed {
+/// What nodes a test binary's bed has, beyond its control plane's [`Options`].
+#[derive(Clone, Copy, Debug)]
+pub struct BedShape {
+    /// kubelet-sim nodes, one zone each round-robin (`sim-<i>`); 0 runs no kubelet-sim.
+    pub simulated_nodes: u16,
+    /// Real nodes (see [`crate::realnode`]).
+    pub real_nodes: usize,
+    /// The real nodes' in-cluster networking (kube-proxy per node, routed Pod ranges, the `kubernetes`
+    /// Service served on every node; see [`crate::realnode::RealNodeOptions::kube_proxy`]).
+    pub in_cluster_network: bool,
+}
+
+impl Default for BedShape {
+    /// The shared bed: three simulated nodes, no real ones.
+    fn default() -> Self {
+        Self {
+            simulated_nodes: 3,
+            real_nodes: 0,
+            in_cluster_network: false,
+        }
+    }
+}
+
+/// The test bed shaped by `shape`, with `configure` applied to the control plane's [`Options`] (CRDs
+/// installed, the rest default) when this call starts it. Call it the same way from every test of a
+/// binary: once the bed runs, the arguments are ignored.
+pub fn testbed_shaped(configure: fn(&mut Options), shape: BedShape) -> &'static TestBed {
     let bed = BED.get_or_init(|| {
-        start_in_background(configure, real_nodes).map_err(|error| format!("{error:#}"))
+        start_in_background(configure, shape).map_err(|error| format!("{error:#}"))
     });
     match bed {
         Ok(bed) => bed,
         Err(error) => panic!("the local control plane could not start: {error}"),
     }
+}
+
+fn testbed_of(configure: fn(&mut Options), real_nodes: usize) -> &'static TestBed {
+    testbed_shaped(
+        configure,
+        BedShape {
+            real_nodes,
+            ..BedShape::default()
+        },
+    )
 }
 
 extern "C" fn stop_at_exit() {
@@ -79,7 +115,7 @@ extern "C" fn stop_at_exit() {
     }
 }
 
-fn start_in_background(configure: fn(&mut Options), real_nodes: usize) -> anyhow::Result<TestBed> {
+fn start_in_background(configure: fn(&mut Options), shape: BedShape) -> anyhow::Result<TestBed> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("testbed".into())
@@ -99,7 +135,7 @@ fn start_in_background(configure: fn(&mut Options), real_nodes: usize) -> anyhow
                 }
             };
             runtime.block_on(async move {
-                match start(configure, real_nodes).await {
+                match start(configure, shape).await {
                     Ok(bed) => {
                         let _ = tx.send(Ok(bed));
                         // Keep the runtime, and with it kubelet-sim, alive for the whole test binary.
@@ -117,7 +153,7 @@ fn start_in_background(configure: fn(&mut Options), real_nodes: usize) -> anyhow
     Ok(bed)
 }
 
-async fn start(configure: fn(&mut Options), real_count: usize) -> anyhow::Result<TestBed> {
+async fn start(configure: fn(&mut Options), shape: BedShape) -> anyhow::Result<TestBed> {
     let mut options = Options {
         crd_dir: Some(crd_dir()),
         ..Options::default()
@@ -133,14 +169,20 @@ async fn start(configure: fn(&mut Options), real_count: usize) -> anyhow::Result
             .try_init();
     }
     let zones: Vec<String> = ZONES.iter().map(|z| z.to_string()).collect();
-    let nodes = NodeSpecSim::fleet("sim", 3, &zones);
-    let client = plane.client().await?;
-    start_kubelet_sim(client, nodes.clone(), Duration::from_secs(2));
-    wait_nodes_ready(&plane.client().await?, &nodes)
-        .await
-        .map_err(|e| e.context(plane.log_tails(30)))?;
-    let real = if real_count > 0 {
-        let options = crate::realnode::RealNodeOptions::new(real_count, &ZONES, plane.bin_dir());
+    let nodes = NodeSpecSim::fleet("sim", shape.simulated_nodes, &zones);
+    if !nodes.is_empty() {
+        let client = plane.client().await?;
+        start_kubelet_sim(client, nodes.clone(), Duration::from_secs(2));
+        wait_nodes_ready(&plane.client().await?, &nodes)
+            .await
+            .map_err(|e| e.context(plane.log_tails(30)))?;
+    }
+    let real = if shape.real_nodes > 0 {
+        let mut options =
+            crate::realnode::RealNodeOptions::new(shape.real_nodes, &ZONES, plane.bin_dir());
+        if shape.in_cluster_network {
+            options.kube_proxy = Some(plane.bin_dir().join("kube-proxy"));
+        }
         match crate::realnode::RealNodes::start(&plane, &options).await {
             Ok(real) => Some(real),
             Err(error) => {

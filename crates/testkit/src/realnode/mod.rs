@@ -6,6 +6,10 @@
 //!
 //! What this machine needs (Debian packages, installed by `make real-node`): containerd, runc,
 //! containernetworking-plugins, busybox-static, docker-registry; and root (network namespaces, mounts).
+//!
+//! In-cluster networking is opt-in ([`RealNodeOptions::kube_proxy`]): Pod ranges unique to the cluster
+//! and routed from the host, a kube-proxy per node, and the `kubernetes` Service served on every node
+//! (see [`kube_proxy`]), so that Pods and host-network Pods reach `10.0.0.1:443`.
 
 #![allow(unsafe_code)]
 
@@ -13,6 +17,7 @@ pub mod cgroups;
 pub mod cleanup;
 pub mod config;
 pub mod images;
+pub mod kube_proxy;
 pub mod net;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +52,13 @@ pub struct RealNodeOptions {
     pub name_prefix: String,
     /// The kubelet binary.
     pub kubelet: PathBuf,
+    /// In-cluster networking, off when `None`. With the kube-proxy binary given:
+    /// - each node's Pod range is `<prefix>.<128 + i>.0/24` in the cluster's own /16 (instead of
+    ///   `10.244.<i + 1>.0/24`), and the host routes it to the node;
+    /// - the node's apiserver forwarder also listens on `<node ip>:6443`;
+    /// - once the nodes are Ready, the `kubernetes` Service is made `internalTrafficPolicy: Local` with
+    ///   an EndpointSlice of those forwarders, and a kube-proxy runs in each node's network namespace.
+    pub kube_proxy: Option<PathBuf>,
 }
 
 impl RealNodeOptions {
@@ -56,6 +68,7 @@ impl RealNodeOptions {
             zones: zones.iter().map(|z| z.to_string()).collect(),
             name_prefix: "real".into(),
             kubelet: bin_dir.join("kubelet"),
+            kube_proxy: None,
         }
     }
 }
@@ -66,6 +79,7 @@ pub struct RealNode {
     pub net: NodeNet,
     containerd: Process,
     kubelet: Process,
+    kube_proxy: Option<Process>,
 }
 
 impl RealNode {
@@ -73,15 +87,23 @@ impl RealNode {
         &self.layout.name
     }
 
-    /// The last lines of its kubelet's and containerd's logs.
+    /// The last lines of its kubelet's and containerd's logs (and kube-proxy's, when it runs one).
     pub fn log_tails(&self, lines: usize) -> String {
-        format!(
+        let mut tails = format!(
             "----- kubelet {} -----\n{}\n----- containerd {} -----\n{}\n",
             self.layout.name,
             crate::process::tail(&self.kubelet.log, lines),
             self.layout.name,
             crate::process::tail(&self.containerd.log, lines),
-        )
+        );
+        if let Some(kube_proxy) = &self.kube_proxy {
+            tails.push_str(&format!(
+                "----- kube-proxy {} -----\n{}\n",
+                self.layout.name,
+                crate::process::tail(&kube_proxy.log, lines),
+            ));
+        }
+        tails
     }
 }
 
@@ -117,7 +139,14 @@ impl RealNodes {
         let prefix = net::free_prefix()?;
         for index in 0..options.count {
             let name = format!("{}-{index}", options.name_prefix);
-            let net = NodeNet::plan(&tag, index, &prefix);
+            let mut net = NodeNet::plan(&tag, index, &prefix);
+            let pod_cidr = if options.kube_proxy.is_some() {
+                let cidr = net::node_pod_cidr(&prefix, index)?;
+                net.routed_pod_cidr = Some(cidr.clone());
+                cidr
+            } else {
+                format!("10.244.{}.0/24", index + 1)
+            };
             let zone = options
                 .zones
                 .get(index % options.zones.len().max(1))
@@ -127,7 +156,7 @@ impl RealNodes {
                 name: name.clone(),
                 dir: dir.join(&name),
                 ip: net.node_ip.clone(),
-                pod_cidr: format!("10.244.{}.0/24", index + 1),
+                pod_cidr,
                 apiserver_port: NODE_APISERVER_PORT,
                 registry_port: NODE_REGISTRY_PORT,
                 mirrored_registries: images::MIRRORED_REGISTRIES
@@ -152,7 +181,61 @@ impl RealNodes {
             let tails: String = this.nodes.iter().map(|n| n.log_tails(40)).collect();
             return Err(error.context(tails));
         }
+        if let Some(kube_proxy) = &options.kube_proxy {
+            let cluster_cidr = net::cluster_pod_cidr(&prefix);
+            if let Err(error) = this
+                .start_kube_proxies(plane, kube_proxy, &cluster_cidr)
+                .await
+            {
+                let tails: String = this.nodes.iter().map(|n| n.log_tails(40)).collect();
+                return Err(error.context(tails));
+            }
+        }
         Ok(this)
+    }
+
+    /// Publishes the nodes' apiserver forwarders as the `kubernetes` Service's endpoints, then starts
+    /// one kube-proxy per node and waits until each serves 10.0.0.1:443.
+    async fn start_kube_proxies(
+        &mut self,
+        plane: &ControlPlane,
+        program: &Path,
+        cluster_cidr: &str,
+    ) -> anyhow::Result<()> {
+        let endpoints: Vec<(String, String)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.name().to_string(), n.net.node_ip.clone()))
+            .collect();
+        kube_proxy::publish_apiserver(&plane.client().await?, &endpoints, NODE_APISERVER_PORT)
+            .await?;
+        let nsenter = images::which("nsenter")?;
+        for node in &mut self.nodes {
+            let mut args = vec![
+                format!("--net={}", node.net.netns_path()),
+                "--".into(),
+                program.display().to_string(),
+            ];
+            args.extend(kube_proxy::args(&node.layout, cluster_cidr));
+            node.kube_proxy = Some(Process::spawn(
+                &format!("kube-proxy-{}", node.layout.name),
+                &nsenter,
+                &args,
+                &node.layout.path("kube-proxy.log"),
+            )?);
+        }
+        for node in &self.nodes {
+            let log = node.layout.path("kube-proxy.log");
+            kube_proxy::wait_synced(
+                &node.net.netns,
+                &node.net.node_ip,
+                NODE_APISERVER_PORT,
+                &log,
+            )
+            .await
+            .with_context(|| format!("kube-proxy on {}", node.name()))?;
+        }
+        Ok(())
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -198,6 +281,9 @@ impl RealNodes {
         }
         self.stopped = true;
         for node in &mut self.nodes {
+            if let Some(kube_proxy) = &mut node.kube_proxy {
+                kube_proxy.stop(Duration::from_secs(5));
+            }
             node.kubelet.stop(Duration::from_secs(5));
         }
         for node in &mut self.nodes {
@@ -240,6 +326,16 @@ fn preflight(options: &RealNodeOptions) -> anyhow::Result<()> {
         "{} is not installed (run `make real-node`)",
         images::BUSYBOX
     );
+    if let Some(kube_proxy) = &options.kube_proxy {
+        ensure!(
+            kube_proxy.is_file(),
+            "no kube-proxy at {} (run `make real-node`)",
+            kube_proxy.display()
+        );
+        for program in ["iptables", "iptables-save", "iptables-restore"] {
+            images::which(program)?;
+        }
+    }
     // SAFETY: geteuid has no preconditions.
     ensure!(
         unsafe { libc::geteuid() } == 0,
@@ -296,6 +392,7 @@ async fn start_node(
             net,
             containerd,
             kubelet,
+            kube_proxy: None,
         }),
         Err(error) => {
             cleanup::stop_containers(&layout);
@@ -314,11 +411,16 @@ async fn start_processes(
     net: &NodeNet,
     registry_port: u16,
 ) -> anyhow::Result<(Process, Process)> {
-    for (inside, outside) in [
-        (NODE_APISERVER_PORT, plane.ports().apiserver),
-        (NODE_REGISTRY_PORT, registry_port),
-    ] {
-        let listener = net::listen_in(&net.netns_path(), inside)?;
+    let mut forwarders = vec![
+        ("127.0.0.1", NODE_APISERVER_PORT, plane.ports().apiserver),
+        ("127.0.0.1", NODE_REGISTRY_PORT, registry_port),
+    ];
+    if options.kube_proxy.is_some() {
+        // Where kube-proxy sends the node's 10.0.0.1:443 (the `kubernetes` Service's endpoint).
+        forwarders.push((&net.node_ip, NODE_APISERVER_PORT, plane.ports().apiserver));
+    }
+    for (address, inside, outside) in forwarders {
+        let listener = net::listen_in(&net.netns_path(), address, inside)?;
         net::forward(listener, outside)?;
     }
     let nsenter = images::which("nsenter")?;

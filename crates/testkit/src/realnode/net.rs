@@ -4,6 +4,11 @@
 //! host side `x.y.i.1`. The apiserver reaches the kubelet at the node address (exec, logs,
 //! port-forward); the node reaches the apiserver and the local registry through forwarders that listen
 //! on the node's own loopback and connect to the host's 127.0.0.1.
+//!
+//! With in-cluster networking (opt-in, [`super::RealNodeOptions::kube_proxy`]) each node's Pod range is
+//! taken from the upper half of the same /16 ([`node_pod_cidr`]) and the host routes it to the node
+//! address, so that host processes (the apiserver's service proxy and webhook calls) reach Pod IPs
+//! without any forwarding on the host.
 
 #![allow(unsafe_code)]
 
@@ -45,6 +50,25 @@ fn pick_prefix(ip_addr_output: &str) -> Option<String> {
         .find(|prefix| !ip_addr_output.contains(&format!(" {prefix}.")))
 }
 
+/// The Pod range of the whole cluster in the /16 `prefix` with in-cluster networking: its upper half,
+/// `<prefix>.128.0/17` (kube-proxy's `--cluster-cidr`). The lower half holds the nodes' veth /24s.
+pub fn cluster_pod_cidr(prefix: &str) -> String {
+    format!("{prefix}.128.0/17")
+}
+
+/// Node `index`'s Pod range in [`cluster_pod_cidr`]: `<prefix>.<128 + index>.0/24`. Unique to the cluster
+/// (the /16 is), so two clusters on one machine never route the same range.
+pub fn node_pod_cidr(prefix: &str, index: usize) -> anyhow::Result<String> {
+    // Node `index`'s veth /24 is `<prefix>.<index + 1>`, which must stay in the lower half too.
+    if index >= 127 {
+        bail!(
+            "at most 127 real nodes fit one cluster's /16 with in-cluster networking, not {}",
+            index + 1
+        );
+    }
+    Ok(format!("{prefix}.{}.0/24", 128 + index))
+}
+
 /// One node's namespace and veth pair.
 #[derive(Clone, Debug)]
 pub struct NodeNet {
@@ -54,6 +78,8 @@ pub struct NodeNet {
     pub host_veth: String,
     pub host_ip: String,
     pub node_ip: String,
+    /// The node's Pod range, routed by the host to [`NodeNet::node_ip`] (in-cluster networking only).
+    pub routed_pod_cidr: Option<String>,
 }
 
 impl NodeNet {
@@ -65,6 +91,7 @@ impl NodeNet {
             host_veth: format!("krs{tag}h{index}"),
             host_ip: format!("{prefix}.{}.1", index + 1),
             node_ip: format!("{prefix}.{}.2", index + 1),
+            routed_pod_cidr: None,
         }
     }
 
@@ -73,7 +100,8 @@ impl NodeNet {
     }
 
     /// Creates the namespace and the veth pair, addresses both ends, brings up the node's loopback and
-    /// routes the node's traffic through the host side.
+    /// routes the node's traffic through the host side (and, with [`NodeNet::routed_pod_cidr`], the
+    /// host's traffic to the node's Pods through the node). The host route goes with the veth.
     pub fn create(&self) -> anyhow::Result<()> {
         // Left over from a run that was killed: start clean.
         self.delete();
@@ -115,6 +143,9 @@ impl NodeNet {
         ])?;
         inside(&["link", "set", "eth0", "up"])?;
         inside(&["route", "add", "default", "via", &self.host_ip])?;
+        if let Some(cidr) = &self.routed_pod_cidr {
+            ip(&host_route(cidr, &self.node_ip, &self.host_veth))?;
+        }
         Ok(())
     }
 
@@ -125,11 +156,24 @@ impl NodeNet {
     }
 }
 
-/// Binds a listener on `127.0.0.1:port` inside the network namespace at `netns_path`. The socket keeps
+/// `ip` arguments routing `cidr` from the host to a node's Pods: through the node, over its veth.
+fn host_route<'a>(cidr: &'a str, node_ip: &'a str, host_veth: &'a str) -> [&'a str; 7] {
+    ["route", "add", cidr, "via", node_ip, "dev", host_veth]
+}
+
+/// Binds a listener on `address:port` inside the network namespace at `netns_path` (its loopback, or
+/// an address of the node there). The socket keeps
 /// the namespace it was made in, so the calling process can serve it from anywhere; the switch happens
 /// on a short-lived thread so no other thread ever runs in the node's namespace.
-pub fn listen_in(netns_path: &str, port: u16) -> anyhow::Result<std::net::TcpListener> {
+pub fn listen_in(
+    netns_path: &str,
+    address: &str,
+    port: u16,
+) -> anyhow::Result<std::net::TcpListener> {
     let path = netns_path.to_string();
+    let address: std::net::IpAddr = address
+        .parse()
+        .with_context(|| format!("parsing address {address}"))?;
     std::thread::spawn(move || -> anyhow::Result<std::net::TcpListener> {
         let target = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
         // SAFETY: setns on this thread only, with a valid namespace fd; the thread ends right after.
@@ -137,8 +181,8 @@ pub fn listen_in(netns_path: &str, port: u16) -> anyhow::Result<std::net::TcpLis
         if rc != 0 {
             bail!("setns({path}): {}", std::io::Error::last_os_error());
         }
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port))
-            .with_context(|| format!("listening on 127.0.0.1:{port} in {path}"))?;
+        let listener = std::net::TcpListener::bind((address, port))
+            .with_context(|| format!("listening on {address}:{port} in {path}"))?;
         listener.set_nonblocking(true)?;
         Ok(listener)
     })
@@ -187,5 +231,37 @@ mod tests {
         assert_eq!(net.host_ip, "10.201.3.1");
         assert_eq!(net.node_ip, "10.201.3.2");
         assert_eq!(net.netns_path(), "/run/netns/krs-12345-2");
+        assert_eq!(net.routed_pod_cidr, None);
+    }
+
+    #[test]
+    fn pod_ranges_are_the_upper_half_of_the_clusters_range_one_per_node() {
+        let cases: &[(&str, usize, Option<&str>)] = &[
+            ("10.201", 0, Some("10.201.128.0/24")),
+            ("10.201", 1, Some("10.201.129.0/24")),
+            ("10.249", 126, Some("10.249.254.0/24")),
+            // Node 127's veth would be 10.201.128.0/24: the first Pod range.
+            ("10.201", 127, None),
+            ("10.201", 500, None),
+        ];
+        for &(prefix, index, want) in cases {
+            let got = node_pod_cidr(prefix, index).ok();
+            assert_eq!(got.as_deref(), want, "{prefix} node {index}");
+            if want.is_some() {
+                // Never the node's own veth range.
+                let veth = NodeNet::plan("1", index, prefix).node_ip;
+                let veth_third = veth.split('.').nth(2);
+                assert_ne!(got.as_deref().and_then(|c| c.split('.').nth(2)), veth_third);
+            }
+        }
+        assert_eq!(cluster_pod_cidr("10.201"), "10.201.128.0/17");
+    }
+
+    #[test]
+    fn the_host_routes_a_pod_range_through_the_node_over_its_veth() {
+        assert_eq!(
+            host_route("10.201.129.0/24", "10.201.2.2", "krs7h1").join(" "),
+            "route add 10.201.129.0/24 via 10.201.2.2 dev krs7h1"
+        );
     }
 }
