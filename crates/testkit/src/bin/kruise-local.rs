@@ -133,6 +133,12 @@ struct UpArgs {
     /// containerd socket, as the chart's DaemonSet gives every node one).
     #[arg(long)]
     no_daemon: bool,
+    /// In-cluster networking on the real nodes (docs/real-nodes.md): a kube-proxy per node, Pod ranges
+    /// routed from the host, `10.0.0.1:443` served on every node, the ServiceAccount admission plugin on
+    /// and the apiserver routing to Service endpoints. Needs `--nodes 0` (a simulated node's Pod IPs
+    /// would be routed off the machine).
+    #[arg(long)]
+    in_cluster_network: bool,
 }
 
 #[tokio::main]
@@ -196,11 +202,21 @@ async fn node_remove(args: NodeRemoveArgs) -> anyhow::Result<()> {
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
-    let options = Options {
+    anyhow::ensure!(
+        !args.in_cluster_network || (args.nodes == 0 && args.real_nodes > 0),
+        "--in-cluster-network needs --nodes 0 and --real-nodes N"
+    );
+    let mut options = Options {
         bin_dir: args.bin_dir.unwrap_or_else(default_bin_dir),
         crd_dir: Some(args.crds.clone()),
         ..Options::default()
     };
+    if args.in_cluster_network {
+        options.service_account_admission = true;
+        options
+            .apiserver_args
+            .push("--enable-aggregator-routing=true".into());
+    }
     let plane = ControlPlane::start(options).await?;
     eprintln!(
         "kruise-local: control plane ready in {:.1}s ({})",
@@ -237,7 +253,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     wait_nodes_ready(&plane.client().await?, &nodes).await?;
     let mut real_nodes = if args.real_nodes > 0 {
         let zones: Vec<&str> = args.zones.iter().map(String::as_str).collect();
-        let options = RealNodeOptions::new(args.real_nodes, &zones, plane.bin_dir());
+        let mut options = RealNodeOptions::new(args.real_nodes, &zones, plane.bin_dir());
+        if args.in_cluster_network {
+            options.kube_proxy = Some(plane.bin_dir().join("kube-proxy"));
+        }
         let real = match RealNodes::start(&plane, &options).await {
             Ok(real) => real,
             Err(error) => {
