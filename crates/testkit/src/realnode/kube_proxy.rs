@@ -38,13 +38,16 @@ const FIELD_MANAGER: &str = "kruise-rs-testbed";
 /// - iptables mode (the v1.34 default on Linux; the kernel here has no IPVS).
 /// - The three conntrack zeros skip the sysctls that are global (read-only outside the machine's first
 ///   network namespace).
-/// - healthz on the node's address (the host checks it there), metrics on the node's loopback.
+/// - healthz on the node's address (the host checks it there), metrics on the node's loopback,
+///   NodePorts on the node's address.
 pub fn args(node: &NodeLayout, cluster_cidr: &str) -> Vec<String> {
     vec![
         format!("--kubeconfig={}", node.path("kubelet.kubeconfig").display()),
         format!("--hostname-override={}", node.name),
         "--proxy-mode=iptables".into(),
         format!("--cluster-cidr={cluster_cidr}"),
+        // NodePorts on the node's address only (unset: every local address, and a warning).
+        "--nodeport-addresses=primary".into(),
         "--conntrack-max-per-core=0".into(),
         "--conntrack-tcp-timeout-established=0".into(),
         "--conntrack-tcp-timeout-close-wait=0".into(),
@@ -205,6 +208,7 @@ mod tests {
             "--hostname-override=real-0",
             "--proxy-mode=iptables",
             "--cluster-cidr=10.201.128.0/17",
+            "--nodeport-addresses=primary",
             "--conntrack-max-per-core=0",
             "--conntrack-tcp-timeout-established=0",
             "--conntrack-tcp-timeout-close-wait=0",
