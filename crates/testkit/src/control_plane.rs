@@ -895,10 +895,16 @@ fn insecure_client(port: u16) -> anyhow::Result<Client> {
 /// A minimal HTTP/1.0 GET on 127.0.0.1 (etcd's client port speaks plain HTTP); the whole response,
 /// status line included.
 pub async fn plain_http_get(port: u16, path: &str) -> anyhow::Result<String> {
+    plain_http_get_at("127.0.0.1", port, path).await
+}
+
+/// [`plain_http_get`] on `host` (a health or metrics server of a process the test bed runs, such as a
+/// node's kube-proxy or kruise-daemon on its node address).
+pub async fn plain_http_get_at(host: &str, port: u16, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let mut stream = tokio::net::TcpStream::connect((host, port)).await?;
     stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
         .await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;

@@ -68,15 +68,7 @@ pub fn spawn_on(plane: &ControlPlane, host: &DaemonHost) -> anyhow::Result<Daemo
 
 /// `GET path` on the daemon's health server: (status code, body).
 pub async fn http_get(daemon: &Daemon, path: &str) -> anyhow::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect((daemon.host.as_str(), daemon.port)).await?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        daemon.host
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
+    let response = crate::control_plane::plain_http_get_at(&daemon.host, daemon.port, path).await?;
     crate::control_plane::status_and_body(&response)
 }
 

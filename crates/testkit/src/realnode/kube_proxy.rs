@@ -130,16 +130,13 @@ pub async fn wait_synced(
     port: u16,
     log: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let address: std::net::IpAddr = node_ip
-        .parse()
-        .with_context(|| format!("parsing {node_ip}"))?;
     let iptables_save = super::images::which("iptables-save")?;
     let iptables_save = &iptables_save;
     crate::wait::until(
         format!("kube-proxy in {netns} to serve {APISERVER_SERVICE_IP}:{APISERVER_SERVICE_PORT}"),
         Duration::from_secs(60),
         || async move {
-            if !healthz_ok(address).await {
+            if !healthz_ok(node_ip).await {
                 return Ok(false);
             }
             let out = tokio::process::Command::new("ip")
@@ -161,23 +158,14 @@ pub async fn wait_synced(
 }
 
 /// `GET http://<address>:10256/healthz` answers 200 (the node's address, routed over its veth).
-async fn healthz_ok(address: std::net::IpAddr) -> bool {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect((address, HEALTHZ_PORT)).await?;
-        stream
-            .write_all(b"GET /healthz HTTP/1.0\r\nHost: kube-proxy\r\n\r\n")
-            .await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        std::io::Result::Ok(
-            response.starts_with(b"HTTP/1.0 200") || response.starts_with(b"HTTP/1.1 200"),
-        )
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), attempt).await,
-        Ok(Ok(true))
-    )
+async fn healthz_ok(address: &str) -> bool {
+    let attempt = crate::control_plane::plain_http_get_at(address, HEALTHZ_PORT, "/healthz");
+    match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+        Ok(Ok(response)) => {
+            crate::control_plane::status_and_body(&response).is_ok_and(|(code, _)| code == 200)
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
