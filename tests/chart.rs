@@ -105,12 +105,18 @@ fn default_values_render_the_golden_manifests() -> anyhow::Result<()> {
     assert!(args.contains(&"--enable-leader-election"), "{args:?}");
     assert!(args.contains(&"--metrics-addr=:8080"), "{args:?}");
     assert!(args.contains(&"--health-probe-addr=:8000"), "{args:?}");
+    // OpenKruise v1.9.0's chart's default gates.
     assert!(
-        !args.iter().any(|a| a.starts_with("--feature-gates")),
+        args.contains(&"--feature-gates=ImagePullJobGate=true"),
         "{args:?}"
     );
     // The manager accepts exactly this command line (flags it does not know stop it).
     kruise_manager_accepts(&args)?;
+    // And kruise-daemon its DaemonSet's (Go's `:PORT` listen address included).
+    let daemon = find(&objects, "DaemonSet", "kruise-daemon");
+    let daemon_args = self::args(&daemon["spec"]["template"]["spec"]["containers"][0])?;
+    assert!(daemon_args.contains(&"--addr=:10221"), "{daemon_args:?}");
+    binary_accepts(&kruise_testkit::daemon::binary()?, &daemon_args)?;
     let mutating = find(
         &objects,
         "MutatingWebhookConfiguration",
@@ -127,18 +133,23 @@ fn default_values_render_the_golden_manifests() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parses `args` with kruise-manager's own command line (`--help` after them: clap checks every
-/// argument first, then prints help and exits 0).
+/// Parses `args` with kruise-manager's own command line.
 fn kruise_manager_accepts(args: &[&str]) -> anyhow::Result<()> {
-    let binary = kruise_testkit::manager::binary()?;
-    let output = std::process::Command::new(&binary)
+    binary_accepts(&kruise_testkit::manager::binary()?, args)
+}
+
+/// Parses `args` with `binary`'s own command line (`--help` after them: clap checks every argument
+/// first, then prints help and exits 0).
+fn binary_accepts(binary: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
+    let output = std::process::Command::new(binary)
         .args(args)
         .arg("--help")
         .output()
         .with_context(|| format!("running {}", binary.display()))?;
     anyhow::ensure!(
         output.status.success(),
-        "kruise-manager refuses the chart's arguments {args:?}: {}",
+        "{} refuses the chart's arguments {args:?}: {}",
+        binary.display(),
         String::from_utf8_lossy(&output.stderr)
     );
     Ok(())
@@ -154,7 +165,7 @@ fn production_profile_renders_the_golden_manifests() -> anyhow::Result<()> {
     let container = &spec["containers"][0];
     let args = args(container)?;
     assert!(
-        args.contains(&"--feature-gates=EnableExternalCerts=true"),
+        args.contains(&"--feature-gates=ImagePullJobGate=true,EnableExternalCerts=true"),
         "{args:?}"
     );
     assert!(args.contains(&"--cloneset-workers=10"), "{args:?}");

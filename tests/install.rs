@@ -18,12 +18,13 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kruise_e2e::cloneset_kit::{active_pods, describe, restarts, set_image, spec_image, uid};
-use kruise_e2e::sidecarset_kit::{logtail, test_pod, wait_ready};
-use kruise_e2e::{container_names, example, is_ready, wait_injected_on_dry_run, yaml_documents};
+use kruise_e2e::chart_kit::{CHART, helm_cli, seed_000, seed_001_pod};
+use kruise_e2e::cloneset_kit::{active_pods, describe, uid};
+use kruise_e2e::sidecarset_kit::{logtail, test_pod};
+use kruise_e2e::{is_ready, wait_injected_on_dry_run, yaml_documents};
 use kruise_testkit::control_plane::{CHART_SERVICE_ACCOUNT, kubeconfig, plain_http_get};
 use kruise_testkit::process::{Process, free_port};
-use kruise_testkit::{TestBed, TestNamespace, eventually, helm, testbed, until};
+use kruise_testkit::{TestBed, testbed, until};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
@@ -489,16 +490,6 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
 
 type Triple = (String, String, String);
 
-/// helm against the test bed's apiserver (release records in `default`).
-fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
-    let kubeconfig = bed.plane.kubeconfig_path();
-    let mut all = args.to_vec();
-    all.extend(["--namespace", "default", "--kubeconfig"]);
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    all.push(&kubeconfig);
-    helm::run(&all)
-}
-
 /// The Deployment's manager container as the installed release renders it.
 fn chart_container(bed: &TestBed) -> anyhow::Result<Value> {
     let manifest = helm_cli(bed, &["get", "manifest", RELEASE])?;
@@ -618,51 +609,6 @@ async fn wait_webhook_routed(bed: &TestBed, port: u16) -> anyhow::Result<()> {
         }
     })
     .await
-}
-
-/// Seed 000: the `sample` CloneSet, two Pods, updated in place to nginx:1.19.1 (same UIDs, one restart).
-async fn seed_000(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
-    let path = kruise_testkit::helm::repo_root().join("examples/cloneset-sample.yaml");
-    ns.apply(&std::fs::read_to_string(&path)?).await?;
-    let api: Api<Pod> = ns.api();
-    let before = eventually("sample: 2 Pods Ready", TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let pods = active_pods(&api, "app=sample").await?;
-            Ok((pods.len() == 2 && pods.iter().all(is_ready)).then_some(pods))
-        }
-    })
-    .await?;
-    let uids: Vec<String> = before.iter().map(uid).collect();
-    set_image(ns, "sample", "nginx:1.19.1").await?;
-    let want = uids.clone();
-    eventually("sample updated in place", TIMEOUT, || {
-        let (api, want) = (api.clone(), want.clone());
-        async move {
-            let pods = active_pods(&api, "app=sample").await?;
-            let done = pods.len() == 2
-                && pods.iter().all(|p| {
-                    is_ready(p)
-                        && spec_image(p).as_deref() == Some("nginx:1.19.1")
-                        && restarts(p) == 1
-                        && want.contains(&uid(p))
-                });
-            Ok(done.then_some(()))
-        }
-    })
-    .await?;
-    Ok(uids)
-}
-
-/// Seed 001: the logtail SidecarSet injected into a new Pod `pod`.
-async fn seed_001_pod(ns: &TestNamespace, pod: &str) -> anyhow::Result<()> {
-    let mut doc = example("sidecarset-test-pod.yaml")?;
-    doc["metadata"]["name"] = json!(pod);
-    ns.apply(&serde_yaml::to_string(&doc)?).await?;
-    let pod = wait_ready(&ns.api(), pod, TIMEOUT).await?;
-    let names = container_names(&pod);
-    ensure!(names == ["logtail", "nginx"], "containers {names:?}");
-    Ok(())
 }
 
 /// Every (group, resource[/subresource], verb) the chart grants (resourceNames aside).
@@ -788,7 +734,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
         let port = format!("manager.webhook.port={webhook_port}");
         let out = helm_cli(
             bed,
-            &["install", RELEASE, "charts/kruise-rs", "--set", "webhookConfiguration.host=127.0.0.1", "--set", &port],
+            &["install", RELEASE, CHART, "--set", "webhookConfiguration.host=127.0.0.1", "--set", &port],
         )?;
         ensure!(out.contains("STATUS: deployed"), "{out}");
         let installed = yaml_documents(&helm_cli(bed, &["get", "manifest", RELEASE])?)?;
@@ -807,7 +753,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
         flow_schema_classifies_the_manager(bed).await?;
 
         // 3. Seed 000 and seed 001 through it.
-        let cloneset_uids = seed_000(&ns).await?;
+        let cloneset_uids = seed_000(&ns, TIMEOUT).await?;
         let sidecarset = format!("logtail-{}", ns.name);
         ns.apply(&serde_yaml::to_string(&logtail(&sidecarset, &ns.name, json!({}))?)?)
             .await?;
@@ -819,7 +765,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
             &["logtail", "nginx"],
         )
         .await?;
-        seed_001_pod(&ns, "test-pod").await?;
+        seed_001_pod(&ns, "test-pod", TIMEOUT).await?;
 
         // 4. helm upgrade with changed values: the Deployment's template changes (it rolls); the
         // replacement manager runs the new arguments and injects the next Pod.
@@ -832,7 +778,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
         };
         helm_cli(
             bed,
-            &["upgrade", RELEASE, "charts/kruise-rs", "--reuse-values", "--set", "manager.log.level=4"],
+            &["upgrade", RELEASE, CHART, "--reuse-values", "--set", "manager.log.level=4"],
         )?;
         let upgraded = yaml_documents(&helm_cli(bed, &["get", "manifest", RELEASE])?)?;
         ensure!(hash(&installed) != hash(&upgraded), "the upgrade does not roll the Deployment");
@@ -840,7 +786,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
         let second = start_chart_manager(bed, "chart-manager-1").await?;
         ensure!(second.args.contains(&"--v=4".to_string()), "{:?}", second.args);
         wait_webhook_routed(bed, webhook_port).await?;
-        seed_001_pod(&ns, "test-pod-2").await?;
+        seed_001_pod(&ns, "test-pod-2", TIMEOUT).await?;
         let missed = ns
             .kubectl(&["get", "sidecarset", &sidecarset, "-o", "jsonpath={.status.missedInjectionPods}"])
             .await?;

@@ -18,6 +18,7 @@ pub const V1_9_UNITEDDEPLOYMENT: &str =
     include_str!("fixtures/openkruise-v1.9/uniteddeployment-v1alpha1.yaml");
 
 pub mod broadcastjob_kit;
+pub mod chart_kit;
 pub mod cloneset_kit;
 pub mod real_node_kit;
 pub mod sidecarset_kit;

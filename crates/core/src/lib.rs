@@ -8,6 +8,7 @@ pub mod containerrecreaterequest;
 pub mod ephemeraljob;
 pub mod expectations;
 pub mod features;
+pub mod flags;
 pub mod imagepulljob;
 pub mod inplace;
 pub mod launchpriority;

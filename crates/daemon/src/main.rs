@@ -39,8 +39,9 @@ struct Args {
     /// Where the host's /var/run is mounted.
     #[arg(long, default_value = "/hostvarrun")]
     var_run_dir: PathBuf,
-    /// The address of /healthz, /readyz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:10221")]
+    /// The address of /healthz, /readyz and /metrics: `HOST:PORT`, or `:PORT` as the chart (and
+    /// OpenKruise's) writes it.
+    #[arg(long, default_value = "0.0.0.0:10221", value_parser = kruise_core::flags::parse_listen_addr)]
     addr: SocketAddr,
     /// A kubeconfig (in-cluster config or $KUBECONFIG otherwise).
     #[arg(long)]

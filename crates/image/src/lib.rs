@@ -48,6 +48,10 @@ pub struct Spec<'a> {
     pub version: String,
     /// Gzip level 0–9 (the test uses a low one on a debug binary).
     pub compression: u32,
+    /// Files copied into the image beside the binary, each (absolute path in the image, file on this
+    /// machine): for a dynamically linked binary, its program interpreter and shared libraries (the test
+    /// bed runs its debug build this way). Empty for `make image`'s static binaries.
+    pub libraries: &'a [(String, std::path::PathBuf)],
 }
 
 /// What [`build`] wrote.
@@ -98,9 +102,38 @@ fn append_dir<W: Write>(builder: &mut tar::Builder<W>, path: &str) -> anyhow::Re
 }
 
 /// The root filesystem layer, uncompressed.
-fn layer_tar(binary: &[u8], name: &str) -> anyhow::Result<Vec<u8>> {
+fn layer_tar(
+    binary: &[u8],
+    name: &str,
+    libraries: &[(String, std::path::PathBuf)],
+) -> anyhow::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     append_dir(&mut builder, "etc/")?;
+    // Every directory above a library, once, parents first (`etc/` is already there).
+    let mut dirs = std::collections::BTreeSet::from(["etc/".to_string()]);
+    for (path, _) in libraries {
+        let relative = path.trim_start_matches('/');
+        ensure!(
+            path.starts_with('/') && !relative.is_empty() && !relative.contains(".."),
+            "library path {path:?} must be absolute and plain"
+        );
+        let parents: Vec<&Path> = Path::new(relative)
+            .ancestors()
+            .skip(1)
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .collect();
+        for parent in parents.into_iter().rev() {
+            let dir = format!("{}/", parent.display());
+            if dirs.insert(dir.clone()) {
+                append_dir(&mut builder, &dir)?;
+            }
+        }
+    }
+    for (path, source) in libraries {
+        let bytes =
+            std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+        append_file(&mut builder, path.trim_start_matches('/'), 0o755, &bytes)?;
+    }
     let passwd = format!(
         "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/sbin/nologin\n"
     );
@@ -206,8 +239,8 @@ impl Blobs {
     pub const MANIFEST_MEDIA_TYPE: &'static str = MANIFEST_TYPE;
 }
 
-/// Writes the image archive to `out`.
-pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
+/// The image's blobs (layer, config, manifest), as a registry stores them.
+pub fn blobs(spec: &Spec<'_>) -> anyhow::Result<Blobs> {
     let binary =
         std::fs::read(spec.binary).with_context(|| format!("reading {}", spec.binary.display()))?;
     anyhow::ensure!(
@@ -215,7 +248,7 @@ pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
         "binary name {:?} must be a plain file name",
         spec.name
     );
-    let layer = layer_tar(&binary, spec.name)?;
+    let layer = layer_tar(&binary, spec.name, spec.libraries)?;
     let entrypoint = format!("/{}", spec.name);
     let ports: serde_json::Map<String, Value> = spec
         .ports
@@ -241,6 +274,11 @@ pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
         },
         "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "oci-image build (kruise-rs make image)"}],
     });
+    Blobs::new(&layer, config, spec.compression)
+}
+
+/// Writes the image archive to `out`.
+pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
     let Blobs {
         layer_gz,
         layer_digest,
@@ -248,7 +286,7 @@ pub fn build(spec: &Spec<'_>, out: &Path) -> anyhow::Result<Written> {
         config_digest,
         manifest,
         manifest_digest,
-    } = Blobs::new(&layer, config, spec.compression)?;
+    } = blobs(spec)?;
 
     let index = json!({
         "schemaVersion": 2,
@@ -392,41 +430,58 @@ fn read_entries(reader: impl Read) -> anyhow::Result<BTreeMap<String, (tar::Entr
     Ok(entries)
 }
 
-/// Opens an archive written by [`build`] (or any single-manifest OCI layout tar): follows index →
-/// manifest → config and layers, checks every blob's sha256 and size against its descriptor and every
-/// layer's diff_id, and unpacks the layers in order into a file map.
-pub fn open(archive: &Path) -> anyhow::Result<Image> {
-    let file =
-        std::fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
-    let entries = read_entries(std::io::BufReader::new(file))?;
-    let get = |path: &str| {
-        entries
+/// The files of an OCI layout archive, and its one manifest's descriptor.
+struct Layout<'a> {
+    archive: &'a Path,
+    entries: BTreeMap<String, (tar::EntryType, File)>,
+    descriptor: Value,
+}
+
+impl<'a> Layout<'a> {
+    fn read(archive: &'a Path) -> anyhow::Result<Self> {
+        let file = std::fs::File::open(archive)
+            .with_context(|| format!("opening {}", archive.display()))?;
+        let mut layout = Self {
+            archive,
+            entries: read_entries(std::io::BufReader::new(file))?,
+            descriptor: Value::Null,
+        };
+        let version: Value =
+            serde_json::from_slice(layout.get("oci-layout")?).context("parsing oci-layout")?;
+        ensure!(
+            version["imageLayoutVersion"] == "1.0.0",
+            "oci-layout: unknown version {version}"
+        );
+        let index: Value =
+            serde_json::from_slice(layout.get("index.json")?).context("parsing index.json")?;
+        let descriptors = index["manifests"]
+            .as_array()
+            .context("index.json has no manifests")?;
+        ensure!(
+            descriptors.len() == 1,
+            "index.json lists {} manifests, expected one",
+            descriptors.len()
+        );
+        layout.descriptor = descriptors[0].clone();
+        Ok(layout)
+    }
+
+    fn get(&self, path: &str) -> anyhow::Result<&Vec<u8>> {
+        self.entries
             .get(path)
             .map(|(_, file)| &file.bytes)
-            .with_context(|| format!("{} has no {path}", archive.display()))
-    };
-    let layout: Value = serde_json::from_slice(get("oci-layout")?).context("parsing oci-layout")?;
-    ensure!(
-        layout["imageLayoutVersion"] == "1.0.0",
-        "oci-layout: unknown version {layout}"
-    );
-    let index: Value = serde_json::from_slice(get("index.json")?).context("parsing index.json")?;
-    let descriptors = index["manifests"]
-        .as_array()
-        .context("index.json has no manifests")?;
-    ensure!(
-        descriptors.len() == 1,
-        "index.json lists {} manifests, expected one",
-        descriptors.len()
-    );
-    let blob = |descriptor: &Value| -> anyhow::Result<&Vec<u8>> {
+            .with_context(|| format!("{} has no {path}", self.archive.display()))
+    }
+
+    /// The blob a descriptor names, its sha256 and size checked.
+    fn blob(&self, descriptor: &Value) -> anyhow::Result<&Vec<u8>> {
         let digest = descriptor["digest"]
             .as_str()
             .with_context(|| format!("descriptor without digest: {descriptor}"))?;
         let hex = digest
             .strip_prefix("sha256:")
             .with_context(|| format!("{digest} is not a sha256 digest"))?;
-        let bytes = get(&format!("blobs/sha256/{hex}"))?;
+        let bytes = self.get(&format!("blobs/sha256/{hex}"))?;
         ensure!(
             sha256(bytes) == digest,
             "blob {digest} does not hash to its name"
@@ -438,14 +493,58 @@ pub fn open(archive: &Path) -> anyhow::Result<Image> {
             descriptor["size"]
         );
         Ok(bytes)
-    };
-    let manifest_bytes = blob(&descriptors[0])?;
-    let manifest: Value = serde_json::from_slice(manifest_bytes).context("parsing the manifest")?;
+    }
+
+    /// The manifest, raw and parsed.
+    fn manifest(&self) -> anyhow::Result<(&Vec<u8>, Value)> {
+        let bytes = self.blob(&self.descriptor)?;
+        let manifest: Value = serde_json::from_slice(bytes).context("parsing the manifest")?;
+        ensure!(
+            manifest["mediaType"] == MANIFEST_TYPE,
+            "manifest media type {}",
+            manifest["mediaType"]
+        );
+        Ok((bytes, manifest))
+    }
+}
+
+/// The blobs of a one-layer archive written by [`build`], every digest checked: what a registry push
+/// needs (the test bed pushes `make image`'s archives this way).
+pub fn read_blobs(archive: &Path) -> anyhow::Result<Blobs> {
+    let layout = Layout::read(archive)?;
+    let (manifest, parsed) = layout.manifest()?;
+    let layers = parsed["layers"]
+        .as_array()
+        .context("manifest has no layers")?;
     ensure!(
-        manifest["mediaType"] == MANIFEST_TYPE,
-        "manifest media type {}",
-        manifest["mediaType"]
+        layers.len() == 1,
+        "{} has {} layers, expected one",
+        archive.display(),
+        layers.len()
     );
+    let digest = |descriptor: &Value| {
+        descriptor["digest"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    Ok(Blobs {
+        layer_gz: layout.blob(&layers[0])?.clone(),
+        layer_digest: digest(&layers[0]),
+        config: layout.blob(&parsed["config"])?.clone(),
+        config_digest: digest(&parsed["config"]),
+        manifest: manifest.clone(),
+        manifest_digest: digest(&layout.descriptor),
+    })
+}
+
+/// Opens an archive written by [`build`] (or any single-manifest OCI layout tar): follows index →
+/// manifest → config and layers, checks every blob's sha256 and size against its descriptor and every
+/// layer's diff_id, and unpacks the layers in order into a file map.
+pub fn open(archive: &Path) -> anyhow::Result<Image> {
+    let layout = Layout::read(archive)?;
+    let (manifest_bytes, manifest) = layout.manifest()?;
+    let blob = |descriptor: &Value| layout.blob(descriptor);
     let config_bytes = blob(&manifest["config"])?;
     let config: Value = serde_json::from_slice(config_bytes).context("parsing the config")?;
     let diff_ids = config["rootfs"]["diff_ids"]
@@ -486,10 +585,10 @@ pub fn open(archive: &Path) -> anyhow::Result<Image> {
         }
     }
     Ok(Image {
-        reference: descriptors[0]["annotations"]["org.opencontainers.image.ref.name"]
+        reference: layout.descriptor["annotations"]["org.opencontainers.image.ref.name"]
             .as_str()
             .map(String::from),
-        manifest_digest: descriptors[0]["digest"]
+        manifest_digest: layout.descriptor["digest"]
             .as_str()
             .unwrap_or_default()
             .to_string(),

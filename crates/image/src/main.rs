@@ -80,6 +80,7 @@ fn main() -> anyhow::Result<()> {
                     architecture,
                     version: env!("CARGO_PKG_VERSION").into(),
                     compression,
+                    libraries: &[],
                 },
                 &out,
             )?;

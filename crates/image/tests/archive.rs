@@ -23,6 +23,7 @@ fn archive_has_entrypoint_nonroot_user_and_a_binary_that_runs() -> anyhow::Resul
         architecture: "amd64".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         compression: 1,
+        libraries: &[],
     };
     let first = kruise_image::build(&spec, &dir.path().join("a.tar"))?;
     let second = kruise_image::build(&spec, &dir.path().join("b.tar"))?;
@@ -98,6 +99,7 @@ fn the_daemon_image_holds_the_daemon() -> anyhow::Result<()> {
             architecture: "amd64".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             compression: 1,
+            libraries: &[],
         },
         &archive,
     )?;
@@ -139,6 +141,7 @@ fn a_tampered_blob_is_refused() -> anyhow::Result<()> {
             architecture: "amd64".into(),
             version: "0".into(),
             compression: 6,
+            libraries: &[],
         },
         &archive,
     )?;
@@ -168,5 +171,50 @@ fn static_executables_are_told_from_dynamic_ones() -> anyhow::Result<()> {
         cfg!(target_env = "musl") || cfg!(target_feature = "crt-static")
     );
     assert!(kruise_image::is_static_elf(b"#!/bin/sh\n").is_err());
+    Ok(())
+}
+
+/// What the test bed pushes to its registry: the blobs read back from an archive are the ones `blobs`
+/// builds, and a dynamically linked binary carries the files it is given (its loader) at their paths.
+#[test]
+fn archive_blobs_read_back_as_built_with_the_libraries_given() -> anyhow::Result<()> {
+    let binary = kruise_testkit::daemon::binary()?;
+    let dir = tempfile::tempdir()?;
+    let loader = std::path::PathBuf::from("/lib64/ld-linux-x86-64.so.2");
+    let libraries = [(loader.display().to_string(), loader.clone())];
+    let spec = kruise_image::Spec {
+        binary: &binary,
+        name: kruise_image::DAEMON,
+        ports: kruise_image::DAEMON_PORTS,
+        reference: "kruise-rs/kruise-daemon:test".into(),
+        architecture: "amd64".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        compression: 1,
+        libraries: &libraries,
+    };
+    let archive = dir.path().join("daemon.tar");
+    let written = kruise_image::build(&spec, &archive)?;
+    let built = kruise_image::blobs(&spec)?;
+    let read = kruise_image::read_blobs(&archive)?;
+    assert_eq!(read.manifest_digest, written.manifest_digest);
+    assert_eq!(read.manifest_digest, built.manifest_digest);
+    assert_eq!(read.layer_digest, built.layer_digest);
+    assert_eq!(read.config_digest, built.config_digest);
+    assert_eq!(read.layer_gz, built.layer_gz);
+
+    let image = kruise_image::open(&archive)?;
+    let inside = image
+        .files
+        .get("/lib64/ld-linux-x86-64.so.2")
+        .context("the loader is not in the image")?;
+    assert_eq!(inside.bytes, std::fs::read(&loader)?);
+    assert_eq!(image.entrypoint(), ["/kruise-daemon"]);
+
+    let bad = [("lib/relative.so".to_string(), loader)];
+    let refused = kruise_image::blobs(&kruise_image::Spec {
+        libraries: &bad,
+        ..spec
+    });
+    assert!(refused.is_err(), "a relative library path must be refused");
     Ok(())
 }

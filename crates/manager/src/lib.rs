@@ -73,11 +73,11 @@ pub struct Args {
     pub identity: Option<String>,
     /// Prometheus metrics address (/metrics). All interfaces by default, so that Prometheus can scrape
     /// it in a cluster; `:PORT` means all interfaces too.
-    #[arg(long, default_value = "0.0.0.0:8080", value_parser = parse_listen_addr)]
+    #[arg(long, default_value = "0.0.0.0:8080", value_parser = kruise_core::flags::parse_listen_addr)]
     pub metrics_addr: SocketAddr,
     /// Health address (/healthz, /readyz), all interfaces by default so that the kubelet's probes reach
     /// it.
-    #[arg(long, alias = "health-probe-addr", default_value = "0.0.0.0:8000", value_parser = parse_listen_addr)]
+    #[arg(long, alias = "health-probe-addr", default_value = "0.0.0.0:8000", value_parser = kruise_core::flags::parse_listen_addr)]
     pub health_addr: SocketAddr,
     /// Webhook HTTPS port.
     #[arg(long, env = "WEBHOOK_PORT", default_value_t = 9876)]
@@ -469,16 +469,6 @@ fn split_host_port(value: &str, default_port: u16) -> (String, u16) {
             default_port,
         ),
     }
-}
-
-/// A listen address as Go managers write it as well: `HOST:PORT`, or `:PORT` for all interfaces.
-fn parse_listen_addr(value: &str) -> Result<SocketAddr, String> {
-    let full = match value.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => value.to_string(),
-    };
-    full.parse()
-        .map_err(|error| format!("{value:?} is not HOST:PORT or :PORT ({error})"))
 }
 
 /// The log filter for a klog-style verbosity (`--v`).

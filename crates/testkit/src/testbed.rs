@@ -66,7 +66,9 @@ pub struct BedShape {
     /// Real nodes (see [`crate::realnode`]).
     pub real_nodes: usize,
     /// The real nodes' in-cluster networking (kube-proxy per node, routed Pod ranges, the `kubernetes`
-    /// Service served on every node; see [`crate::realnode::RealNodeOptions::kube_proxy`]).
+    /// Service served on every node; see [`crate::realnode::RealNodeOptions::kube_proxy`]), and each
+    /// node's containerd socket at the standard path for its Pods
+    /// ([`crate::realnode::RealNodeOptions::standard_runtime_socket`]): what an installed chart needs.
     pub in_cluster_network: bool,
 }
 
@@ -182,6 +184,8 @@ async fn start(configure: fn(&mut Options), shape: BedShape) -> anyhow::Result<T
             crate::realnode::RealNodeOptions::new(shape.real_nodes, &ZONES, plane.bin_dir());
         if shape.in_cluster_network {
             options.kube_proxy = Some(plane.bin_dir().join("kube-proxy"));
+            // An installed chart's kruise-daemon finds its node's runtime under the host's /var/run.
+            options.standard_runtime_socket = true;
         }
         match crate::realnode::RealNodes::start(&plane, &options).await {
             Ok(real) => Some(real),
@@ -255,6 +259,24 @@ impl TestBed {
             .ok()
             .and_then(|real| real.as_ref().map(|r| r.log_tails(lines)))
             .unwrap_or_default()
+    }
+
+    /// Pushes kruise-rs's manager and daemon images to the real nodes' registry under the chart's
+    /// default names (see [`crate::realnode::kruise_images`]); blocking (a registry upload).
+    pub fn push_kruise_images(
+        &self,
+        source: &crate::realnode::kruise_images::Source,
+    ) -> anyhow::Result<Vec<crate::realnode::kruise_images::Pushed>> {
+        let real = self
+            .real
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the real nodes' lock is poisoned"))?;
+        let real = real.as_ref().context("the test bed has no real nodes")?;
+        crate::realnode::kruise_images::push(
+            &real.registry,
+            source,
+            &real.dir().join("kruise-images"),
+        )
     }
 
     /// One kruise-daemon per real node (started on first call, each on its node's containerd socket),

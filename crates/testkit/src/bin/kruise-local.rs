@@ -256,6 +256,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         let mut options = RealNodeOptions::new(args.real_nodes, &zones, plane.bin_dir());
         if args.in_cluster_network {
             options.kube_proxy = Some(plane.bin_dir().join("kube-proxy"));
+            options.standard_runtime_socket = true;
         }
         let real = match RealNodes::start(&plane, &options).await {
             Ok(real) => real,

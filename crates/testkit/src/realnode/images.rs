@@ -86,6 +86,9 @@ pub const IMAGES: &[(&str, Role)] = &[
     httpd("registry.k8s.io/e2e-test-images/httpd:2.4.39-4"),
     nginx("registry.k8s.io/e2e-test-images/nginx:1.14-4"),
     nginx("registry.k8s.io/e2e-test-images/nginx:1.15-4"),
+    // Seed 001's SidecarSet injection: the logtail sidecar, and the Pod's log writer (`/bin/mock_log`).
+    ("docker.io/log-service/logtail:0.16.16", Role::Pause),
+    ("docker.io/log-service/docker-log-test:latest", Role::Pause),
     // SidecarSet hot upgrade: the idle twin's empty image and two sidecar versions.
     ("docker.io/openkruise/hotupgrade-sample:empty", Role::Pause),
     (
@@ -157,6 +160,26 @@ pub fn build(reference: &str, role: Role, busybox: &Path) -> anyhow::Result<Blob
             layer.symlink(&format!("bin/{applet}"), "busybox")?;
         }
     }
+    // Seed 001's Pod runs `/bin/mock_log --path=<file> …` (an image of Alibaba Cloud's log service): a
+    // line a second appended to the file given, until stopped.
+    layer.file(
+        "bin/mock_log",
+        0o755,
+        b"#!/bin/sh\npath=/dev/stdout\nfor arg in \"$@\"; do case \"$arg\" in --path=*) path=\"${arg#--path=}\";; esac; done\n\
+trap 'exit 0' TERM INT\nwhile true; do echo \"$(date) GET / 200\" >> \"$path\"; sleep 1 & wait $!; done\n",
+    )?;
+    // Seed 001's logtail sidecar runs `/usr/local/ilogtail/run_logtail.sh 10` and is probed with
+    // `/etc/init.d/ilogtaild status`: it runs until stopped (at once: no drain to wait for here), and
+    // its status is fine while it runs.
+    for dir in ["usr/local/ilogtail/", "etc/init.d/"] {
+        layer.dir(dir, 0o755)?;
+    }
+    layer.file(
+        "usr/local/ilogtail/run_logtail.sh",
+        0o755,
+        b"#!/bin/sh\ntrap 'exit 0' TERM INT\nwhile true; do sleep 3600 & wait $!; done\n",
+    )?;
+    layer.file("etc/init.d/ilogtaild", 0o755, b"#!/bin/sh\nexit 0\n")?;
     layer.file(
         "etc/passwd",
         0o644,

@@ -17,7 +17,9 @@ pub mod cgroups;
 pub mod cleanup;
 pub mod config;
 pub mod images;
+pub mod kruise_images;
 pub mod kube_proxy;
+pub mod mountns;
 pub mod net;
 
 use std::path::{Path, PathBuf};
@@ -59,6 +61,10 @@ pub struct RealNodeOptions {
     /// - once the nodes are Ready, the `kubernetes` Service is made `internalTrafficPolicy: Local` with
     ///   an EndpointSlice of those forwarders, and a kube-proxy runs in each node's network namespace.
     pub kube_proxy: Option<PathBuf>,
+    /// Each node's containerd and kubelet in a mount namespace of the node's own, where its containerd
+    /// socket is at `/run/containerd/containerd.sock` (see [`mountns`]): what a Pod mounting the host's
+    /// `/var/run` (the chart's kruise-daemon) needs. Off, they share the machine's mounts.
+    pub standard_runtime_socket: bool,
 }
 
 impl RealNodeOptions {
@@ -69,6 +75,7 @@ impl RealNodeOptions {
             name_prefix: "real".into(),
             kubelet: bin_dir.join("kubelet"),
             kube_proxy: None,
+            standard_runtime_socket: false,
         }
     }
 }
@@ -80,6 +87,7 @@ pub struct RealNode {
     containerd: Process,
     kubelet: Process,
     kube_proxy: Option<Process>,
+    mounts: Option<mountns::NodeMounts>,
 }
 
 impl RealNode {
@@ -290,6 +298,9 @@ impl RealNodes {
             cleanup::stop_containers(&node.layout);
             node.containerd.stop(Duration::from_secs(5));
             cleanup::kill_shims(&node.layout);
+            if let Some(mounts) = &mut node.mounts {
+                mounts.stop();
+            }
             cleanup::unmount_under(&node.layout.dir);
             node.net.delete();
             cgroups::remove(&node.layout.cgroup_root);
@@ -385,7 +396,27 @@ async fn start_node(
     )?;
     cgroups::create(&layout.cgroup_root)?;
     net.create()?;
-    let started = start_processes(plane, options, &layout, &net, registry_port).await;
+    let mut mounts = if options.standard_runtime_socket {
+        match mountns::NodeMounts::start(&layout).await {
+            Ok(mounts) => Some(mounts),
+            Err(error) => {
+                net.delete();
+                cgroups::remove(&layout.cgroup_root);
+                return Err(error);
+            }
+        }
+    } else {
+        None
+    };
+    let started = start_processes(
+        plane,
+        options,
+        &layout,
+        &net,
+        mounts.as_ref(),
+        registry_port,
+    )
+    .await;
     match started {
         Ok((containerd, kubelet)) => Ok(RealNode {
             layout,
@@ -393,10 +424,14 @@ async fn start_node(
             containerd,
             kubelet,
             kube_proxy: None,
+            mounts,
         }),
         Err(error) => {
             cleanup::stop_containers(&layout);
             cleanup::kill_shims(&layout);
+            if let Some(mounts) = &mut mounts {
+                mounts.stop();
+            }
             net.delete();
             cgroups::remove(&layout.cgroup_root);
             Err(error)
@@ -409,6 +444,7 @@ async fn start_processes(
     options: &RealNodeOptions,
     layout: &NodeLayout,
     net: &NodeNet,
+    mounts: Option<&mountns::NodeMounts>,
     registry_port: u16,
 ) -> anyhow::Result<(Process, Process)> {
     let mut forwarders = vec![
@@ -425,7 +461,9 @@ async fn start_processes(
     }
     let nsenter = images::which("nsenter")?;
     let in_netns = |program: PathBuf, args: Vec<String>| {
-        let mut all = vec![format!("--net={}", net.netns_path()), "--".into()];
+        let mut all = vec![format!("--net={}", net.netns_path())];
+        all.extend(mounts.map(mountns::NodeMounts::nsenter_arg));
+        all.push("--".into());
         all.push(program.display().to_string());
         all.extend(args);
         all
