@@ -485,6 +485,61 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
         "leases",
         "create",
         "the first manager of a cluster creating the Lease",
+    ),    // Image pre-pulling, on by default as in OpenKruise's chart (ImagePullJobGate=true): no ImagePullJob
+    // runs here (no kruise-daemon); tests/installed.rs and tests/imagepulljob.rs run them.
+    (
+        "apps.kruise.io",
+        "nodeimages",
+        "patch",
+        "an ImagePullJob's image written into the NodeImages of its nodes",
+    ),
+    (
+        "apps.kruise.io",
+        "nodeimages",
+        "delete",
+        "the NodeImage of a Node that is gone",
+    ),
+    (
+        "apps.kruise.io",
+        "imagepulljobs",
+        "create",
+        "an ImageListPullJob's ImagePullJobs; a rollout's image predownload",
+    ),
+    (
+        "apps.kruise.io",
+        "imagepulljobs",
+        "patch",
+        "the ImagePullJob finalizer",
+    ),
+    (
+        "apps.kruise.io",
+        "imagepulljobs",
+        "delete",
+        "ImagePullJob ttlSecondsAfterFinished; a rollout's predownload jobs once it is over",
+    ),
+    (
+        "apps.kruise.io",
+        "imagepulljobs/status",
+        "patch",
+        "ImagePullJob status",
+    ),
+    (
+        "apps.kruise.io",
+        "imagelistpulljobs/status",
+        "patch",
+        "ImageListPullJob status",
+    ),
+    (
+        "",
+        "secrets",
+        "delete",
+        "an ImagePullJob's pull secrets copied into kruise-daemon-config, deleted with the job",
+    ),
+    (
+        "",
+        "namespaces",
+        "create",
+        "kruise-daemon-config created for copied pull secrets when the chart's is missing",
     ),
 ];
 
