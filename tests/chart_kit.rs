@@ -15,17 +15,11 @@ use crate::cloneset_kit::{active_pods, restarts, set_image, spec_image, uid};
 use crate::sidecarset_kit::wait_ready;
 use crate::{container_names, example, is_ready};
 
-/// The chart in the repository.
-pub const CHART: &str = "charts/kruise-rs";
+pub use kruise_testkit::installed::CHART;
 
 /// helm against the test bed's apiserver (release records in `default`).
 pub fn helm_cli(bed: &TestBed, args: &[&str]) -> anyhow::Result<String> {
-    let kubeconfig = bed.plane.kubeconfig_path();
-    let mut all = args.to_vec();
-    all.extend(["--namespace", "default", "--kubeconfig"]);
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    all.push(&kubeconfig);
-    helm::run(&all)
+    kruise_testkit::installed::helm(&bed.plane, args)
 }
 
 /// Seed 000: the `sample` CloneSet, two Pods, updated in place to nginx:1.19.1 (same UIDs, one

@@ -485,7 +485,7 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
         "leases",
         "create",
         "the first manager of a cluster creating the Lease",
-    ),    // Image pre-pulling, on by default as in OpenKruise's chart (ImagePullJobGate=true): no ImagePullJob
+    ), // Image pre-pulling, on by default as in OpenKruise's chart (ImagePullJobGate=true): no ImagePullJob
     // runs here (no kruise-daemon); tests/installed.rs and tests/imagepulljob.rs run them.
     (
         "apps.kruise.io",

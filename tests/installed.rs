@@ -26,6 +26,9 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kruise_e2e::real_node_kit::{create_ready_pod, in_namespace_with_node_logs};
+use kruise_testkit::installed::{
+    self, CHART, DAEMON_SELECTOR, MANAGER_REPLICAS, MANAGER_SELECTOR, RELEASE, SYSTEM,
+};
 use kruise_testkit::realnode::REAL_NODE_LABEL;
 use kruise_testkit::{BedShape, Options, TestBed, TestNamespace, eventually, testbed_shaped};
 use kube::api::{Api, ListParams, PostParams};
@@ -251,63 +254,12 @@ async fn the_apiserver_reads_a_pod_on_each_node_through_its_service() -> anyhow:
     .await
 }
 
-/// The release and the namespace the chart installs into (its default `installation.namespace`).
-const RELEASE: &str = "kruise-rs";
-const SYSTEM: &str = "kruise-system";
 /// From `helm install` to both manager replicas Ready: image pulls, certificate, leader election, on a
 /// loaded machine.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
-const MANAGER_SELECTOR: &str = "control-plane=controller-manager";
-const DAEMON_SELECTOR: &str = "control-plane=daemon";
 /// The manager's leader election Lease (its `--leader-election-id` default, OpenKruise's name).
 const LEASE: &str = "kruise-manager";
 const WEBHOOK_SERVICE: &str = "kruise-webhook-service";
-
-/// The Pods of `selector` in the chart's namespace that are not terminating.
-async fn system_pods(ns: &TestNamespace, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    let api: Api<Pod> = Api::namespaced(ns.client.clone(), SYSTEM);
-    let mut pods = api
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items;
-    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
-    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    Ok(pods)
-}
-
-/// Waits until exactly `count` Pods of `selector` run Ready from `image` (the digest pushed: the image
-/// the test built, not another one of that name).
-async fn wait_system_pods_ready(
-    ns: &TestNamespace,
-    selector: &str,
-    count: usize,
-    image: &kruise_testkit::realnode::kruise_images::Pushed,
-    timeout: Duration,
-) -> anyhow::Result<Vec<Pod>> {
-    eventually(
-        format!("{count} Pods {selector} Ready from {}", image.reference),
-        timeout,
-        || async {
-            let pods = system_pods(ns, selector).await?;
-            let from_image = |pod: &Pod| {
-                pod.status
-                    .as_ref()
-                    .and_then(|s| s.container_statuses.as_ref())
-                    .is_some_and(|statuses| {
-                        statuses
-                            .iter()
-                            .all(|c| c.image_id.ends_with(&image.manifest_digest))
-                    })
-            };
-            let ready = pods.len() == count
-                && pods
-                    .iter()
-                    .all(|p| kruise_e2e::is_ready(p) && from_image(p));
-            Ok(ready.then_some(pods))
-        },
-    )
-    .await
-}
 
 fn pod_name(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
@@ -369,7 +321,7 @@ async fn the_chart_installs_from_its_images_serves_fails_over_and_upgrades() -> 
 }
 
 async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> anyhow::Result<()> {
-    use kruise_e2e::chart_kit::{CHART, helm_cli, seed_000, seed_001_pod};
+    use kruise_e2e::chart_kit::{helm_cli, seed_000, seed_001_pod};
     use kruise_testkit::realnode::kruise_images::Source;
 
     let nodes = only_real_nodes(ns).await?;
@@ -378,39 +330,24 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
     // 1. The images, under the chart's default names.
     let source = Source::from_env();
     let started = std::time::Instant::now();
-    let pushed = tokio::task::block_in_place(|| bed.push_kruise_images(&source))?;
-    for image in &pushed {
+    let images = tokio::task::block_in_place(|| bed.push_kruise_images(&source))?;
+    for image in &images {
         eprintln!(
-            "installed: pushed {} ({:?}, {:.1} MiB compressed) in {:.1?}",
+            "installed: pushed {} ({source:?}, {:.1} MiB compressed) in {:.1?}",
             image.reference,
-            source,
             image.compressed_bytes as f64 / 1048576.0,
             started.elapsed()
         );
     }
-    let (manager_image, daemon_image) = match pushed.as_slice() {
-        [manager, daemon] => (manager, daemon),
-        other => anyhow::bail!("two images expected, pushed {other:?}"),
-    };
 
-    // 2. helm install with the default values.
-    let started = std::time::Instant::now();
-    let out = helm_cli(bed, &["install", RELEASE, CHART])?;
-    ensure!(out.contains("STATUS: deployed"), "{out}");
-    let managers =
-        wait_system_pods_ready(ns, MANAGER_SELECTOR, 2, manager_image, INSTALL_TIMEOUT).await?;
-    let daemons = wait_system_pods_ready(
-        ns,
-        DAEMON_SELECTOR,
-        REAL_NODES,
-        daemon_image,
-        INSTALL_TIMEOUT,
-    )
-    .await?;
+    // 2. helm install with the default values; both manager replicas and a daemon per node Ready.
+    let chart = installed::install(&bed.plane, images, REAL_NODES, INSTALL_TIMEOUT).await?;
+    let (managers, daemons) = (&chart.managers, &chart.daemons);
     eprintln!(
-        "installed: 2 manager replicas and {} daemons Ready {:.1?} after helm install",
+        "installed: {} manager replicas and {} daemons Ready {:.1?} after helm install",
+        managers.len(),
         daemons.len(),
-        started.elapsed()
+        chart.ready_in
     );
     let mut daemon_nodes: Vec<String> = daemons
         .iter()
@@ -434,7 +371,7 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
     .await?;
 
     // 3. The webhooks go through the Service to the Pods' IPs.
-    webhooks_served_through_the_service(ns, &managers).await?;
+    webhooks_served_through_the_service(ns, managers).await?;
 
     // 4. Seed 000 and seed 001 through it. The SidecarSet and the Pod are created back to back, as the
     //    seed's steps are: the webhook decides on the SidecarSet it was just told about.
@@ -454,7 +391,7 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
     failover_mid_rollout(ns, &holder, &sample_uids).await?;
 
     // 7. helm upgrade with changed values: the Deployment rolls; Pods created meanwhile are all injected.
-    upgrade_without_webhook_outage(bed, ns, manager_image).await?;
+    upgrade_without_webhook_outage(bed, ns, &chart.manager_image).await?;
 
     // 8. helm uninstall: the manager and daemon go; CRDs, workloads and their Pods stay.
     helm_cli(bed, &["uninstall", RELEASE])?;
@@ -471,8 +408,12 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
             .with_context(|| format!("CRD {crd} after helm uninstall"))?;
     }
     eventually("the manager's and daemon's Pods gone", TIMEOUT, || async {
-        let left = system_pods(ns, MANAGER_SELECTOR).await?.len()
-            + system_pods(ns, DAEMON_SELECTOR).await?.len();
+        let left = installed::system_pods(&ns.client, MANAGER_SELECTOR)
+            .await?
+            .len()
+            + installed::system_pods(&ns.client, DAEMON_SELECTOR)
+                .await?
+                .len();
         Ok((left == 0).then_some(()))
     })
     .await?;
@@ -739,8 +680,8 @@ async fn upgrade_without_webhook_outage(
     ns: &TestNamespace,
     manager_image: &kruise_testkit::realnode::kruise_images::Pushed,
 ) -> anyhow::Result<()> {
-    use kruise_e2e::chart_kit::{CHART, helm_cli};
-    let old: Vec<String> = system_pods(ns, MANAGER_SELECTOR)
+    use kruise_e2e::chart_kit::helm_cli;
+    let old: Vec<String> = installed::system_pods(&ns.client, MANAGER_SELECTOR)
         .await?
         .iter()
         .map(pod_name)
@@ -803,9 +744,15 @@ async fn upgrade_without_webhook_outage(
         Err(error) => Err(error),
     };
     let ready = match rolled {
-        Ok(()) => wait_system_pods_ready(ns, MANAGER_SELECTOR, 2, manager_image, TIMEOUT)
-            .await
-            .map(|_| ()),
+        Ok(()) => installed::wait_ready(
+            &ns.client,
+            MANAGER_SELECTOR,
+            MANAGER_REPLICAS,
+            manager_image,
+            TIMEOUT,
+        )
+        .await
+        .map(|_| ()),
         Err(error) => Err(error),
     };
     // A few more creates against the new replicas only.

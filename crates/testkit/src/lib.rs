@@ -9,6 +9,7 @@ pub mod control_plane;
 pub mod daemon;
 pub mod fleet;
 pub mod helm;
+pub mod installed;
 pub mod lag;
 pub mod manager;
 pub mod monitor;

@@ -9,6 +9,11 @@
 //! A kruise-manager that exits unexpectedly is logged and started again with the same arguments, after
 //! 1 s doubling to 30 s (back to 1 s once it ran 60 s).
 //!
+//! `kruise-local up --nodes 0 --real-nodes M --chart` instead installs kruise-rs as users do: the real
+//! nodes get their in-cluster network, kruise-manager's and kruise-daemon's images are pushed under the
+//! chart's default names and `helm install` of charts/kruise-rs runs with its default values (CRDs
+//! included); `kruise-local: ready` once both manager replicas and a daemon per node are Ready.
+//!
 //! While it runs, `kruise-local node add NAME [--labels k=v,..] [--taints k=v:NoSchedule,..]` adds a
 //! simulated node (the running kubelet-sim serves it) and `kruise-local node remove NAME` deletes one.
 
@@ -139,6 +144,14 @@ struct UpArgs {
     /// would be routed off the machine).
     #[arg(long)]
     in_cluster_network: bool,
+    /// kruise-rs installed as users install it (turns on --in-cluster-network; needs --nodes 0 and
+    /// --real-nodes N, and `make helm`): kruise-manager's and kruise-daemon's images pushed to the
+    /// nodes' registry under the chart's default names (the debug build, or `make image`'s archives
+    /// with KRUISE_RS_IMAGE_DIR=target), then `helm install` of charts/kruise-rs with its default
+    /// values; ready once both manager replicas and a daemon per node are Ready. kruise-local runs no
+    /// manager or daemon process of its own.
+    #[arg(long)]
+    chart: bool,
 }
 
 #[tokio::main]
@@ -201,14 +214,16 @@ async fn node_remove(args: NodeRemoveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn up(args: UpArgs) -> anyhow::Result<()> {
+async fn up(mut args: UpArgs) -> anyhow::Result<()> {
+    args.in_cluster_network |= args.chart;
     anyhow::ensure!(
         !args.in_cluster_network || (args.nodes == 0 && args.real_nodes > 0),
-        "--in-cluster-network needs --nodes 0 and --real-nodes N"
+        "--in-cluster-network and --chart need --nodes 0 and --real-nodes N"
     );
     let mut options = Options {
-        bin_dir: args.bin_dir.unwrap_or_else(default_bin_dir),
-        crd_dir: Some(args.crds.clone()),
+        bin_dir: args.bin_dir.clone().unwrap_or_else(default_bin_dir),
+        // The chart installs the CRDs itself, as it does for users.
+        crd_dir: (!args.chart).then(|| args.crds.clone()),
         ..Options::default()
     };
     if args.in_cluster_network {
@@ -276,7 +291,16 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         None
     };
 
-    let manager = if args.no_manager {
+    if let Some(real) = real_nodes.as_ref().filter(|_| args.chart) {
+        if let Err(error) = install_chart(&plane, real).await {
+            if let Some(real) = real_nodes.as_mut() {
+                real.stop();
+            }
+            plane.stop();
+            return Err(error.context("installing the chart"));
+        }
+    }
+    let manager = if args.no_manager || args.chart {
         None
     } else {
         manager::ensure_namespace(&plane).await?;
@@ -302,7 +326,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         );
         Some(manager)
     };
-    if let Some(real) = real_nodes.as_ref().filter(|_| !args.no_daemon) {
+    if let Some(real) = real_nodes
+        .as_ref()
+        .filter(|_| !args.no_daemon && !args.chart)
+    {
         let daemons = real
             .daemon_hosts()
             .iter()
@@ -348,6 +375,42 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     plane.stop();
     let _ = std::fs::remove_file(&args.kubeconfig);
     eprintln!("kruise-local: stopped");
+    Ok(())
+}
+
+/// `--chart`: kruise-rs's images pushed, the chart installed with its default values, its Pods Ready.
+async fn install_chart(plane: &ControlPlane, real: &RealNodes) -> anyhow::Result<()> {
+    use kruise_testkit::installed;
+    use kruise_testkit::realnode::kruise_images::Source;
+    let source = Source::from_env();
+    let started = std::time::Instant::now();
+    let images =
+        installed::push_images(&real.registry, &source, &real.dir().join("kruise-images"))?;
+    for image in &images {
+        eprintln!(
+            "kruise-local: pushed {} ({source:?}, {:.1} MiB compressed) in {:.1}s",
+            image.reference,
+            image.compressed_bytes as f64 / 1048576.0,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let chart =
+        installed::install(plane, images, real.nodes.len(), Duration::from_secs(300)).await?;
+    let names = |pods: &[k8s_openapi::api::core::v1::Pod]| -> String {
+        pods.iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "kruise-local: helm release {} of {} installed in {}; Ready {:.1}s later: {} and {}",
+        installed::RELEASE,
+        installed::CHART,
+        installed::SYSTEM,
+        chart.ready_in.as_secs_f64(),
+        names(&chart.managers),
+        names(&chart.daemons),
+    );
     Ok(())
 }
 
