@@ -22,7 +22,7 @@ test: control-plane helm real-node
 
 ## test-install: the installed lane (tests/installed.rs: helm install of the chart on real nodes) on
 ## `make image`'s static release images, what users pull, instead of the debug build's that `make test`
-## pushes; the release build takes about 16 minutes on 2 cores.
+## pushes; the release build takes about 23 minutes on 2 cores.
 test-install: control-plane helm real-node image
 	$(CARGO) build --workspace --bins
 	KRUISE_RS_IMAGE_DIR=$(abspath $(or $(CARGO_TARGET_DIR),target)) $(CARGO) test -p kruise-e2e --test installed -- --nocapture

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_testkit::{TestBed, TestNamespace, eventually, helm};
 use kube::api::Api;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::cloneset_kit::{active_pods, restarts, set_image, spec_image, uid};
 use crate::sidecarset_kit::wait_ready;
@@ -66,4 +66,42 @@ pub async fn seed_001_pod(ns: &TestNamespace, pod: &str, timeout: Duration) -> a
     let names = container_names(&pod);
     ensure!(names == ["logtail", "nginx"], "containers {names:?}");
     Ok(())
+}
+
+/// (API group, resource[/subresource], verb).
+pub type Triple = (String, String, String);
+
+/// Every request of `user` (one of the chart's ServiceAccounts the test bed audits) in the audit log:
+/// (group, resource[/sub], verb), status code, request URI.
+pub fn audited(bed: &TestBed, user: &str) -> anyhow::Result<Vec<(Triple, i64, String)>> {
+    let path = bed.plane.audit_log_path();
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line).context("an audit event")?;
+        if event["user"]["username"] != user || event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let object = &event["objectRef"];
+        let Some(resource) = object["resource"].as_str() else {
+            continue; // discovery and other non-resource URLs
+        };
+        let resource = match object["subresource"].as_str() {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_string(),
+        };
+        let triple = (
+            object["apiGroup"].as_str().unwrap_or_default().to_string(),
+            resource,
+            event["verb"].as_str().unwrap_or_default().to_string(),
+        );
+        let code = event["responseStatus"]["code"].as_i64().unwrap_or_default();
+        out.push((
+            triple,
+            code,
+            event["requestURI"].as_str().unwrap_or_default().to_string(),
+        ));
+    }
+    Ok(out)
 }

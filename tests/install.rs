@@ -18,7 +18,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kruise_e2e::chart_kit::{CHART, helm_cli, seed_000, seed_001_pod};
+use kruise_e2e::chart_kit::{CHART, Triple, audited, helm_cli, seed_000, seed_001_pod};
 use kruise_e2e::cloneset_kit::{active_pods, describe, uid};
 use kruise_e2e::sidecarset_kit::{logtail, test_pod};
 use kruise_e2e::{is_ready, wait_injected_on_dry_run, yaml_documents};
@@ -543,8 +543,6 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-type Triple = (String, String, String);
-
 /// The Deployment's manager container as the installed release renders it.
 fn chart_container(bed: &TestBed) -> anyhow::Result<Value> {
     let manifest = helm_cli(bed, &["get", "manifest", RELEASE])?;
@@ -694,42 +692,6 @@ fn granted(manifest: &[Value]) -> anyhow::Result<BTreeSet<Triple>> {
     Ok(out)
 }
 
-/// Every request of the chart's identity in the audit log: (group, resource[/sub], verb) → status codes.
-fn audited(bed: &TestBed) -> anyhow::Result<Vec<(Triple, i64, String)>> {
-    let path = bed.plane.audit_log_path();
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let event: Value = serde_json::from_str(line).context("an audit event")?;
-        if event["user"]["username"] != CHART_SERVICE_ACCOUNT
-            || event["stage"] != "ResponseComplete"
-        {
-            continue;
-        }
-        let object = &event["objectRef"];
-        let Some(resource) = object["resource"].as_str() else {
-            continue; // discovery and other non-resource URLs
-        };
-        let resource = match object["subresource"].as_str() {
-            Some(sub) => format!("{resource}/{sub}"),
-            None => resource.to_string(),
-        };
-        let triple = (
-            object["apiGroup"].as_str().unwrap_or_default().to_string(),
-            resource,
-            event["verb"].as_str().unwrap_or_default().to_string(),
-        );
-        let code = event["responseStatus"]["code"].as_i64().unwrap_or_default();
-        out.push((
-            triple,
-            code,
-            event["requestURI"].as_str().unwrap_or_default().to_string(),
-        ));
-    }
-    Ok(out)
-}
-
 /// The chart's FlowSchema takes the manager's requests: the apiserver names the FlowSchema that
 /// classified a request in the `X-Kubernetes-PF-FlowSchema-UID` response header.
 async fn flow_schema_classifies_the_manager(bed: &TestBed) -> anyhow::Result<()> {
@@ -870,7 +832,7 @@ async fn helm_install_upgrade_uninstall_with_the_charts_identity() -> anyhow::Re
         }
 
         // 6. RBAC: nothing refused, nothing granted that went unused and unaccounted for.
-        let requests = audited(bed)?;
+        let requests = audited(bed, CHART_SERVICE_ACCOUNT)?;
         ensure!(!requests.is_empty(), "the audit log has no request of {CHART_SERVICE_ACCOUNT}");
         let refused: Vec<_> = requests.iter().filter(|(_, code, _)| *code == 403).collect();
         ensure!(refused.is_empty(), "the chart's RBAC refused: {refused:#?}");

@@ -17,7 +17,8 @@
 //! the Pods through their Service, kruise-daemon Ready on every node, seed 000 and seed 001 through it, a
 //! ContainerRecreateRequest and an ImagePullJob served by the daemon Pods, the leader deleted mid-rollout
 //! (the other replica finishes it, no Pod recreated; the takeover time is printed), `helm upgrade` with
-//! no webhook outage a client can see, and `helm uninstall` leaving CRDs and workloads.
+//! no webhook outage a client can see, no request of the chart's ServiceAccounts refused (the apiserver's
+//! audit log), and `helm uninstall` leaving CRDs and workloads.
 //!
 //! No simulated nodes: their Pods have made-up IPs, which the host would send off the machine.
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kruise_e2e::real_node_kit::{create_ready_pod, in_namespace_with_node_logs};
+use kruise_testkit::control_plane::{CHART_DAEMON_SERVICE_ACCOUNT, CHART_SERVICE_ACCOUNT};
 use kruise_testkit::installed::{
     self, CHART, DAEMON_SELECTOR, MANAGER_REPLICAS, MANAGER_SELECTOR, RELEASE, SYSTEM,
 };
@@ -279,6 +281,24 @@ async fn leader(ns: &TestNamespace) -> anyhow::Result<Option<String>> {
         .and_then(|holder| holder.split('_').next().map(String::from)))
 }
 
+/// The manager replicas among `pods` whose `/metrics` (read through the apiserver's Pod proxy, on the
+/// chart's metrics port) say they lead.
+async fn leading_replicas(bed: &TestBed, pods: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut leading = Vec::new();
+    for pod in pods {
+        let path = format!("/api/v1/namespaces/{SYSTEM}/pods/{pod}:8080/proxy/metrics");
+        let metrics = bed.plane.kubectl(&["get", "--raw", &path]).await?;
+        let value = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("kruise_manager_leader "))
+            .with_context(|| format!("{pod} reports no kruise_manager_leader"))?;
+        if value.trim() == "1" {
+            leading.push(pod.clone());
+        }
+    }
+    Ok(leading)
+}
+
 /// The chart's Pods, their logs and events: why an installed lane failed.
 async fn system_diagnostics(bed: &TestBed) -> String {
     let mut out = String::new();
@@ -369,6 +389,12 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
         },
     )
     .await?;
+    // Exactly one leader: the Lease's holder, and the only replica whose `kruise_manager_leader` is 1.
+    eventually("exactly one manager replica leading", TIMEOUT, || async {
+        let leading = leading_replicas(bed, &manager_names).await?;
+        Ok((leading == [holder.clone()]).then_some(()))
+    })
+    .await?;
 
     // 3. The webhooks go through the Service to the Pods' IPs.
     webhooks_served_through_the_service(ns, managers).await?;
@@ -384,8 +410,7 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
     seed_001_pod(ns, "test-pod", TIMEOUT).await?;
 
     // 5. kruise-daemon's work: a container recreated in place, an image pulled on every node.
-    daemon_recreates_a_container(ns).await?;
-    daemon_pulls_an_image(ns).await?;
+    tokio::try_join!(daemon_recreates_a_container(ns), daemon_pulls_an_image(ns))?;
 
     // 6. Failover: the leader's Pod deleted mid-rollout.
     failover_mid_rollout(ns, &holder, &sample_uids).await?;
@@ -393,7 +418,30 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
     // 7. helm upgrade with changed values: the Deployment rolls; Pods created meanwhile are all injected.
     upgrade_without_webhook_outage(bed, ns, &chart.manager_image).await?;
 
-    // 8. helm uninstall: the manager and daemon go; CRDs, workloads and their Pods stay.
+    // 8. The chart's RBAC as its Pods used it, from the apiserver's audit log: nothing the manager or a
+    //    daemon asked was refused.
+    for user in [CHART_SERVICE_ACCOUNT, CHART_DAEMON_SERVICE_ACCOUNT] {
+        let requests = kruise_e2e::chart_kit::audited(bed, user)?;
+        let refused: Vec<_> = requests
+            .iter()
+            .filter(|(_, code, _)| *code == 403)
+            .collect();
+        eprintln!(
+            "installed: {} requests of {user}, {} refused",
+            requests.len(),
+            refused.len()
+        );
+        ensure!(
+            !requests.is_empty(),
+            "the audit log has no request of {user}"
+        );
+        ensure!(
+            refused.is_empty(),
+            "the chart's RBAC refused {user}: {refused:#?}"
+        );
+    }
+
+    // 9. helm uninstall: the manager and daemon go; CRDs, workloads and their Pods stay.
     helm_cli(bed, &["uninstall", RELEASE])?;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(ns.client.clone());
@@ -611,7 +659,7 @@ async fn failover_mid_rollout(
         "sample",
         "--type=merge",
         "-p",
-        r#"{"spec":{"replicas":4,"minReadySeconds":3,"updateStrategy":{"maxUnavailable":1}}}"#,
+        r#"{"spec":{"replicas":4,"minReadySeconds":2,"updateStrategy":{"maxUnavailable":1}}}"#,
     ])
     .await?;
     let before = eventually("sample: 4 Pods Ready", TIMEOUT, || async {

@@ -49,8 +49,9 @@ pub fn default_bin_dir() -> PathBuf {
 pub const MANAGER_IDENTITIES: usize = 4;
 
 /// Audit the writes of the `manager-N` identities (request metadata, once the response is sent), and
-/// every request of the Helm chart's ServiceAccount [`CHART_SERVICE_ACCOUNT`] (the install test proves
-/// the chart's RBAC from it); nothing else, so that the log costs the apiserver next to nothing.
+/// every request of the Helm chart's ServiceAccounts [`CHART_SERVICE_ACCOUNT`] and
+/// [`CHART_DAEMON_SERVICE_ACCOUNT`] (the install tests prove the chart's RBAC from it); nothing else, so
+/// that the log costs the apiserver next to nothing.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -59,12 +60,14 @@ rules:
   users: [manager-0, manager-1, manager-2, manager-3]
   verbs: [create, update, patch, delete, deletecollection]
 - level: Metadata
-  users: [\"system:serviceaccount:kruise-system:kruise-manager\"]
+  users: [\"system:serviceaccount:kruise-system:kruise-manager\", \"system:serviceaccount:kruise-system:kruise-daemon\"]
 - level: None
 ";
 
 /// The user name of the chart's ServiceAccount, whose every request the audit log records.
 pub const CHART_SERVICE_ACCOUNT: &str = "system:serviceaccount:kruise-system:kruise-manager";
+/// The user name of the chart's kruise-daemon ServiceAccount, whose every request the audit log records.
+pub const CHART_DAEMON_SERVICE_ACCOUNT: &str = "system:serviceaccount:kruise-system:kruise-daemon";
 
 /// What turns the ServiceAccount admission plugin off (see [`Options::service_account_admission`]).
 const DISABLE_SERVICE_ACCOUNT_ADMISSION: &str = "--disable-admission-plugins=ServiceAccount";

@@ -291,14 +291,14 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         None
     };
 
-    if let Some(real) = real_nodes.as_ref().filter(|_| args.chart) {
-        if let Err(error) = install_chart(&plane, real).await {
-            if let Some(real) = real_nodes.as_mut() {
-                real.stop();
-            }
-            plane.stop();
-            return Err(error.context("installing the chart"));
+    if let Some(real) = real_nodes.as_ref().filter(|_| args.chart)
+        && let Err(error) = install_chart(&plane, real).await
+    {
+        if let Some(real) = real_nodes.as_mut() {
+            real.stop();
         }
+        plane.stop();
+        return Err(error.context("installing the chart"));
     }
     let manager = if args.no_manager || args.chart {
         None

@@ -6,7 +6,7 @@
 //! Two sources, the same image layout (`kruise_image`: the binary at `/<name>`, its entrypoint, user
 //! 65532, exposed ports):
 //! - [`Source::Archives`]: `make image`'s static release archives (`KRUISE_RS_IMAGE_DIR`; `make
-//!   test-install` builds them, about 16 minutes on 2 cores);
+//!   test-install` builds them, about 23 minutes on 2 cores);
 //! - [`Source::DebugBuild`], the default: the debug binaries `make test` has built, stripped,
 //!   with their program interpreter and shared libraries beside them (a glibc build is not static), so
 //!   the lane costs seconds, not a release build.
