@@ -582,7 +582,7 @@ struct Running {
 
 /// Starts kruise-manager as the chart's Pod would run it: the container's arguments and environment
 /// (fieldRefs resolved as the kubelet does), the ServiceAccount's token; only the listen addresses move
-/// to loopback.
+/// to loopback and the shutdown delay is 0 (no endpoint to drain).
 async fn start_chart_manager(bed: &TestBed, name: &str) -> anyhow::Result<Running> {
     let container = chart_container(bed)?;
     let health = free_port()?;
@@ -593,6 +593,9 @@ async fn start_chart_manager(bed: &TestBed, name: &str) -> anyhow::Result<Runnin
             args.push(format!("--metrics-addr=127.0.0.1:{}", free_port()?));
         } else if arg.starts_with("--health-probe-addr=") {
             args.push(format!("--health-probe-addr=127.0.0.1:{health}"));
+        } else if arg.starts_with("--webhook-shutdown-delay=") {
+            // No Service routes to this process (the webhooks name its URL): nothing to drain.
+            args.push("--webhook-shutdown-delay=0s".into());
         } else {
             args.push(arg.to_string());
         }

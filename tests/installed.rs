@@ -412,6 +412,20 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
     // 5. kruise-daemon's work: a container recreated in place, an image pulled on every node.
     tokio::try_join!(daemon_recreates_a_container(ns), daemon_pulls_an_image(ns))?;
 
+    // The controllers started only once the webhooks could be called (as OpenKruise's, after its
+    // `webhook.WaitReady`): none of their writes met a webhook whose CA the apiserver did not have yet.
+    for pod in &manager_names {
+        let log = bed.plane.kubectl(&["-n", SYSTEM, "logs", pod]).await?;
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("certificate signed by unknown authority"))
+            .collect();
+        ensure!(
+            refused.is_empty(),
+            "{pod} wrote before its webhooks could be called: {refused:#?}"
+        );
+    }
+
     // 6. Failover: the leader's Pod deleted mid-rollout.
     failover_mid_rollout(ns, &holder, &sample_uids).await?;
 
@@ -495,29 +509,31 @@ async fn webhooks_served_through_the_service(
         // The chart's configurations are named `kruise-*` (their webhooks `*.kb.io`, as OpenKruise's).
         let ours_only =
             |name: &Option<String>| name.as_deref().is_some_and(|n| n.starts_with("kruise-"));
-        let mut ours = Vec::new();
-        for config in mutating.list(&ListParams::default()).await?.items {
-            if ours_only(&config.metadata.name) {
-                ours.extend(
-                    config
-                        .webhooks
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|w| (w.name, w.client_config)),
-                );
-            }
-        }
-        for config in validating.list(&ListParams::default()).await?.items {
-            if ours_only(&config.metadata.name) {
-                ours.extend(
-                    config
-                        .webhooks
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|w| (w.name, w.client_config)),
-                );
-            }
-        }
+        let mutating_hooks = mutating
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|c| ours_only(&c.metadata.name))
+            .flat_map(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| (w.name, w.client_config))
+            });
+        let validating_hooks = validating
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|c| ours_only(&c.metadata.name))
+            .flat_map(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| (w.name, w.client_config))
+            });
+        let ours: Vec<_> = mutating_hooks.chain(validating_hooks).collect();
         for (name, client) in &ours {
             let service = client.service.as_ref();
             ensure!(

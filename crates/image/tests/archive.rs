@@ -83,6 +83,23 @@ fn archive_has_entrypoint_nonroot_user_and_a_binary_that_runs() -> anyhow::Resul
     Ok(())
 }
 
+/// kruise-daemon's image of the debug build, quickly compressed, with `libraries` beside it.
+fn daemon_spec<'a>(
+    binary: &'a std::path::Path,
+    libraries: &'a [(String, std::path::PathBuf)],
+) -> kruise_image::Spec<'a> {
+    kruise_image::Spec {
+        binary,
+        name: kruise_image::DAEMON,
+        ports: kruise_image::DAEMON_PORTS,
+        reference: "kruise-rs/kruise-daemon:test".into(),
+        architecture: "amd64".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        compression: 1,
+        libraries,
+    }
+}
+
 /// kruise-daemon's own image (the chart's `daemon.image`): the daemon at `/kruise-daemon`, its entrypoint,
 /// its health/metrics port, the same non-root user, and it runs.
 #[test]
@@ -90,19 +107,7 @@ fn the_daemon_image_holds_the_daemon() -> anyhow::Result<()> {
     let binary = kruise_testkit::daemon::binary()?;
     let dir = tempfile::tempdir()?;
     let archive = dir.path().join("daemon.tar");
-    kruise_image::build(
-        &kruise_image::Spec {
-            binary: &binary,
-            name: kruise_image::DAEMON,
-            ports: kruise_image::DAEMON_PORTS,
-            reference: "kruise-rs/kruise-daemon:test".into(),
-            architecture: "amd64".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            compression: 1,
-            libraries: &[],
-        },
-        &archive,
-    )?;
+    kruise_image::build(&daemon_spec(&binary, &[]), &archive)?;
     let image = kruise_image::open(&archive)?;
     assert_eq!(image.entrypoint(), ["/kruise-daemon"]);
     assert_eq!(image.uid(), Some(65532));
@@ -182,16 +187,7 @@ fn archive_blobs_read_back_as_built_with_the_libraries_given() -> anyhow::Result
     let dir = tempfile::tempdir()?;
     let loader = std::path::PathBuf::from("/lib64/ld-linux-x86-64.so.2");
     let libraries = [(loader.display().to_string(), loader.clone())];
-    let spec = kruise_image::Spec {
-        binary: &binary,
-        name: kruise_image::DAEMON,
-        ports: kruise_image::DAEMON_PORTS,
-        reference: "kruise-rs/kruise-daemon:test".into(),
-        architecture: "amd64".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        compression: 1,
-        libraries: &libraries,
-    };
+    let spec = daemon_spec(&binary, &libraries);
     let archive = dir.path().join("daemon.tar");
     let written = kruise_image::build(&spec, &archive)?;
     let built = kruise_image::blobs(&spec)?;

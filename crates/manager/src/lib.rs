@@ -136,6 +136,14 @@ pub struct Args {
     /// Period of the webhook certificate and configuration resync, in seconds.
     #[arg(long, default_value_t = 60)]
     pub webhook_resync_seconds: u64,
+    /// How long the webhook server keeps answering after SIGTERM (a Go duration), with `/readyz`
+    /// failing, before it stops: the time the apiserver needs to learn that this replica's endpoint
+    /// is gone (kube-apiserver's own `--shutdown-delay-duration`). Without it, admission calls sent
+    /// to a replica that is stopping (a rolling upgrade, a drained node) fail, and Pods are admitted
+    /// without their sidecars. The chart sets it (`webhookConfiguration.shutdownDelay`); 0 stops at
+    /// once.
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    pub webhook_shutdown_delay: Duration,
     /// Deadline of every apiserver request other than a watch, in seconds: a request on a connection
     /// that stopped answering fails after it instead of waiting forever.
     #[arg(long, default_value_t = 30)]
@@ -684,6 +692,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let handle =
         serve_webhooks(&args, gates, &client, &tls, &metrics.webhook, pods, policy).await?;
     readiness.webhook_serving.store(true, Ordering::SeqCst);
+    let shutdown: Shutdown = futures::FutureExt::shared(Box::pin(shutdown_signal()));
+    let lame_duck = spawn_lame_duck(
+        shutdown.clone(),
+        readiness.webhook_serving.clone(),
+        args.webhook_shutdown_delay,
+    );
 
     let outcome = lead(Leading {
         args: &args,
@@ -696,10 +710,56 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         webhook_watches: &webhook_watches,
         stale_after,
         process_caches: &process_caches,
+        shutdown: shutdown.clone(),
     })
     .await;
+    // Stopping on a signal: the webhooks keep answering until the lame-duck delay since the signal
+    // is over (the controllers' stop and the lease's release ran meanwhile).
+    lame_duck.finish().await;
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     outcome
+}
+
+/// The webhook server's last stretch after SIGTERM/SIGINT (`--webhook-shutdown-delay`).
+struct LameDuck {
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LameDuck {
+    /// Waits out the delay if the signal came (the one future `lead` stopped on); otherwise (the
+    /// manager ends for another reason) there is nothing to wait for.
+    async fn finish(self) {
+        if self.shutdown.peek().is_some() {
+            let _ = self.task.await;
+        } else {
+            self.task.abort();
+        }
+    }
+}
+
+/// On SIGTERM/SIGINT, makes `/readyz` fail (`webhook_serving` false: the replica's endpoint turns
+/// not ready) and then waits `delay`, while the webhook server goes on answering.
+fn spawn_lame_duck(
+    shutdown: Shutdown,
+    webhook_serving: Arc<AtomicBool>,
+    delay: Duration,
+) -> LameDuck {
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.await;
+            webhook_serving.store(false, Ordering::SeqCst);
+            if !delay.is_zero() {
+                tracing::info!(
+                    delay_seconds = delay.as_secs_f64(),
+                    "stopping: the webhooks answer for the shutdown delay while this replica's endpoint goes"
+                );
+                tokio::time::sleep(delay).await;
+            }
+        }
+    });
+    LameDuck { shutdown, task }
 }
 
 /// The manager's metrics, registered once, and the handles that move them.
@@ -967,7 +1027,12 @@ struct Leading<'a> {
     webhook_watches: &'a liveness::WatchHealth,
     stale_after: Duration,
     process_caches: &'a kruise_controllers::driver::caches::ProcessCaches,
+    shutdown: Shutdown,
 }
+
+/// SIGTERM or Ctrl-C, one future shared by everything that stops on it.
+type Shutdown =
+    futures::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
 
 /// Runs for leadership (alone: leads at once) and, each time it leads, a [`LeaderTerm`], until
 /// SIGTERM or Ctrl-C. Only the leader writes the webhook configurations and runs controllers.
@@ -983,6 +1048,7 @@ async fn lead(leading: Leading<'_>) -> anyhow::Result<()> {
         webhook_watches,
         stale_after,
         process_caches,
+        shutdown,
     } = leading;
     let identity = args.identity();
     let timing = args.lease_timing()?;
@@ -1006,7 +1072,6 @@ async fn lead(leading: Leading<'_>) -> anyhow::Result<()> {
 
     // SIGTERM or Ctrl-C, seen by the wait for leadership and by the term alike: a term is stopped
     // (its controllers finish their reconciles in flight) before the process exits.
-    let shutdown = futures::FutureExt::shared(Box::pin(shutdown_signal()));
     let terms = async {
         loop {
             let fence = fence::LeaderFence::default();
@@ -1177,7 +1242,7 @@ impl LeaderTerm {
             controller_metrics,
             process_caches,
         } = inputs;
-        let (ready_tx, _ready_rx) = watch::channel(false);
+        let (ready_tx, mut webhooks_ready) = watch::channel(false);
         // The term's caches, on the term's runtime: their watches end with it.
         let registry = {
             let _on_term = runtime.enter();
@@ -1205,6 +1270,20 @@ impl LeaderTerm {
         ));
         let term = stop.clone();
         runtime.spawn(async move {
+            // As OpenKruise's manager (`webhook.WaitReady` before its controllers are set up): the
+            // controllers start once the first certificate sync has put the serving CA into the
+            // webhook configurations. Before that the apiserver cannot call the webhooks, and the
+            // controllers' first writes of kinds they default or validate (a NodeImage per Node, ...)
+            // would all be refused and retried.
+            let waited = tokio::select! {
+                ready = webhooks_ready.wait_for(|ready| *ready) => ready.is_ok(),
+                () = term.requested() => false,
+            };
+            if !waited {
+                let _ = tx.send(());
+                return;
+            }
+            tracing::info!("webhook configurations carry the serving CA: starting the controllers");
             controllers::run(
                 &args,
                 client,
@@ -1412,6 +1491,20 @@ mod tests {
             "--pod-webhook-timeout-seconds=10",
         ]);
         assert_eq!(capped.read_your_writes_wait(), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn the_webhook_shutdown_delay_is_off_unless_given() {
+        let parse = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("kruise-manager").chain(args.iter().copied()))
+        };
+        let delay = |args: &[&str]| parse(args).ok().map(|a| a.webhook_shutdown_delay);
+        assert_eq!(delay(&[]), Some(Duration::ZERO));
+        assert_eq!(
+            delay(&["--webhook-shutdown-delay=10s"]),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(delay(&["--webhook-shutdown-delay=10"]), None);
     }
 
     #[test]
