@@ -303,48 +303,13 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
     let manager = if args.no_manager || args.chart {
         None
     } else {
-        manager::ensure_namespace(&plane).await?;
-        let options = manager::ManagerOptions {
-            extra_args: args.manager_args.clone(),
-            ..manager::ManagerOptions::default()
-        };
-        let gates = manager_gates(&args.manager_args)?;
-        let manager = Manager::spawn(&plane, &options)?;
-        manager::wait_serving(&plane, &manager.ports, Duration::from_secs(90)).await?;
-        eprintln!(
-            "kruise-local: kruise-manager serving (webhook https://127.0.0.1:{}, metrics http://127.0.0.1:{}/metrics, \
-             health http://127.0.0.1:{}/readyz, log {})",
-            manager.ports.webhook,
-            manager.ports.metrics,
-            manager.ports.health,
-            manager.log(&plane).display()
-        );
-        eprintln!(
-            "kruise-local: kruise-manager feature gates on: {} (change with \
-             --manager-arg=--feature-gates=NAME=true|false)",
-            gates.enabled_names().join(", ")
-        );
-        Some(manager)
+        Some(start_manager(&plane, &args.manager_args).await?)
     };
     if let Some(real) = real_nodes
         .as_ref()
         .filter(|_| !args.no_daemon && !args.chart)
     {
-        let daemons = real
-            .daemon_hosts()
-            .iter()
-            .map(|host| kruise_testkit::daemon::spawn_on(&plane, host))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        kruise_testkit::daemon::wait_ready(&daemons, Duration::from_secs(90)).await?;
-        for daemon in &daemons {
-            eprintln!(
-                "kruise-local: kruise-daemon of {} ready (http://{}:{}/metrics, log {})",
-                daemon.node,
-                daemon.host,
-                daemon.port,
-                daemon.log.display()
-            );
-        }
+        start_daemons(&plane, real).await?;
     }
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig).unwrap_or(args.kubeconfig.clone());
     println!("kubeconfig: {}", kubeconfig.display());
@@ -375,6 +340,52 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
     plane.stop();
     let _ = std::fs::remove_file(&args.kubeconfig);
     eprintln!("kruise-local: stopped");
+    Ok(())
+}
+
+/// kruise-manager as a process of kruise-local's own, with `manager_args`; serving when this returns.
+async fn start_manager(plane: &ControlPlane, manager_args: &[String]) -> anyhow::Result<Manager> {
+    manager::ensure_namespace(plane).await?;
+    let options = manager::ManagerOptions {
+        extra_args: manager_args.to_vec(),
+        ..manager::ManagerOptions::default()
+    };
+    let gates = manager_gates(manager_args)?;
+    let manager = Manager::spawn(plane, &options)?;
+    manager::wait_serving(plane, &manager.ports, Duration::from_secs(90)).await?;
+    eprintln!(
+        "kruise-local: kruise-manager serving (webhook https://127.0.0.1:{}, metrics http://127.0.0.1:{}/metrics, \
+         health http://127.0.0.1:{}/readyz, log {})",
+        manager.ports.webhook,
+        manager.ports.metrics,
+        manager.ports.health,
+        manager.log(plane).display()
+    );
+    eprintln!(
+        "kruise-local: kruise-manager feature gates on: {} (change with \
+         --manager-arg=--feature-gates=NAME=true|false)",
+        gates.enabled_names().join(", ")
+    );
+    Ok(manager)
+}
+
+/// A kruise-daemon process per real node, on its own containerd socket; ready when this returns.
+async fn start_daemons(plane: &ControlPlane, real: &RealNodes) -> anyhow::Result<()> {
+    let daemons = real
+        .daemon_hosts()
+        .iter()
+        .map(|host| kruise_testkit::daemon::spawn_on(plane, host))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    kruise_testkit::daemon::wait_ready(&daemons, Duration::from_secs(90)).await?;
+    for daemon in &daemons {
+        eprintln!(
+            "kruise-local: kruise-daemon of {} ready (http://{}:{}/metrics, log {})",
+            daemon.node,
+            daemon.host,
+            daemon.port,
+            daemon.log.display()
+        );
+    }
     Ok(())
 }
 
