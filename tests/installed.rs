@@ -263,10 +263,6 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
 const LEASE: &str = "kruise-manager";
 const WEBHOOK_SERVICE: &str = "kruise-webhook-service";
 
-fn pod_name(pod: &Pod) -> String {
-    pod.metadata.name.clone().unwrap_or_default()
-}
-
 /// The Pod holding the manager's Lease: the identity is the Pod's name (`POD_NAME`; without it
 /// `<hostname>_<random>`, a Pod's hostname being its name too).
 async fn leader(ns: &TestNamespace) -> anyhow::Result<Option<String>> {
@@ -378,7 +374,10 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
         daemon_nodes == nodes,
         "kruise-daemon runs on {daemon_nodes:?}, not on every node {nodes:?}"
     );
-    let manager_names: Vec<String> = managers.iter().map(pod_name).collect();
+    let manager_names: Vec<String> = managers
+        .iter()
+        .map(kruise_e2e::cloneset_kit::name)
+        .collect();
     let holder = eventually(
         "the manager's Lease held by a manager Pod",
         TIMEOUT,
@@ -506,33 +505,21 @@ async fn webhooks_served_through_the_service(
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(ns.client.clone());
     eventually("the webhooks' CA bundles", TIMEOUT, || async {
-        // The chart's configurations are named `kruise-*` (their webhooks `*.kb.io`, as OpenKruise's).
-        let ours_only =
-            |name: &Option<String>| name.as_deref().is_some_and(|n| n.starts_with("kruise-"));
+        // The chart's two configurations (their webhooks `*.kb.io`, as OpenKruise's).
         let mutating_hooks = mutating
-            .list(&ListParams::default())
+            .get("kruise-mutating-webhook-configuration")
             .await?
-            .items
+            .webhooks
             .into_iter()
-            .filter(|c| ours_only(&c.metadata.name))
-            .flat_map(|c| {
-                c.webhooks
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|w| (w.name, w.client_config))
-            });
+            .flatten()
+            .map(|w| (w.name, w.client_config));
         let validating_hooks = validating
-            .list(&ListParams::default())
+            .get("kruise-validating-webhook-configuration")
             .await?
-            .items
+            .webhooks
             .into_iter()
-            .filter(|c| ours_only(&c.metadata.name))
-            .flat_map(|c| {
-                c.webhooks
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|w| (w.name, w.client_config))
-            });
+            .flatten()
+            .map(|w| (w.name, w.client_config));
         let ours: Vec<_> = mutating_hooks.chain(validating_hooks).collect();
         for (name, client) in &ours {
             let service = client.service.as_ref();
@@ -591,7 +578,7 @@ async fn daemon_recreates_a_container(ns: &TestNamespace) -> anyhow::Result<()> 
         "apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "ContainerRecreateRequest",
         "metadata": {"name": "recreate-nginx"},
-        "spec": {"podName": pod_name(target), "containers": [{"name": "nginx"}],
+        "spec": {"podName": kruise_e2e::cloneset_kit::name(target), "containers": [{"name": "nginx"}],
                  "strategy": {"minStartedSeconds": 1}},
     });
     let api: Api<ContainerRecreateRequest> = ns.api();
@@ -607,7 +594,7 @@ async fn daemon_recreates_a_container(ns: &TestNamespace) -> anyhow::Result<()> 
         },
     )
     .await?;
-    let after = pods.get(&pod_name(target)).await?;
+    let after = pods.get(&kruise_e2e::cloneset_kit::name(target)).await?;
     ensure!(uid(&after) == uid(target), "the Pod was recreated");
     ensure!(
         restarts(&after) == restarts(target) + 1,
@@ -748,7 +735,7 @@ async fn upgrade_without_webhook_outage(
     let old: Vec<String> = installed::system_pods(&ns.client, MANAGER_SELECTOR)
         .await?
         .iter()
-        .map(pod_name)
+        .map(kruise_e2e::cloneset_kit::name)
         .collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let creator = {
@@ -800,7 +787,9 @@ async fn upgrade_without_webhook_outage(
                     .list(&ListParams::default().labels(MANAGER_SELECTOR))
                     .await?
                     .items;
-                let replaced = all.iter().all(|p| !old.contains(&pod_name(p)));
+                let replaced = all
+                    .iter()
+                    .all(|p| !old.contains(&kruise_e2e::cloneset_kit::name(p)));
                 Ok(replaced.then_some(()))
             })
             .await

@@ -11,8 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use crate::control_plane::ControlPlane;
-use crate::realnode::images::Registry;
-use crate::realnode::kruise_images::{self, Pushed, Source};
+use crate::realnode::kruise_images::Pushed;
 
 /// The release name (OpenKruise's docs install `kruise`; any name works, the objects' names are fixed).
 pub const RELEASE: &str = "kruise-rs";
@@ -45,20 +44,8 @@ pub struct Installed {
     pub ready_in: Duration,
 }
 
-/// Pushes kruise-rs's images to `registry` ([`kruise_images::push`]; blocking): the manager's, then the
-/// daemon's.
-pub fn push_images(
-    registry: &Registry,
-    source: &Source,
-    work: &std::path::Path,
-) -> anyhow::Result<[Pushed; 2]> {
-    kruise_images::push(registry, source, work)?
-        .try_into()
-        .map_err(|pushed| anyhow::anyhow!("two images expected, pushed {pushed:?}"))
-}
-
 /// Installs the chart with its default values and waits until both manager replicas and one
-/// kruise-daemon per node (`nodes`) are Ready from the `images` [`push_images`] pushed.
+/// kruise-daemon per node (`nodes`) are Ready from the `images` [`kruise_images::push`] pushed.
 pub async fn install(
     plane: &ControlPlane,
     images: [Pushed; 2],

@@ -205,6 +205,33 @@ pub fn at_exit(hook: extern "C" fn()) {
     }
 }
 
+/// Runs `program args` to completion; its stdout, or an error naming the command with its stderr.
+pub fn checked_output<S: AsRef<std::ffi::OsStr>>(
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[S],
+) -> anyhow::Result<String> {
+    let program = program.as_ref();
+    let line = || {
+        std::iter::once(program)
+            .chain(args.iter().map(AsRef::as_ref))
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", line()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed ({}): {}",
+        line(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// The last `lines` lines of a log file.
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();

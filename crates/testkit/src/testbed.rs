@@ -262,7 +262,7 @@ impl TestBed {
     }
 
     /// Pushes kruise-rs's manager and daemon images to the real nodes' registry under the chart's
-    /// default names (see [`crate::installed::push_images`]); blocking (a registry upload).
+    /// default names (see [`crate::realnode::kruise_images::push`]); blocking (a registry upload).
     pub fn push_kruise_images(
         &self,
         source: &crate::realnode::kruise_images::Source,
@@ -272,7 +272,11 @@ impl TestBed {
             .lock()
             .map_err(|_| anyhow::anyhow!("the real nodes' lock is poisoned"))?;
         let real = real.as_ref().context("the test bed has no real nodes")?;
-        crate::installed::push_images(&real.registry, source, &real.dir().join("kruise-images"))
+        crate::realnode::kruise_images::push(
+            &real.registry,
+            source,
+            &real.dir().join("kruise-images"),
+        )
     }
 
     /// One kruise-daemon per real node (started on first call, each on its node's containerd socket),

@@ -395,8 +395,11 @@ async fn install_chart(plane: &ControlPlane, real: &RealNodes) -> anyhow::Result
     use kruise_testkit::realnode::kruise_images::Source;
     let source = Source::from_env();
     let started = std::time::Instant::now();
-    let images =
-        installed::push_images(&real.registry, &source, &real.dir().join("kruise-images"))?;
+    let images = kruise_testkit::realnode::kruise_images::push(
+        &real.registry,
+        &source,
+        &real.dir().join("kruise-images"),
+    )?;
     for image in &images {
         eprintln!(
             "kruise-local: pushed {} ({source:?}, {:.1} MiB compressed) in {:.1}s",

@@ -11,8 +11,8 @@
 //!   with their program interpreter and shared libraries beside them (a glibc build is not static), so
 //!   the lane costs seconds, not a release build.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, ensure};
 
@@ -53,8 +53,9 @@ pub struct Pushed {
     pub compressed_bytes: usize,
 }
 
-/// Builds (or reads) both images and pushes them; `work` holds the stripped binaries.
-pub fn push(registry: &Registry, source: &Source, work: &Path) -> anyhow::Result<Vec<Pushed>> {
+/// Builds (or reads) both images and pushes them, the manager's then the daemon's (blocking: a registry
+/// upload); `work` holds the stripped binaries.
+pub fn push(registry: &Registry, source: &Source, work: &Path) -> anyhow::Result<[Pushed; 2]> {
     type Binary = fn() -> anyhow::Result<PathBuf>;
     let images: [(&str, &str, &[u16], Binary); 2] = [
         (
@@ -103,7 +104,9 @@ pub fn push(registry: &Registry, source: &Source, work: &Path) -> anyhow::Result
             compressed_bytes: blobs.layer_gz.len() + blobs.config.len() + blobs.manifest.len(),
         });
     }
-    Ok(pushed)
+    pushed
+        .try_into()
+        .map_err(|pushed| anyhow::anyhow!("two images expected, pushed {pushed:?}"))
 }
 
 /// A copy of `binary` in `work` without its debug information and symbols, as `make image` strips
@@ -112,35 +115,22 @@ fn strip_symbols(binary: &Path, work: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
     let name = binary.file_name().context("a binary without a file name")?;
     let out = work.join(name);
-    let status = Command::new("objcopy")
-        .arg("--strip-all")
-        .arg(binary)
-        .arg(&out)
-        .status()
-        .context("running objcopy (binutils)")?;
-    ensure!(
-        status.success(),
-        "objcopy --strip-all {} failed: {status}",
-        binary.display()
-    );
+    crate::process::checked_output(
+        "objcopy",
+        &[
+            OsStr::new("--strip-all"),
+            binary.as_os_str(),
+            out.as_os_str(),
+        ],
+    )?;
     Ok(out)
 }
 
 /// The program interpreter and shared libraries `binary` loads, each at the path the loader finds it
 /// (`ldd`'s answer), to be copied into the image at that same path.
 fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
-    let out = Command::new("ldd")
-        .arg(binary)
-        .output()
-        .context("running ldd")?;
-    ensure!(
-        out.status.success(),
-        "ldd {} failed: {}",
-        binary.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    parse_ldd(&String::from_utf8_lossy(&out.stdout))
-        .with_context(|| format!("the libraries of {}", binary.display()))
+    let out = crate::process::checked_output("ldd", &[binary])?;
+    parse_ldd(&out).with_context(|| format!("the libraries of {}", binary.display()))
 }
 
 /// `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)` and `/lib64/ld-linux-x86-64.so.2 (0x…)` give

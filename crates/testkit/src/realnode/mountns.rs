@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
+use std::ffi::OsStr;
+
+use anyhow::Context;
 
 use super::config::NodeLayout;
 use super::images::which;
@@ -67,19 +69,19 @@ impl NodeMounts {
         // the mount itself exists only in the node's namespace.
         std::fs::create_dir_all(STANDARD_CONTAINERD_DIR)
             .with_context(|| format!("creating {STANDARD_CONTAINERD_DIR}"))?;
-        let out = std::process::Command::new(which("nsenter")?)
-            .arg(self.nsenter_arg())
-            .args(["--", "mount", "--bind"])
-            .arg(containerd_dir)
-            .arg(STANDARD_CONTAINERD_DIR)
-            .output()
-            .context("running nsenter mount --bind")?;
-        ensure!(
-            out.status.success(),
-            "binding {} at {STANDARD_CONTAINERD_DIR} in the node's mount namespace: {}",
-            containerd_dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let containerd_dir = containerd_dir.as_os_str();
+        crate::process::checked_output(
+            which("nsenter")?,
+            &[
+                OsStr::new(&self.nsenter_arg()),
+                OsStr::new("--"),
+                OsStr::new("mount"),
+                OsStr::new("--bind"),
+                containerd_dir,
+                OsStr::new(STANDARD_CONTAINERD_DIR),
+            ],
+        )
+        .context("binding the node's containerd directory in its mount namespace")?;
         Ok(())
     }
 

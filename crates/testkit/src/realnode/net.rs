@@ -19,18 +19,7 @@ use anyhow::{Context, bail};
 
 /// Runs `ip` with `args`, failing with its stderr.
 pub fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .with_context(|| format!("running ip {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    crate::process::checked_output("ip", args).map(|_| ())
 }
 
 /// A /16 (`10.<n>`, n in 200..250) that no address on this machine uses yet, for one cluster's nodes:
