@@ -25,79 +25,26 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
+use kruise_e2e::installed_kit::{
+    REAL_NODES, bed, only_real_nodes, system_diagnostics, wait_default_service_account,
+};
 use kruise_e2e::real_node_kit::{create_ready_pod, in_namespace_with_node_logs};
 use kruise_testkit::control_plane::{CHART_DAEMON_SERVICE_ACCOUNT, CHART_SERVICE_ACCOUNT};
 use kruise_testkit::installed::{
     self, CHART, DAEMON_SELECTOR, MANAGER_REPLICAS, MANAGER_SELECTOR, RELEASE, SYSTEM,
 };
 use kruise_testkit::realnode::REAL_NODE_LABEL;
-use kruise_testkit::{BedShape, Options, TestBed, TestNamespace, eventually, testbed_shaped};
+use kruise_testkit::{TestBed, TestNamespace, eventually};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
-/// Two real nodes: a Pod's route to the apiserver and the host's route to Pods are per node.
-const REAL_NODES: usize = 2;
 /// Real containers start in about a second; generous for a loaded machine.
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// Where the kubelet mounts a Pod's ServiceAccount token (the projected `kube-api-access-*` volume).
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// What a Go TLS server (the apiserver) answers to plain HTTP: proof that 10.0.0.1:443 is the apiserver.
 const APISERVER_PLAIN_HTTP_ANSWER: &str = "Client sent an HTTP request to an HTTPS server";
-
-fn configure(options: &mut Options) {
-    // No kruise CRDs from the test bed: the chart installs them, as it does for users.
-    options.crd_dir = None;
-    options.service_account_admission = true;
-    options
-        .apiserver_args
-        .push("--enable-aggregator-routing=true".into());
-}
-
-fn bed() -> &'static TestBed {
-    testbed_shaped(
-        configure,
-        BedShape {
-            simulated_nodes: 0,
-            real_nodes: REAL_NODES,
-            in_cluster_network: true,
-        },
-    )
-}
-
-/// Every Node is a real one (a simulated node's Pod IP would be routed off the machine).
-async fn only_real_nodes(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
-    let nodes: Api<Node> = Api::all(ns.client.clone());
-    let list = nodes.list(&ListParams::default()).await?.items;
-    let mut names = Vec::new();
-    for node in &list {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let real = node
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(REAL_NODE_LABEL))
-            .is_some_and(|v| v == "true");
-        ensure!(real, "Node {name} is not a real node");
-        names.push(name);
-    }
-    ensure!(
-        names.len() == REAL_NODES,
-        "{REAL_NODES} real nodes expected, found {names:?}"
-    );
-    names.sort();
-    Ok(names)
-}
-
-/// Waits for the namespace's `default` ServiceAccount: with the admission plugin on, a Pod is refused
-/// until kube-controller-manager has made it.
-async fn wait_default_service_account(ns: &TestNamespace) -> anyhow::Result<()> {
-    let api: Api<ServiceAccount> = ns.api();
-    eventually("the default ServiceAccount", TIMEOUT, || async {
-        Ok(api.get_opt("default").await?.map(|_| ()))
-    })
-    .await
-}
 
 /// A busybox Pod named `name` that sleeps on `node`, on the host network when `host_network`.
 fn sleeper(name: &str, node: &str, host_network: bool) -> Value {
@@ -293,35 +240,6 @@ async fn leading_replicas(bed: &TestBed, pods: &[String]) -> anyhow::Result<Vec<
         }
     }
     Ok(leading)
-}
-
-/// The chart's Pods, their logs and events: why an installed lane failed.
-async fn system_diagnostics(bed: &TestBed) -> String {
-    let mut out = String::new();
-    for args in [
-        vec![
-            "get",
-            "pods,daemonsets,deployments,leases,endpointslices",
-            "-o",
-            "wide",
-        ],
-        vec!["describe", "pods"],
-        vec!["get", "events", "--sort-by=.lastTimestamp"],
-        vec!["logs", "--prefix", "--tail=40", "-l", MANAGER_SELECTOR],
-        vec!["logs", "--prefix", "--tail=40", "-l", DAEMON_SELECTOR],
-    ] {
-        let mut all = vec!["-n", SYSTEM];
-        all.extend(args.iter().copied());
-        let text = bed
-            .plane
-            .kubectl(&all)
-            .await
-            .unwrap_or_else(|error| format!("{error:#}"));
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(60)..].join("\n");
-        out.push_str(&format!("----- kubectl {} -----\n{tail}\n", all.join(" ")));
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

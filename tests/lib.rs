@@ -20,6 +20,7 @@ pub const V1_9_UNITEDDEPLOYMENT: &str =
 pub mod broadcastjob_kit;
 pub mod chart_kit;
 pub mod cloneset_kit;
+pub mod installed_kit;
 pub mod real_node_kit;
 pub mod sidecarset_kit;
 pub mod statefulset_kit;

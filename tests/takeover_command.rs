@@ -26,23 +26,21 @@
 //! CRD and object of OpenKruise's groups by UID, every Pod and ControllerRevision of Kruise workloads by
 //! UID and resourceVersion).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::ensure;
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_e2e::V1_9_UNITEDDEPLOYMENT;
 use kruise_e2e::takeover_kit::{
-    FIXTURE_NS, Run, clean_result, fixture_controllers, kubectl_kruise, last_json,
+    FIXTURE_NS, Kept, Run, clean_result, fixture_controllers, kubectl_kruise, last_json,
     load_openkruise_objects, migrate_storage, preflight_report, wait_reconciled,
 };
 use kruise_testkit::manager::NAMESPACE as KRUISE_NS;
 use kruise_testkit::manager::{Manager, ManagerOptions};
 use kruise_testkit::{TestBed, eventually, helm, testbed_with, until};
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 const CHART: &str = "tests/fixtures/openkruise-chart";
@@ -93,146 +91,6 @@ async fn takeover_release(bed: &TestBed, args: &[&str]) -> anyhow::Result<Run> {
     let mut all = vec!["--helm-release", RELEASE, "--helm-namespace", HELM_NS];
     all.extend_from_slice(args);
     takeover(bed, &all).await
-}
-
-/// Every CRD and object of OpenKruise's groups by UID; every Pod and ControllerRevision of Kruise
-/// workloads by UID and resourceVersion. Objects are read in the version OpenKruise stores them in
-/// (`versions`, filled in from the CRDs of the first call), which needs no conversion webhook.
-async fn snapshot(
-    client: &Client,
-    versions: &mut BTreeMap<String, String>,
-) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut state = BTreeMap::new();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crds.list(&ListParams::default()).await? {
-        let spec = &crd.spec;
-        if spec.group != "apps.kruise.io" && spec.group != "policy.kruise.io" {
-            continue;
-        }
-        state.insert(
-            format!("crd {}", crd.name_any()),
-            crd.uid().unwrap_or_default(),
-        );
-        let storage = spec
-            .versions
-            .iter()
-            .find(|v| v.storage)
-            .map(|v| v.name.clone())
-            .unwrap_or_default();
-        let version = versions.entry(crd.name_any()).or_insert(storage).clone();
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(&spec.group, &version, &spec.names.kind),
-            &spec.names.plural,
-        );
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        for object in api.list(&ListParams::default()).await? {
-            state.insert(
-                format!(
-                    "{} {}/{}",
-                    spec.names.kind,
-                    object.namespace().unwrap_or_default(),
-                    object.name_any()
-                ),
-                object.uid().unwrap_or_default(),
-            );
-        }
-    }
-    let kruise_owned =
-        |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
-            refs.iter()
-                .flatten()
-                .any(|o| o.api_version.starts_with("apps.kruise.io/"))
-        };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for mut pod in pods.list(&ListParams::default()).await? {
-        // kruise-rs labels the Pods a budget guards `policy.kruise.io/guarded` (once, so that the
-        // budget holds while the manager is down): the one write to a Pod a takeover makes. Every
-        // other field is compared.
-        if let Some(labels) = pod.metadata.labels.as_mut() {
-            labels.remove("policy.kruise.io/guarded");
-        }
-        let kept = serde_json::json!({
-            "labels": pod.metadata.labels,
-            "annotations": pod.metadata.annotations,
-            "ownerReferences": pod.metadata.owner_references,
-            "spec": pod.spec,
-            "status": pod.status,
-        });
-        state.insert(
-            format!("Pod {NS}/{}", pod.name_any()),
-            format!("{} {kept}", pod.uid().unwrap_or_default()),
-        );
-    }
-    let revisions: Api<ControllerRevision> = Api::all(client.clone());
-    for revision in revisions.list(&ListParams::default()).await? {
-        if kruise_owned(&revision.metadata.owner_references) {
-            state.insert(
-                format!(
-                    "ControllerRevision {}/{}",
-                    revision.namespace().unwrap_or_default(),
-                    revision.name_any()
-                ),
-                format!(
-                    "{} {}",
-                    revision.uid().unwrap_or_default(),
-                    revision.resource_version().unwrap_or_default()
-                ),
-            );
-        }
-    }
-    Ok(state)
-}
-
-/// What differs between two snapshots: (written, deleted, added).
-fn differences(
-    before: &BTreeMap<String, String>,
-    after: &BTreeMap<String, String>,
-) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let mut written = Vec::new();
-    let mut deleted = Vec::new();
-    for (key, value) in before {
-        match after.get(key) {
-            Some(v) if v == value => {}
-            Some(v) if v.split(' ').next() == value.split(' ').next() => written.push(key.clone()),
-            _ => deleted.push(key.clone()),
-        }
-    }
-    // The manager keeps one NodePodProbe and NodeImage per Node (as OpenKruise's does): new ones are
-    // not a change to what was there.
-    let per_node = |k: &str| k.starts_with("NodePodProbe ") || k.starts_with("NodeImage ");
-    let added = after
-        .keys()
-        .filter(|k| !before.contains_key(*k) && !per_node(k))
-        .cloned()
-        .collect();
-    (written, deleted, added)
-}
-
-async fn ensure_unchanged(
-    client: &Client,
-    stage: &str,
-    (before, versions): &mut (BTreeMap<String, String>, BTreeMap<String, String>),
-) -> anyhow::Result<()> {
-    let after = snapshot(client, versions).await?;
-    let before = &*before;
-    let (written, deleted, added) = differences(before, &after);
-    let count = |prefix: &str| before.keys().filter(|k| k.starts_with(prefix)).count();
-    eprintln!(
-        "{stage}: kept {} of {} (CRDs {}, Pods {}, ControllerRevisions {}); written {}, deleted {}, added {}",
-        before.len() - written.len() - deleted.len(),
-        before.len(),
-        count("crd "),
-        count("Pod "),
-        count("ControllerRevision "),
-        written.len(),
-        deleted.len(),
-        added.len()
-    );
-    ensure!(
-        written.is_empty() && deleted.is_empty() && added.is_empty(),
-        "{stage}: written {written:?}, deleted {deleted:?}, added {added:?}"
-    );
-    Ok(())
 }
 
 /// A PodUnavailableBudget as OpenKruise left it.
@@ -485,8 +343,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         Ok((running_managers().await? == 1).then_some(()))
     })
     .await?;
-    let mut versions = BTreeMap::new();
-    let mut before = (snapshot(&client, &mut versions).await?, versions);
+    let mut before = Kept::record(&client, NS).await?;
     eprintln!("{:?}: objects loaded", started.elapsed());
     let record = bed
         .plane
@@ -531,12 +388,9 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         cloneset_versions == ["v1alpha1", "v1beta1"],
         "CloneSet CRD {cloneset_versions:?}"
     );
-    ensure_unchanged(
-        &client,
-        "takeover from Helm, crds.managed=true",
-        &mut before,
-    )
-    .await?;
+    before
+        .ensure_unchanged(&client, "takeover from Helm, crds.managed=true")
+        .await?;
 
     eprintln!("{:?}: taken over from Helm", started.elapsed());
     // kruise-rs's chart next to the kept Namespace, and its manager (the test bed's process).
@@ -560,7 +414,9 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     wait_reconciled(manager.ports.metrics, &fixture_controllers(true), TIMEOUT).await?;
     tokio::time::sleep(HOLD).await;
     verify(bed, &record, "with kruise-manager running").await?;
-    ensure_unchanged(&client, "kruise-manager running", &mut before).await?;
+    before
+        .ensure_unchanged(&client, "kruise-manager running")
+        .await?;
 
     eprintln!("{:?}: kruise-manager ran", started.elapsed());
     // 2. The way back. While kruise-rs still converts: CloneSets and UnitedDeployments stored in
@@ -571,7 +427,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     replace_openkruise_crds(bed).await?;
     install_openkruise(bed, &chart, "crds.managed=false")?;
     verify(bed, &record, "after the way back").await?;
-    ensure_unchanged(&client, "the way back", &mut before).await?;
+    before.ensure_unchanged(&client, "the way back").await?;
 
     eprintln!("{:?}: back to OpenKruise", started.elapsed());
     // 3. From the crds.managed=false release, kruise-rs's CRDs read from its chart this time.
@@ -603,12 +459,9 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
         !released(bed, RELEASE).await?,
         "the OpenKruise release is still installed"
     );
-    ensure_unchanged(
-        &client,
-        "takeover from Helm, crds.managed=false",
-        &mut before,
-    )
-    .await?;
+    before
+        .ensure_unchanged(&client, "takeover from Helm, crds.managed=false")
+        .await?;
 
     eprintln!(
         "{:?}: taken over from crds.managed=false",
@@ -645,7 +498,7 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
     // from here on like the rest.
     bed.plane.kubectl_apply(NS, V1_9_UNITEDDEPLOYMENT).await?;
     let written = v1alpha1_ud(bed, "v19-ud").await?;
-    before.0.insert(
+    before.keep(
         format!("UnitedDeployment {NS}/v19-ud"),
         written["metadata"]["uid"]
             .as_str()
@@ -705,7 +558,9 @@ async fn takeover_from_helm_and_plain_installs_and_back() -> anyhow::Result<()> 
             .is_none(),
         "OpenKruise's manager Deployment is still there"
     );
-    ensure_unchanged(&client, "takeover from plain manifests", &mut before).await?;
+    before
+        .ensure_unchanged(&client, "takeover from plain manifests")
+        .await?;
 
     // The v1.9 UnitedDeployment survived the switch: its CloneSet template reads back through v1alpha1
     // as written. Then kruise-manager creates its subsets with the template's settings, the partition

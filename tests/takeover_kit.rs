@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, ensure};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kruise_testkit::eventually;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
@@ -414,4 +416,179 @@ pub async fn wait_reconciled(
         Ok(Some(()))
     })
     .await
+}
+
+/// Every CRD and object of OpenKruise's groups by UID; every Pod and ControllerRevision of Kruise
+/// workloads by UID and resourceVersion. Objects are read in the version OpenKruise stores them in
+/// (`versions`, filled in from the CRDs of the first call), which needs no conversion webhook.
+async fn snapshot(
+    client: &Client,
+    namespace: &str,
+    versions: &mut BTreeMap<String, String>,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut state = BTreeMap::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds.list(&ListParams::default()).await? {
+        let spec = &crd.spec;
+        if spec.group != "apps.kruise.io" && spec.group != "policy.kruise.io" {
+            continue;
+        }
+        state.insert(
+            format!("crd {}", crd.name_any()),
+            crd.uid().unwrap_or_default(),
+        );
+        let storage = spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .map(|v| v.name.clone())
+            .unwrap_or_default();
+        let version = versions.entry(crd.name_any()).or_insert(storage).clone();
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&spec.group, &version, &spec.names.kind),
+            &spec.names.plural,
+        );
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for object in api.list(&ListParams::default()).await? {
+            state.insert(
+                format!(
+                    "{} {}/{}",
+                    spec.names.kind,
+                    object.namespace().unwrap_or_default(),
+                    object.name_any()
+                ),
+                object.uid().unwrap_or_default(),
+            );
+        }
+    }
+    let kruise_owned =
+        |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.iter()
+                .flatten()
+                .any(|o| o.api_version.starts_with("apps.kruise.io/"))
+        };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for mut pod in pods.list(&ListParams::default()).await? {
+        // kruise-rs labels the Pods a budget guards `policy.kruise.io/guarded` (once, so that the
+        // budget holds while the manager is down): the one write to a Pod a takeover makes. Every
+        // other field is compared.
+        if let Some(labels) = pod.metadata.labels.as_mut() {
+            labels.remove("policy.kruise.io/guarded");
+        }
+        let kept = serde_json::json!({
+            "labels": pod.metadata.labels,
+            "annotations": pod.metadata.annotations,
+            "ownerReferences": pod.metadata.owner_references,
+            "spec": pod.spec,
+            "status": pod.status,
+        });
+        state.insert(
+            format!("Pod {namespace}/{}", pod.name_any()),
+            format!("{} {kept}", pod.uid().unwrap_or_default()),
+        );
+    }
+    let revisions: Api<ControllerRevision> = Api::all(client.clone());
+    for revision in revisions.list(&ListParams::default()).await? {
+        if kruise_owned(&revision.metadata.owner_references) {
+            state.insert(
+                format!(
+                    "ControllerRevision {}/{}",
+                    revision.namespace().unwrap_or_default(),
+                    revision.name_any()
+                ),
+                format!(
+                    "{} {}",
+                    revision.uid().unwrap_or_default(),
+                    revision.resource_version().unwrap_or_default()
+                ),
+            );
+        }
+    }
+    Ok(state)
+}
+
+/// What differs between two snapshots: (written, deleted, added).
+fn differences(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let mut written = Vec::new();
+    let mut deleted = Vec::new();
+    for (key, value) in before {
+        match after.get(key) {
+            Some(v) if v == value => {}
+            Some(v) if v.split(' ').next() == value.split(' ').next() => written.push(key.clone()),
+            _ => deleted.push(key.clone()),
+        }
+    }
+    // The manager keeps one NodePodProbe and NodeImage per Node (as OpenKruise's does): new ones are
+    // not a change to what was there.
+    let per_node = |k: &str| k.starts_with("NodePodProbe ") || k.starts_with("NodeImage ");
+    let added = after
+        .keys()
+        .filter(|k| !before.contains_key(*k) && !per_node(k))
+        .cloned()
+        .collect();
+    (written, deleted, added)
+}
+
+/// What a takeover must keep: recorded once, compared at every stage after.
+pub struct Kept {
+    namespace: String,
+    state: BTreeMap<String, String>,
+    /// The version each CRD's objects are read in: the one stored when recorded.
+    versions: BTreeMap<String, String>,
+}
+
+impl Kept {
+    /// Every CRD and object of OpenKruise's groups, every Pod of `namespace` and every
+    /// ControllerRevision of Kruise workloads, as they are now.
+    pub async fn record(client: &Client, namespace: &str) -> anyhow::Result<Self> {
+        let mut versions = BTreeMap::new();
+        let state = snapshot(client, namespace, &mut versions).await?;
+        Ok(Self {
+            namespace: namespace.to_string(),
+            state,
+            versions,
+        })
+    }
+
+    /// Records one more object (`"<Kind> <namespace>/<name>"` → its UID) created after [`Kept::record`].
+    pub fn keep(&mut self, key: String, uid: String) {
+        self.state.insert(key, uid);
+    }
+
+    /// How many objects were recorded.
+    pub fn len(&self) -> usize {
+        self.state.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.state.is_empty()
+    }
+
+    /// Fails, naming them, if any object recorded was written or deleted or any was added since.
+    pub async fn ensure_unchanged(&mut self, client: &Client, stage: &str) -> anyhow::Result<()> {
+        let after = snapshot(client, &self.namespace, &mut self.versions).await?;
+        let before = &self.state;
+        let (written, deleted, added) = differences(before, &after);
+        let count = |prefix: &str| before.keys().filter(|k| k.starts_with(prefix)).count();
+        eprintln!(
+            "{stage}: kept {} of {} (CRDs {}, Pods {}, ControllerRevisions {}); written {}, deleted {}, added {}",
+            before.len() - written.len() - deleted.len(),
+            before.len(),
+            count("crd "),
+            count("Pod "),
+            count("ControllerRevision "),
+            written.len(),
+            deleted.len(),
+            added.len()
+        );
+        ensure!(
+            written.is_empty() && deleted.is_empty() && added.is_empty(),
+            "{stage}: written {written:?}, deleted {deleted:?}, added {added:?}"
+        );
+        Ok(())
+    }
 }

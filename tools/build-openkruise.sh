@@ -7,6 +7,10 @@
 #                        the webhook server listens on 127.0.0.1 instead of every interface (this test
 #                        bed listens on loopback only)
 #   bin/kruise-daemon    `go build ./cmd/daemon`, CGO off, unchanged
+#   image/manager        the tag's kruise-manager with no change at all (its webhook on every interface,
+#   image/kruise-daemon  as in a Pod) and kruise-daemon: the two files of upstream's image (its Dockerfile
+#                        copies them to /manager and /kruise-daemon), which the takeover lane
+#                        (`make test-takeover`) puts into an image and runs from OpenKruise's own chart
 #   crd/                 upstream's CRDs (config/crd/bases)
 #   webhook.yaml         upstream's webhook configurations as its kustomization names them
 #                        (kruise-*-webhook-configuration, Service kruise-system/kruise-webhook-service);
@@ -35,6 +39,7 @@ tree_digest() {
 }
 
 if [[ -x "$out/bin/kruise-manager" && -x "$out/bin/kruise-daemon" && -f "$out/webhook.yaml" &&
+      -x "$out/image/manager" && -x "$out/image/kruise-daemon" &&
       -d "$out/crd" && "$(cat "$out/SOURCE" 2>/dev/null)" == "$TAG_TREE_DIGEST" ]]; then
   echo "openkruise: $VERSION in $out"
   exit 0
@@ -75,15 +80,19 @@ echo "openkruise: building kruise-manager and kruise-daemon $VERSION (tag source
 next="$out.next"
 rm -rf "$next"
 src="$next/src"
-mkdir -p "$next/bin" "$next/crd"
+mkdir -p "$next/bin" "$next/crd" "$next/image"
 cp -r "$module_dir" "$src"
 chmod -R u+w "$src"
+
+# The image's manager first, from the source as it is.
+(cd "$src" && go build -o "$next/image/manager" .)
 
 listen='Host:    "0.0.0.0",'
 grep -qF "$listen" "$src/main.go" || { echo "openkruise: main.go no longer sets $listen" >&2; exit 1; }
 sed -i "s/Host:    \"0.0.0.0\",/Host:    \"127.0.0.1\",/" "$src/main.go"
 
 (cd "$src" && go build -o "$next/bin/kruise-manager" . && go build -o "$next/bin/kruise-daemon" ./cmd/daemon)
+cp "$next/bin/kruise-daemon" "$next/image/kruise-daemon"
 
 cp "$src"/config/crd/bases/*.yaml "$next/crd/"
 sed -e 's/^  name: mutating-webhook-configuration$/  name: kruise-mutating-webhook-configuration/' \

@@ -390,14 +390,20 @@ pub fn compare(before: &State, after: &State) -> Comparison {
     }
 }
 
-/// `status` as compared: without its `conditions` (kruise-rs adds its rollout-health conditions) and
-/// without zero values (0, false, "", empty lists and maps), at any depth: Go's `omitempty` leaves out
-/// a zero that kruise-rs may write, and both read the same.
+/// Status fields left out of the comparison, at any depth: `conditions` (kruise-rs adds its
+/// rollout-health conditions) and `lastProbeTime` (a NodePodProbe's heartbeat: a node agent that
+/// starts, OpenKruise's after an upgrade as kruise-rs's after a takeover, writes its first result of
+/// each probe with a new time even when the state is the same, and again every ten minutes).
+const UNCOMPARED_STATUS_FIELDS: [&str; 2] = ["conditions", "lastProbeTime"];
+
+/// `status` as compared: without [`UNCOMPARED_STATUS_FIELDS`] and without zero values (0, false, "",
+/// empty lists and maps), at any depth: Go's `omitempty` leaves out a zero that kruise-rs may write,
+/// and both read the same.
 fn comparable_status(status: Value) -> Value {
     match status {
         Value::Object(map) => Value::Object(
             map.into_iter()
-                .filter(|(k, _)| k != "conditions")
+                .filter(|(k, _)| !UNCOMPARED_STATUS_FIELDS.contains(&k.as_str()))
                 .map(|(k, v)| (k, comparable_status(v)))
                 .filter(|(_, v)| !is_zero(v))
                 .collect(),
@@ -1453,7 +1459,7 @@ mod tests {
     }
 
     #[test]
-    fn statuses_compare_without_conditions_and_zeros() {
+    fn statuses_compare_without_conditions_probe_times_and_zeros() {
         let cases = [
             (
                 json!({"replicas": 2, "conditions": [{"type": "Available"}],
@@ -1464,6 +1470,13 @@ mod tests {
                 json!({"collisionCount": 0, "numberReady": 3, "paused": false, "labelSelector": "",
                     "updateRevision": "r1", "extra": {"a": 0}, "list": []}),
                 json!({"numberReady": 3, "updateRevision": "r1"}),
+            ),
+            (
+                json!({"podProbeStatuses": [{"name": "p", "probeStates": [{"name": "ppm#healthy",
+                    "state": "Succeeded", "lastProbeTime": "2026-11-30T16:48:05Z",
+                    "lastTransitionTime": "2026-11-30T16:47:25Z"}]}]}),
+                json!({"podProbeStatuses": [{"name": "p", "probeStates": [{"name": "ppm#healthy",
+                    "state": "Succeeded", "lastTransitionTime": "2026-11-30T16:47:25Z"}]}]}),
             ),
             (Value::Null, Value::Null),
         ];

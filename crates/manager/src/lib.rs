@@ -263,7 +263,7 @@ pub struct Args {
     pub enable_pprof: Option<bool>,
     /// OpenKruise's list of workload kinds whose WorkloadSpread status is kept per version. v1.9.0
     /// reads only the flag's default (`deployment,replicaset`); kruise-rs keeps Deployments' and
-    /// ReplicaSets' per version, and CloneSets' per revision too. Accepted; a value other than the
+    /// ReplicaSets' per version, as OpenKruise v1.9.0 does. Accepted; a value other than the
     /// default is reported as having no effect.
     #[arg(long)]
     pub ws_enabled_versioned_status: Option<String>,
@@ -375,7 +375,7 @@ impl Args {
             named.dedup();
             if named != ["deployment", "replicaset"] && named != ["deployment"] {
                 lines.push(format!(
-                    "--ws-enabled-versioned-status={kinds} has no effect: kruise-rs keeps WorkloadSpread status per version for Deployments and ReplicaSets, and per revision for CloneSets (OpenKruise v1.9.0 reads only the flag's default)"
+                    "--ws-enabled-versioned-status={kinds} has no effect: kruise-rs keeps WorkloadSpread status per version for Deployments and ReplicaSets only, as OpenKruise v1.9.0 does (it reads only the flag's default)"
                 ));
             }
         }

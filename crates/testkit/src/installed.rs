@@ -52,10 +52,29 @@ pub async fn install(
     nodes: usize,
     timeout: Duration,
 ) -> anyhow::Result<Installed> {
+    install_chart(plane, RELEASE, CHART, &[], images, nodes, timeout).await
+}
+
+/// `helm install <release> <chart>` with `set` (`--set` values, none for the defaults), then the same
+/// wait as [`install`] for the manager's and the daemon's Pods of a chart laid out as OpenKruise's (its
+/// labels, namespace and two manager replicas: kruise-rs's chart and OpenKruise's own).
+pub async fn install_chart(
+    plane: &ControlPlane,
+    release: &str,
+    chart: &str,
+    set: &[&str],
+    images: [Pushed; 2],
+    nodes: usize,
+    timeout: Duration,
+) -> anyhow::Result<Installed> {
     let [manager_image, daemon_image] = images;
     let started = Instant::now();
-    tokio::task::block_in_place(|| helm(plane, &["install", RELEASE, CHART]))
-        .context("helm install of the chart with its default values")?;
+    let mut args = vec!["install", release, chart];
+    for value in set {
+        args.extend(["--set", value]);
+    }
+    tokio::task::block_in_place(|| helm(plane, &args))
+        .with_context(|| format!("helm install {release} {chart} {set:?}"))?;
     let client = plane.client().await?;
     let managers = wait_ready(
         &client,

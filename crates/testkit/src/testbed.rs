@@ -279,6 +279,21 @@ impl TestBed {
         )
     }
 
+    /// Pushes OpenKruise v1.9.0's image, built from `make openkruise`'s output in `dir`, to the real
+    /// nodes' registry under its chart's default name (see [`crate::realnode::openkruise_image`]);
+    /// blocking.
+    pub fn push_openkruise_image(
+        &self,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<crate::realnode::kruise_images::Pushed> {
+        let real = self
+            .real
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the real nodes' lock is poisoned"))?;
+        let real = real.as_ref().context("the test bed has no real nodes")?;
+        crate::realnode::openkruise_image::push(&real.registry, dir)
+    }
+
     /// One kruise-daemon per real node (started on first call, each on its node's containerd socket),
     /// ready when this returns. Panics with their logs if they cannot start.
     pub fn daemons(&'static self) -> &'static [crate::daemon::Daemon] {

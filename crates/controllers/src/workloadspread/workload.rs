@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use kruise_api::workloadspread::{TargetReference, VERSION_IGNORED, WorkloadSpread, group_of};
-use kruise_core::workloadspread::{LABEL_POD_TEMPLATE_HASH, short_hash, versioned_kind};
+use kruise_core::workloadspread::{LABEL_POD_TEMPLATE_HASH, versioned_kind};
 use kube::api::{ApiResource, ListParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};
@@ -197,8 +197,7 @@ async fn replica_sets_of(
         .collect())
 }
 
-/// The workload's latest version, the one its new Pods get: a CloneSet's update revision (short
-/// hash), once its controller has seen its latest generation; a Deployment's ReplicaSet whose
+/// The workload's latest version, the one its new Pods get: a Deployment's ReplicaSet whose
 /// template is the Deployment's; a ReplicaSet's own hash. [`VERSION_IGNORED`] for kinds not
 /// counted per version. `None` while it is not known yet.
 pub async fn latest_version(
@@ -211,22 +210,6 @@ pub async fn latest_version(
         return Ok(Some(VERSION_IGNORED.into()));
     }
     match target.kind.as_str() {
-        "CloneSet" => {
-            let generation = object.metadata.generation.unwrap_or_default();
-            let observed = object
-                .data
-                .pointer("/status/observedGeneration")
-                .and_then(Value::as_i64)
-                .unwrap_or_default();
-            if generation > observed {
-                return Ok(None);
-            }
-            Ok(object
-                .data
-                .pointer("/status/updateRevision")
-                .and_then(Value::as_str)
-                .map(|r| short_hash(r).to_string()))
-        }
         "ReplicaSet" => Ok(object.labels().get(LABEL_POD_TEMPLATE_HASH).cloned()),
         "Deployment" => {
             // Both sides through the typed template, so that their JSON is written alike.

@@ -44,8 +44,10 @@ pub const DELETE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Deletion cost unit: subset `i` of `n` gets `100 × (n − i)` for the Pods within its
 /// `maxReplicas`, and `−100 × (i + 1)` for those beyond it.
 pub const COST_UNIT: i32 = 100;
-/// Workload kinds (lowercase) whose Pods are counted per version.
-pub const VERSIONED_KINDS: &[&str] = &["deployment", "replicaset", "cloneset"];
+/// Workload kinds (lowercase) whose Pods are counted per version: OpenKruise v1.9.0's
+/// `--ws-enabled-versioned-status` default, the only value it applies (it reads the flag before
+/// parsing it). A CloneSet's Pods are counted under `versionIgnored`, as there.
+pub const VERSIONED_KINDS: &[&str] = &["deployment", "replicaset"];
 /// The label Deployments put on their ReplicaSets and Pods.
 pub const LABEL_POD_TEMPLATE_HASH: &str = "pod-template-hash";
 pub const LABEL_CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";

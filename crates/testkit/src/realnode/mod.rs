@@ -21,6 +21,7 @@ pub mod kruise_images;
 pub mod kube_proxy;
 pub mod mountns;
 pub mod net;
+pub mod openkruise_image;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
