@@ -34,7 +34,7 @@ test-install: control-plane helm real-node image
 ## chart: nothing lost, no Pod written, kruise-rs's Pods serving. `make test` skips it (ignored there).
 test-takeover: control-plane helm real-node openkruise
 	$(CARGO) build --workspace --bins
-	$(CARGO) test -p kruise-e2e --test installed_takeover -- --ignored --nocapture
+	$(CARGO) test -p kruise-e2e --test installed -- --ignored --nocapture
 
 ## fuzz: a long fuzzing run (proptest) of every webhook handler, /convert and the expression and quantity
 ## parsers; `make test` runs the same properties with few cases. Prints the cases and executions.

@@ -24,6 +24,10 @@
 
 use std::time::Duration;
 
+/// The takeover lane: OpenKruise from its own chart and image, then `kubectl kruise takeover`; ignored
+/// here (it needs `make openkruise`), run by `make test-takeover` on this binary's bed.
+mod installed_takeover;
+
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::installed_kit::{

@@ -20,8 +20,9 @@
 //!    after a while, `takeover --verify` clean; then the kruise-rs Pods serve: the CloneSet updated in
 //!    place (same Pods, one more restart each) and a new Pod injected by the SidecarSet.
 //!
-//! OpenKruise's build takes about ten minutes on 2 cores, beside `make test`'s budget: the test is
-//! ignored there and run by `make test-takeover` (which builds it first).
+//! A module of the installed lane's binary (`tests/installed.rs`), whose bed it uses. OpenKruise's build
+//! takes about ten minutes on 2 cores, beyond `make test`'s budget: the test is ignored there and run
+//! by `make test-takeover` (which builds it first: `--test installed -- --ignored`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -585,9 +585,22 @@ impl Kept {
             deleted.len(),
             added.len()
         );
+        let contents: Vec<String> = written
+            .iter()
+            .map(|key| {
+                let show =
+                    |state: &BTreeMap<String, String>| state.get(key).cloned().unwrap_or_default();
+                format!(
+                    "{key}\n  before {}\n  after  {}",
+                    show(before),
+                    show(&after)
+                )
+            })
+            .collect();
         ensure!(
             written.is_empty() && deleted.is_empty() && added.is_empty(),
-            "{stage}: written {written:?}, deleted {deleted:?}, added {added:?}"
+            "{stage}: written {written:?}, deleted {deleted:?}, added {added:?}\n{}",
+            contents.join("\n")
         );
         Ok(())
     }

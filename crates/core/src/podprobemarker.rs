@@ -582,6 +582,33 @@ pub fn result_is_news(
     })
 }
 
+/// The state the NodePodProbe's status reports for probe `probe` (`<marker>#<probe>`) of the Pod
+/// `pod_uid`; `None` when it reports none (or an empty one).
+pub fn reported_state<'a>(
+    status: Option<&'a NodePodProbeStatus>,
+    pod_uid: &str,
+    probe: &str,
+) -> Option<&'a str> {
+    status?
+        .pod_probe_statuses
+        .iter()
+        .filter(|s| s.uid == pod_uid)
+        .flat_map(|s| &s.probe_states)
+        .find(|s| s.name == probe && !s.state.is_empty())
+        .map(|s| s.state.as_str())
+}
+
+/// Whether a probe worker reports `Unknown` when it sees a container it has not probed yet
+/// (upstream's worker does, on every container ID it has not seen). Not on a worker's first sight of
+/// a container whose state the status already reports: the node agent restarted, or took over from
+/// another one (an upgrade, a takeover), and the container is the one that state is about. An
+/// `Unknown` there would flip the Pod's condition and markers away and back for nothing; the state
+/// stands until the worker's first result. A container seen replaced, or one never reported, starts
+/// `Unknown`.
+pub fn reports_unknown_on_new_container(first_sight: bool, reported: Option<&str>) -> bool {
+    !first_sight || reported.is_none()
+}
+
 /// The NodePodProbe status from the current one and the daemon's latest results: states of probes the
 /// spec no longer lists are dropped; each result sets its probe's state, message and
 /// `lastProbeTime`, and `lastTransitionTime` (to `now`) when the state changes.

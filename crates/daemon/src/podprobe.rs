@@ -8,8 +8,9 @@
 //! the Pod's IP (a TCP connection succeeds), `httpGet` by a GET to the Pod's IP (a status in
 //! 200..400 succeeds; HTTPS without certificate verification, as the kubelet's prober), each within
 //! `timeoutSeconds` (at least 1). A result is reported once seen `successThreshold` /
-//! `failureThreshold` times in a row; a new container starts as `Unknown`, a stopped one is
-//! `Failed`. The status is written when a result changes (and at least every 10 minutes per probe),
+//! `failureThreshold` times in a row; a new container starts as `Unknown` (not one whose state the
+//! status already reports when this worker first sees it: a restarted daemon keeps that state until
+//! its first result), a stopped one is `Failed`. The status is written when a result changes (and at least every 10 minutes per probe),
 //! with an Event (`KruiseProbeSucceeded`, `KruiseProbeFailed`) on the Pod.
 
 use std::collections::{BTreeMap, HashMap};
@@ -284,9 +285,15 @@ impl Prober {
             return;
         };
         if state.container_id.as_deref() != Some(container.id.as_str()) {
+            let first_sight = state.container_id.is_none();
             state.container_id = Some(container.id.clone());
             state.run = ProbeRun::default();
-            self.set_result(key, ppm::PROBE_UNKNOWN, "");
+            if decide::reports_unknown_on_new_container(
+                first_sight,
+                self.reported_state(key).as_deref(),
+            ) {
+                self.set_result(key, ppm::PROBE_UNKNOWN, "");
+            }
         }
         let Some(started_at) = container.started_at.filter(|_| !container.exited) else {
             self.set_result(
@@ -368,6 +375,12 @@ impl Prober {
 
     /// Stores a result; a new one (state or message changed, or refreshed after 10 minutes) wakes
     /// the status writer and is recorded as an Event on the Pod.
+    /// The state this node's NodePodProbe status reports for `key` (the watch's copy).
+    fn reported_state(&self, key: &ProbeKey) -> Option<String> {
+        let npp = self.store.get(&ObjectRef::new(&self.node))?;
+        decide::reported_state(npp.status.as_ref(), &key.uid, &key.probe).map(str::to_owned)
+    }
+
     fn set_result(&self, key: &ProbeKey, state: &str, message: &str) {
         let now = Timestamp::now();
         {

@@ -873,3 +873,35 @@ fn enhanced_liveness_moves_the_probes_of_kruise_pods_that_ask() {
         }
     }
 }
+
+#[test]
+fn a_restarted_agent_keeps_the_reported_state_until_its_first_result() {
+    let status: NodePodProbeStatus = serde_json::from_value(serde_json::json!({
+        "podProbeStatuses": [
+            {"name": "a", "namespace": "ns", "uid": "u1",
+             "probeStates": [{"name": "ppm#healthy", "state": "Succeeded"}, {"name": "ppm#empty", "state": ""}]},
+        ]
+    }))
+    .expect("status");
+    assert_eq!(
+        reported_state(Some(&status), "u1", "ppm#healthy"),
+        Some("Succeeded")
+    );
+    assert_eq!(reported_state(Some(&status), "u1", "ppm#empty"), None);
+    assert_eq!(reported_state(Some(&status), "u2", "ppm#healthy"), None);
+    assert_eq!(reported_state(None, "u1", "ppm#healthy"), None);
+    // (first sight of the container by this worker, state reported) → Unknown reported
+    for (first_sight, reported, unknown) in [
+        (true, Some("Succeeded"), false),
+        (true, Some("Failed"), false),
+        (true, None, true),
+        (false, Some("Succeeded"), true),
+        (false, None, true),
+    ] {
+        assert_eq!(
+            reports_unknown_on_new_container(first_sight, reported),
+            unknown,
+            "{first_sight} {reported:?}"
+        );
+    }
+}

@@ -248,44 +248,50 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                 queue.waiting.drain(..n).collect()
             };
             self.batches.observe(batch.len() as f64);
-            let answers = self.commit(&key, &batch).await;
+            let mut batch = batch;
+            let answers = self.commit(&key, &mut batch).await;
             for (pending, answer) in batch.into_iter().zip(answers) {
                 let _ = pending.answer.send(answer);
             }
         }
     }
 
-    /// Decides and writes one batch; one answer per decision.
+    /// Decides and writes one batch; one answer per decision left in `batch`. A decision whose
+    /// caller gave up while the batch re-read after a conflict is taken out of `batch` before the
+    /// batch is decided again, so that no write records it (a write once sent stands).
     async fn commit(
         &self,
         key: &Key,
-        batch: &[Pending<D::Request, D::Outcome>],
+        batch: &mut Vec<Pending<D::Request, D::Outcome>>,
     ) -> Vec<Result<D::Outcome, CommitError>> {
-        let requests: Vec<&D::Request> = batch.iter().map(|p| &p.request).collect();
-        let all = |error: CommitError| requests.iter().map(|_| Err(error.clone())).collect();
-        let gone = || {
-            requests
-                .iter()
-                .map(|r| Ok(self.decide.gone(r)))
-                .collect::<Vec<_>>()
-        };
         let mut fresh = false;
         let mut writes = 0;
         loop {
             let base = if fresh { None } else { self.known(key) };
-            let base = match base {
-                Some(base) => base,
+            let read = match base {
+                Some(base) => Ok(Some(base)),
                 None => match self.source.read(key).await {
                     Ok(Some(read)) => {
                         fresh = true;
-                        Arc::new(read)
+                        Ok(Some(Arc::new(read)))
                     }
-                    Ok(None) => {
-                        self.ledger.gone(key);
-                        return gone();
-                    }
-                    Err(status) => return all(CommitError::Api(Box::new(status))),
+                    Ok(None) => Ok(None),
+                    Err(status) => Err(status),
                 },
+            };
+            batch.retain(|p| !p.answer.is_closed());
+            if batch.is_empty() {
+                return Vec::new();
+            }
+            let requests: Vec<&D::Request> = batch.iter().map(|p| &p.request).collect();
+            let all = |error: CommitError| requests.iter().map(|_| Err(error.clone())).collect();
+            let base = match read {
+                Ok(Some(base)) => base,
+                Ok(None) => {
+                    self.ledger.gone(key);
+                    return requests.iter().map(|r| Ok(self.decide.gone(r))).collect();
+                }
+                Err(status) => return all(CommitError::Api(Box::new(status))),
             };
             let mut next = (*base).clone();
             let decided = match self.decide.decide(&mut next, &requests, fresh).await {
@@ -331,7 +337,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                 }
                 Err(status) if status.code == 404 => {
                     self.ledger.gone(key);
-                    return gone();
+                    return requests.iter().map(|r| Ok(self.decide.gone(r))).collect();
                 }
                 Err(status) => return all(CommitError::Api(Box::new(status))),
             }

@@ -204,6 +204,36 @@ async fn a_decision_whose_caller_gave_up_takes_nothing() {
 }
 
 #[tokio::test]
+async fn a_caller_that_gives_up_during_a_conflicts_re_read_is_not_written() {
+    let store = FakeStore::new(Duration::from_millis(300));
+    store.put(&key(), slots(5), "u1");
+    let commit = GroupCommit::new(Slots, FakeSource::new(store.clone()));
+    // Another writer changes the object: the first write (on the cache's copy, 300 ms) gets a 409,
+    // and the re-read (another 300 ms after up to 30 of jitter) outlasts the caller's patience.
+    store.update(&key(), |_| {});
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(450),
+        commit.submit(key(), "late".into()),
+    )
+    .await;
+    assert!(gave_up.is_err(), "answered within 450 ms: {gave_up:?}");
+    let drained = async {
+        while commit.queues.lock().map(|q| !q.is_empty()).unwrap_or(false) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), drained)
+        .await
+        .expect("queue drained");
+    assert_eq!(
+        *store.writes.lock().expect("writes"),
+        (0, 1),
+        "one refused write, none made"
+    );
+    assert!(taken(&store.get(&key()).expect("stored")).is_empty());
+}
+
+#[tokio::test]
 async fn conflicts_past_the_attempts_answer_an_error() {
     struct Always;
     impl Source<ConfigMap> for Always {
