@@ -325,6 +325,14 @@ impl Args {
         self.webhook_read_your_writes_timeout.min(deadline * 2 / 5)
     }
 
+    /// How long a Pod admission's decision may take once its caches are read: the Pod webhook's
+    /// deadline less the longest wait for the caches ([`Args::read_your_writes_wait`]).
+    pub fn decision_deadline(&self) -> Duration {
+        let deadline =
+            Duration::from_secs(u64::try_from(self.pod_webhook_timeout_seconds).unwrap_or(5));
+        deadline.saturating_sub(self.read_your_writes_wait())
+    }
+
     /// The watch lifetimes, and the bound past which a watch is stale; the bound must outlast a
     /// healthy watch's longest silence, or healthy watches would be called stale.
     pub fn watch_timing(&self) -> anyhow::Result<(liveness::WatchTiming, Duration)> {
@@ -667,7 +675,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics.webhook.budget_batches.clone(),
     )
     .with_cache(process_caches.budgets.store().clone())
-    .with_refusal_events();
+    .with_refusal_events()
+    .with_deadline(args.decision_deadline());
     process_caches.update_budgets = gates
         .enabled(Gate::PodUnavailableBudgetUpdateGate)
         .then(|| disruptions.clone());
@@ -1491,6 +1500,10 @@ mod tests {
             "--pod-webhook-timeout-seconds=10",
         ]);
         assert_eq!(capped.read_your_writes_wait(), Duration::from_secs(4));
+        // The decision has the rest of the Pod webhook's deadline.
+        assert_eq!(default.decision_deadline(), Duration::from_secs(3));
+        assert_eq!(capped.decision_deadline(), Duration::from_secs(6));
+        assert_eq!(short.decision_deadline(), Duration::from_millis(4500));
     }
 
     #[test]

@@ -137,6 +137,9 @@ pub struct Disruptions {
     cache: Arc<OnceLock<Store<PodUnavailableBudget>>>,
     commit: Arc<Commit>,
     refusals: Option<Arc<Refusals>>,
+    /// How long a decision may wait for its batch before it is refused unrecorded (see
+    /// [`Disruptions::with_deadline`]); `None`: as long as the batches take.
+    deadline: Option<Duration>,
 }
 
 impl Disruptions {
@@ -162,7 +165,17 @@ impl Disruptions {
             cache,
             commit,
             refusals: None,
+            deadline: None,
         }
+    }
+
+    /// Refuses, recording nothing, a disruption not decided within `deadline` of its request (the
+    /// Pod webhook's share of the apiserver's deadline): past it the apiserver has given up on the
+    /// call, and a disruption recorded for nobody would hold one of the budget's units until it
+    /// expires.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Decides on the process's watch cache of budgets (the manager's `ProcessCaches`).
@@ -238,9 +251,11 @@ impl Disruptions {
         let refusal = if dry_run {
             dry_run_decision(&self.client, commit, &key, &disruption).await?
         } else {
-            match commit.submit(key, disruption).await {
+            let deadline = self.deadline.map(|d| tokio::time::Instant::now() + d);
+            match commit.submit_by(key, disruption, deadline).await {
                 Ok(answer) => answer,
-                Err(CommitError::Conflicts(_)) => Some(format!(
+                // Upstream's refusal when the budget cannot be updated in time.
+                Err(CommitError::Conflicts(_) | CommitError::Late) => Some(format!(
                     "Timeout: couldn't update PodUnavailableBudget {name} due to conflicts"
                 )),
                 Err(error) => return Err(error.into_kube()),

@@ -26,6 +26,7 @@ use kube::Resource;
 use kube::core::Status;
 use serde::Serialize;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::{Key, Ledger};
 
@@ -94,6 +95,9 @@ pub enum CommitError {
     /// The batch's task ended without answering (the runtime is shutting down).
     #[error("the decision was dropped unanswered")]
     Dropped,
+    /// The deadline its caller gave passed before the decision was made: nothing was recorded.
+    #[error("the decision was not made before its deadline")]
+    Late,
 }
 
 impl CommitError {
@@ -116,6 +120,25 @@ const BATCH_LIMIT: usize = 256;
 struct Pending<R, O> {
     request: R,
     answer: oneshot::Sender<Result<O, CommitError>>,
+    /// Past it the decision is answered [`CommitError::Late`] instead of being made.
+    deadline: Option<Instant>,
+}
+
+/// Takes out of `pending` the decisions nobody waits for any more (dropped), and those past their
+/// deadline (answered [`CommitError::Late`]), before a batch is decided on them: a write records
+/// only decisions someone will act on.
+fn settle<R, O>(pending: &mut Vec<Pending<R, O>>) {
+    let now = Instant::now();
+    for p in std::mem::take(pending) {
+        if p.answer.is_closed() {
+            continue;
+        }
+        if p.deadline.is_some_and(|deadline| deadline <= now) {
+            let _ = p.answer.send(Err(CommitError::Late));
+            continue;
+        }
+        pending.push(p);
+    }
 }
 
 /// The decisions of one object waiting for a batch; `running` while its task lives.
@@ -195,11 +218,27 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
         key: Key,
         request: D::Request,
     ) -> Result<D::Outcome, CommitError> {
+        self.submit_by(key, request, None).await
+    }
+
+    /// [`GroupCommit::submit`], answered [`CommitError::Late`] (nothing recorded) if no batch has
+    /// decided it by `deadline`: the caller's own deadline, so that a decision it can no longer use
+    /// takes nothing. A decision written before the deadline stands even if its answer arrives after.
+    pub async fn submit_by(
+        self: &Arc<Self>,
+        key: Key,
+        request: D::Request,
+        deadline: Option<Instant>,
+    ) -> Result<D::Outcome, CommitError> {
         let (answer, answered) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             let queue = queues.entry(key.clone()).or_default();
-            queue.waiting.push(Pending { request, answer });
+            queue.waiting.push(Pending {
+                request,
+                answer,
+                deadline,
+            });
             !std::mem::replace(&mut queue.running, true)
         };
         if start {
@@ -238,8 +277,8 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                 let Some(queue) = queues.get_mut(&key) else {
                     return;
                 };
-                // A decision whose caller gave up is dropped before it takes anything.
-                queue.waiting.retain(|p| !p.answer.is_closed());
+                // A decision whose caller gave up, or whose deadline passed, takes nothing.
+                settle(&mut queue.waiting);
                 if queue.waiting.is_empty() {
                     queues.remove(&key);
                     return;
@@ -257,8 +296,9 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
     }
 
     /// Decides and writes one batch; one answer per decision left in `batch`. A decision whose
-    /// caller gave up while the batch re-read after a conflict is taken out of `batch` before the
-    /// batch is decided again, so that no write records it (a write once sent stands).
+    /// caller gave up, or whose deadline passed, while the batch read (after a conflict, say) is
+    /// taken out of `batch` before the batch is decided, so that no write records it (a write once
+    /// sent stands).
     async fn commit(
         &self,
         key: &Key,
@@ -279,7 +319,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                     Err(status) => Err(status),
                 },
             };
-            batch.retain(|p| !p.answer.is_closed());
+            settle(batch);
             if batch.is_empty() {
                 return Vec::new();
             }

@@ -234,6 +234,33 @@ async fn a_caller_that_gives_up_during_a_conflicts_re_read_is_not_written() {
 }
 
 #[tokio::test]
+async fn a_decision_past_its_deadline_is_answered_late_and_takes_nothing() {
+    let store = FakeStore::new(Duration::from_millis(300));
+    store.put(&key(), slots(5), "u1");
+    let commit = GroupCommit::new(Slots, FakeSource::new(store.clone()));
+    let first = tokio::spawn({
+        let commit = commit.clone();
+        async move { commit.submit(key(), "first".into()).await }
+    });
+    // Queued behind the first batch's write (300 ms), with a deadline before that write ends.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
+    let late = commit.submit_by(key(), "late".into(), Some(deadline)).await;
+    assert!(matches!(late, Err(CommitError::Late)), "{late:?}");
+    assert!(first.await.expect("joined").expect("answered"));
+    // Within its deadline, the same request is decided.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let on_time = commit
+        .submit_by(key(), "on-time".into(), Some(deadline))
+        .await;
+    assert!(matches!(on_time, Ok(true)), "{on_time:?}");
+    assert_eq!(
+        taken(&store.get(&key()).expect("stored")),
+        ["first".to_owned(), "on-time".to_owned()].into()
+    );
+}
+
+#[tokio::test]
 async fn conflicts_past_the_attempts_answer_an_error() {
     struct Always;
     impl Source<ConfigMap> for Always {
