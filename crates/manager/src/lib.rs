@@ -725,8 +725,35 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Stopping on a signal: the webhooks keep answering until the lame-duck delay since the signal
     // is over (the controllers' stop and the lease's release ran meanwhile).
     lame_duck.finish().await;
-    handle.graceful_shutdown(Some(Duration::from_secs(5)));
+    handle.graceful_shutdown(Some(WEBHOOK_DRAIN));
+    drain_webhook_connections(&handle).await;
     outcome
+}
+
+/// How long the webhook server's connections get to finish after the lame-duck delay.
+const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
+
+/// Waits (at most [`WEBHOOK_DRAIN`] and a little) until the webhook server's connections are closed:
+/// the graceful shutdown tells each one to finish (an HTTP/2 GOAWAY, which the apiserver answers by
+/// moving to a new connection and retrying the requests the server did not take) and closes it once
+/// its requests are answered. Returning before that ends the process under them, and the apiserver
+/// reads EOF on a request it had just sent: a Pod admitted without its sidecar (`failurePolicy:
+/// Ignore`) or refused (`Fail`).
+async fn drain_webhook_connections(handle: &axum_server::Handle<std::net::SocketAddr>) {
+    let drained = async {
+        while handle.connection_count() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(WEBHOOK_DRAIN + Duration::from_millis(500), drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = handle.connection_count(),
+            "webhook connections still open after the drain; stopping anyway"
+        );
+    }
 }
 
 /// The webhook server's last stretch after SIGTERM/SIGINT (`--webhook-shutdown-delay`).
