@@ -31,7 +31,8 @@ mod installed_takeover;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kruise_e2e::installed_kit::{
-    REAL_NODES, bed, only_real_nodes, system_diagnostics, wait_default_service_account,
+    REAL_NODES, bed, lease_holder, only_real_nodes, system_diagnostics,
+    wait_default_service_account,
 };
 use kruise_e2e::real_node_kit::{create_ready_pod, in_namespace_with_node_logs};
 use kruise_testkit::control_plane::{CHART_DAEMON_SERVICE_ACCOUNT, CHART_SERVICE_ACCOUNT};
@@ -210,23 +211,7 @@ async fn the_apiserver_reads_a_pod_on_each_node_through_its_service() -> anyhow:
 /// From `helm install` to both manager replicas Ready: image pulls, certificate, leader election, on a
 /// loaded machine.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
-/// The manager's leader election Lease (its `--leader-election-id` default, OpenKruise's name).
-const LEASE: &str = "kruise-manager";
 const WEBHOOK_SERVICE: &str = "kruise-webhook-service";
-
-/// The Pod holding the manager's Lease: the identity is the Pod's name (`POD_NAME`; without it
-/// `<hostname>_<random>`, a Pod's hostname being its name too).
-async fn leader(ns: &TestNamespace) -> anyhow::Result<Option<String>> {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(ns.client.clone(), SYSTEM);
-    let Some(lease) = leases.get_opt(LEASE).await? else {
-        return Ok(None);
-    };
-    Ok(lease
-        .spec
-        .and_then(|s| s.holder_identity)
-        .and_then(|holder| holder.split('_').next().map(String::from)))
-}
 
 /// The manager replicas among `pods` whose `/metrics` (read through the apiserver's Pod proxy, on the
 /// chart's metrics port) say they lead.
@@ -304,7 +289,7 @@ async fn installed_walkthrough(bed: &'static TestBed, ns: &TestNamespace) -> any
         "the manager's Lease held by a manager Pod",
         TIMEOUT,
         || async {
-            Ok(leader(ns)
+            Ok(lease_holder(ns)
                 .await?
                 .filter(|holder| manager_names.contains(holder)))
         },
@@ -616,7 +601,9 @@ async fn failover_mid_rollout(
         .await
         .with_context(|| format!("deleting the leader's Pod {leader_pod}"))?;
     let new_leader = eventually("another manager Pod takes the Lease", TIMEOUT, || async {
-        Ok(leader(ns).await?.filter(|holder| holder != leader_pod))
+        Ok(lease_holder(ns)
+            .await?
+            .filter(|holder| holder != leader_pod))
     })
     .await?;
     let takeover = deleted.elapsed();

@@ -15,6 +15,9 @@ use kube::api::{Api, ListParams};
 pub const REAL_NODES: usize = 2;
 /// Real containers start in about a second; generous for a loaded machine.
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// The managers' leader election Lease (the `--leader-election-id` default of both kruise-rs and
+/// OpenKruise).
+pub const LEASE: &str = "kruise-manager";
 
 pub fn configure(options: &mut Options) {
     // No kruise CRDs from the test bed: the chart installs them, as it does for users.
@@ -97,4 +100,18 @@ pub async fn system_diagnostics(bed: &TestBed) -> String {
         out.push_str(&format!("----- kubectl {} -----\n{tail}\n", all.join(" ")));
     }
     out
+}
+
+/// The Pod holding the managers' Lease: kruise-rs's identity is the Pod's name, OpenKruise's
+/// `<pod>_<uuid>` (a Pod's hostname being its name).
+pub async fn lease_holder(ns: &TestNamespace) -> anyhow::Result<Option<String>> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(ns.client.clone(), SYSTEM);
+    let Some(lease) = leases.get_opt(LEASE).await? else {
+        return Ok(None);
+    };
+    Ok(lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .and_then(|holder| holder.split('_').next().map(String::from)))
 }

@@ -28,17 +28,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kruise_e2e::chart_kit::seed_001_pod;
 use kruise_e2e::cloneset_kit::{active_pods, name, restarts, set_image, spec_image, uid};
 use kruise_e2e::installed_kit::{
-    REAL_NODES, bed, only_real_nodes, system_diagnostics, wait_default_service_account,
+    REAL_NODES, bed, lease_holder, only_real_nodes, system_diagnostics,
+    wait_default_service_account,
 };
 use kruise_e2e::is_ready;
 use kruise_e2e::real_node_kit::in_namespace_with_node_logs;
 use kruise_e2e::takeover_kit::{Kept, clean_result, kubectl_kruise, last_json};
-use kruise_testkit::installed::{self, DAEMON_SELECTOR, MANAGER_SELECTOR, SYSTEM, system_pods};
+use kruise_testkit::installed::{self, DAEMON_SELECTOR, MANAGER_SELECTOR, system_pods};
 use kruise_testkit::realnode::kruise_images::Source;
 use kruise_testkit::realnode::openkruise_image;
 use kruise_testkit::{TestBed, TestNamespace, eventually, helm};
@@ -58,8 +58,6 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
 const TIMEOUT: Duration = Duration::from_secs(180);
 /// After every Pod is Ready: long enough for a controller that was going to write to have written.
 const HOLD: Duration = Duration::from_secs(15);
-/// The Lease both managers elect their leader with (OpenKruise's `--leader-election-id` default).
-const LEASE: &str = "kruise-manager";
 /// The 18 resources of OpenKruise v1.9.0's CRDs.
 const RESOURCES: [&str; 18] = [
     "advancedcronjobs.apps.kruise.io",
@@ -276,21 +274,10 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
 
 /// The holder of the managers' Lease, once it is one of `pods`.
 async fn lease_held_by_one_of(ns: &TestNamespace, pods: &[String]) -> anyhow::Result<String> {
-    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), SYSTEM);
     eventually(
         format!("the Lease held by one of {pods:?}"),
         TIMEOUT,
-        || async {
-            let holder = leases
-                .get_opt(LEASE)
-                .await?
-                .and_then(|l| l.spec)
-                .and_then(|s| s.holder_identity)
-                .unwrap_or_default();
-            // OpenKruise's identity is `<pod>_<uuid>`; kruise-rs's the Pod's name.
-            let pod = holder.split('_').next().unwrap_or_default().to_string();
-            Ok(pods.contains(&pod).then_some(pod))
-        },
+        || async { Ok(lease_holder(ns).await?.filter(|pod| pods.contains(pod))) },
     )
     .await
 }

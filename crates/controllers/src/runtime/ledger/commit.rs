@@ -325,11 +325,12 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
             }
             let requests: Vec<&D::Request> = batch.iter().map(|p| &p.request).collect();
             let all = |error: CommitError| requests.iter().map(|_| Err(error.clone())).collect();
+            let gone = || requests.iter().map(|r| Ok(self.decide.gone(r))).collect();
             let base = match read {
                 Ok(Some(base)) => base,
                 Ok(None) => {
                     self.ledger.gone(key);
-                    return requests.iter().map(|r| Ok(self.decide.gone(r))).collect();
+                    return gone();
                 }
                 Err(status) => return all(CommitError::Api(Box::new(status))),
             };
@@ -377,7 +378,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                 }
                 Err(status) if status.code == 404 => {
                     self.ledger.gone(key);
-                    return requests.iter().map(|r| Ok(self.decide.gone(r))).collect();
+                    return gone();
                 }
                 Err(status) => return all(CommitError::Api(Box::new(status))),
             }

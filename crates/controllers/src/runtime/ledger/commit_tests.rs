@@ -91,6 +91,27 @@ fn slots(limit: usize) -> ConfigMap {
 
 type Commit = GroupCommit<Slots, FakeSource<ConfigMap>>;
 
+/// `name` submitted on a task of its own (its batch then holds the object's queue).
+fn submit_in_background(
+    commit: &Arc<Commit>,
+    name: &str,
+) -> tokio::task::JoinHandle<Result<bool, CommitError>> {
+    let (commit, name) = (commit.clone(), name.to_owned());
+    tokio::spawn(async move { commit.submit(key(), name).await })
+}
+
+/// Waits (at most 5 s) until no batch of `commit` runs or waits.
+async fn drained(commit: &Commit) {
+    let idle = async {
+        while !commit.queues.lock().map(|q| q.is_empty()).unwrap_or(true) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), idle)
+        .await
+        .expect("queue drained");
+}
+
 async fn burst(replicas: &[Arc<Commit>], names: usize) -> Vec<(String, bool)> {
     let asks = (0..names).map(|i| {
         let commit = replicas[i % replicas.len()].clone();
@@ -175,10 +196,7 @@ async fn a_decision_whose_caller_gave_up_takes_nothing() {
     let store = FakeStore::new(Duration::from_millis(200));
     store.put(&key(), slots(5), "u1");
     let commit = GroupCommit::new(Slots, FakeSource::new(store.clone()));
-    let first = tokio::spawn({
-        let commit = commit.clone();
-        async move { commit.submit(key(), "first".into()).await }
-    });
+    let first = submit_in_background(&commit, "first");
     // Queued behind the first batch's write, then given up.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let gave_up = tokio::time::timeout(
@@ -189,14 +207,7 @@ async fn a_decision_whose_caller_gave_up_takes_nothing() {
     assert!(gave_up.is_err());
     assert!(first.await.expect("joined").expect("answered"));
     // The queue drains; "late" was never written.
-    let drained = async {
-        while commit.tracked() > 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), drained)
-        .await
-        .expect("queue drained");
+    drained(&commit).await;
     assert_eq!(
         taken(&store.get(&key()).expect("stored")),
         ["first".to_owned()].into()
@@ -217,14 +228,7 @@ async fn a_caller_that_gives_up_during_a_conflicts_re_read_is_not_written() {
     )
     .await;
     assert!(gave_up.is_err(), "answered within 450 ms: {gave_up:?}");
-    let drained = async {
-        while commit.queues.lock().map(|q| !q.is_empty()).unwrap_or(false) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), drained)
-        .await
-        .expect("queue drained");
+    drained(&commit).await;
     assert_eq!(
         *store.writes.lock().expect("writes"),
         (0, 1),
@@ -238,10 +242,7 @@ async fn a_decision_past_its_deadline_is_answered_late_and_takes_nothing() {
     let store = FakeStore::new(Duration::from_millis(300));
     store.put(&key(), slots(5), "u1");
     let commit = GroupCommit::new(Slots, FakeSource::new(store.clone()));
-    let first = tokio::spawn({
-        let commit = commit.clone();
-        async move { commit.submit(key(), "first".into()).await }
-    });
+    let first = submit_in_background(&commit, "first");
     // Queued behind the first batch's write (300 ms), with a deadline before that write ends.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
