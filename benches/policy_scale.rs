@@ -38,7 +38,7 @@ use kruise_benches::admission::{
     APP, INJECT_LABEL, PaceArgs, count_injected, create_paced, injecting_names, print_freshness,
     quantile_ms, sidecarsets, wait_dry_run,
 };
-use kruise_benches::apiserver::{self, PodWrites};
+use kruise_benches::apiserver::{self, PodWrites, ResourceRequests};
 use kruise_benches::create_namespace;
 use kruise_benches::manager::{Manager, print_all_rss};
 use kruise_benches::process::{cpu_seconds, pid_of};
@@ -88,6 +88,20 @@ const EVICTION_NAMESPACE: &str = "policy-eviction";
 const TEMPLATE_HASH: &str = "bench";
 const MATCHED_WORKLOADSPREAD: &str = "apps.kruise.io/matched-workloadspread";
 const RELATED_PUB: &str = "kruise.io/related-pub";
+/// The policies whose status the webhook's decisions write.
+const POLICY_RESOURCES: &[&str] = &["workloadspreads", "podunavailablebudgets"];
+/// The apiserver requests whose time the bench prints: the policies' status writes (kruise-rs
+/// patches, OpenKruise updates) and the consistent lists of kruise-rs's read-your-writes.
+const TIMED_REQUESTS: &[(&str, &str, &str)] = &[
+    ("PATCH", "workloadspreads", "status"),
+    ("PUT", "workloadspreads", "status"),
+    ("PATCH", "podunavailablebudgets", "status"),
+    ("PUT", "podunavailablebudgets", "status"),
+    ("LIST", "sidecarsets", ""),
+    ("LIST", "workloadspreads", ""),
+    ("LIST", "podunavailablebudgets", ""),
+    ("LIST", "persistentpodstates", ""),
+];
 
 fn main() -> anyhow::Result<()> {
     let options = |cli: &Cli| Options {
@@ -184,6 +198,7 @@ impl Bench {
         let cpu_before = self.cpu();
         let metrics_before = self.manager.metrics_text().await?;
         let writes_before = self.pod_writes().await?;
+        let policy_before = self.policy_requests().await?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         println!(
             "Pod webhook latency: {total} Pod creates paced at {rate}/s for {seconds} s \
@@ -218,6 +233,7 @@ impl Bench {
         self.print_cpu("  ", cpu_before, total);
         self.print_pod_writes(&writes_before, f64::from(total))
             .await?;
+        self.print_policy_requests(&policy_before).await?;
         if !self.openkruise {
             let metrics_after = self.manager.metrics_text().await?;
             print_freshness("  ", &metrics_before, &metrics_after, f64::from(total));
@@ -323,10 +339,11 @@ impl Bench {
 
         let handler_before = self.handler_histogram("/validate-pod").await?;
         let apiserver_before = self
-            .apiserver_histogram("vpodeviction.kb.io", "CREATE")
+            .apiserver_histogram("vpodeviction", "CREATE")
             .await?;
         let cpu_before = self.cpu();
         let writes_before = self.pod_writes().await?;
+        let policy_before = self.policy_requests().await?;
         println!(
             "Eviction latency: {count} running Pods of {WORKLOADS} workloads evicted at once, \
              each workload's budget allowing {allowed_each} of {per_workload}"
@@ -381,11 +398,11 @@ impl Bench {
             .since(&handler_before);
         self.print_handler("  /validate-pod handler", &handler);
         let apiserver = self
-            .apiserver_histogram("vpodeviction.kb.io", "CREATE")
+            .apiserver_histogram("vpodeviction", "CREATE")
             .await?
             .since(&apiserver_before);
         println!(
-            "  apiserver calling vpodeviction.kb.io ({:.0} calls): mean {} p99 {}",
+            "  apiserver calling vpodeviction*.kb.io ({:.0} calls): mean {} p99 {}",
             apiserver.count,
             apiserver.mean().map_or("-".into(), seconds_as_ms),
             quantile_ms(&apiserver, 0.99),
@@ -393,7 +410,51 @@ impl Bench {
         self.print_cpu("  ", cpu_before, count);
         self.print_pod_writes(&writes_before, f64::from(count))
             .await?;
+        self.print_policy_requests(&policy_before).await?;
         self.manager.print_rss();
+        Ok(())
+    }
+
+    /// The apiserver's `/metrics` now, for [`Bench::print_policy_requests`].
+    async fn policy_requests(&self) -> anyhow::Result<String> {
+        apiserver::metrics_text(&self.client).await
+    }
+
+    /// Prints the policies' requests since `before` (the apiserver's `/metrics` then): how many
+    /// status writes the placements and disruptions took, how many conflicted (409), how many
+    /// reads they needed; and how long the apiserver took to serve the status writes and the
+    /// consistent lists of read-your-writes.
+    async fn print_policy_requests(&self, before: &str) -> anyhow::Result<()> {
+        let now = self.policy_requests().await?;
+        let counts = ResourceRequests::parse(&now, POLICY_RESOURCES)
+            .since(&ResourceRequests::parse(before, POLICY_RESOURCES));
+        println!(
+            "  apiserver requests for the policies (not WATCH): {}",
+            counts.describe()
+        );
+        for (verb, resource, subresource) in TIMED_REQUESTS {
+            let keep = |s: &kruise_benches::prom::Sample| {
+                s.label("verb") == *verb
+                    && s.label("resource") == *resource
+                    && s.label("subresource") == *subresource
+            };
+            let name = "apiserver_request_duration_seconds";
+            let served =
+                Histogram::read(&now, name, keep).since(&Histogram::read(before, name, keep));
+            if served.count < 1.0 {
+                continue;
+            }
+            let path = match *subresource {
+                "" => resource.to_string(),
+                sub => format!("{resource}/{sub}"),
+            };
+            println!(
+                "  apiserver serving {verb} {path} ({:.0}): p50 {} p99 {}",
+                served.count,
+                quantile_ms(&served, 0.5),
+                quantile_ms(&served, 0.99),
+            );
+        }
         Ok(())
     }
 
@@ -570,12 +631,15 @@ impl Bench {
     }
 
     /// The apiserver's time calling the webhook `name` for `operation`, TLS and HTTP included.
+    /// The apiserver's time calling the webhooks whose name starts with `name` (kruise-rs sends
+    /// the evictions of a namespace with a budget to `vpodevictionguarded.kb.io`, the rest to
+    /// `vpodeviction.kb.io`).
     async fn apiserver_histogram(&self, name: &str, operation: &str) -> anyhow::Result<Histogram> {
         let text = apiserver::metrics_text(&self.client).await?;
         Ok(Histogram::read(
             &text,
             "apiserver_admission_webhook_admission_duration_seconds",
-            |s| s.label("name") == name && s.label("operation") == operation,
+            |s| s.label("name").starts_with(name) && s.label("operation") == operation,
         ))
     }
 

@@ -101,6 +101,54 @@ impl Requests {
     }
 }
 
+/// The requests `apiserver_request_total` counts for some resources (of any group), by
+/// `VERB resource[/subresource] CODE`: how a policy's status was read and written, conflicts (409)
+/// apart from the writes that landed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResourceRequests(pub BTreeMap<String, f64>);
+
+impl ResourceRequests {
+    /// The counts in `text` (the apiserver's `/metrics`) for `resources` (plural names).
+    pub fn parse(text: &str, resources: &[&str]) -> Self {
+        Self(count_requests(text, |sample| {
+            let resource = sample.label("resource");
+            if !resources.contains(&resource) || sample.label("verb") == "WATCH" {
+                return None;
+            }
+            let path = match sample.label("subresource") {
+                "" => resource.to_string(),
+                sub => format!("{resource}/{sub}"),
+            };
+            Some(format!(
+                "{} {path} {}",
+                sample.label("verb"),
+                sample.label("code")
+            ))
+        }))
+    }
+
+    pub async fn read(client: &Client, resources: &[&str]) -> anyhow::Result<Self> {
+        Ok(Self::parse(&metrics_text(client).await?, resources))
+    }
+
+    /// The requests made since `before`.
+    pub fn since(&self, before: &ResourceRequests) -> Self {
+        Self(counts_since(&self.0, &before.0))
+    }
+
+    /// One line: "PATCH workloadspreads/status 200: 120, PATCH workloadspreads/status 409: 3".
+    pub fn describe(&self) -> String {
+        if self.0.is_empty() {
+            return "none".into();
+        }
+        self.0
+            .iter()
+            .map(|(key, count)| format!("{key}: {count:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Writes to Pods counted by `apiserver_request_total`, by `VERB pods[/subresource]`, refused ones
 /// (a response code of 400 or more) apart under the same key followed by ` refused`.
 #[derive(Clone, Debug, Default, PartialEq)]

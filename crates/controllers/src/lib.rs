@@ -10,7 +10,7 @@ pub mod runtime;
 
 pub use runtime::{
     cache, claim, conditions, disruptions, driver, error, events, history, kruise_configuration,
-    ledger, metrics, nodes, parallel, podcontrol, podworker, predownload, status_patch,
+    ledger, metrics, nodes, parallel, placements, podcontrol, podworker, predownload, status_patch,
 };
 
 // The kinds, and the controllers of OpenKruise that own no kind of their own (container launch

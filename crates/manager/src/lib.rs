@@ -672,7 +672,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // workload alike; a refusal leaves upstream's PubPreventPodDeletion Warning on the Pod.
     let disruptions = kruise_controllers::disruptions::Disruptions::counted(
         client.clone(),
-        metrics.webhook.budget_batches.clone(),
+        metrics.webhook.budget_commit.clone(),
     )
     .with_cache(process_caches.budgets.store().clone())
     .with_refusal_events()
@@ -680,6 +680,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     process_caches.update_budgets = gates
         .enabled(Gate::PodUnavailableBudgetUpdateGate)
         .then(|| disruptions.clone());
+    process_caches.disruptions = Some(disruptions.clone());
+    // One commit of the WorkloadSpreads' slots, for the Pod webhook's placements and the
+    // controller's (of Pods placed after their creation) alike: they queue behind one write.
+    process_caches.workloadspread_slots = gates.enabled(Gate::WorkloadSpread).then(|| {
+        kruise_controllers::workloadspread::slots::on_apiserver(
+            &client,
+            &args.namespace,
+            Some(process_caches.workloadspreads.store().clone()),
+            metrics.webhook.workloadspread_commit.clone(),
+        )
+    });
     let (pods, policy) = admission(
         &args,
         gates,
@@ -974,7 +985,19 @@ fn admission(
                 ),
             )
             .with_configuration_namespace(&args.namespace)
-            .with_batch_sizes(webhook_metrics.workloadspread_batches.clone()),
+            .with_slots(
+                process_caches
+                    .workloadspread_slots
+                    .clone()
+                    .unwrap_or_else(|| {
+                        kruise_controllers::workloadspread::slots::on_apiserver(
+                            client,
+                            &args.namespace,
+                            Some(process_caches.workloadspreads.store().clone()),
+                            webhook_metrics.workloadspread_commit.clone(),
+                        )
+                    }),
+            ),
         )
     } else {
         pods

@@ -16,14 +16,16 @@
 //! controller's missed-injection report. The failure policy is untouched: the wait never turns an
 //! answer into an error.
 //!
-//! Probes are coalesced ([`Rounds`]): one list per kind in flight at a time; a request relies only
-//! on a list that started after it arrived (an earlier one may predate the write it must see), so
-//! requests arriving while a list is in flight wait for the next one, which serves all of them.
-//! The apiserver sees about one small list per kind per list round trip, whatever the admission
-//! rate. A consistent list is served from the apiserver's watch cache once that cache has caught
-//! up with etcd's current revision; for a kind that rarely changes that takes an etcd progress
-//! notification, which the apiserver asks for every 100 ms: a list takes tens of milliseconds,
-//! and that, not CPU, is what the check costs an admission (docs/sizing.md).
+//! Probes are coalesced and pipelined ([`Rounds`]): a request relies only on a list that started
+//! after it arrived (an earlier one may predate the write it must see); requests arriving within
+//! 25 ms of a list's start share the next one, which starts then even while earlier ones are in
+//! flight (at most 4 of a kind at once). The apiserver sees at most 40 small lists per kind a
+//! second, whatever the admission rate. A consistent list is served from the apiserver's watch
+//! cache once that cache has caught up with etcd's current revision; for a kind that rarely
+//! changes that takes an etcd progress notification, which the apiserver asks for every 100 ms:
+//! a list takes tens of milliseconds (more on a busy apiserver), and that, not CPU, is what the
+//! check costs an admission (docs/sizing.md). Lists started close together are answered by the
+//! same notification, so a request waits for about one, not for the one in flight and then its own.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -335,23 +337,39 @@ struct Round {
     listing: Result<Listing, String>,
 }
 
+/// How soon after a round started the next may start: requests arriving meanwhile share the next.
+const ROUND_SPACING: Duration = Duration::from_millis(25);
+/// Rounds of one kind in flight at most: past it, the next starts when one ends.
+const ROUNDS_IN_FLIGHT: usize = 4;
+
 #[derive(Debug, Default)]
 struct RoundState {
     /// The number of the last round started.
     started: u64,
-    running: bool,
-    /// A request arrived while a round ran: another round follows it.
-    wanted: bool,
+    /// The first round number every waiting request is served by: rounds start until `started`
+    /// reaches it.
+    wanted: u64,
+    /// Rounds in flight.
+    running: usize,
+    /// When the last round started.
+    last_start: Option<Instant>,
+    /// A task waits to start the next round once [`ROUND_SPACING`] has passed.
+    timer: bool,
 }
 
-/// The coalesced probes of one kind: one in flight at a time; the requests that arrive meanwhile
-/// share the next.
+/// The coalesced probes of one kind. A request is served by the first round that starts after it
+/// arrives; rounds are pipelined: one starts at most every [`ROUND_SPACING`] while requests want
+/// one, up to [`ROUNDS_IN_FLIGHT`] at once, so that a request waits about one list, not the rest
+/// of the list in flight and then its own (a consistent list waits for the apiserver's watch cache
+/// to catch up with etcd, the largest part of its time, and lists started close together are
+/// answered by the same catch-up).
 struct Rounds {
     kind: PolicyKind,
     list: Lister,
     /// How long one list may take (past it the round fails and the next may start).
     list_timeout: Duration,
     state: Mutex<RoundState>,
+    /// The newest round that ended (by number: a round ending after a later one is not kept).
     done: watch::Sender<Option<Arc<Round>>>,
     metrics: FreshnessMetrics,
 }
@@ -373,24 +391,26 @@ impl Rounds {
         })
     }
 
-    /// The first round that starts after this call (or any later one), or `None` when none has
-    /// ended by `deadline`.
-    async fn after_now(self: &Arc<Self>, deadline: Instant) -> Option<Arc<Round>> {
+    /// The number of the first round that starts at or after `arrived` (one is started, or wanted,
+    /// if none has yet).
+    fn want(self: &Arc<Self>, arrived: Instant) -> u64 {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // The last round started after the request arrived serves it; one started before may
+        // predate the write it must see: the next one.
+        if state.last_start.is_some_and(|last| last >= arrived) {
+            return state.started;
+        }
+        let needed = state.started + 1;
+        state.wanted = state.wanted.max(needed);
+        self.pump(&mut state);
+        needed
+    }
+
+    /// The first round that started at or after `arrived` (or any later one), or `None` when none
+    /// has ended by `deadline`.
+    async fn after(self: &Arc<Self>, arrived: Instant, deadline: Instant) -> Option<Arc<Round>> {
         let mut done = self.done.subscribe();
-        let needed = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if state.running {
-                // The round in flight may have started before this request: the next one.
-                state.wanted = true;
-                state.started + 1
-            } else {
-                state.running = true;
-                state.started += 1;
-                // Its own task: a request that gives up must not cancel the others' round.
-                tokio::spawn(self.clone().run());
-                state.started
-            }
-        };
+        let needed = self.want(arrived);
         let ended = done.wait_for(|round| round.as_ref().is_some_and(|r| r.number >= needed));
         match tokio::time::timeout_at(deadline, ended).await {
             Ok(Ok(round)) => round.clone(),
@@ -398,32 +418,53 @@ impl Rounds {
         }
     }
 
-    /// Runs rounds as long as requests want them.
-    async fn run(self: Arc<Self>) {
-        loop {
-            let number = self
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .started;
-            self.metrics.probe(self.kind);
-            let listing = match tokio::time::timeout(self.list_timeout, (self.list)()).await {
-                Ok(listing) => listing,
-                Err(_) => Err(format!(
-                    "listing {} took more than {:?}",
-                    self.kind, self.list_timeout
-                )),
-            };
-            self.done
-                .send_replace(Some(Arc::new(Round { number, listing })));
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if !state.wanted {
-                state.running = false;
-                return;
-            }
-            state.wanted = false;
-            state.started += 1;
+    /// Starts the next round if a request wants one and the spacing and the rounds in flight
+    /// allow it; else leaves it to the timer (spacing) or to a round's end (in flight).
+    fn pump(self: &Arc<Self>, state: &mut RoundState) {
+        if state.started >= state.wanted || state.timer || state.running >= ROUNDS_IN_FLIGHT {
+            return;
         }
+        let now = Instant::now();
+        let at = state.last_start.map_or(now, |last| last + ROUND_SPACING);
+        if at > now {
+            state.timer = true;
+            let this = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                let mut state = this.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.timer = false;
+                this.pump(&mut state);
+            });
+            return;
+        }
+        state.started += 1;
+        state.running += 1;
+        state.last_start = Some(now);
+        // Its own task: a request that gives up must not cancel the others' round.
+        tokio::spawn(self.clone().run(state.started));
+    }
+
+    /// Runs round `number`, publishes it, and starts the next one wanted.
+    async fn run(self: Arc<Self>, number: u64) {
+        self.metrics.probe(self.kind);
+        let listing = match tokio::time::timeout(self.list_timeout, (self.list)()).await {
+            Ok(listing) => listing,
+            Err(_) => Err(format!(
+                "listing {} took more than {:?}",
+                self.kind, self.list_timeout
+            )),
+        };
+        let round = Arc::new(Round { number, listing });
+        self.done.send_if_modified(|newest| {
+            if newest.as_ref().is_some_and(|n| n.number > number) {
+                return false;
+            }
+            *newest = Some(round);
+            true
+        });
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.running -= 1;
+        self.pump(&mut state);
     }
 }
 
@@ -631,7 +672,7 @@ impl Freshness {
         let checks = kinds.iter().filter_map(|&(kind, namespace)| {
             let tracker = self.inner.trackers.get(&kind)?;
             Some(async move {
-                let lag = self.check(tracker, namespace, deadline).await;
+                let lag = self.check(tracker, namespace, arrived, deadline).await;
                 let result = match &lag {
                     Ok(false) => "fresh",
                     Ok(true) => "waited",
@@ -652,15 +693,27 @@ impl Freshness {
         Late { kinds }
     }
 
-    /// Whether the cache was behind the first list that started after now and had to be waited
-    /// for.
+    /// Starts (or wants) the list of each of `kinds` that a request arriving at `arrived` will
+    /// rely on, without waiting: for a request that reads something else first (an eviction reads
+    /// its Pod), so that the list runs meanwhile.
+    pub fn prefetch(&self, kinds: &[PolicyKind], arrived: Instant) {
+        for kind in kinds {
+            if let Some(tracker) = self.inner.trackers.get(kind) {
+                tracker.rounds.want(arrived);
+            }
+        }
+    }
+
+    /// Whether the cache was behind the first list that started after the request arrived and
+    /// had to be waited for.
     async fn check(
         &self,
         tracker: &Tracker,
         namespace: Option<&str>,
+        arrived: Instant,
         deadline: Instant,
     ) -> Result<bool, Lag> {
-        let Some(round) = tracker.rounds.after_now(deadline).await else {
+        let Some(round) = tracker.rounds.after(arrived, deadline).await else {
             return Err(Lag::Timeout(None));
         };
         let listing = round.listing.as_ref().map_err(|e| Lag::Error(e.clone()))?;

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the webhook server.
 
+use kruise_controllers::ledger::commit::CommitMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -111,10 +112,10 @@ pub struct Metrics {
     pub duration: Family<PathLabels, Histogram>,
     pub cert_rotations: Counter,
     pub freshness: FreshnessMetrics,
-    /// Disruptions written per PodUnavailableBudget status write (group commit).
-    pub budget_batches: Histogram,
-    /// Slots taken or given back per WorkloadSpread status write (group commit).
-    pub workloadspread_batches: Histogram,
+    /// The group commit of the PodUnavailableBudgets' disruptions.
+    pub budget_commit: CommitMetrics,
+    /// The group commit of the WorkloadSpreads' slots (taken or given back).
+    pub workloadspread_commit: CommitMetrics,
 }
 
 impl Metrics {
@@ -124,19 +125,19 @@ impl Metrics {
             duration: Family::new_with_constructor(|| Histogram::new(duration_buckets())),
             cert_rotations: Counter::default(),
             freshness: FreshnessMetrics::default(),
-            budget_batches: kruise_controllers::ledger::commit::batch_histogram(),
-            workloadspread_batches: kruise_controllers::ledger::commit::batch_histogram(),
+            budget_commit: CommitMetrics::default(),
+            workloadspread_commit: CommitMetrics::default(),
         };
         metrics.freshness.register(registry);
-        registry.register(
-            "kruise_webhook_podunavailablebudget_batch_size",
-            "Disruptions recorded by one PodUnavailableBudget status write (the ones that arrived while the previous write was in flight)",
-            metrics.budget_batches.clone(),
+        metrics.budget_commit.register(
+            registry,
+            "kruise_webhook_podunavailablebudget",
+            "PodUnavailableBudget disruptions",
         );
-        registry.register(
-            "kruise_webhook_workloadspread_batch_size",
-            "Pods placed or released by one WorkloadSpread status write (the ones that arrived while the previous write was in flight)",
-            metrics.workloadspread_batches.clone(),
+        metrics.workloadspread_commit.register(
+            registry,
+            "kruise_webhook_workloadspread",
+            "WorkloadSpread placements and releases",
         );
         registry.register(
             "kruise_webhook_requests",

@@ -228,17 +228,30 @@ impl Policy {
 
     /// `/validate-pod`: Pod UPDATE (with the update gate) and DELETE, and `pods/eviction` CREATE.
     pub async fn review_pod(&self, review: AdmissionReview<DynamicObject>) -> Answer {
-        self.review_pod_with(review, None).await
+        self.review_pod_with(review, None, tokio::time::Instant::now())
+            .await
     }
 
-    /// [`Self::review_pod`], with the Pod of an eviction already read (`evicted`), so that the
-    /// WorkloadSpread part of the same request does not read it again.
+    /// Starts reading what a disruption arriving at `arrived` will be decided with (the budgets'
+    /// consistent list, [`Policy::with_freshness`]) while the request reads something else first
+    /// (an eviction, its Pod).
+    pub fn prefetch(&self, arrived: tokio::time::Instant) {
+        if let Some(fresh) = &self.fresh {
+            fresh
+                .freshness
+                .prefetch(&[PolicyKind::PodUnavailableBudget], arrived);
+        }
+    }
+
+    /// [`Self::review_pod`] of a request that arrived at `arrived`, with the Pod of an eviction
+    /// already read (`evicted`), so that the WorkloadSpread part of the same request does not read
+    /// it again.
     pub async fn review_pod_with(
         &self,
         review: AdmissionReview<DynamicObject>,
         evicted: Option<Pod>,
+        arrived: tokio::time::Instant,
     ) -> Answer {
-        let arrived = tokio::time::Instant::now();
         let request = match request_of(review) {
             Ok(request) => request,
             Err(answer) => return *answer,
@@ -292,7 +305,11 @@ impl Policy {
                 let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
                 let read = match evicted {
                     Some(pod) => Ok(Some(pod)),
-                    None => pods.get_opt(&request.name).await,
+                    None => {
+                        // The budgets are listed while the Pod is read.
+                        self.prefetch(arrived);
+                        pods.get_opt(&request.name).await
+                    }
                 };
                 match read {
                     Ok(Some(pod)) => (pod, PubOperation::Evict),

@@ -165,15 +165,21 @@ fn pod_routes(router: Router<Metrics>, pods: &PodInjector, policy: &Policy) -> R
         admission_route(VALIDATE_POD_PATH, move |review| {
             let (pod_policy, spreads) = (pod_policy.clone(), spreads.clone());
             async move {
+                let arrived = tokio::time::Instant::now();
                 // PodUnavailableBudget first: a WorkloadSpread slot is freed only for a deletion
                 // that is allowed.
                 let copy = spreads.as_ref().map(|_| review.clone());
-                // An eviction's Pod is read once, for both.
+                // An eviction's Pod is read once, for both, while the budgets are listed.
                 let evicted = match (&spreads, pod_policy.client()) {
-                    (Some(_), Some(client)) => evicted_pod(client, &review).await,
+                    (Some(_), Some(client)) if is_eviction(&review) => {
+                        pod_policy.prefetch(arrived);
+                        evicted_pod(client, &review).await
+                    }
                     _ => None,
                 };
-                let answer = pod_policy.review_pod_with(review, evicted.clone()).await;
+                let answer = pod_policy
+                    .review_pod_with(review, evicted.clone(), arrived)
+                    .await;
                 if answer.allowed
                     && let (Some(spreads), Some(copy)) = (&spreads, copy)
                 {
@@ -560,14 +566,19 @@ pub async fn serve_with_limits(
 
 /// The Pod of a `pods/eviction` review, read from the apiserver (`None` for any other review, or
 /// when it cannot be read: each hook then reads it, or answers, itself).
+fn is_eviction(review: &AdmissionReview<DynamicObject>) -> bool {
+    review.request.as_ref().is_some_and(|request| {
+        request.operation == kube::core::admission::Operation::Create
+            && request.sub_resource.as_deref() == Some("eviction")
+    })
+}
+
 async fn evicted_pod(
     client: &kube::Client,
     review: &AdmissionReview<DynamicObject>,
 ) -> Option<k8s_openapi::api::core::v1::Pod> {
     let request = review.request.as_ref()?;
-    if request.operation != kube::core::admission::Operation::Create
-        || request.sub_resource.as_deref() != Some("eviction")
-    {
+    if !is_eviction(review) {
         return None;
     }
     let namespace = request.namespace.as_deref()?;

@@ -55,8 +55,6 @@ pub struct WorkloadSpreads {
     pub budget: Duration,
     /// The namespace of kruise-configuration (its custom workload whitelist).
     configuration_namespace: String,
-    /// Where each batch's size is observed.
-    batches: prometheus_client::metrics::histogram::Histogram,
     /// The Pods admitted without a subset, reported on their WorkloadSpread.
     unplaced: Arc<UnplacedReport>,
 }
@@ -90,7 +88,6 @@ impl WorkloadSpreads {
             slots: None,
             budget,
             configuration_namespace: "kruise-system".into(),
-            batches: kruise_controllers::ledger::commit::batch_histogram(),
         };
         hooks.slots = hooks.new_slots();
         hooks
@@ -104,13 +101,10 @@ impl WorkloadSpreads {
         self
     }
 
-    /// These hooks, observing the size of each batch of slots written in `batches`.
-    pub fn with_batch_sizes(
-        mut self,
-        batches: prometheus_client::metrics::histogram::Histogram,
-    ) -> Self {
-        self.batches = batches;
-        self.slots = self.new_slots();
+    /// These hooks, committing their slots with `slots` (the process's, which the WorkloadSpread
+    /// controller shares).
+    pub fn with_slots(mut self, slots: Arc<Slots>) -> Self {
+        self.slots = Some(slots);
         self
     }
 
@@ -121,7 +115,7 @@ impl WorkloadSpreads {
             client,
             &self.configuration_namespace,
             self.store.clone(),
-            self.batches.clone(),
+            kruise_controllers::ledger::commit::CommitMetrics::default(),
         ))
     }
 
@@ -427,51 +421,45 @@ impl WorkloadSpreads {
         Ok((slot, ws))
     }
 
-    /// Records a Pod whose deletion or eviction was admitted: its slot is free at once. Failures
-    /// are logged, never refused: the controller frees the slot when the Pod is gone anyway.
-    pub async fn record_deletion(&self, pod: &Pod, namespace: &str) {
-        let work = async {
-            let Some(matched) = kruise_core::pods::annotation(pod, api::ANNOTATION_MATCHED)
-                .and_then(MatchedWorkloadSpread::parse)
-            else {
-                return Ok(());
-            };
-            if !kruise_core::pods::is_active(pod)
-                || !pod
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true))
-            {
-                return Ok(());
-            }
-            let Some(slots) = &self.slots else {
-                return Ok(());
-            };
-            let request = SlotRequest::Give {
-                pod_name: pod.metadata.name.clone().unwrap_or_default(),
-                version: core::pod_version(pod),
-                now: Timestamp::now(),
-                matched: matched.clone(),
-            };
-            let key = (namespace.to_owned(), matched.name.clone());
-            slots.submit(key, request).await.map(|_| ()).map_err(|e| {
-                format!(
-                    "recording a deletion in WorkloadSpread {namespace}/{}: {e}",
-                    matched.name
-                )
-            })
+    /// Records a Pod whose deletion or eviction was admitted: its slot is free at once. The release
+    /// is queued before the deletion is answered (a Pod created after it, in this process, is
+    /// placed after it) and written in the background: the deletion does not wait for a second
+    /// status write (its budget's is the first). Failures are logged, never refused: the
+    /// controller frees the slot when the Pod is gone anyway.
+    pub fn record_deletion(&self, pod: &Pod, namespace: &str) {
+        let Some(matched) = kruise_core::pods::annotation(pod, api::ANNOTATION_MATCHED)
+            .and_then(MatchedWorkloadSpread::parse)
+        else {
+            return;
         };
-        match tokio::time::timeout(self.budget, work).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(%error, pod = ?pod.metadata.name, "WorkloadSpread: the slot of a deleted Pod is freed by the controller instead")
-            }
-            Err(_) => {
-                tracing::warn!(pod = ?pod.metadata.name, "WorkloadSpread: recording a deletion took too long; the controller frees the slot instead")
-            }
+        let controlled = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true));
+        let Some(slots) = self.slots.as_ref().filter(|_| controlled) else {
+            return;
+        };
+        if !kruise_core::pods::is_active(pod) {
+            return;
         }
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let request = SlotRequest::Give {
+            pod_name: pod_name.clone(),
+            version: core::pod_version(pod),
+            now: Timestamp::now(),
+            matched: matched.clone(),
+        };
+        let key = (namespace.to_owned(), matched.name.clone());
+        let deadline = tokio::time::Instant::now() + self.budget;
+        let answer = slots.enqueue(key, request, Some(deadline));
+        let workloadspread = format!("{namespace}/{}", matched.name);
+        tokio::spawn(async move {
+            if let Err(error) = answer.await {
+                tracing::warn!(%error, %workloadspread, pod = %pod_name, "WorkloadSpread: recording a deletion failed; the controller frees the slot when the Pod is gone");
+            }
+        });
     }
 
     /// The WorkloadSpread part of `/validate-pod`, once the deletion or eviction is allowed:
@@ -524,7 +512,7 @@ impl WorkloadSpreads {
         if kruise_core::pods::annotation(&pod, api::ANNOTATION_MATCHED).is_none() {
             return;
         }
-        self.record_deletion(&pod, &namespace).await;
+        self.record_deletion(&pod, &namespace);
     }
 
     /// The validating webhook of WorkloadSpread objects; `enabled` is the `WorkloadSpread` gate.

@@ -51,6 +51,9 @@ pub struct Context {
     pods: Arc<PodCache>,
     recorder: EventRecorder,
     metrics: Arc<Metrics>,
+    /// The process's budget decisions (the Pod webhook's): the newest copy of a budget they know,
+    /// and told of this controller's status writes.
+    disruptions: Option<crate::disruptions::Disruptions>,
 }
 
 crate::driver::driven!(Context, CONTROLLER);
@@ -83,6 +86,7 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
         pods: caches.pods,
         recorder: crate::driver::recorder(client, CONTROLLER),
         metrics,
+        disruptions: caches.disruptions.clone(),
     });
     let controller = controller
         .reconcile_on(crate::cache::receiver_stream(rx))
@@ -159,6 +163,14 @@ async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Resu
     }
     let namespace = budget.namespace().unwrap_or_default();
     let name = budget.name_any();
+    // The disruptions the Pod webhook recorded since the cache's copy: computed over them, the
+    // write does not conflict with them.
+    let budget = ctx
+        .disruptions
+        .as_ref()
+        .and_then(|d| d.known(&namespace, &name))
+        .filter(|known| known.metadata.uid == budget.metadata.uid)
+        .unwrap_or(budget);
     let found = match &budget.spec.target_reference {
         Some(target) => {
             workloads::pods_of_target(&ctx.client, &ctx.pods, &namespace, target).await?
@@ -232,7 +244,11 @@ async fn reconcile(budget: Arc<PodUnavailableBudget>, ctx: Arc<Context>) -> Resu
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {}
+            Ok(written) => {
+                if let Some(disruptions) = &ctx.disruptions {
+                    disruptions.observe(written);
+                }
+            }
             // Written over since it was read (an admitted disruption, most often): compute again.
             Err(error) if is_race(&error) => {
                 return Ok(Action::requeue(Duration::from_millis(200)));

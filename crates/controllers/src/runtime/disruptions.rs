@@ -31,7 +31,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 
 use crate::ledger::Key;
-use crate::ledger::commit::{ApiSource, CommitError, Decide, Decided, GroupCommit};
+use crate::ledger::commit::{ApiSource, CommitError, CommitMetrics, Decide, Decided, GroupCommit};
 
 /// One disruption waiting for its budget's batch.
 pub struct Disruption {
@@ -146,19 +146,16 @@ impl Disruptions {
     /// Decides on budgets read from the apiserver (and this handle's own last writes), recording no
     /// Event.
     pub fn new(client: Client) -> Self {
-        Self::counted(client, crate::ledger::commit::batch_histogram())
+        Self::counted(client, CommitMetrics::default())
     }
 
-    /// [`Disruptions::new`], observing the size of each batch of disruptions written in `batches`.
-    pub fn counted(
-        client: Client,
-        batches: prometheus_client::metrics::histogram::Histogram,
-    ) -> Self {
+    /// [`Disruptions::new`], counting what its group commit does in `metrics`.
+    pub fn counted(client: Client, metrics: CommitMetrics) -> Self {
         let cache = Arc::new(OnceLock::new());
         let commit = GroupCommit::counted(
             BudgetDecisions,
             ApiSource::new(client.clone(), cache.clone()),
-            batches,
+            metrics,
         );
         Self {
             client,
@@ -192,6 +189,22 @@ impl Disruptions {
             seats: Arc::new(tokio::sync::Semaphore::new(PREVENTED_IN_FLIGHT)),
         }));
         self
+    }
+
+    /// The newest copy of a budget this process knows without a read (its cache's, or the last
+    /// write of its status from this process when newer; `None`: not cached).
+    pub fn known(&self, namespace: &str, name: &str) -> Option<Arc<PodUnavailableBudget>> {
+        self.commit.known(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// Records a write of a budget's status made outside the disruptions (its controller's), so
+    /// that the next disruption is decided over it rather than over a cache not showing it yet.
+    pub fn observe(&self, written: PodUnavailableBudget) {
+        let key = (
+            written.metadata.namespace.clone().unwrap_or_default(),
+            written.metadata.name.clone().unwrap_or_default(),
+        );
+        self.commit.observe(key, written);
     }
 
     /// Publishes [`REASON_PREVENTED`] on `pod` off the caller's path, as upstream does whenever a

@@ -80,12 +80,18 @@ impl<K: Resource> Ledger<K> {
         newer(cached, mine)
     }
 
-    /// Records what the apiserver answered to this process's write.
+    /// Records what the apiserver answered to one of this process's writes (a batch's, or another
+    /// writer's of the same status: a controller's), unless a newer copy of the same object is
+    /// recorded already (two writers' answers may arrive out of order).
     pub fn remember(&self, key: Key, written: K) {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Arc::new(written));
+        let mut recorded = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let newer_known = recorded.get(&key).is_some_and(|mine| {
+            same_object(mine.as_ref(), &written)
+                && matches!((version(mine.as_ref()), version(&written)), (Some(m), Some(w)) if m > w)
+        });
+        if !newer_known {
+            recorded.insert(key, Arc::new(written));
+        }
     }
 
     /// Forgets the last write of `key` (it conflicted, or the object is gone).

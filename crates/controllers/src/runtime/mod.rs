@@ -17,6 +17,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod nodes;
 pub mod parallel;
+pub mod placements;
 pub mod podcontrol;
 pub mod podworker;
 pub mod predownload;

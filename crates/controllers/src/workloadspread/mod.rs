@@ -126,13 +126,16 @@ pub async fn run(client: Client, caches: Caches, metrics: Arc<Metrics>, config: 
     let ctx = Arc::new(Context {
         writes: cluster.clone(),
         live: cluster,
-        // Beside the webhook's: the resourceVersion guard keeps the two apart.
-        slots: slots::on_apiserver(
-            &client,
-            &config.configuration_namespace,
-            Some(caches.workloadspreads.store().clone()),
-            crate::ledger::commit::batch_histogram(),
-        ),
+        // The process's, shared with the webhook (a process without one, in tests, makes its own:
+        // the resourceVersion guard keeps the two apart).
+        slots: caches.workloadspread_slots.clone().unwrap_or_else(|| {
+            slots::on_apiserver(
+                &client,
+                &config.configuration_namespace,
+                Some(caches.workloadspreads.store().clone()),
+                crate::ledger::commit::CommitMetrics::default(),
+            )
+        }),
         client: client.clone(),
         pods: caches.pods,
         nodes: caches.nodes,
@@ -290,6 +293,14 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
     };
     let namespace = ws.namespace().unwrap_or_default();
     let name = ws.name_any();
+    // The placements the Pod webhook recorded since the cache's copy: computed over them, the
+    // status write does not conflict with them.
+    let key = (namespace.clone(), name.clone());
+    let ws = ctx
+        .slots
+        .known(&key)
+        .filter(|known| known.metadata.uid == ws.metadata.uid)
+        .unwrap_or(ws);
     let object = workload::get(&ctx.client, &ws).await?;
     let (pods, replicas) = match &object {
         None => (Vec::new(), 0),
@@ -382,7 +393,15 @@ async fn reconcile(ws: Arc<WorkloadSpread>, ctx: Arc<Context>) -> Result<Action,
     let changed = core::status_changed(ws.status.as_ref(), &plan.status);
     match write(&api, &ws, &plan.status, changed).await? {
         StatusWrite::Stale => return Ok(Action::requeue(Duration::from_millis(200))),
-        StatusWrite::Unchanged | StatusWrite::Written { .. } => {}
+        StatusWrite::Written { resource_version } => {
+            // What the apiserver stored (the write was over `ws`'s resourceVersion): the next
+            // placements are decided over it.
+            let mut written = WorkloadSpread::clone(&ws);
+            written.status = Some(plan.status.clone());
+            written.metadata.resource_version = resource_version;
+            ctx.slots.observe(key, written);
+        }
+        StatusWrite::Unchanged => {}
     }
     reschedule(&ctx, &ws, &pod_api, &refs, &plan.reschedule).await?;
     let wait = plan

@@ -458,6 +458,8 @@ impl CacheView for FakeCache {
 struct FakeApi {
     objects: Mutex<Listing>,
     lists: AtomicUsize,
+    /// When each list started.
+    starts: Mutex<Vec<Instant>>,
     latency: Duration,
     fail: bool,
 }
@@ -470,6 +472,7 @@ impl FakeApi {
                 items: Vec::new(),
             }),
             lists: AtomicUsize::new(0),
+            starts: Mutex::default(),
             latency,
             fail: false,
         })
@@ -490,6 +493,7 @@ impl FakeApi {
             let api = api.clone();
             async move {
                 api.lists.fetch_add(1, Ordering::SeqCst);
+                api.starts.lock().expect("lock").push(Instant::now());
                 let snapshot = api.objects.lock().expect("lock").clone();
                 tokio::time::sleep(api.latency).await;
                 if api.fail {
@@ -574,6 +578,69 @@ async fn an_admission_never_relies_on_a_list_that_started_before_it() {
     assert!(late.is_empty(), "{late}");
     assert!(earlier.await.expect("join").is_empty());
     assert_eq!(api.lists.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_waits_for_one_list_not_for_the_one_in_flight_too() {
+    let (cache, api) = (FakeCache::new(), FakeApi::new(Duration::from_millis(100)));
+    let check = freshness(Duration::from_secs(2), &cache, &api);
+    let first = {
+        let check = check.clone();
+        tokio::spawn(async move { check.catch_up(SS, Instant::now()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Arrives while the first list is out: its own starts now instead of after it.
+    let arrived = Instant::now();
+    assert!(check.catch_up(SS, arrived).await.is_empty());
+    assert_eq!(arrived.elapsed(), Duration::from_millis(100));
+    assert!(first.await.expect("join").is_empty());
+    let starts = api.starts.lock().expect("lock").clone();
+    assert_eq!(starts.len(), 2);
+    assert!(
+        starts[1] >= arrived,
+        "served by a list that started before the request"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn rounds_are_spaced_and_bounded_under_a_steady_stream() {
+    let latency = Duration::from_millis(300);
+    let (cache, api) = (FakeCache::new(), FakeApi::new(latency));
+    let check = freshness(Duration::from_secs(5), &cache, &api);
+    let mut requests = Vec::new();
+    for _ in 0..400 {
+        let check = check.clone();
+        let arrived = Instant::now();
+        requests.push(tokio::spawn(async move {
+            let late = check.catch_up(SS, arrived).await;
+            (arrived.elapsed(), late)
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for request in requests {
+        let (took, late) = request.await.expect("join");
+        assert!(late.is_empty(), "{late}");
+        // At most 4 lists in flight, one every 25 ms: a request waits for the next start (at most
+        // 25 ms, or until one of the 4 ends) and that list.
+        assert!(took <= latency * 2, "{took:?}");
+    }
+    let starts = api.starts.lock().expect("lock").clone();
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= Duration::from_millis(25), "{pair:?}");
+    }
+    for (i, start) in starts.iter().enumerate() {
+        let in_flight = starts[..=i]
+            .iter()
+            .filter(|s| *start - **s < latency)
+            .count();
+        assert!(in_flight <= 4, "{in_flight} lists in flight at {i}");
+    }
+    // 2 s of requests, 400 of them: 4 lists per 300 ms at most (4 in flight), plus the last round.
+    assert!(
+        starts.len() <= 4 * (2_000 / 300 + 2),
+        "{} lists",
+        starts.len()
+    );
 }
 
 #[tokio::test]

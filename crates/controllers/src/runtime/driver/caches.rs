@@ -298,6 +298,10 @@ pub struct Caches {
     /// With `PodUnavailableBudgetUpdateGate`, the process's budget decisions, which in-place updates
     /// consult ([`ProcessCaches::update_budgets`]).
     pub update_budgets: Option<Disruptions>,
+    /// The process's WorkloadSpread slots ([`ProcessCaches::workloadspread_slots`]).
+    pub workloadspread_slots: Option<Arc<crate::placements::Slots>>,
+    /// The process's budget decisions ([`ProcessCaches::disruptions`]).
+    pub disruptions: Option<Disruptions>,
 }
 
 /// The caches of the whole process, on every replica (the webhooks read them), started before
@@ -322,6 +326,14 @@ pub struct ProcessCaches {
     /// with the Pod webhook), which the workload controllers' in-place updates consult; `None`,
     /// they consult no budget. Set by the manager.
     pub update_budgets: Option<Disruptions>,
+    /// The process's WorkloadSpread slots (over `workloadspreads`), shared by the Pod webhook's
+    /// placements and the WorkloadSpread controller's, so that the two queue behind one write
+    /// instead of conflicting; `None`: the controller makes its own. Set by the manager.
+    pub workloadspread_slots: Option<Arc<crate::placements::Slots>>,
+    /// The process's budget decisions (the Pod webhook's), whatever the update gate: the budget
+    /// controller bases its status writes on the newest copy they know and tells them of its
+    /// writes, so that the two do not conflict. Set by the manager.
+    pub disruptions: Option<Disruptions>,
 }
 
 impl ProcessCaches {
@@ -338,6 +350,8 @@ impl ProcessCaches {
             workloadspreads: registry.shared(),
             podprobemarkers: registry.shared(),
             update_budgets: None,
+            workloadspread_slots: None,
+            disruptions: None,
             registry,
         }
     }
@@ -372,6 +386,8 @@ impl Caches {
             workloadspreads: process.workloadspreads,
             podprobemarkers: process.podprobemarkers,
             update_budgets: process.update_budgets,
+            workloadspread_slots: process.workloadspread_slots,
+            disruptions: process.disruptions,
             registry,
         };
         (caches, pods_run)

@@ -127,13 +127,17 @@ struct Pending<R, O> {
 /// Takes out of `pending` the decisions nobody waits for any more (dropped), and those past their
 /// deadline (answered [`CommitError::Late`]), before a batch is decided on them: a write records
 /// only decisions someone will act on.
-fn settle<R, O>(pending: &mut Vec<Pending<R, O>>) {
+fn settle<R, O>(
+    pending: &mut Vec<Pending<R, O>>,
+    late: &prometheus_client::metrics::counter::Counter,
+) {
     let now = Instant::now();
     for p in std::mem::take(pending) {
         if p.answer.is_closed() {
             continue;
         }
         if p.deadline.is_some_and(|deadline| deadline <= now) {
+            late.inc();
             let _ = p.answer.send(Err(CommitError::Late));
             continue;
         }
@@ -165,7 +169,7 @@ pub struct GroupCommit<D: Decide, S> {
     source: S,
     ledger: Ledger<D::Object>,
     queues: Mutex<Queues<D>>,
-    batches: prometheus_client::metrics::histogram::Histogram,
+    metrics: CommitMetrics,
 }
 
 /// A histogram of how many decisions a batch carried: 1 to 256 by powers of 2.
@@ -175,24 +179,79 @@ pub fn batch_histogram() -> prometheus_client::metrics::histogram::Histogram {
     )
 }
 
+/// What a group commit did, for the process's metrics: how well batching works (decisions per
+/// write) and what it cost beyond one write per batch (conflicts, reads of the apiserver's copy,
+/// decisions that came too late). Cheap to clone: clones count into the same series.
+#[derive(Clone, Debug)]
+pub struct CommitMetrics {
+    /// Decisions per batch.
+    pub batches: prometheus_client::metrics::histogram::Histogram,
+    /// Status writes refused with 409 (another writer was first, or the copy was behind).
+    pub conflicts: prometheus_client::metrics::counter::Counter,
+    /// Reads of the apiserver's copy (nothing known, a refusal to confirm, after a conflict).
+    pub reads: prometheus_client::metrics::counter::Counter,
+    /// Decisions answered [`CommitError::Late`]: their deadline passed before a batch made them.
+    pub late: prometheus_client::metrics::counter::Counter,
+}
+
+impl Default for CommitMetrics {
+    fn default() -> Self {
+        Self {
+            batches: batch_histogram(),
+            conflicts: Default::default(),
+            reads: Default::default(),
+            late: Default::default(),
+        }
+    }
+}
+
+impl CommitMetrics {
+    /// Registers the series as `{prefix}_batch_size`, `{prefix}_commit_conflicts`,
+    /// `{prefix}_commit_reads` and `{prefix}_commit_late` (`what`: the decisions, for the help).
+    pub fn register(
+        &self,
+        registry: &mut prometheus_client::registry::Registry,
+        prefix: &str,
+        what: &str,
+    ) {
+        registry.register(
+            format!("{prefix}_batch_size"),
+            format!("{what} recorded by one status write (the ones that arrived while the previous write was in flight)"),
+            self.batches.clone(),
+        );
+        registry.register(
+            format!("{prefix}_commit_conflicts"),
+            format!(
+                "Status writes of {what} refused with a conflict (decided again on a fresh read)"
+            ),
+            self.conflicts.clone(),
+        );
+        registry.register(
+            format!("{prefix}_commit_reads"),
+            format!("Reads of the object from the apiserver before deciding {what} (no copy known, a refusal to confirm, after a conflict)"),
+            self.reads.clone(),
+        );
+        registry.register(
+            format!("{prefix}_commit_late"),
+            format!("{what} not decided before their caller's deadline (nothing recorded)"),
+            self.late.clone(),
+        );
+    }
+}
+
 impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
     pub fn new(decide: D, source: S) -> Arc<Self> {
-        Self::counted(decide, source, batch_histogram())
+        Self::counted(decide, source, CommitMetrics::default())
     }
 
-    /// A group commit that observes each batch's size in `batches` (a [`batch_histogram`]
-    /// registered with the process's metrics).
-    pub fn counted(
-        decide: D,
-        source: S,
-        batches: prometheus_client::metrics::histogram::Histogram,
-    ) -> Arc<Self> {
+    /// A group commit that counts what it does in `metrics` (registered with the process's).
+    pub fn counted(decide: D, source: S, metrics: CommitMetrics) -> Arc<Self> {
         Arc::new(Self {
             decide,
             source,
             ledger: Ledger::default(),
             queues: Mutex::default(),
-            batches,
+            metrics,
         })
     }
 
@@ -204,6 +263,13 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
     /// when that is newer (`None`: the cache holds no such object).
     pub fn known(&self, key: &Key) -> Option<Arc<D::Object>> {
         self.ledger.newest(key, self.source.cached(key))
+    }
+
+    /// Records a write of the object's status made outside the batches (its controller's), so
+    /// that the next batch is decided over it instead of over a cache that has not shown it yet
+    /// (which would cost a conflict and a read).
+    pub fn observe(&self, key: Key, written: D::Object) {
+        self.ledger.remember(key, written);
     }
 
     /// How many objects have a queue or a remembered write (for tests).
@@ -230,6 +296,18 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
         request: D::Request,
         deadline: Option<Instant>,
     ) -> Result<D::Outcome, CommitError> {
+        self.enqueue(key, request, deadline).await
+    }
+
+    /// [`GroupCommit::submit_by`], queued at the call rather than when the answer is first awaited:
+    /// a decision enqueued before another is decided before it, whoever awaits first. Dropping the
+    /// answer before its batch is decided drops the decision.
+    pub fn enqueue(
+        self: &Arc<Self>,
+        key: Key,
+        request: D::Request,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<D::Outcome, CommitError>> + Send + 'static {
         let (answer, answered) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
@@ -245,7 +323,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
             let this = self.clone();
             tokio::spawn(async move { this.run(key).await });
         }
-        answered.await.unwrap_or(Err(CommitError::Dropped))
+        async move { answered.await.unwrap_or(Err(CommitError::Dropped)) }
     }
 
     /// Runs the batches of `key` until nobody waits.
@@ -278,7 +356,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                     return;
                 };
                 // A decision whose caller gave up, or whose deadline passed, takes nothing.
-                settle(&mut queue.waiting);
+                settle(&mut queue.waiting, &self.metrics.late);
                 if queue.waiting.is_empty() {
                     queues.remove(&key);
                     return;
@@ -286,7 +364,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                 let n = queue.waiting.len().min(BATCH_LIMIT);
                 queue.waiting.drain(..n).collect()
             };
-            self.batches.observe(batch.len() as f64);
+            self.metrics.batches.observe(batch.len() as f64);
             let mut batch = batch;
             let answers = self.commit(&key, &mut batch).await;
             for (pending, answer) in batch.into_iter().zip(answers) {
@@ -310,16 +388,19 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
             let base = if fresh { None } else { self.known(key) };
             let read = match base {
                 Some(base) => Ok(Some(base)),
-                None => match self.source.read(key).await {
-                    Ok(Some(read)) => {
-                        fresh = true;
-                        Ok(Some(Arc::new(read)))
+                None => {
+                    self.metrics.reads.inc();
+                    match self.source.read(key).await {
+                        Ok(Some(read)) => {
+                            fresh = true;
+                            Ok(Some(Arc::new(read)))
+                        }
+                        Ok(None) => Ok(None),
+                        Err(status) => Err(status),
                     }
-                    Ok(None) => Ok(None),
-                    Err(status) => Err(status),
-                },
+                }
             };
-            settle(batch);
+            settle(batch, &self.metrics.late);
             if batch.is_empty() {
                 return Vec::new();
             }
@@ -368,6 +449,7 @@ impl<D: Decide, S: Source<D::Object>> GroupCommit<D, S> {
                     return answers(decided);
                 }
                 Err(status) if status.code == 409 => {
+                    self.metrics.conflicts.inc();
                     self.ledger.forget(key);
                     if writes >= D::ATTEMPTS {
                         return all(CommitError::Conflicts(writes));

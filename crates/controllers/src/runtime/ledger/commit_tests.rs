@@ -262,6 +262,48 @@ async fn a_decision_past_its_deadline_is_answered_late_and_takes_nothing() {
 }
 
 #[tokio::test]
+async fn a_write_told_by_another_writer_is_decided_over_without_a_conflict() {
+    for told in [false, true] {
+        let store = FakeStore::new(Duration::from_millis(1));
+        store.put(&key(), slots(5), "u1");
+        let metrics = CommitMetrics::default();
+        let commit = GroupCommit::counted(Slots, FakeSource::new(store.clone()), metrics.clone());
+        // The controller writes the status; the cache has not shown it yet.
+        store.update(&key(), |_| {});
+        if told {
+            commit.observe(key(), store.get(&key()).expect("stored"));
+        }
+        assert!(commit.submit(key(), "a".into()).await.expect("answered"));
+        let conflicts = usize::from(!told);
+        assert_eq!(
+            *store.writes.lock().expect("writes"),
+            (1, conflicts),
+            "told: {told}"
+        );
+        assert_eq!(metrics.conflicts.get(), conflicts as u64, "told: {told}");
+        assert_eq!(metrics.reads.get(), conflicts as u64, "told: {told}");
+    }
+}
+
+#[tokio::test]
+async fn an_older_answer_arriving_late_does_not_replace_a_newer_one() {
+    let store = FakeStore::new(Duration::from_millis(1));
+    store.put(&key(), slots(5), "u1");
+    let commit = GroupCommit::new(Slots, FakeSource::new(store.clone()));
+    let older = store.get(&key()).expect("stored");
+    store.update(&key(), |_| {});
+    let newer = store.get(&key()).expect("stored");
+    commit.observe(key(), newer.clone());
+    commit.observe(key(), older);
+    assert_eq!(
+        commit
+            .known(&key())
+            .and_then(|k| k.metadata.resource_version.clone()),
+        newer.metadata.resource_version
+    );
+}
+
+#[tokio::test]
 async fn conflicts_past_the_attempts_answer_an_error() {
     struct Always;
     impl Source<ConfigMap> for Always {
