@@ -338,9 +338,7 @@ impl Bench {
         self.wait_budgets_allow(namespace, allowed_each).await?;
 
         let handler_before = self.handler_histogram("/validate-pod").await?;
-        let apiserver_before = self
-            .apiserver_histogram("vpodeviction", "CREATE")
-            .await?;
+        let apiserver_before = self.apiserver_histogram("vpodeviction", "CREATE").await?;
         let cpu_before = self.cpu();
         let writes_before = self.pod_writes().await?;
         let policy_before = self.policy_requests().await?;

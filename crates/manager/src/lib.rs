@@ -972,16 +972,17 @@ fn admission(
     } else {
         pods
     };
-    // WorkloadSpread placement within 60% of the Pod webhook's deadline: the rest is left to the
-    // SidecarSet injection, so that a slow apiserver never makes the apiserver give up on the
-    // webhook (the Pod is then answered by the failure policy instead).
+    // WorkloadSpread placement done or given up by 70% of the Pod webhook's deadline after the
+    // request arrived (read-your-writes, at most 40%, included): the rest is left to the SidecarSet
+    // injection and the answer, so that a slow apiserver never makes the apiserver give up on the
+    // webhook (the Pod would be admitted by the failure policy, without its sidecars).
     let pods = if gates.enabled(Gate::WorkloadSpread) {
         pods.with_workloadspreads(
             kruise_webhook::workloadspread::WorkloadSpreads::new(
                 Some(client.clone()),
                 Some(process_caches.workloadspreads.store().clone()),
                 Duration::from_millis(
-                    u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 600,
+                    u64::try_from(args.pod_webhook_timeout_seconds).unwrap_or(5) * 700,
                 ),
             )
             .with_configuration_namespace(&args.namespace)

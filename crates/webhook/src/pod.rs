@@ -300,7 +300,7 @@ impl PodInjector {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
         let (placed, warning) = self
-            .place_in_workloadspread(&mut pod, &namespace, &request)
+            .place_in_workloadspread(&mut pod, &namespace, &request, arrived)
             .await;
         if let Some(refused) = placed {
             return refused;
@@ -385,12 +385,7 @@ impl PodInjector {
         };
         let mut kinds = vec![(PolicyKind::SidecarSet, None)];
         let scoped = Some(namespace);
-        let controlled = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true));
+        let controlled = kruise_core::ownership::controller_of(&pod.metadata).is_some();
         if self.workloadspreads.is_some() && !dry_run && controlled {
             kinds.push((PolicyKind::WorkloadSpread, scoped));
         }
@@ -413,11 +408,12 @@ impl PodInjector {
         pod: &mut Pod,
         namespace: &str,
         request: &AdmissionRequest<DynamicObject>,
+        arrived: tokio::time::Instant,
     ) -> (Option<(Answer, Outcome)>, Option<(bool, Option<String>)>) {
         let Some(hooks) = self.workloadspreads.as_ref().filter(|_| !request.dry_run) else {
             return (None, None);
         };
-        match hooks.place(pod, namespace).await {
+        match hooks.place(pod, namespace, arrived).await {
             Ok(Some(placed)) => {
                 *pod = placed;
                 (None, Some((true, None)))

@@ -51,7 +51,7 @@ pub struct WorkloadSpreads {
     store: Option<Store<WorkloadSpread>>,
     /// The group commit of the slots taken and given back (with a client).
     slots: Option<Arc<Slots>>,
-    /// The deadline of one placement.
+    /// How long after its admission arrived a placement is done or given up.
     pub budget: Duration,
     /// The namespace of kruise-configuration (its custom workload whitelist).
     configuration_namespace: String,
@@ -324,10 +324,17 @@ impl WorkloadSpreads {
         Ok(None)
     }
 
-    /// Places a Pod being created: `Ok(Some(pod))` with its subset injected, `Ok(None)` when no
-    /// WorkloadSpread spreads it (or no subset has room).
-    pub async fn place(&self, pod: &Pod, namespace: &str) -> Result<Option<Pod>, Unplaced> {
-        let deadline = tokio::time::Instant::now() + self.budget;
+    /// Places a Pod being created whose admission arrived at `arrived`: `Ok(Some(pod))` with its
+    /// subset injected, `Ok(None)` when no WorkloadSpread spreads it (or no subset has room). Done
+    /// or given up by `arrived` + the placement's budget, whatever came before it (read-your-writes),
+    /// so that the admission is answered before the apiserver gives up on it.
+    pub async fn place(
+        &self,
+        pod: &Pod,
+        namespace: &str,
+        arrived: tokio::time::Instant,
+    ) -> Result<Option<Pod>, Unplaced> {
+        let deadline = arrived + self.budget;
         let late = || {
             Unplaced::Unavailable(format!(
                 "WorkloadSpread placement took longer than {:?}",
@@ -432,12 +439,7 @@ impl WorkloadSpreads {
         else {
             return;
         };
-        let controlled = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true));
+        let controlled = kruise_core::ownership::controller_of(&pod.metadata).is_some();
         let Some(slots) = self.slots.as_ref().filter(|_| controlled) else {
             return;
         };
@@ -847,7 +849,7 @@ mod tests {
             .expect("pod")
         };
         let placed = hooks
-            .place(&pod("worker"), "ns")
+            .place(&pod("worker"), "ns", tokio::time::Instant::now())
             .await
             .expect("decided")
             .expect("placed");
@@ -861,7 +863,12 @@ mod tests {
             r#"{"name":"ws","subset":"b"}"#
         );
         assert!(
-            matches!(hooks.place(&pod("ps"), "ns").await, Ok(None)),
+            matches!(
+                hooks
+                    .place(&pod("ps"), "ns", tokio::time::Instant::now())
+                    .await,
+                Ok(None)
+            ),
             "filtered out"
         );
     }
@@ -876,6 +883,9 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i"}]}
         }))
         .expect("pod");
-        assert!(matches!(hooks.place(&pod, "ns").await, Ok(None)));
+        assert!(matches!(
+            hooks.place(&pod, "ns", tokio::time::Instant::now()).await,
+            Ok(None)
+        ));
     }
 }

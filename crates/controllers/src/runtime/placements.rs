@@ -185,6 +185,20 @@ mod tests {
         }
     }
 
+    /// The release of `name`'s slot in subset `s0` (its deletion admitted).
+    fn give(name: &str) -> SlotRequest {
+        SlotRequest::Give {
+            pod_name: name.to_owned(),
+            matched: MatchedWorkloadSpread {
+                name: "ws".into(),
+                subset: "s0".into(),
+                uid: String::new(),
+            },
+            version: core::pod_version(&Default::default()),
+            now: Timestamp::now(),
+        }
+    }
+
     /// Creates spread over `replicas` webhook replicas: how many each subset got, and the stored
     /// WorkloadSpread.
     async fn burst(
@@ -283,18 +297,11 @@ mod tests {
         );
         let first = commit.submit(key(), take("a")).await.expect("answered");
         assert_eq!(first.subset.as_deref(), Some("s0"));
-        let give = SlotRequest::Give {
-            pod_name: "old".into(),
-            matched: MatchedWorkloadSpread {
-                name: "ws".into(),
-                subset: "s0".into(),
-                uid: String::new(),
-            },
-            version: core::pod_version(&Default::default()),
-            now: Timestamp::now(),
-        };
-        let (given, taken) =
-            tokio::join!(commit.submit(key(), give), commit.submit(key(), take("b")));
+        let release = give("old");
+        let (given, taken) = tokio::join!(
+            commit.submit(key(), release),
+            commit.submit(key(), take("b"))
+        );
         assert_eq!(given.expect("answered"), Slot::default());
         assert_eq!(taken.expect("answered").subset.as_deref(), Some("s0"));
     }
@@ -314,18 +321,9 @@ mod tests {
         assert_eq!(first.subset.as_deref(), Some("s0"));
         // The other replica admits the deletion of a running Pod of the subset: its slot is free
         // again, which this replica's copy (its own last write: full) does not show.
-        let give = SlotRequest::Give {
-            pod_name: "running".into(),
-            matched: MatchedWorkloadSpread {
-                name: "ws".into(),
-                subset: "s0".into(),
-                uid: String::new(),
-            },
-            version: core::pod_version(&Default::default()),
-            now: Timestamp::now(),
-        };
+        let release = give("running");
         b.source().catch_up();
-        b.submit(key(), give).await.expect("answered");
+        b.submit(key(), release).await.expect("answered");
         let second = a.submit(key(), take("b")).await.expect("answered");
         assert_eq!(
             second.subset.as_deref(),
