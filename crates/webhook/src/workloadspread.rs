@@ -384,27 +384,23 @@ impl WorkloadSpreads {
             uid: generated_uid(),
             now: Timestamp::now(),
         };
-        let (slot, ws) = self.decide(matched, request).await?;
-        let Some(subset_name) = slot.subset else {
+        let slot = self.decide(matched, request).await?;
+        let (Some(subset_name), Some(subset)) = (slot.subset, slot.spec) else {
             tracing::info!(workloadspread = %key, pod = pod_name.unwrap_or("(generated)"), "no subset has room for the Pod");
             return Ok(None);
         };
-        let Some(subset) = ws.spec.subsets.iter().find(|s| s.name == subset_name) else {
-            return Ok(None);
-        };
-        let placed = core::inject(&ws_name, subset, pod, &slot.uid)?;
+        let placed = core::inject(&ws_name, &subset, pod, &slot.uid)?;
         tracing::debug!(workloadspread = %key, subset = %subset_name, pod = pod_name.unwrap_or("(generated)"), "placed a Pod");
         Ok(Some(placed))
     }
 
     /// Decides `request` on `matched`: committed with the others of its WorkloadSpread, or
-    /// (without a client, in tests) decided on the copy at hand and written nowhere. Also the
-    /// newest copy known, for the subset's spec.
+    /// (without a client, in tests) decided on the copy at hand and written nowhere.
     async fn decide(
         &self,
         matched: &Arc<WorkloadSpread>,
         request: SlotRequest,
-    ) -> Result<(Slot, Arc<WorkloadSpread>), String> {
+    ) -> Result<Slot, String> {
         let namespace = matched.namespace().unwrap_or_default();
         let key = (namespace, matched.name_any());
         let Some(slots) = &self.slots else {
@@ -418,14 +414,12 @@ impl WorkloadSpreads {
                 Some(Decided::Answer(slot) | Decided::Written(slot)) => slot,
                 _ => Slot::default(),
             };
-            return Ok((slot, matched.clone()));
+            return Ok(slot);
         };
-        let slot = slots
+        slots
             .submit(key.clone(), request)
             .await
-            .map_err(|e| format!("recording a Pod in WorkloadSpread {}/{}: {e}", key.0, key.1))?;
-        let ws = slots.known(&key).unwrap_or_else(|| matched.clone());
-        Ok((slot, ws))
+            .map_err(|e| format!("recording a Pod in WorkloadSpread {}/{}: {e}", key.0, key.1))
     }
 
     /// Records a Pod whose deletion or eviction was admitted: its slot is free at once. The release

@@ -245,9 +245,9 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
     );
     let images_api = Writer::<NodeImage>::all(ctx.writes.clone());
     for node in imagepull::nodes_to_sync(&not_synced, status.active, parallelism) {
-        let Some(mut image) = ctx
-            .images
-            .get(&ObjectRef::new(node))
+        let Some(mut image) = nodes
+            .iter()
+            .find(|image| image.metadata.name.as_deref() == Some(node.as_ref()))
             .map(|i| i.as_ref().clone())
         else {
             continue;
@@ -309,12 +309,36 @@ async fn reconcile(job: Arc<ImagePullJob>, ctx: Arc<Context>) -> Result<Action, 
 }
 
 /// The NodeImages of the job's nodes, in a stable order (by name; by the Pods' order for podSelector).
+/// From the cache; when it holds none of them, from the apiserver: a job is never decided (and
+/// completed) on no node because the cache has not shown NodeImages just created or labelled yet.
 async fn target_nodes(
     ctx: &Context,
     job: &ImagePullJob,
     namespace: &str,
 ) -> Result<Vec<Arc<NodeImage>>, Error> {
-    let all = ctx.images.state();
+    let cached = select_nodes(ctx, job, namespace, ctx.images.state()).await?;
+    if !cached.is_empty() {
+        return Ok(cached);
+    }
+    let live = list_live::<NodeImage>(ctx.live.as_ref(), None, &ListParams::default())
+        .await
+        .context(|| "listing NodeImages".to_owned())?;
+    select_nodes(
+        ctx,
+        job,
+        namespace,
+        live.into_iter().map(Arc::new).collect(),
+    )
+    .await
+}
+
+/// The NodeImages of `all` that the job selects, in a stable order.
+async fn select_nodes(
+    ctx: &Context,
+    job: &ImagePullJob,
+    namespace: &str,
+    all: Vec<Arc<NodeImage>>,
+) -> Result<Vec<Arc<NodeImage>>, Error> {
     let by_name: BTreeMap<String, Arc<NodeImage>> =
         all.into_iter().map(|i| (i.name_any(), i)).collect();
     if let Some(pods) = &job.spec.pod_selector {

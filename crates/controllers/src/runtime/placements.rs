@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::jiff::Timestamp;
-use kruise_api::workloadspread::{MatchedWorkloadSpread, WorkloadSpread};
+use kruise_api::workloadspread::{MatchedWorkloadSpread, WorkloadSpread, WorkloadSpreadSubset};
 use kruise_core::workloadspread as core;
 
 use crate::ledger::commit::{ApiSource, CommitError, Decide, Decided, GroupCommit};
@@ -42,6 +42,9 @@ pub struct Slot {
     /// The subset a Pod being created goes to (`None`: no subset has room; always `None` for a
     /// slot given back).
     pub subset: Option<String>,
+    /// That subset as the WorkloadSpread the decision was made on has it: what the Pod is given
+    /// (a copy read later may have another spec, or no such subset).
+    pub spec: Option<WorkloadSpreadSubset>,
     /// The id the Pod was recorded under when it has no name yet.
     pub uid: String,
 }
@@ -104,8 +107,14 @@ impl Decide for SlotDecisions {
                         decided.push(Decided::Unsure);
                         continue;
                     }
+                    let spec = decision
+                        .subset
+                        .as_ref()
+                        .and_then(|name| ws.spec.subsets.iter().find(|s| &s.name == name))
+                        .cloned();
                     let slot = Slot {
                         subset: decision.subset,
+                        spec,
                         uid: decision.uid,
                     };
                     match decision.status {
@@ -330,5 +339,22 @@ mod tests {
             Some("s0"),
             "placed on the apiserver's count"
         );
+    }
+
+    #[tokio::test]
+    async fn a_slot_carries_the_subset_it_was_decided_on() {
+        let store = FakeStore::new(Duration::from_millis(1));
+        store.put(&key(), spread(&[1, 1]), "u1");
+        let commit = GroupCommit::new(
+            SlotDecisions::new(no_replicas()),
+            FakeSource::new(store.clone()),
+        );
+        let decided = spread(&[1, 1]).spec.subsets;
+        let first = commit.submit(key(), take("a")).await.expect("answered");
+        assert_eq!(first.spec.as_ref(), decided.first());
+        let second = commit.submit(key(), take("b")).await.expect("answered");
+        assert_eq!(second.spec.as_ref(), decided.get(1));
+        let none = commit.submit(key(), take("c")).await.expect("answered");
+        assert_eq!((none.subset, none.spec), (None, None));
     }
 }

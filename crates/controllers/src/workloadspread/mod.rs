@@ -244,19 +244,15 @@ async fn place_gated(
         }
     }))
     .await;
-    let newest = ctx.slots.known(&key).unwrap_or_else(|| ws.clone());
     for (pod, decision) in gated.iter().zip(decided) {
         let pod_name = pod.name_any();
         let placed = match decision {
+            // The subset as decided (a copy read now may have another spec).
             Some(Ok(slots::Slot {
-                subset: Some(subset),
+                spec: Some(subset),
                 uid,
-            })) => newest
-                .spec
-                .subsets
-                .iter()
-                .find(|s| s.name == subset)
-                .and_then(|s| core::inject(&name, s, pod, &uid).ok()),
+                ..
+            })) => core::inject(&name, &subset, pod, &uid).ok(),
             Some(Ok(_)) | None => None,
             Some(Err(error)) => {
                 tracing::warn!(%error, workloadspread = %format!("{namespace}/{name}"), pod = %pod_name, "cannot take a slot for a gated Pod yet");
