@@ -670,6 +670,29 @@ mod tests {
         assert_eq!(status.desired, 1);
     }
 
+    /// NodeImages the cache has not shown yet (just created): the job is decided on the apiserver's,
+    /// not completed at once on no node.
+    #[tokio::test]
+    async fn nodes_the_cache_does_not_show_yet_are_read_from_the_apiserver() {
+        let cluster = FakeCluster::new();
+        let ctx = context(&cluster);
+        let ctx = Arc::new(Context {
+            writes: ctx.writes.clone(),
+            live: ctx.live.clone(),
+            metrics: ctx.metrics.clone(),
+            images: listed(Vec::new()),
+            config: Config::default(),
+        });
+        let cached = job(&cluster, json!({}));
+        reconcile(Arc::new(cached), ctx).await.expect("reconciled");
+        assert_eq!(asked(&cluster, "n1"), ["j-uid"]);
+        let status = cluster
+            .get::<ImagePullJob>(Some("app"), "j")
+            .and_then(|j| j.status)
+            .expect("a status");
+        assert_eq!((status.desired, status.completion_time), (1, None));
+    }
+
     /// A NodeImage that moved under the job is asked again on a fresh view (no failure, no status
     /// from the stale one); a refused patch fails the pass.
     #[tokio::test]
