@@ -986,19 +986,7 @@ fn admission(
                 ),
             )
             .with_configuration_namespace(&args.namespace)
-            .with_slots(
-                process_caches
-                    .workloadspread_slots
-                    .clone()
-                    .unwrap_or_else(|| {
-                        kruise_controllers::workloadspread::slots::on_apiserver(
-                            client,
-                            &args.namespace,
-                            Some(process_caches.workloadspreads.store().clone()),
-                            webhook_metrics.workloadspread_commit.clone(),
-                        )
-                    }),
-            ),
+            .with_slots(process_caches.workloadspread_slots.clone()),
         )
     } else {
         pods

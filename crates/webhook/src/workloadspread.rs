@@ -102,9 +102,11 @@ impl WorkloadSpreads {
     }
 
     /// These hooks, committing their slots with `slots` (the process's, which the WorkloadSpread
-    /// controller shares).
-    pub fn with_slots(mut self, slots: Arc<Slots>) -> Self {
-        self.slots = Some(slots);
+    /// controller shares); `None` keeps their own.
+    pub fn with_slots(mut self, slots: Option<Arc<Slots>>) -> Self {
+        if slots.is_some() {
+            self.slots = slots;
+        }
         self
     }
 

@@ -173,7 +173,7 @@ pub struct GroupCommit<D: Decide, S> {
 }
 
 /// A histogram of how many decisions a batch carried: 1 to 256 by powers of 2.
-pub fn batch_histogram() -> prometheus_client::metrics::histogram::Histogram {
+fn batch_histogram() -> prometheus_client::metrics::histogram::Histogram {
     prometheus_client::metrics::histogram::Histogram::new(
         prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 9),
     )
