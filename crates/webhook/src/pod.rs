@@ -71,6 +71,17 @@ impl PodSettings {
     }
 }
 
+/// What WorkloadSpread placement did to a Pod being created.
+#[derive(Debug, Default)]
+struct Placement {
+    /// The Pod was changed: placed in a subset, or held behind the placement gate.
+    moved: bool,
+    /// A warning for the response.
+    warning: Option<String>,
+    /// The WorkloadSpread the Pod goes without a subset of, when it is admitted.
+    unplaced_in: Option<Arc<kruise_api::workloadspread::WorkloadSpread>>,
+}
+
 /// The result label of a Pod admission in `kruise_webhook_requests_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -299,23 +310,65 @@ impl PodInjector {
         if !self.synced() {
             return self.cannot_decide(&request, "the SidecarSets are not loaded yet");
         }
-        let (placed, warning) = self
+        let placement = match self
             .place_in_workloadspread(&mut pod, &namespace, &request, arrived)
+            .await
+        {
+            Ok(placement) => placement,
+            Err(refused) => return refused,
+        };
+        changed |= placement.moved;
+        let answered = self
+            .complete(
+                &request,
+                &received,
+                pod,
+                &namespace,
+                changed,
+                placement.warning,
+            )
             .await;
-        if let Some(refused) = placed {
-            return refused;
+        let answered = if late.is_empty() {
+            answered
+        } else {
+            with_warning(
+                answered,
+                format!(
+                    "kruise: decided on policy caches not known to show every earlier write ({late}); a policy created just before this Pod may not apply to it"
+                ),
+            )
+        };
+        // Said on the WorkloadSpread only of a Pod admitted: one refused is created again.
+        if let (Some(spread), Some(hooks)) = (&placement.unplaced_in, &self.workloadspreads)
+            && answered.1 != Outcome::Denied
+        {
+            hooks.admitted_unplaced(spread);
         }
-        changed |= warning.as_ref().is_some_and(|(moved, _)| *moved);
-        let (mut pod, mut changed) = match self.decide(&pod, &namespace).await {
+        answered
+    }
+
+    /// The rest of a Pod create's review once placed: sidecars, launch priority, persistent
+    /// state and probes, then the answer with placement's warning.
+    async fn complete(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        received: &Pod,
+        pod: Pod,
+        namespace: &str,
+        changed: bool,
+        warning: Option<String>,
+    ) -> (Answer, Outcome) {
+        let unchanged = (allow(request), Outcome::Unchanged);
+        let (mut pod, mut changed) = match self.decide(&pod, namespace).await {
             Ok(None) => (pod, changed),
             Ok(Some(injected)) => (injected, true),
-            Err(Problem::Invalid(message)) => return (deny(&request, message), Outcome::Denied),
-            Err(Problem::Unavailable(message)) => return self.cannot_decide(&request, &message),
+            Err(Problem::Invalid(message)) => return (deny(request, message), Outcome::Denied),
+            Err(Problem::Unavailable(message)) => return self.cannot_decide(request, &message),
         };
         // After injection, as upstream: injected sidecars take part in the launch order.
         match hold_for_launch_priority(&mut pod) {
             Ok(held) => changed |= held,
-            Err(invalid) => return (deny(&request, invalid.to_string()), Outcome::Denied),
+            Err(invalid) => return (deny(request, invalid.to_string()), Outcome::Denied),
         }
         let persisted = match crate::persistentpodstate::apply(
             self.persistent.as_ref(),
@@ -325,32 +378,22 @@ impl PodInjector {
         .await
         {
             Ok(persisted) => persisted,
-            Err(message) => return (deny(&request, message), Outcome::Denied),
+            Err(message) => return (deny(request, message), Outcome::Denied),
         };
         if self.settings.enhanced_liveness_probe {
             changed |= kruise_core::podprobemarker::move_liveness_probes(&mut pod);
         }
         if let Some(markers) = &self.probe_markers {
-            changed |= annotate_serverless_probes(&mut pod, &namespace, markers);
+            changed |= annotate_serverless_probes(&mut pod, namespace, markers);
         }
         let answer = if changed || persisted {
-            patch_answer(&request, &received, &pod)
+            patch_answer(request, received, &pod)
         } else {
             unchanged
         };
-        let answer = match warning {
-            Some((_, Some(text))) => with_warning(answer, text),
-            _ => answer,
-        };
-        if late.is_empty() {
-            answer
-        } else {
-            with_warning(
-                answer,
-                format!(
-                    "kruise: decided on policy caches not known to show every earlier write ({late}); a policy created just before this Pod may not apply to it"
-                ),
-            )
+        match warning {
+            Some(text) => with_warning(answer, text),
+            None => answer,
         }
     }
 
@@ -398,65 +441,60 @@ impl PodInjector {
         freshness.catch_up(&kinds, arrived).await
     }
 
-    /// WorkloadSpread placement of a Pod being created (not for dry runs). Returns the answer
-    /// when the Pod must be refused (placement undecidable under failure policy `Fail`), and
-    /// whether the Pod was placed with a warning for the response (placement undecidable under
-    /// `Ignore`: the Pod is admitted where the scheduler puts it; the controller records it in
-    /// the subset its node belongs to).
+    /// WorkloadSpread placement of a Pod being created (not for dry runs): the answer when the Pod
+    /// must be refused (placement undecidable under failure policy `Fail`), else what placement
+    /// did (placed or gated; under `Ignore`, an undecidable placement admits the Pod where the
+    /// scheduler puts it, and the controller records it in the subset its node belongs to).
     async fn place_in_workloadspread(
         &self,
         pod: &mut Pod,
         namespace: &str,
         request: &AdmissionRequest<DynamicObject>,
         arrived: tokio::time::Instant,
-    ) -> (Option<(Answer, Outcome)>, Option<(bool, Option<String>)>) {
+    ) -> Result<Placement, (Answer, Outcome)> {
         let Some(hooks) = self.workloadspreads.as_ref().filter(|_| !request.dry_run) else {
-            return (None, None);
+            return Ok(Placement::default());
         };
         match hooks.place(pod, namespace, arrived).await {
             Ok(Some(placed)) => {
                 *pod = placed;
-                (None, Some((true, None)))
+                Ok(Placement {
+                    moved: true,
+                    ..Placement::default()
+                })
             }
-            Ok(None) => (None, None),
+            Ok(None) => Ok(Placement::default()),
             // Admitted behind the placement gate under either failure policy: the Pod is
             // decided, its placement only comes later.
             Err(crate::workloadspread::Unplaced::Gated { pod: gated, reason }) => {
                 tracing::warn!(namespace, name = %request.name, %reason, "WorkloadSpread placement left to the controller: the Pod waits behind its scheduling gate");
                 *pod = *gated;
-                (
-                    None,
-                    Some((
-                        true,
-                        Some(format!(
-                            "kruise: WorkloadSpread placement deferred ({reason}); the Pod waits behind scheduling gate {} until the controller places it",
-                            kruise_api::workloadspread::SCHEDULING_GATE
-                        )),
+                Ok(Placement {
+                    moved: true,
+                    warning: Some(format!(
+                        "kruise: WorkloadSpread placement deferred ({reason}); the Pod waits behind scheduling gate {} until the controller places it",
+                        kruise_api::workloadspread::SCHEDULING_GATE
                     )),
-                )
+                    unplaced_in: None,
+                })
             }
-            Err(crate::workloadspread::Unplaced::Unavailable(reason)) => {
+            Err(crate::workloadspread::Unplaced::Unavailable { reason, spread }) => {
                 tracing::warn!(namespace, name = %request.name, %reason, policy = %self.settings.failure_policy, "Pod webhook cannot decide on WorkloadSpread placement");
                 match self.settings.failure_policy {
-                    FailurePolicy::Ignore => (
-                        None,
-                        Some((
-                            false,
-                            Some(format!(
-                                "kruise: WorkloadSpread placement skipped ({reason}); the Pod is admitted without a subset"
-                            )),
+                    FailurePolicy::Ignore => Ok(Placement {
+                        moved: false,
+                        warning: Some(format!(
+                            "kruise: WorkloadSpread placement skipped ({reason}); the Pod is admitted without a subset"
                         )),
-                    ),
-                    FailurePolicy::Fail => (
-                        Some((
-                            deny(
-                                request,
-                                format!("WorkloadSpread placement cannot be decided now: {reason}"),
-                            ),
-                            Outcome::Denied,
-                        )),
-                        None,
-                    ),
+                        unplaced_in: spread,
+                    }),
+                    FailurePolicy::Fail => Err((
+                        deny(
+                            request,
+                            format!("WorkloadSpread placement cannot be decided now: {reason}"),
+                        ),
+                        Outcome::Denied,
+                    )),
                 }
             }
         }
@@ -1140,6 +1178,54 @@ mod tests {
             .review(review("CREATE", "kube-system", test_pod()))
             .await;
         assert_eq!(outcome, Outcome::Unchanged);
+    }
+
+    /// A Pod whose WorkloadSpread placement cannot be decided is counted for the WorkloadSpread's
+    /// `PodsAdmittedUnplaced` Event only when it is admitted (failure policy `Ignore`); refused under
+    /// `Fail`, it is created again and placed then, so it is not counted.
+    #[tokio::test]
+    async fn only_pods_admitted_unplaced_are_counted() {
+        for (policy, admitted) in [(FailurePolicy::Ignore, true), (FailurePolicy::Fail, false)] {
+            let (store, mut writer) = reflector::store();
+            // A patch no Pod can take: placement fails, and it cannot be applied after creation
+            // either (no gate), so the failure policy answers.
+            let ws: kruise_api::workloadspread::WorkloadSpread = serde_json::from_value(json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+                "metadata": {"name": "ws", "namespace": "web", "resourceVersion": "1", "uid": "w1"},
+                "spec": {
+                    "targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web"},
+                    "subsets": [{"name": "a", "patch": {"spec": {"containers": "not a list"}}}]
+                }
+            }))
+            .expect("ws");
+            for event in [Event::Init, Event::InitApply(ws), Event::InitDone] {
+                writer.apply_watcher_event(&event);
+            }
+            std::mem::forget(writer);
+            let spreads = crate::workloadspread::WorkloadSpreads::new(
+                None,
+                Some(store),
+                Duration::from_secs(3),
+            );
+            let pods = injector_with(vec![], &[], policy).with_workloadspreads(spreads);
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web-1", "namespace": "web", "ownerReferences": [
+                    {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "web", "uid": "u", "controller": true}
+                ]},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}
+            });
+            let (answer, outcome) = pods.review(review("CREATE", "web", pod)).await;
+            assert_eq!(response(&answer).allowed, admitted, "{policy}");
+            assert_eq!(outcome == Outcome::Denied, !admitted, "{policy}");
+            let counted = pods.workloadspreads().expect("hooks").unplaced_counts();
+            let expected = if admitted {
+                vec![("web/ws".to_string(), 1)]
+            } else {
+                vec![]
+            };
+            assert_eq!(counted, expected, "{policy}");
+        }
     }
 
     #[tokio::test]

@@ -68,7 +68,12 @@ const OWNER_DEPTH: usize = 3;
 #[derive(Debug)]
 pub enum Unplaced {
     /// What is needed could not be read or written in time: answered by the failure policy.
-    Unavailable(String),
+    /// `spread` is the WorkloadSpread the Pod belongs to, when known: if the Pod is admitted, it
+    /// is admitted without a subset of it ([`WorkloadSpreads::admitted_unplaced`]).
+    Unavailable {
+        reason: String,
+        spread: Option<Arc<WorkloadSpread>>,
+    },
     /// Its WorkloadSpread is known but its slot could not be recorded in time: the Pod (here)
     /// waits behind the placement gate, for the controller to place it
     /// ([`kruise_core::workloadspread::gate`]).
@@ -338,37 +343,76 @@ impl WorkloadSpreads {
     ) -> Result<Option<Pod>, Unplaced> {
         let deadline = arrived + self.budget;
         let late = || {
-            Unplaced::Unavailable(format!(
+            format!(
                 "WorkloadSpread placement took longer than {:?}",
                 self.budget
-            ))
+            )
+        };
+        let unknown = |reason| Unplaced::Unavailable {
+            reason,
+            spread: None,
         };
         let matched = match tokio::time::timeout_at(deadline, self.matching(pod, namespace)).await {
             Ok(Ok(Some(matched))) => matched,
             Ok(Ok(None)) => return Ok(None),
-            Ok(Err(error)) => return Err(Unplaced::Unavailable(error)),
-            Err(_) => return Err(late()),
+            Ok(Err(error)) => return Err(unknown(error)),
+            Err(_) => return Err(unknown(late())),
         };
-        let placed = tokio::time::timeout_at(deadline, self.place_in(&matched, pod, namespace));
-        let unplaced = match placed.await {
+        // A Pod without a name yet asks its slot under an id of its own, which it keeps (in the
+        // gate's label) when placement is left to the controller.
+        let asked_as = pod
+            .metadata
+            .name
+            .as_deref()
+            .is_none_or(str::is_empty)
+            .then(generated_uid);
+        let placed = tokio::time::timeout_at(
+            deadline,
+            self.place_in(&matched, pod, namespace, asked_as.clone()),
+        );
+        let reason = match placed.await {
             Ok(Ok(placed)) => return Ok(placed),
-            Ok(Err(error)) => Unplaced::Unavailable(error),
+            Ok(Err(error)) => error,
             Err(_) => late(),
         };
         // The controller places it once its slot is recorded, when every subset can be applied
-        // after creation; otherwise admitted by the failure policy without a subset, said on the
-        // WorkloadSpread.
-        let reason = match unplaced {
-            Unplaced::Unavailable(reason) | Unplaced::Gated { reason, .. } => reason,
-        };
+        // after creation; otherwise answered by the failure policy without a subset (said on the
+        // WorkloadSpread once admitted).
         if core::gate::placeable_after_creation(&matched, pod) {
             return Err(Unplaced::Gated {
-                pod: Box::new(core::gate::gated(pod)),
+                pod: Box::new(core::gate::gated(pod, asked_as.as_deref())),
                 reason,
             });
         }
-        self.unplaced.count(&matched);
-        Err(Unplaced::Unavailable(reason))
+        Err(Unplaced::Unavailable {
+            reason,
+            spread: Some(matched),
+        })
+    }
+
+    /// Counts a Pod of `spread` admitted without a subset (its placement could not be decided and
+    /// the failure policy admitted it) for the WorkloadSpread's `PodsAdmittedUnplaced` Event. Only
+    /// Pods actually admitted are counted: one refused under `Fail` is created again by its
+    /// workload and placed then.
+    pub fn admitted_unplaced(&self, spread: &WorkloadSpread) {
+        self.unplaced.count(spread);
+    }
+
+    /// The Pods counted admitted without a subset so far, per WorkloadSpread `namespace/name`.
+    #[cfg(test)]
+    pub(crate) fn unplaced_counts(&self) -> Vec<(String, usize)> {
+        self.unplaced
+            .take()
+            .into_iter()
+            .map(|(count, of)| {
+                let name = format!(
+                    "{}/{}",
+                    of.namespace.unwrap_or_default(),
+                    of.name.unwrap_or_default()
+                );
+                (name, count)
+            })
+            .collect()
     }
 
     async fn place_in(
@@ -376,6 +420,7 @@ impl WorkloadSpreads {
         matched: &Arc<WorkloadSpread>,
         pod: &Pod,
         namespace: &str,
+        asked_as: Option<String>,
     ) -> Result<Option<Pod>, String> {
         let ws_name = matched.name_any();
         let key = format!("{namespace}/{ws_name}");
@@ -383,7 +428,7 @@ impl WorkloadSpreads {
         let request = SlotRequest::Take {
             pod_name: pod_name.map(str::to_owned),
             version: core::pod_version(pod),
-            uid: generated_uid(),
+            uid: asked_as.unwrap_or_default(),
             now: Timestamp::now(),
         };
         let slot = self.decide(matched, request).await?;

@@ -37,8 +37,8 @@ pub const CONDITION_SCHEDULABLE: &str = "Schedulable";
 /// kruise-rs: the scheduling gate the Pod webhook puts on a Pod whose placement did not finish
 /// within its deadline; the WorkloadSpread controller places the Pod and lifts it.
 pub const SCHEDULING_GATE: &str = "apps.kruise.io/workloadspread-placement";
-/// kruise-rs: the label beside [`SCHEDULING_GATE`] (value `pending`), so that gated Pods are found
-/// by label; lifted with the gate.
+/// kruise-rs: the label beside [`SCHEDULING_GATE`] (value `pending`, or the id a Pod without a name
+/// yet asked its slot under), so that gated Pods are found by label; lifted with the gate.
 pub const LABEL_PLACEMENT_PENDING: &str = "apps.kruise.io/workloadspread-placement";
 pub const STRATEGY_ADAPTIVE: &str = "Adaptive";
 pub const STRATEGY_FIXED: &str = "Fixed";

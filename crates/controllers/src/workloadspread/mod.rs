@@ -234,10 +234,12 @@ async fn place_gated(
             if !core::gate::is_gated(pod) || !core::gate::placeable_after_creation(ws, pod) {
                 return None;
             }
+            // The slot the webhook asked for it before it had a name, when that write landed
+            // after all, is its own.
             let request = slots::SlotRequest::Take {
                 pod_name: Some(pod.name_any()),
                 version: core::pod_version(pod),
-                uid: String::new(),
+                uid: core::gate::pending_slot(pod).unwrap_or_default().to_owned(),
                 now,
             };
             Some(ctx.slots.submit(key, request).await)

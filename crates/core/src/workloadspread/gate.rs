@@ -13,11 +13,14 @@ use serde_json::{Value, json};
 
 use super::inject;
 
-/// The label value beside the gate.
+/// The label value beside the gate, for a Pod whose slot was asked under its name.
 pub const PENDING: &str = "pending";
 
-/// `pod` behind the placement gate (and its label).
-pub fn gated(pod: &Pod) -> Pod {
+/// `pod` behind the placement gate (and its label). `asked_as` is the id a Pod without a name yet
+/// asked its slot under (a generateName Pod): kept as the label's value, so that when that slot
+/// was recorded after all (the write landed past the webhook's deadline), the controller places
+/// the Pod in it instead of taking a second one ([`pending_slot`]).
+pub fn gated(pod: &Pod, asked_as: Option<&str>) -> Pod {
     let mut pod = pod.clone();
     let gates = pod
         .spec
@@ -32,8 +35,24 @@ pub fn gated(pod: &Pod) -> Pod {
     pod.metadata
         .labels
         .get_or_insert_with(Default::default)
-        .insert(LABEL_PLACEMENT_PENDING.into(), PENDING.into());
+        .insert(
+            LABEL_PLACEMENT_PENDING.into(),
+            asked_as
+                .filter(|id| !id.is_empty())
+                .unwrap_or(PENDING)
+                .into(),
+        );
     pod
+}
+
+/// The id a gated Pod asked its slot under before it had a name ([`gated`]), if any.
+pub fn pending_slot(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_PLACEMENT_PENDING))
+        .map(String::as_str)
+        .filter(|v| !v.is_empty() && *v != PENDING)
 }
 
 /// Whether `pod` waits behind the placement gate.
@@ -154,12 +173,13 @@ mod tests {
 
     #[test]
     fn a_gated_pod_carries_the_gate_once_and_its_label() {
-        let once = gated(&pod());
-        let twice = gated(&once);
+        let once = gated(&pod(), None);
+        let twice = gated(&once, None);
         assert!(is_gated(&twice) && is_pending(&twice));
         assert!(!is_gated(&pod()) && !is_pending(&pod()));
         let gates = twice
             .spec
+            .clone()
             .and_then(|s| s.scheduling_gates)
             .unwrap_or_default();
         assert_eq!(gates.len(), 2, "the other gate kept, ours once");
@@ -167,11 +187,20 @@ mod tests {
             twice
                 .metadata
                 .labels
+                .clone()
                 .unwrap_or_default()
                 .get(LABEL_PLACEMENT_PENDING)
                 .map(String::as_str),
             Some(PENDING)
         );
+        assert_eq!(pending_slot(&twice), None, "asked under its name");
+        let unnamed = gated(&pod(), Some("0f1e2d3c-0000-4000-8000-00000000abcd"));
+        assert_eq!(
+            pending_slot(&unnamed),
+            Some("0f1e2d3c-0000-4000-8000-00000000abcd"),
+            "the id a Pod without a name asked its slot under"
+        );
+        assert_eq!(pending_slot(&gated(&pod(), Some(""))), None);
     }
 
     #[test]
@@ -203,7 +232,7 @@ mod tests {
         ];
         for (i, (subsets, placeable)) in cases.into_iter().enumerate() {
             assert_eq!(
-                placeable_after_creation(&spread(subsets), &gated(&pod())),
+                placeable_after_creation(&spread(subsets), &gated(&pod(), None)),
                 placeable,
                 "case {i}"
             );
@@ -215,7 +244,7 @@ mod tests {
         let ws = spread(
             json!([{"name": "a", "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, "patch": {"metadata": {"labels": {"zone": "a"}}}}]),
         );
-        let gated = gated(&pod());
+        let gated = gated(&pod(), None);
         let placed = inject("ws", &ws.spec.subsets[0], &gated, "").expect("placed");
         let patch = placement_patch(&gated, &placed);
         assert_eq!(patch["metadata"]["resourceVersion"], "7");

@@ -187,7 +187,7 @@ pub fn ordinal(name: &str) -> i64 {
 /// Chooses the subset of a Pod being created and records it: the first schedulable subset with a
 /// free slot for the Pod's `version` takes it (`missingReplicas` − 1, the Pod in `creatingPods`
 /// under its name, or under `generated_uid` when it has none yet). A subset without `maxReplicas`
-/// is not recorded. A Pod already recorded keeps its subset. StatefulSet Pods go by ordinal: the
+/// is not recorded. A Pod already recorded (under its name, or under `generated_uid`) keeps its subset. StatefulSet Pods go by ordinal: the
 /// first `maxReplicas` ordinals to the first subset, and so on.
 pub fn admit_create(
     ws: &WorkloadSpread,
@@ -242,6 +242,20 @@ pub fn admit_create(
     {
         return CreateDecision {
             subset: Some(recorded.name.clone()),
+            ..Default::default()
+        };
+    }
+    // A slot recorded under the id the Pod asked with before it had a name (its write landed
+    // after the webhook had given up and gated the Pod) is the Pod's: kept, not taken twice. The
+    // Pod carries the id in its annotation, which is how the slot is matched to it afterwards.
+    if !generated_uid.is_empty()
+        && let Some(recorded) = statuses
+            .iter()
+            .find(|s| s.creating_pods.contains_key(generated_uid))
+    {
+        return CreateDecision {
+            subset: Some(recorded.name.clone()),
+            uid: generated_uid.to_string(),
             ..Default::default()
         };
     }

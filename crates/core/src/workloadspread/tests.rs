@@ -202,6 +202,35 @@ fn percentages_round_up_and_need_the_replicas() {
     assert!(!needs_replicas(&with_status(ws, status), "v1"));
 }
 
+/// A Pod without a name asks a slot under an id; when that write lands after the webhook gave up
+/// (the Pod gated, named by then), the controller placing it under its name and that id finds the
+/// slot and keeps it: one slot for the Pod, not two. A fresh id takes a slot as usual.
+#[test]
+fn a_slot_asked_before_the_pod_had_a_name_is_kept_not_taken_twice() {
+    let ws = spread(
+        "Deployment",
+        &[("zone-a", Some(json!(1))), ("zone-b", Some(json!(1)))],
+    );
+    let asked = admit_create(&ws, None, "v1", 2, now(), "gen-1");
+    assert_eq!(asked.subset.as_deref(), Some("zone-a"));
+    let ws = with_status(ws, asked.status.expect("recorded under the id"));
+    let placed = admit_create(&ws, Some("web-x7k2p"), "v1", 2, now(), "gen-1");
+    assert_eq!(
+        placed.subset.as_deref(),
+        Some("zone-a"),
+        "the slot it asked for"
+    );
+    assert_eq!(placed.uid, "gen-1", "matched to the slot by the id");
+    assert!(placed.status.is_none(), "nothing taken again");
+    let other = admit_create(&ws, Some("web-q9m4z"), "v1", 2, now(), "gen-2");
+    assert_eq!(
+        other.subset.as_deref(),
+        Some("zone-b"),
+        "another id: a slot of its own"
+    );
+    assert_eq!(other.uid, "", "a named Pod is recorded under its name");
+}
+
 #[test]
 fn statefulset_pods_go_by_ordinal() {
     let ws = spread(
