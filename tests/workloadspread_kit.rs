@@ -37,13 +37,30 @@ pub fn zone_subset(zone: &str, max: Option<&str>, label: Option<&str>) -> String
 
 /// A WorkloadSpread `name` of the CloneSet `cloneset` over `subsets` (see [`zone_subset`]).
 pub fn cloneset_spread(name: &str, cloneset: &str, subsets: &[String]) -> String {
+    workload_spread(
+        name,
+        "apps.kruise.io/v1alpha1",
+        "CloneSet",
+        cloneset,
+        subsets,
+    )
+}
+
+/// A WorkloadSpread `name` of the workload `kind` `target` (of `api_version`) over `subsets`.
+pub fn workload_spread(
+    name: &str,
+    api_version: &str,
+    kind: &str,
+    target: &str,
+    subsets: &[String],
+) -> String {
     let subsets = subsets.concat();
     format!(
         r#"apiVersion: apps.kruise.io/v1alpha1
 kind: WorkloadSpread
 metadata: {{name: {name}}}
 spec:
-  targetRef: {{apiVersion: apps.kruise.io/v1alpha1, kind: CloneSet, name: {cloneset}}}
+  targetRef: {{apiVersion: {api_version}, kind: {kind}, name: {target}}}
   subsets:{subsets}
 "#
     )
