@@ -17,6 +17,7 @@ pub mod podprobemarker;
 pub mod podunavailablebudget;
 pub mod policy;
 pub mod relatedpub;
+pub mod replicaset_owners;
 pub mod resourcedistribution;
 pub mod server;
 #[cfg(test)]

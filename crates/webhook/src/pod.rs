@@ -125,6 +125,9 @@ pub struct PodInjector {
     /// Read-your-writes: the policy caches are caught up with the apiserver before a Pod is
     /// decided ([`crate::freshness`]); `None` decides on the caches as they are.
     freshness: Option<Freshness>,
+    /// The controllers of new Pods' ReplicaSets, read once for the Pods of a ReplicaSet arriving
+    /// together, shared by the steps that need a Deployment's Pods' Deployment.
+    owners: Arc<crate::replicaset_owners::ReplicaSetOwners>,
 }
 
 /// Why the webhook could not decide, or why the Pod is rejected.
@@ -147,6 +150,9 @@ impl PodInjector {
         Self {
             sidecarsets,
             namespaces,
+            owners: Arc::new(crate::replicaset_owners::ReplicaSetOwners::new(
+                client.clone(),
+            )),
             client,
             settings: Arc::new(settings),
             related_pub: None,
@@ -173,7 +179,8 @@ impl PodInjector {
 
     /// Also names the PodUnavailableBudget that guards each new Pod (`kruise.io/related-pub`).
     pub fn with_budgets(mut self, budgets: Store<PodUnavailableBudget>) -> Self {
-        self.related_pub = Some(RelatedPub::new(budgets, self.client.clone()));
+        self.related_pub =
+            Some(RelatedPub::new(budgets, self.client.clone()).with_owners(self.owners.clone()));
         self
     }
 
@@ -190,7 +197,7 @@ impl PodInjector {
 
     /// The injector that also places Pods of WorkloadSpread targets into their subsets.
     pub fn with_workloadspreads(mut self, hooks: crate::workloadspread::WorkloadSpreads) -> Self {
-        self.workloadspreads = Some(hooks);
+        self.workloadspreads = Some(hooks.with_owners(self.owners.clone()));
         self
     }
 

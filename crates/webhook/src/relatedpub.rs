@@ -6,28 +6,42 @@
 //!
 //! Budgets are read from the process's watch cache; a Pod in a namespace without budgets costs
 //! nothing. Only a Pod owned by a ReplicaSet, in a namespace with a budget that has a targetRef,
-//! costs one read (the ReplicaSet, for its Deployment). Whatever cannot be read leaves the Pod
+//! costs a read (the ReplicaSet, for its Deployment; one for the Pods of a ReplicaSet that arrive
+//! together, [`crate::replicaset_owners`]). Whatever cannot be read leaves the Pod
 //! unannotated, never refused: the controller annotates it when it sees it.
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kruise_api::policy::v1alpha1::PodUnavailableBudget;
 use kruise_api::policy::{POD_GUARDED_LABEL, POD_GUARDED_VALUE, POD_RELATED_PUB_ANNOTATION};
 use kruise_core::podunavailablebudget::matching::{WorkloadRef, budget_for_pod};
+use kube::Client;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client};
 
-/// The budgets the Pod webhook reads, and a client for the ReplicaSets of Deployments.
+use crate::replicaset_owners::ReplicaSetOwners;
+
+/// The budgets the Pod webhook reads, and the ReplicaSets of Deployments.
 #[derive(Clone)]
 pub struct RelatedPub {
     budgets: Store<PodUnavailableBudget>,
-    client: Option<Client>,
+    owners: Arc<ReplicaSetOwners>,
 }
 
 impl RelatedPub {
+    /// Over the `budgets` cache, reading ReplicaSets through `client` (none found without one).
     pub fn new(budgets: Store<PodUnavailableBudget>, client: Option<Client>) -> Self {
-        Self { budgets, client }
+        Self {
+            budgets,
+            owners: Arc::new(ReplicaSetOwners::new(client)),
+        }
+    }
+
+    /// Reads ReplicaSets through `owners` (the one the Pod webhook's other steps share).
+    pub fn with_owners(mut self, owners: Arc<ReplicaSetOwners>) -> Self {
+        self.owners = owners;
+        self
     }
 
     /// Names the budget that guards `pod` (in `namespace`) in its `kruise.io/related-pub`
@@ -90,14 +104,8 @@ impl RelatedPub {
         if owner.kind != "ReplicaSet" || !owner.api_version.starts_with("apps/") {
             return Some(as_ref(owner));
         }
-        let client = self.client.as_ref()?;
-        let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-        match sets.get_opt(&owner.name).await {
-            Ok(Some(set)) => Some(
-                controller_of(set.metadata.owner_references.as_deref())
-                    .map_or_else(|| as_ref(owner), as_ref),
-            ),
-            Ok(None) => Some(as_ref(owner)),
+        match self.owners.controller_of(namespace, owner).await {
+            Ok(controller) => Some(controller.as_ref().map_or_else(|| as_ref(owner), as_ref)),
             Err(error) => {
                 tracing::warn!(%error, namespace, replicaset = %owner.name, "cannot read a new Pod's ReplicaSet; kruise.io/related-pub is left to the controller");
                 None

@@ -18,7 +18,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kruise_api::field;
@@ -37,6 +36,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use crate::admission::{Answer, Change, allow, decode_change, deny, kinds_decode};
+use crate::replicaset_owners::ReplicaSetOwners;
 
 /// Path and webhook name of the WorkloadSpread validating webhook, upstream's.
 pub const VALIDATE_PATH: &str = "/validate-apps-kruise-io-v1alpha1-workloadspread";
@@ -55,6 +55,8 @@ pub struct WorkloadSpreads {
     pub budget: Duration,
     /// The namespace of kruise-configuration (its custom workload whitelist).
     configuration_namespace: String,
+    /// The controllers of the ReplicaSets a Deployment's Pods are matched through.
+    owners: Arc<ReplicaSetOwners>,
     /// The Pods admitted without a subset, reported on their WorkloadSpread.
     unplaced: Arc<UnplacedReport>,
 }
@@ -88,6 +90,7 @@ impl WorkloadSpreads {
     ) -> Self {
         let mut hooks = Self {
             unplaced: Arc::new(UnplacedReport::new(client.clone())),
+            owners: Arc::new(ReplicaSetOwners::new(client.clone())),
             client,
             store,
             slots: None,
@@ -108,6 +111,12 @@ impl WorkloadSpreads {
 
     /// These hooks, committing their slots with `slots` (the process's, which the WorkloadSpread
     /// controller shares); `None` keeps their own.
+    /// Reads ReplicaSets through `owners` (the one the Pod webhook's other steps share).
+    pub fn with_owners(mut self, owners: Arc<ReplicaSetOwners>) -> Self {
+        self.owners = owners;
+        self
+    }
+
     pub fn with_slots(mut self, slots: Option<Arc<Slots>>) -> Self {
         if slots.is_some() {
             self.slots = slots;
@@ -253,22 +262,7 @@ impl WorkloadSpreads {
         {
             return Ok(None);
         }
-        let Some(client) = &self.client else {
-            return Ok(None);
-        };
-        let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-        let rs = sets
-            .get_metadata_opt(&owner.name)
-            .await
-            .map_err(|e| format!("reading ReplicaSet {namespace}/{}: {e}", owner.name))?;
-        let Some(parent) = rs.as_ref().and_then(|rs| {
-            rs.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-                .cloned()
-        }) else {
+        let Some(parent) = self.owners.controller_of(namespace, owner).await? else {
             return Ok(None);
         };
         Ok(deployment_targets
