@@ -101,6 +101,8 @@ const TIMED_REQUESTS: &[(&str, &str, &str)] = &[
     ("LIST", "workloadspreads", ""),
     ("LIST", "podunavailablebudgets", ""),
     ("LIST", "persistentpodstates", ""),
+    // A new Pod's ReplicaSet, for its Deployment (WorkloadSpread matching, related-pub).
+    ("GET", "replicasets", ""),
 ];
 
 fn main() -> anyhow::Result<()> {
