@@ -95,7 +95,7 @@ impl RelatedPub {
 
     /// The workload that controls `pod`: a ReplicaSet's controlling Deployment, else the owner.
     async fn workload_of(&self, pod: &Pod, namespace: &str) -> Option<WorkloadRef> {
-        let owner = controller_of(pod.metadata.owner_references.as_deref())?;
+        let owner = kruise_core::ownership::controller_of(&pod.metadata)?;
         let as_ref = |o: &OwnerReference| WorkloadRef {
             api_version: o.api_version.clone(),
             kind: o.kind.clone(),
@@ -112,10 +112,6 @@ impl RelatedPub {
             }
         }
     }
-}
-
-fn controller_of(owners: Option<&[OwnerReference]>) -> Option<&OwnerReference> {
-    owners?.iter().find(|o| o.controller == Some(true))
 }
 
 #[cfg(test)]

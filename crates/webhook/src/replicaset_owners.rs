@@ -83,19 +83,16 @@ impl ReplicaSetOwners {
         namespace: &str,
         owner: &OwnerReference,
     ) -> Result<Option<OwnerReference>, String> {
-        if owner.uid.is_empty() {
-            return match self.read_controller(namespace, owner).await {
-                Ok(controller) => Ok(controller),
-                Err(NotKept::Missing) => Ok(None),
-                Err(NotKept::Failed(error)) => Err(error),
-            };
-        }
-        let cell = self.cell(&owner.uid);
-        match cell
-            .get_or_try_init(|| self.read_controller(namespace, owner))
-            .await
-        {
-            Ok(controller) => Ok(controller.clone()),
+        let read = if owner.uid.is_empty() {
+            self.read_controller(namespace, owner).await
+        } else {
+            let cell = self.cell(&owner.uid);
+            cell.get_or_try_init(|| self.read_controller(namespace, owner))
+                .await
+                .cloned()
+        };
+        match read {
+            Ok(controller) => Ok(controller),
             Err(NotKept::Missing) => Ok(None),
             Err(NotKept::Failed(error)) => Err(error),
         }
@@ -136,11 +133,7 @@ impl ReplicaSetOwners {
         if !owner.uid.is_empty() && metadata.uid.as_deref() != Some(owner.uid.as_str()) {
             return Err(NotKept::Missing);
         }
-        Ok(metadata
-            .owner_references
-            .into_iter()
-            .flatten()
-            .find(|o| o.controller == Some(true)))
+        Ok(kruise_core::ownership::controller_of(&metadata).cloned())
     }
 }
 
